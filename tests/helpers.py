@@ -1,0 +1,18 @@
+"""Shared test helpers: small specs and the project's paths."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from tfcompile.spec import DecoderSpec, Spec
+from tfcompile.spec.presets import merge
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED_DATA = ROOT.parent / "shared" / "data"
+
+
+def tiny_model(**overrides: Any) -> DecoderSpec:
+    """A decoder small enough to run in milliseconds; fields as in a spec's `model:` section."""
+    base = {"vocab_size": 50, "d_model": 32, "n_layers": 2, "n_heads": 4, "max_seq_len": 16}
+    return Spec.model_validate({"model": merge(base, overrides)}).model

@@ -1,0 +1,3 @@
+from tfcompile.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,104 @@
+"""Multi-head scaled dot-product attention with grouped K/V heads (MHA, GQA, MQA).
+
+Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k) + bias) V, with -inf where a query may not attend
+(notes: usc-csci467-transformers-pretraining.txt, "Scaled Dot-Product Attention").
+
+Masks follow one convention everywhere: boolean, True where a query *may attend* to a key.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from tfcompile.nn.positional import Rotary, apply_rotary
+
+
+def may_attend(
+    q_positions: torch.Tensor,
+    k_positions: torch.Tensor,
+    causal: bool,
+    key_padding: torch.Tensor | None,
+) -> torch.Tensor | None:
+    """Combine the causal rule and key padding into one may-attend mask.
+
+    q_positions: (Tq,), k_positions: (Tk,), key_padding: (B, Tk) bool, True for real tokens.
+    Returns (B or 1, 1, Tq, Tk) bool, or None when every query may attend to every key.
+    """
+    mask = None
+    if causal:
+        mask = (k_positions[None, :] <= q_positions[:, None])[None, None]  # (1, 1, Tq, Tk)
+    if key_padding is not None:
+        padding = key_padding[:, None, None, :]  # (B, 1, 1, Tk)
+        mask = padding if mask is None else mask & padding
+        # A padded query whose keys are all masked would softmax over nothing (NaN); let it see
+        # its own position. Real queries never see padded keys, so their outputs are unchanged.
+        if q_positions.shape[0] == k_positions.shape[0]:
+            own = torch.eye(q_positions.shape[0], dtype=torch.bool, device=mask.device)
+            mask = mask | own
+    return mask
+
+
+class Attention(nn.Module):
+    """(batch, seq, d_model) -> (batch, seq, d_model).
+
+    n_kv_heads = n_heads is MHA, 1 is MQA, anything between that divides n_heads is GQA: each K/V
+    head serves n_heads / n_kv_heads query heads.
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        n_kv_heads: int,
+        qkv_bias: bool,
+        out_bias: bool,
+        dropout: float,
+    ) -> None:
+        super().__init__()
+        self.n_heads = n_heads
+        self.n_kv_heads = n_kv_heads
+        self.head_dim = d_model // n_heads
+        self.dropout = dropout
+        self.qkv = nn.Linear(d_model, (n_heads + 2 * n_kv_heads) * self.head_dim, bias=qkv_bias)
+        self.out = nn.Linear(n_heads * self.head_dim, d_model, bias=out_bias)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        mask: torch.Tensor | None = None,
+        is_causal: bool = False,
+        rotary: Rotary | None = None,
+        bias: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """x: (B, T, d_model); mask: bool (B|1, 1, T, T) may-attend; is_causal: use the causal
+        kernel instead of a mask; rotary: RoPE (cos, sin); bias: (1, H, T, T) added to scores."""
+        B, T, _ = x.shape
+        q, k, v = self.qkv(x).split(
+            [self.n_heads * self.head_dim, self.n_kv_heads * self.head_dim, self.n_kv_heads * self.head_dim],
+            dim=-1,
+        )
+        q = q.view(B, T, self.n_heads, self.head_dim).transpose(1, 2)  # (B, H, T, hd)
+        k = k.view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)  # (B, Hkv, T, hd)
+        v = v.view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)  # (B, Hkv, T, hd)
+        if rotary is not None:
+            q, k = apply_rotary(q, rotary), apply_rotary(k, rotary)
+        if self.n_kv_heads != self.n_heads:
+            repeats = self.n_heads // self.n_kv_heads
+            k = k.repeat_interleave(repeats, dim=1)  # (B, H, T, hd)
+            v = v.repeat_interleave(repeats, dim=1)
+        if bias is not None:
+            if is_causal:
+                raise ValueError("an attention bias needs an explicit causal mask, not is_causal")
+            # A float mask carries the bias and -inf where attention is not allowed.
+            mask = bias.to(q.dtype) if mask is None else bias.to(q.dtype).masked_fill(~mask, float("-inf"))
+        y = F.scaled_dot_product_attention(
+            q,
+            k,
+            v,
+            attn_mask=mask,
+            dropout_p=self.dropout if self.training else 0.0,
+            is_causal=is_causal and mask is None,
+        )  # (B, H, T, hd)
+        return self.out(y.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim))

@@ -1,0 +1,62 @@
+"""One Transformer layer: self-attention and feed-forward sublayers, each wrapped in a residual
+connection with the norm before (pre) or after (post) it (notes: cmu-11711, "Post- vs. Pre-")."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+from torch import nn
+
+from tfcompile.nn.attention import Attention
+from tfcompile.nn.feedforward import FeedForward
+from tfcompile.nn.positional import Rotary
+from tfcompile.nn.registry import NORMS
+
+if TYPE_CHECKING:
+    from tfcompile.spec.schema import DecoderSpec, NormSpec
+
+
+def build_norm(spec: NormSpec, dim: int) -> nn.Module:
+    return NORMS[spec.type](dim, eps=spec.eps, bias=spec.bias)
+
+
+class TransformerBlock(nn.Module):
+    """(batch, seq, d_model) -> (batch, seq, d_model).
+
+    pre-norm:  x = x + f(norm(x))          (GPT-2, LLaMA)
+    post-norm: x = norm(x + f(x))          (Vaswani et al. 2017)
+    """
+
+    def __init__(self, spec: DecoderSpec) -> None:
+        super().__init__()
+        assert spec.n_kv_heads is not None and spec.d_ff is not None  # resolved by the schema
+        self.pre_norm = spec.norm.position == "pre"
+        self.attn_norm = build_norm(spec.norm, spec.d_model)
+        self.attn = Attention(
+            spec.d_model,
+            spec.n_heads,
+            spec.n_kv_heads,
+            qkv_bias=spec.bias.qkv,
+            out_bias=spec.bias.attn_out,
+            dropout=spec.dropout.attention,
+        )
+        self.ffn_norm = build_norm(spec.norm, spec.d_model)
+        self.ffn = FeedForward(spec.d_model, spec.d_ff, spec.activation, bias=spec.bias.ffn)
+        self.drop = nn.Dropout(spec.dropout.residual)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        mask: torch.Tensor | None = None,
+        is_causal: bool = False,
+        rotary: Rotary | None = None,
+        bias: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        if self.pre_norm:
+            x = x + self.drop(self.attn(self.attn_norm(x), mask, is_causal, rotary, bias))
+            x = x + self.drop(self.ffn(self.ffn_norm(x)))
+        else:
+            x = self.attn_norm(x + self.drop(self.attn(x, mask, is_causal, rotary, bias)))
+            x = self.ffn_norm(x + self.drop(self.ffn(x)))
+        return x

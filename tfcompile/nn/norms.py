@@ -1,0 +1,47 @@
+"""Normalisation layers (notes: cmu-11711-transformers.txt, "Layer Normalization", "RMSNorm").
+
+Every norm takes ``(dim, eps, bias)`` and maps ``(..., dim) -> (..., dim)``.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from tfcompile.nn.registry import NORMS
+
+
+@NORMS.register("layernorm")
+class LayerNorm(nn.Module):
+    """LayerNorm(x) = g * (x - mean(x)) / sqrt(var(x) + eps) + b  (Ba et al. 2016)."""
+
+    def __init__(self, dim: int, eps: float = 1e-5, bias: bool = True) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.bias = nn.Parameter(torch.zeros(dim)) if bias else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.layer_norm(x, self.weight.shape, self.weight, self.bias, self.eps)
+
+
+@NORMS.register("rmsnorm")
+class RMSNorm(nn.Module):
+    """RMSNorm(x) = g * x / sqrt(mean(x^2) + eps)  (Zhang and Sennrich 2019): no mean, no bias.
+
+    The statistic is computed in float32 so that bf16/fp16 activations keep their precision.
+    """
+
+    def __init__(self, dim: int, eps: float = 1e-6, bias: bool = False) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.bias = nn.Parameter(torch.zeros(dim)) if bias else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x32 = x.float()
+        out = x32 * torch.rsqrt(x32.pow(2).mean(dim=-1, keepdim=True) + self.eps) * self.weight
+        if self.bias is not None:
+            out = out + self.bias
+        return out.type_as(x)
