@@ -1,0 +1,92 @@
+"""Valid specs: defaults resolved at load time, presets, overrides, a lossless resolved copy."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+from helpers import ROOT, tiny_model
+
+from tfcompile.spec import PRESETS, dump_spec, load_spec, parse_spec
+from tfcompile.spec.presets import merge
+
+
+@pytest.mark.parametrize(
+    ("activation", "d_model", "multiple_of", "d_ff"),
+    [
+        ("relu", 64, 64, 256),
+        ("gelu", 384, 64, 1536),
+        ("swiglu", 384, 64, 1024),  # 8/3 * 384 = 1024 exactly
+        ("swiglu", 4096, 256, 11008),  # LLaMA 7B
+        ("geglu", 100, 64, 320),  # 266.7 rounded up to a multiple of 64
+        ("geglu", 100, 1, 267),
+    ],
+)
+def test_d_ff_default_per_activation(activation: str, d_model: int, multiple_of: int, d_ff: int) -> None:
+    spec = tiny_model(activation=activation, d_model=d_model, n_heads=4, d_ff_multiple_of=multiple_of)
+    assert spec.d_ff == d_ff
+
+
+def test_explicit_d_ff_wins() -> None:
+    assert tiny_model(activation="swiglu", d_ff=100).d_ff == 100
+
+
+def test_resolved_defaults() -> None:
+    spec = tiny_model()
+    assert spec.n_kv_heads == spec.n_heads
+    assert spec.norm.bias is True and spec.norm.final is True
+    rms_post = tiny_model(norm={"type": "rmsnorm", "position": "post"})
+    assert rms_post.norm.bias is False and rms_post.norm.final is False
+
+
+def test_a_whole_spec_validates_with_every_section() -> None:
+    spec = load_spec(ROOT / "specs" / "shakespeare-char.yaml")
+    assert spec.task.type == "causal_lm"
+    assert spec.train.steps == 5000 and spec.context_length == 256
+    assert spec.data is not None and spec.data.path.is_absolute()
+    assert spec.data.path.name == "tinyshakespeare.txt"
+    assert spec.export.opset >= 17
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_every_preset_validates_alone(name: str) -> None:
+    spec = parse_spec(f"preset: {name}\nmodel: {{}}\n")
+    assert spec.preset == name and spec.model.vocab_size
+
+
+def test_spec_overrides_preset_key_by_key() -> None:
+    spec = parse_spec(
+        "preset: llama\nmodel:\n  d_model: 256\n  n_layers: 2\n  n_heads: 4\n  norm: {eps: 1.0e-5}\n"
+    )
+    assert spec.model.d_model == 256 and spec.model.n_heads == 4
+    assert spec.model.norm.type == "rmsnorm" and spec.model.norm.eps == 1e-5  # merged, not replaced
+    assert spec.model.positional.type == "rope"
+    assert spec.model.d_ff == 768  # 8/3 * 256 = 682.7, rounded up to the preset's multiple of 256
+
+
+def test_changing_a_variant_type_replaces_the_preset_variant() -> None:
+    spec = parse_spec("preset: llama\nmodel:\n  positional: {type: learned}\n")
+    assert spec.model.positional.type == "learned"
+    assert merge({"p": {"type": "rope", "theta": 1}}, {"p": {"type": "learned"}}) == {
+        "p": {"type": "learned"}
+    }
+
+
+def test_overrides_apply_last_and_parse_as_yaml() -> None:
+    text = (ROOT / "specs" / "shakespeare-char.yaml").read_text()
+    spec = parse_spec(text, overrides=["train.steps=100", "model.positional={type: rope, theta: 500}"])
+    assert spec.train.steps == 100
+    assert spec.model.positional.type == "rope" and spec.model.positional.theta == 500
+
+
+def test_dumped_spec_reloads_to_the_same_spec() -> None:
+    spec = load_spec(ROOT / "specs" / "llama.yaml")
+    again = parse_spec(dump_spec(spec))
+    assert again == spec
+    assert yaml.safe_load(dump_spec(spec))["model"]["d_ff"] == spec.model.d_ff
+
+
+def test_missing_spec_file_is_a_spec_error(tmp_path) -> None:
+    from tfcompile.spec import SpecError
+
+    with pytest.raises(SpecError, match="cannot read the spec"):
+        load_spec(tmp_path / "nope.yaml")

@@ -1,0 +1,82 @@
+"""Named presets: partial specs that a spec extends with ``preset: NAME`` and overrides key by key.
+
+Like litgpt's named configs, one table; each entry is what the paper or release describes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+PRESETS: dict[str, dict[str, Any]] = {
+    # Radford et al. 2019, GPT-2 small: 124,439,808 parameters with the tied LM head.
+    "gpt2": {
+        "model": {
+            "vocab_size": 50257,
+            "d_model": 768,
+            "n_layers": 12,
+            "n_heads": 12,
+            "max_seq_len": 1024,
+            "norm": {"position": "pre", "type": "layernorm", "eps": 1e-5},
+            "activation": "gelu_tanh",
+            "positional": {"type": "learned"},
+            "bias": {"qkv": True, "attn_out": True, "ffn": True, "lm_head": False},
+            "tie_embeddings": True,
+            "dropout": {"embedding": 0.1, "attention": 0.1, "residual": 0.1},
+            "init_std": 0.02,
+        },
+    },
+    # Touvron et al. 2023, LLaMA 7B: pre-norm RMSNorm, SwiGLU (d_ff 11008), RoPE, no biases.
+    "llama": {
+        "model": {
+            "vocab_size": 32000,
+            "d_model": 4096,
+            "n_layers": 32,
+            "n_heads": 32,
+            "max_seq_len": 2048,
+            "norm": {"position": "pre", "type": "rmsnorm", "eps": 1e-6},
+            "activation": "swiglu",
+            "d_ff_multiple_of": 256,
+            "positional": {"type": "rope", "theta": 10000.0},
+            "bias": {"qkv": False, "attn_out": False, "ffn": False, "lm_head": False},
+            "tie_embeddings": False,
+            "dropout": {"embedding": 0.0, "attention": 0.0, "residual": 0.0},
+        },
+    },
+    # Vaswani et al. 2017, the base model's choices as a decoder: post-norm LayerNorm, ReLU,
+    # sinusoidal positions, embeddings scaled by sqrt(d_model), Adam with the warmup schedule.
+    "vaswani": {
+        "model": {
+            "vocab_size": 37000,
+            "d_model": 512,
+            "n_layers": 6,
+            "n_heads": 8,
+            "d_ff": 2048,
+            "max_seq_len": 512,
+            "norm": {"position": "post", "type": "layernorm", "eps": 1e-6},
+            "activation": "relu",
+            "positional": {"type": "sinusoidal"},
+            "bias": {"qkv": True, "attn_out": True, "ffn": True, "lm_head": False},
+            "tie_embeddings": True,
+            "scale_embeddings": True,
+            "dropout": {"embedding": 0.1, "attention": 0.0, "residual": 0.1},
+        },
+        "task": {"type": "causal_lm", "label_smoothing": 0.1},
+        "train": {
+            "optimizer": {"type": "adam", "betas": [0.9, 0.98], "eps": 1e-9, "weight_decay": 0.0},
+            "schedule": {"type": "vaswani", "warmup_steps": 4000},
+        },
+    },
+}
+
+
+def merge(base: Any, override: Any) -> Any:
+    """Deep-merge ``override`` onto ``base``. A mapping whose ``type`` changes is replaced whole,
+    since the old variant's fields would not fit the new one."""
+    if not (isinstance(base, dict) and isinstance(override, dict)):
+        return override
+    if "type" in override and override.get("type") != base.get("type"):
+        return override
+    merged = dict(base)
+    for key, value in override.items():
+        merged[key] = merge(base[key], value) if key in base else value
+    return merged

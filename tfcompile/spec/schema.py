@@ -1,0 +1,341 @@
+"""The spec schema: one Pydantic model per section, variants as discriminated unions on ``type``.
+
+Defaults that depend on other fields (``d_ff``, ``n_kv_heads``, norm bias, final norm) are resolved
+at load time, so a validated spec is explicit and a saved copy rebuilds the same model.
+Cross-field rules report each violation at the field to fix (see ``Rules``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic_core import PydanticCustomError
+
+from tfcompile.nn import ACTIVATIONS, NORMS
+
+PositiveInt = Annotated[int, Field(gt=0)]
+PositiveFloat = Annotated[float, Field(gt=0)]
+Probability = Annotated[float, Field(ge=0, lt=1)]
+# Choices that building blocks register: adding one to its registry makes it valid here.
+NormType = Literal[NORMS.names()]  # type: ignore[valid-type]
+ActivationType = Literal[ACTIVATIONS.names()]  # type: ignore[valid-type]
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_default=True)
+
+
+class Rules:
+    """Collects cross-field rule violations; ``check`` raises one error that the loader expands
+    into one report per violation, each at its own field."""
+
+    def __init__(self) -> None:
+        self.violations: list[tuple[tuple[str, ...], str, str]] = []
+
+    def require(self, ok: bool, field: tuple[str, ...], message: str, hint: str) -> None:
+        if not ok:
+            self.violations.append((field, message, hint))
+
+    def check(self) -> None:
+        if self.violations:
+            summary = "; ".join(f"{'.'.join(f)}: {m}" for f, m, _ in self.violations)
+            raise PydanticCustomError("spec_rule", summary, {"violations": self.violations})
+
+
+def _type_shorthand(value: Any) -> Any:
+    """Let ``positional: rope`` stand for ``positional: {type: rope}``."""
+    return {"type": value} if isinstance(value, str) else value
+
+
+# ---------------------------------------------------------------------------- model
+
+
+class NormSpec(Section):
+    position: Literal["pre", "post"] = Field(
+        "pre", description="pre: x + f(norm(x)) (GPT-2, LLaMA); post: norm(x + f(x)) (Vaswani)"
+    )
+    type: NormType = "layernorm"
+    eps: PositiveFloat = 1e-5
+    bias: bool | None = Field(None, description="learned shift; default: on for layernorm only")
+    final: bool | None = Field(None, description="norm after the last block; default: on for pre-norm")
+
+    @model_validator(mode="after")
+    def _resolve(self) -> NormSpec:
+        if self.bias is None:
+            self.bias = self.type == "layernorm"
+        if self.final is None:
+            self.final = self.position == "pre"
+        return self
+
+
+class SinusoidalPositional(Section):
+    type: Literal["sinusoidal"] = "sinusoidal"
+
+
+class LearnedPositional(Section):
+    type: Literal["learned"] = "learned"
+
+
+class RopePositional(Section):
+    type: Literal["rope"] = "rope"
+    theta: PositiveFloat = 10000.0
+
+
+class RelativePositional(Section):
+    type: Literal["relative"] = "relative"
+    num_buckets: Annotated[int, Field(ge=4)] = 32
+    max_distance: PositiveInt = 128
+
+    @model_validator(mode="after")
+    def _rules(self) -> RelativePositional:
+        rules = Rules()
+        rules.require(
+            self.max_distance > self.num_buckets // 2,
+            ("max_distance",),
+            f"must exceed num_buckets / 2 = {self.num_buckets // 2}, found {self.max_distance}",
+            "offsets below num_buckets / 2 get exact buckets; max_distance bounds the log-spaced rest",
+        )
+        rules.check()
+        return self
+
+
+class NoPositional(Section):
+    type: Literal["none"] = "none"
+
+
+Positional = Annotated[
+    SinusoidalPositional | LearnedPositional | RopePositional | RelativePositional | NoPositional,
+    Field(discriminator="type"),
+]
+
+
+class BiasSpec(Section):
+    qkv: bool = True
+    attn_out: bool = True
+    ffn: bool = True
+    lm_head: bool = False
+
+
+class DropoutSpec(Section):
+    embedding: Probability = 0.0
+    attention: Probability = Field(0.0, description="on the attention weights")
+    residual: Probability = Field(0.0, description="on each sublayer's output, before the residual add")
+
+
+class DecoderSpec(Section):
+    """A decoder-only Transformer (GPT, LLaMA)."""
+
+    family: Literal["decoder"] = "decoder"
+    vocab_size: PositiveInt | None = Field(None, description="None: taken from the tokenizer")
+    d_model: PositiveInt
+    n_layers: PositiveInt
+    n_heads: PositiveInt
+    n_kv_heads: PositiveInt | None = Field(None, description="K/V heads: n_heads MHA, 1 MQA; default n_heads")
+    d_ff: PositiveInt | None = Field(
+        None,
+        description="default 4 * d_model; gated activations: 8/3 * d_model rounded up to d_ff_multiple_of",
+    )
+    d_ff_multiple_of: PositiveInt = 64
+    max_seq_len: PositiveInt
+    norm: NormSpec = NormSpec()
+    activation: ActivationType = "gelu"
+    positional: Positional = LearnedPositional()
+    bias: BiasSpec = BiasSpec()
+    tie_embeddings: bool = True
+    scale_embeddings: bool = Field(False, description="multiply token embeddings by sqrt(d_model)")
+    dropout: DropoutSpec = DropoutSpec()
+    init_std: PositiveFloat = 0.02
+
+    _positional_shorthand = field_validator("positional", mode="before")(_type_shorthand)
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+    @property
+    def causal(self) -> bool:
+        return True
+
+    @model_validator(mode="after")
+    def _resolve_and_check(self) -> DecoderSpec:
+        if self.n_kv_heads is None:
+            self.n_kv_heads = self.n_heads
+        if self.d_ff is None:
+            if ACTIVATIONS[self.activation].gated:
+                # 2/3 of 4d keeps a gated FFN's three matrices at the cost of a plain FFN's two.
+                m = self.d_ff_multiple_of
+                self.d_ff = -(-(8 * self.d_model) // 3 // m) * m if m > 1 else -(-8 * self.d_model // 3)
+            else:
+                self.d_ff = 4 * self.d_model
+        rules = Rules()
+        rules.require(
+            self.d_model % self.n_heads == 0,
+            ("n_heads",),
+            f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})",
+            f"use a divisor of {self.d_model}, e.g. {_nearest_divisor(self.d_model, self.n_heads)}",
+        )
+        rules.require(
+            self.n_kv_heads <= self.n_heads and self.n_heads % self.n_kv_heads == 0,
+            ("n_kv_heads",),
+            f"n_heads ({self.n_heads}) must be a multiple of n_kv_heads ({self.n_kv_heads})",
+            f"use a divisor of {self.n_heads}: {self.n_heads} for MHA, 1 for MQA, between for GQA",
+        )
+        if self.positional.type == "rope" and self.d_model % self.n_heads == 0:
+            rules.require(
+                self.head_dim % 2 == 0,
+                ("positional",),
+                f"RoPE rotates pairs of dimensions, so the head size must be even, "
+                f"found d_model / n_heads = {self.head_dim}",
+                "change d_model or n_heads so that d_model / n_heads is even",
+            )
+        if self.positional.type == "sinusoidal":
+            rules.require(
+                self.d_model % 2 == 0,
+                ("positional",),
+                f"sinusoidal encodings pair sin and cos, so d_model must be even, found {self.d_model}",
+                "use an even d_model",
+            )
+        rules.check()
+        return self
+
+
+def _nearest_divisor(n: int, near: int) -> int:
+    return min((d for d in range(1, n + 1) if n % d == 0), key=lambda d: (abs(d - near), -d))
+
+
+ModelSpec = DecoderSpec
+
+
+# ----------------------------------------------------------------------------- data
+
+
+class CharTokenizer(Section):
+    type: Literal["char"] = "char"
+
+
+class BpeTokenizer(Section):
+    type: Literal["bpe"] = "bpe"
+    vocab_size: Annotated[int, Field(ge=32)] = 8000
+    min_frequency: PositiveInt = 2
+
+
+Tokenizer = Annotated[CharTokenizer | BpeTokenizer, Field(discriminator="type")]
+
+
+class DataSpec(Section):
+    path: Path = Field(description="a text file or a folder of .txt files; relative to the spec file")
+    tokenizer: Tokenizer = CharTokenizer()
+    val_fraction: Annotated[float, Field(gt=0, lt=1)] = Field(0.1, description="the last part is validation")
+
+    _tokenizer_shorthand = field_validator("tokenizer", mode="before")(_type_shorthand)
+
+
+# ----------------------------------------------------------------------------- task
+
+
+class CausalLMTask(Section):
+    type: Literal["causal_lm"] = "causal_lm"
+    label_smoothing: Probability = 0.0
+
+
+Task = Annotated[CausalLMTask, Field(discriminator="type")]
+
+
+# ---------------------------------------------------------------------------- train
+
+
+class OptimizerSpec(Section):
+    type: Literal["adam", "adamw"] = "adamw"
+    lr: PositiveFloat = Field(3e-4, description="peak learning rate (constant and cosine schedules)")
+    betas: tuple[Probability, Probability] = (0.9, 0.95)
+    eps: PositiveFloat = 1e-8
+    weight_decay: Annotated[float, Field(ge=0)] = Field(
+        0.1, description="matrices only, never norms or biases"
+    )
+
+
+class ConstantSchedule(Section):
+    type: Literal["constant"] = "constant"
+    warmup_steps: Annotated[int, Field(ge=0)] = 0
+
+
+class CosineSchedule(Section):
+    type: Literal["cosine"] = "cosine"
+    warmup_steps: Annotated[int, Field(ge=0)] = 100
+    min_lr_ratio: Annotated[float, Field(ge=0, le=1)] = 0.1
+
+
+class VaswaniSchedule(Section):
+    """lrate = scale * d_model^-0.5 * min(step^-0.5, step * warmup_steps^-1.5); ignores optimizer.lr."""
+
+    type: Literal["vaswani"] = "vaswani"
+    warmup_steps: PositiveInt = 4000
+    scale: PositiveFloat = 1.0
+
+
+Schedule = Annotated[ConstantSchedule | CosineSchedule | VaswaniSchedule, Field(discriminator="type")]
+
+
+class TrainSpec(Section):
+    steps: PositiveInt = 5000
+    batch_size: PositiveInt = 64
+    context_length: PositiveInt | None = Field(None, description="default: model.max_seq_len")
+    grad_accum: PositiveInt = 1
+    optimizer: OptimizerSpec = OptimizerSpec()
+    schedule: Schedule = CosineSchedule()
+    grad_clip: PositiveFloat | None = 1.0
+    seed: int = 1337
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    precision: Literal["fp32", "bf16", "fp16"] = "fp32"
+    compile: bool = False
+    eval_interval: PositiveInt = 250
+    eval_batches: PositiveInt = 20
+    checkpoint_interval: PositiveInt = 500
+    log_interval: PositiveInt = 10
+    runs_dir: Path = Path("runs")
+    name: str | None = Field(None, description="run folder name; default: the spec file's stem")
+
+    _schedule_shorthand = field_validator("schedule", mode="before")(_type_shorthand)
+
+
+# --------------------------------------------------------------------------- export
+
+
+class ExportSpec(Section):
+    opset: Annotated[int, Field(ge=17)] = 18
+    tolerance: PositiveFloat = Field(1e-4, description="max |onnxruntime - torch| on the logits")
+    out: Path | None = Field(None, description="bundle folder; default exported/NAME")
+
+
+# ----------------------------------------------------------------------------- spec
+
+
+class Spec(Section):
+    preset: str | None = Field(None, description="a named preset this spec extends (see presets.py)")
+    model: ModelSpec
+    data: DataSpec | None = None
+    task: Task = CausalLMTask()
+    train: TrainSpec = TrainSpec()
+    export: ExportSpec = ExportSpec()
+
+    _task_shorthand = field_validator("task", mode="before")(_type_shorthand)
+
+    @property
+    def context_length(self) -> int:
+        return self.train.context_length or self.model.max_seq_len
+
+    @model_validator(mode="after")
+    def _rules(self) -> Spec:
+        rules = Rules()
+        if self.train.context_length is not None:
+            rules.require(
+                self.train.context_length <= self.model.max_seq_len,
+                ("train", "context_length"),
+                f"context_length ({self.train.context_length}) exceeds model.max_seq_len "
+                f"({self.model.max_seq_len})",
+                f"lower it to at most {self.model.max_seq_len} or raise model.max_seq_len",
+            )
+        rules.check()
+        return self
