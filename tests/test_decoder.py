@@ -1,0 +1,141 @@
+"""The decoder-only assembly: parameter counts from the notes, causality, padding, every variant."""
+
+import itertools
+
+import pytest
+import torch
+from helpers import ROOT, tiny_model
+
+from tfcompile.models import DecoderLM, build_model
+from tfcompile.spec import load_spec
+from tfcompile.summary import summarize
+
+VARIANTS = [
+    {"norm": {"position": position, "type": norm}, "activation": act, "positional": pos, "n_kv_heads": kv}
+    for position, norm, act, pos, kv in itertools.product(
+        ["pre", "post"],
+        ["layernorm", "rmsnorm"],
+        ["relu", "gelu", "gelu_tanh", "silu", "swiglu", "geglu"],
+        ["sinusoidal", "learned", "rope", "relative", "none"],
+        [4, 2, 1],
+    )
+]
+# The full grid is 360 models; test a covering slice (every value of every axis, many pairs).
+VARIANT_SLICE = VARIANTS[::7]
+
+
+def _id(v: dict) -> str:
+    return (
+        f"{v['norm']['position']}-{v['norm']['type']}-{v['activation']}-{v['positional']}-kv{v['n_kv_heads']}"
+    )
+
+
+def test_variant_slice_covers_every_choice() -> None:
+    for key in ("activation", "positional", "n_kv_heads"):
+        assert {v[key] for v in VARIANT_SLICE} == {v[key] for v in VARIANTS}
+    assert {(v["norm"]["position"], v["norm"]["type"]) for v in VARIANT_SLICE} == {
+        (p, n) for p in ("pre", "post") for n in ("layernorm", "rmsnorm")
+    }
+
+
+def test_shakespeare_char_has_the_lecture_parameter_count() -> None:
+    spec = load_spec(ROOT / "specs" / "shakespeare-char.yaml")
+    model = build_model(spec.model)
+    assert sum(p.numel() for p in model.parameters()) == 10_788_929
+    assert summarize(spec.model).total_params == 10_788_929
+
+
+def test_gpt2_small_has_124m_parameters_with_tied_head() -> None:
+    spec = load_spec(ROOT / "specs" / "gpt2.yaml")
+    summary = summarize(spec.model)
+    assert summary.total_params == 124_439_808
+    assert sum(row.params for row in summary.rows) == summary.total_params
+    assert "tied" in next(r for r in summary.rows if r.name == "lm_head").note
+
+
+@pytest.mark.parametrize("spec_file", sorted((ROOT / "specs").glob("*.yaml")), ids=lambda p: p.stem)
+def test_example_specs_validate_and_summarise(spec_file) -> None:
+    spec = load_spec(spec_file)
+    summary = summarize(spec.model)
+    assert summary.total_params > 0 and summary.forward_flops_per_token > 2 * 0.5 * summary.total_params
+
+
+@pytest.mark.parametrize("variant", VARIANT_SLICE, ids=_id)
+def test_output_at_t_ignores_tokens_after_t(variant: dict) -> None:
+    model = DecoderLM(tiny_model(**variant)).eval()
+    ids = torch.randint(0, 50, (2, 12))
+    changed = ids.clone()
+    changed[:, 7:] = torch.randint(0, 50, (2, 5))
+    with torch.no_grad():
+        a, b = model(ids), model(changed)
+    assert a.shape == (2, 12, 50) and torch.isfinite(a).all()
+    torch.testing.assert_close(a[:, :7], b[:, :7], atol=1e-5, rtol=1e-5)
+    assert not torch.allclose(a[:, 7:], b[:, 7:])
+
+
+@pytest.mark.parametrize("positional", ["learned", "rope", "relative"])
+def test_padding_does_not_change_real_positions(positional: str) -> None:
+    model = DecoderLM(tiny_model(positional=positional)).eval()
+    ids = torch.randint(0, 50, (2, 10))
+    mask = torch.ones(2, 10, dtype=torch.bool)
+    mask[1, 6:] = False  # the second row is 6 real tokens and 4 padding
+    garbage = ids.clone()
+    garbage[1, 6:] = torch.randint(0, 50, (4,))
+    with torch.no_grad():
+        a, b = model(ids, mask), model(garbage, mask)
+        alone = model(ids[1:, :6])
+    torch.testing.assert_close(a[1, :6], b[1, :6], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(a[1, :6], alone[0], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(a[0], model(ids[:1])[0], atol=1e-5, rtol=1e-5)
+
+
+def test_padding_mask_also_hides_padded_keys_in_the_middle() -> None:
+    """A mask is about keys, not only a suffix: a hole in the middle is ignored too."""
+    model = DecoderLM(tiny_model(positional="rope")).eval()
+    ids = torch.randint(0, 50, (1, 8))
+    mask = torch.ones(1, 8, dtype=torch.bool)
+    mask[0, 3] = False
+    other = ids.clone()
+    other[0, 3] = (ids[0, 3] + 1) % 50
+    with torch.no_grad():
+        torch.testing.assert_close(model(ids, mask)[0, 4:], model(other, mask)[0, 4:])
+
+
+def test_tied_embeddings_share_one_tensor() -> None:
+    tied = DecoderLM(tiny_model(tie_embeddings=True))
+    untied = DecoderLM(tiny_model(tie_embeddings=False))
+    assert tied.lm_head.weight is tied.embed.weight
+    assert untied.lm_head.weight is not untied.embed.weight
+    n = lambda m: sum(p.numel() for p in m.parameters())  # noqa: E731
+    assert n(untied) - n(tied) == 50 * 32
+
+
+def test_final_norm_defaults_follow_norm_position() -> None:
+    assert isinstance(DecoderLM(tiny_model()).final_norm, torch.nn.LayerNorm | torch.nn.Module)
+    assert not isinstance(DecoderLM(tiny_model()).final_norm, torch.nn.Identity)
+    assert isinstance(DecoderLM(tiny_model(norm={"position": "post"})).final_norm, torch.nn.Identity)
+
+
+def test_scaled_embeddings_multiply_by_sqrt_d_model() -> None:
+    spec = tiny_model(scale_embeddings=True, positional="none", n_layers=1)
+    model = DecoderLM(spec).eval()
+    seen = {}
+    model.blocks[0].register_forward_pre_hook(lambda m, args: seen.setdefault("x", args[0]))
+    ids = torch.randint(0, 50, (1, 4))
+    model(ids)
+    torch.testing.assert_close(seen["x"], model.embed(ids) * 32**0.5)
+
+
+def test_bad_inputs_get_clear_errors() -> None:
+    model = DecoderLM(tiny_model())
+    with pytest.raises(ValueError, match="exceeds the model's max_seq_len 16"):
+        model(torch.zeros(1, 17, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"integer tensor of shape \(batch, seq\)"):
+        model(torch.zeros(1, 4))
+    with pytest.raises(ValueError, match="attention_mask shape"):
+        model(torch.zeros(1, 4, dtype=torch.long), torch.ones(1, 5))
+
+
+def test_missing_vocab_size_is_a_clear_error() -> None:
+    with pytest.raises(ValueError, match="vocab_size is not set"):
+        DecoderLM(tiny_model(vocab_size=None))

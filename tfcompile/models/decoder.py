@@ -1,0 +1,76 @@
+"""Decoder-only language model (GPT, LLaMA): embeddings, N causal blocks, final norm, LM head."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from tfcompile.nn.attention import may_attend
+from tfcompile.nn.block import TransformerBlock, build_norm
+from tfcompile.nn.positional import POSITIONAL, PositionalDims
+from tfcompile.spec.schema import DecoderSpec
+
+
+class DecoderLM(nn.Module):
+    """input_ids (batch, seq) int64 [+ attention_mask (batch, seq), True/1 for real tokens]
+    -> logits (batch, seq, vocab_size)."""
+
+    def __init__(self, spec: DecoderSpec) -> None:
+        super().__init__()
+        if spec.vocab_size is None:
+            raise ValueError(
+                "model.vocab_size is not set: set it in the spec, or train, which takes it from the tokenizer"
+            )
+        self.spec = spec
+        self.embed = nn.Embedding(spec.vocab_size, spec.d_model)
+        self.embed_scale = math.sqrt(spec.d_model) if spec.scale_embeddings else 1.0
+        dims = PositionalDims(
+            spec.d_model, spec.n_heads, spec.head_dim, spec.max_seq_len, bidirectional=False
+        )
+        self.positional = POSITIONAL[spec.positional.type](spec.positional, dims)
+        self.drop = nn.Dropout(spec.dropout.embedding)
+        self.blocks = nn.ModuleList(TransformerBlock(spec) for _ in range(spec.n_layers))
+        self.final_norm = build_norm(spec.norm, spec.d_model) if spec.norm.final else nn.Identity()
+        self.lm_head = nn.Linear(spec.d_model, spec.vocab_size, bias=spec.bias.lm_head)
+        self.apply(self._init_weights)
+        if spec.tie_embeddings:
+            self.lm_head.weight = self.embed.weight
+
+    def _init_weights(self, module: nn.Module) -> None:
+        if isinstance(module, nn.Linear | nn.Embedding):
+            nn.init.normal_(module.weight, mean=0.0, std=self.spec.init_std)
+        if isinstance(module, nn.Linear) and module.bias is not None:
+            nn.init.zeros_(module.bias)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        self._check_inputs(input_ids, attention_mask)
+        T = input_ids.shape[1]
+        positions = torch.arange(T, device=input_ids.device)
+        x = self.embed(input_ids) * self.embed_scale  # (B, T, d)
+        x = self.drop(self.positional.embed(x, positions))
+        rotary = self.positional.rotary(positions)
+        bias = self.positional.attention_bias(positions, positions)  # (1, H, T, T) or None
+        padding = attention_mask.bool() if attention_mask is not None else None
+        # Without padding or a score bias, the fused causal kernel needs no T x T mask at all.
+        use_kernel_causal = padding is None and bias is None
+        mask = None if use_kernel_causal else may_attend(positions, positions, True, padding)
+        for block in self.blocks:
+            x = block(x, mask, use_kernel_causal, rotary, bias)
+        return self.lm_head(self.final_norm(x))  # (B, T, vocab)
+
+    def _check_inputs(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> None:
+        if input_ids.dim() != 2 or input_ids.dtype not in (torch.int64, torch.int32):
+            raise ValueError(
+                f"input_ids must be an integer tensor of shape (batch, seq), "
+                f"got {input_ids.dtype} of shape {tuple(input_ids.shape)}"
+            )
+        T = input_ids.shape[1]
+        if T > self.spec.max_seq_len:
+            raise ValueError(f"sequence length {T} exceeds the model's max_seq_len {self.spec.max_seq_len}")
+        if attention_mask is not None and attention_mask.shape != input_ids.shape:
+            raise ValueError(
+                f"attention_mask shape {tuple(attention_mask.shape)} must equal "
+                f"input_ids shape {tuple(input_ids.shape)}"
+            )
