@@ -1,0 +1,112 @@
+"""Text corpora for language modelling: read, tokenize once (cached on disk), split, batch."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from tokenizers import Tokenizer
+
+from tfcompile.data.tokenizer import encode, train_tokenizer
+from tfcompile.spec.schema import DataSpec
+
+
+class DataError(ValueError):
+    """A data problem a user can fix; the message names the spec field and what was found."""
+
+
+def read_corpus(spec: DataSpec) -> str:
+    """One text file, or every .txt file under a folder (sorted, joined by newlines)."""
+    path = spec.path
+    if path.is_file():
+        return path.read_text(encoding="utf-8")
+    if path.is_dir():
+        files = sorted(p for p in path.rglob("*.txt") if p.is_file())
+        if not files:
+            raise DataError(f"data.path: the folder {path} holds no .txt files")
+        return "\n".join(p.read_text(encoding="utf-8") for p in files)
+    raise DataError(f"data.path: no file or folder at {path}")
+
+
+@dataclass
+class TokenizedCorpus:
+    tokenizer: Tokenizer
+    train: torch.Tensor  # (N_train,) int64 token ids, the first 1 - val_fraction of the corpus
+    val: torch.Tensor  # (N_val,) the rest
+
+    @property
+    def vocab_size(self) -> int:
+        return self.tokenizer.get_vocab_size()
+
+
+def prepare_corpus(spec: DataSpec, cache_dir: Path, tokenizer: Tokenizer | None = None) -> TokenizedCorpus:
+    """Tokenize the corpus (or reuse the cached ids) and split it into train and validation.
+
+    ``tokenizer`` is reused when given (a resumed run); otherwise one is trained, or loaded from
+    the cache when the same corpus and tokenizer spec were seen before.
+    """
+    text = read_corpus(spec)
+    corpus_key = hashlib.sha256(text.encode()).hexdigest()[:16]
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    if tokenizer is None:
+        tok_key = _key(corpus_key, spec.tokenizer.model_dump_json(), str(spec.val_fraction))
+        tok_path = cache_dir / f"tokenizer-{tok_key}.json"
+        if tok_path.exists():
+            tokenizer = Tokenizer.from_file(str(tok_path))
+        else:
+            # A char vocabulary covers the whole file (the published convention for tiny
+            # shakespeare); BPE merges are learned from the training part only.
+            fit_text = text if spec.tokenizer.type == "char" else text[: _split_at(len(text), spec)]
+            tokenizer = train_tokenizer(spec.tokenizer, fit_text)
+            _atomic_write_text(tok_path, tokenizer.to_str())
+    ids_path = cache_dir / f"tokens-{_key(corpus_key, tokenizer.to_str())}.npy"
+    if ids_path.exists():
+        ids = np.load(ids_path)
+    else:
+        try:
+            ids = np.asarray(encode(tokenizer, text), dtype=np.int32)
+        except ValueError as e:
+            raise DataError(f"data.path {spec.path}: {e}") from None
+        tmp = ids_path.with_suffix(".tmp.npy")
+        np.save(tmp, ids)
+        tmp.replace(ids_path)
+    ids_t = torch.from_numpy(ids.astype(np.int64))
+    n_train = _split_at(len(ids_t), spec)
+    return TokenizedCorpus(tokenizer, ids_t[:n_train], ids_t[n_train:])
+
+
+def _split_at(n: int, spec: DataSpec) -> int:
+    return int(n * (1 - spec.val_fraction))
+
+
+def _key(*parts: str) -> str:
+    return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:16]
+
+
+def _atomic_write_text(path: Path, text: str) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
+def check_fits_context(corpus: TokenizedCorpus, context: int, spec: DataSpec) -> None:
+    for split, ids in (("training", corpus.train), ("validation", corpus.val)):
+        if len(ids) <= context:
+            raise DataError(
+                f"data.path {spec.path}: the {split} split has {len(ids)} tokens, fewer than one "
+                f"context of {context} + 1; use a longer corpus or a shorter train.context_length"
+            )
+
+
+def lm_batch(
+    ids: torch.Tensor, batch_size: int, context: int, generator: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Random windows of the token stream: inputs (B, T) and next-token targets (B, T)."""
+    starts = torch.randint(len(ids) - context, (batch_size,), generator=generator)
+    offsets = torch.arange(context + 1)
+    windows = ids[starts[:, None] + offsets]  # (B, T + 1)
+    return windows[:, :-1], windows[:, 1:]
