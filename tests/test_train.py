@@ -1,0 +1,163 @@
+"""Training end to end on tiny shakespeare: learning, bit-exact resumption, clear failures."""
+
+from __future__ import annotations
+
+import errno
+import math
+import os
+import signal
+from pathlib import Path
+
+import pytest
+import torch
+from helpers import ROOT
+
+from tfcompile.data import DataError
+from tfcompile.spec import Spec, load_spec
+from tfcompile.train import CheckpointError, Trainer, TrainError, load_trained_model, read_metrics
+from tfcompile.train import checkpoint as checkpoint_module
+from tfcompile.train.checkpoint import load_state, resolve
+
+SPEC = ROOT / "specs" / "shakespeare-char.yaml"
+
+
+def tiny_spec(tmp_path: Path, *overrides: str) -> Spec:
+    """The shakespeare-char spec shrunk to train in seconds on a CPU."""
+    return load_spec(
+        SPEC,
+        [
+            "model.n_layers=2",
+            "model.d_model=64",
+            "model.n_heads=4",
+            "model.max_seq_len=64",
+            "train.batch_size=16",
+            "train.steps=60",
+            "train.optimizer.lr=3.0e-3",
+            "train.eval_interval=30",
+            "train.eval_batches=5",
+            "train.checkpoint_interval=20",
+            "train.log_interval=10",
+            f"train.runs_dir={tmp_path / 'runs'}",
+            *overrides,
+        ],
+    )
+
+
+def run(spec: Spec, tmp_path: Path, name: str = "run", **kwargs) -> Trainer:
+    trainer = Trainer(spec, tmp_path / "runs" / name, show_progress=False, **kwargs)
+    trainer.train()
+    return trainer
+
+
+def test_validation_loss_falls_well_below_uniform_guess(tmp_path: Path) -> None:
+    trainer = run(
+        tiny_spec(tmp_path, "model.dropout={residual: 0.0, attention: 0.0, embedding: 0.0}"), tmp_path
+    )
+    metrics = read_metrics(trainer.run_dir)
+    val = [m["val_loss"] for m in metrics if "val_loss" in m]
+    uniform = math.log(65)
+    assert val[-1] < 0.7 * uniform, val
+    assert val[-1] < val[0]
+    assert {"step", "train_loss", "lr", "tokens_per_s", "grad_norm", "val_loss"} <= set(metrics[-1])
+    assert (trainer.run_dir / "tokenizer.json").exists() and (trainer.run_dir / "spec.yaml").exists()
+    assert resolve(trainer.run_dir, "best") is not None
+
+
+def test_interrupted_and_resumed_run_equals_uninterrupted_run(tmp_path: Path) -> None:
+    # Dropout and gradient accumulation on, so that RNG state and batch order both matter.
+    spec_args = (
+        "train.steps=12",
+        "train.grad_accum=2",
+        "train.eval_interval=5",
+        "train.checkpoint_interval=4",
+    )
+
+    straight = run(tiny_spec(tmp_path, *spec_args), tmp_path, "straight")
+
+    def ctrl_c_at_step_7(trainer: Trainer, step: int) -> None:
+        if step == 7:
+            os.kill(os.getpid(), signal.SIGINT)  # a real Ctrl-C: finish the step, save, stop
+
+    first = Trainer(
+        tiny_spec(tmp_path, *spec_args),
+        tmp_path / "runs" / "split",
+        show_progress=False,
+        on_step=ctrl_c_at_step_7,
+    )
+    result = first.train()
+    assert result.interrupted and result.step == 7
+    assert load_state(resolve(first.run_dir))["step"] == 7
+    resumed = Trainer(tiny_spec(tmp_path, *spec_args), first.run_dir, resume=True, show_progress=False)
+    assert resumed.step == 7
+    resumed.train()
+
+    a, b = straight.model.state_dict(), resumed.model.state_dict()
+    assert a.keys() == b.keys()
+    for name in a:
+        assert torch.equal(a[name], b[name]), name
+    strip = lambda ms: [{k: v for k, v in m.items() if k != "tokens_per_s"} for m in ms]  # noqa: E731
+    assert strip(read_metrics(straight.run_dir)) == strip(read_metrics(resumed.run_dir))
+
+
+def test_a_new_run_will_not_overwrite_an_existing_one(tmp_path: Path) -> None:
+    spec = tiny_spec(tmp_path, "train.steps=2")
+    run(spec, tmp_path)
+    with pytest.raises(TrainError, match="already holds a run: resume it with --resume"):
+        Trainer(spec, tmp_path / "runs" / "run", show_progress=False)
+
+
+def test_resume_with_a_different_model_is_refused(tmp_path: Path) -> None:
+    run(tiny_spec(tmp_path, "train.steps=2"), tmp_path)
+    with pytest.raises(TrainError, match=r"model.n_layers \(run: 2, spec: 3\)"):
+        Trainer(tiny_spec(tmp_path, "model.n_layers=3"), tmp_path / "runs" / "run", resume=True)
+
+
+def test_corpus_shorter_than_one_context(tmp_path: Path) -> None:
+    short = tmp_path / "short.txt"
+    short.write_text("To be, or not to be: that is the question.\n" * 2)
+    with pytest.raises(DataError, match="fewer than one context of 64"):
+        Trainer(tiny_spec(tmp_path, f"data.path={short}"), tmp_path / "runs" / "short")
+    assert not (tmp_path / "runs" / "short").exists()  # nothing written for a run that never started
+
+
+def test_vocab_size_must_match_the_tokenizer(tmp_path: Path) -> None:
+    with pytest.raises(TrainError, match=r"model\.vocab_size is 70, but the char tokenizer .* has 65 tokens"):
+        Trainer(tiny_spec(tmp_path, "model.vocab_size=70"), tmp_path / "runs" / "v")
+    trainer = Trainer(tiny_spec(tmp_path, "model.vocab_size=null", "train.steps=1"), tmp_path / "runs" / "v")
+    assert trainer.spec.model.vocab_size == 65
+
+
+def test_missing_data_path_names_the_field_and_path(tmp_path: Path) -> None:
+    with pytest.raises(DataError, match=f"data.path: no file or folder at {tmp_path / 'nope.txt'}"):
+        Trainer(tiny_spec(tmp_path, f"data.path={tmp_path / 'nope.txt'}"), tmp_path / "runs" / "x")
+
+
+def test_full_disk_while_checkpointing_keeps_the_previous_checkpoint(tmp_path: Path, monkeypatch) -> None:
+    trainer = run(tiny_spec(tmp_path, "train.steps=4", "train.checkpoint_interval=2"), tmp_path)
+    before = {k: v.clone() for k, v in trainer.model.state_dict().items()}
+    real_save = checkpoint_module.torch.save
+
+    def disk_full(obj, path, *args, **kwargs):
+        real_save(obj, path, *args, **kwargs)  # a partial write, then the disk fills up
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(checkpoint_module.torch, "save", disk_full)
+    with torch.no_grad():
+        trainer.model.embed.weight.add_(1.0)
+    trainer.step = 5
+    with pytest.raises(
+        CheckpointError, match=r"No space left on device; the previous checkpoint .*step-000004"
+    ):
+        trainer.save()
+    monkeypatch.undo()
+    _, reloaded = load_trained_model(trainer.run_dir)
+    for name, value in reloaded.state_dict().items():
+        assert torch.equal(value, before[name]), name
+    assert not list((trainer.run_dir / "checkpoints").glob(".*tmp"))
+
+
+def test_bf16_autocast_trains_on_cpu(tmp_path: Path) -> None:
+    trainer = run(
+        tiny_spec(tmp_path, "train.steps=3", "train.precision=bf16", "train.eval_batches=1"), tmp_path
+    )
+    assert math.isfinite(read_metrics(trainer.run_dir)[-1]["val_loss"])

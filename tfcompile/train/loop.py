@@ -1,0 +1,346 @@
+"""The training loop: deterministic batches, mixed precision, accumulation, clipping, periodic
+validation, metrics, atomic checkpoints, Ctrl-C that stops after the current step and saves, and
+resumption that reaches the same weights as a run that never stopped."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import math
+import signal
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from tfcompile.data import TokenizedCorpus, check_fits_context, lm_batch, load_tokenizer, prepare_corpus
+from tfcompile.models import build_model
+from tfcompile.spec import Spec, dump_spec, parse_spec
+from tfcompile.tasks import causal_lm_loss
+from tfcompile.train.checkpoint import (
+    CheckpointError,
+    load_state,
+    load_weights,
+    resolve,
+    save_checkpoint,
+)
+from tfcompile.train.optim import build_optimizer
+from tfcompile.train.progress import Progress
+from tfcompile.train.schedule import learning_rate
+
+SPEC_FILE = "spec.yaml"
+TOKENIZER_FILE = "tokenizer.json"
+METRICS_FILE = "metrics.jsonl"
+
+
+class TrainError(RuntimeError):
+    """A problem with a run that the user can fix; the message says how."""
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    run_dir: Path
+    step: int
+    val_loss: float | None
+    best_val_loss: float | None
+    interrupted: bool
+
+
+def resolve_device(choice: str) -> torch.device:
+    if choice == "cuda" and not torch.cuda.is_available():
+        raise TrainError("train.device is cuda, but no CUDA device is available; use auto or cpu")
+    if choice == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(choice)
+
+
+def load_run_spec(run_dir: Path) -> Spec:
+    path = run_dir / SPEC_FILE
+    if not path.exists():
+        raise TrainError(f"{run_dir} is not a run: it has no {SPEC_FILE}")
+    return parse_spec(path.read_text(), source=str(path))
+
+
+class Trainer:
+    def __init__(
+        self,
+        spec: Spec,
+        run_dir: Path,
+        resume: bool = False,
+        on_step: Callable[[Trainer, int], None] | None = None,
+        show_progress: bool = True,
+    ) -> None:
+        if spec.data is None:
+            raise TrainError("the spec has no data section: add `data: {path: ...}` to train")
+        self.spec = spec
+        self.run_dir = run_dir
+        self.on_step = on_step
+        self.show_progress = show_progress
+        self.stop_requested = False
+        self.device = resolve_device(spec.train.device)
+        self.context = spec.context_length
+        self._prepare_run_dir(resume)
+
+        tokenizer = load_tokenizer(run_dir / TOKENIZER_FILE) if resume else None
+        self.corpus: TokenizedCorpus = prepare_corpus(spec.data, spec.train.runs_dir / ".cache", tokenizer)
+        check_fits_context(self.corpus, self.context, spec.data)
+        self._check_vocab()
+
+        torch.manual_seed(spec.train.seed)
+        self.model = build_model(spec.model).to(self.device)
+        self.optimizer = build_optimizer(self.model, spec.train.optimizer, self.device)
+        self.scaler = torch.amp.GradScaler(self.device.type, enabled=spec.train.precision == "fp16")
+        self.step = 0
+        self.best_val_loss: float | None = None
+        # The train loss logged every log_interval steps is the mean over that window; its running
+        # sum is checkpointed so that a resumed run logs the same numbers.
+        self.window_loss, self.window_steps = 0.0, 0
+        if resume:
+            self._restore()
+        self.forward = torch.compile(self.model) if spec.train.compile else self.model
+        self._write_run_files()
+
+    # ------------------------------------------------------------------ set-up
+
+    def _prepare_run_dir(self, resume: bool) -> None:
+        if resume:
+            saved = load_run_spec(self.run_dir)
+            if saved.model != self.spec.model.model_copy(update={"vocab_size": saved.model.vocab_size}):
+                raise TrainError(
+                    f"cannot resume {self.run_dir}: its model differs from the spec's in "
+                    f"{_differences(saved.model.model_dump(), self.spec.model.model_dump(), 'model')}"
+                )
+            if resolve(self.run_dir) is None:
+                raise TrainError(f"cannot resume {self.run_dir}: it has no checkpoint yet")
+        elif resolve(self.run_dir) is not None:
+            raise TrainError(
+                f"{self.run_dir} already holds a run: resume it with --resume {self.run_dir}, "
+                f"or choose another name with --set train.name=NAME"
+            )
+
+    def _check_vocab(self) -> None:
+        vocab = self.corpus.vocab_size
+        declared = self.spec.model.vocab_size
+        if declared is None:
+            self.spec.model.vocab_size = vocab
+        elif declared != vocab:
+            assert self.spec.data is not None
+            raise TrainError(
+                f"model.vocab_size is {declared}, but the {self.spec.data.tokenizer.type} tokenizer of "
+                f"data.path has {vocab} tokens: set model.vocab_size to {vocab}, or leave it out "
+                f"to take it from the tokenizer"
+            )
+
+    def _write_run_files(self) -> None:
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        _atomic_write(self.run_dir / SPEC_FILE, dump_spec(self.spec))
+        _atomic_write(self.run_dir / TOKENIZER_FILE, self.corpus.tokenizer.to_str())
+
+    def _restore(self) -> None:
+        path = resolve(self.run_dir)
+        assert path is not None
+        load_weights(self.model, path)
+        state = load_state(path)
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scaler.load_state_dict(state["scaler"])
+        self.step = state["step"]
+        self.best_val_loss = state["best_val_loss"]
+        self.window_loss, self.window_steps = state["window_loss"], state["window_steps"]
+        torch.set_rng_state(state["rng_cpu"])
+        if self.device.type == "cuda" and state.get("rng_cuda") is not None:
+            torch.cuda.set_rng_state(state["rng_cuda"])
+        _truncate_metrics(self.run_dir / METRICS_FILE, self.step)
+
+    # ------------------------------------------------------------------ batches
+
+    def _batch(self, split: str, index: int, micro: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+        """Batch ``index`` of a split depends only on (seed, split, index, micro): a resumed run
+        reads exactly the batches the uninterrupted run would have read."""
+        ids = self.corpus.train if split == "train" else self.corpus.val
+        key = f"{self.spec.train.seed}:{split}:{index}:{micro}".encode()
+        g = torch.Generator().manual_seed(
+            int.from_bytes(hashlib.blake2b(key, digest_size=7).digest(), "little")
+        )
+        x, y = lm_batch(ids, self.spec.train.batch_size, self.context, g)
+        return x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
+
+    def _autocast(self) -> contextlib.AbstractContextManager:
+        precision = self.spec.train.precision
+        if precision == "fp32":
+            return contextlib.nullcontext()
+        dtype = torch.bfloat16 if precision == "bf16" else torch.float16
+        return torch.autocast(self.device.type, dtype=dtype)
+
+    # ------------------------------------------------------------------ loop
+
+    def train(self) -> TrainResult:
+        t = self.spec.train
+        label_smoothing = getattr(self.spec.task, "label_smoothing", 0.0)
+        val_loss = None
+        with _stop_on_sigint(self), Progress(t.steps, self.step, enabled=self.show_progress) as progress:
+            window_tokens, window_start = 0, time.perf_counter()
+            while self.step < t.steps and not self.stop_requested:
+                step = self.step + 1
+                lr = learning_rate(step, t.schedule, t.optimizer, t.steps, self.spec.model.d_model)
+                loss, grad_norm = self._optimizer_step(step, lr, label_smoothing)
+                self.step = step
+                self.window_loss += loss
+                self.window_steps += 1
+                window_tokens += t.batch_size * t.grad_accum * self.context
+                record: dict[str, Any] = {}
+                if step % t.log_interval == 0 or step == t.steps:
+                    elapsed = time.perf_counter() - window_start
+                    record = {
+                        "step": step,
+                        "train_loss": self.window_loss / self.window_steps,
+                        "lr": lr,
+                        "tokens_per_s": window_tokens / max(elapsed, 1e-9),
+                        "grad_norm": grad_norm,
+                    }
+                    self.window_loss, self.window_steps = 0.0, 0
+                    window_tokens, window_start = 0, time.perf_counter()
+                improved = False
+                if step % t.eval_interval == 0 or step == t.steps:
+                    val_loss = self.evaluate()
+                    record = {"step": step, **record, "val_loss": val_loss}
+                    improved = self.best_val_loss is None or val_loss < self.best_val_loss
+                    if improved:
+                        self.best_val_loss = val_loss
+                    progress.log(f"step {step}: val loss {val_loss:.4f}" + (" (best)" if improved else ""))
+                if record:
+                    self._log(record)
+                    progress.update(step, record)
+                if step % t.checkpoint_interval == 0 or step == t.steps or improved:
+                    self.save(best=improved)
+                if self.on_step is not None:
+                    self.on_step(self, step)
+            if self.stop_requested:
+                self.save()
+                progress.log(f"stopped at step {self.step}; resume with --resume {self.run_dir}")
+        return TrainResult(self.run_dir, self.step, val_loss, self.best_val_loss, self.stop_requested)
+
+    def _optimizer_step(self, step: int, lr: float, label_smoothing: float) -> tuple[float, float]:
+        """One optimizer step over grad_accum micro-batches -> (mean loss, gradient norm before clipping)."""
+        t = self.spec.train
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        self.model.train()
+        loss_sum = 0.0
+        for micro in range(t.grad_accum):
+            x, y = self._batch("train", step, micro)
+            with self._autocast():
+                loss = causal_lm_loss(self.forward(x), y, label_smoothing) / t.grad_accum
+            self.scaler.scale(loss).backward()
+            loss_sum += loss.item()
+        if not math.isfinite(loss_sum):
+            raise TrainError(
+                f"the training loss became {loss_sum} at step {step}; lower the learning rate or use "
+                f"train.precision=fp32. The last checkpoint is {resolve(self.run_dir)}"
+            )
+        self.scaler.unscale_(self.optimizer)
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), t.grad_clip or math.inf)
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self.optimizer.zero_grad(set_to_none=True)
+        return loss_sum, float(grad_norm)
+
+    @torch.no_grad()
+    def evaluate(self) -> float:
+        self.model.eval()
+        losses = []
+        for i in range(self.spec.train.eval_batches):
+            x, y = self._batch("val", i)
+            with self._autocast():
+                losses.append(causal_lm_loss(self.forward(x), y).item())
+        return sum(losses) / len(losses)
+
+    def save(self, best: bool = False) -> Path:
+        state = {
+            "step": self.step,
+            "optimizer": self.optimizer.state_dict(),
+            "scaler": self.scaler.state_dict(),
+            "best_val_loss": self.best_val_loss,
+            "window_loss": self.window_loss,
+            "window_steps": self.window_steps,
+            "rng_cpu": torch.get_rng_state(),
+            "rng_cuda": torch.cuda.get_rng_state() if self.device.type == "cuda" else None,
+        }
+        return save_checkpoint(self.run_dir, self.step, self.model, state, best=best)
+
+    def _log(self, record: dict[str, Any]) -> None:
+        with open(self.run_dir / METRICS_FILE, "a") as f:
+            f.write(json.dumps(record) + "\n")
+
+
+def train(spec: Spec, run_dir: Path, resume: bool = False, show_progress: bool = True) -> TrainResult:
+    return Trainer(spec, run_dir, resume=resume, show_progress=show_progress).train()
+
+
+def load_trained_model(run_dir: Path, which: str = "last") -> tuple[Spec, nn.Module]:
+    """The run's spec and its model with the weights of the ``last`` or ``best`` checkpoint (CPU)."""
+    spec = load_run_spec(run_dir)
+    path = resolve(run_dir, which)
+    if path is None:
+        raise CheckpointError(f"{run_dir} has no {which} checkpoint")
+    model = build_model(spec.model)
+    load_weights(model, path)
+    return spec, model.eval()
+
+
+@contextlib.contextmanager
+def _stop_on_sigint(trainer: Trainer) -> Iterator[None]:
+    """First Ctrl-C: finish the current step, save, stop. Second: stop at once."""
+
+    def handler(signum: int, frame: object) -> None:
+        if trainer.stop_requested:
+            raise KeyboardInterrupt
+        trainer.stop_requested = True
+
+    try:
+        previous = signal.signal(signal.SIGINT, handler)
+    except ValueError:  # not the main thread: leave Ctrl-C alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _differences(a: dict, b: dict, prefix: str) -> str:
+    diffs = []
+    for key in sorted(set(a) | set(b)):
+        if key == "vocab_size":
+            continue
+        va, vb = a.get(key), b.get(key)
+        if isinstance(va, dict) and isinstance(vb, dict):
+            inner = _differences(va, vb, f"{prefix}.{key}")
+            if inner:
+                diffs.append(inner)
+        elif va != vb:
+            diffs.append(f"{prefix}.{key} (run: {va!r}, spec: {vb!r})")
+    return ", ".join(diffs)
+
+
+def _truncate_metrics(path: Path, step: int) -> None:
+    """Drop records past the checkpoint a run resumes from; they will be written again."""
+    if not path.exists():
+        return
+    kept = [line for line in path.read_text().splitlines() if json.loads(line)["step"] <= step]
+    _atomic_write(path, "".join(line + "\n" for line in kept))
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
+def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
+    path = run_dir / METRICS_FILE
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
