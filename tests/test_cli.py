@@ -47,7 +47,7 @@ def test_summary_with_override(capsys: pytest.CaptureFixture[str]) -> None:
     assert "blocks.1" not in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("command", [[], ["validate"], ["summary"]])
+@pytest.mark.parametrize("command", [[], ["validate"], ["summary"], ["train"], ["sample"]])
 def test_help_on_every_command(command: list[str]) -> None:
     result = subprocess.run(
         [sys.executable, "-m", "tfcompile", *command, "--help"], capture_output=True, text=True, check=False
@@ -59,3 +59,48 @@ def test_help_on_every_command(command: list[str]) -> None:
 def test_console_script_is_installed() -> None:
     result = subprocess.run(["tfcompile", "--version"], capture_output=True, text=True, check=False)
     assert result.returncode == 0 and "tfcompile" in result.stdout
+
+
+def test_train_then_sample_from_the_command_line(tmp_path) -> None:
+    runs = tmp_path / "runs"
+    sets = [
+        "model.n_layers=1",
+        "model.d_model=32",
+        "model.n_heads=2",
+        "model.max_seq_len=32",
+        "train.steps=4",
+        "train.batch_size=4",
+        "train.eval_interval=2",
+        "train.eval_batches=1",
+        f"train.runs_dir={runs}",
+    ]
+    args = [sys.executable, "-m", "tfcompile", "train", str(SPECS / "shakespeare-char.yaml")]
+    for s in sets:
+        args += ["--set", s]
+    trained = subprocess.run(args, capture_output=True, text=True, check=False)
+    assert trained.returncode == 0, trained.stderr
+    assert "finished at step 4, best val loss" in trained.stdout
+    run_dir = runs / "shakespeare-char"
+    assert {"spec.yaml", "tokenizer.json", "metrics.jsonl", "checkpoints"} <= {
+        p.name for p in run_dir.iterdir()
+    }
+
+    again = subprocess.run(args, capture_output=True, text=True, check=False)
+    assert again.returncode == 1 and "already holds a run" in again.stderr and "Traceback" not in again.stderr
+
+    resumed = subprocess.run(
+        [sys.executable, "-m", "tfcompile", "train", "--resume", str(run_dir), "--set", "train.steps=6"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert resumed.returncode == 0 and "finished at step 6" in resumed.stdout, resumed.stderr
+
+    sample = [sys.executable, "-m", "tfcompile", "sample", str(run_dir), "--prompt", "ROMEO:"]
+    out = subprocess.run([*sample, "--max-new-tokens", "20", "--seed", "3"], capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout.startswith("ROMEO:") and len(out.stdout) >= 26
+    same = subprocess.run([*sample, "--max-new-tokens", "20", "--seed", "3"], capture_output=True, text=True)
+    assert same.stdout == out.stdout
+
+    bad = subprocess.run([*sample[:-1], "Ωmega"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "outside the tokenizer's vocabulary: ['Ω']" in bad.stderr

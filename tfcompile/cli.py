@@ -5,12 +5,13 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
 
 from tfcompile import __version__
-from tfcompile.spec import SpecError, SpecIssue, dump_spec, load_spec
+from tfcompile.spec import SpecError, SpecIssue, dump_spec, load_spec, parse_spec
 
 EXIT_SPEC_ERROR = 2
 
@@ -62,6 +63,61 @@ def _summary(args: argparse.Namespace) -> int:
     return 0
 
 
+def _train(args: argparse.Namespace) -> int:
+    from tfcompile.train import Trainer, load_run_spec
+
+    overrides = list(args.set)
+    if args.resume:
+        run_dir = Path(args.resume)
+        if args.spec is None:
+            # Resume with the run's own spec; --set may still extend train.steps and the like.
+            spec = parse_spec(
+                dump_spec(load_run_spec(run_dir)), str(run_dir / "spec.yaml"), overrides=overrides
+            )
+        else:
+            spec = load_spec(args.spec, overrides)
+    else:
+        if args.spec is None:
+            raise UsageError("give a SPEC to train, or --resume RUN to continue a run")
+        spec = load_spec(args.spec, overrides)
+        run_dir = spec.train.runs_dir / (spec.train.name or Path(args.spec).stem)
+    result = Trainer(spec, run_dir, resume=bool(args.resume)).train()
+    best = f", best val loss {result.best_val_loss:.4f}" if result.best_val_loss is not None else ""
+    print(f"{'stopped' if result.interrupted else 'finished'} at step {result.step}{best}; run: {run_dir}")
+    return 130 if result.interrupted else 0
+
+
+def _sample(args: argparse.Namespace) -> int:
+    import torch
+
+    from tfcompile.data import encode, load_tokenizer
+    from tfcompile.tasks import generate
+    from tfcompile.train import load_trained_model
+
+    run_dir = Path(args.run)
+    spec, model = load_trained_model(run_dir, args.checkpoint)
+    tokenizer = load_tokenizer(run_dir / "tokenizer.json")
+    try:
+        prompt = encode(tokenizer, args.prompt)
+    except ValueError as e:
+        raise UsageError(f"--prompt: {e}") from None
+    if not prompt:
+        raise UsageError("--prompt is empty: give at least one character")
+    generator = torch.Generator().manual_seed(args.seed)
+    ids = generate(
+        model,
+        torch.tensor([prompt]),
+        args.max_new_tokens,
+        spec.model.max_seq_len,
+        temperature=args.temperature,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        generator=generator,
+    )
+    print(tokenizer.decode(ids[0].tolist()))
+    return 0
+
+
 def _si(n: float) -> str:
     for unit, scale in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
         if n >= scale:
@@ -69,8 +125,11 @@ def _si(n: float) -> str:
     return f"{n:.0f} FLOP"
 
 
-def _add_spec_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("spec", help="path to a YAML spec")
+def _add_spec_args(parser: argparse.ArgumentParser, required: bool = True) -> None:
+    if required:
+        parser.add_argument("spec", help="path to a YAML spec")
+    else:
+        parser.add_argument("spec", nargs="?", help="path to a YAML spec (optional with --resume)")
     parser.add_argument(
         "--set",
         action="append",
@@ -97,7 +156,7 @@ def build_parser() -> argparse.ArgumentParser:
     validate.add_argument(
         "--show", action="store_true", help="print the resolved spec (defaults and preset applied)"
     )
-    validate.set_defaults(run=_validate)
+    validate.set_defaults(handler=_validate)
 
     summary = commands.add_parser(
         "summary",
@@ -105,15 +164,76 @@ def build_parser() -> argparse.ArgumentParser:
         description="Each module with its parameter count and output shape, the total, and FLOPs per token.",
     )
     _add_spec_args(summary)
-    summary.set_defaults(run=_summary)
+    summary.set_defaults(handler=_summary)
+
+    train = commands.add_parser(
+        "train",
+        help="train a model from a spec (or resume a run)",
+        description="Train a spec's model, writing runs/NAME/: the resolved spec, tokenizer.json, "
+        "metrics.jsonl and checkpoints. Ctrl-C finishes the current step, saves and stops.",
+    )
+    _add_spec_args(train, required=False)
+    train.add_argument("--resume", metavar="RUN", help="continue RUN from its last checkpoint")
+    train.set_defaults(handler=_train)
+
+    sample = commands.add_parser(
+        "sample",
+        help="generate text from a trained run",
+        description="Generate text from a run's checkpoint.",
+    )
+    sample.add_argument("run", help="a run folder written by `tfcompile train`")
+    sample.add_argument("--prompt", default="\n", help="text to continue (default: a newline)")
+    sample.add_argument("--max-new-tokens", type=_positive_int, default=200)
+    sample.add_argument("--temperature", type=_non_negative_float, default=1.0, help="0 is greedy")
+    sample.add_argument("--top-k", type=_positive_int, default=None)
+    sample.add_argument("--top-p", type=_probability, default=None)
+    sample.add_argument("--seed", type=int, default=0)
+    sample.add_argument("--checkpoint", choices=["last", "best"], default="last")
+    sample.set_defaults(handler=_sample)
     return parser
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, found {text}")
+    return value
+
+
+def _non_negative_float(text: str) -> float:
+    value = float(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, found {text}")
+    return value
+
+
+def _probability(text: str) -> float:
+    value = float(text)
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1], found {text}")
+    return value
+
+
+class UsageError(Exception):
+    """A command-line mistake; the message says what to do instead."""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    run: Callable[[argparse.Namespace], int] = args.run
+    handler: Callable[[argparse.Namespace], int] = args.handler
     try:
-        return run(args)
+        return handler(args)
     except SpecError as e:
         print(e, file=sys.stderr)
         return EXIT_SPEC_ERROR
+    except UsageError as e:
+        print(f"tfcompile {args.command}: error: {e}", file=sys.stderr)
+        return EXIT_SPEC_ERROR
+    except (ValueError, RuntimeError, OSError) as e:
+        from tfcompile.data import DataError
+        from tfcompile.train import CheckpointError, TrainError
+
+        if not isinstance(e, DataError | TrainError | CheckpointError):
+            raise
+        print(f"tfcompile {args.command}: error: {e}", file=sys.stderr)
+        return 1
