@@ -226,6 +226,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SpecError as e:
         print(e, file=sys.stderr)
         return EXIT_SPEC_ERROR
+    except KeyboardInterrupt:
+        print(f"tfcompile {args.command}: interrupted", file=sys.stderr)
+        return 130
     except UsageError as e:
         print(f"tfcompile {args.command}: error: {e}", file=sys.stderr)
         return EXIT_SPEC_ERROR

@@ -25,7 +25,7 @@ class DecoderLM(nn.Module):
             )
         self.spec = spec
         self.embed = nn.Embedding(spec.vocab_size, spec.d_model)
-        self.embed_scale = math.sqrt(spec.d_model) if spec.scale_embeddings else 1.0
+        self.embed_scale = math.sqrt(spec.d_model)
         dims = PositionalDims(
             spec.d_model, spec.n_heads, spec.head_dim, spec.max_seq_len, bidirectional=False
         )
@@ -48,7 +48,9 @@ class DecoderLM(nn.Module):
         self._check_inputs(input_ids, attention_mask)
         T = input_ids.shape[1]
         positions = torch.arange(T, device=input_ids.device)
-        x = self.embed(input_ids) * self.embed_scale  # (B, T, d)
+        x = self.embed(input_ids)  # (B, T, d)
+        if self.spec.scale_embeddings:
+            x = x * self.embed_scale
         x = self.drop(self.positional.embed(x, positions))
         rotary = self.positional.rotary(positions)
         bias = self.positional.attention_bias(positions, positions)  # (1, H, T, T) or None

@@ -8,7 +8,6 @@ from tfcompile.train.loop import (
     load_run_spec,
     load_trained_model,
     read_metrics,
-    train,
 )
 
 __all__ = [
@@ -19,5 +18,4 @@ __all__ = [
     "load_run_spec",
     "load_trained_model",
     "read_metrics",
-    "train",
 ]

@@ -277,10 +277,6 @@ class Trainer:
             f.write(json.dumps(record) + "\n")
 
 
-def train(spec: Spec, run_dir: Path, resume: bool = False, show_progress: bool = True) -> TrainResult:
-    return Trainer(spec, run_dir, resume=resume, show_progress=show_progress).train()
-
-
 def load_trained_model(run_dir: Path, which: str = "last") -> tuple[Spec, nn.Module]:
     """The run's spec and its model with the weights of the ``last`` or ``best`` checkpoint (CPU)."""
     spec = load_run_spec(run_dir)

@@ -1,0 +1,204 @@
+"""Training throughput of the spec-built model against a hand-written nanoGPT-style baseline.
+
+Both models have the same size (checked), read the same batches, and take AdamW steps with the
+same settings; rounds alternate between them so that machine noise hits both alike. Prints a
+table and writes it to benchmarks/results/ with the device name.
+
+    python benchmarks/train_throughput.py                       # shakespeare-char, CPU-sized batch
+    python benchmarks/train_throughput.py --batch-size 64 --compile   # on a GPU
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from tfcompile.models import build_model
+from tfcompile.spec import DecoderSpec, load_spec
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+# ------------------------------------------------- the baseline: nanoGPT's model.py, written out
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, d: int, n_heads: int, dropout: float, qkv_bias: bool) -> None:
+        super().__init__()
+        self.n_heads, self.dropout = n_heads, dropout
+        self.c_attn = nn.Linear(d, 3 * d, bias=qkv_bias)
+        self.c_proj = nn.Linear(d, d)
+        self.resid_dropout = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        B, T, C = x.shape
+        q, k, v = self.c_attn(x).split(C, dim=2)
+        q, k, v = (t.view(B, T, self.n_heads, C // self.n_heads).transpose(1, 2) for t in (q, k, v))
+        y = F.scaled_dot_product_attention(
+            q, k, v, dropout_p=self.dropout if self.training else 0, is_causal=True
+        )
+        return self.resid_dropout(self.c_proj(y.transpose(1, 2).contiguous().view(B, T, C)))
+
+
+class Block(nn.Module):
+    def __init__(self, d: int, n_heads: int, dropout: float, qkv_bias: bool) -> None:
+        super().__init__()
+        self.ln_1, self.ln_2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.attn = CausalSelfAttention(d, n_heads, dropout, qkv_bias)
+        self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.ReLU(), nn.Linear(4 * d, d), nn.Dropout(dropout))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.ln_1(x))
+        return x + self.mlp(self.ln_2(x))
+
+
+class BaselineGPT(nn.Module):
+    def __init__(
+        self, vocab: int, context: int, d: int, n_layers: int, n_heads: int, dropout: float, qkv_bias: bool
+    ) -> None:
+        super().__init__()
+        self.wte, self.wpe = nn.Embedding(vocab, d), nn.Embedding(context, d)
+        self.drop = nn.Dropout(dropout)
+        self.blocks = nn.Sequential(*[Block(d, n_heads, dropout, qkv_bias) for _ in range(n_layers)])
+        self.ln_f = nn.LayerNorm(d)
+        self.lm_head = nn.Linear(d, vocab)
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        pos = torch.arange(idx.shape[1], device=idx.device)
+        x = self.drop(self.wte(idx) + self.wpe(pos))
+        return self.lm_head(self.ln_f(self.blocks(x)))
+
+
+def baseline_for(spec: DecoderSpec) -> BaselineGPT:
+    """The baseline covers the Mini-GPT/GPT-2 family: pre-norm LayerNorm, learned positions, 4d MLP."""
+    supported = (
+        spec.norm.position == "pre"
+        and spec.norm.type == "layernorm"
+        and spec.positional.type == "learned"
+        and spec.activation == "relu"
+        and spec.n_kv_heads == spec.n_heads
+        and not spec.tie_embeddings
+    )
+    if not supported:
+        raise SystemExit("the baseline is the Mini-GPT architecture; use specs/shakespeare-char.yaml")
+    d = spec.dropout.residual
+    assert spec.vocab_size is not None
+    return BaselineGPT(
+        spec.vocab_size, spec.max_seq_len, spec.d_model, spec.n_layers, spec.n_heads, d, spec.bias.qkv
+    )
+
+
+# ------------------------------------------------------------------------------ measuring
+
+
+def device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    for line in Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").exists() else []:
+        if line.startswith("model name"):
+            return f"{line.split(':', 1)[1].strip()} ({torch.get_num_threads()} threads)"
+    return platform.processor() or "cpu"
+
+
+def make_step(model: nn.Module, batches: list[tuple[torch.Tensor, torch.Tensor]]) -> Callable[[int], None]:
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-4, fused=next(model.parameters()).is_cuda)
+
+    def step(i: int) -> None:
+        x, y = batches[i % len(batches)]
+        logits = model(x)
+        loss = F.cross_entropy(logits.flatten(0, 1), y.flatten())
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    return step
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--spec", default=str(ROOT / "specs" / "shakespeare-char.yaml"))
+    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--steps", type=int, default=5, help="timed steps per round")
+    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--compile", action="store_true", help="torch.compile both models")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    args = parser.parse_args()
+
+    device = torch.device(args.device)
+    spec = load_spec(args.spec).model
+    torch.manual_seed(0)
+    models = {
+        "tfcompile": build_model(spec).to(device),
+        "nanoGPT-style baseline": baseline_for(spec).to(device),
+    }
+    counts = {name: sum(p.numel() for p in m.parameters()) for name, m in models.items()}
+    assert len(set(counts.values())) == 1, f"the models differ in size: {counts}"
+
+    T = spec.max_seq_len
+    assert spec.vocab_size is not None
+    batches = [
+        (
+            torch.randint(0, spec.vocab_size, (args.batch_size, T), device=device),
+            torch.randint(0, spec.vocab_size, (args.batch_size, T), device=device),
+        )
+        for _ in range(4)
+    ]
+    steps = {}
+    for name, model in models.items():
+        model.train()
+        runnable = torch.compile(model) if args.compile else model
+        steps[name] = make_step(runnable, batches)
+        for i in range(2):  # warm-up: allocator, kernels, compilation
+            steps[name](i)
+    sync(device)
+
+    rates: dict[str, list[float]] = {name: [] for name in models}
+    for _ in range(args.rounds):
+        for name, step in steps.items():
+            start = time.perf_counter()
+            for i in range(args.steps):
+                step(i)
+            sync(device)
+            rates[name].append(args.steps * args.batch_size * T / (time.perf_counter() - start))
+
+    baseline = statistics.median(rates["nanoGPT-style baseline"])
+    mode = "torch.compile" if args.compile else "eager"
+    lines = [
+        f"device: {device_name(device)}; torch {torch.__version__}; {mode}; "
+        f"batch {args.batch_size} x {T} tokens; "
+        f"{counts['tfcompile']:,} parameters; median of {args.rounds} rounds of {args.steps} AdamW steps",
+        "",
+        "| model | tokens/s | vs baseline |",
+        "| --- | ---: | ---: |",
+    ]
+    for name, r in rates.items():
+        median = statistics.median(r)
+        lines.append(f"| {name} | {median:,.0f} | {median / baseline:.3f}x |")
+    table = "\n".join(lines)
+    print(table)
+
+    out = ROOT / "benchmarks" / "results"
+    out.mkdir(parents=True, exist_ok=True)
+    slug = "".join(c if c.isalnum() else "-" for c in device_name(device).lower()).strip("-")
+    path = out / f"train_throughput-{Path(args.spec).stem}-{mode.replace('.', '')}-{slug[:40]}.md"
+    path.write_text(table + "\n")
+    print(f"\nwritten to {path.relative_to(ROOT)}")
+
+
+if __name__ == "__main__":
+    main()
