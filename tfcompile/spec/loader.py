@@ -169,9 +169,11 @@ def _issues(error: Any, data: dict[str, Any], marks: dict[Loc, Mark], preset: st
         fields = _fields_at(error["loc"][:-1])
         issue = _unknown("field", key, fields, nested=_nested_fields(error["loc"][:-1]))
         return [_issue(loc, marks, issue.message, issue.hint, preset, on_key=True)]
+    if kind == "missing" and isinstance(error["loc"][-1], int):
+        return [_issue(loc, marks, f"too few items: nothing at position {error['loc'][-1]}", None, preset)]
     if kind == "missing":
-        parent = ".".join(str(p) for p in loc[:-1]) or "the top level"
-        hint = f"add `{loc[-1]}: ...` under `{parent}`"
+        where = f"under `{'.'.join(str(p) for p in loc[:-1])}`" if len(loc) > 1 else "at the top level"
+        hint = f"add `{loc[-1]}: ...` {where}"
         return [_issue(loc, marks, f"missing required field {loc[-1]!r}", hint, preset, missing=True)]
     if kind == "literal_error":
         expected = _quoted(error["ctx"]["expected"])
@@ -184,12 +186,12 @@ def _issues(error: Any, data: dict[str, Any], marks: dict[Loc, Mark], preset: st
             loc = (*loc, "type")
         return [_issue(loc, marks, issue.message, issue.hint, preset)]
     if kind == "union_tag_not_found":
-        expected = _quoted(error["ctx"]["expected_tags"])
-        return [_issue(loc, marks, "missing `type`", f"add `type:` with one of {_choices(expected)}", preset)]
+        tags = [cls.model_fields["type"].default for cls in _walk(error["loc"]) if "type" in cls.model_fields]
+        return [_issue(loc, marks, "missing `type`", f"add `type:` with one of {_choices(tags)}", preset)]
     if kind in {"model_type", "model_attributes_type", "dict_type"}:
         return [_issue(loc, marks, f"expected a mapping of fields, found {found!r}", None, preset)]
-    expected = re.sub(r"^Input should be ", "expected ", error["msg"])
-    return [_issue(loc, marks, f"{expected}, found {found!r}", None, preset)]
+    message = re.sub(r"^Input should be ", "expected ", error["msg"])
+    return [_issue(loc, marks, f"{message[0].lower()}{message[1:]}, found {found!r}", None, preset)]
 
 
 def _data_loc(loc: Loc, data: Any) -> Loc:

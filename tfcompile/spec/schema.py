@@ -15,7 +15,9 @@ from pydantic_core import PydanticCustomError
 
 from tfcompile.nn import ACTIVATIONS, NORMS
 
-PositiveInt = Annotated[int, Field(gt=0)]
+# Integers are strict (YAML `true` or "4" is an error, not 1 or 4); floats stay lax because YAML 1.1
+# reads 1e-5 (no dot) as a string.
+PositiveInt = Annotated[int, Field(gt=0, strict=True)]
 PositiveFloat = Annotated[float, Field(gt=0)]
 Probability = Annotated[float, Field(ge=0, lt=1)]
 # Choices that building blocks register: adding one to its registry makes it valid here.
@@ -85,7 +87,7 @@ class RopePositional(Section):
 
 class RelativePositional(Section):
     type: Literal["relative"] = "relative"
-    num_buckets: Annotated[int, Field(ge=4)] = 32
+    num_buckets: Annotated[int, Field(strict=True, ge=4)] = 32
     max_distance: PositiveInt = 128
 
     @model_validator(mode="after")
@@ -217,7 +219,7 @@ class CharTokenizer(Section):
 
 class BpeTokenizer(Section):
     type: Literal["bpe"] = "bpe"
-    vocab_size: Annotated[int, Field(ge=32)] = 8000
+    vocab_size: Annotated[int, Field(strict=True, ge=32)] = 8000
     min_frequency: PositiveInt = 2
 
 
@@ -258,12 +260,12 @@ class OptimizerSpec(Section):
 
 class ConstantSchedule(Section):
     type: Literal["constant"] = "constant"
-    warmup_steps: Annotated[int, Field(ge=0)] = 0
+    warmup_steps: Annotated[int, Field(strict=True, ge=0)] = 0
 
 
 class CosineSchedule(Section):
     type: Literal["cosine"] = "cosine"
-    warmup_steps: Annotated[int, Field(ge=0)] = 100
+    warmup_steps: Annotated[int, Field(strict=True, ge=0)] = 100
     min_lr_ratio: Annotated[float, Field(ge=0, le=1)] = 0.1
 
 
@@ -286,7 +288,7 @@ class TrainSpec(Section):
     optimizer: OptimizerSpec = OptimizerSpec()
     schedule: Schedule = CosineSchedule()
     grad_clip: PositiveFloat | None = 1.0
-    seed: int = 1337
+    seed: Annotated[int, Field(strict=True)] = 1337
     device: Literal["auto", "cpu", "cuda"] = "auto"
     precision: Literal["fp32", "bf16", "fp16"] = "fp32"
     compile: bool = False
@@ -304,7 +306,7 @@ class TrainSpec(Section):
 
 
 class ExportSpec(Section):
-    opset: Annotated[int, Field(ge=17)] = 18
+    opset: Annotated[int, Field(strict=True, ge=17)] = 18
     tolerance: PositiveFloat = Field(1e-4, description="max |onnxruntime - torch| on the logits")
     out: Path | None = Field(None, description="bundle folder; default exported/NAME")
 
