@@ -101,4 +101,4 @@ class Attention(nn.Module):
             dropout_p=self.dropout if self.training else 0.0,
             is_causal=is_causal and mask is None,
         )  # (B, H, T, hd)
-        return self.out(y.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim))
+        return self.out(y.transpose(1, 2).clone(memory_format=torch.contiguous_format).view(B, T, -1))
