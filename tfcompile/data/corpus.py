@@ -12,10 +12,11 @@ import torch
 from tokenizers import Tokenizer
 
 from tfcompile.data.tokenizer import encode, train_tokenizer
+from tfcompile.errors import UserError
 from tfcompile.spec.schema import DataSpec
 
 
-class DataError(ValueError):
+class DataError(UserError, ValueError):
     """A data problem a user can fix; the message names the spec field and what was found."""
 
 

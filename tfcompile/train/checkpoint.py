@@ -20,12 +20,14 @@ import torch
 from safetensors.torch import load_model, save_model
 from torch import nn
 
+from tfcompile.errors import UserError
+
 MODEL_FILE = "model.safetensors"
 STATE_FILE = "state.pt"
 
 
-class CheckpointError(RuntimeError):
-    pass
+class CheckpointError(UserError, RuntimeError):
+    """A checkpoint that cannot be written or does not fit the model."""
 
 
 def checkpoint_dir(run_dir: Path) -> Path:

@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from tfcompile.data import TokenizedCorpus, check_fits_context, lm_batch, load_tokenizer, prepare_corpus
+from tfcompile.errors import UserError
 from tfcompile.models import build_model
 from tfcompile.spec import Spec, dump_spec, parse_spec
 from tfcompile.tasks import causal_lm_loss
@@ -38,7 +39,7 @@ TOKENIZER_FILE = "tokenizer.json"
 METRICS_FILE = "metrics.jsonl"
 
 
-class TrainError(RuntimeError):
+class TrainError(UserError, RuntimeError):
     """A problem with a run that the user can fix; the message says how."""
 
 

@@ -1,0 +1,5 @@
+"""The base of every error a user can fix from its message (no torch import: the runtime uses it)."""
+
+
+class UserError(Exception):
+    """A problem with the user's spec, data, run or bundle; the CLI prints it without a traceback."""
