@@ -6,12 +6,17 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.table import Table
 
 from tfcompile import __version__
+from tfcompile.errors import UserError
 from tfcompile.spec import SpecError, SpecIssue, dump_spec, load_spec, parse_spec
+
+if TYPE_CHECKING:
+    from tfcompile.export import ParityReport
 
 EXIT_SPEC_ERROR = 2
 
@@ -118,6 +123,52 @@ def _sample(args: argparse.Namespace) -> int:
     return 0
 
 
+def _export(args: argparse.Namespace) -> int:
+    from tfcompile.export import Source, export_bundle
+    from tfcompile.train import load_run_spec
+
+    target = Path(args.target)
+    if target.is_dir():
+        spec, source, name = None, Source(run=target, checkpoint=args.checkpoint), target.name
+        export_out = load_run_spec(target).export.out
+    else:
+        spec = load_spec(target, args.set)
+        source, name, export_out = Source(seed=args.seed), target.stem, spec.export.out
+    out = Path(args.out) if args.out else export_out or Path("exported") / name
+    report = export_bundle(spec, source, out, args.opset)
+    _print_parity(report)
+    print(f"bundle: {out}")
+    return 0
+
+
+def _verify(args: argparse.Namespace) -> int:
+    from tfcompile.export import verify_bundle
+
+    report = verify_bundle(Path(args.bundle), Path(args.run) if args.run else None)
+    _print_parity(report)
+    if not report.passed:
+        print(f"tfcompile verify: error: parity exceeds the tolerance {report.tolerance:g}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _print_parity(report: ParityReport) -> None:
+    table = Table(title="onnxruntime vs PyTorch logits", title_justify="left")
+    for column in ("batch", "seq", "padded", "max |diff|", "max |diff| / max |logit|"):
+        table.add_column(column, justify="right")
+    for c in report.cases:
+        table.add_row(
+            str(c.batch),
+            str(c.seq),
+            "yes" if c.padded else "no",
+            f"{c.max_abs_diff:.2e}",
+            f"{c.max_rel_diff:.2e}",
+        )
+    Console(width=max(Console().width, 100)).print(table)
+    verdict = "within" if report.passed else "OUTSIDE"
+    print(f"max |diff| {report.max_abs_diff:.2e}, {verdict} tolerance {report.tolerance:g}")
+
+
 def _si(n: float) -> str:
     for unit, scale in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
         if n >= scale:
@@ -190,6 +241,29 @@ def build_parser() -> argparse.ArgumentParser:
     sample.add_argument("--seed", type=int, default=0)
     sample.add_argument("--checkpoint", choices=["last", "best"], default="last")
     sample.set_defaults(handler=_sample)
+
+    export = commands.add_parser(
+        "export",
+        help="export a run (or a spec) to an ONNX bundle, checked against PyTorch",
+        description="Write a bundle (model.onnx, tokenizer.json, spec.yaml, manifest.json) and prove "
+        "that onnxruntime gives PyTorch's logits at several shapes.",
+    )
+    export.add_argument("target", metavar="RUN_OR_SPEC", help="a run folder, or a spec (random weights)")
+    export.add_argument("--out", help="bundle folder (default: export.out, else exported/NAME)")
+    export.add_argument("--opset", type=_positive_int, help="ONNX opset (default: export.opset)")
+    export.add_argument("--checkpoint", choices=["last", "best"], default="last", help="for a run")
+    export.add_argument("--seed", type=int, default=0, help="for a spec: the seed of the random weights")
+    export.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", help="for a spec")
+    export.set_defaults(handler=_export)
+
+    verify = commands.add_parser(
+        "verify",
+        help="rerun a bundle's parity check",
+        description="Rerun the parity check from a bundle and the checkpoint it came from.",
+    )
+    verify.add_argument("bundle", help="a bundle folder written by `tfcompile export`")
+    verify.add_argument("--run", help="the run folder, if it moved since the export")
+    verify.set_defaults(handler=_verify)
     return parser
 
 
@@ -232,11 +306,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as e:
         print(f"tfcompile {args.command}: error: {e}", file=sys.stderr)
         return EXIT_SPEC_ERROR
-    except (ValueError, RuntimeError, OSError) as e:
-        from tfcompile.data import DataError
-        from tfcompile.train import CheckpointError, TrainError
-
-        if not isinstance(e, DataError | TrainError | CheckpointError):
-            raise
+    except UserError as e:
         print(f"tfcompile {args.command}: error: {e}", file=sys.stderr)
         return 1

@@ -1,0 +1,181 @@
+"""Bundles and the onnxruntime-only runtime: manifest, hashes, format versions, input checks,
+logits equal to PyTorch's, no torch import, and verification from the run's checkpoint."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from helpers import ROOT
+
+from tfcompile.cli import main
+from tfcompile.export import ExportError, Source, export_bundle, verify_bundle
+from tfcompile.runtime import FORMAT_VERSION, BundleError, InputError, load
+from tfcompile.spec import load_spec
+from tfcompile.train import Trainer, load_trained_model
+
+SETS = [
+    "model.n_layers=2",
+    "model.d_model=32",
+    "model.n_heads=4",
+    "model.n_kv_heads=2",
+    "model.max_seq_len=24",
+    "model.positional=rope",
+    "train.steps=4",
+    "train.batch_size=4",
+    "train.eval_interval=2",
+    "train.eval_batches=1",
+]
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("runs")
+    spec = load_spec(ROOT / "specs" / "shakespeare-char.yaml", [*SETS, f"train.runs_dir={root}"])
+    trainer = Trainer(spec, root / "tiny", show_progress=False)
+    trainer.train()
+    return trainer.run_dir
+
+
+@pytest.fixture(scope="module")
+def bundle(run_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("exported") / "tiny"
+    export_bundle(None, Source(run=run_dir), out)
+    return out
+
+
+def test_bundle_holds_the_files_and_a_complete_manifest(bundle: Path) -> None:
+    assert {p.name for p in bundle.iterdir()} == {
+        "model.onnx",
+        "tokenizer.json",
+        "spec.yaml",
+        "manifest.json",
+    }
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    assert manifest["format_version"] == FORMAT_VERSION and manifest["opset"] == 18
+    graph = manifest["graphs"]["model"]
+    assert graph["inputs"] == [
+        {"name": "input_ids", "dtype": "int64", "shape": ["batch", "sequence"]},
+        {"name": "attention_mask", "dtype": "int64", "shape": ["batch", "sequence"]},
+    ]
+    assert graph["outputs"][0]["name"] == "logits" and graph["outputs"][0]["shape"][2] == 65
+    assert set(manifest["versions"]) == {"tfcompile", "torch", "onnx", "onnxscript", "onnxruntime"}
+    assert set(manifest["files"]) == {"model.onnx", "tokenizer.json", "spec.yaml"}
+    assert manifest["parity"]["passed"] and manifest["parity"]["max_abs_diff"] < 1e-5
+    assert manifest["model"] == {"family": "decoder", "vocab_size": 65, "max_seq_len": 24}
+
+
+def test_runtime_logits_equal_torch_logits(bundle: Path, run_dir: Path) -> None:
+    model = load(bundle)
+    assert "CPUExecutionProvider" in model.providers
+    _, reference = load_trained_model(run_dir)
+    ids = np.random.default_rng(5).integers(0, 65, size=(3, 24))
+    mask = np.ones_like(ids)
+    mask[2, 10:] = 0
+    with torch.no_grad():
+        expected = reference(torch.from_numpy(ids), torch.from_numpy(mask)).numpy()
+    np.testing.assert_allclose(model.logits(ids, mask), expected, atol=1e-5, rtol=0)
+    text = "ROMEO:"
+    assert model.tokenizer is not None and model.tokenizer.decode(model.tokenizer.encode(text).ids) == text
+
+
+@pytest.mark.parametrize(
+    ("ids", "mask", "message"),
+    [
+        (np.zeros((1, 4), dtype=np.float32), None, "integer token ids, got dtype float32"),
+        (np.zeros(4, dtype=np.int64), None, r"shape \(batch, seq\), got shape \(4,\)"),
+        (np.zeros((1, 0), dtype=np.int64), None, "must not be empty"),
+        (np.full((1, 4), 65), None, r"token id 65, outside the vocabulary \[0, 65\)"),
+        (np.full((1, 4), -1), None, "token id -1"),
+        (np.zeros((1, 25), dtype=np.int64), None, "25 tokens, more than the model's context of 24"),
+        (np.zeros((2, 4), dtype=np.int64), np.ones((2, 5)), r"attention_mask has shape \(2, 5\)"),
+        (np.zeros((1, 4), dtype=np.int64), np.full((1, 4), 2), "0 \\(padding\\) and 1"),
+    ],
+)
+def test_bad_inputs_get_clear_errors(
+    bundle: Path, ids: np.ndarray, mask: np.ndarray | None, message: str
+) -> None:
+    with pytest.raises(InputError, match=message):
+        load(bundle).logits(ids, mask)
+
+
+def test_a_changed_file_is_refused(bundle: Path, tmp_path: Path) -> None:
+    copy = tmp_path / "copy"
+    shutil.copytree(bundle, copy)
+    with open(copy / "model.onnx", "r+b") as f:
+        f.seek(-4, 2)
+        f.write(b"\x00\x01\x02\x03")
+    with pytest.raises(BundleError, match=r"model\.onnx was changed after export"):
+        load(copy)
+    shutil.rmtree(copy)
+    shutil.copytree(bundle, copy)
+    (copy / "tokenizer.json").unlink()
+    with pytest.raises(BundleError, match=r"tokenizer\.json is missing"):
+        load(copy)
+
+
+def test_a_newer_format_is_refused(bundle: Path, tmp_path: Path) -> None:
+    copy = tmp_path / "copy"
+    shutil.copytree(bundle, copy)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    manifest["format_version"] = FORMAT_VERSION + 1
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(BundleError, match=r"newer than this tfcompile reads .* upgrade tfcompile"):
+        load(copy)
+    with pytest.raises(BundleError, match="not a tfcompile bundle"):
+        load(tmp_path)
+
+
+def test_runtime_never_imports_torch(bundle: Path) -> None:
+    code = (
+        "import sys, numpy as np\n"
+        "from tfcompile.runtime import load\n"
+        f"m = load({str(bundle)!r})\n"
+        "assert m.logits(np.zeros((2, 5), dtype=np.int64)).shape == (2, 5, 65)\n"
+        "assert 'torch' not in sys.modules, 'torch was imported'\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr
+
+
+def test_verify_reruns_parity_from_the_run(bundle: Path, run_dir: Path) -> None:
+    report = verify_bundle(bundle)
+    assert report.passed and len(report.cases) == 4
+    assert verify_bundle(bundle, run=run_dir).passed
+
+
+def test_spec_export_is_verified_from_its_seed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "from-spec"
+    args = ["export", str(ROOT / "specs" / "vaswani-decoder.yaml"), "--out", str(out), "--seed", "3"]
+    args += ["--set", "model.n_layers=1", "--set", "model.d_model=64", "--set", "model.max_seq_len=16"]
+    assert main(args) == 0
+    assert "within tolerance" in capsys.readouterr().out
+    assert json.loads((out / "manifest.json").read_text())["source"] == {"seed": 3}
+    assert main(["verify", str(out)]) == 0
+
+
+def test_export_fails_cleanly_when_parity_does_not_hold(tmp_path: Path) -> None:
+    spec = load_spec(
+        ROOT / "specs" / "vaswani-decoder.yaml",
+        ["model.n_layers=1", "model.d_model=64", "model.max_seq_len=16", "export.tolerance=1.0e-15"],
+    )
+    out = tmp_path / "strict"
+    with pytest.raises(ExportError, match=r"more than export\.tolerance 1e-15"):
+        export_bundle(spec, Source(seed=0), out)
+    assert not out.exists() and not list(tmp_path.iterdir())
+
+
+def test_cli_export_of_a_run_and_errors(
+    run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "cli"
+    assert main(["export", str(run_dir), "--out", str(out)]) == 0
+    assert (out / "manifest.json").exists()
+    assert main(["verify", str(tmp_path)]) == 1
+    assert "not a tfcompile bundle" in capsys.readouterr().err
