@@ -139,3 +139,50 @@ def test_bad_inputs_get_clear_errors() -> None:
 def test_missing_vocab_size_is_a_clear_error() -> None:
     with pytest.raises(ValueError, match="vocab_size is not set"):
         DecoderLM(tiny_model(vocab_size=None))
+
+
+@pytest.mark.parametrize(
+    "variant",
+    [
+        {"positional": "learned"},
+        {"positional": "sinusoidal", "norm": {"position": "post"}},
+        {"positional": "rope", "n_kv_heads": 2, "activation": "swiglu"},
+        {"positional": "relative", "n_kv_heads": 1},
+        {"positional": "none", "scale_embeddings": True},
+    ],
+    ids=lambda v: f"{v['positional']}-kv{v.get('n_kv_heads', 4)}",
+)
+def test_incremental_decoding_with_a_cache_equals_the_full_forward(variant: dict) -> None:
+    model = DecoderLM(tiny_model(**variant)).eval()
+    ids = torch.randint(0, 50, (3, 12))
+    with torch.no_grad():
+        full = model(ids)
+        cache = model.empty_cache(3)
+        steps = [model(ids[:, :5], cache=cache)]  # a prompt of 5, then one token at a time
+        steps += [model(ids[:, t : t + 1], cache=cache) for t in range(5, 12)]
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=1e-5)
+    assert cache[0].length == 12 and cache[0].key.shape == (3, model.spec.n_kv_heads, 12, 8)
+
+
+def test_cache_with_padding_mask_over_past_and_new_tokens() -> None:
+    model = DecoderLM(tiny_model(positional="rope")).eval()
+    ids = torch.randint(0, 50, (2, 8))
+    mask = torch.ones(2, 8, dtype=torch.long)
+    mask[1, 5:] = 0  # the second row has 5 real tokens
+    with torch.no_grad():
+        full = model(ids, mask)
+        cache = model.empty_cache(2)
+        first = model(ids[:, :6], mask[:, :6], cache=cache)
+        rest = model(ids[:, 6:], mask, cache=cache)
+    torch.testing.assert_close(torch.cat([first, rest], dim=1)[0], full[0], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(first[1, :5], full[1, :5], atol=1e-5, rtol=1e-5)
+
+
+def test_cache_past_the_context_is_refused() -> None:
+    model = DecoderLM(tiny_model()).eval()
+    cache = model.empty_cache(1)
+    model(torch.zeros(1, 16, dtype=torch.long), cache=cache)
+    with pytest.raises(ValueError, match="sequence length 17 exceeds"):
+        model(torch.zeros(1, 1, dtype=torch.long), cache=cache)
+    with pytest.raises(ValueError, match=r"must be \(batch, cached \+ new tokens\)"):
+        model(torch.zeros(1, 1, dtype=torch.long), torch.ones(1, 2), cache=model.empty_cache(1))

@@ -7,7 +7,7 @@ import math
 import torch
 from torch import nn
 
-from tfcompile.nn.attention import may_attend
+from tfcompile.nn.attention import KVCache, may_attend
 from tfcompile.nn.block import TransformerBlock, build_norm
 from tfcompile.nn.positional import POSITIONAL, PositionalDims
 from tfcompile.spec.schema import DecoderSpec
@@ -44,35 +44,58 @@ class DecoderLM(nn.Module):
         if isinstance(module, nn.Linear) and module.bias is not None:
             nn.init.zeros_(module.bias)
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
-        self._check_inputs(input_ids, attention_mask)
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        cache: list[KVCache] | None = None,
+    ) -> torch.Tensor:
+        """With ``cache`` (one KVCache per layer, P tokens so far), input_ids are the next T tokens,
+        attention_mask covers all P + T, and each layer's cache is extended by the T new tokens."""
+        past = cache[0].length if cache else 0
+        self._check_inputs(input_ids, attention_mask, past)
         T = input_ids.shape[1]
-        positions = torch.arange(T, device=input_ids.device)
+        device = input_ids.device
+        positions = torch.arange(past, past + T, device=device)  # of the new tokens
+        k_positions = torch.arange(past + T, device=device) if cache else positions
         x = self.embed(input_ids)  # (B, T, d)
         if self.spec.scale_embeddings:
             x = x * self.embed_scale
         x = self.drop(self.positional.embed(x, positions))
         rotary = self.positional.rotary(positions)
-        bias = self.positional.attention_bias(positions, positions)  # (1, H, T, T) or None
+        bias = self.positional.attention_bias(positions, k_positions)  # (1, H, T, P + T) or None
         padding = attention_mask.bool() if attention_mask is not None else None
-        # Without padding or a score bias, the fused causal kernel needs no T x T mask at all.
-        use_kernel_causal = padding is None and bias is None
-        mask = None if use_kernel_causal else may_attend(positions, positions, True, padding)
-        for block in self.blocks:
-            x = block(x, mask, use_kernel_causal, rotary, bias)
+        # Without padding, a score bias or a cache, the fused causal kernel needs no T x T mask.
+        use_kernel_causal = padding is None and bias is None and cache is None
+        mask = None if use_kernel_causal else may_attend(positions, k_positions, True, padding)
+        for i, block in enumerate(self.blocks):
+            x = block(x, mask, use_kernel_causal, rotary, bias, cache[i] if cache else None)
         return self.lm_head(self.final_norm(x))  # (B, T, vocab)
 
-    def _check_inputs(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> None:
+    def empty_cache(self, batch: int, device: torch.device | None = None) -> list[KVCache]:
+        """A cache holding no tokens: (batch, n_kv_heads, 0, head_dim) per layer."""
+        shape = (batch, self.spec.n_kv_heads, 0, self.spec.head_dim)
+        dtype = self.embed.weight.dtype
+        return [
+            KVCache(
+                torch.zeros(shape, dtype=dtype, device=device), torch.zeros(shape, dtype=dtype, device=device)
+            )
+            for _ in self.blocks
+        ]
+
+    def _check_inputs(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, past: int) -> None:
         if input_ids.dim() != 2 or input_ids.dtype not in (torch.int64, torch.int32):
             raise ValueError(
                 f"input_ids must be an integer tensor of shape (batch, seq), "
                 f"got {input_ids.dtype} of shape {tuple(input_ids.shape)}"
             )
-        T = input_ids.shape[1]
-        if T > self.spec.max_seq_len:
-            raise ValueError(f"sequence length {T} exceeds the model's max_seq_len {self.spec.max_seq_len}")
-        if attention_mask is not None and attention_mask.shape != input_ids.shape:
+        B, T = input_ids.shape
+        if past + T > self.spec.max_seq_len:
             raise ValueError(
-                f"attention_mask shape {tuple(attention_mask.shape)} must equal "
-                f"input_ids shape {tuple(input_ids.shape)}"
+                f"sequence length {past + T} exceeds the model's max_seq_len {self.spec.max_seq_len}"
+            )
+        if attention_mask is not None and attention_mask.shape != (B, past + T):
+            raise ValueError(
+                f"attention_mask shape {tuple(attention_mask.shape)} must be (batch, cached + new tokens) "
+                f"= {(B, past + T)}"
             )

@@ -8,6 +8,8 @@ Masks follow one convention everywhere: boolean, True where a query *may attend*
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -34,10 +36,21 @@ def may_attend(
         mask = padding if mask is None else mask & padding
         # A padded query whose keys are all masked would softmax over nothing (NaN); let it see
         # its own position. Real queries never see padded keys, so their outputs are unchanged.
-        if q_positions.shape[0] == k_positions.shape[0]:
-            own = torch.eye(q_positions.shape[0], dtype=torch.bool, device=mask.device)
-            mask = mask | own
+        mask = mask | (k_positions[None, :] == q_positions[:, None])
     return mask
+
+
+@dataclass
+class KVCache:
+    """One layer's keys and values so far, each (batch, n_kv_heads, length, head_dim). Attention
+    appends the new tokens' keys and values, so after a forward pass it holds past + new."""
+
+    key: torch.Tensor
+    value: torch.Tensor
+
+    @property
+    def length(self) -> int:
+        return self.key.shape[2]
 
 
 class Attention(nn.Module):
@@ -71,9 +84,11 @@ class Attention(nn.Module):
         is_causal: bool = False,
         rotary: Rotary | None = None,
         bias: torch.Tensor | None = None,
+        cache: KVCache | None = None,
     ) -> torch.Tensor:
-        """x: (B, T, d_model); mask: bool (B|1, 1, T, T) may-attend; is_causal: use the causal
-        kernel instead of a mask; rotary: RoPE (cos, sin); bias: (1, H, T, T) added to scores."""
+        """x: (B, T, d_model); mask: bool (B|1, 1, T, S) may-attend, S = cached + T; is_causal: use
+        the causal kernel instead of a mask; rotary: RoPE (cos, sin) for the new positions; bias:
+        (1, H, T, S) added to scores; cache: past keys and values, extended in place."""
         B, T, _ = x.shape
         q, k, v = self.qkv(x).split(
             [self.n_heads * self.head_dim, self.n_kv_heads * self.head_dim, self.n_kv_heads * self.head_dim],
@@ -84,6 +99,9 @@ class Attention(nn.Module):
         v = v.view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)  # (B, Hkv, T, hd)
         if rotary is not None:
             q, k = apply_rotary(q, rotary), apply_rotary(k, rotary)
+        if cache is not None:
+            k = cache.key = torch.cat([cache.key, k], dim=2)  # (B, Hkv, S, hd)
+            v = cache.value = torch.cat([cache.value, v], dim=2)
         if self.n_kv_heads != self.n_heads:
             repeats = self.n_heads // self.n_kv_heads
             k = k.repeat_interleave(repeats, dim=1)  # (B, H, T, hd)

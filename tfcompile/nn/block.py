@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
-from tfcompile.nn.attention import Attention
+from tfcompile.nn.attention import Attention, KVCache
 from tfcompile.nn.feedforward import FeedForward
 from tfcompile.nn.positional import Rotary
 from tfcompile.nn.registry import NORMS
@@ -52,11 +52,12 @@ class TransformerBlock(nn.Module):
         is_causal: bool = False,
         rotary: Rotary | None = None,
         bias: torch.Tensor | None = None,
+        cache: KVCache | None = None,
     ) -> torch.Tensor:
         if self.pre_norm:
-            x = x + self.drop(self.attn(self.attn_norm(x), mask, is_causal, rotary, bias))
+            x = x + self.drop(self.attn(self.attn_norm(x), mask, is_causal, rotary, bias, cache))
             x = x + self.drop(self.ffn(self.ffn_norm(x)))
         else:
-            x = self.attn_norm(x + self.drop(self.attn(x, mask, is_causal, rotary, bias)))
+            x = self.attn_norm(x + self.drop(self.attn(x, mask, is_causal, rotary, bias, cache)))
             x = self.ffn_norm(x + self.drop(self.ffn(x)))
         return x
