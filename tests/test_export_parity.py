@@ -8,7 +8,7 @@ import onnx
 import pytest
 from helpers import tiny_model
 
-from tfcompile.export import check_decoder_parity, export_decoder
+from tfcompile.export import check_decoder_parity, check_step_parity, export_decoder, export_decoder_step
 from tfcompile.models import DecoderLM
 
 # Every value of every axis appears at least once: norm position and type, each activation, each
@@ -62,3 +62,19 @@ def test_exported_graph_is_valid_onnx(tmp_path: Path) -> None:
     path = tmp_path / "model.onnx"
     export_decoder(DecoderLM(tiny_model()), path, opset=18)
     onnx.checker.check_model(onnx.load(str(path)), full_check=True)
+
+
+@pytest.mark.parametrize("variant", VARIANTS[2:4], ids=_id)
+def test_incremental_graph_matches_torch_step_by_step(variant: dict, tmp_path: Path) -> None:
+    model = DecoderLM(tiny_model(**variant))
+    path = tmp_path / "step.onnx"
+    proto = export_decoder_step(model, path, opset=18)
+    shapes = {
+        v.name: [d.dim_param or d.dim_value for d in v.type.tensor_type.shape.dim] for v in proto.graph.input
+    }
+    kv = model.spec.n_kv_heads
+    assert shapes["past_key_1"] == ["batch", kv, "past_sequence", 8]
+    present = [d.dim_param for d in proto.graph.output[1].type.tensor_type.shape.dim]
+    assert present[2] == "past_sequence + sequence"
+    report = check_step_parity(model, path, tolerance=1e-5)
+    assert report.passed and report.max_abs_diff < 1e-5, report.to_dict()

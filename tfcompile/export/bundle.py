@@ -1,6 +1,7 @@
 """Bundles: a folder that another application serves with onnxruntime alone.
 
-    model.onnx       the graph (dynamic batch and sequence axes)
+    model.onnx          the full forward (dynamic batch and sequence axes)
+    decoder_step.onnx   the incremental form: new tokens + per-layer past K/V -> logits + present K/V
     tokenizer.json   the run's tokenizer, when the model came from a run
     spec.yaml        the resolved spec
     manifest.json    format version, graphs with named inputs/outputs, versions, file hashes, parity
@@ -23,12 +24,14 @@ import torch
 
 from tfcompile import __version__
 from tfcompile.errors import UserError
-from tfcompile.export.graph import DECODER_INPUTS, DECODER_OUTPUTS, export_decoder
-from tfcompile.export.parity import ParityReport, check_decoder_parity
+from tfcompile.export.graph import DECODER_INPUTS, DECODER_OUTPUTS, export_decoder, export_decoder_step
+from tfcompile.export.parity import ParityReport, check_decoder_parity, check_step_parity
 from tfcompile.models import DecoderLM, build_model
 from tfcompile.runtime.bundle import FORMAT_VERSION, MANIFEST, read_manifest, sha256_file
 from tfcompile.spec import Spec, dump_spec, parse_spec
 from tfcompile.train import load_trained_model
+
+GRAPH_FILES = {"model": "model.onnx", "step": "decoder_step.onnx"}
 
 
 class ExportError(UserError, RuntimeError):
@@ -59,7 +62,10 @@ class Source:
         return {"seed": self.seed}
 
 
-def export_bundle(spec: Spec | None, source: Source, out: Path, opset: int | None = None) -> ParityReport:
+def export_bundle(
+    spec: Spec | None, source: Source, out: Path, opset: int | None = None
+) -> dict[str, ParityReport]:
+    """Export, check parity of every graph, and write the bundle; returns the parity reports."""
     spec, model = source.load(spec)
     if spec.model.vocab_size is None:
         raise ExportError("model.vocab_size is not set: export a trained run, or set it in the spec")
@@ -68,27 +74,35 @@ def export_bundle(spec: Spec | None, source: Source, out: Path, opset: int | Non
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     try:
-        proto = export_decoder(model, tmp / "model.onnx", opset)
-        report = check_decoder_parity(model, tmp / "model.onnx", spec.export.tolerance)
-        if not report.passed:
-            raise ExportError(
-                f"onnxruntime and PyTorch disagree by {report.max_abs_diff:.3g} on the logits, more than "
-                f"export.tolerance {spec.export.tolerance:g}: {json.dumps(report.to_dict()['cases'])}"
-            )
+        protos = {
+            "model": export_decoder(model, tmp / GRAPH_FILES["model"], opset),
+            "step": export_decoder_step(model, tmp / GRAPH_FILES["step"], opset),
+        }
+        reports = {
+            "model": check_decoder_parity(model, tmp / GRAPH_FILES["model"], spec.export.tolerance),
+            "step": check_step_parity(model, tmp / GRAPH_FILES["step"], spec.export.tolerance),
+        }
+        for name, report in reports.items():
+            if not report.passed:
+                raise ExportError(
+                    f"onnxruntime and PyTorch disagree by {report.max_abs_diff:.3g} on the {name} graph's "
+                    f"logits, more than export.tolerance {spec.export.tolerance:g}: "
+                    f"{json.dumps(report.to_dict()['cases'])}"
+                )
         if source.run is not None and (source.run / "tokenizer.json").exists():
             shutil.copyfile(source.run / "tokenizer.json", tmp / "tokenizer.json")
         (tmp / "spec.yaml").write_text(dump_spec(spec))
-        manifest = _manifest(spec, proto, opset, source, report, tmp)
+        manifest = _manifest(spec, protos, opset, source, reports, tmp)
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
         if out.exists():
             shutil.rmtree(out)
         tmp.rename(out)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    return report
+    return reports
 
 
-def verify_bundle(bundle: Path, run: Path | None = None) -> ParityReport:
+def verify_bundle(bundle: Path, run: Path | None = None) -> dict[str, ParityReport]:
     """Rerun the parity check from the bundle and the weights it was exported from."""
     manifest = read_manifest(bundle)
     recorded = manifest["source"]
@@ -101,13 +115,20 @@ def verify_bundle(bundle: Path, run: Path | None = None) -> ParityReport:
     else:
         source = Source(seed=recorded["seed"])
     _, model = source.load(spec)
-    return check_decoder_parity(
-        model, bundle / manifest["graphs"]["model"]["file"], spec.export.tolerance, seed=1
-    )
+    graphs, tolerance = manifest["graphs"], spec.export.tolerance
+    return {
+        "model": check_decoder_parity(model, bundle / graphs["model"]["file"], tolerance, seed=1),
+        "step": check_step_parity(model, bundle / graphs["step"]["file"], tolerance, seed=1),
+    }
 
 
 def _manifest(
-    spec: Spec, proto: onnx.ModelProto, opset: int, source: Source, report: ParityReport, folder: Path
+    spec: Spec,
+    protos: dict[str, onnx.ModelProto],
+    opset: int,
+    source: Source,
+    reports: dict[str, ParityReport],
+    folder: Path,
 ) -> dict[str, Any]:
     def io(values: Any) -> list[dict[str, Any]]:
         return [
@@ -119,8 +140,8 @@ def _manifest(
             for v in values
         ]
 
-    assert [i.name for i in proto.graph.input] == list(DECODER_INPUTS)
-    assert [o.name for o in proto.graph.output] == list(DECODER_OUTPUTS)
+    assert [i.name for i in protos["model"].graph.input] == list(DECODER_INPUTS)
+    assert [o.name for o in protos["model"].graph.output] == list(DECODER_OUTPUTS)
     return {
         "format_version": FORMAT_VERSION,
         "task": spec.task.type,
@@ -128,13 +149,13 @@ def _manifest(
             "family": spec.model.family,
             "vocab_size": spec.model.vocab_size,
             "max_seq_len": spec.model.max_seq_len,
+            "n_layers": spec.model.n_layers,
+            "n_kv_heads": spec.model.n_kv_heads,
+            "head_dim": spec.model.head_dim,
         },
         "graphs": {
-            "model": {
-                "file": "model.onnx",
-                "inputs": io(proto.graph.input),
-                "outputs": io(proto.graph.output),
-            }
+            name: {"file": GRAPH_FILES[name], "inputs": io(p.graph.input), "outputs": io(p.graph.output)}
+            for name, p in protos.items()
         },
         "opset": opset,
         "versions": {
@@ -145,6 +166,6 @@ def _manifest(
             "onnxruntime": onnxruntime.__version__,
         },
         "source": source.to_dict(),
-        "parity": report.to_dict(),
+        "parity": {name: report.to_dict() for name, report in reports.items()},
         "files": {p.name: sha256_file(p) for p in sorted(folder.iterdir()) if p.name != MANIFEST},
     }

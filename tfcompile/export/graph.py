@@ -6,14 +6,17 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
+import re
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
 import onnx
 import torch
+from torch import nn
 
 from tfcompile.models import DecoderLM
+from tfcompile.nn.attention import KVCache
 
 DECODER_INPUTS = ("input_ids", "attention_mask")
 DECODER_OUTPUTS = ("logits",)
@@ -50,6 +53,107 @@ def export_decoder(model: DecoderLM, path: Path, opset: int) -> onnx.ModelProto:
     proto = onnx.load(str(path))
     onnx.checker.check_model(proto, full_check=True)  # full_check runs strict shape inference too
     return proto
+
+
+class DecoderStep(nn.Module):
+    """The incremental form: new tokens plus each layer's past keys and values in, logits and the
+    extended keys and values out, so that generating costs one token per step."""
+
+    def __init__(self, model: DecoderLM) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        past_keys: list[torch.Tensor],
+        past_values: list[torch.Tensor],
+    ) -> tuple[torch.Tensor, list[torch.Tensor], list[torch.Tensor]]:
+        cache = [KVCache(k, v) for k, v in zip(past_keys, past_values, strict=True)]
+        logits = self.model(input_ids, attention_mask, cache=cache)
+        return logits, [c.key for c in cache], [c.value for c in cache]
+
+
+def step_names(n_layers: int) -> tuple[list[str], list[str]]:
+    """Input and output names of the incremental graph, per layer."""
+    layers = range(n_layers)
+    inputs = (
+        ["input_ids", "attention_mask"]
+        + [f"past_key_{i}" for i in layers]
+        + [f"past_value_{i}" for i in layers]
+    )
+    outputs = ["logits"] + [f"present_key_{i}" for i in layers] + [f"present_value_{i}" for i in layers]
+    return inputs, outputs
+
+
+def export_decoder_step(model: DecoderLM, path: Path, opset: int) -> onnx.ModelProto:
+    """Write the incremental graph: ``input_ids`` (B, T), ``attention_mask`` (B, P + T) over past and
+    new tokens, ``past_key_i``/``past_value_i`` (B, n_kv_heads, P, head_dim) -> ``logits`` (B, T, V),
+    ``present_key_i``/``present_value_i`` (B, n_kv_heads, P + T, head_dim). P may be 0."""
+    model = model.eval()
+    spec = model.spec
+    assert spec.n_kv_heads is not None
+    n, past, new = spec.n_layers, min(4, spec.max_seq_len // 2), min(3, spec.max_seq_len // 2)
+    kv_shape = (2, spec.n_kv_heads, past, spec.head_dim)
+    example = (
+        torch.zeros(2, new, dtype=torch.long),
+        torch.ones(2, past + new, dtype=torch.long),
+        [torch.zeros(kv_shape) for _ in range(n)],
+        [torch.zeros(kv_shape) for _ in range(n)],
+    )
+    # The mask spans past + new tokens, a relation named Dims cannot state; AUTO lets export infer it.
+    auto = torch.export.Dim.AUTO
+    kv_axes = [{0: auto, 2: auto}] * n
+    dynamic = {
+        "input_ids": {0: auto, 1: auto},
+        "attention_mask": {0: auto, 1: auto},
+        "past_keys": kv_axes,
+        "past_values": kv_axes,
+    }
+    inputs, outputs = step_names(n)
+    with _quiet():
+        program = torch.onnx.export(
+            DecoderStep(model),
+            example,
+            dynamo=True,
+            input_names=inputs,
+            output_names=outputs,
+            dynamic_shapes=dynamic,
+            opset_version=opset,
+            verbose=False,
+        )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    program.save(str(path))
+    proto = onnx.load(str(path))
+    _rename_symbols(
+        proto,
+        {
+            ("input_ids", 0): "batch",
+            ("input_ids", 1): "sequence",
+            ("past_key_0", 2): "past_sequence",
+            ("attention_mask", 1): "total_sequence",
+        },
+    )
+    onnx.save(proto, str(path))
+    onnx.checker.check_model(proto, full_check=True)
+    return proto
+
+
+def _rename_symbols(proto: onnx.ModelProto, names: dict[tuple[str, int], str]) -> None:
+    """Give the exporter's generated axis symbols (s0, s1, ...) readable names, graph-wide."""
+    values = {v.name: v for v in proto.graph.input}
+    mapping = {}
+    for (value, axis), name in names.items():
+        symbol = values[value].type.tensor_type.shape.dim[axis].dim_param
+        if symbol:
+            mapping[symbol] = name
+    for v in [*proto.graph.input, *proto.graph.output, *proto.graph.value_info]:
+        for dim in v.type.tensor_type.shape.dim:
+            if dim.dim_param:  # a symbol or an expression of symbols, e.g. "s3 + s70"
+                dim.dim_param = re.sub(
+                    r"\bs\d+\b", lambda m: mapping.get(m.group(), m.group()), dim.dim_param
+                )
 
 
 @contextlib.contextmanager

@@ -10,6 +10,7 @@ import numpy as np
 import onnxruntime as ort
 import torch
 
+from tfcompile.export.graph import step_names
 from tfcompile.models import DecoderLM
 
 
@@ -74,4 +75,36 @@ def check_decoder_parity(
         diff = float(np.abs(actual - expected).max())
         scale = float(np.abs(expected).max()) or 1.0
         cases.append(ParityCase(batch, seq, padded, diff, diff / scale))
+    return ParityReport(tolerance, cases)
+
+
+def check_step_parity(model: DecoderLM, onnx_path: Path, tolerance: float, seed: int = 0) -> ParityReport:
+    """The incremental graph against PyTorch's cached forward: a prompt with an empty cache, then
+    single tokens, at batch 1 and 3, up to the full context; ``seq`` is the final length."""
+    model = model.eval()
+    spec = model.spec
+    assert spec.vocab_size is not None
+    session = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
+    inputs, _ = step_names(spec.n_layers)
+    rng = np.random.default_rng(seed)
+    cases = []
+    for batch, prompt, total in [
+        (1, 1, min(3, spec.max_seq_len)),
+        (3, min(5, spec.max_seq_len - 1), spec.max_seq_len),
+    ]:
+        ids = rng.integers(0, spec.vocab_size, size=(batch, total), dtype=np.int64)
+        cache = model.empty_cache(batch)
+        past = [c.key.numpy() for c in cache] + [c.value.numpy() for c in cache]
+        diff = scale = 0.0
+        for start, end in [(0, prompt), *((t, t + 1) for t in range(prompt, total))]:
+            mask = np.ones((batch, end), dtype=np.int64)
+            with torch.no_grad():
+                expected = model(
+                    torch.from_numpy(ids[:, start:end]), torch.from_numpy(mask), cache=cache
+                ).numpy()
+            feed = dict(zip(inputs, [ids[:, start:end], mask, *past], strict=True))
+            actual, *past = session.run(None, feed)
+            diff = max(diff, float(np.abs(actual - expected).max()))
+            scale = max(scale, float(np.abs(expected).max()))
+        cases.append(ParityCase(batch, total, False, diff, diff / (scale or 1.0)))
     return ParityReport(tolerance, cases)
