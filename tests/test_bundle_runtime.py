@@ -51,12 +51,8 @@ def bundle(run_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_bundle_holds_the_files_and_a_complete_manifest(bundle: Path) -> None:
-    assert {p.name for p in bundle.iterdir()} == {
-        "model.onnx",
-        "tokenizer.json",
-        "spec.yaml",
-        "manifest.json",
-    }
+    files = {"model.onnx", "decoder_step.onnx", "tokenizer.json", "spec.yaml"}
+    assert {p.name for p in bundle.iterdir()} == files | {"manifest.json"}
     manifest = json.loads((bundle / "manifest.json").read_text())
     assert manifest["format_version"] == FORMAT_VERSION and manifest["opset"] == 18
     graph = manifest["graphs"]["model"]
@@ -66,9 +62,13 @@ def test_bundle_holds_the_files_and_a_complete_manifest(bundle: Path) -> None:
     ]
     assert graph["outputs"][0]["name"] == "logits" and graph["outputs"][0]["shape"][2] == 65
     assert set(manifest["versions"]) == {"tfcompile", "torch", "onnx", "onnxscript", "onnxruntime"}
-    assert set(manifest["files"]) == {"model.onnx", "tokenizer.json", "spec.yaml"}
-    assert manifest["parity"]["passed"] and manifest["parity"]["max_abs_diff"] < 1e-5
-    assert manifest["model"] == {"family": "decoder", "vocab_size": 65, "max_seq_len": 24}
+    assert set(manifest["files"]) == files
+    for graph in ("model", "step"):
+        assert manifest["parity"][graph]["passed"] and manifest["parity"][graph]["max_abs_diff"] < 1e-5
+    sizes = {"vocab_size": 65, "max_seq_len": 24, "n_layers": 2, "n_kv_heads": 2, "head_dim": 8}
+    assert manifest["model"] == {"family": "decoder", **sizes}
+    past_key = {"name": "past_key_0", "dtype": "float32", "shape": ["batch", 2, "past_sequence", 8]}
+    assert manifest["graphs"]["step"]["inputs"][2] == past_key
 
 
 def test_runtime_logits_equal_torch_logits(bundle: Path, run_dir: Path) -> None:
@@ -145,9 +145,9 @@ def test_runtime_never_imports_torch(bundle: Path) -> None:
 
 
 def test_verify_reruns_parity_from_the_run(bundle: Path, run_dir: Path) -> None:
-    report = verify_bundle(bundle)
-    assert report.passed and len(report.cases) == 4
-    assert verify_bundle(bundle, run=run_dir).passed
+    reports = verify_bundle(bundle)
+    assert reports["model"].passed and len(reports["model"].cases) == 4 and reports["step"].passed
+    assert all(r.passed for r in verify_bundle(bundle, run=run_dir).values())
 
 
 def test_spec_export_is_verified_from_its_seed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -166,7 +166,7 @@ def test_export_fails_cleanly_when_parity_does_not_hold(tmp_path: Path) -> None:
         ["model.n_layers=1", "model.d_model=64", "model.max_seq_len=16", "export.tolerance=1.0e-15"],
     )
     out = tmp_path / "strict"
-    with pytest.raises(ExportError, match=r"more than export\.tolerance 1e-15"):
+    with pytest.raises(ExportError, match=r"model graph's logits, more than export\.tolerance 1e-15"):
         export_bundle(spec, Source(seed=0), out)
     assert not out.exists() and not list(tmp_path.iterdir())
 
@@ -179,3 +179,44 @@ def test_cli_export_of_a_run_and_errors(
     assert (out / "manifest.json").exists()
     assert main(["verify", str(tmp_path)]) == 1
     assert "not a tfcompile bundle" in capsys.readouterr().err
+
+
+def test_greedy_generation_matches_torch_with_and_without_cache(bundle: Path, run_dir: Path) -> None:
+    from tfcompile.tasks import generate
+
+    model = load(bundle)
+    _, reference = load_trained_model(run_dir)
+    prompt = np.array([model.tokenizer.encode("ROMEO:").ids, model.tokenizer.encode("JULIET").ids])
+    expected = generate(reference, torch.from_numpy(prompt), 14, 24, temperature=0).numpy()
+    with_cache = model.generate(prompt, 14, temperature=0)
+    without_cache = model.generate(prompt, 14, temperature=0, use_cache=False)
+    np.testing.assert_array_equal(with_cache, expected)
+    np.testing.assert_array_equal(without_cache, expected)
+
+
+def test_sampling_is_seeded_and_respects_top_k(bundle: Path) -> None:
+    from tfcompile.runtime import sample_next
+
+    model = load(bundle)
+    a = model.generate_text("ROMEO:", 10, temperature=1.0, top_k=5, seed=3)
+    assert a == model.generate_text("ROMEO:", 10, temperature=1.0, top_k=5, seed=3)
+    assert a.startswith("ROMEO:") and len(a) == 16
+    logits = np.tile(np.array([[4.0, 3.0, 2.0, -1.0, -2.0]]), (400, 1))
+    rng = np.random.default_rng(0)
+    assert set(sample_next(logits, top_k=2, rng=rng).tolist()) == {0, 1}
+    assert set(sample_next(logits, top_p=0.95, rng=rng).tolist()) == {0, 1, 2}
+    assert sample_next(logits, temperature=0).tolist() == [0] * 400
+
+
+def test_generation_past_the_context_is_refused(bundle: Path) -> None:
+    with pytest.raises(InputError, match=r"plus max_new_tokens \(20\) exceeds the model's context of 24"):
+        load(bundle).generate(np.zeros((1, 5), dtype=np.int64), 20)
+
+
+def test_cli_generate_uses_the_runtime(bundle: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert (
+        main(["generate", str(bundle), "--prompt", "ROMEO:", "--max-new-tokens", "8", "--temperature", "0"])
+        == 0
+    )
+    out = capsys.readouterr().out
+    assert out.startswith("ROMEO:") and len(out.rstrip("\n")) == 14

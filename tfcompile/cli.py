@@ -135,8 +135,8 @@ def _export(args: argparse.Namespace) -> int:
         spec = load_spec(target, args.set)
         source, name, export_out = Source(seed=args.seed), target.stem, spec.export.out
     out = Path(args.out) if args.out else export_out or Path("exported") / name
-    report = export_bundle(spec, source, out, args.opset)
-    _print_parity(report)
+    for name, report in export_bundle(spec, source, out, args.opset).items():
+        _print_parity(name, report)
     print(f"bundle: {out}")
     return 0
 
@@ -144,16 +144,37 @@ def _export(args: argparse.Namespace) -> int:
 def _verify(args: argparse.Namespace) -> int:
     from tfcompile.export import verify_bundle
 
-    report = verify_bundle(Path(args.bundle), Path(args.run) if args.run else None)
-    _print_parity(report)
-    if not report.passed:
-        print(f"tfcompile verify: error: parity exceeds the tolerance {report.tolerance:g}", file=sys.stderr)
+    reports = verify_bundle(Path(args.bundle), Path(args.run) if args.run else None)
+    for name, report in reports.items():
+        _print_parity(name, report)
+    failed = [name for name, report in reports.items() if not report.passed]
+    if failed:
+        print(
+            f"tfcompile verify: error: parity exceeds the tolerance for {', '.join(failed)}", file=sys.stderr
+        )
         return 1
     return 0
 
 
-def _print_parity(report: ParityReport) -> None:
-    table = Table(title="onnxruntime vs PyTorch logits", title_justify="left")
+def _generate(args: argparse.Namespace) -> int:
+    from tfcompile.runtime import load
+
+    model = load(args.bundle)
+    text = model.generate_text(
+        args.prompt,
+        args.max_new_tokens,
+        temperature=args.temperature,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        seed=args.seed,
+        use_cache=not args.no_cache,
+    )
+    print(text)
+    return 0
+
+
+def _print_parity(graph: str, report: ParityReport) -> None:
+    table = Table(title=f"{graph} graph: onnxruntime vs PyTorch logits", title_justify="left")
     for column in ("batch", "seq", "padded", "max |diff|", "max |diff| / max |logit|"):
         table.add_column(column, justify="right")
     for c in report.cases:
@@ -233,12 +254,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Generate text from a run's checkpoint.",
     )
     sample.add_argument("run", help="a run folder written by `tfcompile train`")
-    sample.add_argument("--prompt", default="\n", help="text to continue (default: a newline)")
-    sample.add_argument("--max-new-tokens", type=_positive_int, default=200)
-    sample.add_argument("--temperature", type=_non_negative_float, default=1.0, help="0 is greedy")
-    sample.add_argument("--top-k", type=_positive_int, default=None)
-    sample.add_argument("--top-p", type=_probability, default=None)
-    sample.add_argument("--seed", type=int, default=0)
+    _add_sampling_args(sample)
     sample.add_argument("--checkpoint", choices=["last", "best"], default="last")
     sample.set_defaults(handler=_sample)
 
@@ -264,7 +280,26 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument("bundle", help="a bundle folder written by `tfcompile export`")
     verify.add_argument("--run", help="the run folder, if it moved since the export")
     verify.set_defaults(handler=_verify)
+
+    generate = commands.add_parser(
+        "generate",
+        help="generate text from a bundle with onnxruntime alone",
+        description="Generate text from an exported bundle with onnxruntime (no torch), using the KV cache.",
+    )
+    generate.add_argument("bundle", help="a bundle folder written by `tfcompile export`")
+    _add_sampling_args(generate)
+    generate.add_argument("--no-cache", action="store_true", help="rerun the full graph every step")
+    generate.set_defaults(handler=_generate)
     return parser
+
+
+def _add_sampling_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--prompt", default="\n", help="text to continue (default: a newline)")
+    parser.add_argument("--max-new-tokens", type=_positive_int, default=200)
+    parser.add_argument("--temperature", type=_non_negative_float, default=1.0, help="0 is greedy")
+    parser.add_argument("--top-k", type=_positive_int, default=None)
+    parser.add_argument("--top-p", type=_probability, default=None)
+    parser.add_argument("--seed", type=int, default=0)
 
 
 def _positive_int(text: str) -> int:

@@ -2,7 +2,7 @@
 
 from tfcompile.runtime.bundle import FORMAT_VERSION, read_manifest
 from tfcompile.runtime.errors import BundleError, InputError
-from tfcompile.runtime.session import Model, default_providers, load
+from tfcompile.runtime.session import Model, default_providers, load, sample_next
 
 __all__ = [
     "FORMAT_VERSION",
@@ -12,4 +12,5 @@ __all__ = [
     "default_providers",
     "load",
     "read_manifest",
+    "sample_next",
 ]
