@@ -220,3 +220,18 @@ def test_cli_generate_uses_the_runtime(bundle: Path, capsys: pytest.CaptureFixtu
     )
     out = capsys.readouterr().out
     assert out.startswith("ROMEO:") and len(out.rstrip("\n")) == 14
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"max_new_tokens": -1}, "max_new_tokens must be >= 0"),
+        ({"temperature": -0.5}, "temperature must be >= 0"),
+        ({"top_k": 0}, "top_k must be >= 1"),
+        ({"top_p": 1.5}, r"top_p must be in \(0, 1\]"),
+    ],
+)
+def test_bad_sampling_options_are_refused(bundle: Path, options: dict, message: str) -> None:
+    arguments = {"max_new_tokens": 2, **options}
+    with pytest.raises(InputError, match=message):
+        load(bundle).generate(np.zeros((1, 3), dtype=np.int64), **arguments)

@@ -62,6 +62,7 @@ class Model:
         """input_ids (batch, prompt) -> (batch, prompt + max_new_tokens). With the cache each step
         runs the incremental graph on one token; without it, the full graph on the whole sequence."""
         ids = self._token_ids(input_ids)
+        _check_sampling(max_new_tokens, temperature, top_k, top_p)
         if ids.shape[1] + max_new_tokens > self.max_seq_len:
             raise InputError(
                 f"the prompt ({ids.shape[1]} tokens) plus max_new_tokens ({max_new_tokens}) exceeds the "
@@ -74,7 +75,7 @@ class Model:
                 ids = np.concatenate([ids, next_ids[:, None]], axis=1)
             return ids
         step = self._step_session()
-        names = [i.name for i in step.get_inputs()]
+        names = [i["name"] for i in self.manifest["graphs"]["step"]["inputs"]]
         m = self.manifest["model"]
         empty = np.zeros((ids.shape[0], m["n_kv_heads"], 0, m["head_dim"]), dtype=np.float32)
         past = [empty] * (2 * m["n_layers"])
@@ -130,6 +131,17 @@ class Model:
         ):
             raise InputError("attention_mask must hold 0 (padding) and 1 (real token) only")
         return mask.astype(np.int64, copy=False)
+
+
+def _check_sampling(max_new_tokens: int, temperature: float, top_k: int | None, top_p: float | None) -> None:
+    if max_new_tokens < 0:
+        raise InputError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
+    if temperature < 0:
+        raise InputError(f"temperature must be >= 0 (0 is greedy), got {temperature}")
+    if top_k is not None and top_k < 1:
+        raise InputError(f"top_k must be >= 1, got {top_k}")
+    if top_p is not None and not 0 < top_p <= 1:
+        raise InputError(f"top_p must be in (0, 1], got {top_p}")
 
 
 def sample_next(
