@@ -235,3 +235,12 @@ def test_bad_sampling_options_are_refused(bundle: Path, options: dict, message: 
     arguments = {"max_new_tokens": 2, **options}
     with pytest.raises(InputError, match=message):
         load(bundle).generate(np.zeros((1, 3), dtype=np.int64), **arguments)
+
+
+def test_export_never_replaces_a_folder_that_is_not_a_bundle(tmp_path: Path) -> None:
+    spec = load_spec(ROOT / "specs" / "vaswani-decoder.yaml", ["model.n_layers=1", "model.d_model=64"])
+    precious = tmp_path / "notes.txt"
+    precious.write_text("keep me")
+    with pytest.raises(ExportError, match="exists and is not a bundle"):
+        export_bundle(spec, Source(seed=0), tmp_path)
+    assert precious.read_text() == "keep me"

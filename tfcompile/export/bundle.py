@@ -69,6 +69,8 @@ def export_bundle(
     spec, model = source.load(spec)
     if spec.model.vocab_size is None:
         raise ExportError("model.vocab_size is not set: export a trained run, or set it in the spec")
+    if out.exists() and any(out.iterdir()) and not (out / MANIFEST).exists():
+        raise ExportError(f"{out} exists and is not a bundle: choose an empty or new folder with --out")
     opset = opset or spec.export.opset
     tmp = out.with_name(f".{out.name}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
