@@ -13,6 +13,7 @@ from tokenizers import Tokenizer
 
 from tfcompile.data.tokenizer import encode, train_tokenizer
 from tfcompile.errors import UserError
+from tfcompile.files import atomic_write_text
 from tfcompile.spec.schema import DataSpec
 
 
@@ -63,7 +64,7 @@ def prepare_corpus(spec: DataSpec, cache_dir: Path, tokenizer: Tokenizer | None 
             # shakespeare); BPE merges are learned from the training part only.
             fit_text = text if spec.tokenizer.type == "char" else text[: _split_at(len(text), spec)]
             tokenizer = train_tokenizer(spec.tokenizer, fit_text)
-            _atomic_write_text(tok_path, tokenizer.to_str())
+            atomic_write_text(tok_path, tokenizer.to_str())
     ids_path = cache_dir / f"tokens-{_key(corpus_key, tokenizer.to_str())}.npy"
     if ids_path.exists():
         ids = np.load(ids_path)
@@ -86,12 +87,6 @@ def _split_at(n: int, spec: DataSpec) -> int:
 
 def _key(*parts: str) -> str:
     return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:16]
-
-
-def _atomic_write_text(path: Path, text: str) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
 
 
 def check_fits_context(corpus: TokenizedCorpus, context: int, spec: DataSpec) -> None:

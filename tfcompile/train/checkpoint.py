@@ -11,7 +11,6 @@ previous pointer and the folder it names untouched.
 
 from __future__ import annotations
 
-import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ from safetensors.torch import load_model, save_model
 from torch import nn
 
 from tfcompile.errors import UserError
+from tfcompile.files import atomic_write_text, fsync_file
 
 MODEL_FILE = "model.safetensors"
 STATE_FILE = "state.pt"
@@ -47,13 +47,13 @@ def save_checkpoint(
         save_model(model, str(tmp / MODEL_FILE))
         torch.save(state, tmp / STATE_FILE)
         for f in tmp.iterdir():
-            _fsync(f)
+            fsync_file(f)
         if final.exists():  # re-saving a step (e.g. the same step becomes best)
             shutil.rmtree(final)
         tmp.rename(final)
-        _write_pointer(root / "last", final.name)
+        atomic_write_text(root / "last", final.name + "\n")
         if best:
-            _write_pointer(root / "best", final.name)
+            atomic_write_text(root / "best", final.name + "\n")
     except OSError as e:
         shutil.rmtree(tmp, ignore_errors=True)
         previous = resolve(run_dir, "last")
@@ -86,21 +86,9 @@ def load_state(path: Path) -> dict[str, Any]:
     return torch.load(path / STATE_FILE, map_location="cpu", weights_only=True)
 
 
-def _write_pointer(pointer: Path, target: str) -> None:
-    tmp = pointer.with_name(f".{pointer.name}.tmp")
-    tmp.write_text(target + "\n")
-    _fsync(tmp)
-    tmp.replace(pointer)
-
-
 def _prune(root: Path) -> None:
     """Keep only the checkpoints that ``last`` and ``best`` point to."""
     keep = {p.read_text().strip() for p in (root / "last", root / "best") if p.exists()}
     for folder in root.glob("step-*"):
         if folder.name not in keep:
             shutil.rmtree(folder, ignore_errors=True)
-
-
-def _fsync(path: Path) -> None:
-    with open(path, "rb") as f:
-        os.fsync(f.fileno())

@@ -20,6 +20,7 @@ from torch import nn
 
 from tfcompile.data import TokenizedCorpus, check_fits_context, lm_batch, load_tokenizer, prepare_corpus
 from tfcompile.errors import UserError
+from tfcompile.files import atomic_write_text
 from tfcompile.models import build_model
 from tfcompile.spec import Spec, dump_spec, parse_spec
 from tfcompile.tasks import causal_lm_loss
@@ -139,8 +140,8 @@ class Trainer:
 
     def _write_run_files(self) -> None:
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        _atomic_write(self.run_dir / SPEC_FILE, dump_spec(self.spec))
-        _atomic_write(self.run_dir / TOKENIZER_FILE, self.corpus.tokenizer.to_str())
+        atomic_write_text(self.run_dir / SPEC_FILE, dump_spec(self.spec))
+        atomic_write_text(self.run_dir / TOKENIZER_FILE, self.corpus.tokenizer.to_str())
 
     def _restore(self) -> None:
         path = resolve(self.run_dir)
@@ -329,13 +330,7 @@ def _truncate_metrics(path: Path, step: int) -> None:
     if not path.exists():
         return
     kept = [line for line in path.read_text().splitlines() if json.loads(line)["step"] <= step]
-    _atomic_write(path, "".join(line + "\n" for line in kept))
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
+    atomic_write_text(path, "".join(line + "\n" for line in kept))
 
 
 def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
