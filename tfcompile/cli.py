@@ -13,7 +13,7 @@ from rich.table import Table
 
 from tfcompile import __version__
 from tfcompile.errors import UserError
-from tfcompile.spec import SpecError, SpecIssue, dump_spec, load_spec, parse_spec
+from tfcompile.spec import SpecError, SpecIssue, dump_spec, load_spec
 
 if TYPE_CHECKING:
     from tfcompile.export import ParityReport
@@ -74,13 +74,8 @@ def _train(args: argparse.Namespace) -> int:
     overrides = list(args.set)
     if args.resume:
         run_dir = Path(args.resume)
-        if args.spec is None:
-            # Resume with the run's own spec; --set may still extend train.steps and the like.
-            spec = parse_spec(
-                dump_spec(load_run_spec(run_dir)), str(run_dir / "spec.yaml"), overrides=overrides
-            )
-        else:
-            spec = load_spec(args.spec, overrides)
+        # Without a SPEC, resume with the run's own; --set may still extend train.steps and the like.
+        spec = load_run_spec(run_dir, overrides) if args.spec is None else load_spec(args.spec, overrides)
     else:
         if args.spec is None:
             raise UsageError("give a SPEC to train, or --resume RUN to continue a run")

@@ -10,7 +10,7 @@ import json
 import math
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -61,11 +61,12 @@ def resolve_device(choice: str) -> torch.device:
     return torch.device(choice)
 
 
-def load_run_spec(run_dir: Path) -> Spec:
+def load_run_spec(run_dir: Path, overrides: Sequence[str] = ()) -> Spec:
+    """A run's resolved spec, with ``overrides`` (``dotted.path=value``) applied."""
     path = run_dir / SPEC_FILE
     if not path.exists():
         raise TrainError(f"{run_dir} is not a run: it has no {SPEC_FILE}")
-    return parse_spec(path.read_text(), source=str(path))
+    return parse_spec(path.read_text(), source=str(path), overrides=overrides)
 
 
 class Trainer:
@@ -112,10 +113,11 @@ class Trainer:
     def _prepare_run_dir(self, resume: bool) -> None:
         if resume:
             saved = load_run_spec(self.run_dir)
-            if saved.model != self.spec.model.model_copy(update={"vocab_size": saved.model.vocab_size}):
+            # vocab_size is left out here: _check_vocab compares it with the run's tokenizer.
+            differences = _differences(saved.model.model_dump(), self.spec.model.model_dump(), "model")
+            if differences:
                 raise TrainError(
-                    f"cannot resume {self.run_dir}: its model differs from the spec's in "
-                    f"{_differences(saved.model.model_dump(), self.spec.model.model_dump(), 'model')}"
+                    f"cannot resume {self.run_dir}: its model differs from the spec's in {differences}"
                 )
             if resolve(self.run_dir) is None:
                 raise TrainError(f"cannot resume {self.run_dir}: it has no checkpoint yet")
