@@ -197,12 +197,16 @@ def _add_spec_args(parser: argparse.ArgumentParser, required: bool = True) -> No
         parser.add_argument("spec", help="path to a YAML spec")
     else:
         parser.add_argument("spec", nargs="?", help="path to a YAML spec (optional with --resume)")
+    _add_set_arg(parser)
+
+
+def _add_set_arg(parser: argparse.ArgumentParser, when: str = "") -> None:
     parser.add_argument(
         "--set",
         action="append",
         default=[],
         metavar="FIELD=VALUE",
-        help="override a field, e.g. --set train.steps=100 (repeatable; values are YAML)",
+        help=f"override a spec field{when}, e.g. --set train.steps=100 (repeatable; values are YAML)",
     )
 
 
@@ -264,7 +268,7 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--opset", type=_positive_int, help="ONNX opset (default: export.opset)")
     export.add_argument("--checkpoint", choices=["last", "best"], default="last", help="for a run")
     export.add_argument("--seed", type=int, default=0, help="for a spec: the seed of the random weights")
-    export.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", help="for a spec")
+    _add_set_arg(export, when=" (exporting a spec)")
     export.set_defaults(handler=_export)
 
     verify = commands.add_parser(
