@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 import torch
+from common import device_name
 
 from tfcompile.export import Source, export_bundle
 from tfcompile.models import DecoderLM
@@ -90,16 +91,8 @@ def main() -> None:
         t_ort = median_ms(lambda: runtime.generate(prompt, args.new_tokens, temperature=0), repeats)
         rows.append((f"generate {args.new_tokens} tokens, KV cache, batch 1", t_torch, t_ort, "ms"))
 
-    cpu = next(
-        (
-            line.split(":", 1)[1].strip()
-            for line in Path("/proc/cpuinfo").read_text().splitlines()
-            if line.startswith("model name")
-        ),
-        "cpu",
-    )
     lines = [
-        f"device: {cpu} ({torch.get_num_threads()} threads); torch {torch.__version__} eager; "
+        f"device: {device_name(torch.device('cpu'))}; torch {torch.__version__} eager; "
         f"onnxruntime {ort.__version__} CPUExecutionProvider; {Path(args.spec).stem}, "
         f"median of {args.repeats} runs",
         "",

@@ -11,7 +11,6 @@ table and writes it to benchmarks/results/ with the device name.
 from __future__ import annotations
 
 import argparse
-import platform
 import statistics
 import time
 from collections.abc import Callable
@@ -19,6 +18,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from common import device_name
 from torch import nn
 
 from tfcompile.models import build_model
@@ -97,15 +97,6 @@ def baseline_for(spec: DecoderSpec) -> BaselineGPT:
 
 
 # ------------------------------------------------------------------------------ measuring
-
-
-def device_name(device: torch.device) -> str:
-    if device.type == "cuda":
-        return torch.cuda.get_device_name(device)
-    for line in Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").exists() else []:
-        if line.startswith("model name"):
-            return f"{line.split(':', 1)[1].strip()} ({torch.get_num_threads()} threads)"
-    return platform.processor() or "cpu"
 
 
 def make_step(model: nn.Module, batches: list[tuple[torch.Tensor, torch.Tensor]]) -> Callable[[int], None]:
