@@ -13,7 +13,7 @@ import argparse
 import statistics
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -29,14 +29,19 @@ from tfcompile.spec import load_spec
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def median_ms(fn: Callable[[], object], repeats: int) -> float:
-    fn()  # warm-up
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return 1000 * statistics.median(times)
+def median_ms(fns: Sequence[Callable[[], object]], repeats: int, rounds: int = 4) -> list[float]:
+    """The median time of each function over ``repeats`` runs, taken in ``rounds`` turns so that a
+    change in the machine's load falls on all of them alike. Each turn starts with an untimed run:
+    the other library's threads may still be spinning from its last call."""
+    times: list[list[float]] = [[] for _ in fns]
+    for turn in range(rounds):
+        for fn, fn_times in zip(fns, times, strict=True):
+            fn()
+            for _ in range(repeats // rounds + (turn < repeats % rounds)):
+                start = time.perf_counter()
+                fn()
+                fn_times.append(time.perf_counter() - start)
+    return [1000 * statistics.median(t) for t in times]
 
 
 @torch.no_grad()
@@ -79,22 +84,28 @@ def main() -> None:
             ids = rng.integers(0, spec.model.vocab_size, size=(batch, seq))
             ids_t = torch.from_numpy(ids)
             with torch.no_grad():
-                t_torch = median_ms(lambda ids_t=ids_t: model(ids_t), args.repeats)
-            t_ort = median_ms(lambda ids=ids: runtime.logits(ids), args.repeats)
+                t_torch, t_ort = median_ms(
+                    [lambda ids_t=ids_t: model(ids_t), lambda ids=ids: runtime.logits(ids)], args.repeats
+                )
             rows.append((f"forward, batch {batch} x {seq} tokens", t_torch, t_ort, "ms"))
         prompt = rng.integers(0, spec.model.vocab_size, size=(1, prompt_len))
         prompt_t = torch.from_numpy(prompt)
         ours = runtime.generate(prompt, args.new_tokens, temperature=0)
         assert np.array_equal(ours, torch_generate(model, prompt_t, args.new_tokens).numpy())
         repeats = max(args.repeats // 3, 3)
-        t_torch = median_ms(lambda: torch_generate(model, prompt_t, args.new_tokens), repeats)
-        t_ort = median_ms(lambda: runtime.generate(prompt, args.new_tokens, temperature=0), repeats)
+        t_torch, t_ort = median_ms(
+            [
+                lambda: torch_generate(model, prompt_t, args.new_tokens),
+                lambda: runtime.generate(prompt, args.new_tokens, temperature=0),
+            ],
+            repeats,
+        )
         rows.append((f"generate {args.new_tokens} tokens, KV cache, batch 1", t_torch, t_ort, "ms"))
 
     lines = [
         f"device: {device_name(torch.device('cpu'))}; torch {torch.__version__} eager; "
         f"onnxruntime {ort.__version__} CPUExecutionProvider; {Path(args.spec).stem}, "
-        f"median of {args.repeats} runs",
+        f"median of {args.repeats} runs, taken in turns",
         "",
         "| workload | PyTorch eager | onnxruntime | speed-up |",
         "| --- | ---: | ---: | ---: |",

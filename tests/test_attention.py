@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from tfcompile.nn.attention import Attention, may_attend
+from tfcompile.nn.attention import Attention, additive_mask, may_attend
 from tfcompile.nn.positional import apply_rotary
 
 
@@ -90,6 +90,20 @@ def test_mask_convention_is_may_attend() -> None:
     # With a cache offset (queries at 3..4 over keys 0..4) the rule is key <= query.
     offset = may_attend(torch.arange(3, 5), torch.arange(5), causal=True, key_padding=None)
     assert offset[0, 0].tolist() == [[True, True, True, True, False], [True] * 5]
+
+
+def test_additive_mask_is_zero_where_allowed_and_minus_inf_elsewhere_plus_bias() -> None:
+    pos = torch.arange(3)
+    mask = may_attend(pos, pos, causal=True, key_padding=None)
+    additive = additive_mask(mask, None, torch.bfloat16)
+    assert additive.dtype == torch.bfloat16
+    assert torch.equal(additive == 0, mask) and torch.isneginf(additive[~mask]).all()
+    bias = torch.randn(1, 2, 3, 3)
+    combined = additive_mask(mask, bias, torch.float32)
+    assert combined.shape == (1, 2, 3, 3)
+    assert torch.equal(combined[mask.expand(1, 2, 3, 3)], bias[mask.expand(1, 2, 3, 3)])
+    assert additive_mask(None, None, torch.float32) is None
+    assert torch.equal(additive_mask(None, bias, torch.float32), bias)
 
 
 def test_bias_with_kernel_causal_is_refused() -> None:

@@ -40,6 +40,21 @@ def may_attend(
     return mask
 
 
+def additive_mask(
+    mask: torch.Tensor | None, bias: torch.Tensor | None, dtype: torch.dtype
+) -> torch.Tensor | None:
+    """The float form SDPA adds to the scores: 0 where ``mask`` (bool, B|1, 1, Tq, Tk) may attend,
+    -inf where not, plus the positional score ``bias`` (1, H, Tq, Tk) when there is one.
+
+    A float mask, unlike a boolean one, exports to ONNX without a NaN guard over every
+    (B, H, Tq, Tk) score tensor; may_attend never masks a whole row, so there is no NaN to guard.
+    """
+    if mask is None:
+        return None if bias is None else bias.to(dtype)
+    additive = torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(~mask, float("-inf"))
+    return additive if bias is None else additive + bias.to(dtype)
+
+
 @dataclass
 class KVCache:
     """One layer's keys and values so far, each (batch, n_kv_heads, length, head_dim). Attention
@@ -106,16 +121,13 @@ class Attention(nn.Module):
             repeats = self.n_heads // self.n_kv_heads
             k = k.repeat_interleave(repeats, dim=1)  # (B, H, T, hd)
             v = v.repeat_interleave(repeats, dim=1)
-        if bias is not None:
-            if is_causal:
-                raise ValueError("an attention bias needs an explicit causal mask, not is_causal")
-            # A float mask carries the bias and -inf where attention is not allowed.
-            mask = bias.to(q.dtype) if mask is None else bias.to(q.dtype).masked_fill(~mask, float("-inf"))
+        if bias is not None and is_causal:
+            raise ValueError("an attention bias needs an explicit causal mask, not is_causal")
         y = F.scaled_dot_product_attention(
             q,
             k,
             v,
-            attn_mask=mask,
+            attn_mask=additive_mask(mask, bias, q.dtype),
             dropout_p=self.dropout if self.training else 0.0,
             is_causal=is_causal and mask is None,
         )  # (B, H, T, hd)
