@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import onnx
-import onnxruntime
 import torch
 
 from tfcompile import __version__
@@ -28,6 +27,7 @@ from tfcompile.export.graph import DECODER_INPUTS, DECODER_OUTPUTS, export_decod
 from tfcompile.export.parity import ParityReport, check_decoder_parity, check_step_parity
 from tfcompile.models import DecoderLM, build_model
 from tfcompile.runtime.bundle import FORMAT_VERSION, MANIFEST, read_manifest, sha256_file
+from tfcompile.runtime.ort import ort
 from tfcompile.spec import Spec, dump_spec, parse_spec
 from tfcompile.train import load_trained_model
 
@@ -165,7 +165,7 @@ def _manifest(
             "torch": torch.__version__,
             "onnx": onnx.__version__,
             "onnxscript": version("onnxscript"),
-            "onnxruntime": onnxruntime.__version__,
+            "onnxruntime": ort.__version__,
         },
         "source": source.to_dict(),
         "parity": {name: report.to_dict() for name, report in reports.items()},

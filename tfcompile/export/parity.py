@@ -7,11 +7,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
-import onnxruntime as ort
 import torch
 
 from tfcompile.export.graph import step_names
 from tfcompile.models import DecoderLM
+from tfcompile.runtime.ort import ort
 
 
 @dataclass(frozen=True)

@@ -9,3 +9,7 @@ class BundleError(UserError):
 
 class InputError(UserError, ValueError):
     """An input that does not fit the model: wrong dtype, rank, vocabulary range or length."""
+
+
+class OnnxRuntimeMissing(UserError, ImportError):
+    """Neither onnxruntime build is installed (tfcompile's `cpu` and `gpu` extras provide one)."""

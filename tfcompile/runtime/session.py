@@ -10,11 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import onnxruntime as ort
 from tokenizers import Tokenizer
 
 from tfcompile.runtime.bundle import read_manifest
 from tfcompile.runtime.errors import InputError
+from tfcompile.runtime.ort import ort
 
 
 def default_providers() -> list[str]:
