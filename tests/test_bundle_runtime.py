@@ -17,6 +17,8 @@ from helpers import ROOT
 from tfcompile.cli import main
 from tfcompile.export import ExportError, Source, export_bundle, verify_bundle
 from tfcompile.runtime import FORMAT_VERSION, BundleError, InputError, load
+from tfcompile.runtime.ort import ort
+from tfcompile.runtime.session import session_providers
 from tfcompile.spec import load_spec
 from tfcompile.train import Trainer, load_trained_model
 
@@ -83,6 +85,21 @@ def test_runtime_logits_equal_torch_logits(bundle: Path, run_dir: Path) -> None:
     np.testing.assert_allclose(model.logits(ids, mask), expected, atol=1e-5, rtol=0)
     text = "ROMEO:"
     assert model.tokenizer is not None and model.tokenizer.decode(model.tokenizer.encode(text).ids) == text
+
+
+def test_cuda_provider_runs_in_full_fp32_and_unknown_providers_are_refused(
+    bundle: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(
+        ort, "get_available_providers", lambda: ["CUDAExecutionProvider", "CPUExecutionProvider"]
+    )
+    assert session_providers(["CUDAExecutionProvider", "CPUExecutionProvider"]) == [
+        ("CUDAExecutionProvider", {"use_tf32": "0"}),  # TF32 moves fp32 logits by ~1e-3
+        ("CPUExecutionProvider", {}),
+    ]
+    monkeypatch.undo()
+    with pytest.raises(InputError, match=r"'NoSuchExecutionProvider' is not available.*tfcompile\[gpu\]"):
+        load(bundle, providers=["NoSuchExecutionProvider"])
 
 
 @pytest.mark.parametrize(

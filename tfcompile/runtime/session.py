@@ -16,11 +16,27 @@ from tfcompile.runtime.bundle import read_manifest
 from tfcompile.runtime.errors import InputError
 from tfcompile.runtime.ort import ort
 
+# Bundles are checked against PyTorch's fp32 logits. The CUDA provider's default TF32 matmuls
+# move those logits by about 1e-3 (measured on an H100), enough to change greedy tokens.
+PROVIDER_OPTIONS: dict[str, dict[str, str]] = {"CUDAExecutionProvider": {"use_tf32": "0"}}
+
 
 def default_providers() -> list[str]:
     """CUDA when onnxruntime-gpu sees a GPU, the CPU otherwise (always kept as the fallback)."""
     available = ort.get_available_providers()
     return [p for p in ("CUDAExecutionProvider", "CPUExecutionProvider") if p in available]
+
+
+def session_providers(providers: Sequence[str]) -> list[tuple[str, dict[str, str]]]:
+    """Provider names -> (name, options) for onnxruntime, refusing names this build lacks."""
+    available = ort.get_available_providers()
+    for name in providers:
+        if name not in available:
+            raise InputError(
+                f"execution provider {name!r} is not available in this onnxruntime build; it has "
+                f"{available}. For CUDAExecutionProvider install onnxruntime-gpu (tfcompile[gpu])"
+            )
+    return [(name, dict(PROVIDER_OPTIONS.get(name, {}))) for name in providers]
 
 
 class Model:
@@ -30,9 +46,8 @@ class Model:
         self.path = Path(bundle)
         self.manifest: dict[str, Any] = read_manifest(self.path)
         graph = self.manifest["graphs"]["model"]
-        self.session = ort.InferenceSession(
-            str(self.path / graph["file"]), providers=list(providers or default_providers())
-        )
+        self._providers = session_providers(providers or default_providers())
+        self.session = ort.InferenceSession(str(self.path / graph["file"]), providers=self._providers)
         self.vocab_size: int = self.manifest["model"]["vocab_size"]
         self.max_seq_len: int = self.manifest["model"]["max_seq_len"]
         tokenizer = self.path / "tokenizer.json"
@@ -100,7 +115,7 @@ class Model:
     def _step_session(self) -> ort.InferenceSession:
         if self._step is None:
             graph = self.manifest["graphs"]["step"]
-            self._step = ort.InferenceSession(str(self.path / graph["file"]), providers=self.providers)
+            self._step = ort.InferenceSession(str(self.path / graph["file"]), providers=self._providers)
         return self._step
 
     def _token_ids(self, value: Any) -> np.ndarray:
