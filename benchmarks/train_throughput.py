@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from common import device_name
 from torch import nn
 
-from tfcompile.models import build_model
+from tfcompile.models import DecoderLM
 from tfcompile.spec import DecoderSpec, load_spec
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -134,7 +134,7 @@ def main() -> None:
     spec = load_spec(args.spec).model
     torch.manual_seed(0)
     models = {
-        "tfcompile": build_model(spec).to(device),
+        "tfcompile": DecoderLM(spec).to(device),
         "nanoGPT-style baseline": baseline_for(spec).to(device),
     }
     counts = {name: sum(p.numel() for p in m.parameters()) for name, m in models.items()}

@@ -15,7 +15,7 @@ SPECS = ROOT / "specs"
 
 def test_validate_ok(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["validate", str(SPECS / "shakespeare-char.yaml")]) == 0
-    assert "ok (decoder, 6 layers, d_model 384, 10,788,929 parameters)" in capsys.readouterr().out
+    assert "ok (decoder, causal_lm, 6 layers, d_model 384, 10,788,929 parameters)" in capsys.readouterr().out
 
 
 def test_validate_show_prints_resolved_spec(capsys: pytest.CaptureFixture[str]) -> None:

@@ -57,7 +57,7 @@ def test_folder_corpus_reads_every_text_file_in_order(tmp_path: Path) -> None:
 
 
 def test_unknown_characters_are_named() -> None:
-    tok = train_tokenizer(CharTokenizer(), "abc")
+    tok = train_tokenizer(CharTokenizer(), ["abc"])
     with pytest.raises(ValueError, match=r"\['z'\]"):
         encode(tok, "abz")
 

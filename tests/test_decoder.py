@@ -40,14 +40,14 @@ def test_variant_slice_covers_every_choice() -> None:
 
 def test_shakespeare_char_has_the_lecture_parameter_count() -> None:
     spec = load_spec(ROOT / "specs" / "shakespeare-char.yaml")
-    model = build_model(spec.model)
+    model = build_model(spec)
     assert sum(p.numel() for p in model.parameters()) == 10_788_929
-    assert summarize(spec.model).total_params == 10_788_929
+    assert summarize(spec).total_params == 10_788_929
 
 
 def test_gpt2_small_has_124m_parameters_with_tied_head() -> None:
     spec = load_spec(ROOT / "specs" / "gpt2.yaml")
-    summary = summarize(spec.model)
+    summary = summarize(spec)
     assert summary.total_params == 124_439_808
     assert sum(row.params for row in summary.rows) == summary.total_params
     assert "tied" in next(r for r in summary.rows if r.name == "lm_head").note
@@ -56,7 +56,7 @@ def test_gpt2_small_has_124m_parameters_with_tied_head() -> None:
 @pytest.mark.parametrize("spec_file", sorted((ROOT / "specs").glob("*.yaml")), ids=lambda p: p.stem)
 def test_example_specs_validate_and_summarise(spec_file) -> None:
     spec = load_spec(spec_file)
-    summary = summarize(spec.model)
+    summary = summarize(spec)
     assert summary.total_params > 0 and summary.forward_flops_per_token > 2 * 0.5 * summary.total_params
 
 

@@ -13,7 +13,7 @@ from rich.table import Table
 
 from tfcompile import __version__
 from tfcompile.errors import UserError
-from tfcompile.spec import SpecError, SpecIssue, dump_spec, load_spec
+from tfcompile.spec import Spec, SpecError, SpecIssue, dump_spec, load_spec
 
 if TYPE_CHECKING:
     from tfcompile.export import ParityReport
@@ -28,25 +28,42 @@ def _validate(args: argparse.Namespace) -> int:
     if args.show:
         print(dump_spec(spec), end="")
     m = spec.model
-    params = f"{summarize(m).total_params:,} parameters" if m.vocab_size else "vocab_size from the tokenizer"
-    print(f"{args.spec}: ok ({m.family}, {m.n_layers} layers, d_model {m.d_model}, {params})")
+    missing = _sizes_from_data(spec)
+    params = (
+        f"{', '.join(missing)} from the data" if missing else f"{summarize(spec).total_params:,} parameters"
+    )
+    print(
+        f"{args.spec}: ok ({m.family}, {spec.task.type}, {m.n_layers} layers, d_model {m.d_model}, {params})"
+    )
     return 0
+
+
+def _sizes_from_data(spec: Spec) -> list[str]:
+    """The sizes a spec may leave for training to take from the data."""
+    missing = ["model.vocab_size"] if spec.model.vocab_size is None else []
+    if spec.task.type == "classification" and not spec.task.labels:
+        missing.append("task.labels")
+    return missing
 
 
 def _summary(args: argparse.Namespace) -> int:
     from tfcompile.summary import summarize
 
     spec = load_spec(args.spec, args.set)
-    if spec.model.vocab_size is None:
+    missing = _sizes_from_data(spec)
+    if missing:
         raise SpecError(
             args.spec,
             [
-                SpecIssue(
-                    "model.vocab_size", "a summary needs the vocabulary size", "pass --set model.vocab_size=N"
+                SpecIssue(field, "a summary needs this size, which training takes from the data", hint)
+                for field, hint in (
+                    ("model.vocab_size", "pass --set model.vocab_size=N"),
+                    ("task.labels", "pass --set 'task.labels=[negative, positive]'"),
                 )
+                if field in missing
             ],
         )
-    s = summarize(spec.model)
+    s = summarize(spec)
     table = Table(title=f"{args.spec}: {spec.model.family}", title_justify="left")
     table.add_column("module")
     table.add_column("type")

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from tfcompile.models import build_model
-from tfcompile.spec.schema import ModelSpec
+from tfcompile.spec.schema import Spec, TransformerSpec
 
 
 @dataclass(frozen=True)
@@ -37,14 +37,14 @@ class Summary:
         return 3 * self.forward_flops_per_token
 
 
-def summarize(spec: ModelSpec) -> Summary:
+def summarize(spec: Spec) -> Summary:
     with torch.device("meta"):
         model = build_model(spec)
     rows_modules = list(_row_modules(model))
     shapes: dict[str, tuple[int, ...]] = {}
     hooks = [module.register_forward_hook(_record_shape(shapes, name)) for name, module in rows_modules]
     with torch.no_grad():
-        model(torch.zeros(1, spec.max_seq_len, dtype=torch.long, device="meta"))
+        model(torch.zeros(1, spec.model.max_seq_len, dtype=torch.long, device="meta"))
     for hook in hooks:
         hook.remove()
 
@@ -61,10 +61,10 @@ def summarize(spec: ModelSpec) -> Summary:
         note = f"weight tied to {tied[0]}" if tied else ""
         rows.append(ModuleRow(name, type(module).__name__, own, shapes.get(name), note))
     total = sum(p.numel() for p in model.parameters())
-    return Summary(rows, total, forward_flops_per_token(model, spec), spec.max_seq_len)
+    return Summary(rows, total, forward_flops_per_token(model, spec.model), spec.model.max_seq_len)
 
 
-def forward_flops_per_token(model: nn.Module, spec: ModelSpec) -> int:
+def forward_flops_per_token(model: nn.Module, spec: TransformerSpec) -> int:
     """2 FLOPs per multiply-add: every Linear once per token, plus the attention scores and the
     weighted sum over a full context (QK^T and AV: 2 * 2 * n_layers * context * n_heads * head_dim),
     as in PaLM's MFU accounting. Embedding lookups and norms are not counted."""

@@ -63,7 +63,7 @@ def prepare_corpus(spec: DataSpec, cache_dir: Path, tokenizer: Tokenizer | None 
             # A char vocabulary covers the whole file (the published convention for tiny
             # shakespeare); BPE merges are learned from the training part only.
             fit_text = text if spec.tokenizer.type == "char" else text[: _split_at(len(text), spec)]
-            tokenizer = train_tokenizer(spec.tokenizer, fit_text)
+            tokenizer = train_tokenizer(spec.tokenizer, fit_text.splitlines(keepends=True))
             atomic_write_text(tok_path, tokenizer.to_str())
     ids_path = cache_dir / f"tokens-{_key(corpus_key, tokenizer.to_str())}.npy"
     if ids_path.exists():

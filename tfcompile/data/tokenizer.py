@@ -1,34 +1,76 @@
 """Tokenizers, all in the `tokenizers` library's format, so that a run's ``tokenizer.json`` is what
-the onnxruntime side loads too: ``char`` (one token per character seen in the corpus) and ``bpe``
-(byte-level BPE trained on the training text)."""
+the onnxruntime side loads too: ``char`` (one token per character seen in the corpus), ``bpe``
+(byte-level BPE trained on the training text) and ``wordpiece`` (BERT's).
+
+Encoder tasks add BERT's special tokens at ids 0-4 and a template that wraps a sentence as
+``[CLS] A [SEP]`` and a pair as ``[CLS] A [SEP] B [SEP]`` with segment ids 0 and 1.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
-from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
-from tfcompile.spec.schema import BpeTokenizer, CharTokenizer
+from tfcompile.spec.schema import BpeTokenizer, CharTokenizer, WordPieceTokenizer
+
+PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
+SPECIAL_TOKENS = (PAD, UNK, CLS, SEP, MASK)  # ids 0..4, in this order
 
 
-def train_tokenizer(spec: CharTokenizer | BpeTokenizer, text: str) -> Tokenizer:
+def train_tokenizer(
+    spec: CharTokenizer | BpeTokenizer | WordPieceTokenizer, texts: Sequence[str], special: bool = False
+) -> Tokenizer:
+    """Fit a tokenizer on ``texts`` (lines or documents). ``special``: add SPECIAL_TOKENS first."""
+    specials = list(SPECIAL_TOKENS) if special else []
     if isinstance(spec, CharTokenizer):
-        vocab = {c: i for i, c in enumerate(sorted(set(text)))}
-        tokenizer = Tokenizer(models.WordLevel(vocab, unk_token=None))
+        chars = sorted(set().union(*map(set, texts)))
+        vocab = {token: i for i, token in enumerate([*specials, *chars])}
+        tokenizer = Tokenizer(models.WordLevel(vocab, unk_token=UNK if special else None))
         tokenizer.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
         tokenizer.decoder = decoders.Fuse()
+        tokenizer.add_special_tokens(specials)
         return tokenizer
-    tokenizer = Tokenizer(models.BPE())
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tokenizer.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=spec.vocab_size,
-        min_frequency=spec.min_frequency,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tokenizer.train_from_iterator(text.splitlines(keepends=True), trainer=trainer)
+    if isinstance(spec, WordPieceTokenizer):
+        tokenizer = Tokenizer(models.WordPiece(unk_token=UNK))
+        tokenizer.normalizer = normalizers.BertNormalizer(lowercase=spec.lowercase)
+        tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+        tokenizer.decoder = decoders.WordPiece()
+        trainer: trainers.Trainer = trainers.WordPieceTrainer(
+            vocab_size=spec.vocab_size,
+            min_frequency=spec.min_frequency,
+            special_tokens=specials or [UNK],
+            show_progress=False,
+        )
+    else:
+        tokenizer = Tokenizer(models.BPE())
+        tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tokenizer.decoder = decoders.ByteLevel()
+        trainer = trainers.BpeTrainer(
+            vocab_size=spec.vocab_size,
+            min_frequency=spec.min_frequency,
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+            special_tokens=specials,
+            show_progress=False,
+        )
+    tokenizer.train_from_iterator(texts, trainer=trainer)
     return tokenizer
+
+
+def add_sentence_template(tokenizer: Tokenizer, max_length: int) -> None:
+    """[CLS] A [SEP] (segment 0) and [CLS] A [SEP] B [SEP] (B's part segment 1), truncated to
+    ``max_length`` (the longer sentence first). Padding is left to the batching code."""
+    missing = [t for t in SPECIAL_TOKENS if tokenizer.token_to_id(t) is None]
+    if missing:
+        raise ValueError(f"the tokenizer lacks the special tokens {missing}: it was not made for an encoder")
+    cls, sep = tokenizer.token_to_id(CLS), tokenizer.token_to_id(SEP)
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single=f"{CLS} $A {SEP}",
+        pair=f"{CLS} $A {SEP} $B:1 {SEP}:1",
+        special_tokens=[(CLS, cls), (SEP, sep)],
+    )
+    tokenizer.enable_truncation(max_length)
 
 
 def encode(tokenizer: Tokenizer, text: str) -> list[int]:

@@ -52,7 +52,7 @@ class Source:
         else:
             assert spec is not None
             torch.manual_seed(self.seed)
-            model = build_model(spec.model).eval()
+            model = build_model(spec).eval()
         assert isinstance(model, DecoderLM)
         return spec, model
 

@@ -1,15 +1,32 @@
-"""Assemblies: a model spec in, an ``nn.Module`` out."""
+"""Assemblies: a spec in, an ``nn.Module`` out."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 from torch import nn
 
 from tfcompile.models.decoder import DecoderLM
-from tfcompile.spec.schema import ModelSpec
+from tfcompile.models.encoder import Classifier, Encoder, MaskedLM
 
-FAMILIES: dict[str, type[nn.Module]] = {"decoder": DecoderLM}
-
-
-def build_model(spec: ModelSpec) -> nn.Module:
-    return FAMILIES[spec.family](spec)
+if TYPE_CHECKING:
+    from tfcompile.spec.schema import Spec
 
 
-__all__ = ["FAMILIES", "DecoderLM", "build_model"]
+def build_model(spec: Spec) -> nn.Module:
+    """The model that the spec's family and task call for."""
+    model, task = spec.model, spec.task
+    if model.family == "decoder":
+        return DecoderLM(model)
+    if task.type == "masked_lm":
+        return MaskedLM(model, next_sentence=task.next_sentence)
+    if task.type == "classification":
+        if not task.labels:
+            raise ValueError(
+                "task.labels is not set: set it in the spec, or train, which takes it from the data"
+            )
+        return Classifier(model, len(task.labels))
+    raise ValueError(f"no {model.family} model for task {task.type!r}")
+
+
+__all__ = ["Classifier", "DecoderLM", "Encoder", "MaskedLM", "build_model"]

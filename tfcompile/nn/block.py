@@ -14,7 +14,7 @@ from tfcompile.nn.positional import Rotary
 from tfcompile.nn.registry import NORMS
 
 if TYPE_CHECKING:
-    from tfcompile.spec.schema import DecoderSpec, NormSpec
+    from tfcompile.spec.schema import NormSpec, TransformerSpec
 
 
 def build_norm(spec: NormSpec, dim: int) -> nn.Module:
@@ -28,7 +28,7 @@ class TransformerBlock(nn.Module):
     post-norm: x = norm(x + f(x))          (Vaswani et al. 2017)
     """
 
-    def __init__(self, spec: DecoderSpec) -> None:
+    def __init__(self, spec: TransformerSpec) -> None:
         super().__init__()
         assert spec.n_kv_heads is not None and spec.d_ff is not None  # resolved by the schema
         self.pre_norm = spec.norm.position == "pre"

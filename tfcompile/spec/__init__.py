@@ -3,15 +3,17 @@
 from tfcompile.spec.errors import SpecError, SpecIssue
 from tfcompile.spec.loader import dump_spec, load_spec, parse_spec
 from tfcompile.spec.presets import PRESETS
-from tfcompile.spec.schema import DecoderSpec, ModelSpec, Spec
+from tfcompile.spec.schema import DecoderSpec, EncoderSpec, ModelSpec, Spec, TransformerSpec
 
 __all__ = [
     "PRESETS",
     "DecoderSpec",
+    "EncoderSpec",
     "ModelSpec",
     "Spec",
     "SpecError",
     "SpecIssue",
+    "TransformerSpec",
     "dump_spec",
     "load_spec",
     "parse_spec",

@@ -66,8 +66,10 @@ def parse_spec(
     except ValidationError as e:
         issues = [issue for error in e.errors() for issue in _issues(error, data, marks, preset_name)]
         raise SpecError(source, issues, text) from None
-    if spec.data is not None and base_dir is not None and not spec.data.path.is_absolute():
+    if spec.data is not None and base_dir is not None:
         spec.data.path = (base_dir / spec.data.path).resolve()
+        if spec.data.val_path is not None:
+            spec.data.val_path = (base_dir / spec.data.val_path).resolve()
     return spec
 
 
@@ -181,9 +183,10 @@ def _issues(error: Any, data: dict[str, Any], marks: dict[Loc, Mark], preset: st
         return [_issue(loc, marks, issue.message, issue.hint, preset)]
     if kind == "union_tag_invalid":
         expected = _quoted(error["ctx"]["expected_tags"])
-        issue = _unknown("type", error["ctx"]["tag"], expected)
+        tag_field = _tag_field(error["loc"])
+        issue = _unknown(tag_field, error["ctx"]["tag"], expected)
         if isinstance(_value_at(data, loc), dict):
-            loc = (*loc, "type")
+            loc = (*loc, tag_field)
         return [_issue(loc, marks, issue.message, issue.hint, preset)]
     if kind == "union_tag_not_found":
         tags = [cls.model_fields["type"].default for cls in _walk(error["loc"]) if "type" in cls.model_fields]
@@ -306,12 +309,21 @@ def _walk(loc: Loc) -> list[type[BaseModel]]:
         if fields:
             candidates = [m for f in fields for m in _models_in(f.annotation)]
             continue
-        tagged = [
-            c for c in candidates if c.model_fields.get("type") and c.model_fields["type"].default == part
-        ]
+        tagged = [c for c in candidates if _tag(c) == part]
         if tagged:
             candidates = tagged
     return candidates
+
+
+TAG_FIELDS = ("type", "family")  # the fields whose value picks a variant of a section
+
+
+def _tag(cls: type[BaseModel]) -> Any:
+    return next((cls.model_fields[f].default for f in TAG_FIELDS if f in cls.model_fields), None)
+
+
+def _tag_field(loc: Loc) -> str:
+    return next((f for cls in _walk(loc) for f in TAG_FIELDS if f in cls.model_fields), "type")
 
 
 def _models_in(annotation: Any) -> list[type[BaseModel]]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 from tfcompile.nn import ACTIVATIONS, NORMS
@@ -126,10 +126,9 @@ class DropoutSpec(Section):
     residual: Probability = Field(0.0, description="on each sublayer's output, before the residual add")
 
 
-class DecoderSpec(Section):
-    """A decoder-only Transformer (GPT, LLaMA)."""
+class TransformerSpec(Section):
+    """The choices every family shares: sizes, norms, activation, positions, biases, dropout."""
 
-    family: Literal["decoder"] = "decoder"
     vocab_size: PositiveInt | None = Field(None, description="None: taken from the tokenizer")
     d_model: PositiveInt
     n_layers: PositiveInt
@@ -156,12 +155,8 @@ class DecoderSpec(Section):
     def head_dim(self) -> int:
         return self.d_model // self.n_heads
 
-    @property
-    def causal(self) -> bool:
-        return True
-
     @model_validator(mode="after")
-    def _resolve_and_check(self) -> DecoderSpec:
+    def _resolve_and_check(self) -> TransformerSpec:
         if self.n_kv_heads is None:
             self.n_kv_heads = self.n_heads
         if self.d_ff is None:
@@ -203,11 +198,49 @@ class DecoderSpec(Section):
         return self
 
 
+def _choices(names: Any) -> str:
+    return ", ".join(repr(n) for n in names)
+
+
 def _nearest_divisor(n: int, near: int) -> int:
     return min((d for d in range(1, n + 1) if n % d == 0), key=lambda d: (abs(d - near), -d))
 
 
-ModelSpec = DecoderSpec
+class DecoderSpec(TransformerSpec):
+    """A decoder-only Transformer (GPT, LLaMA): causal self-attention, an LM head."""
+
+    family: Literal["decoder"] = "decoder"
+
+    @property
+    def causal(self) -> bool:
+        return True
+
+
+class EncoderSpec(TransformerSpec):
+    """A bidirectional encoder (BERT): no causal mask, segment embeddings, a task head on top."""
+
+    family: Literal["encoder"] = "encoder"
+    type_vocab_size: Annotated[int, Field(strict=True, ge=0)] = Field(
+        2, description="segment (token type) embeddings: 2 for sentence pairs, 0 for none"
+    )
+    embedding_norm: bool = Field(False, description="a norm after the summed embeddings (BERT)")
+
+    @property
+    def causal(self) -> bool:
+        return False
+
+
+def _family(value: Any) -> str | None:
+    """``family`` picks the model variant; a spec without one is a decoder."""
+    if isinstance(value, dict):
+        return value.get("family", "decoder")
+    return getattr(value, "family", None)
+
+
+ModelSpec = Annotated[
+    Annotated[DecoderSpec, Tag("decoder")] | Annotated[EncoderSpec, Tag("encoder")],
+    Discriminator(_family),
+]
 
 
 # ----------------------------------------------------------------------------- data
@@ -223,11 +256,24 @@ class BpeTokenizer(Section):
     min_frequency: PositiveInt = 2
 
 
-Tokenizer = Annotated[CharTokenizer | BpeTokenizer, Field(discriminator="type")]
+class WordPieceTokenizer(Section):
+    """BERT's subword tokenizer: words split on whitespace and punctuation, then into pieces."""
+
+    type: Literal["wordpiece"] = "wordpiece"
+    vocab_size: Annotated[int, Field(strict=True, ge=32)] = 8000
+    min_frequency: PositiveInt = 2
+    lowercase: bool = True
+
+
+Tokenizer = Annotated[CharTokenizer | BpeTokenizer | WordPieceTokenizer, Field(discriminator="type")]
 
 
 class DataSpec(Section):
-    path: Path = Field(description="a text file or a folder of .txt files; relative to the spec file")
+    path: Path = Field(
+        description="relative to the spec file: a text file or a folder of .txt files (language "
+        "modelling), or a .tsv/.csv/.jsonl table, optionally gzipped (classification)"
+    )
+    val_path: Path | None = Field(None, description="a separate validation file; default: split off path")
     tokenizer: Tokenizer = CharTokenizer()
     val_fraction: Annotated[float, Field(gt=0, lt=1)] = Field(0.1, description="the last part is validation")
 
@@ -242,7 +288,46 @@ class CausalLMTask(Section):
     label_smoothing: Probability = 0.0
 
 
-Task = Annotated[CausalLMTask, Field(discriminator="type")]
+class MaskedLMTask(Section):
+    """BERT pretraining: of the non-special tokens, ``mask_prob`` are chosen; of those, 80% become
+    [MASK], 10% a random token, 10% stay; the loss covers the chosen positions only."""
+
+    type: Literal["masked_lm"] = "masked_lm"
+    mask_prob: Annotated[float, Field(gt=0, lt=1)] = 0.15
+    mask_token_prob: Probability = Field(0.8, description="of the chosen: replaced by [MASK]")
+    random_token_prob: Probability = Field(0.1, description="of the chosen: replaced by a random token")
+    next_sentence: bool = Field(
+        False, description="also predict whether B follows A in [CLS] A [SEP] B [SEP] (half do)"
+    )
+
+    @model_validator(mode="after")
+    def _rules(self) -> MaskedLMTask:
+        rules = Rules()
+        rules.require(
+            self.mask_token_prob + self.random_token_prob <= 1,
+            ("random_token_prob",),
+            f"mask_token_prob + random_token_prob must be at most 1, found "
+            f"{self.mask_token_prob} + {self.random_token_prob}",
+            "BERT uses 0.8 and 0.1: the remaining 0.1 of the chosen tokens stay unchanged",
+        )
+        rules.check()
+        return self
+
+
+class ClassificationTask(Section):
+    """Label a sentence, or a pair ``[CLS] A [SEP] B [SEP]``, from the final [CLS] state."""
+
+    type: Literal["classification"] = "classification"
+    text_column: str = "sentence"
+    pair_column: str | None = Field(None, description="the second sentence of a pair, if any")
+    label_column: str = "label"
+    labels: list[str] | None = Field(
+        None, description="label names in class-index order; default: the training file's, sorted"
+    )
+    label_smoothing: Probability = 0.0
+
+
+Task = Annotated[CausalLMTask | MaskedLMTask | ClassificationTask, Field(discriminator="type")]
 
 
 # ---------------------------------------------------------------------------- train
@@ -298,6 +383,9 @@ class TrainSpec(Section):
     log_interval: PositiveInt = 10
     runs_dir: Path = Path("runs")
     name: str | None = Field(None, description="run folder name; default: the spec file's stem")
+    init_from: Path | None = Field(
+        None, description="a pretraining run whose encoder weights and tokenizer start this one"
+    )
 
     _schedule_shorthand = field_validator("schedule", mode="before")(_type_shorthand)
 
@@ -331,6 +419,15 @@ class Spec(Section):
     @model_validator(mode="after")
     def _rules(self) -> Spec:
         rules = Rules()
+        families = {"causal_lm": "decoder", "masked_lm": "encoder", "classification": "encoder"}
+        family = families[self.task.type]
+        rules.require(
+            self.model.family == family,
+            ("task", "type"),
+            f"task {self.task.type!r} needs a model of family {family!r}, found {self.model.family!r}",
+            f"set model.family: {family}, or a task for {self.model.family} models: "
+            f"{_choices(t for t, f in families.items() if f == self.model.family)}",
+        )
         if self.train.context_length is not None:
             rules.require(
                 self.train.context_length <= self.model.max_seq_len,

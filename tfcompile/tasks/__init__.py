@@ -1,5 +1,42 @@
-"""Training objectives and their decoding."""
+"""Training objectives (data, loss, validation metrics) and decoding."""
 
-from tfcompile.tasks.causal_lm import IGNORE_INDEX, causal_lm_loss, generate, sample_next
+from __future__ import annotations
 
-__all__ = ["IGNORE_INDEX", "causal_lm_loss", "generate", "sample_next"]
+from pathlib import Path
+
+from tokenizers import Tokenizer
+
+from tfcompile.spec.schema import Spec
+from tfcompile.tasks.causal_lm import IGNORE_INDEX, CausalLMObjective, causal_lm_loss, generate, sample_next
+from tfcompile.tasks.classification import ClassificationObjective, f1_score
+from tfcompile.tasks.masked_lm import MaskedLMObjective, MaskingRule, mask_tokens
+from tfcompile.tasks.objective import Batch, Objective
+
+
+def build_objective(spec: Spec, cache_dir: Path, tokenizer: Tokenizer | None = None) -> Objective:
+    """The spec's task on its data. ``tokenizer``: reuse one (a resumed or fine-tuned run)
+    instead of training a new one."""
+    assert spec.data is not None
+    task, context = spec.task, spec.context_length
+    if task.type == "causal_lm":
+        return CausalLMObjective(task, spec.data, context, cache_dir, tokenizer)
+    if task.type == "masked_lm":
+        return MaskedLMObjective(task, spec.data, context, tokenizer)
+    return ClassificationObjective(task, spec.data, context, spec.train.seed, tokenizer)
+
+
+__all__ = [
+    "IGNORE_INDEX",
+    "Batch",
+    "CausalLMObjective",
+    "ClassificationObjective",
+    "MaskedLMObjective",
+    "MaskingRule",
+    "Objective",
+    "build_objective",
+    "causal_lm_loss",
+    "f1_score",
+    "generate",
+    "mask_tokens",
+    "sample_next",
+]

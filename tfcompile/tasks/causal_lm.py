@@ -1,10 +1,19 @@
-"""Causal language modelling: next-token cross-entropy, and sampling from the next-token distribution."""
+"""Causal language modelling: next-token cross-entropy over windows of a token stream, and
+sampling from the next-token distribution."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from pathlib import Path
+
 import torch
 import torch.nn.functional as F
+from tokenizers import Tokenizer
 from torch import nn
+
+from tfcompile.data import check_fits_context, lm_batch, prepare_corpus
+from tfcompile.spec.schema import CausalLMTask, DataSpec
+from tfcompile.tasks.objective import Batch, ModelFn, Objective
 
 IGNORE_INDEX = -100  # targets at padded positions carry this and add nothing to the loss
 
@@ -17,6 +26,31 @@ def causal_lm_loss(logits: torch.Tensor, targets: torch.Tensor, label_smoothing:
         ignore_index=IGNORE_INDEX,
         label_smoothing=label_smoothing,
     )
+
+
+class CausalLMObjective(Objective):
+    """Random windows of ``context`` tokens; each position predicts the next token."""
+
+    def __init__(
+        self, task: CausalLMTask, data: DataSpec, context: int, cache_dir: Path, tokenizer: Tokenizer | None
+    ) -> None:
+        self.task = task
+        self.context = context
+        self.corpus = prepare_corpus(data, cache_dir, tokenizer)
+        self.tokenizer = self.corpus.tokenizer
+        check_fits_context(self.corpus, context, data)
+
+    def batch(self, split: str, size: int, generator: torch.Generator) -> Batch:
+        ids = self.corpus.train if split == "train" else self.corpus.val
+        x, y = lm_batch(ids, size, self.context, generator)
+        return {"input_ids": x, "targets": y}
+
+    def loss(self, model: ModelFn, batch: Batch) -> torch.Tensor:
+        return causal_lm_loss(model(batch["input_ids"]), batch["targets"], self.task.label_smoothing)
+
+    def evaluate(self, model: ModelFn, batches: Iterator[Batch]) -> dict[str, float]:
+        losses = [causal_lm_loss(model(b["input_ids"]), b["targets"]).item() for b in batches]
+        return {"val_loss": sum(losses) / len(losses)}
 
 
 def sample_next(

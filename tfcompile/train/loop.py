@@ -10,38 +10,31 @@ import json
 import math
 import signal
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
-from torch import nn
 
-from tfcompile.data import TokenizedCorpus, check_fits_context, lm_batch, load_tokenizer, prepare_corpus
-from tfcompile.errors import UserError
+from tfcompile.data import load_tokenizer
 from tfcompile.files import atomic_write_text
 from tfcompile.models import build_model
-from tfcompile.spec import Spec, dump_spec, parse_spec
-from tfcompile.tasks import causal_lm_loss
-from tfcompile.train.checkpoint import (
-    CheckpointError,
-    load_state,
-    load_weights,
-    resolve,
-    save_checkpoint,
-)
+from tfcompile.spec import Spec, dump_spec
+from tfcompile.tasks import Batch, build_objective
+from tfcompile.train.checkpoint import load_state, load_weights, resolve, save_checkpoint
 from tfcompile.train.optim import build_optimizer
 from tfcompile.train.progress import Progress
+from tfcompile.train.runs import (
+    METRICS_FILE,
+    SPEC_FILE,
+    TOKENIZER_FILE,
+    TrainError,
+    init_from_run,
+    load_run_spec,
+    model_differences,
+)
 from tfcompile.train.schedule import learning_rate
-
-SPEC_FILE = "spec.yaml"
-TOKENIZER_FILE = "tokenizer.json"
-METRICS_FILE = "metrics.jsonl"
-
-
-class TrainError(UserError, RuntimeError):
-    """A problem with a run that the user can fix; the message says how."""
 
 
 @dataclass(frozen=True)
@@ -51,6 +44,7 @@ class TrainResult:
     val_loss: float | None
     best_val_loss: float | None
     interrupted: bool
+    metrics: dict[str, float]  # the last validation's
 
 
 def resolve_device(choice: str) -> torch.device:
@@ -59,14 +53,6 @@ def resolve_device(choice: str) -> torch.device:
     if choice == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(choice)
-
-
-def load_run_spec(run_dir: Path, overrides: Sequence[str] = ()) -> Spec:
-    """A run's resolved spec, with ``overrides`` (``dotted.path=value``) applied."""
-    path = run_dir / SPEC_FILE
-    if not path.exists():
-        raise TrainError(f"{run_dir} is not a run: it has no {SPEC_FILE}")
-    return parse_spec(path.read_text(), source=str(path), overrides=overrides)
 
 
 class Trainer:
@@ -89,13 +75,22 @@ class Trainer:
         self.context = spec.context_length
         self._prepare_run_dir(resume)
 
-        tokenizer = load_tokenizer(run_dir / TOKENIZER_FILE) if resume else None
-        self.corpus: TokenizedCorpus = prepare_corpus(spec.data, spec.train.runs_dir / ".cache", tokenizer)
-        check_fits_context(self.corpus, self.context, spec.data)
-        self._check_vocab()
+        init_run = spec.train.init_from
+        if resume:
+            tokenizer = load_tokenizer(run_dir / TOKENIZER_FILE)
+        elif init_run is not None:
+            if not (init_run / TOKENIZER_FILE).exists():
+                raise TrainError(f"train.init_from: {init_run} is not a run: it has no {TOKENIZER_FILE}")
+            tokenizer = load_tokenizer(init_run / TOKENIZER_FILE)  # the pretrained embeddings' vocabulary
+        else:
+            tokenizer = None
+        self.objective = build_objective(spec, spec.train.runs_dir / ".cache", tokenizer)
+        self._take_sizes_from_data()
 
         torch.manual_seed(spec.train.seed)
-        self.model = build_model(spec.model).to(self.device)
+        model = build_model(spec)
+        self.initialized_from = init_from_run(model, spec, init_run) if init_run and not resume else None
+        self.model = model.to(self.device)
         self.optimizer = build_optimizer(self.model, spec.train.optimizer, self.device)
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=spec.train.precision == "fp16")
         self.step = 0
@@ -114,10 +109,13 @@ class Trainer:
         if resume:
             saved = load_run_spec(self.run_dir)
             # vocab_size is left out here: _check_vocab compares it with the run's tokenizer.
-            differences = _differences(saved.model.model_dump(), self.spec.model.model_dump(), "model")
+            differences = model_differences(
+                saved.model.model_dump(), self.spec.model.model_dump(), "model", {"vocab_size"}
+            )
             if differences:
                 raise TrainError(
-                    f"cannot resume {self.run_dir}: its model differs from the spec's in {differences}"
+                    f"cannot resume {self.run_dir}: its model differs from the spec's in "
+                    f"{', '.join(differences)}"
                 )
             if resolve(self.run_dir) is None:
                 raise TrainError(f"cannot resume {self.run_dir}: it has no checkpoint yet")
@@ -127,23 +125,26 @@ class Trainer:
                 f"or choose another name with --set train.name=NAME"
             )
 
-    def _check_vocab(self) -> None:
-        vocab = self.corpus.vocab_size
+    def _take_sizes_from_data(self) -> None:
+        """Fill model.vocab_size and task.labels from the tokenizer and the data, or check them."""
+        assert self.spec.data is not None
+        vocab = self.objective.vocab_size
         declared = self.spec.model.vocab_size
         if declared is None:
             self.spec.model.vocab_size = vocab
         elif declared != vocab:
-            assert self.spec.data is not None
             raise TrainError(
                 f"model.vocab_size is {declared}, but the {self.spec.data.tokenizer.type} tokenizer of "
                 f"data.path has {vocab} tokens: set model.vocab_size to {vocab}, or leave it out "
                 f"to take it from the tokenizer"
             )
+        if self.spec.task.type == "classification":
+            self.spec.task.labels = self.objective.labels
 
     def _write_run_files(self) -> None:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         atomic_write_text(self.run_dir / SPEC_FILE, dump_spec(self.spec))
-        atomic_write_text(self.run_dir / TOKENIZER_FILE, self.corpus.tokenizer.to_str())
+        atomic_write_text(self.run_dir / TOKENIZER_FILE, self.objective.tokenizer.to_str())
 
     def _restore(self) -> None:
         path = resolve(self.run_dir)
@@ -162,16 +163,16 @@ class Trainer:
 
     # ------------------------------------------------------------------ batches
 
-    def _batch(self, split: str, index: int, micro: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    def _generator(self, split: str, index: int, micro: int = 0) -> torch.Generator:
         """Batch ``index`` of a split depends only on (seed, split, index, micro): a resumed run
         reads exactly the batches the uninterrupted run would have read."""
-        ids = self.corpus.train if split == "train" else self.corpus.val
         key = f"{self.spec.train.seed}:{split}:{index}:{micro}".encode()
-        g = torch.Generator().manual_seed(
+        return torch.Generator().manual_seed(
             int.from_bytes(hashlib.blake2b(key, digest_size=7).digest(), "little")
         )
-        x, y = lm_batch(ids, self.spec.train.batch_size, self.context, g)
-        return x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
+
+    def _to_device(self, batch: Batch) -> Batch:
+        return {name: t.to(self.device, non_blocking=True) for name, t in batch.items()}
 
     def _autocast(self) -> contextlib.AbstractContextManager:
         precision = self.spec.train.precision
@@ -184,18 +185,17 @@ class Trainer:
 
     def train(self) -> TrainResult:
         t = self.spec.train
-        label_smoothing = getattr(self.spec.task, "label_smoothing", 0.0)
-        val_loss = None
+        val_loss, metrics = None, {}
         with _stop_on_sigint(self), Progress(t.steps, self.step, enabled=self.show_progress) as progress:
             window_tokens, window_start = 0, time.perf_counter()
             while self.step < t.steps and not self.stop_requested:
                 step = self.step + 1
                 lr = learning_rate(step, t.schedule, t.optimizer, t.steps, self.spec.model.d_model)
-                loss, grad_norm = self._optimizer_step(step, lr, label_smoothing)
+                loss, grad_norm, tokens = self._optimizer_step(step, lr)
                 self.step = step
                 self.window_loss += loss
                 self.window_steps += 1
-                window_tokens += t.batch_size * t.grad_accum * self.context
+                window_tokens += tokens
                 record: dict[str, Any] = {}
                 if step % t.log_interval == 0 or step == t.steps:
                     elapsed = time.perf_counter() - window_start
@@ -210,12 +210,16 @@ class Trainer:
                     window_tokens, window_start = 0, time.perf_counter()
                 improved = False
                 if step % t.eval_interval == 0 or step == t.steps:
-                    val_loss = self.evaluate()
-                    record = {"step": step, **record, "val_loss": val_loss}
+                    metrics = self.evaluate()
+                    val_loss = metrics["val_loss"]
+                    record = {"step": step, **record, **metrics}
                     improved = self.best_val_loss is None or val_loss < self.best_val_loss
                     if improved:
                         self.best_val_loss = val_loss
-                    progress.log(f"step {step}: val loss {val_loss:.4f}" + (" (best)" if improved else ""))
+                    shown = ", ".join(
+                        f"{k.removeprefix('val_').replace('_', ' ')} {v:.4f}" for k, v in metrics.items()
+                    )
+                    progress.log(f"step {step}: val {shown}" + (" (best)" if improved else ""))
                 if record:
                     self._log(record)
                     progress.update(step, record)
@@ -226,21 +230,27 @@ class Trainer:
             if self.stop_requested:
                 self.save()
                 progress.log(f"stopped at step {self.step}; resume with --resume {self.run_dir}")
-        return TrainResult(self.run_dir, self.step, val_loss, self.best_val_loss, self.stop_requested)
+        return TrainResult(
+            self.run_dir, self.step, val_loss, self.best_val_loss, self.stop_requested, metrics
+        )
 
-    def _optimizer_step(self, step: int, lr: float, label_smoothing: float) -> tuple[float, float]:
-        """One optimizer step over grad_accum micro-batches -> (mean loss, gradient norm before clipping)."""
+    def _optimizer_step(self, step: int, lr: float) -> tuple[float, float, int]:
+        """One optimizer step over grad_accum micro-batches -> (mean loss, gradient norm before
+        clipping, tokens seen, padding included)."""
         t = self.spec.train
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         self.model.train()
-        loss_sum = 0.0
+        loss_sum, tokens = 0.0, 0
         for micro in range(t.grad_accum):
-            x, y = self._batch("train", step, micro)
+            batch = self._to_device(
+                self.objective.batch("train", t.batch_size, self._generator("train", step, micro))
+            )
             with self._autocast():
-                loss = causal_lm_loss(self.forward(x), y, label_smoothing) / t.grad_accum
+                loss = self.objective.loss(self.forward, batch) / t.grad_accum
             self.scaler.scale(loss).backward()
             loss_sum += loss.item()
+            tokens += batch["input_ids"].numel()
         if not math.isfinite(loss_sum):
             raise TrainError(
                 f"the training loss became {loss_sum} at step {step}; lower the learning rate or use "
@@ -251,17 +261,18 @@ class Trainer:
         self.scaler.step(self.optimizer)
         self.scaler.update()
         self.optimizer.zero_grad(set_to_none=True)
-        return loss_sum, float(grad_norm)
+        return loss_sum, float(grad_norm), tokens
 
     @torch.no_grad()
-    def evaluate(self) -> float:
+    def evaluate(self) -> dict[str, float]:
+        """The objective's validation metrics (``val_loss`` and, by task, accuracy or F1)."""
         self.model.eval()
-        losses = []
-        for i in range(self.spec.train.eval_batches):
-            x, y = self._batch("val", i)
-            with self._autocast():
-                losses.append(causal_lm_loss(self.forward(x), y).item())
-        return sum(losses) / len(losses)
+        t = self.spec.train
+        batches = self.objective.eval_batches(
+            t.eval_batches, t.batch_size, lambda i: self._generator("val", i)
+        )
+        with self._autocast():
+            return self.objective.evaluate(self.forward, (self._to_device(b) for b in batches))
 
     def save(self, best: bool = False) -> Path:
         state = {
@@ -279,17 +290,6 @@ class Trainer:
     def _log(self, record: dict[str, Any]) -> None:
         with open(self.run_dir / METRICS_FILE, "a") as f:
             f.write(json.dumps(record) + "\n")
-
-
-def load_trained_model(run_dir: Path, which: str = "last") -> tuple[Spec, nn.Module]:
-    """The run's spec and its model with the weights of the ``last`` or ``best`` checkpoint (CPU)."""
-    spec = load_run_spec(run_dir)
-    path = resolve(run_dir, which)
-    if path is None:
-        raise CheckpointError(f"{run_dir} has no {which} checkpoint")
-    model = build_model(spec.model)
-    load_weights(model, path)
-    return spec, model.eval()
 
 
 @contextlib.contextmanager
@@ -312,29 +312,9 @@ def _stop_on_sigint(trainer: Trainer) -> Iterator[None]:
         signal.signal(signal.SIGINT, previous)
 
 
-def _differences(a: dict, b: dict, prefix: str) -> str:
-    diffs = []
-    for key in sorted(set(a) | set(b)):
-        if key == "vocab_size":
-            continue
-        va, vb = a.get(key), b.get(key)
-        if isinstance(va, dict) and isinstance(vb, dict):
-            inner = _differences(va, vb, f"{prefix}.{key}")
-            if inner:
-                diffs.append(inner)
-        elif va != vb:
-            diffs.append(f"{prefix}.{key} (run: {va!r}, spec: {vb!r})")
-    return ", ".join(diffs)
-
-
 def _truncate_metrics(path: Path, step: int) -> None:
     """Drop records past the checkpoint a run resumes from; they will be written again."""
     if not path.exists():
         return
     kept = [line for line in path.read_text().splitlines() if json.loads(line)["step"] <= step]
     atomic_write_text(path, "".join(line + "\n" for line in kept))
-
-
-def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
-    path = run_dir / METRICS_FILE
-    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []

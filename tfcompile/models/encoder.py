@@ -1,0 +1,147 @@
+"""Bidirectional encoders (BERT): embeddings, N blocks without a causal mask, and a task head.
+
+``Encoder`` is the body that pretraining and fine-tuning share; ``MaskedLM`` and ``Classifier``
+add their heads. The body's parameter names are the same in both, so a classifier starts from a
+pretraining run by loading every tensor the body has (see ``train.init.init_from_run``).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from tfcompile.nn.attention import may_attend
+from tfcompile.nn.block import TransformerBlock, build_norm
+from tfcompile.nn.positional import POSITIONAL, PositionalDims
+from tfcompile.spec.schema import EncoderSpec
+
+
+class Encoder(nn.Module):
+    """input_ids (B, T), attention_mask (B, T) 1 for real tokens, token_type_ids (B, T) segment
+    -> hidden states (B, T, d_model). Position 0 holds [CLS]."""
+
+    def __init__(self, spec: EncoderSpec) -> None:
+        super().__init__()
+        if spec.vocab_size is None:
+            raise ValueError(
+                "model.vocab_size is not set: set it in the spec, or train, which takes it from the tokenizer"
+            )
+        self.spec = spec
+        self.embed = nn.Embedding(spec.vocab_size, spec.d_model)
+        self.segment_embed = (
+            nn.Embedding(spec.type_vocab_size, spec.d_model) if spec.type_vocab_size else None
+        )
+        dims = PositionalDims(spec.d_model, spec.n_heads, spec.head_dim, spec.max_seq_len, bidirectional=True)
+        self.positional = POSITIONAL[spec.positional.type](spec.positional, dims)
+        self.embed_norm = build_norm(spec.norm, spec.d_model) if spec.embedding_norm else nn.Identity()
+        self.drop = nn.Dropout(spec.dropout.embedding)
+        self.blocks = nn.ModuleList(TransformerBlock(spec) for _ in range(spec.n_layers))
+        self.final_norm = build_norm(spec.norm, spec.d_model) if spec.norm.final else nn.Identity()
+        # BERT's pooler: the [CLS] state through a dense layer and tanh, for the sentence-level heads.
+        self.pooler = nn.Linear(spec.d_model, spec.d_model)
+
+    def _init_weights(self, module: nn.Module) -> None:
+        if isinstance(module, nn.Linear | nn.Embedding):
+            nn.init.normal_(module.weight, mean=0.0, std=self.spec.init_std)
+        if isinstance(module, nn.Linear) and module.bias is not None:
+            nn.init.zeros_(module.bias)
+
+    def encode(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        self._check_inputs(input_ids, attention_mask, token_type_ids)
+        T = input_ids.shape[1]
+        positions = torch.arange(T, device=input_ids.device)
+        x = self.embed(input_ids)  # (B, T, d)
+        if self.spec.scale_embeddings:
+            x = x * self.spec.d_model**0.5
+        if self.segment_embed is not None:
+            types = torch.zeros_like(input_ids) if token_type_ids is None else token_type_ids
+            x = x + self.segment_embed(types)
+        x = self.drop(self.embed_norm(self.positional.embed(x, positions)))
+        rotary = self.positional.rotary(positions)
+        bias = self.positional.attention_bias(positions, positions)  # (1, H, T, T) or None
+        padding = attention_mask.bool() if attention_mask is not None else None
+        mask = may_attend(positions, positions, False, padding)  # (B, 1, T, T) or None
+        for block in self.blocks:
+            x = block(x, mask, False, rotary, bias)
+        return self.final_norm(x)
+
+    def pool(self, hidden: torch.Tensor) -> torch.Tensor:
+        """(B, T, d) -> (B, d): the [CLS] state through the pooler."""
+        return torch.tanh(self.pooler(hidden[:, 0]))
+
+    def _check_inputs(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        token_type_ids: torch.Tensor | None,
+    ) -> None:
+        if input_ids.dim() != 2 or input_ids.dtype not in (torch.int64, torch.int32):
+            raise ValueError(
+                f"input_ids must be an integer tensor of shape (batch, seq), "
+                f"got {input_ids.dtype} of shape {tuple(input_ids.shape)}"
+            )
+        if input_ids.shape[1] > self.spec.max_seq_len:
+            raise ValueError(
+                f"sequence length {input_ids.shape[1]} exceeds the model's max_seq_len "
+                f"{self.spec.max_seq_len}"
+            )
+        for name, tensor in (("attention_mask", attention_mask), ("token_type_ids", token_type_ids)):
+            if tensor is not None and tensor.shape != input_ids.shape:
+                raise ValueError(
+                    f"{name} shape {tuple(tensor.shape)} must match input_ids {tuple(input_ids.shape)}"
+                )
+
+
+class MaskedLM(Encoder):
+    """-> (token logits (B, T, vocab), next-sentence logits (B, 2) or None).
+
+    BERT's heads: dense + GELU + norm, then a projection to the vocabulary (tied to the token
+    embeddings when the spec ties them); next-sentence prediction from the pooled [CLS] state.
+    """
+
+    def __init__(self, spec: EncoderSpec, next_sentence: bool) -> None:
+        super().__init__(spec)
+        assert spec.vocab_size is not None
+        self.mlm_dense = nn.Linear(spec.d_model, spec.d_model)
+        self.mlm_norm = build_norm(spec.norm, spec.d_model)
+        self.lm_head = nn.Linear(spec.d_model, spec.vocab_size, bias=spec.bias.lm_head)
+        self.nsp_head = nn.Linear(spec.d_model, 2) if next_sentence else None
+        self.apply(self._init_weights)
+        if spec.tie_embeddings:
+            self.lm_head.weight = self.embed.weight
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        hidden = self.encode(input_ids, attention_mask, token_type_ids)
+        logits = self.lm_head(self.mlm_norm(F.gelu(self.mlm_dense(hidden))))  # (B, T, vocab)
+        nsp = self.nsp_head(self.pool(hidden)) if self.nsp_head is not None else None  # (B, 2)
+        return logits, nsp
+
+
+class Classifier(Encoder):
+    """-> logits (B, num_labels) from the pooled [CLS] state."""
+
+    def __init__(self, spec: EncoderSpec, num_labels: int) -> None:
+        super().__init__(spec)
+        self.head_drop = nn.Dropout(spec.dropout.residual)
+        self.classifier = nn.Linear(spec.d_model, num_labels)
+        self.apply(self._init_weights)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        hidden = self.encode(input_ids, attention_mask, token_type_ids)
+        return self.classifier(self.head_drop(self.pool(hidden)))  # (B, num_labels)

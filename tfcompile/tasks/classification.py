@@ -1,0 +1,125 @@
+"""Sentence and sentence-pair classification from the final [CLS] state, with accuracy and F1."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from tokenizers import Tokenizer
+
+from tfcompile.data import DataError, train_tokenizer
+from tfcompile.data.table import LabelledTexts, read_table
+from tfcompile.data.tokenizer import PAD, add_sentence_template
+from tfcompile.spec.schema import ClassificationTask, DataSpec
+from tfcompile.tasks.objective import Batch, ModelFn, Objective
+
+
+def f1_score(predicted: np.ndarray, actual: np.ndarray, num_labels: int) -> float:
+    """Binary tasks: F1 of class 1 (GLUE's convention); more classes: the macro average."""
+    scores = []
+    for c in [1] if num_labels == 2 else range(num_labels):
+        tp = np.sum((predicted == c) & (actual == c))
+        fp = np.sum((predicted == c) & (actual != c))
+        fn = np.sum((predicted != c) & (actual == c))
+        scores.append(2 * tp / (2 * tp + fp + fn) if tp + fp + fn else 0.0)
+    return float(np.mean(scores))
+
+
+class ClassificationObjective(Objective):
+    def __init__(
+        self,
+        task: ClassificationTask,
+        data: DataSpec,
+        context: int,
+        seed: int,
+        tokenizer: Tokenizer | None,
+    ) -> None:
+        self.task = task
+        train = read_table(data.path, task.text_column, task.pair_column, task.label_column)
+        if data.val_path is not None:
+            val = read_table(data.val_path, task.text_column, task.pair_column, task.label_column)
+        else:  # a seeded shuffle, so that a file sorted by label still validates on every label
+            order = np.random.default_rng(seed).permutation(len(train))
+            n_val = max(1, int(len(train) * data.val_fraction))
+            train, val = _subset(train, order[n_val:]), _subset(train, order[:n_val])
+        self.labels = task.labels or sorted(set(train.labels))
+        for split, rows in (("training", train), ("validation", val)):
+            unknown = sorted(set(rows.labels) - set(self.labels))
+            if unknown:
+                raise DataError(
+                    f"the {split} data has labels {unknown[:5]} outside task.labels {self.labels}; "
+                    f"add them to task.labels or leave task.labels out to take the training file's"
+                )
+        if len(self.labels) < 2:
+            raise DataError(f"{data.path}: a classifier needs at least two labels, found {self.labels}")
+        if tokenizer is None:
+            texts = train.texts + (train.pairs or [])
+            tokenizer = train_tokenizer(data.tokenizer, texts, special=True)
+        add_sentence_template(tokenizer, context)
+        self.tokenizer = tokenizer
+        self.pad_id = tokenizer.token_to_id(PAD)
+        self.examples = {"train": self._encode(train), "val": self._encode(val)}
+
+    def _encode(self, rows: LabelledTexts) -> tuple[list, torch.Tensor]:
+        inputs = list(zip(rows.texts, rows.pairs, strict=True)) if rows.pairs else rows.texts
+        encodings = self.tokenizer.encode_batch(inputs)
+        index = {label: i for i, label in enumerate(self.labels)}
+        return encodings, torch.tensor([index[label] for label in rows.labels])
+
+    def _collate(self, split: str, rows: list[int]) -> Batch:
+        encodings, labels = self.examples[split]
+        T = max(len(encodings[i].ids) for i in rows)
+        batch = {
+            "input_ids": torch.full((len(rows), T), self.pad_id, dtype=torch.long),
+            "attention_mask": torch.zeros((len(rows), T), dtype=torch.long),
+            "token_type_ids": torch.zeros((len(rows), T), dtype=torch.long),
+        }
+        for r, i in enumerate(rows):
+            n = len(encodings[i].ids)
+            batch["input_ids"][r, :n] = torch.tensor(encodings[i].ids)
+            batch["token_type_ids"][r, :n] = torch.tensor(encodings[i].type_ids)
+            batch["attention_mask"][r, :n] = 1
+        batch["labels"] = labels[rows]
+        return batch
+
+    def batch(self, split: str, size: int, generator: torch.Generator) -> Batch:
+        n = len(self.examples[split][1])
+        return self._collate(split, torch.randint(n, (size,), generator=generator).tolist())
+
+    def eval_batches(self, count: int, size: int, generator_for: object) -> Iterator[Batch]:
+        """The whole validation split, in order: accuracy is reported on every example."""
+        n = len(self.examples["val"][1])
+        for start in range(0, n, size):
+            yield self._collate("val", list(range(start, min(start + size, n))))
+
+    def _logits(self, model: ModelFn, batch: Batch) -> torch.Tensor:
+        return model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]).float()
+
+    def loss(self, model: ModelFn, batch: Batch) -> torch.Tensor:
+        return F.cross_entropy(
+            self._logits(model, batch), batch["labels"], label_smoothing=self.task.label_smoothing
+        )
+
+    def evaluate(self, model: ModelFn, batches: Iterator[Batch]) -> dict[str, float]:
+        loss_sum, predicted, actual = 0.0, [], []
+        for batch in batches:
+            logits = self._logits(model, batch)
+            loss_sum += F.cross_entropy(logits, batch["labels"], reduction="sum").item()
+            predicted.append(logits.argmax(-1).cpu())
+            actual.append(batch["labels"].cpu())
+        p, a = torch.cat(predicted).numpy(), torch.cat(actual).numpy()
+        return {
+            "val_loss": loss_sum / len(a),
+            "val_accuracy": float(np.mean(p == a)),
+            "val_f1": f1_score(p, a, len(self.labels)),
+        }
+
+
+def _subset(rows: LabelledTexts, index: np.ndarray) -> LabelledTexts:
+    return LabelledTexts(
+        [rows.texts[i] for i in index],
+        [rows.pairs[i] for i in index] if rows.pairs else None,
+        [rows.labels[i] for i in index],
+    )

@@ -1,0 +1,157 @@
+"""Masked language modelling and next-sentence prediction (BERT, Devlin et al. 2019).
+
+The corpus is split into lines (tiny shakespeare: consecutive lines are real next sentences).
+An example packs consecutive lines into ``[CLS] A [SEP]``, or with next-sentence prediction into
+``[CLS] A [SEP] B [SEP]`` where B follows A half of the time and starts at a random line otherwise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from tokenizers import Tokenizer
+
+from tfcompile.data import DataError, read_corpus, train_tokenizer
+from tfcompile.data.tokenizer import CLS, MASK, PAD, SEP, SPECIAL_TOKENS
+from tfcompile.spec.schema import DataSpec, MaskedLMTask
+from tfcompile.tasks.causal_lm import IGNORE_INDEX
+from tfcompile.tasks.objective import Batch, ModelFn, Objective
+
+
+@dataclass(frozen=True)
+class MaskingRule:
+    mask_prob: float = 0.15  # of the maskable tokens: chosen for the loss
+    mask_token_prob: float = 0.8  # of the chosen: replaced by [MASK]
+    random_token_prob: float = 0.1  # of the chosen: replaced by a random non-special token
+
+
+def mask_tokens(
+    input_ids: torch.Tensor,
+    maskable: torch.Tensor,
+    rule: MaskingRule,
+    mask_id: int,
+    random_ids: tuple[int, int],
+    generator: torch.Generator,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """input_ids (B, T), maskable (B, T) bool (False at special and padding tokens) ->
+    (corrupted input_ids, targets): targets hold the original id at the chosen positions and
+    IGNORE_INDEX elsewhere. Random replacements are drawn from ``random_ids`` = [low, high)."""
+    chosen = (torch.rand(input_ids.shape, generator=generator) < rule.mask_prob) & maskable
+    targets = torch.where(chosen, input_ids, IGNORE_INDEX)
+    fate = torch.rand(input_ids.shape, generator=generator)
+    to_mask = chosen & (fate < rule.mask_token_prob)
+    to_random = (
+        chosen & (fate >= rule.mask_token_prob) & (fate < rule.mask_token_prob + rule.random_token_prob)
+    )
+    random_tokens = torch.randint(*random_ids, input_ids.shape, generator=generator)
+    corrupted = torch.where(to_mask, mask_id, torch.where(to_random, random_tokens, input_ids))
+    return corrupted, targets
+
+
+class MaskedLMObjective(Objective):
+    def __init__(self, task: MaskedLMTask, data: DataSpec, context: int, tokenizer: Tokenizer | None) -> None:
+        self.task = task
+        self.context = context
+        self.rule = MaskingRule(task.mask_prob, task.mask_token_prob, task.random_token_prob)
+        lines = [line.strip() for line in read_corpus(data).splitlines() if line.strip()]
+        n_train = int(len(lines) * (1 - data.val_fraction))
+        if n_train < 2 or len(lines) - n_train < 2:
+            raise DataError(
+                f"data.path {data.path}: {len(lines)} non-empty lines are too few to split into "
+                f"training and validation sentences (val_fraction {data.val_fraction})"
+            )
+        self.tokenizer = tokenizer or train_tokenizer(data.tokenizer, lines[:n_train], special=True)
+        self.ids = {tok: self.tokenizer.token_to_id(tok) for tok in SPECIAL_TOKENS}
+        if list(self.ids.values()) != list(range(len(SPECIAL_TOKENS))):
+            raise DataError(
+                f"the tokenizer must hold {', '.join(SPECIAL_TOKENS)} at ids 0-4, found {self.ids}: "
+                f"it was not made for an encoder"
+            )
+        encoded = [e.ids for e in self.tokenizer.encode_batch(lines, add_special_tokens=False)]
+        self.lines = {"train": encoded[:n_train], "val": encoded[n_train:]}
+
+    def _span(self, lines: list[list[int]], start: int, budget: int) -> tuple[list[int], int]:
+        """Consecutive lines from ``start`` up to ``budget`` tokens (at least part of one line)
+        -> (token ids, index of the next line)."""
+        ids: list[int] = []
+        i = start
+        while i < len(lines) and (not ids or len(ids) + len(lines[i]) <= budget):
+            ids += lines[i][: budget - len(ids)]
+            i += 1
+        return ids, i
+
+    def _example(self, lines: list[list[int]], g: torch.Generator) -> tuple[list[int], list[int], int]:
+        """-> (ids, segment ids, is_next: 1 when B follows A, 0 when random, -1 without NSP)."""
+        cls, sep = self.ids[CLS], self.ids[SEP]
+        n = len(lines)
+        if not self.task.next_sentence:
+            a, _ = self._span(lines, int(torch.randint(n, (1,), generator=g)), self.context - 2)
+            return [cls, *a, sep], [0] * (len(a) + 2), -1
+        budget = self.context - 3
+        a, after = self._span(lines, int(torch.randint(n - 1, (1,), generator=g)), budget // 2)
+        is_next = int(torch.rand((), generator=g) < 0.5) if after < n else 0
+        start = after if is_next else int(torch.randint(n, (1,), generator=g))
+        b, _ = self._span(lines, start, budget - len(a))
+        return [cls, *a, sep, *b, sep], [0] * (len(a) + 2) + [1] * (len(b) + 1), is_next
+
+    def batch(self, split: str, size: int, generator: torch.Generator) -> Batch:
+        examples = [self._example(self.lines[split], generator) for _ in range(size)]
+        T = max(len(ids) for ids, _, _ in examples)
+        input_ids = torch.full((size, T), self.ids[PAD], dtype=torch.long)
+        token_type_ids = torch.zeros((size, T), dtype=torch.long)
+        for row, (ids, types, _) in enumerate(examples):
+            input_ids[row, : len(ids)] = torch.tensor(ids)
+            token_type_ids[row, : len(types)] = torch.tensor(types)
+        attention_mask = (input_ids != self.ids[PAD]).long()
+        maskable = input_ids >= len(SPECIAL_TOKENS)  # special tokens hold ids 0..4
+        corrupted, targets = mask_tokens(
+            input_ids, maskable, self.rule, self.ids[MASK], (len(SPECIAL_TOKENS), self.vocab_size), generator
+        )
+        batch = {
+            "input_ids": corrupted,
+            "attention_mask": attention_mask,
+            "token_type_ids": token_type_ids,
+            "targets": targets,
+        }
+        if self.task.next_sentence:
+            batch["is_next"] = torch.tensor([is_next for _, _, is_next in examples])
+        return batch
+
+    def _losses(
+        self, model: ModelFn, batch: Batch
+    ) -> tuple[torch.Tensor, torch.Tensor | None, dict[str, float]]:
+        logits, nsp_logits = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
+        targets = batch["targets"]
+        mlm = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), ignore_index=IGNORE_INDEX)
+        chosen = targets != IGNORE_INDEX
+        stats = {
+            "mlm_correct": float((logits.argmax(-1) == targets)[chosen].sum()),
+            "mlm_count": float(chosen.sum()),
+        }
+        nsp = None
+        if nsp_logits is not None:
+            nsp = F.cross_entropy(nsp_logits.float(), batch["is_next"])
+            stats["nsp_correct"] = float((nsp_logits.argmax(-1) == batch["is_next"]).sum())
+            stats["nsp_count"] = float(len(batch["is_next"]))
+        return mlm, nsp, stats
+
+    def loss(self, model: ModelFn, batch: Batch) -> torch.Tensor:
+        mlm, nsp, _ = self._losses(model, batch)
+        return mlm if nsp is None else mlm + nsp
+
+    def evaluate(self, model: ModelFn, batches: Iterator[Batch]) -> dict[str, float]:
+        totals: dict[str, float] = {}
+        losses = []
+        for batch in batches:
+            mlm, nsp, stats = self._losses(model, batch)
+            losses.append((mlm if nsp is None else mlm + nsp).item())
+            for key, value in stats.items():
+                totals[key] = totals.get(key, 0.0) + value
+        metrics = {"val_loss": sum(losses) / len(losses)}
+        metrics["val_mlm_accuracy"] = totals["mlm_correct"] / max(totals["mlm_count"], 1.0)
+        if "nsp_count" in totals:
+            metrics["val_nsp_accuracy"] = totals["nsp_correct"] / totals["nsp_count"]
+        return metrics

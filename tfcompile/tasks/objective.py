@@ -1,0 +1,40 @@
+"""What the trainer asks of every task: its tokenizer, batches, loss and validation metrics."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+from tokenizers import Tokenizer
+
+Batch = dict[str, torch.Tensor]  # the model's inputs by name, plus the targets
+ModelFn = Callable[..., Any]
+
+
+class Objective(ABC):
+    tokenizer: Tokenizer
+
+    @property
+    def vocab_size(self) -> int:
+        return self.tokenizer.get_vocab_size()
+
+    @abstractmethod
+    def batch(self, split: str, size: int, generator: torch.Generator) -> Batch:
+        """A batch of ``size`` examples of ``split`` ("train" or "val"), drawn with ``generator``."""
+
+    @abstractmethod
+    def loss(self, model: ModelFn, batch: Batch) -> torch.Tensor:
+        """The mean training loss of ``batch`` (a scalar)."""
+
+    @abstractmethod
+    def evaluate(self, model: ModelFn, batches: Iterator[Batch]) -> dict[str, float]:
+        """Validation metrics over ``batches``; always ``val_loss``, which picks the best checkpoint."""
+
+    def eval_batches(
+        self, count: int, size: int, generator_for: Callable[[int], torch.Generator]
+    ) -> Iterator[Batch]:
+        """The batches ``evaluate`` sees: by default ``count`` random ones, the same at every evaluation."""
+        for i in range(count):
+            yield self.batch("val", size, generator_for(i))
