@@ -1,26 +1,37 @@
 """torch -> ONNX export and parity checks against onnxruntime."""
 
 from tfcompile.export.bundle import ExportError, Source, export_bundle, verify_bundle
-from tfcompile.export.graph import DECODER_INPUTS, DECODER_OUTPUTS, export_decoder, export_decoder_step
+from tfcompile.export.graph import (
+    CLASSIFIER_INPUTS,
+    DECODER_INPUTS,
+    OUTPUTS,
+    export_classifier,
+    export_decoder,
+    export_decoder_step,
+)
 from tfcompile.export.parity import (
     ParityCase,
     ParityReport,
+    check_classifier_parity,
     check_decoder_parity,
     check_step_parity,
     default_shapes,
 )
 
 __all__ = [
+    "CLASSIFIER_INPUTS",
     "DECODER_INPUTS",
-    "DECODER_OUTPUTS",
+    "OUTPUTS",
     "ExportError",
     "ParityCase",
     "ParityReport",
     "Source",
+    "check_classifier_parity",
     "check_decoder_parity",
     "check_step_parity",
     "default_shapes",
     "export_bundle",
+    "export_classifier",
     "export_decoder",
     "export_decoder_step",
     "verify_bundle",

@@ -1,7 +1,9 @@
 """Bundles: a folder that another application serves with onnxruntime alone.
 
-    model.onnx          the full forward (dynamic batch and sequence axes)
-    decoder_step.onnx   the incremental form: new tokens + per-layer past K/V -> logits + present K/V
+    model.onnx          the full forward (dynamic batch and sequence axes): a decoder's next-token
+                        logits, or a classifier's label logits
+    decoder_step.onnx   decoders only, the incremental form: new tokens + per-layer past K/V ->
+                        logits + present K/V
     tokenizer.json   the run's tokenizer, when the model came from a run
     spec.yaml        the resolved spec
     manifest.json    format version, graphs with named inputs/outputs, versions, file hashes, parity
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib.metadata import version
 from pathlib import Path
@@ -20,18 +23,40 @@ from typing import Any
 
 import onnx
 import torch
+from torch import nn
 
 from tfcompile import __version__
 from tfcompile.errors import UserError
-from tfcompile.export.graph import DECODER_INPUTS, DECODER_OUTPUTS, export_decoder, export_decoder_step
-from tfcompile.export.parity import ParityReport, check_decoder_parity, check_step_parity
-from tfcompile.models import DecoderLM, build_model
+from tfcompile.export.graph import export_classifier, export_decoder, export_decoder_step
+from tfcompile.export.parity import (
+    ParityReport,
+    check_classifier_parity,
+    check_decoder_parity,
+    check_step_parity,
+)
+from tfcompile.models import build_model
 from tfcompile.runtime.bundle import FORMAT_VERSION, MANIFEST, read_manifest, sha256_file
 from tfcompile.runtime.ort import ort
 from tfcompile.spec import Spec, dump_spec, parse_spec
 from tfcompile.train import load_trained_model
 
 GRAPH_FILES = {"model": "model.onnx", "step": "decoder_step.onnx"}
+
+
+@dataclass(frozen=True)
+class Graph:
+    export: Callable[[Any, Path, int], onnx.ModelProto]
+    check: Callable[..., ParityReport]  # (model, path, tolerance, seed=) -> report
+
+
+# The graphs a bundle holds, by task. A masked-LM run is pretraining: fine-tune it to serve it.
+GRAPHS: dict[str, dict[str, Graph]] = {
+    "causal_lm": {
+        "model": Graph(export_decoder, check_decoder_parity),
+        "step": Graph(export_decoder_step, check_step_parity),
+    },
+    "classification": {"model": Graph(export_classifier, check_classifier_parity)},
+}
 
 
 class ExportError(UserError, RuntimeError):
@@ -46,14 +71,13 @@ class Source:
     checkpoint: str = "last"
     seed: int = 0
 
-    def load(self, spec: Spec | None = None) -> tuple[Spec, DecoderLM]:
+    def load(self, spec: Spec | None = None) -> tuple[Spec, nn.Module]:
         if self.run is not None:
             spec, model = load_trained_model(self.run, self.checkpoint)
         else:
             assert spec is not None
             torch.manual_seed(self.seed)
             model = build_model(spec).eval()
-        assert isinstance(model, DecoderLM)
         return spec, model
 
     def to_dict(self) -> dict[str, Any]:
@@ -66,9 +90,11 @@ def export_bundle(
     spec: Spec | None, source: Source, out: Path, opset: int | None = None
 ) -> dict[str, ParityReport]:
     """Export, check parity of every graph, and write the bundle; returns the parity reports."""
+    if spec is not None:
+        _check_exportable(spec)
     spec, model = source.load(spec)
-    if spec.model.vocab_size is None:
-        raise ExportError("model.vocab_size is not set: export a trained run, or set it in the spec")
+    _check_exportable(spec)
+    graphs = GRAPHS[spec.task.type]
     if out.exists() and any(out.iterdir()) and not (out / MANIFEST).exists():
         raise ExportError(f"{out} exists and is not a bundle: choose an empty or new folder with --out")
     opset = opset or spec.export.opset
@@ -76,13 +102,9 @@ def export_bundle(
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     try:
-        protos = {
-            "model": export_decoder(model, tmp / GRAPH_FILES["model"], opset),
-            "step": export_decoder_step(model, tmp / GRAPH_FILES["step"], opset),
-        }
+        protos = {name: g.export(model, tmp / GRAPH_FILES[name], opset) for name, g in graphs.items()}
         reports = {
-            "model": check_decoder_parity(model, tmp / GRAPH_FILES["model"], spec.export.tolerance),
-            "step": check_step_parity(model, tmp / GRAPH_FILES["step"], spec.export.tolerance),
+            name: g.check(model, tmp / GRAPH_FILES[name], spec.export.tolerance) for name, g in graphs.items()
         }
         for name, report in reports.items():
             if not report.passed:
@@ -117,11 +139,23 @@ def verify_bundle(bundle: Path, run: Path | None = None) -> dict[str, ParityRepo
     else:
         source = Source(seed=recorded["seed"])
     _, model = source.load(spec)
-    graphs, tolerance = manifest["graphs"], spec.export.tolerance
+    files, tolerance = manifest["graphs"], spec.export.tolerance
     return {
-        "model": check_decoder_parity(model, bundle / graphs["model"]["file"], tolerance, seed=1),
-        "step": check_step_parity(model, bundle / graphs["step"]["file"], tolerance, seed=1),
+        name: g.check(model, bundle / files[name]["file"], tolerance, seed=1)
+        for name, g in GRAPHS[spec.task.type].items()
     }
+
+
+def _check_exportable(spec: Spec) -> None:
+    if spec.task.type not in GRAPHS:
+        raise ExportError(
+            f"a {spec.task.type} model is pretraining, not something to serve: fine-tune it "
+            f"(train.init_from) into one of {', '.join(GRAPHS)}, and export that run"
+        )
+    if spec.model.vocab_size is None:
+        raise ExportError("model.vocab_size is not set: export a trained run, or set it in the spec")
+    if spec.task.type == "classification" and not spec.task.labels:
+        raise ExportError("task.labels is not set: export a trained run, or set it in the spec")
 
 
 def _manifest(
@@ -142,19 +176,23 @@ def _manifest(
             for v in values
         ]
 
-    assert [i.name for i in protos["model"].graph.input] == list(DECODER_INPUTS)
-    assert [o.name for o in protos["model"].graph.output] == list(DECODER_OUTPUTS)
-    return {
-        "format_version": FORMAT_VERSION,
-        "task": spec.task.type,
-        "model": {
-            "family": spec.model.family,
-            "vocab_size": spec.model.vocab_size,
-            "max_seq_len": spec.model.max_seq_len,
+    sizes: dict[str, Any] = {
+        "family": spec.model.family,
+        "vocab_size": spec.model.vocab_size,
+        "max_seq_len": spec.model.max_seq_len,
+    }
+    if spec.task.type == "causal_lm":  # what the runtime needs to build an empty KV cache
+        sizes |= {
             "n_layers": spec.model.n_layers,
             "n_kv_heads": spec.model.n_kv_heads,
             "head_dim": spec.model.head_dim,
-        },
+        }
+    else:
+        sizes |= {"labels": spec.task.labels}
+    return {
+        "format_version": FORMAT_VERSION,
+        "task": spec.task.type,
+        "model": sizes,
         "graphs": {
             name: {"file": GRAPH_FILES[name], "inputs": io(p.graph.input), "outputs": io(p.graph.output)}
             for name, p in protos.items()

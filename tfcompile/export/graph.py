@@ -15,24 +15,35 @@ import onnx
 import torch
 from torch import nn
 
-from tfcompile.models import DecoderLM
+from tfcompile.models import Classifier, DecoderLM
 from tfcompile.nn.attention import KVCache
 
 DECODER_INPUTS = ("input_ids", "attention_mask")
-DECODER_OUTPUTS = ("logits",)
+CLASSIFIER_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+OUTPUTS = ("logits",)
 
 
 def export_decoder(model: DecoderLM, path: Path, opset: int) -> onnx.ModelProto:
-    """Write ``forward(input_ids (B, T) int64, attention_mask (B, T) int64) -> logits (B, T, V)``.
+    """Write ``forward(input_ids (B, T) int64, attention_mask (B, T) int64) -> logits (B, T, V)``."""
+    return _export_forward(model, DECODER_INPUTS, path, opset)
 
-    Batch and sequence are dynamic; the sequence axis is bounded by the model's max_seq_len.
-    """
+
+def export_classifier(model: Classifier, path: Path, opset: int) -> onnx.ModelProto:
+    """Write ``forward(input_ids, attention_mask, token_type_ids (B, T) int64) -> logits (B, labels)``."""
+    return _export_forward(model, CLASSIFIER_INPUTS, path, opset)
+
+
+def _export_forward(model: nn.Module, inputs: tuple[str, ...], path: Path, opset: int) -> onnx.ModelProto:
+    """Export ``model(*inputs)``, each input (B, T) int64, to ``logits``. Batch and sequence are
+    dynamic; the sequence axis is bounded by the model's max_seq_len."""
     model = model.eval()
     max_len = model.spec.max_seq_len
     # torch.export specialises sizes 0 and 1, so the example uses 2 of each where the model allows.
     example_len = min(max_len, 8)
-    ids = torch.zeros(2, example_len, dtype=torch.long)
-    mask = torch.ones(2, example_len, dtype=torch.long)
+    example = tuple(
+        (torch.ones if name == "attention_mask" else torch.zeros)(2, example_len, dtype=torch.long)
+        for name in inputs
+    )
     batch = torch.export.Dim("batch", min=1, max=4096)
     axes: dict[int, torch.export.Dim] = {0: batch}
     if max_len >= 2:
@@ -40,11 +51,11 @@ def export_decoder(model: DecoderLM, path: Path, opset: int) -> onnx.ModelProto:
     with _quiet():
         program = torch.onnx.export(
             model,
-            (ids, mask),
+            example,
             dynamo=True,
-            input_names=list(DECODER_INPUTS),
-            output_names=list(DECODER_OUTPUTS),
-            dynamic_shapes={"input_ids": axes, "attention_mask": axes},
+            input_names=list(inputs),
+            output_names=list(OUTPUTS),
+            dynamic_shapes={name: axes for name in inputs},
             opset_version=opset,
             verbose=False,
         )

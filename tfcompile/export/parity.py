@@ -8,9 +8,10 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from torch import nn
 
-from tfcompile.export.graph import step_names
-from tfcompile.models import DecoderLM
+from tfcompile.export.graph import CLASSIFIER_INPUTS, DECODER_INPUTS, step_names
+from tfcompile.models import Classifier, DecoderLM
 from tfcompile.runtime.ort import ort
 
 
@@ -58,6 +59,29 @@ def check_decoder_parity(
     shapes: Sequence[tuple[int, int, bool]] | None = None,
     seed: int = 0,
 ) -> ParityReport:
+    return _check_forward_parity(model, onnx_path, DECODER_INPUTS, tolerance, shapes, seed)
+
+
+def check_classifier_parity(
+    model: Classifier,
+    onnx_path: Path,
+    tolerance: float,
+    shapes: Sequence[tuple[int, int, bool]] | None = None,
+    seed: int = 0,
+) -> ParityReport:
+    return _check_forward_parity(model, onnx_path, CLASSIFIER_INPUTS, tolerance, shapes, seed)
+
+
+def _check_forward_parity(
+    model: nn.Module,
+    onnx_path: Path,
+    inputs: tuple[str, ...],
+    tolerance: float,
+    shapes: Sequence[tuple[int, int, bool]] | None,
+    seed: int,
+) -> ParityReport:
+    """Random token ids; in padded cases the last row ends in padding; token types mark a second
+    segment from the middle on, as in a sentence pair."""
     model = model.eval()
     spec = model.spec
     assert spec.vocab_size is not None
@@ -65,13 +89,18 @@ def check_decoder_parity(
     rng = np.random.default_rng(seed)
     cases = []
     for batch, seq, padded in shapes or default_shapes(spec.max_seq_len):
-        ids = rng.integers(0, spec.vocab_size, size=(batch, seq), dtype=np.int64)
-        mask = np.ones((batch, seq), dtype=np.int64)
+        feed = {
+            "input_ids": rng.integers(0, spec.vocab_size, size=(batch, seq), dtype=np.int64),
+            "attention_mask": np.ones((batch, seq), dtype=np.int64),
+            "token_type_ids": np.zeros((batch, seq), dtype=np.int64),
+        }
         if padded and seq > 1:
-            mask[-1, rng.integers(1, seq) :] = 0
+            feed["attention_mask"][-1, rng.integers(1, seq) :] = 0
+        feed["token_type_ids"][:, seq // 2 :] = 1
+        feed = {name: feed[name] for name in inputs}
         with torch.no_grad():
-            expected = model(torch.from_numpy(ids), torch.from_numpy(mask)).numpy()
-        (actual,) = session.run(None, {"input_ids": ids, "attention_mask": mask})
+            expected = model(*(torch.from_numpy(v) for v in feed.values())).numpy()
+        (actual,) = session.run(None, feed)
         diff = float(np.abs(actual - expected).max())
         scale = float(np.abs(expected).max()) or 1.0
         cases.append(ParityCase(batch, seq, padded, diff, diff / scale))

@@ -1,14 +1,39 @@
 """Serve exported bundles with onnxruntime, numpy and tokenizers: this package never imports torch."""
 
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
 from tfcompile.runtime.bundle import FORMAT_VERSION, read_manifest
+from tfcompile.runtime.classifier import Classifier, Prediction
 from tfcompile.runtime.errors import BundleError, InputError
-from tfcompile.runtime.session import Model, default_providers, load, sample_next
+from tfcompile.runtime.generation import LanguageModel, sample_next
+from tfcompile.runtime.session import Bundle, default_providers
+
+
+def load(bundle: str | Path, providers: Sequence[str] | None = None) -> LanguageModel | Classifier:
+    """Load and check a bundle written by ``tfcompile export``: a LanguageModel for a decoder, a
+    Classifier for a classifier. ``providers``: onnxruntime execution providers, in order of
+    preference (default: CUDA when available, then the CPU)."""
+    task = read_manifest(Path(bundle))["task"]
+    kinds: dict[str, type[LanguageModel | Classifier]] = {
+        "causal_lm": LanguageModel,
+        "classification": Classifier,
+    }
+    if task not in kinds:
+        raise BundleError(f"{bundle} holds a {task!r} model, which this runtime cannot serve")
+    return kinds[task](bundle, providers)
+
 
 __all__ = [
     "FORMAT_VERSION",
+    "Bundle",
     "BundleError",
+    "Classifier",
     "InputError",
-    "Model",
+    "LanguageModel",
+    "Prediction",
     "default_providers",
     "load",
     "read_manifest",

@@ -1,6 +1,6 @@
-"""Serve a bundle with onnxruntime alone: load, check, validate inputs, run.
+"""A bundle opened for serving: manifest and file checks, execution providers, input checks.
 
-Imports onnxruntime, numpy and tokenizers only, never torch.
+Imports onnxruntime, numpy and tokenizers only, never torch (as all of tfcompile.runtime).
 """
 
 from __future__ import annotations
@@ -39,8 +39,9 @@ def session_providers(providers: Sequence[str]) -> list[tuple[str, dict[str, str
     return [(name, dict(PROVIDER_OPTIONS.get(name, {}))) for name in providers]
 
 
-class Model:
-    """A loaded bundle. ``logits(input_ids, attention_mask)`` -> (batch, seq, vocab) float32."""
+class Bundle:
+    """A loaded and checked bundle: its manifest, a session on its main graph, its tokenizer, and
+    the checks every input goes through before onnxruntime sees it."""
 
     def __init__(self, bundle: str | Path, providers: Sequence[str] | None = None) -> None:
         self.path = Path(bundle)
@@ -52,71 +53,10 @@ class Model:
         self.max_seq_len: int = self.manifest["model"]["max_seq_len"]
         tokenizer = self.path / "tokenizer.json"
         self.tokenizer = Tokenizer.from_file(str(tokenizer)) if tokenizer.exists() else None
-        self._step: ort.InferenceSession | None = None  # the incremental graph, loaded on first use
 
     @property
     def providers(self) -> list[str]:
         return self.session.get_providers()
-
-    def logits(self, input_ids: Any, attention_mask: Any | None = None) -> np.ndarray:
-        ids = self._token_ids(input_ids)
-        mask = np.ones_like(ids) if attention_mask is None else self._mask(attention_mask, ids.shape)
-        (logits,) = self.session.run(["logits"], {"input_ids": ids, "attention_mask": mask})
-        return logits
-
-    def generate(
-        self,
-        input_ids: Any,
-        max_new_tokens: int,
-        temperature: float = 1.0,
-        top_k: int | None = None,
-        top_p: float | None = None,
-        seed: int | None = None,
-        use_cache: bool = True,
-    ) -> np.ndarray:
-        """input_ids (batch, prompt) -> (batch, prompt + max_new_tokens). With the cache each step
-        runs the incremental graph on one token; without it, the full graph on the whole sequence."""
-        ids = self._token_ids(input_ids)
-        _check_sampling(max_new_tokens, temperature, top_k, top_p)
-        if ids.shape[1] + max_new_tokens > self.max_seq_len:
-            raise InputError(
-                f"the prompt ({ids.shape[1]} tokens) plus max_new_tokens ({max_new_tokens}) exceeds the "
-                f"model's context of {self.max_seq_len}"
-            )
-        rng = np.random.default_rng(seed)
-        if not use_cache:
-            for _ in range(max_new_tokens):
-                next_ids = sample_next(self.logits(ids)[:, -1], temperature, top_k, top_p, rng)
-                ids = np.concatenate([ids, next_ids[:, None]], axis=1)
-            return ids
-        step = self._step_session()
-        names = [i["name"] for i in self.manifest["graphs"]["step"]["inputs"]]
-        m = self.manifest["model"]
-        empty = np.zeros((ids.shape[0], m["n_kv_heads"], 0, m["head_dim"]), dtype=np.float32)
-        past = [empty] * (2 * m["n_layers"])
-        new = ids
-        for _ in range(max_new_tokens):
-            mask = np.ones((ids.shape[0], ids.shape[1]), dtype=np.int64)
-            logits, *past = step.run(None, dict(zip(names, [new, mask, *past], strict=True)))
-            new = sample_next(logits[:, -1], temperature, top_k, top_p, rng)[:, None]
-            ids = np.concatenate([ids, new], axis=1)
-        return ids
-
-    def generate_text(self, prompt: str, max_new_tokens: int, **options: Any) -> str:
-        """Encode ``prompt`` with the bundle's tokenizer, generate, and decode the whole text."""
-        if self.tokenizer is None:
-            raise InputError(f"{self.path} has no tokenizer.json: pass token ids to generate()")
-        prompt_ids = self.tokenizer.encode(prompt).ids
-        if not prompt_ids:
-            raise InputError("the prompt encodes to no tokens: give at least one character")
-        ids = self.generate(np.array([prompt_ids]), max_new_tokens, **options)
-        return self.tokenizer.decode(ids[0].tolist())
-
-    def _step_session(self) -> ort.InferenceSession:
-        if self._step is None:
-            graph = self.manifest["graphs"]["step"]
-            self._step = ort.InferenceSession(str(self.path / graph["file"]), providers=self._providers)
-        return self._step
 
     def _token_ids(self, value: Any) -> np.ndarray:
         ids = np.asarray(value)
@@ -136,58 +76,15 @@ class Model:
             raise InputError(f"input_ids holds token id {bad}, outside the vocabulary [0, {self.vocab_size})")
         return ids.astype(np.int64, copy=False)
 
+    def _flags(self, name: str, value: Any, shape: tuple[int, ...], meaning: str) -> np.ndarray:
+        """A 0/1 integer array shaped like input_ids; ``meaning`` says what 0 and 1 stand for."""
+        array = np.asarray(value)
+        if array.shape != shape:
+            raise InputError(f"{name} has shape {array.shape}, but input_ids has shape {shape}")
+        integer = np.issubdtype(array.dtype, np.integer) or array.dtype == np.bool_
+        if not integer or not np.isin(array, (0, 1)).all():
+            raise InputError(f"{name} must hold {meaning} only")
+        return array.astype(np.int64, copy=False)
+
     def _mask(self, value: Any, shape: tuple[int, ...]) -> np.ndarray:
-        mask = np.asarray(value)
-        if mask.shape != shape:
-            raise InputError(f"attention_mask has shape {mask.shape}, but input_ids has shape {shape}")
-        if (
-            not (np.issubdtype(mask.dtype, np.integer) or mask.dtype == np.bool_)
-            or not np.isin(mask, (0, 1)).all()
-        ):
-            raise InputError("attention_mask must hold 0 (padding) and 1 (real token) only")
-        return mask.astype(np.int64, copy=False)
-
-
-def _check_sampling(max_new_tokens: int, temperature: float, top_k: int | None, top_p: float | None) -> None:
-    if max_new_tokens < 0:
-        raise InputError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
-    if temperature < 0:
-        raise InputError(f"temperature must be >= 0 (0 is greedy), got {temperature}")
-    if top_k is not None and top_k < 1:
-        raise InputError(f"top_k must be >= 1, got {top_k}")
-    if top_p is not None and not 0 < top_p <= 1:
-        raise InputError(f"top_p must be in (0, 1], got {top_p}")
-
-
-def sample_next(
-    logits: np.ndarray,
-    temperature: float = 1.0,
-    top_k: int | None = None,
-    top_p: float | None = None,
-    rng: np.random.Generator | None = None,
-) -> np.ndarray:
-    """logits (B, V) -> next token ids (B,). Temperature 0 is greedy (argmax); top-k keeps the k
-    most likely tokens, top-p the fewest whose probabilities reach p."""
-    if temperature == 0:
-        return logits.argmax(axis=-1)
-    rng = rng or np.random.default_rng()
-    scores = logits.astype(np.float64) / temperature
-    if top_k is not None and top_k < scores.shape[-1]:
-        kth = np.sort(scores, axis=-1)[:, -top_k][:, None]
-        scores = np.where(scores < kth, -np.inf, scores)
-    probs = np.exp(scores - scores.max(axis=-1, keepdims=True))
-    probs /= probs.sum(axis=-1, keepdims=True)
-    if top_p is not None and top_p < 1.0:
-        order = np.argsort(-probs, axis=-1)
-        sorted_probs = np.take_along_axis(probs, order, axis=-1)
-        drop_sorted = np.cumsum(sorted_probs, axis=-1) - sorted_probs >= top_p
-        drop = np.zeros_like(drop_sorted)
-        np.put_along_axis(drop, order, drop_sorted, axis=-1)
-        probs = np.where(drop, 0.0, probs)
-        probs /= probs.sum(axis=-1, keepdims=True)
-    return np.array([rng.choice(len(p), p=p) for p in probs])
-
-
-def load(bundle: str | Path, providers: Sequence[str] | None = None) -> Model:
-    """Load and check a bundle written by ``tfcompile export``."""
-    return Model(bundle, providers)
+        return self._flags("attention_mask", value, shape, "0 (padding) and 1 (real token)")

@@ -66,6 +66,38 @@ PRESETS: dict[str, dict[str, Any]] = {
             "schedule": {"type": "vaswani", "warmup_steps": 4000},
         },
     },
+    # Devlin et al. 2019, BERT-base: a post-norm encoder with GELU, learned positions, segment
+    # embeddings and a LayerNorm over the summed embeddings; pretrained with MLM + NSP.
+    "bert": {
+        "model": {
+            "family": "encoder",
+            "vocab_size": 30522,
+            "d_model": 768,
+            "n_layers": 12,
+            "n_heads": 12,
+            "max_seq_len": 512,
+            "type_vocab_size": 2,
+            "embedding_norm": True,
+            "norm": {"position": "post", "type": "layernorm", "eps": 1e-12},
+            "activation": "gelu",
+            "positional": {"type": "learned"},
+            "bias": {"qkv": True, "attn_out": True, "ffn": True, "lm_head": True},
+            "tie_embeddings": True,
+            "dropout": {"embedding": 0.1, "attention": 0.1, "residual": 0.1},
+            "init_std": 0.02,
+        },
+        "task": {"type": "masked_lm", "next_sentence": True},
+        "train": {
+            "optimizer": {
+                "type": "adamw",
+                "lr": 1e-4,
+                "betas": [0.9, 0.999],
+                "eps": 1e-6,
+                "weight_decay": 0.01,
+            },
+            "schedule": {"type": "cosine", "warmup_steps": 10000, "min_lr_ratio": 0.0},
+        },
+    },
 }
 
 
