@@ -113,6 +113,8 @@ def _sample(args: argparse.Namespace) -> int:
 
     run_dir = Path(args.run)
     spec, model = load_trained_model(run_dir, args.checkpoint)
+    if spec.task.type != "causal_lm":
+        raise UsageError(f"{run_dir} is a {spec.task.type} run; sample generates text from causal_lm runs")
     tokenizer = load_tokenizer(run_dir / "tokenizer.json")
     try:
         prompt = encode(tokenizer, args.prompt)
@@ -169,9 +171,11 @@ def _verify(args: argparse.Namespace) -> int:
 
 
 def _generate(args: argparse.Namespace) -> int:
-    from tfcompile.runtime import load
+    from tfcompile.runtime import LanguageModel, load
 
     model = load(args.bundle)
+    if not isinstance(model, LanguageModel):
+        raise UsageError(f"{args.bundle} is a classifier: use `tfcompile classify`")
     text = model.generate_text(
         args.prompt,
         args.max_new_tokens,
@@ -182,6 +186,26 @@ def _generate(args: argparse.Namespace) -> int:
         use_cache=not args.no_cache,
     )
     print(text)
+    return 0
+
+
+def _classify(args: argparse.Namespace) -> int:
+    from tfcompile.runtime import Classifier, load
+
+    model = load(args.bundle)
+    if not isinstance(model, Classifier):
+        raise UsageError(f"{args.bundle} is a language model: use `tfcompile generate`")
+    if args.pair is not None and len(args.pair) != len(args.texts):
+        raise UsageError(
+            f"--pair takes one second sentence per text: {len(args.texts)} texts, {len(args.pair)}"
+        )
+    inputs = list(zip(args.texts, args.pair, strict=True)) if args.pair else args.texts
+    table = Table(title=f"{args.bundle}: {', '.join(model.labels)}", title_justify="left")
+    for column in ("text", "label", *(f"p({label})" for label in model.labels)):
+        table.add_column(column, justify="left" if column in ("text", "label") else "right")
+    for text, prediction in zip(args.texts, model.classify(inputs), strict=True):
+        table.add_row(text, prediction.label, *(f"{p:.3f}" for p in prediction.probabilities.values()))
+    Console(width=max(Console().width, 100)).print(table)
     return 0
 
 
@@ -306,6 +330,16 @@ def build_parser() -> argparse.ArgumentParser:
     _add_sampling_args(generate)
     generate.add_argument("--no-cache", action="store_true", help="rerun the full graph every step")
     generate.set_defaults(handler=_generate)
+
+    classify = commands.add_parser(
+        "classify",
+        help="label sentences with a classifier bundle and onnxruntime alone",
+        description="Label texts (or sentence pairs, with --pair) with an exported classifier bundle.",
+    )
+    classify.add_argument("bundle", help="a classifier bundle folder written by `tfcompile export`")
+    classify.add_argument("texts", nargs="+", metavar="TEXT")
+    classify.add_argument("--pair", nargs="+", metavar="SECOND", help="the second sentence for each TEXT")
+    classify.set_defaults(handler=_classify)
     return parser
 
 

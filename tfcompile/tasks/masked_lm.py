@@ -56,7 +56,9 @@ class MaskedLMObjective(Objective):
         self.task = task
         self.context = context
         self.rule = MaskingRule(task.mask_prob, task.mask_token_prob, task.random_token_prob)
-        lines = [line.strip() for line in read_corpus(data).splitlines() if line.strip()]
+        # Each line keeps its newline: a character tokenizer then sees where lines meet; word and
+        # subword tokenizers treat it as the whitespace it is.
+        lines = [line.strip() + "\n" for line in read_corpus(data).splitlines() if line.strip()]
         n_train = int(len(lines) * (1 - data.val_fraction))
         if n_train < 2 or len(lines) - n_train < 2:
             raise DataError(

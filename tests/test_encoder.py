@@ -1,0 +1,108 @@
+"""The encoder: bidirectional attention, segments, padding that never reaches real tokens, BERT sizes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+from helpers import ROOT
+
+from tfcompile.models import Classifier, Encoder, MaskedLM, build_model
+from tfcompile.spec import EncoderSpec, Spec, load_spec
+from tfcompile.spec.presets import PRESETS, merge
+from tfcompile.summary import summarize
+
+
+def tiny_encoder(**overrides: Any) -> EncoderSpec:
+    base = {
+        "family": "encoder",
+        "vocab_size": 50,
+        "d_model": 32,
+        "n_layers": 2,
+        "n_heads": 4,
+        "max_seq_len": 16,
+    }
+    spec = Spec.model_validate({"model": merge(base, overrides), "task": "masked_lm"}).model
+    assert isinstance(spec, EncoderSpec)
+    return spec
+
+
+VARIANTS = [
+    {},
+    {"norm": {"position": "post"}, "embedding_norm": True, "activation": "relu"},
+    {"positional": "rope", "norm": {"type": "rmsnorm"}, "activation": "swiglu", "n_kv_heads": 2},
+    {"positional": "relative", "type_vocab_size": 0},
+    {"positional": "sinusoidal", "activation": "geglu"},
+]
+
+
+@pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: "-".join(map(str, v.values())) or "default")
+def test_padding_never_changes_the_cls_output_of_a_sequence(variant: dict) -> None:
+    torch.manual_seed(0)
+    model = Classifier(tiny_encoder(**variant), num_labels=3).eval()
+    ids = torch.randint(5, 50, (1, 9))
+    types = torch.tensor([[0] * 5 + [1] * 4])
+    alone = model(ids, torch.ones_like(ids), types)
+    padded_ids = torch.cat([ids, torch.zeros(1, 7, dtype=torch.long)], dim=1)
+    mask = torch.cat([torch.ones(1, 9), torch.zeros(1, 7)], dim=1).long()
+    padded_types = torch.cat([types, torch.zeros(1, 7, dtype=torch.long)], dim=1)
+    batch_ids = torch.cat([padded_ids, torch.randint(5, 50, (1, 16))])
+    batch = model(batch_ids, torch.cat([mask, torch.ones(1, 16).long()]), torch.cat([padded_types] * 2))
+    torch.testing.assert_close(batch[:1], alone, atol=1e-5, rtol=1e-5)
+    hidden_alone = model.encode(ids, None, types)[:, 0]
+    hidden_padded = model.encode(padded_ids, mask, padded_types)[:, 0]
+    torch.testing.assert_close(hidden_padded, hidden_alone, atol=1e-5, rtol=1e-5)
+
+
+def test_attention_is_bidirectional() -> None:
+    model = Encoder(tiny_encoder()).eval()
+    model.apply(model._init_weights)
+    ids = torch.randint(5, 50, (1, 8))
+    changed = ids.clone()
+    changed[0, -1] = (ids[0, -1] + 1) % 50
+    # The last token reaches the first position: no causal mask.
+    assert not torch.allclose(model.encode(ids)[:, 0], model.encode(changed)[:, 0])
+
+
+def test_segment_embeddings_mark_the_second_sentence() -> None:
+    model = Encoder(tiny_encoder()).eval()
+    model.apply(model._init_weights)
+    ids = torch.randint(5, 50, (1, 6))
+    second = torch.tensor([[0, 0, 0, 1, 1, 1]])
+    assert not torch.allclose(model.encode(ids), model.encode(ids, token_type_ids=second))
+    assert Encoder(tiny_encoder(type_vocab_size=0)).segment_embed is None
+
+
+def test_masked_lm_heads_and_tied_embeddings() -> None:
+    model = MaskedLM(tiny_encoder(), next_sentence=True).eval()
+    logits, nsp = model(torch.randint(0, 50, (3, 7)))
+    assert logits.shape == (3, 7, 50) and nsp is not None and nsp.shape == (3, 2)
+    assert model.lm_head.weight is model.embed.weight
+    _, no_nsp = MaskedLM(tiny_encoder(), next_sentence=False)(torch.randint(0, 50, (1, 4)))
+    assert no_nsp is None
+
+
+def test_bert_base_has_bert_base_parameter_count() -> None:
+    # Devlin et al. 2019's BERT-base with its pretraining heads (MLM tied to the embeddings, NSP):
+    # 110,106,428 parameters, as Hugging Face's BertForPreTraining counts them.
+    spec = Spec.model_validate(PRESETS["bert"])
+    assert summarize(spec).total_params == 110_106_428
+
+
+def test_inputs_of_the_wrong_shape_are_refused() -> None:
+    model = Encoder(tiny_encoder())
+    with pytest.raises(ValueError, match="token_type_ids shape"):
+        model.encode(torch.zeros(2, 5, dtype=torch.long), token_type_ids=torch.zeros(2, 4, dtype=torch.long))
+    with pytest.raises(ValueError, match="max_seq_len 16"):
+        model.encode(torch.zeros(1, 17, dtype=torch.long))
+
+
+def test_classification_needs_labels_and_the_example_specs_build() -> None:
+    spec = load_spec(ROOT / "specs" / "sst2-finetune.yaml", ["model.vocab_size=100"])
+    with pytest.raises(ValueError, match=r"task\.labels is not set"):
+        build_model(spec)
+    spec = load_spec(ROOT / "specs" / "sst2-finetune.yaml", ["model.vocab_size=100", "task.labels=[a, b]"])
+    assert isinstance(build_model(spec), Classifier)
+    spec = load_spec(ROOT / "specs" / "bert-mini-shakespeare.yaml", ["model.vocab_size=100"])
+    assert isinstance(build_model(spec), MaskedLM)
