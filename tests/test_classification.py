@@ -172,6 +172,8 @@ def test_classifier_bundle_parity_and_runtime_classify(finetuned: Path, tmp_path
         expected = torch.softmax(model(torch.tensor([e.ids]), None, torch.tensor([e.type_ids])).double(), -1)
     assert list(pair.probabilities.values()) == pytest.approx(expected[0].tolist(), abs=1e-5)
 
+    # Longer than the context: truncated to 48 tokens, as in training.
+    assert runtime.classify(["so very long " * 100])[0].label in runtime.labels
     with pytest.raises(InputError, match=r"token_type_ids must hold 0 \(first sentence\) and 1"):
         runtime.logits([[2, 7, 3]], None, [[0, 2, 0]])
     with pytest.raises(InputError, match="strings or"):

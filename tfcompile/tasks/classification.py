@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import torch
@@ -88,7 +88,9 @@ class ClassificationObjective(Objective):
         n = len(self.examples[split][1])
         return self._collate(split, torch.randint(n, (size,), generator=generator).tolist())
 
-    def eval_batches(self, count: int, size: int, generator_for: object) -> Iterator[Batch]:
+    def eval_batches(
+        self, count: int, size: int, generator_for: Callable[[int], torch.Generator]
+    ) -> Iterator[Batch]:
         """The whole validation split, in order: accuracy is reported on every example."""
         n = len(self.examples["val"][1])
         for start in range(0, n, size):

@@ -72,7 +72,6 @@ class Trainer:
         self.show_progress = show_progress
         self.stop_requested = False
         self.device = resolve_device(spec.train.device)
-        self.context = spec.context_length
         self._prepare_run_dir(resume)
 
         init_run = spec.train.init_from
@@ -108,7 +107,7 @@ class Trainer:
     def _prepare_run_dir(self, resume: bool) -> None:
         if resume:
             saved = load_run_spec(self.run_dir)
-            # vocab_size is left out here: _check_vocab compares it with the run's tokenizer.
+            # vocab_size is left out here: _take_sizes_from_data checks it against the tokenizer.
             differences = model_differences(
                 saved.model.model_dump(), self.spec.model.model_dump(), "model", {"vocab_size"}
             )
@@ -187,6 +186,8 @@ class Trainer:
         t = self.spec.train
         val_loss, metrics = None, {}
         with _stop_on_sigint(self), Progress(t.steps, self.step, enabled=self.show_progress) as progress:
+            if self.initialized_from is not None:
+                progress.log(f"encoder initialised from {self.initialized_from}")
             window_tokens, window_start = 0, time.perf_counter()
             while self.step < t.steps and not self.stop_requested:
                 step = self.step + 1
