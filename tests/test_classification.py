@@ -18,7 +18,8 @@ from tfcompile.export import ExportError, Source, check_classifier_parity, expor
 from tfcompile.runtime import Classifier, InputError, load
 from tfcompile.spec import load_spec
 from tfcompile.tasks import f1_score
-from tfcompile.train import Trainer, TrainError, load_trained_model
+from tfcompile.train import Trainer, TrainError, load_trained_model, read_metrics
+from tfcompile.train.checkpoint import checkpoint_dir, resolve
 
 SST2 = SHARED_DATA / "sst2"
 TINY = [
@@ -88,7 +89,7 @@ def finetuned(pretrained: Path) -> Path:
 
 
 def test_sst2_from_scratch_on_the_cpu_is_well_above_chance(tmp_path: Path) -> None:
-    overrides = ["model.d_model=64", "train.batch_size=64", "train.steps=300", "train.eval_interval=300"]
+    overrides = ["model.d_model=64", "train.batch_size=64", "train.steps=300", "train.eval_interval=100"]
     spec = load_spec(
         ROOT / "specs" / "sst2-finetune.yaml",
         [*TINY, *overrides, "train.init_from=null", f"train.runs_dir={tmp_path}"],
@@ -97,6 +98,13 @@ def test_sst2_from_scratch_on_the_cpu_is_well_above_chance(tmp_path: Path) -> No
     # The dev split is 444 positive, 428 negative: chance is 51%.
     assert result.metrics["val_accuracy"] > 0.7, result.metrics
     assert result.metrics["val_f1"] > 0.6
+    # The best checkpoint is the most accurate one, whatever the loss did.
+    evaluations = [r for r in read_metrics(tmp_path / "sst2") if "val_accuracy" in r]
+    best = max(evaluations, key=lambda r: r["val_accuracy"])
+    assert result.best_metric == "val_accuracy" and result.best == best["val_accuracy"]
+    assert (
+        resolve(tmp_path / "sst2", "best") == checkpoint_dir(tmp_path / "sst2") / f"step-{best['step']:06d}"
+    )
     saved = load_spec(tmp_path / "sst2" / "spec.yaml")
     assert saved.task.type == "classification" and saved.task.labels == ["0", "1"]
 

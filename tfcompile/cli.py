@@ -99,7 +99,8 @@ def _train(args: argparse.Namespace) -> int:
         spec = load_spec(args.spec, overrides)
         run_dir = spec.train.runs_dir / (spec.train.name or Path(args.spec).stem)
     result = Trainer(spec, run_dir, resume=bool(args.resume)).train()
-    best = f", best val loss {result.best_val_loss:.4f}" if result.best_val_loss is not None else ""
+    metric = result.best_metric.removeprefix("val_").replace("_", " ")
+    best = f", best val {metric} {result.best:.4f}" if result.best is not None else ""
     print(f"{'stopped' if result.interrupted else 'finished'} at step {result.step}{best}; run: {run_dir}")
     return 130 if result.interrupted else 0
 

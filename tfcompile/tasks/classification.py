@@ -28,6 +28,10 @@ def f1_score(predicted: np.ndarray, actual: np.ndarray, num_labels: int) -> floa
 
 
 class ClassificationObjective(Objective):
+    # Accuracy is what a classifier is judged by; its loss can rise while accuracy still improves.
+    best_metric = "val_accuracy"
+    higher_is_better = True
+
     def __init__(
         self,
         task: ClassificationTask,

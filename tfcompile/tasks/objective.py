@@ -15,6 +15,9 @@ ModelFn = Callable[..., Any]
 
 class Objective(ABC):
     tokenizer: Tokenizer
+    # The validation metric that picks the `best` checkpoint, and which way is better.
+    best_metric: str = "val_loss"
+    higher_is_better: bool = False
 
     @property
     def vocab_size(self) -> int:
@@ -30,7 +33,7 @@ class Objective(ABC):
 
     @abstractmethod
     def evaluate(self, model: ModelFn, batches: Iterator[Batch]) -> dict[str, float]:
-        """Validation metrics over ``batches``; always ``val_loss``, which picks the best checkpoint."""
+        """Validation metrics over ``batches``: ``val_loss`` and ``best_metric`` at least."""
 
     def eval_batches(
         self, count: int, size: int, generator_for: Callable[[int], torch.Generator]

@@ -42,7 +42,8 @@ class TrainResult:
     run_dir: Path
     step: int
     val_loss: float | None
-    best_val_loss: float | None
+    best: float | None  # the best value of best_metric so far
+    best_metric: str
     interrupted: bool
     metrics: dict[str, float]  # the last validation's
 
@@ -93,7 +94,7 @@ class Trainer:
         self.optimizer = build_optimizer(self.model, spec.train.optimizer, self.device)
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=spec.train.precision == "fp16")
         self.step = 0
-        self.best_val_loss: float | None = None
+        self.best: float | None = None  # of the objective's best_metric
         # The train loss logged every log_interval steps is the mean over that window; its running
         # sum is checkpointed so that a resumed run logs the same numbers.
         self.window_loss, self.window_steps = 0.0, 0
@@ -153,7 +154,7 @@ class Trainer:
         self.optimizer.load_state_dict(state["optimizer"])
         self.scaler.load_state_dict(state["scaler"])
         self.step = state["step"]
-        self.best_val_loss = state["best_val_loss"]
+        self.best = state["best"]
         self.window_loss, self.window_steps = state["window_loss"], state["window_steps"]
         torch.set_rng_state(state["rng_cpu"])
         if self.device.type == "cuda" and state.get("rng_cuda") is not None:
@@ -214,9 +215,12 @@ class Trainer:
                     metrics = self.evaluate()
                     val_loss = metrics["val_loss"]
                     record = {"step": step, **record, **metrics}
-                    improved = self.best_val_loss is None or val_loss < self.best_val_loss
+                    score = metrics[self.objective.best_metric]
+                    improved = self.best is None or (
+                        score > self.best if self.objective.higher_is_better else score < self.best
+                    )
                     if improved:
-                        self.best_val_loss = val_loss
+                        self.best = score
                     shown = ", ".join(
                         f"{k.removeprefix('val_').replace('_', ' ')} {v:.4f}" for k, v in metrics.items()
                     )
@@ -232,7 +236,13 @@ class Trainer:
                 self.save()
                 progress.log(f"stopped at step {self.step}; resume with --resume {self.run_dir}")
         return TrainResult(
-            self.run_dir, self.step, val_loss, self.best_val_loss, self.stop_requested, metrics
+            self.run_dir,
+            self.step,
+            val_loss,
+            self.best,
+            self.objective.best_metric,
+            self.stop_requested,
+            metrics,
         )
 
     def _optimizer_step(self, step: int, lr: float) -> tuple[float, float, int]:
@@ -280,7 +290,7 @@ class Trainer:
             "step": self.step,
             "optimizer": self.optimizer.state_dict(),
             "scaler": self.scaler.state_dict(),
-            "best_val_loss": self.best_val_loss,
+            "best": self.best,
             "window_loss": self.window_loss,
             "window_steps": self.window_steps,
             "rng_cpu": torch.get_rng_state(),
