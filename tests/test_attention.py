@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from tfcompile.nn.attention import Attention, additive_mask, may_attend
+from tfcompile.nn.attention import Attention, CrossAttention, additive_mask, may_attend
 from tfcompile.nn.positional import apply_rotary
 
 
@@ -110,3 +110,29 @@ def test_bias_with_kernel_causal_is_refused() -> None:
     attn = Attention(16, 2, 2, qkv_bias=False, out_bias=False, dropout=0.0)
     with pytest.raises(ValueError, match="explicit causal mask"):
         attn(torch.randn(1, 3, 16), is_causal=True, bias=torch.zeros(1, 2, 3, 3))
+
+
+@pytest.mark.parametrize("n_kv_heads", [4, 2, 1], ids=["mha", "gqa", "mqa"])
+def test_cross_attention_matches_formula_and_ignores_padded_source(n_kv_heads: int) -> None:
+    cross = CrossAttention(32, 4, n_kv_heads, qkv_bias=True, out_bias=True, dropout=0.0).eval()
+    x, memory = torch.randn(2, 5, 32), torch.randn(2, 7, 32)
+    source = torch.tensor([[1] * 7, [1] * 4 + [0] * 3], dtype=torch.bool)
+    out = cross(x, cross.project_memory(memory), source[:, None, None, :])
+    H, Hkv, hd = 4, n_kv_heads, 8
+    q = (x @ cross.q.weight.T + cross.q.bias).view(2, 5, H, hd).transpose(1, 2)
+    kv = memory @ cross.kv.weight.T + cross.kv.bias
+    k = kv[..., : Hkv * hd].view(2, 7, Hkv, hd).transpose(1, 2)
+    v = kv[..., Hkv * hd :].view(2, 7, Hkv, hd).transpose(1, 2)
+    heads = []
+    for h in range(H):
+        g = h // (H // Hkv)
+        scores = (q[:, h] @ k[:, g].transpose(-1, -2) / math.sqrt(hd)).masked_fill(
+            ~source[:, None, :], -math.inf
+        )
+        heads.append(torch.softmax(scores, -1) @ v[:, g])
+    expected = torch.cat(heads, -1) @ cross.out.weight.T + cross.out.bias
+    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-4)
+    # Whatever sits at the padded source positions never reaches the output.
+    changed = memory.clone()
+    changed[1, 4:] = torch.randn(3, 32) * 100
+    torch.testing.assert_close(cross(x, cross.project_memory(changed), source[:, None, None, :])[1], out[1])

@@ -68,12 +68,51 @@ class KVCache:
         return self.key.shape[2]
 
 
-class Attention(nn.Module):
-    """(batch, seq, d_model) -> (batch, seq, d_model).
+class _MultiHead(nn.Module):
+    """What self- and cross-attention share: head sizes, K/V head sharing, SDPA, the output
+    projection. n_kv_heads = n_heads is MHA, 1 is MQA, anything between that divides n_heads is
+    GQA: each K/V head serves n_heads / n_kv_heads query heads."""
 
-    n_kv_heads = n_heads is MHA, 1 is MQA, anything between that divides n_heads is GQA: each K/V
-    head serves n_heads / n_kv_heads query heads.
-    """
+    def __init__(self, d_model: int, n_heads: int, n_kv_heads: int, out_bias: bool, dropout: float) -> None:
+        super().__init__()
+        self.n_heads = n_heads
+        self.n_kv_heads = n_kv_heads
+        self.head_dim = d_model // n_heads
+        self.dropout = dropout
+        self.out = nn.Linear(n_heads * self.head_dim, d_model, bias=out_bias)
+
+    def _heads(self, x: torch.Tensor, n: int) -> torch.Tensor:
+        """(B, T, n * hd) -> (B, n, T, hd)"""
+        B, T, _ = x.shape
+        return x.view(B, T, n, self.head_dim).transpose(1, 2)
+
+    def _attend(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        attn_mask: torch.Tensor | None,
+        is_causal: bool,
+    ) -> torch.Tensor:
+        """q (B, H, T, hd), k and v (B, Hkv, S, hd), attn_mask additive (.., T, S) -> (B, T, d_model)."""
+        B, _, T, _ = q.shape
+        if self.n_kv_heads != self.n_heads:
+            repeats = self.n_heads // self.n_kv_heads
+            k = k.repeat_interleave(repeats, dim=1)  # (B, H, S, hd)
+            v = v.repeat_interleave(repeats, dim=1)
+        y = F.scaled_dot_product_attention(
+            q,
+            k,
+            v,
+            attn_mask=attn_mask,
+            dropout_p=self.dropout if self.training else 0.0,
+            is_causal=is_causal,
+        )  # (B, H, T, hd)
+        return self.out(y.transpose(1, 2).clone(memory_format=torch.contiguous_format).view(B, T, -1))
+
+
+class Attention(_MultiHead):
+    """Self-attention, (batch, seq, d_model) -> (batch, seq, d_model)."""
 
     def __init__(
         self,
@@ -84,13 +123,8 @@ class Attention(nn.Module):
         out_bias: bool,
         dropout: float,
     ) -> None:
-        super().__init__()
-        self.n_heads = n_heads
-        self.n_kv_heads = n_kv_heads
-        self.head_dim = d_model // n_heads
-        self.dropout = dropout
+        super().__init__(d_model, n_heads, n_kv_heads, out_bias, dropout)
         self.qkv = nn.Linear(d_model, (n_heads + 2 * n_kv_heads) * self.head_dim, bias=qkv_bias)
-        self.out = nn.Linear(n_heads * self.head_dim, d_model, bias=out_bias)
 
     def forward(
         self,
@@ -104,31 +138,42 @@ class Attention(nn.Module):
         """x: (B, T, d_model); mask: bool (B|1, 1, T, S) may-attend, S = cached + T; is_causal: use
         the causal kernel instead of a mask; rotary: RoPE (cos, sin) for the new positions; bias:
         (1, H, T, S) added to scores; cache: past keys and values, extended in place."""
-        B, T, _ = x.shape
         q, k, v = self.qkv(x).split(
             [self.n_heads * self.head_dim, self.n_kv_heads * self.head_dim, self.n_kv_heads * self.head_dim],
             dim=-1,
         )
-        q = q.view(B, T, self.n_heads, self.head_dim).transpose(1, 2)  # (B, H, T, hd)
-        k = k.view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)  # (B, Hkv, T, hd)
-        v = v.view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)  # (B, Hkv, T, hd)
+        q = self._heads(q, self.n_heads)  # (B, H, T, hd)
+        k = self._heads(k, self.n_kv_heads)  # (B, Hkv, T, hd)
+        v = self._heads(v, self.n_kv_heads)  # (B, Hkv, T, hd)
         if rotary is not None:
             q, k = apply_rotary(q, rotary), apply_rotary(k, rotary)
         if cache is not None:
             k = cache.key = torch.cat([cache.key, k], dim=2)  # (B, Hkv, S, hd)
             v = cache.value = torch.cat([cache.value, v], dim=2)
-        if self.n_kv_heads != self.n_heads:
-            repeats = self.n_heads // self.n_kv_heads
-            k = k.repeat_interleave(repeats, dim=1)  # (B, H, T, hd)
-            v = v.repeat_interleave(repeats, dim=1)
         if bias is not None and is_causal:
             raise ValueError("an attention bias needs an explicit causal mask, not is_causal")
-        y = F.scaled_dot_product_attention(
-            q,
-            k,
-            v,
-            attn_mask=additive_mask(mask, bias, q.dtype),
-            dropout_p=self.dropout if self.training else 0.0,
-            is_causal=is_causal and mask is None,
-        )  # (B, H, T, hd)
-        return self.out(y.transpose(1, 2).clone(memory_format=torch.contiguous_format).view(B, T, -1))
+        return self._attend(q, k, v, additive_mask(mask, bias, q.dtype), is_causal and mask is None)
+
+
+class CrossAttention(_MultiHead):
+    """Queries from the decoder, keys and values from the encoder's output (the memory):
+    (batch, tgt_seq, d_model) x (batch, src_seq, d_model) -> (batch, tgt_seq, d_model)."""
+
+    def __init__(
+        self, d_model: int, n_heads: int, n_kv_heads: int, qkv_bias: bool, out_bias: bool, dropout: float
+    ) -> None:
+        super().__init__(d_model, n_heads, n_kv_heads, out_bias, dropout)
+        self.q = nn.Linear(d_model, n_heads * self.head_dim, bias=qkv_bias)
+        self.kv = nn.Linear(d_model, 2 * n_kv_heads * self.head_dim, bias=qkv_bias)
+
+    def project_memory(self, memory: torch.Tensor) -> KVCache:
+        """memory (B, S, d_model) -> its keys and values (B, Hkv, S, hd): computed once per source
+        sentence, reused at every decoding step."""
+        k, v = self.kv(memory).chunk(2, dim=-1)
+        return KVCache(self._heads(k, self.n_kv_heads), self._heads(v, self.n_kv_heads))
+
+    def forward(self, x: torch.Tensor, memory: KVCache, mask: torch.Tensor | None = None) -> torch.Tensor:
+        """x: (B, T, d_model); memory: project_memory's keys and values; mask: bool (B, 1, 1, S),
+        True at real source tokens."""
+        q = self._heads(self.q(x), self.n_heads)  # (B, H, T, hd)
+        return self._attend(q, memory.key, memory.value, additive_mask(mask, None, q.dtype), False)

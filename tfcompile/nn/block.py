@@ -1,5 +1,6 @@
-"""One Transformer layer: self-attention and feed-forward sublayers, each wrapped in a residual
-connection with the norm before (pre) or after (post) it (notes: cmu-11711, "Post- vs. Pre-")."""
+"""One Transformer layer: self-attention, cross-attention to an encoder's output (decoders of
+encoder-decoder models only) and feed-forward sublayers, each wrapped in a residual connection
+with the norm before (pre) or after (post) it (notes: cmu-11711, "Post- vs. Pre-")."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
-from tfcompile.nn.attention import Attention, KVCache
+from tfcompile.nn.attention import Attention, CrossAttention, KVCache
 from tfcompile.nn.feedforward import FeedForward
 from tfcompile.nn.positional import Rotary
 from tfcompile.nn.registry import NORMS
@@ -28,7 +29,7 @@ class TransformerBlock(nn.Module):
     post-norm: x = norm(x + f(x))          (Vaswani et al. 2017)
     """
 
-    def __init__(self, spec: TransformerSpec) -> None:
+    def __init__(self, spec: TransformerSpec, cross_attention: bool = False) -> None:
         super().__init__()
         assert spec.n_kv_heads is not None and spec.d_ff is not None  # resolved by the schema
         self.pre_norm = spec.norm.position == "pre"
@@ -41,6 +42,17 @@ class TransformerBlock(nn.Module):
             out_bias=spec.bias.attn_out,
             dropout=spec.dropout.attention,
         )
+        self.cross: CrossAttention | None = None
+        if cross_attention:
+            self.cross_norm = build_norm(spec.norm, spec.d_model)
+            self.cross = CrossAttention(
+                spec.d_model,
+                spec.n_heads,
+                spec.n_kv_heads,
+                qkv_bias=spec.bias.qkv,
+                out_bias=spec.bias.attn_out,
+                dropout=spec.dropout.attention,
+            )
         self.ffn_norm = build_norm(spec.norm, spec.d_model)
         self.ffn = FeedForward(spec.d_model, spec.d_ff, spec.activation, bias=spec.bias.ffn)
         self.drop = nn.Dropout(spec.dropout.residual)
@@ -53,11 +65,21 @@ class TransformerBlock(nn.Module):
         rotary: Rotary | None = None,
         bias: torch.Tensor | None = None,
         cache: KVCache | None = None,
+        memory: KVCache | None = None,
+        memory_mask: torch.Tensor | None = None,
     ) -> torch.Tensor:
+        """memory: the encoder output's keys and values for cross-attention (CrossAttention.
+        project_memory); memory_mask: bool (B, 1, 1, S), True at real source tokens."""
+        if (memory is None) != (self.cross is None):
+            raise ValueError("memory must be given exactly when the block has cross-attention")
         if self.pre_norm:
             x = x + self.drop(self.attn(self.attn_norm(x), mask, is_causal, rotary, bias, cache))
+            if self.cross is not None and memory is not None:
+                x = x + self.drop(self.cross(self.cross_norm(x), memory, memory_mask))
             x = x + self.drop(self.ffn(self.ffn_norm(x)))
         else:
             x = self.attn_norm(x + self.drop(self.attn(x, mask, is_causal, rotary, bias, cache)))
+            if self.cross is not None and memory is not None:
+                x = self.cross_norm(x + self.drop(self.cross(x, memory, memory_mask)))
             x = self.ffn_norm(x + self.drop(self.ffn(x)))
         return x
