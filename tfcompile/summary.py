@@ -44,7 +44,8 @@ def summarize(spec: Spec) -> Summary:
     shapes: dict[str, tuple[int, ...]] = {}
     hooks = [module.register_forward_hook(_record_shape(shapes, name)) for name, module in rows_modules]
     with torch.no_grad():
-        model(torch.zeros(1, spec.model.max_seq_len, dtype=torch.long, device="meta"))
+        ids = torch.zeros(1, spec.model.max_seq_len, dtype=torch.long, device="meta")
+        model(*((ids, None, ids) if spec.model.family == "encoder_decoder" else (ids,)))
     for hook in hooks:
         hook.remove()
 
@@ -69,7 +70,9 @@ def forward_flops_per_token(model: nn.Module, spec: TransformerSpec) -> int:
     weighted sum over a full context (QK^T and AV: 2 * 2 * n_layers * context * n_heads * head_dim),
     as in PaLM's MFU accounting. Embedding lookups and norms are not counted."""
     matmul = sum(2 * m.in_features * m.out_features for m in model.modules() if isinstance(m, nn.Linear))
-    attention = 4 * spec.n_layers * spec.max_seq_len * spec.n_heads * spec.head_dim
+    # An encoder-decoder's decoder attends twice per block (to itself and to the source).
+    attending = spec.n_layers + 2 * getattr(spec, "n_decoder_layers", 0)
+    attention = 4 * attending * spec.max_seq_len * spec.n_heads * spec.head_dim
     return matmul + attention
 
 

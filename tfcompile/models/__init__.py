@@ -8,6 +8,7 @@ from torch import nn
 
 from tfcompile.models.decoder import DecoderLM
 from tfcompile.models.encoder import Classifier, Encoder, MaskedLM
+from tfcompile.models.encoder_decoder import Seq2Seq
 
 if TYPE_CHECKING:
     from tfcompile.spec.schema import Spec
@@ -18,6 +19,8 @@ def build_model(spec: Spec) -> nn.Module:
     model, task = spec.model, spec.task
     if model.family == "decoder":
         return DecoderLM(model)
+    if model.family == "encoder_decoder":
+        return Seq2Seq(model)
     if task.type == "masked_lm":
         return MaskedLM(model, next_sentence=task.next_sentence)
     if task.type == "classification":
@@ -29,4 +32,4 @@ def build_model(spec: Spec) -> nn.Module:
     raise ValueError(f"no {model.family} model for task {task.type!r}")
 
 
-__all__ = ["Classifier", "DecoderLM", "Encoder", "MaskedLM", "build_model"]
+__all__ = ["Classifier", "DecoderLM", "Encoder", "MaskedLM", "Seq2Seq", "build_model"]

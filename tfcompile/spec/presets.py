@@ -66,6 +66,56 @@ PRESETS: dict[str, dict[str, Any]] = {
             "schedule": {"type": "vaswani", "warmup_steps": 4000},
         },
     },
+    # Vaswani et al. 2017, the base model: 6 + 6 post-norm layers, ReLU, sinusoidal positions, one
+    # embedding table shared by source, target and output (a joint 37,000-token BPE vocabulary),
+    # label smoothing 0.1, Adam with the warmup schedule.
+    "vaswani-base": {
+        "model": {
+            "family": "encoder_decoder",
+            "vocab_size": 37000,
+            "d_model": 512,
+            "n_layers": 6,
+            "n_decoder_layers": 6,
+            "n_heads": 8,
+            "d_ff": 2048,
+            "max_seq_len": 256,
+            "norm": {"position": "post", "type": "layernorm", "eps": 1e-6},
+            "activation": "relu",
+            "positional": {"type": "sinusoidal"},
+            "bias": {"qkv": True, "attn_out": True, "ffn": True, "lm_head": False},
+            "share_embeddings": True,
+            "tie_embeddings": True,
+            "scale_embeddings": True,
+            "dropout": {"embedding": 0.1, "attention": 0.0, "residual": 0.1},
+        },
+        "task": {"type": "seq2seq", "label_smoothing": 0.1},
+        "train": {
+            "optimizer": {"type": "adam", "betas": [0.9, 0.98], "eps": 1e-9, "weight_decay": 0.0},
+            "schedule": {"type": "vaswani", "warmup_steps": 4000},
+        },
+    },
+    # Raffel et al. 2020, T5-small's layer: pre-norm RMSNorm without biases, relative position
+    # buckets in place of embeddings, ReLU (T5 1.1 uses GeGLU), shared embeddings.
+    "t5-small": {
+        "model": {
+            "family": "encoder_decoder",
+            "vocab_size": 32128,
+            "d_model": 512,
+            "n_layers": 6,
+            "n_decoder_layers": 6,
+            "n_heads": 8,
+            "d_ff": 2048,
+            "max_seq_len": 512,
+            "norm": {"position": "pre", "type": "rmsnorm", "eps": 1e-6},
+            "activation": "relu",
+            "positional": {"type": "relative", "num_buckets": 32, "max_distance": 128},
+            "bias": {"qkv": False, "attn_out": False, "ffn": False, "lm_head": False},
+            "share_embeddings": True,
+            "tie_embeddings": True,
+            "dropout": {"embedding": 0.1, "attention": 0.0, "residual": 0.1},
+        },
+        "task": {"type": "seq2seq", "label_smoothing": 0.0},
+    },
     # Devlin et al. 2019, BERT-base: a post-norm encoder with GELU, learned positions, segment
     # embeddings and a LayerNorm over the summed embeddings; pretrained with MLM + NSP.
     "bert": {

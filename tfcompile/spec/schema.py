@@ -230,6 +230,22 @@ class EncoderSpec(TransformerSpec):
         return False
 
 
+class EncoderDecoderSpec(TransformerSpec):
+    """The Transformer of Vaswani et al. 2017 (and T5): an encoder over the source, a causal
+    decoder over the target with cross-attention to the encoder's output in every block.
+    ``n_layers`` is the encoder's depth."""
+
+    family: Literal["encoder_decoder"] = "encoder_decoder"
+    n_decoder_layers: PositiveInt | None = Field(None, description="default: n_layers")
+    share_embeddings: bool = Field(True, description="one embedding table for source and target")
+
+    @model_validator(mode="after")
+    def _resolve_decoder_depth(self) -> EncoderDecoderSpec:
+        if self.n_decoder_layers is None:
+            self.n_decoder_layers = self.n_layers
+        return self
+
+
 def _family(value: Any) -> str | None:
     """``family`` picks the model variant; a spec without one is a decoder."""
     if isinstance(value, dict):
@@ -238,7 +254,9 @@ def _family(value: Any) -> str | None:
 
 
 ModelSpec = Annotated[
-    Annotated[DecoderSpec, Tag("decoder")] | Annotated[EncoderSpec, Tag("encoder")],
+    Annotated[DecoderSpec, Tag("decoder")]
+    | Annotated[EncoderSpec, Tag("encoder")]
+    | Annotated[EncoderDecoderSpec, Tag("encoder_decoder")],
     Discriminator(_family),
 ]
 
@@ -327,7 +345,16 @@ class ClassificationTask(Section):
     label_smoothing: Probability = 0.0
 
 
-Task = Annotated[CausalLMTask | MaskedLMTask | ClassificationTask, Field(discriminator="type")]
+class Seq2SeqTask(Section):
+    """Translation: teacher-forced next-token loss on the target, given the source."""
+
+    type: Literal["seq2seq"] = "seq2seq"
+    source: str = Field("de", description="the source side: {lang} in data paths, or a TSV column")
+    target: str = Field("en", description="the target side")
+    label_smoothing: Probability = 0.1
+
+
+Task = Annotated[CausalLMTask | MaskedLMTask | ClassificationTask | Seq2SeqTask, Field(discriminator="type")]
 
 
 # ---------------------------------------------------------------------------- train
@@ -419,7 +446,12 @@ class Spec(Section):
     @model_validator(mode="after")
     def _rules(self) -> Spec:
         rules = Rules()
-        families = {"causal_lm": "decoder", "masked_lm": "encoder", "classification": "encoder"}
+        families = {
+            "causal_lm": "decoder",
+            "masked_lm": "encoder",
+            "classification": "encoder",
+            "seq2seq": "encoder_decoder",
+        }
         family = families[self.task.type]
         rules.require(
             self.model.family == family,

@@ -1,0 +1,129 @@
+"""Encoder-decoder Transformer (Vaswani et al. 2017, T5): an encoder over the source, a causal
+decoder over the target whose blocks cross-attend to the encoder's output, an LM head."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from tfcompile.nn.attention import KVCache, may_attend
+from tfcompile.nn.block import TransformerBlock, build_norm
+from tfcompile.nn.positional import POSITIONAL, PositionalDims
+from tfcompile.spec.schema import EncoderDecoderSpec
+
+
+class Seq2Seq(nn.Module):
+    """source_ids (B, S) [+ source_mask (B, S)], target_ids (B, T) [+ target_mask (B, T)]
+    -> logits (B, T, vocab_size) for the token after each target position."""
+
+    def __init__(self, spec: EncoderDecoderSpec) -> None:
+        super().__init__()
+        if spec.vocab_size is None:
+            raise ValueError(
+                "model.vocab_size is not set: set it in the spec, or train, which takes it from the tokenizer"
+            )
+        assert spec.n_decoder_layers is not None  # resolved by the schema
+        self.spec = spec
+        self.embed = nn.Embedding(spec.vocab_size, spec.d_model)  # the source's, and the target's if shared
+        self.target_embed = (
+            self.embed if spec.share_embeddings else nn.Embedding(spec.vocab_size, spec.d_model)
+        )
+        self.embed_scale = spec.d_model**0.5 if spec.scale_embeddings else 1.0
+
+        def positional(bidirectional: bool) -> nn.Module:
+            dims = PositionalDims(spec.d_model, spec.n_heads, spec.head_dim, spec.max_seq_len, bidirectional)
+            return POSITIONAL[spec.positional.type](spec.positional, dims)
+
+        # Separate position modules: T5's relative buckets look both ways in the encoder, back only
+        # in the decoder; a learned table is learned per side.
+        self.encoder_positional = positional(bidirectional=True)
+        self.decoder_positional = positional(bidirectional=False)
+        self.drop = nn.Dropout(spec.dropout.embedding)
+        self.encoder_blocks = nn.ModuleList(TransformerBlock(spec) for _ in range(spec.n_layers))
+        self.encoder_norm = build_norm(spec.norm, spec.d_model) if spec.norm.final else nn.Identity()
+        self.decoder_blocks = nn.ModuleList(
+            TransformerBlock(spec, cross_attention=True) for _ in range(spec.n_decoder_layers)
+        )
+        self.decoder_norm = build_norm(spec.norm, spec.d_model) if spec.norm.final else nn.Identity()
+        self.lm_head = nn.Linear(spec.d_model, spec.vocab_size, bias=spec.bias.lm_head)
+        self.apply(self._init_weights)
+        if spec.tie_embeddings:
+            self.lm_head.weight = self.target_embed.weight
+
+    def _init_weights(self, module: nn.Module) -> None:
+        if isinstance(module, nn.Linear | nn.Embedding):
+            nn.init.normal_(module.weight, mean=0.0, std=self.spec.init_std)
+        if isinstance(module, nn.Linear) and module.bias is not None:
+            nn.init.zeros_(module.bias)
+
+    def forward(
+        self,
+        source_ids: torch.Tensor,
+        source_mask: torch.Tensor | None,
+        target_ids: torch.Tensor,
+        target_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        memory = self.encode(source_ids, source_mask)
+        return self.decode(target_ids, self.project_memory(memory), source_mask, target_mask)
+
+    def encode(self, source_ids: torch.Tensor, source_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """-> the encoder's output (B, S, d_model)."""
+        S = source_ids.shape[1]
+        self._check_length("source", S)
+        positions = torch.arange(S, device=source_ids.device)
+        x = self.drop(self.encoder_positional.embed(self.embed(source_ids) * self.embed_scale, positions))
+        rotary = self.encoder_positional.rotary(positions)
+        bias = self.encoder_positional.attention_bias(positions, positions)
+        padding = source_mask.bool() if source_mask is not None else None
+        mask = may_attend(positions, positions, False, padding)
+        for block in self.encoder_blocks:
+            x = block(x, mask, False, rotary, bias)
+        return self.encoder_norm(x)
+
+    def project_memory(self, memory: torch.Tensor) -> list[KVCache]:
+        """The encoder output's keys and values for each decoder block's cross-attention."""
+        return [block.cross.project_memory(memory) for block in self.decoder_blocks]
+
+    def decode(
+        self,
+        target_ids: torch.Tensor,
+        memory: list[KVCache],
+        source_mask: torch.Tensor | None,
+        target_mask: torch.Tensor | None = None,
+        cache: list[KVCache] | None = None,
+    ) -> torch.Tensor:
+        """target_ids (B, T): the next T target tokens after the P in ``cache`` (self-attention keys
+        and values, extended in place); target_mask covers all P + T. -> logits (B, T, vocab)."""
+        past = cache[0].length if cache else 0
+        T = target_ids.shape[1]
+        self._check_length("target", past + T)
+        device = target_ids.device
+        positions = torch.arange(past, past + T, device=device)
+        k_positions = torch.arange(past + T, device=device)
+        x = self.target_embed(target_ids) * self.embed_scale
+        x = self.drop(self.decoder_positional.embed(x, positions))
+        rotary = self.decoder_positional.rotary(positions)
+        bias = self.decoder_positional.attention_bias(positions, k_positions)
+        padding = target_mask.bool() if target_mask is not None else None
+        mask = may_attend(positions, k_positions, True, padding)
+        source = source_mask.bool()[:, None, None, :] if source_mask is not None else None  # (B, 1, 1, S)
+        for i, block in enumerate(self.decoder_blocks):
+            x = block(x, mask, False, rotary, bias, cache[i] if cache else None, memory[i], source)
+        return self.lm_head(self.decoder_norm(x))
+
+    def empty_cache(self, batch: int, device: torch.device | None = None) -> list[KVCache]:
+        """Decoder self-attention caches holding no tokens: (batch, n_kv_heads, 0, head_dim)."""
+        shape = (batch, self.spec.n_kv_heads, 0, self.spec.head_dim)
+        dtype = self.embed.weight.dtype
+        return [
+            KVCache(
+                torch.zeros(shape, dtype=dtype, device=device), torch.zeros(shape, dtype=dtype, device=device)
+            )
+            for _ in self.decoder_blocks
+        ]
+
+    def _check_length(self, side: str, length: int) -> None:
+        if length > self.spec.max_seq_len:
+            raise ValueError(
+                f"{side} length {length} exceeds the model's max_seq_len {self.spec.max_seq_len}"
+            )
