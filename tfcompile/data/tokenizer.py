@@ -16,18 +16,22 @@ from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_toke
 from tfcompile.spec.schema import BpeTokenizer, CharTokenizer, WordPieceTokenizer
 
 PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
-SPECIAL_TOKENS = (PAD, UNK, CLS, SEP, MASK)  # ids 0..4, in this order
+SPECIAL_TOKENS = (PAD, UNK, CLS, SEP, MASK)  # an encoder tokenizer's ids 0..4, in this order
+BOS, EOS = "[BOS]", "[EOS]"
+SEQ2SEQ_TOKENS = (PAD, UNK, BOS, EOS)  # a translation tokenizer's ids 0..3: targets are [BOS] ... [EOS]
 
 
 def train_tokenizer(
-    spec: CharTokenizer | BpeTokenizer | WordPieceTokenizer, texts: Sequence[str], special: bool = False
+    spec: CharTokenizer | BpeTokenizer | WordPieceTokenizer,
+    texts: Sequence[str],
+    specials: Sequence[str] = (),
 ) -> Tokenizer:
-    """Fit a tokenizer on ``texts`` (lines or documents). ``special``: add SPECIAL_TOKENS first."""
-    specials = list(SPECIAL_TOKENS) if special else []
+    """Fit a tokenizer on ``texts`` (lines or documents); ``specials`` take the first ids."""
+    specials = list(specials)
     if isinstance(spec, CharTokenizer):
         chars = sorted(set().union(*map(set, texts)))
         vocab = {token: i for i, token in enumerate([*specials, *chars])}
-        tokenizer = Tokenizer(models.WordLevel(vocab, unk_token=UNK if special else None))
+        tokenizer = Tokenizer(models.WordLevel(vocab, unk_token=UNK if UNK in specials else None))
         tokenizer.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
         tokenizer.decoder = decoders.Fuse()
         tokenizer.add_special_tokens(specials)

@@ -11,6 +11,7 @@ from tfcompile.tasks.causal_lm import IGNORE_INDEX, CausalLMObjective, causal_lm
 from tfcompile.tasks.classification import ClassificationObjective, f1_score
 from tfcompile.tasks.masked_lm import MaskedLMObjective, MaskingRule, mask_tokens
 from tfcompile.tasks.objective import Batch, Objective
+from tfcompile.tasks.seq2seq import Seq2SeqObjective, greedy_translate, read_parallel
 
 
 def build_objective(spec: Spec, cache_dir: Path, tokenizer: Tokenizer | None = None) -> Objective:
@@ -22,6 +23,8 @@ def build_objective(spec: Spec, cache_dir: Path, tokenizer: Tokenizer | None = N
         return CausalLMObjective(task, spec.data, context, cache_dir, tokenizer)
     if task.type == "masked_lm":
         return MaskedLMObjective(task, spec.data, context, tokenizer)
+    if task.type == "seq2seq":
+        return Seq2SeqObjective(task, spec.data, context, spec.train.seed, tokenizer)
     return ClassificationObjective(task, spec.data, context, spec.train.seed, tokenizer)
 
 
@@ -33,10 +36,13 @@ __all__ = [
     "MaskedLMObjective",
     "MaskingRule",
     "Objective",
+    "Seq2SeqObjective",
     "build_objective",
     "causal_lm_loss",
     "f1_score",
     "generate",
+    "greedy_translate",
     "mask_tokens",
+    "read_parallel",
     "sample_next",
 ]

@@ -11,7 +11,7 @@ from tokenizers import Tokenizer
 
 from tfcompile.data import DataError, train_tokenizer
 from tfcompile.data.table import LabelledTexts, read_table
-from tfcompile.data.tokenizer import PAD, add_sentence_template
+from tfcompile.data.tokenizer import PAD, SPECIAL_TOKENS, add_sentence_template
 from tfcompile.spec.schema import ClassificationTask, DataSpec
 from tfcompile.tasks.objective import Batch, ModelFn, Objective
 
@@ -60,7 +60,7 @@ class ClassificationObjective(Objective):
             raise DataError(f"{data.path}: a classifier needs at least two labels, found {self.labels}")
         if tokenizer is None:
             texts = train.texts + (train.pairs or [])
-            tokenizer = train_tokenizer(data.tokenizer, texts, special=True)
+            tokenizer = train_tokenizer(data.tokenizer, texts, SPECIAL_TOKENS)
         add_sentence_template(tokenizer, context)
         self.tokenizer = tokenizer
         self.pad_id = tokenizer.token_to_id(PAD)

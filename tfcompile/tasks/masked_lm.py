@@ -65,7 +65,7 @@ class MaskedLMObjective(Objective):
                 f"data.path {data.path}: {len(lines)} non-empty lines are too few to split into "
                 f"training and validation sentences (val_fraction {data.val_fraction})"
             )
-        self.tokenizer = tokenizer or train_tokenizer(data.tokenizer, lines[:n_train], special=True)
+        self.tokenizer = tokenizer or train_tokenizer(data.tokenizer, lines[:n_train], SPECIAL_TOKENS)
         self.ids = {tok: self.tokenizer.token_to_id(tok) for tok in SPECIAL_TOKENS}
         if list(self.ids.values()) != list(range(len(SPECIAL_TOKENS))):
             raise DataError(

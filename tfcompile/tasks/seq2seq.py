@@ -1,0 +1,145 @@
+"""Translation: parallel sentences, a joint tokenizer, teacher forcing with label smoothing, and
+greedy decoding with the decoder's cache.
+
+Data paths hold ``{lang}``, filled with the task's source and target names (Multi30k:
+``train.{lang}.gz`` -> ``train.de.gz`` and ``train.en.gz``), one sentence a line, lines aligned.
+"""
+
+from __future__ import annotations
+
+import gzip
+from collections.abc import Iterator
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from tokenizers import Tokenizer
+
+from tfcompile.data import DataError, train_tokenizer
+from tfcompile.data.tokenizer import BOS, EOS, PAD, SEQ2SEQ_TOKENS
+from tfcompile.models import Seq2Seq
+from tfcompile.spec.schema import DataSpec, Seq2SeqTask
+from tfcompile.tasks.causal_lm import IGNORE_INDEX
+from tfcompile.tasks.objective import Batch, ModelFn, Objective
+
+
+def read_parallel(path: Path, source: str, target: str) -> tuple[list[str], list[str]]:
+    """The aligned lines of ``path`` with {lang} = source and = target."""
+    if "{lang}" not in str(path):
+        raise DataError(f"{path}: a translation data path holds {{lang}}, e.g. train.{{lang}}.gz")
+    sides = []
+    for lang in (source, target):
+        file = Path(str(path).replace("{lang}", lang))
+        if not file.is_file():
+            raise DataError(f"no file at {file} ({{lang}} = {lang!r})")
+        text = gzip.decompress(file.read_bytes()).decode() if file.suffix == ".gz" else file.read_text()
+        sides.append([line.strip() for line in text.splitlines()])
+    if len(sides[0]) != len(sides[1]):
+        raise DataError(f"{path}: {len(sides[0])} {source} lines but {len(sides[1])} {target} lines")
+    return sides[0], sides[1]
+
+
+class Seq2SeqObjective(Objective):
+    def __init__(
+        self, task: Seq2SeqTask, data: DataSpec, context: int, seed: int, tokenizer: Tokenizer | None
+    ) -> None:
+        self.task = task
+        self.context = context
+        source, target = read_parallel(data.path, task.source, task.target)
+        if data.val_path is not None:
+            val = read_parallel(data.val_path, task.source, task.target)
+            train = (source, target)
+        else:
+            n_val = max(1, int(len(source) * data.val_fraction))
+            train, val = (source[:-n_val], target[:-n_val]), (source[-n_val:], target[-n_val:])
+        # One vocabulary for both languages, so that the embeddings can be shared.
+        self.tokenizer = tokenizer or train_tokenizer(data.tokenizer, train[0] + train[1], SEQ2SEQ_TOKENS)
+        self.ids = {token: self.tokenizer.token_to_id(token) for token in SEQ2SEQ_TOKENS}
+        if None in self.ids.values():
+            raise DataError(
+                f"the tokenizer lacks {', '.join(SEQ2SEQ_TOKENS)}: it was not made for translation"
+            )
+        self.pairs = {"train": self._encode(*train), "val": self._encode(*val)}
+
+    def _encode(self, source: list[str], target: list[str]) -> list[tuple[list[int], list[int]]]:
+        """-> (source ids up to the context, [BOS] target [EOS] up to the context + 1)."""
+        bos, eos = self.ids[BOS], self.ids[EOS]
+        src = self.tokenizer.encode_batch(source, add_special_tokens=False)
+        tgt = self.tokenizer.encode_batch(target, add_special_tokens=False)
+        return [
+            (s.ids[: self.context], [bos, *t.ids[: self.context - 1], eos])
+            for s, t in zip(src, tgt, strict=True)
+            if s.ids
+        ]
+
+    def _collate(self, pairs: list[tuple[list[int], list[int]]]) -> Batch:
+        pad = self.ids[PAD]
+        S, T = max(len(s) for s, _ in pairs), max(len(t) for _, t in pairs) - 1
+        batch = {
+            "source_ids": torch.full((len(pairs), S), pad, dtype=torch.long),
+            "source_mask": torch.zeros((len(pairs), S), dtype=torch.long),
+            "input_ids": torch.full((len(pairs), T), pad, dtype=torch.long),  # the target, shifted right
+            "targets": torch.full((len(pairs), T), IGNORE_INDEX, dtype=torch.long),
+        }
+        for row, (s, t) in enumerate(pairs):
+            batch["source_ids"][row, : len(s)] = torch.tensor(s)
+            batch["source_mask"][row, : len(s)] = 1
+            batch["input_ids"][row, : len(t) - 1] = torch.tensor(t[:-1])
+            batch["targets"][row, : len(t) - 1] = torch.tensor(t[1:])
+        return batch
+
+    def batch(self, split: str, size: int, generator: torch.Generator) -> Batch:
+        pairs = self.pairs[split]
+        return self._collate(
+            [pairs[i] for i in torch.randint(len(pairs), (size,), generator=generator).tolist()]
+        )
+
+    def _logits(self, model: ModelFn, batch: Batch) -> torch.Tensor:
+        target_mask = (batch["targets"] != IGNORE_INDEX).long()
+        return model(batch["source_ids"], batch["source_mask"], batch["input_ids"], target_mask)
+
+    def loss(self, model: ModelFn, batch: Batch) -> torch.Tensor:
+        logits = self._logits(model, batch)
+        return F.cross_entropy(
+            logits.flatten(0, 1).float(),
+            batch["targets"].flatten(),
+            ignore_index=IGNORE_INDEX,
+            label_smoothing=self.task.label_smoothing,
+        )
+
+    def evaluate(self, model: ModelFn, batches: Iterator[Batch]) -> dict[str, float]:
+        loss_sum = correct = count = 0.0
+        for batch in batches:
+            logits, targets = self._logits(model, batch), batch["targets"]
+            real = targets != IGNORE_INDEX
+            loss_sum += F.cross_entropy(
+                logits.flatten(0, 1).float(), targets.flatten(), ignore_index=IGNORE_INDEX, reduction="sum"
+            ).item()
+            correct += (logits.argmax(-1) == targets)[real].sum().item()
+            count += real.sum().item()
+        return {"val_loss": loss_sum / count, "val_token_accuracy": correct / count}
+
+
+@torch.no_grad()
+def greedy_translate(
+    model: Seq2Seq, source_ids: torch.Tensor, source_mask: torch.Tensor, bos: int, eos: int, max_len: int
+) -> list[list[int]]:
+    """source (B, S) -> each sentence's target ids, without [BOS] and [EOS], up to ``max_len``
+    tokens. The encoder runs once; each step feeds one token through the decoder's cache."""
+    model.eval()
+    B = source_ids.shape[0]
+    memory = model.project_memory(model.encode(source_ids, source_mask))
+    cache = model.empty_cache(B, source_ids.device)
+    tokens = torch.full((B, 1), bos, dtype=torch.long, device=source_ids.device)
+    out: list[list[int]] = [[] for _ in range(B)]
+    done = torch.zeros(B, dtype=torch.bool, device=source_ids.device)
+    for _ in range(min(max_len, model.spec.max_seq_len - 1) + 1):
+        next_ids = model.decode(tokens, memory, source_mask, cache=cache)[:, -1].argmax(-1)  # (B,)
+        for row in (~done).nonzero().flatten().tolist():
+            if next_ids[row] != eos and len(out[row]) < max_len:
+                out[row].append(int(next_ids[row]))
+        done |= (next_ids == eos) | torch.tensor([len(o) >= max_len for o in out], device=done.device)
+        if done.all():
+            break
+        tokens = next_ids[:, None]
+    return out
