@@ -68,8 +68,9 @@ def parse_spec(
         raise SpecError(source, issues, text) from None
     if spec.data is not None and base_dir is not None:
         spec.data.path = (base_dir / spec.data.path).resolve()
-        if spec.data.val_path is not None:
-            spec.data.val_path = (base_dir / spec.data.val_path).resolve()
+        for field in ("val_path", "test_path"):
+            if getattr(spec.data, field) is not None:
+                setattr(spec.data, field, (base_dir / getattr(spec.data, field)).resolve())
     return spec
 
 

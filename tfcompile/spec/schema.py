@@ -292,6 +292,7 @@ class DataSpec(Section):
         "modelling), or a .tsv/.csv/.jsonl table, optionally gzipped (classification)"
     )
     val_path: Path | None = Field(None, description="a separate validation file; default: split off path")
+    test_path: Path | None = Field(None, description="translation: scored with BLEU after training")
     tokenizer: Tokenizer = CharTokenizer()
     val_fraction: Annotated[float, Field(gt=0, lt=1)] = Field(0.1, description="the last part is validation")
 
@@ -352,6 +353,11 @@ class Seq2SeqTask(Section):
     source: str = Field("de", description="the source side: {lang} in data paths, or a TSV column")
     target: str = Field("en", description="the target side")
     label_smoothing: Probability = 0.1
+    beam: PositiveInt = Field(4, description="beam size for the test translations; 1 is greedy")
+    length_penalty: Annotated[float, Field(ge=0)] = Field(
+        0.6, description="alpha in score / ((5 + length) / 6) ** alpha (Wu et al. 2016)"
+    )
+    max_decode_len: PositiveInt | None = Field(None, description="default: the model's max_seq_len - 1")
 
 
 Task = Annotated[CausalLMTask | MaskedLMTask | ClassificationTask | Seq2SeqTask, Field(discriminator="type")]

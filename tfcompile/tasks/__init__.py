@@ -11,7 +11,7 @@ from tfcompile.tasks.causal_lm import IGNORE_INDEX, CausalLMObjective, causal_lm
 from tfcompile.tasks.classification import ClassificationObjective, f1_score
 from tfcompile.tasks.masked_lm import MaskedLMObjective, MaskingRule, mask_tokens
 from tfcompile.tasks.objective import Batch, Objective
-from tfcompile.tasks.seq2seq import Seq2SeqObjective, greedy_translate, read_parallel
+from tfcompile.tasks.seq2seq import Seq2SeqObjective, beam_translate, greedy_translate, read_parallel
 
 
 def build_objective(spec: Spec, cache_dir: Path, tokenizer: Tokenizer | None = None) -> Objective:
@@ -37,6 +37,7 @@ __all__ = [
     "MaskingRule",
     "Objective",
     "Seq2SeqObjective",
+    "beam_translate",
     "build_objective",
     "causal_lm_loss",
     "f1_score",

@@ -35,6 +35,10 @@ class Objective(ABC):
     def evaluate(self, model: ModelFn, batches: Iterator[Batch]) -> dict[str, float]:
         """Validation metrics over ``batches``: ``val_loss`` and ``best_metric`` at least."""
 
+    def test_metrics(self, model: torch.nn.Module, device: torch.device) -> dict[str, float]:
+        """Metrics on the data's test split after training (translation: BLEU); none by default."""
+        return {}
+
     def eval_batches(
         self, count: int, size: int, generator_for: Callable[[int], torch.Generator]
     ) -> Iterator[Batch]:

@@ -11,13 +11,15 @@ import gzip
 from collections.abc import Iterator
 from pathlib import Path
 
+import sacrebleu
 import torch
 import torch.nn.functional as F
 from tokenizers import Tokenizer
 
 from tfcompile.data import DataError, train_tokenizer
-from tfcompile.data.tokenizer import BOS, EOS, PAD, SEQ2SEQ_TOKENS
+from tfcompile.data.tokenizer import BOS, EOS, PAD, SEQ2SEQ_TOKENS, UNK
 from tfcompile.models import Seq2Seq
+from tfcompile.nn.attention import KVCache
 from tfcompile.spec.schema import DataSpec, Seq2SeqTask
 from tfcompile.tasks.causal_lm import IGNORE_INDEX
 from tfcompile.tasks.objective import Batch, ModelFn, Objective
@@ -60,6 +62,7 @@ class Seq2SeqObjective(Objective):
                 f"the tokenizer lacks {', '.join(SEQ2SEQ_TOKENS)}: it was not made for translation"
             )
         self.pairs = {"train": self._encode(*train), "val": self._encode(*val)}
+        self.test = read_parallel(data.test_path, task.source, task.target) if data.test_path else None
 
     def _encode(self, source: list[str], target: list[str]) -> list[tuple[list[int], list[int]]]:
         """-> (source ids up to the context, [BOS] target [EOS] up to the context + 1)."""
@@ -119,6 +122,36 @@ class Seq2SeqObjective(Objective):
             count += real.sum().item()
         return {"val_loss": loss_sum / count, "val_token_accuracy": correct / count}
 
+    def translate(self, model: Seq2Seq, sentences: list[str], device: torch.device) -> list[str]:
+        """Source sentences -> detokenized translations, with the task's beam and length penalty."""
+        task, bos, eos = self.task, self.ids[BOS], self.ids[EOS]
+        max_len = task.max_decode_len or model.spec.max_seq_len - 1
+        out: list[str] = []
+        for start in range(0, len(sentences), 64):
+            encoded = self.tokenizer.encode_batch(sentences[start : start + 64], add_special_tokens=False)
+            ids = [e.ids[: self.context] or [self.ids[UNK]] for e in encoded]
+            source = torch.full((len(ids), max(map(len, ids))), self.ids[PAD], dtype=torch.long)
+            for row, sentence in enumerate(ids):
+                source[row, : len(sentence)] = torch.tensor(sentence)
+            source, mask = source.to(device), (source != self.ids[PAD]).long().to(device)
+            if task.beam == 1:
+                tokens = greedy_translate(model, source, mask, bos, eos, max_len)
+            else:
+                tokens = beam_translate(
+                    model, source, mask, bos, eos, max_len, task.beam, task.length_penalty
+                )
+            out += self.tokenizer.decode_batch(tokens)
+        return [t.strip() for t in out]
+
+    def test_metrics(self, model: torch.nn.Module, device: torch.device) -> dict[str, float]:
+        """BLEU of the test split: sacrebleu's corpus BLEU on detokenized, case-sensitive text."""
+        if self.test is None:
+            return {}
+        assert isinstance(model, Seq2Seq)
+        sources, references = self.test
+        hypotheses = self.translate(model, sources, device)
+        return {"test_bleu": sacrebleu.corpus_bleu(hypotheses, [references]).score}
+
 
 @torch.no_grad()
 def greedy_translate(
@@ -143,3 +176,65 @@ def greedy_translate(
             break
         tokens = next_ids[:, None]
     return out
+
+
+@torch.no_grad()
+def beam_translate(
+    model: Seq2Seq,
+    source_ids: torch.Tensor,
+    source_mask: torch.Tensor,
+    bos: int,
+    eos: int,
+    max_len: int,
+    beam: int = 4,
+    length_penalty: float = 0.6,
+) -> list[list[int]]:
+    """Beam search, one source sentence at a time: keep the ``beam`` best partial translations by
+    summed log-probability; a finished one is scored by log p / ((5 + length) / 6) ** alpha (Wu et
+    al. 2016, as in Vaswani et al. 2017 with alpha 0.6). Beam 1 is greedy decoding."""
+    model.eval()
+    results = []
+    for row in range(source_ids.shape[0]):
+        real = source_mask[row].bool()
+        src = source_ids[row : row + 1, real]
+        memory = model.project_memory(model.encode(src, None))
+        limit = min(max_len, model.spec.max_seq_len - 1)
+        results.append(_beam_one(model, memory, bos, eos, limit, beam, length_penalty))
+    return results
+
+
+def _beam_one(
+    model: Seq2Seq, memory: list[KVCache], bos: int, eos: int, max_len: int, beam: int, alpha: float
+) -> list[int]:
+    device = memory[0].key.device
+    cache = model.empty_cache(1, device)
+    hypotheses: list[tuple[float, list[int]]] = [(0.0, [])]  # (summed log p, tokens after [BOS])
+    finished: list[tuple[float, list[int]]] = []  # (length-normalised score, tokens)
+    tokens = torch.tensor([[bos]], device=device)
+    for step in range(max_len + 1):
+        n = len(hypotheses)
+        expanded = [KVCache(kv.key.expand(n, -1, -1, -1), kv.value.expand(n, -1, -1, -1)) for kv in memory]
+        log_probs = model.decode(tokens, expanded, None, cache=cache)[:, -1].float().log_softmax(-1)  # (n, V)
+        scores = torch.tensor([score for score, _ in hypotheses], device=device)[:, None] + log_probs
+        top = scores.flatten().topk(min(2 * beam, scores.numel()))
+        survivors: list[tuple[float, list[int], int]] = []
+        for rank, (score, index) in enumerate(zip(top.values.tolist(), top.indices.tolist(), strict=True)):
+            parent, token = divmod(index, log_probs.shape[1])
+            words = hypotheses[parent][1]
+            if token == eos:
+                # As in fairseq: [EOS] ends a hypothesis only from within the top `beam` candidates.
+                if rank < beam:
+                    finished.append((score / ((5 + len(words)) / 6) ** alpha, words))
+            elif len(survivors) < beam:
+                survivors.append((score, [*words, token], parent))
+        if len(finished) >= beam:
+            break
+        if step == max_len:  # out of length: the current hypotheses end here, unfinished
+            finished += [(score / ((5 + len(words)) / 6) ** alpha, words) for score, words in hypotheses]
+            break
+        parents = torch.tensor([parent for _, _, parent in survivors], device=device)
+        for kv in cache:
+            kv.key, kv.value = kv.key[parents], kv.value[parents]
+        hypotheses = [(score, words) for score, words, _ in survivors]
+        tokens = torch.tensor([[words[-1]] for _, words in hypotheses], device=device)
+    return max(finished, key=lambda f: f[0])[1]

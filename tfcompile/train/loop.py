@@ -235,6 +235,12 @@ class Trainer:
             if self.stop_requested:
                 self.save()
                 progress.log(f"stopped at step {self.step}; resume with --resume {self.run_dir}")
+            else:
+                test = self.objective.test_metrics(self.model, self.device)
+                if test:
+                    self._log({"step": self.step, **test})
+                    progress.log(", ".join(f"{k.replace('_', ' ')} {v:.2f}" for k, v in test.items()))
+                    metrics = {**metrics, **test}
         return TrainResult(
             self.run_dir,
             self.step,
