@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
-from helpers import SHARED_DATA
+from helpers import ROOT, SHARED_DATA
 
+from tfcompile.cli import main
 from tfcompile.data import DataError
+from tfcompile.export import Source, export_bundle
 from tfcompile.models import Seq2Seq
-from tfcompile.spec import Spec
+from tfcompile.runtime import InputError, Translator, load
+from tfcompile.spec import Spec, load_spec
 from tfcompile.tasks import IGNORE_INDEX, Seq2SeqObjective, beam_translate, greedy_translate, read_parallel
+from tfcompile.train import Trainer, TrainResult, load_trained_model, read_metrics
 
 MULTI30K = SHARED_DATA / "multi30k"
 
@@ -111,15 +117,11 @@ def test_beam_of_one_is_greedy_and_wider_beams_score_at_least_as_well(tmp_path: 
         assert log_p(wide[row]) >= log_p(greedy[row]) - 1e-4
 
 
-def test_a_tiny_translator_learns_and_is_scored_with_bleu(tmp_path: Path) -> None:
-    import math
-
-    from helpers import ROOT
-
-    from tfcompile.spec import load_spec
-    from tfcompile.train import Trainer, read_metrics
-
-    for lang in ("de", "en"):  # a 100-sentence slice of test 2016
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, TrainResult]:
+    """A tiny translator trained for 300 CPU steps, scored on 100 sentences of test 2016."""
+    tmp_path = tmp_path_factory.mktemp("translator")
+    for lang in ("de", "en"):
         lines = read_parallel(MULTI30K / "test_2016_flickr.{lang}.gz", "de", "en")[lang == "en"][:100]
         (tmp_path / f"test.{lang}").write_text("\n".join(lines) + "\n")
     overrides = [
@@ -139,8 +141,46 @@ def test_a_tiny_translator_learns_and_is_scored_with_bleu(tmp_path: Path) -> Non
         f"train.runs_dir={tmp_path}",
     ]
     spec = load_spec(ROOT / "specs" / "multi30k-de-en.yaml", overrides)
-    result = Trainer(spec, tmp_path / "run", show_progress=False).train()
+    return tmp_path / "run", Trainer(spec, tmp_path / "run", show_progress=False).train()
+
+
+def test_a_tiny_translator_learns_and_is_scored_with_bleu(trained: tuple[Path, TrainResult]) -> None:
+    run, result = trained
     assert result.metrics["val_loss"] < 0.6 * math.log(1000)
     # An untrained model scores about 0.01 (sacrebleu smooths empty n-gram counts); 300 steps, ~3.
     assert result.metrics["test_bleu"] > 1.0
-    assert read_metrics(tmp_path / "run")[-1] == {"step": 300, "test_bleu": result.metrics["test_bleu"]}
+    assert read_metrics(run)[-1] == {"step": 300, "test_bleu": result.metrics["test_bleu"]}
+
+
+def test_the_bundle_translates_exactly_as_pytorch_does(
+    trained: tuple[Path, TrainResult], tmp_path: Path
+) -> None:
+    run, _ = trained
+    reports = export_bundle(None, Source(run=run), tmp_path / "bundle")
+    assert set(reports) == {"encoder", "step"}
+    assert all(r.passed and r.max_abs_diff < 1e-5 for r in reports.values()), {
+        k: r.to_dict() for k, r in reports.items()
+    }
+    translator = load(tmp_path / "bundle", providers=["CPUExecutionProvider"])
+    assert isinstance(translator, Translator)
+    spec, model = load_trained_model(run)
+    assert isinstance(model, Seq2Seq) and spec.task.type == "seq2seq"
+    sources = read_parallel(MULTI30K / "test_2016_flickr.{lang}.gz", "de", "en")[0][:12]
+    tokenizer = translator.tokenizer
+    assert tokenizer is not None
+    encoded = [e.ids for e in tokenizer.encode_batch(sources, add_special_tokens=False)]
+    ids = np.zeros((len(encoded), max(map(len, encoded))), dtype=np.int64)
+    for row, sentence in enumerate(encoded):
+        ids[row, : len(sentence)] = sentence
+    mask = (ids != 0).astype(np.int64)
+    source, source_mask = torch.from_numpy(ids), torch.from_numpy(mask)
+    expected_greedy = greedy_translate(model, source, source_mask, bos=2, eos=3, max_len=30)
+    assert translator.translate_ids(ids, mask, beam=1, max_len=30) == expected_greedy
+    expected_beam = beam_translate(model, source, source_mask, bos=2, eos=3, max_len=30, beam=4)
+    assert translator.translate_ids(ids, mask, beam=4, max_len=30) == expected_beam
+    texts = translator.translate(sources[:3], beam=1, max_len=30)
+    assert texts == [t.strip() for t in tokenizer.decode_batch(expected_greedy[:3])]
+    assert main(["translate", str(tmp_path / "bundle"), sources[0], "--beam", "1", "--max-len", "30"]) == 0
+    assert main(["classify", str(tmp_path / "bundle"), "x"]) == 2
+    with pytest.raises(InputError, match="at least one real token"):
+        translator.translate_ids(ids[:1], np.zeros_like(ids[:1]))

@@ -176,7 +176,7 @@ def _generate(args: argparse.Namespace) -> int:
 
     model = load(args.bundle)
     if not isinstance(model, LanguageModel):
-        raise UsageError(f"{args.bundle} is a classifier: use `tfcompile classify`")
+        raise UsageError(f"{args.bundle} is not a language model: use `tfcompile classify` or `translate`")
     text = model.generate_text(
         args.prompt,
         args.max_new_tokens,
@@ -195,7 +195,7 @@ def _classify(args: argparse.Namespace) -> int:
 
     model = load(args.bundle)
     if not isinstance(model, Classifier):
-        raise UsageError(f"{args.bundle} is a language model: use `tfcompile generate`")
+        raise UsageError(f"{args.bundle} is not a classifier: use `tfcompile generate` or `translate`")
     if args.pair is not None and len(args.pair) != len(args.texts):
         raise UsageError(
             f"--pair takes one second sentence per text: {len(args.texts)} texts, {len(args.pair)}"
@@ -207,6 +207,17 @@ def _classify(args: argparse.Namespace) -> int:
     for text, prediction in zip(args.texts, model.classify(inputs), strict=True):
         table.add_row(text, prediction.label, *(f"{p:.3f}" for p in prediction.probabilities.values()))
     Console(width=max(Console().width, 100)).print(table)
+    return 0
+
+
+def _translate(args: argparse.Namespace) -> int:
+    from tfcompile.runtime import Translator, load
+
+    model = load(args.bundle)
+    if not isinstance(model, Translator):
+        raise UsageError(f"{args.bundle} is not a translation bundle")
+    for translation in model.translate(args.texts, beam=args.beam, max_len=args.max_len):
+        print(translation)
     return 0
 
 
@@ -341,6 +352,17 @@ def build_parser() -> argparse.ArgumentParser:
     classify.add_argument("texts", nargs="+", metavar="TEXT")
     classify.add_argument("--pair", nargs="+", metavar="SECOND", help="the second sentence for each TEXT")
     classify.set_defaults(handler=_classify)
+
+    translate = commands.add_parser(
+        "translate",
+        help="translate sentences with an encoder-decoder bundle and onnxruntime alone",
+        description="Translate texts with an exported encoder-decoder bundle: greedy or beam search.",
+    )
+    translate.add_argument("bundle", help="a translation bundle folder written by `tfcompile export`")
+    translate.add_argument("texts", nargs="+", metavar="TEXT")
+    translate.add_argument("--beam", type=_positive_int, default=None, help="default: the task's beam")
+    translate.add_argument("--max-len", type=_positive_int, default=None, help="most tokens per translation")
+    translate.set_defaults(handler=_translate)
     return parser
 
 

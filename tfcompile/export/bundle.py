@@ -26,12 +26,21 @@ import torch
 from torch import nn
 
 from tfcompile import __version__
+from tfcompile.data.tokenizer import BOS, EOS, SEQ2SEQ_TOKENS
 from tfcompile.errors import UserError
-from tfcompile.export.graph import export_classifier, export_decoder, export_decoder_step
+from tfcompile.export.graph import (
+    export_classifier,
+    export_decoder,
+    export_decoder_step,
+    export_seq2seq_encoder,
+    export_seq2seq_step,
+)
 from tfcompile.export.parity import (
     ParityReport,
     check_classifier_parity,
     check_decoder_parity,
+    check_seq2seq_encoder_parity,
+    check_seq2seq_step_parity,
     check_step_parity,
 )
 from tfcompile.models import build_model
@@ -40,7 +49,7 @@ from tfcompile.runtime.ort import ort
 from tfcompile.spec import Spec, dump_spec, parse_spec
 from tfcompile.train import load_trained_model
 
-GRAPH_FILES = {"model": "model.onnx", "step": "decoder_step.onnx"}
+GRAPH_FILES = {"model": "model.onnx", "encoder": "encoder.onnx", "step": "decoder_step.onnx"}
 
 
 @dataclass(frozen=True)
@@ -50,12 +59,17 @@ class Graph:
 
 
 # The graphs a bundle holds, by task. A masked-LM run is pretraining: fine-tune it to serve it.
+# A translator's encoder runs once per source; its step graph once per target token.
 GRAPHS: dict[str, dict[str, Graph]] = {
     "causal_lm": {
         "model": Graph(export_decoder, check_decoder_parity),
         "step": Graph(export_decoder_step, check_step_parity),
     },
     "classification": {"model": Graph(export_classifier, check_classifier_parity)},
+    "seq2seq": {
+        "encoder": Graph(export_seq2seq_encoder, check_seq2seq_encoder_parity),
+        "step": Graph(export_seq2seq_step, check_seq2seq_step_parity),
+    },
 }
 
 
@@ -181,14 +195,17 @@ def _manifest(
         "vocab_size": spec.model.vocab_size,
         "max_seq_len": spec.model.max_seq_len,
     }
-    if spec.task.type == "causal_lm":  # what the runtime needs to build an empty KV cache
-        sizes |= {
-            "n_layers": spec.model.n_layers,
-            "n_kv_heads": spec.model.n_kv_heads,
-            "head_dim": spec.model.head_dim,
-        }
-    else:
-        sizes |= {"labels": spec.task.labels}
+    task = spec.task
+    if task.type == "classification":
+        sizes |= {"labels": task.labels}
+    else:  # what the runtime needs to build an empty KV cache
+        m = spec.model
+        layers = m.n_decoder_layers if m.family == "encoder_decoder" else m.n_layers
+        sizes |= {"n_layers": layers, "n_kv_heads": m.n_kv_heads, "head_dim": m.head_dim}
+    if task.type == "seq2seq":
+        decode_len = task.max_decode_len or spec.model.max_seq_len - 1
+        sizes |= {"beam": task.beam, "length_penalty": task.length_penalty, "max_decode_len": decode_len}
+        sizes |= {"bos_id": SEQ2SEQ_TOKENS.index(BOS), "eos_id": SEQ2SEQ_TOKENS.index(EOS)}
     return {
         "format_version": FORMAT_VERSION,
         "task": spec.task.type,

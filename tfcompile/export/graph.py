@@ -15,7 +15,7 @@ import onnx
 import torch
 from torch import nn
 
-from tfcompile.models import Classifier, DecoderLM
+from tfcompile.models import Classifier, DecoderLM, Seq2Seq
 from tfcompile.nn.attention import KVCache
 
 DECODER_INPUTS = ("input_ids", "attention_mask")
@@ -123,9 +123,122 @@ def export_decoder_step(model: DecoderLM, path: Path, opset: int) -> onnx.ModelP
         "past_values": kv_axes,
     }
     inputs, outputs = step_names(n)
+    program = _export(DecoderStep(model), example, inputs, outputs, dynamic, opset)
+    names = {("input_ids", 0): "batch", ("input_ids", 1): "sequence", ("attention_mask", 1): "total_sequence"}
+    for i in range(n):
+        names |= {(f"past_{kv}_{i}", 2): "past_sequence" for kv in ("key", "value")}
+    return _save(program, path, names)
+
+
+class Seq2SeqEncoder(nn.Module):
+    """The encoder graph: the source, once, to each decoder block's cross-attention keys and values."""
+
+    def __init__(self, model: Seq2Seq) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(
+        self, source_ids: torch.Tensor, source_mask: torch.Tensor
+    ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        memory = self.model.project_memory(self.model.encode(source_ids, source_mask))
+        return [m.key for m in memory], [m.value for m in memory]
+
+
+class Seq2SeqStep(nn.Module):
+    """The decoder step graph: new target tokens, the self-attention cache and the source's
+    cross-attention keys and values in; logits and the extended cache out."""
+
+    def __init__(self, model: Seq2Seq) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        source_mask: torch.Tensor,
+        past_keys: list[torch.Tensor],
+        past_values: list[torch.Tensor],
+        memory_keys: list[torch.Tensor],
+        memory_values: list[torch.Tensor],
+    ) -> tuple[torch.Tensor, list[torch.Tensor], list[torch.Tensor]]:
+        cache = [KVCache(k, v) for k, v in zip(past_keys, past_values, strict=True)]
+        memory = [KVCache(k, v) for k, v in zip(memory_keys, memory_values, strict=True)]
+        logits = self.model.decode(input_ids, memory, source_mask, None, cache)
+        return logits, [c.key for c in cache], [c.value for c in cache]
+
+
+def seq2seq_names(n_layers: int) -> tuple[list[str], list[str], list[str]]:
+    """The encoder graph's outputs, and the step graph's inputs and outputs, per decoder layer."""
+    layers = range(n_layers)
+    memory = [f"memory_key_{i}" for i in layers] + [f"memory_value_{i}" for i in layers]
+    past = [f"past_key_{i}" for i in layers] + [f"past_value_{i}" for i in layers]
+    present = [f"present_key_{i}" for i in layers] + [f"present_value_{i}" for i in layers]
+    return memory, ["input_ids", "source_mask", *past, *memory], ["logits", *present]
+
+
+def export_seq2seq_encoder(model: Seq2Seq, path: Path, opset: int) -> onnx.ModelProto:
+    """Write ``source_ids``, ``source_mask`` (B, S) -> ``memory_key_i``/``memory_value_i``
+    (B, n_kv_heads, S, head_dim) for each decoder layer."""
+    model = model.eval()
+    n = len(model.decoder_blocks)
+    example_len = min(model.spec.max_seq_len, 8)
+    example = (torch.zeros(2, example_len, dtype=torch.long), torch.ones(2, example_len, dtype=torch.long))
+    auto = torch.export.Dim.AUTO
+    memory, _, _ = seq2seq_names(n)
+    program = _export(
+        Seq2SeqEncoder(model),
+        example,
+        ["source_ids", "source_mask"],
+        memory,
+        {"source_ids": {0: auto, 1: auto}, "source_mask": {0: auto, 1: auto}},
+        opset,
+    )
+    return _save(program, path, {("source_ids", 0): "batch", ("source_ids", 1): "source_sequence"})
+
+
+def export_seq2seq_step(model: Seq2Seq, path: Path, opset: int) -> onnx.ModelProto:
+    """Write ``input_ids`` (B, T), ``source_mask`` (B, S), ``past_key_i``/``past_value_i``
+    (B, n_kv_heads, P, head_dim), ``memory_key_i``/``memory_value_i`` (B, n_kv_heads, S, head_dim)
+    -> ``logits`` (B, T, V), ``present_key_i``/``present_value_i`` (B, n_kv_heads, P + T, head_dim)."""
+    model = model.eval()
+    spec = model.spec
+    n = len(model.decoder_blocks)
+    past, new, source = min(4, spec.max_seq_len // 2), min(3, spec.max_seq_len // 2), min(5, spec.max_seq_len)
+    kv = (2, spec.n_kv_heads, past, spec.head_dim)
+    mem = (2, spec.n_kv_heads, source, spec.head_dim)
+    example = (
+        torch.zeros(2, new, dtype=torch.long),
+        torch.ones(2, source, dtype=torch.long),
+        [torch.zeros(kv) for _ in range(n)],
+        [torch.zeros(kv) for _ in range(n)],
+        [torch.zeros(mem) for _ in range(n)],
+        [torch.zeros(mem) for _ in range(n)],
+    )
+    auto = torch.export.Dim.AUTO
+    kv_axes = [{0: auto, 2: auto}] * n
+    dynamic = {
+        "input_ids": {0: auto, 1: auto},
+        "source_mask": {0: auto, 1: auto},
+        "past_keys": kv_axes,
+        "past_values": kv_axes,
+        "memory_keys": kv_axes,
+        "memory_values": kv_axes,
+    }
+    _, inputs, outputs = seq2seq_names(n)
+    program = _export(Seq2SeqStep(model), example, inputs, outputs, dynamic, opset)
+    names = {("input_ids", 0): "batch", ("input_ids", 1): "sequence", ("source_mask", 1): "source_sequence"}
+    for i in range(n):  # the exporter may give each layer's tensors their own symbols
+        names |= {(f"past_{kv}_{i}", 2): "past_sequence" for kv in ("key", "value")}
+        names |= {(f"memory_{kv}_{i}", 2): "source_sequence" for kv in ("key", "value")}
+    return _save(program, path, names)
+
+
+def _export(
+    module: nn.Module, example: tuple, inputs: list[str], outputs: list[str], dynamic: dict, opset: int
+) -> torch.onnx.ONNXProgram:
     with _quiet():
-        program = torch.onnx.export(
-            DecoderStep(model),
+        return torch.onnx.export(
+            module,
             example,
             dynamo=True,
             input_names=inputs,
@@ -134,18 +247,13 @@ def export_decoder_step(model: DecoderLM, path: Path, opset: int) -> onnx.ModelP
             opset_version=opset,
             verbose=False,
         )
+
+
+def _save(program: torch.onnx.ONNXProgram, path: Path, names: dict[tuple[str, int], str]) -> onnx.ModelProto:
     path.parent.mkdir(parents=True, exist_ok=True)
     program.save(str(path))
     proto = onnx.load(str(path))
-    _rename_symbols(
-        proto,
-        {
-            ("input_ids", 0): "batch",
-            ("input_ids", 1): "sequence",
-            ("past_key_0", 2): "past_sequence",
-            ("attention_mask", 1): "total_sequence",
-        },
-    )
+    _rename_symbols(proto, names)
     onnx.save(proto, str(path))
     onnx.checker.check_model(proto, full_check=True)
     return proto

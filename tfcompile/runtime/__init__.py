@@ -10,16 +10,20 @@ from tfcompile.runtime.classifier import Classifier, Prediction
 from tfcompile.runtime.errors import BundleError, InputError
 from tfcompile.runtime.generation import LanguageModel, sample_next
 from tfcompile.runtime.session import Bundle, default_providers
+from tfcompile.runtime.translation import Translator
 
 
-def load(bundle: str | Path, providers: Sequence[str] | None = None) -> LanguageModel | Classifier:
+def load(
+    bundle: str | Path, providers: Sequence[str] | None = None
+) -> LanguageModel | Classifier | Translator:
     """Load and check a bundle written by ``tfcompile export``: a LanguageModel for a decoder, a
-    Classifier for a classifier. ``providers``: onnxruntime execution providers, in order of
-    preference (default: CUDA when available, then the CPU)."""
+    Classifier for a classifier, a Translator for an encoder-decoder. ``providers``: onnxruntime
+    execution providers, in order of preference (default: CUDA when available, then the CPU)."""
     task = read_manifest(Path(bundle))["task"]
-    kinds: dict[str, type[LanguageModel | Classifier]] = {
+    kinds: dict[str, type[LanguageModel | Classifier | Translator]] = {
         "causal_lm": LanguageModel,
         "classification": Classifier,
+        "seq2seq": Translator,
     }
     if task not in kinds:
         raise BundleError(f"{bundle} holds a {task!r} model, which this runtime cannot serve")
@@ -34,6 +38,7 @@ __all__ = [
     "InputError",
     "LanguageModel",
     "Prediction",
+    "Translator",
     "default_providers",
     "load",
     "read_manifest",

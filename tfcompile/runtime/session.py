@@ -43,10 +43,12 @@ class Bundle:
     """A loaded and checked bundle: its manifest, a session on its main graph, its tokenizer, and
     the checks every input goes through before onnxruntime sees it."""
 
+    MAIN_GRAPH = "model"  # the graph opened at load; others open on first use
+
     def __init__(self, bundle: str | Path, providers: Sequence[str] | None = None) -> None:
         self.path = Path(bundle)
         self.manifest: dict[str, Any] = read_manifest(self.path)
-        graph = self.manifest["graphs"]["model"]
+        graph = self.manifest["graphs"][self.MAIN_GRAPH]
         self._providers = session_providers(providers or default_providers())
         self.session = ort.InferenceSession(str(self.path / graph["file"]), providers=self._providers)
         self.vocab_size: int = self.manifest["model"]["vocab_size"]
