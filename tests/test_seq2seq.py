@@ -58,7 +58,7 @@ def test_parallel_files_and_their_errors(tmp_path: Path) -> None:
 def test_batches_shift_the_target_and_pad_outside_the_loss(tmp_path: Path) -> None:
     spec = _spec(tmp_path)
     assert spec.data is not None and spec.task.type == "seq2seq"
-    objective = Seq2SeqObjective(spec.task, spec.data, 40, 0, None)
+    objective = Seq2SeqObjective(spec.task, spec.data, 40, None)
     batch = objective.batch("train", 16, torch.Generator().manual_seed(0))
     bos, eos, pad = objective.ids["[BOS]"], objective.ids["[EOS]"], objective.ids["[PAD]"]
     assert (batch["input_ids"][:, 0] == bos).all()

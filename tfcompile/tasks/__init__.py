@@ -24,7 +24,7 @@ def build_objective(spec: Spec, cache_dir: Path, tokenizer: Tokenizer | None = N
     if task.type == "masked_lm":
         return MaskedLMObjective(task, spec.data, context, tokenizer)
     if task.type == "seq2seq":
-        return Seq2SeqObjective(task, spec.data, context, spec.train.seed, tokenizer)
+        return Seq2SeqObjective(task, spec.data, context, tokenizer)
     return ClassificationObjective(task, spec.data, context, spec.train.seed, tokenizer)
 
 

@@ -42,16 +42,14 @@ def read_parallel(path: Path, source: str, target: str) -> tuple[list[str], list
 
 
 class Seq2SeqObjective(Objective):
-    def __init__(
-        self, task: Seq2SeqTask, data: DataSpec, context: int, seed: int, tokenizer: Tokenizer | None
-    ) -> None:
+    def __init__(self, task: Seq2SeqTask, data: DataSpec, context: int, tokenizer: Tokenizer | None) -> None:
         self.task = task
         self.context = context
         source, target = read_parallel(data.path, task.source, task.target)
         if data.val_path is not None:
             val = read_parallel(data.val_path, task.source, task.target)
             train = (source, target)
-        else:
+        else:  # the last lines, as for language modelling
             n_val = max(1, int(len(source) * data.val_fraction))
             train, val = (source[:-n_val], target[:-n_val]), (source[-n_val:], target[-n_val:])
         # One vocabulary for both languages, so that the embeddings can be shared.
