@@ -222,8 +222,8 @@ def _translate(args: argparse.Namespace) -> int:
 
 
 def _print_parity(graph: str, report: ParityReport) -> None:
-    table = Table(title=f"{graph} graph: onnxruntime vs PyTorch logits", title_justify="left")
-    for column in ("batch", "seq", "padded", "max |diff|", "max |diff| / max |logit|"):
+    table = Table(title=f"{graph} graph: onnxruntime vs PyTorch outputs", title_justify="left")
+    for column in ("batch", "seq", "padded", "max |diff|", "max |diff| / max |output|"):
         table.add_column(column, justify="right")
     for c in report.cases:
         table.add_row(
