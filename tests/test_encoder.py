@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import pytest
@@ -9,6 +10,7 @@ import torch
 from helpers import ROOT
 
 from tfcompile.models import Classifier, Encoder, MaskedLM, build_model
+from tfcompile.models.common import init_weights
 from tfcompile.spec import EncoderSpec, Spec, load_spec
 from tfcompile.spec.presets import PRESETS, merge
 from tfcompile.summary import summarize
@@ -57,7 +59,7 @@ def test_padding_never_changes_the_cls_output_of_a_sequence(variant: dict) -> No
 
 def test_attention_is_bidirectional() -> None:
     model = Encoder(tiny_encoder()).eval()
-    model.apply(model._init_weights)
+    model.apply(partial(init_weights, std=0.02))
     ids = torch.randint(5, 50, (1, 8))
     changed = ids.clone()
     changed[0, -1] = (ids[0, -1] + 1) % 50
@@ -67,7 +69,7 @@ def test_attention_is_bidirectional() -> None:
 
 def test_segment_embeddings_mark_the_second_sentence() -> None:
     model = Encoder(tiny_encoder()).eval()
-    model.apply(model._init_weights)
+    model.apply(partial(init_weights, std=0.02))
     ids = torch.randint(5, 50, (1, 6))
     second = torch.tensor([[0, 0, 0, 1, 1, 1]])
     assert not torch.allclose(model.encode(ids), model.encode(ids, token_type_ids=second))

@@ -95,3 +95,16 @@ def test_embeddings_are_shared_and_tied_as_the_spec_says() -> None:
         separate.target_embed is not separate.embed and separate.lm_head.weight is not separate.embed.weight
     )
     assert len(Seq2Seq(tiny_seq2seq(n_decoder_layers=3)).decoder_blocks) == 3
+
+
+def test_inputs_that_do_not_fit_are_refused_by_name() -> None:
+    model = Seq2Seq(tiny_seq2seq())
+    with pytest.raises(ValueError, match="source_ids must be an integer tensor"):
+        model.encode(torch.zeros(1, 4))
+    with pytest.raises(ValueError, match="source length 17 exceeds the model's max_seq_len 16"):
+        model.encode(_ids(1, 17))
+    memory = model.project_memory(model.encode(_ids(1, 4)))
+    cache = model.empty_cache(1)
+    model.decode(_ids(1, 10), memory, None, cache=cache)
+    with pytest.raises(ValueError, match="target length 17 exceeds"):
+        model.decode(_ids(1, 7), memory, None, cache=cache)

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import torch
 from torch import nn
 
+from tfcompile.models.common import check_token_ids, init_weights
 from tfcompile.nn.attention import KVCache, may_attend
 from tfcompile.nn.block import TransformerBlock, build_norm
 from tfcompile.nn.positional import POSITIONAL, PositionalDims
@@ -34,15 +36,9 @@ class DecoderLM(nn.Module):
         self.blocks = nn.ModuleList(TransformerBlock(spec) for _ in range(spec.n_layers))
         self.final_norm = build_norm(spec.norm, spec.d_model) if spec.norm.final else nn.Identity()
         self.lm_head = nn.Linear(spec.d_model, spec.vocab_size, bias=spec.bias.lm_head)
-        self.apply(self._init_weights)
+        self.apply(partial(init_weights, std=spec.init_std))
         if spec.tie_embeddings:
             self.lm_head.weight = self.embed.weight
-
-    def _init_weights(self, module: nn.Module) -> None:
-        if isinstance(module, nn.Linear | nn.Embedding):
-            nn.init.normal_(module.weight, mean=0.0, std=self.spec.init_std)
-        if isinstance(module, nn.Linear) and module.bias is not None:
-            nn.init.zeros_(module.bias)
 
     def forward(
         self,
@@ -74,26 +70,12 @@ class DecoderLM(nn.Module):
 
     def empty_cache(self, batch: int, device: torch.device | None = None) -> list[KVCache]:
         """A cache holding no tokens: (batch, n_kv_heads, 0, head_dim) per layer."""
-        shape = (batch, self.spec.n_kv_heads, 0, self.spec.head_dim)
-        dtype = self.embed.weight.dtype
-        return [
-            KVCache(
-                torch.zeros(shape, dtype=dtype, device=device), torch.zeros(shape, dtype=dtype, device=device)
-            )
-            for _ in self.blocks
-        ]
+        spec, dtype = self.spec, self.embed.weight.dtype
+        return [KVCache.empty(batch, spec.n_kv_heads, spec.head_dim, dtype, device) for _ in self.blocks]
 
     def _check_inputs(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, past: int) -> None:
-        if input_ids.dim() != 2 or input_ids.dtype not in (torch.int64, torch.int32):
-            raise ValueError(
-                f"input_ids must be an integer tensor of shape (batch, seq), "
-                f"got {input_ids.dtype} of shape {tuple(input_ids.shape)}"
-            )
+        check_token_ids(input_ids, "input_ids", self.spec.max_seq_len, past)
         B, T = input_ids.shape
-        if past + T > self.spec.max_seq_len:
-            raise ValueError(
-                f"sequence length {past + T} exceeds the model's max_seq_len {self.spec.max_seq_len}"
-            )
         if attention_mask is not None and attention_mask.shape != (B, past + T):
             raise ValueError(
                 f"attention_mask shape {tuple(attention_mask.shape)} must be (batch, cached + new tokens) "

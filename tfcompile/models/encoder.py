@@ -7,10 +7,13 @@ pretraining run by loading every tensor the body has (see ``train.init.init_from
 
 from __future__ import annotations
 
+from functools import partial
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from tfcompile.models.common import check_token_ids, init_weights
 from tfcompile.nn.attention import may_attend
 from tfcompile.nn.block import TransformerBlock, build_norm
 from tfcompile.nn.positional import POSITIONAL, PositionalDims
@@ -40,12 +43,6 @@ class Encoder(nn.Module):
         self.final_norm = build_norm(spec.norm, spec.d_model) if spec.norm.final else nn.Identity()
         # BERT's pooler: the [CLS] state through a dense layer and tanh, for the sentence-level heads.
         self.pooler = nn.Linear(spec.d_model, spec.d_model)
-
-    def _init_weights(self, module: nn.Module) -> None:
-        if isinstance(module, nn.Linear | nn.Embedding):
-            nn.init.normal_(module.weight, mean=0.0, std=self.spec.init_std)
-        if isinstance(module, nn.Linear) and module.bias is not None:
-            nn.init.zeros_(module.bias)
 
     def encode(
         self,
@@ -81,16 +78,7 @@ class Encoder(nn.Module):
         attention_mask: torch.Tensor | None,
         token_type_ids: torch.Tensor | None,
     ) -> None:
-        if input_ids.dim() != 2 or input_ids.dtype not in (torch.int64, torch.int32):
-            raise ValueError(
-                f"input_ids must be an integer tensor of shape (batch, seq), "
-                f"got {input_ids.dtype} of shape {tuple(input_ids.shape)}"
-            )
-        if input_ids.shape[1] > self.spec.max_seq_len:
-            raise ValueError(
-                f"sequence length {input_ids.shape[1]} exceeds the model's max_seq_len "
-                f"{self.spec.max_seq_len}"
-            )
+        check_token_ids(input_ids, "input_ids", self.spec.max_seq_len)
         for name, tensor in (("attention_mask", attention_mask), ("token_type_ids", token_type_ids)):
             if tensor is not None and tensor.shape != input_ids.shape:
                 raise ValueError(
@@ -112,7 +100,7 @@ class MaskedLM(Encoder):
         self.mlm_norm = build_norm(spec.norm, spec.d_model)
         self.lm_head = nn.Linear(spec.d_model, spec.vocab_size, bias=spec.bias.lm_head)
         self.nsp_head = nn.Linear(spec.d_model, 2) if next_sentence else None
-        self.apply(self._init_weights)
+        self.apply(partial(init_weights, std=spec.init_std))
         if spec.tie_embeddings:
             self.lm_head.weight = self.embed.weight
 
@@ -135,7 +123,7 @@ class Classifier(Encoder):
         super().__init__(spec)
         self.head_drop = nn.Dropout(spec.dropout.residual)
         self.classifier = nn.Linear(spec.d_model, num_labels)
-        self.apply(self._init_weights)
+        self.apply(partial(init_weights, std=spec.init_std))
 
     def forward(
         self,

@@ -3,9 +3,12 @@ decoder over the target whose blocks cross-attend to the encoder's output, an LM
 
 from __future__ import annotations
 
+from functools import partial
+
 import torch
 from torch import nn
 
+from tfcompile.models.common import check_token_ids, init_weights
 from tfcompile.nn.attention import KVCache, may_attend
 from tfcompile.nn.block import TransformerBlock, build_norm
 from tfcompile.nn.positional import POSITIONAL, PositionalDims
@@ -46,15 +49,9 @@ class Seq2Seq(nn.Module):
         )
         self.decoder_norm = build_norm(spec.norm, spec.d_model) if spec.norm.final else nn.Identity()
         self.lm_head = nn.Linear(spec.d_model, spec.vocab_size, bias=spec.bias.lm_head)
-        self.apply(self._init_weights)
+        self.apply(partial(init_weights, std=spec.init_std))
         if spec.tie_embeddings:
             self.lm_head.weight = self.target_embed.weight
-
-    def _init_weights(self, module: nn.Module) -> None:
-        if isinstance(module, nn.Linear | nn.Embedding):
-            nn.init.normal_(module.weight, mean=0.0, std=self.spec.init_std)
-        if isinstance(module, nn.Linear) and module.bias is not None:
-            nn.init.zeros_(module.bias)
 
     def forward(
         self,
@@ -68,8 +65,8 @@ class Seq2Seq(nn.Module):
 
     def encode(self, source_ids: torch.Tensor, source_mask: torch.Tensor | None = None) -> torch.Tensor:
         """-> the encoder's output (B, S, d_model)."""
+        check_token_ids(source_ids, "source_ids", self.spec.max_seq_len)
         S = source_ids.shape[1]
-        self._check_length("source", S)
         positions = torch.arange(S, device=source_ids.device)
         x = self.drop(self.encoder_positional.embed(self.embed(source_ids) * self.embed_scale, positions))
         rotary = self.encoder_positional.rotary(positions)
@@ -95,8 +92,8 @@ class Seq2Seq(nn.Module):
         """target_ids (B, T): the next T target tokens after the P in ``cache`` (self-attention keys
         and values, extended in place); target_mask covers all P + T. -> logits (B, T, vocab)."""
         past = cache[0].length if cache else 0
+        check_token_ids(target_ids, "target_ids", self.spec.max_seq_len, past)
         T = target_ids.shape[1]
-        self._check_length("target", past + T)
         device = target_ids.device
         positions = torch.arange(past, past + T, device=device)
         k_positions = torch.arange(past + T, device=device)
@@ -113,17 +110,7 @@ class Seq2Seq(nn.Module):
 
     def empty_cache(self, batch: int, device: torch.device | None = None) -> list[KVCache]:
         """Decoder self-attention caches holding no tokens: (batch, n_kv_heads, 0, head_dim)."""
-        shape = (batch, self.spec.n_kv_heads, 0, self.spec.head_dim)
-        dtype = self.embed.weight.dtype
+        spec, dtype = self.spec, self.embed.weight.dtype
         return [
-            KVCache(
-                torch.zeros(shape, dtype=dtype, device=device), torch.zeros(shape, dtype=dtype, device=device)
-            )
-            for _ in self.decoder_blocks
+            KVCache.empty(batch, spec.n_kv_heads, spec.head_dim, dtype, device) for _ in self.decoder_blocks
         ]
-
-    def _check_length(self, side: str, length: int) -> None:
-        if length > self.spec.max_seq_len:
-            raise ValueError(
-                f"{side} length {length} exceeds the model's max_seq_len {self.spec.max_seq_len}"
-            )

@@ -67,6 +67,21 @@ class KVCache:
     def length(self) -> int:
         return self.key.shape[2]
 
+    @classmethod
+    def empty(
+        cls,
+        batch: int,
+        n_kv_heads: int,
+        head_dim: int,
+        dtype: torch.dtype,
+        device: torch.device | None = None,
+    ) -> KVCache:
+        """A cache holding no tokens: key and value (batch, n_kv_heads, 0, head_dim)."""
+        shape = (batch, n_kv_heads, 0, head_dim)
+        return cls(
+            torch.zeros(shape, dtype=dtype, device=device), torch.zeros(shape, dtype=dtype, device=device)
+        )
+
 
 class _MultiHead(nn.Module):
     """What self- and cross-attention share: head sizes, K/V head sharing, SDPA, the output

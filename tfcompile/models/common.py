@@ -1,0 +1,29 @@
+"""What every assembly shares: weight initialisation and the checks on token-id inputs."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+def init_weights(module: nn.Module, std: float) -> None:
+    """GPT-2's initialisation: Linear and Embedding weights ~ N(0, std), Linear biases zero.
+    Use as ``model.apply(partial(init_weights, std=spec.init_std))``."""
+    if isinstance(module, nn.Linear | nn.Embedding):
+        nn.init.normal_(module.weight, mean=0.0, std=std)
+    if isinstance(module, nn.Linear) and module.bias is not None:
+        nn.init.zeros_(module.bias)
+
+
+def check_token_ids(ids: torch.Tensor, name: str, max_seq_len: int, past: int = 0) -> None:
+    """``ids`` must be an integer (batch, seq) tensor whose seq, after ``past`` cached tokens, fits
+    in ``max_seq_len``: a ValueError naming the input otherwise."""
+    if ids.dim() != 2 or ids.dtype not in (torch.int64, torch.int32):
+        raise ValueError(
+            f"{name} must be an integer tensor of shape (batch, seq), "
+            f"got {ids.dtype} of shape {tuple(ids.shape)}"
+        )
+    length = past + ids.shape[1]
+    if length > max_seq_len:
+        label = "sequence" if name == "input_ids" else name.removesuffix("_ids")
+        raise ValueError(f"{label} length {length} exceeds the model's max_seq_len {max_seq_len}")
