@@ -11,6 +11,7 @@ from helpers import SHARED_DATA
 from tfcompile.data import corpus as corpus_module
 from tfcompile.data import encode, lm_batch, prepare_corpus, train_tokenizer
 from tfcompile.spec.schema import BpeTokenizer, CharTokenizer, DataSpec
+from tfcompile.tasks.objective import pad_rows
 
 SHAKESPEARE = SHARED_DATA / "tinyshakespeare.txt"
 
@@ -67,3 +68,9 @@ def test_lm_batch_targets_are_inputs_shifted_by_one() -> None:
     x, y = lm_batch(ids, 4, 8, torch.Generator().manual_seed(0))
     assert x.shape == y.shape == (4, 8)
     assert torch.equal(y, x + 1)
+
+
+def test_pad_rows_left_aligns_each_row_and_fills_the_rest() -> None:
+    padded = pad_rows([[5, 6, 7], [8], [], [9, 10]], -1)
+    expected = [[5, 6, 7], [8, -1, -1], [-1, -1, -1], [9, 10, -1]]
+    assert padded.dtype == torch.int64 and padded.tolist() == expected

@@ -13,7 +13,7 @@ from tfcompile.data import DataError, train_tokenizer
 from tfcompile.data.table import LabelledTexts, read_table
 from tfcompile.data.tokenizer import PAD, SPECIAL_TOKENS, add_sentence_template
 from tfcompile.spec.schema import ClassificationTask, DataSpec
-from tfcompile.tasks.objective import Batch, ModelFn, Objective
+from tfcompile.tasks.objective import Batch, ModelFn, Objective, pad_rows
 
 
 def f1_score(predicted: np.ndarray, actual: np.ndarray, num_labels: int) -> float:
@@ -74,19 +74,13 @@ class ClassificationObjective(Objective):
 
     def _collate(self, split: str, rows: list[int]) -> Batch:
         encodings, labels = self.examples[split]
-        T = max(len(encodings[i].ids) for i in rows)
-        batch = {
-            "input_ids": torch.full((len(rows), T), self.pad_id, dtype=torch.long),
-            "attention_mask": torch.zeros((len(rows), T), dtype=torch.long),
-            "token_type_ids": torch.zeros((len(rows), T), dtype=torch.long),
+        input_ids = pad_rows([encodings[i].ids for i in rows], self.pad_id)
+        return {
+            "input_ids": input_ids,
+            "attention_mask": pad_rows([[1] * len(encodings[i].ids) for i in rows], 0),
+            "token_type_ids": pad_rows([encodings[i].type_ids for i in rows], 0),
+            "labels": labels[rows],
         }
-        for r, i in enumerate(rows):
-            n = len(encodings[i].ids)
-            batch["input_ids"][r, :n] = torch.tensor(encodings[i].ids)
-            batch["token_type_ids"][r, :n] = torch.tensor(encodings[i].type_ids)
-            batch["attention_mask"][r, :n] = 1
-        batch["labels"] = labels[rows]
-        return batch
 
     def batch(self, split: str, size: int, generator: torch.Generator) -> Batch:
         n = len(self.examples[split][1])

@@ -18,7 +18,7 @@ from tfcompile.data import DataError, read_corpus, train_tokenizer
 from tfcompile.data.tokenizer import CLS, MASK, PAD, SEP, SPECIAL_TOKENS
 from tfcompile.spec.schema import DataSpec, MaskedLMTask
 from tfcompile.tasks.causal_lm import IGNORE_INDEX
-from tfcompile.tasks.objective import Batch, ModelFn, Objective
+from tfcompile.tasks.objective import Batch, ModelFn, Objective, pad_rows
 
 
 @dataclass(frozen=True)
@@ -101,12 +101,8 @@ class MaskedLMObjective(Objective):
 
     def batch(self, split: str, size: int, generator: torch.Generator) -> Batch:
         examples = [self._example(self.lines[split], generator) for _ in range(size)]
-        T = max(len(ids) for ids, _, _ in examples)
-        input_ids = torch.full((size, T), self.ids[PAD], dtype=torch.long)
-        token_type_ids = torch.zeros((size, T), dtype=torch.long)
-        for row, (ids, types, _) in enumerate(examples):
-            input_ids[row, : len(ids)] = torch.tensor(ids)
-            token_type_ids[row, : len(types)] = torch.tensor(types)
+        input_ids = pad_rows([ids for ids, _, _ in examples], self.ids[PAD])
+        token_type_ids = pad_rows([types for _, types, _ in examples], 0)
         attention_mask = (input_ids != self.ids[PAD]).long()
         maskable = input_ids >= len(SPECIAL_TOKENS)  # special tokens hold ids 0..4
         corrupted, targets = mask_tokens(

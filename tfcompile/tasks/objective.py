@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from itertools import chain
 from typing import Any
 
 import torch
@@ -45,3 +46,12 @@ class Objective(ABC):
         """The batches ``evaluate`` sees: by default ``count`` random ones, the same at every evaluation."""
         for i in range(count):
             yield self.batch("val", size, generator_for(i))
+
+
+def pad_rows(rows: Sequence[Sequence[int]], value: int) -> torch.Tensor:
+    """Rows of ids -> (len(rows), longest) int64, each row left-aligned and filled out with
+    ``value``; built in one scatter rather than a tensor per row."""
+    lengths = torch.tensor([len(row) for row in rows])
+    out = torch.full((len(rows), int(lengths.max())), value, dtype=torch.long)
+    out[torch.arange(out.shape[1]) < lengths[:, None]] = torch.tensor(list(chain.from_iterable(rows)))
+    return out

@@ -22,7 +22,7 @@ from tfcompile.models import Seq2Seq
 from tfcompile.nn.attention import KVCache
 from tfcompile.spec.schema import DataSpec, Seq2SeqTask
 from tfcompile.tasks.causal_lm import IGNORE_INDEX
-from tfcompile.tasks.objective import Batch, ModelFn, Objective
+from tfcompile.tasks.objective import Batch, ModelFn, Objective, pad_rows
 
 
 def read_parallel(path: Path, source: str, target: str) -> tuple[list[str], list[str]]:
@@ -74,20 +74,12 @@ class Seq2SeqObjective(Objective):
         ]
 
     def _collate(self, pairs: list[tuple[list[int], list[int]]]) -> Batch:
-        pad = self.ids[PAD]
-        S, T = max(len(s) for s, _ in pairs), max(len(t) for _, t in pairs) - 1
-        batch = {
-            "source_ids": torch.full((len(pairs), S), pad, dtype=torch.long),
-            "source_mask": torch.zeros((len(pairs), S), dtype=torch.long),
-            "input_ids": torch.full((len(pairs), T), pad, dtype=torch.long),  # the target, shifted right
-            "targets": torch.full((len(pairs), T), IGNORE_INDEX, dtype=torch.long),
+        return {
+            "source_ids": pad_rows([s for s, _ in pairs], self.ids[PAD]),
+            "source_mask": pad_rows([[1] * len(s) for s, _ in pairs], 0),
+            "input_ids": pad_rows([t[:-1] for _, t in pairs], self.ids[PAD]),  # the target, shifted right
+            "targets": pad_rows([t[1:] for _, t in pairs], IGNORE_INDEX),
         }
-        for row, (s, t) in enumerate(pairs):
-            batch["source_ids"][row, : len(s)] = torch.tensor(s)
-            batch["source_mask"][row, : len(s)] = 1
-            batch["input_ids"][row, : len(t) - 1] = torch.tensor(t[:-1])
-            batch["targets"][row, : len(t) - 1] = torch.tensor(t[1:])
-        return batch
 
     def batch(self, split: str, size: int, generator: torch.Generator) -> Batch:
         pairs = self.pairs[split]
@@ -128,9 +120,7 @@ class Seq2SeqObjective(Objective):
         for start in range(0, len(sentences), 64):
             encoded = self.tokenizer.encode_batch(sentences[start : start + 64], add_special_tokens=False)
             ids = [e.ids[: self.context] or [self.ids[UNK]] for e in encoded]
-            source = torch.full((len(ids), max(map(len, ids))), self.ids[PAD], dtype=torch.long)
-            for row, sentence in enumerate(ids):
-                source[row, : len(sentence)] = torch.tensor(sentence)
+            source = pad_rows(ids, self.ids[PAD])
             source, mask = source.to(device), (source != self.ids[PAD]).long().to(device)
             if task.beam == 1:
                 tokens = greedy_translate(model, source, mask, bos, eos, max_len)
