@@ -56,8 +56,9 @@ def test_gpt2_small_has_124m_parameters_with_tied_head() -> None:
 @pytest.mark.parametrize("spec_file", sorted((ROOT / "specs").glob("*.yaml")), ids=lambda p: p.stem)
 def test_example_specs_validate_and_summarise(spec_file) -> None:
     spec = load_spec(spec_file)
-    sizes_from_data = ["model.vocab_size=1000"] if spec.model.vocab_size is None else []
-    if spec.task.type == "classification":
+    text_without_vocab = spec.model.vocab_size is None and spec.model.family != "vit"
+    sizes_from_data = ["model.vocab_size=1000"] if text_without_vocab else []
+    if spec.task.type in ("classification", "image_classification"):
         sizes_from_data.append("task.labels=[negative, positive]")
     spec = load_spec(spec_file, sizes_from_data)
     summary = summarize(spec)

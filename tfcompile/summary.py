@@ -43,9 +43,13 @@ def summarize(spec: Spec) -> Summary:
     rows_modules = list(_row_modules(model))
     shapes: dict[str, tuple[int, ...]] = {}
     hooks = [module.register_forward_hook(_record_shape(shapes, name)) for name, module in rows_modules]
+    m = spec.model
     with torch.no_grad():
-        ids = torch.zeros(1, spec.model.max_seq_len, dtype=torch.long, device="meta")
-        model(*((ids, None, ids) if spec.model.family == "encoder_decoder" else (ids,)))
+        if m.family == "vit":
+            model(torch.zeros(1, m.channels, m.image_size, m.image_size, device="meta"))
+        else:
+            ids = torch.zeros(1, m.max_seq_len, dtype=torch.long, device="meta")
+            model(*((ids, None, ids) if m.family == "encoder_decoder" else (ids,)))
     for hook in hooks:
         hook.remove()
 

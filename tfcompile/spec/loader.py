@@ -67,8 +67,7 @@ def parse_spec(
         issues = [issue for error in e.errors() for issue in _issues(error, data, marks, preset_name)]
         raise SpecError(source, issues, text) from None
     if spec.data is not None and base_dir is not None:
-        spec.data.path = (base_dir / spec.data.path).resolve()
-        for field in ("val_path", "test_path"):
+        for field in ("path", "val_path", "test_path"):
             if getattr(spec.data, field) is not None:
                 setattr(spec.data, field, (base_dir / getattr(spec.data, field)).resolve())
     return spec

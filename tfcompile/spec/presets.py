@@ -148,6 +148,30 @@ PRESETS: dict[str, dict[str, Any]] = {
             "schedule": {"type": "cosine", "warmup_steps": 10000, "min_lr_ratio": 0.0},
         },
     },
+    # Dosovitskiy et al. 2021, ViT-B/16: 224 x 224 RGB in 16 x 16 patches (196 + [CLS]), a
+    # pre-norm GELU encoder with learned positions; 86,567,656 parameters with 1,000 classes.
+    "vit-base": {
+        "model": {
+            "family": "vit",
+            "image_size": 224,
+            "channels": 3,
+            "patch_size": 16,
+            "d_model": 768,
+            "n_layers": 12,
+            "n_heads": 12,
+            "norm": {"position": "pre", "type": "layernorm", "eps": 1e-6},
+            "activation": "gelu",
+            "positional": {"type": "learned"},
+            "pooling": "cls",
+            "bias": {"qkv": True, "attn_out": True, "ffn": True},
+            "dropout": {"embedding": 0.0, "attention": 0.0, "residual": 0.1},
+        },
+        "task": {"type": "image_classification", "augment": {"shift": 16, "flip": True}},
+        "train": {
+            "optimizer": {"type": "adamw", "lr": 1e-3, "betas": [0.9, 0.999], "weight_decay": 0.05},
+            "schedule": {"type": "cosine", "warmup_steps": 10000, "min_lr_ratio": 0.0},
+        },
+    },
 }
 
 

@@ -246,6 +246,77 @@ class EncoderDecoderSpec(TransformerSpec):
         return self
 
 
+class VitSpec(TransformerSpec):
+    """The Vision Transformer (Dosovitskiy et al. 2020): an image cut into square patches, each
+    projected linearly, a learned [CLS] token in front, an encoder, and a classifier head on the
+    final [CLS] state (or on the mean of the patch states). The sequence is the patches (+ [CLS]),
+    so ``max_seq_len`` follows from the sizes."""
+
+    family: Literal["vit"] = "vit"
+    image_size: PositiveInt = Field(description="height and width in pixels; images are resized to it")
+    channels: PositiveInt = Field(3, description="3 for RGB, 1 for grey")
+    patch_size: PositiveInt = Field(description="side of the square patches; must divide image_size")
+    pooling: Literal["cls", "mean"] = Field(
+        "cls", description="cls: classify the final [CLS] state; mean: the mean patch state (no [CLS])"
+    )
+    max_seq_len: PositiveInt | None = Field(  # type: ignore[assignment]
+        None, description="the patches, plus one for [CLS]: set from the sizes"
+    )
+
+    @property
+    def grid(self) -> int:
+        """Patches along each side."""
+        return self.image_size // self.patch_size
+
+    @model_validator(mode="after")
+    def _vit_rules(self) -> VitSpec:
+        rules = Rules()
+        divides = self.image_size % self.patch_size == 0
+        rules.require(
+            divides,
+            ("patch_size",),
+            f"must divide image_size ({self.image_size}), found {self.patch_size}",
+            f"use a divisor of {self.image_size}, e.g. {_nearest_divisor(self.image_size, self.patch_size)}",
+        )
+        rules.require(
+            self.vocab_size is None,
+            ("vocab_size",),
+            f"a ViT reads pixels, not tokens, found vocab_size {self.vocab_size}",
+            "remove model.vocab_size",
+        )
+        rules.require(
+            self.positional.type in ("learned", "sinusoidal", "none"),
+            ("positional",),
+            f"a ViT's positions are patch indices: learned, sinusoidal (2-D) or none, "
+            f"found {self.positional.type!r}",
+            "use learned (as in the ViT paper) or sinusoidal",
+        )
+        if self.positional.type == "sinusoidal":
+            rules.require(
+                self.d_model % 4 == 0,
+                ("d_model",),
+                f"2-D sinusoidal positions give half of d_model to rows and half to columns, each "
+                f"as sin/cos pairs, so d_model must be a multiple of 4, found {self.d_model}",
+                f"use {self.d_model + (-self.d_model) % 4}",
+            )
+        if divides:
+            length = self.grid**2 + (self.pooling == "cls")
+            rules.require(
+                self.max_seq_len in (None, length),
+                ("max_seq_len",),
+                f"is set by the sizes: {self.grid}x{self.grid} patches"
+                f"{' + [CLS]' if self.pooling == 'cls' else ''} = {length}, found {self.max_seq_len}",
+                "remove model.max_seq_len",
+            )
+            self.max_seq_len = length
+        rules.check()
+        return self
+
+    @property
+    def causal(self) -> bool:
+        return False
+
+
 def _family(value: Any) -> str | None:
     """``family`` picks the model variant; a spec without one is a decoder."""
     if isinstance(value, dict):
@@ -256,7 +327,8 @@ def _family(value: Any) -> str | None:
 ModelSpec = Annotated[
     Annotated[DecoderSpec, Tag("decoder")]
     | Annotated[EncoderSpec, Tag("encoder")]
-    | Annotated[EncoderDecoderSpec, Tag("encoder_decoder")],
+    | Annotated[EncoderDecoderSpec, Tag("encoder_decoder")]
+    | Annotated[VitSpec, Tag("vit")],
     Discriminator(_family),
 ]
 
@@ -287,16 +359,39 @@ Tokenizer = Annotated[CharTokenizer | BpeTokenizer | WordPieceTokenizer, Field(d
 
 
 class DataSpec(Section):
-    path: Path = Field(
+    path: Path | None = Field(
+        None,
         description="relative to the spec file: a text file or a folder of .txt files (language "
-        "modelling), or a .tsv/.csv/.jsonl table, optionally gzipped (classification)"
+        "modelling), a .tsv/.csv/.jsonl table, optionally gzipped (classification), or a folder "
+        "with one sub-folder of images per class (image classification)",
+    )
+    builtin: Literal["digits"] | None = Field(
+        None, description="a data set shipped with a package instead of path: scikit-learn's 8x8 digits"
     )
     val_path: Path | None = Field(None, description="a separate validation file; default: split off path")
-    test_path: Path | None = Field(None, description="translation: scored with BLEU after training")
+    test_path: Path | None = Field(
+        None, description="scored after training: BLEU for translation, accuracy for images"
+    )
     tokenizer: Tokenizer = CharTokenizer()
     val_fraction: Annotated[float, Field(gt=0, lt=1)] = Field(0.1, description="the last part is validation")
+    test_fraction: Annotated[float, Field(gt=0, lt=1)] | None = Field(
+        None, description="images: hold out this part for the test accuracy, when there is no test_path"
+    )
 
     _tokenizer_shorthand = field_validator("tokenizer", mode="before")(_type_shorthand)
+
+    @model_validator(mode="after")
+    def _rules(self) -> DataSpec:
+        rules = Rules()
+        rules.require(
+            (self.path is None) != (self.builtin is None),
+            ("path",),
+            "give exactly one of data.path and data.builtin"
+            + (", found both" if self.path is not None else ", found neither"),
+            "data.path names a file or folder; data.builtin: digits is scikit-learn's digits set",
+        )
+        rules.check()
+        return self
 
 
 # ----------------------------------------------------------------------------- task
@@ -360,7 +455,30 @@ class Seq2SeqTask(Section):
     max_decode_len: PositiveInt | None = Field(None, description="default: the model's max_seq_len - 1")
 
 
-Task = Annotated[CausalLMTask | MaskedLMTask | ClassificationTask | Seq2SeqTask, Field(discriminator="type")]
+class AugmentSpec(Section):
+    """Random changes to each training image (never to validation or test images)."""
+
+    shift: Annotated[int, Field(strict=True, ge=0)] = Field(
+        0, description="move by up to this many pixels each way (zero-padded, cropped back)"
+    )
+    flip: bool = Field(False, description="mirror left-right half the time; off where that changes the class")
+
+
+class ImageClassificationTask(Section):
+    """Label an image from the final [CLS] state (or the mean patch state)."""
+
+    type: Literal["image_classification"] = "image_classification"
+    labels: list[str] | None = Field(
+        None, description="class names in class-index order; default: the data's, sorted"
+    )
+    label_smoothing: Probability = 0.0
+    augment: AugmentSpec = AugmentSpec()
+
+
+Task = Annotated[
+    CausalLMTask | MaskedLMTask | ClassificationTask | Seq2SeqTask | ImageClassificationTask,
+    Field(discriminator="type"),
+]
 
 
 # ---------------------------------------------------------------------------- train
@@ -457,6 +575,7 @@ class Spec(Section):
             "masked_lm": "encoder",
             "classification": "encoder",
             "seq2seq": "encoder_decoder",
+            "image_classification": "vit",
         }
         family = families[self.task.type]
         rules.require(
@@ -466,6 +585,13 @@ class Spec(Section):
             f"set model.family: {family}, or a task for {self.model.family} models: "
             f"{_choices(t for t, f in families.items() if f == self.model.family)}",
         )
+        if self.data is not None and self.data.builtin is not None:
+            rules.require(
+                self.task.type == "image_classification",
+                ("data", "builtin"),
+                f"{self.data.builtin!r} is an image set, but the task is {self.task.type!r}",
+                "use data.path for text, or task: image_classification with a vit model",
+            )
         if self.train.context_length is not None:
             rules.require(
                 self.train.context_length <= self.model.max_seq_len,
