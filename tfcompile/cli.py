@@ -17,6 +17,7 @@ from tfcompile.spec import Spec, SpecError, SpecIssue, dump_spec, load_spec
 
 if TYPE_CHECKING:
     from tfcompile.export import ParityReport
+    from tfcompile.runtime import Prediction
 
 EXIT_SPEC_ERROR = 2
 
@@ -40,8 +41,8 @@ def _validate(args: argparse.Namespace) -> int:
 
 def _sizes_from_data(spec: Spec) -> list[str]:
     """The sizes a spec may leave for training to take from the data."""
-    missing = ["model.vocab_size"] if spec.model.vocab_size is None else []
-    if spec.task.type == "classification" and not spec.task.labels:
+    missing = ["model.vocab_size"] if spec.model.vocab_size is None and spec.model.family != "vit" else []
+    if spec.task.type in ("classification", "image_classification") and not spec.task.labels:
         missing.append("task.labels")
     return missing
 
@@ -77,7 +78,12 @@ def _summary(args: argparse.Namespace) -> int:
     table.add_row("total", "", f"{s.total_params:,}", "", "")
     console = Console(width=max(Console().width, 110))
     console.print(table)
-    console.print(f"input: (batch 1, seq {s.context}) token ids")
+    m = spec.model
+    if m.family == "vit":
+        shape = f"(batch 1, {m.channels}, {m.image_size}, {m.image_size}) pixel values"
+        console.print(f"input: {shape}, {m.grid}x{m.grid} patches of {m.patch_size}, sequence {s.context}")
+    else:
+        console.print(f"input: (batch 1, seq {s.context}) token ids")
     console.print(
         f"FLOPs per token at context {s.context}: forward {_si(s.forward_flops_per_token)}, "
         f"training (forward + backward) {_si(s.train_flops_per_token)}"
@@ -191,9 +197,15 @@ def _generate(args: argparse.Namespace) -> int:
 
 
 def _classify(args: argparse.Namespace) -> int:
-    from tfcompile.runtime import Classifier, load
+    from tfcompile.runtime import Classifier, ImageClassifier, load
 
     model = load(args.bundle)
+    if isinstance(model, ImageClassifier):
+        if args.pair is not None:
+            raise UsageError("--pair is for sentence pairs; an image classifier takes image files")
+        return _print_predictions(
+            args.bundle, model.labels, args.texts, model.classify_images(args.texts), "image"
+        )
     if not isinstance(model, Classifier):
         raise UsageError(f"{args.bundle} is not a classifier: use `tfcompile generate` or `translate`")
     if args.pair is not None and len(args.pair) != len(args.texts):
@@ -201,11 +213,18 @@ def _classify(args: argparse.Namespace) -> int:
             f"--pair takes one second sentence per text: {len(args.texts)} texts, {len(args.pair)}"
         )
     inputs = list(zip(args.texts, args.pair, strict=True)) if args.pair else args.texts
-    table = Table(title=f"{args.bundle}: {', '.join(model.labels)}", title_justify="left")
-    for column in ("text", "label", *(f"p({label})" for label in model.labels)):
-        table.add_column(column, justify="left" if column in ("text", "label") else "right")
-    for text, prediction in zip(args.texts, model.classify(inputs), strict=True):
-        table.add_row(text, prediction.label, *(f"{p:.3f}" for p in prediction.probabilities.values()))
+    return _print_predictions(args.bundle, model.labels, args.texts, model.classify(inputs), "text")
+
+
+def _print_predictions(
+    bundle: str, labels: list[str], inputs: list[str], predictions: list[Prediction], kind: str
+) -> int:
+    table = Table(title=f"{bundle}: {', '.join(labels)}", title_justify="left")
+    table.add_column(kind, overflow="fold")  # a long text or path wraps rather than losing its end
+    for column in ("label", *(f"p({label})" for label in labels)):
+        table.add_column(column, justify="left" if column == "label" else "right")
+    for item, prediction in zip(inputs, predictions, strict=True):
+        table.add_row(item, prediction.label, *(f"{p:.3f}" for p in prediction.probabilities.values()))
     Console(width=max(Console().width, 100)).print(table)
     return 0
 
@@ -345,11 +364,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     classify = commands.add_parser(
         "classify",
-        help="label sentences with a classifier bundle and onnxruntime alone",
-        description="Label texts (or sentence pairs, with --pair) with an exported classifier bundle.",
+        help="label sentences or images with a classifier bundle and onnxruntime alone",
+        description="Label texts (or sentence pairs, with --pair) with an exported text classifier, "
+        "or image files with an exported ViT.",
     )
     classify.add_argument("bundle", help="a classifier bundle folder written by `tfcompile export`")
-    classify.add_argument("texts", nargs="+", metavar="TEXT")
+    classify.add_argument("texts", nargs="+", metavar="INPUT", help="texts, or image files for a ViT")
     classify.add_argument("--pair", nargs="+", metavar="SECOND", help="the second sentence for each TEXT")
     classify.set_defaults(handler=_classify)
 

@@ -3,3 +3,7 @@
 
 class UserError(Exception):
     """A problem with the user's spec, data, run or bundle; the CLI prints it without a traceback."""
+
+
+class InputError(UserError, ValueError):
+    """An input that does not fit the model: wrong dtype, rank, vocabulary range, length or image."""

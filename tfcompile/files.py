@@ -5,6 +5,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+# What a run keeps of its data preparation, copied into its bundles: for text, and for images.
+TOKENIZER_FILE = "tokenizer.json"
+PREPROCESSING_FILE = "preprocessing.json"
+
 
 def fsync_file(path: Path) -> None:
     with open(path, "rb") as f:

@@ -8,12 +8,14 @@ from tfcompile.export.graph import (
     export_classifier,
     export_decoder,
     export_decoder_step,
+    export_image_classifier,
 )
 from tfcompile.export.parity import (
     ParityCase,
     ParityReport,
     check_classifier_parity,
     check_decoder_parity,
+    check_image_classifier_parity,
     check_step_parity,
     default_shapes,
 )
@@ -28,11 +30,13 @@ __all__ = [
     "Source",
     "check_classifier_parity",
     "check_decoder_parity",
+    "check_image_classifier_parity",
     "check_step_parity",
     "default_shapes",
     "export_bundle",
     "export_classifier",
     "export_decoder",
     "export_decoder_step",
+    "export_image_classifier",
     "verify_bundle",
 ]

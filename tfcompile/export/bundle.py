@@ -4,7 +4,8 @@
                         logits, or a classifier's label logits
     decoder_step.onnx   decoders only, the incremental form: new tokens + per-layer past K/V ->
                         logits + present K/V
-    tokenizer.json   the run's tokenizer, when the model came from a run
+    tokenizer.json      text models from a run: the run's tokenizer
+    preprocessing.json  image models from a run: image size, channels, normalisation statistics
     spec.yaml        the resolved spec
     manifest.json    format version, graphs with named inputs/outputs, versions, file hashes, parity
 
@@ -32,6 +33,7 @@ from tfcompile.export.graph import (
     export_classifier,
     export_decoder,
     export_decoder_step,
+    export_image_classifier,
     export_seq2seq_encoder,
     export_seq2seq_step,
 )
@@ -39,10 +41,12 @@ from tfcompile.export.parity import (
     ParityReport,
     check_classifier_parity,
     check_decoder_parity,
+    check_image_classifier_parity,
     check_seq2seq_encoder_parity,
     check_seq2seq_step_parity,
     check_step_parity,
 )
+from tfcompile.files import PREPROCESSING_FILE, TOKENIZER_FILE
 from tfcompile.models import build_model
 from tfcompile.runtime.bundle import FORMAT_VERSION, MANIFEST, read_manifest, sha256_file
 from tfcompile.runtime.ort import ort
@@ -70,6 +74,7 @@ GRAPHS: dict[str, dict[str, Graph]] = {
         "encoder": Graph(export_seq2seq_encoder, check_seq2seq_encoder_parity),
         "step": Graph(export_seq2seq_step, check_seq2seq_step_parity),
     },
+    "image_classification": {"model": Graph(export_image_classifier, check_image_classifier_parity)},
 }
 
 
@@ -127,8 +132,9 @@ def export_bundle(
                     f"logits, more than export.tolerance {spec.export.tolerance:g}: "
                     f"{json.dumps(report.to_dict()['cases'])}"
                 )
-        if source.run is not None and (source.run / "tokenizer.json").exists():
-            shutil.copyfile(source.run / "tokenizer.json", tmp / "tokenizer.json")
+        for name in (TOKENIZER_FILE, PREPROCESSING_FILE):
+            if source.run is not None and (source.run / name).exists():
+                shutil.copyfile(source.run / name, tmp / name)
         (tmp / "spec.yaml").write_text(dump_spec(spec))
         manifest = _manifest(spec, protos, opset, source, reports, tmp)
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
@@ -166,9 +172,9 @@ def _check_exportable(spec: Spec) -> None:
             f"a {spec.task.type} model is pretraining, not something to serve: fine-tune it "
             f"(train.init_from) into one of {', '.join(GRAPHS)}, and export that run"
         )
-    if spec.model.vocab_size is None:
+    if spec.model.vocab_size is None and spec.model.family != "vit":
         raise ExportError("model.vocab_size is not set: export a trained run, or set it in the spec")
-    if spec.task.type == "classification" and not spec.task.labels:
+    if spec.task.type in ("classification", "image_classification") and not spec.task.labels:
         raise ExportError("task.labels is not set: export a trained run, or set it in the spec")
 
 
@@ -195,11 +201,13 @@ def _manifest(
         "vocab_size": spec.model.vocab_size,
         "max_seq_len": spec.model.max_seq_len,
     }
-    task = spec.task
+    task, m = spec.task, spec.model
     if task.type == "classification":
         sizes |= {"labels": task.labels}
+    elif task.type == "image_classification":
+        assert m.family == "vit"
+        sizes |= {"labels": task.labels, "image_size": m.image_size, "channels": m.channels}
     else:  # what the runtime needs to build an empty KV cache
-        m = spec.model
         layers = m.n_decoder_layers if m.family == "encoder_decoder" else m.n_layers
         sizes |= {"n_layers": layers, "n_kv_heads": m.n_kv_heads, "head_dim": m.head_dim}
     if task.type == "seq2seq":

@@ -15,7 +15,7 @@ import onnx
 import torch
 from torch import nn
 
-from tfcompile.models import Classifier, DecoderLM, Seq2Seq
+from tfcompile.models import Classifier, DecoderLM, Seq2Seq, VisionTransformer
 from tfcompile.nn.attention import KVCache
 
 DECODER_INPUTS = ("input_ids", "attention_mask")
@@ -31,6 +31,17 @@ def export_decoder(model: DecoderLM, path: Path, opset: int) -> onnx.ModelProto:
 def export_classifier(model: Classifier, path: Path, opset: int) -> onnx.ModelProto:
     """Write ``forward(input_ids, attention_mask, token_type_ids (B, T) int64) -> logits (B, labels)``."""
     return _export_forward(model, CLASSIFIER_INPUTS, path, opset)
+
+
+def export_image_classifier(model: VisionTransformer, path: Path, opset: int) -> onnx.ModelProto:
+    """Write ``forward(pixel_values (B, channels, image_size, image_size) float32) -> logits
+    (B, labels)``; the batch is dynamic."""
+    model = model.eval()
+    s = model.spec
+    example = (torch.zeros(2, s.channels, s.image_size, s.image_size),)
+    batch = torch.export.Dim("batch", min=1, max=4096)
+    program = _export(model, example, ["pixel_values"], list(OUTPUTS), {"pixel_values": {0: batch}}, opset)
+    return _save(program, path, {})
 
 
 def _export_forward(model: nn.Module, inputs: tuple[str, ...], path: Path, opset: int) -> onnx.ModelProto:
@@ -253,9 +264,10 @@ def _save(program: torch.onnx.ONNXProgram, path: Path, names: dict[tuple[str, in
     path.parent.mkdir(parents=True, exist_ok=True)
     program.save(str(path))
     proto = onnx.load(str(path))
-    _rename_symbols(proto, names)
-    onnx.save(proto, str(path))
-    onnx.checker.check_model(proto, full_check=True)
+    if names:
+        _rename_symbols(proto, names)
+        onnx.save(proto, str(path))
+    onnx.checker.check_model(proto, full_check=True)  # full_check runs strict shape inference too
     return proto
 
 

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from tfcompile.export.graph import CLASSIFIER_INPUTS, DECODER_INPUTS, seq2seq_names, step_names
-from tfcompile.models import Classifier, DecoderLM, Seq2Seq
+from tfcompile.models import Classifier, DecoderLM, Seq2Seq, VisionTransformer
 from tfcompile.runtime.ort import ort
 
 
@@ -71,6 +71,33 @@ def check_classifier_parity(
     seed: int = 0,
 ) -> ParityReport:
     return _check_forward_parity(model, onnx_path, CLASSIFIER_INPUTS, tolerance, shapes, seed)
+
+
+def check_image_classifier_parity(
+    model: VisionTransformer,
+    onnx_path: Path,
+    tolerance: float,
+    batches: Sequence[int] = (1, 4, 16),
+    seed: int = 0,
+) -> ParityReport:
+    """Standard-normal pixel values (what normalised images look like) at each batch size;
+    ``seq`` in the report is the model's sequence length (patches + [CLS])."""
+    model = model.eval()
+    s = model.spec
+    assert s.max_seq_len is not None
+    session = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(seed)
+    cases = []
+    for batch in batches:
+        pixels = rng.standard_normal((batch, s.channels, s.image_size, s.image_size), dtype=np.float32)
+        with torch.no_grad():
+            expected = model(torch.from_numpy(pixels)).numpy()
+        (actual,) = session.run(None, {"pixel_values": pixels})
+        diff = float(np.abs(actual - expected).max())
+        cases.append(
+            ParityCase(batch, s.max_seq_len, False, diff, diff / (float(np.abs(expected).max()) or 1.0))
+        )
+    return ParityReport(tolerance, cases)
 
 
 def _check_forward_parity(

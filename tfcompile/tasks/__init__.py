@@ -9,6 +9,7 @@ from tokenizers import Tokenizer
 from tfcompile.spec.schema import Spec
 from tfcompile.tasks.causal_lm import IGNORE_INDEX, CausalLMObjective, causal_lm_loss, generate, sample_next
 from tfcompile.tasks.classification import ClassificationObjective, f1_score
+from tfcompile.tasks.image_classification import ImageClassificationObjective, augment
 from tfcompile.tasks.masked_lm import MaskedLMObjective, MaskingRule, mask_tokens
 from tfcompile.tasks.objective import Batch, Objective
 from tfcompile.tasks.seq2seq import Seq2SeqObjective, beam_translate, greedy_translate, read_parallel
@@ -25,6 +26,9 @@ def build_objective(spec: Spec, cache_dir: Path, tokenizer: Tokenizer | None = N
         return MaskedLMObjective(task, spec.data, context, tokenizer)
     if task.type == "seq2seq":
         return Seq2SeqObjective(task, spec.data, context, tokenizer)
+    if task.type == "image_classification":
+        assert spec.model.family == "vit"  # the schema pairs the task with the family
+        return ImageClassificationObjective(task, spec.data, spec.model)
     return ClassificationObjective(task, spec.data, context, spec.train.seed, tokenizer)
 
 
@@ -33,10 +37,12 @@ __all__ = [
     "Batch",
     "CausalLMObjective",
     "ClassificationObjective",
+    "ImageClassificationObjective",
     "MaskedLMObjective",
     "MaskingRule",
     "Objective",
     "Seq2SeqObjective",
+    "augment",
     "beam_translate",
     "build_objective",
     "causal_lm_loss",

@@ -10,19 +10,29 @@ from typing import Any
 import torch
 from tokenizers import Tokenizer
 
+from tfcompile.files import TOKENIZER_FILE
+
 Batch = dict[str, torch.Tensor]  # the model's inputs by name, plus the targets
 ModelFn = Callable[..., Any]
 
 
 class Objective(ABC):
-    tokenizer: Tokenizer
+    tokenizer: Tokenizer | None = None  # text tasks; images have none
     # The validation metric that picks the `best` checkpoint, and which way is better.
     best_metric: str = "val_loss"
     higher_is_better: bool = False
 
     @property
-    def vocab_size(self) -> int:
-        return self.tokenizer.get_vocab_size()
+    def vocab_size(self) -> int | None:
+        return self.tokenizer.get_vocab_size() if self.tokenizer is not None else None
+
+    def run_files(self) -> dict[str, str]:
+        """What a run keeps of the data's preparation, by file name: the tokenizer by default."""
+        return {TOKENIZER_FILE: self.tokenizer.to_str()} if self.tokenizer is not None else {}
+
+    def tokens(self, batch: Batch) -> int:
+        """Sequence positions in a batch, padding included (for tokens/s)."""
+        return batch["input_ids"].numel()
 
     @abstractmethod
     def batch(self, split: str, size: int, generator: torch.Generator) -> Batch:

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from tfcompile.data import load_tokenizer
-from tfcompile.files import atomic_write_text
+from tfcompile.files import TOKENIZER_FILE, atomic_write_text
 from tfcompile.models import build_model
 from tfcompile.spec import Spec, dump_spec
 from tfcompile.tasks import Batch, build_objective
@@ -28,7 +28,6 @@ from tfcompile.train.progress import Progress
 from tfcompile.train.runs import (
     METRICS_FILE,
     SPEC_FILE,
-    TOKENIZER_FILE,
     TrainError,
     init_from_run,
     load_run_spec,
@@ -76,7 +75,7 @@ class Trainer:
         self._prepare_run_dir(resume)
 
         init_run = spec.train.init_from
-        if resume:
+        if resume and (run_dir / TOKENIZER_FILE).exists():  # image runs have none
             tokenizer = load_tokenizer(run_dir / TOKENIZER_FILE)
         elif init_run is not None:
             if not (init_run / TOKENIZER_FILE).exists():
@@ -130,7 +129,9 @@ class Trainer:
         assert self.spec.data is not None
         vocab = self.objective.vocab_size
         declared = self.spec.model.vocab_size
-        if declared is None:
+        if vocab is None:  # images: no tokenizer
+            pass
+        elif declared is None:
             self.spec.model.vocab_size = vocab
         elif declared != vocab:
             raise TrainError(
@@ -138,13 +139,14 @@ class Trainer:
                 f"data.path has {vocab} tokens: set model.vocab_size to {vocab}, or leave it out "
                 f"to take it from the tokenizer"
             )
-        if self.spec.task.type == "classification":
+        if self.spec.task.type in ("classification", "image_classification"):
             self.spec.task.labels = self.objective.labels
 
     def _write_run_files(self) -> None:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         atomic_write_text(self.run_dir / SPEC_FILE, dump_spec(self.spec))
-        atomic_write_text(self.run_dir / TOKENIZER_FILE, self.objective.tokenizer.to_str())
+        for name, text in self.objective.run_files().items():
+            atomic_write_text(self.run_dir / name, text)
 
     def _restore(self) -> None:
         path = resolve(self.run_dir)
@@ -267,7 +269,7 @@ class Trainer:
                 loss = self.objective.loss(self.forward, batch) / t.grad_accum
             self.scaler.scale(loss).backward()
             loss_sum += loss.item()
-            tokens += batch["input_ids"].numel()
+            tokens += self.objective.tokens(batch)
         if not math.isfinite(loss_sum):
             raise TrainError(
                 f"the training loss became {loss_sum} at step {step}; lower the learning rate or use "

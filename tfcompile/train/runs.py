@@ -17,7 +17,6 @@ from tfcompile.spec import Spec, parse_spec
 from tfcompile.train.checkpoint import CheckpointError, load_weights, resolve
 
 SPEC_FILE = "spec.yaml"
-TOKENIZER_FILE = "tokenizer.json"
 METRICS_FILE = "metrics.jsonl"
 
 

@@ -1,0 +1,203 @@
+"""Image classification: digits and image folders, training, the bundle, and serving without torch."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from helpers import ROOT
+from PIL import Image
+from sklearn.datasets import load_digits
+
+from tfcompile.cli import main
+from tfcompile.data import DataError
+from tfcompile.data.images import read_image_folder, stratified_split
+from tfcompile.export import Source, check_image_classifier_parity, export_bundle
+from tfcompile.runtime import ImageClassifier, InputError, load
+from tfcompile.spec import Spec, load_spec
+from tfcompile.tasks import ImageClassificationObjective
+from tfcompile.train import Trainer, TrainResult, load_trained_model
+
+SPEC = ROOT / "specs" / "vit-digits.yaml"
+DIGITS = load_digits()
+DIGITS_8BIT = (DIGITS.images * 255 / 16).round().astype(np.uint8)  # as an 8-bit image file holds them
+
+
+def write_digit_folders(root: Path, rows: range | np.ndarray) -> None:
+    for i in rows:
+        folder = root / str(DIGITS.target[i])
+        folder.mkdir(parents=True, exist_ok=True)
+        Image.fromarray(DIGITS_8BIT[i]).save(folder / f"{i}.png")
+
+
+def digits_spec(tmp_path: Path, *overrides: str) -> Spec:
+    return load_spec(SPEC, [f"train.runs_dir={tmp_path / 'runs'}", *overrides])
+
+
+def test_held_out_splits_keep_each_class_share_and_a_fixed_draw() -> None:
+    labels = [str(t) for t in DIGITS.target]
+    kept, held = stratified_split(labels, 0.2)
+    assert len(kept) + len(held) == len(labels) and not set(kept) & set(held)
+    for digit in map(str, range(10)):
+        n = labels.count(digit)
+        assert sum(labels[i] == digit for i in held) == round(n * 0.2)
+    assert np.array_equal(held, stratified_split(labels, 0.2)[1])
+
+
+def test_the_digits_objective_splits_test_and_validation_and_normalises_with_training_statistics(
+    tmp_path: Path,
+) -> None:
+    spec = digits_spec(tmp_path)
+    assert spec.data is not None and spec.task.type == "image_classification" and spec.model.family == "vit"
+    objective = ImageClassificationObjective(spec.task, spec.data, spec.model)
+    sizes = {split: len(t) for split, t in objective.targets.items()}
+    assert sizes["test"] == 359 and sum(sizes.values()) == 1797 and 140 <= sizes["val"] <= 146
+    assert objective.labels == [str(d) for d in range(10)]
+    train = objective.images["train"]
+    assert train.shape[1:] == (1, 8, 8) and 0 <= train.min() and train.max() <= 1
+    p = objective.preprocessing
+    assert p.mean[0] == pytest.approx(train.mean().item(), abs=1e-6)
+    assert p.std[0] == pytest.approx(train.std(unbiased=False).item(), abs=1e-5)
+    batch = objective.batch("val", 32, torch.Generator().manual_seed(0))
+    assert batch["pixel_values"].shape == (32, 1, 8, 8) and batch["labels"].shape == (32,)
+    assert abs(objective._batch("train", torch.arange(1000))["pixel_values"].mean()) < 0.05
+    assert json.loads(objective.run_files()["preprocessing.json"])["mean"] == list(p.mean)
+
+
+def test_image_folders_are_read_by_class_and_bad_files_are_named(tmp_path: Path) -> None:
+    write_digit_folders(tmp_path / "train", range(40))
+    data = read_image_folder(tmp_path / "train", 1, 8)
+    assert sorted(data.labels) == sorted(str(DIGITS.target[i]) for i in range(40))
+    assert data.images.shape == (40, 1, 8, 8)
+    first = data.labels.index(str(DIGITS.target[0]))  # sorted folders, then sorted file names
+    np.testing.assert_allclose(data.images[first, 0], DIGITS.images[0] / 16, atol=0.5 / 255 + 1e-6)
+    upscaled = read_image_folder(tmp_path / "train", 1, 4)  # resized to the model's size
+    assert upscaled.images.shape == (40, 1, 4, 4)
+    (tmp_path / "train" / "3" / "broken.png").write_bytes(b"not an image")
+    with pytest.raises(DataError, match=r"data\.path: cannot read the image .*broken\.png"):
+        read_image_folder(tmp_path / "train", 1, 8)
+    (tmp_path / "empty" / "a").mkdir(parents=True)
+    with pytest.raises(DataError, match="holds no images in class sub-folders"):
+        read_image_folder(tmp_path / "empty", 1, 8)
+    with pytest.raises(DataError, match="no folder at"):
+        read_image_folder(tmp_path / "missing", 1, 8)
+
+
+@pytest.fixture(scope="module")
+def digits_run(tmp_path_factory: pytest.TempPathFactory) -> TrainResult:
+    """The committed recipe, shortened: 600 of its steps."""
+    tmp = tmp_path_factory.mktemp("vit")
+    spec = digits_spec(tmp, "train.steps=600", "train.eval_interval=300")
+    return Trainer(spec, tmp / "runs" / "vit-digits", show_progress=False).train()
+
+
+def test_a_short_digits_run_is_far_above_chance_on_the_held_out_test_split(digits_run: TrainResult) -> None:
+    assert digits_run.metrics["test_accuracy"] > 0.7  # chance: 0.1
+    assert digits_run.best is not None and digits_run.best > 0.6
+    preprocessing = json.loads((digits_run.run_dir / "preprocessing.json").read_text())
+    assert preprocessing["image_size"] == 8 and preprocessing["channels"] == 1
+
+
+def test_an_image_folder_run_learns_and_resumes(tmp_path: Path) -> None:
+    kept, held = stratified_split([str(t) for t in DIGITS.target], 0.2)
+    write_digit_folders(tmp_path / "train", kept)
+    write_digit_folders(tmp_path / "test", held)
+    overrides = [
+        "data.builtin=null",
+        f"data.path={tmp_path / 'train'}",
+        f"data.test_path={tmp_path / 'test'}",
+    ]
+    overrides += ["model.d_model=32", "model.n_layers=2", "train.steps=600", "train.eval_interval=300"]
+    spec = digits_spec(tmp_path, *overrides, "data.test_fraction=null")
+    run_dir = tmp_path / "runs" / "folder"
+    result = Trainer(spec, run_dir, show_progress=False).train()
+    assert result.metrics["test_accuracy"] > 0.5
+    longer = digits_spec(tmp_path, *overrides, "data.test_fraction=null", "train.steps=620")
+    resumed = Trainer(longer, run_dir, resume=True, show_progress=False)
+    assert resumed.step == 600 and resumed.train().step == 620
+
+
+def test_the_bundle_holds_parity_and_serves_paths_and_arrays_as_pytorch_does(
+    digits_run: TrainResult, tmp_path: Path
+) -> None:
+    bundle = tmp_path / "bundle"
+    reports = export_bundle(None, Source(run=digits_run.run_dir), bundle)
+    assert reports["model"].passed and [c.batch for c in reports["model"].cases] == [1, 4, 16]
+    _, model = load_trained_model(digits_run.run_dir)
+    fresh = check_image_classifier_parity(model, bundle / "model.onnx", 1e-4, batches=(2, 7, 33), seed=5)
+    assert fresh.passed, fresh.to_dict()
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    assert manifest["model"]["labels"] == [str(d) for d in range(10)]
+    assert (bundle / "preprocessing.json").read_text() == (
+        digits_run.run_dir / "preprocessing.json"
+    ).read_text()
+
+    classifier = load(bundle)
+    assert isinstance(classifier, ImageClassifier)
+    rows = range(1700, 1720)
+    # Float arrays in [0, 1] against PyTorch on the same normalised pixels.
+    arrays = [DIGITS.images[i] / 16 for i in rows]
+    served = classifier.classify_images(arrays)
+    p = json.loads((bundle / "preprocessing.json").read_text())
+    pixels = (torch.tensor(np.stack(arrays), dtype=torch.float32)[:, None] - p["mean"][0]) / p["std"][0]
+    with torch.no_grad():
+        expected = model(pixels).softmax(-1).numpy()
+    got = np.array([[pred.probabilities[label] for label in classifier.labels] for pred in served])
+    np.testing.assert_allclose(got, expected, atol=1e-5)
+    assert [pred.label for pred in served] == [str(i) for i in expected.argmax(1)]
+    # PNG files and the same 8-bit arrays are one input.
+    write_digit_folders(tmp_path / "png", rows)
+    paths = [tmp_path / "png" / str(DIGITS.target[i]) / f"{i}.png" for i in rows]
+    from_files = classifier.classify_images(paths)
+    from_uint8 = classifier.classify_images(np.stack([DIGITS_8BIT[i][:, :, None] for i in rows]))
+    assert from_files == from_uint8
+    assert sum(a.label == b.label for a, b in zip(from_files, served, strict=True)) >= 19
+    assert classifier.classify_images(paths[0]) == from_files[:1]
+
+
+def test_the_runtime_refuses_inputs_that_do_not_fit_by_name(digits_run: TrainResult, tmp_path: Path) -> None:
+    bundle = tmp_path / "bundle"
+    export_bundle(None, Source(run=digits_run.run_dir), bundle)
+    classifier = load(bundle)
+    assert isinstance(classifier, ImageClassifier)
+    with pytest.raises(
+        InputError, match=r"pixel_values must have shape \(batch, 1, 8, 8\), got \(2, 3, 8, 8\)"
+    ):
+        classifier.logits(np.zeros((2, 3, 8, 8), dtype=np.float32))
+    with pytest.raises(InputError, match="finite floats"):
+        classifier.logits(np.zeros((2, 1, 8, 8), dtype=np.int64))
+    with pytest.raises(InputError, match=r"values in \[0, 1\], found \[0, 15\]: divide by its maximum"):
+        classifier.classify_images(DIGITS.images[0])
+    with pytest.raises(InputError, match=r"shape \(height, width, 1\) or \(height, width\), got \(5, 8, 8\)"):
+        classifier.classify_images(DIGITS.images[:5] / 16)
+    with pytest.raises(InputError, match=r"cannot read the image .*missing\.png"):
+        classifier.classify_images(tmp_path / "missing.png")
+    with pytest.raises(InputError, match="at least one image"):
+        classifier.classify_images([])
+
+
+def test_the_cli_validates_summarises_and_classifies_image_files(
+    digits_run: TrainResult,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert main(["validate", str(SPEC)]) == 0
+    assert "vit, image_classification" in capsys.readouterr().out
+    assert main(["summary", str(SPEC), "--set", "task.labels=[a, b]"]) == 0
+    assert "(batch 1, 1, 8, 8) pixel values, 4x4 patches of 2, sequence 17" in capsys.readouterr().out
+    bundle = tmp_path / "bundle"
+    assert main(["export", str(digits_run.run_dir), "--out", str(bundle)]) == 0
+    for i in (1790, 1791):
+        Image.fromarray(DIGITS_8BIT[i]).save(tmp_path / f"{i}.png")
+    monkeypatch.chdir(tmp_path)
+    capsys.readouterr()
+    assert main(["classify", str(bundle), "1790.png", "1791.png"]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if ".png" in line]
+    expected = load(bundle).classify_images([tmp_path / "1790.png", tmp_path / "1791.png"])
+    assert [row.split("│")[1:3] for row in rows] == [
+        [f" {name}.png ", f" {p.label:<5} "] for name, p in zip((1790, 1791), expected, strict=True)
+    ]

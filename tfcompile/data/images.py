@@ -1,0 +1,72 @@
+"""Labelled images: scikit-learn's bundled 8x8 digits (no download), or a folder with one
+sub-folder of images per class. Images are read once, through the runtime's preprocessing, into
+(N, C, S, S) float32 in [0, 1]: a data set is held in memory whole."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from tfcompile.data.corpus import DataError
+from tfcompile.errors import InputError
+from tfcompile.images import IMAGE_SUFFIXES, fit, read_image, to_unit_range
+
+
+@dataclass(frozen=True)
+class LabelledImages:
+    images: np.ndarray  # (N, C, S, S) float32 in [0, 1]
+    labels: list[str]  # N class names
+
+    def subset(self, rows: np.ndarray) -> LabelledImages:
+        return LabelledImages(self.images[rows], [self.labels[i] for i in rows])
+
+
+def load_digits(channels: int, image_size: int) -> LabelledImages:
+    """scikit-learn's 1,797 8x8 grey digits (values 0-16, scaled to [0, 1]), labelled "0".."9"."""
+    if channels != 1:
+        raise DataError(
+            f"data.builtin digits: the digits are grey, so set model.channels: 1 (found {channels})"
+        )
+    try:
+        from sklearn.datasets import load_digits as sklearn_digits
+    except ImportError:
+        raise DataError("data.builtin digits needs scikit-learn: pip install scikit-learn") from None
+    digits = sklearn_digits()
+    images = np.stack([fit(to_unit_range(image / 16.0, 1), image_size) for image in digits.images])
+    return LabelledImages(images.transpose(0, 3, 1, 2), [str(t) for t in digits.target])
+
+
+def read_image_folder(path: Path, channels: int, image_size: int, field: str = "data.path") -> LabelledImages:
+    """``path/CLASS/IMAGE``: every image file in each sub-folder, labelled with the folder's name."""
+    if not path.is_dir():
+        raise DataError(f"{field}: no folder at {path} (images go in one sub-folder per class)")
+    images, labels = [], []
+    for folder in sorted(p for p in path.iterdir() if p.is_dir()):
+        for file in sorted(f for f in folder.iterdir() if f.suffix.lower() in IMAGE_SUFFIXES):
+            try:
+                image = fit(to_unit_range(read_image(file, channels), channels), image_size)
+            except InputError as e:
+                raise DataError(f"{field}: {e}") from None
+            images.append(image.transpose(2, 0, 1))
+            labels.append(folder.name)
+    if not images:
+        raise DataError(
+            f"{field}: {path} holds no images in class sub-folders ({path}/CLASS/IMAGE, "
+            f"with suffixes {', '.join(IMAGE_SUFFIXES)})"
+        )
+    return LabelledImages(np.stack(images), labels)
+
+
+def stratified_split(labels: list[str], fraction: float, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """-> (kept rows, held-out rows): ``fraction`` of each class, drawn with a fixed seed, so that
+    the held-out split keeps the class balance and does not move with the training seed."""
+    rng = np.random.default_rng(seed)
+    names = np.asarray(labels)
+    held = [
+        rng.permutation(rows)[: round(len(rows) * fraction)]
+        for rows in (np.flatnonzero(names == name) for name in sorted(set(labels)))
+    ]
+    held_rows = np.sort(np.concatenate(held))
+    return np.setdiff1d(np.arange(len(labels)), held_rows), held_rows

@@ -1,0 +1,109 @@
+"""Image preprocessing, one implementation for training and serving (numpy and Pillow only: the
+runtime imports it without torch, training without onnxruntime):
+an image file or array -> floats in [0, 1], the shorter side resized to the model's size and the
+centre cropped square, then normalised per channel with the training split's statistics."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from PIL import Image, UnidentifiedImageError
+
+from tfcompile.errors import InputError
+
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff")
+
+ImageLike = str | Path | np.ndarray
+
+
+@dataclass(frozen=True)
+class ImagePreprocessing:
+    """What a ViT run saw: its image size and channels, and the per-channel mean and standard
+    deviation of its training images in [0, 1] (saved with the run and in the bundle)."""
+
+    image_size: int
+    channels: int
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"resize": "shorter side, bilinear, then centre crop", **asdict(self)}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ImagePreprocessing:
+        p = cls(int(data["image_size"]), int(data["channels"]), tuple(data["mean"]), tuple(data["std"]))
+        if len(p.mean) != p.channels or len(p.std) != p.channels or min(p.std) <= 0:
+            raise ValueError(f"preprocessing needs {p.channels} means and positive stds, found {data}")
+        return p
+
+    def normalise(self, images: np.ndarray) -> np.ndarray:
+        """(B, C, S, S) in [0, 1] -> (B, C, S, S) float32 with the training mean and std."""
+        mean = np.asarray(self.mean, dtype=np.float32)[:, None, None]
+        std = np.asarray(self.std, dtype=np.float32)[:, None, None]
+        return ((images - mean) / std).astype(np.float32)
+
+    def pixel_values(self, images: Sequence[ImageLike]) -> np.ndarray:
+        """Image paths or arrays -> the model's input (B, C, S, S) float32."""
+        return self.normalise(np.stack([self.load(image) for image in images]))
+
+    def load(self, image: ImageLike) -> np.ndarray:
+        """One image path or array -> (C, S, S) float32 in [0, 1], resized and cropped."""
+        array = read_image(image, self.channels) if isinstance(image, str | Path) else image
+        return fit(to_unit_range(array, self.channels), self.image_size).transpose(2, 0, 1)
+
+
+def read_image(path: str | Path, channels: int) -> np.ndarray:
+    """An image file -> (H, W, channels) uint8; colour converted to grey (1 channel) or RGB (3)."""
+    if channels not in (1, 3):
+        raise InputError(f"image files give 1 (grey) or 3 (RGB) channels; the model takes {channels}")
+    try:
+        with Image.open(path) as image:
+            array = np.asarray(image.convert("L" if channels == 1 else "RGB"))
+    except (OSError, UnidentifiedImageError) as e:
+        raise InputError(f"cannot read the image {path}: {e}") from None
+    return array[:, :, None] if channels == 1 else array
+
+
+def to_unit_range(array: Any, channels: int) -> np.ndarray:
+    """(H, W) or (H, W, C) -> (H, W, C) float32 in [0, 1]: uint8 is divided by 255, floats are
+    taken as already in [0, 1]."""
+    array = np.asarray(array)
+    if array.ndim == 2 and channels == 1:
+        array = array[:, :, None]
+    if array.ndim != 3 or array.shape[2] != channels or 0 in array.shape:
+        grey = " or (height, width)" if channels == 1 else ""
+        raise InputError(
+            f"an image array must have shape (height, width, {channels}){grey}, got {array.shape}"
+        )
+    if array.dtype == np.uint8:
+        return array.astype(np.float32) / 255
+    if not np.issubdtype(array.dtype, np.floating):
+        raise InputError(f"image arrays must be uint8 (0-255) or float (0-1), got {array.dtype}")
+    if not np.isfinite(array).all() or array.min() < 0 or array.max() > 1:
+        raise InputError(
+            f"a float image array must hold values in [0, 1], found [{array.min():g}, {array.max():g}]: "
+            f"divide by its maximum (255 for 8-bit, 16 for scikit-learn's digits)"
+        )
+    return array.astype(np.float32)
+
+
+def fit(image: np.ndarray, size: int) -> np.ndarray:
+    """(H, W, C) float32 -> (size, size, C): the shorter side resized to ``size`` (bilinear), the
+    centre cropped. An image already size x size is returned unchanged."""
+    H, W, C = image.shape
+    if H == W == size:
+        return image
+    scale = size / min(H, W)
+    h, w = max(size, round(H * scale)), max(size, round(W * scale))
+    top, left = (h - size) // 2, (w - size) // 2
+    channels = [
+        np.asarray(
+            Image.fromarray(np.ascontiguousarray(image[:, :, c])).resize((w, h), Image.Resampling.BILINEAR)
+        )
+        for c in range(C)
+    ]
+    return np.stack(channels, axis=-1)[top : top + size, left : left + size]

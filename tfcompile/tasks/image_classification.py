@@ -1,0 +1,145 @@
+"""Image classification: labelled images, normalised with the training split's statistics,
+randomly shifted (and flipped, where the spec allows) while training; accuracy on validation and
+on a held-out test split."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from tfcompile.data import DataError
+from tfcompile.data.images import LabelledImages, load_digits, read_image_folder, stratified_split
+from tfcompile.files import PREPROCESSING_FILE
+from tfcompile.images import ImagePreprocessing
+from tfcompile.spec.schema import AugmentSpec, DataSpec, ImageClassificationTask, VitSpec
+from tfcompile.tasks.objective import Batch, ModelFn, Objective
+
+
+def augment(images: torch.Tensor, spec: AugmentSpec, generator: torch.Generator) -> torch.Tensor:
+    """(B, C, S, S) -> the same, each image moved by up to ``spec.shift`` pixels each way (the
+    uncovered border is 0) and, with ``spec.flip``, mirrored left-right with probability 1/2."""
+    B, _, S, _ = images.shape
+    if spec.shift:
+        k = spec.shift
+        padded = F.pad(images, (k, k, k, k))
+        top, left = (torch.randint(0, 2 * k + 1, (2, B), generator=generator)).unbind(0)
+        rows = (top[:, None] + torch.arange(S))[:, None, :, None]  # (B, 1, S, 1)
+        cols = (left[:, None] + torch.arange(S))[:, None, None, :]  # (B, 1, 1, S)
+        images = padded[
+            torch.arange(B)[:, None, None, None], torch.arange(images.shape[1])[:, None, None], rows, cols
+        ]
+    if spec.flip:
+        flip = torch.rand(B, generator=generator) < 0.5
+        images = torch.where(flip[:, None, None, None], images.flip(-1), images)
+    return images
+
+
+class ImageClassificationObjective(Objective):
+    best_metric = "val_accuracy"
+    higher_is_better = True
+
+    def __init__(self, task: ImageClassificationTask, data: DataSpec, model: VitSpec) -> None:
+        self.task = task
+        self.tokens_per_image = model.max_seq_len or 1
+        size, channels = model.image_size, model.channels
+
+        if data.builtin == "digits":
+            everything = load_digits(channels, size)
+        else:
+            assert data.path is not None  # the schema asks for one of path and builtin
+            everything = read_image_folder(data.path, channels, size)
+        splits: dict[str, LabelledImages] = {}
+        if data.test_path is not None:
+            splits["test"] = read_image_folder(data.test_path, channels, size, "data.test_path")
+        elif data.test_fraction is not None:
+            rest, held = stratified_split(everything.labels, data.test_fraction)
+            everything, splits["test"] = everything.subset(rest), everything.subset(held)
+        if data.val_path is not None:
+            splits["val"] = read_image_folder(data.val_path, channels, size, "data.val_path")
+        else:
+            rest, held = stratified_split(everything.labels, data.val_fraction, seed=1)
+            everything, splits["val"] = everything.subset(rest), everything.subset(held)
+        splits["train"] = everything
+
+        self.labels = task.labels or sorted(set(splits["train"].labels))
+        index = {label: i for i, label in enumerate(self.labels)}
+        for split, part in splits.items():
+            unknown = sorted(set(part.labels) - set(self.labels))
+            if unknown:
+                raise DataError(
+                    f"the {split} images have classes {unknown[:5]} outside task.labels {self.labels}; "
+                    f"add them to task.labels or leave task.labels out to take the training data's"
+                )
+            if not part.labels:
+                raise DataError(f"the {split} split holds no images: give it more data or a smaller fraction")
+        if len(self.labels) < 2:
+            raise DataError(f"a classifier needs at least two classes, found {self.labels}")
+
+        train = splits["train"].images  # statistics of the training images only, before augmentation
+        self.preprocessing = ImagePreprocessing(
+            size,
+            channels,
+            tuple(float(m) for m in train.mean(axis=(0, 2, 3), dtype=np.float64)),
+            tuple(max(float(s), 1e-6) for s in train.std(axis=(0, 2, 3), dtype=np.float64)),
+        )
+        self.images = {name: torch.from_numpy(part.images) for name, part in splits.items()}
+        self.targets = {name: torch.tensor([index[x] for x in part.labels]) for name, part in splits.items()}
+
+    def run_files(self) -> dict[str, str]:
+        return {PREPROCESSING_FILE: json.dumps(self.preprocessing.to_dict(), indent=2) + "\n"}
+
+    def tokens(self, batch: Batch) -> int:
+        return batch["pixel_values"].shape[0] * self.tokens_per_image
+
+    def _normalised(self, images: torch.Tensor) -> torch.Tensor:
+        mean = torch.tensor(self.preprocessing.mean, dtype=torch.float32)[:, None, None]
+        std = torch.tensor(self.preprocessing.std, dtype=torch.float32)[:, None, None]
+        return (images - mean) / std
+
+    def _batch(self, split: str, rows: torch.Tensor, generator: torch.Generator | None = None) -> Batch:
+        images = self.images[split][rows]
+        if generator is not None:
+            images = augment(images, self.task.augment, generator)
+        return {"pixel_values": self._normalised(images), "labels": self.targets[split][rows]}
+
+    def batch(self, split: str, size: int, generator: torch.Generator) -> Batch:
+        rows = torch.randint(len(self.targets[split]), (size,), generator=generator)
+        return self._batch(split, rows, generator if split == "train" else None)
+
+    def eval_batches(
+        self, count: int, size: int, generator_for: Callable[[int], torch.Generator]
+    ) -> Iterator[Batch]:
+        """The whole validation split, in order: accuracy is reported on every image."""
+        yield from self._in_order("val", size)
+
+    def _in_order(self, split: str, size: int) -> Iterator[Batch]:
+        n = len(self.targets[split])
+        for start in range(0, n, size):
+            yield self._batch(split, torch.arange(start, min(start + size, n)))
+
+    def loss(self, model: ModelFn, batch: Batch) -> torch.Tensor:
+        logits = model(batch["pixel_values"]).float()
+        return F.cross_entropy(logits, batch["labels"], label_smoothing=self.task.label_smoothing)
+
+    def evaluate(self, model: ModelFn, batches: Iterator[Batch]) -> dict[str, float]:
+        loss_sum = correct = count = 0.0
+        for batch in batches:
+            logits, labels = model(batch["pixel_values"]).float(), batch["labels"]
+            loss_sum += F.cross_entropy(logits, labels, reduction="sum").item()
+            correct += (logits.argmax(-1) == labels).sum().item()
+            count += len(labels)
+        return {"val_loss": loss_sum / count, "val_accuracy": correct / count}
+
+    @torch.no_grad()
+    def test_metrics(self, model: torch.nn.Module, device: torch.device) -> dict[str, float]:
+        """Accuracy and loss on the test split (data.test_path or data.test_fraction), if any."""
+        if "test" not in self.images:
+            return {}
+        model.eval()
+        batches = ({k: v.to(device) for k, v in b.items()} for b in self._in_order("test", 256))
+        metrics = self.evaluate(model, batches)
+        return {"test_accuracy": metrics["val_accuracy"], "test_loss": metrics["val_loss"]}
