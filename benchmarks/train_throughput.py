@@ -1,16 +1,19 @@
 """Training throughput of the spec-built model against a hand-written nanoGPT-style baseline.
 
 Both models have the same size (checked), read the same batches, and take AdamW steps with the
-same settings; rounds alternate between them so that machine noise hits both alike. Prints a
-table and writes it to benchmarks/results/ with the device name.
+same settings (precision, torch.compile, fused AdamW on CUDA); rounds alternate between them so
+that machine noise hits both alike. Prints tokens/s and model FLOPs utilisation (MFU, where the
+device's peak is known) and writes the table to benchmarks/results/ with the device name.
 
     python benchmarks/train_throughput.py                       # shakespeare-char, CPU-sized batch
-    python benchmarks/train_throughput.py --batch-size 64 --compile   # on a GPU
+    python benchmarks/train_throughput.py --batch-size 64 --compile --precision bf16   # a GPU
+    python benchmarks/train_throughput.py --spec specs/gpt2.yaml --batch-size 16 --compile --precision bf16
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import time
 from collections.abc import Callable
@@ -23,6 +26,8 @@ from torch import nn
 
 from tfcompile.models import DecoderLM
 from tfcompile.spec import DecoderSpec, load_spec
+from tfcompile.summary import forward_flops_per_token
+from tfcompile.train.speed import peak_flops
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -49,11 +54,11 @@ class CausalSelfAttention(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, d: int, n_heads: int, dropout: float, qkv_bias: bool) -> None:
+    def __init__(self, d: int, n_heads: int, dropout: float, qkv_bias: bool, activation: nn.Module) -> None:
         super().__init__()
         self.ln_1, self.ln_2 = nn.LayerNorm(d), nn.LayerNorm(d)
         self.attn = CausalSelfAttention(d, n_heads, dropout, qkv_bias)
-        self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.ReLU(), nn.Linear(4 * d, d), nn.Dropout(dropout))
+        self.mlp = nn.Sequential(nn.Linear(d, 4 * d), activation, nn.Linear(4 * d, d), nn.Dropout(dropout))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x + self.attn(self.ln_1(x))
@@ -61,20 +66,27 @@ class Block(nn.Module):
 
 
 class BaselineGPT(nn.Module):
-    def __init__(
-        self, vocab: int, context: int, d: int, n_layers: int, n_heads: int, dropout: float, qkv_bias: bool
-    ) -> None:
+    def __init__(self, spec: DecoderSpec, activation: nn.Module) -> None:
         super().__init__()
-        self.wte, self.wpe = nn.Embedding(vocab, d), nn.Embedding(context, d)
+        assert spec.vocab_size is not None
+        d, dropout = spec.d_model, spec.dropout.residual
+        self.wte, self.wpe = nn.Embedding(spec.vocab_size, d), nn.Embedding(spec.max_seq_len, d)
         self.drop = nn.Dropout(dropout)
-        self.blocks = nn.Sequential(*[Block(d, n_heads, dropout, qkv_bias) for _ in range(n_layers)])
+        self.blocks = nn.Sequential(
+            *[Block(d, spec.n_heads, dropout, spec.bias.qkv, activation) for _ in range(spec.n_layers)]
+        )
         self.ln_f = nn.LayerNorm(d)
-        self.lm_head = nn.Linear(d, vocab)
+        self.lm_head = nn.Linear(d, spec.vocab_size, bias=spec.bias.lm_head)
+        if spec.tie_embeddings:
+            self.lm_head.weight = self.wte.weight
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
         pos = torch.arange(idx.shape[1], device=idx.device)
         x = self.drop(self.wte(idx) + self.wpe(pos))
         return self.lm_head(self.ln_f(self.blocks(x)))
+
+
+ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU, "gelu_tanh": lambda: nn.GELU(approximate="tanh")}
 
 
 def baseline_for(spec: DecoderSpec) -> BaselineGPT:
@@ -83,29 +95,33 @@ def baseline_for(spec: DecoderSpec) -> BaselineGPT:
         spec.norm.position == "pre"
         and spec.norm.type == "layernorm"
         and spec.positional.type == "learned"
-        and spec.activation == "relu"
+        and spec.activation in ACTIVATIONS
         and spec.n_kv_heads == spec.n_heads
-        and not spec.tie_embeddings
+        and spec.d_ff == 4 * spec.d_model
     )
     if not supported:
-        raise SystemExit("the baseline is the Mini-GPT architecture; use specs/shakespeare-char.yaml")
-    d = spec.dropout.residual
-    assert spec.vocab_size is not None
-    return BaselineGPT(
-        spec.vocab_size, spec.max_seq_len, spec.d_model, spec.n_layers, spec.n_heads, d, spec.bias.qkv
-    )
+        raise SystemExit(
+            "the baseline is GPT-2's architecture: use specs/shakespeare-char.yaml or specs/gpt2.yaml"
+        )
+    return BaselineGPT(spec, ACTIVATIONS[spec.activation]())
 
 
 # ------------------------------------------------------------------------------ measuring
 
 
-def make_step(model: nn.Module, batches: list[tuple[torch.Tensor, torch.Tensor]]) -> Callable[[int], None]:
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-4, fused=next(model.parameters()).is_cuda)
+def make_step(
+    model: nn.Module, batches: list[tuple[torch.Tensor, torch.Tensor]], precision: str
+) -> Callable[[int], None]:
+    device = next(model.parameters()).device
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-4, fused=device.type == "cuda")
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
 
     def step(i: int) -> None:
         x, y = batches[i % len(batches)]
-        logits = model(x)
-        loss = F.cross_entropy(logits.flatten(0, 1), y.flatten())
+        autocast = torch.autocast(device.type, dtype=dtype) if dtype else contextlib.nullcontext()
+        with autocast:
+            logits = model(x)
+        loss = F.cross_entropy(logits.flatten(0, 1).float(), y.flatten())
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
@@ -127,10 +143,13 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=5, help="timed steps per round")
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--compile", action="store_true", help="torch.compile both models")
+    parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32", help="bf16: autocast")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = parser.parse_args()
 
     device = torch.device(args.device)
+    if device.type == "cuda":  # as the trainer does
+        torch.backends.cuda.matmul.allow_tf32 = True
     spec = load_spec(args.spec).model
     torch.manual_seed(0)
     models = {
@@ -153,7 +172,7 @@ def main() -> None:
     for name, model in models.items():
         model.train()
         runnable = torch.compile(model) if args.compile else model
-        steps[name] = make_step(runnable, batches)
+        steps[name] = make_step(runnable, batches, args.precision)
         for i in range(2):  # warm-up: allocator, kernels, compilation
             steps[name](i)
     sync(device)
@@ -169,24 +188,32 @@ def main() -> None:
 
     baseline = statistics.median(rates["nanoGPT-style baseline"])
     mode = "torch.compile" if args.compile else "eager"
+    train_flops = 3 * forward_flops_per_token(models["tfcompile"], spec, T)  # same for both models
+    peak = peak_flops(device, args.precision)
     lines = [
-        f"device: {device_name(device)}; torch {torch.__version__}; {mode}; "
-        f"batch {args.batch_size} x {T} tokens; "
-        f"{counts['tfcompile']:,} parameters; median of {args.rounds} rounds of {args.steps} AdamW steps",
+        f"device: {device_name(device)}; torch {torch.__version__}; {mode}; {args.precision}; "
+        f"batch {args.batch_size} x {T} tokens; {counts['tfcompile']:,} parameters; "
+        f"median of {args.rounds} rounds of {args.steps} AdamW steps; "
+        f"{train_flops / 1e9:.3f} GFLOPs per token (6N + attention)"
+        + (f"; MFU against {peak / 1e12:.0f} TFLOP/s peak" if peak else ""),
         "",
-        "| model | tokens/s | vs baseline |",
-        "| --- | ---: | ---: |",
+        "| model | tokens/s | MFU | vs baseline |",
+        "| --- | ---: | ---: | ---: |",
     ]
     for name, r in rates.items():
         median = statistics.median(r)
-        lines.append(f"| {name} | {median:,.0f} | {median / baseline:.3f}x |")
+        mfu = f"{median * train_flops / peak:.1%}" if peak else "-"
+        lines.append(f"| {name} | {median:,.0f} | {mfu} | {median / baseline:.3f}x |")
     table = "\n".join(lines)
     print(table)
 
     out = ROOT / "benchmarks" / "results"
     out.mkdir(parents=True, exist_ok=True)
     slug = "".join(c if c.isalnum() else "-" for c in device_name(device).lower()).strip("-")
-    path = out / f"train_throughput-{Path(args.spec).stem}-{mode.replace('.', '')}-{slug[:40]}.md"
+    suffix = (
+        f"{mode.replace('.', '')}-{args.precision}" if args.precision != "fp32" else mode.replace(".", "")
+    )
+    path = out / f"train_throughput-{Path(args.spec).stem}-b{args.batch_size}-{suffix}-{slug[:40]}.md"
     path.write_text(table + "\n")
     print(f"\nwritten to {path.relative_to(ROOT)}")
 

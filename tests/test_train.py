@@ -17,6 +17,7 @@ from tfcompile.spec import Spec, load_spec
 from tfcompile.train import CheckpointError, Trainer, TrainError, load_trained_model, read_metrics
 from tfcompile.train import checkpoint as checkpoint_module
 from tfcompile.train.checkpoint import load_state, resolve
+from tfcompile.train.speed import peak_flops
 
 SPEC = ROOT / "specs" / "shakespeare-char.yaml"
 
@@ -161,3 +162,27 @@ def test_bf16_autocast_trains_on_cpu(tmp_path: Path) -> None:
         tiny_spec(tmp_path, "train.steps=3", "train.precision=bf16", "train.eval_batches=1"), tmp_path
     )
     assert math.isfinite(read_metrics(trainer.run_dir)[-1]["val_loss"])
+
+
+def test_mfu_uses_the_datasheet_peak_of_the_gpu_and_none_elsewhere(monkeypatch: pytest.MonkeyPatch) -> None:
+    cuda = torch.device("cuda", 0)
+    assert peak_flops(torch.device("cpu"), "bf16") is None
+    for name, bf16, fp32 in [
+        ("NVIDIA H100 80GB HBM3", 989.4e12, 494.7e12),
+        ("NVIDIA H100 PCIe", 756e12, 378e12),
+        ("NVIDIA A100-SXM4-40GB", 312e12, 156e12),
+        ("NVIDIA A10G", 125e12, 62.5e12),
+    ]:
+        monkeypatch.setattr(torch.cuda, "get_device_name", lambda device, name=name: name)
+        assert (peak_flops(cuda, "bf16"), peak_flops(cuda, "fp32")) == (bf16, fp32)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device: "Some Future GPU")
+    assert peak_flops(cuda, "bf16") is None
+
+
+def test_compile_is_on_by_default_on_cuda_only(tmp_path: Path) -> None:
+    spec = tiny_spec(tmp_path)
+    assert spec.train.compile is None  # resolved by the device: off here, on the CPU
+    trainer = Trainer(spec, tmp_path / "runs" / "c", show_progress=False)
+    assert trainer.forward is trainer.model
+    forced = Trainer(tiny_spec(tmp_path, "train.compile=true"), tmp_path / "runs" / "d", show_progress=False)
+    assert forced.forward is not forced.model

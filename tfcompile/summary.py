@@ -69,14 +69,15 @@ def summarize(spec: Spec) -> Summary:
     return Summary(rows, total, forward_flops_per_token(model, spec.model), spec.model.max_seq_len)
 
 
-def forward_flops_per_token(model: nn.Module, spec: TransformerSpec) -> int:
+def forward_flops_per_token(model: nn.Module, spec: TransformerSpec, context: int | None = None) -> int:
     """2 FLOPs per multiply-add: every Linear once per token, plus the attention scores and the
-    weighted sum over a full context (QK^T and AV: 2 * 2 * n_layers * context * n_heads * head_dim),
-    as in PaLM's MFU accounting. Embedding lookups and norms are not counted."""
+    weighted sum over a full ``context`` (default max_seq_len; QK^T and AV: 2 * 2 * n_layers *
+    context * n_heads * head_dim), as in PaLM's MFU accounting. Embedding lookups and norms are
+    not counted."""
     matmul = sum(2 * m.in_features * m.out_features for m in model.modules() if isinstance(m, nn.Linear))
     # An encoder-decoder's decoder attends twice per block (to itself and to the source).
     attending = spec.n_layers + 2 * getattr(spec, "n_decoder_layers", 0)
-    attention = 4 * attending * spec.max_seq_len * spec.n_heads * spec.head_dim
+    attention = 4 * attending * (context or spec.max_seq_len or 0) * spec.n_heads * spec.head_dim
     return matmul + attention
 
 

@@ -1,6 +1,7 @@
 """The training loop: deterministic batches, mixed precision, accumulation, clipping, periodic
 validation, metrics, atomic checkpoints, Ctrl-C that stops after the current step and saves, and
-resumption that reaches the same weights as a run that never stopped."""
+resumption that reaches the same weights as a run that never stopped. On CUDA: TF32 matmuls,
+torch.compile, batches built and pinned in a background thread. Under torchrun: data parallel."""
 
 from __future__ import annotations
 
@@ -11,18 +12,22 @@ import math
 import signal
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
+from torch.nn.parallel import DistributedDataParallel
 
 from tfcompile.data import load_tokenizer
 from tfcompile.files import TOKENIZER_FILE, atomic_write_text
 from tfcompile.models import build_model
 from tfcompile.spec import Spec, dump_spec
+from tfcompile.summary import forward_flops_per_token
 from tfcompile.tasks import Batch, build_objective
 from tfcompile.train.checkpoint import load_state, load_weights, resolve, save_checkpoint
+from tfcompile.train.distributed import join_world, leave_world
 from tfcompile.train.optim import build_optimizer
 from tfcompile.train.progress import Progress
 from tfcompile.train.runs import (
@@ -34,6 +39,7 @@ from tfcompile.train.runs import (
     model_differences,
 )
 from tfcompile.train.schedule import learning_rate
+from tfcompile.train.speed import peak_flops
 
 
 @dataclass(frozen=True)
@@ -69,9 +75,22 @@ class Trainer:
         self.spec = spec
         self.run_dir = run_dir
         self.on_step = on_step
-        self.show_progress = show_progress
-        self.stop_requested = False
         self.device = resolve_device(spec.train.device)
+        self.world = join_world(self.device.type)
+        if self.world.distributed:
+            if self.device.type == "cuda":
+                self.device = torch.device("cuda", self.world.local_rank)
+                torch.cuda.set_device(self.device)
+            if spec.train.batch_size % self.world.size:
+                raise TrainError(
+                    f"train.batch_size ({spec.train.batch_size}) is the global batch and must divide "
+                    f"evenly among the {self.world.size} processes: use a multiple of {self.world.size}"
+                )
+        self.show_progress = show_progress and self.world.is_main
+        self.stop_requested = False
+        if self.device.type == "cuda":  # TF32 tensor cores for fp32 matmuls (10-bit mantissa)
+            torch.backends.cuda.matmul.allow_tf32 = True
+            torch.backends.cudnn.allow_tf32 = True
         self._prepare_run_dir(resume)
 
         init_run = spec.train.init_from
@@ -99,8 +118,21 @@ class Trainer:
         self.window_loss, self.window_steps = 0.0, 0
         if resume:
             self._restore()
-        self.forward = torch.compile(self.model) if spec.train.compile else self.model
-        self._write_run_files()
+        if self.world.distributed:  # dropout differs per rank, and a resumed run draws the same
+            torch.manual_seed(hash((spec.train.seed, self.step, self.world.rank)) % 2**63)
+        compile_model = spec.train.compile if spec.train.compile is not None else self.device.type == "cuda"
+        forward = torch.compile(self.model) if compile_model else self.model
+        if self.world.distributed:
+            ids = [self.device.index] if self.device.type == "cuda" else None
+            forward = DistributedDataParallel(forward, device_ids=ids)
+        self.forward = forward
+        flops = forward_flops_per_token(self.model, spec.model, spec.context_length)
+        self.train_flops_per_token = 3 * flops  # forward + backward (summary.Summary)
+        self.peak_flops = peak_flops(self.device, spec.train.precision)
+        self._prefetch = ThreadPoolExecutor(1, thread_name_prefix="batches")
+        self._next: tuple[int, Future[list[Batch]]] | None = None
+        if self.world.is_main:
+            self._write_run_files()
 
     # ------------------------------------------------------------------ set-up
 
@@ -176,6 +208,29 @@ class Trainer:
     def _to_device(self, batch: Batch) -> Batch:
         return {name: t.to(self.device, non_blocking=True) for name, t in batch.items()}
 
+    def _train_batches(self, step: int) -> list[Batch]:
+        """Step ``step``'s micro-batches: this rank's rows of each global batch, pinned on CUDA so
+        that the copy to the GPU is asynchronous."""
+        t = self.spec.train
+        out = []
+        for micro in range(t.grad_accum):
+            batch = self.objective.batch("train", t.batch_size, self._generator("train", step, micro))
+            if self.world.distributed:
+                rows = self.world.rows(t.batch_size)
+                batch = {name: tensor[rows] for name, tensor in batch.items()}
+            if self.device.type == "cuda":
+                batch = {name: tensor.pin_memory() for name, tensor in batch.items()}
+            out.append(batch)
+        return out
+
+    def _batches_for(self, step: int) -> list[Batch]:
+        """Step ``step``'s batches, built while the previous step ran; the next step's start now."""
+        pending = self._next
+        batches = pending[1].result() if pending and pending[0] == step else self._train_batches(step)
+        if step < self.spec.train.steps:
+            self._next = (step + 1, self._prefetch.submit(self._train_batches, step + 1))
+        return batches
+
     def _autocast(self) -> contextlib.AbstractContextManager:
         precision = self.spec.train.precision
         if precision == "fp32":
@@ -192,7 +247,7 @@ class Trainer:
             if self.initialized_from is not None:
                 progress.log(f"encoder initialised from {self.initialized_from}")
             window_tokens, window_start = 0, time.perf_counter()
-            while self.step < t.steps and not self.stop_requested:
+            while self.step < t.steps and not self.world.any(self.stop_requested, self.device):
                 step = self.step + 1
                 lr = learning_rate(step, t.schedule, t.optimizer, t.steps, self.spec.model.d_model)
                 loss, grad_norm, tokens = self._optimizer_step(step, lr)
@@ -203,13 +258,17 @@ class Trainer:
                 record: dict[str, Any] = {}
                 if step % t.log_interval == 0 or step == t.steps:
                     elapsed = time.perf_counter() - window_start
+                    tokens_per_s = window_tokens / max(elapsed, 1e-9)
                     record = {
                         "step": step,
                         "train_loss": self.window_loss / self.window_steps,
                         "lr": lr,
-                        "tokens_per_s": window_tokens / max(elapsed, 1e-9),
+                        "tokens_per_s": tokens_per_s,
                         "grad_norm": grad_norm,
                     }
+                    if self.peak_flops is not None:
+                        achieved = tokens_per_s * self.train_flops_per_token / self.world.size
+                        record["mfu"] = achieved / self.peak_flops
                     self.window_loss, self.window_steps = 0.0, 0
                     window_tokens, window_start = 0, time.perf_counter()
                 improved = False
@@ -230,19 +289,23 @@ class Trainer:
                 if record:
                     self._log(record)
                     progress.update(step, record)
-                if step % t.checkpoint_interval == 0 or step == t.steps or improved:
+                if self.world.is_main and (step % t.checkpoint_interval == 0 or step == t.steps or improved):
                     self.save(best=improved)
                 if self.on_step is not None:
                     self.on_step(self, step)
+            self.stop_requested = self.world.any(self.stop_requested, self.device)
+            self._prefetch.shutdown(cancel_futures=True)
             if self.stop_requested:
-                self.save()
+                if self.world.is_main:
+                    self.save()
                 progress.log(f"stopped at step {self.step}; resume with --resume {self.run_dir}")
-            else:
+            elif self.world.is_main:
                 test = self.objective.test_metrics(self.model, self.device)
                 if test:
                     self._log({"step": self.step, **test})
                     progress.log(", ".join(f"{k.replace('_', ' ')} {v:.2f}" for k, v in test.items()))
                     metrics = {**metrics, **test}
+        leave_world(self.world)
         return TrainResult(
             self.run_dir,
             self.step,
@@ -260,16 +323,19 @@ class Trainer:
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         self.model.train()
-        loss_sum, tokens = 0.0, 0
-        for micro in range(t.grad_accum):
-            batch = self._to_device(
-                self.objective.batch("train", t.batch_size, self._generator("train", step, micro))
-            )
-            with self._autocast():
-                loss = self.objective.loss(self.forward, batch) / t.grad_accum
-            self.scaler.scale(loss).backward()
-            loss_sum += loss.item()
-            tokens += self.objective.tokens(batch)
+        losses, tokens = [], 0
+        for micro, cpu_batch in enumerate(self._batches_for(step)):
+            batch = self._to_device(cpu_batch)
+            last = micro == t.grad_accum - 1
+            # DDP averages gradients across ranks on the last micro-batch's backward only.
+            sync = contextlib.nullcontext() if last or not self.world.distributed else self.forward.no_sync()
+            with sync:
+                with self._autocast():
+                    loss = self.objective.loss(self.forward, batch) / t.grad_accum
+                self.scaler.scale(loss).backward()
+            losses.append(loss.detach())
+            tokens += self.objective.tokens(batch) * self.world.size
+        loss_sum = self.world.mean(torch.stack(losses).sum().item(), self.device)
         if not math.isfinite(loss_sum):
             raise TrainError(
                 f"the training loss became {loss_sum} at step {step}; lower the learning rate or use "
@@ -307,6 +373,8 @@ class Trainer:
         return save_checkpoint(self.run_dir, self.step, self.model, state, best=best)
 
     def _log(self, record: dict[str, Any]) -> None:
+        if not self.world.is_main:
+            return
         with open(self.run_dir / METRICS_FILE, "a") as f:
             f.write(json.dumps(record) + "\n")
 

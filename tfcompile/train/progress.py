@@ -40,6 +40,7 @@ class Progress:
                 ("train_loss", "loss", ".4f"),
                 ("val_loss", "val", ".4f"),
                 ("tokens_per_s", "tok/s", ",.0f"),
+                ("mfu", "MFU", ".1%"),
                 ("lr", "lr", ".2e"),
             )
             if key in record

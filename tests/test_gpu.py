@@ -1,0 +1,74 @@
+"""CUDA paths: skipped, with the reason, on machines without a GPU (CI); run on the GPU device."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from helpers import ROOT
+
+from tfcompile.spec import Spec, load_spec
+from tfcompile.train import Trainer, read_metrics
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+SETS = [
+    "model.n_layers=2",
+    "model.d_model=64",
+    "model.n_heads=4",
+    "model.max_seq_len=64",
+    "train.batch_size=16",
+    "train.steps=20",
+    "train.eval_interval=20",
+    "train.eval_batches=2",
+    "train.log_interval=5",
+    "train.precision=bf16",
+    "model.vocab_size=null",
+]
+
+
+def spec_on_own_text(tmp_path: Path) -> Spec:
+    """The char recipe, shrunk, on a text written here: the GPU machine has no ../shared."""
+    text = tmp_path / "text.txt"
+    rng = np.random.default_rng(0)
+    words = ["the", "quick", "brown", "fox", "jumps", "over", "a", "lazy", "dog", "and", "runs", "away"]
+    text.write_text(" ".join(rng.choice(words, size=8000)) + "\n")
+    return load_spec(
+        ROOT / "specs" / "shakespeare-char.yaml", [*SETS, f"data.path={text}", f"train.runs_dir={tmp_path}"]
+    )
+
+
+def test_cuda_training_compiles_by_default_and_reports_mfu(tmp_path: Path) -> None:
+    spec = spec_on_own_text(tmp_path)
+    trainer = Trainer(spec, tmp_path / "gpu", show_progress=False)
+    assert trainer.device.type == "cuda" and trainer.forward is not trainer.model  # compiled
+    result = trainer.train()
+    assert result.val_loss is not None and np.isfinite(result.val_loss)
+    logged = [r for r in read_metrics(tmp_path / "gpu") if "tokens_per_s" in r]
+    if trainer.peak_flops is not None:
+        assert all(0 < r["mfu"] < 1 for r in logged)
+
+
+def test_onnxruntime_cuda_generation_keeps_pytorch_tokens(tmp_path: Path) -> None:
+    ort = pytest.importorskip("onnxruntime")
+    if "CUDAExecutionProvider" not in ort.get_available_providers():
+        pytest.skip("needs onnxruntime-gpu (tfcompile[gpu])")
+    from tfcompile.export import Source, export_bundle
+    from tfcompile.runtime import LanguageModel, load
+
+    spec = spec_on_own_text(tmp_path)
+    run = Trainer(spec, tmp_path / "run", show_progress=False).train().run_dir
+    for precision in ("fp32", "fp16"):
+        export_bundle(None, Source(run=run), tmp_path / precision, precision=precision)
+    cpu = load(tmp_path / "fp32", providers=["CPUExecutionProvider"])
+    prompt = np.random.default_rng(0).integers(0, cpu.vocab_size, size=(2, 6))
+    for precision in ("fp32", "fp16"):
+        gpu = load(tmp_path / precision)
+        assert isinstance(gpu, LanguageModel) and gpu.providers[0] == "CUDAExecutionProvider"
+        reference = cpu.logits(prompt)
+        bound = 1e-4 if precision == "fp32" else 1e-2 * np.abs(reference).max()  # export's defaults
+        assert np.abs(gpu.logits(prompt) - reference).max() <= bound
+    fp32 = load(tmp_path / "fp32")
+    assert np.array_equal(fp32.generate(prompt, 40, temperature=0), cpu.generate(prompt, 40, temperature=0))
