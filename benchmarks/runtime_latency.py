@@ -46,7 +46,7 @@ def median_ms(fns: Sequence[Callable[[], object]], repeats: int, rounds: int = 4
 
 @torch.no_grad()
 def torch_generate(model: DecoderLM, ids: torch.Tensor, new_tokens: int) -> torch.Tensor:
-    cache = model.empty_cache(ids.shape[0])
+    cache = model.empty_cache(ids.shape[0], ids.device)
     logits = model(ids, cache=cache)
     for _ in range(new_tokens):
         next_ids = logits[:, -1].argmax(-1, keepdim=True)

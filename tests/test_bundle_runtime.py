@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import onnx
 import pytest
 import torch
 from helpers import ROOT
@@ -261,3 +262,27 @@ def test_export_never_replaces_a_folder_that_is_not_a_bundle(tmp_path: Path) -> 
     with pytest.raises(ExportError, match="exists and is not a bundle"):
         export_bundle(spec, Source(seed=0), tmp_path)
     assert precious.read_text() == "keep me"
+
+
+def test_an_fp16_bundle_holds_parity_to_the_fp32_model_and_serves_float32(
+    run_dir: Path, bundle: Path, tmp_path: Path
+) -> None:
+    half_dir = tmp_path / "half"
+    reports = export_bundle(None, Source(run=run_dir), half_dir, precision="fp16")
+    for report in reports.values():  # bounded relative to the logits' scale, 1% by default
+        assert report.relative and report.tolerance == 1e-2 and report.passed
+        assert 0 < report.max_rel_diff
+    manifest = json.loads((half_dir / "manifest.json").read_text())
+    assert manifest["precision"] == "fp16"
+    pasts = [i for i in manifest["graphs"]["step"]["inputs"] if i["name"].startswith("past_")]
+    assert {i["dtype"] for i in pasts} == {"float16"}
+    weights = [w for w in onnx.load(str(half_dir / "model.onnx")).graph.initializer if len(w.dims) == 2]
+    assert weights and {w.data_type for w in weights} == {onnx.TensorProto.FLOAT16}
+    half, full = load(half_dir), load(bundle)
+    ids = np.random.default_rng(3).integers(0, 65, size=(2, 10))
+    served, reference = half.logits(ids), full.logits(ids)
+    assert served.dtype == np.float32
+    assert np.abs(served - reference).max() <= 1e-2 * np.abs(reference).max()
+    generated = half.generate(ids[:, :4], 12, temperature=0)  # fp16 caches through the I/O binding
+    assert generated.shape == (2, 16) and np.array_equal(generated[:, :4], ids[:, :4])
+    assert all(r.passed and r.relative for r in verify_bundle(half_dir).values())

@@ -201,3 +201,22 @@ def test_the_cli_validates_summarises_and_classifies_image_files(
     assert [row.split("│")[1:3] for row in rows] == [
         [f" {name}.png ", f" {p.label:<5} "] for name, p in zip((1790, 1791), expected, strict=True)
     ]
+
+
+def test_an_fp16_bundle_classifies_as_the_fp32_one(digits_run: TrainResult, tmp_path: Path) -> None:
+    reports = export_bundle(None, Source(run=digits_run.run_dir), tmp_path / "half", precision="fp16")
+    assert reports["model"].relative and reports["model"].passed
+    export_bundle(None, Source(run=digits_run.run_dir), tmp_path / "full")
+    images = [DIGITS.images[i] / 16 for i in range(1700, 1740)]
+    half, full = load(tmp_path / "half"), load(tmp_path / "full")
+    assert isinstance(half, ImageClassifier) and isinstance(full, ImageClassifier)
+    a, b = half.classify_images(images), full.classify_images(images)
+    assert sum(x.label == y.label for x, y in zip(a, b, strict=True)) >= 39
+    assert (
+        max(
+            abs(x.probabilities[k] - y.probabilities[k])
+            for x, y in zip(a, b, strict=True)
+            for k in x.probabilities
+        )
+        < 0.02
+    )

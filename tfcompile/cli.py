@@ -94,7 +94,7 @@ def _summary(args: argparse.Namespace) -> int:
 def _train(args: argparse.Namespace) -> int:
     from tfcompile.train import Trainer, load_run_spec
 
-    overrides = list(args.set)
+    overrides = list(args.set) + (["train.compile=false"] if args.no_compile else [])
     if args.resume:
         run_dir = Path(args.resume)
         # Without a SPEC, resume with the run's own; --set may still extend train.steps and the like.
@@ -104,10 +104,13 @@ def _train(args: argparse.Namespace) -> int:
             raise UsageError("give a SPEC to train, or --resume RUN to continue a run")
         spec = load_spec(args.spec, overrides)
         run_dir = spec.train.runs_dir / (spec.train.name or Path(args.spec).stem)
-    result = Trainer(spec, run_dir, resume=bool(args.resume)).train()
-    metric = result.best_metric.removeprefix("val_").replace("_", " ")
-    best = f", best val {metric} {result.best:.4f}" if result.best is not None else ""
-    print(f"{'stopped' if result.interrupted else 'finished'} at step {result.step}{best}; run: {run_dir}")
+    trainer = Trainer(spec, run_dir, resume=bool(args.resume))
+    result = trainer.train()
+    if trainer.world.is_main:
+        metric = result.best_metric.removeprefix("val_").replace("_", " ")
+        best = f", best val {metric} {result.best:.4f}" if result.best is not None else ""
+        outcome = "stopped" if result.interrupted else "finished"
+        print(f"{outcome} at step {result.step}{best}; run: {run_dir}")
     return 130 if result.interrupted else 0
 
 
@@ -156,7 +159,7 @@ def _export(args: argparse.Namespace) -> int:
         spec = load_spec(target, args.set)
         source, name, export_out = Source(seed=args.seed), target.stem, spec.export.out
     out = Path(args.out) if args.out else export_out or Path("exported") / name
-    for name, report in export_bundle(spec, source, out, args.opset).items():
+    for name, report in export_bundle(spec, source, out, args.opset, args.precision).items():
         _print_parity(name, report)
     print(f"bundle: {out}")
     return 0
@@ -254,7 +257,8 @@ def _print_parity(graph: str, report: ParityReport) -> None:
         )
     Console(width=max(Console().width, 100)).print(table)
     verdict = "within" if report.passed else "OUTSIDE"
-    print(f"max |diff| {report.max_abs_diff:.2e}, {verdict} tolerance {report.tolerance:g}")
+    measure = "max |diff| / max |output|" if report.relative else "max |diff|"
+    print(f"{measure} {report.measured:.2e}, {verdict} tolerance {report.tolerance:g}")
 
 
 def _si(n: float) -> str:
@@ -313,10 +317,14 @@ def build_parser() -> argparse.ArgumentParser:
         "train",
         help="train a model from a spec (or resume a run)",
         description="Train a spec's model, writing runs/NAME/: the resolved spec, tokenizer.json, "
-        "metrics.jsonl and checkpoints. Ctrl-C finishes the current step, saves and stops.",
+        "metrics.jsonl and checkpoints. Ctrl-C finishes the current step, saves and stops. Under "
+        "`torchrun --nproc_per_node N -m tfcompile train SPEC`, N processes share each batch.",
     )
     _add_spec_args(train, required=False)
     train.add_argument("--resume", metavar="RUN", help="continue RUN from its last checkpoint")
+    train.add_argument(
+        "--no-compile", action="store_true", help="do not torch.compile (on by default on CUDA)"
+    )
     train.set_defaults(handler=_train)
 
     sample = commands.add_parser(
@@ -338,6 +346,9 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("target", metavar="RUN_OR_SPEC", help="a run folder, or a spec (random weights)")
     export.add_argument("--out", help="bundle folder (default: export.out, else exported/NAME)")
     export.add_argument("--opset", type=_positive_int, help="ONNX opset (default: export.opset)")
+    export.add_argument(
+        "--precision", choices=["fp32", "fp16"], help="graph precision (default: export.precision)"
+    )
     export.add_argument("--checkpoint", choices=["last", "best"], default="last", help="for a run")
     export.add_argument("--seed", type=int, default=0, help="for a spec: the seed of the random weights")
     _add_set_arg(export, when=" (exporting a spec)")

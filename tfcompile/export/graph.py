@@ -38,7 +38,7 @@ def export_image_classifier(model: VisionTransformer, path: Path, opset: int) ->
     (B, labels)``; the batch is dynamic."""
     model = model.eval()
     s = model.spec
-    example = (torch.zeros(2, s.channels, s.image_size, s.image_size),)
+    example = (torch.zeros(2, s.channels, s.image_size, s.image_size, dtype=_dtype(model)),)
     batch = torch.export.Dim("batch", min=1, max=4096)
     program = _export(model, example, ["pixel_values"], list(OUTPUTS), {"pixel_values": {0: batch}}, opset)
     return _save(program, path, {})
@@ -121,8 +121,8 @@ def export_decoder_step(model: DecoderLM, path: Path, opset: int) -> onnx.ModelP
     example = (
         torch.zeros(2, new, dtype=torch.long),
         torch.ones(2, past + new, dtype=torch.long),
-        [torch.zeros(kv_shape) for _ in range(n)],
-        [torch.zeros(kv_shape) for _ in range(n)],
+        [torch.zeros(kv_shape, dtype=_dtype(model)) for _ in range(n)],
+        [torch.zeros(kv_shape, dtype=_dtype(model)) for _ in range(n)],
     )
     # The mask spans past + new tokens, a relation named Dims cannot state; AUTO lets export infer it.
     auto = torch.export.Dim.AUTO
@@ -220,10 +220,10 @@ def export_seq2seq_step(model: Seq2Seq, path: Path, opset: int) -> onnx.ModelPro
     example = (
         torch.zeros(2, new, dtype=torch.long),
         torch.ones(2, source, dtype=torch.long),
-        [torch.zeros(kv) for _ in range(n)],
-        [torch.zeros(kv) for _ in range(n)],
-        [torch.zeros(mem) for _ in range(n)],
-        [torch.zeros(mem) for _ in range(n)],
+        [torch.zeros(kv, dtype=_dtype(model)) for _ in range(n)],
+        [torch.zeros(kv, dtype=_dtype(model)) for _ in range(n)],
+        [torch.zeros(mem, dtype=_dtype(model)) for _ in range(n)],
+        [torch.zeros(mem, dtype=_dtype(model)) for _ in range(n)],
     )
     auto = torch.export.Dim.AUTO
     kv_axes = [{0: auto, 2: auto}] * n
@@ -242,6 +242,11 @@ def export_seq2seq_step(model: Seq2Seq, path: Path, opset: int) -> onnx.ModelPro
         names |= {(f"past_{kv}_{i}", 2): "past_sequence" for kv in ("key", "value")}
         names |= {(f"memory_{kv}_{i}", 2): "source_sequence" for kv in ("key", "value")}
     return _save(program, path, names)
+
+
+def _dtype(model: nn.Module) -> torch.dtype:
+    """The float type of the model's weights: example activations and caches take it (fp16 export)."""
+    return next(model.parameters()).dtype
 
 
 def _export(

@@ -14,6 +14,7 @@ from torch import nn
 from tfcompile.export.graph import CLASSIFIER_INPUTS, DECODER_INPUTS, seq2seq_names, step_names
 from tfcompile.models import Classifier, DecoderLM, Seq2Seq, VisionTransformer
 from tfcompile.runtime.ort import ort
+from tfcompile.runtime.ort import run as ort_run
 
 
 @dataclass(frozen=True)
@@ -29,20 +30,32 @@ class ParityCase:
 class ParityReport:
     tolerance: float
     cases: list[ParityCase]
+    relative: bool = False  # the tolerance bounds max_rel_diff (fp16 graphs), not max_abs_diff
 
     @property
     def max_abs_diff(self) -> float:
         return max(c.max_abs_diff for c in self.cases)
 
     @property
+    def max_rel_diff(self) -> float:
+        return max(c.max_rel_diff for c in self.cases)
+
+    @property
+    def measured(self) -> float:
+        """What the tolerance bounds."""
+        return self.max_rel_diff if self.relative else self.max_abs_diff
+
+    @property
     def passed(self) -> bool:
-        return self.max_abs_diff <= self.tolerance
+        return self.measured <= self.tolerance
 
     def to_dict(self) -> dict:
         return {
             "tolerance": self.tolerance,
+            "relative": self.relative,
             "passed": self.passed,
             "max_abs_diff": self.max_abs_diff,
+            "max_rel_diff": self.max_rel_diff,
             "cases": [asdict(c) for c in self.cases],
         }
 
@@ -92,7 +105,7 @@ def check_image_classifier_parity(
         pixels = rng.standard_normal((batch, s.channels, s.image_size, s.image_size), dtype=np.float32)
         with torch.no_grad():
             expected = model(torch.from_numpy(pixels)).numpy()
-        (actual,) = session.run(None, {"pixel_values": pixels})
+        (actual,) = ort_run(session, {"pixel_values": pixels})
         diff = float(np.abs(actual - expected).max())
         cases.append(
             ParityCase(batch, s.max_seq_len, False, diff, diff / (float(np.abs(expected).max()) or 1.0))
@@ -128,7 +141,7 @@ def _check_forward_parity(
         feed = {name: feed[name] for name in inputs}
         with torch.no_grad():
             expected = model(*(torch.from_numpy(v) for v in feed.values())).numpy()
-        (actual,) = session.run(None, feed)
+        (actual,) = ort_run(session, feed)
         diff = float(np.abs(actual - expected).max())
         scale = float(np.abs(expected).max()) or 1.0
         cases.append(ParityCase(batch, seq, padded, diff, diff / scale))
@@ -160,7 +173,7 @@ def check_step_parity(model: DecoderLM, onnx_path: Path, tolerance: float, seed:
                     torch.from_numpy(ids[:, start:end]), torch.from_numpy(mask), cache=cache
                 ).numpy()
             feed = dict(zip(inputs, [ids[:, start:end], mask, *past], strict=True))
-            actual, *past = session.run(None, feed)
+            actual, *past = ort_run(session, feed)
             diff = max(diff, float(np.abs(actual - expected).max()))
             scale = max(scale, float(np.abs(expected).max()))
         cases.append(ParityCase(batch, total, False, diff, diff / (scale or 1.0)))
@@ -189,7 +202,7 @@ def check_seq2seq_encoder_parity(
         with torch.no_grad():
             memory = model.project_memory(model.encode(torch.from_numpy(ids), torch.from_numpy(mask)))
         expected = [m.key.numpy() for m in memory] + [m.value.numpy() for m in memory]
-        actual = session.run(None, {"source_ids": ids, "source_mask": mask})
+        actual = ort_run(session, {"source_ids": ids, "source_mask": mask})
         real = mask.astype(bool)[:, None, :, None]  # padded source positions are never read
         diff = max(
             float(np.abs(np.where(real, a - e, 0)).max()) for a, e in zip(actual, expected, strict=True)
@@ -230,7 +243,7 @@ def check_seq2seq_step_parity(
                     torch.from_numpy(target[:, start:end]), memory, torch.from_numpy(source_mask), cache=cache
                 ).numpy()
             feed = dict(zip(inputs, [target[:, start:end], source_mask, *past, *memory_arrays], strict=True))
-            actual, *past = session.run(None, feed)
+            actual, *past = ort_run(session, feed)
             diff = max(diff, float(np.abs(actual - expected).max()))
             scale = max(scale, float(np.abs(expected).max()))
         cases.append(ParityCase(batch, total, batch > 1, diff, diff / (scale or 1.0)))

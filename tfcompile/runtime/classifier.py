@@ -13,6 +13,7 @@ import numpy as np
 from tfcompile.files import PREPROCESSING_FILE
 from tfcompile.images import ImageLike, ImagePreprocessing
 from tfcompile.runtime.errors import BundleError, InputError
+from tfcompile.runtime.ort import run
 from tfcompile.runtime.session import Bundle
 
 
@@ -46,7 +47,7 @@ class Classifier(Bundle):
             ),
         }
         names = [i["name"] for i in self.manifest["graphs"]["model"]["inputs"]]
-        (logits,) = self.session.run(["logits"], {name: feed[name] for name in names})
+        (logits,) = run(self.session, {name: feed[name] for name in names}, ["logits"])
         return logits
 
     def classify(self, texts: str | Sequence[str] | Sequence[tuple[str, str]]) -> list[Prediction]:
@@ -111,7 +112,7 @@ class ImageClassifier(Bundle):
             )
         if not np.issubdtype(pixels.dtype, np.floating) or not np.isfinite(pixels).all():
             raise InputError(f"pixel_values must hold finite floats, got dtype {pixels.dtype}")
-        (logits,) = self.session.run(["logits"], {"pixel_values": pixels.astype(np.float32, copy=False)})
+        (logits,) = run(self.session, {"pixel_values": pixels.astype(np.float32, copy=False)}, ["logits"])
         return logits
 
     def classify_images(

@@ -5,6 +5,11 @@ cannot live side by side, so tfcompile's base install names neither: its extras 
 pick one. Every use of onnxruntime in tfcompile imports it from here.
 """
 
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
 from tfcompile.runtime.errors import OnnxRuntimeMissing
 
 try:
@@ -16,4 +21,21 @@ except ImportError as error:
         "onnxruntime-gpu (CUDA)"
     ) from error
 
-__all__ = ["ort"]
+FLOAT_TYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16}
+
+
+def run(session: Any, feed: dict[str, np.ndarray], outputs: Sequence[str] | None = None) -> list[np.ndarray]:
+    """``session.run`` for graphs of any precision: float inputs are cast to the graph's float
+    type (an fp16 bundle takes float16), float outputs come back as float32."""
+    types = {i.name: FLOAT_TYPES.get(i.type) for i in session.get_inputs()}
+    cast = {
+        name: value.astype(types[name], copy=False)
+        if types.get(name) is not None and np.issubdtype(value.dtype, np.floating)
+        else value
+        for name, value in feed.items()
+    }
+    results = session.run(None if outputs is None else list(outputs), cast)
+    return [r.astype(np.float32) if r.dtype == np.float16 else r for r in results]
+
+
+__all__ = ["FLOAT_TYPES", "ort", "run"]

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from tfcompile.runtime.errors import InputError
-from tfcompile.runtime.ort import ort
+from tfcompile.runtime.ort import ort, run
 from tfcompile.runtime.session import Bundle
 
 PAD, UNK = "[PAD]", "[UNK]"
@@ -77,26 +77,21 @@ class Translator(Bundle):
         results = []
         for row in range(len(ids)):
             real = mask[row].astype(bool)
-            memory = self.session.run(
-                None, {"source_ids": ids[row : row + 1, real], "source_mask": mask[row : row + 1, real]}
-            )
-            results.append(self._beam_one(memory, mask[row : row + 1, real], bos, eos, max_len, beam, alpha))
+            source, source_mask = ids[row : row + 1, real], mask[row : row + 1, real]
+            memory = run(self.session, {"source_ids": source, "source_mask": source_mask})
+            results.append(self._beam_one(memory, source_mask, bos, eos, max_len, beam, alpha))
         return results
-
-    def _empty_cache(self, batch: int) -> list[np.ndarray]:
-        shape = (batch, self.sizes["n_kv_heads"], 0, self.sizes["head_dim"])
-        return [np.zeros(shape, dtype=np.float32)] * (2 * self.sizes["n_layers"])
 
     def _decode(
         self, tokens: np.ndarray, mask: np.ndarray, past: list, memory: list
     ) -> tuple[np.ndarray, list]:
         feed = dict(zip(self._step_inputs, [tokens, mask, *past, *memory], strict=True))
-        logits, *present = self.step.run(None, feed)
+        logits, *present = run(self.step, feed)
         return logits[:, -1], present
 
     def _greedy(self, ids: np.ndarray, mask: np.ndarray, bos: int, eos: int, max_len: int) -> list[list[int]]:
-        memory = self.session.run(None, {"source_ids": ids, "source_mask": mask})
-        past = self._empty_cache(len(ids))
+        memory = run(self.session, {"source_ids": ids, "source_mask": mask})
+        past = self._empty_cache("step", len(ids))
         tokens = np.full((len(ids), 1), bos, dtype=np.int64)
         out: list[list[int]] = [[] for _ in ids]
         done = np.zeros(len(ids), dtype=bool)
@@ -115,7 +110,7 @@ class Translator(Bundle):
     def _beam_one(
         self, memory: list, mask: np.ndarray, bos: int, eos: int, max_len: int, beam: int, alpha: float
     ) -> list[int]:
-        past = self._empty_cache(1)
+        past = self._empty_cache("step", 1)
         hypotheses: list[tuple[float, list[int]]] = [(0.0, [])]
         finished: list[tuple[float, list[int]]] = []
         tokens = np.array([[bos]], dtype=np.int64)

@@ -527,7 +527,9 @@ class TrainSpec(Section):
     seed: Annotated[int, Field(strict=True)] = 1337
     device: Literal["auto", "cpu", "cuda"] = "auto"
     precision: Literal["fp32", "bf16", "fp16"] = "fp32"
-    compile: bool = False
+    compile: bool | None = Field(
+        None, description="torch.compile the model; default: on CUDA, off on the CPU"
+    )
     eval_interval: PositiveInt = 250
     eval_batches: PositiveInt = 20
     checkpoint_interval: PositiveInt = 500
@@ -546,8 +548,22 @@ class TrainSpec(Section):
 
 class ExportSpec(Section):
     opset: Annotated[int, Field(strict=True, ge=17)] = 18
-    tolerance: PositiveFloat = Field(1e-4, description="max |onnxruntime - torch| on the logits")
+    precision: Literal["fp32", "fp16"] = Field(
+        "fp32", description="fp16: half-size weights and activations, for GPU serving"
+    )
+    tolerance: PositiveFloat | None = Field(
+        None,
+        description="parity bound against the fp32 PyTorch model; default for fp32 1e-4 on "
+        "max |onnxruntime - torch|, for fp16 1e-2 on max |difference| / max |torch output|",
+    )
     out: Path | None = Field(None, description="bundle folder; default exported/NAME")
+
+    @property
+    def parity_tolerance(self) -> float:
+        """Resolved at use, so that a run's saved spec exported in another precision gets its bound."""
+        if self.tolerance is not None:
+            return self.tolerance
+        return 1e-4 if self.precision == "fp32" else 1e-2
 
 
 # ----------------------------------------------------------------------------- spec
