@@ -14,7 +14,7 @@ from tokenizers import Tokenizer
 
 from tfcompile.runtime.bundle import read_manifest
 from tfcompile.runtime.errors import InputError
-from tfcompile.runtime.ort import FLOAT_TYPES, ort
+from tfcompile.runtime.ort import ort
 
 # Bundles are checked against PyTorch's fp32 logits. The CUDA provider's default TF32 matmuls
 # move those logits by about 1e-3 (measured on an H100), enough to change greedy tokens.
@@ -65,9 +65,8 @@ class Bundle:
         head_dim), in the graph's float type (float16 for an fp16 bundle)."""
         sizes = self.manifest["model"]
         pasts = [i for i in self.manifest["graphs"][graph]["inputs"] if i["name"].startswith("past_")]
-        dtype = FLOAT_TYPES[f"tensor({'float16' if pasts[0]['dtype'] == 'float16' else 'float'})"]
         shape = (batch, sizes["n_kv_heads"], 0, sizes["head_dim"])
-        return [np.zeros(shape, dtype=dtype) for _ in pasts]
+        return [np.zeros(shape, dtype=np.dtype(past["dtype"])) for past in pasts]
 
     def _token_ids(self, value: Any) -> np.ndarray:
         ids = np.asarray(value)
