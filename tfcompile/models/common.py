@@ -1,9 +1,24 @@
-"""What every assembly shares: weight initialisation and the checks on token-id inputs."""
+"""What every assembly shares: the vocabulary size it needs, weight initialisation, and the checks
+on token-id inputs."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 from torch import nn
+
+if TYPE_CHECKING:
+    from tfcompile.spec.schema import TransformerSpec
+
+
+def require_vocab_size(spec: TransformerSpec) -> int:
+    """The spec's vocab_size, which a text model needs before it can be built."""
+    if spec.vocab_size is None:
+        raise ValueError(
+            "model.vocab_size is not set: set it in the spec, or train, which takes it from the tokenizer"
+        )
+    return spec.vocab_size
 
 
 def init_weights(module: nn.Module, std: float) -> None:

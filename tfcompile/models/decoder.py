@@ -8,10 +8,10 @@ from functools import partial
 import torch
 from torch import nn
 
-from tfcompile.models.common import check_token_ids, init_weights
+from tfcompile.models.common import check_token_ids, init_weights, require_vocab_size
 from tfcompile.nn.attention import KVCache, may_attend
-from tfcompile.nn.block import TransformerBlock, build_norm
-from tfcompile.nn.positional import POSITIONAL, PositionalDims
+from tfcompile.nn.block import TransformerBlock, build_final_norm
+from tfcompile.nn.positional import build_positional
 from tfcompile.spec.schema import DecoderSpec
 
 
@@ -21,21 +21,15 @@ class DecoderLM(nn.Module):
 
     def __init__(self, spec: DecoderSpec) -> None:
         super().__init__()
-        if spec.vocab_size is None:
-            raise ValueError(
-                "model.vocab_size is not set: set it in the spec, or train, which takes it from the tokenizer"
-            )
+        vocab_size = require_vocab_size(spec)
         self.spec = spec
-        self.embed = nn.Embedding(spec.vocab_size, spec.d_model)
+        self.embed = nn.Embedding(vocab_size, spec.d_model)
         self.embed_scale = math.sqrt(spec.d_model)
-        dims = PositionalDims(
-            spec.d_model, spec.n_heads, spec.head_dim, spec.max_seq_len, bidirectional=False
-        )
-        self.positional = POSITIONAL[spec.positional.type](spec.positional, dims)
+        self.positional = build_positional(spec, bidirectional=False)
         self.drop = nn.Dropout(spec.dropout.embedding)
         self.blocks = nn.ModuleList(TransformerBlock(spec) for _ in range(spec.n_layers))
-        self.final_norm = build_norm(spec.norm, spec.d_model) if spec.norm.final else nn.Identity()
-        self.lm_head = nn.Linear(spec.d_model, spec.vocab_size, bias=spec.bias.lm_head)
+        self.final_norm = build_final_norm(spec)
+        self.lm_head = nn.Linear(spec.d_model, vocab_size, bias=spec.bias.lm_head)
         self.apply(partial(init_weights, std=spec.init_std))
         if spec.tie_embeddings:
             self.lm_head.weight = self.embed.weight

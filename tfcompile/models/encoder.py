@@ -13,10 +13,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tfcompile.models.common import check_token_ids, init_weights
+from tfcompile.models.common import check_token_ids, init_weights, require_vocab_size
 from tfcompile.nn.attention import may_attend
-from tfcompile.nn.block import TransformerBlock, build_norm
-from tfcompile.nn.positional import POSITIONAL, PositionalDims
+from tfcompile.nn.block import TransformerBlock, build_final_norm, build_norm
+from tfcompile.nn.positional import build_positional
 from tfcompile.spec.schema import EncoderSpec
 
 
@@ -26,21 +26,16 @@ class Encoder(nn.Module):
 
     def __init__(self, spec: EncoderSpec) -> None:
         super().__init__()
-        if spec.vocab_size is None:
-            raise ValueError(
-                "model.vocab_size is not set: set it in the spec, or train, which takes it from the tokenizer"
-            )
         self.spec = spec
-        self.embed = nn.Embedding(spec.vocab_size, spec.d_model)
+        self.embed = nn.Embedding(require_vocab_size(spec), spec.d_model)
         self.segment_embed = (
             nn.Embedding(spec.type_vocab_size, spec.d_model) if spec.type_vocab_size else None
         )
-        dims = PositionalDims(spec.d_model, spec.n_heads, spec.head_dim, spec.max_seq_len, bidirectional=True)
-        self.positional = POSITIONAL[spec.positional.type](spec.positional, dims)
+        self.positional = build_positional(spec, bidirectional=True)
         self.embed_norm = build_norm(spec.norm, spec.d_model) if spec.embedding_norm else nn.Identity()
         self.drop = nn.Dropout(spec.dropout.embedding)
         self.blocks = nn.ModuleList(TransformerBlock(spec) for _ in range(spec.n_layers))
-        self.final_norm = build_norm(spec.norm, spec.d_model) if spec.norm.final else nn.Identity()
+        self.final_norm = build_final_norm(spec)
         # BERT's pooler: the [CLS] state through a dense layer and tanh, for the sentence-level heads.
         self.pooler = nn.Linear(spec.d_model, spec.d_model)
 

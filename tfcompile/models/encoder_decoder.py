@@ -8,10 +8,10 @@ from functools import partial
 import torch
 from torch import nn
 
-from tfcompile.models.common import check_token_ids, init_weights
+from tfcompile.models.common import check_token_ids, init_weights, require_vocab_size
 from tfcompile.nn.attention import KVCache, may_attend
-from tfcompile.nn.block import TransformerBlock, build_norm
-from tfcompile.nn.positional import POSITIONAL, PositionalDims
+from tfcompile.nn.block import TransformerBlock, build_final_norm
+from tfcompile.nn.positional import build_positional
 from tfcompile.spec.schema import EncoderDecoderSpec
 
 
@@ -21,34 +21,24 @@ class Seq2Seq(nn.Module):
 
     def __init__(self, spec: EncoderDecoderSpec) -> None:
         super().__init__()
-        if spec.vocab_size is None:
-            raise ValueError(
-                "model.vocab_size is not set: set it in the spec, or train, which takes it from the tokenizer"
-            )
+        vocab_size = require_vocab_size(spec)
         assert spec.n_decoder_layers is not None  # resolved by the schema
         self.spec = spec
-        self.embed = nn.Embedding(spec.vocab_size, spec.d_model)  # the source's, and the target's if shared
-        self.target_embed = (
-            self.embed if spec.share_embeddings else nn.Embedding(spec.vocab_size, spec.d_model)
-        )
+        self.embed = nn.Embedding(vocab_size, spec.d_model)  # the source's, and the target's if shared
+        self.target_embed = self.embed if spec.share_embeddings else nn.Embedding(vocab_size, spec.d_model)
         self.embed_scale = spec.d_model**0.5 if spec.scale_embeddings else 1.0
-
-        def positional(bidirectional: bool) -> nn.Module:
-            dims = PositionalDims(spec.d_model, spec.n_heads, spec.head_dim, spec.max_seq_len, bidirectional)
-            return POSITIONAL[spec.positional.type](spec.positional, dims)
-
         # Separate position modules: T5's relative buckets look both ways in the encoder, back only
         # in the decoder; a learned table is learned per side.
-        self.encoder_positional = positional(bidirectional=True)
-        self.decoder_positional = positional(bidirectional=False)
+        self.encoder_positional = build_positional(spec, bidirectional=True)
+        self.decoder_positional = build_positional(spec, bidirectional=False)
         self.drop = nn.Dropout(spec.dropout.embedding)
         self.encoder_blocks = nn.ModuleList(TransformerBlock(spec) for _ in range(spec.n_layers))
-        self.encoder_norm = build_norm(spec.norm, spec.d_model) if spec.norm.final else nn.Identity()
+        self.encoder_norm = build_final_norm(spec)
         self.decoder_blocks = nn.ModuleList(
             TransformerBlock(spec, cross_attention=True) for _ in range(spec.n_decoder_layers)
         )
-        self.decoder_norm = build_norm(spec.norm, spec.d_model) if spec.norm.final else nn.Identity()
-        self.lm_head = nn.Linear(spec.d_model, spec.vocab_size, bias=spec.bias.lm_head)
+        self.decoder_norm = build_final_norm(spec)
+        self.lm_head = nn.Linear(spec.d_model, vocab_size, bias=spec.bias.lm_head)
         self.apply(partial(init_weights, std=spec.init_std))
         if spec.tie_embeddings:
             self.lm_head.weight = self.target_embed.weight

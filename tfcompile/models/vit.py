@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from tfcompile.models.common import init_weights
-from tfcompile.nn.block import TransformerBlock, build_norm
+from tfcompile.nn.block import TransformerBlock, build_final_norm
 from tfcompile.nn.patches import PatchEmbedding, sinusoidal_2d_table
 from tfcompile.spec.schema import VitSpec
 
@@ -35,7 +35,7 @@ class VisionTransformer(nn.Module):
             self.position_table = None
         self.drop = nn.Dropout(spec.dropout.embedding)
         self.blocks = nn.ModuleList(TransformerBlock(spec) for _ in range(spec.n_layers))
-        self.final_norm = build_norm(spec.norm, d) if spec.norm.final else nn.Identity()
+        self.final_norm = build_final_norm(spec)
         self.head = nn.Linear(d, num_labels)
         self.apply(partial(init_weights, std=spec.init_std))
         for parameter in (self.cls_token, self.position_table):

@@ -22,6 +22,11 @@ def build_norm(spec: NormSpec, dim: int) -> nn.Module:
     return NORMS[spec.type](dim, eps=spec.eps, bias=spec.bias)
 
 
+def build_final_norm(spec: TransformerSpec) -> nn.Module:
+    """The norm after a stack's last block where the spec has one (pre-norm), else the identity."""
+    return build_norm(spec.norm, spec.d_model) if spec.norm.final else nn.Identity()
+
+
 class TransformerBlock(nn.Module):
     """(batch, seq, d_model) -> (batch, seq, d_model).
 

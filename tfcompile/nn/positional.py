@@ -18,7 +18,7 @@ from torch import nn
 from tfcompile.nn.registry import POSITIONAL
 
 if TYPE_CHECKING:
-    from tfcompile.spec.schema import RelativePositional, RopePositional
+    from tfcompile.spec.schema import RelativePositional, RopePositional, TransformerSpec
 
 Rotary = tuple[torch.Tensor, torch.Tensor]
 
@@ -47,6 +47,14 @@ class PositionalEncoding(nn.Module):
     def attention_bias(self, q_positions: torch.Tensor, k_positions: torch.Tensor) -> torch.Tensor | None:
         """(Tq,), (Tk,) -> additive score bias (1, n_heads, Tq, Tk), or None."""
         return None
+
+
+def build_positional(spec: TransformerSpec, bidirectional: bool) -> PositionalEncoding:
+    """The spec's positional encoding for a stack that looks both ways (encoders) or back only
+    (causal decoders: relative buckets then cover earlier keys alone)."""
+    assert spec.max_seq_len is not None  # every text family sets it
+    dims = PositionalDims(spec.d_model, spec.n_heads, spec.head_dim, spec.max_seq_len, bidirectional)
+    return POSITIONAL[spec.positional.type](spec.positional, dims)
 
 
 @POSITIONAL.register("none")
