@@ -59,22 +59,8 @@ def _export_forward(model: nn.Module, inputs: tuple[str, ...], path: Path, opset
     axes: dict[int, torch.export.Dim] = {0: batch}
     if max_len >= 2:
         axes[1] = torch.export.Dim("sequence", min=1, max=max_len)
-    with _quiet():
-        program = torch.onnx.export(
-            model,
-            example,
-            dynamo=True,
-            input_names=list(inputs),
-            output_names=list(OUTPUTS),
-            dynamic_shapes={name: axes for name in inputs},
-            opset_version=opset,
-            verbose=False,
-        )
-    path.parent.mkdir(parents=True, exist_ok=True)
-    program.save(str(path))
-    proto = onnx.load(str(path))
-    onnx.checker.check_model(proto, full_check=True)  # full_check runs strict shape inference too
-    return proto
+    program = _export(model, example, list(inputs), list(OUTPUTS), {name: axes for name in inputs}, opset)
+    return _save(program, path, {})  # the named Dims already name the axes
 
 
 class DecoderStep(nn.Module):
