@@ -11,6 +11,7 @@ import numpy as np
 from tfcompile.runtime.errors import InputError
 from tfcompile.runtime.ort import ort, run
 from tfcompile.runtime.session import Bundle
+from tfcompile.sequences import length_normalised, pad_rows
 
 PAD, UNK = "[PAD]", "[UNK]"
 
@@ -46,9 +47,7 @@ class Translator(Bundle):
             for e in self.tokenizer.encode_batch(items, add_special_tokens=False)
         ]
         pad = self.tokenizer.token_to_id(PAD)
-        ids = np.full((len(items), max(map(len, encoded))), pad, dtype=np.int64)
-        for row, sentence in enumerate(encoded):
-            ids[row, : len(sentence)] = sentence
+        ids = pad_rows(encoded, pad)
         tokens = self.translate_ids(ids, (ids != pad).astype(np.int64), beam, length_penalty, max_len)
         return [t.strip() for t in self.tokenizer.decode_batch(tokens)]
 
@@ -129,13 +128,13 @@ class Translator(Bundle):
                 score, words = float(scores[parent, token]), hypotheses[parent][1]
                 if token == eos:
                     if rank < beam:
-                        finished.append((score / ((5 + len(words)) / 6) ** alpha, words))
+                        finished.append((length_normalised(score, len(words), alpha), words))
                 elif len(survivors) < beam:
                     survivors.append((score, [*words, token], parent))
             if len(finished) >= beam:
                 break
             if step == max_len:
-                finished += [(s / ((5 + len(w)) / 6) ** alpha, w) for s, w in hypotheses]
+                finished += [(length_normalised(s, len(w), alpha), w) for s, w in hypotheses]
                 break
             parents = np.array([p for _, _, p in survivors])
             past = [p[parents] for p in past]

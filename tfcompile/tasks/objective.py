@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
-from itertools import chain
 from typing import Any
 
 import torch
 from tokenizers import Tokenizer
 
+from tfcompile import sequences
 from tfcompile.files import TOKENIZER_FILE
 
 Batch = dict[str, torch.Tensor]  # the model's inputs by name, plus the targets
@@ -59,9 +59,5 @@ class Objective(ABC):
 
 
 def pad_rows(rows: Sequence[Sequence[int]], value: int) -> torch.Tensor:
-    """Rows of ids -> (len(rows), longest) int64, each row left-aligned and filled out with
-    ``value``; built in one scatter rather than a tensor per row."""
-    lengths = torch.tensor([len(row) for row in rows])
-    out = torch.full((len(rows), int(lengths.max())), value, dtype=torch.long)
-    out[torch.arange(out.shape[1]) < lengths[:, None]] = torch.tensor(list(chain.from_iterable(rows)))
-    return out
+    """tfcompile.sequences.pad_rows (the runtime pads with it too), as an int64 tensor."""
+    return torch.from_numpy(sequences.pad_rows(rows, value))

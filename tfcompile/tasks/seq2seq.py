@@ -20,6 +20,7 @@ from tfcompile.data import DataError, train_tokenizer
 from tfcompile.data.tokenizer import BOS, EOS, PAD, SEQ2SEQ_TOKENS, UNK
 from tfcompile.models import Seq2Seq
 from tfcompile.nn.attention import KVCache
+from tfcompile.sequences import length_normalised
 from tfcompile.spec.schema import DataSpec, Seq2SeqTask
 from tfcompile.tasks.causal_lm import IGNORE_INDEX
 from tfcompile.tasks.objective import Batch, ModelFn, Objective, pad_rows
@@ -212,13 +213,13 @@ def _beam_one(
             if token == eos:
                 # As in fairseq: [EOS] ends a hypothesis only from within the top `beam` candidates.
                 if rank < beam:
-                    finished.append((score / ((5 + len(words)) / 6) ** alpha, words))
+                    finished.append((length_normalised(score, len(words), alpha), words))
             elif len(survivors) < beam:
                 survivors.append((score, [*words, token], parent))
         if len(finished) >= beam:
             break
         if step == max_len:  # out of length: the current hypotheses end here, unfinished
-            finished += [(score / ((5 + len(words)) / 6) ** alpha, words) for score, words in hypotheses]
+            finished += [(length_normalised(score, len(words), alpha), words) for score, words in hypotheses]
             break
         parents = torch.tensor([parent for _, _, parent in survivors], device=device)
         for kv in cache:
