@@ -18,6 +18,7 @@ from tfcompile.export import ExportError, Source, check_classifier_parity, expor
 from tfcompile.runtime import Classifier, InputError, load
 from tfcompile.spec import load_spec
 from tfcompile.tasks import f1_score
+from tfcompile.tasks.classification import resolve_labels
 from tfcompile.train import Trainer, TrainError, load_trained_model, read_metrics
 from tfcompile.train.checkpoint import checkpoint_dir, resolve
 
@@ -194,3 +195,13 @@ def test_classifier_bundle_parity_and_runtime_classify(finetuned: Path, tmp_path
 def test_a_masked_lm_run_is_not_exported(pretrained: Path, tmp_path: Path) -> None:
     with pytest.raises(ExportError, match="fine-tune it"):
         export_bundle(None, Source(run=pretrained), tmp_path / "b")
+
+
+def test_labels_come_from_the_training_split_and_every_split_must_fit_them() -> None:
+    splits = {"training": ["pos", "neg", "pos"], "validation": ["neg"]}
+    assert resolve_labels(None, splits, "t.tsv") == ["neg", "pos"]
+    assert resolve_labels(["pos", "neg"], splits, "t.tsv") == ["pos", "neg"]  # declared order kept
+    with pytest.raises(DataError, match=r"the test data has labels \['meh'\] outside task\.labels"):
+        resolve_labels(None, {**splits, "test": ["meh"]}, "t.tsv")
+    with pytest.raises(DataError, match=r"t\.tsv: a classifier needs at least two labels, found \['pos'\]"):
+        resolve_labels(None, {"training": ["pos"]}, "t.tsv")

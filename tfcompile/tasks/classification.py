@@ -27,6 +27,22 @@ def f1_score(predicted: np.ndarray, actual: np.ndarray, num_labels: int) -> floa
     return float(np.mean(scores))
 
 
+def resolve_labels(declared: list[str] | None, splits: dict[str, list[str]], source: str) -> list[str]:
+    """task.labels, else the first (training) split's labels sorted. Every split's labels must be
+    among them, and a classifier needs two at least: a DataError that says what to do otherwise."""
+    labels = declared or sorted(set(next(iter(splits.values()))))
+    for split, found in splits.items():
+        unknown = sorted(set(found) - set(labels))
+        if unknown:
+            raise DataError(
+                f"the {split} data has labels {unknown[:5]} outside task.labels {labels}; "
+                f"add them to task.labels or leave task.labels out to take the training data's"
+            )
+    if len(labels) < 2:
+        raise DataError(f"{source}: a classifier needs at least two labels, found {labels}")
+    return labels
+
+
 class ClassificationObjective(Objective):
     # Accuracy is what a classifier is judged by; its loss can rise while accuracy still improves.
     best_metric = "val_accuracy"
@@ -48,16 +64,9 @@ class ClassificationObjective(Objective):
             order = np.random.default_rng(seed).permutation(len(train))
             n_val = max(1, int(len(train) * data.val_fraction))
             train, val = _subset(train, order[n_val:]), _subset(train, order[:n_val])
-        self.labels = task.labels or sorted(set(train.labels))
-        for split, rows in (("training", train), ("validation", val)):
-            unknown = sorted(set(rows.labels) - set(self.labels))
-            if unknown:
-                raise DataError(
-                    f"the {split} data has labels {unknown[:5]} outside task.labels {self.labels}; "
-                    f"add them to task.labels or leave task.labels out to take the training file's"
-                )
-        if len(self.labels) < 2:
-            raise DataError(f"{data.path}: a classifier needs at least two labels, found {self.labels}")
+        self.labels = resolve_labels(
+            task.labels, {"training": train.labels, "validation": val.labels}, str(data.path)
+        )
         if tokenizer is None:
             texts = train.texts + (train.pairs or [])
             tokenizer = train_tokenizer(data.tokenizer, texts, SPECIAL_TOKENS)

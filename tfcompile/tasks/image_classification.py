@@ -16,6 +16,7 @@ from tfcompile.data.images import LabelledImages, load_digits, read_image_folder
 from tfcompile.files import PREPROCESSING_FILE
 from tfcompile.images import ImagePreprocessing
 from tfcompile.spec.schema import AugmentSpec, DataSpec, ImageClassificationTask, VitSpec
+from tfcompile.tasks.classification import resolve_labels
 from tfcompile.tasks.objective import Batch, ModelFn, Objective
 
 
@@ -65,19 +66,16 @@ class ImageClassificationObjective(Objective):
             everything, splits["val"] = everything.subset(rest), everything.subset(held)
         splits["train"] = everything
 
-        self.labels = task.labels or sorted(set(splits["train"].labels))
-        index = {label: i for i, label in enumerate(self.labels)}
         for split, part in splits.items():
-            unknown = sorted(set(part.labels) - set(self.labels))
-            if unknown:
-                raise DataError(
-                    f"the {split} images have classes {unknown[:5]} outside task.labels {self.labels}; "
-                    f"add them to task.labels or leave task.labels out to take the training data's"
-                )
             if not part.labels:
                 raise DataError(f"the {split} split holds no images: give it more data or a smaller fraction")
-        if len(self.labels) < 2:
-            raise DataError(f"a classifier needs at least two classes, found {self.labels}")
+        names = {"train": "training", "val": "validation", "test": "test"}
+        self.labels = resolve_labels(
+            task.labels,
+            {names[split]: splits[split].labels for split in ("train", "val", "test") if split in splits},
+            str(data.path or f"data.builtin {data.builtin}"),
+        )
+        index = {label: i for i, label in enumerate(self.labels)}
 
         train = splits["train"].images  # statistics of the training images only, before augmentation
         self.preprocessing = ImagePreprocessing(
