@@ -17,8 +17,7 @@ from tfcompile.data.table import read_table
 from tfcompile.export import ExportError, Source, check_classifier_parity, export_bundle
 from tfcompile.runtime import Classifier, InputError, load
 from tfcompile.spec import load_spec
-from tfcompile.tasks import f1_score
-from tfcompile.tasks.classification import resolve_labels
+from tfcompile.tasks.classification import f1_score, resolve_labels
 from tfcompile.train import Trainer, TrainError, load_trained_model, read_metrics
 from tfcompile.train.checkpoint import checkpoint_dir, resolve
 
@@ -83,8 +82,7 @@ def finetuned(pretrained: Path) -> Path:
     spec = load_spec(
         ROOT / "specs" / "sst2-finetune.yaml",
         [*TINY, f"train.init_from={pretrained}", "train.steps=2", "train.eval_interval=2"],
-    )
-    spec.train.runs_dir = pretrained.parent
+    ).replace({"train": {"runs_dir": pretrained.parent}})
     Trainer(spec, pretrained.parent / "finetune", show_progress=False).train()
     return pretrained.parent / "finetune"
 

@@ -11,7 +11,7 @@ from helpers import SHARED_DATA
 from tfcompile.data import corpus as corpus_module
 from tfcompile.data import encode, lm_batch, prepare_corpus, train_tokenizer
 from tfcompile.spec.schema import BpeTokenizer, CharTokenizer, DataSpec
-from tfcompile.tasks.objective import pad_rows
+from tfcompile.tasks.task import pad_rows
 
 SHAKESPEARE = SHARED_DATA / "tinyshakespeare.txt"
 

@@ -6,9 +6,10 @@ import pytest
 import torch
 from helpers import ROOT, tiny_model
 
-from tfcompile.models import DecoderLM, build_model
+from tfcompile.models import DecoderLM
 from tfcompile.spec import load_spec
 from tfcompile.summary import summarize
+from tfcompile.tasks import build_model
 
 VARIANTS = [
     {"norm": {"position": position, "type": norm}, "activation": act, "positional": pos, "n_kv_heads": kv}

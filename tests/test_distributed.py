@@ -11,8 +11,8 @@ import pytest
 import torch
 from helpers import ROOT
 
-from tfcompile.models import build_model
 from tfcompile.spec import load_spec
+from tfcompile.tasks import build_model
 from tfcompile.train import Trainer, load_trained_model, read_metrics
 from tfcompile.train.distributed import World
 

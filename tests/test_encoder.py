@@ -9,11 +9,12 @@ import pytest
 import torch
 from helpers import ROOT
 
-from tfcompile.models import Classifier, Encoder, MaskedLM, build_model
+from tfcompile.models import Classifier, Encoder, MaskedLM
 from tfcompile.models.common import init_weights
 from tfcompile.spec import EncoderSpec, Spec, load_spec
 from tfcompile.spec.presets import PRESETS, merge
 from tfcompile.summary import summarize
+from tfcompile.tasks import build_model
 
 
 def tiny_encoder(**overrides: Any) -> EncoderSpec:

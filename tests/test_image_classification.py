@@ -18,7 +18,7 @@ from tfcompile.data.images import read_image_folder, stratified_split
 from tfcompile.export import Source, check_image_classifier_parity, export_bundle
 from tfcompile.runtime import ImageClassifier, InputError, load
 from tfcompile.spec import Spec, load_spec
-from tfcompile.tasks import ImageClassificationObjective
+from tfcompile.tasks.image_classification import ImageClassification
 from tfcompile.train import Trainer, TrainResult, load_trained_model
 
 SPEC = ROOT / "specs" / "vit-digits.yaml"
@@ -52,7 +52,7 @@ def test_the_digits_objective_splits_test_and_validation_and_normalises_with_tra
 ) -> None:
     spec = digits_spec(tmp_path)
     assert spec.data is not None and spec.task.type == "image_classification" and spec.model.family == "vit"
-    objective = ImageClassificationObjective(spec.task, spec.data, spec.model)
+    objective = ImageClassification(spec, tmp_path)
     sizes = {split: len(t) for split, t in objective.targets.items()}
     assert sizes["test"] == 359 and sum(sizes.values()) == 1797 and 140 <= sizes["val"] <= 146
     assert objective.labels == [str(d) for d in range(10)]

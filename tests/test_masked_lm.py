@@ -9,9 +9,10 @@ import pytest
 import torch
 from helpers import SHARED_DATA
 
-from tfcompile.data.tokenizer import SPECIAL_TOKENS
+from tfcompile.sequences import SPECIAL_TOKENS
 from tfcompile.spec import Spec, SpecError, parse_spec
-from tfcompile.tasks import IGNORE_INDEX, MaskedLMObjective, MaskingRule, mask_tokens
+from tfcompile.tasks.causal_lm import IGNORE_INDEX
+from tfcompile.tasks.masked_lm import MaskedLanguageModelling, MaskingRule, mask_tokens
 
 MASK_ID, VOCAB = 4, 1000
 
@@ -40,7 +41,9 @@ def test_masking_rule_on_a_large_batch() -> None:
     assert not ((corrupted != ids) & ~chosen).any(), "only chosen tokens change"
 
 
-def _objective(tmp_path: Path, next_sentence: bool, lines: int = 400, context: int = 32) -> MaskedLMObjective:
+def _objective(
+    tmp_path: Path, next_sentence: bool, lines: int = 400, context: int = 32
+) -> MaskedLanguageModelling:
     corpus = tmp_path / "lines.txt"
     corpus.write_text("".join(f"{i:04d}\n" for i in range(lines)))
     spec = Spec.model_validate(
@@ -57,7 +60,7 @@ def _objective(tmp_path: Path, next_sentence: bool, lines: int = 400, context: i
         }
     )
     assert spec.data is not None and spec.task.type == "masked_lm"
-    return MaskedLMObjective(spec.task, spec.data, context, None)
+    return MaskedLanguageModelling(spec, tmp_path)
 
 
 def test_next_sentence_pairs_are_half_consecutive_lines(tmp_path: Path) -> None:
@@ -121,9 +124,10 @@ def test_masked_lm_learns_on_tiny_shakespeare(tmp_path: Path) -> None:
             },
         }
     )
-    result = Trainer(spec, tmp_path / "mlm", show_progress=False).train()
+    trainer = Trainer(spec, tmp_path / "mlm", show_progress=False)
+    result = trainer.train()
     # Far below guessing uniformly over the 70 tokens (and over is-next): the model has at least
     # learned which characters are common. Context beyond that takes longer (see the README).
-    uniform = math.log(spec.model.vocab_size or 0) + math.log(2)
+    uniform = math.log(trainer.spec.model.vocab_size or 0) + math.log(2)
     assert result.metrics["val_loss"] < 0.8 * uniform
-    assert result.metrics["val_mlm_accuracy"] > 5 / (spec.model.vocab_size or 1)
+    assert result.metrics["val_mlm_accuracy"] > 5 / (trainer.spec.model.vocab_size or 1)

@@ -1,7 +1,6 @@
 """Positional encodings against their definitions (notes: cmu-11711-transformers.txt)."""
 
 import math
-import typing
 
 import torch
 
@@ -13,7 +12,7 @@ from tfcompile.nn.positional import (
     relative_position_bucket,
     sinusoidal_table,
 )
-from tfcompile.spec.schema import Positional, RelativePositional, RopePositional
+from tfcompile.spec.schema import RelativePositional, RopePositional
 
 
 def test_sinusoidal_values_match_formula() -> None:
@@ -89,9 +88,3 @@ def test_relative_bias_shape_and_sharing() -> None:
     assert bias.shape == (1, 4, 6, 6)
     # Same offset, same bias: the diagonal is constant per head.
     assert torch.allclose(bias[0, :, 2, 1], bias[0, :, 5, 4])
-
-
-def test_registry_and_schema_offer_the_same_schemes() -> None:
-    union = typing.get_args(typing.get_args(Positional)[0])
-    tags = {cls.model_fields["type"].default for cls in union}
-    assert tags == set(POSITIONAL.names())

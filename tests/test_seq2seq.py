@@ -16,7 +16,8 @@ from tfcompile.export import Source, export_bundle
 from tfcompile.models import Seq2Seq
 from tfcompile.runtime import InputError, Translator, load
 from tfcompile.spec import Spec, load_spec
-from tfcompile.tasks import IGNORE_INDEX, Seq2SeqObjective, beam_translate, greedy_translate, read_parallel
+from tfcompile.tasks.causal_lm import IGNORE_INDEX
+from tfcompile.tasks.seq2seq import Translation, beam_translate, greedy_translate, read_parallel
 from tfcompile.train import Trainer, TrainResult, load_trained_model, read_metrics
 
 MULTI30K = SHARED_DATA / "multi30k"
@@ -58,7 +59,7 @@ def test_parallel_files_and_their_errors(tmp_path: Path) -> None:
 def test_batches_shift_the_target_and_pad_outside_the_loss(tmp_path: Path) -> None:
     spec = _spec(tmp_path)
     assert spec.data is not None and spec.task.type == "seq2seq"
-    objective = Seq2SeqObjective(spec.task, spec.data, 40, None)
+    objective = Translation(spec, tmp_path)
     batch = objective.batch("train", 16, torch.Generator().manual_seed(0))
     bos, eos, pad = objective.ids["[BOS]"], objective.ids["[EOS]"], objective.ids["[PAD]"]
     assert (batch["input_ids"][:, 0] == bos).all()
@@ -71,8 +72,7 @@ def test_batches_shift_the_target_and_pad_outside_the_loss(tmp_path: Path) -> No
 
 
 def test_greedy_decoding_with_the_cache_equals_rerunning_the_decoder(tmp_path: Path) -> None:
-    spec = _spec(tmp_path)
-    spec.model.vocab_size = 500
+    spec = _spec(tmp_path).replace({"model": {"vocab_size": 500}})
     torch.manual_seed(0)
     model = Seq2Seq(spec.model).eval()
     source = torch.randint(4, 500, (3, 9))
@@ -92,8 +92,7 @@ def test_greedy_decoding_with_the_cache_equals_rerunning_the_decoder(tmp_path: P
 
 
 def test_beam_of_one_is_greedy_and_wider_beams_score_at_least_as_well(tmp_path: Path) -> None:
-    spec = _spec(tmp_path)
-    spec.model.vocab_size = 60
+    spec = _spec(tmp_path).replace({"model": {"vocab_size": 60}})
     torch.manual_seed(1)
     model = Seq2Seq(spec.model).eval()
     source = torch.randint(4, 60, (4, 7))

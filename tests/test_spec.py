@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import yaml
 from helpers import ROOT, tiny_model
+from pydantic import ValidationError
 
 from tfcompile.spec import PRESETS, dump_spec, load_spec, parse_spec
 from tfcompile.spec.presets import merge
@@ -91,3 +92,58 @@ def test_missing_spec_file_is_a_spec_error(tmp_path) -> None:
 
     with pytest.raises(SpecError, match="cannot read the spec"):
         load_spec(tmp_path / "nope.yaml")
+
+
+def test_a_validated_spec_is_frozen_and_replace_makes_a_new_one() -> None:
+    spec = load_spec(ROOT / "specs" / "shakespeare-char.yaml")
+    with pytest.raises(ValidationError, match="frozen"):
+        spec.model.d_model = 128  # type: ignore[misc]
+    with pytest.raises(ValidationError, match="frozen"):
+        spec.train = spec.train  # type: ignore[misc]
+    smaller = spec.replace({"model": {"d_model": 192}})
+    assert smaller.model.d_model == 192 and spec.model.d_model == 384
+    assert smaller.model.d_ff == 4 * 384  # resolved values stay as resolved, explicit in the spec
+    with pytest.raises(ValidationError):
+        spec.replace({"model": {"n_heads": 7}})  # the new spec validates like any other
+
+
+# Fields whose null means "none" (no such file, no pair, no clipping), not a default to guess.
+ABSENT = {
+    "preset",
+    "data",  # a spec without data can be summarised and exported with random weights, not trained
+    "data.path",  # exactly one of data.path and data.builtin is given
+    "data.builtin",
+    "data.val_path",
+    "data.test_path",
+    "data.test_fraction",
+    "task.pair_column",
+    "train.init_from",
+}
+
+
+def _nulls(node: object, prefix: str = "") -> set[str]:
+    if isinstance(node, dict):
+        return {n for k, v in node.items() for n in _nulls(v, f"{prefix}{k}.")}
+    return {prefix.rstrip(".")} if node is None else set()
+
+
+@pytest.mark.parametrize(
+    "name", ["shakespeare-char", "llama", "multi30k-de-en", "vit-digits", "sst2-finetune"]
+)
+def test_a_resolved_spec_fills_in_every_default(name: str) -> None:
+    spec = load_spec(ROOT / "specs" / f"{name}.yaml")
+    resolved = spec.replace(
+        {"model": {"vocab_size": None if spec.model.family == "vit" else 100}, "task": {"labels": ["a", "b"]}}
+        if spec.task.type in ("classification", "image_classification")
+        else {"model": {"vocab_size": 100}},
+    )
+    assert resolved.train.context_length == resolved.model.max_seq_len
+    pixels = {"model.vocab_size"} if spec.model.family == "vit" else set()  # a ViT reads no tokens
+    # The run's name, its device's compile default and the bundle folder are filled in by training.
+    left = (
+        _nulls(resolved.model_dump(mode="json"))
+        - ABSENT
+        - pixels
+        - {"train.compile", "train.name", "export.out"}
+    )
+    assert not left, f"nulls a reader would have to guess: {sorted(left)}"

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 from helpers import ROOT
 
 from tfcompile.data import DataError
@@ -186,3 +187,25 @@ def test_compile_is_on_by_default_on_cuda_only(tmp_path: Path) -> None:
     assert trainer.forward is trainer.model
     forced = Trainer(tiny_spec(tmp_path, "train.compile=true"), tmp_path / "runs" / "d", show_progress=False)
     assert forced.forward is not forced.model
+
+
+def test_the_run_records_its_spec_with_every_default_filled_in(tmp_path: Path) -> None:
+    trainer = run(tiny_spec(tmp_path, "train.steps=1", "model.vocab_size=null"), tmp_path, "filled")
+    saved = yaml.safe_load((trainer.run_dir / "spec.yaml").read_text())
+    assert saved["model"]["vocab_size"] == 65 and saved["train"]["context_length"] == 64
+    assert saved["train"]["compile"] is False and saved["train"]["name"] == "filled"
+    assert saved["export"]["out"] == "exported/filled"
+    nulls = [
+        f"{s}.{k}"
+        for s, section in saved.items()
+        if isinstance(section, dict)
+        for k, v in section.items()
+        if v is None
+    ]
+    assert sorted(nulls) == [
+        "data.builtin",
+        "data.test_fraction",
+        "data.test_path",
+        "data.val_path",
+        "train.init_from",
+    ]

@@ -11,13 +11,15 @@ import torch
 import torch.nn.functional as F
 import yaml
 
-from tfcompile.models import VisionTransformer, build_model
-from tfcompile.nn.patches import PatchEmbedding, sinusoidal_2d_table
+from tfcompile.models import VisionTransformer
+from tfcompile.nn.patches import PatchEmbedding
+from tfcompile.nn.positional import sinusoidal_2d_table
 from tfcompile.spec import Spec, SpecError, parse_spec
 from tfcompile.spec.presets import merge
 from tfcompile.spec.schema import AugmentSpec
 from tfcompile.summary import summarize
-from tfcompile.tasks import augment
+from tfcompile.tasks import build_model
+from tfcompile.tasks.image_classification import augment
 
 
 def vit_spec(**model: Any) -> Spec:
@@ -144,9 +146,9 @@ def test_positions_are_what_makes_the_patch_order_matter(positional: str) -> Non
 
 
 def test_fixed_positions_are_not_weights_and_learned_ones_are() -> None:
-    assert "position_table" not in build_model(vit_spec(positional="sinusoidal")).state_dict()
+    assert not [k for k in build_model(vit_spec(positional="sinusoidal")).state_dict() if "positional" in k]
     learned = build_model(vit_spec(positional="learned")).state_dict()
-    assert learned["position_table"].shape == (5, 32) and learned["cls_token"].shape == (1, 1, 32)
+    assert learned["positional.table.weight"].shape == (5, 32) and learned["cls_token"].shape == (1, 1, 32)
     assert "cls_token" not in build_model(vit_spec(pooling="mean")).state_dict()
 
 

@@ -13,7 +13,7 @@ from rich.table import Table
 
 from tfcompile import __version__
 from tfcompile.errors import UserError
-from tfcompile.spec import Spec, SpecError, SpecIssue, dump_spec, load_spec
+from tfcompile.spec import SpecError, SpecIssue, dump_spec, load_spec
 
 if TYPE_CHECKING:
     from tfcompile.export import ParityReport
@@ -23,15 +23,13 @@ EXIT_SPEC_ERROR = 2
 
 
 def _validate(args: argparse.Namespace) -> int:
-    from tfcompile.summary import summarize
-
-    spec = load_spec(args.spec, args.set)
+    spec = load_spec(args.spec, args.set)  # the spec layer alone: no torch
     if args.show:
         print(dump_spec(spec), end="")
     m = spec.model
-    missing = _sizes_from_data(spec)
+    count = spec.parameter_count()
     params = (
-        f"{', '.join(missing)} from the data" if missing else f"{summarize(spec).total_params:,} parameters"
+        f"{', '.join(spec.sizes_from_data())} from the data" if count is None else f"{count:,} parameters"
     )
     print(
         f"{args.spec}: ok ({m.family}, {spec.task.type}, {m.n_layers} layers, d_model {m.d_model}, {params})"
@@ -39,19 +37,11 @@ def _validate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _sizes_from_data(spec: Spec) -> list[str]:
-    """The sizes a spec may leave for training to take from the data."""
-    missing = ["model.vocab_size"] if spec.model.vocab_size is None and spec.model.family != "vit" else []
-    if spec.task.type in ("classification", "image_classification") and not spec.task.labels:
-        missing.append("task.labels")
-    return missing
-
-
 def _summary(args: argparse.Namespace) -> int:
     from tfcompile.summary import summarize
 
     spec = load_spec(args.spec, args.set)
-    missing = _sizes_from_data(spec)
+    missing = spec.sizes_from_data()
     if missing:
         raise SpecError(
             args.spec,
@@ -78,12 +68,7 @@ def _summary(args: argparse.Namespace) -> int:
     table.add_row("total", "", f"{s.total_params:,}", "", "")
     console = Console(width=max(Console().width, 110))
     console.print(table)
-    m = spec.model
-    if m.family == "vit":
-        shape = f"(batch 1, {m.channels}, {m.image_size}, {m.image_size}) pixel values"
-        console.print(f"input: {shape}, {m.grid}x{m.grid} patches of {m.patch_size}, sequence {s.context}")
-    else:
-        console.print(f"input: (batch 1, seq {s.context}) token ids")
+    console.print(f"input: {spec.model.describe_input(s.context)}")
     console.print(
         f"FLOPs per token at context {s.context}: forward {_si(s.forward_flops_per_token)}, "
         f"training (forward + backward) {_si(s.train_flops_per_token)}"
@@ -118,13 +103,14 @@ def _sample(args: argparse.Namespace) -> int:
     import torch
 
     from tfcompile.data import encode, load_tokenizer
-    from tfcompile.tasks import generate
+    from tfcompile.models import DecoderLM
+    from tfcompile.tasks.causal_lm import generate
     from tfcompile.train import load_trained_model
 
     run_dir = Path(args.run)
     spec, model = load_trained_model(run_dir, args.checkpoint)
-    if spec.task.type != "causal_lm":
-        raise UsageError(f"{run_dir} is a {spec.task.type} run; sample generates text from causal_lm runs")
+    if not isinstance(model, DecoderLM):
+        raise UsageError(f"{run_dir} is a {spec.task.type} run; sample generates text from decoder runs")
     tokenizer = load_tokenizer(run_dir / "tokenizer.json")
     try:
         prompt = encode(tokenizer, args.prompt)
@@ -132,16 +118,14 @@ def _sample(args: argparse.Namespace) -> int:
         raise UsageError(f"--prompt: {e}") from None
     if not prompt:
         raise UsageError("--prompt is empty: give at least one character")
-    generator = torch.Generator().manual_seed(args.seed)
     ids = generate(
         model,
         torch.tensor([prompt]),
         args.max_new_tokens,
-        spec.model.max_seq_len,
         temperature=args.temperature,
         top_k=args.top_k,
         top_p=args.top_p,
-        generator=generator,
+        seed=args.seed,
     )
     print(tokenizer.decode(ids[0].tolist()))
     return 0

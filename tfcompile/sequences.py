@@ -1,13 +1,18 @@
 """What training and serving share about token sequences, in numpy and plain Python (no torch and
-no onnxruntime, so that both sides import it): padding rows into a batch, and the length penalty
-that ranks finished beam-search hypotheses."""
+no onnxruntime, so that both sides import it): the special tokens and padding rows into a batch."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from itertools import chain
+from typing import Any
 
 import numpy as np
+
+PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
+SPECIAL_TOKENS = (PAD, UNK, CLS, SEP, MASK)  # an encoder tokenizer's ids 0..4, in this order
+BOS, EOS = "[BOS]", "[EOS]"
+SEQ2SEQ_TOKENS = (PAD, UNK, BOS, EOS)  # a translation tokenizer's ids 0..3: targets are [BOS] ... [EOS]
 
 
 def pad_rows(rows: Sequence[Sequence[int]], value: int) -> np.ndarray:
@@ -19,7 +24,10 @@ def pad_rows(rows: Sequence[Sequence[int]], value: int) -> np.ndarray:
     return out
 
 
-def length_normalised(log_prob: float, length: int, alpha: float) -> float:
-    """A finished hypothesis's score: log p / ((5 + length) / 6) ** alpha (Wu et al. 2016, as in
-    Vaswani et al. 2017 with alpha 0.6)."""
-    return log_prob / ((5 + length) / 6) ** alpha
+def token_ids(tokenizer: Any, tokens: Sequence[str]) -> dict[str, int]:
+    """The ids of ``tokens`` in a ``tokenizers.Tokenizer``; a ValueError naming the ones it lacks."""
+    ids = {token: tokenizer.token_to_id(token) for token in tokens}
+    missing = [token for token, i in ids.items() if i is None]
+    if missing:
+        raise ValueError(f"the tokenizer lacks {', '.join(missing)}")
+    return ids

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from tfcompile.models import build_model
 from tfcompile.spec.schema import Spec, TransformerSpec
+from tfcompile.tasks.task import build_model
 
 
 @dataclass(frozen=True)
@@ -43,13 +43,8 @@ def summarize(spec: Spec) -> Summary:
     rows_modules = list(_row_modules(model))
     shapes: dict[str, tuple[int, ...]] = {}
     hooks = [module.register_forward_hook(_record_shape(shapes, name)) for name, module in rows_modules]
-    m = spec.model
     with torch.no_grad():
-        if m.family == "vit":
-            model(torch.zeros(1, m.channels, m.image_size, m.image_size, device="meta"))
-        else:
-            ids = torch.zeros(1, m.max_seq_len, dtype=torch.long, device="meta")
-            model(*((ids, None, ids) if m.family == "encoder_decoder" else (ids,)))
+        model(*model.example_inputs())
     for hook in hooks:
         hook.remove()
 
@@ -66,7 +61,7 @@ def summarize(spec: Spec) -> Summary:
         note = f"weight tied to {tied[0]}" if tied else ""
         rows.append(ModuleRow(name, type(module).__name__, own, shapes.get(name), note))
     total = sum(p.numel() for p in model.parameters())
-    return Summary(rows, total, forward_flops_per_token(model, spec.model), spec.model.max_seq_len)
+    return Summary(rows, total, forward_flops_per_token(model, spec.model), spec.context_length)
 
 
 def forward_flops_per_token(model: nn.Module, spec: TransformerSpec, context: int | None = None) -> int:

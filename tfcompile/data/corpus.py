@@ -24,6 +24,8 @@ class DataError(UserError, ValueError):
 def read_corpus(spec: DataSpec) -> str:
     """One text file, or every .txt file under a folder (sorted, joined by newlines)."""
     path = spec.path
+    if path is None:
+        raise DataError("data.path is not set: a text corpus is a file or a folder of .txt files")
     if path.is_file():
         return path.read_text(encoding="utf-8")
     if path.is_dir():

@@ -8,6 +8,7 @@ import io
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from tfcompile.data.corpus import DataError
 
@@ -38,7 +39,7 @@ def read_table(path: Path, text_column: str, pair_column: str | None, label_colu
         rows = [json.loads(line) for line in text.splitlines() if line.strip()]
     else:
         delimiter = "\t" if suffix == ".tsv" else ","
-        quoting = csv.QUOTE_NONE if suffix == ".tsv" else csv.QUOTE_MINIMAL
+        quoting: Literal[0, 1, 2, 3] = csv.QUOTE_NONE if suffix == ".tsv" else csv.QUOTE_MINIMAL
         rows = list(csv.DictReader(io.StringIO(text), delimiter=delimiter, quoting=quoting))
     if not rows:
         raise DataError(f"{path} holds no rows")

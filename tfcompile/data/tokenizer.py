@@ -13,12 +13,8 @@ from pathlib import Path
 
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
+from tfcompile.sequences import CLS, SEP, SPECIAL_TOKENS, UNK
 from tfcompile.spec.schema import BpeTokenizer, CharTokenizer, WordPieceTokenizer
-
-PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
-SPECIAL_TOKENS = (PAD, UNK, CLS, SEP, MASK)  # an encoder tokenizer's ids 0..4, in this order
-BOS, EOS = "[BOS]", "[EOS]"
-SEQ2SEQ_TOKENS = (PAD, UNK, BOS, EOS)  # a translation tokenizer's ids 0..3: targets are [BOS] ... [EOS]
 
 
 def train_tokenizer(

@@ -1,20 +1,24 @@
-"""torch -> ONNX export and parity checks against onnxruntime."""
+"""Bundles: the graphs a task declares (tfcompile.graphs), checked against PyTorch, with the
+tokenizer, the spec and a manifest, in a folder that onnxruntime alone serves."""
 
 from tfcompile.export.bundle import ExportError, Source, export_bundle, verify_bundle
-from tfcompile.export.graph import (
+from tfcompile.graphs.export import (
     CLASSIFIER_INPUTS,
     DECODER_INPUTS,
     OUTPUTS,
+    Graph,
     export_classifier,
     export_decoder,
     export_decoder_step,
+    export_forward,
     export_image_classifier,
 )
-from tfcompile.export.parity import (
+from tfcompile.graphs.parity import (
     ParityCase,
     ParityReport,
     check_classifier_parity,
     check_decoder_parity,
+    check_forward_parity,
     check_image_classifier_parity,
     check_step_parity,
     default_shapes,
@@ -25,11 +29,13 @@ __all__ = [
     "DECODER_INPUTS",
     "OUTPUTS",
     "ExportError",
+    "Graph",
     "ParityCase",
     "ParityReport",
     "Source",
     "check_classifier_parity",
     "check_decoder_parity",
+    "check_forward_parity",
     "check_image_classifier_parity",
     "check_step_parity",
     "default_shapes",
@@ -37,6 +43,7 @@ __all__ = [
     "export_classifier",
     "export_decoder",
     "export_decoder_step",
+    "export_forward",
     "export_image_classifier",
     "verify_bundle",
 ]

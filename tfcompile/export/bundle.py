@@ -9,7 +9,9 @@
     spec.yaml        the resolved spec
     manifest.json    format version, graphs with named inputs/outputs, versions, file hashes, parity
 
-The bundle is assembled in a temporary folder and renamed into place only when parity holds.
+Which graphs a bundle holds, and what its manifest says about the model, is the task's to say
+(tfcompile.tasks). The bundle is assembled in a temporary folder and renamed into place only when
+parity holds.
 """
 
 from __future__ import annotations
@@ -18,7 +20,6 @@ import copy
 import dataclasses
 import json
 import shutil
-from collections.abc import Callable
 from dataclasses import dataclass
 from importlib.metadata import version
 from pathlib import Path
@@ -29,55 +30,22 @@ import torch
 from torch import nn
 
 from tfcompile import __version__
-from tfcompile.data.tokenizer import BOS, EOS, SEQ2SEQ_TOKENS
 from tfcompile.errors import UserError
-from tfcompile.export.graph import (
-    export_classifier,
-    export_decoder,
-    export_decoder_step,
-    export_image_classifier,
-    export_seq2seq_encoder,
-    export_seq2seq_step,
-)
-from tfcompile.export.parity import (
-    ParityReport,
-    check_classifier_parity,
-    check_decoder_parity,
-    check_image_classifier_parity,
-    check_seq2seq_encoder_parity,
-    check_seq2seq_step_parity,
-    check_step_parity,
-)
 from tfcompile.files import PREPROCESSING_FILE, TOKENIZER_FILE
-from tfcompile.models import build_model
+from tfcompile.graphs.export import Graph
+from tfcompile.graphs.parity import ParityReport
 from tfcompile.runtime.bundle import FORMAT_VERSION, MANIFEST, read_manifest, sha256_file
 from tfcompile.runtime.ort import ort
 from tfcompile.spec import Spec, dump_spec, parse_spec
-from tfcompile.train import load_trained_model
+from tfcompile.tasks.task import build_model, task_of
+from tfcompile.train.runs import load_trained_model
 
-GRAPH_FILES = {"model": "model.onnx", "encoder": "encoder.onnx", "step": "decoder_step.onnx"}
-
-
-@dataclass(frozen=True)
-class Graph:
-    export: Callable[[Any, Path, int], onnx.ModelProto]
-    check: Callable[..., ParityReport]  # (model, path, tolerance, seed=) -> report
+# A graph's file is its name: model.onnx, encoder.onnx, ...; "step" keeps its descriptive name.
+GRAPH_FILES = {"step": "decoder_step.onnx"}
 
 
-# The graphs a bundle holds, by task. A masked-LM run is pretraining: fine-tune it to serve it.
-# A translator's encoder runs once per source; its step graph once per target token.
-GRAPHS: dict[str, dict[str, Graph]] = {
-    "causal_lm": {
-        "model": Graph(export_decoder, check_decoder_parity),
-        "step": Graph(export_decoder_step, check_step_parity),
-    },
-    "classification": {"model": Graph(export_classifier, check_classifier_parity)},
-    "seq2seq": {
-        "encoder": Graph(export_seq2seq_encoder, check_seq2seq_encoder_parity),
-        "step": Graph(export_seq2seq_step, check_seq2seq_step_parity),
-    },
-    "image_classification": {"model": Graph(export_image_classifier, check_image_classifier_parity)},
-}
+def graph_file(name: str) -> str:
+    return GRAPH_FILES.get(name, f"{name}.onnx")
 
 
 class ExportError(UserError, RuntimeError):
@@ -122,8 +90,8 @@ def export_bundle(
     spec, model = source.load(spec)
     _check_exportable(spec)
     if precision is not None:
-        spec.export.precision = precision  # type: ignore[assignment]
-    graphs = GRAPHS[spec.task.type]
+        spec = spec.replace({"export": {"precision": precision}})
+    graphs = task_of(spec).graphs
     exported = copy.deepcopy(model).half() if spec.export.precision == "fp16" else model
     if out.exists() and any(out.iterdir()) and not (out / MANIFEST).exists():
         raise ExportError(f"{out} exists and is not a bundle: choose an empty or new folder with --out")
@@ -132,8 +100,8 @@ def export_bundle(
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     try:
-        protos = {name: g.export(exported, tmp / GRAPH_FILES[name], opset) for name, g in graphs.items()}
-        reports = {name: _check(g, model, tmp / GRAPH_FILES[name], spec) for name, g in graphs.items()}
+        protos = {name: g.export(exported, tmp / graph_file(name), opset) for name, g in graphs.items()}
+        reports = {name: _check(g, model, tmp / graph_file(name), spec) for name, g in graphs.items()}
         for name, report in reports.items():
             if not report.passed:
                 measure = "relative to the outputs' scale " if report.relative else ""
@@ -172,7 +140,7 @@ def verify_bundle(bundle: Path, run: Path | None = None) -> dict[str, ParityRepo
     files = manifest["graphs"]
     return {
         name: _check(g, model, bundle / files[name]["file"], spec, seed=1)
-        for name, g in GRAPHS[spec.task.type].items()
+        for name, g in task_of(spec).graphs.items()
     }
 
 
@@ -184,15 +152,16 @@ def _check(graph: Graph, model: nn.Module, path: Path, spec: Spec, seed: int = 0
 
 
 def _check_exportable(spec: Spec) -> None:
-    if spec.task.type not in GRAPHS:
+    task = task_of(spec)
+    if not task.graphs:
+        raise ExportError(f"a {spec.task.type} model is not exported: {task.not_served}")
+    missing = spec.sizes_from_data()
+    if missing:
         raise ExportError(
-            f"a {spec.task.type} model is pretraining, not something to serve: fine-tune it "
-            f"(train.init_from) into one of {', '.join(GRAPHS)}, and export that run"
+            f"{' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} not set: export a trained "
+            f"run, which took {'it' if len(missing) == 1 else 'them'} from the data, or set "
+            f"{'it' if len(missing) == 1 else 'them'} in the spec"
         )
-    if spec.model.vocab_size is None and spec.model.family != "vit":
-        raise ExportError("model.vocab_size is not set: export a trained run, or set it in the spec")
-    if spec.task.type in ("classification", "image_classification") and not spec.task.labels:
-        raise ExportError("task.labels is not set: export a trained run, or set it in the spec")
 
 
 def _manifest(
@@ -217,27 +186,14 @@ def _manifest(
         "family": spec.model.family,
         "vocab_size": spec.model.vocab_size,
         "max_seq_len": spec.model.max_seq_len,
-    }
-    task, m = spec.task, spec.model
-    if task.type == "classification":
-        sizes |= {"labels": task.labels}
-    elif task.type == "image_classification":
-        assert m.family == "vit"
-        sizes |= {"labels": task.labels, "image_size": m.image_size, "channels": m.channels}
-    else:  # what the runtime needs to build an empty KV cache
-        layers = m.n_decoder_layers if m.family == "encoder_decoder" else m.n_layers
-        sizes |= {"n_layers": layers, "n_kv_heads": m.n_kv_heads, "head_dim": m.head_dim}
-    if task.type == "seq2seq":
-        decode_len = task.max_decode_len or spec.model.max_seq_len - 1
-        sizes |= {"beam": task.beam, "length_penalty": task.length_penalty, "max_decode_len": decode_len}
-        sizes |= {"bos_id": SEQ2SEQ_TOKENS.index(BOS), "eos_id": SEQ2SEQ_TOKENS.index(EOS)}
+    } | task_of(spec).manifest(spec)
     return {
         "format_version": FORMAT_VERSION,
         "task": spec.task.type,
         "precision": spec.export.precision,
         "model": sizes,
         "graphs": {
-            name: {"file": GRAPH_FILES[name], "inputs": io(p.graph.input), "outputs": io(p.graph.output)}
+            name: {"file": graph_file(name), "inputs": io(p.graph.input), "outputs": io(p.graph.output)}
             for name, p in protos.items()
         },
         "opset": opset,

@@ -1,15 +1,26 @@
-"""What every assembly shares: the vocabulary size it needs, weight initialisation, and the checks
-on token-id inputs."""
+"""What every assembly shares: its interface, the vocabulary size it needs, weight
+initialisation, and the checks on token-id inputs."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 from torch import nn
 
 if TYPE_CHECKING:
     from tfcompile.spec.schema import TransformerSpec
+
+
+class Assembly(nn.Module):
+    """A family's model: besides ``forward``, its spec section, the task heads that a run started
+    from it (``train.init_from``) leaves behind, and example inputs (summaries, tracing)."""
+
+    spec: Any
+    heads: ClassVar[tuple[str, ...]] = ()
+
+    def example_inputs(self, batch: int = 1) -> tuple[torch.Tensor | None, ...]:
+        raise NotImplementedError
 
 
 def require_vocab_size(spec: TransformerSpec) -> int:

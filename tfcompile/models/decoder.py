@@ -8,14 +8,14 @@ from functools import partial
 import torch
 from torch import nn
 
-from tfcompile.models.common import check_token_ids, init_weights, require_vocab_size
+from tfcompile.models.common import Assembly, check_token_ids, init_weights, require_vocab_size
 from tfcompile.nn.attention import KVCache, may_attend
 from tfcompile.nn.block import TransformerBlock, build_final_norm
 from tfcompile.nn.positional import build_positional
 from tfcompile.spec.schema import DecoderSpec
 
 
-class DecoderLM(nn.Module):
+class DecoderLM(Assembly):
     """input_ids (batch, seq) int64 [+ attention_mask (batch, seq), True/1 for real tokens]
     -> logits (batch, seq, vocab_size)."""
 
@@ -62,9 +62,14 @@ class DecoderLM(nn.Module):
             x = block(x, mask, use_kernel_causal, rotary, bias, cache[i] if cache else None)
         return self.lm_head(self.final_norm(x))  # (B, T, vocab)
 
+    def example_inputs(self, batch: int = 1) -> tuple[torch.Tensor, ...]:
+        """Inputs of the full context's length, on the model's device (summaries, tracing)."""
+        return (torch.zeros(batch, self.spec.max_seq_len, dtype=torch.long, device=self.embed.weight.device),)
+
     def empty_cache(self, batch: int, device: torch.device | None = None) -> list[KVCache]:
         """A cache holding no tokens: (batch, n_kv_heads, 0, head_dim) per layer."""
         spec, dtype = self.spec, self.embed.weight.dtype
+        assert spec.n_kv_heads is not None  # resolved by the schema
         return [KVCache.empty(batch, spec.n_kv_heads, spec.head_dim, dtype, device) for _ in self.blocks]
 
     def _check_inputs(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, past: int) -> None:

@@ -13,14 +13,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tfcompile.models.common import check_token_ids, init_weights, require_vocab_size
+from tfcompile.models.common import Assembly, check_token_ids, init_weights, require_vocab_size
 from tfcompile.nn.attention import may_attend
 from tfcompile.nn.block import TransformerBlock, build_final_norm, build_norm
 from tfcompile.nn.positional import build_positional
 from tfcompile.spec.schema import EncoderSpec
 
 
-class Encoder(nn.Module):
+class Encoder(Assembly):
     """input_ids (B, T), attention_mask (B, T) 1 for real tokens, token_type_ids (B, T) segment
     -> hidden states (B, T, d_model). Position 0 holds [CLS]."""
 
@@ -63,6 +63,10 @@ class Encoder(nn.Module):
             x = block(x, mask, False, rotary, bias)
         return self.final_norm(x)
 
+    def example_inputs(self, batch: int = 1) -> tuple[torch.Tensor, ...]:
+        """Inputs of the full context's length, on the model's device (summaries, tracing)."""
+        return (torch.zeros(batch, self.spec.max_seq_len, dtype=torch.long, device=self.embed.weight.device),)
+
     def pool(self, hidden: torch.Tensor) -> torch.Tensor:
         """(B, T, d) -> (B, d): the [CLS] state through the pooler."""
         return torch.tanh(self.pooler(hidden[:, 0]))
@@ -87,6 +91,8 @@ class MaskedLM(Encoder):
     BERT's heads: dense + GELU + norm, then a projection to the vocabulary (tied to the token
     embeddings when the spec ties them); next-sentence prediction from the pooled [CLS] state.
     """
+
+    heads = ("mlm_dense", "mlm_norm", "lm_head", "nsp_head")  # what fine-tuning leaves behind
 
     def __init__(self, spec: EncoderSpec, next_sentence: bool) -> None:
         super().__init__(spec)
@@ -113,6 +119,8 @@ class MaskedLM(Encoder):
 
 class Classifier(Encoder):
     """-> logits (B, num_labels) from the pooled [CLS] state."""
+
+    heads = ("classifier",)
 
     def __init__(self, spec: EncoderSpec, num_labels: int) -> None:
         super().__init__(spec)

@@ -8,14 +8,14 @@ from functools import partial
 import torch
 from torch import nn
 
-from tfcompile.models.common import check_token_ids, init_weights, require_vocab_size
+from tfcompile.models.common import Assembly, check_token_ids, init_weights, require_vocab_size
 from tfcompile.nn.attention import KVCache, may_attend
 from tfcompile.nn.block import TransformerBlock, build_final_norm
 from tfcompile.nn.positional import build_positional
 from tfcompile.spec.schema import EncoderDecoderSpec
 
 
-class Seq2Seq(nn.Module):
+class Seq2Seq(Assembly):
     """source_ids (B, S) [+ source_mask (B, S)], target_ids (B, T) [+ target_mask (B, T)]
     -> logits (B, T, vocab_size) for the token after each target position."""
 
@@ -34,7 +34,7 @@ class Seq2Seq(nn.Module):
         self.drop = nn.Dropout(spec.dropout.embedding)
         self.encoder_blocks = nn.ModuleList(TransformerBlock(spec) for _ in range(spec.n_layers))
         self.encoder_norm = build_final_norm(spec)
-        self.decoder_blocks = nn.ModuleList(
+        self.decoder_blocks: list[TransformerBlock] = nn.ModuleList(  # type: ignore[assignment]
             TransformerBlock(spec, cross_attention=True) for _ in range(spec.n_decoder_layers)
         )
         self.decoder_norm = build_final_norm(spec)
@@ -69,7 +69,9 @@ class Seq2Seq(nn.Module):
 
     def project_memory(self, memory: torch.Tensor) -> list[KVCache]:
         """The encoder output's keys and values for each decoder block's cross-attention."""
-        return [block.cross.project_memory(memory) for block in self.decoder_blocks]
+        return [
+            block.cross.project_memory(memory) for block in self.decoder_blocks if block.cross is not None
+        ]
 
     def decode(
         self,
@@ -98,9 +100,15 @@ class Seq2Seq(nn.Module):
             x = block(x, mask, False, rotary, bias, cache[i] if cache else None, memory[i], source)
         return self.lm_head(self.decoder_norm(x))
 
+    def example_inputs(self, batch: int = 1) -> tuple[torch.Tensor | None, ...]:
+        """Source and target of the full context's length, on the model's device."""
+        ids = torch.zeros(batch, self.spec.max_seq_len, dtype=torch.long, device=self.embed.weight.device)
+        return ids, None, ids
+
     def empty_cache(self, batch: int, device: torch.device | None = None) -> list[KVCache]:
         """Decoder self-attention caches holding no tokens: (batch, n_kv_heads, 0, head_dim)."""
         spec, dtype = self.spec, self.embed.weight.dtype
+        assert spec.n_kv_heads is not None  # resolved by the schema
         return [
             KVCache.empty(batch, spec.n_kv_heads, spec.head_dim, dtype, device) for _ in self.decoder_blocks
         ]

@@ -1,12 +1,10 @@
 """Images as token sequences (Dosovitskiy et al. 2020): square patches, each flattened and
-projected linearly, and positions on the patch grid."""
+projected linearly (positions on the patch grid are in nn.positional)."""
 
 from __future__ import annotations
 
 import torch
 from torch import nn
-
-from tfcompile.nn.positional import sinusoidal_table
 
 
 class PatchEmbedding(nn.Module):
@@ -27,12 +25,3 @@ class PatchEmbedding(nn.Module):
             0, 2, 4, 1, 3, 5
         )  # (B, H/p, W/p, C, p, p)
         return self.proj(patches.flatten(3).flatten(1, 2))  # (B, N, d_model)
-
-
-def sinusoidal_2d_table(grid: int, dim: int) -> torch.Tensor:
-    """Fixed positions on a grid x grid patch grid, row-major: the first dim / 2 features are the
-    1-D sinusoidal encoding of the row, the last dim / 2 of the column (as in MAE). -> (grid², dim)"""
-    axis = sinusoidal_table(grid, dim // 2)  # (grid, dim / 2)
-    rows = axis[:, None, :].expand(grid, grid, dim // 2)
-    cols = axis[None, :, :].expand(grid, grid, dim // 2)
-    return torch.cat((rows, cols), dim=-1).flatten(0, 1)

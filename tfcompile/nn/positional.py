@@ -18,7 +18,7 @@ from torch import nn
 from tfcompile.nn.registry import POSITIONAL
 
 if TYPE_CHECKING:
-    from tfcompile.spec.schema import RelativePositional, RopePositional, TransformerSpec
+    from tfcompile.spec import schema
 
 Rotary = tuple[torch.Tensor, torch.Tensor]
 
@@ -30,6 +30,8 @@ class PositionalDims:
     head_dim: int
     max_seq_len: int
     bidirectional: bool  # False for causal models: relative buckets then only look back
+    grid: int | None = None  # images: positions are a grid x grid patch grid (row-major) ...
+    prefix: int = 0  # ... after this many tokens that have no place on it ([CLS])
 
 
 class PositionalEncoding(nn.Module):
@@ -49,11 +51,16 @@ class PositionalEncoding(nn.Module):
         return None
 
 
-def build_positional(spec: TransformerSpec, bidirectional: bool) -> PositionalEncoding:
+def build_positional(
+    spec: schema.TransformerSpec, bidirectional: bool, grid: int | None = None, prefix: int = 0
+) -> PositionalEncoding:
     """The spec's positional encoding for a stack that looks both ways (encoders) or back only
-    (causal decoders: relative buckets then cover earlier keys alone)."""
-    assert spec.max_seq_len is not None  # every text family sets it
-    dims = PositionalDims(spec.d_model, spec.n_heads, spec.head_dim, spec.max_seq_len, bidirectional)
+    (causal decoders: relative buckets then cover earlier keys alone); images give their patch
+    ``grid`` and the ``prefix`` tokens before it."""
+    assert spec.max_seq_len is not None  # every family resolves it
+    dims = PositionalDims(
+        spec.d_model, spec.n_heads, spec.head_dim, spec.max_seq_len, bidirectional, grid, prefix
+    )
     return POSITIONAL[spec.positional.type](spec.positional, dims)
 
 
@@ -72,12 +79,32 @@ def sinusoidal_table(max_len: int, dim: int) -> torch.Tensor:
     return table.float()
 
 
+def sinusoidal_2d_table(grid: int, dim: int) -> torch.Tensor:
+    """Fixed positions on a grid x grid patch grid, row-major: the first dim / 2 features are the
+    1-D sinusoidal encoding of the row, the last dim / 2 of the column (as in MAE). -> (grid², dim)"""
+    axis = sinusoidal_table(grid, dim // 2)  # (grid, dim / 2)
+    rows = axis[:, None, :].expand(grid, grid, dim // 2)
+    cols = axis[None, :, :].expand(grid, grid, dim // 2)
+    return torch.cat((rows, cols), dim=-1).flatten(0, 1)
+
+
 @POSITIONAL.register("sinusoidal")
 class SinusoidalPositional(PositionalEncoding):
+    """Fixed sin/cos of the position (Vaswani et al. 2017); on an image's patch grid, of the row
+    and of the column, with zeros for the tokens in front of the grid."""
+
+    table: torch.Tensor
+
     def __init__(self, spec: Any, dims: PositionalDims) -> None:
         super().__init__(spec, dims)
+        if dims.grid is None:
+            table = sinusoidal_table(dims.max_seq_len, dims.d_model)
+        else:
+            table = torch.cat(
+                (torch.zeros(dims.prefix, dims.d_model), sinusoidal_2d_table(dims.grid, dims.d_model))
+            )
         # Fixed, so not part of the state dict: checkpoints hold learned weights only.
-        self.register_buffer("table", sinusoidal_table(dims.max_seq_len, dims.d_model), persistent=False)
+        self.register_buffer("table", table, persistent=False)
 
     def embed(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         return x + self.table[positions].to(x.dtype)
@@ -90,14 +117,17 @@ class LearnedPositional(PositionalEncoding):
         self.table = nn.Embedding(dims.max_seq_len, dims.d_model)
 
     def embed(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        return x + self.table(positions)
+        return x + self.table(positions).to(x.dtype)
 
 
 @POSITIONAL.register("rope")
 class RotaryPositional(PositionalEncoding):
     """RoPE (Su et al. 2021): rotate each pair (x_{2i}, x_{2i+1}) by the angle m * theta^(-2i/d)."""
 
-    def __init__(self, spec: RopePositional, dims: PositionalDims) -> None:
+    cos: torch.Tensor
+    sin: torch.Tensor
+
+    def __init__(self, spec: schema.RopePositional, dims: PositionalDims) -> None:
         super().__init__(spec, dims)
         half = dims.head_dim // 2
         inv_freq = spec.theta ** (-torch.arange(half, dtype=torch.float64) * 2 / dims.head_dim)
@@ -141,7 +171,7 @@ def relative_position_bucket(
 class RelativePositional(PositionalEncoding):
     """T5-style learned scalar bias per head and offset bucket, shared by all layers."""
 
-    def __init__(self, spec: RelativePositional, dims: PositionalDims) -> None:
+    def __init__(self, spec: schema.RelativePositional, dims: PositionalDims) -> None:
         super().__init__(spec, dims)
         self.num_buckets = spec.num_buckets
         self.max_distance = spec.max_distance

@@ -2,38 +2,52 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from tfcompile.runtime.bundle import FORMAT_VERSION, read_manifest
 from tfcompile.runtime.classifier import Classifier, ImageClassifier, Prediction
 from tfcompile.runtime.errors import BundleError, InputError
-from tfcompile.runtime.generation import LanguageModel, sample_next
+from tfcompile.runtime.generation import LanguageModel
 from tfcompile.runtime.session import Bundle, default_providers
 from tfcompile.runtime.translation import Translator
+from tfcompile.search import sample_next
+
+# The runtime's side of the task table: a manifest's task name -> the class that serves it.
+RUNTIMES: dict[str, type[Bundle]] = {
+    "causal_lm": LanguageModel,
+    "classification": Classifier,
+    "seq2seq": Translator,
+    "image_classification": ImageClassifier,
+}
 
 
-def load(
-    bundle: str | Path, providers: Sequence[str] | None = None
-) -> LanguageModel | Classifier | Translator | ImageClassifier:
+def register_runtime(task: str) -> Callable[[type[Bundle]], type[Bundle]]:
+    """Serve bundles of ``task`` with the decorated class (a task added outside tfcompile)."""
+
+    def add(cls: type[Bundle]) -> type[Bundle]:
+        if RUNTIMES.get(task, cls) is not cls:
+            raise ValueError(f"bundles of task {task!r} already have a runtime class")
+        RUNTIMES[task] = cls
+        return cls
+
+    return add
+
+
+def load(bundle: str | Path, providers: Sequence[str] | None = None) -> Bundle:
     """Load and check a bundle written by ``tfcompile export``: a LanguageModel for a decoder, a
     Classifier for a text classifier, a Translator for an encoder-decoder, an ImageClassifier for
     a ViT. ``providers``: onnxruntime execution providers, in order of preference (default: CUDA
     when available, then the CPU)."""
     task = read_manifest(Path(bundle))["task"]
-    kinds: dict[str, type[LanguageModel | Classifier | Translator | ImageClassifier]] = {
-        "causal_lm": LanguageModel,
-        "classification": Classifier,
-        "seq2seq": Translator,
-        "image_classification": ImageClassifier,
-    }
-    if task not in kinds:
+    if task not in RUNTIMES:
         raise BundleError(f"{bundle} holds a {task!r} model, which this runtime cannot serve")
-    return kinds[task](bundle, providers)
+    return RUNTIMES[task](bundle, providers)
 
 
 __all__ = [
     "FORMAT_VERSION",
+    "RUNTIMES",
     "Bundle",
     "BundleError",
     "Classifier",
@@ -45,5 +59,6 @@ __all__ = [
     "default_providers",
     "load",
     "read_manifest",
+    "register_runtime",
     "sample_next",
 ]

@@ -15,7 +15,7 @@ from tfcompile.images import ImageLike, ImagePreprocessing
 from tfcompile.runtime.errors import BundleError, InputError
 from tfcompile.runtime.ort import run
 from tfcompile.runtime.session import Bundle
-from tfcompile.sequences import pad_rows
+from tfcompile.sequences import PAD, pad_rows
 
 
 @dataclass(frozen=True)
@@ -64,7 +64,7 @@ class Classifier(Bundle):
             if not (isinstance(item, str) or pair):
                 raise InputError(f"classify takes strings or (first, second) string pairs, got {item!r}")
         encodings = self.tokenizer.encode_batch([tuple(i) if not isinstance(i, str) else i for i in items])
-        ids = pad_rows([e.ids for e in encodings], self.tokenizer.token_to_id("[PAD]"))
+        ids = pad_rows([e.ids for e in encodings], self.special_ids(PAD)[PAD])
         types = pad_rows([e.type_ids for e in encodings], 0)
         mask = pad_rows([[1] * len(e.ids) for e in encodings], 0)
         return predictions(self.logits(ids, mask, types), self.labels)

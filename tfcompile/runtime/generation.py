@@ -1,7 +1,8 @@
-"""Text generation from a decoder bundle: greedy, temperature, top-k and top-p sampling, with the
-KV-cache graph (one token per step) or the full graph. With the cache, the keys and values stay
-where the execution provider keeps them (the GPU, under CUDA) between steps: onnxruntime's I/O
-binding hands each step's outputs to the next step without a copy; only the logits come back."""
+"""Text generation from a decoder bundle: greedy, temperature, top-k and top-p sampling
+(tfcompile.search, shared with training), with the KV-cache graph (one token per step) or the full
+graph. With the cache, the keys and values stay where the execution provider keeps them (the GPU,
+under CUDA) between steps: onnxruntime's I/O binding hands each step's outputs to the next step
+without a copy; only the logits come back."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from tfcompile import search
 from tfcompile.runtime.errors import InputError
 from tfcompile.runtime.ort import ort, run
 from tfcompile.runtime.session import Bundle
@@ -49,36 +51,10 @@ class LanguageModel(Bundle):
                 f"the prompt ({ids.shape[1]} tokens) plus max_new_tokens ({max_new_tokens}) exceeds the "
                 f"model's context of {self.max_seq_len}"
             )
+        decoder = _StepDecoder(self) if use_cache else _FullDecoder(self)
         rng = np.random.default_rng(seed)
-        if not use_cache:
-            for _ in range(max_new_tokens):
-                next_ids = sample_next(self.logits(ids)[:, -1], temperature, top_k, top_p, rng)
-                ids = np.concatenate([ids, next_ids[:, None]], axis=1)
-            return ids
-        step = self._step_session()
-        names = [i["name"] for i in self.manifest["graphs"]["step"]["inputs"]]
-        presents = [o.name for o in step.get_outputs()][1:]
-        device = "cuda" if step.get_providers()[0] == "CUDAExecutionProvider" else "cpu"
-        binding = step.io_binding()
-        past: list[Any] = self._empty_cache("step", ids.shape[0])  # then OrtValues on the device
-        new = ids
-        for _ in range(max_new_tokens):
-            binding.bind_cpu_input("input_ids", np.ascontiguousarray(new, dtype=np.int64))
-            binding.bind_cpu_input("attention_mask", np.ones(ids.shape, dtype=np.int64))
-            for name, value in zip(names[2:], past, strict=True):
-                if isinstance(value, np.ndarray):
-                    binding.bind_cpu_input(name, value)
-                else:
-                    binding.bind_ortvalue_input(name, value)
-            binding.bind_output("logits", "cpu")
-            for name in presents:
-                binding.bind_output(name, device)
-            step.run_with_iobinding(binding)
-            logits, *past = binding.get_outputs()
-            last = logits.numpy()[:, -1].astype(np.float32)
-            new = sample_next(last, temperature, top_k, top_p, rng)[:, None]
-            ids = np.concatenate([ids, new], axis=1)
-        return ids
+        new = search.generate(decoder, ids, max_new_tokens, temperature, top_k, top_p, rng)
+        return np.concatenate([ids, np.array(new, dtype=np.int64).reshape(len(ids), -1)], axis=1)
 
     def generate_text(self, prompt: str, max_new_tokens: int, **options: Any) -> str:
         """Encode ``prompt`` with the bundle's tokenizer, generate, and decode the whole text."""
@@ -90,11 +66,70 @@ class LanguageModel(Bundle):
         ids = self.generate(np.array([prompt_ids]), max_new_tokens, **options)
         return self.tokenizer.decode(ids[0].tolist())
 
-    def _step_session(self) -> ort.InferenceSession:
+    def step_session(self) -> ort.InferenceSession:
         if self._step is None:
             graph = self.manifest["graphs"]["step"]
             self._step = ort.InferenceSession(str(self.path / graph["file"]), providers=self._providers)
         return self._step
+
+
+class _StepDecoder:
+    """The step graph as a search.Decoder: each step binds the new tokens and the cache, runs, and
+    keeps the present keys and values (OrtValues on the provider's device) as the next past."""
+
+    def __init__(self, model: LanguageModel) -> None:
+        self.model = model
+        self.session = model.step_session()
+        self.names = [i["name"] for i in model.manifest["graphs"]["step"]["inputs"]]
+        self.presents = [o.name for o in self.session.get_outputs()][1:]
+        self.device = "cuda" if self.session.get_providers()[0] == "CUDAExecutionProvider" else "cpu"
+        self.binding = self.session.io_binding()
+        self.past: list[Any] = []
+        self.length = 0  # tokens in the cache
+
+    def step(self, tokens: np.ndarray) -> np.ndarray:
+        if not self.past:
+            self.past = self.model.empty_cache("step", len(tokens))
+        self.length += tokens.shape[1]
+        binding = self.binding
+        binding.bind_cpu_input("input_ids", np.ascontiguousarray(tokens, dtype=np.int64))
+        binding.bind_cpu_input("attention_mask", np.ones((len(tokens), self.length), dtype=np.int64))
+        for name, value in zip(self.names[2:], self.past, strict=True):
+            if isinstance(value, np.ndarray):
+                binding.bind_cpu_input(name, value)
+            else:
+                binding.bind_ortvalue_input(name, value)
+        binding.bind_output("logits", "cpu")
+        for name in self.presents:
+            binding.bind_output(name, self.device)
+        self.session.run_with_iobinding(binding)
+        logits, *self.past = binding.get_outputs()
+        return logits.numpy()[:, -1].astype(np.float32)
+
+    def reorder(self, rows: np.ndarray) -> None:
+        self.past = [(p if isinstance(p, np.ndarray) else p.numpy())[rows] for p in self.past]
+
+    def reset(self) -> None:
+        self.past, self.length = [], 0
+
+
+class _FullDecoder:
+    """The full graph as a search.Decoder: no cache, the whole sequence each step."""
+
+    def __init__(self, model: LanguageModel) -> None:
+        self.model = model
+        self.ids: np.ndarray | None = None
+
+    def step(self, tokens: np.ndarray) -> np.ndarray:
+        self.ids = tokens if self.ids is None else np.concatenate([self.ids, tokens], axis=1)
+        return self.model.logits(self.ids)[:, -1]
+
+    def reorder(self, rows: np.ndarray) -> None:
+        assert self.ids is not None
+        self.ids = self.ids[rows]
+
+    def reset(self) -> None:
+        self.ids = None
 
 
 def _check_sampling(max_new_tokens: int, temperature: float, top_k: int | None, top_p: float | None) -> None:
@@ -106,32 +141,3 @@ def _check_sampling(max_new_tokens: int, temperature: float, top_k: int | None, 
         raise InputError(f"top_k must be >= 1, got {top_k}")
     if top_p is not None and not 0 < top_p <= 1:
         raise InputError(f"top_p must be in (0, 1], got {top_p}")
-
-
-def sample_next(
-    logits: np.ndarray,
-    temperature: float = 1.0,
-    top_k: int | None = None,
-    top_p: float | None = None,
-    rng: np.random.Generator | None = None,
-) -> np.ndarray:
-    """logits (B, V) -> next token ids (B,). Temperature 0 is greedy (argmax); top-k keeps the k
-    most likely tokens, top-p the fewest whose probabilities reach p."""
-    if temperature == 0:
-        return logits.argmax(axis=-1)
-    rng = rng or np.random.default_rng()
-    scores = logits.astype(np.float64) / temperature
-    if top_k is not None and top_k < scores.shape[-1]:
-        kth = np.sort(scores, axis=-1)[:, -top_k][:, None]
-        scores = np.where(scores < kth, -np.inf, scores)
-    probs = np.exp(scores - scores.max(axis=-1, keepdims=True))
-    probs /= probs.sum(axis=-1, keepdims=True)
-    if top_p is not None and top_p < 1.0:
-        order = np.argsort(-probs, axis=-1)
-        sorted_probs = np.take_along_axis(probs, order, axis=-1)
-        drop_sorted = np.cumsum(sorted_probs, axis=-1) - sorted_probs >= top_p
-        drop = np.zeros_like(drop_sorted)
-        np.put_along_axis(drop, order, drop_sorted, axis=-1)
-        probs = np.where(drop, 0.0, probs)
-        probs /= probs.sum(axis=-1, keepdims=True)
-    return np.array([rng.choice(len(p), p=p) for p in probs])

@@ -13,8 +13,9 @@ import numpy as np
 from tokenizers import Tokenizer
 
 from tfcompile.runtime.bundle import read_manifest
-from tfcompile.runtime.errors import InputError
+from tfcompile.runtime.errors import BundleError, InputError
 from tfcompile.runtime.ort import ort
+from tfcompile.sequences import token_ids
 
 # Bundles are checked against PyTorch's fp32 logits. The CUDA provider's default TF32 matmuls
 # move those logits by about 1e-3 (measured on an H100), enough to change greedy tokens.
@@ -60,7 +61,14 @@ class Bundle:
     def providers(self) -> list[str]:
         return self.session.get_providers()
 
-    def _empty_cache(self, graph: str, batch: int) -> list[np.ndarray]:
+    def special_ids(self, *tokens: str) -> dict[str, int]:
+        """The ids of special tokens in the bundle's tokenizer; a BundleError when it lacks one."""
+        try:
+            return token_ids(self.tokenizer, tokens)
+        except ValueError as e:
+            raise BundleError(f"{self.path / 'tokenizer.json'}: {e}") from None
+
+    def empty_cache(self, graph: str, batch: int) -> list[np.ndarray]:
         """Every past_key_i/past_value_i input of ``graph`` holding no tokens, (batch, n_kv_heads, 0,
         head_dim), in the graph's float type (float16 for an fp16 bundle)."""
         sizes = self.manifest["model"]

@@ -67,9 +67,7 @@ def parse_spec(
         issues = [issue for error in e.errors() for issue in _issues(error, data, marks, preset_name)]
         raise SpecError(source, issues, text) from None
     if spec.data is not None and base_dir is not None:
-        for field in ("path", "val_path", "test_path"):
-            if getattr(spec.data, field) is not None:
-                setattr(spec.data, field, (base_dir / getattr(spec.data, field)).resolve())
+        spec = spec.model_copy(update={"data": spec.data.relative_to(base_dir)})
     return spec
 
 
@@ -110,14 +108,16 @@ def _to_python(node: yaml.Node, loc: Loc, marks: dict[Loc, Mark], loader: yaml.S
             key = loader.construct_object(key_node)
             if key in out:
                 raise yaml.MarkedYAMLError(problem=f"duplicate key {key!r}", problem_mark=key_node.start_mark)
-            marks[(*loc, key)] = _mark(key_node, value_node)
-            out[key] = _to_python(value_node, (*loc, key), marks, loader)
+            key_loc = (*loc, key)
+            marks[key_loc] = _mark(key_node, value_node)
+            out[key] = _to_python(value_node, key_loc, marks, loader)
         return out
     if isinstance(node, yaml.SequenceNode):
         items = []
         for i, item in enumerate(node.value):
-            marks[(*loc, i)] = _mark(item, item)
-            items.append(_to_python(item, (*loc, i), marks, loader))
+            item_loc = (*loc, i)
+            marks[item_loc] = _mark(item, item)
+            items.append(_to_python(item, item_loc, marks, loader))
         return items
     return loader.construct_object(node)
 

@@ -1,19 +1,25 @@
 """The spec schema: one Pydantic model per section, variants as discriminated unions on ``type``.
 
-Defaults that depend on other fields (``d_ff``, ``n_kv_heads``, norm bias, final norm) are resolved
-at load time, so a validated spec is explicit and a saved copy rebuilds the same model.
+A validated spec is frozen and explicit: defaults that depend on other fields (``d_ff``,
+``n_kv_heads``, norm bias, final norm, the training context, ...) are resolved while it validates,
+so a saved copy rebuilds the same model and a reader never has to guess what a null means.
 Cross-field rules report each violation at the field to fix (see ``Rules``).
+
+Tasks are an open set: ``register_task_section`` adds a task's section to the ``task:`` union
+(tfcompile.tasks registers the built-in ones' behaviour; a test registers its own task). This
+module imports no torch, so that checking a spec is fast.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
+from pydantic.fields import FieldInfo
 from pydantic_core import PydanticCustomError
 
-from tfcompile.nn import ACTIVATIONS, NORMS
+from tfcompile.spec.choices import GATED, ActivationName, NormName
 
 # Integers are strict (YAML `true` or "4" is an error, not 1 or 4); floats stay lax because YAML 1.1
 # reads 1e-5 (no dot) as a string.
@@ -21,12 +27,15 @@ PositiveInt = Annotated[int, Field(gt=0, strict=True)]
 PositiveFloat = Annotated[float, Field(gt=0)]
 Probability = Annotated[float, Field(ge=0, lt=1)]
 # Choices that building blocks register: adding one to its registry makes it valid here.
-NormType = Literal[NORMS.names()]  # type: ignore[valid-type]
-ActivationType = Literal[ACTIVATIONS.names()]  # type: ignore[valid-type]
 
 
 class Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_default=True)
+    model_config = ConfigDict(extra="forbid", validate_default=True, frozen=True)
+
+    def _resolve(self, **values: Any) -> None:
+        """Fill derived defaults while validating (the section is frozen once validated)."""
+        for name, value in values.items():
+            object.__setattr__(self, name, value)
 
 
 class Rules:
@@ -58,31 +67,44 @@ class NormSpec(Section):
     position: Literal["pre", "post"] = Field(
         "pre", description="pre: x + f(norm(x)) (GPT-2, LLaMA); post: norm(x + f(x)) (Vaswani)"
     )
-    type: NormType = "layernorm"
+    type: NormName = "layernorm"
     eps: PositiveFloat = 1e-5
     bias: bool | None = Field(None, description="learned shift; default: on for layernorm only")
     final: bool | None = Field(None, description="norm after the last block; default: on for pre-norm")
 
     @model_validator(mode="after")
-    def _resolve(self) -> NormSpec:
+    def _defaults(self) -> NormSpec:
         if self.bias is None:
-            self.bias = self.type == "layernorm"
+            self._resolve(bias=self.type == "layernorm")
         if self.final is None:
-            self.final = self.position == "pre"
+            self._resolve(final=self.position == "pre")
         return self
+
+    def parameters(self, dim: int) -> int:
+        return dim * (1 + bool(self.bias))
 
 
 class SinusoidalPositional(Section):
     type: Literal["sinusoidal"] = "sinusoidal"
 
+    def parameters(self, model: TransformerSpec) -> int:
+        return 0
+
 
 class LearnedPositional(Section):
     type: Literal["learned"] = "learned"
+
+    def parameters(self, model: TransformerSpec) -> int:
+        assert model.max_seq_len is not None
+        return model.max_seq_len * model.d_model  # one vector per position
 
 
 class RopePositional(Section):
     type: Literal["rope"] = "rope"
     theta: PositiveFloat = 10000.0
+
+    def parameters(self, model: TransformerSpec) -> int:
+        return 0
 
 
 class RelativePositional(Section):
@@ -102,9 +124,15 @@ class RelativePositional(Section):
         rules.check()
         return self
 
+    def parameters(self, model: TransformerSpec) -> int:
+        return self.num_buckets * model.n_heads  # a scalar bias per bucket and head
+
 
 class NoPositional(Section):
     type: Literal["none"] = "none"
+
+    def parameters(self, model: TransformerSpec) -> int:
+        return 0
 
 
 Positional = Annotated[
@@ -127,7 +155,13 @@ class DropoutSpec(Section):
 
 
 class TransformerSpec(Section):
-    """The choices every family shares: sizes, norms, activation, positions, biases, dropout."""
+    """The choices every family shares: sizes, norms, activation, positions, biases, dropout.
+
+    ``data_sizes`` names the fields training may take from the data when the spec leaves them
+    out; the ``*_parameters`` methods count what the assemblies in ``tfcompile.models`` build
+    (a test holds the two equal), so that validating a spec needs no torch."""
+
+    data_sizes: ClassVar[tuple[str, ...]] = ("vocab_size",)
 
     vocab_size: PositiveInt | None = Field(None, description="None: taken from the tokenizer")
     d_model: PositiveInt
@@ -141,7 +175,7 @@ class TransformerSpec(Section):
     d_ff_multiple_of: PositiveInt = 64
     max_seq_len: PositiveInt
     norm: NormSpec = NormSpec()
-    activation: ActivationType = "gelu"
+    activation: ActivationName = "gelu"
     positional: Positional = LearnedPositional()
     bias: BiasSpec = BiasSpec()
     tie_embeddings: bool = True
@@ -155,17 +189,23 @@ class TransformerSpec(Section):
     def head_dim(self) -> int:
         return self.d_model // self.n_heads
 
+    @property
+    def gated(self) -> bool:
+        return self.activation in GATED
+
     @model_validator(mode="after")
     def _resolve_and_check(self) -> TransformerSpec:
         if self.n_kv_heads is None:
-            self.n_kv_heads = self.n_heads
+            self._resolve(n_kv_heads=self.n_heads)
         if self.d_ff is None:
-            if ACTIVATIONS[self.activation].gated:
+            if self.gated:
                 # 2/3 of 4d keeps a gated FFN's three matrices at the cost of a plain FFN's two.
                 m = self.d_ff_multiple_of
-                self.d_ff = -(-(8 * self.d_model) // 3 // m) * m if m > 1 else -(-8 * self.d_model // 3)
+                d_ff = -(-(8 * self.d_model) // 3 // m) * m if m > 1 else -(-8 * self.d_model // 3)
             else:
-                self.d_ff = 4 * self.d_model
+                d_ff = 4 * self.d_model
+            self._resolve(d_ff=d_ff)
+        assert self.n_kv_heads is not None
         rules = Rules()
         rules.require(
             self.d_model % self.n_heads == 0,
@@ -197,6 +237,42 @@ class TransformerSpec(Section):
         rules.check()
         return self
 
+    # Parameter counts, matching tfcompile.models (tests/test_counts.py).
+
+    def block_parameters(self, cross_attention: bool = False) -> int:
+        """One TransformerBlock: norms, self-attention (packed QKV), [cross-attention], feed-forward."""
+        assert self.n_kv_heads is not None and self.d_ff is not None
+        d, hd, bias = self.d_model, self.head_dim, self.bias
+        q, kv = self.n_heads * hd, 2 * self.n_kv_heads * hd
+        out = q * d + bias.attn_out * d
+        attention = d * (q + kv) + bias.qkv * (q + kv) + out
+        width = self.d_ff * (2 if self.gated else 1)
+        ffn = d * width + bias.ffn * width + self.d_ff * d + bias.ffn * d
+        total = 2 * self.norm.parameters(d) + attention + ffn
+        if cross_attention:
+            total += self.norm.parameters(d) + attention
+        return total
+
+    def final_norm_parameters(self) -> int:
+        return self.norm.parameters(self.d_model) if self.norm.final else 0
+
+    def lm_head_parameters(self) -> int:
+        """The projection to the vocabulary: free unless tied to the embedding, plus its bias."""
+        vocab = self._vocab()
+        return vocab * self.d_model * (not self.tie_embeddings) + vocab * self.bias.lm_head
+
+    def body_parameters(self) -> int:
+        """Everything the family builds below a task's head."""
+        raise NotImplementedError
+
+    def _vocab(self) -> int:
+        if self.vocab_size is None:
+            raise ValueError("model.vocab_size is not set")
+        return self.vocab_size
+
+    def describe_input(self, context: int) -> str:
+        return f"(batch 1, seq {context}) token ids"
+
 
 def _choices(names: Any) -> str:
     return ", ".join(repr(n) for n in names)
@@ -215,6 +291,14 @@ class DecoderSpec(TransformerSpec):
     def causal(self) -> bool:
         return True
 
+    def body_parameters(self) -> int:
+        return (
+            self._vocab() * self.d_model
+            + self.positional.parameters(self)
+            + self.n_layers * self.block_parameters()
+            + self.final_norm_parameters()
+        )
+
 
 class EncoderSpec(TransformerSpec):
     """A bidirectional encoder (BERT): no causal mask, segment embeddings, a task head on top."""
@@ -229,6 +313,18 @@ class EncoderSpec(TransformerSpec):
     def causal(self) -> bool:
         return False
 
+    def body_parameters(self) -> int:
+        d = self.d_model
+        return (
+            (self._vocab() + self.type_vocab_size) * d
+            + self.positional.parameters(self)
+            + (self.norm.parameters(d) if self.embedding_norm else 0)
+            + self.n_layers * self.block_parameters()
+            + self.final_norm_parameters()
+            + d * d
+            + d  # BERT's pooler
+        )
+
 
 class EncoderDecoderSpec(TransformerSpec):
     """The Transformer of Vaswani et al. 2017 (and T5): an encoder over the source, a causal
@@ -242,8 +338,18 @@ class EncoderDecoderSpec(TransformerSpec):
     @model_validator(mode="after")
     def _resolve_decoder_depth(self) -> EncoderDecoderSpec:
         if self.n_decoder_layers is None:
-            self.n_decoder_layers = self.n_layers
+            self._resolve(n_decoder_layers=self.n_layers)
         return self
+
+    def body_parameters(self) -> int:
+        assert self.n_decoder_layers is not None
+        return (
+            self._vocab() * self.d_model * (1 if self.share_embeddings else 2)
+            + 2 * self.positional.parameters(self)  # the encoder's and the decoder's
+            + self.n_layers * self.block_parameters()
+            + self.n_decoder_layers * self.block_parameters(cross_attention=True)
+            + 2 * self.final_norm_parameters()
+        )
 
 
 class VitSpec(TransformerSpec):
@@ -251,6 +357,8 @@ class VitSpec(TransformerSpec):
     projected linearly, a learned [CLS] token in front, an encoder, and a classifier head on the
     final [CLS] state (or on the mean of the patch states). The sequence is the patches (+ [CLS]),
     so ``max_seq_len`` follows from the sizes."""
+
+    data_sizes: ClassVar[tuple[str, ...]] = ()  # pixels, not tokens: no vocabulary
 
     family: Literal["vit"] = "vit"
     image_size: PositiveInt = Field(description="height and width in pixels; images are resized to it")
@@ -267,6 +375,11 @@ class VitSpec(TransformerSpec):
     def grid(self) -> int:
         """Patches along each side."""
         return self.image_size // self.patch_size
+
+    @property
+    def prefix_tokens(self) -> int:
+        """Tokens in front of the patches: [CLS] with cls pooling."""
+        return int(self.pooling == "cls")
 
     @model_validator(mode="after")
     def _vit_rules(self) -> VitSpec:
@@ -300,21 +413,37 @@ class VitSpec(TransformerSpec):
                 f"use {self.d_model + (-self.d_model) % 4}",
             )
         if divides:
-            length = self.grid**2 + (self.pooling == "cls")
+            length = self.grid**2 + self.prefix_tokens
             rules.require(
                 self.max_seq_len in (None, length),
                 ("max_seq_len",),
                 f"is set by the sizes: {self.grid}x{self.grid} patches"
-                f"{' + [CLS]' if self.pooling == 'cls' else ''} = {length}, found {self.max_seq_len}",
+                f"{' + [CLS]' if self.prefix_tokens else ''} = {length}, found {self.max_seq_len}",
                 "remove model.max_seq_len",
             )
-            self.max_seq_len = length
+            self._resolve(max_seq_len=length)
         rules.check()
         return self
 
     @property
     def causal(self) -> bool:
         return False
+
+    def body_parameters(self) -> int:
+        d = self.d_model
+        return (
+            (self.channels * self.patch_size**2 + 1) * d  # the patch projection and its bias
+            + self.prefix_tokens * d  # the [CLS] token
+            + self.positional.parameters(self)
+            + self.n_layers * self.block_parameters()
+            + self.final_norm_parameters()
+        )
+
+    def describe_input(self, context: int) -> str:
+        return (
+            f"(batch 1, {self.channels}, {self.image_size}, {self.image_size}) pixel values, "
+            f"{self.grid}x{self.grid} patches of {self.patch_size}, sequence {context}"
+        )
 
 
 def _family(value: Any) -> str | None:
@@ -359,6 +488,9 @@ Tokenizer = Annotated[CharTokenizer | BpeTokenizer | WordPieceTokenizer, Field(d
 
 
 class DataSpec(Section):
+    # The data sets data.builtin names (shipped with an installed package), and what each is.
+    builtins: ClassVar[dict[str, str]] = {"digits": "an image set"}
+
     path: Path | None = Field(
         None,
         description="relative to the spec file: a text file or a folder of .txt files (language "
@@ -393,18 +525,80 @@ class DataSpec(Section):
         rules.check()
         return self
 
+    def relative_to(self, folder: Path) -> DataSpec:
+        """The same section with relative paths resolved against ``folder`` (the spec's)."""
+        fields = ("path", "val_path", "test_path")
+        return self.model_copy(
+            update={f: (folder / getattr(self, f)).resolve() for f in fields if getattr(self, f) is not None}
+        )
+
 
 # ----------------------------------------------------------------------------- task
 
 
-class CausalLMTask(Section):
+class TaskSection(Section):
+    """A ``task:`` section. Each task declares, besides its fields, what the spec layer checks
+    without knowing the task: the model families it trains, the built-in data sets it reads, the
+    fields training takes from the data when the spec leaves them out, and the parameters of the
+    head it puts on the family's body."""
+
+    families: ClassVar[tuple[str, ...]]
+    builtin_data: ClassVar[tuple[str, ...]] = ()
+    data_sizes: ClassVar[tuple[str, ...]] = ()
+
+    type: str
+
+    def resolved(self, model: Any) -> TaskSection:
+        """The section with defaults that depend on the model filled in."""
+        return self
+
+    def head_parameters(self, model: Any) -> int:
+        """Parameters of what the task adds on top of ``model.body_parameters()``."""
+        raise NotImplementedError
+
+
+TASK_SECTIONS: dict[str, type[TaskSection]] = {}
+
+
+def register_task_section(cls: type[TaskSection]) -> type[TaskSection]:
+    """Add a task's section to the ``task:`` union of ``Spec`` (which is rebuilt)."""
+    name = cls.model_fields["type"].default
+    if TASK_SECTIONS.get(name, cls) is not cls:
+        raise ValueError(f"task {name!r} is already registered")
+    TASK_SECTIONS[name] = cls
+    if "Spec" in globals():
+        Spec.model_fields["task"] = FieldInfo.from_annotated_attribute(_task_union(), CausalLMTask())
+        Spec.model_rebuild(force=True)
+    return cls
+
+
+def _task_union() -> Any:
+    return Annotated[Union[tuple(TASK_SECTIONS.values())], Field(discriminator="type")]  # noqa: UP007
+
+
+def _labels_head(model: Any, labels: list[str] | None) -> int:
+    if labels is None:
+        raise ValueError("task.labels is not set")
+    return (model.d_model + 1) * len(labels)
+
+
+@register_task_section
+class CausalLMTask(TaskSection):
+    families = ("decoder",)
+
     type: Literal["causal_lm"] = "causal_lm"
     label_smoothing: Probability = 0.0
 
+    def head_parameters(self, model: Any) -> int:
+        return model.lm_head_parameters()
 
-class MaskedLMTask(Section):
+
+@register_task_section
+class MaskedLMTask(TaskSection):
     """BERT pretraining: of the non-special tokens, ``mask_prob`` are chosen; of those, 80% become
     [MASK], 10% a random token, 10% stay; the loss covers the chosen positions only."""
+
+    families = ("encoder",)
 
     type: Literal["masked_lm"] = "masked_lm"
     mask_prob: Annotated[float, Field(gt=0, lt=1)] = 0.15
@@ -427,9 +621,18 @@ class MaskedLMTask(Section):
         rules.check()
         return self
 
+    def head_parameters(self, model: Any) -> int:
+        d = model.d_model
+        transform = d * d + d + model.norm.parameters(d)  # dense + norm before the vocabulary
+        return transform + model.lm_head_parameters() + (2 * d + 2 if self.next_sentence else 0)
 
-class ClassificationTask(Section):
+
+@register_task_section
+class ClassificationTask(TaskSection):
     """Label a sentence, or a pair ``[CLS] A [SEP] B [SEP]``, from the final [CLS] state."""
+
+    families = ("encoder",)
+    data_sizes = ("labels",)
 
     type: Literal["classification"] = "classification"
     text_column: str = "sentence"
@@ -440,9 +643,15 @@ class ClassificationTask(Section):
     )
     label_smoothing: Probability = 0.0
 
+    def head_parameters(self, model: Any) -> int:
+        return _labels_head(model, self.labels)
 
-class Seq2SeqTask(Section):
+
+@register_task_section
+class Seq2SeqTask(TaskSection):
     """Translation: teacher-forced next-token loss on the target, given the source."""
+
+    families = ("encoder_decoder",)
 
     type: Literal["seq2seq"] = "seq2seq"
     source: str = Field("de", description="the source side: {lang} in data paths, or a TSV column")
@@ -454,6 +663,14 @@ class Seq2SeqTask(Section):
     )
     max_decode_len: PositiveInt | None = Field(None, description="default: the model's max_seq_len - 1")
 
+    def resolved(self, model: Any) -> Seq2SeqTask:
+        if self.max_decode_len is not None:
+            return self
+        return self.model_copy(update={"max_decode_len": max(model.max_seq_len - 1, 1)})
+
+    def head_parameters(self, model: Any) -> int:
+        return model.lm_head_parameters()
+
 
 class AugmentSpec(Section):
     """Random changes to each training image (never to validation or test images)."""
@@ -464,8 +681,13 @@ class AugmentSpec(Section):
     flip: bool = Field(False, description="mirror left-right half the time; off where that changes the class")
 
 
-class ImageClassificationTask(Section):
+@register_task_section
+class ImageClassificationTask(TaskSection):
     """Label an image from the final [CLS] state (or the mean patch state)."""
+
+    families = ("vit",)
+    builtin_data = ("digits",)
+    data_sizes = ("labels",)
 
     type: Literal["image_classification"] = "image_classification"
     labels: list[str] | None = Field(
@@ -474,11 +696,8 @@ class ImageClassificationTask(Section):
     label_smoothing: Probability = 0.0
     augment: AugmentSpec = AugmentSpec()
 
-
-Task = Annotated[
-    CausalLMTask | MaskedLMTask | ClassificationTask | Seq2SeqTask | ImageClassificationTask,
-    Field(discriminator="type"),
-]
+    def head_parameters(self, model: Any) -> int:
+        return _labels_head(model, self.labels)
 
 
 # ---------------------------------------------------------------------------- train
@@ -523,7 +742,7 @@ class TrainSpec(Section):
     grad_accum: PositiveInt = 1
     optimizer: OptimizerSpec = OptimizerSpec()
     schedule: Schedule = CosineSchedule()
-    grad_clip: PositiveFloat | None = 1.0
+    grad_clip: PositiveFloat | None = Field(1.0, description="max gradient norm; null: no clipping")
     seed: Annotated[int, Field(strict=True)] = 1337
     device: Literal["auto", "cpu", "cuda"] = "auto"
     precision: Literal["fp32", "bf16", "fp16"] = "fp32"
@@ -551,19 +770,25 @@ class ExportSpec(Section):
     precision: Literal["fp32", "fp16"] = Field(
         "fp32", description="fp16: half-size weights and activations, for GPU serving"
     )
-    tolerance: PositiveFloat | None = Field(
-        None,
-        description="parity bound against the fp32 PyTorch model; default for fp32 1e-4 on "
-        "max |onnxruntime - torch|, for fp16 1e-2 on max |difference| / max |torch output|",
+    tolerance: PositiveFloat = Field(
+        1e-4, description="fp32 graphs: the bound on max |onnxruntime - torch| against the fp32 model"
+    )
+    fp16_tolerance: PositiveFloat = Field(
+        1e-2,
+        description="fp16 graphs: the bound on max |difference| / max |torch output| (half precision "
+        "keeps about three significant digits whatever the magnitude)",
     )
     out: Path | None = Field(None, description="bundle folder; default exported/NAME")
 
+    @field_validator("tolerance", mode="before")
+    @classmethod
+    def _legacy_null(cls, value: Any) -> Any:
+        """Runs written before fp16_tolerance existed say ``tolerance: null`` for the default."""
+        return 1e-4 if value is None else value
+
     @property
     def parity_tolerance(self) -> float:
-        """Resolved at use, so that a run's saved spec exported in another precision gets its bound."""
-        if self.tolerance is not None:
-            return self.tolerance
-        return 1e-4 if self.precision == "fp32" else 1e-2
+        return self.tolerance if self.precision == "fp32" else self.fp16_tolerance
 
 
 # ----------------------------------------------------------------------------- spec
@@ -573,7 +798,7 @@ class Spec(Section):
     preset: str | None = Field(None, description="a named preset this spec extends (see presets.py)")
     model: ModelSpec
     data: DataSpec | None = None
-    task: Task = CausalLMTask()
+    task: _task_union() = CausalLMTask()  # type: ignore[valid-type]
     train: TrainSpec = TrainSpec()
     export: ExportSpec = ExportSpec()
 
@@ -581,33 +806,31 @@ class Spec(Section):
 
     @property
     def context_length(self) -> int:
-        return self.train.context_length or self.model.max_seq_len
+        assert self.train.context_length is not None  # resolved by _rules
+        return self.train.context_length
 
     @model_validator(mode="after")
     def _rules(self) -> Spec:
         rules = Rules()
-        families = {
-            "causal_lm": "decoder",
-            "masked_lm": "encoder",
-            "classification": "encoder",
-            "seq2seq": "encoder_decoder",
-            "image_classification": "vit",
-        }
-        family = families[self.task.type]
+        families = self.task.families
         rules.require(
-            self.model.family == family,
+            self.model.family in families,
             ("task", "type"),
-            f"task {self.task.type!r} needs a model of family {family!r}, found {self.model.family!r}",
-            f"set model.family: {family}, or a task for {self.model.family} models: "
-            f"{_choices(t for t, f in families.items() if f == self.model.family)}",
+            f"task {self.task.type!r} needs a model of family {' or '.join(map(repr, families))}, "
+            f"found {self.model.family!r}",
+            f"set model.family: {families[0]}, or a task for {self.model.family} models: "
+            f"{_choices(t for t, s in TASK_SECTIONS.items() if self.model.family in s.families)}",
         )
         if self.data is not None and self.data.builtin is not None:
             rules.require(
-                self.task.type == "image_classification",
+                self.data.builtin in self.task.builtin_data,
                 ("data", "builtin"),
-                f"{self.data.builtin!r} is an image set, but the task is {self.task.type!r}",
-                "use data.path for text, or task: image_classification with a vit model",
+                f"{self.data.builtin!r} is {DataSpec.builtins[self.data.builtin]}, but the task is "
+                f"{self.task.type!r}",
+                "use data.path, or a task that reads it: "
+                f"{_choices(t for t, s in TASK_SECTIONS.items() if self.data.builtin in s.builtin_data)}",
             )
+        assert self.model.max_seq_len is not None  # every family resolves it
         if self.train.context_length is not None:
             rules.require(
                 self.train.context_length <= self.model.max_seq_len,
@@ -617,4 +840,29 @@ class Spec(Section):
                 f"lower it to at most {self.model.max_seq_len} or raise model.max_seq_len",
             )
         rules.check()
+        if self.train.context_length is None:
+            self._resolve(train=self.train.model_copy(update={"context_length": self.model.max_seq_len}))
+        self._resolve(task=self.task.resolved(self.model))
         return self
+
+    def sizes_from_data(self) -> list[str]:
+        """The dotted fields this spec leaves for training to take from the data."""
+        sections = (("model", self.model), ("task", self.task))
+        return [
+            f"{name}.{field}"
+            for name, section in sections
+            for field in section.data_sizes
+            if getattr(section, field) is None
+        ]
+
+    def parameter_count(self) -> int | None:
+        """Parameters of the model this spec builds, or None while sizes wait for the data."""
+        if self.sizes_from_data():
+            return None
+        return self.model.body_parameters() + self.task.head_parameters(self.model)
+
+    def replace(self, changes: dict[str, Any]) -> Spec:
+        """A new, validated spec with ``changes`` (nested like the YAML) merged in."""
+        from tfcompile.spec.presets import merge
+
+        return Spec.model_validate(merge(self.model_dump(), changes))

@@ -1,19 +1,25 @@
-"""Causal language modelling: next-token cross-entropy over windows of a token stream, and
-sampling from the next-token distribution."""
+"""Causal language modelling: next-token cross-entropy over windows of a token stream, and text
+generation through the shared search (tfcompile.search)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any, ClassVar
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from tokenizers import Tokenizer
-from torch import nn
 
+from tfcompile import search
 from tfcompile.data import check_fits_context, lm_batch, prepare_corpus
-from tfcompile.spec.schema import CausalLMTask, DataSpec
-from tfcompile.tasks.objective import Batch, ModelFn, Objective
+from tfcompile.graphs.export import Graph, cache_sizes, export_decoder, export_decoder_step
+from tfcompile.graphs.parity import check_decoder_parity, check_step_parity
+from tfcompile.models import DecoderLM
+from tfcompile.nn.attention import KVCache
+from tfcompile.spec.schema import CausalLMTask, DecoderSpec, Spec
+from tfcompile.tasks.task import Batch, ModelFn, Task, register_task
 
 IGNORE_INDEX = -100  # targets at padded positions carry this and add nothing to the loss
 
@@ -28,17 +34,33 @@ def causal_lm_loss(logits: torch.Tensor, targets: torch.Tensor, label_smoothing:
     )
 
 
-class CausalLMObjective(Objective):
-    """Random windows of ``context`` tokens; each position predicts the next token."""
+@register_task
+class LanguageModelling(Task):
+    """Random windows of the context's length; each position predicts the next token."""
 
-    def __init__(
-        self, task: CausalLMTask, data: DataSpec, context: int, cache_dir: Path, tokenizer: Tokenizer | None
-    ) -> None:
-        self.task = task
-        self.context = context
-        self.corpus = prepare_corpus(data, cache_dir, tokenizer)
+    section = CausalLMTask
+    # The full forward, and the incremental form with the KV cache that generation steps through.
+    graphs: ClassVar[dict[str, Graph]] = {
+        "model": Graph(export_decoder, check_decoder_parity),
+        "step": Graph(export_decoder_step, check_step_parity),
+    }
+
+    @staticmethod
+    def build_model(spec: Spec) -> DecoderLM:
+        assert isinstance(spec.model, DecoderSpec)
+        return DecoderLM(spec.model)
+
+    @classmethod
+    def manifest(cls, spec: Spec) -> dict[str, Any]:
+        return cache_sizes(spec.model.n_layers, spec.model)
+
+    def __init__(self, spec: Spec, cache_dir: Path, tokenizer: Tokenizer | None = None) -> None:
+        assert isinstance(spec.task, CausalLMTask) and spec.data is not None
+        self.task = spec.task
+        self.context = spec.context_length
+        self.corpus = prepare_corpus(spec.data, cache_dir, tokenizer)
         self.tokenizer = self.corpus.tokenizer
-        check_fits_context(self.corpus, context, data)
+        check_fits_context(self.corpus, self.context, spec.data)
 
     def batch(self, split: str, size: int, generator: torch.Generator) -> Batch:
         ids = self.corpus.train if split == "train" else self.corpus.val
@@ -53,46 +75,51 @@ class CausalLMObjective(Objective):
         return {"val_loss": sum(losses) / len(losses)}
 
 
-def sample_next(
-    logits: torch.Tensor,
-    temperature: float = 1.0,
-    top_k: int | None = None,
-    top_p: float | None = None,
-    generator: torch.Generator | None = None,
-) -> torch.Tensor:
-    """logits (B, V) -> next token ids (B,). Temperature 0 is greedy (argmax)."""
-    if temperature == 0:
-        return logits.argmax(dim=-1)
-    logits = logits.float() / temperature
-    if top_k is not None and top_k < logits.shape[-1]:
-        kth = logits.topk(top_k, dim=-1).values[:, -1:]
-        logits = logits.masked_fill(logits < kth, float("-inf"))
-    if top_p is not None and top_p < 1.0:
-        sorted_logits, order = logits.sort(dim=-1, descending=True)
-        cumulative = sorted_logits.softmax(dim=-1).cumsum(dim=-1)
-        # Drop a token when the tokens ranked above it already hold top_p of the mass.
-        drop_sorted = cumulative - sorted_logits.softmax(dim=-1) >= top_p
-        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
-        logits = logits.masked_fill(drop, float("-inf"))
-    probs = logits.softmax(dim=-1)
-    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+class TorchDecoder:
+    """A DecoderLM as a search.Decoder: numpy tokens in, the last position's logits out, the
+    key/value cache kept on the model's device."""
+
+    def __init__(self, model: DecoderLM) -> None:
+        self.model = model.eval()
+        self.device = next(model.parameters()).device
+        self.cache: list[KVCache] | None = None
+
+    @torch.no_grad()
+    def step(self, tokens: np.ndarray) -> np.ndarray:
+        ids = torch.from_numpy(tokens).to(self.device)
+        if self.cache is None:
+            self.cache = self.model.empty_cache(len(ids), self.device)
+        return self.model(ids, cache=self.cache)[:, -1].float().cpu().numpy()
+
+    def reorder(self, rows: np.ndarray) -> None:
+        assert self.cache is not None
+        index = torch.from_numpy(rows).to(self.device)
+        for kv in self.cache:
+            kv.key, kv.value = kv.key[index], kv.value[index]
+
+    def reset(self) -> None:
+        self.cache = None
 
 
-@torch.no_grad()
 def generate(
-    model: nn.Module,
+    model: DecoderLM,
     ids: torch.Tensor,
     max_new_tokens: int,
-    max_seq_len: int,
     temperature: float = 1.0,
     top_k: int | None = None,
     top_p: float | None = None,
-    generator: torch.Generator | None = None,
+    seed: int | None = None,
 ) -> torch.Tensor:
-    """ids (B, T) -> (B, T + max_new_tokens), re-reading at most the last max_seq_len tokens."""
-    model.eval()
-    for _ in range(max_new_tokens):
-        logits = model(ids[:, -max_seq_len:])[:, -1]  # (B, V)
-        next_ids = sample_next(logits, temperature, top_k, top_p, generator)
-        ids = torch.cat([ids, next_ids[:, None]], dim=1)
-    return ids
+    """ids (B, T) -> (B, T + max_new_tokens): the shared search over the PyTorch model, reading at
+    most the model's max_seq_len last tokens."""
+    new = search.generate(
+        TorchDecoder(model),
+        ids.numpy(),
+        max_new_tokens,
+        temperature,
+        top_k,
+        top_p,
+        np.random.default_rng(seed),
+        context=model.spec.max_seq_len,
+    )
+    return torch.cat([ids, torch.tensor(new, dtype=ids.dtype).reshape(len(ids), -1)], dim=1)

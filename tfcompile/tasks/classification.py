@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -11,9 +13,13 @@ from tokenizers import Tokenizer
 
 from tfcompile.data import DataError, train_tokenizer
 from tfcompile.data.table import LabelledTexts, read_table
-from tfcompile.data.tokenizer import PAD, SPECIAL_TOKENS, add_sentence_template
-from tfcompile.spec.schema import ClassificationTask, DataSpec
-from tfcompile.tasks.objective import Batch, ModelFn, Objective, pad_rows
+from tfcompile.data.tokenizer import add_sentence_template
+from tfcompile.graphs.export import Graph, export_classifier
+from tfcompile.graphs.parity import check_classifier_parity
+from tfcompile.models import Classifier
+from tfcompile.sequences import PAD, SPECIAL_TOKENS, token_ids
+from tfcompile.spec.schema import ClassificationTask, EncoderSpec, Spec
+from tfcompile.tasks.task import Batch, DataSize, ModelFn, Task, pad_rows, register_task
 
 
 def f1_score(predicted: np.ndarray, actual: np.ndarray, num_labels: int) -> float:
@@ -43,20 +49,30 @@ def resolve_labels(declared: list[str] | None, splits: dict[str, list[str]], sou
     return labels
 
 
-class ClassificationObjective(Objective):
+@register_task
+class TextClassification(Task):
+    section = ClassificationTask
+    graphs: ClassVar[dict[str, Graph]] = {"model": Graph(export_classifier, check_classifier_parity)}
     # Accuracy is what a classifier is judged by; its loss can rise while accuracy still improves.
     best_metric = "val_accuracy"
     higher_is_better = True
 
-    def __init__(
-        self,
-        task: ClassificationTask,
-        data: DataSpec,
-        context: int,
-        seed: int,
-        tokenizer: Tokenizer | None,
-    ) -> None:
+    @staticmethod
+    def build_model(spec: Spec) -> Classifier:
+        assert isinstance(spec.model, EncoderSpec) and isinstance(spec.task, ClassificationTask)
+        assert spec.task.labels is not None
+        return Classifier(spec.model, len(spec.task.labels))
+
+    @classmethod
+    def manifest(cls, spec: Spec) -> dict[str, Any]:
+        assert isinstance(spec.task, ClassificationTask)
+        return {"labels": spec.task.labels}
+
+    def __init__(self, spec: Spec, cache_dir: Path, tokenizer: Tokenizer | None = None) -> None:
+        assert isinstance(spec.task, ClassificationTask) and spec.data is not None
+        task, data, context, seed = spec.task, spec.data, spec.context_length, spec.train.seed
         self.task = task
+        assert data.path is not None  # builtin data is images
         train = read_table(data.path, task.text_column, task.pair_column, task.label_column)
         if data.val_path is not None:
             val = read_table(data.val_path, task.text_column, task.pair_column, task.label_column)
@@ -71,9 +87,13 @@ class ClassificationObjective(Objective):
             texts = train.texts + (train.pairs or [])
             tokenizer = train_tokenizer(data.tokenizer, texts, SPECIAL_TOKENS)
         add_sentence_template(tokenizer, context)
-        self.tokenizer = tokenizer
-        self.pad_id = tokenizer.token_to_id(PAD)
+        self.tokenizer: Tokenizer = tokenizer
+        self.pad_id = token_ids(tokenizer, [PAD])[PAD]
         self.examples = {"train": self._encode(train), "val": self._encode(val)}
+
+    def sizes(self, spec: Spec) -> list[DataSize]:
+        labels = DataSize("task.labels", self.labels, f"the data's labels are {self.labels}")
+        return [*super().sizes(spec), labels]
 
     def _encode(self, rows: LabelledTexts) -> tuple[list, torch.Tensor]:
         inputs = list(zip(rows.texts, rows.pairs, strict=True)) if rows.pairs else rows.texts

@@ -6,18 +6,24 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+from tokenizers import Tokenizer
 
 from tfcompile.data import DataError
 from tfcompile.data.images import LabelledImages, load_digits, read_image_folder, stratified_split
 from tfcompile.files import PREPROCESSING_FILE
+from tfcompile.graphs.export import Graph, export_image_classifier
+from tfcompile.graphs.parity import check_image_classifier_parity
 from tfcompile.images import ImagePreprocessing
-from tfcompile.spec.schema import AugmentSpec, DataSpec, ImageClassificationTask, VitSpec
+from tfcompile.models import VisionTransformer
+from tfcompile.spec.schema import AugmentSpec, ImageClassificationTask, Spec, VitSpec
 from tfcompile.tasks.classification import resolve_labels
-from tfcompile.tasks.objective import Batch, ModelFn, Objective
+from tfcompile.tasks.task import Batch, DataSize, ModelFn, Task, register_task
 
 
 def augment(images: torch.Tensor, spec: AugmentSpec, generator: torch.Generator) -> torch.Tensor:
@@ -39,11 +45,33 @@ def augment(images: torch.Tensor, spec: AugmentSpec, generator: torch.Generator)
     return images
 
 
-class ImageClassificationObjective(Objective):
+@register_task
+class ImageClassification(Task):
+    section = ImageClassificationTask
+    graphs: ClassVar[dict[str, Graph]] = {
+        "model": Graph(export_image_classifier, check_image_classifier_parity)
+    }
     best_metric = "val_accuracy"
     higher_is_better = True
 
-    def __init__(self, task: ImageClassificationTask, data: DataSpec, model: VitSpec) -> None:
+    @staticmethod
+    def build_model(spec: Spec) -> VisionTransformer:
+        assert isinstance(spec.model, VitSpec) and isinstance(spec.task, ImageClassificationTask)
+        assert spec.task.labels is not None
+        return VisionTransformer(spec.model, len(spec.task.labels))
+
+    @classmethod
+    def manifest(cls, spec: Spec) -> dict[str, Any]:
+        assert isinstance(spec.model, VitSpec) and isinstance(spec.task, ImageClassificationTask)
+        return {
+            "labels": spec.task.labels,
+            "image_size": spec.model.image_size,
+            "channels": spec.model.channels,
+        }
+
+    def __init__(self, spec: Spec, cache_dir: Path, tokenizer: Tokenizer | None = None) -> None:
+        task, data, model = spec.task, spec.data, spec.model
+        assert isinstance(task, ImageClassificationTask) and isinstance(model, VitSpec) and data is not None
         self.task = task
         self.tokens_per_image = model.max_seq_len or 1
         size, channels = model.image_size, model.channels
@@ -86,6 +114,9 @@ class ImageClassificationObjective(Objective):
         )
         self.images = {name: torch.from_numpy(part.images) for name, part in splits.items()}
         self.targets = {name: torch.tensor([index[x] for x in part.labels]) for name, part in splits.items()}
+
+    def sizes(self, spec: Spec) -> list[DataSize]:
+        return [DataSize("task.labels", self.labels, f"the data's labels are {self.labels}")]
 
     def run_files(self) -> dict[str, str]:
         return {PREPROCESSING_FILE: json.dumps(self.preprocessing.to_dict(), indent=2) + "\n"}

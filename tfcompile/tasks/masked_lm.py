@@ -9,16 +9,18 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from tokenizers import Tokenizer
 
 from tfcompile.data import DataError, read_corpus, train_tokenizer
-from tfcompile.data.tokenizer import CLS, MASK, PAD, SEP, SPECIAL_TOKENS
-from tfcompile.spec.schema import DataSpec, MaskedLMTask
+from tfcompile.models import MaskedLM
+from tfcompile.sequences import CLS, MASK, PAD, SEP, SPECIAL_TOKENS
+from tfcompile.spec.schema import EncoderSpec, MaskedLMTask, Spec
 from tfcompile.tasks.causal_lm import IGNORE_INDEX
-from tfcompile.tasks.objective import Batch, ModelFn, Objective, pad_rows
+from tfcompile.tasks.task import Batch, ModelFn, Task, pad_rows, register_task
 
 
 @dataclass(frozen=True)
@@ -51,10 +53,23 @@ def mask_tokens(
     return corrupted, targets
 
 
-class MaskedLMObjective(Objective):
-    def __init__(self, task: MaskedLMTask, data: DataSpec, context: int, tokenizer: Tokenizer | None) -> None:
+@register_task
+class MaskedLanguageModelling(Task):
+    """Pretraining: a masked-LM run is not served; a classifier fine-tuned from it is."""
+
+    section = MaskedLMTask
+    not_served = "it is pretraining: fine-tune it (train.init_from) into a classifier, and export that run"
+
+    @staticmethod
+    def build_model(spec: Spec) -> MaskedLM:
+        assert isinstance(spec.model, EncoderSpec) and isinstance(spec.task, MaskedLMTask)
+        return MaskedLM(spec.model, next_sentence=spec.task.next_sentence)
+
+    def __init__(self, spec: Spec, cache_dir: Path, tokenizer: Tokenizer | None = None) -> None:
+        assert isinstance(spec.task, MaskedLMTask) and spec.data is not None
+        task, data = spec.task, spec.data
         self.task = task
-        self.context = context
+        self.context = spec.context_length
         self.rule = MaskingRule(task.mask_prob, task.mask_token_prob, task.random_token_prob)
         # Each line keeps its newline: a character tokenizer then sees where lines meet; word and
         # subword tokenizers treat it as the whitespace it is.
@@ -65,13 +80,16 @@ class MaskedLMObjective(Objective):
                 f"data.path {data.path}: {len(lines)} non-empty lines are too few to split into "
                 f"training and validation sentences (val_fraction {data.val_fraction})"
             )
-        self.tokenizer = tokenizer or train_tokenizer(data.tokenizer, lines[:n_train], SPECIAL_TOKENS)
-        self.ids = {tok: self.tokenizer.token_to_id(tok) for tok in SPECIAL_TOKENS}
-        if list(self.ids.values()) != list(range(len(SPECIAL_TOKENS))):
+        self.tokenizer: Tokenizer = tokenizer or train_tokenizer(
+            data.tokenizer, lines[:n_train], SPECIAL_TOKENS
+        )
+        found = {tok: self.tokenizer.token_to_id(tok) for tok in SPECIAL_TOKENS}
+        if list(found.values()) != list(range(len(SPECIAL_TOKENS))):
             raise DataError(
-                f"the tokenizer must hold {', '.join(SPECIAL_TOKENS)} at ids 0-4, found {self.ids}: "
+                f"the tokenizer must hold {', '.join(SPECIAL_TOKENS)} at ids 0-4, found {found}: "
                 f"it was not made for an encoder"
             )
+        self.ids = {tok: i for i, tok in enumerate(SPECIAL_TOKENS)}
         encoded = [e.ids for e in self.tokenizer.encode_batch(lines, add_special_tokens=False)]
         self.lines = {"train": encoded[:n_train], "val": encoded[n_train:]}
 
@@ -106,7 +124,12 @@ class MaskedLMObjective(Objective):
         attention_mask = (input_ids != self.ids[PAD]).long()
         maskable = input_ids >= len(SPECIAL_TOKENS)  # special tokens hold ids 0..4
         corrupted, targets = mask_tokens(
-            input_ids, maskable, self.rule, self.ids[MASK], (len(SPECIAL_TOKENS), self.vocab_size), generator
+            input_ids,
+            maskable,
+            self.rule,
+            self.ids[MASK],
+            (len(SPECIAL_TOKENS), self.tokenizer.get_vocab_size()),
+            generator,
         )
         batch = {
             "input_ids": corrupted,

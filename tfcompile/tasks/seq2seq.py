@@ -1,5 +1,5 @@
 """Translation: parallel sentences, a joint tokenizer, teacher forcing with label smoothing, and
-greedy decoding with the decoder's cache.
+greedy or beam decoding with the decoder's cache through the shared search (tfcompile.search).
 
 Data paths hold ``{lang}``, filled with the task's source and target names (Multi30k:
 ``train.{lang}.gz`` -> ``train.de.gz`` and ``train.en.gz``), one sentence a line, lines aligned.
@@ -10,20 +10,23 @@ from __future__ import annotations
 import gzip
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any, ClassVar
 
+import numpy as np
 import sacrebleu
 import torch
 import torch.nn.functional as F
 from tokenizers import Tokenizer
 
+from tfcompile import search
 from tfcompile.data import DataError, train_tokenizer
-from tfcompile.data.tokenizer import BOS, EOS, PAD, SEQ2SEQ_TOKENS, UNK
+from tfcompile.graphs.export import Graph, cache_sizes, export_seq2seq_encoder, export_seq2seq_step
+from tfcompile.graphs.parity import check_seq2seq_encoder_parity, check_seq2seq_step_parity
 from tfcompile.models import Seq2Seq
-from tfcompile.nn.attention import KVCache
-from tfcompile.sequences import length_normalised
-from tfcompile.spec.schema import DataSpec, Seq2SeqTask
+from tfcompile.sequences import BOS, EOS, PAD, SEQ2SEQ_TOKENS, UNK, token_ids
+from tfcompile.spec.schema import EncoderDecoderSpec, Seq2SeqTask, Spec
 from tfcompile.tasks.causal_lm import IGNORE_INDEX
-from tfcompile.tasks.objective import Batch, ModelFn, Objective, pad_rows
+from tfcompile.tasks.task import Batch, ModelFn, Task, pad_rows, register_task
 
 
 def read_parallel(path: Path, source: str, target: str) -> tuple[list[str], list[str]]:
@@ -42,10 +45,39 @@ def read_parallel(path: Path, source: str, target: str) -> tuple[list[str], list
     return sides[0], sides[1]
 
 
-class Seq2SeqObjective(Objective):
-    def __init__(self, task: Seq2SeqTask, data: DataSpec, context: int, tokenizer: Tokenizer | None) -> None:
+@register_task
+class Translation(Task):
+    section = Seq2SeqTask
+    # The encoder runs once per source; the decoder step once per target token.
+    graphs: ClassVar[dict[str, Graph]] = {
+        "encoder": Graph(export_seq2seq_encoder, check_seq2seq_encoder_parity),
+        "step": Graph(export_seq2seq_step, check_seq2seq_step_parity),
+    }
+
+    @staticmethod
+    def build_model(spec: Spec) -> Seq2Seq:
+        assert isinstance(spec.model, EncoderDecoderSpec)
+        return Seq2Seq(spec.model)
+
+    @classmethod
+    def manifest(cls, spec: Spec) -> dict[str, Any]:
+        task, model = spec.task, spec.model
+        assert isinstance(task, Seq2SeqTask) and isinstance(model, EncoderDecoderSpec)
+        assert model.n_decoder_layers is not None
+        return cache_sizes(model.n_decoder_layers, model) | {
+            "beam": task.beam,
+            "length_penalty": task.length_penalty,
+            "max_decode_len": task.max_decode_len,
+            "bos_id": SEQ2SEQ_TOKENS.index(BOS),
+            "eos_id": SEQ2SEQ_TOKENS.index(EOS),
+        }
+
+    def __init__(self, spec: Spec, cache_dir: Path, tokenizer: Tokenizer | None = None) -> None:
+        assert isinstance(spec.task, Seq2SeqTask) and spec.data is not None
+        task, data = spec.task, spec.data
         self.task = task
-        self.context = context
+        self.context = spec.context_length
+        assert data.path is not None  # the schema's rule: a path, as builtin data is images
         source, target = read_parallel(data.path, task.source, task.target)
         if data.val_path is not None:
             val = read_parallel(data.val_path, task.source, task.target)
@@ -54,12 +86,13 @@ class Seq2SeqObjective(Objective):
             n_val = max(1, int(len(source) * data.val_fraction))
             train, val = (source[:-n_val], target[:-n_val]), (source[-n_val:], target[-n_val:])
         # One vocabulary for both languages, so that the embeddings can be shared.
-        self.tokenizer = tokenizer or train_tokenizer(data.tokenizer, train[0] + train[1], SEQ2SEQ_TOKENS)
-        self.ids = {token: self.tokenizer.token_to_id(token) for token in SEQ2SEQ_TOKENS}
-        if None in self.ids.values():
-            raise DataError(
-                f"the tokenizer lacks {', '.join(SEQ2SEQ_TOKENS)}: it was not made for translation"
-            )
+        self.tokenizer: Tokenizer = tokenizer or train_tokenizer(
+            data.tokenizer, train[0] + train[1], SEQ2SEQ_TOKENS
+        )
+        try:
+            self.ids = token_ids(self.tokenizer, SEQ2SEQ_TOKENS)
+        except ValueError as e:
+            raise DataError(f"{e}: it was not made for translation") from None
         self.pairs = {"train": self._encode(*train), "val": self._encode(*val)}
         self.test = read_parallel(data.test_path, task.source, task.target) if data.test_path else None
 
@@ -116,18 +149,18 @@ class Seq2SeqObjective(Objective):
     def translate(self, model: Seq2Seq, sentences: list[str], device: torch.device) -> list[str]:
         """Source sentences -> detokenized translations, with the task's beam and length penalty."""
         task, bos, eos = self.task, self.ids[BOS], self.ids[EOS]
-        max_len = task.max_decode_len or model.spec.max_seq_len - 1
+        assert task.max_decode_len is not None  # resolved by the schema
         out: list[str] = []
         for start in range(0, len(sentences), 64):
             encoded = self.tokenizer.encode_batch(sentences[start : start + 64], add_special_tokens=False)
             ids = [e.ids[: self.context] or [self.ids[UNK]] for e in encoded]
-            source = pad_rows(ids, self.ids[PAD])
-            source, mask = source.to(device), (source != self.ids[PAD]).long().to(device)
+            source = pad_rows(ids, self.ids[PAD]).to(device)
+            mask = (source != self.ids[PAD]).long()
             if task.beam == 1:
-                tokens = greedy_translate(model, source, mask, bos, eos, max_len)
+                tokens = greedy_translate(model, source, mask, bos, eos, task.max_decode_len)
             else:
                 tokens = beam_translate(
-                    model, source, mask, bos, eos, max_len, task.beam, task.length_penalty
+                    model, source, mask, bos, eos, task.max_decode_len, task.beam, task.length_penalty
                 )
             out += self.tokenizer.decode_batch(tokens)
         return [t.strip() for t in out]
@@ -142,32 +175,52 @@ class Seq2SeqObjective(Objective):
         return {"test_bleu": sacrebleu.corpus_bleu(hypotheses, [references]).score}
 
 
-@torch.no_grad()
+class TorchTranslator:
+    """A Seq2Seq model and its source sentences as a search.Decoder: the encoder runs once, each
+    step feeds target tokens through the decoder's self-attention cache."""
+
+    @torch.no_grad()
+    def __init__(self, model: Seq2Seq, source_ids: torch.Tensor, source_mask: torch.Tensor | None) -> None:
+        self.model = model.eval()
+        self.memory = model.project_memory(model.encode(source_ids, source_mask))
+        self.source_mask = source_mask
+        self.batch = len(source_ids)
+        self.reset()
+
+    @torch.no_grad()
+    def step(self, tokens: np.ndarray) -> np.ndarray:
+        device = self.memory[0].key.device
+        ids = torch.from_numpy(tokens).to(device)
+        return (
+            self.model.decode(ids, self.memory, self.source_mask, cache=self.cache)[:, -1]
+            .float()
+            .cpu()
+            .numpy()
+        )
+
+    def reorder(self, rows: np.ndarray) -> None:
+        index = torch.from_numpy(rows).to(self.memory[0].key.device)
+        for kv in (*self.cache, *self.memory):
+            kv.key, kv.value = kv.key[index], kv.value[index]
+        if self.source_mask is not None:
+            self.source_mask = self.source_mask[index]
+        self.batch = len(rows)
+
+    def reset(self) -> None:
+        self.cache = self.model.empty_cache(self.batch, self.memory[0].key.device)
+
+
 def greedy_translate(
     model: Seq2Seq, source_ids: torch.Tensor, source_mask: torch.Tensor, bos: int, eos: int, max_len: int
 ) -> list[list[int]]:
     """source (B, S) -> each sentence's target ids, without [BOS] and [EOS], up to ``max_len``
-    tokens. The encoder runs once; each step feeds one token through the decoder's cache."""
-    model.eval()
-    B = source_ids.shape[0]
-    memory = model.project_memory(model.encode(source_ids, source_mask))
-    cache = model.empty_cache(B, source_ids.device)
-    tokens = torch.full((B, 1), bos, dtype=torch.long, device=source_ids.device)
-    out: list[list[int]] = [[] for _ in range(B)]
-    done = torch.zeros(B, dtype=torch.bool, device=source_ids.device)
-    for _ in range(min(max_len, model.spec.max_seq_len - 1) + 1):
-        next_ids = model.decode(tokens, memory, source_mask, cache=cache)[:, -1].argmax(-1)  # (B,)
-        for row in (~done).nonzero().flatten().tolist():
-            if next_ids[row] != eos and len(out[row]) < max_len:
-                out[row].append(int(next_ids[row]))
-        done |= (next_ids == eos) | torch.tensor([len(o) >= max_len for o in out], device=done.device)
-        if done.all():
-            break
-        tokens = next_ids[:, None]
-    return out
+    tokens (at most the model's max_seq_len - 1)."""
+    limit = min(max_len, model.spec.max_seq_len - 1)
+    start = np.full((len(source_ids), 1), bos, dtype=np.int64)
+    decoder = TorchTranslator(model, source_ids, source_mask)
+    return search.generate(decoder, start, limit, temperature=0, eos=eos)
 
 
-@torch.no_grad()
 def beam_translate(
     model: Seq2Seq,
     source_ids: torch.Tensor,
@@ -178,52 +231,11 @@ def beam_translate(
     beam: int = 4,
     length_penalty: float = 0.6,
 ) -> list[list[int]]:
-    """Beam search, one source sentence at a time: keep the ``beam`` best partial translations by
-    summed log-probability; a finished one is scored by log p / ((5 + length) / 6) ** alpha (Wu et
-    al. 2016, as in Vaswani et al. 2017 with alpha 0.6). Beam 1 is greedy decoding."""
-    model.eval()
+    """Beam search (search.beam_search), one source sentence at a time, without its padding."""
+    limit = min(max_len, model.spec.max_seq_len - 1)
     results = []
     for row in range(source_ids.shape[0]):
-        real = source_mask[row].bool()
-        src = source_ids[row : row + 1, real]
-        memory = model.project_memory(model.encode(src, None))
-        limit = min(max_len, model.spec.max_seq_len - 1)
-        results.append(_beam_one(model, memory, bos, eos, limit, beam, length_penalty))
+        source = source_ids[row : row + 1, source_mask[row].bool()]
+        decoder = TorchTranslator(model, source, None)
+        results.append(search.beam_search(decoder, bos, eos, limit, beam, length_penalty))
     return results
-
-
-def _beam_one(
-    model: Seq2Seq, memory: list[KVCache], bos: int, eos: int, max_len: int, beam: int, alpha: float
-) -> list[int]:
-    device = memory[0].key.device
-    cache = model.empty_cache(1, device)
-    hypotheses: list[tuple[float, list[int]]] = [(0.0, [])]  # (summed log p, tokens after [BOS])
-    finished: list[tuple[float, list[int]]] = []  # (length-normalised score, tokens)
-    tokens = torch.tensor([[bos]], device=device)
-    for step in range(max_len + 1):
-        n = len(hypotheses)
-        expanded = [KVCache(kv.key.expand(n, -1, -1, -1), kv.value.expand(n, -1, -1, -1)) for kv in memory]
-        log_probs = model.decode(tokens, expanded, None, cache=cache)[:, -1].float().log_softmax(-1)  # (n, V)
-        scores = torch.tensor([score for score, _ in hypotheses], device=device)[:, None] + log_probs
-        top = scores.flatten().topk(min(2 * beam, scores.numel()))
-        survivors: list[tuple[float, list[int], int]] = []
-        for rank, (score, index) in enumerate(zip(top.values.tolist(), top.indices.tolist(), strict=True)):
-            parent, token = divmod(index, log_probs.shape[1])
-            words = hypotheses[parent][1]
-            if token == eos:
-                # As in fairseq: [EOS] ends a hypothesis only from within the top `beam` candidates.
-                if rank < beam:
-                    finished.append((length_normalised(score, len(words), alpha), words))
-            elif len(survivors) < beam:
-                survivors.append((score, [*words, token], parent))
-        if len(finished) >= beam:
-            break
-        if step == max_len:  # out of length: the current hypotheses end here, unfinished
-            finished += [(length_normalised(score, len(words), alpha), words) for score, words in hypotheses]
-            break
-        parents = torch.tensor([parent for _, _, parent in survivors], device=device)
-        for kv in cache:
-            kv.key, kv.value = kv.key[parents], kv.value[parents]
-        hypotheses = [(score, words) for score, words, _ in survivors]
-        tokens = torch.tensor([[words[-1]] for _, words in hypotheses], device=device)
-    return max(finished, key=lambda f: f[0])[1]

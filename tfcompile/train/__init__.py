@@ -1,8 +1,10 @@
-"""Training: the loop, optimizers and schedules, atomic checkpoints, metrics."""
+"""Training: the loop, and its pieces: device set-up, batches, optimizers and schedules, atomic
+checkpoints, metrics, progress."""
 
 from tfcompile.train.checkpoint import CheckpointError
 from tfcompile.train.loop import Trainer, TrainResult
-from tfcompile.train.runs import TrainError, init_from_run, load_run_spec, load_trained_model, read_metrics
+from tfcompile.train.metrics import read_metrics
+from tfcompile.train.runs import TrainError, init_from_run, load_run_spec, load_trained_model
 
 __all__ = [
     "CheckpointError",

@@ -30,8 +30,13 @@ class Progress:
         self._rich.__enter__()
         return self
 
-    def __exit__(self, *exc: type[BaseException] | BaseException | TracebackType | None) -> None:
-        self._rich.__exit__(*exc)
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self._rich.__exit__(kind, error, traceback)
 
     def update(self, step: int, record: dict[str, Any]) -> None:
         stats = "  ".join(

@@ -1,23 +1,20 @@
-"""A run folder read back: its spec, its trained model, its metrics, and its encoder weights as the
-start of another run (``train.init_from``)."""
+"""A run folder read back: its spec, its trained model, and its body's weights as the start of
+another run (``train.init_from``)."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import torch
 from torch import nn
 
 from tfcompile.errors import UserError
-from tfcompile.models import Encoder, build_model
 from tfcompile.spec import Spec, parse_spec
+from tfcompile.tasks.task import build_model
 from tfcompile.train.checkpoint import CheckpointError, load_weights, resolve
 
 SPEC_FILE = "spec.yaml"
-METRICS_FILE = "metrics.jsonl"
 
 
 class TrainError(UserError, RuntimeError):
@@ -43,33 +40,29 @@ def load_trained_model(run_dir: Path, which: str = "last") -> tuple[Spec, nn.Mod
     return spec, model.eval()
 
 
-def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
-    path = run_dir / METRICS_FILE
-    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
-
-
 # Fields that may change between pretraining and fine-tuning without changing the weights' meaning.
 FINE_TUNING_FIELDS = {"dropout", "init_std"}
 
 
+def body_state(model: nn.Module) -> dict[str, torch.Tensor]:
+    """The tensors of ``model`` below its task heads (the assembly's ``heads`` submodules)."""
+    heads = tuple(f"{name}." for name in getattr(model, "heads", ()))
+    return {name: t for name, t in model.state_dict().items() if not name.startswith(heads)}
+
+
 def init_from_run(model: nn.Module, spec: Spec, run_dir: Path) -> Path:
-    """Load the encoder body of ``run_dir``'s best (else last) checkpoint into ``model``; its task
-    heads are left behind. Returns the checkpoint used. Any difference in architecture or in a
-    tensor's shape is a TrainError that lists the offending fields or tensors."""
+    """Load the body (everything but the task heads) of ``run_dir``'s best (else last) checkpoint
+    into ``model``: a pretraining run's encoder under a classifier, say. Returns the checkpoint
+    used. Any difference in architecture or in a tensor's shape is a TrainError that lists the
+    offending fields or tensors."""
     source_spec = load_run_spec(run_dir)
     checkpoint = resolve(run_dir, "best") or resolve(run_dir, "last")
     if checkpoint is None:
         raise TrainError(f"train.init_from: {run_dir} has no checkpoint yet")
-    if source_spec.model.family != "encoder" or spec.model.family != "encoder":
-        raise TrainError(
-            f"train.init_from loads an encoder into an encoder; {run_dir} holds a "
-            f"{source_spec.model.family} and this spec builds a {spec.model.family}"
-        )
     source_model = build_model(source_spec)
     load_weights(source_model, checkpoint)
     source = source_model.state_dict()
-    with torch.device("meta"):
-        body = Encoder(spec.model).state_dict()
+    body = body_state(model)
     missing = [name for name in body if name not in source]
     mismatched = [
         f"{name} (run: {tuple(source[name].shape)}, spec: {tuple(body[name].shape)})"
@@ -86,7 +79,7 @@ def init_from_run(model: nn.Module, spec: Spec, run_dir: Path) -> Path:
             f"tensors the run lacks: {', '.join(missing)}" if missing else "",
         ]
         raise TrainError(
-            f"train.init_from: the encoder of {run_dir} does not fit this spec's model; "
+            f"train.init_from: the model of {run_dir} does not fit this spec's model; "
             f"{'; '.join(f for f in found if f)}. Copy the run's model section (dropout may differ)"
         )
     model.load_state_dict({name: source[name] for name in body}, strict=False)

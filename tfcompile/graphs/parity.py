@@ -9,12 +9,23 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch import nn
 
-from tfcompile.export.graph import CLASSIFIER_INPUTS, DECODER_INPUTS, seq2seq_names, step_names
-from tfcompile.models import Classifier, DecoderLM, Seq2Seq, VisionTransformer
-from tfcompile.runtime.ort import ort
-from tfcompile.runtime.ort import run as ort_run
+from tfcompile.graphs.export import CLASSIFIER_INPUTS, DECODER_INPUTS, seq2seq_names, step_names
+from tfcompile.models import Assembly, Classifier, DecoderLM, Seq2Seq, VisionTransformer
+
+
+def _session(onnx_path: Path) -> Any:
+    """A CPU onnxruntime session: the reference PyTorch runs on the CPU too. onnxruntime is
+    imported here, not at the top, so that training needs neither of its builds."""
+    from tfcompile.runtime.ort import ort
+
+    return ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
+
+
+def _run(session: Any, feed: dict[str, np.ndarray]) -> list[np.ndarray]:
+    from tfcompile.runtime.ort import run
+
+    return run(session, feed)
 
 
 @dataclass(frozen=True)
@@ -73,7 +84,7 @@ def check_decoder_parity(
     shapes: Sequence[tuple[int, int, bool]] | None = None,
     seed: int = 0,
 ) -> ParityReport:
-    return _check_forward_parity(model, onnx_path, DECODER_INPUTS, tolerance, shapes, seed)
+    return check_forward_parity(model, onnx_path, DECODER_INPUTS, tolerance, shapes, seed)
 
 
 def check_classifier_parity(
@@ -83,7 +94,7 @@ def check_classifier_parity(
     shapes: Sequence[tuple[int, int, bool]] | None = None,
     seed: int = 0,
 ) -> ParityReport:
-    return _check_forward_parity(model, onnx_path, CLASSIFIER_INPUTS, tolerance, shapes, seed)
+    return check_forward_parity(model, onnx_path, CLASSIFIER_INPUTS, tolerance, shapes, seed)
 
 
 def check_image_classifier_parity(
@@ -98,14 +109,14 @@ def check_image_classifier_parity(
     model = model.eval()
     s = model.spec
     assert s.max_seq_len is not None
-    session = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
+    session = _session(onnx_path)
     rng = np.random.default_rng(seed)
     cases = []
     for batch in batches:
         pixels = rng.standard_normal((batch, s.channels, s.image_size, s.image_size), dtype=np.float32)
         with torch.no_grad():
             expected = model(torch.from_numpy(pixels)).numpy()
-        (actual,) = ort_run(session, {"pixel_values": pixels})
+        (actual,) = _run(session, {"pixel_values": pixels})
         diff = float(np.abs(actual - expected).max())
         cases.append(
             ParityCase(batch, s.max_seq_len, False, diff, diff / (float(np.abs(expected).max()) or 1.0))
@@ -113,20 +124,21 @@ def check_image_classifier_parity(
     return ParityReport(tolerance, cases)
 
 
-def _check_forward_parity(
-    model: nn.Module,
+def check_forward_parity(
+    model: Assembly,
     onnx_path: Path,
     inputs: tuple[str, ...],
     tolerance: float,
-    shapes: Sequence[tuple[int, int, bool]] | None,
-    seed: int,
+    shapes: Sequence[tuple[int, int, bool]] | None = None,
+    seed: int = 0,
 ) -> ParityReport:
-    """Random token ids; in padded cases the last row ends in padding; token types mark a second
-    segment from the middle on, as in a sentence pair."""
+    """``model(*inputs)`` against the graph that ``export_forward`` wrote, on random token ids at
+    ``shapes`` (batch, seq, padded; default ``default_shapes``): in padded cases the last row ends in
+    padding; token types mark a second segment from the middle on, as in a sentence pair."""
     model = model.eval()
     spec = model.spec
     assert spec.vocab_size is not None
-    session = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
+    session = _session(onnx_path)
     rng = np.random.default_rng(seed)
     cases = []
     for batch, seq, padded in shapes or default_shapes(spec.max_seq_len):
@@ -141,7 +153,7 @@ def _check_forward_parity(
         feed = {name: feed[name] for name in inputs}
         with torch.no_grad():
             expected = model(*(torch.from_numpy(v) for v in feed.values())).numpy()
-        (actual,) = ort_run(session, feed)
+        (actual,) = _run(session, feed)
         diff = float(np.abs(actual - expected).max())
         scale = float(np.abs(expected).max()) or 1.0
         cases.append(ParityCase(batch, seq, padded, diff, diff / scale))
@@ -154,7 +166,7 @@ def check_step_parity(model: DecoderLM, onnx_path: Path, tolerance: float, seed:
     model = model.eval()
     spec = model.spec
     assert spec.vocab_size is not None
-    session = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
+    session = _session(onnx_path)
     inputs, _ = step_names(spec.n_layers)
     rng = np.random.default_rng(seed)
     cases = []
@@ -173,7 +185,7 @@ def check_step_parity(model: DecoderLM, onnx_path: Path, tolerance: float, seed:
                     torch.from_numpy(ids[:, start:end]), torch.from_numpy(mask), cache=cache
                 ).numpy()
             feed = dict(zip(inputs, [ids[:, start:end], mask, *past], strict=True))
-            actual, *past = ort_run(session, feed)
+            actual, *past = _run(session, feed)
             diff = max(diff, float(np.abs(actual - expected).max()))
             scale = max(scale, float(np.abs(expected).max()))
         cases.append(ParityCase(batch, total, False, diff, diff / (scale or 1.0)))
@@ -194,7 +206,7 @@ def check_seq2seq_encoder_parity(
 ) -> ParityReport:
     """The encoder graph's cross-attention keys and values against PyTorch's, at several shapes."""
     model = model.eval()
-    session = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
+    session = _session(onnx_path)
     rng = np.random.default_rng(seed)
     cases = []
     for batch, length, _ in default_shapes(model.spec.max_seq_len):
@@ -202,7 +214,7 @@ def check_seq2seq_encoder_parity(
         with torch.no_grad():
             memory = model.project_memory(model.encode(torch.from_numpy(ids), torch.from_numpy(mask)))
         expected = [m.key.numpy() for m in memory] + [m.value.numpy() for m in memory]
-        actual = ort_run(session, {"source_ids": ids, "source_mask": mask})
+        actual = _run(session, {"source_ids": ids, "source_mask": mask})
         real = mask.astype(bool)[:, None, :, None]  # padded source positions are never read
         diff = max(
             float(np.abs(np.where(real, a - e, 0)).max()) for a, e in zip(actual, expected, strict=True)
@@ -219,7 +231,7 @@ def check_seq2seq_step_parity(
     time up to the full context, over a padded source; ``seq`` is the final target length."""
     model = model.eval()
     spec = model.spec
-    session = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
+    session = _session(onnx_path)
     _, inputs, _ = seq2seq_names(len(model.decoder_blocks))
     rng = np.random.default_rng(seed)
     cases = []
@@ -243,7 +255,7 @@ def check_seq2seq_step_parity(
                     torch.from_numpy(target[:, start:end]), memory, torch.from_numpy(source_mask), cache=cache
                 ).numpy()
             feed = dict(zip(inputs, [target[:, start:end], source_mask, *past, *memory_arrays], strict=True))
-            actual, *past = ort_run(session, feed)
+            actual, *past = _run(session, feed)
             diff = max(diff, float(np.abs(actual - expected).max()))
             scale = max(scale, float(np.abs(expected).max()))
         cases.append(ParityCase(batch, total, batch > 1, diff, diff / (scale or 1.0)))

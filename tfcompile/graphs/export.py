@@ -8,29 +8,43 @@ import io
 import logging
 import re
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import onnx
 import torch
 from torch import nn
 
-from tfcompile.models import Classifier, DecoderLM, Seq2Seq, VisionTransformer
+from tfcompile.models import Assembly, Classifier, DecoderLM, Seq2Seq, VisionTransformer
 from tfcompile.nn.attention import KVCache
+
+if TYPE_CHECKING:
+    from tfcompile.graphs.parity import ParityReport
 
 DECODER_INPUTS = ("input_ids", "attention_mask")
 CLASSIFIER_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 OUTPUTS = ("logits",)
 
 
+@dataclass(frozen=True)
+class Graph:
+    """One graph of a bundle: how to write it from the model, and how to prove it equal to the
+    model (``check(model, path, tolerance, seed=)`` on fresh inputs at several shapes)."""
+
+    export: Callable[[Any, Path, int], onnx.ModelProto]
+    check: Callable[..., ParityReport]
+
+
 def export_decoder(model: DecoderLM, path: Path, opset: int) -> onnx.ModelProto:
     """Write ``forward(input_ids (B, T) int64, attention_mask (B, T) int64) -> logits (B, T, V)``."""
-    return _export_forward(model, DECODER_INPUTS, path, opset)
+    return export_forward(model, DECODER_INPUTS, path, opset)
 
 
 def export_classifier(model: Classifier, path: Path, opset: int) -> onnx.ModelProto:
     """Write ``forward(input_ids, attention_mask, token_type_ids (B, T) int64) -> logits (B, labels)``."""
-    return _export_forward(model, CLASSIFIER_INPUTS, path, opset)
+    return export_forward(model, CLASSIFIER_INPUTS, path, opset)
 
 
 def export_image_classifier(model: VisionTransformer, path: Path, opset: int) -> onnx.ModelProto:
@@ -44,9 +58,10 @@ def export_image_classifier(model: VisionTransformer, path: Path, opset: int) ->
     return _save(program, path, {})
 
 
-def _export_forward(model: nn.Module, inputs: tuple[str, ...], path: Path, opset: int) -> onnx.ModelProto:
+def export_forward(model: Assembly, inputs: tuple[str, ...], path: Path, opset: int) -> onnx.ModelProto:
     """Export ``model(*inputs)``, each input (B, T) int64, to ``logits``. Batch and sequence are
-    dynamic; the sequence axis is bounded by the model's max_seq_len."""
+    dynamic; the sequence axis is bounded by the model's ``spec.max_seq_len``. An
+    ``attention_mask`` input is all ones in the example, every other input zeros."""
     model = model.eval()
     max_len = model.spec.max_seq_len
     # torch.export specialises sizes 0 and 1, so the example uses 2 of each where the model allows.
@@ -93,6 +108,12 @@ def step_names(n_layers: int) -> tuple[list[str], list[str]]:
     )
     outputs = ["logits"] + [f"present_key_{i}" for i in layers] + [f"present_value_{i}" for i in layers]
     return inputs, outputs
+
+
+def cache_sizes(n_layers: int, spec: Any) -> dict[str, int]:
+    """What a client needs to start a step graph's cache: past_key_i/past_value_i for each of
+    ``n_layers`` layers, (batch, n_kv_heads, 0, head_dim) when nothing is cached yet."""
+    return {"n_layers": n_layers, "n_kv_heads": spec.n_kv_heads, "head_dim": spec.head_dim}
 
 
 def export_decoder_step(model: DecoderLM, path: Path, opset: int) -> onnx.ModelProto:
@@ -239,7 +260,7 @@ def _export(
     module: nn.Module, example: tuple, inputs: list[str], outputs: list[str], dynamic: dict, opset: int
 ) -> torch.onnx.ONNXProgram:
     with _quiet():
-        return torch.onnx.export(
+        program = torch.onnx.export(
             module,
             example,
             dynamo=True,
@@ -249,6 +270,8 @@ def _export(
             opset_version=opset,
             verbose=False,
         )
+    assert program is not None  # dynamo=True always returns the program
+    return program
 
 
 def _save(program: torch.onnx.ONNXProgram, path: Path, names: dict[tuple[str, int], str]) -> onnx.ModelProto:

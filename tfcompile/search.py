@@ -1,0 +1,140 @@
+"""Decoding, written once: sampling (greedy, temperature, top-k, top-p) and beam search with a
+length penalty, over a ``Decoder``, anything that extends token sequences one step at a time and
+keeps its own key/value cache. The runtime wraps its onnxruntime graphs as decoders; training
+wraps the PyTorch model (tfcompile.tasks). numpy only: no torch and no onnxruntime here.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import numpy as np
+
+
+class Decoder(Protocol):
+    """A model with a cache. ``step`` reads the next tokens of every row and returns the logits
+    that follow the last of them; ``reorder`` keeps (and repeats) rows of the cache, as beam
+    search needs when hypotheses branch; ``reset`` empties the cache."""
+
+    def step(self, tokens: np.ndarray) -> np.ndarray:
+        """tokens (B, T) int64 -> logits (B, V) float32 for the token after the last one."""
+        ...
+
+    def reorder(self, rows: np.ndarray) -> None:
+        """Row i of the cache becomes the old row ``rows[i]``."""
+        ...
+
+    def reset(self) -> None: ...
+
+
+def sample_next(
+    logits: np.ndarray,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    rng: np.random.Generator | None = None,
+) -> np.ndarray:
+    """logits (B, V) -> next token ids (B,). Temperature 0 is greedy (argmax); top-k keeps the k
+    most likely tokens, top-p the fewest whose probabilities reach p."""
+    if temperature == 0:
+        return logits.argmax(axis=-1)
+    rng = rng or np.random.default_rng()
+    scores = logits.astype(np.float64) / temperature
+    if top_k is not None and top_k < scores.shape[-1]:
+        kth = np.sort(scores, axis=-1)[:, -top_k][:, None]
+        scores = np.where(scores < kth, -np.inf, scores)
+    probs = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    probs /= probs.sum(axis=-1, keepdims=True)
+    if top_p is not None and top_p < 1.0:
+        order = np.argsort(-probs, axis=-1)
+        sorted_probs = np.take_along_axis(probs, order, axis=-1)
+        # Drop a token when the tokens ranked above it already hold top_p of the mass.
+        drop_sorted = np.cumsum(sorted_probs, axis=-1) - sorted_probs >= top_p
+        drop = np.zeros_like(drop_sorted)
+        np.put_along_axis(drop, order, drop_sorted, axis=-1)
+        probs = np.where(drop, 0.0, probs)
+        probs /= probs.sum(axis=-1, keepdims=True)
+    return np.array([rng.choice(len(p), p=p) for p in probs])
+
+
+def generate(
+    decoder: Decoder,
+    prompt: np.ndarray,
+    max_new_tokens: int,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    rng: np.random.Generator | None = None,
+    eos: int | None = None,
+    context: int | None = None,
+) -> list[list[int]]:
+    """prompt (B, P) -> each row's new tokens, at most ``max_new_tokens``; a row ends before its
+    first ``eos``, which is not returned. Rows are independent: each generates what it would alone.
+
+    With ``context``, the model reads at most that many tokens: once the sequence is longer, each
+    step re-reads its last ``context`` tokens from an empty cache (as nanoGPT samples), which costs
+    a full pass over them per token."""
+    new: list[list[int]] = [[] for _ in prompt]
+    if max_new_tokens == 0:
+        return new
+    done = np.zeros(len(prompt), dtype=bool)
+    ids = prompt if context is None else prompt[:, -context:]
+    logits = decoder.step(ids)
+    cached = ids.shape[1]
+    for i in range(max_new_tokens):
+        next_ids = sample_next(logits, temperature, top_k, top_p, rng)[:, None].astype(np.int64)
+        for row in np.flatnonzero(~done):
+            if next_ids[row, 0] == eos:
+                done[row] = True
+            else:
+                new[row].append(int(next_ids[row, 0]))
+        if done.all() or i == max_new_tokens - 1:
+            break
+        ids = np.concatenate([ids, next_ids], axis=1)
+        if context is not None and cached == context:
+            decoder.reset()
+            logits = decoder.step(ids[:, -context:])
+        else:
+            logits = decoder.step(next_ids)
+            cached += 1
+    return new
+
+
+def length_normalised(log_prob: float, length: int, alpha: float) -> float:
+    """A finished hypothesis's score: log p / ((5 + length) / 6) ** alpha (Wu et al. 2016, as in
+    Vaswani et al. 2017 with alpha 0.6)."""
+    return log_prob / ((5 + length) / 6) ** alpha
+
+
+def beam_search(decoder: Decoder, start: int, eos: int, max_len: int, beam: int, alpha: float) -> list[int]:
+    """One sequence (the decoder's cache holds one row): keep the ``beam`` best partial
+    hypotheses by summed log-probability, starting after ``start``; a finished one is scored by
+    ``length_normalised``. ``eos`` ends a hypothesis only from within the top ``beam`` candidates,
+    as in fairseq, so beam 1 is greedy decoding. -> the best hypothesis, without ``eos``."""
+    hypotheses: list[tuple[float, list[int]]] = [(0.0, [])]  # (summed log p, tokens after start)
+    finished: list[tuple[float, list[int]]] = []  # (length-normalised score, tokens)
+    logits = decoder.step(np.array([[start]], dtype=np.int64))
+    for step in range(max_len + 1):
+        scores64 = logits.astype(np.float64)
+        log_probs = scores64 - scores64.max(-1, keepdims=True)
+        log_probs -= np.log(np.exp(log_probs).sum(-1, keepdims=True))
+        scores = np.array([s for s, _ in hypotheses])[:, None] + log_probs  # (n, V)
+        order = np.argsort(-scores, axis=None, kind="stable")[: min(2 * beam, scores.size)]
+        survivors: list[tuple[float, list[int], int]] = []
+        for rank, index in enumerate(order):
+            parent, token = divmod(int(index), log_probs.shape[1])
+            score, words = float(scores[parent, token]), hypotheses[parent][1]
+            if token == eos:
+                if rank < beam:
+                    finished.append((length_normalised(score, len(words), alpha), words))
+            elif len(survivors) < beam:
+                survivors.append((score, [*words, token], parent))
+        if len(finished) >= beam:
+            break
+        if step == max_len:  # out of length: the current hypotheses end here, unfinished
+            finished += [(length_normalised(s, len(w), alpha), w) for s, w in hypotheses]
+            break
+        decoder.reorder(np.array([parent for _, _, parent in survivors]))
+        hypotheses = [(score, words) for score, words, _ in survivors]
+        logits = decoder.step(np.array([[words[-1]] for _, words in hypotheses], dtype=np.int64))
+    return max(finished, key=lambda f: f[0])[1]

@@ -1,0 +1,19 @@
+"""The names a spec may use for each kind of building block, declared without torch.
+
+The schema validates against these names; ``tfcompile.nn`` maps each one to its implementation.
+A test checks that the two agree both ways (tests/test_registries.py), so adding a norm is one
+name here and one registered block in ``nn/``.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, get_args
+
+NormName = Literal["layernorm", "rmsnorm"]
+NORMS: tuple[str, ...] = get_args(NormName)
+
+ActivationName = Literal["relu", "gelu", "gelu_tanh", "silu", "swiglu", "geglu"]
+ACTIVATIONS: tuple[str, ...] = get_args(ActivationName)
+# The gated ones compute f(x W_gate) * (x W_up) (Shazeer 2020): the feed-forward's first matrix is
+# twice as wide, and its default width is 2/3 of a plain one's.
+GATED = frozenset({"swiglu", "geglu"})

@@ -1,0 +1,149 @@
+"""The task, tfcompile's unit of extension: one class per task, in its own module, that says
+everything the rest of the system asks about it.
+
+As a class (no data needed): the spec section it reads (which names the model families it
+trains), how to build its model, the graphs export writes with their parity checks, and what it
+adds to a bundle's manifest. As an instance (its data loaded): the sizes it takes from the data,
+batches, the loss, validation metrics, and what it measures after training.
+
+``cli``, ``train``, ``export`` and ``summary`` look a task up in ``TASKS`` by the spec's
+``task.type`` and never compare task names. Adding a task is one module with a
+``@register_task`` class (and its runtime class in ``tfcompile.runtime``).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import torch
+from tokenizers import Tokenizer
+from torch import nn
+
+from tfcompile import sequences
+from tfcompile.files import TOKENIZER_FILE
+from tfcompile.models import Assembly
+from tfcompile.registry import Registry
+from tfcompile.spec.schema import Spec, TaskSection, register_task_section
+
+if TYPE_CHECKING:  # export imports the tasks to look them up
+    from tfcompile.graphs.export import Graph
+
+Batch = dict[str, torch.Tensor]  # the model's inputs by name, plus the targets
+ModelFn = Callable[..., Any]
+
+
+@dataclass(frozen=True)
+class DataSize:
+    """A size a task took from its data: the dotted spec field, its value, and where it came from
+    (for the error when the spec declares another value)."""
+
+    field: str
+    value: Any
+    origin: str
+
+
+class Task(ABC):
+    section: ClassVar[type[TaskSection]]  # the spec's `task:` section for this task
+    # The graphs a bundle of this task holds, by name; none for a task that is not served.
+    graphs: ClassVar[dict[str, Graph]] = {}
+    not_served: ClassVar[str] = "it is not something to serve"  # why, when there are no graphs
+    # The validation metric that picks the `best` checkpoint, and which way is better.
+    best_metric: ClassVar[str] = "val_loss"
+    higher_is_better: ClassVar[bool] = False
+
+    tokenizer: Tokenizer | None = None  # text tasks; images have none
+
+    # ------------------------------------------------------------------ without data
+
+    @staticmethod
+    @abstractmethod
+    def build_model(spec: Spec) -> Assembly:
+        """The model this task trains, from a spec whose sizes are all known."""
+
+    @classmethod
+    def manifest(cls, spec: Spec) -> dict[str, Any]:
+        """What a bundle's manifest says about the model besides its family, vocabulary and context."""
+        return {}
+
+    # ------------------------------------------------------------------ with data
+
+    @abstractmethod
+    def __init__(self, spec: Spec, cache_dir: Path, tokenizer: Tokenizer | None = None) -> None:
+        """Load the spec's data. ``tokenizer``: reuse one (a resumed or fine-tuned run) instead of
+        training a new one; ``cache_dir`` keeps what is expensive to recompute (token ids)."""
+
+    def sizes(self, spec: Spec) -> list[DataSize]:
+        """The sizes this task took from the data: by default the tokenizer's vocabulary."""
+        if self.tokenizer is None:
+            return []
+        vocab = self.tokenizer.get_vocab_size()
+        assert spec.data is not None
+        origin = f"the {spec.data.tokenizer.type} tokenizer of data.path has {vocab} tokens"
+        return [DataSize("model.vocab_size", vocab, origin)]
+
+    def run_files(self) -> dict[str, str]:
+        """What a run keeps of the data's preparation, by file name: the tokenizer by default."""
+        return {TOKENIZER_FILE: self.tokenizer.to_str()} if self.tokenizer is not None else {}
+
+    def tokens(self, batch: Batch) -> int:
+        """Sequence positions in a batch, padding included (for tokens/s)."""
+        return batch["input_ids"].numel()
+
+    @abstractmethod
+    def batch(self, split: str, size: int, generator: torch.Generator) -> Batch:
+        """A batch of ``size`` examples of ``split`` ("train" or "val"), drawn with ``generator``."""
+
+    @abstractmethod
+    def loss(self, model: ModelFn, batch: Batch) -> torch.Tensor:
+        """The mean training loss of ``batch`` (a scalar)."""
+
+    @abstractmethod
+    def evaluate(self, model: ModelFn, batches: Iterator[Batch]) -> dict[str, float]:
+        """Validation metrics over ``batches``: ``val_loss`` and ``best_metric`` at least."""
+
+    def test_metrics(self, model: nn.Module, device: torch.device) -> dict[str, float]:
+        """Metrics on the data's test split after training (translation: BLEU); none by default."""
+        return {}
+
+    def eval_batches(
+        self, count: int, size: int, generator_for: Callable[[int], torch.Generator]
+    ) -> Iterator[Batch]:
+        """The batches ``evaluate`` sees: by default ``count`` random ones, the same at every evaluation."""
+        for i in range(count):
+            yield self.batch("val", size, generator_for(i))
+
+
+TASKS: Registry[type[Task]] = Registry("task")
+
+
+def register_task(cls: type[Task]) -> type[Task]:
+    """Register a task under its section's ``type``, and its section in the spec schema."""
+    register_task_section(cls.section)
+    TASKS.register(cls.section.model_fields["type"].default)(cls)
+    return cls
+
+
+def task_of(spec: Spec) -> type[Task]:
+    return TASKS[spec.task.type]
+
+
+def build_model(spec: Spec) -> Assembly:
+    """The model that the spec's task trains on the spec's family. Sizes the spec leaves to the
+    data (vocabulary, labels) must be known: a ValueError names them otherwise."""
+    missing = spec.sizes_from_data()
+    if missing:
+        raise ValueError(
+            f"{' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} not set: set "
+            f"{'it' if len(missing) == 1 else 'them'} in the spec, or train, which takes "
+            f"{'it' if len(missing) == 1 else 'them'} from the data"
+        )
+    return task_of(spec).build_model(spec)
+
+
+def pad_rows(rows: Sequence[Sequence[int]], value: int) -> torch.Tensor:
+    """tfcompile.sequences.pad_rows (the runtime pads with it too), as an int64 tensor."""
+    return torch.from_numpy(sequences.pad_rows(rows, value))

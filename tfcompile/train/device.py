@@ -1,0 +1,64 @@
+"""Where training runs: the device, the process group under torchrun, numerics (TF32, autocast),
+and the model as the step calls it (torch.compile, DistributedDataParallel)."""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+from tfcompile.spec.schema import TrainSpec
+from tfcompile.train.distributed import World, join_world
+from tfcompile.train.runs import TrainError
+
+
+@dataclass(frozen=True)
+class Placement:
+    device: torch.device
+    world: World
+    precision: str  # fp32, bf16 or fp16
+
+    def autocast(self) -> contextlib.AbstractContextManager:
+        if self.precision == "fp32":
+            return contextlib.nullcontext()
+        dtype = torch.bfloat16 if self.precision == "bf16" else torch.float16
+        return torch.autocast(self.device.type, dtype=dtype)
+
+    def compiles(self, spec: TrainSpec) -> bool:
+        """torch.compile: as the spec says; by default on CUDA, where it pays, and off on the CPU."""
+        return spec.compile if spec.compile is not None else self.device.type == "cuda"
+
+    def wrap(self, model: nn.Module, spec: TrainSpec) -> Any:
+        """The model as the training step calls it: compiled, and data-parallel under torchrun."""
+        forward = torch.compile(model) if self.compiles(spec) else model
+        if self.world.distributed:
+            ids = [self.device.index] if self.device.type == "cuda" else None
+            forward = DistributedDataParallel(forward, device_ids=ids)
+        return forward
+
+
+def place(spec: TrainSpec) -> Placement:
+    """Resolve train.device, join torchrun's process group if there is one (one GPU per local
+    rank), and turn on TF32 tensor cores for fp32 matmuls on CUDA."""
+    if spec.device == "cuda" and not torch.cuda.is_available():
+        raise TrainError("train.device is cuda, but no CUDA device is available; use auto or cpu")
+    choice = spec.device if spec.device != "auto" else "cuda" if torch.cuda.is_available() else "cpu"
+    device = torch.device(choice)
+    world = join_world(device.type)
+    if world.distributed:
+        if device.type == "cuda":
+            device = torch.device("cuda", world.local_rank)
+            torch.cuda.set_device(device)
+        if spec.batch_size % world.size:
+            raise TrainError(
+                f"train.batch_size ({spec.batch_size}) is the global batch and must divide evenly "
+                f"among the {world.size} processes: use a multiple of {world.size}"
+            )
+    if device.type == "cuda":  # TF32 tensor cores for fp32 matmuls (10-bit mantissa)
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+    return Placement(device, world, spec.precision)
