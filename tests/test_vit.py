@@ -191,3 +191,12 @@ def test_augmentation_shifts_within_bounds_and_flips_mirror() -> None:
     mirrored = flipped[:, 0, 3, 3] == 1  # column 4 mirrors to 8 - 1 - 4 = 3
     assert torch.equal(flipped[mirrored], images[mirrored].flip(-1))
     assert torch.equal(flipped[~mirrored], images[~mirrored]) and 10 < mirrored.sum() < 54
+
+
+def test_runs_from_before_positions_were_a_module_still_load() -> None:
+    model = build_model(vit_spec(positional="learned"))
+    state = model.state_dict()
+    state["position_table"] = state.pop("positional.table.weight")  # the key older runs saved
+    fresh = build_model(vit_spec(positional="learned"))
+    fresh.load_state_dict(state)
+    assert torch.equal(fresh.positional.table.weight, model.positional.table.weight)

@@ -40,6 +40,7 @@ class VisionTransformer(Assembly):
         for parameter in (self.cls_token, *positional.parameters()):
             if parameter is not None:
                 nn.init.normal_(parameter, std=spec.init_std)
+        self._register_load_state_dict_pre_hook(_rename_position_table)
 
     def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
         self._check_pixels(pixel_values)
@@ -66,3 +67,11 @@ class VisionTransformer(Assembly):
                 f"pixel_values must be a float tensor of shape (batch, {', '.join(map(str, expected))}), "
                 f"got {pixels.dtype} of shape {tuple(pixels.shape)}"
             )
+
+
+def _rename_position_table(state: dict[str, torch.Tensor], prefix: str, *args: object) -> None:
+    """Runs written before the positions were a registered module kept the learned table as
+    ``position_table``; they load under its name now."""
+    old = prefix + "position_table"
+    if old in state:
+        state[prefix + "positional.table.weight"] = state.pop(old)
