@@ -1,13 +1,14 @@
 """Training: the loop, and its pieces: device set-up, batches, optimizers and schedules, atomic
-checkpoints, metrics, progress."""
+checkpoints, metrics, progress, and the lock that gives a run folder one writer."""
 
-from tfcompile.train.checkpoint import CheckpointError
+from tfcompile.train.checkpoint import CheckpointError, RunWarning
 from tfcompile.train.loop import Trainer, TrainResult
 from tfcompile.train.metrics import read_metrics
 from tfcompile.train.runs import TrainError, init_from_run, load_run_spec, load_trained_model
 
 __all__ = [
     "CheckpointError",
+    "RunWarning",
     "TrainError",
     "TrainResult",
     "Trainer",

@@ -3,9 +3,9 @@ learning-rate schedule; every so often evaluate and checkpoint.
 
 Around it, in small pieces of their own: where it runs (train.device: the device, torchrun, TF32,
 autocast, compile), the batches (train.batches: reproducible, prefetched), checkpoints
-(train.checkpoint: atomic), metrics (train.metrics), progress (train.progress), and Ctrl-C, which
-finishes the current step, saves and stops. A resumed run reaches the weights of a run that never
-stopped.
+(train.checkpoint: atomic), metrics (train.metrics), progress (train.progress), the run folder's
+lock (train.lock: one writer at a time), and Ctrl-C, which finishes the current step, saves and
+stops. A resumed run reaches the weights of a run that never stopped.
 """
 
 from __future__ import annotations
@@ -22,20 +22,38 @@ import torch
 from tokenizers import Tokenizer
 
 from tfcompile.data import load_tokenizer
-from tfcompile.files import TOKENIZER_FILE, atomic_write_text
+from tfcompile.files import PREPROCESSING_FILE, TOKENIZER_FILE, atomic_write_text
 from tfcompile.spec import Spec, dump_spec
 from tfcompile.summary import forward_flops_per_token
 from tfcompile.tasks.task import build_model, task_of
 from tfcompile.train.batches import BatchStream
-from tfcompile.train.checkpoint import load_state, load_weights, resolve, save_checkpoint
+from tfcompile.train.checkpoint import (
+    checkpoint_folders,
+    intact,
+    load_latest,
+    load_state,
+    load_weights,
+    remove_temporaries,
+    save_checkpoint,
+    write_failure,
+)
 from tfcompile.train.device import place
 from tfcompile.train.distributed import leave_world
-from tfcompile.train.metrics import MetricsLog, Window
+from tfcompile.train.lock import RunLock
+from tfcompile.train.metrics import METRICS_FILE, MetricsLog, Window
 from tfcompile.train.optim import build_optimizer
 from tfcompile.train.progress import Progress
 from tfcompile.train.runs import SPEC_FILE, TrainError, init_from_run, load_run_spec, model_differences
 from tfcompile.train.schedule import learning_rate
 from tfcompile.train.speed import peak_flops
+
+# What makes a folder a run's: a new run refuses to write into a folder that holds any of them.
+RUN_FILES = (SPEC_FILE, TOKENIZER_FILE, PREPROCESSING_FILE, METRICS_FILE, "checkpoints")
+# What a second writer of a run folder is told to do, by whether it resumes.
+_LOCKED_ADVICE = {
+    False: "wait for it or choose another name with --set train.name=NAME",
+    True: "wait for it to finish",
+}
 
 
 @dataclass(frozen=True)
@@ -66,8 +84,16 @@ class Trainer:
         self.device, self.world = self.placement.device, self.placement.world
         self.show_progress = show_progress and self.world.is_main
         self.stop_requested = False
-        _check_run_dir(run_dir, spec, resume)
+        self.lock = RunLock(run_dir, _LOCKED_ADVICE[resume]) if self.world.is_main else None
+        try:
+            self._set_up(spec, resume)
+        except BaseException:
+            self._unlock()
+            raise
 
+    def _set_up(self, spec: Spec, resume: bool) -> None:
+        """Everything but the lock: from here on the run folder is this process's to write."""
+        _check_run_dir(self.run_dir, spec, resume)
         self.task = task_of(spec)(spec, spec.train.runs_dir / ".cache", self._tokenizer(spec, resume))
         self.spec = self._resolved(spec)
         t = self.spec.train
@@ -82,7 +108,7 @@ class Trainer:
         self.step = 0
         self.best: float | None = None  # of the task's best_metric
         self.window = Window()
-        self.metrics = MetricsLog(run_dir, enabled=self.world.is_main)
+        self.metrics = MetricsLog(self.run_dir, enabled=self.world.is_main)
         if resume:
             self._restore()
         if self.world.distributed:  # dropout differs per rank, and a resumed run draws the same
@@ -99,6 +125,14 @@ class Trainer:
     # ------------------------------------------------------------------ the loop
 
     def train(self) -> TrainResult:
+        """Train to ``train.steps`` (or until Ctrl-C); the run folder's lock is released at the end,
+        however it ends."""
+        try:
+            return self._train()
+        finally:
+            self._unlock()
+
+    def _train(self) -> TrainResult:
         t = self.spec.train
         val_loss, metrics = None, {}
         with _stop_on_sigint(self), Progress(t.steps, self.step, enabled=self.show_progress) as progress:
@@ -172,7 +206,7 @@ class Trainer:
         if not math.isfinite(loss_sum):
             raise TrainError(
                 f"the training loss became {loss_sum} at step {step}; lower the learning rate or use "
-                f"train.precision=fp32. The last checkpoint is {resolve(self.run_dir)}"
+                f"train.precision=fp32; {intact(self.run_dir)}"
             )
         return loss_sum, tokens
 
@@ -268,16 +302,26 @@ class Trainer:
         return spec.replace(changes)
 
     def _write_run_files(self) -> None:
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(self.run_dir / SPEC_FILE, dump_spec(self.spec))
-        for name, text in self.task.run_files().items():
-            atomic_write_text(self.run_dir / name, text)
+        try:
+            atomic_write_text(self.run_dir / SPEC_FILE, dump_spec(self.spec))
+            for name, text in self.task.run_files().items():
+                atomic_write_text(self.run_dir / name, text)
+        except OSError as e:
+            remove_temporaries(self.run_dir)
+            raise TrainError(write_failure(e, "writing the run's files", self.run_dir)) from e
+
+    def _unlock(self) -> None:
+        if self.lock is not None:
+            self.lock.release()
 
     def _restore(self) -> None:
-        path = resolve(self.run_dir)
-        assert path is not None
-        load_weights(self.model, path)
-        state = load_state(path)
+        """Load the newest checkpoint that loads (``last``, unless it is damaged) and continue from it."""
+
+        def load(path: Path) -> dict[str, Any]:
+            load_weights(self.model, path)
+            return load_state(path)
+
+        _, state = load_latest(self.run_dir, load, repair=self.world.is_main)
         self.optimizer.load_state_dict(state["optimizer"])
         self.scaler.load_state_dict(state["scaler"])
         self.step = state["step"]
@@ -290,7 +334,8 @@ class Trainer:
 
 
 def _check_run_dir(run_dir: Path, spec: Spec, resume: bool) -> None:
-    """A resumed run exists and builds the same model; a new run does not overwrite one."""
+    """A resumed run exists and builds the same model; a new run does not write into a folder that
+    holds any run's files (it would mix its metrics and checkpoints with theirs)."""
     if resume:
         saved = load_run_spec(run_dir)
         # vocab_size is left out here: the trainer checks it against the tokenizer.
@@ -301,12 +346,17 @@ def _check_run_dir(run_dir: Path, spec: Spec, resume: bool) -> None:
             raise TrainError(
                 f"cannot resume {run_dir}: its model differs from the spec's in {', '.join(differences)}"
             )
-        if resolve(run_dir) is None:
+        if not checkpoint_folders(run_dir):
             raise TrainError(f"cannot resume {run_dir}: it has no checkpoint yet")
-    elif resolve(run_dir) is not None:
+    elif checkpoint_folders(run_dir):
         raise TrainError(
             f"{run_dir} already holds a run: resume it with --resume {run_dir}, "
             f"or choose another name with --set train.name=NAME"
+        )
+    elif found := [name for name in RUN_FILES if (run_dir / name).exists()]:
+        raise TrainError(
+            f"{run_dir} already holds a run's files ({', '.join(found)}), but it holds no checkpoint "
+            "to resume: remove the folder or choose another name with --set train.name=NAME"
         )
 
 

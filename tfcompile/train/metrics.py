@@ -3,39 +3,83 @@ logged training loss and tokens/s are averaged over."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
 from tfcompile.files import atomic_write_text
+from tfcompile.train.checkpoint import RunWarning, remove_temporaries, write_failure
+from tfcompile.train.runs import TrainError
 
 METRICS_FILE = "metrics.jsonl"
 
 
 def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
+    """The run's records; a damaged line (a crash or a full disk mid-write) is skipped with a warning."""
     path = run_dir / METRICS_FILE
-    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+    return _records(path) if path.exists() else []
 
 
 class MetricsLog:
     """Appends records to RUN/metrics.jsonl (rank 0 only: ``enabled``)."""
 
     def __init__(self, run_dir: Path, enabled: bool = True) -> None:
+        self.run_dir = run_dir
         self.path = run_dir / METRICS_FILE
         self.enabled = enabled
 
     def append(self, record: dict[str, Any]) -> None:
-        if self.enabled:
+        """Append one line; when the disk is full, cut off what was half written and stop with a
+        TrainError naming the intact checkpoint."""
+        if not self.enabled:
+            return
+        size = self.path.stat().st_size if self.path.exists() else 0
+        try:
             with open(self.path, "a") as f:
                 f.write(json.dumps(record) + "\n")
+        except OSError as e:
+            with contextlib.suppress(OSError):
+                os.truncate(self.path, size)
+            what = f"appending step {record['step']} to {self.path}"
+            raise TrainError(write_failure(e, what, self.run_dir)) from e
 
     def truncate(self, step: int) -> None:
-        """Drop records past the checkpoint a run resumes from; they will be written again."""
-        if not self.path.exists():
+        """Drop records past the checkpoint a run resumes from (they will be written again), and
+        damaged lines."""
+        if not self.enabled or not self.path.exists():
             return
-        kept = [line for line in self.path.read_text().splitlines() if json.loads(line)["step"] <= step]
-        atomic_write_text(self.path, "".join(line + "\n" for line in kept))
+        kept = [json.dumps(r) for r in _records(self.path) if r["step"] <= step]
+        try:
+            atomic_write_text(self.path, "".join(line + "\n" for line in kept))
+        except OSError as e:
+            remove_temporaries(self.run_dir)
+            raise TrainError(write_failure(e, f"rewriting {self.path}", self.run_dir)) from e
+
+
+def _records(path: Path) -> list[dict[str, Any]]:
+    """The lines that are JSON records with an integer step; a RunWarning names the others."""
+    records, damaged = [], []
+    for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+        try:
+            record = json.loads(line)
+        except ValueError:
+            record = None
+        if isinstance(record, dict) and type(record.get("step")) is int:
+            records.append(record)
+        elif line.strip():
+            damaged.append(str(number))
+    if damaged:
+        warnings.warn(
+            f"{path}: skipped damaged line{'s' if len(damaged) > 1 else ''} {', '.join(damaged)} "
+            "(not a JSON record with an integer step)",
+            RunWarning,
+            stacklevel=3,
+        )
+    return records
 
 
 class Window:

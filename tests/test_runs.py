@@ -1,0 +1,458 @@
+"""Run folders that no crash, second writer, full disk or damaged file can corrupt: one writer at a
+time, no mixing with an existing run, atomic re-saves, and resumes that skip damaged parts."""
+
+from __future__ import annotations
+
+import errno
+import gc
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import warnings
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import torch
+from helpers import ROOT
+from safetensors import SafetensorError
+from test_train import SPEC, tiny_spec
+
+from tfcompile.spec import Spec
+from tfcompile.tasks import build_model
+from tfcompile.train import CheckpointError, RunWarning, Trainer, TrainError, load_trained_model, read_metrics
+from tfcompile.train import checkpoint as checkpoint_module
+from tfcompile.train import metrics as metrics_module
+from tfcompile.train.checkpoint import checkpoint_dir, checkpoint_folders, load_state, load_weights, resolve
+from tfcompile.train.lock import LOCK_FILE, RunLock
+
+# Dropout and gradient accumulation on, so that RNG state and batch order both matter on resume.
+RESUMABLE = ("train.steps=12", "train.grad_accum=2", "train.eval_interval=5", "train.checkpoint_interval=4")
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    env = os.environ | {"OMP_NUM_THREADS": "1"}
+    command = [sys.executable, "-m", "tfcompile", *args]
+    return subprocess.run(command, capture_output=True, text=True, cwd=ROOT, env=env, check=False)
+
+
+def sets(tmp_path: Path, *overrides: str) -> list[str]:
+    """tiny_spec's overrides as --set arguments."""
+    spec = tiny_spec(tmp_path, *overrides)
+    return [
+        f"--set=model.n_layers={spec.model.n_layers}",
+        f"--set=model.d_model={spec.model.d_model}",
+        f"--set=model.n_heads={spec.model.n_heads}",
+        f"--set=model.max_seq_len={spec.model.max_seq_len}",
+        f"--set=train.batch_size={spec.train.batch_size}",
+        f"--set=train.eval_batches={spec.train.eval_batches}",
+        f"--set=train.runs_dir={spec.train.runs_dir}",
+        *(f"--set={o}" for o in overrides),
+    ]
+
+
+def trainer(spec: Spec, run_dir: Path, **kwargs) -> Trainer:
+    return Trainer(spec, run_dir, show_progress=False, **kwargs)
+
+
+def snapshot(folder: Path) -> dict[str, bytes | None]:
+    """Every file and folder below ``folder`` with its contents."""
+    return {str(p.relative_to(folder)): p.read_bytes() if p.is_file() else None for p in folder.rglob("*")}
+
+
+def temporaries(run_dir: Path) -> list[Path]:
+    return [p for p in run_dir.rglob("*") if p.name.endswith(".tmp")]
+
+
+def weights(path: Path, spec: Spec) -> dict[str, torch.Tensor]:
+    """The weights a checkpoint folder holds (its state must load too)."""
+    model = build_model(spec)
+    load_weights(model, path)
+    load_state(path)
+    return model.state_dict()
+
+
+def same(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+# ---------------------------------------------------------------------------------- one writer
+
+
+def test_a_second_process_training_the_same_run_is_refused_with_the_holders_pid(tmp_path: Path) -> None:
+    run_dir = tmp_path / "runs" / "x"
+    first = trainer(tiny_spec(tmp_path, "train.steps=2", "train.name=x"), run_dir)
+    second = cli("train", str(SPEC), *sets(tmp_path, "train.steps=2", "train.name=x"))
+    assert second.returncode == 1 and "Traceback" not in second.stderr, second.stderr
+    assert f"{run_dir} is being written by process {os.getpid()} on host " in second.stderr
+    assert "wait for it or choose another name with --set train.name=NAME" in second.stderr
+    assert first.train().step == 2  # the first run is untouched by the refusal
+    assert not (run_dir / LOCK_FILE).exists()  # released at the end
+
+    resuming = trainer(tiny_spec(tmp_path, "train.steps=4", "train.name=x"), run_dir, resume=True)
+    again = cli("train", "--resume", str(run_dir), "--set=train.steps=4")
+    assert again.returncode == 1 and "Traceback" not in again.stderr, again.stderr
+    assert (
+        f"is being written by process {os.getpid()}" in again.stderr
+        and "wait for it to finish" in again.stderr
+    )
+    assert resuming.train().step == 4
+    assert [r["step"] for r in read_metrics(run_dir)] == [2, 4]  # no step twice
+
+
+def test_a_lock_is_released_when_its_owner_is_dropped(tmp_path: Path) -> None:
+    folder = tmp_path / "runs" / "locked"
+    lock = RunLock(folder, "wait")
+    with pytest.raises(TrainError, match=f"{folder} is being written by process {os.getpid()} "):
+        RunLock(folder, "wait")  # flock locks open files: a second lock in one process conflicts too
+    del lock
+    gc.collect()
+    RunLock(folder, "wait").release()
+    assert not folder.exists()  # the lock made the folder and nothing else wrote into it
+
+    dropped = trainer(tiny_spec(tmp_path, "train.steps=1"), tmp_path / "runs" / "dropped")  # never trained
+    with pytest.raises(TrainError, match="is being written by"):
+        RunLock(dropped.run_dir, "wait")
+    del dropped
+    gc.collect()
+    RunLock(tmp_path / "runs" / "dropped", "wait").release()
+
+
+def test_a_lock_left_by_a_process_killed_with_sigkill_does_not_block_the_next_run(tmp_path: Path) -> None:
+    run_dir = tmp_path / "runs" / "killed"
+    args = sets(tmp_path, "train.steps=100000", "train.checkpoint_interval=1", "train.name=killed")
+    env = os.environ | {"OMP_NUM_THREADS": "1"}
+    command = [sys.executable, "-m", "tfcompile", "train", str(SPEC), *args]
+    log = tmp_path / "stderr.txt"
+    with open(log, "w") as stderr:
+        process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=stderr)
+    try:
+        deadline = time.monotonic() + 120
+        while not (checkpoint_dir(run_dir) / "last").exists():
+            assert process.poll() is None, log.read_text()
+            assert time.monotonic() < deadline, "the run wrote no checkpoint in 120 s"
+            time.sleep(0.2)
+        time.sleep(0.5)  # somewhere in the next steps
+    finally:
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+    assert (run_dir / LOCK_FILE).exists()  # left behind, but no longer locked
+    step = load_state(resolve(run_dir))["step"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RunWarning)  # the kill may have cut a metrics line
+        resumed = trainer(tiny_spec(tmp_path, f"train.steps={step + 2}"), run_dir, resume=True)
+    assert resumed.train().step == step + 2
+    assert not temporaries(run_dir) and not (run_dir / LOCK_FILE).exists()
+
+
+# ---------------------------------------------------------------------------------- no mixing
+
+
+@pytest.mark.parametrize("files", ["a finished run", "a run killed before its first checkpoint"])
+def test_a_new_run_into_a_folder_holding_a_run_is_refused_and_changes_nothing(
+    tmp_path: Path, files: str
+) -> None:
+    run_dir = tmp_path / "runs" / "run"
+    if files == "a finished run":
+        trainer(tiny_spec(tmp_path, "train.steps=2"), run_dir).train()
+        expected = "already holds a run: resume it with --resume"
+    else:
+        run_dir.mkdir(parents=True)
+        (run_dir / "spec.yaml").write_text("model: {}\n")
+        (run_dir / "metrics.jsonl").write_text('{"step": 10, "train_loss": 3.0}\n')
+        expected = (
+            r"already holds a run's files \(spec.yaml, metrics.jsonl\), but it holds no checkpoint to "
+            r"resume: remove the folder or choose another name with --set train.name=NAME"
+        )
+    before = snapshot(run_dir)
+    with pytest.raises(TrainError, match=expected):
+        trainer(tiny_spec(tmp_path, "train.steps=2"), run_dir)
+    assert snapshot(run_dir) == before
+
+
+# ---------------------------------------------------------------------------------- atomic saves
+
+
+class Crash(Exception):
+    """A failure that is not an OSError: a bug, a signal turned into an exception."""
+
+
+class CrashAt:
+    """Wraps functions so that the n-th call among all of them raises Crash."""
+
+    def __init__(self, n: int) -> None:
+        self.n, self.calls = n, 0
+
+    def wrap(self, real: Callable) -> Callable:
+        def call(*args, **kwargs):
+            self.calls += 1
+            if self.calls == self.n:
+                raise Crash(f"call {self.n}")
+            return real(*args, **kwargs)
+
+        return call
+
+
+def test_a_crash_at_any_point_of_a_re_save_leaves_last_and_best_complete(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run = trainer(
+        tiny_spec(tmp_path, "train.steps=4", "train.checkpoint_interval=2"), tmp_path / "runs" / "r"
+    )
+    run.train()
+    root = checkpoint_dir(run.run_dir)
+    committed = {which: weights(resolve(run.run_dir, which), run.spec) for which in ("last", "best")}
+    steps = [
+        (checkpoint_module, "save_model"),
+        (torch, "save"),
+        (os, "fsync"),
+        (Path, "mkdir"),
+        (Path, "rename"),
+        (Path, "replace"),
+        (Path, "write_text"),
+    ]
+    for crash_at in range(1, 100):
+        crash = CrashAt(crash_at)
+        with torch.no_grad():
+            run.model.embed.weight.add_(1.0)
+        now = {k: v.clone() for k, v in run.model.state_dict().items()}
+        with monkeypatch.context() as patch:
+            for owner, name in steps:
+                patch.setattr(owner, name, crash.wrap(getattr(owner, name)))
+            try:
+                run.save(best=True)  # the same step again: a re-save
+                finished = True
+            except Crash:
+                finished = False
+        for which in ("last", "best"):
+            saved = weights(resolve(run.run_dir, which), run.spec)  # complete and loadable
+            assert same(saved, committed[which]) or same(saved, now), (crash_at, which)
+            committed[which] = saved
+        assert not temporaries(run.run_dir), crash_at
+        assert len(checkpoint_folders(run.run_dir)) <= 3, os.listdir(root)
+        if finished:
+            break
+    assert finished and crash.calls == crash_at - 1 >= 12, crash.calls  # each call failed once
+    assert same(committed["last"], now) and same(committed["best"], now)
+
+
+@pytest.mark.parametrize("writer", ["torch.save", "safetensors"])
+def test_a_full_disk_while_checkpointing_names_the_intact_checkpoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, writer: str
+) -> None:
+    run = trainer(
+        tiny_spec(tmp_path, "train.steps=4", "train.checkpoint_interval=2"), tmp_path / "runs" / "r"
+    )
+    run.train()
+    before = weights(resolve(run.run_dir), run.spec)
+
+    def full(*args, **kwargs):  # as the libraries report it: torch chains the OSError, safetensors quotes it
+        if writer == "safetensors":
+            raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
+        try:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        except OSError:
+            raise RuntimeError(
+                "[enforce fail at inline_container.cc:672] . unexpected pos 832 vs 726"
+            ) from None
+
+    monkeypatch.setattr(
+        *((torch, "save") if writer == "torch.save" else (checkpoint_module, "save_model")), full
+    )
+    run.step = 5
+    with pytest.raises(CheckpointError) as error:
+        run.save()
+    last = checkpoint_dir(run.run_dir) / "step-000004"
+    assert str(error.value) == (
+        "no space left on device while writing the checkpoint of step 5; "
+        f"the checkpoint of step 4 ({last}) is intact"
+    )
+    assert same(weights(resolve(run.run_dir), run.spec), before) and not temporaries(run.run_dir)
+
+
+def test_a_full_disk_while_appending_metrics_is_one_error_and_leaves_no_half_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run = trainer(
+        tiny_spec(tmp_path, "train.steps=2", "train.checkpoint_interval=2"), tmp_path / "runs" / "r"
+    )
+    run.train()
+    before = (run.run_dir / "metrics.jsonl").read_bytes()
+    real_open = open
+
+    class HalfWriter:
+        def __init__(self, path: Path, mode: str) -> None:
+            self.file = real_open(path, mode)
+
+        def __enter__(self) -> HalfWriter:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            self.file.close()
+
+        def write(self, text: str) -> None:
+            self.file.write(text[: len(text) // 2])
+            self.file.flush()
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(metrics_module, "open", HalfWriter, raising=False)
+    with pytest.raises(
+        TrainError, match=r"^no space left on device while appending step 3 to .*metrics\.jsonl; "
+    ):
+        run.metrics.append({"step": 3, "train_loss": 1.0})
+    assert (run.run_dir / "metrics.jsonl").read_bytes() == before
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A real 4 MiB file system (tmpfs), for a real ENOSPC."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(disk)], capture_output=True, text=True
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here (needs root in a sandbox): {mounted.stderr.strip()}")
+    try:
+        yield disk
+    finally:
+        subprocess.run(["umount", str(disk)], check=True)
+
+
+def fill(disk: Path) -> None:
+    """Write into ``disk`` until it is full."""
+    n = 0
+    while (disk / f"filler-{n}").exists():
+        n += 1
+    with open(disk / f"filler-{n}", "wb", buffering=0) as f:
+        for chunk in (1 << 16, 1 << 12, 1):
+            try:
+                while True:
+                    f.write(b"\0" * chunk)
+            except OSError as e:
+                assert e.errno == errno.ENOSPC
+
+
+def test_a_real_full_disk_keeps_the_previous_checkpoint_and_metrics(tmp_path: Path, small_disk: Path) -> None:
+    run = trainer(tiny_spec(tmp_path, "train.steps=2", "train.checkpoint_interval=2"), small_disk / "run")
+    run.train()
+    before = weights(resolve(run.run_dir), run.spec)
+    metrics = (run.run_dir / "metrics.jsonl").read_bytes()
+    fill(small_disk)
+    with torch.no_grad():
+        run.model.embed.weight.add_(1.0)
+    run.step = 3
+    with pytest.raises(CheckpointError) as error:
+        run.save()
+    last = checkpoint_dir(run.run_dir) / "step-000002"
+    assert str(error.value) == (
+        "no space left on device while writing the checkpoint of step 3; "
+        f"the checkpoint of step 2 ({last}) is intact"
+    )
+    assert same(weights(resolve(run.run_dir), run.spec), before) and not temporaries(run.run_dir)
+    fill(small_disk)  # the failed save freed what it had written
+    with pytest.raises(
+        TrainError, match=rf"^no space left on device while appending step 3 .*; .*{last}\) is intact$"
+    ):
+        run.metrics.append({"step": 3, "note": "x" * 20000})
+    assert (run.run_dir / "metrics.jsonl").read_bytes() == metrics
+
+
+# ---------------------------------------------------------------------------------- damaged runs
+
+
+@pytest.fixture(scope="module")
+def straight_and_stopped(tmp_path_factory: pytest.TempPathFactory) -> tuple[Trainer, Path]:
+    """A run of 12 steps, and one stopped by Ctrl-C at step 7 (checkpoints: step 5, the best, and 7)."""
+    tmp = tmp_path_factory.mktemp("runs")
+    straight = trainer(tiny_spec(tmp, *RESUMABLE), tmp / "runs" / "straight")
+    straight.train()
+
+    def ctrl_c_at_step_7(run: Trainer, step: int) -> None:
+        if step == 7:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    stopped = trainer(tiny_spec(tmp, *RESUMABLE), tmp / "runs" / "stopped", on_step=ctrl_c_at_step_7)
+    assert stopped.train().step == 7
+    assert [p.name for p in checkpoint_folders(stopped.run_dir)] == ["step-000005", "step-000007"]
+    return straight, stopped.run_dir
+
+
+def damage(run_dir: Path, how: str) -> None:
+    step_7 = checkpoint_dir(run_dir) / "step-000007"
+    if how in ("model.safetensors", "state.pt"):
+        data = (step_7 / how).read_bytes()
+        (step_7 / how).write_bytes(data[: len(data) // 2])
+    elif how == "garbage pointer":
+        (checkpoint_dir(run_dir) / "last").write_bytes(b"\x00\xffgarbage")
+    else:
+        (checkpoint_dir(run_dir) / "last").write_text("step-000009\n")
+
+
+@pytest.mark.parametrize(
+    ("how", "skipped", "used"),
+    [
+        ("model.safetensors", r"step-000007 is damaged: model\.safetensors: ", "step-000005"),
+        ("state.pt", r"step-000007 is damaged: state\.pt: ", "step-000005"),
+        ("garbage pointer", r"checkpoints/last is damaged: it does not hold a checkpoint", "step-000007"),
+        ("missing folder", r"checkpoints/last names step-000009, which is missing", "step-000007"),
+    ],
+    ids=["truncated weights", "truncated state", "garbage in last", "last names a missing folder"],
+)
+def test_resume_skips_a_damaged_checkpoint_and_reaches_the_uninterrupted_weights(
+    tmp_path: Path, straight_and_stopped: tuple[Trainer, Path], how: str, skipped: str, used: str
+) -> None:
+    straight, stopped = straight_and_stopped
+    run_dir = tmp_path / "stopped"
+    shutil.copytree(stopped, run_dir)
+    damage(run_dir, how)
+    with pytest.warns(RunWarning, match=rf"{skipped}.*; resuming from .*{used}$"):
+        resumed = trainer(tiny_spec(tmp_path, *RESUMABLE), run_dir, resume=True)
+    assert resumed.step == int(used.removeprefix("step-"))
+    resumed.train()
+    assert same(resumed.model.state_dict(), straight.model.state_dict())
+    strip = lambda ms: [{k: v for k, v in m.items() if k != "tokens_per_s"} for m in ms]  # noqa: E731
+    assert strip(read_metrics(run_dir)) == strip(read_metrics(straight.run_dir))
+    assert resolve(run_dir) == checkpoint_dir(run_dir) / "step-000012"
+
+
+def test_a_damaged_pointer_or_every_checkpoint_damaged_is_one_clear_error(
+    tmp_path: Path, straight_and_stopped: tuple[Trainer, Path]
+) -> None:
+    run_dir = tmp_path / "stopped"
+    shutil.copytree(straight_and_stopped[1], run_dir)
+    damage(run_dir, "garbage pointer")
+    with pytest.raises(CheckpointError, match="checkpoints/last is damaged"):
+        load_trained_model(run_dir)
+    for folder in checkpoint_folders(run_dir):
+        (folder / "model.safetensors").write_bytes(b"")
+    with pytest.raises(
+        CheckpointError, match=r"^cannot resume .*step-000007 is damaged.*step-000005 is damaged"
+    ):
+        trainer(tiny_spec(tmp_path, *RESUMABLE), run_dir, resume=True)
+    assert not (run_dir / LOCK_FILE).exists()
+
+
+def test_damaged_metrics_lines_are_skipped_with_a_warning(tmp_path: Path) -> None:
+    run_dir = (
+        trainer(tiny_spec(tmp_path, "train.steps=4", "train.checkpoint_interval=2"), tmp_path / "r")
+        .train()
+        .run_dir
+    )
+    path = run_dir / "metrics.jsonl"
+    good = path.read_text().splitlines()
+    assert len(good) == 1
+    path.write_text("\n".join(['{"step": 2, "train_lo', *good, '{"no": "step"}', '"x"', ""]) + "\n")
+    with pytest.warns(RunWarning, match=r"metrics\.jsonl: skipped damaged lines 1, 3, 4 \(not a JSON record"):
+        assert [r["step"] for r in read_metrics(run_dir)] == [4]
+    with pytest.warns(RunWarning, match="skipped damaged lines 1, 3, 4"):
+        resumed = trainer(
+            tiny_spec(tmp_path, "train.steps=6", "train.checkpoint_interval=2"), run_dir, resume=True
+        )
+    resumed.train()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the resume rewrote the file without the damaged lines
+        assert [r["step"] for r in read_metrics(run_dir)] == [4, 6]
