@@ -16,3 +16,14 @@ def tiny_model(**overrides: Any) -> DecoderSpec:
     """A decoder small enough to run in milliseconds; fields as in a spec's `model:` section."""
     base = {"vocab_size": 50, "d_model": 32, "n_layers": 2, "n_heads": 4, "max_seq_len": 16}
     return Spec.model_validate({"model": merge(base, overrides)}).model
+
+
+def assert_follows_schema(bundle: Path) -> None:
+    """The bundle's manifest.json validates against the published schema, read as any client
+    would read it: with jsonschema, knowing nothing of tfcompile's models."""
+    import json
+
+    import jsonschema
+
+    schema = json.loads((ROOT / "schemas" / "manifest.schema.json").read_text())
+    jsonschema.validate(json.loads((bundle / "manifest.json").read_text()), schema)

@@ -13,7 +13,7 @@ import numpy as np
 import onnx
 import pytest
 import torch
-from helpers import ROOT
+from helpers import ROOT, assert_follows_schema
 
 from tfcompile.cli import main
 from tfcompile.export import ExportError, Source, export_bundle, verify_bundle
@@ -56,22 +56,37 @@ def bundle(run_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_bundle_holds_the_files_and_a_complete_manifest(bundle: Path) -> None:
     files = {"model.onnx", "decoder_step.onnx", "tokenizer.json", "spec.yaml"}
     assert {p.name for p in bundle.iterdir()} == files | {"manifest.json"}
+    assert_follows_schema(bundle)
     manifest = json.loads((bundle / "manifest.json").read_text())
-    assert manifest["format_version"] == FORMAT_VERSION and manifest["opset"] == 18
+    assert manifest["format_version"] == FORMAT_VERSION == 2 and manifest["opset"] == 18
     graph = manifest["graphs"]["model"]
-    assert graph["inputs"] == [
-        {"name": "input_ids", "dtype": "int64", "shape": ["batch", "sequence"]},
-        {"name": "attention_mask", "dtype": "int64", "shape": ["batch", "sequence"]},
+    assert graph["role"] == "forward"
+    assert [(t["name"], t["dtype"], t["shape"]) for t in graph["inputs"]] == [
+        ("input_ids", "int64", ["batch", "sequence"]),
+        ("attention_mask", "int64", ["batch", "sequence"]),
     ]
     assert graph["outputs"][0]["name"] == "logits" and graph["outputs"][0]["shape"][2] == 65
+    every = [t for g in manifest["graphs"].values() for t in g["inputs"] + g["outputs"]]
+    assert all(t["meaning"] for t in every), "every input and output is explained"
     assert set(manifest["versions"]) == {"tfcompile", "torch", "onnx", "onnxscript", "onnxruntime"}
     assert set(manifest["files"]) == files
     for graph in ("model", "step"):
         assert manifest["parity"][graph]["passed"] and manifest["parity"][graph]["max_abs_diff"] < 1e-5
-    sizes = {"vocab_size": 65, "max_seq_len": 24, "n_layers": 2, "n_kv_heads": 2, "head_dim": 8}
-    assert manifest["model"] == {"family": "decoder", **sizes}
-    past_key = {"name": "past_key_0", "dtype": "float32", "shape": ["batch", 2, "past_sequence", 8]}
-    assert manifest["graphs"]["step"]["inputs"][2] == past_key
+    assert manifest["model"] == {"family": "decoder", "vocab_size": 65, "max_seq_len": 24}
+    step = manifest["graphs"]["step"]
+    assert step["role"] == "decode_step"
+    layers = range(2)
+    assert step["cache"] == {
+        "past": [f"past_key_{i}" for i in layers] + [f"past_value_{i}" for i in layers],
+        "present": [f"present_key_{i}" for i in layers] + [f"present_value_{i}" for i in layers],
+        "axis": "past_sequence",
+    }
+    past_key = next(t for t in step["inputs"] if t["name"] == "past_key_0")
+    assert (past_key["dtype"], past_key["shape"]) == ("float32", ["batch", 2, "past_sequence", 8])
+    assert manifest["generation"]["context_length"] == 24
+    assert manifest["generation"]["stop_token_ids"] == []  # the lecture's vocabulary has no [EOS]
+    tokenizer = manifest["tokenizer"]
+    assert tokenizer["padding_side"] == "left" and tokenizer["unknown"] == "refuse"
 
 
 def test_runtime_logits_equal_torch_logits(bundle: Path, run_dir: Path) -> None:
@@ -163,7 +178,9 @@ def test_runtime_never_imports_torch(bundle: Path) -> None:
 
 
 def test_verify_reruns_parity_from_the_run(bundle: Path, run_dir: Path) -> None:
-    reports = verify_bundle(bundle)
+    with pytest.raises(ExportError, match=r"exported from the run .*tiny'.*pass --run RUN"):
+        verify_bundle(bundle)  # the manifest names the run, but its word opens nothing outside it
+    reports = verify_bundle(bundle, run=run_dir)
     assert reports["model"].passed and len(reports["model"].cases) == 4 and reports["step"].passed
     assert all(r.passed for r in verify_bundle(bundle, run=run_dir).values())
 
@@ -226,9 +243,16 @@ def test_sampling_is_seeded_and_respects_top_k(bundle: Path) -> None:
     assert sample_next(logits, temperature=0).tolist() == [0] * 400
 
 
-def test_generation_past_the_context_is_refused(bundle: Path) -> None:
-    with pytest.raises(InputError, match=r"plus max_new_tokens \(20\) exceeds the model's context of 24"):
-        load(bundle).generate(np.zeros((1, 5), dtype=np.int64), 20)
+def test_generation_past_the_context_reads_the_last_context_tokens_as_sample_does(
+    bundle: Path, run_dir: Path
+) -> None:
+    from tfcompile.tasks.causal_lm import generate
+
+    prompt = np.zeros((1, 5), dtype=np.int64)
+    _, reference = load_trained_model(run_dir)
+    expected = generate(reference, torch.from_numpy(prompt), 30, temperature=0).numpy()  # 35 > 24
+    assert np.array_equal(load(bundle).generate(prompt, 30, temperature=0), expected)
+    assert np.array_equal(load(bundle).generate(prompt, 30, temperature=0, use_cache=False), expected)
 
 
 def test_cli_generate_uses_the_runtime(bundle: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -285,4 +309,4 @@ def test_an_fp16_bundle_holds_parity_to_the_fp32_model_and_serves_float32(
     assert np.abs(served - reference).max() <= 1e-2 * np.abs(reference).max()
     generated = half.generate(ids[:, :4], 12, temperature=0)  # fp16 caches through the I/O binding
     assert generated.shape == (2, 16) and np.array_equal(generated[:, :4], ids[:, :4])
-    assert all(r.passed and r.relative for r in verify_bundle(half_dir).values())
+    assert all(r.passed and r.relative for r in verify_bundle(half_dir, run_dir).values())

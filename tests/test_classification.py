@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from helpers import ROOT, SHARED_DATA
+from helpers import ROOT, SHARED_DATA, assert_follows_schema
 
 from tfcompile.cli import main
 from tfcompile.data import DataError
@@ -145,8 +145,9 @@ def test_classifier_bundle_parity_and_runtime_classify(finetuned: Path, tmp_path
     bundle = tmp_path / "bundle"
     reports = export_bundle(None, Source(run=finetuned), bundle)
     assert set(reports) == {"model"} and reports["model"].max_abs_diff < 1e-5
+    assert_follows_schema(bundle)
     manifest = json.loads((bundle / "manifest.json").read_text())
-    assert manifest["task"] == "classification" and manifest["model"]["labels"] == ["0", "1"]
+    assert manifest["task"] == "classification" and manifest["labels"] == ["0", "1"]
     names = [i["name"] for i in manifest["graphs"]["model"]["inputs"]]
     assert names == ["input_ids", "attention_mask", "token_type_ids"]
 

@@ -192,3 +192,23 @@ def test_cache_past_the_context_is_refused() -> None:
         model(torch.zeros(1, 1, dtype=torch.long), cache=cache)
     with pytest.raises(ValueError, match=r"must be \(batch, cached \+ new tokens\)"):
         model(torch.zeros(1, 1, dtype=torch.long), torch.ones(1, 2), cache=model.empty_cache(1))
+
+
+@pytest.mark.parametrize("positional", ["learned", "sinusoidal", "rope", "relative", "none"])
+def test_a_left_padded_row_reads_as_it_would_alone(positional: str) -> None:
+    """Positions count the real tokens of the mask: padding on the left moves nothing."""
+    torch.manual_seed(0)
+    model = DecoderLM(tiny_model(positional=positional)).eval()
+    rows = [torch.randint(0, 50, (n,)) for n in (1, 5, 9)]
+    width = max(len(r) for r in rows)
+    ids = torch.stack([torch.cat([torch.zeros(width - len(r), dtype=torch.long), r]) for r in rows])
+    mask = torch.stack([torch.arange(width) >= width - len(r) for r in rows]).long()
+    with torch.no_grad():
+        batched = model(ids, mask)
+        cache = model.empty_cache(len(rows))
+        model(ids[:, :-2], mask[:, :-2], cache=cache)  # the prompt, then two single steps
+        stepped = [model(ids[:, t : t + 1], mask[:, : t + 1], cache=cache) for t in (width - 2, width - 1)]
+        for i, row in enumerate(rows):
+            alone = model(row[None])[0]
+            torch.testing.assert_close(batched[i, width - len(row) :], alone, atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(stepped[-1][i, -1], alone[-1], atol=1e-5, rtol=1e-5)

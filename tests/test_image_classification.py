@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from helpers import ROOT
+from helpers import ROOT, assert_follows_schema
 from PIL import Image
 from sklearn.datasets import load_digits
 
@@ -129,11 +129,14 @@ def test_the_bundle_holds_parity_and_serves_paths_and_arrays_as_pytorch_does(
     _, model = load_trained_model(digits_run.run_dir)
     fresh = check_image_classifier_parity(model, bundle / "model.onnx", 1e-4, batches=(2, 7, 33), seed=5)
     assert fresh.passed, fresh.to_dict()
+    assert_follows_schema(bundle)
     manifest = json.loads((bundle / "manifest.json").read_text())
-    assert manifest["model"]["labels"] == [str(d) for d in range(10)]
-    assert (bundle / "preprocessing.json").read_text() == (
-        digits_run.run_dir / "preprocessing.json"
-    ).read_text()
+    assert manifest["labels"] == [str(d) for d in range(10)]
+    trained = json.loads((digits_run.run_dir / "preprocessing.json").read_text())
+    image = manifest["image"]  # the preprocessing, as fields a client in any language reads
+    assert (image["size"], image["channels"], image["channel_order"]) == (8, 1, "L")
+    assert (image["mean"], image["std"]) == (trained["mean"], trained["std"])
+    assert (image["resize"], image["crop"], image["layout"]) == ("shorter_side", "center", "NCHW")
 
     classifier = load(bundle)
     assert isinstance(classifier, ImageClassifier)
@@ -141,7 +144,7 @@ def test_the_bundle_holds_parity_and_serves_paths_and_arrays_as_pytorch_does(
     # Float arrays in [0, 1] against PyTorch on the same normalised pixels.
     arrays = [DIGITS.images[i] / 16 for i in rows]
     served = classifier.classify_images(arrays)
-    p = json.loads((bundle / "preprocessing.json").read_text())
+    p = manifest["image"]
     pixels = (torch.tensor(np.stack(arrays), dtype=torch.float32)[:, None] - p["mean"][0]) / p["std"][0]
     with torch.no_grad():
         expected = model(pixels).softmax(-1).numpy()

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from helpers import ROOT, SHARED_DATA
+from helpers import ROOT, SHARED_DATA, assert_follows_schema
 
 from tfcompile.cli import main
 from tfcompile.data import DataError
@@ -160,6 +160,7 @@ def test_the_bundle_translates_exactly_as_pytorch_does(
     assert all(r.passed and r.max_abs_diff < 1e-5 for r in reports.values()), {
         k: r.to_dict() for k, r in reports.items()
     }
+    assert_follows_schema(tmp_path / "bundle")
     translator = load(tmp_path / "bundle", providers=["CPUExecutionProvider"])
     assert isinstance(translator, Translator)
     spec, model = load_trained_model(run)
@@ -183,3 +184,7 @@ def test_the_bundle_translates_exactly_as_pytorch_does(
     assert main(["classify", str(tmp_path / "bundle"), "x"]) == 2
     with pytest.raises(InputError, match="at least one real token"):
         translator.translate_ids(ids[:1], np.zeros_like(ids[:1]))
+    # A batch of sources of different lengths translates as each source alone.
+    for row in range(4):
+        alone = translator.translate_ids(ids[row : row + 1, mask[row] == 1], beam=1, max_len=30)
+        assert alone == [expected_greedy[row]]

@@ -24,6 +24,7 @@ from tfcompile.cli import main
 from tfcompile.data import train_tokenizer
 from tfcompile.graphs.export import CLASSIFIER_INPUTS, Graph, export_forward
 from tfcompile.graphs.parity import check_forward_parity
+from tfcompile.manifest import TokenizerInfo
 from tfcompile.models import Encoder
 from tfcompile.models.common import init_weights
 from tfcompile.runtime import Bundle, load, register_runtime
@@ -81,7 +82,7 @@ def _check_tagger(model: Tagger, path: Path, tolerance: float, seed: int = 0) ->
 @register_task
 class Tagging(Task):
     section = TaggingTask
-    graphs: ClassVar[dict[str, Graph]] = {"model": Graph(_export_tagger, _check_tagger)}
+    graphs: ClassVar[dict[str, Graph]] = {"model": Graph("forward", _export_tagger, _check_tagger)}
     best_metric = "val_accuracy"
     higher_is_better = True
 
@@ -91,7 +92,7 @@ class Tagging(Task):
         return Tagger(spec.model, len(spec.task.labels))
 
     @classmethod
-    def manifest(cls, spec: Spec) -> dict[str, Any]:
+    def manifest(cls, spec: Spec, tokenizer: TokenizerInfo | None, run: Path | None) -> dict[str, Any]:
         assert isinstance(spec.task, TaggingTask)
         return {"labels": spec.task.labels}
 
@@ -145,7 +146,8 @@ class TaggerBundle(Bundle):
         ids = np.array([self.tokenizer.encode(text).ids])
         feed = {"input_ids": ids, "attention_mask": np.ones_like(ids), "token_type_ids": np.zeros_like(ids)}
         (logits,) = run(self.session, feed)
-        return [self.manifest["model"]["labels"][i] for i in logits[0].argmax(-1)]
+        assert self.manifest.labels is not None
+        return [self.manifest.labels[i] for i in logits[0].argmax(-1)]
 
 
 SPEC = """\
@@ -168,7 +170,7 @@ def test_a_task_defined_outside_tfcompile_trains_exports_and_serves(
     assert "task.labels from the data" in capsys.readouterr().out
     assert main(["train", "tagging.yaml"]) == 0
     assert main(["export", "runs/tagging", "--out", "bundle"]) == 0
-    assert main(["verify", "bundle"]) == 0
+    assert main(["verify", "bundle", "--run", "runs/tagging"]) == 0
 
     tagger = load("bundle")
     assert isinstance(tagger, TaggerBundle)
@@ -229,12 +231,16 @@ def _branching_names(tree: ast.AST) -> Iterator[tuple[int, str]]:
 
 
 # A translator's graphs are named "encoder" and "step": a graph's name, not the family's.
-GRAPH_NAMES = {"tasks/seq2seq.py": {"encoder"}}
+GRAPH_NAMES = {"tasks/seq2seq.py": {"encoder"}, "manifest.py": {"encoder"}}
 
 
 @pytest.mark.parametrize(
     ("names", "allowed"),
-    [(TASK_NAMES, ("tasks/", "runtime/__init__.py")), (FAMILY_NAMES, ("models/",))],
+    [
+        # manifest.py reads format 1 bundles, whose per-task conventions were code, not data.
+        (TASK_NAMES, ("tasks/", "runtime/__init__.py", "manifest.py")),
+        (FAMILY_NAMES, ("models/",)),
+    ],
     ids=["task names outside tasks/", "family names outside models/"],
 )
 def test_no_module_branches_on_a_name_it_does_not_own(names: set[str], allowed: tuple[str, ...]) -> None:

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import argparse
 import sys
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
@@ -14,6 +15,7 @@ from rich.table import Table
 from tfcompile import __version__
 from tfcompile.errors import UserError
 from tfcompile.spec import SpecError, SpecIssue, dump_spec, load_spec
+from tfcompile.spec.schema import check_run_name
 
 if TYPE_CHECKING:
     from tfcompile.export import ParityReport
@@ -88,7 +90,13 @@ def _train(args: argparse.Namespace) -> int:
         if args.spec is None:
             raise UsageError("give a SPEC to train, or --resume RUN to continue a run")
         spec = load_spec(args.spec, overrides)
-        run_dir = spec.train.runs_dir / (spec.train.name or Path(args.spec).stem)
+        name = spec.train.name or Path(args.spec).stem
+        try:
+            check_run_name(name)
+        except ValueError as e:
+            hint = "the run takes the spec file's name; give one with --set train.name=NAME"
+            raise UsageError(f"{e}: {hint}") from None
+        run_dir = spec.train.runs_dir / name
     trainer = Trainer(spec, run_dir, resume=bool(args.resume))
     result = trainer.train()
     if trainer.world.is_main:
@@ -143,7 +151,7 @@ def _export(args: argparse.Namespace) -> int:
         spec = load_spec(target, args.set)
         source, name, export_out = Source(seed=args.seed), target.stem, spec.export.out
     out = Path(args.out) if args.out else export_out or Path("exported") / name
-    for name, report in export_bundle(spec, source, out, args.opset, args.precision).items():
+    for name, report in export_bundle(spec, source, out, args.opset, args.precision, args.force).items():
         _print_parity(name, report)
     print(f"bundle: {out}")
     return 0
@@ -180,6 +188,15 @@ def _generate(args: argparse.Namespace) -> int:
         use_cache=not args.no_cache,
     )
     print(text)
+    return 0
+
+
+def _schema(args: argparse.Namespace) -> int:
+    import json
+
+    from tfcompile.manifest import manifest_schema
+
+    print(json.dumps(manifest_schema(), indent=2))
     return 0
 
 
@@ -335,6 +352,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     export.add_argument("--checkpoint", choices=["last", "best"], default="last", help="for a run")
     export.add_argument("--seed", type=int, default=0, help="for a spec: the seed of the random weights")
+    export.add_argument("--force", action="store_true", help="replace the bundle at --out if there is one")
     _add_set_arg(export, when=" (exporting a spec)")
     export.set_defaults(handler=_export)
 
@@ -344,7 +362,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Rerun the parity check from a bundle and the checkpoint it came from.",
     )
     verify.add_argument("bundle", help="a bundle folder written by `tfcompile export`")
-    verify.add_argument("--run", help="the run folder, if it moved since the export")
+    verify.add_argument("--run", help="the run the bundle was exported from (its manifest says where)")
     verify.set_defaults(handler=_verify)
 
     generate = commands.add_parser(
@@ -356,6 +374,15 @@ def build_parser() -> argparse.ArgumentParser:
     _add_sampling_args(generate)
     generate.add_argument("--no-cache", action="store_true", help="rerun the full graph every step")
     generate.set_defaults(handler=_generate)
+
+    schema = commands.add_parser(
+        "schema",
+        help="print a published JSON Schema (the bundle manifest's)",
+        description="Print the JSON Schema of a bundle's manifest.json (format 2), the contract a "
+        "client in any language can validate a bundle against; schemas/ holds the same file.",
+    )
+    schema.add_argument("what", choices=["manifest"], help="which schema")
+    schema.set_defaults(handler=_schema)
 
     classify = commands.add_parser(
         "classify",
@@ -418,6 +445,16 @@ class UsageError(Exception):
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     handler: Callable[[argparse.Namespace], int] = args.handler
+    # A warning meant for the user (a skipped damaged checkpoint) is one line, like an error.
+    show = warnings.showwarning
+
+    def show_one_line(message: Warning | str, category: type[Warning], *rest: Any, **kw: Any) -> None:
+        if issubclass(category, UserWarning) and type(message).__module__.startswith("tfcompile"):
+            print(f"tfcompile {args.command}: warning: {message}", file=sys.stderr)
+        else:
+            show(message, category, *rest, **kw)
+
+    warnings.showwarning = show_one_line
     try:
         return handler(args)
     except SpecError as e:
@@ -432,3 +469,5 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UserError as e:
         print(f"tfcompile {args.command}: error: {e}", file=sys.stderr)
         return 1
+    finally:
+        warnings.showwarning = show

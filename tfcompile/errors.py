@@ -7,3 +7,7 @@ class UserError(Exception):
 
 class InputError(UserError, ValueError):
     """An input that does not fit the model: wrong dtype, rank, vocabulary range, length or image."""
+
+
+class BundleError(UserError):
+    """A bundle that cannot be trusted or read: missing files, changed files, a newer format."""

@@ -6,6 +6,7 @@ wraps the PyTorch model (tfcompile.tasks). numpy only: no torch and no onnxrunti
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol
 
 import numpy as np
@@ -16,8 +17,9 @@ class Decoder(Protocol):
     that follow the last of them; ``reorder`` keeps (and repeats) rows of the cache, as beam
     search needs when hypotheses branch; ``reset`` empties the cache."""
 
-    def step(self, tokens: np.ndarray) -> np.ndarray:
-        """tokens (B, T) int64 -> logits (B, V) float32 for the token after the last one."""
+    def step(self, tokens: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
+        """tokens (B, T) int64, the mask (B, cached + T) over the cache and them (1 at real tokens;
+        None when every token is real) -> logits (B, V) float32 for the token after the last one."""
         ...
 
     def reorder(self, rows: np.ndarray) -> None:
@@ -65,11 +67,14 @@ def generate(
     top_k: int | None = None,
     top_p: float | None = None,
     rng: np.random.Generator | None = None,
-    eos: int | None = None,
+    stop: Sequence[int] = (),
     context: int | None = None,
+    prompt_mask: np.ndarray | None = None,
 ) -> list[list[int]]:
-    """prompt (B, P) -> each row's new tokens, at most ``max_new_tokens``; a row ends before its
-    first ``eos``, which is not returned. Rows are independent: each generates what it would alone.
+    """prompt (B, P) -> each row's new tokens, at most ``max_new_tokens``; a row ends at its first
+    token in ``stop``, which is returned as its last. ``prompt_mask`` (B, P) marks the real tokens
+    of padded prompts (None: all are real). Rows are independent: each generates what it would
+    alone.
 
     With ``context``, the model reads at most that many tokens: once the sequence is longer, each
     step re-reads its last ``context`` tokens from an empty cache (as nanoGPT samples), which costs
@@ -78,26 +83,32 @@ def generate(
     if max_new_tokens == 0:
         return new
     done = np.zeros(len(prompt), dtype=bool)
-    ids = prompt if context is None else prompt[:, -context:]
-    logits = decoder.step(ids)
-    cached = ids.shape[1]
+    ids, mask = prompt, prompt_mask
+    window = slice(-context if context is not None else None, None)
+    logits = decoder.step(ids[:, window], None if mask is None else mask[:, window])
+    cached = ids[:, window].shape[1]
     for i in range(max_new_tokens):
         next_ids = sample_next(logits, temperature, top_k, top_p, rng)[:, None].astype(np.int64)
         for row in np.flatnonzero(~done):
-            if next_ids[row, 0] == eos:
-                done[row] = True
-            else:
-                new[row].append(int(next_ids[row, 0]))
+            new[row].append(int(next_ids[row, 0]))
+            done[row] = int(next_ids[row, 0]) in stop
         if done.all() or i == max_new_tokens - 1:
             break
         ids = np.concatenate([ids, next_ids], axis=1)
-        if context is not None and cached == context:
+        if mask is not None:
+            mask = np.concatenate([mask, np.ones_like(next_ids)], axis=1)
+        if cached == context:
             decoder.reset()
-            logits = decoder.step(ids[:, -context:])
+            logits = decoder.step(ids[:, window], None if mask is None else mask[:, window])
         else:
-            logits = decoder.step(next_ids)
             cached += 1
+            logits = decoder.step(next_ids, None if mask is None else mask[:, -cached:])
     return new
+
+
+def strip_stop(tokens: list[int], stop: Sequence[int]) -> list[int]:
+    """A row of ``generate`` without the stop token it ended with, if it did."""
+    return tokens[:-1] if tokens and tokens[-1] in stop else tokens
 
 
 def length_normalised(log_prob: float, length: int, alpha: float) -> float:
@@ -113,7 +124,7 @@ def beam_search(decoder: Decoder, start: int, eos: int, max_len: int, beam: int,
     as in fairseq, so beam 1 is greedy decoding. -> the best hypothesis, without ``eos``."""
     hypotheses: list[tuple[float, list[int]]] = [(0.0, [])]  # (summed log p, tokens after start)
     finished: list[tuple[float, list[int]]] = []  # (length-normalised score, tokens)
-    logits = decoder.step(np.array([[start]], dtype=np.int64))
+    logits = decoder.step(np.array([[start]], dtype=np.int64), None)
     for step in range(max_len + 1):
         scores64 = logits.astype(np.float64)
         log_probs = scores64 - scores64.max(-1, keepdims=True)
@@ -136,5 +147,5 @@ def beam_search(decoder: Decoder, start: int, eos: int, max_len: int, beam: int,
             break
         decoder.reorder(np.array([parent for _, _, parent in survivors]))
         hypotheses = [(score, words) for score, words, _ in survivors]
-        logits = decoder.step(np.array([[words[-1]] for _, words in hypotheses], dtype=np.int64))
+        logits = decoder.step(np.array([[words[-1]] for _, words in hypotheses], dtype=np.int64), None)
     return max(finished, key=lambda f: f[0])[1]

@@ -13,6 +13,9 @@ PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
 SPECIAL_TOKENS = (PAD, UNK, CLS, SEP, MASK)  # an encoder tokenizer's ids 0..4, in this order
 BOS, EOS = "[BOS]", "[EOS]"
 SEQ2SEQ_TOKENS = (PAD, UNK, BOS, EOS)  # a translation tokenizer's ids 0..3: targets are [BOS] ... [EOS]
+CAUSAL_LM_TOKENS = (PAD, UNK, EOS)  # a causal LM's reserved ids 0..2: [EOS] ends a document
+# What each special token is for, as a bundle's manifest names them.
+SPECIAL_ROLES = {PAD: "pad", UNK: "unk", BOS: "bos", EOS: "eos", CLS: "cls", SEP: "sep", MASK: "mask"}
 
 
 def pad_rows(rows: Sequence[Sequence[int]], value: int) -> np.ndarray:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import hashlib
+import io
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,7 +15,8 @@ from tokenizers import Tokenizer
 
 from tfcompile.data.tokenizer import encode, train_tokenizer
 from tfcompile.errors import UserError
-from tfcompile.files import atomic_write_text
+from tfcompile.files import atomic_write_bytes, atomic_write_text
+from tfcompile.sequences import EOS
 from tfcompile.spec.schema import DataSpec
 
 
@@ -21,19 +24,33 @@ class DataError(UserError, ValueError):
     """A data problem a user can fix; the message names the spec field and what was found."""
 
 
-def read_corpus(spec: DataSpec) -> str:
-    """One text file, or every .txt file under a folder (sorted, joined by newlines)."""
+def read_documents(spec: DataSpec) -> list[str]:
+    """The documents of a corpus: one text file, or every .txt file under a folder (sorted)."""
     path = spec.path
     if path is None:
         raise DataError("data.path is not set: a text corpus is a file or a folder of .txt files")
     if path.is_file():
-        return path.read_text(encoding="utf-8")
-    if path.is_dir():
+        files = [path]
+    elif path.is_dir():
         files = sorted(p for p in path.rglob("*.txt") if p.is_file())
         if not files:
             raise DataError(f"data.path: the folder {path} holds no .txt files")
-        return "\n".join(p.read_text(encoding="utf-8") for p in files)
-    raise DataError(f"data.path: no file or folder at {path}")
+    else:
+        raise DataError(f"data.path: no file or folder at {path}")
+    documents = []
+    for file in files:
+        try:
+            documents.append(file.read_text(encoding="utf-8"))
+        except UnicodeDecodeError as e:
+            raise DataError(
+                f"data.path: {file} is not UTF-8 text (byte {e.start}): save it as UTF-8"
+            ) from None
+    return documents
+
+
+def read_corpus(spec: DataSpec) -> str:
+    """The corpus as one text, its documents joined by newlines."""
+    return "\n".join(read_documents(spec))
 
 
 @dataclass
@@ -47,17 +64,22 @@ class TokenizedCorpus:
         return self.tokenizer.get_vocab_size()
 
 
-def prepare_corpus(spec: DataSpec, cache_dir: Path, tokenizer: Tokenizer | None = None) -> TokenizedCorpus:
+def prepare_corpus(
+    spec: DataSpec, cache_dir: Path, tokenizer: Tokenizer | None = None, specials: Sequence[str] = ()
+) -> TokenizedCorpus:
     """Tokenize the corpus (or reuse the cached ids) and split it into train and validation.
 
     ``tokenizer`` is reused when given (a resumed run); otherwise one is trained, or loaded from
-    the cache when the same corpus and tokenizer spec were seen before.
+    the cache when the same corpus and tokenizer spec were seen before. ``specials`` take the
+    first ids of a new tokenizer; when they include [EOS], it ends every document (a folder's
+    files), so the model learns where a text ends.
     """
-    text = read_corpus(spec)
+    documents = read_documents(spec)
+    text = "\n".join(documents)
     corpus_key = hashlib.sha256(text.encode()).hexdigest()[:16]
     cache_dir.mkdir(parents=True, exist_ok=True)
     if tokenizer is None:
-        tok_key = _key(corpus_key, spec.tokenizer.model_dump_json(), str(spec.val_fraction))
+        tok_key = _key(corpus_key, spec.tokenizer.model_dump_json(), str(spec.val_fraction), *specials)
         tok_path = cache_dir / f"tokenizer-{tok_key}.json"
         if tok_path.exists():
             tokenizer = Tokenizer.from_file(str(tok_path))
@@ -65,19 +87,23 @@ def prepare_corpus(spec: DataSpec, cache_dir: Path, tokenizer: Tokenizer | None 
             # A char vocabulary covers the whole file (the published convention for tiny
             # shakespeare); BPE merges are learned from the training part only.
             fit_text = text if spec.tokenizer.type == "char" else text[: _split_at(len(text), spec)]
-            tokenizer = train_tokenizer(spec.tokenizer, fit_text.splitlines(keepends=True))
+            tokenizer = train_tokenizer(spec.tokenizer, fit_text.splitlines(keepends=True), specials)
             atomic_write_text(tok_path, tokenizer.to_str())
-    ids_path = cache_dir / f"tokens-{_key(corpus_key, tokenizer.to_str())}.npy"
+    eos = tokenizer.token_to_id(EOS) if EOS in specials else None
+    ids_path = cache_dir / f"tokens-{_key(corpus_key, tokenizer.to_str(), str(eos))}.npy"
     if ids_path.exists():
         ids = np.load(ids_path)
     else:
         try:
-            ids = np.asarray(encode(tokenizer, text), dtype=np.int32)
+            if eos is None:  # one stream, the documents joined by newlines
+                ids = np.asarray(encode(tokenizer, text), dtype=np.int32)
+            else:  # each document ends with [EOS]
+                ids = np.asarray([i for d in documents for i in (*encode(tokenizer, d), eos)], dtype=np.int32)
         except ValueError as e:
             raise DataError(f"data.path {spec.path}: {e}") from None
-        tmp = ids_path.with_suffix(".tmp.npy")
-        np.save(tmp, ids)
-        tmp.replace(ids_path)
+        buffer = io.BytesIO()
+        np.save(buffer, ids)
+        atomic_write_bytes(ids_path, buffer.getvalue())  # concurrent ranks each write their own temporary
     ids_t = torch.from_numpy(ids.astype(np.int64))
     n_train = _split_at(len(ids_t), spec)
     return TokenizedCorpus(tokenizer, ids_t[:n_train], ids_t[n_train:])

@@ -2,16 +2,19 @@
 
     model.onnx          the full forward (dynamic batch and sequence axes): a decoder's next-token
                         logits, or a classifier's label logits
-    decoder_step.onnx   decoders only, the incremental form: new tokens + per-layer past K/V ->
-                        logits + present K/V
+    decoder_step.onnx   decoders: new tokens + per-layer past K/V -> logits + present K/V
+    encoder.onnx        translators: a source to the decoder's cross-attention keys and values
     tokenizer.json      text models from a run: the run's tokenizer
-    preprocessing.json  image models from a run: image size, channels, normalisation statistics
-    spec.yaml        the resolved spec
-    manifest.json    format version, graphs with named inputs/outputs, versions, file hashes, parity
+    spec.yaml           the resolved spec
+    manifest.json       format 2 (tfcompile.manifest, schemas/manifest.schema.json): the
+                        graphs with their roles and named, explained inputs and outputs, the special
+                        tokens, padding, the context, generation or translation settings, labels,
+                        image preprocessing, versions, parity, and every file's sha256
 
-Which graphs a bundle holds, and what its manifest says about the model, is the task's to say
-(tfcompile.tasks). The bundle is assembled in a temporary folder and renamed into place only when
-parity holds.
+Which graphs a bundle holds, and what its manifest says about the task, is the task's to say
+(tfcompile.tasks). The bundle is assembled in a temporary sibling folder and renamed into place
+only when parity holds; an existing bundle is replaced only when asked (``force``), and a folder
+that is not a bundle tfcompile wrote is never touched.
 """
 
 from __future__ import annotations
@@ -19,7 +22,9 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+import os
 import shutil
+import tempfile
 from dataclasses import dataclass
 from importlib.metadata import version
 from pathlib import Path
@@ -27,19 +32,25 @@ from typing import Any
 
 import onnx
 import torch
+from tokenizers import Tokenizer
 from torch import nn
 
 from tfcompile import __version__
 from tfcompile.errors import UserError
-from tfcompile.files import PREPROCESSING_FILE, TOKENIZER_FILE
-from tfcompile.graphs.export import Graph
+from tfcompile.files import TOKENIZER_FILE
+from tfcompile.graphs.export import Graph, tensor_meaning
 from tfcompile.graphs.parity import ParityReport
-from tfcompile.runtime.bundle import FORMAT_VERSION, MANIFEST, read_manifest, sha256_file
+from tfcompile.manifest import MANIFEST, Cache, Manifest, SpecialToken, Tensor, TokenizerInfo
+from tfcompile.manifest import Graph as GraphEntry
+from tfcompile.runtime.bundle import BundleFiles, sha256_file
+from tfcompile.runtime.errors import BundleError
 from tfcompile.runtime.ort import ort
+from tfcompile.sequences import SPECIAL_ROLES
 from tfcompile.spec import Spec, dump_spec, parse_spec
 from tfcompile.tasks.task import build_model, task_of
 from tfcompile.train.runs import load_trained_model
 
+SPEC_FILE = "spec.yaml"
 # A graph's file is its name: model.onnx, encoder.onnx, ...; "step" keeps its descriptive name.
 GRAPH_FILES = {"step": "decoder_step.onnx"}
 
@@ -81,67 +92,79 @@ def export_bundle(
     out: Path,
     opset: int | None = None,
     precision: str | None = None,
+    force: bool = False,
 ) -> dict[str, ParityReport]:
     """Export, check parity of every graph, and write the bundle; returns the parity reports.
     ``precision`` (fp32, fp16) overrides the spec's export.precision. An fp16 graph is checked
-    against the fp32 PyTorch model, with its outputs read as float32."""
+    against the fp32 PyTorch model, with its outputs read as float32. ``force`` replaces an
+    existing bundle at ``out``; nothing else there is ever replaced."""
     if spec is not None:
         _check_exportable(spec)
+    replaced = _check_destination(out, force)
     spec, model = source.load(spec)
     _check_exportable(spec)
     if precision is not None:
         spec = spec.replace({"export": {"precision": precision}})
-    graphs = task_of(spec).graphs
+    task = task_of(spec)
     exported = copy.deepcopy(model).half() if spec.export.precision == "fp16" else model
-    if out.exists() and any(out.iterdir()) and not (out / MANIFEST).exists():
-        raise ExportError(f"{out} exists and is not a bundle: choose an empty or new folder with --out")
     opset = opset or spec.export.opset
-    tmp = out.with_name(f".{out.name}.tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp"))
     try:
-        protos = {name: g.export(exported, tmp / graph_file(name), opset) for name, g in graphs.items()}
-        reports = {name: _check(g, model, tmp / graph_file(name), spec) for name, g in graphs.items()}
+        protos = {name: g.export(exported, tmp / graph_file(name), opset) for name, g in task.graphs.items()}
+        reports = {name: _check(g, model, tmp / graph_file(name), spec) for name, g in task.graphs.items()}
         for name, report in reports.items():
             if not report.passed:
                 measure = "relative to the outputs' scale " if report.relative else ""
+                field = "export.fp16_tolerance" if report.relative else "export.tolerance"
                 raise ExportError(
                     f"onnxruntime and PyTorch disagree by {report.measured:.3g} {measure}on the {name} "
-                    f"graph's logits, more than export.tolerance {report.tolerance:g}: "
+                    f"graph's logits, more than {field} {report.tolerance:g}: "
                     f"{json.dumps(report.to_dict()['cases'])}"
                 )
-        for name in (TOKENIZER_FILE, PREPROCESSING_FILE):
-            if source.run is not None and (source.run / name).exists():
-                shutil.copyfile(source.run / name, tmp / name)
-        (tmp / "spec.yaml").write_text(dump_spec(spec))
+        if source.run is not None and (source.run / TOKENIZER_FILE).exists():
+            shutil.copyfile(source.run / TOKENIZER_FILE, tmp / TOKENIZER_FILE)
+        (tmp / SPEC_FILE).write_text(dump_spec(spec))
         manifest = _manifest(spec, protos, opset, source, reports, tmp)
-        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
-        if out.exists():
-            shutil.rmtree(out)
-        tmp.rename(out)
+        (tmp / MANIFEST).write_text(manifest.model_dump_json(indent=2, exclude_none=True) + "\n")
+        _move_into_place(tmp, out, replaced)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return reports
 
 
 def verify_bundle(bundle: Path, run: Path | None = None) -> dict[str, ParityReport]:
-    """Rerun the parity check from the bundle and the weights it was exported from."""
-    manifest = read_manifest(bundle)
-    recorded = manifest["source"]
-    spec = parse_spec((bundle / "spec.yaml").read_text(), source=str(bundle / "spec.yaml"))
-    if run is not None or "run" in recorded:
-        run_dir = run or Path(recorded["run"])
-        if not run_dir.exists():
-            raise ExportError(f"the run {run_dir} that {bundle} came from is gone; pass --run RUN")
-        source = Source(run=run_dir, checkpoint=recorded.get("checkpoint", "last"))
-    else:
+    """Rerun the parity check from the bundle and the weights it was exported from: ``run`` for a
+    bundle exported from a run (its manifest records where, but a bundle's word never opens files
+    outside it), the recorded seed for one exported from a spec."""
+    files = BundleFiles(bundle)
+    recorded = files.manifest.source
+    spec = parse_spec(files.read(SPEC_FILE).decode("utf-8"), source=str(bundle / SPEC_FILE))
+    if run is not None:
+        checkpoint = recorded.get("checkpoint", "last")
+        source = Source(run=run, checkpoint=checkpoint if checkpoint in ("last", "best") else "last")
+    elif "run" in recorded:
+        raise ExportError(
+            f"{bundle} was exported from the run {recorded['run']!r}: pass --run RUN to check it against "
+            f"that run's checkpoint (tfcompile opens no file outside a bundle on the bundle's word)"
+        )
+    elif isinstance(recorded.get("seed"), int):
         source = Source(seed=recorded["seed"])
+    else:
+        raise BundleError(f"{bundle / MANIFEST}: source records neither a run nor an integer seed")
     _, model = source.load(spec)
-    files = manifest["graphs"]
-    return {
-        name: _check(g, model, bundle / files[name]["file"], spec, seed=1)
-        for name, g in task_of(spec).graphs.items()
-    }
+    graphs = files.manifest.graphs
+    reports = {}
+    for name, g in task_of(spec).graphs.items():
+        if name not in graphs:
+            raise BundleError(
+                f"{bundle}: the manifest has no {name!r} graph, which a {spec.task.type} bundle holds"
+            )
+        with tempfile.TemporaryDirectory() as scratch:  # the checked bytes, not the file again
+            path = Path(scratch) / graphs[name].file
+            path.write_bytes(files.read(graphs[name].file))
+            reports[name] = _check(g, model, path, spec, seed=1)
+    return reports
 
 
 def _check(graph: Graph, model: nn.Module, path: Path, spec: Spec, seed: int = 0) -> ParityReport:
@@ -157,11 +180,56 @@ def _check_exportable(spec: Spec) -> None:
         raise ExportError(f"a {spec.task.type} model is not exported: {task.not_served}")
     missing = spec.sizes_from_data()
     if missing:
+        them = "it" if len(missing) == 1 else "them"
         raise ExportError(
             f"{' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} not set: export a trained "
-            f"run, which took {'it' if len(missing) == 1 else 'them'} from the data, or set "
-            f"{'it' if len(missing) == 1 else 'them'} in the spec"
+            f"run, which took {them} from the data, or set {them} in the spec"
         )
+
+
+def _check_destination(out: Path, force: bool) -> bool:
+    """Whether ``out`` holds a bundle that the export will replace. A missing or empty folder is
+    fine; an existing bundle needs ``force``; anything else is refused, untouched."""
+    if out.is_symlink() or (out.exists() and not out.is_dir()):
+        raise ExportError(f"{out} exists and is not a folder: choose another --out")
+    if not out.exists() or not any(out.iterdir()):
+        return False
+    try:
+        listed = set(BundleFiles(out).manifest.files) | {MANIFEST}
+    except BundleError as e:
+        raise ExportError(
+            f"{out} exists and is not a bundle tfcompile wrote ({e}); it is left untouched: "
+            f"choose another --out"
+        ) from None
+    others = sorted(p.name for p in out.iterdir() if p.name not in listed)
+    if others:
+        raise ExportError(
+            f"{out} is a bundle but also holds files it did not write ({', '.join(others[:5])}); it is "
+            f"left untouched: move them, or choose another --out"
+        )
+    if not force:
+        raise ExportError(
+            f"{out} already holds a bundle: pass --force to replace it, or choose another --out"
+        )
+    return True
+
+
+def _move_into_place(tmp: Path, out: Path, replacing: bool) -> None:
+    """Rename the finished bundle to ``out``; an old bundle there is renamed aside first and
+    removed only once the new one is in place (renamed back if the swap fails)."""
+    if not replacing:
+        if out.exists():
+            out.rmdir()  # an empty folder (checked): nothing is lost
+        tmp.rename(out)
+        return
+    aside = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=".old"))
+    os.replace(out, aside)  # aside is an empty folder: rename replaces it
+    try:
+        tmp.rename(out)
+    except OSError:
+        os.replace(aside, out)
+        raise
+    shutil.rmtree(aside, ignore_errors=True)
 
 
 def _manifest(
@@ -171,40 +239,77 @@ def _manifest(
     source: Source,
     reports: dict[str, ParityReport],
     folder: Path,
-) -> dict[str, Any]:
-    def io(values: Any) -> list[dict[str, Any]]:
-        return [
-            {
-                "name": v.name,
-                "dtype": onnx.helper.tensor_dtype_to_np_dtype(v.type.tensor_type.elem_type).name,
-                "shape": [d.dim_param or d.dim_value for d in v.type.tensor_type.shape.dim],
-            }
-            for v in values
-        ]
-
-    sizes: dict[str, Any] = {
-        "family": spec.model.family,
-        "vocab_size": spec.model.vocab_size,
-        "max_seq_len": spec.model.max_seq_len,
-    } | task_of(spec).manifest(spec)
-    return {
-        "format_version": FORMAT_VERSION,
-        "task": spec.task.type,
-        "precision": spec.export.precision,
-        "model": sizes,
-        "graphs": {
-            name: {"file": graph_file(name), "inputs": io(p.graph.input), "outputs": io(p.graph.output)}
-            for name, p in protos.items()
+) -> Manifest:
+    """The bundle's manifest, validated as the schema says before it is written."""
+    task = task_of(spec)
+    tokenizer = (
+        tokenizer_info(Tokenizer.from_file(str(folder / TOKENIZER_FILE)), task.padding_side)
+        if (folder / TOKENIZER_FILE).exists()
+        else None
+    )
+    files = {p.name: sha256_file(p) for p in sorted(folder.iterdir()) if p.name != MANIFEST}
+    return Manifest(
+        format_version=2,
+        task=spec.task.type,
+        precision=spec.export.precision,
+        model={
+            "family": spec.model.family,
+            "vocab_size": spec.model.vocab_size,
+            "max_seq_len": spec.model.max_seq_len,
         },
-        "opset": opset,
-        "versions": {
+        graphs={name: _graph_entry(name, task.graphs[name], proto) for name, proto in protos.items()},
+        tokenizer=tokenizer,
+        opset=opset,
+        versions={
             "tfcompile": __version__,
             "torch": torch.__version__,
             "onnx": onnx.__version__,
             "onnxscript": version("onnxscript"),
             "onnxruntime": ort.__version__,
         },
-        "source": source.to_dict(),
-        "parity": {name: report.to_dict() for name, report in reports.items()},
-        "files": {p.name: sha256_file(p) for p in sorted(folder.iterdir()) if p.name != MANIFEST},
+        source=source.to_dict(),
+        parity={name: report.to_dict() for name, report in reports.items()},
+        files=files,
+        **task.manifest(spec, tokenizer, source.run),
+    )
+
+
+def _graph_entry(name: str, graph: Graph, proto: onnx.ModelProto) -> GraphEntry:
+    def tensors(values: Any) -> list[Tensor]:
+        return [
+            Tensor(
+                name=v.name,
+                dtype=onnx.helper.tensor_dtype_to_np_dtype(v.type.tensor_type.elem_type).name,
+                shape=[d.dim_param or d.dim_value for d in v.type.tensor_type.shape.dim],
+                meaning=tensor_meaning(v.name),
+            )
+            for v in values
+        ]
+
+    inputs, outputs = tensors(proto.graph.input), tensors(proto.graph.output)
+    past = [t.name for t in inputs if t.name.startswith("past_")]
+    present = [t.name for t in outputs if t.name.startswith("present_")]
+    cache = Cache(past=past, present=present) if past else None
+    return GraphEntry(file=graph_file(name), role=graph.role, inputs=inputs, outputs=outputs, cache=cache)
+
+
+def tokenizer_info(tokenizer: Tokenizer, padding_side: str) -> TokenizerInfo:
+    """The tokenizer's special tokens by role, the roles its post-processor adds by itself, and
+    what a client pads with and does with an unknown character."""
+    specials = {
+        role: SpecialToken(token=token, id=i)
+        for token, role in SPECIAL_ROLES.items()
+        if (i := tokenizer.token_to_id(token)) is not None
     }
+    saved = json.loads(tokenizer.to_str())
+    processor = saved.get("post_processor") or {}
+    added = [SPECIAL_ROLES[t] for t in processor.get("special_tokens", {}) if t in SPECIAL_ROLES]
+    byte_level = (saved.get("pre_tokenizer") or {}).get("type") == "ByteLevel"
+    return TokenizerInfo(
+        file=TOKENIZER_FILE,
+        special_tokens=specials,
+        added_by_tokenizer=added,
+        padding_side=padding_side,
+        pad_id=specials["pad"].id if "pad" in specials else 0,
+        unknown="map" if "unk" in specials or byte_level else "refuse",
+    )

@@ -30,11 +30,46 @@ OUTPUTS = ("logits",)
 
 @dataclass(frozen=True)
 class Graph:
-    """One graph of a bundle: how to write it from the model, and how to prove it equal to the
-    model (``check(model, path, tolerance, seed=)`` on fresh inputs at several shapes)."""
+    """One graph of a bundle: its role (as the manifest names it: forward, decode_step, encoder,
+    decoder_step), how to write it from the model, and how to prove it equal to the model
+    (``check(model, path, tolerance, seed=)`` on fresh inputs at several shapes)."""
 
+    role: str
     export: Callable[[Any, Path, int], onnx.ModelProto]
     check: Callable[..., ParityReport]
+
+
+# What each graph input and output holds, as the manifest explains it to a client.
+_MEANINGS = {
+    "input_ids": "token ids (batch, sequence); rows may be padded, on either side: attention_mask says where",
+    "attention_mask": "1 at real tokens, 0 at padding; in a step graph it covers the cached tokens and the "
+    "new ones. A token's position is the number of real tokens before it (the mask's cumulative sum "
+    "minus 1), so a padded row is read as it would be alone",
+    "token_type_ids": "each token's segment: 0 for the first sentence (with [CLS] and its [SEP]), 1 for the "
+    "second of a pair",
+    "pixel_values": "images (batch, channels, size, size), float32, preprocessed as the manifest's image "
+    "section says",
+    "source_ids": "the source sentence's token ids (batch, source_sequence)",
+    "source_mask": "1 at real source tokens, 0 at padding",
+    "logits": "unnormalised scores on the last axis: of the next token at each position (vocabulary), or "
+    "of each class (labels)",
+}
+_CACHE_MEANINGS = {
+    "past": "layer {i}'s cached {kv}s (batch, n_kv_heads, past_sequence, head_dim): empty (past_sequence 0) "
+    "at the first step, then the present_{kv}_{i} output of the previous step",
+    "present": "layer {i}'s {kv}s of the cached and the new tokens: the next step's past_{kv}_{i}",
+    "memory": "decoder layer {i}'s cross-attention {kv}s of the source (batch, n_kv_heads, source_sequence, "
+    "head_dim), computed once by the encoder graph",
+}
+
+
+def tensor_meaning(name: str) -> str:
+    """The manifest's explanation of a graph input or output, by its name."""
+    match = re.fullmatch(r"(past|present|memory)_(key|value)_(\d+)", name)
+    if match:
+        kind, kv, i = match.groups()
+        return _CACHE_MEANINGS[kind].format(i=i, kv=kv)
+    return _MEANINGS.get(name, "")
 
 
 def export_decoder(model: DecoderLM, path: Path, opset: int) -> onnx.ModelProto:
@@ -108,12 +143,6 @@ def step_names(n_layers: int) -> tuple[list[str], list[str]]:
     )
     outputs = ["logits"] + [f"present_key_{i}" for i in layers] + [f"present_value_{i}" for i in layers]
     return inputs, outputs
-
-
-def cache_sizes(n_layers: int, spec: Any) -> dict[str, int]:
-    """What a client needs to start a step graph's cache: past_key_i/past_value_i for each of
-    ``n_layers`` layers, (batch, n_kv_heads, 0, head_dim) when nothing is cached yet."""
-    return {"n_layers": n_layers, "n_kv_heads": spec.n_kv_heads, "head_dim": spec.head_dim}
 
 
 def export_decoder_step(model: DecoderLM, path: Path, opset: int) -> onnx.ModelProto:

@@ -11,7 +11,7 @@ from torch import nn
 from tfcompile.models.common import Assembly, check_token_ids, init_weights, require_vocab_size
 from tfcompile.nn.attention import KVCache, may_attend
 from tfcompile.nn.block import TransformerBlock, build_final_norm
-from tfcompile.nn.positional import build_positional
+from tfcompile.nn.positional import build_positional, positions_from_mask
 from tfcompile.spec.schema import DecoderSpec
 
 
@@ -41,23 +41,25 @@ class DecoderLM(Assembly):
         cache: list[KVCache] | None = None,
     ) -> torch.Tensor:
         """With ``cache`` (one KVCache per layer, P tokens so far), input_ids are the next T tokens,
-        attention_mask covers all P + T, and each layer's cache is extended by the T new tokens."""
+        attention_mask covers all P + T, and each layer's cache is extended by the T new tokens.
+        Positions count the real tokens of the mask (a left-padded row is encoded as it would be
+        alone); without a mask they are the column indices."""
         past = cache[0].length if cache else 0
         self._check_inputs(input_ids, attention_mask, past)
         T = input_ids.shape[1]
-        device = input_ids.device
-        positions = torch.arange(past, past + T, device=device)  # of the new tokens
-        k_positions = torch.arange(past + T, device=device) if cache else positions
+        index = torch.arange(past + T, device=input_ids.device)  # columns: past tokens, then new
+        k_positions = index if attention_mask is None else positions_from_mask(attention_mask)  # (B?, P + T)
+        positions = k_positions[..., past:]  # of the new tokens
         x = self.embed(input_ids)  # (B, T, d)
         if self.spec.scale_embeddings:
             x = x * self.embed_scale
         x = self.drop(self.positional.embed(x, positions))
         rotary = self.positional.rotary(positions)
-        bias = self.positional.attention_bias(positions, k_positions)  # (1, H, T, P + T) or None
+        bias = self.positional.attention_bias(positions, k_positions)  # (1 or B, H, T, P + T) or None
         padding = attention_mask.bool() if attention_mask is not None else None
         # Without padding, a score bias or a cache, the fused causal kernel needs no T x T mask.
         use_kernel_causal = padding is None and bias is None and cache is None
-        mask = None if use_kernel_causal else may_attend(positions, k_positions, True, padding)
+        mask = None if use_kernel_causal else may_attend(index[past:], index, True, padding)
         for i, block in enumerate(self.blocks):
             x = block(x, mask, use_kernel_causal, rotary, bias, cache[i] if cache else None)
         return self.lm_head(self.final_norm(x))  # (B, T, vocab)

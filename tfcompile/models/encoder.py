@@ -16,7 +16,7 @@ from torch import nn
 from tfcompile.models.common import Assembly, check_token_ids, init_weights, require_vocab_size
 from tfcompile.nn.attention import may_attend
 from tfcompile.nn.block import TransformerBlock, build_final_norm, build_norm
-from tfcompile.nn.positional import build_positional
+from tfcompile.nn.positional import build_positional, positions_from_mask
 from tfcompile.spec.schema import EncoderSpec
 
 
@@ -46,8 +46,8 @@ class Encoder(Assembly):
         token_type_ids: torch.Tensor | None = None,
     ) -> torch.Tensor:
         self._check_inputs(input_ids, attention_mask, token_type_ids)
-        T = input_ids.shape[1]
-        positions = torch.arange(T, device=input_ids.device)
+        index = torch.arange(input_ids.shape[1], device=input_ids.device)
+        positions = index if attention_mask is None else positions_from_mask(attention_mask)  # (B?, T)
         x = self.embed(input_ids)  # (B, T, d)
         if self.spec.scale_embeddings:
             x = x * self.spec.d_model**0.5
@@ -56,9 +56,9 @@ class Encoder(Assembly):
             x = x + self.segment_embed(types)
         x = self.drop(self.embed_norm(self.positional.embed(x, positions)))
         rotary = self.positional.rotary(positions)
-        bias = self.positional.attention_bias(positions, positions)  # (1, H, T, T) or None
+        bias = self.positional.attention_bias(positions, positions)  # (1 or B, H, T, T) or None
         padding = attention_mask.bool() if attention_mask is not None else None
-        mask = may_attend(positions, positions, False, padding)  # (B, 1, T, T) or None
+        mask = may_attend(index, index, False, padding)  # (B, 1, T, T) or None
         for block in self.blocks:
             x = block(x, mask, False, rotary, bias)
         return self.final_norm(x)

@@ -11,7 +11,7 @@ from torch import nn
 from tfcompile.models.common import Assembly, check_token_ids, init_weights, require_vocab_size
 from tfcompile.nn.attention import KVCache, may_attend
 from tfcompile.nn.block import TransformerBlock, build_final_norm
-from tfcompile.nn.positional import build_positional
+from tfcompile.nn.positional import build_positional, positions_from_mask
 from tfcompile.spec.schema import EncoderDecoderSpec
 
 
@@ -56,13 +56,13 @@ class Seq2Seq(Assembly):
     def encode(self, source_ids: torch.Tensor, source_mask: torch.Tensor | None = None) -> torch.Tensor:
         """-> the encoder's output (B, S, d_model)."""
         check_token_ids(source_ids, "source_ids", self.spec.max_seq_len)
-        S = source_ids.shape[1]
-        positions = torch.arange(S, device=source_ids.device)
+        index = torch.arange(source_ids.shape[1], device=source_ids.device)
+        positions = index if source_mask is None else positions_from_mask(source_mask)  # (B?, S)
         x = self.drop(self.encoder_positional.embed(self.embed(source_ids) * self.embed_scale, positions))
         rotary = self.encoder_positional.rotary(positions)
         bias = self.encoder_positional.attention_bias(positions, positions)
         padding = source_mask.bool() if source_mask is not None else None
-        mask = may_attend(positions, positions, False, padding)
+        mask = may_attend(index, index, False, padding)
         for block in self.encoder_blocks:
             x = block(x, mask, False, rotary, bias)
         return self.encoder_norm(x)
@@ -85,16 +85,15 @@ class Seq2Seq(Assembly):
         and values, extended in place); target_mask covers all P + T. -> logits (B, T, vocab)."""
         past = cache[0].length if cache else 0
         check_token_ids(target_ids, "target_ids", self.spec.max_seq_len, past)
-        T = target_ids.shape[1]
-        device = target_ids.device
-        positions = torch.arange(past, past + T, device=device)
-        k_positions = torch.arange(past + T, device=device)
+        index = torch.arange(past + target_ids.shape[1], device=target_ids.device)
+        k_positions = index if target_mask is None else positions_from_mask(target_mask)  # (B?, P + T)
+        positions = k_positions[..., past:]
         x = self.target_embed(target_ids) * self.embed_scale
         x = self.drop(self.decoder_positional.embed(x, positions))
         rotary = self.decoder_positional.rotary(positions)
         bias = self.decoder_positional.attention_bias(positions, k_positions)
         padding = target_mask.bool() if target_mask is not None else None
-        mask = may_attend(positions, k_positions, True, padding)
+        mask = may_attend(index[past:], index, True, padding)
         source = source_mask.bool()[:, None, None, :] if source_mask is not None else None  # (B, 1, 1, S)
         for i, block in enumerate(self.decoder_blocks):
             x = block(x, mask, False, rotary, bias, cache[i] if cache else None, memory[i], source)

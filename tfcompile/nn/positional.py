@@ -4,6 +4,9 @@ Schemes act in different places, so each overrides one of three hooks and inheri
 others: ``embed`` adds to the token embeddings (sinusoidal, learned), ``rotary`` rotates queries and
 keys inside attention (RoPE), ``attention_bias`` adds to the attention scores (relative).
 The model calls all three once per forward and hands the results to every layer.
+
+Positions are (T,) or, per row, (B, T): a token's position is the number of real tokens before
+it (``positions_from_mask``), so a left-padded row is encoded as it would be alone.
 """
 
 from __future__ import annotations
@@ -34,20 +37,27 @@ class PositionalDims:
     prefix: int = 0  # ... after this many tokens that have no place on it ([CLS])
 
 
+def positions_from_mask(mask: torch.Tensor) -> torch.Tensor:
+    """mask (B, T), 1 at real tokens -> positions (B, T): how many real tokens come before each one.
+    A left-padded row's first real token is at position 0, as it would be alone; padding (which
+    nothing attends to) takes position 0 too."""
+    return (mask.long().cumsum(-1) - 1).clamp(min=0)
+
+
 class PositionalEncoding(nn.Module):
     def __init__(self, spec: Any, dims: PositionalDims) -> None:
         super().__init__()
 
     def embed(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        """x: (B, T, d_model), positions: (T,) -> (B, T, d_model)."""
+        """x: (B, T, d_model), positions: (T,) or (B, T) -> (B, T, d_model)."""
         return x
 
     def rotary(self, positions: torch.Tensor) -> Rotary | None:
-        """positions: (T,) -> (cos, sin), each (T, head_dim / 2), or None."""
+        """positions: (T,) or (B, T) -> (cos, sin), each (T or B, T, head_dim / 2), or None."""
         return None
 
     def attention_bias(self, q_positions: torch.Tensor, k_positions: torch.Tensor) -> torch.Tensor | None:
-        """(Tq,), (Tk,) -> additive score bias (1, n_heads, Tq, Tk), or None."""
+        """(Tq,), (Tk,) or (B, Tq), (B, Tk) -> additive score bias (1 or B, n_heads, Tq, Tk), or None."""
         return None
 
 
@@ -140,8 +150,9 @@ class RotaryPositional(PositionalEncoding):
 
 
 def apply_rotary(x: torch.Tensor, rotary: Rotary) -> torch.Tensor:
-    """x: (B, H, T, head_dim) with pairs (x1, x2) -> (x1 cos - x2 sin, x2 cos + x1 sin)."""
-    cos, sin = rotary
+    """x: (B, H, T, head_dim) with pairs (x1, x2) -> (x1 cos - x2 sin, x2 cos + x1 sin); cos and
+    sin are (T, head_dim / 2) or, per row, (B, T, head_dim / 2)."""
+    cos, sin = (t.unsqueeze(-3) for t in rotary)  # the same angles for every head
     pairs = x.float().unflatten(-1, (-1, 2))  # (B, H, T, hd/2, 2)
     x1, x2 = pairs[..., 0], pairs[..., 1]
     rotated = torch.stack((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
@@ -179,6 +190,7 @@ class RelativePositional(PositionalEncoding):
         self.bias = nn.Embedding(spec.num_buckets, dims.n_heads)
 
     def attention_bias(self, q_positions: torch.Tensor, k_positions: torch.Tensor) -> torch.Tensor:
-        relative = k_positions[None, :] - q_positions[:, None]  # (Tq, Tk)
+        q, k = q_positions.reshape(-1, q_positions.shape[-1]), k_positions.reshape(-1, k_positions.shape[-1])
+        relative = k[:, None, :] - q[:, :, None]  # (1 or B, Tq, Tk)
         buckets = relative_position_bucket(relative, self.bidirectional, self.num_buckets, self.max_distance)
-        return self.bias(buckets).permute(2, 0, 1).unsqueeze(0)  # (1, H, Tq, Tk)
+        return self.bias(buckets).permute(0, 3, 1, 2)  # (1 or B, H, Tq, Tk)

@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from tfcompile.runtime.bundle import FORMAT_VERSION, read_manifest
+from tfcompile.manifest import FORMAT_VERSION, Manifest
+from tfcompile.runtime.bundle import BundleFiles, read_manifest
 from tfcompile.runtime.classifier import Classifier, ImageClassifier, Prediction
 from tfcompile.runtime.errors import BundleError, InputError
 from tfcompile.runtime.generation import LanguageModel
@@ -39,10 +40,11 @@ def load(bundle: str | Path, providers: Sequence[str] | None = None) -> Bundle:
     Classifier for a text classifier, a Translator for an encoder-decoder, an ImageClassifier for
     a ViT. ``providers``: onnxruntime execution providers, in order of preference (default: CUDA
     when available, then the CPU)."""
-    task = read_manifest(Path(bundle))["task"]
+    files = BundleFiles(Path(bundle))
+    task = files.manifest.task
     if task not in RUNTIMES:
         raise BundleError(f"{bundle} holds a {task!r} model, which this runtime cannot serve")
-    return RUNTIMES[task](bundle, providers)
+    return RUNTIMES[task](files, providers)
 
 
 __all__ = [
@@ -54,6 +56,7 @@ __all__ = [
     "ImageClassifier",
     "InputError",
     "LanguageModel",
+    "Manifest",
     "Prediction",
     "Translator",
     "default_providers",

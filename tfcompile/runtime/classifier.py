@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -10,12 +9,13 @@ from typing import Any
 
 import numpy as np
 
-from tfcompile.files import PREPROCESSING_FILE
 from tfcompile.images import ImageLike, ImagePreprocessing
+from tfcompile.runtime import inputs
+from tfcompile.runtime.bundle import BundleFiles
 from tfcompile.runtime.errors import BundleError, InputError
 from tfcompile.runtime.ort import run
 from tfcompile.runtime.session import Bundle
-from tfcompile.sequences import PAD, pad_rows
+from tfcompile.sequences import pad_rows
 
 
 @dataclass(frozen=True)
@@ -30,7 +30,7 @@ class Classifier(Bundle):
 
     @property
     def labels(self) -> list[str]:
-        return self.manifest["model"]["labels"]
+        return _labels(self)
 
     def logits(
         self, input_ids: Any, attention_mask: Any | None = None, token_type_ids: Any | None = None
@@ -43,31 +43,28 @@ class Classifier(Bundle):
             else self._mask(attention_mask, ids.shape),
             "token_type_ids": np.zeros_like(ids)
             if token_type_ids is None
-            else self._flags(
+            else inputs.flags(
                 "token_type_ids", token_type_ids, ids.shape, "0 (first sentence) and 1 (second)"
             ),
         }
-        names = [i["name"] for i in self.manifest["graphs"]["model"]["inputs"]]
+        names = [t.name for t in self.graph("model").inputs]
         (logits,) = run(self.session, {name: feed[name] for name in names}, ["logits"])
         return logits
 
     def classify(self, texts: str | Sequence[str] | Sequence[tuple[str, str]]) -> list[Prediction]:
         """Texts, or (first, second) sentence pairs, -> the most likely label and every label's
         probability. Text longer than the model's context is truncated, as in training."""
-        if self.tokenizer is None:
-            raise InputError(f"{self.path} has no tokenizer.json: pass token ids to logits() instead")
-        items = [texts] if isinstance(texts, str) else list(texts)
-        if not items:
-            raise InputError("classify needs at least one text")
-        for item in items:
-            pair = isinstance(item, tuple | list) and len(item) == 2 and all(isinstance(t, str) for t in item)
-            if not (isinstance(item, str) or pair):
-                raise InputError(f"classify takes strings or (first, second) string pairs, got {item!r}")
-        encodings = self.tokenizer.encode_batch([tuple(i) if not isinstance(i, str) else i for i in items])
-        ids = pad_rows([e.ids for e in encodings], self.special_ids(PAD)[PAD])
+        encodings = self.encode(inputs.texts("texts", texts, pairs=True))
+        ids = pad_rows([e.ids for e in encodings], self.special_id("pad"))
         types = pad_rows([e.type_ids for e in encodings], 0)
         mask = pad_rows([[1] * len(e.ids) for e in encodings], 0)
         return predictions(self.logits(ids, mask, types), self.labels)
+
+
+def _labels(bundle: Bundle) -> list[str]:
+    if not bundle.manifest.labels:
+        raise BundleError(f"{bundle.path}: the manifest of a classifier needs its labels")
+    return bundle.manifest.labels
 
 
 def predictions(logits: np.ndarray, labels: list[str]) -> list[Prediction]:
@@ -83,27 +80,31 @@ def predictions(logits: np.ndarray, labels: list[str]) -> list[Prediction]:
 
 class ImageClassifier(Bundle):
     """An image classifier bundle (ViT). ``classify_images(paths or arrays)`` -> one Prediction
-    per image, preprocessed as in training; ``logits(pixel_values)`` -> (batch, labels) float32
-    for images already preprocessed to (batch, channels, size, size)."""
+    per image, preprocessed as the manifest's image section says (as in training);
+    ``logits(pixel_values)`` -> (batch, labels) float32 for images already preprocessed to
+    (batch, channels, size, size)."""
 
-    def __init__(self, bundle: str | Path, providers: Sequence[str] | None = None) -> None:
+    def __init__(self, bundle: str | Path | BundleFiles, providers: Sequence[str] | None = None) -> None:
         super().__init__(bundle, providers)
-        file = self.path / PREPROCESSING_FILE
-        try:
-            self.preprocessing = (
-                ImagePreprocessing.from_dict(json.loads(file.read_text())) if file.exists() else None
+        image = self.manifest.image
+        self.preprocessing = (
+            None
+            if image is None
+            else ImagePreprocessing(image.size, image.channels, tuple(image.mean), tuple(image.std))
+        )
+        shape = self.graph("model").inputs[0].shape[1:]
+        if not all(isinstance(d, int) for d in shape) or len(shape) != 3:
+            raise BundleError(
+                f"{self.path}: pixel_values must have fixed (channels, size, size), found {shape}"
             )
-        except (ValueError, KeyError, TypeError) as e:
-            raise BundleError(f"{file} is not a valid preprocessing record: {e}") from None
-        sizes = self.manifest["model"]
-        self.input_shape = (sizes["channels"], sizes["image_size"], sizes["image_size"])
+        self.input_shape = tuple(int(d) for d in shape)
 
     @property
     def labels(self) -> list[str]:
-        return self.manifest["model"]["labels"]
+        return _labels(self)
 
     def logits(self, pixel_values: Any) -> np.ndarray:
-        pixels = np.asarray(pixel_values)
+        pixels = inputs.array("pixel_values", pixel_values)
         if pixels.ndim != 4 or pixels.shape[1:] != self.input_shape or pixels.shape[0] == 0:
             raise InputError(
                 f"pixel_values must have shape (batch, {', '.join(map(str, self.input_shape))}), "
@@ -122,17 +123,20 @@ class ImageClassifier(Bundle):
         image; a 4-D array is a batch of (H, W, C) images."""
         if self.preprocessing is None:
             raise InputError(
-                f"{self.path} has no {PREPROCESSING_FILE} (it was not exported from a run): "
+                f"{self.path} has no image preprocessing (it was not exported from a run): "
                 f"pass preprocessed pixel_values to logits() instead"
             )
         if isinstance(images, str | Path) or (isinstance(images, np.ndarray) and images.ndim < 4):
             items: list[ImageLike] = [images]
-        else:
+        elif isinstance(images, Sequence | np.ndarray):
             items = list(images)
+        else:
+            raise InputError(f"classify_images takes image paths or arrays, got {type(images).__name__}")
         if not items:
             raise InputError("classify_images needs at least one image")
+        batch = inputs.count("batch_size", batch_size, 1)
         out: list[Prediction] = []
-        for start in range(0, len(items), batch_size):
-            pixels = self.preprocessing.pixel_values(items[start : start + batch_size])
+        for start in range(0, len(items), batch):
+            pixels = self.preprocessing.pixel_values(items[start : start + batch])
             out += predictions(self.logits(pixels), self.labels)
         return out

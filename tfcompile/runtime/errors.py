@@ -1,10 +1,6 @@
 """Runtime errors: each names the bundle file or the input at fault and what to do."""
 
-from tfcompile.errors import InputError, UserError
-
-
-class BundleError(UserError):
-    """A bundle that cannot be trusted or read: missing files, changed files, a newer format."""
+from tfcompile.errors import BundleError, InputError, UserError
 
 
 class OnnxRuntimeMissing(UserError, ImportError):

@@ -1,8 +1,11 @@
 """Text generation from a decoder bundle: greedy, temperature, top-k and top-p sampling
-(tfcompile.search, shared with training), with the KV-cache graph (one token per step) or the full
-graph. With the cache, the keys and values stay where the execution provider keeps them (the GPU,
-under CUDA) between steps: onnxruntime's I/O binding hands each step's outputs to the next step
-without a copy; only the logits come back."""
+(tfcompile.search, shared with training), batched over prompts of different lengths (left-padded;
+positions count each row's real tokens, so a row generates what it would alone), stopping at the
+manifest's stop tokens, with the KV-cache graph (one token per step) or the full graph.
+
+With the cache, the keys and values stay where the execution provider keeps them (the GPU, under
+CUDA) between steps: onnxruntime's I/O binding hands each step's outputs to the next step without
+a copy; only the logits come back. Past the context, each step re-reads the last context tokens."""
 
 from __future__ import annotations
 
@@ -13,18 +16,27 @@ from typing import Any
 import numpy as np
 
 from tfcompile import search
-from tfcompile.runtime.errors import InputError
-from tfcompile.runtime.ort import ort, run
+from tfcompile.manifest import GenerationInfo
+from tfcompile.runtime import inputs
+from tfcompile.runtime.bundle import BundleFiles
+from tfcompile.runtime.errors import BundleError, InputError
+from tfcompile.runtime.ort import run
 from tfcompile.runtime.session import Bundle
+from tfcompile.sequences import pad_rows
 
 
 class LanguageModel(Bundle):
     """A decoder bundle. ``logits(input_ids, attention_mask)`` -> (batch, seq, vocab) float32;
-    ``generate`` and ``generate_text`` decode with the KV-cache graph."""
+    ``generate`` (token ids) and ``generate_text`` (strings) decode with the KV-cache graph."""
 
-    def __init__(self, bundle: str | Path, providers: Sequence[str] | None = None) -> None:
+    def __init__(self, bundle: str | Path | BundleFiles, providers: Sequence[str] | None = None) -> None:
         super().__init__(bundle, providers)
-        self._step: ort.InferenceSession | None = None  # the incremental graph, loaded on first use
+        if self.manifest.generation is None:
+            raise BundleError(f"{self.path}: the manifest of a language model needs a generation section")
+        self.generation: GenerationInfo = self.manifest.generation
+        self._step: Any = None  # the incremental graph's session, opened on first use
+        # Format 1 step graphs count positions from the cache, not from the mask: no padding.
+        self.pads = self.files.format_version >= 2
 
     def logits(self, input_ids: Any, attention_mask: Any | None = None) -> np.ndarray:
         ids = self._token_ids(input_ids)
@@ -35,72 +47,122 @@ class LanguageModel(Bundle):
     def generate(
         self,
         input_ids: Any,
-        max_new_tokens: int,
-        temperature: float = 1.0,
+        max_new_tokens: int | None = None,
+        temperature: float | None = None,
         top_k: int | None = None,
         top_p: float | None = None,
         seed: int | None = None,
         use_cache: bool = True,
+        attention_mask: Any | None = None,
+        stop: bool = True,
     ) -> np.ndarray:
-        """input_ids (batch, prompt) -> (batch, prompt + max_new_tokens). With the cache each step
-        runs the incremental graph on one token; without it, the full graph on the whole sequence."""
-        ids = self._token_ids(input_ids)
-        _check_sampling(max_new_tokens, temperature, top_k, top_p)
-        if ids.shape[1] + max_new_tokens > self.max_seq_len:
-            raise InputError(
-                f"the prompt ({ids.shape[1]} tokens) plus max_new_tokens ({max_new_tokens}) exceeds the "
-                f"model's context of {self.max_seq_len}"
-            )
+        """input_ids (batch, prompt) [+ attention_mask, 0 at padding] -> (batch, prompt + n): each
+        row's prompt and its new tokens, up to ``max_new_tokens``; a row that reached a stop token
+        (with ``stop``) ends with it and is filled out with the pad id. Options left out take the
+        manifest's generation defaults. Rows generate what they would alone; past the context,
+        each step reads the last ``max_seq_len`` tokens."""
+        ids = inputs.token_ids(input_ids, self.vocab_size, None)
+        rows = self._generate_rows(
+            ids, attention_mask, max_new_tokens, temperature, top_k, top_p, seed, use_cache, stop
+        )
+        if not any(rows):
+            return ids
+        return np.concatenate([ids, pad_rows(rows, self._pad_id())], axis=1)
+
+    def generate_text(
+        self, prompt: str | Sequence[str], max_new_tokens: int | None = None, **options: Any
+    ) -> str | list[str]:
+        """A prompt (or a list of prompts, generated as one batch) -> the prompt and its
+        continuation, decoded; generation ends at a stop token, which is not shown."""
+        prompts = inputs.texts("prompt", prompt)
+        encodings = self.encode(prompts)
+        if not all(e.ids for e in encodings):
+            raise InputError("a prompt encodes to no tokens: give at least one character")
+        ids = pad_rows([e.ids[::-1] for e in encodings], self._pad_id())[:, ::-1]  # left-padded
+        mask = pad_rows([[1] * len(e.ids) for e in encodings], 0)[:, ::-1]
+        stops = set(self.generation.stop_token_ids)
+        rows = self._generate_rows(ids, mask, max_new_tokens, **options)
+        assert self.tokenizer is not None  # encode() needs it
+        texts = [
+            self.tokenizer.decode(e.ids + search.strip_stop(new, tuple(stops)))
+            for e, new in zip(encodings, rows, strict=True)
+        ]
+        return texts[0] if isinstance(prompt, str) else texts
+
+    def _generate_rows(
+        self,
+        input_ids: Any,
+        attention_mask: Any | None,
+        max_new_tokens: int | None = None,
+        temperature: float | None = None,
+        top_k: int | None = None,
+        top_p: float | None = None,
+        seed: int | None = None,
+        use_cache: bool = True,
+        stop: bool = True,
+    ) -> list[list[int]]:
+        """Each row's new tokens, the stop token included where one ended it."""
+        g = self.generation
+        ids = inputs.token_ids(input_ids, self.vocab_size, None)  # past the context, generation slides
+        mask = None if attention_mask is None else self._mask(attention_mask, ids.shape)
+        if mask is not None and not mask.any(axis=1).all():
+            raise InputError("every prompt needs at least one real token in attention_mask")
+        count = inputs.count("max_new_tokens", g.max_new_tokens if max_new_tokens is None else max_new_tokens)
+        options = inputs.sampling(
+            g.temperature if temperature is None else temperature,
+            g.top_k if top_k is None else top_k,
+            g.top_p if top_p is None else top_p,
+        )
+        rng = np.random.default_rng(inputs.seed(seed))
+        stops = tuple(g.stop_token_ids) if stop else ()
+        if mask is not None and not mask.all() and not self.pads:  # format 1: one row at a time
+            alone = [ids[r : r + 1, mask[r].astype(bool)] for r in range(len(ids))]
+            return [self._generate_rows(a, None, count, *options, seed, use_cache, stop)[0] for a in alone]
         decoder = _StepDecoder(self) if use_cache else _FullDecoder(self)
-        rng = np.random.default_rng(seed)
-        new = search.generate(decoder, ids, max_new_tokens, temperature, top_k, top_p, rng)
-        return np.concatenate([ids, np.array(new, dtype=np.int64).reshape(len(ids), -1)], axis=1)
+        return search.generate(decoder, ids, count, *options, rng, stops, self.max_seq_len, mask)
 
-    def generate_text(self, prompt: str, max_new_tokens: int, **options: Any) -> str:
-        """Encode ``prompt`` with the bundle's tokenizer, generate, and decode the whole text."""
-        if self.tokenizer is None:
-            raise InputError(f"{self.path} has no tokenizer.json: pass token ids to generate()")
-        prompt_ids = self.tokenizer.encode(prompt).ids
-        if not prompt_ids:
-            raise InputError("the prompt encodes to no tokens: give at least one character")
-        ids = self.generate(np.array([prompt_ids]), max_new_tokens, **options)
-        return self.tokenizer.decode(ids[0].tolist())
+    def _pad_id(self) -> int:
+        """What fills padding: the pad token, or 0 where the vocabulary has none (it is masked)."""
+        info = self.manifest.tokenizer
+        return info.pad_id if info is not None else 0
 
-    def step_session(self) -> ort.InferenceSession:
+    def step_session(self) -> Any:
         if self._step is None:
-            graph = self.manifest["graphs"]["step"]
-            self._step = ort.InferenceSession(str(self.path / graph["file"]), providers=self._providers)
+            self._step = self.open_graph("step")
         return self._step
 
 
 class _StepDecoder:
-    """The step graph as a search.Decoder: each step binds the new tokens and the cache, runs, and
-    keeps the present keys and values (OrtValues on the provider's device) as the next past."""
+    """The step graph as a search.Decoder: each step binds the new tokens, the mask and the
+    cache, runs, and keeps the present keys and values (OrtValues on the provider's device) as
+    the next past."""
 
     def __init__(self, model: LanguageModel) -> None:
         self.model = model
         self.session = model.step_session()
-        self.names = [i["name"] for i in model.manifest["graphs"]["step"]["inputs"]]
-        self.presents = [o.name for o in self.session.get_outputs()][1:]
+        cache = model.graph("step").cache
+        assert cache is not None  # empty_cache() refuses a step graph without one
+        self.past_names, self.present_names = cache.past, cache.present
         self.device = "cuda" if self.session.get_providers()[0] == "CUDAExecutionProvider" else "cpu"
         self.binding = self.session.io_binding()
         self.past: list[Any] = []
         self.length = 0  # tokens in the cache
 
-    def step(self, tokens: np.ndarray) -> np.ndarray:
+    def step(self, tokens: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
         if not self.past:
             self.past = self.model.empty_cache("step", len(tokens))
         self.length += tokens.shape[1]
         binding = self.binding
         binding.bind_cpu_input("input_ids", np.ascontiguousarray(tokens, dtype=np.int64))
-        binding.bind_cpu_input("attention_mask", np.ones((len(tokens), self.length), dtype=np.int64))
-        for name, value in zip(self.names[2:], self.past, strict=True):
+        full = np.ones((len(tokens), self.length), dtype=np.int64) if mask is None else mask
+        binding.bind_cpu_input("attention_mask", np.ascontiguousarray(full, dtype=np.int64))
+        for name, value in zip(self.past_names, self.past, strict=True):
             if isinstance(value, np.ndarray):
                 binding.bind_cpu_input(name, value)
             else:
                 binding.bind_ortvalue_input(name, value)
         binding.bind_output("logits", "cpu")
-        for name in self.presents:
+        for name in self.present_names:
             binding.bind_output(name, self.device)
         self.session.run_with_iobinding(binding)
         logits, *self.past = binding.get_outputs()
@@ -120,9 +182,9 @@ class _FullDecoder:
         self.model = model
         self.ids: np.ndarray | None = None
 
-    def step(self, tokens: np.ndarray) -> np.ndarray:
+    def step(self, tokens: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
         self.ids = tokens if self.ids is None else np.concatenate([self.ids, tokens], axis=1)
-        return self.model.logits(self.ids)[:, -1]
+        return self.model.logits(self.ids, mask)[:, -1]
 
     def reorder(self, rows: np.ndarray) -> None:
         assert self.ids is not None
@@ -130,14 +192,3 @@ class _FullDecoder:
 
     def reset(self) -> None:
         self.ids = None
-
-
-def _check_sampling(max_new_tokens: int, temperature: float, top_k: int | None, top_p: float | None) -> None:
-    if max_new_tokens < 0:
-        raise InputError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
-    if temperature < 0:
-        raise InputError(f"temperature must be >= 0 (0 is greedy), got {temperature}")
-    if top_k is not None and top_k < 1:
-        raise InputError(f"top_k must be >= 1, got {top_k}")
-    if top_p is not None and not 0 < top_p <= 1:
-        raise InputError(f"top_p must be in (0, 1], got {top_p}")

@@ -12,10 +12,11 @@ from typing import Any
 import numpy as np
 from tokenizers import Tokenizer
 
-from tfcompile.runtime.bundle import read_manifest
+from tfcompile.manifest import Graph, Manifest
+from tfcompile.runtime import inputs
+from tfcompile.runtime.bundle import BundleFiles
 from tfcompile.runtime.errors import BundleError, InputError
 from tfcompile.runtime.ort import ort
-from tfcompile.sequences import token_ids
 
 # Bundles are checked against PyTorch's fp32 logits. The CUDA provider's default TF32 matmuls
 # move those logits by about 1e-3 (measured on an H100), enough to change greedy tokens.
@@ -46,63 +47,101 @@ class Bundle:
 
     MAIN_GRAPH = "model"  # the graph opened at load; others open on first use
 
-    def __init__(self, bundle: str | Path, providers: Sequence[str] | None = None) -> None:
-        self.path = Path(bundle)
-        self.manifest: dict[str, Any] = read_manifest(self.path)
-        graph = self.manifest["graphs"][self.MAIN_GRAPH]
+    def __init__(self, bundle: str | Path | BundleFiles, providers: Sequence[str] | None = None) -> None:
+        self.files = bundle if isinstance(bundle, BundleFiles) else BundleFiles(Path(bundle))
+        self.path = self.files.folder
+        self.manifest: Manifest = self.files.manifest
         self._providers = session_providers(providers or default_providers())
-        self.session = ort.InferenceSession(str(self.path / graph["file"]), providers=self._providers)
-        self.vocab_size: int = self.manifest["model"]["vocab_size"]
-        self.max_seq_len: int = self.manifest["model"]["max_seq_len"]
-        tokenizer = self.path / "tokenizer.json"
-        self.tokenizer = Tokenizer.from_file(str(tokenizer)) if tokenizer.exists() else None
+        self.session = self.open_graph(self.MAIN_GRAPH)
+        self.vocab_size = self.manifest.model.vocab_size or 0
+        self.max_seq_len = self.manifest.model.max_seq_len
+        self.tokenizer = self._load_tokenizer()
 
     @property
     def providers(self) -> list[str]:
         return self.session.get_providers()
 
-    def special_ids(self, *tokens: str) -> dict[str, int]:
-        """The ids of special tokens in the bundle's tokenizer; a BundleError when it lacks one."""
+    def graph(self, name: str) -> Graph:
+        if name not in self.manifest.graphs:
+            raise BundleError(f"{self.path} has no {name!r} graph, which a {self.manifest.task} bundle needs")
+        return self.manifest.graphs[name]
+
+    def open_graph(self, name: str) -> Any:
+        """An onnxruntime session on the graph, from the bytes whose sha256 was checked; a graph that
+        onnxruntime cannot load, or whose inputs and outputs are not the manifest's, is a BundleError."""
+        graph = self.graph(name)
+        data = self.files.read(graph.file)
         try:
-            return token_ids(self.tokenizer, tokens)
-        except ValueError as e:
-            raise BundleError(f"{self.path / 'tokenizer.json'}: {e}") from None
+            session = ort.InferenceSession(data, providers=self._providers)
+        except Exception as e:  # onnxruntime's own errors: InvalidProtobuf, Fail, InvalidGraph
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise BundleError(
+                f"{self.path / graph.file} is not a graph onnxruntime can run: {first}"
+            ) from None
+        for kind, found, declared in (
+            ("inputs", [i.name for i in session.get_inputs()], [t.name for t in graph.inputs]),
+            ("outputs", [o.name for o in session.get_outputs()], [t.name for t in graph.outputs]),
+        ):
+            if found != declared:
+                raise BundleError(
+                    f"{self.path / graph.file} has {kind} {found}, but the manifest says {declared}"
+                )
+        return session
+
+    def special_id(self, role: str) -> int:
+        """The id of a special token by role (pad, unk, bos, eos, cls, sep, mask)."""
+        info = self.manifest.tokenizer
+        if info is None or role not in info.special_tokens:
+            raise BundleError(f"{self.path}: the manifest names no {role} token, which this call needs")
+        return info.special_tokens[role].id
+
+    def encode(self, items: Sequence[str | tuple[str, str]], add_special_tokens: bool = True) -> list[Any]:
+        """Texts (or pairs) -> tokenizer encodings. A character outside a vocabulary without an
+        unknown token is an InputError naming it (the manifest's tokenizer.unknown says which applies)."""
+        if self.tokenizer is None:
+            raise InputError(f"{self.path} has no tokenizer: pass token ids instead")
+        try:
+            return self.tokenizer.encode_batch(list(items), add_special_tokens=add_special_tokens)
+        except Exception:  # the tokenizers library's error for a symbol its vocabulary lacks
+            vocab = self.tokenizer.get_vocab()
+            text = "".join(t if isinstance(t, str) else "".join(t) for t in items)
+            unknown = sorted({c for c in text if c not in vocab})
+            raise InputError(
+                f"the text holds characters outside the bundle's vocabulary: {unknown[:10]!r}"
+            ) from None
 
     def empty_cache(self, graph: str, batch: int) -> list[np.ndarray]:
-        """Every past_key_i/past_value_i input of ``graph`` holding no tokens, (batch, n_kv_heads, 0,
-        head_dim), in the graph's float type (float16 for an fp16 bundle)."""
-        sizes = self.manifest["model"]
-        pasts = [i for i in self.manifest["graphs"][graph]["inputs"] if i["name"].startswith("past_")]
-        shape = (batch, sizes["n_kv_heads"], 0, sizes["head_dim"])
-        return [np.zeros(shape, dtype=np.dtype(past["dtype"])) for past in pasts]
+        """Every past input of ``graph`` holding no tokens, as the manifest's cache section says:
+        the batch axis ``batch``, the cache axis 0, in the graph's float type."""
+        g = self.graph(graph)
+        if g.cache is None:
+            raise BundleError(f"{self.path}: the {graph!r} graph has no cache")
+        inputs = {t.name: t for t in g.inputs}
+        empty = []
+        for name in g.cache.past:
+            tensor = inputs[name]
+            shape = [batch if d == "batch" else 0 if d == g.cache.axis else d for d in tensor.shape]
+            sizes = [d for d in shape if isinstance(d, int)]
+            if len(sizes) != len(shape):
+                raise BundleError(f"{self.path}: the manifest gives {name} the unknown axes {tensor.shape}")
+            empty.append(np.zeros(sizes, dtype=np.dtype(tensor.dtype)))
+        return empty
 
     def _token_ids(self, value: Any) -> np.ndarray:
-        ids = np.asarray(value)
-        if not np.issubdtype(ids.dtype, np.integer):
-            raise InputError(f"input_ids must hold integer token ids, got dtype {ids.dtype}")
-        if ids.ndim != 2:
-            raise InputError(f"input_ids must have shape (batch, seq), got shape {ids.shape}")
-        if ids.shape[0] == 0 or ids.shape[1] == 0:
-            raise InputError(f"input_ids must not be empty, got shape {ids.shape}")
-        if ids.shape[1] > self.max_seq_len:
-            raise InputError(
-                f"input_ids has {ids.shape[1]} tokens, more than the model's context of {self.max_seq_len}"
-            )
-        low, high = int(ids.min()), int(ids.max())
-        if low < 0 or high >= self.vocab_size:
-            bad = low if low < 0 else high
-            raise InputError(f"input_ids holds token id {bad}, outside the vocabulary [0, {self.vocab_size})")
-        return ids.astype(np.int64, copy=False)
-
-    def _flags(self, name: str, value: Any, shape: tuple[int, ...], meaning: str) -> np.ndarray:
-        """A 0/1 integer array shaped like input_ids; ``meaning`` says what 0 and 1 stand for."""
-        array = np.asarray(value)
-        if array.shape != shape:
-            raise InputError(f"{name} has shape {array.shape}, but input_ids has shape {shape}")
-        integer = np.issubdtype(array.dtype, np.integer) or array.dtype == np.bool_
-        if not integer or not np.isin(array, (0, 1)).all():
-            raise InputError(f"{name} must hold {meaning} only")
-        return array.astype(np.int64, copy=False)
+        return inputs.token_ids(value, self.vocab_size, self.max_seq_len)
 
     def _mask(self, value: Any, shape: tuple[int, ...]) -> np.ndarray:
-        return self._flags("attention_mask", value, shape, "0 (padding) and 1 (real token)")
+        return inputs.flags("attention_mask", value, shape, "0 (padding) and 1 (real token)")
+
+    def _load_tokenizer(self) -> Tokenizer | None:
+        info = self.manifest.tokenizer
+        if info is None:
+            return None
+        try:
+            return Tokenizer.from_str(self.files.read(info.file).decode("utf-8"))
+        except BundleError:
+            raise
+        except Exception as e:  # not UTF-8, not JSON, or not a tokenizer
+            raise BundleError(
+                f"{self.path / info.file} is not a tokenizer the tokenizers library reads: {e}"
+            ) from None

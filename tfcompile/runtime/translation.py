@@ -6,28 +6,34 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from tfcompile import search
-from tfcompile.runtime.errors import InputError
-from tfcompile.runtime.ort import ort, run
+from tfcompile.manifest import TranslationInfo
+from tfcompile.runtime import inputs
+from tfcompile.runtime.bundle import BundleFiles
+from tfcompile.runtime.errors import BundleError, InputError
+from tfcompile.runtime.ort import run
 from tfcompile.runtime.session import Bundle
-from tfcompile.sequences import PAD, UNK, pad_rows
+from tfcompile.sequences import pad_rows
 
 
 class Translator(Bundle):
     """``translate(texts)`` -> translations; ``translate_ids(source_ids, source_mask)`` -> target
-    token ids. Beam size, length penalty and maximum length default to the bundle's task."""
+    token ids. Beam size, length penalty and maximum length default to the manifest's translation
+    section. A batch of sources of different lengths (right-padded) translates as each alone."""
 
     MAIN_GRAPH = "encoder"
 
-    def __init__(self, bundle: str | Path, providers: Sequence[str] | None = None) -> None:
+    def __init__(self, bundle: str | Path | BundleFiles, providers: Sequence[str] | None = None) -> None:
         super().__init__(bundle, providers)
-        step = self.manifest["graphs"]["step"]
-        self.step = ort.InferenceSession(str(self.path / step["file"]), providers=self._providers)
-        self.step_inputs = [i["name"] for i in step["inputs"]]
-        self.sizes = self.manifest["model"]
+        if self.manifest.translation is None:
+            raise BundleError(f"{self.path}: the manifest of a translator needs a translation section")
+        self.translation: TranslationInfo = self.manifest.translation
+        self.step = self.open_graph("step")
+        self.step_inputs = [t.name for t in self.graph("step").inputs]
 
     def translate(
         self,
@@ -36,49 +42,47 @@ class Translator(Bundle):
         length_penalty: float | None = None,
         max_len: int | None = None,
     ) -> list[str]:
-        if self.tokenizer is None:
-            raise InputError(f"{self.path} has no tokenizer.json: pass token ids to translate_ids() instead")
-        items = [texts] if isinstance(texts, str) else list(texts)
-        if not items or not all(isinstance(t, str) for t in items):
-            raise InputError("translate takes a string or a non-empty list of strings")
-        special = self.special_ids(PAD, UNK)
-        pad = special[PAD]
-        encoded = [
-            e.ids[: self.max_seq_len] or [special[UNK]]
-            for e in self.tokenizer.encode_batch(items, add_special_tokens=False)
-        ]
-        ids = pad_rows(encoded, pad)
-        tokens = self.translate_ids(ids, (ids != pad).astype(np.int64), beam, length_penalty, max_len)
+        """Sentences -> their translations (detokenized)."""
+        encodings = self.encode(inputs.texts("texts", texts), add_special_tokens=False)
+        pad = self.special_id("pad")
+        ids = pad_rows([e.ids[: self.max_seq_len] or [self.special_id("unk")] for e in encodings], pad)
+        mask = pad_rows([[1] * min(max(len(e.ids), 1), self.max_seq_len) for e in encodings], 0)
+        tokens = self.translate_ids(ids, mask, beam, length_penalty, max_len)
+        assert self.tokenizer is not None  # encode() needs it
         return [t.strip() for t in self.tokenizer.decode_batch(tokens)]
 
     def translate_ids(
         self,
-        source_ids: np.ndarray,
-        source_mask: np.ndarray | None = None,
+        source_ids: Any,
+        source_mask: Any | None = None,
         beam: int | None = None,
         length_penalty: float | None = None,
         max_len: int | None = None,
     ) -> list[list[int]]:
+        """source_ids (batch, seq) [+ source_mask, 0 at padding] -> each source's target ids,
+        without the start and stop tokens."""
+        t = self.translation
         ids = self._token_ids(source_ids)
         mask = np.ones_like(ids) if source_mask is None else self._mask(source_mask, ids.shape)
         if not mask.any(axis=1).all():
             raise InputError("every source sentence needs at least one real token in source_mask")
-        beam = self.sizes["beam"] if beam is None else beam
-        alpha = self.sizes["length_penalty"] if length_penalty is None else length_penalty
-        max_len = min(self.sizes["max_decode_len"] if max_len is None else max_len, self.max_seq_len - 1)
-        if beam < 1 or max_len < 1 or alpha < 0:
-            raise InputError(
-                f"beam and max_len must be >= 1 and length_penalty >= 0, got {beam}, {max_len}, {alpha}"
-            )
-        bos, eos = self.sizes["bos_id"], self.sizes["eos_id"]
-        if beam == 1:
-            start = np.full((len(ids), 1), bos, dtype=np.int64)
-            return search.generate(_StepDecoder(self, ids, mask), start, max_len, temperature=0, eos=eos)
+        width = inputs.count("beam", t.beam if beam is None else beam, 1)
+        alpha = inputs.number(
+            "length_penalty", t.length_penalty if length_penalty is None else length_penalty, 0.0
+        )
+        limit = min(
+            inputs.count("max_len", t.max_decode_len if max_len is None else max_len, 1), self.max_seq_len - 1
+        )
+        start, stop = t.start_id, t.stop_id
+        if width == 1:
+            first = np.full((len(ids), 1), start, dtype=np.int64)
+            rows = search.generate(_StepDecoder(self, ids, mask), first, limit, temperature=0, stop=(stop,))
+            return [search.strip_stop(row, (stop,)) for row in rows]
         results = []
         for row in range(len(ids)):
             real = mask[row].astype(bool)
             decoder = _StepDecoder(self, ids[row : row + 1, real], mask[row : row + 1, real])
-            results.append(search.beam_search(decoder, bos, eos, max_len, beam, alpha))
+            results.append(search.beam_search(decoder, start, stop, limit, width, alpha))
         return results
 
 
@@ -92,7 +96,8 @@ class _StepDecoder:
         self.source_mask = source_mask
         self.past: list[np.ndarray] = translator.empty_cache("step", len(source_mask))
 
-    def step(self, tokens: np.ndarray) -> np.ndarray:
+    def step(self, tokens: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
+        """``mask`` is None: target tokens are never padded (every row starts with the start id)."""
         feed = dict(
             zip(
                 self.translator.step_inputs, [tokens, self.source_mask, *self.past, *self.memory], strict=True

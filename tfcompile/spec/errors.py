@@ -15,6 +15,7 @@ class SpecIssue:
     column: int | None = None  # 1-based
     width: int = 1  # characters to underline
     note: str | None = None  # where a value came from when the file does not hold it
+    origin: str | None = None  # the command-line argument that gave the value ("--set FIELD=VALUE")
 
 
 class SpecError(Exception):
@@ -33,7 +34,7 @@ class SpecError(Exception):
         return "\n".join(blocks)
 
     def _render_issue(self, issue: SpecIssue) -> str:
-        where = self.source
+        where = issue.origin or self.source  # a --set argument has no line in the file
         if issue.line is not None:
             where += f":{issue.line}:{issue.column or 1}"
         field = f"{issue.path}: " if issue.path else ""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import difflib
 import re
+import stat
 import types
 import typing
 from collections.abc import Sequence
@@ -21,14 +22,19 @@ from tfcompile.spec.schema import Spec
 
 Loc = tuple[str | int, ...]
 
+MAX_BYTES = 1 << 20  # a spec is text a person writes: 1 MiB is far beyond any real one
+MAX_VALUES = 10_000  # keys and values once aliases are expanded (a real spec has about 100)
+MAX_DEPTH = 32  # nesting of mappings and lists (a real spec nests 4 deep)
+
 
 @dataclass(frozen=True)
 class Mark:
-    key_line: int  # 1-based
+    key_line: int | None  # 1-based; None for a value that a --set override put there
     key_column: int
-    line: int  # of the value
+    line: int | None  # of the value
     column: int
     width: int  # of the value when it is a one-line scalar, else 1
+    origin: str | None = None  # "--set FIELD=VALUE" for an override's values
 
 
 def load_spec(path: str | Path, overrides: Sequence[str] = ()) -> Spec:
@@ -38,11 +44,38 @@ def load_spec(path: str | Path, overrides: Sequence[str] = ()) -> Spec:
     Raises ``SpecError`` listing every problem found.
     """
     path = Path(path)
+    return parse_spec(_read_text(path), source=str(path), base_dir=path.parent, overrides=overrides)
+
+
+def _read_text(path: Path) -> str:
+    """The file as UTF-8 text: a regular file (a FIFO or device would block or never end) of at
+    most MAX_BYTES; a byte that is not UTF-8 is reported at its line and column."""
+
+    def fail(
+        message: str, hint: str | None = None, line: int | None = None, column: int | None = None
+    ) -> SpecError:
+        return SpecError(str(path), [SpecIssue("", message, hint, line, column)])
+
     try:
-        text = path.read_text()
+        if not stat.S_ISREG(path.stat().st_mode):
+            raise fail("cannot read the spec: not a regular file", "give the path of a .yaml file")
+        with open(path, "rb") as f:
+            data = f.read(MAX_BYTES + 1)
     except OSError as e:
-        raise SpecError(str(path), [SpecIssue("", f"cannot read the spec: {e.strerror}")]) from None
-    return parse_spec(text, source=str(path), base_dir=path.parent, overrides=overrides)
+        raise fail(f"cannot read the spec: {e.strerror}") from None
+    if len(data) > MAX_BYTES:
+        raise fail(f"the file is larger than {MAX_BYTES // 1024} KiB, far beyond any spec", "is this a spec?")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        column = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
+        raise fail(
+            f"the file is not UTF-8 text: byte 0x{data[e.start]:02x} cannot be decoded",
+            "save the spec as UTF-8",
+            line,
+            column,
+        ) from None
 
 
 def parse_spec(
@@ -52,12 +85,15 @@ def parse_spec(
     overrides: Sequence[str] = (),
 ) -> Spec:
     data, marks = _compose(text, source)
+    if not isinstance(data, dict):
+        issue = SpecIssue("", "a spec is a mapping with a `model:` section", "start with `model:`", 1, 1)
+        raise SpecError(source, [issue], text)
     for override in overrides:
-        _apply_override(data, override, source)
+        _apply_override(data, marks, override, source)
     preset_name = data.get("preset")
     preset: dict[str, Any] = {}
     if preset_name is not None:
-        if preset_name not in PRESETS:
+        if not isinstance(preset_name, str) or preset_name not in PRESETS:
             unknown = _unknown("preset", preset_name, PRESETS)
             raise SpecError(source, [_issue(("preset",), marks, unknown.message, unknown.hint)], text)
         preset = PRESETS[preset_name]
@@ -79,79 +115,158 @@ def dump_spec(spec: Spec) -> str:
 # --------------------------------------------------------------------------- YAML with marks
 
 
-def _compose(text: str, source: str) -> tuple[dict[str, Any], dict[Loc, Mark]]:
-    loader = yaml.SafeLoader(text)
+class _Refused(Exception):
+    """A YAML construct a spec never needs, at the node that holds it."""
+
+    def __init__(self, node: yaml.Node, message: str, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.node, self.message, self.hint = node, message, hint
+
+
+def _compose(text: str, source: str, origin: str | None = None, at: Loc = ()) -> tuple[Any, dict[Loc, Mark]]:
+    """YAML text -> plain Python and the position of every key and value under ``at``. Values of
+    a --set override carry its ``origin`` instead of a position in the file."""
+    path = ".".join(map(str, at))
+
+    def fail(message: str, hint: str | None, position: tuple[int, int] | None) -> SpecError:
+        line, column = position if position and origin is None else (None, None)
+        issue = SpecIssue(path, message, hint, line, column, origin=origin)
+        return SpecError(source, [issue], None if origin else text)
+
+    loader = None
     try:
+        loader = yaml.SafeLoader(text)  # reads the text through: refuses characters YAML does not allow
+        reader = _Reader(loader, origin)
         node = loader.get_single_node()
-        marks: dict[Loc, Mark] = {}
-        data = _to_python(node, (), marks, loader) if node is not None else {}
+        data = reader.value(node, at, 0, frozenset()) if node is not None else {}
+    except _Refused as e:
+        raise fail(e.message, e.hint, (e.node.start_mark.line + 1, e.node.start_mark.column + 1)) from None
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
-        line, col = (mark.line + 1, mark.column + 1) if mark else (None, None)
-        message = f"invalid YAML: {e.problem or e.context}"
-        raise SpecError(source, [SpecIssue("", message, None, line, col)], text) from None
+        position = (mark.line + 1, mark.column + 1) if mark else None
+        raise fail(f"invalid YAML: {e.problem or e.context}", None, position) from None
+    except yaml.reader.ReaderError as e:  # a character YAML does not allow (NUL, control characters)
+        line = text.count("\n", 0, e.position) + 1
+        column = e.position - (text.rfind("\n", 0, e.position) + 1) + 1
+        message = f"invalid YAML: the character {chr(e.character)!r} is not allowed in YAML text"
+        raise fail(message, "remove it", (line, column)) from None
+    except RecursionError:
+        raise fail(
+            "invalid YAML: it nests too deeply to be a spec", f"nest at most {MAX_DEPTH} levels", None
+        ) from None
     finally:
-        loader.dispose()
-    if not isinstance(data, dict):
-        raise SpecError(
-            source,
-            [SpecIssue("", "a spec is a mapping with a `model:` section", "start with `model:`", 1, 1)],
-            text,
+        if loader is not None:
+            loader.dispose()
+    return data, reader.marks
+
+
+class _Reader:
+    """Plain Python from the node graph that PyYAML's SafeLoader composes, with the position of
+    every key and value, refusing what a spec never needs: keys that are not text, tags that name
+    no known type, aliases that refer to themselves or expand past MAX_VALUES, nesting deeper than
+    MAX_DEPTH."""
+
+    MAP, SEQ = "tag:yaml.org,2002:map", "tag:yaml.org,2002:seq"
+
+    def __init__(self, loader: yaml.SafeLoader, origin: str | None) -> None:
+        self.loader = loader
+        self.origin = origin
+        self.marks: dict[Loc, Mark] = {}
+        self.count = 0
+
+    def value(self, node: yaml.Node, loc: Loc, depth: int, active: frozenset[int]) -> Any:
+        self.count += 1
+        if self.count > MAX_VALUES:
+            raise _Refused(
+                node, f"the spec expands to more than {MAX_VALUES} values", "check its aliases (*name)"
+            )
+        if id(node) in active:
+            raise _Refused(node, "an alias refers to the value that contains it", "aliases must not recurse")
+        if depth > MAX_DEPTH:
+            raise _Refused(node, f"nested more than {MAX_DEPTH} levels deep", "a spec nests a few levels")
+        active = active | {id(node)}
+        if isinstance(node, yaml.MappingNode):
+            self._tag(node, self.MAP)
+            out: dict[str, Any] = {}
+            for key_node, value_node in node.value:
+                key = self._key(key_node)
+                if key in out:
+                    raise _Refused(key_node, f"duplicate key {key!r}", "give each key once")
+                key_loc = (*loc, key)
+                self.marks[key_loc] = self._mark(key_node, value_node)
+                out[key] = self.value(value_node, key_loc, depth + 1, active)
+            return out
+        if isinstance(node, yaml.SequenceNode):
+            self._tag(node, self.SEQ)
+            items = []
+            for i, item in enumerate(node.value):
+                item_loc = (*loc, i)
+                self.marks[item_loc] = self._mark(item, item)
+                items.append(self.value(item, item_loc, depth + 1, active))
+            return items
+        try:
+            return self.loader.construct_object(node)
+        except (ValueError, TypeError, OverflowError) as e:  # e.g. !!int abc, an int of 5,000 digits
+            raise _Refused(node, f"cannot read {node.value!r} as {node.tag}: {e}") from None
+
+    def _tag(self, node: yaml.Node, default: str) -> None:
+        if node.tag != default:
+            raise _Refused(node, f"unknown YAML tag {node.tag!r}", "remove the tag: a spec needs none")
+
+    def _key(self, node: yaml.Node) -> str:
+        key = self.loader.construct_object(node) if isinstance(node, yaml.ScalarNode) else None
+        if not isinstance(key, str):
+            shown = repr(key) if isinstance(node, yaml.ScalarNode) else "a mapping or a list"
+            raise _Refused(
+                node, f"a key must be a field name, found {shown}", "keys are names such as d_model"
+            )
+        return key
+
+    def _mark(self, key: yaml.Node, value: yaml.Node) -> Mark:
+        if self.origin is not None:
+            return Mark(None, 1, None, 1, 1, self.origin)
+        start, end = value.start_mark, value.end_mark
+        one_line_scalar = isinstance(value, yaml.ScalarNode) and start.line == end.line
+        return Mark(
+            key.start_mark.line + 1,
+            key.start_mark.column + 1,
+            start.line + 1,
+            start.column + 1,
+            max(end.column - start.column, 1) if one_line_scalar else 1,
         )
-    return data, marks
 
 
-def _to_python(node: yaml.Node, loc: Loc, marks: dict[Loc, Mark], loader: yaml.SafeLoader) -> Any:
-    if isinstance(node, yaml.MappingNode):
-        out: dict[Any, Any] = {}
-        for key_node, value_node in node.value:
-            key = loader.construct_object(key_node)
-            if key in out:
-                raise yaml.MarkedYAMLError(problem=f"duplicate key {key!r}", problem_mark=key_node.start_mark)
-            key_loc = (*loc, key)
-            marks[key_loc] = _mark(key_node, value_node)
-            out[key] = _to_python(value_node, key_loc, marks, loader)
-        return out
-    if isinstance(node, yaml.SequenceNode):
-        items = []
-        for i, item in enumerate(node.value):
-            item_loc = (*loc, i)
-            marks[item_loc] = _mark(item, item)
-            items.append(_to_python(item, item_loc, marks, loader))
-        return items
-    return loader.construct_object(node)
-
-
-def _mark(key: yaml.Node, value: yaml.Node) -> Mark:
-    start, end = value.start_mark, value.end_mark
-    one_line_scalar = isinstance(value, yaml.ScalarNode) and start.line == end.line
-    return Mark(
-        key.start_mark.line + 1,
-        key.start_mark.column + 1,
-        start.line + 1,
-        start.column + 1,
-        max(end.column - start.column, 1) if one_line_scalar else 1,
-    )
-
-
-def _apply_override(data: dict[str, Any], override: str, source: str) -> None:
+def _apply_override(data: dict[str, Any], marks: dict[Loc, Mark], override: str, source: str) -> None:
+    """``dotted.path=value``: the value (YAML) replaces what the file says there; its errors are
+    reported at the argument, not at the file's line."""
+    origin = f"--set {override}"
     dotted, sep, raw = override.partition("=")
     keys = dotted.strip().split(".")
-    if not sep or not all(keys):
-        raise SpecError(
-            source,
-            [
-                SpecIssue(
-                    "", f"bad override {override!r}", "write it as section.field=value, e.g. train.steps=100"
-                )
-            ],
+
+    def fail(message: str, hint: str | None = None) -> SpecError:
+        return SpecError(source, [SpecIssue(dotted.strip(), message, hint, origin=origin)])
+
+    if not sep or not all(FIELD_NAME.fullmatch(k) for k in keys):
+        raise fail(
+            f"bad override {override!r}", "write it as section.field=value, e.g. --set train.steps=100"
         )
     node = data
-    for key in keys[:-1]:
+    for depth, key in enumerate(keys[:-1]):
         node = node.setdefault(key, {})
         if not isinstance(node, dict):
-            raise SpecError(source, [SpecIssue(dotted, f"override {override!r} goes through a non-mapping")])
-    node[keys[-1]] = yaml.safe_load(raw)
+            raise fail(
+                f"{'.'.join(keys[: depth + 1])} is not a section, so it has no field {keys[depth + 1]!r}"
+            )
+    loc = tuple(keys)
+    for old in [m for m in marks if m[: len(loc)] == loc]:
+        del marks[old]  # the file's positions under the override no longer hold its values
+    value, value_marks = _compose(raw, source, origin=origin, at=loc)
+    marks |= value_marks
+    marks[loc] = Mark(None, 1, None, 1, 1, origin)
+    node[keys[-1]] = value
+
+
+FIELD_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # a step of a --set path
 
 
 # ------------------------------------------------------------------- validation -> issues
@@ -193,6 +308,8 @@ def _issues(error: Any, data: dict[str, Any], marks: dict[Loc, Mark], preset: st
         return [_issue(loc, marks, "missing `type`", f"add `type:` with one of {_choices(tags)}", preset)]
     if kind in {"model_type", "model_attributes_type", "dict_type"}:
         return [_issue(loc, marks, f"expected a mapping of fields, found {found!r}", None, preset)]
+    if kind == "value_error":  # a field validator's own message says what was found
+        return [_issue(loc, marks, str(error["ctx"]["error"]), None, preset)]
     message = re.sub(r"^Input should be ", "expected ", error["msg"])
     return [_issue(loc, marks, f"{message[0].lower()}{message[1:]}, found {found!r}", None, preset)]
 
@@ -233,8 +350,10 @@ def _issue(
     if loc in marks:
         m = marks[loc]
         if on_key:
-            return SpecIssue(path, message, hint, m.key_line, m.key_column, len(str(loc[-1])))
-        return SpecIssue(path, message, hint, m.line, m.column, m.width)
+            return SpecIssue(
+                path, message, hint, m.key_line, m.key_column, len(str(loc[-1])), origin=m.origin
+            )
+        return SpecIssue(path, message, hint, m.line, m.column, m.width, origin=m.origin)
     # Not in the file: the value came from a preset or a default. Point at the nearest parent.
     parent = next((loc[:i] for i in range(len(loc) - 1, 0, -1) if loc[:i] in marks), None)
     origin = f"preset {preset!r}" if preset and _in_preset(loc, preset) else "its default"
@@ -242,7 +361,7 @@ def _issue(
     if parent is None:
         return SpecIssue(path, message, hint, note=note)
     m = marks[parent]
-    return SpecIssue(path, message, hint, m.key_line, m.key_column, len(str(parent[-1])), note)
+    return SpecIssue(path, message, hint, m.key_line, m.key_column, len(str(parent[-1])), note, m.origin)
 
 
 def _in_preset(loc: Loc, preset: str) -> bool:

@@ -12,6 +12,8 @@ module imports no torch, so that checking a spec is fast.
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, Union
 
@@ -30,7 +32,8 @@ Probability = Annotated[float, Field(ge=0, lt=1)]
 
 
 class Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_default=True, frozen=True)
+    # Floats are finite: YAML's .inf and .nan are refused wherever a number is meant.
+    model_config = ConfigDict(extra="forbid", validate_default=True, frozen=True, allow_inf_nan=False)
 
     def _resolve(self, **values: Any) -> None:
         """Fill derived defaults while validating (the section is frozen once validated)."""
@@ -45,9 +48,10 @@ class Rules:
     def __init__(self) -> None:
         self.violations: list[tuple[tuple[str, ...], str, str]] = []
 
-    def require(self, ok: bool, field: tuple[str, ...], message: str, hint: str) -> None:
+    def require(self, ok: bool, field: tuple[str, ...], message: str, hint: str | Callable[[], str]) -> None:
+        """``hint`` may be a function, computed only when the rule fails."""
         if not ok:
-            self.violations.append((field, message, hint))
+            self.violations.append((field, message, hint() if callable(hint) else hint))
 
     def check(self) -> None:
         if self.violations:
@@ -211,7 +215,7 @@ class TransformerSpec(Section):
             self.d_model % self.n_heads == 0,
             ("n_heads",),
             f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})",
-            f"use a divisor of {self.d_model}, e.g. {_nearest_divisor(self.d_model, self.n_heads)}",
+            lambda: f"use a divisor of {self.d_model}, e.g. {_nearest_divisor(self.d_model, self.n_heads)}",
         )
         rules.require(
             self.n_kv_heads <= self.n_heads and self.n_heads % self.n_kv_heads == 0,
@@ -278,8 +282,14 @@ def _choices(names: Any) -> str:
     return ", ".join(repr(n) for n in names)
 
 
-def _nearest_divisor(n: int, near: int) -> int:
-    return min((d for d in range(1, n + 1) if n % d == 0), key=lambda d: (abs(d - near), -d))
+def _nearest_divisor(n: int, near: int, reach: int = 10_000) -> int:
+    """The divisor of ``n`` closest to ``near`` (the larger on a tie), looking at most ``reach``
+    away so that a hint about a huge size costs no time; 1 divides everything."""
+    for distance in range(min(reach, max(near, n))):
+        for d in (near + distance, near - distance):
+            if 0 < d <= n and n % d == 0:
+                return d
+    return 1
 
 
 class DecoderSpec(TransformerSpec):
@@ -389,7 +399,10 @@ class VitSpec(TransformerSpec):
             divides,
             ("patch_size",),
             f"must divide image_size ({self.image_size}), found {self.patch_size}",
-            f"use a divisor of {self.image_size}, e.g. {_nearest_divisor(self.image_size, self.patch_size)}",
+            lambda: (
+                f"use a divisor of {self.image_size}, e.g. "
+                f"{_nearest_divisor(self.image_size, self.patch_size)}"
+            ),
         )
         rules.require(
             self.vocab_size is None,
@@ -588,6 +601,11 @@ class CausalLMTask(TaskSection):
 
     type: Literal["causal_lm"] = "causal_lm"
     label_smoothing: Probability = 0.0
+    special_tokens: bool = Field(
+        True,
+        description="reserve [PAD], [UNK] and [EOS] at ids 0-2 of a new vocabulary; [EOS] ends each "
+        "document (each file of a folder), so generation can stop. false: the corpus's symbols alone",
+    )
 
     def head_parameters(self, model: Any) -> int:
         return model.lm_head_parameters()
@@ -735,6 +753,19 @@ class VaswaniSchedule(Section):
 Schedule = Annotated[ConstantSchedule | CosineSchedule | VaswaniSchedule, Field(discriminator="type")]
 
 
+# A run's folder name: one path component that cannot climb out of runs_dir or hide.
+RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+
+
+def check_run_name(name: str) -> str:
+    if not RUN_NAME.fullmatch(name) or ".." in name:
+        raise ValueError(
+            f"a run name is one folder name of letters, digits, '.', '_' and '-' (at most 100, "
+            f"starting with a letter or digit, no '..'), found {name!r}"
+        )
+    return name
+
+
 class TrainSpec(Section):
     steps: PositiveInt = 5000
     batch_size: PositiveInt = 64
@@ -760,6 +791,11 @@ class TrainSpec(Section):
     )
 
     _schedule_shorthand = field_validator("schedule", mode="before")(_type_shorthand)
+
+    @field_validator("name")
+    @classmethod
+    def _safe_name(cls, name: str | None) -> str | None:
+        return None if name is None else check_run_name(name)
 
 
 # --------------------------------------------------------------------------- export

@@ -14,10 +14,12 @@ from tokenizers import Tokenizer
 
 from tfcompile import search
 from tfcompile.data import check_fits_context, lm_batch, prepare_corpus
-from tfcompile.graphs.export import Graph, cache_sizes, export_decoder, export_decoder_step
+from tfcompile.graphs.export import Graph, export_decoder, export_decoder_step
 from tfcompile.graphs.parity import check_decoder_parity, check_step_parity
+from tfcompile.manifest import GenerationInfo, TokenizerInfo
 from tfcompile.models import DecoderLM
 from tfcompile.nn.attention import KVCache
+from tfcompile.sequences import CAUSAL_LM_TOKENS
 from tfcompile.spec.schema import CausalLMTask, DecoderSpec, Spec
 from tfcompile.tasks.task import Batch, ModelFn, Task, register_task
 
@@ -41,8 +43,8 @@ class LanguageModelling(Task):
     section = CausalLMTask
     # The full forward, and the incremental form with the KV cache that generation steps through.
     graphs: ClassVar[dict[str, Graph]] = {
-        "model": Graph(export_decoder, check_decoder_parity),
-        "step": Graph(export_decoder_step, check_step_parity),
+        "model": Graph("forward", export_decoder, check_decoder_parity),
+        "step": Graph("decode_step", export_decoder_step, check_step_parity),
     }
 
     @staticmethod
@@ -50,15 +52,20 @@ class LanguageModelling(Task):
         assert isinstance(spec.model, DecoderSpec)
         return DecoderLM(spec.model)
 
+    padding_side = "left"  # new tokens follow the prompt's last real token in every row
+
     @classmethod
-    def manifest(cls, spec: Spec) -> dict[str, Any]:
-        return cache_sizes(spec.model.n_layers, spec.model)
+    def manifest(cls, spec: Spec, tokenizer: TokenizerInfo | None, run: Path | None) -> dict[str, Any]:
+        eos = tokenizer.special_tokens.get("eos") if tokenizer is not None else None
+        stops = [eos.id] if eos is not None else []
+        return {"generation": GenerationInfo(context_length=spec.model.max_seq_len, stop_token_ids=stops)}
 
     def __init__(self, spec: Spec, cache_dir: Path, tokenizer: Tokenizer | None = None) -> None:
         assert isinstance(spec.task, CausalLMTask) and spec.data is not None
         self.task = spec.task
         self.context = spec.context_length
-        self.corpus = prepare_corpus(spec.data, cache_dir, tokenizer)
+        specials = CAUSAL_LM_TOKENS if spec.task.special_tokens else ()
+        self.corpus = prepare_corpus(spec.data, cache_dir, tokenizer, specials)
         self.tokenizer = self.corpus.tokenizer
         check_fits_context(self.corpus, self.context, spec.data)
 
@@ -85,11 +92,12 @@ class TorchDecoder:
         self.cache: list[KVCache] | None = None
 
     @torch.no_grad()
-    def step(self, tokens: np.ndarray) -> np.ndarray:
+    def step(self, tokens: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
         ids = torch.from_numpy(tokens).to(self.device)
         if self.cache is None:
             self.cache = self.model.empty_cache(len(ids), self.device)
-        return self.model(ids, cache=self.cache)[:, -1].float().cpu().numpy()
+        attention = None if mask is None else torch.from_numpy(mask).to(self.device)
+        return self.model(ids, attention, cache=self.cache)[:, -1].float().cpu().numpy()
 
     def reorder(self, rows: np.ndarray) -> None:
         assert self.cache is not None
@@ -111,7 +119,7 @@ def generate(
     seed: int | None = None,
 ) -> torch.Tensor:
     """ids (B, T) -> (B, T + max_new_tokens): the shared search over the PyTorch model, reading at
-    most the model's max_seq_len last tokens."""
+    most the model's max_seq_len last tokens (no stop token: every row gets all its tokens)."""
     new = search.generate(
         TorchDecoder(model),
         ids.numpy(),

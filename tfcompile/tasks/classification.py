@@ -16,6 +16,7 @@ from tfcompile.data.table import LabelledTexts, read_table
 from tfcompile.data.tokenizer import add_sentence_template
 from tfcompile.graphs.export import Graph, export_classifier
 from tfcompile.graphs.parity import check_classifier_parity
+from tfcompile.manifest import TokenizerInfo
 from tfcompile.models import Classifier
 from tfcompile.sequences import PAD, SPECIAL_TOKENS, token_ids
 from tfcompile.spec.schema import ClassificationTask, EncoderSpec, Spec
@@ -52,7 +53,9 @@ def resolve_labels(declared: list[str] | None, splits: dict[str, list[str]], sou
 @register_task
 class TextClassification(Task):
     section = ClassificationTask
-    graphs: ClassVar[dict[str, Graph]] = {"model": Graph(export_classifier, check_classifier_parity)}
+    graphs: ClassVar[dict[str, Graph]] = {
+        "model": Graph("forward", export_classifier, check_classifier_parity)
+    }
     # Accuracy is what a classifier is judged by; its loss can rise while accuracy still improves.
     best_metric = "val_accuracy"
     higher_is_better = True
@@ -64,7 +67,7 @@ class TextClassification(Task):
         return Classifier(spec.model, len(spec.task.labels))
 
     @classmethod
-    def manifest(cls, spec: Spec) -> dict[str, Any]:
+    def manifest(cls, spec: Spec, tokenizer: TokenizerInfo | None, run: Path | None) -> dict[str, Any]:
         assert isinstance(spec.task, ClassificationTask)
         return {"labels": spec.task.labels}
 

@@ -20,6 +20,7 @@ from tfcompile.files import PREPROCESSING_FILE
 from tfcompile.graphs.export import Graph, export_image_classifier
 from tfcompile.graphs.parity import check_image_classifier_parity
 from tfcompile.images import ImagePreprocessing
+from tfcompile.manifest import ImageInfo, TokenizerInfo
 from tfcompile.models import VisionTransformer
 from tfcompile.spec.schema import AugmentSpec, ImageClassificationTask, Spec, VitSpec
 from tfcompile.tasks.classification import resolve_labels
@@ -49,7 +50,7 @@ def augment(images: torch.Tensor, spec: AugmentSpec, generator: torch.Generator)
 class ImageClassification(Task):
     section = ImageClassificationTask
     graphs: ClassVar[dict[str, Graph]] = {
-        "model": Graph(export_image_classifier, check_image_classifier_parity)
+        "model": Graph("forward", export_image_classifier, check_image_classifier_parity)
     }
     best_metric = "val_accuracy"
     higher_is_better = True
@@ -61,13 +62,22 @@ class ImageClassification(Task):
         return VisionTransformer(spec.model, len(spec.task.labels))
 
     @classmethod
-    def manifest(cls, spec: Spec) -> dict[str, Any]:
-        assert isinstance(spec.model, VitSpec) and isinstance(spec.task, ImageClassificationTask)
-        return {
-            "labels": spec.task.labels,
-            "image_size": spec.model.image_size,
-            "channels": spec.model.channels,
-        }
+    def manifest(cls, spec: Spec, tokenizer: TokenizerInfo | None, run: Path | None) -> dict[str, Any]:
+        """The labels, and the preprocessing of the run's training images (a spec's random weights
+        saw no images: their bundle takes pixel_values only)."""
+        assert isinstance(spec.task, ImageClassificationTask)
+        sections: dict[str, Any] = {"labels": spec.task.labels}
+        if run is not None and (run / PREPROCESSING_FILE).exists():
+            p = ImagePreprocessing.from_dict(json.loads((run / PREPROCESSING_FILE).read_text()))
+            channel_order = "L" if p.channels == 1 else "RGB"
+            sections["image"] = ImageInfo(
+                size=p.image_size,
+                channels=p.channels,
+                channel_order=channel_order,
+                mean=list(p.mean),
+                std=list(p.std),
+            )
+        return sections
 
     def __init__(self, spec: Spec, cache_dir: Path, tokenizer: Tokenizer | None = None) -> None:
         task, data, model = spec.task, spec.data, spec.model

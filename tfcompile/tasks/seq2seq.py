@@ -20,8 +20,9 @@ from tokenizers import Tokenizer
 
 from tfcompile import search
 from tfcompile.data import DataError, train_tokenizer
-from tfcompile.graphs.export import Graph, cache_sizes, export_seq2seq_encoder, export_seq2seq_step
+from tfcompile.graphs.export import Graph, export_seq2seq_encoder, export_seq2seq_step
 from tfcompile.graphs.parity import check_seq2seq_encoder_parity, check_seq2seq_step_parity
+from tfcompile.manifest import TokenizerInfo, TranslationInfo
 from tfcompile.models import Seq2Seq
 from tfcompile.sequences import BOS, EOS, PAD, SEQ2SEQ_TOKENS, UNK, token_ids
 from tfcompile.spec.schema import EncoderDecoderSpec, Seq2SeqTask, Spec
@@ -50,8 +51,8 @@ class Translation(Task):
     section = Seq2SeqTask
     # The encoder runs once per source; the decoder step once per target token.
     graphs: ClassVar[dict[str, Graph]] = {
-        "encoder": Graph(export_seq2seq_encoder, check_seq2seq_encoder_parity),
-        "step": Graph(export_seq2seq_step, check_seq2seq_step_parity),
+        "encoder": Graph("encoder", export_seq2seq_encoder, check_seq2seq_encoder_parity),
+        "step": Graph("decoder_step", export_seq2seq_step, check_seq2seq_step_parity),
     }
 
     @staticmethod
@@ -60,17 +61,21 @@ class Translation(Task):
         return Seq2Seq(spec.model)
 
     @classmethod
-    def manifest(cls, spec: Spec) -> dict[str, Any]:
-        task, model = spec.task, spec.model
-        assert isinstance(task, Seq2SeqTask) and isinstance(model, EncoderDecoderSpec)
-        assert model.n_decoder_layers is not None
-        return cache_sizes(model.n_decoder_layers, model) | {
-            "beam": task.beam,
-            "length_penalty": task.length_penalty,
-            "max_decode_len": task.max_decode_len,
-            "bos_id": SEQ2SEQ_TOKENS.index(BOS),
-            "eos_id": SEQ2SEQ_TOKENS.index(EOS),
-        }
+    def manifest(cls, spec: Spec, tokenizer: TokenizerInfo | None, run: Path | None) -> dict[str, Any]:
+        """Decoding settings; the start and stop ids are the translation tokenizer's [BOS] and [EOS]."""
+        task = spec.task
+        assert isinstance(task, Seq2SeqTask) and task.max_decode_len is not None
+        specials = tokenizer.special_tokens if tokenizer is not None else {}
+        start = specials["bos"].id if "bos" in specials else SEQ2SEQ_TOKENS.index(BOS)
+        stop = specials["eos"].id if "eos" in specials else SEQ2SEQ_TOKENS.index(EOS)
+        translation = TranslationInfo(
+            start_id=start,
+            stop_id=stop,
+            beam=task.beam,
+            length_penalty=task.length_penalty,
+            max_decode_len=task.max_decode_len,
+        )
+        return {"translation": translation}
 
     def __init__(self, spec: Spec, cache_dir: Path, tokenizer: Tokenizer | None = None) -> None:
         assert isinstance(spec.task, Seq2SeqTask) and spec.data is not None
@@ -188,7 +193,8 @@ class TorchTranslator:
         self.reset()
 
     @torch.no_grad()
-    def step(self, tokens: np.ndarray) -> np.ndarray:
+    def step(self, tokens: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
+        """``mask`` is None: target tokens are never padded (every row starts with [BOS])."""
         device = self.memory[0].key.device
         ids = torch.from_numpy(tokens).to(device)
         return (
@@ -218,7 +224,10 @@ def greedy_translate(
     limit = min(max_len, model.spec.max_seq_len - 1)
     start = np.full((len(source_ids), 1), bos, dtype=np.int64)
     decoder = TorchTranslator(model, source_ids, source_mask)
-    return search.generate(decoder, start, limit, temperature=0, eos=eos)
+    return [
+        search.strip_stop(t, (eos,))
+        for t in search.generate(decoder, start, limit, temperature=0, stop=(eos,))
+    ]
 
 
 def beam_translate(

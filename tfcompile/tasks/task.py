@@ -25,6 +25,7 @@ from torch import nn
 
 from tfcompile import sequences
 from tfcompile.files import TOKENIZER_FILE
+from tfcompile.manifest import TokenizerInfo
 from tfcompile.models import Assembly
 from tfcompile.registry import Registry
 from tfcompile.spec.schema import Spec, TaskSection, register_task_section
@@ -51,6 +52,9 @@ class Task(ABC):
     # The graphs a bundle of this task holds, by name; none for a task that is not served.
     graphs: ClassVar[dict[str, Graph]] = {}
     not_served: ClassVar[str] = "it is not something to serve"  # why, when there are no graphs
+    # Which side a client pads a batch of its inputs on (the positions come from the mask, so
+    # either reads the same; generation appends on the right, so decoders pad on the left).
+    padding_side: ClassVar[str] = "right"
     # The validation metric that picks the `best` checkpoint, and which way is better.
     best_metric: ClassVar[str] = "val_loss"
     higher_is_better: ClassVar[bool] = False
@@ -65,8 +69,9 @@ class Task(ABC):
         """The model this task trains, from a spec whose sizes are all known."""
 
     @classmethod
-    def manifest(cls, spec: Spec) -> dict[str, Any]:
-        """What a bundle's manifest says about the model besides its family, vocabulary and context."""
+    def manifest(cls, spec: Spec, tokenizer: TokenizerInfo | None, run: Path | None) -> dict[str, Any]:
+        """The bundle manifest's task sections (labels, generation, translation, image; see
+        tfcompile.manifest), given the bundle's tokenizer and the run it comes from, if any."""
         return {}
 
     # ------------------------------------------------------------------ with data

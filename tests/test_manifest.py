@@ -1,0 +1,230 @@
+"""Bundles are untrusted input, and their manifest is a published contract: the schema file is
+the models' schema, format 1 bundles still serve, and no manifest or file can make the loader
+open something outside the bundle, crash with anything but BundleError, or hang."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from helpers import ROOT, assert_follows_schema
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tfcompile.export import Source, export_bundle
+from tfcompile.manifest import manifest_schema
+from tfcompile.runtime import BundleError, LanguageModel, Translator, load
+from tfcompile.spec import load_spec
+
+DATA = ROOT / "tests" / "data"
+
+
+@pytest.fixture(scope="module")
+def bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("bundles") / "tiny"
+    spec = load_spec(
+        ROOT / "specs" / "shakespeare-char.yaml",
+        ["model.n_layers=1", "model.d_model=16", "model.n_heads=2", "model.max_seq_len=8"],
+    )
+    export_bundle(spec, Source(seed=0), out)
+    return out
+
+
+def test_the_committed_schema_is_the_manifest_models_schema() -> None:
+    committed = json.loads((ROOT / "schemas" / "manifest.schema.json").read_text())
+    assert committed == manifest_schema(), (
+        "regenerate it: tfcompile schema manifest > schemas/manifest.schema.json"
+    )
+
+
+def test_an_exported_manifest_follows_the_published_schema(bundle: Path) -> None:
+    assert_follows_schema(bundle)
+
+
+def test_format_1_bundles_still_serve_as_their_tfcompile_served_them() -> None:
+    expected = json.loads((DATA / "format1-expected.json").read_text())
+    decoder = load(DATA / "format1-decoder")
+    assert isinstance(decoder, LanguageModel)
+    ids = np.array([[1, 2, 3, 4, 5], [6, 7, 8, 9, 10]])
+    assert float(decoder.logits(ids).astype(np.float64).sum()) == pytest.approx(
+        expected["decoder_logits_sum"], abs=1e-4
+    )
+    assert decoder.generate(ids[:1], 8, temperature=0).tolist() == expected["decoder_greedy"]
+    assert decoder.generate_text("ROMEO:", 6, temperature=0) == expected["decoder_text"]
+    translator = load(DATA / "format1-translator")
+    assert isinstance(translator, Translator)
+    assert translator.translate_ids(ids, beam=1, max_len=6) == expected["translator_greedy"]
+    assert translator.translate_ids(ids, beam=3, max_len=6) == expected["translator_beam"]
+
+
+# ----------------------------------------------------------------- untrusted bundles
+
+
+@pytest.fixture
+def copy(bundle: Path, tmp_path: Path) -> Path:
+    out = tmp_path / "bundle"
+    shutil.copytree(bundle, out)
+    return out
+
+
+def _edit(folder: Path, change: Any) -> None:
+    manifest = json.loads((folder / "manifest.json").read_text())
+    change(manifest)
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+
+
+class _Opens:
+    """Records every file the process opens (an audit hook: open() and os.open() alike)."""
+
+    paths: list[str] | None = None
+
+    @classmethod
+    def hook(cls, event: str, args: tuple) -> None:
+        if cls.paths is not None and event == "open" and isinstance(args[0], str | bytes | os.PathLike):
+            cls.paths.append(os.fsdecode(args[0]))
+
+
+sys.addaudithook(_Opens.hook)
+
+
+@pytest.fixture
+def opened() -> Iterator[list[str]]:
+    _Opens.paths = []
+    yield _Opens.paths
+    _Opens.paths = None
+
+
+def _outside(tmp_path: Path) -> Path:
+    secret = tmp_path / "secret.onnx"
+    secret.write_bytes(b"outside the bundle")
+    return secret
+
+
+@pytest.mark.parametrize("name", ["../secret.onnx", "/etc/passwd", "sub/model.onnx", ".hidden", ""])
+def test_a_manifest_naming_a_path_that_leaves_the_bundle_is_refused(
+    copy: Path, tmp_path: Path, opened: list[str], name: str
+) -> None:
+    secret = _outside(tmp_path)
+
+    def point(m: dict) -> None:
+        m["files"][name] = m["files"].pop("model.onnx")
+        m["graphs"]["model"]["file"] = name
+
+    _edit(copy, point)
+    opened.clear()  # from here on, what load opens
+    with pytest.raises(BundleError, match=r"files|file"):
+        load(copy)
+    assert not [p for p in opened if Path(p).resolve() in (secret.resolve(), Path("/etc/passwd"))]
+
+
+def test_a_symlinked_file_is_not_followed(copy: Path, tmp_path: Path, opened: list[str]) -> None:
+    secret = _outside(tmp_path)
+    (copy / "model.onnx").unlink()
+    (copy / "model.onnx").symlink_to(secret)
+    digest = hashlib.sha256(secret.read_bytes()).hexdigest()
+    _edit(copy, lambda m: m["files"].update({"model.onnx": digest}))
+    opened.clear()  # from here on, what load opens
+    with pytest.raises(BundleError, match=r"model\.onnx.*(plain files|regular file)"):
+        load(copy)
+    assert str(secret) not in opened and str(secret.resolve()) not in opened
+
+
+def test_a_file_left_out_of_the_list_is_refused_not_skipped(copy: Path) -> None:
+    _edit(copy, lambda m: m["files"].pop("decoder_step.onnx"))
+    with pytest.raises(BundleError, match=r"graphs\.step\.file 'decoder_step\.onnx' is not listed in files"):
+        load(copy)
+
+
+@pytest.mark.parametrize("special", ["dev_zero", "fifo", "huge"])
+def test_the_manifest_must_be_a_bounded_regular_file(copy: Path, special: str) -> None:
+    manifest = copy / "manifest.json"
+    manifest.unlink()
+    if special == "dev_zero":
+        manifest.symlink_to("/dev/zero")
+    elif special == "fifo":
+        os.mkfifo(manifest)
+    else:
+        manifest.write_text(json.dumps({"padding": "x" * (1 << 21)}))
+    with pytest.raises(BundleError, match=r"manifest\.json"):
+        load(copy)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda m: m.update(format_version=0), "format_version must be a positive integer, found 0"),
+        (lambda m: m.update(format_version=-1), "format_version must be a positive integer, found -1"),
+        (lambda m: m.update(format_version=True), "format_version must be a positive integer, found True"),
+        (lambda m: m.update(format_version="2"), "format_version must be a positive integer, found '2'"),
+        (lambda m: m.pop("graphs"), r"graphs: Field required"),
+        (lambda m: m["model"].update(max_seq_len="8"), r"model\.max_seq_len"),
+        (lambda m: m["model"].update(vocab_size=-3), r"model\.vocab_size"),
+        (lambda m: m["generation"].update(stop_token_ids="none"), r"generation\.stop_token_ids"),
+        (lambda m: m.update(surprise=1), r"surprise: Extra inputs are not permitted"),
+    ],
+)
+def test_a_malformed_manifest_names_the_key(copy: Path, change: Any, message: str) -> None:
+    _edit(copy, change)
+    with pytest.raises(BundleError, match=message):
+        load(copy)
+
+
+def test_a_garbage_graph_with_a_matching_hash_is_a_bundle_error(copy: Path) -> None:
+    (copy / "model.onnx").write_bytes(b"not an onnx graph at all")
+    digest = hashlib.sha256(b"not an onnx graph at all").hexdigest()
+    _edit(copy, lambda m: m["files"].update({"model.onnx": digest}))
+    with pytest.raises(BundleError, match=r"model\.onnx is not a graph onnxruntime can run"):
+        load(copy)
+
+
+def _mutations(node: Any, path: tuple = ()) -> list[tuple]:
+    if isinstance(node, dict):
+        return [path] + [p for k, v in node.items() for p in _mutations(v, (*path, k))]
+    if isinstance(node, list):
+        return [path] + [p for i, v in enumerate(node) for p in _mutations(v, (*path, i))]
+    return [path]
+
+
+junk = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**70), 2**70),
+    st.floats(),
+    st.text(max_size=12),
+    st.lists(st.integers(), max_size=3),
+    st.dictionaries(st.text(max_size=5), st.integers(), max_size=2),
+)
+
+
+@settings(deadline=4000, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_any_mutated_manifest_loads_or_raises_bundle_error(
+    bundle: Path, tmp_path_factory: pytest.TempPathFactory, data: st.DataObject
+) -> None:
+    folder = tmp_path_factory.mktemp("mutated") / "b"
+    shutil.copytree(bundle, folder)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    for _ in range(data.draw(st.integers(1, 3))):
+        paths = [p for p in _mutations(manifest) if p]
+        path = data.draw(st.sampled_from(paths))
+        parent = manifest
+        for part in path[:-1]:
+            parent = parent[part]
+        if data.draw(st.booleans()) and isinstance(parent, dict):
+            parent.pop(path[-1])
+        else:
+            parent[path[-1]] = data.draw(junk)
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    try:
+        model = load(folder)
+    except BundleError:
+        return
+    assert isinstance(model, LanguageModel)

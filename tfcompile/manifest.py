@@ -1,0 +1,324 @@
+"""The bundle manifest: everything a client in any language needs to serve a bundle, as data.
+
+The Pydantic models below are the contract: they validate a manifest when export writes it and
+when a bundle loads, and ``manifest_schema()`` publishes them as the JSON Schema in
+``schemas/manifest.schema.json`` (``tfcompile schema manifest``). Format 1 bundles, written by
+earlier tfcompile versions, still load: ``parse_manifest`` reads them into format 2's shape.
+
+This module imports neither torch nor onnxruntime: the runtime, the exporter and the tasks share it.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, model_validator
+
+from tfcompile.errors import BundleError
+from tfcompile.sequences import SEQ2SEQ_TOKENS, SPECIAL_TOKENS
+
+FORMAT_VERSION = 2
+MANIFEST = "manifest.json"
+MAX_MANIFEST_BYTES = 1 << 20
+
+# A file of the bundle: one plain name inside its folder (no path, no "..", not hidden).
+FileName = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$", max_length=100)]
+Sha256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
+Count = Annotated[StrictInt, Field(gt=0)]
+TokenId = Annotated[StrictInt, Field(ge=0)]
+
+
+class Part(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+class Tensor(Part):
+    """A graph input or output."""
+
+    name: str
+    dtype: Literal["int64", "float32", "float16"]
+    shape: list[StrictInt | str] = Field(description="sizes, or axis names for the dynamic axes")
+    meaning: str = Field("", description="what the tensor holds, its axes and its convention")
+
+
+class Cache(Part):
+    """How a step graph's key/value cache works: start every ``past`` input with its
+    ``past_sequence`` axis at 0 (zeros of shape [batch, n_kv_heads, 0, head_dim]); after each run,
+    feed each ``present`` output back as the ``past`` input at the same index."""
+
+    past: list[str]
+    present: list[str]
+    axis: str = "past_sequence"
+
+
+class Graph(Part):
+    file: FileName
+    role: str = Field(
+        description="forward: one pass over whole sequences; decode_step: new tokens with a "
+        "key/value cache (a prompt first, from an empty cache, then one token per step); encoder: "
+        "a source to the decoder's cross-attention keys and values; decoder_step: target tokens "
+        "with a cache and the encoder's outputs"
+    )
+    inputs: list[Tensor]
+    outputs: list[Tensor]
+    cache: Cache | None = None
+
+
+class SpecialToken(Part):
+    token: str
+    id: TokenId
+
+
+class TokenizerInfo(Part):
+    """The tokenizer (the `tokenizers` library's JSON format) and its special tokens by role:
+    pad, unk, bos, eos, cls, sep, mask (those the vocabulary has)."""
+
+    file: FileName
+    special_tokens: dict[str, SpecialToken]
+    added_by_tokenizer: list[str] = Field(
+        description="roles the tokenizer's post-processor inserts by itself; the client adds none of them"
+    )
+    padding_side: Literal["left", "right"]
+    pad_id: TokenId
+    unknown: Literal["map", "refuse"] = Field(
+        description="map: a character outside the vocabulary becomes the unk token; refuse: it is an error"
+    )
+
+
+class GenerationInfo(Part):
+    """Text generation (causal LMs): the longest sequence the model reads, the tokens that end a
+    text, and the defaults a server uses when a request says nothing."""
+
+    context_length: Count
+    stop_token_ids: list[TokenId]
+    max_new_tokens: Count = 200
+    temperature: Annotated[float, Field(ge=0)] = 1.0
+    top_k: Count | None = None
+    top_p: Annotated[float, Field(gt=0, le=1)] | None = None
+
+
+class TranslationInfo(Part):
+    """TranslationInfo (encoder-decoder): the decoder starts from ``start_id`` and a translation ends
+    at ``stop_id`` or after ``max_decode_len`` tokens; beam search scores finished hypotheses by
+    log p / ((5 + length) / 6) ** length_penalty."""
+
+    start_id: TokenId
+    stop_id: TokenId
+    beam: Count
+    length_penalty: Annotated[float, Field(ge=0)]
+    max_decode_len: Count
+
+
+class ImageInfo(Part):
+    """How an image becomes ``pixel_values``: decode to ``channel_order``, scale to [0, 1]
+    (uint8 x ``scale``), resize the shorter side to ``size`` (``interpolation``), crop the centre
+    square, normalise each channel with ``mean`` and ``std``, lay out as ``layout``."""
+
+    size: Count
+    channels: Count
+    channel_order: Literal["L", "RGB"]
+    scale: float = 1 / 255
+    resize: Literal["shorter_side"] = "shorter_side"
+    interpolation: Literal["bilinear"] = "bilinear"
+    crop: Literal["center"] = "center"
+    mean: list[float]
+    std: list[Annotated[float, Field(gt=0)]]
+    layout: Literal["NCHW"] = "NCHW"
+
+
+class ModelInfo(Part):
+    family: str
+    vocab_size: Count | None = None
+    max_seq_len: Count = Field(description="the longest sequence a graph reads (its context)")
+
+
+class Manifest(Part):
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, allow_inf_nan=False, title="tfcompile bundle manifest"
+    )
+
+    format_version: Literal[2]
+    task: str
+    precision: Literal["fp32", "fp16"]
+    model: ModelInfo
+    graphs: dict[str, Graph]
+    tokenizer: TokenizerInfo | None = None
+    labels: list[str] | None = Field(None, description="class names, by the index of the logits")
+    generation: GenerationInfo | None = None
+    translation: TranslationInfo | None = None
+    image: ImageInfo | None = None
+    opset: Count
+    versions: dict[str, str]
+    source: dict[str, Any] = Field(description="where the weights came from: a run, or a seed")
+    parity: dict[str, Any] = Field(description="the export's parity report per graph")
+    files: dict[FileName, Sha256] = Field(description="every file of the bundle but this one, and its sha256")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Manifest:
+        for name, graph in self.graphs.items():
+            if graph.file not in self.files:
+                raise ValueError(f"graphs.{name}.file {graph.file!r} is not listed in files")
+        if self.tokenizer is not None and self.tokenizer.file not in self.files:
+            raise ValueError(f"tokenizer.file {self.tokenizer.file!r} is not listed in files")
+        return self
+
+
+def manifest_schema() -> dict[str, Any]:
+    """The JSON Schema of format 2, as published in schemas/manifest.schema.json."""
+    schema = Manifest.model_json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    return schema
+
+
+def parse_manifest(data: bytes, where: str) -> tuple[Manifest, int]:
+    """A manifest's bytes -> a validated Manifest (format 1 is read into format 2's shape) and the
+    format the file declared; a BundleError naming the key at fault otherwise."""
+    try:
+        raw = json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
+        raise BundleError(f"{where} is not valid JSON ({e}); export the bundle again") from None
+    if not isinstance(raw, dict):
+        raise BundleError(f"{where} must hold a JSON object, found {type(raw).__name__}")
+    version = raw.get("format_version")
+    if type(version) is not int or version < 1:
+        raise BundleError(f"{where}: format_version must be a positive integer, found {version!r}")
+    if version > FORMAT_VERSION:
+        raise BundleError(
+            f"{where} has bundle format {version}, newer than this tfcompile reads (format "
+            f"{FORMAT_VERSION}): upgrade tfcompile to load it"
+        )
+    try:
+        fields = raw if version == FORMAT_VERSION else _upgrade(ManifestV1.model_validate(raw))
+        return Manifest.model_validate(fields), version
+    except ValidationError as e:
+        first = e.errors()[0]
+        key = ".".join(str(part) for part in first["loc"]) or "(top level)"
+        more = f" (and {e.error_count() - 1} more)" if e.error_count() > 1 else ""
+        raise BundleError(f"{where}: {key}: {first['msg']}{more}") from None
+
+
+# ------------------------------------------------------------------------ format 1
+
+
+class ModelInfoV1(Part):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    family: str
+    vocab_size: Count | None = None
+    max_seq_len: Count
+    labels: list[str] | None = None
+    image_size: Count | None = None
+    channels: Count | None = None
+    n_layers: Count | None = None
+    n_kv_heads: Count | None = None
+    head_dim: Count | None = None
+    beam: Count | None = None
+    length_penalty: Annotated[float, Field(ge=0)] | None = None
+    max_decode_len: Count | None = None
+    bos_id: TokenId | None = None
+    eos_id: TokenId | None = None
+
+
+class GraphV1(Part):
+    file: FileName
+    inputs: list[Tensor]
+    outputs: list[Tensor]
+
+
+class ManifestV1(Part):
+    """Format 1 (tfcompile before bundle format 2): the same graphs without roles or meanings;
+    special tokens, padding and image preprocessing were conventions, not data."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    format_version: Literal[1]
+    task: str
+    precision: Literal["fp32", "fp16"]
+    model: ModelInfoV1
+    graphs: dict[str, GraphV1]
+    opset: Count
+    versions: dict[str, str]
+    source: dict[str, Any]
+    parity: dict[str, Any]
+    files: dict[FileName, Sha256]
+
+
+# What format 1 left to convention: each task's special tokens, at fixed ids.
+_V1_SPECIALS = {
+    "classification": dict(zip(("pad", "unk", "cls", "sep", "mask"), SPECIAL_TOKENS, strict=True)),
+    "seq2seq": dict(zip(("pad", "unk", "bos", "eos"), SEQ2SEQ_TOKENS, strict=True)),
+}
+_V1_ROLES = {"model": "forward", "encoder": "encoder"}
+
+
+def _upgrade(v1: ManifestV1) -> dict[str, Any]:
+    """Format 1 -> format 2's fields (the graphs are unchanged: a format 1 decoder step graph
+    counts positions from its cache, so its rows must not be left-padded)."""
+    m = v1.model
+    graphs = {}
+    for name, g in v1.graphs.items():
+        step = any(i.name.startswith("past_") for i in g.inputs)
+        role = _V1_ROLES.get(name, "decoder_step" if v1.task == "seq2seq" else "decode_step")
+        cache = None
+        if step:
+            cache = Cache(
+                past=[i.name for i in g.inputs if i.name.startswith("past_")],
+                present=[o.name for o in g.outputs if o.name.startswith("present_")],
+            )
+        graphs[name] = Graph(file=g.file, role=role, inputs=g.inputs, outputs=g.outputs, cache=cache)
+    sections: dict[str, Any] = {}
+    specials = _V1_SPECIALS.get(v1.task, {})
+    if "tokenizer.json" in v1.files:
+        sections["tokenizer"] = TokenizerInfo(
+            file="tokenizer.json",
+            special_tokens={
+                role: SpecialToken(token=tok, id=i) for i, (role, tok) in enumerate(specials.items())
+            },
+            added_by_tokenizer=["cls", "sep"] if v1.task == "classification" else [],
+            padding_side="right",
+            pad_id=0,
+            unknown="map" if specials else "refuse",
+        )
+    if v1.task == "causal_lm":
+        sections["generation"] = GenerationInfo(context_length=m.max_seq_len, stop_token_ids=[])
+    if v1.task == "seq2seq" and m.bos_id is not None and m.eos_id is not None:
+        sections["translation"] = TranslationInfo(
+            start_id=m.bos_id,
+            stop_id=m.eos_id,
+            beam=m.beam or 1,
+            length_penalty=m.length_penalty or 0.0,
+            max_decode_len=m.max_decode_len or m.max_seq_len - 1,
+        )
+    return {
+        "format_version": 2,
+        "task": v1.task,
+        "precision": v1.precision,
+        "model": {"family": m.family, "vocab_size": m.vocab_size, "max_seq_len": m.max_seq_len},
+        "graphs": graphs,
+        "labels": m.labels,
+        "opset": v1.opset,
+        "versions": v1.versions,
+        "source": v1.source,
+        "parity": v1.parity,
+        "files": v1.files,
+        **sections,
+    }
+
+
+__all__ = [
+    "FORMAT_VERSION",
+    "MANIFEST",
+    "Cache",
+    "GenerationInfo",
+    "Graph",
+    "ImageInfo",
+    "Manifest",
+    "ModelInfo",
+    "SpecialToken",
+    "Tensor",
+    "TokenizerInfo",
+    "TranslationInfo",
+    "manifest_schema",
+    "parse_manifest",
+]

@@ -1,0 +1,124 @@
+"""Every argument a runtime call takes, checked before onnxruntime or the tokenizer sees it: a bad
+one raises InputError naming the argument, what it must be and what it was."""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from tfcompile.runtime.errors import InputError
+
+Text = str | tuple[str, str]
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def array(name: str, value: Any) -> np.ndarray:
+    """``value`` as a numpy array; ragged nested lists and other odd shapes are an InputError."""
+    try:
+        out = np.asarray(value)
+    except (ValueError, TypeError) as e:
+        raise InputError(
+            f"{name} must be a rectangular array (equal-length rows), got {_shown(value)}: {e}"
+        ) from None
+    if out.dtype == object:
+        raise InputError(f"{name} must hold numbers in equal-length rows, got {_shown(value)}")
+    return out
+
+
+def token_ids(value: Any, vocab_size: int, max_len: int | None, name: str = "input_ids") -> np.ndarray:
+    """An int64 (batch, seq) array of ids in [0, vocab_size), 1 <= seq <= max_len (None: any)."""
+    ids = array(name, value)
+    if not np.issubdtype(ids.dtype, np.integer):
+        raise InputError(f"{name} must hold integer token ids, got dtype {ids.dtype}")
+    if ids.ndim != 2:
+        raise InputError(f"{name} must have shape (batch, seq), got shape {ids.shape}")
+    if ids.shape[0] == 0 or ids.shape[1] == 0:
+        raise InputError(f"{name} must not be empty, got shape {ids.shape}")
+    if max_len is not None and ids.shape[1] > max_len:
+        raise InputError(f"{name} has {ids.shape[1]} tokens, more than the model's context of {max_len}")
+    low, high = int(ids.min()), int(ids.max())
+    if low < 0 or high >= vocab_size:
+        bad = low if low < 0 else high
+        raise InputError(f"{name} holds token id {bad}, outside the vocabulary [0, {vocab_size})")
+    return ids.astype(np.int64, copy=False)
+
+
+def flags(name: str, value: Any, shape: tuple[int, ...], meaning: str) -> np.ndarray:
+    """A 0/1 integer array of ``shape``; ``meaning`` says what 0 and 1 stand for."""
+    out = array(name, value)
+    if out.shape != shape:
+        raise InputError(f"{name} has shape {out.shape}, but it must be {shape}")
+    integer = np.issubdtype(out.dtype, np.integer) or out.dtype == np.bool_
+    if not integer or not np.isin(out, (0, 1)).all():
+        raise InputError(f"{name} must hold {meaning} only")
+    return out.astype(np.int64, copy=False)
+
+
+def count(name: str, value: Any, minimum: int = 0) -> int:
+    """A whole number >= minimum (a bool or 2.5 is not one)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
+        raise InputError(f"{name} must be >= {minimum} and a whole number, got {_shown(value)}")
+    return int(value)
+
+
+def optional_count(name: str, value: Any, minimum: int = 1) -> int | None:
+    return None if value is None else count(name, value, minimum)
+
+
+def number(name: str, value: Any, low: float, high: float = math.inf, low_open: bool = False) -> float:
+    """A finite real in [low, high] ((low, high] when ``low_open``)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+        raise InputError(f"{name} must be a finite number, got {_shown(value)}")
+    value = float(value)
+    if value < low or (low_open and value == low) or value > high:
+        if math.isinf(high):
+            bounds = f"{'>' if low_open else '>='} {low:g}"
+        else:
+            bounds = f"in {'(' if low_open else '['}{low:g}, {high:g}]"
+        raise InputError(f"{name} must be {bounds}, got {value!r}")
+    return value
+
+
+def sampling(temperature: Any, top_k: Any, top_p: Any) -> tuple[float, int | None, float | None]:
+    """Temperature >= 0 (0 is greedy), top_k >= 1, top_p in (0, 1]."""
+    return (
+        number("temperature", temperature, 0.0),
+        optional_count("top_k", top_k, 1),
+        None if top_p is None else number("top_p", top_p, 0.0, 1.0, low_open=True),
+    )
+
+
+def seed(value: Any) -> int | None:
+    return None if value is None else count("seed", value, 0)
+
+
+def texts(name: str, value: Any, pairs: bool = False) -> list[Text]:
+    """A string, or a non-empty list of strings (and, with ``pairs``, of (first, second) pairs)."""
+    if isinstance(value, str):
+        return [value]
+    if not isinstance(value, Sequence) or isinstance(value, bytes) or len(value) == 0:
+        what = "strings or (first, second) string pairs" if pairs else "strings"
+        raise InputError(f"{name} takes a string or a non-empty list of {what}, got {_shown(value)}")
+    out: list[Text] = []
+    for item in value:
+        if isinstance(item, str):
+            out.append(item)
+        elif (
+            pairs
+            and isinstance(item, tuple | list)
+            and len(item) == 2
+            and all(isinstance(t, str) for t in item)
+        ):
+            out.append((item[0], item[1]))
+        else:
+            what = "strings or (first, second) string pairs" if pairs else "strings"
+            raise InputError(f"{name} takes {what}, got {_shown(item)}")
+    return out
