@@ -211,3 +211,47 @@ def test_the_run_records_its_spec_with_every_default_filled_in(tmp_path: Path) -
         "data.val_path",
         "train.init_from",
     ]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (
+            ["train.batch_size=100000000"],
+            r"for one batch's outputs \(100000000 x 64 tokens\).*lower train\.batch_size",
+        ),
+        (
+            ["model.d_model=1000000000", "model.n_heads=8"],
+            r"for the model's [\d,]+ parameters.*lower model\.d_model",
+        ),
+    ],
+)
+def test_a_spec_too_large_for_this_machine_is_refused_before_anything_is_allocated(
+    tmp_path: Path, overrides: list[str], message: str
+) -> None:
+    with pytest.raises(TrainError, match=message):
+        Trainer(tiny_spec(tmp_path, *overrides), tmp_path / "runs" / "big", show_progress=False)
+    assert not (tmp_path / "runs" / "big").exists()
+
+
+def test_a_masked_lm_context_too_short_for_an_example_is_named(tmp_path: Path) -> None:
+    spec = load_spec(
+        ROOT / "specs" / "bert-mini-shakespeare.yaml",
+        ["model.max_seq_len=4", "data.tokenizer=char", f"train.runs_dir={tmp_path}"],
+    )
+    with pytest.raises(
+        DataError,
+        match=r"context_length .* is 4, but a masked-LM example with next_sentence needs at least 5",
+    ):
+        Trainer(spec, tmp_path / "mlm", show_progress=False)
+
+
+def test_images_too_large_for_memory_are_refused_before_loading(tmp_path: Path) -> None:
+    spec = load_spec(
+        ROOT / "specs" / "vit-digits.yaml",
+        ["model.image_size=8192", "model.patch_size=8192", f"train.runs_dir={tmp_path}"],
+    )
+    with pytest.raises(
+        DataError, match=r"1,797 images of 1 x 8192 x 8192 take [\d.]+ GB.*lower model\.image_size"
+    ):
+        Trainer(spec, tmp_path / "vit", show_progress=False)

@@ -12,6 +12,7 @@ import numpy as np
 from tfcompile.data.corpus import DataError
 from tfcompile.errors import InputError
 from tfcompile.images import IMAGE_SUFFIXES, fit, read_image, to_unit_range
+from tfcompile.memory import gigabytes, physical_memory, too_large
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,7 @@ def load_digits(channels: int, image_size: int) -> LabelledImages:
     except ImportError:
         raise DataError("data.builtin digits needs scikit-learn: pip install scikit-learn") from None
     digits = sklearn_digits()
+    _require_memory(len(digits.images), channels, image_size, "data.builtin digits")
     images = np.stack([fit(to_unit_range(image / 16.0, 1), image_size) for image in digits.images])
     return LabelledImages(images.transpose(0, 3, 1, 2), [str(t) for t in digits.target])
 
@@ -42,21 +44,37 @@ def read_image_folder(path: Path, channels: int, image_size: int, field: str = "
     """``path/CLASS/IMAGE``: every image file in each sub-folder, labelled with the folder's name."""
     if not path.is_dir():
         raise DataError(f"{field}: no folder at {path} (images go in one sub-folder per class)")
+    files = [
+        (folder.name, file)
+        for folder in sorted(p for p in path.iterdir() if p.is_dir())
+        for file in sorted(f for f in folder.iterdir() if f.suffix.lower() in IMAGE_SUFFIXES)
+    ]
+    _require_memory(len(files), channels, image_size, field)
     images, labels = [], []
-    for folder in sorted(p for p in path.iterdir() if p.is_dir()):
-        for file in sorted(f for f in folder.iterdir() if f.suffix.lower() in IMAGE_SUFFIXES):
-            try:
-                image = fit(to_unit_range(read_image(file, channels), channels), image_size)
-            except InputError as e:
-                raise DataError(f"{field}: {e}") from None
-            images.append(image.transpose(2, 0, 1))
-            labels.append(folder.name)
+    for label, file in files:
+        try:
+            image = fit(to_unit_range(read_image(file, channels), channels), image_size)
+        except InputError as e:
+            raise DataError(f"{field}: {e}") from None
+        images.append(image.transpose(2, 0, 1))
+        labels.append(label)
     if not images:
         raise DataError(
             f"{field}: {path} holds no images in class sub-folders ({path}/CLASS/IMAGE, "
             f"with suffixes {', '.join(IMAGE_SUFFIXES)})"
         )
     return LabelledImages(np.stack(images), labels)
+
+
+def _require_memory(count: int, channels: int, image_size: int, field: str) -> None:
+    """Images are held in memory whole, as float32: refuse a size that cannot fit."""
+    needed = count * channels * image_size**2 * 4
+    if too_large(needed, physical_memory()):
+        raise DataError(
+            f"{field}: {count:,} images of {channels} x {image_size} x {image_size} take "
+            f"{gigabytes(needed)} in memory, more than this machine's {gigabytes(physical_memory())}: "
+            f"lower model.image_size"
+        )
 
 
 def stratified_split(labels: list[str], fraction: float, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:

@@ -70,6 +70,13 @@ class MaskedLanguageModelling(Task):
         task, data = spec.task, spec.data
         self.task = task
         self.context = spec.context_length
+        shortest = 5 if task.next_sentence else 3  # [CLS] A [SEP] (B [SEP]), a token in each sentence
+        if self.context < shortest:
+            raise DataError(
+                f"train.context_length (default model.max_seq_len) is {self.context}, but a masked-LM "
+                f"example{' with next_sentence' if task.next_sentence else ''} needs at least {shortest} "
+                f"tokens: its special tokens and a token to mask in each sentence"
+            )
         self.rule = MaskingRule(task.mask_prob, task.mask_token_prob, task.random_token_prob)
         # Each line keeps its newline: a character tokenizer then sees where lines meet; word and
         # subword tokenizers treat it as the whitespace it is.

@@ -11,7 +11,8 @@ import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from tfcompile.spec.schema import TrainSpec
+from tfcompile.memory import gigabytes, physical_memory, too_large
+from tfcompile.spec.schema import Spec, TrainSpec
 from tfcompile.train.distributed import World, join_world
 from tfcompile.train.runs import TrainError
 
@@ -31,6 +32,34 @@ class Placement:
     def compiles(self, spec: TrainSpec) -> bool:
         """torch.compile: as the spec says; by default on CUDA, where it pays, and off on the CPU."""
         return spec.compile if spec.compile is not None else self.device.type == "cuda"
+
+    def memory(self) -> int:
+        """Bytes of memory on the device training runs on."""
+        if self.device.type == "cuda":
+            return torch.cuda.get_device_properties(self.device).total_memory
+        return physical_memory()
+
+    def check_fits(self, spec: Spec) -> None:
+        """Refuse a spec whose training cannot fit in the device's memory, before anything is
+        allocated (the operating system would kill the process rather than raise): a lower bound
+        of what training holds, the model's state and one batch's outputs, against the memory."""
+        params = spec.parameter_count() or 0
+        state = 16 * params  # fp32 weights and gradients, and the optimizer's two moments
+        tokens = spec.train.batch_size * spec.context_length
+        outputs = 2 * tokens * max(spec.model.vocab_size or 0, spec.model.d_model)  # 16-bit at least
+        available = self.memory()
+        if too_large(state + outputs, available):
+            where = f"{self.device.type} memory ({gigabytes(available)})"
+            raise TrainError(
+                f"training needs at least {gigabytes(state)} for the model's {params:,} parameters (their "
+                f"gradients and optimizer state included) and {gigabytes(outputs)} for one batch's outputs "
+                f"({spec.train.batch_size} x {spec.context_length} tokens), more than the {where}: lower "
+                + (
+                    "model.d_model, model.n_layers or the vocabulary"
+                    if state > outputs
+                    else "train.batch_size"
+                )
+            )
 
     def wrap(self, model: nn.Module, spec: TrainSpec) -> Any:
         """The model as the training step calls it: compiled, and data-parallel under torchrun."""

@@ -98,8 +98,10 @@ class Trainer:
         self.spec = self._resolved(spec)
         t = self.spec.train
 
+        self.placement.check_fits(self.spec)
         torch.manual_seed(t.seed)
-        model = build_model(self.spec)
+        with out_of_memory("building the model"):
+            model = build_model(self.spec)
         init_run = t.init_from
         self.initialized_from = init_from_run(model, self.spec, init_run) if init_run and not resume else None
         self.model = model.to(self.device)
@@ -142,7 +144,8 @@ class Trainer:
             while self.step < t.steps and not self.world.any(self.stop_requested, self.device):
                 step = self.step + 1
                 lr = self._schedule(step)
-                loss, tokens = self._forward_backward(step)
+                with out_of_memory(f"training step {step}", self.run_dir):
+                    loss, tokens = self._forward_backward(step)
                 grad_norm = self._clip_and_update()
                 self.step = step
                 self.window.add(loss, tokens)
@@ -363,6 +366,21 @@ def _check_run_dir(run_dir: Path, spec: Spec, resume: bool) -> None:
 def _describe(step: int, metrics: dict[str, float], improved: bool) -> str:
     shown = ", ".join(f"{k.removeprefix('val_').replace('_', ' ')} {v:.4f}" for k, v in metrics.items())
     return f"step {step}: val {shown}" + (" (best)" if improved else "")
+
+
+@contextlib.contextmanager
+def out_of_memory(what: str, run_dir: Path | None = None) -> Iterator[None]:
+    """A failed allocation becomes a TrainError that says what to lower, not a traceback."""
+    try:
+        yield
+    except (MemoryError, torch.OutOfMemoryError, RuntimeError) as e:
+        if not isinstance(e, MemoryError | torch.OutOfMemoryError) and "memory" not in str(e).lower():
+            raise
+        kept = f"; {intact(run_dir)}" if run_dir is not None else ""
+        raise TrainError(
+            f"ran out of memory {what}: lower train.batch_size (raise train.grad_accum to keep the "
+            f"tokens per step) or train.context_length, or the model's sizes{kept}"
+        ) from None
 
 
 @contextlib.contextmanager
