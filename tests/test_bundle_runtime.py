@@ -86,7 +86,7 @@ def test_bundle_holds_the_files_and_a_complete_manifest(bundle: Path) -> None:
     assert manifest["generation"]["context_length"] == 24
     assert manifest["generation"]["stop_token_ids"] == []  # the lecture's vocabulary has no [EOS]
     tokenizer = manifest["tokenizer"]
-    assert tokenizer["padding_side"] == "left" and tokenizer["unknown"] == "refuse"
+    assert manifest["padding"] == {"side": "left", "pad_id": 0} and tokenizer["unknown"] == "refuse"
 
 
 def test_runtime_logits_equal_torch_logits(bundle: Path, run_dir: Path) -> None:
@@ -262,6 +262,10 @@ def test_cli_generate_uses_the_runtime(bundle: Path, capsys: pytest.CaptureFixtu
     )
     out = capsys.readouterr().out
     assert out.startswith("ROMEO:") and len(out.rstrip("\n")) == 14
+    args = ["generate", str(bundle), "--prompt", "ROMEO:", "--prompt", "JU", "--max-new-tokens", "8"]
+    assert main([*args, "--temperature", "0"]) == 0  # a batch: each prompt as it would go alone
+    batch = capsys.readouterr().out.rstrip("\n").split("\n\n")
+    assert batch[0] == out.rstrip("\n") and batch[1].startswith("JU") and len(batch) == 2
 
 
 @pytest.mark.parametrize(
@@ -310,3 +314,39 @@ def test_an_fp16_bundle_holds_parity_to_the_fp32_model_and_serves_float32(
     generated = half.generate(ids[:, :4], 12, temperature=0)  # fp16 caches through the I/O binding
     assert generated.shape == (2, 16) and np.array_equal(generated[:, :4], ids[:, :4])
     assert all(r.passed and r.relative for r in verify_bundle(half_dir, run_dir).values())
+
+
+def test_documents_end_with_eos_and_generation_stops_there(tmp_path: Path) -> None:
+    """A folder's files are documents: training sees [EOS] after each, the bundle's manifest names
+    it as the stop token, and generation ends when the model emits it."""
+    corpus = tmp_path / "docs"
+    corpus.mkdir()
+    for i in range(200):
+        (corpus / f"{i:03d}.txt").write_text("to be")
+    spec = load_spec(
+        ROOT / "specs" / "shakespeare-char.yaml",
+        [
+            *SETS,
+            "model.max_seq_len=16",
+            "model.vocab_size=null",
+            "model.dropout={embedding: 0.0, attention: 0.0, residual: 0.0}",
+            f"data.path={corpus}",
+            "task.special_tokens=true",
+            "train.steps=120",
+            "train.optimizer.lr=1.0e-2",
+            "train.eval_interval=120",
+            f"train.runs_dir={tmp_path}",
+        ],
+    )
+    trainer = Trainer(spec, tmp_path / "eos", show_progress=False)
+    trainer.train()
+    export_bundle(None, Source(run=trainer.run_dir), tmp_path / "bundle")
+    model = load(tmp_path / "bundle")
+    manifest = json.loads((tmp_path / "bundle" / "manifest.json").read_text())
+    eos = manifest["tokenizer"]["special_tokens"]["eos"]
+    assert eos == {"token": "[EOS]", "id": 2} and manifest["generation"]["stop_token_ids"] == [2]
+    assert manifest["tokenizer"]["unknown"] == "map"  # [UNK] is in the vocabulary
+    assert model.generate_text("to", 10, temperature=0) == "to be"  # stopped, [EOS] not shown
+    ids = model.generate(np.array([model.tokenizer.encode("to").ids]), 10, temperature=0)
+    assert ids.shape == (1, 2 + 4) and ids[0, -1] == 2  # " be", then the [EOS] that ended it
+    assert model.generate_text("to", 10, temperature=0, stop=False) != "to be"

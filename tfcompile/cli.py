@@ -178,8 +178,9 @@ def _generate(args: argparse.Namespace) -> int:
     model = load(args.bundle)
     if not isinstance(model, LanguageModel):
         raise UsageError(f"{args.bundle} is not a language model: use `tfcompile classify` or `translate`")
-    text = model.generate_text(
-        args.prompt,
+    args.prompt = args.prompt or ["\n"]
+    texts = model.generate_text(
+        args.prompt if len(args.prompt) > 1 else args.prompt[0],
         args.max_new_tokens,
         temperature=args.temperature,
         top_k=args.top_k,
@@ -187,7 +188,7 @@ def _generate(args: argparse.Namespace) -> int:
         seed=args.seed,
         use_cache=not args.no_cache,
     )
-    print(text)
+    print("\n\n".join([texts] if isinstance(texts, str) else texts))
     return 0
 
 
@@ -371,7 +372,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Generate text from an exported bundle with onnxruntime (no torch), using the KV cache.",
     )
     generate.add_argument("bundle", help="a bundle folder written by `tfcompile export`")
-    _add_sampling_args(generate)
+    _add_sampling_args(generate, batch=True)
     generate.add_argument("--no-cache", action="store_true", help="rerun the full graph every step")
     generate.set_defaults(handler=_generate)
 
@@ -408,8 +409,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _add_sampling_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--prompt", default="\n", help="text to continue (default: a newline)")
+def _add_sampling_args(parser: argparse.ArgumentParser, batch: bool = False) -> None:
+    if batch:
+        parser.add_argument(
+            "--prompt",
+            action="append",
+            help="text to continue (default: a newline); repeat it to generate a batch",
+        )
+        parser.set_defaults(prompt=None)
+    else:
+        parser.add_argument("--prompt", default="\n", help="text to continue (default: a newline)")
     parser.add_argument("--max-new-tokens", type=_positive_int, default=200)
     parser.add_argument("--temperature", type=_non_negative_float, default=1.0, help="0 is greedy")
     parser.add_argument("--top-k", type=_positive_int, default=None)

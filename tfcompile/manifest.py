@@ -70,25 +70,50 @@ class SpecialToken(Part):
     id: TokenId
 
 
+class Truncation(Part):
+    """How an over-long text is cut (the tokenizers library's truncation, as tokenizer.json says):
+    at most ``max_length`` tokens, the added special tokens included, cut at the end (``right``).
+    ``longest_first`` on a pair: the shorter sentence stays whole if it fits in half of the room
+    left, the longer one taking the rest; otherwise each keeps half, the longer one the odd token."""
+
+    max_length: Count
+    strategy: Literal["longest_first", "only_first", "only_second"]
+    direction: Literal["right", "left"]
+
+
 class TokenizerInfo(Part):
     """The tokenizer (the `tokenizers` library's JSON format) and its special tokens by role:
-    pad, unk, bos, eos, cls, sep, mask (those the vocabulary has)."""
+    pad, unk, bos, eos, cls, sep, mask (those the vocabulary has). Ids become text with the
+    special tokens skipped (the tokenizers library's ``decode(ids)``); a prompt and its
+    continuation are decoded together."""
 
     file: FileName
     special_tokens: dict[str, SpecialToken]
     added_by_tokenizer: list[str] = Field(
         description="roles the tokenizer's post-processor inserts by itself; the client adds none of them"
     )
-    padding_side: Literal["left", "right"]
-    pad_id: TokenId
     unknown: Literal["map", "refuse"] = Field(
         description="map: a character outside the vocabulary becomes the unk token; refuse: it is an error"
     )
+    truncation: Truncation | None = Field(
+        None, description="applied when encoding, as in training; none: the client cuts to the context"
+    )
+
+
+class Padding(Part):
+    """How a batch of sequences of different lengths is padded: ``side`` (left for generation, so
+    that new tokens follow every row's last real token), with ``pad_id``, which the attention mask
+    (0 at padding) hides: positions count real tokens, so a padded row reads as it would alone."""
+
+    side: Literal["left", "right"]
+    pad_id: TokenId
 
 
 class GenerationInfo(Part):
     """Text generation (causal LMs): the longest sequence the model reads, the tokens that end a
-    text, and the defaults a server uses when a request says nothing."""
+    text (a row stops at the first it generates), and the defaults a server uses when a request
+    says nothing. A sequence that reaches ``context_length`` tokens goes on with each further step
+    re-reading its last ``context_length`` tokens from an empty cache (a window that slides)."""
 
     context_length: Count
     stop_token_ids: list[TokenId]
@@ -99,9 +124,14 @@ class GenerationInfo(Part):
 
 
 class TranslationInfo(Part):
-    """TranslationInfo (encoder-decoder): the decoder starts from ``start_id`` and a translation ends
-    at ``stop_id`` or after ``max_decode_len`` tokens; beam search scores finished hypotheses by
-    log p / ((5 + length) / 6) ** length_penalty."""
+    """Translation (encoder-decoder). A source (no special tokens added, cut to model.max_seq_len
+    tokens; an empty one is [UNK]) goes once through the encoder graph; its memory_key_i and
+    memory_value_i outputs feed the decoder step's inputs of the same names at every step. The
+    decoder starts from ``start_id``; a translation ends at ``stop_id`` or after ``max_decode_len``
+    tokens (at most model.max_seq_len - 1); beam search keeps the best ``beam`` hypotheses and
+    scores finished ones by log p / ((5 + length) / 6) ** length_penalty, a stop token counting
+    only from within the best ``beam`` candidates. The text is decoded and stripped of leading and
+    trailing ASCII whitespace (space, tab, newline, carriage return, form feed, vertical tab)."""
 
     start_id: TokenId
     stop_id: TokenId
@@ -111,14 +141,24 @@ class TranslationInfo(Part):
 
 
 class ImageInfo(Part):
-    """How an image becomes ``pixel_values``: decode to ``channel_order``, scale to [0, 1]
-    (uint8 x ``scale``), resize the shorter side to ``size`` (``interpolation``), crop the centre
-    square, normalise each channel with ``mean`` and ``std``, lay out as ``layout``."""
+    """How an image becomes ``pixel_values``, step by step:
+
+    1. decode the file to ``channel_order`` as Pillow's ``Image.convert`` does ("L": ITU-R 601-2
+       luma with Pillow's integer rounding, alpha ignored; "RGB");
+    2. to float32 in [0, 1]: uint8 values divided by ``divide_by``; float arrays are taken as
+       already in [0, 1];
+    3. resize each channel (a float32 image) so that its shorter side is ``size``: the other side
+       becomes max(size, round(side * size / shorter side)), rounding half to even, with Pillow's
+       ``Image.resize(..., BILINEAR)`` (a triangle filter that widens when it shrinks, the
+       horizontal pass first); an image already size x size is left as it is;
+    4. crop the centre square: offsets (height - size) // 2 and (width - size) // 2;
+    5. subtract ``mean`` and divide by ``std``, per channel;
+    6. lay out as ``layout`` (batch, channels, height, width), float32."""
 
     size: Count
     channels: Count
     channel_order: Literal["L", "RGB"]
-    scale: float = 1 / 255
+    divide_by: float = 255.0
     resize: Literal["shorter_side"] = "shorter_side"
     interpolation: Literal["bilinear"] = "bilinear"
     crop: Literal["center"] = "center"
@@ -143,6 +183,7 @@ class Manifest(Part):
     precision: Literal["fp32", "fp16"]
     model: ModelInfo
     graphs: dict[str, Graph]
+    padding: Padding
     tokenizer: TokenizerInfo | None = None
     labels: list[str] | None = Field(None, description="class names, by the index of the logits")
     generation: GenerationInfo | None = None
@@ -273,11 +314,9 @@ def _upgrade(v1: ManifestV1) -> dict[str, Any]:
         sections["tokenizer"] = TokenizerInfo(
             file="tokenizer.json",
             special_tokens={
-                role: SpecialToken(token=tok, id=i) for i, (role, tok) in enumerate(specials.items())
+                role: SpecialToken(token=t, id=i) for i, (role, t) in enumerate(specials.items())
             },
             added_by_tokenizer=["cls", "sep"] if v1.task == "classification" else [],
-            padding_side="right",
-            pad_id=0,
             unknown="map" if specials else "refuse",
         )
     if v1.task == "causal_lm":
@@ -293,6 +332,7 @@ def _upgrade(v1: ManifestV1) -> dict[str, Any]:
     return {
         "format_version": 2,
         "task": v1.task,
+        "padding": Padding(side="left" if v1.task == "causal_lm" else "right", pad_id=0),
         "precision": v1.precision,
         "model": {"family": m.family, "vocab_size": m.vocab_size, "max_seq_len": m.max_seq_len},
         "graphs": graphs,
@@ -315,10 +355,12 @@ __all__ = [
     "ImageInfo",
     "Manifest",
     "ModelInfo",
+    "Padding",
     "SpecialToken",
     "Tensor",
     "TokenizerInfo",
     "TranslationInfo",
+    "Truncation",
     "manifest_schema",
     "parse_manifest",
 ]

@@ -27,6 +27,12 @@ def pad_rows(rows: Sequence[Sequence[int]], value: int) -> np.ndarray:
     return out
 
 
+def tidy(text: str) -> str:
+    """A decoded translation without leading and trailing ASCII whitespace (as the manifest states,
+    so that a client in any language strips the same characters)."""
+    return text.strip(" \t\n\r\f\v")
+
+
 def token_ids(tokenizer: Any, tokens: Sequence[str]) -> dict[str, int]:
     """The ids of ``tokens`` in a ``tokenizers.Tokenizer``; a ValueError naming the ones it lacks."""
     ids = {token: tokenizer.token_to_id(token) for token in tokens}

@@ -40,7 +40,16 @@ from tfcompile.errors import UserError
 from tfcompile.files import TOKENIZER_FILE
 from tfcompile.graphs.export import Graph, tensor_meaning
 from tfcompile.graphs.parity import ParityReport
-from tfcompile.manifest import MANIFEST, Cache, Manifest, SpecialToken, Tensor, TokenizerInfo
+from tfcompile.manifest import (
+    MANIFEST,
+    Cache,
+    Manifest,
+    Padding,
+    SpecialToken,
+    Tensor,
+    TokenizerInfo,
+    Truncation,
+)
 from tfcompile.manifest import Graph as GraphEntry
 from tfcompile.runtime.bundle import BundleFiles, sha256_file
 from tfcompile.runtime.errors import BundleError
@@ -243,10 +252,12 @@ def _manifest(
     """The bundle's manifest, validated as the schema says before it is written."""
     task = task_of(spec)
     tokenizer = (
-        tokenizer_info(Tokenizer.from_file(str(folder / TOKENIZER_FILE)), task.padding_side)
+        tokenizer_info(Tokenizer.from_file(str(folder / TOKENIZER_FILE)))
         if (folder / TOKENIZER_FILE).exists()
         else None
     )
+    pad = tokenizer.special_tokens.get("pad") if tokenizer is not None else None
+    padding = Padding(side=task.padding_side, pad_id=pad.id if pad is not None else 0)
     files = {p.name: sha256_file(p) for p in sorted(folder.iterdir()) if p.name != MANIFEST}
     return Manifest(
         format_version=2,
@@ -258,6 +269,7 @@ def _manifest(
             "max_seq_len": spec.model.max_seq_len,
         },
         graphs={name: _graph_entry(name, task.graphs[name], proto) for name, proto in protos.items()},
+        padding=padding,
         tokenizer=tokenizer,
         opset=opset,
         versions={
@@ -293,9 +305,13 @@ def _graph_entry(name: str, graph: Graph, proto: onnx.ModelProto) -> GraphEntry:
     return GraphEntry(file=graph_file(name), role=graph.role, inputs=inputs, outputs=outputs, cache=cache)
 
 
-def tokenizer_info(tokenizer: Tokenizer, padding_side: str) -> TokenizerInfo:
-    """The tokenizer's special tokens by role, the roles its post-processor adds by itself, and
-    what a client pads with and does with an unknown character."""
+# The tokenizers library's truncation strategies, as the manifest names them.
+STRATEGIES = {"LongestFirst": "longest_first", "OnlyFirst": "only_first", "OnlySecond": "only_second"}
+
+
+def tokenizer_info(tokenizer: Tokenizer) -> TokenizerInfo:
+    """The tokenizer's special tokens by role, the roles its post-processor adds by itself, what
+    becomes of an unknown character, and how a text too long is cut."""
     specials = {
         role: SpecialToken(token=token, id=i)
         for token, role in SPECIAL_ROLES.items()
@@ -305,11 +321,20 @@ def tokenizer_info(tokenizer: Tokenizer, padding_side: str) -> TokenizerInfo:
     processor = saved.get("post_processor") or {}
     added = [SPECIAL_ROLES[t] for t in processor.get("special_tokens", {}) if t in SPECIAL_ROLES]
     byte_level = (saved.get("pre_tokenizer") or {}).get("type") == "ByteLevel"
+    cut = saved.get("truncation")
+    truncation = (
+        Truncation(
+            max_length=cut["max_length"],
+            strategy=STRATEGIES[cut["strategy"]],
+            direction=cut["direction"].lower(),
+        )
+        if cut
+        else None
+    )
     return TokenizerInfo(
         file=TOKENIZER_FILE,
         special_tokens=specials,
         added_by_tokenizer=added,
-        padding_side=padding_side,
-        pad_id=specials["pad"].id if "pad" in specials else 0,
         unknown="map" if "unk" in specials or byte_level else "refuse",
+        truncation=truncation,
     )

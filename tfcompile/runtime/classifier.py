@@ -55,7 +55,7 @@ class Classifier(Bundle):
         """Texts, or (first, second) sentence pairs, -> the most likely label and every label's
         probability. Text longer than the model's context is truncated, as in training."""
         encodings = self.encode(inputs.texts("texts", texts, pairs=True))
-        ids = pad_rows([e.ids for e in encodings], self.special_id("pad"))
+        ids = pad_rows([e.ids for e in encodings], self.manifest.padding.pad_id)
         types = pad_rows([e.type_ids for e in encodings], 0)
         mask = pad_rows([[1] * len(e.ids) for e in encodings], 0)
         return predictions(self.logits(ids, mask, types), self.labels)

@@ -122,9 +122,8 @@ class LanguageModel(Bundle):
         return search.generate(decoder, ids, count, *options, rng, stops, self.max_seq_len, mask)
 
     def _pad_id(self) -> int:
-        """What fills padding: the pad token, or 0 where the vocabulary has none (it is masked)."""
-        info = self.manifest.tokenizer
-        return info.pad_id if info is not None else 0
+        """What fills padding (the mask hides it)."""
+        return self.manifest.padding.pad_id
 
     def step_session(self) -> Any:
         if self._step is None:

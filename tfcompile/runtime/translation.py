@@ -17,7 +17,7 @@ from tfcompile.runtime.bundle import BundleFiles
 from tfcompile.runtime.errors import BundleError, InputError
 from tfcompile.runtime.ort import run
 from tfcompile.runtime.session import Bundle
-from tfcompile.sequences import pad_rows
+from tfcompile.sequences import pad_rows, tidy
 
 
 class Translator(Bundle):
@@ -44,12 +44,12 @@ class Translator(Bundle):
     ) -> list[str]:
         """Sentences -> their translations (detokenized)."""
         encodings = self.encode(inputs.texts("texts", texts), add_special_tokens=False)
-        pad = self.special_id("pad")
+        pad = self.manifest.padding.pad_id
         ids = pad_rows([e.ids[: self.max_seq_len] or [self.special_id("unk")] for e in encodings], pad)
         mask = pad_rows([[1] * min(max(len(e.ids), 1), self.max_seq_len) for e in encodings], 0)
         tokens = self.translate_ids(ids, mask, beam, length_penalty, max_len)
         assert self.tokenizer is not None  # encode() needs it
-        return [t.strip() for t in self.tokenizer.decode_batch(tokens)]
+        return [tidy(t) for t in self.tokenizer.decode_batch(tokens)]
 
     def translate_ids(
         self,

@@ -565,6 +565,9 @@ class TaskSection(Section):
         """The section with defaults that depend on the model filled in."""
         return self
 
+    def check(self, model: Any, rules: Rules) -> None:
+        """Rules that join the task's fields with the model's (report each at ``("task", field)``)."""
+
     def head_parameters(self, model: Any) -> int:
         """Parameters of what the task adds on top of ``model.body_parameters()``."""
         raise NotImplementedError
@@ -685,6 +688,15 @@ class Seq2SeqTask(TaskSection):
         if self.max_decode_len is not None:
             return self
         return self.model_copy(update={"max_decode_len": max(model.max_seq_len - 1, 1)})
+
+    def check(self, model: Any, rules: Rules) -> None:
+        longest = max(model.max_seq_len - 1, 1)  # the decoder reads [BOS] and the tokens before the last
+        rules.require(
+            self.max_decode_len is None or self.max_decode_len <= longest,
+            ("task", "max_decode_len"),
+            f"must be at most model.max_seq_len - 1 = {longest}, found {self.max_decode_len}",
+            f"lower it to {longest} or raise model.max_seq_len",
+        )
 
     def head_parameters(self, model: Any) -> int:
         return model.lm_head_parameters()
@@ -875,6 +887,7 @@ class Spec(Section):
                 f"({self.model.max_seq_len})",
                 f"lower it to at most {self.model.max_seq_len} or raise model.max_seq_len",
             )
+        self.task.check(self.model, rules)
         rules.check()
         if self.train.context_length is None:
             self._resolve(train=self.train.model_copy(update={"context_length": self.model.max_seq_len}))

@@ -24,7 +24,7 @@ from tfcompile.graphs.export import Graph, export_seq2seq_encoder, export_seq2se
 from tfcompile.graphs.parity import check_seq2seq_encoder_parity, check_seq2seq_step_parity
 from tfcompile.manifest import TokenizerInfo, TranslationInfo
 from tfcompile.models import Seq2Seq
-from tfcompile.sequences import BOS, EOS, PAD, SEQ2SEQ_TOKENS, UNK, token_ids
+from tfcompile.sequences import BOS, EOS, PAD, SEQ2SEQ_TOKENS, UNK, tidy, token_ids
 from tfcompile.spec.schema import EncoderDecoderSpec, Seq2SeqTask, Spec
 from tfcompile.tasks.causal_lm import IGNORE_INDEX
 from tfcompile.tasks.task import Batch, ModelFn, Task, pad_rows, register_task
@@ -168,7 +168,7 @@ class Translation(Task):
                     model, source, mask, bos, eos, task.max_decode_len, task.beam, task.length_penalty
                 )
             out += self.tokenizer.decode_batch(tokens)
-        return [t.strip() for t in out]
+        return [tidy(t) for t in out]
 
     def test_metrics(self, model: torch.nn.Module, device: torch.device) -> dict[str, float]:
         """BLEU of the test split: sacrebleu's corpus BLEU on detokenized, case-sensitive text."""

@@ -1,0 +1,604 @@
+// Serve a tfcompile bundle (format 2) from Node.js with onnxruntime-node, @huggingface/tokenizers
+// and pngjs alone: the same client as examples/python/client.py, command for command, with the same
+// JSON output. Everything comes from the bundle's manifest.json.
+//
+//   node client.mjs BUNDLE generate --prompt "ROMEO:" --prompt "JULIET:" [--max-new-tokens 20]
+//   node client.mjs BUNDLE generate --ids 5,6,7 --ids 8      (token ids, for bundles without a tokenizer)
+//   node client.mjs BUNDLE logits --prompt "ROMEO:"          (the full graph: the next token's logits)
+//   node client.mjs BUNDLE classify "a gorgeous movie" --pair "a premise" "a hypothesis"
+//   node client.mjs BUNDLE translate "Ein Hund rennt." [--beam 4]
+//   node client.mjs BUNDLE classify-image three.png digits.npy
+//
+// This example serves fp32 bundles (an fp16 bundle's graphs take and give float16 tensors).
+
+import { createHash } from "node:crypto";
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
+import { Tokenizer } from "@huggingface/tokenizers";
+import ort from "onnxruntime-node";
+import { PNG } from "pngjs";
+
+function fail(message) {
+  console.error(`error: ${message}`);
+  process.exit(1);
+}
+
+// ------------------------------------------------------------------------ the bundle
+
+class Bundle {
+  constructor(folder) {
+    this.folder = folder;
+    this.manifest = JSON.parse(readFileSync(join(folder, "manifest.json"), "utf8"));
+    if (this.manifest.format_version !== 2)
+      fail(`${folder}: bundle format ${this.manifest.format_version}, this client reads 2`);
+    if (this.manifest.precision !== "fp32") fail(`${folder}: this example serves fp32 bundles only`);
+    this.context = this.manifest.model.max_seq_len;
+    this.sessions = {};
+    const info = this.manifest.tokenizer;
+    if (info) {
+      this.tokenizerJson = JSON.parse(this.read(info.file).toString("utf8"));
+      this.tokenizer = new Tokenizer(this.tokenizerJson, {});
+    }
+  }
+
+  // A listed file's bytes, refused unless their sha256 is the manifest's.
+  read(name) {
+    const data = readFileSync(join(this.folder, name));
+    if (createHash("sha256").update(data).digest("hex") !== this.manifest.files[name]) {
+      fail(`${join(this.folder, name)} changed after export: its sha256 is not the manifest's`);
+    }
+    return data;
+  }
+
+  // The manifest's entry for the graph with this role, and an onnxruntime session on it.
+  async graph(role) {
+    const found = Object.entries(this.manifest.graphs).find(([, g]) => g.role === role);
+    if (!found) fail(`${this.folder} has no ${role} graph: a ${this.manifest.task} bundle`);
+    const [name, graph] = found;
+    this.sessions[name] ??= await ort.InferenceSession.create(this.read(graph.file), {
+      executionProviders: ["cpu"],
+    });
+    return [graph, this.sessions[name]];
+  }
+
+  specialId(role) {
+    return this.manifest.tokenizer.special_tokens[role].id;
+  }
+
+  // A text, or a [first, second] pair, -> {ids, typeIds}. The tokenizer's post-processor adds the
+  // roles in tokenizer.added_by_tokenizer itself ([CLS], [SEP]): the client adds none.
+  encode(item, addSpecialTokens = true) {
+    const [first, second] = Array.isArray(item) ? item : [item, null];
+    let a = this.tokenizer.tokenize(first);
+    let b = second === null ? null : this.tokenizer.tokenize(second);
+    // The manifest's tokenizer.truncation (classifiers: the context), which this library leaves to
+    // its caller.
+    const truncation = this.manifest.tokenizer.truncation;
+    if (truncation) {
+      const added = addSpecialTokens ? this.postProcess([], b && []).tokens.length : 0;
+      [a, b] = truncate(truncation, a, b, added);
+    }
+    const { tokens, token_type_ids } = addSpecialTokens
+      ? this.postProcess(a, b)
+      : { tokens: [...a, ...(b ?? [])] };
+    const unknown = this.manifest.tokenizer.unknown;
+    const ids = tokens.map(
+      (t) => this.tokenizer.token_to_id(t) ?? (unknown === "map" ? this.specialId("unk") : undefined),
+    );
+    if (ids.includes(undefined))
+      fail(`the text holds characters outside the vocabulary: ${JSON.stringify(item)}`);
+    return { ids, typeIds: token_type_ids ?? ids.map(() => 0) };
+  }
+
+  postProcess(a, b) {
+    return this.tokenizer.post_processor
+      ? this.tokenizer.post_processor(a, b, true)
+      : { tokens: [...a, ...(b ?? [])] };
+  }
+
+  decode(ids) {
+    return ids.length
+      ? this.tokenizer.decode(ids, { skip_special_tokens: true, clean_up_tokenization_spaces: false })
+      : "";
+  }
+}
+
+// The `tokenizers` library's truncation (direction Right): a pair over the limit keeps the shorter
+// sequence whole if it fits in half, else each keeps half (the longer one the odd token).
+function truncate({ max_length, strategy, direction }, a, b, added) {
+  if (strategy !== "longest_first" || direction !== "right")
+    fail(`truncation ${strategy} ${direction} is not implemented`);
+  const limit = max_length - added;
+  if (b === null) return [a.slice(0, limit), null];
+  if (a.length + b.length <= limit) return [a, b];
+  const short = Math.min(a.length, b.length);
+  const [keepShort, keepLong] =
+    short <= limit - short ? [short, limit - short] : [Math.floor(limit / 2), Math.ceil(limit / 2)];
+  return a.length <= b.length
+    ? [a.slice(0, keepShort), b.slice(0, keepLong)]
+    : [a.slice(0, keepLong), b.slice(0, keepShort)];
+}
+
+// ------------------------------------------------------------------------ tensors
+
+// Rows of ids -> rows of the longest's length, filled out with `value` on `side`.
+function pad(rows, value, side) {
+  const width = Math.max(...rows.map((r) => r.length));
+  return rows.map((r) => {
+    const fill = Array(width - r.length).fill(value);
+    return side === "left" ? [...fill, ...r] : [...r, ...fill];
+  });
+}
+
+const ones = (rows) => rows.map((r) => r.map(() => 1));
+
+// padding.pad_id and padding.side: the attention mask hides padding, whatever its id.
+function padding(bundle) {
+  const info = bundle.manifest.padding;
+  return [info.pad_id, info.side];
+}
+
+// Rows of ids (all of one length) -> an int64 tensor (rows, length).
+function int64(rows) {
+  return new ort.Tensor("int64", BigInt64Array.from(rows.flat(), BigInt), [rows.length, rows[0].length]);
+}
+
+// Every `past` input with its cache axis at 0 (shape and names from the manifest).
+function emptyCache(graph, batch) {
+  const { past, axis } = graph.cache;
+  const cache = {};
+  for (const input of graph.inputs.filter((t) => past.includes(t.name))) {
+    const shape = input.shape.map((d) => (d === "batch" ? batch : d === axis ? 0 : d));
+    cache[input.name] = new ort.Tensor("float32", new Float32Array(0), shape);
+  }
+  return cache;
+}
+
+// A float tensor's rows `rows` (along axis 0), in that order.
+function takeRows(tensor, rows) {
+  const size = tensor.data.length / tensor.dims[0];
+  const data = new tensor.data.constructor(rows.length * size);
+  rows.forEach((r, i) => data.set(tensor.data.subarray(r * size, (r + 1) * size), i * size));
+  return new ort.Tensor(tensor.type, data, [rows.length, ...tensor.dims.slice(1)]);
+}
+
+// logits (batch, sequence, vocab) -> each row's last position, as arrays.
+function lastLogits(logits) {
+  const [batch, sequence, vocab] = logits.dims;
+  return Array.from({ length: batch }, (_, r) =>
+    Array.from(logits.data.subarray(((r + 1) * sequence - 1) * vocab, (r + 1) * sequence * vocab)),
+  );
+}
+
+const argmax = (xs) => xs.reduce((best, x, i) => (x > xs[best] ? i : best), 0);
+
+function logSoftmax(xs) {
+  const max = Math.max(...xs);
+  const shifted = xs.map((x) => x - max);
+  const log = Math.log(shifted.reduce((s, x) => s + Math.exp(x), 0));
+  return shifted.map((x) => x - log);
+}
+
+// (batch, labels) logits -> each row's likeliest label and every label's probability.
+function probabilities(logits, labels) {
+  const rows = [];
+  for (let r = 0; r < logits.dims[0]; r++) {
+    const xs = Array.from(logits.data.subarray(r * labels.length, (r + 1) * labels.length));
+    const max = Math.max(...xs);
+    const exps = xs.map((x) => Math.exp(x - max));
+    const total = exps.reduce((s, x) => s + x, 0);
+    const probs = exps.map((x) => x / total);
+    rows.push({
+      label: labels[argmax(probs)],
+      probabilities: Object.fromEntries(labels.map((l, i) => [l, probs[i]])),
+    });
+  }
+  return rows;
+}
+
+// ------------------------------------------------------------------------ decoders (causal_lm)
+
+function promptIds(bundle, prompts, ids) {
+  if (prompts.length && ids.length) fail("give --prompt or --ids, not both");
+  const rows = ids.length
+    ? ids.map((row) => row.split(",").map(Number))
+    : prompts.map((p) => bundle.encode(p).ids);
+  if (!rows.length || rows.some((r) => !r.length))
+    fail("give at least one prompt, each of at least one token");
+  return rows;
+}
+
+// Greedy generation with the KV cache for a batch of prompts of different lengths, left-padded
+// (tokenizer.padding_side): attention_mask, 0 at padding, covers the cached and the new tokens at
+// every step, and positions come from it, so each row generates what it would alone. A row ends at
+// its first stop token (returned as its last). Past the context, each step re-reads the last
+// context_length tokens from an empty cache.
+async function generate(bundle, prompts, maxNewTokens) {
+  const [graph, session] = await bundle.graph("decode_step");
+  const { context_length: context, stop_token_ids: stops } = bundle.manifest.generation;
+  const [padId, side] = padding(bundle);
+  const ids = pad(prompts, padId, side); // every row's tokens so far
+  const mask = pad(ones(prompts), 0, side);
+  const newIds = prompts.map(() => []);
+  const done = prompts.map(() => false);
+  let past = emptyCache(graph, prompts.length);
+  let tokens = ids.map((row) => row.slice(-context)); // the window the next run reads
+  let cached = 0; // tokens in the cache
+  for (let step = 0; step < maxNewTokens; step++) {
+    cached += tokens[0].length;
+    const out = await session.run({
+      input_ids: int64(tokens),
+      attention_mask: int64(mask.map((m) => m.slice(-cached))),
+      ...past,
+    });
+    const next = lastLogits(out.logits).map(argmax);
+    next.forEach((token, row) => {
+      if (!done[row]) {
+        newIds[row].push(token);
+        done[row] = stops.includes(token);
+      }
+    });
+    if (done.every(Boolean)) break;
+    next.forEach((token, row) => {
+      ids[row].push(token);
+      mask[row].push(1);
+    });
+    past = Object.fromEntries(graph.cache.past.map((name, i) => [name, out[graph.cache.present[i]]]));
+    tokens = next.map((t) => [t]);
+    if (cached === context) {
+      // the window is full: slide it, from an empty cache
+      [past, tokens, cached] = [emptyCache(graph, prompts.length), ids.map((row) => row.slice(-context)), 0];
+    }
+  }
+  return newIds;
+}
+
+// The full graph over left-padded prompts: the logits that follow each prompt's last token.
+async function logitsOf(bundle, prompts) {
+  const [, session] = await bundle.graph("forward");
+  const [padId, side] = padding(bundle);
+  const ids = pad(prompts, padId, side);
+  const mask = pad(ones(prompts), 0, side);
+  const out = await session.run({ input_ids: int64(ids), attention_mask: int64(mask) });
+  return lastLogits(out.logits);
+}
+
+// ------------------------------------------------------------------------ text classifiers
+
+// Sentences or [first, second] pairs -> probabilities per label. Right-padded; the graph takes the
+// inputs the manifest lists (input_ids, attention_mask, token_type_ids).
+async function classify(bundle, items) {
+  const [graph, session] = await bundle.graph("forward");
+  const [padId, side] = padding(bundle);
+  const encodings = items.map((item) => bundle.encode(item));
+  const ids = encodings.map((e) => e.ids);
+  const feed = {
+    input_ids: int64(pad(ids, padId, side)),
+    attention_mask: int64(pad(ones(ids), 0, side)),
+    token_type_ids: int64(
+      pad(
+        encodings.map((e) => e.typeIds),
+        0,
+        side,
+      ),
+    ),
+  };
+  const out = await session.run(Object.fromEntries(graph.inputs.map((t) => [t.name, feed[t.name]])));
+  return probabilities(out.logits, bundle.manifest.labels);
+}
+
+// ------------------------------------------------------------------------ translators (seq2seq)
+
+// The encoder graph once over the sources, then the decoder step graph one target token at a time,
+// with the self-attention cache and the encoder's memory_* outputs fed back by name.
+class TranslationDecoder {
+  static async create(bundle, sourceIds, sourceMask) {
+    const self = new TranslationDecoder();
+    const [, encoder] = await bundle.graph("encoder");
+    self.memory = await encoder.run({ source_ids: sourceIds, source_mask: sourceMask });
+    [self.graph, self.session] = await bundle.graph("decoder_step");
+    self.sourceMask = sourceMask;
+    self.past = emptyCache(self.graph, sourceIds.dims[0]);
+    return self;
+  }
+
+  // tokens (rows of one id) -> each row's logits of the token after them.
+  async step(tokens) {
+    const out = await this.session.run({
+      input_ids: int64(tokens),
+      source_mask: this.sourceMask,
+      ...this.past,
+      ...this.memory,
+    });
+    const { past, present } = this.graph.cache;
+    this.past = Object.fromEntries(past.map((name, i) => [name, out[present[i]]]));
+    return lastLogits(out.logits);
+  }
+
+  // Row i of the cache, the memory and the source mask becomes the old row rows[i].
+  keep(rows) {
+    for (const part of [this.past, this.memory])
+      for (const name in part) part[name] = takeRows(part[name], rows);
+    this.sourceMask = takeRows(this.sourceMask, rows);
+  }
+}
+
+// Sentences -> target ids, without the start and stop tokens. Greedy (beam 1) decodes the batch at
+// once (right-padded sources); beam search decodes one sentence at a time.
+async function translate(bundle, texts, beam) {
+  const t = bundle.manifest.translation;
+  beam ??= t.beam;
+  const limit = Math.min(t.max_decode_len, bundle.context - 1); // the start token takes a position too
+  // Sources longer than the context are cut to it; an empty one reads as [UNK] (tfcompile's runtime).
+  const sources = texts
+    .map((text) => bundle.encode(text, false).ids.slice(0, bundle.context))
+    .map((s) => (s.length ? s : [bundle.specialId("unk")]));
+  if (beam > 1) {
+    // one sentence at a time, unpadded
+    const results = [];
+    for (const s of sources) {
+      const decoder = await TranslationDecoder.create(bundle, int64([s]), int64(ones([s])));
+      results.push(await beamSearch(decoder, t, limit, beam));
+    }
+    return results;
+  }
+  const [padId, side] = padding(bundle);
+  const ids = int64(pad(sources, padId, side));
+  const mask = int64(pad(ones(sources), 0, side));
+  const decoder = await TranslationDecoder.create(bundle, ids, mask);
+  const newIds = sources.map(() => []);
+  const done = sources.map(() => false);
+  let tokens = sources.map(() => [t.start_id]);
+  for (let step = 0; step < limit && !done.every(Boolean); step++) {
+    tokens = (await decoder.step(tokens)).map((logits) => [argmax(logits)]);
+    tokens.forEach(([token], row) => {
+      done[row] ||= token === t.stop_id;
+      if (!done[row]) newIds[row].push(token);
+    });
+  }
+  return newIds;
+}
+
+// One sentence: keep the `beam` best hypotheses by summed log-probability; the stop token ends a
+// hypothesis only from within the top `beam` candidates; a finished hypothesis scores
+// log p / ((5 + length) / 6) ** length_penalty. Ends when `beam` have finished or at the limit.
+async function beamSearch(decoder, t, limit, beam) {
+  const score = (logP, length) => logP / ((5 + length) / 6) ** t.length_penalty;
+  let hypotheses = [{ total: 0, words: [] }];
+  const finished = [];
+  let logProbs = (await decoder.step([[t.start_id]])).map(logSoftmax);
+  for (let step = 0; step <= limit; step++) {
+    const candidates = hypotheses.flatMap((h, parent) =>
+      logProbs[parent].map((lp, token) => ({ total: h.total + lp, parent, token })),
+    );
+    candidates.sort((x, y) => y.total - x.total); // stable: ties keep the lower index first
+    const survivors = [];
+    candidates.slice(0, 2 * beam).forEach(({ total, parent, token }, rank) => {
+      const words = hypotheses[parent].words;
+      if (token === t.stop_id) {
+        if (rank < beam) finished.push({ score: score(total, words.length), words });
+      } else if (survivors.length < beam) {
+        survivors.push({ total, words: [...words, token], parent });
+      }
+    });
+    if (finished.length >= beam) break;
+    if (step === limit) {
+      // out of length: the current hypotheses end here, unfinished
+      finished.push(...hypotheses.map((h) => ({ score: score(h.total, h.words.length), words: h.words })));
+      break;
+    }
+    decoder.keep(survivors.map((s) => s.parent));
+    hypotheses = survivors;
+    logProbs = (await decoder.step(hypotheses.map((h) => [h.words.at(-1)]))).map(logSoftmax);
+  }
+  return finished.reduce((best, f) => (f.score > best.score ? f : best)).words;
+}
+
+// ------------------------------------------------------------------------ image classifiers
+
+// A PNG file (via pngjs, as RGBA) or a .npy array -> {height, width, channels, data, uint8}.
+function readImage(path, image) {
+  if (path.endsWith(".npy")) return readNpy(path);
+  const png = PNG.sync.read(readFileSync(path));
+  const pixels = png.width * png.height;
+  if (image.channel_order === "RGB") {
+    const data = new Uint8Array(pixels * 3);
+    for (let i = 0; i < pixels; i++) data.set(png.data.subarray(4 * i, 4 * i + 3), 3 * i);
+    return { height: png.height, width: png.width, data, uint8: true };
+  }
+  // "L": Pillow's convert("L"), ITU-R 601-2 luma in 16-bit fixed point, rounded
+  const data = new Uint8Array(pixels);
+  const d = png.data;
+  for (let i = 0; i < pixels; i++)
+    data[i] = (d[4 * i] * 19595 + d[4 * i + 1] * 38470 + d[4 * i + 2] * 7471 + 0x8000) >> 16;
+  return { height: png.height, width: png.width, data, uint8: true };
+}
+
+// A .npy file of shape (H, W) or (H, W, C): uint8 0-255 ('|u1') or floats 0-1 ('<f4', '<f8').
+function readNpy(path) {
+  const bytes = readFileSync(path);
+  const headerLength = bytes[6] === 1 ? bytes.readUInt16LE(8) : bytes.readUInt32LE(8);
+  const start = bytes[6] === 1 ? 10 : 12;
+  const header = bytes.toString("latin1", start, start + headerLength);
+  const descr = header.match(/'descr':\s*'([^']+)'/)[1];
+  const shape = header
+    .match(/'shape':\s*\(([^)]*)\)/)[1]
+    .split(",")
+    .filter((s) => s.trim())
+    .map(Number);
+  if (/'fortran_order':\s*True/.test(header)) fail(`${path}: Fortran-ordered arrays are not supported`);
+  const Type = { "|u1": Uint8Array, "<f4": Float32Array, "<f8": Float64Array }[descr];
+  if (!Type) fail(`${path}: dtype ${descr} is not supported (uint8, float32 or float64)`);
+  const body = bytes.subarray(start + headerLength);
+  const data = new Type(body.buffer.slice(body.byteOffset, body.byteOffset + body.length));
+  return { height: shape[0], width: shape[1], data, uint8: descr === "|u1" };
+}
+
+// Pillow's resampling (Resample.c) with its bilinear filter, for one float32 plane: a triangle
+// filter whose support widens with the downscaling factor, the horizontal pass first, each pass
+// summed in double precision and stored as float32.
+function resize(plane, inW, inH, outW, outH) {
+  const taps = (inSize, outSize) => {
+    const scale = inSize / outSize;
+    const filterScale = Math.max(scale, 1);
+    const support = 1.0 * filterScale;
+    const invScale = 1.0 / filterScale;
+    return Array.from({ length: outSize }, (_, o) => {
+      const center = (o + 0.5) * scale;
+      const min = Math.max(Math.trunc(center - support + 0.5), 0);
+      const max = Math.min(Math.trunc(center + support + 0.5), inSize);
+      const weights = [];
+      for (let x = min; x < max; x++) weights.push(Math.max(0, 1 - Math.abs((x - center + 0.5) * invScale)));
+      const total = weights.reduce((s, w) => s + w, 0);
+      return { min, weights: total === 0 ? weights : weights.map((w) => w / total) };
+    });
+  };
+  const horizontal = taps(inW, outW);
+  const vertical = taps(inH, outH);
+  const across = new Float32Array(outW * inH);
+  for (let y = 0; y < inH; y++) {
+    horizontal.forEach(({ min, weights }, x) => {
+      let sum = 0.0;
+      weights.forEach((w, k) => (sum += plane[y * inW + min + k] * w));
+      across[y * outW + x] = sum;
+    });
+  }
+  const out = new Float32Array(outW * outH);
+  vertical.forEach(({ min, weights }, y) => {
+    for (let x = 0; x < outW; x++) {
+      let sum = 0.0;
+      weights.forEach((w, k) => (sum += across[(min + k) * outW + x] * w));
+      out[y * outW + x] = sum;
+    }
+  });
+  return out;
+}
+
+// Python's round(): halves go to the even neighbour.
+const roundHalfEven = (x) => (Math.abs(x % 1) === 0.5 ? 2 * Math.round(x / 2) : Math.round(x));
+
+// An image -> (channels, size, size) float32, as the manifest's image section says: decode to
+// channel_order; uint8 / divide_by (floats are taken as already in [0, 1]); resize the shorter side to
+// size (Pillow's bilinear, per channel, in float32; the longer side rounded half to even) unless the
+// image is already size x size; crop the centre; normalise each channel; lay out as NCHW.
+function preprocess(image, { height: H, width: W, data, uint8 }) {
+  const { size, channels, divide_by: divideBy, mean, std } = image;
+  let planes = Array.from({ length: channels }, (_, c) => {
+    const plane = new Float32Array(H * W);
+    for (let i = 0; i < H * W; i++)
+      plane[i] = uint8 ? Math.fround(data[i * channels + c] / divideBy) : data[i * channels + c];
+    return plane;
+  });
+  let [h, w] = [H, W];
+  if (H !== size || W !== size) {
+    const factor = size / Math.min(H, W);
+    [h, w] = [Math.max(size, roundHalfEven(H * factor)), Math.max(size, roundHalfEven(W * factor))];
+    planes = planes.map((p) => resize(p, W, H, w, h));
+  }
+  const [top, left] = [Math.floor((h - size) / 2), Math.floor((w - size) / 2)];
+  const out = new Float32Array(channels * size * size);
+  planes.forEach((p, c) => {
+    const [m, s] = [Math.fround(mean[c]), Math.fround(std[c])];
+    for (let y = 0; y < size; y++)
+      for (let x = 0; x < size; x++)
+        out[(c * size + y) * size + x] = Math.fround(p[(top + y) * w + left + x] - m) / s;
+  });
+  return out;
+}
+
+async function classifyImages(bundle, paths) {
+  const [, session] = await bundle.graph("forward");
+  const { size, channels } = bundle.manifest.image;
+  const pixels = new Float32Array(paths.length * channels * size * size);
+  paths.forEach((path, i) =>
+    pixels.set(
+      preprocess(bundle.manifest.image, readImage(path, bundle.manifest.image)),
+      i * channels * size * size,
+    ),
+  );
+  const out = await session.run({
+    pixel_values: new ort.Tensor("float32", pixels, [paths.length, channels, size, size]),
+  });
+  return probabilities(out.logits, bundle.manifest.labels);
+}
+
+// ------------------------------------------------------------------------ command line
+
+function parseArgs(argv) {
+  const [bundle, command, ...rest] = argv;
+  const args = {
+    bundle,
+    command,
+    positional: [],
+    prompt: [],
+    ids: [],
+    pair: [],
+    maxNewTokens: null,
+    beam: null,
+  };
+  for (let i = 0; i < rest.length; i++) {
+    const flag = rest[i];
+    if (flag === "--prompt") args.prompt.push(rest[++i]);
+    else if (flag === "--ids") args.ids.push(rest[++i]);
+    else if (flag === "--pair") args.pair.push([rest[++i], rest[++i]]);
+    else if (flag === "--max-new-tokens") args.maxNewTokens = Number(rest[++i]);
+    else if (flag === "--beam") args.beam = Number(rest[++i]);
+    else args.positional.push(flag);
+  }
+  if (!bundle || !command)
+    fail("usage: node client.mjs BUNDLE {generate,logits,classify,translate,classify-image} ...");
+  return args;
+}
+
+// What each command serves: the manifest's task.
+const TASKS = {
+  generate: "causal_lm",
+  logits: "causal_lm",
+  classify: "classification",
+  translate: "seq2seq",
+  "classify-image": "image_classification",
+};
+
+async function main() {
+  const args = parseArgs(process.argv.slice(2));
+  const bundle = new Bundle(args.bundle);
+  const task = TASKS[args.command];
+  if (!task) fail(`unknown command ${args.command}`);
+  if (bundle.manifest.task !== task)
+    fail(`${args.bundle} holds a ${bundle.manifest.task} model: ${args.command} needs a ${task} one`);
+  let out;
+  if (args.command === "generate") {
+    const prompts = promptIds(bundle, args.prompt, args.ids);
+    const stops = bundle.manifest.generation.stop_token_ids;
+    const results = await generate(
+      bundle,
+      prompts,
+      args.maxNewTokens ?? bundle.manifest.generation.max_new_tokens,
+    );
+    out = prompts.map((prompt, i) => ({
+      prompt_ids: prompt,
+      new_ids: results[i],
+      text: bundle.tokenizer
+        ? bundle.decode([...prompt, ...results[i].filter((t) => !stops.includes(t))])
+        : null,
+    }));
+  } else if (args.command === "logits") {
+    out = await logitsOf(bundle, promptIds(bundle, args.prompt, args.ids));
+  } else if (args.command === "classify") {
+    out = await classify(bundle, [...args.positional, ...args.pair]);
+  } else if (args.command === "translate") {
+    const targets = await translate(bundle, args.positional, args.beam);
+    out = targets.map((ids) => ({ ids, text: stripAscii(bundle.decode(ids)) }));
+  } else {
+    out = await classifyImages(bundle, args.positional);
+  }
+  console.log(JSON.stringify(out));
+}
+
+// A translation without leading and trailing ASCII whitespace, as the manifest's translation
+// section says (JavaScript's trim() would strip more).
+function stripAscii(text) {
+  return text.replace(/^[ \t\n\r\f\v]+|[ \t\n\r\f\v]+$/g, "");
+}
+
+await main();

@@ -1,0 +1,396 @@
+"""Serve a tfcompile bundle (format 2) with onnxruntime, tokenizers, numpy and Pillow alone.
+
+Everything comes from the bundle's manifest.json: the graphs by role and their input and output
+names, the tokenizer and its special tokens, padding, the context, the cache, stop tokens,
+translation settings, labels and image preprocessing. This file does not import tfcompile.
+
+    python client.py BUNDLE generate --prompt "ROMEO:" --prompt "JULIET:" [--max-new-tokens 20]
+    python client.py BUNDLE generate --ids 5,6,7 --ids 8       (token ids, for bundles without a tokenizer)
+    python client.py BUNDLE logits --prompt "ROMEO:"           (the full graph: the next token's logits)
+    python client.py BUNDLE classify "a gorgeous movie" --pair "a premise" "a hypothesis"
+    python client.py BUNDLE translate "Ein Hund rennt." [--beam 4]
+    python client.py BUNDLE classify-image three.png digits.npy
+
+Each command prints JSON (see README.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnxruntime as ort
+from PIL import Image
+from tokenizers import Tokenizer
+
+
+class Bundle:
+    """A bundle folder: its manifest, its files checked against their sha256, its graphs by role."""
+
+    def __init__(self, folder: str | Path) -> None:
+        self.folder = Path(folder)
+        self.manifest = json.loads((self.folder / "manifest.json").read_text())
+        if self.manifest["format_version"] != 2:
+            raise SystemExit(
+                f"{folder}: bundle format {self.manifest['format_version']}, this client reads 2"
+            )
+        self.context = self.manifest["model"]["max_seq_len"]
+        self.sessions: dict[str, Any] = {}
+        info = self.manifest.get("tokenizer")
+        self.tokenizer = Tokenizer.from_str(self.read(info["file"]).decode()) if info else None
+
+    def read(self, name: str) -> bytes:
+        """A listed file's bytes, refused unless their sha256 is the manifest's."""
+        data = (self.folder / name).read_bytes()
+        if hashlib.sha256(data).hexdigest() != self.manifest["files"][name]:
+            raise SystemExit(f"{self.folder / name} changed after export: its sha256 is not the manifest's")
+        return data
+
+    def graph(self, role: str) -> tuple[dict, Any]:
+        """The manifest's entry for the graph with this role, and an onnxruntime session on it."""
+        found = [(n, g) for n, g in self.manifest["graphs"].items() if g["role"] == role]
+        if not found:
+            raise SystemExit(f"{self.folder} has no {role} graph: a {self.manifest['task']} bundle")
+        name, graph = found[0]
+        if name not in self.sessions:
+            self.sessions[name] = ort.InferenceSession(
+                self.read(graph["file"]), providers=["CPUExecutionProvider"]
+            )
+        return graph, self.sessions[name]
+
+    def special_id(self, role: str) -> int:
+        return self.manifest["tokenizer"]["special_tokens"][role]["id"]
+
+    def encode(self, texts: list, add_special_tokens: bool = True) -> list:
+        """Texts (or pairs) -> encodings. The post-processor adds the roles in
+        tokenizer.added_by_tokenizer itself ([CLS], [SEP]): the client adds none."""
+        try:
+            return self.tokenizer.encode_batch(texts, add_special_tokens=add_special_tokens)
+        except Exception:  # tokenizer.unknown == "refuse": a character outside the vocabulary
+            raise SystemExit(f"a text holds characters outside the vocabulary: {texts}") from None
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+
+def pad(rows: list[list[int]], value: int, side: str) -> np.ndarray:
+    """Rows of ids -> (rows, longest) int64, filled out with ``value`` on ``side``."""
+    width = max(len(row) for row in rows)
+    filled = [
+        [value] * (width - len(r)) + r if side == "left" else r + [value] * (width - len(r)) for r in rows
+    ]
+    return np.array(filled, dtype=np.int64)
+
+
+def padding(bundle: Bundle) -> tuple[int, str]:
+    """padding.pad_id and padding.side: the attention mask hides padding, whatever its id."""
+    info = bundle.manifest["padding"]
+    return info["pad_id"], info["side"]
+
+
+def empty_cache(graph: dict, batch: int) -> dict[str, np.ndarray]:
+    """Every ``past`` input with its cache axis at 0 (shape, dtype and names from the manifest)."""
+    cache, inputs = graph["cache"], {t["name"]: t for t in graph["inputs"]}
+    sizes = {"batch": batch, cache["axis"]: 0}
+    return {
+        name: np.zeros([sizes.get(d, d) for d in inputs[name]["shape"]], dtype=inputs[name]["dtype"])
+        for name in cache["past"]
+    }
+
+
+def run(session: Any, graph: dict, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """One run: float inputs take the graph's float type (fp16 bundles), outputs come back by name."""
+    types = {t["name"]: t["dtype"] for t in graph["inputs"]}
+    feed = {k: v.astype(types[k]) if v.dtype.kind == "f" else v for k, v in feed.items()}
+    names = [t["name"] for t in graph["outputs"]]
+    return dict(zip(names, session.run(names, feed), strict=True))
+
+
+def log_softmax(logits: np.ndarray) -> np.ndarray:
+    x = logits.astype(np.float64)
+    x = x - x.max(-1, keepdims=True)
+    return x - np.log(np.exp(x).sum(-1, keepdims=True))
+
+
+def probabilities(logits: np.ndarray, labels: list[str]) -> list[dict]:
+    """(batch, labels) logits -> each row's likeliest label and every label's probability."""
+    probs = np.exp(logits - logits.max(-1, keepdims=True).astype(np.float64))
+    probs /= probs.sum(-1, keepdims=True)
+    return [
+        {"label": labels[int(p.argmax())], "probabilities": dict(zip(labels, map(float, p), strict=True))}
+        for p in probs
+    ]
+
+
+# ------------------------------------------------------------------------ decoders (causal_lm)
+
+
+def prompt_ids(bundle: Bundle, prompts: list[str], ids: list[str]) -> list[list[int]]:
+    """--prompt texts, encoded, or --ids rows of token ids."""
+    if prompts and ids:
+        raise SystemExit("give --prompt or --ids, not both")
+    rows = (
+        [e.ids for e in bundle.encode(prompts)] if prompts else [[int(i) for i in r.split(",")] for r in ids]
+    )
+    if not rows or not all(rows):
+        raise SystemExit("give at least one prompt, each of at least one token")
+    return rows
+
+
+def generate(bundle: Bundle, prompts: list[list[int]], max_new_tokens: int) -> list[list[int]]:
+    """Greedy generation with the KV cache for a batch of prompts of different lengths, left-padded
+    (tokenizer.padding_side): attention_mask, 0 at padding, covers the cached and the new tokens at
+    every step, and positions come from it, so each row generates what it would alone. A row ends
+    at its first stop token (returned as its last). Past the context, each step re-reads the last
+    context_length tokens from an empty cache."""
+    graph, session = bundle.graph("decode_step")
+    cache, context = graph["cache"], bundle.manifest["generation"]["context_length"]
+    stops = set(bundle.manifest["generation"]["stop_token_ids"])
+    pad_id, side = padding(bundle)
+    ids, mask = pad(prompts, pad_id, side), pad([[1] * len(p) for p in prompts], 0, side)
+    new: list[list[int]] = [[] for _ in prompts]
+    done = [False] * len(prompts)
+    past = empty_cache(graph, len(prompts))
+    tokens, cached = ids[:, -context:], 0  # the window the next run reads, and the tokens in the cache
+    for _ in range(max_new_tokens):
+        cached += tokens.shape[1]
+        out = run(session, graph, {"input_ids": tokens, "attention_mask": mask[:, -cached:], **past})
+        next_ids = out["logits"][:, -1].argmax(-1)
+        for row, token in enumerate(next_ids.tolist()):
+            if not done[row]:
+                new[row].append(token)
+                done[row] = token in stops
+        if all(done):
+            break
+        ids = np.concatenate([ids, next_ids[:, None]], axis=1)
+        mask = np.concatenate([mask, np.ones_like(next_ids[:, None])], axis=1)
+        past = dict(zip(cache["past"], (out[name] for name in cache["present"]), strict=True))
+        tokens = next_ids[:, None]
+        if cached == context:  # the window is full: slide it, from an empty cache
+            past, tokens, cached = empty_cache(graph, len(prompts)), ids[:, -context:], 0
+    return new
+
+
+def last_logits(bundle: Bundle, prompts: list[list[int]]) -> np.ndarray:
+    """The full graph over left-padded prompts: the logits that follow each prompt's last token."""
+    graph, session = bundle.graph("forward")
+    pad_id, side = padding(bundle)
+    ids, mask = pad(prompts, pad_id, side), pad([[1] * len(p) for p in prompts], 0, side)
+    return run(session, graph, {"input_ids": ids, "attention_mask": mask})["logits"][:, -1]
+
+
+# ------------------------------------------------------------------------ text classifiers
+
+
+def classify(bundle: Bundle, items: list) -> list[dict]:
+    """Sentences or (first, second) pairs -> probabilities per label. Right-padded; the graph
+    takes the inputs the manifest lists (input_ids, attention_mask, token_type_ids)."""
+    graph, session = bundle.graph("forward")
+    pad_id, side = padding(bundle)
+    encodings = bundle.encode(items)  # the tokenizer truncates to the context, as in training
+    feed = {
+        "input_ids": pad([e.ids for e in encodings], pad_id, side),
+        "attention_mask": pad([[1] * len(e.ids) for e in encodings], 0, side),
+        "token_type_ids": pad([e.type_ids for e in encodings], 0, side),
+    }
+    logits = run(session, graph, {t["name"]: feed[t["name"]] for t in graph["inputs"]})["logits"]
+    return probabilities(logits, bundle.manifest["labels"])
+
+
+# ------------------------------------------------------------------------ translators (seq2seq)
+
+
+class TranslationDecoder:
+    """The encoder graph once over the sources, then the decoder step graph one target token at a
+    time, with the self-attention cache and the encoder's memory_* outputs fed back by name."""
+
+    def __init__(self, bundle: Bundle, source_ids: np.ndarray, source_mask: np.ndarray) -> None:
+        encoder, session = bundle.graph("encoder")
+        self.memory = run(session, encoder, {"source_ids": source_ids, "source_mask": source_mask})
+        self.graph, self.session = bundle.graph("decoder_step")
+        self.source_mask = source_mask
+        self.past = empty_cache(self.graph, len(source_ids))
+
+    def step(self, tokens: np.ndarray) -> np.ndarray:
+        """tokens (rows, 1) -> logits (rows, vocab) of the token after them."""
+        feed = {"input_ids": tokens, "source_mask": self.source_mask, **self.past, **self.memory}
+        out = run(self.session, self.graph, feed)
+        cache = self.graph["cache"]
+        self.past = dict(zip(cache["past"], (out[name] for name in cache["present"]), strict=True))
+        return out["logits"][:, -1]
+
+    def keep(self, rows: list[int]) -> None:
+        """Row i of the cache, the memory and the source mask becomes the old row ``rows[i]``."""
+        self.past = {k: v[rows] for k, v in self.past.items()}
+        self.memory = {k: v[rows] for k, v in self.memory.items()}
+        self.source_mask = self.source_mask[rows]
+
+
+def translate(bundle: Bundle, texts: list[str], beam: int | None = None) -> list[list[int]]:
+    """Sentences -> target ids, without the start and stop tokens. Greedy (beam 1) decodes the
+    batch at once (right-padded sources); beam search decodes one sentence at a time."""
+    t = bundle.manifest["translation"]
+    beam = t["beam"] if beam is None else beam
+    limit = min(t["max_decode_len"], bundle.context - 1)  # the start token takes a position too
+    # Sources longer than the context are cut to it; an empty one reads as [UNK] (tfcompile's runtime).
+    sources = [e.ids[: bundle.context] or [bundle.special_id("unk")] for e in bundle.encode(texts, False)]
+    if beam > 1:  # one sentence at a time, unpadded
+        alone = [(np.array([s], dtype=np.int64), np.ones((1, len(s)), dtype=np.int64)) for s in sources]
+        return [beam_search(TranslationDecoder(bundle, *source), t, limit, beam) for source in alone]
+    pad_id, side = padding(bundle)
+    ids, mask = pad(sources, pad_id, side), pad([[1] * len(s) for s in sources], 0, side)
+    decoder = TranslationDecoder(bundle, ids, mask)
+    new: list[list[int]] = [[] for _ in sources]
+    done = [False] * len(sources)
+    tokens = np.full((len(sources), 1), t["start_id"], dtype=np.int64)
+    for _ in range(limit):
+        tokens = decoder.step(tokens).argmax(-1)[:, None]
+        for row, token in enumerate(tokens[:, 0].tolist()):
+            done[row] = done[row] or token == t["stop_id"]
+            if not done[row]:
+                new[row].append(token)
+        if all(done):
+            break
+    return new
+
+
+def beam_search(decoder: TranslationDecoder, t: dict, limit: int, beam: int) -> list[int]:
+    """One sentence: keep the ``beam`` best hypotheses by summed log-probability; the stop token
+    ends a hypothesis only from within the top ``beam`` candidates; a finished hypothesis scores
+    log p / ((5 + length) / 6) ** length_penalty. Ends when ``beam`` have finished or at the limit."""
+
+    def score(log_p: float, length: int) -> float:
+        return log_p / ((5 + length) / 6) ** t["length_penalty"]
+
+    hypotheses: list[tuple[float, list[int]]] = [(0.0, [])]
+    finished: list[tuple[float, list[int]]] = []
+    log_probs = log_softmax(decoder.step(np.array([[t["start_id"]]], dtype=np.int64)))
+    for step in range(limit + 1):
+        scores = np.array([s for s, _ in hypotheses])[:, None] + log_probs  # (hypotheses, vocab)
+        order = np.argsort(-scores, axis=None, kind="stable")[: 2 * beam]  # ties: the lower index first
+        survivors: list[tuple[float, list[int], int]] = []
+        for rank, index in enumerate(order.tolist()):
+            parent, token = divmod(index, scores.shape[1])
+            total, words = float(scores[parent, token]), hypotheses[parent][1]
+            if token == t["stop_id"]:
+                if rank < beam:
+                    finished.append((score(total, len(words)), words))
+            elif len(survivors) < beam:
+                survivors.append((total, [*words, token], parent))
+        if len(finished) >= beam:
+            break
+        if step == limit:  # out of length: the current hypotheses end here, unfinished
+            finished += [(score(s, len(w)), w) for s, w in hypotheses]
+            break
+        decoder.keep([parent for _, _, parent in survivors])
+        hypotheses = [(total, words) for total, words, _ in survivors]
+        log_probs = log_softmax(decoder.step(np.array([[w[-1]] for _, w in hypotheses], dtype=np.int64)))
+    return max(finished, key=lambda f: f[0])[1]
+
+
+# ------------------------------------------------------------------------ image classifiers
+
+
+def preprocess(image_info: dict, source: str | np.ndarray) -> np.ndarray:
+    """An image file or array -> (channels, size, size) float32, as the manifest's image section
+    says: decode to channel_order; uint8 / divide_by (floats are taken as already in [0, 1]); resize the
+    shorter side to size (Pillow's bilinear filter, per channel, in float32; the longer side
+    rounded half to even) unless the image is already size x size; crop the centre; normalise."""
+    size, channels = image_info["size"], image_info["channels"]
+    if isinstance(source, np.ndarray):
+        array = source
+    else:
+        with Image.open(source) as image:
+            array = np.asarray(image.convert(image_info["channel_order"]))
+    array = array.reshape(*array.shape[:2], channels)
+    if array.dtype == np.uint8:
+        array = array.astype(np.float32) / np.float32(image_info["divide_by"])
+    array = array.astype(np.float32)
+    H, W = array.shape[:2]
+    if (H, W) != (size, size):
+        scale = size / min(H, W)
+        h, w = max(size, round(H * scale)), max(size, round(W * scale))
+        planes = [Image.fromarray(np.ascontiguousarray(array[:, :, c])) for c in range(channels)]  # mode F
+        resized = [np.asarray(p.resize((w, h), Image.Resampling.BILINEAR)) for p in planes]
+        top, left = (h - size) // 2, (w - size) // 2
+        array = np.stack(resized, axis=-1)[top : top + size, left : left + size]
+    mean, std = np.float32(image_info["mean"]), np.float32(image_info["std"])
+    return ((array - mean) / std).transpose(2, 0, 1).astype(np.float32)  # layout NCHW
+
+
+def classify_images(bundle: Bundle, sources: list) -> list[dict]:
+    graph, session = bundle.graph("forward")
+    pixels = np.stack([preprocess(bundle.manifest["image"], s) for s in sources])
+    logits = run(session, graph, {"pixel_values": pixels})["logits"]
+    return probabilities(logits, bundle.manifest["labels"])
+
+
+def image_source(path: str) -> str | np.ndarray:
+    """An image file, or a .npy array: (H, W) or (H, W, C), uint8 0-255 or float 0-1."""
+    return np.load(path) if path.endswith(".npy") else path
+
+
+# ------------------------------------------------------------------------ command line
+
+
+# What each command serves: the manifest's task.
+TASKS = {
+    "generate": "causal_lm",
+    "logits": "causal_lm",
+    "classify": "classification",
+    "translate": "seq2seq",
+    "classify-image": "image_classification",
+}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("bundle")
+    commands = parser.add_subparsers(dest="command", required=True)
+    for name in ("generate", "logits"):
+        command = commands.add_parser(name)
+        command.add_argument("--prompt", action="append", default=[], help="a text prompt (repeatable)")
+        command.add_argument("--ids", action="append", default=[], help="a prompt as comma-separated ids")
+        command.add_argument("--max-new-tokens", type=int, default=None)
+    command = commands.add_parser("classify")
+    command.add_argument("texts", nargs="*")
+    command.add_argument("--pair", nargs=2, action="append", default=[], metavar=("FIRST", "SECOND"))
+    command = commands.add_parser("translate")
+    command.add_argument("texts", nargs="+")
+    command.add_argument("--beam", type=int, default=None, help="default: the manifest's translation.beam")
+    commands.add_parser("classify-image").add_argument("images", nargs="+")
+    args = parser.parse_args(argv)
+
+    bundle = Bundle(args.bundle)
+    task, needed = bundle.manifest["task"], TASKS[args.command]
+    if task != needed:
+        raise SystemExit(f"{args.bundle} holds a {task} model: {args.command} needs a {needed} one")
+    if args.command == "generate":
+        prompts = prompt_ids(bundle, args.prompt, args.ids)
+        default = bundle.manifest["generation"]["max_new_tokens"]
+        count = default if args.max_new_tokens is None else args.max_new_tokens
+        stops = bundle.manifest["generation"]["stop_token_ids"]
+        out: Any = []
+        for prompt, new in zip(prompts, generate(bundle, prompts, count), strict=True):
+            text = bundle.decode(prompt + [t for t in new if t not in stops]) if bundle.tokenizer else None
+            out.append({"prompt_ids": prompt, "new_ids": new, "text": text})
+    elif args.command == "logits":
+        out = last_logits(bundle, prompt_ids(bundle, args.prompt, args.ids)).tolist()
+    elif args.command == "classify":
+        out = classify(bundle, args.texts + [tuple(p) for p in args.pair])
+    elif args.command == "translate":
+        targets = translate(bundle, args.texts, args.beam)
+        out = [{"ids": ids, "text": bundle.decode(ids).strip(" \t\n\r\f\v")} for ids in targets]
+    else:
+        out = classify_images(bundle, [image_source(p) for p in args.images])
+    json.dump(out, sys.stdout, ensure_ascii=False)
+    print()
+
+
+if __name__ == "__main__":
+    main()

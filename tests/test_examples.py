@@ -1,0 +1,413 @@
+"""The bundle contract, tested through the clients in examples/: a Python one (onnxruntime,
+tokenizers, numpy, Pillow; no tfcompile) and a Node.js one (onnxruntime-node,
+@huggingface/tokenizers, pngjs). Each reads only a bundle's manifest.json and files, and must serve
+every kind of bundle exactly as tfcompile.runtime does: the same greedy tokens (batched and
+left-padded rows as each row alone, for every positional encoding), the same translations, and
+probabilities within 1e-5.
+
+Only the Python client on one decoder is in the default suite; the other bundles, and the npm
+install the Node client needs (examples/node/node_modules), are marked slow."""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from helpers import ROOT, SHARED_DATA
+
+from tfcompile.export import Source, export_bundle
+from tfcompile.runtime import load
+from tfcompile.spec import load_spec
+from tfcompile.train import Trainer
+
+EXAMPLES = ROOT / "examples"
+PYTHON_CLIENT = EXAMPLES / "python" / "client.py"
+NODE_DIR = EXAMPLES / "node"
+TINY = ["model.d_model=16", "model.n_layers=1", "model.n_heads=2"]
+ONE_STEP = ["train.steps=1", "train.batch_size=4", "train.eval_interval=1", "train.eval_batches=1"]
+POSITIONAL = ["learned", "sinusoidal", "rope", "relative", "none"]
+PROMPT_LENGTHS = (1, 5, 17, 40)
+NEW_TOKENS = 8
+SENTENCES = [
+    "a gorgeous, witty, seductive movie.",
+    "dull",
+    "naïve café 猫 🙂 with an unknown character or two",
+    "the plot is thin , the acting wooden , and the running time " * 6,  # past the context: truncated
+]
+PAIRS = [
+    ("a premise", "a hypothesis"),
+    ("short", "a second sentence that runs on and on and on " * 5),
+    ("a first sentence that runs on and on and on " * 5, "and a second one, as long as it " * 5),
+]
+SOURCES = [
+    "Ein Hund rennt über eine Wiese.",
+    "Zwei Männer stehen vor einem großen Gebäude und schauen auf die Straße.",
+    "Eine Frau.",
+    "Ein kleines Mädchen in einem rosa Kleid klettert die Treppe hinauf " * 4,  # past the context
+]
+
+
+Client = Callable[..., Any]
+
+
+def python_client(bundle: Path, *args: str) -> Any:
+    return _run([sys.executable, str(PYTHON_CLIENT), str(bundle), *args])
+
+
+def _run(command: list[str]) -> Any:
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def _train(spec_name: str, root: Path, overrides: list[str]) -> Path:
+    spec = load_spec(ROOT / "specs" / spec_name, [*overrides, f"train.runs_dir={root}"])
+    Trainer(spec, root / "run", show_progress=False).train()
+    export_bundle(None, Source(run=root / "run"), root / "bundle")
+    return root / "bundle"
+
+
+def _with_manifest(bundle: Path, out: Path, section: str, **fields: Any) -> Path:
+    """A copy of ``bundle`` whose manifest has other ``fields`` in ``section`` (the manifest is
+    not among the hashed files): a client and the runtime must both follow it."""
+    shutil.copytree(bundle, out)
+    manifest = json.loads((out / "manifest.json").read_text())
+    manifest[section].update(fields)
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    return out
+
+
+# ------------------------------------------------------------------------ bundles
+
+
+@pytest.fixture(scope="module")
+def char_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The char-level decoder (WordLevel tokenizer, no special tokens), context 64."""
+    root = tmp_path_factory.mktemp("char")
+    return _train("shakespeare-char.yaml", root, [*TINY, "model.max_seq_len=64", *ONE_STEP])
+
+
+@pytest.fixture(scope="module")
+def positional_bundles(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """A random decoder per positional encoding, exported from the spec (no tokenizer); its weights
+    wide enough (init_std 0.2) that attention, and so every position, tells."""
+    root = tmp_path_factory.mktemp("positional")
+    bundles = {}
+    for kind in POSITIONAL:
+        overrides = [*TINY, "model.max_seq_len=48", "model.init_std=0.2", f"model.positional={kind}"]
+        spec = load_spec(ROOT / "specs" / "shakespeare-char.yaml", overrides)
+        export_bundle(spec, Source(seed=0), root / kind)
+        bundles[kind] = root / kind
+    return bundles
+
+
+@pytest.fixture(scope="module")
+def classifier_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An SST-2 classifier from scratch: WordPiece, [CLS] A [SEP] B [SEP], truncation at 32; wide
+    weights (init_std 0.3), so that a token more or less moves the probabilities."""
+    sst2 = SHARED_DATA / "sst2"
+    overrides = [*TINY, "model.max_seq_len=32", "train.init_from=null", "data.tokenizer.vocab_size=300"]
+    overrides += [f"data.path={sst2 / 'dev.tsv.gz'}", "data.val_path=null", "model.init_std=0.3", *ONE_STEP]
+    return _train("sst2-finetune.yaml", tmp_path_factory.mktemp("sst2"), overrides)
+
+
+@pytest.fixture(scope="module")
+def translator_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A de -> en translator (byte-level BPE), its weights wide enough (init_std 0.2) that every
+    source steers its translation."""
+    multi30k = SHARED_DATA / "multi30k"
+    overrides = ["model.d_model=32", "model.n_layers=1", "model.n_decoder_layers=1", "model.n_heads=2"]
+    overrides += ["model.d_ff=64", "model.max_seq_len=48"]
+    overrides += [
+        f"data.path={multi30k}/val.{{lang}}.gz",
+        f"data.val_path={multi30k}/test_2016_flickr.{{lang}}.gz",
+    ]
+    overrides += ["data.test_path=null", "data.tokenizer.vocab_size=400", "model.init_std=0.2", *ONE_STEP]
+    return _train("multi30k-de-en.yaml", tmp_path_factory.mktemp("translator"), overrides)
+
+
+@pytest.fixture(scope="module")
+def image_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A ViT on scikit-learn's 8 x 8 digits (grey), its weights wide (init_std 0.3), so that a
+    pixel's value moves the probabilities."""
+    return _train("vit-digits.yaml", tmp_path_factory.mktemp("vit"), [*TINY, "model.init_std=0.3", *ONE_STEP])
+
+
+@pytest.fixture(scope="session")
+def node_client() -> Client:
+    """The Node.js client, its packages installed from the npm registry into examples/node/node_modules
+    (no download from anywhere else: ONNXRUNTIME_NODE_INSTALL_CUDA=skip)."""
+    node, npm = shutil.which("node"), shutil.which("npm")
+    if node is None or npm is None:
+        pytest.skip("node and npm are needed for the Node.js example (Node 20 or newer)")
+    version = subprocess.run([node, "--version"], capture_output=True, text=True, check=True).stdout
+    if int(version.strip().lstrip("v").split(".")[0]) < 20:
+        pytest.skip(f"the Node.js example needs Node 20 or newer, found {version.strip()}")
+    env = {**os.environ, "ONNXRUNTIME_NODE_INSTALL_CUDA": "skip", "ONNXRUNTIME_NODE_INSTALL": "skip"}
+    try:
+        install = subprocess.run(
+            [npm, "install", "--no-audit", "--no-fund"],
+            cwd=NODE_DIR,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        pytest.skip("npm install in examples/node timed out (is the npm registry reachable?)")
+    if install.returncode != 0:
+        pytest.skip(f"npm install in examples/node failed (offline?): {install.stderr.strip()[-500:]}")
+
+    def client(bundle: Path, *args: str) -> Any:
+        return _run([node, str(NODE_DIR / "client.mjs"), str(bundle), *args])
+
+    return client
+
+
+@pytest.fixture(params=["python", "node"])
+def client(request: pytest.FixtureRequest) -> Client:
+    return python_client if request.param == "python" else request.getfixturevalue("node_client")
+
+
+# ------------------------------------------------------------------------ what the runtime says
+
+
+def runtime_alone(bundle: Path, prompts: list[list[int]], count: int) -> list[list[int]]:
+    """Each prompt's greedy tokens, generated alone (no padding) by tfcompile.runtime."""
+    model = load(bundle, providers=["CPUExecutionProvider"])
+    return [model.generate(np.array([p]), count, temperature=0)[0, len(p) :].tolist() for p in prompts]
+
+
+def runtime_batched(bundle: Path, prompts: list[list[int]], count: int) -> list[list[int]]:
+    """The same prompts as one left-padded batch; each row's tokens up to its stop token."""
+    model = load(bundle, providers=["CPUExecutionProvider"])
+    width = max(map(len, prompts))
+    ids = np.array([[0] * (width - len(p)) + p for p in prompts])
+    mask = np.array([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+    out = model.generate(ids, count, temperature=0, attention_mask=mask)[:, width:].tolist()
+    stops = model.manifest.generation.stop_token_ids  # type: ignore[attr-defined]
+    return [row[: next((i + 1 for i, t in enumerate(row) if t in stops), len(row))] for row in out]
+
+
+def first_new_token(row: list[int]) -> int:
+    """The index of the first token after the first that has not come before: made a stop token,
+    it ends the row there."""
+    return next(i for i in range(1, len(row)) if row[i] not in row[:i])
+
+
+def runtime_logits(bundle: Path, prompts: list[list[int]]) -> np.ndarray:
+    """The full graph's logits after each prompt's last token, the prompts left-padded."""
+    model = load(bundle, providers=["CPUExecutionProvider"])
+    width = max(map(len, prompts))
+    ids = np.array([[0] * (width - len(p)) + p for p in prompts])
+    mask = np.array([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+    return model.logits(ids, mask)[:, -1]  # type: ignore[attr-defined]
+
+
+def id_args(prompts: list[list[int]]) -> list[str]:
+    return [arg for p in prompts for arg in ("--ids", ",".join(map(str, p)))]
+
+
+def prompt_args(prompts: list[str]) -> list[str]:
+    return [arg for p in prompts for arg in ("--prompt", p)]
+
+
+def assert_same_predictions(served: list[dict], expected: list[Any]) -> None:
+    assert [s["label"] for s in served] == [p.label for p in expected]
+    for s, p in zip(served, expected, strict=True):
+        assert s["probabilities"].keys() == p.probabilities.keys()
+        np.testing.assert_allclose(
+            list(s["probabilities"].values()), list(p.probabilities.values()), atol=1e-5
+        )
+
+
+# ------------------------------------------------------------------------ the default suite
+
+
+def test_the_python_client_needs_no_tfcompile() -> None:
+    tree = ast.parse(PYTHON_CLIENT.read_text())
+    imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    standard = {"__future__", "argparse", "hashlib", "json", "sys", "pathlib", "typing"}
+    assert imported <= standard | {"numpy", "onnxruntime", "PIL", "tokenizers"}
+
+
+def test_python_client_generates_a_left_padded_batch_as_the_runtime_does(char_bundle: Path) -> None:
+    prompts = ["ROMEO:", "O", "But soft, what light through yonder window breaks?"]
+    served = python_client(char_bundle, "generate", *prompt_args(prompts), "--max-new-tokens", "10")
+    model = load(char_bundle, providers=["CPUExecutionProvider"])
+    assert [s["text"] for s in served] == model.generate_text(prompts, 10, temperature=0)
+    ids = [s["prompt_ids"] for s in served]
+    assert ids == [e.ids for e in model.encode(prompts)]
+    assert (
+        [s["new_ids"] for s in served]
+        == runtime_alone(char_bundle, ids, 10)
+        == runtime_batched(char_bundle, ids, 10)
+    )
+
+
+def test_python_client_slides_past_the_context_and_reads_logits_as_the_runtime_does(
+    char_bundle: Path,
+) -> None:
+    rng = np.random.default_rng(1)
+    prompts = [rng.integers(0, 65, n).tolist() for n in (3, 60)]  # 60 + 10 new tokens > context 64
+    served = python_client(char_bundle, "generate", *id_args(prompts), "--max-new-tokens", "10")
+    assert [s["new_ids"] for s in served] == runtime_batched(char_bundle, prompts, 10)
+    logits = python_client(char_bundle, "logits", *id_args(prompts))
+    np.testing.assert_allclose(logits, runtime_logits(char_bundle, prompts), atol=1e-5)
+
+
+def test_python_client_stops_a_row_at_a_stop_token(char_bundle: Path, tmp_path: Path) -> None:
+    prompts = [[5, 6, 7], [8], [9, 10, 11, 12, 13]]
+    first = runtime_alone(char_bundle, prompts, 10)
+    end = first_new_token(first[0])  # row 0 stops there; the others where they reach the same token
+    bundle = _with_manifest(char_bundle, tmp_path / "stops", "generation", stop_token_ids=[first[0][end]])
+    expected = runtime_alone(bundle, prompts, 10)
+    assert expected[0] == first[0][: end + 1] and expected == runtime_batched(bundle, prompts, 10)
+    served = python_client(bundle, "generate", *id_args(prompts), "--max-new-tokens", "10")
+    assert [s["new_ids"] for s in served] == expected
+
+
+def test_python_client_refuses_a_graph_whose_sha256_differs(char_bundle: Path, tmp_path: Path) -> None:
+    bundle = shutil.copytree(char_bundle, tmp_path / "changed")
+    with (bundle / "decoder_step.onnx").open("ab") as f:
+        f.write(b"\0")
+    result = subprocess.run(
+        [sys.executable, str(PYTHON_CLIENT), str(bundle), "generate", "--ids", "1,2"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode != 0 and "sha256" in result.stderr
+
+
+# ------------------------------------------------------------------------ both clients, every kind
+
+
+@pytest.mark.slow
+def test_every_positional_encoding_generates_each_padded_row_as_alone(
+    positional_bundles: dict[str, Path], client: Client
+) -> None:
+    rng = np.random.default_rng(0)
+    prompts = [rng.integers(0, 65, n).tolist() for n in PROMPT_LENGTHS]
+    for kind, bundle in positional_bundles.items():
+        alone = runtime_alone(bundle, prompts, NEW_TOKENS)
+        assert runtime_batched(bundle, prompts, NEW_TOKENS) == alone, kind
+        served = client(bundle, "generate", *id_args(prompts), "--max-new-tokens", str(NEW_TOKENS))
+        assert [s["new_ids"] for s in served] == alone, kind
+        assert all(s["text"] is None for s in served)
+
+
+@pytest.mark.slow
+def test_node_client_generates_text_stops_and_reads_logits(
+    char_bundle: Path, node_client: Client, tmp_path: Path
+) -> None:
+    prompts = ["ROMEO:", "O", "But soft, what light through yonder window breaks?"]
+    served = node_client(char_bundle, "generate", *prompt_args(prompts), "--max-new-tokens", "10")
+    model = load(char_bundle, providers=["CPUExecutionProvider"])
+    assert [s["text"] for s in served] == model.generate_text(prompts, 10, temperature=0)
+    assert [s["new_ids"] for s in served] == runtime_alone(char_bundle, [s["prompt_ids"] for s in served], 10)
+    rng = np.random.default_rng(1)
+    long = [rng.integers(0, 65, n).tolist() for n in (3, 60)]  # 60 + 10 new tokens > context 64
+    served = node_client(char_bundle, "generate", *id_args(long), "--max-new-tokens", "10")
+    assert [s["new_ids"] for s in served] == runtime_batched(char_bundle, long, 10)
+    logits = node_client(char_bundle, "logits", *id_args(long))
+    np.testing.assert_allclose(logits, runtime_logits(char_bundle, long), atol=1e-5)
+    short = [[5, 6, 7], [8], [9, 10, 11, 12, 13]]
+    first = runtime_alone(char_bundle, short, 10)[0]
+    stop = first[first_new_token(first)]
+    bundle = _with_manifest(char_bundle, tmp_path / "stops", "generation", stop_token_ids=[stop])
+    served = node_client(bundle, "generate", *id_args(short), "--max-new-tokens", "10")
+    assert [s["new_ids"] for s in served] == runtime_alone(bundle, short, 10)
+    with (bundle / "decoder_step.onnx").open("ab") as f:
+        f.write(b"\0")
+    result = subprocess.run(
+        ["node", str(NODE_DIR / "client.mjs"), str(bundle), "generate", "--ids", "1,2"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode != 0 and "sha256" in result.stderr
+
+
+@pytest.mark.slow
+def test_classifier_sentences_and_pairs(classifier_bundle: Path, client: Client) -> None:
+    served = client(classifier_bundle, "classify", *SENTENCES, *[a for p in PAIRS for a in ("--pair", *p)])
+    classifier = load(classifier_bundle, providers=["CPUExecutionProvider"])
+    assert_same_predictions(served, classifier.classify([*SENTENCES, *PAIRS]))  # type: ignore[attr-defined]
+
+
+@pytest.mark.slow
+def test_translator_greedy_batched_as_alone_and_beam_search(
+    translator_bundle: Path, client: Client, tmp_path: Path
+) -> None:
+    translator = load(translator_bundle, providers=["CPUExecutionProvider"])
+    alone = [translator.translate_ids(*_source(translator, s), beam=1)[0] for s in SOURCES]  # type: ignore[attr-defined]
+    assert len(set(map(tuple, alone))) == len(SOURCES), "every source steers its translation"
+    rows = [_source(translator, s)[0][0].tolist() for s in SOURCES]
+    width = max(map(len, rows))
+    ids = np.array([r + [0] * (width - len(r)) for r in rows])  # right-padded
+    mask = np.array([[1] * len(r) + [0] * (width - len(r)) for r in rows])
+    assert translator.translate_ids(ids, mask, beam=1) == alone  # type: ignore[attr-defined]
+    served = client(translator_bundle, "translate", *SOURCES, "--beam", "1")
+    assert [s["ids"] for s in served] == alone
+    assert [s["text"] for s in served] == translator.translate(SOURCES, beam=1)  # type: ignore[attr-defined]
+    served = client(translator_bundle, "translate", *SOURCES)  # the manifest's beam, 4
+    assert [s["text"] for s in served] == translator.translate(SOURCES)  # type: ignore[attr-defined]
+    # A stop token that ends the first source early, while the others go on.
+    end = first_new_token(alone[0])
+    bundle = _with_manifest(translator_bundle, tmp_path / "stops", "translation", stop_id=alone[0][end])
+    stopping = load(bundle, providers=["CPUExecutionProvider"])
+    expected = [stopping.translate_ids(*_source(stopping, s), beam=1)[0] for s in SOURCES]  # type: ignore[attr-defined]
+    assert expected[0] == alone[0][:end] and any(len(e) > end for e in expected)
+    assert [s["ids"] for s in client(bundle, "translate", *SOURCES, "--beam", "1")] == expected
+    beams = [stopping.translate_ids(*_source(stopping, s))[0] for s in SOURCES]  # type: ignore[attr-defined]
+    assert any(len(b) < stopping.translation.max_decode_len for b in beams)  # type: ignore[attr-defined]
+    assert [s["ids"] for s in client(bundle, "translate", *SOURCES)] == beams  # hypotheses that finish
+
+
+def _source(translator: Any, text: str) -> tuple[np.ndarray, np.ndarray]:
+    ids = translator.encode([text], add_special_tokens=False)[0].ids[: translator.max_seq_len]
+    return np.array([ids]), np.ones((1, len(ids)), dtype=np.int64)
+
+
+@pytest.fixture(scope="module")
+def images(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    """Arrays and PNG files: already 8 x 8, larger (down-sampled; 21 x 16 rounds 10.5 to 10),
+    smaller (up-sampled), grey, RGB and RGBA (read as grey, as the bundle says)."""
+    from PIL import Image
+    from sklearn.datasets import load_digits
+
+    folder = tmp_path_factory.mktemp("images")
+    digits, rng = load_digits().images, np.random.default_rng(0)
+    np.save(folder / "float.npy", digits[0] / 16)
+    np.save(folder / "uint8.npy", (digits[1] * 16).clip(0, 255).astype(np.uint8))
+    np.save(folder / "float32_12x9.npy", rng.random((12, 9), dtype=np.float32))
+    arrays = {
+        "grey.png": (digits[2] * 16).clip(0, 255).astype(np.uint8),
+        "grey_21x16.png": rng.integers(0, 256, (21, 16), dtype=np.uint8),
+        "rgb_5x7.png": rng.integers(0, 256, (5, 7, 3), dtype=np.uint8),
+        "rgb_40x32.png": rng.integers(0, 256, (40, 32, 3), dtype=np.uint8),
+        "rgba_30x45.png": rng.integers(0, 256, (30, 45, 4), dtype=np.uint8),
+    }
+    for name, array in arrays.items():
+        Image.fromarray(array).save(folder / name)
+    return sorted(folder.iterdir())
+
+
+@pytest.mark.slow
+def test_image_classifier_files_and_arrays(image_bundle: Path, images: list[Path], client: Client) -> None:
+    served = client(image_bundle, "classify-image", *map(str, images))
+    vit = load(image_bundle, providers=["CPUExecutionProvider"])
+    inputs = [np.load(p) if p.suffix == ".npy" else p for p in images]
+    assert_same_predictions(served, vit.classify_images(inputs))  # type: ignore[attr-defined]
