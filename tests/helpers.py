@@ -10,6 +10,8 @@ from tfcompile.spec.presets import merge
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = ROOT.parent / "shared" / "data"
+TINY = ["model.d_model=16", "model.n_layers=1", "model.n_heads=2"]  # a spec's model, as --set overrides
+ONE_STEP = ["train.steps=1", "train.batch_size=4", "train.eval_interval=1", "train.eval_batches=1"]
 
 
 def tiny_model(**overrides: Any) -> DecoderSpec:

@@ -22,18 +22,15 @@ from typing import Any
 
 import numpy as np
 import pytest
-from helpers import ROOT, SHARED_DATA
+from helpers import ROOT, TINY
 
 from tfcompile.export import Source, export_bundle
 from tfcompile.runtime import load
 from tfcompile.spec import load_spec
-from tfcompile.train import Trainer
 
 EXAMPLES = ROOT / "examples"
 PYTHON_CLIENT = EXAMPLES / "python" / "client.py"
 NODE_DIR = EXAMPLES / "node"
-TINY = ["model.d_model=16", "model.n_layers=1", "model.n_heads=2"]
-ONE_STEP = ["train.steps=1", "train.batch_size=4", "train.eval_interval=1", "train.eval_batches=1"]
 POSITIONAL = ["learned", "sinusoidal", "rope", "relative", "none"]
 PROMPT_LENGTHS = (1, 5, 17, 40)
 NEW_TOKENS = 8
@@ -69,13 +66,6 @@ def _run(command: list[str]) -> Any:
     return json.loads(result.stdout)
 
 
-def _train(spec_name: str, root: Path, overrides: list[str]) -> Path:
-    spec = load_spec(ROOT / "specs" / spec_name, [*overrides, f"train.runs_dir={root}"])
-    Trainer(spec, root / "run", show_progress=False).train()
-    export_bundle(None, Source(run=root / "run"), root / "bundle")
-    return root / "bundle"
-
-
 def _with_manifest(bundle: Path, out: Path, section: str, **fields: Any) -> Path:
     """A copy of ``bundle`` whose manifest has other ``fields`` in ``section`` (the manifest is
     not among the hashed files): a client and the runtime must both follow it."""
@@ -90,13 +80,6 @@ def _with_manifest(bundle: Path, out: Path, section: str, **fields: Any) -> Path
 
 
 @pytest.fixture(scope="module")
-def char_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The char-level decoder (WordLevel tokenizer, no special tokens), context 64."""
-    root = tmp_path_factory.mktemp("char")
-    return _train("shakespeare-char.yaml", root, [*TINY, "model.max_seq_len=64", *ONE_STEP])
-
-
-@pytest.fixture(scope="module")
 def positional_bundles(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """A random decoder per positional encoding, exported from the spec (no tokenizer); its weights
     wide enough (init_std 0.2) that attention, and so every position, tells."""
@@ -108,38 +91,6 @@ def positional_bundles(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Pa
         export_bundle(spec, Source(seed=0), root / kind)
         bundles[kind] = root / kind
     return bundles
-
-
-@pytest.fixture(scope="module")
-def classifier_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """An SST-2 classifier from scratch: WordPiece, [CLS] A [SEP] B [SEP], truncation at 32; wide
-    weights (init_std 0.3), so that a token more or less moves the probabilities."""
-    sst2 = SHARED_DATA / "sst2"
-    overrides = [*TINY, "model.max_seq_len=32", "train.init_from=null", "data.tokenizer.vocab_size=300"]
-    overrides += [f"data.path={sst2 / 'dev.tsv.gz'}", "data.val_path=null", "model.init_std=0.3", *ONE_STEP]
-    return _train("sst2-finetune.yaml", tmp_path_factory.mktemp("sst2"), overrides)
-
-
-@pytest.fixture(scope="module")
-def translator_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A de -> en translator (byte-level BPE), its weights wide enough (init_std 0.2) that every
-    source steers its translation."""
-    multi30k = SHARED_DATA / "multi30k"
-    overrides = ["model.d_model=32", "model.n_layers=1", "model.n_decoder_layers=1", "model.n_heads=2"]
-    overrides += ["model.d_ff=64", "model.max_seq_len=48"]
-    overrides += [
-        f"data.path={multi30k}/val.{{lang}}.gz",
-        f"data.val_path={multi30k}/test_2016_flickr.{{lang}}.gz",
-    ]
-    overrides += ["data.test_path=null", "data.tokenizer.vocab_size=400", "model.init_std=0.2", *ONE_STEP]
-    return _train("multi30k-de-en.yaml", tmp_path_factory.mktemp("translator"), overrides)
-
-
-@pytest.fixture(scope="module")
-def image_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A ViT on scikit-learn's 8 x 8 digits (grey), its weights wide (init_std 0.3), so that a
-    pixel's value moves the probabilities."""
-    return _train("vit-digits.yaml", tmp_path_factory.mktemp("vit"), [*TINY, "model.init_std=0.3", *ONE_STEP])
 
 
 @pytest.fixture(scope="session")

@@ -11,3 +11,7 @@ class InputError(UserError, ValueError):
 
 class BundleError(UserError):
     """A bundle that cannot be trusted or read: missing files, changed files, a newer format."""
+
+
+class ExportError(UserError, RuntimeError):
+    """An export that cannot be done or whose parity check fails."""

@@ -5,6 +5,7 @@ centre cropped square, then normalised per channel with the training split's sta
 
 from __future__ import annotations
 
+import io
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -17,7 +18,8 @@ from tfcompile.errors import InputError
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff")
 
-ImageLike = str | Path | np.ndarray
+ImageLike = str | Path | bytes | np.ndarray  # a file, a file's bytes, or pixels
+MAX_PIXELS = 1 << 26  # 67 megapixels: a larger image is refused before it is decoded (decompression bombs)
 
 
 @dataclass(frozen=True)
@@ -51,20 +53,26 @@ class ImagePreprocessing:
         return self.normalise(np.stack([self.load(image) for image in images]))
 
     def load(self, image: ImageLike) -> np.ndarray:
-        """One image path or array -> (C, S, S) float32 in [0, 1], resized and cropped."""
-        array = read_image(image, self.channels) if isinstance(image, str | Path) else image
+        """One image path, encoded file or array -> (C, S, S) float32 in [0, 1], resized and cropped."""
+        array = read_image(image, self.channels) if isinstance(image, str | Path | bytes) else image
         return fit(to_unit_range(array, self.channels), self.image_size).transpose(2, 0, 1)
 
 
-def read_image(path: str | Path, channels: int) -> np.ndarray:
-    """An image file -> (H, W, channels) uint8; colour converted to grey (1 channel) or RGB (3)."""
+def read_image(source: str | Path | bytes, channels: int) -> np.ndarray:
+    """An image file (or its bytes) -> (H, W, channels) uint8; colour converted to grey (1 channel)
+    or RGB (3). An image of more than MAX_PIXELS is refused before it is decoded."""
     if channels not in (1, 3):
         raise InputError(f"image files give 1 (grey) or 3 (RGB) channels; the model takes {channels}")
+    name = "the uploaded image" if isinstance(source, bytes) else f"the image {source}"
     try:
-        with Image.open(path) as image:
+        with Image.open(io.BytesIO(source) if isinstance(source, bytes) else source) as image:
+            if image.width * image.height > MAX_PIXELS:
+                raise InputError(
+                    f"{name} has {image.width} x {image.height} pixels, more than {MAX_PIXELS:,}"
+                )
             array = np.asarray(image.convert("L" if channels == 1 else "RGB"))
-    except (OSError, UnidentifiedImageError) as e:
-        raise InputError(f"cannot read the image {path}: {e}") from None
+    except (OSError, UnidentifiedImageError, Image.DecompressionBombError, ValueError) as e:
+        raise InputError(f"cannot read {name}: {e}") from None
     return array[:, :, None] if channels == 1 else array
 
 

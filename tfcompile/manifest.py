@@ -20,6 +20,7 @@ from tfcompile.sequences import SEQ2SEQ_TOKENS, SPECIAL_TOKENS
 
 FORMAT_VERSION = 2
 MANIFEST = "manifest.json"
+SPEC_FILE = "spec.yaml"  # the resolved spec a bundle carries
 MAX_MANIFEST_BYTES = 1 << 20
 
 # A file of the bundle: one plain name inside its folder (no path, no "..", not hidden).

@@ -6,7 +6,8 @@ wraps the PyTorch model (tfcompile.tasks). numpy only: no torch and no onnxrunti
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
@@ -29,18 +30,34 @@ class Decoder(Protocol):
     def reset(self) -> None: ...
 
 
+@dataclass(frozen=True)
+class Sampling:
+    """How a row picks its next token: greedy at temperature 0; otherwise from the softmax of the
+    logits over ``temperature``, filtered by top-k and top-p, drawn with its own ``seed`` (row r
+    of a batch asked for with one seed draws with seed + r, so a prompt gives the same tokens
+    whatever else shares its batch)."""
+
+    temperature: float = 1.0
+    top_k: int | None = None
+    top_p: float | None = None
+    seed: int | None = None
+
+
+GREEDY = Sampling(temperature=0.0)
+
+
 def sample_next(
     logits: np.ndarray,
     temperature: float = 1.0,
     top_k: int | None = None,
     top_p: float | None = None,
-    rng: np.random.Generator | None = None,
+    rng: np.random.Generator | Sequence[np.random.Generator] | None = None,
 ) -> np.ndarray:
     """logits (B, V) -> next token ids (B,). Temperature 0 is greedy (argmax); top-k keeps the k
-    most likely tokens, top-p the fewest whose probabilities reach p."""
+    most likely tokens, top-p the fewest whose probabilities reach p. ``rng``: one generator for
+    every row, or one per row."""
     if temperature == 0:
         return logits.argmax(axis=-1)
-    rng = rng or np.random.default_rng()
     scores = logits.astype(np.float64) / temperature
     if top_k is not None and top_k < scores.shape[-1]:
         kth = np.sort(scores, axis=-1)[:, -top_k][:, None]
@@ -56,43 +73,61 @@ def sample_next(
         np.put_along_axis(drop, order, drop_sorted, axis=-1)
         probs = np.where(drop, 0.0, probs)
         probs /= probs.sum(axis=-1, keepdims=True)
-    return np.array([rng.choice(len(p), p=p) for p in probs])
+    rngs = rng if isinstance(rng, Sequence) else [rng or np.random.default_rng()] * len(probs)
+    return np.array([r.choice(len(p), p=p) for r, p in zip(rngs, probs, strict=True)])
 
 
 def generate(
     decoder: Decoder,
     prompt: np.ndarray,
-    max_new_tokens: int,
-    temperature: float = 1.0,
-    top_k: int | None = None,
-    top_p: float | None = None,
-    rng: np.random.Generator | None = None,
+    max_new_tokens: int | Sequence[int],
+    sampling: Sampling | Sequence[Sampling] = Sampling(),
     stop: Sequence[int] = (),
     context: int | None = None,
     prompt_mask: np.ndarray | None = None,
+    on_step: Callable[[dict[int, int]], Iterable[int]] | None = None,
 ) -> list[list[int]]:
-    """prompt (B, P) -> each row's new tokens, at most ``max_new_tokens``; a row ends at its first
-    token in ``stop``, which is returned as its last. ``prompt_mask`` (B, P) marks the real tokens
-    of padded prompts (None: all are real). Rows are independent: each generates what it would
-    alone.
+    """prompt (B, P) -> each row's new tokens, at most ``max_new_tokens`` (one count, or one per
+    row); a row ends at its first token in ``stop``, which is returned as its last. ``sampling``:
+    one for every row (rows then draw with seed, seed + 1, ...), or one per row. ``prompt_mask``
+    (B, P) marks the real tokens of padded prompts (None: all are real). ``on_step`` sees each
+    step's new token of every row still going and returns the rows to end there (a stop string,
+    a client gone). Rows are independent: each generates what it would alone.
 
     With ``context``, the model reads at most that many tokens: once the sequence is longer, each
     step re-reads its last ``context`` tokens from an empty cache (as nanoGPT samples), which costs
     a full pass over them per token."""
+    batch = len(prompt)
+    limits = [max_new_tokens] * batch if isinstance(max_new_tokens, int) else list(max_new_tokens)
+    if isinstance(sampling, Sampling):
+        seeds = [None if sampling.seed is None else sampling.seed + r for r in range(batch)]
+        rows = [Sampling(sampling.temperature, sampling.top_k, sampling.top_p, seed) for seed in seeds]
+    else:
+        rows = list(sampling)
+    rngs = [np.random.default_rng(s.seed) for s in rows]
+    groups: dict[tuple, list[int]] = {}
+    for r, s in enumerate(rows):
+        groups.setdefault((s.temperature, s.top_k, s.top_p), []).append(r)
     new: list[list[int]] = [[] for _ in prompt]
-    if max_new_tokens == 0:
+    done = np.array([limit <= 0 for limit in limits])
+    if done.all():
         return new
-    done = np.zeros(len(prompt), dtype=bool)
     ids, mask = prompt, prompt_mask
     window = slice(-context if context is not None else None, None)
     logits = decoder.step(ids[:, window], None if mask is None else mask[:, window])
     cached = ids[:, window].shape[1]
-    for i in range(max_new_tokens):
-        next_ids = sample_next(logits, temperature, top_k, top_p, rng)[:, None].astype(np.int64)
-        for row in np.flatnonzero(~done):
-            new[row].append(int(next_ids[row, 0]))
-            done[row] = int(next_ids[row, 0]) in stop
-        if done.all() or i == max_new_tokens - 1:
+    while True:
+        next_ids = np.zeros((batch, 1), dtype=np.int64)
+        for (temperature, top_k, top_p), members in groups.items():
+            picked = sample_next(logits[members], temperature, top_k, top_p, [rngs[r] for r in members])
+            next_ids[members, 0] = picked
+        stepped = {int(r): int(next_ids[r, 0]) for r in np.flatnonzero(~done)}
+        for row, token in stepped.items():
+            new[row].append(token)
+            done[row] = token in stop or len(new[row]) >= limits[row]
+        if on_step is not None:
+            done[list(on_step(stepped))] = True
+        if done.all():
             break
         ids = np.concatenate([ids, next_ids], axis=1)
         if mask is not None:

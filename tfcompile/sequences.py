@@ -27,6 +27,24 @@ def pad_rows(rows: Sequence[Sequence[int]], value: int) -> np.ndarray:
     return out
 
 
+def length_groups(lengths: Sequence[int], waste: float = 1.25, slack: int = 32) -> list[list[int]]:
+    """Row indices grouped by length so that each group, padded to its longest row, holds at most
+    ``waste`` times its real tokens plus ``slack`` (a run's fixed cost is worth some padding): a
+    batch of mixed lengths run as a few batches instead of one mostly padding. Rows keep their
+    order within a group; groups go shortest first."""
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    groups: list[list[int]] = []
+    real = 0
+    for i in order:
+        if groups and lengths[i] * (len(groups[-1]) + 1) <= waste * (real + lengths[i]) + slack:
+            groups[-1].append(i)
+            real += lengths[i]
+        else:
+            groups.append([i])
+            real = lengths[i]
+    return [sorted(group) for group in groups]
+
+
 def tidy(text: str) -> str:
     """A decoded translation without leading and trailing ASCII whitespace (as the manifest states,
     so that a client in any language strips the same characters)."""

@@ -36,12 +36,13 @@ from tokenizers import Tokenizer
 from torch import nn
 
 from tfcompile import __version__
-from tfcompile.errors import UserError
+from tfcompile.errors import ExportError
 from tfcompile.files import TOKENIZER_FILE
 from tfcompile.graphs.export import Graph, tensor_meaning
 from tfcompile.graphs.parity import ParityReport
 from tfcompile.manifest import (
     MANIFEST,
+    SPEC_FILE,
     Cache,
     Manifest,
     Padding,
@@ -59,17 +60,12 @@ from tfcompile.spec import Spec, dump_spec, parse_spec
 from tfcompile.tasks.task import build_model, task_of
 from tfcompile.train.runs import load_trained_model
 
-SPEC_FILE = "spec.yaml"
 # A graph's file is its name: model.onnx, encoder.onnx, ...; "step" keeps its descriptive name.
 GRAPH_FILES = {"step": "decoder_step.onnx"}
 
 
 def graph_file(name: str) -> str:
     return GRAPH_FILES.get(name, f"{name}.onnx")
-
-
-class ExportError(UserError, RuntimeError):
-    """An export that cannot be done or whose parity check fails."""
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from tfcompile.runtime.bundle import BundleFiles, read_manifest
 from tfcompile.runtime.classifier import Classifier, ImageClassifier, Prediction
 from tfcompile.runtime.errors import BundleError, InputError
 from tfcompile.runtime.generation import LanguageModel
-from tfcompile.runtime.session import Bundle, default_providers
+from tfcompile.runtime.session import Bundle, SessionOptions, default_providers
 from tfcompile.runtime.translation import Translator
 from tfcompile.search import sample_next
 
@@ -35,16 +35,18 @@ def register_runtime(task: str) -> Callable[[type[Bundle]], type[Bundle]]:
     return add
 
 
-def load(bundle: str | Path, providers: Sequence[str] | None = None) -> Bundle:
+def load(
+    bundle: str | Path, providers: Sequence[str] | None = None, options: SessionOptions | None = None
+) -> Bundle:
     """Load and check a bundle written by ``tfcompile export``: a LanguageModel for a decoder, a
     Classifier for a text classifier, a Translator for an encoder-decoder, an ImageClassifier for
     a ViT. ``providers``: onnxruntime execution providers, in order of preference (default: CUDA
-    when available, then the CPU)."""
+    when available, then the CPU); ``options``: threads and spinning (SessionOptions)."""
     files = BundleFiles(Path(bundle))
     task = files.manifest.task
     if task not in RUNTIMES:
         raise BundleError(f"{bundle} holds a {task!r} model, which this runtime cannot serve")
-    return RUNTIMES[task](files, providers)
+    return RUNTIMES[task](files, providers, options)
 
 
 __all__ = [
@@ -58,6 +60,7 @@ __all__ = [
     "LanguageModel",
     "Manifest",
     "Prediction",
+    "SessionOptions",
     "Translator",
     "default_providers",
     "load",

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -14,8 +14,8 @@ from tfcompile.runtime import inputs
 from tfcompile.runtime.bundle import BundleFiles
 from tfcompile.runtime.errors import BundleError, InputError
 from tfcompile.runtime.ort import run
-from tfcompile.runtime.session import Bundle
-from tfcompile.sequences import pad_rows
+from tfcompile.runtime.session import Bundle, SessionOptions
+from tfcompile.sequences import length_groups, pad_rows
 
 
 @dataclass(frozen=True)
@@ -55,10 +55,17 @@ class Classifier(Bundle):
         """Texts, or (first, second) sentence pairs, -> the most likely label and every label's
         probability. Text longer than the model's context is truncated, as in training."""
         encodings = self.encode(inputs.texts("texts", texts, pairs=True))
-        ids = pad_rows([e.ids for e in encodings], self.manifest.padding.pad_id)
-        types = pad_rows([e.type_ids for e in encodings], 0)
-        mask = pad_rows([[1] * len(e.ids) for e in encodings], 0)
-        return predictions(self.logits(ids, mask, types), self.labels)
+        out: list[Prediction] = [Prediction("", {})] * len(encodings)
+        for group in length_groups([len(e.ids) for e in encodings]):  # little padding per batch
+            rows = [encodings[i] for i in group]
+            ids = pad_rows([e.ids for e in rows], self.manifest.padding.pad_id)
+            types = pad_rows([e.type_ids for e in rows], 0)
+            mask = pad_rows([[1] * len(e.ids) for e in rows], 0)
+            for i, prediction in zip(
+                group, predictions(self.logits(ids, mask, types), self.labels), strict=True
+            ):
+                out[i] = prediction
+        return out
 
 
 def _labels(bundle: Bundle) -> list[str]:
@@ -84,8 +91,13 @@ class ImageClassifier(Bundle):
     ``logits(pixel_values)`` -> (batch, labels) float32 for images already preprocessed to
     (batch, channels, size, size)."""
 
-    def __init__(self, bundle: str | Path | BundleFiles, providers: Sequence[str] | None = None) -> None:
-        super().__init__(bundle, providers)
+    def __init__(
+        self,
+        bundle: str | Path | BundleFiles,
+        providers: Sequence[str] | None = None,
+        options: SessionOptions | None = None,
+    ) -> None:
+        super().__init__(bundle, providers, options)
         image = self.manifest.image
         self.preprocessing = (
             None
@@ -126,10 +138,13 @@ class ImageClassifier(Bundle):
                 f"{self.path} has no image preprocessing (it was not exported from a run): "
                 f"pass preprocessed pixel_values to logits() instead"
             )
-        if isinstance(images, str | Path) or (isinstance(images, np.ndarray) and images.ndim < 4):
-            items: list[ImageLike] = [images]
-        elif isinstance(images, Sequence | np.ndarray):
-            items = list(images)
+        items: list[ImageLike]
+        if isinstance(images, np.ndarray):
+            items = [images] if images.ndim < 4 else list(images)
+        elif isinstance(images, (str, Path, bytes)):
+            items = [images]
+        elif isinstance(images, Sequence):
+            items = list(cast(Sequence[ImageLike], images))
         else:
             raise InputError(f"classify_images takes image paths or arrays, got {type(images).__name__}")
         if not items:

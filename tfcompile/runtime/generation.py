@@ -9,7 +9,7 @@ a copy; only the logits come back. Past the context, each step re-reads the last
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +21,7 @@ from tfcompile.runtime import inputs
 from tfcompile.runtime.bundle import BundleFiles
 from tfcompile.runtime.errors import BundleError, InputError
 from tfcompile.runtime.ort import run
-from tfcompile.runtime.session import Bundle
+from tfcompile.runtime.session import Bundle, SessionOptions
 from tfcompile.sequences import pad_rows
 
 
@@ -29,14 +29,23 @@ class LanguageModel(Bundle):
     """A decoder bundle. ``logits(input_ids, attention_mask)`` -> (batch, seq, vocab) float32;
     ``generate`` (token ids) and ``generate_text`` (strings) decode with the KV-cache graph."""
 
-    def __init__(self, bundle: str | Path | BundleFiles, providers: Sequence[str] | None = None) -> None:
-        super().__init__(bundle, providers)
+    def __init__(
+        self,
+        bundle: str | Path | BundleFiles,
+        providers: Sequence[str] | None = None,
+        options: SessionOptions | None = None,
+    ) -> None:
+        super().__init__(bundle, providers, options)
         if self.manifest.generation is None:
             raise BundleError(f"{self.path}: the manifest of a language model needs a generation section")
         self.generation: GenerationInfo = self.manifest.generation
         self._step: Any = None  # the incremental graph's session, opened on first use
         # Format 1 step graphs count positions from the cache, not from the mask: no padding.
         self.pads = self.files.format_version >= 2
+
+    def warm_up(self) -> None:
+        super().warm_up()
+        self.generate(np.zeros((1, 1), dtype=np.int64), 1, temperature=0)  # the step graph too
 
     def logits(self, input_ids: Any, attention_mask: Any | None = None) -> np.ndarray:
         ids = self._token_ids(input_ids)
@@ -61,65 +70,111 @@ class LanguageModel(Bundle):
         (with ``stop``) ends with it and is filled out with the pad id. Options left out take the
         manifest's generation defaults. Rows generate what they would alone; past the context,
         each step reads the last ``max_seq_len`` tokens."""
-        ids = inputs.token_ids(input_ids, self.vocab_size, None)
-        rows = self._generate_rows(
-            ids, attention_mask, max_new_tokens, temperature, top_k, top_p, seed, use_cache, stop
-        )
-        if not any(rows):
+        ids = inputs.token_ids(input_ids, self.vocab_size, None)  # past the context, generation slides
+        mask = None if attention_mask is None else self._mask(attention_mask, ids.shape)
+        count = self.max_new_tokens(max_new_tokens)
+        rows = self.sampling(len(ids), temperature, top_k, top_p, seed)
+        new = self.generate_batch(ids, mask, [count] * len(ids), rows, stop, use_cache)
+        if not any(new):
             return ids
-        return np.concatenate([ids, pad_rows(rows, self._pad_id())], axis=1)
+        return np.concatenate([ids, pad_rows(new, self._pad_id())], axis=1)
 
     def generate_text(
-        self, prompt: str | Sequence[str], max_new_tokens: int | None = None, **options: Any
-    ) -> str | list[str]:
-        """A prompt (or a list of prompts, generated as one batch) -> the prompt and its
-        continuation, decoded; generation ends at a stop token, which is not shown."""
-        prompts = inputs.texts("prompt", prompt)
-        encodings = self.encode(prompts)
-        if not all(e.ids for e in encodings):
-            raise InputError("a prompt encodes to no tokens: give at least one character")
-        ids = pad_rows([e.ids[::-1] for e in encodings], self._pad_id())[:, ::-1]  # left-padded
-        mask = pad_rows([[1] * len(e.ids) for e in encodings], 0)[:, ::-1]
-        stops = set(self.generation.stop_token_ids)
-        rows = self._generate_rows(ids, mask, max_new_tokens, **options)
-        assert self.tokenizer is not None  # encode() needs it
-        texts = [
-            self.tokenizer.decode(e.ids + search.strip_stop(new, tuple(stops)))
-            for e, new in zip(encodings, rows, strict=True)
-        ]
-        return texts[0] if isinstance(prompt, str) else texts
-
-    def _generate_rows(
         self,
-        input_ids: Any,
-        attention_mask: Any | None,
+        prompt: str | Sequence[str],
         max_new_tokens: int | None = None,
         temperature: float | None = None,
         top_k: int | None = None,
         top_p: float | None = None,
         seed: int | None = None,
-        use_cache: bool = True,
         stop: bool = True,
-    ) -> list[list[int]]:
-        """Each row's new tokens, the stop token included where one ended it."""
+        use_cache: bool = True,
+    ) -> str | list[str]:
+        """A prompt (or a list of prompts, generated as one batch) -> the prompt and its
+        continuation, decoded; generation ends at a stop token, which is not shown."""
+        encodings = self.encode(inputs.texts("prompt", prompt))
+        count = self.max_new_tokens(max_new_tokens)
+        rows = self.sampling(len(encodings), temperature, top_k, top_p, seed)
+        new = self.generate_prompts(
+            [e.ids for e in encodings], [count] * len(encodings), rows, stop, use_cache
+        )
+        stops = tuple(self.generation.stop_token_ids)
+        assert self.tokenizer is not None  # encode() needs it
+        texts = [
+            self.tokenizer.decode(e.ids + search.strip_stop(n, stops))
+            for e, n in zip(encodings, new, strict=True)
+        ]
+        return texts[0] if isinstance(prompt, str) else texts
+
+    def max_new_tokens(self, value: Any | None) -> int:
+        """A checked token limit, the manifest's default when None."""
+        return inputs.count("max_new_tokens", self.generation.max_new_tokens if value is None else value)
+
+    def sampling(
+        self, rows: int, temperature: Any = None, top_k: Any = None, top_p: Any = None, seed: Any = None
+    ) -> list[search.Sampling]:
+        """Checked sampling options for ``rows`` rows, the manifest's defaults where None; row r
+        draws with seed + r."""
         g = self.generation
-        ids = inputs.token_ids(input_ids, self.vocab_size, None)  # past the context, generation slides
-        mask = None if attention_mask is None else self._mask(attention_mask, ids.shape)
-        if mask is not None and not mask.any(axis=1).all():
-            raise InputError("every prompt needs at least one real token in attention_mask")
-        count = inputs.count("max_new_tokens", g.max_new_tokens if max_new_tokens is None else max_new_tokens)
-        options = inputs.sampling(
+        t, k, p = inputs.sampling(
             g.temperature if temperature is None else temperature,
             g.top_k if top_k is None else top_k,
             g.top_p if top_p is None else top_p,
         )
-        rng = np.random.default_rng(inputs.seed(seed))
-        stops = tuple(g.stop_token_ids) if stop else ()
+        first = inputs.seed(seed)
+        return [search.Sampling(t, k, p, None if first is None else first + r) for r in range(rows)]
+
+    def generate_prompts(
+        self,
+        prompts: Sequence[Sequence[int]],
+        limits: Sequence[int],
+        sampling: Sequence[search.Sampling],
+        stop: bool = True,
+        use_cache: bool = True,
+        on_step: Callable[[dict[int, int]], Iterable[int]] | None = None,
+    ) -> list[list[int]]:
+        """Prompts of token ids of any lengths, generated as one left-padded batch -> each
+        prompt's new tokens (see generate_batch)."""
+        if not all(prompts):
+            raise InputError("a prompt encodes to no tokens: give at least one character")
+        ids = pad_rows([list(p)[::-1] for p in prompts], self._pad_id())[:, ::-1]
+        ids = inputs.token_ids(ids, self.vocab_size, None, "prompt")
+        mask = pad_rows([[1] * len(p) for p in prompts], 0)[:, ::-1]
+        return self.generate_batch(
+            ids, None if mask.all() else mask, limits, sampling, stop, use_cache, on_step
+        )
+
+    def generate_batch(
+        self,
+        ids: np.ndarray,
+        mask: np.ndarray | None,
+        limits: Sequence[int],
+        sampling: Sequence[search.Sampling],
+        stop: bool = True,
+        use_cache: bool = True,
+        on_step: Callable[[dict[int, int]], Iterable[int]] | None = None,
+    ) -> list[list[int]]:
+        """The batch engine under ``generate``, for callers that mix requests in one batch (the
+        server): checked ids (B, P) and mask, and per row its token limit and its sampling;
+        ``on_step`` sees each step's new tokens by row and returns rows to end (search.generate)."""
+        if mask is not None and not mask.any(axis=1).all():
+            raise InputError("every prompt needs at least one real token in attention_mask")
+        stops = tuple(self.generation.stop_token_ids) if stop else ()
         if mask is not None and not mask.all() and not self.pads:  # format 1: one row at a time
-            alone = [ids[r : r + 1, mask[r].astype(bool)] for r in range(len(ids))]
-            return [self._generate_rows(a, None, count, *options, seed, use_cache, stop)[0] for a in alone]
+            return [
+                self.generate_batch(
+                    ids[r : r + 1, mask[r].astype(bool)],
+                    None,
+                    limits[r : r + 1],
+                    sampling[r : r + 1],
+                    stop,
+                    use_cache,
+                    None if on_step is None else _as_row(on_step, r),
+                )[0]
+                for r in range(len(ids))
+            ]
         decoder = _StepDecoder(self) if use_cache else _FullDecoder(self)
-        return search.generate(decoder, ids, count, *options, rng, stops, self.max_seq_len, mask)
+        return search.generate(decoder, ids, limits, sampling, stops, self.max_seq_len, mask, on_step)
 
     def _pad_id(self) -> int:
         """What fills padding (the mask hides it)."""
@@ -191,3 +246,10 @@ class _FullDecoder:
 
     def reset(self) -> None:
         self.ids = None
+
+
+def _as_row(
+    on_step: Callable[[dict[int, int]], Iterable[int]], row: int
+) -> Callable[[dict[int, int]], list[int]]:
+    """``on_step`` of a batch, for row ``row`` generated alone (as row 0)."""
+    return lambda tokens: [0] if row in on_step({row: tokens[0]}) else []

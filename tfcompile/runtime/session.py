@@ -6,6 +6,7 @@ Imports onnxruntime, numpy and tokenizers only, never torch (as all of tfcompile
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,7 @@ from tfcompile.manifest import Graph, Manifest
 from tfcompile.runtime import inputs
 from tfcompile.runtime.bundle import BundleFiles
 from tfcompile.runtime.errors import BundleError, InputError
-from tfcompile.runtime.ort import ort
+from tfcompile.runtime.ort import ort, run
 
 # Bundles are checked against PyTorch's fp32 logits. The CUDA provider's default TF32 matmuls
 # move those logits by about 1e-3 (measured on an H100), enough to change greedy tokens.
@@ -41,17 +42,42 @@ def session_providers(providers: Sequence[str]) -> list[tuple[str, dict[str, str
     return [(name, dict(PROVIDER_OPTIONS.get(name, {}))) for name in providers]
 
 
+@dataclass(frozen=True)
+class SessionOptions:
+    """How onnxruntime runs a bundle's graphs on the CPU. ``threads``: intra-op threads (None: one
+    per core). ``spin``: whether idle threads spin, waiting for the next run; that shaves latency
+    off back-to-back calls from one caller, but the spinning threads take the cores from
+    everything else in the process, so a server, whose event loop needs them between runs, turns
+    it off."""
+
+    threads: int | None = None
+    spin: bool = True
+
+    def to_ort(self) -> Any:
+        options = ort.SessionOptions()
+        if self.threads is not None:
+            options.intra_op_num_threads = self.threads
+        options.add_session_config_entry("session.intra_op.allow_spinning", "1" if self.spin else "0")
+        return options
+
+
 class Bundle:
     """A loaded and checked bundle: its manifest, a session on its main graph, its tokenizer, and
     the checks every input goes through before onnxruntime sees it."""
 
     MAIN_GRAPH = "model"  # the graph opened at load; others open on first use
 
-    def __init__(self, bundle: str | Path | BundleFiles, providers: Sequence[str] | None = None) -> None:
+    def __init__(
+        self,
+        bundle: str | Path | BundleFiles,
+        providers: Sequence[str] | None = None,
+        options: SessionOptions | None = None,
+    ) -> None:
         self.files = bundle if isinstance(bundle, BundleFiles) else BundleFiles(Path(bundle))
         self.path = self.files.folder
         self.manifest: Manifest = self.files.manifest
         self._providers = session_providers(providers or default_providers())
+        self._options = options or SessionOptions()
         self.session = self.open_graph(self.MAIN_GRAPH)
         self.vocab_size = self.manifest.model.vocab_size or 0
         self.max_seq_len = self.manifest.model.max_seq_len
@@ -72,7 +98,7 @@ class Bundle:
         graph = self.graph(name)
         data = self.files.read(graph.file)
         try:
-            session = ort.InferenceSession(data, providers=self._providers)
+            session = ort.InferenceSession(data, self._options.to_ort(), providers=self._providers)
         except Exception as e:  # onnxruntime's own errors: InvalidProtobuf, Fail, InvalidGraph
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             raise BundleError(
@@ -87,6 +113,45 @@ class Bundle:
                     f"{self.path / graph.file} has {kind} {found}, but the manifest says {declared}"
                 )
         return session
+
+    def infer(self, feed: dict[str, Any]) -> dict[str, np.ndarray]:
+        """The main graph on raw tensors (the Open Inference Protocol's ``infer``): exactly the
+        manifest's inputs, each of its rank and fixed sizes; token ids inside the vocabulary, masks
+        0 or 1, floats finite. -> every output by name (float32)."""
+        graph = self.graph(self.MAIN_GRAPH)
+        declared = [t.name for t in graph.inputs]
+        if sorted(feed) != sorted(declared):
+            raise InputError(f"the {self.MAIN_GRAPH} graph takes the inputs {declared}, got {sorted(feed)}")
+        checked: dict[str, np.ndarray] = {}
+        sizes: dict[int | str, int] = {}  # sizes: a named axis's size, which every input sharing it must have
+        for tensor in graph.inputs:
+            value = inputs.array(tensor.name, feed[tensor.name])
+            if value.ndim != len(tensor.shape):
+                raise InputError(f"{tensor.name} must have shape {tensor.shape}, got {value.shape}")
+            for axis, size in zip(tensor.shape, value.shape, strict=True):
+                if size == 0 or sizes.setdefault(axis, axis if isinstance(axis, int) else size) != size:
+                    shapes = {t.name: t.shape for t in graph.inputs}
+                    raise InputError(
+                        f"{tensor.name} has shape {value.shape}; the inputs' shapes are {shapes}"
+                    )
+            if tensor.name.endswith("_ids") and tensor.name != "token_type_ids":
+                value = inputs.token_ids(value, self.vocab_size, self.max_seq_len, tensor.name)
+            elif tensor.dtype == "int64":
+                value = inputs.flags(tensor.name, value, value.shape, "0 and 1")
+            elif not np.issubdtype(value.dtype, np.floating) or not np.isfinite(value).all():
+                raise InputError(f"{tensor.name} must hold finite floats, got dtype {value.dtype}")
+            checked[tensor.name] = value
+        outputs = [t.name for t in graph.outputs]
+        return dict(zip(outputs, run(self.session, checked, outputs), strict=True))
+
+    def warm_up(self) -> None:
+        """One smallest call, so that a server's first request does not pay onnxruntime's
+        first-run cost: the main graph on ones (batch 1, every dynamic axis 1)."""
+        feed = {
+            t.name: np.ones([d if isinstance(d, int) else 1 for d in t.shape], np.dtype(t.dtype))
+            for t in self.graph(self.MAIN_GRAPH).inputs
+        }
+        self.infer(feed)
 
     def special_id(self, role: str) -> int:
         """The id of a special token by role (pad, unk, bos, eos, cls, sep, mask)."""

@@ -16,7 +16,7 @@ from tfcompile.runtime import inputs
 from tfcompile.runtime.bundle import BundleFiles
 from tfcompile.runtime.errors import BundleError, InputError
 from tfcompile.runtime.ort import run
-from tfcompile.runtime.session import Bundle
+from tfcompile.runtime.session import Bundle, SessionOptions
 from tfcompile.sequences import pad_rows, tidy
 
 
@@ -27,13 +27,21 @@ class Translator(Bundle):
 
     MAIN_GRAPH = "encoder"
 
-    def __init__(self, bundle: str | Path | BundleFiles, providers: Sequence[str] | None = None) -> None:
-        super().__init__(bundle, providers)
+    def __init__(
+        self,
+        bundle: str | Path | BundleFiles,
+        providers: Sequence[str] | None = None,
+        options: SessionOptions | None = None,
+    ) -> None:
+        super().__init__(bundle, providers, options)
         if self.manifest.translation is None:
             raise BundleError(f"{self.path}: the manifest of a translator needs a translation section")
         self.translation: TranslationInfo = self.manifest.translation
         self.step = self.open_graph("step")
         self.step_inputs = [t.name for t in self.graph("step").inputs]
+
+    def warm_up(self) -> None:
+        self.translate_ids(np.zeros((1, 1), dtype=np.int64), beam=1, max_len=1)  # both graphs
 
     def translate(
         self,
@@ -76,7 +84,7 @@ class Translator(Bundle):
         start, stop = t.start_id, t.stop_id
         if width == 1:
             first = np.full((len(ids), 1), start, dtype=np.int64)
-            rows = search.generate(_StepDecoder(self, ids, mask), first, limit, temperature=0, stop=(stop,))
+            rows = search.generate(_StepDecoder(self, ids, mask), first, limit, search.GREEDY, stop=(stop,))
             return [search.strip_stop(row, (stop,)) for row in rows]
         results = []
         for row in range(len(ids)):

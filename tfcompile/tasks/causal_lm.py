@@ -120,14 +120,8 @@ def generate(
 ) -> torch.Tensor:
     """ids (B, T) -> (B, T + max_new_tokens): the shared search over the PyTorch model, reading at
     most the model's max_seq_len last tokens (no stop token: every row gets all its tokens)."""
+    sampling = search.Sampling(temperature, top_k, top_p, seed)
     new = search.generate(
-        TorchDecoder(model),
-        ids.numpy(),
-        max_new_tokens,
-        temperature,
-        top_k,
-        top_p,
-        np.random.default_rng(seed),
-        context=model.spec.max_seq_len,
+        TorchDecoder(model), ids.numpy(), max_new_tokens, sampling, context=model.spec.max_seq_len
     )
     return torch.cat([ids, torch.tensor(new, dtype=ids.dtype).reshape(len(ids), -1)], dim=1)

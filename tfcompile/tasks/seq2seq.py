@@ -226,7 +226,7 @@ def greedy_translate(
     decoder = TorchTranslator(model, source_ids, source_mask)
     return [
         search.strip_stop(t, (eos,))
-        for t in search.generate(decoder, start, limit, temperature=0, stop=(eos,))
+        for t in search.generate(decoder, start, limit, search.GREEDY, stop=(eos,))
     ]
 
 
