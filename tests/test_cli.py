@@ -47,7 +47,10 @@ def test_summary_with_override(capsys: pytest.CaptureFixture[str]) -> None:
     assert "blocks.1" not in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("command", [[], ["validate"], ["summary"], ["train"], ["sample"]])
+@pytest.mark.parametrize(
+    "command",
+    [[], ["validate"], ["summary"], ["train"], ["sample"], ["serve"], ["export-triton"], ["export-genai"]],
+)
 def test_help_on_every_command(command: list[str]) -> None:
     result = subprocess.run(
         [sys.executable, "-m", "tfcompile", *command, "--help"], capture_output=True, text=True, check=False

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import warnings
 from collections.abc import Callable, Sequence
@@ -189,6 +190,57 @@ def _generate(args: argparse.Namespace) -> int:
         use_cache=not args.no_cache,
     )
     print("\n\n".join([texts] if isinstance(texts, str) else texts))
+    return 0
+
+
+def _export_triton(args: argparse.Namespace) -> int:
+    from tfcompile.handoffs.triton import export_triton
+
+    folders = export_triton(
+        Path(args.bundle),
+        Path(args.out),
+        args.max_batch_size,
+        args.instances,
+        args.max_queue_delay_us,
+        args.name,
+    )
+    print(f"wrote a Triton model repository at {args.out}: {', '.join(f.name for f in folders)}")
+    return 0
+
+
+def _export_genai(args: argparse.Namespace) -> int:
+    from tfcompile.handoffs.genai import export_genai
+
+    folder = export_genai(Path(args.bundle), Path(args.out), args.end_token)
+    print(f"wrote an ONNX Runtime GenAI folder at {folder}")
+    return 0
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from tfcompile.serve import Settings, load_models, serve
+
+    if args.host not in ("127.0.0.1", "localhost", "::1") and not args.api_key:
+        print(
+            f"tfcompile serve: warning: serving on {args.host} without --api-key: anyone who can "
+            f"reach this address can use the models",
+            file=sys.stderr,
+        )
+    settings = Settings(
+        api_key=args.api_key,
+        max_batch=args.max_batch_size,
+        max_wait_ms=args.max_wait_ms,
+        max_queue=args.max_queue,
+        max_body_bytes=args.max_body_mb << 20,
+        max_tokens=args.max_tokens,
+        max_prompt_tokens=args.max_prompt_tokens,
+    )
+    serve(
+        load_models(args.bundles, threads=args.threads),
+        settings,
+        args.host,
+        args.port,
+        log_level=args.log_level,
+    )
     return 0
 
 
@@ -406,6 +458,86 @@ def build_parser() -> argparse.ArgumentParser:
     translate.add_argument("--beam", type=_positive_int, default=None, help="default: the task's beam")
     translate.add_argument("--max-len", type=_positive_int, default=None, help="most tokens per translation")
     translate.set_defaults(handler=_translate)
+
+    triton = commands.add_parser(
+        "export-triton",
+        help="write a bundle as a Triton Inference Server model repository",
+        description="Write REPO/NAME-GRAPH/config.pbtxt and 1/model.onnx for each graph of a bundle "
+        "(Triton's onnxruntime_onnx backend, dynamic batching); a decoder's generation loop is the "
+        "client's, over the stateless step model (tfcompile/handoffs/triton.py says how).",
+    )
+    triton.add_argument("bundle", help="a bundle folder written by `tfcompile export`")
+    triton.add_argument("--out", required=True, metavar="REPO", help="a new or empty folder")
+    triton.add_argument(
+        "--max-batch-size", type=_non_negative_int, default=8, help="0 turns Triton's batching off"
+    )
+    triton.add_argument("--instances", type=_positive_int, default=1, help="instances of each model")
+    triton.add_argument(
+        "--max-queue-delay-us", type=_non_negative_int, default=100, help="dynamic batcher's wait"
+    )
+    triton.add_argument("--name", help="the models' name prefix (default: the bundle folder's name)")
+    triton.set_defaults(handler=_export_triton)
+
+    genai = commands.add_parser(
+        "export-genai",
+        help="write a decoder bundle as a folder ONNX Runtime GenAI loads",
+        description="Write genai_config.json, the decoder step graph and a tokenizer onnxruntime-genai "
+        "reads; greedy search there gives the runtime's tokens.",
+    )
+    genai.add_argument("bundle", help="a decoder bundle folder written by `tfcompile export`")
+    genai.add_argument("--out", required=True, metavar="DIR", help="a new or empty folder")
+    genai.add_argument(
+        "--end-token", help="for a vocabulary without special tokens: the token genai ends and pads with"
+    )
+    genai.set_defaults(handler=_export_genai)
+
+    serve = commands.add_parser(
+        "serve",
+        help="serve bundles over HTTP (OpenAI completions, KServe v2, task routes)",
+        description="Serve bundles by name over HTTP: OpenAI-compatible /v1/completions for "
+        "decoders, the Open Inference Protocol (/v2) for every bundle, /v1/classify, /v1/translate "
+        "and /v1/classify-image, /metrics for Prometheus. Requests are batched dynamically. "
+        "SIGTERM drains: new requests get 503, those in flight finish. Needs tfcompile[serve].",
+    )
+    serve.add_argument("bundles", nargs="+", metavar="BUNDLE", help="a bundle folder, or NAME=FOLDER")
+    serve.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback only)")
+    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument(
+        "--api-key",
+        default=os.environ.get("TFCOMPILE_API_KEY"),
+        help="require Authorization: Bearer KEY on every route but health and metrics "
+        "(default: the TFCOMPILE_API_KEY environment variable)",
+    )
+    serve.add_argument(
+        "--max-batch-size", type=_positive_int, default=32, help="rows per batch and per request"
+    )
+    serve.add_argument(
+        "--max-wait-ms",
+        type=_non_negative_float,
+        default=0.0,
+        help="how long a batch waits for more requests (default 0: it takes what is queued)",
+    )
+    serve.add_argument(
+        "--max-queue", type=_positive_int, default=256, help="requests waiting per model; more get 503"
+    )
+    serve.add_argument("--max-body-mb", type=_positive_int, default=16, help="largest request body")
+    serve.add_argument(
+        "--max-tokens", type=_positive_int, default=1024, help="largest max_tokens a request may ask"
+    )
+    serve.add_argument(
+        "--max-prompt-tokens",
+        type=_positive_int,
+        default=None,
+        help="longest prompt (default: the model's context)",
+    )
+    serve.add_argument(
+        "--threads",
+        type=_positive_int,
+        default=None,
+        help="onnxruntime threads per model (default: one per core)",
+    )
+    serve.add_argument("--log-level", choices=["debug", "info", "warning", "error"], default="info")
+    serve.set_defaults(handler=_serve)
     return parser
 
 
@@ -430,6 +562,13 @@ def _positive_int(text: str) -> int:
     value = int(text)
     if value <= 0:
         raise argparse.ArgumentTypeError(f"expected a positive integer, found {text}")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, found {text}")
     return value
 
 

@@ -1,0 +1,246 @@
+"""Load on `tfcompile serve`: the server on loopback, driven by N concurrent async clients (httpx),
+against the same requests sent one at a time, in one run.
+
+Builds a text classifier (specs/sst2-finetune.yaml from scratch) and the char decoder
+(specs/shakespeare-char.yaml), each trained one step (speed does not depend on the weights), or
+takes bundles you give; starts `tfcompile serve` on them in a subprocess, then measures:
+
+- classifier: requests/s and latency percentiles one at a time, then with --clients concurrent
+  clients (each a loop of requests), each phase bounded by --seconds and --requests;
+- decoder: tokens/s of one completion stream at a time, then of --streams concurrent streams;
+- server overhead at batch 1: a /v1/classify request's median latency minus the median of the same
+  call on tfcompile.runtime directly, in this process.
+
+    python benchmarks/serve_load.py                      # writes benchmarks/results/serve_load-cpu.md
+    python benchmarks/serve_load.py --classifier exported/sst2 --decoder exported/shakespeare-char
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import http.client
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import numpy as np
+import torch
+from common import device_name, write_results
+
+from tfcompile.runtime import SessionOptions, load
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared" / "data"
+ONE_STEP = ["train.steps=1", "train.batch_size=8", "train.eval_interval=1", "train.eval_batches=1"]
+TEXTS = [
+    "a gorgeous, witty, seductive movie.",
+    "the plot is thin, the acting wooden, and the running time interminable.",
+    "it's a charming and often affecting journey.",
+    "unflinchingly bleak and desperate",
+    "the film is strictly routine.",
+    "an utterly compelling `who wrote it' in which the reputation of the most famous author "
+    "who ever lived comes into question.",
+]
+PROMPTS = ["ROMEO:", "First Citizen:\nBefore we proceed", "JULIET:\nO", "KING RICHARD III:\nNow is the"]
+
+
+def build(spec: str, out: Path, overrides: list[str]) -> Path:
+    from tfcompile.export import Source, export_bundle
+    from tfcompile.spec import load_spec
+    from tfcompile.train import Trainer
+
+    loaded = load_spec(ROOT / "specs" / spec, [*overrides, *ONE_STEP, f"train.runs_dir={out}"])
+    Trainer(loaded, out / "run", show_progress=False).train()
+    export_bundle(None, Source(run=out / "run"), out / "bundle")
+    return out / "bundle"
+
+
+@dataclass
+class Phase:
+    """What one phase measured: each request's latency, its tokens, and the wall time."""
+
+    latencies: list[float] = field(default_factory=list)
+    tokens: int = 0
+    errors: dict[int, int] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    def percentile(self, q: float) -> float:
+        return 1000 * float(np.percentile(self.latencies, q)) if self.latencies else float("nan")
+
+
+async def drive(url: str, clients: int, seconds: float, requests: int, body: dict, route: str) -> Phase:
+    """``clients`` concurrent clients, each an httpx.AsyncClient with its own connection, sending
+    ``body`` in a loop until ``seconds`` or ``requests`` in all. (One AsyncClient shared by many
+    tasks spends more CPU in its connection pool than this server spends on a request.)"""
+    phase, sent = Phase(), 0
+    deadline = time.perf_counter() + seconds
+
+    async def loop(k: int) -> None:
+        nonlocal sent
+        async with httpx.AsyncClient(base_url=url, timeout=120) as client:
+            while time.perf_counter() < deadline and sent < requests:
+                sent += 1
+                request = {**body}
+                if "texts" in request:
+                    request["texts"] = [TEXTS[(sent + k) % len(TEXTS)]]
+                start = time.perf_counter()
+                r = await client.post(route, json=request)
+                if r.status_code != 200:
+                    phase.errors[r.status_code] = phase.errors.get(r.status_code, 0) + 1
+                    continue
+                phase.latencies.append(time.perf_counter() - start)
+                if "prompt" in body:
+                    phase.tokens += r.json()["usage"]["completion_tokens"]
+
+    start = time.perf_counter()
+    await asyncio.gather(*(loop(k) for k in range(clients)))
+    phase.seconds = time.perf_counter() - start
+    return phase
+
+
+def round_trips(url: str, body: dict, route: str, count: int) -> list[float]:
+    """``count`` requests on one keep-alive connection of http.client, the lightest client there
+    is, so that the time is the server's: each request's latency in seconds."""
+    host, port = url.removeprefix("http://").split(":")
+    connection = http.client.HTTPConnection(host, int(port))
+    payload, headers = json.dumps(body), {"Content-Type": "application/json"}
+    times = []
+    for _ in range(count):
+        start = time.perf_counter()
+        connection.request("POST", route, payload, headers)
+        response = connection.getresponse()
+        response.read()
+        times.append(time.perf_counter() - start)
+        assert response.status == 200, response.status
+    connection.close()
+    return times
+
+
+def start_server(bundles: dict[str, Path], log: Path) -> tuple[subprocess.Popen, str]:
+    with socket.socket() as probe:  # a free loopback port
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    command = [sys.executable, "-m", "tfcompile", "serve", *(f"{n}={p}" for n, p in bundles.items())]
+    command += [
+        "--port",
+        str(port),
+        "--log-level",
+        "warning",
+        "--max-batch-size",
+        "64",
+        "--max-queue",
+        "1024",
+    ]
+    with log.open("w") as out:
+        server = subprocess.Popen(command, stderr=out, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    url, deadline = f"http://127.0.0.1:{port}", time.monotonic() + 120
+    while True:
+        try:
+            if httpx.get(f"{url}/health").json()["ready"]:
+                return server, url
+        except httpx.TransportError:
+            pass
+        if server.poll() is not None or time.monotonic() > deadline:
+            raise SystemExit(f"the server did not start:\n{log.read_text()}")
+        time.sleep(0.1)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--classifier", type=Path, help="a text classifier bundle (default: build one)")
+    parser.add_argument("--decoder", type=Path, help="a decoder bundle (default: build one)")
+    parser.add_argument("--clients", type=int, default=32, help="concurrent classifier clients")
+    parser.add_argument("--streams", type=int, default=8, help="concurrent completion streams")
+    parser.add_argument("--max-tokens", type=int, default=64, help="tokens per completion")
+    parser.add_argument("--seconds", type=float, default=20, help="time limit of each phase")
+    parser.add_argument("--requests", type=int, default=2000, help="request limit of each phase")
+    args = parser.parse_args()
+
+    with tempfile.TemporaryDirectory() as tmp:
+        classifier = args.classifier or build(
+            "sst2-finetune.yaml",
+            Path(tmp) / "sst2",
+            ["train.init_from=null", f"data.path={SHARED / 'sst2' / 'dev.tsv.gz'}", "data.val_path=null"],
+        )
+        decoder = args.decoder or build("shakespeare-char.yaml", Path(tmp) / "char", [])
+        server, url = start_server({"clf": classifier, "lm": decoder}, Path(tmp) / "server.log")
+        try:
+            clf_body = {"model": "clf", "texts": [TEXTS[0]]}
+            lm_body = {"model": "lm", "prompt": PROMPTS[0], "max_tokens": args.max_tokens, "temperature": 0}
+            runs = {
+                "clf one": (1, clf_body, "/v1/classify"),
+                "clf many": (args.clients, clf_body, "/v1/classify"),
+                "lm one": (1, lm_body, "/v1/completions"),
+                "lm many": (args.streams, lm_body, "/v1/completions"),
+            }
+            for clients, body, route in runs.values():  # warm the server and the connections
+                asyncio.run(drive(url, clients, 2, 2 * clients, body, route))
+            phases = {
+                name: asyncio.run(drive(url, c, args.seconds, args.requests, b, r))
+                for name, (c, b, r) in runs.items()
+            }
+            overhead_runs = 500
+            round_trips(url, clf_body, "/v1/classify", 50)
+            served = round_trips(url, clf_body, "/v1/classify", overhead_runs)
+        finally:
+            server.terminate()
+            server.wait(30)
+        runtime = load(classifier, providers=["CPUExecutionProvider"], options=SessionOptions(spin=False))
+        runtime.classify(clf_body["texts"])
+        direct = []
+        for _ in range(overhead_runs):
+            start = time.perf_counter()
+            runtime.classify(clf_body["texts"])
+            direct.append(time.perf_counter() - start)
+
+    def row(name: str, p: Phase, clients: int, unit: str) -> str:
+        count = p.tokens if unit == "tokens/s" else len(p.latencies)
+        errors = ", ".join(f"{n} x {code}" for code, n in sorted(p.errors.items())) or "none"
+        return (
+            f"| {name} | {clients} | {len(p.latencies):,} | {count / p.seconds:,.1f} {unit} | "
+            f"{p.percentile(50):,.1f} | {p.percentile(95):,.1f} | {p.percentile(99):,.1f} | {errors} |"
+        )
+
+    clf_gain = (len(phases["clf many"].latencies) / phases["clf many"].seconds) / (
+        len(phases["clf one"].latencies) / phases["clf one"].seconds
+    )
+    lm_gain = (phases["lm many"].tokens / phases["lm many"].seconds) / (
+        phases["lm one"].tokens / phases["lm one"].seconds
+    )
+    direct_ms, served_ms = 1000 * statistics.median(direct), 1000 * statistics.median(served)
+    lines = [
+        f"loopback HTTP, clients in one asyncio process beside the server; classifier {classifier.name} "
+        f"({runtime.vocab_size:,}-token vocabulary), decoder {decoder.name}, {args.max_tokens} tokens "
+        f"per completion; each phase at most {args.seconds:g} s and {args.requests:,} requests",
+        "",
+        "| workload | clients | requests | throughput | p50 ms | p95 ms | p99 ms | errors |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+        row("classify, one at a time", phases["clf one"], 1, "requests/s"),
+        row(f"classify, {args.clients} concurrent", phases["clf many"], args.clients, "requests/s"),
+        row("completions, one stream at a time", phases["lm one"], 1, "tokens/s"),
+        row(f"completions, {args.streams} concurrent", phases["lm many"], args.streams, "tokens/s"),
+        "",
+        "| goal | measured |",
+        "| --- | ---: |",
+        f"| classifier requests/s, {args.clients} concurrent / one (goal >= 3x) | {clf_gain:.2f}x |",
+        f"| decoder tokens/s, {args.streams} streams / one (goal >= 2x) | {lm_gain:.2f}x |",
+        f"| server overhead at batch 1: /v1/classify p50 {served_ms:.2f} ms (http.client, keep-alive) "
+        f"- runtime.classify p50 {direct_ms:.2f} ms (goal <= 2 ms) | {served_ms - direct_ms:.2f} ms |",
+    ]
+    device = f"{device_name(torch.device('cpu'))}, {os.cpu_count()} cores"
+    write_results("serve_load-cpu", "\n".join(lines), device)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,727 @@
+"""tfcompile serve, through clients nobody here wrote: the official ``openai`` package for
+completions (streamed and whole), ``tritonclient.http`` for the Open Inference Protocol, and
+``httpx`` for the task routes, limits, authentication and error shapes. What comes back must
+equal tfcompile.runtime's answer for the same input and seed."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+from helpers import ROOT
+from serving import BackgroundServer
+
+from tfcompile.errors import UserError
+from tfcompile.runtime import LanguageModel
+from tfcompile.serve import Settings, load_models
+
+openai = pytest.importorskip("openai")
+httpclient = pytest.importorskip("tritonclient.http")
+InferenceServerException = pytest.importorskip("tritonclient.utils").InferenceServerException
+
+PROMPTS = ["ROMEO:", "First Citizen:\nBefore we proceed any further, hear me speak.", "a"]
+TEXTS = ["a gorgeous, witty, seductive movie.", "dull", "the plot is thin , the acting wooden"]
+SOURCES = ["Ein Hund rennt über eine Wiese.", "Eine Frau."]
+
+
+@pytest.fixture(scope="module")
+def server(char_bundle: Path, classifier_bundle: Path) -> Iterator[BackgroundServer]:
+    bundles = {"char": char_bundle, "sst2": classifier_bundle}
+    with BackgroundServer(bundles, Settings(max_wait_ms=5, max_tokens=100_000)) as s:
+        yield s
+
+
+@pytest.fixture(scope="module")
+def second(translator_bundle: Path, image_bundle: Path) -> Iterator[BackgroundServer]:
+    """The translator and the ViT (slow to build, so their tests are marked slow)."""
+    with BackgroundServer({"de-en": translator_bundle, "digits": image_bundle}) as s:
+        yield s
+
+
+@pytest.fixture(scope="module")
+def client(server: BackgroundServer) -> Any:
+    return openai.OpenAI(
+        base_url=f"{server.url}/v1", api_key="unused", max_retries=0, _strict_response_validation=True
+    )
+
+
+@pytest.fixture(scope="module")
+def streaming(server: BackgroundServer) -> Any:
+    """A client for streams: the package types a chunk's finish_reason as never null, which its
+    strict validation enforces, while OpenAI's own streams send null until a choice ends."""
+    return openai.OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0)
+
+
+def model(server: BackgroundServer, name: str) -> Any:
+    return server.served.models[name]
+
+
+def new_text(lm: LanguageModel, prompt: str, **options: Any) -> str:
+    """What the runtime generates after ``prompt``."""
+    full = lm.generate_text(prompt, **options)
+    assert isinstance(full, str)
+    return full[len(prompt) :]
+
+
+# ----------------------------------------------------------------------- OpenAI completions
+
+
+def test_models_are_listed(client: Any) -> None:
+    assert sorted(m.id for m in client.models.list().data) == ["char", "sst2"]
+    assert client.models.retrieve("char").id == "char"
+
+
+def test_greedy_completions_are_the_runtimes(server: BackgroundServer, client: Any) -> None:
+    lm = model(server, "char")
+    for prompt in PROMPTS:
+        r = client.completions.create(model="char", prompt=prompt, max_tokens=12, temperature=0)
+        assert r.choices[0].text == new_text(lm, prompt, max_new_tokens=12, temperature=0)
+        assert r.choices[0].finish_reason == "length"
+        prompt_tokens = len(lm.encode([prompt])[0].ids)
+        assert (r.usage.prompt_tokens, r.usage.completion_tokens) == (prompt_tokens, 12)
+
+
+def test_seeded_samples_are_the_runtimes_row_by_row(server: BackgroundServer, client: Any) -> None:
+    """Choice i (prompt i // n, sample i % n) draws with seed + i, as the runtime's row i does."""
+    lm = model(server, "char")
+    options = {"temperature": 0.9, "top_k": 20, "top_p": 0.95, "seed": 7}
+    r = client.completions.create(
+        model="char",
+        prompt=PROMPTS[:2],
+        n=2,
+        max_tokens=10,
+        extra_body={"top_k": 20},
+        **{k: v for k, v in options.items() if k != "top_k"},
+    )
+    rows = [p for p in PROMPTS[:2] for _ in range(2)]
+    expected = lm.generate_text(rows, 10, **options)
+    assert [c.index for c in r.choices] == [0, 1, 2, 3]
+    assert [c.text for c in r.choices] == [e[len(p) :] for e, p in zip(expected, rows, strict=True)]
+    assert r.choices[0].text != r.choices[1].text  # two samples of one prompt differ
+
+
+def test_a_stream_is_the_whole_answer_in_pieces(client: Any, streaming: Any) -> None:
+    whole = client.completions.create(model="char", prompt=PROMPTS, max_tokens=15, temperature=0, echo=True)
+    chunks = list(
+        streaming.completions.create(
+            model="char",
+            prompt=PROMPTS,
+            max_tokens=15,
+            temperature=0,
+            echo=True,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+    )
+    texts = {i: "" for i in range(len(PROMPTS))}
+    reasons = {}
+    for chunk in chunks[:-1]:
+        (choice,) = chunk.choices
+        texts[choice.index] += choice.text
+        if choice.finish_reason:
+            reasons[choice.index] = choice.finish_reason
+    assert [texts[i] for i in range(len(PROMPTS))] == [c.text for c in whole.choices]
+    assert whole.choices[0].text.startswith(PROMPTS[0])  # echo
+    assert reasons == {i: "length" for i in range(len(PROMPTS))}
+    assert chunks[-1].choices == [] and chunks[-1].usage == whole.usage
+
+
+def test_stop_strings_end_a_choice_before_them_streamed_or_not(
+    server: BackgroundServer, client: Any, streaming: Any
+) -> None:
+    lm = model(server, "char")
+    greedy = new_text(lm, PROMPTS[0], max_new_tokens=20, temperature=0)
+    stop = greedy[6:8]  # a two-character stop string inside the greedy continuation
+    cut = greedy[: greedy.find(stop)]
+    r = client.completions.create(
+        model="char", prompt=PROMPTS[0], max_tokens=20, temperature=0, stop=[stop, "\x00"]
+    )
+    assert (r.choices[0].text, r.choices[0].finish_reason) == (cut, "stop")
+    assert r.usage.completion_tokens < 20  # generation ended at the stop string
+    streamed = streaming.completions.create(
+        model="char", prompt=PROMPTS[0], max_tokens=20, temperature=0, stop=stop, stream=True
+    )
+    pieces = [(c.choices[0].text, c.choices[0].finish_reason) for c in streamed]
+    assert "".join(text for text, _ in pieces) == cut and pieces[-1][1] == "stop"
+
+
+def test_prompts_as_token_ids(server: BackgroundServer, client: Any) -> None:
+    lm = model(server, "char")
+    ids = [e.ids for e in lm.encode(PROMPTS[:2])]
+    by_ids = client.completions.create(model="char", prompt=ids, max_tokens=6, temperature=0)
+    by_text = client.completions.create(model="char", prompt=PROMPTS[:2], max_tokens=6, temperature=0)
+    assert [c.text for c in by_ids.choices] == [c.text for c in by_text.choices]
+    one = client.completions.create(model="char", prompt=ids[0], max_tokens=6, temperature=0)
+    assert one.choices[0].text == by_text.choices[0].text
+
+
+@pytest.mark.parametrize(
+    ("request_body", "status", "needle"),
+    [
+        ({"model": "nope", "prompt": "a"}, 404, "does not exist"),
+        ({"model": "sst2", "prompt": "a"}, 400, "not a language model"),
+        ({"model": "char", "prompt": "a", "max_tokens": 1_000_000}, 400, "max_tokens may be at most"),
+        ({"model": "char", "prompt": "a", "max_tokens": 0}, 400, "max_tokens"),
+        ({"model": "char", "prompt": "a", "logprobs": 2}, 400, "logprobs"),
+        ({"model": "char", "prompt": "a", "best_of": 3}, 400, "best_of"),
+        ({"model": "char", "prompt": "a", "frequency_penalty": 0.5}, 400, "frequency_penalty"),
+        ({"model": "char", "prompt": "a", "colour": "blue"}, 400, "colour"),
+        ({"model": "char", "prompt": "a", "temperature": -1}, 400, "temperature"),
+        ({"model": "char", "prompt": "a", "n": 10_000}, 400, "at most"),
+        ({"model": "char", "prompt": "x" * 65}, 400, "65 tokens, more than the 64"),
+        ({"model": "char", "prompt": "¿qué?"}, 400, "outside the bundle's vocabulary"),
+        ({"model": "char", "prompt": [5, 10_000]}, 400, "outside the vocabulary"),
+        ({"model": "char", "prompt": []}, 400, "prompt"),
+        ({"model": "char", "prompt": "a", "stop": [""]}, 400, "stop strings must not be empty"),
+        ({"model": "char", "prompt": "a", "stop": ["a", "b", "c", "d", "e"]}, 400, "stop"),
+    ],
+)
+def test_bad_completion_requests_get_openai_errors(
+    server: BackgroundServer, request_body: dict, status: int, needle: str
+) -> None:
+    r = httpx.post(f"{server.url}/v1/completions", json=request_body)
+    assert r.status_code == status, r.text
+    error = r.json()["error"]
+    assert needle in error["message"] and set(error) == {"message", "type", "param", "code"}
+
+
+def test_the_openai_client_raises_its_own_errors(client: Any) -> None:
+    with pytest.raises(openai.NotFoundError) as e:
+        client.completions.create(model="nope", prompt="a")
+    assert e.value.code == "model_not_found"
+    with pytest.raises(openai.BadRequestError) as bad:
+        client.completions.create(model="char", prompt="a", max_tokens=-3)
+    assert bad.value.param == "max_tokens"
+
+
+# --------------------------------------------------------------- Open Inference Protocol
+
+
+@pytest.fixture(scope="module")
+def triton(server: BackgroundServer) -> Any:
+    return httpclient.InferenceServerClient(f"127.0.0.1:{server.port}")
+
+
+def test_health_and_metadata_come_from_the_manifests(server: BackgroundServer, triton: Any) -> None:
+    assert triton.is_server_live() and triton.is_server_ready()
+    assert triton.is_model_ready("char") and not triton.is_model_ready("nope")
+    for name, bundle in server.served.models.items():
+        meta = triton.get_model_metadata(name)
+        graph = bundle.graph(bundle.MAIN_GRAPH)
+        assert [i["name"] for i in meta["inputs"]] == [t.name for t in graph.inputs]
+        assert [o["name"] for o in meta["outputs"]] == [t.name for t in graph.outputs]
+        assert all(d == -1 or isinstance(d, int) for i in meta["inputs"] for d in i["shape"])
+
+
+@pytest.mark.parametrize("binary", [True, False])
+def test_infer_gives_the_runtimes_logits(server: BackgroundServer, triton: Any, binary: bool) -> None:
+    lm = model(server, "char")
+    ids = np.array([[5, 6, 7, 8], [9, 10, 0, 0]], dtype=np.int64)
+    mask = np.array([[1, 1, 1, 1], [1, 1, 0, 0]], dtype=np.int64)
+    inputs = [
+        httpclient.InferInput("input_ids", [2, 4], "INT64"),
+        httpclient.InferInput("attention_mask", [2, 4], "INT64"),
+    ]
+    inputs[0].set_data_from_numpy(ids, binary_data=binary)
+    inputs[1].set_data_from_numpy(mask, binary_data=binary)
+    result = triton.infer("char", inputs)
+    np.testing.assert_array_equal(result.as_numpy("logits"), lm.logits(ids, mask))
+
+
+def test_infer_takes_text_for_a_text_classifier(server: BackgroundServer, triton: Any) -> None:
+    clf = model(server, "sst2")
+    text = httpclient.InferInput("text", [len(TEXTS)], "BYTES")
+    text.set_data_from_numpy(np.array(TEXTS, dtype=object))
+    result = triton.infer(
+        "sst2",
+        [text],
+        outputs=[httpclient.InferRequestedOutput("label"), httpclient.InferRequestedOutput("probabilities")],
+    )
+    expected = clf.classify(TEXTS)
+    assert [label.decode() if isinstance(label, bytes) else label for label in result.as_numpy("label")] == [
+        p.label for p in expected
+    ]
+    np.testing.assert_allclose(
+        result.as_numpy("probabilities"),
+        [[p.probabilities[k] for k in clf.labels] for p in expected],
+        atol=1e-6,
+    )
+
+
+@pytest.mark.slow
+def test_infer_takes_pixels_for_an_image_classifier(second: BackgroundServer) -> None:
+    triton = httpclient.InferenceServerClient(f"127.0.0.1:{second.port}")
+    vit = model(second, "digits")
+    pixels = np.random.default_rng(0).random((3, *vit.input_shape), dtype=np.float32)
+    x = httpclient.InferInput("pixel_values", list(pixels.shape), "FP32")
+    x.set_data_from_numpy(pixels)
+    np.testing.assert_array_equal(triton.infer("digits", [x]).as_numpy("logits"), vit.logits(pixels))
+
+
+@pytest.mark.parametrize(
+    ("body", "needle"),
+    [
+        (
+            {"inputs": [{"name": "input_ids", "shape": [1, 2], "datatype": "INT64", "data": [1, 2]}]},
+            "takes the inputs",
+        ),
+        (
+            {
+                "inputs": [
+                    {"name": "input_ids", "shape": [1, 3], "datatype": "INT64", "data": [1, 2]},
+                    {"name": "attention_mask", "shape": [1, 3], "datatype": "INT64", "data": [1, 1, 1]},
+                ]
+            },
+            "needs 3 numbers",
+        ),
+        (
+            {
+                "inputs": [
+                    {"name": "input_ids", "shape": [1, 2], "datatype": "INT64", "data": [1, 99999]},
+                    {"name": "attention_mask", "shape": [1, 2], "datatype": "INT64", "data": [1, 1]},
+                ]
+            },
+            "outside the vocabulary",
+        ),
+        (
+            {
+                "inputs": [
+                    {"name": "input_ids", "shape": [1, 2], "datatype": "INT64", "data": [1, 2]},
+                    {"name": "attention_mask", "shape": [1, 3], "datatype": "INT64", "data": [1, 1, 1]},
+                ]
+            },
+            "shape",
+        ),
+        (
+            {
+                "inputs": [
+                    {"name": "input_ids", "shape": [1, 2], "datatype": "FP32", "data": [1.5, 2]},
+                    {"name": "attention_mask", "shape": [1, 2], "datatype": "INT64", "data": [1, 1]},
+                ]
+            },
+            "integer token ids",
+        ),
+        (
+            {
+                "inputs": [
+                    {"name": "input_ids", "shape": [1, 2], "datatype": "INT64", "data": [1, 2]},
+                    {"name": "attention_mask", "shape": [1, 2], "datatype": "INT64", "data": [1, 2]},
+                ]
+            },
+            "0 and 1",
+        ),
+        (
+            {"inputs": [{"name": "input_ids", "shape": [1, 2], "datatype": "COMPLEX", "data": [1, 2]}]},
+            "datatype",
+        ),
+        ({"inputs": []}, "inputs"),
+        ({"inputs": "nope"}, "inputs"),
+        (
+            {
+                "inputs": [
+                    {"name": "input_ids", "shape": [1, 2], "datatype": "INT64", "data": [[1], [2, [3]]]}
+                ]
+            },
+            "needs 2 numbers",
+        ),
+        (
+            {"inputs": [{"name": "text", "shape": [1], "datatype": "BYTES", "data": ["a"]}]},
+            "takes the inputs",
+        ),
+    ],
+)
+def test_bad_infer_requests_get_kserve_errors(server: BackgroundServer, body: dict, needle: str) -> None:
+    r = httpx.post(f"{server.url}/v2/models/char/infer", content=json.dumps(body))
+    assert r.status_code == 400, r.text
+    assert needle in r.json()["error"]
+
+
+def test_infer_errors_reach_tritonclient_as_its_exception(triton: Any) -> None:
+    x = httpclient.InferInput("input_ids", [1, 2], "INT64")
+    x.set_data_from_numpy(np.array([[1, 2]], dtype=np.int64))
+    with pytest.raises(InferenceServerException, match="takes the inputs"):
+        triton.infer("char", [x])
+    with pytest.raises(InferenceServerException, match="does not exist"):
+        triton.infer("nope", [x])
+
+
+def test_binary_bodies_that_do_not_add_up_are_refused(server: BackgroundServer) -> None:
+    header = json.dumps(
+        {
+            "inputs": [
+                {
+                    "name": "input_ids",
+                    "shape": [1, 2],
+                    "datatype": "INT64",
+                    "parameters": {"binary_data_size": 16},
+                }
+            ]
+        }
+    ).encode()
+    for extra, length in [
+        (b"\0" * 8, len(header)),
+        (b"\0" * 24, len(header)),
+        (b"\0" * 16, len(header) + 999),
+    ]:
+        r = httpx.post(
+            f"{server.url}/v2/models/char/infer",
+            content=header + extra,
+            headers={"Inference-Header-Content-Length": str(length)},
+        )
+        assert r.status_code == 400 and "error" in r.json()
+
+
+# ------------------------------------------------------------------------ task routes
+
+
+def _same_predictions(served: list[dict], expected: list[Any]) -> None:
+    assert [p["label"] for p in served] == [e.label for e in expected]
+    for got, want in zip(served, expected, strict=True):
+        assert got["probabilities"] == pytest.approx(want.probabilities, abs=1e-6)
+
+
+def test_classify_texts_and_pairs(server: BackgroundServer) -> None:
+    clf = model(server, "sst2")
+    pairs = [["a premise", "a hypothesis"], ["short", "longer second sentence"]]
+    for texts in (TEXTS, pairs, "one text"):
+        r = httpx.post(f"{server.url}/v1/classify", json={"model": "sst2", "texts": texts})
+        assert r.status_code == 200, r.text
+        expected = clf.classify([tuple(t) for t in texts] if isinstance(texts[0], list) else texts)
+        _same_predictions(r.json()["predictions"], expected)
+
+
+@pytest.mark.slow
+def test_translate_greedy_and_beam(second: BackgroundServer) -> None:
+    server = second
+    translator = model(server, "de-en")
+    for beam in (1, 3):
+        r = httpx.post(
+            f"{server.url}/v1/translate",
+            json={"model": "de-en", "texts": SOURCES, "beam": beam, "max_len": 12},
+        )
+        assert r.status_code == 200, r.text
+        assert r.json()["translations"] == translator.translate(SOURCES, beam=beam, max_len=12)
+
+
+def _png(array: np.ndarray) -> bytes:
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.fromarray(array).save(out, format="PNG")
+    return out.getvalue()
+
+
+@pytest.mark.slow
+def test_classify_image_uploads_and_arrays(second: BackgroundServer) -> None:
+    server = second
+    vit = model(server, "digits")
+    rng = np.random.default_rng(1)
+    grey = rng.integers(0, 256, (8, 8), dtype=np.uint8)
+    rgb = rng.integers(0, 256, (20, 14, 3), dtype=np.uint8)
+    files = [("images", ("a.png", _png(grey), "image/png")), ("images", ("b.png", _png(rgb), "image/png"))]
+    r = httpx.post(f"{server.url}/v1/classify-image", data={"model": "digits"}, files=files)
+    assert r.status_code == 200, r.text
+    expected = vit.classify_images([_png(grey), _png(rgb)])
+    _same_predictions(r.json()["predictions"], expected)
+    floats = rng.random((8, 8)).round(3)
+    r = httpx.post(
+        f"{server.url}/v1/classify-image",
+        json={"model": "digits", "images": [grey.tolist(), floats.tolist()]},
+    )
+    assert r.status_code == 200, r.text
+    _same_predictions(r.json()["predictions"], vit.classify_images([grey, floats.astype(np.float32)]))
+
+
+@pytest.mark.parametrize(
+    ("route", "kwargs", "needle"),
+    [
+        ("/v1/classify", {"json": {"model": "char", "texts": ["a"]}}, "does not serve /v1/classify"),
+        ("/v1/classify", {"json": {"model": "sst2", "texts": []}}, "texts"),
+        ("/v1/classify", {"json": {"model": "sst2", "texts": [["a", "b", "c"]]}}, "texts"),
+        ("/v1/classify", {"json": {"model": "sst2", "texts": ["a"], "top": 3}}, "top"),
+        ("/v1/translate", {"json": {"model": "sst2", "texts": ["a"]}}, "does not serve /v1/translate"),
+        ("/v1/classify-image", {"json": {"model": "sst2", "images": [[[1]]]}}, "does not serve"),
+        ("/v1/classify-image", {"json": {"model": "sst2", "images": ["/etc/passwd"]}}, "images"),
+        ("/v1/classify-image", {"data": {"model": "sst2"}}, "multipart/form-data"),
+        ("/v1/classify-image", {"content": b"{not json"}, "send JSON"),
+    ],
+)
+def test_bad_task_requests_get_400_with_a_reason(
+    server: BackgroundServer, route: str, kwargs: dict, needle: str
+) -> None:
+    r = httpx.post(f"{server.url}{route}", **kwargs)
+    assert r.status_code == 400, r.text
+    assert needle in r.json()["error"]["message"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("route", "kwargs", "needle"),
+    [
+        ("/v1/translate", {"json": {"model": "de-en", "texts": ["a"], "beam": 99}}, "beam may be at most"),
+        ("/v1/translate", {"json": {"model": "de-en", "texts": ["a"], "beam": 0}}, "beam"),
+        ("/v1/classify-image", {"json": {"model": "digits", "images": [[[300, 2]]]}}, "outside 0-255"),
+        ("/v1/classify-image", {"json": {"model": "digits", "images": [[[0.5, 2.0]]]}}, "[0, 1]"),
+        ("/v1/classify-image", {"json": {"model": "digits", "images": [[[1], [1, 2]]]}}, "rectangular"),
+        (
+            "/v1/classify-image",
+            {"data": {"model": "digits"}, "files": [("images", ("x.png", b"not a png", "image/png"))]},
+            "cannot read",
+        ),
+    ],
+)
+def test_bad_translations_and_images_get_400(
+    second: BackgroundServer, route: str, kwargs: dict, needle: str
+) -> None:
+    r = httpx.post(f"{second.url}{route}", **kwargs)
+    assert r.status_code == 400, r.text
+    assert needle in r.json()["error"]["message"]
+
+
+def test_one_bad_request_does_not_fail_the_batch_it_shares(server: BackgroundServer) -> None:
+    """A request whose text the tokenizer refuses fails alone; the requests batched with it pass."""
+
+    async def main() -> list[httpx.Response]:
+        async with httpx.AsyncClient(base_url=server.url) as http:
+            bodies = [
+                {"model": "char", "prompt": p, "max_tokens": 3, "temperature": 0} for p in ("ab", "¿", "cd")
+            ]
+            return await asyncio.gather(*(http.post("/v1/completions", json=b) for b in bodies))
+
+    assert [r.status_code for r in asyncio.run(main())] == [200, 400, 200]
+
+
+# ------------------------------------------------------------------- batching and streams
+
+
+def test_concurrent_generations_batch_and_each_gets_its_own_tokens(server: BackgroundServer) -> None:
+    """Prompts of different lengths, sent together, are batched (left-padded) and each row's
+    tokens are those it generates alone."""
+    lm = model(server, "char")
+    prompts = [PROMPTS[i % 3][: 1 + 5 * i] for i in range(8)]
+    before = server.served.batches.labels("char")._sum.get()
+
+    async def main() -> list[dict]:
+        async with httpx.AsyncClient(base_url=server.url, timeout=60) as http:
+            bodies = [{"model": "char", "prompt": p, "max_tokens": 10, "temperature": 0} for p in prompts]
+            return [
+                r.json()
+                for r in await asyncio.gather(*(http.post("/v1/completions", json=b) for b in bodies))
+            ]
+
+    answers = asyncio.run(main())
+    assert [a["choices"][0]["text"] for a in answers] == [
+        new_text(lm, p, max_new_tokens=10, temperature=0) for p in prompts
+    ]
+    assert server.served.batches.labels("char")._sum.get() - before == len(prompts)
+
+
+def _metric(server: BackgroundServer, name: str) -> float:
+    text = httpx.get(f"{server.url}/metrics").text
+    return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith(name))
+
+
+def _until(condition: Any, seconds: float = 10) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def test_a_client_that_goes_away_stops_its_generation(server: BackgroundServer) -> None:
+    worker = server.served.workers["char"]
+    body = {"model": "char", "prompt": "ROMEO:", "max_tokens": 100_000, "temperature": 0}
+    with httpx.stream("POST", f"{server.url}/v1/completions", json={**body, "stream": True}) as r:
+        lines = r.iter_lines()
+        assert next(lines).startswith("data: ")
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(f"{server.url}/v1/completions", json=body, timeout=0.5)
+    _until(
+        lambda: worker.depth == 0 and _metric(server, 'tfcompile_generated_tokens_total{model="char"}') > 0,
+        20,
+    )
+    started = time.monotonic()
+    r = httpx.post(f"{server.url}/v1/completions", json={**body, "max_tokens": 2}, timeout=30)
+    assert r.status_code == 200 and time.monotonic() - started < 10
+    assert _metric(server, 'tfcompile_generated_tokens_total{model="char"}') < 100_000
+
+
+def test_metrics_count_requests_latency_batches_and_tokens(server: BackgroundServer) -> None:
+    httpx.post(f"{server.url}/v1/classify", json={"model": "sst2", "texts": TEXTS})
+    text = httpx.get(f"{server.url}/metrics").text
+    assert re.search(r'tfcompile_requests_total\{route="/v1/classify",status="200"\} [1-9]', text)
+    assert 'tfcompile_request_seconds_bucket{le="0.005",route="/v1/classify"}' in text
+    assert 'tfcompile_batch_rows_count{model="sst2"}' in text
+    assert 'tfcompile_queue_depth{model="sst2"}' in text
+    assert "tfcompile_generated_tokens_total" in text
+
+
+# -------------------------------------------------------- limits, auth, overload, drain
+
+
+@pytest.fixture(scope="module")
+def guarded(char_bundle: Path, classifier_bundle: Path) -> Iterator[BackgroundServer]:
+    settings = Settings(api_key="s3cret", max_body_bytes=4096, max_queue=1, max_batch=4, max_tokens=100_000)
+    with BackgroundServer({"char": char_bundle, "sst2": classifier_bundle}, settings) as s:
+        yield s
+
+
+def test_every_route_but_health_needs_the_key(guarded: BackgroundServer) -> None:
+    body = {"model": "sst2", "texts": ["a"]}
+    for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "s3cret"}):
+        r = httpx.post(f"{guarded.url}/v1/classify", json=body, headers=headers)
+        assert r.status_code == 401 and r.headers["WWW-Authenticate"] == "Bearer"
+        assert r.json()["error"]["type"] == "authentication_error"
+    assert httpx.get(f"{guarded.url}/v2/models/sst2").status_code == 401
+    assert "error" in httpx.get(f"{guarded.url}/v2/models/sst2").json()
+    for public in ("/health", "/v2/health/live", "/v2/health/ready", "/metrics"):
+        assert httpx.get(f"{guarded.url}{public}").status_code == 200
+    r = httpx.post(f"{guarded.url}/v1/classify", json=body, headers={"Authorization": "Bearer s3cret"})
+    assert r.status_code == 200
+    client = openai.OpenAI(base_url=f"{guarded.url}/v1", api_key="s3cret", max_retries=0)
+    assert client.completions.create(model="char", prompt="a", max_tokens=2).choices[0].text
+    with pytest.raises(openai.AuthenticationError):
+        openai.OpenAI(base_url=f"{guarded.url}/v1", api_key="nope", max_retries=0).models.list()
+
+
+def test_bodies_and_batches_over_the_limits_are_refused(guarded: BackgroundServer) -> None:
+    auth = {"Authorization": "Bearer s3cret"}
+    r = httpx.post(f"{guarded.url}/v1/classify", json={"model": "sst2", "texts": ["a" * 5000]}, headers=auth)
+    assert r.status_code == 413 and "more than the 4,096 allowed" in r.json()["error"]["message"]
+
+    def chunks() -> Iterator[bytes]:  # no Content-Length: the limit is met while reading
+        yield b'{"model": "sst2", "texts": ["'
+        for _ in range(10):
+            yield b"a" * 1000
+        yield b'"]}'
+
+    r = httpx.post(
+        f"{guarded.url}/v1/classify", content=chunks(), headers={**auth, "Content-Type": "application/json"}
+    )
+    assert r.status_code == 413 and "error" in r.json()
+    r = httpx.post(f"{guarded.url}/v1/classify", json={"model": "sst2", "texts": ["a"] * 5}, headers=auth)
+    assert r.status_code == 400 and "at most 4 items" in r.json()["error"]["message"]
+
+
+def test_a_full_queue_answers_503_with_retry_after(guarded: BackgroundServer) -> None:
+    auth = {"Authorization": "Bearer s3cret"}
+    long = {"model": "char", "prompt": "ROMEO:", "max_tokens": 100_000, "temperature": 0, "stream": True}
+
+    async def main() -> httpx.Response:
+        async with (
+            httpx.AsyncClient(base_url=guarded.url, headers=auth, timeout=60) as http,
+            http.stream("POST", "/v1/completions", json=long) as running,  # the worker is busy
+        ):
+            lines = running.aiter_lines()  # kept: a dropped line iterator closes the stream
+            await lines.__anext__()
+            async with http.stream("POST", "/v1/completions", json=long) as queued:  # the queue is full
+                _until(lambda: guarded.served.workers["char"].depth == 1)
+                assert queued.status_code == 200
+                return await http.post("/v1/completions", json={**long, "stream": False})
+
+    refused = asyncio.run(main())
+    assert refused.status_code == 503 and refused.headers["Retry-After"] == "1"
+    assert "requests waiting" in refused.json()["error"]["message"]
+    _until(lambda: guarded.served.workers["char"].depth == 0, 20)
+
+
+def test_load_models_names_bundles_and_refuses_clashes(char_bundle: Path) -> None:
+    assert list(load_models([f"lm={char_bundle}"])) == ["lm"]
+    assert list(load_models([str(char_bundle)])) == [char_bundle.name]
+    with pytest.raises(UserError, match="two bundles are named"):
+        load_models([f"a={char_bundle}", f"a={char_bundle}"])
+    with pytest.raises(UserError, match="cannot name a model"):
+        load_models([f"../x={char_bundle}"])
+
+
+def test_sigterm_drains_then_exits_cleanly(char_bundle: Path) -> None:
+    """After SIGTERM: readiness is false and new requests get 503 at once, the stream in flight
+    runs to [DONE], and the process exits 0."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    command = [
+        sys.executable,
+        "-m",
+        "tfcompile",
+        "serve",
+        f"lm={char_bundle}",
+        "--port",
+        "0",
+        "--max-tokens",
+        "100000",
+    ]
+    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        port = None
+        assert process.stderr is not None
+        for line in process.stderr:
+            if found := re.search(r"http://127\.0\.0\.1:(\d+)", line):
+                port = found.group(1)
+                break
+        assert port, "the server did not say where it listens"
+        url = f"http://127.0.0.1:{port}"
+        _until(lambda: httpx.get(f"{url}/health").json()["ready"], 30)
+        body = {"model": "lm", "prompt": "ROMEO:", "max_tokens": 1500, "temperature": 0, "stream": True}
+        with httpx.stream("POST", f"{url}/v1/completions", json=body, timeout=60) as r:
+            lines = r.iter_lines()
+            assert next(lines).startswith("data: ")
+            process.send_signal(signal.SIGTERM)
+            _until(lambda: httpx.get(f"{url}/v2/health/ready").status_code == 503)
+            refused = httpx.post(f"{url}/v1/completions", json={**body, "stream": False})
+            assert refused.status_code == 503 and refused.json()["error"]["code"] == "shutting_down"
+            rest = [line for line in lines if line]
+        assert rest[-1] == "data: [DONE]"
+        assert process.wait(30) == 0
+    finally:
+        process.kill()
+
+
+@pytest.mark.slow
+def test_64_clients_for_30_seconds_get_the_single_request_answers(classifier_bundle: Path) -> None:
+    """Under load, every answer is the one the same request gets alone (batched with others or
+    not), and the only error is 503 when the queue is full."""
+    inputs: list[Any] = [*TEXTS, ["a premise", "a hypothesis"], "naïve café 猫 🙂", "x " * 200]
+    with BackgroundServer({"sst2": classifier_bundle}, Settings(max_queue=16)) as s:
+        alone = [
+            httpx.post(f"{s.url}/v1/classify", json={"model": "sst2", "texts": [t]}).json() for t in inputs
+        ]
+        statuses: dict[int, int] = {}
+        mismatches: list[tuple[Any, Any]] = []
+
+        async def client(k: int, deadline: float) -> int:
+            done = 0
+            async with httpx.AsyncClient(base_url=s.url, timeout=60) as http:
+                while time.monotonic() < deadline:
+                    i = (k + done) % len(inputs)
+                    r = await http.post("/v1/classify", json={"model": "sst2", "texts": [inputs[i]]})
+                    statuses[r.status_code] = statuses.get(r.status_code, 0) + 1
+                    done += 1
+                    if r.status_code != 200:
+                        continue
+                    (got,), (want,) = r.json()["predictions"], alone[i]["predictions"]
+                    if got["label"] != want["label"] or got["probabilities"] != pytest.approx(
+                        want["probabilities"], abs=1e-5
+                    ):
+                        mismatches.append((got, want))
+            return done
+
+        async def main() -> list[int]:
+            deadline = time.monotonic() + 30
+            return await asyncio.gather(*(client(k, deadline) for k in range(64)))
+
+        counts = asyncio.run(main())
+    assert not mismatches, mismatches[:3]
+    assert set(statuses) <= {200, 503} and statuses.get(200, 0) > 64, statuses
+    assert min(counts) > 0  # every client was served

@@ -1,0 +1,167 @@
+"""The server's batching engine without HTTP: how batches form, and what a failing batch does."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from tfcompile.errors import InputError
+from tfcompile.sequences import length_groups
+from tfcompile.serve.engine import Job, Overloaded, Worker
+
+
+class FakeClassifier:
+    """Records each batch; a text "bad" fails the batch it is in, as the tokenizer would."""
+
+    def __init__(self, seconds: float = 0.0) -> None:
+        self.batches: list[list[str]] = []
+        self.seconds = seconds
+        self.gate = threading.Event()
+        self.gate.set()
+
+    def warm_up(self) -> None:
+        pass
+
+    def classify(self, texts: list[str]) -> list[str]:
+        self.gate.wait()
+        self.batches.append(list(texts))
+        time.sleep(self.seconds)
+        if "bad" in texts:
+            raise InputError("bad text")
+        return [text.upper() for text in texts]
+
+
+def started(model: Any, in_flight: int = 0, max_wait: float = 0.05, max_queue: int = 64) -> Worker:
+    worker = Worker(
+        "m", model, max_batch=8, max_wait=max_wait, max_queue=max_queue, in_flight=lambda: in_flight
+    )
+    worker.start()
+    assert worker.ready.wait(5)
+    return worker
+
+
+def test_a_lone_request_does_not_wait_for_company() -> None:
+    model = FakeClassifier()
+    worker = started(model, in_flight=1, max_wait=1.0)
+
+    async def main() -> float:
+        start = time.perf_counter()
+        assert await worker.submit(Job("classify", ["a"])).result == ["A"]
+        return time.perf_counter() - start
+
+    assert asyncio.run(main()) < 0.5  # far below max_wait
+    worker.stop()
+
+
+def test_requests_in_flight_are_waited_for_and_batched() -> None:
+    """With 4 requests in flight, the first waits (up to max_wait) for the 3 others."""
+    model = FakeClassifier()
+    worker = started(model, in_flight=4, max_wait=2.0)
+
+    async def main() -> list[Any]:
+        jobs = []
+        for text in "abcd":
+            jobs.append(worker.submit(Job("classify", [text])))
+            await asyncio.sleep(0.02)  # they arrive one by one
+        return [await job.result for job in jobs]
+
+    assert asyncio.run(main()) == [["A"], ["B"], ["C"], ["D"]]
+    assert model.batches == [["a", "b", "c", "d"]]
+    worker.stop()
+
+
+def test_jobs_of_other_kinds_or_options_are_not_mixed() -> None:
+    model = FakeClassifier()
+    model.gate.clear()  # hold the worker so that every job queues
+    worker = started(model)
+
+    async def main() -> None:
+        first = worker.submit(Job("classify", ["x"]))
+        await asyncio.sleep(0.05)  # the worker holds "x"
+        jobs = [
+            worker.submit(Job("classify", ["a"])),
+            worker.submit(Job("translate", ["b"], options=(1, 5))),
+            worker.submit(Job("classify", ["c"])),
+        ]
+        model.gate.set()
+        await first.result
+        await jobs[0].result
+        await jobs[2].result
+        with pytest.raises(AttributeError):  # the fake cannot translate: that job alone fails
+            await jobs[1].result
+
+    asyncio.run(main())
+    assert model.batches == [["x"], ["a"], ["c"]]
+    worker.stop()
+
+
+def test_a_bad_request_fails_alone_and_its_batch_reruns_without_it() -> None:
+    model = FakeClassifier()
+    model.gate.clear()
+    worker = started(model)
+
+    async def main() -> list[Any]:
+        first = worker.submit(Job("classify", ["x"]))
+        await asyncio.sleep(0.05)
+        jobs = [worker.submit(Job("classify", [text])) for text in ("a", "bad", "b")]
+        model.gate.set()
+        await first.result
+        return await asyncio.gather(*(job.result for job in jobs), return_exceptions=True)
+
+    a, bad, b = asyncio.run(main())
+    assert (a, b) == (["A"], ["B"]) and isinstance(bad, InputError)
+    assert model.batches[1] == ["a", "bad", "b"] and ["a"] in model.batches and ["b"] in model.batches
+    worker.stop()
+
+
+def test_a_full_queue_refuses_at_once() -> None:
+    model = FakeClassifier()
+    model.gate.clear()
+    worker = started(model, max_queue=2)
+
+    async def main() -> None:
+        worker.submit(Job("classify", ["held"]))
+        await asyncio.sleep(0.05)
+        worker.submit(Job("classify", ["1"]))
+        worker.submit(Job("classify", ["2"]))
+        with pytest.raises(Overloaded, match="2 requests waiting"):
+            worker.submit(Job("classify", ["3"]))
+        model.gate.set()
+
+    asyncio.run(main())
+    worker.stop()
+
+
+def test_cancelled_jobs_are_dropped_before_they_run() -> None:
+    model = FakeClassifier()
+    model.gate.clear()
+    worker = started(model)
+
+    async def main() -> None:
+        held = worker.submit(Job("classify", ["held"]))
+        await asyncio.sleep(0.05)
+        gone = worker.submit(Job("classify", ["gone"]))
+        gone.cancelled.set()
+        model.gate.set()
+        await held.result
+        assert await gone.result is None
+
+    asyncio.run(main())
+    assert ["gone"] not in model.batches
+    worker.stop()
+
+
+@pytest.mark.parametrize(
+    "lengths", [[5], [1, 100], [10, 12, 11, 40, 41, 3], list(range(1, 60)), [7] * 20, [128, 1, 1, 1, 1, 128]]
+)
+def test_length_groups_cover_every_row_once_with_little_padding(lengths: list[int]) -> None:
+    groups = length_groups(lengths, waste=1.25, slack=8)
+    assert sorted(i for g in groups for i in g) == list(range(len(lengths)))
+    for group in groups:
+        assert group == sorted(group)
+        longest, real = max(lengths[i] for i in group), sum(lengths[i] for i in group)
+        assert len(group) == 1 or longest * len(group) <= 1.25 * real + 8

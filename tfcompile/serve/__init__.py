@@ -1,0 +1,88 @@
+"""``tfcompile serve``: bundles over HTTP (FastAPI + uvicorn, the optional ``serve`` extra).
+
+``load_models`` checks each bundle as the runtime does (every check of bundle format 2);
+``create_app`` (app.py) builds the ASGI application; ``serve`` runs it under uvicorn and drains on
+SIGTERM: readiness turns false and new requests get 503 at once, the requests in flight finish,
+then the process exits 0.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from types import FrameType
+
+from tfcompile.errors import UserError
+from tfcompile.runtime import SessionOptions, load
+from tfcompile.runtime.session import Bundle
+
+try:
+    import uvicorn
+
+    from tfcompile.serve.app import Served, Settings, create_app
+except ImportError as error:  # pragma: no cover - depends on the install
+    raise UserError(
+        f"tfcompile serve needs the serve extra ({error.name} is missing): pip install 'tfcompile[serve]'"
+    ) from error
+
+MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+
+__all__ = ["Served", "Settings", "create_app", "load_models", "serve"]
+
+
+def load_models(
+    bundles: Sequence[str], providers: Sequence[str] | None = None, threads: int | None = None
+) -> dict[str, Bundle]:
+    """``PATH`` or ``NAME=PATH`` -> the loaded bundles by name (a path's name is its folder's).
+    onnxruntime's threads do not spin between runs: the event loop needs the cores then."""
+    models: dict[str, Bundle] = {}
+    for given in bundles:
+        name, _, path = given.partition("=") if "=" in given else ("", "", given)
+        name = name or Path(path).resolve().name
+        if not MODEL_NAME.fullmatch(name):
+            raise UserError(
+                f"{given}: {name!r} cannot name a model (letters, digits, '.', '_' and '-', at most 64): "
+                f"give one as NAME=PATH"
+            )
+        if name in models:
+            raise UserError(f"two bundles are named {name!r}: give one another name as NAME=PATH")
+        models[name] = load(path, providers, SessionOptions(threads, spin=False))
+    if not models:
+        raise UserError("give at least one bundle to serve")
+    return models
+
+
+class DrainingServer(uvicorn.Server):
+    """uvicorn's server, draining on the first SIGTERM: for ``drain_s`` seconds readiness is false
+    and new work is refused (a load balancer takes the replica out), then uvicorn's own graceful
+    shutdown finishes the requests in flight. A second signal, or Ctrl-C, stops at once."""
+
+    def __init__(self, config: uvicorn.Config, served: Served, drain_s: float) -> None:
+        super().__init__(config)
+        self.served, self.drain_s = served, drain_s
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        if self.served.draining or sig == signal.SIGINT:
+            return super().handle_exit(sig, frame)
+        self.served.draining = True
+        threading.Timer(self.drain_s, super().handle_exit, args=(sig, frame)).start()
+
+
+def serve(
+    models: dict[str, Bundle],
+    settings: Settings,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    drain_s: float = 1.0,
+    log_level: str = "info",
+) -> None:
+    """Serve ``models`` until SIGTERM or Ctrl-C; returns after a graceful shutdown."""
+    served = Served(models, settings)
+    config = uvicorn.Config(create_app(served), host=host, port=port, log_level=log_level, lifespan="on")
+    server = DrainingServer(config, served, drain_s)
+    # uvicorn re-raises the signal it stopped on once it is done; an empty handler lets it return.
+    signal.signal(signal.SIGTERM, lambda *_: None)
+    server.run()

@@ -1,0 +1,313 @@
+"""The HTTP server over the runtime: one FastAPI app serving several bundles by name.
+
+Routes: OpenAI-compatible completions (openai.py), the Open Inference Protocol (kserve.py), plain
+JSON task routes (tasks.py), and here health, readiness and Prometheus metrics. Around them, pure
+ASGI layers (FastAPI's http middleware would hide client disconnects): a body-size guard that
+answers in JSON, API-key authentication, a gate that refuses new work while the server drains on
+SIGTERM, and request metrics. Errors are JSON (OpenAI's shape under /v1, KServe's under /v2);
+no traceback ever reaches a client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+from starlette.exceptions import HTTPException
+
+from tfcompile.errors import InputError, UserError
+from tfcompile.runtime.session import Bundle
+from tfcompile.serve.engine import Job, Overloaded, Worker
+
+log = logging.getLogger("tfcompile.serve")
+
+Scope = dict[str, Any]
+ASGI = Callable[[Scope, Callable[[], Awaitable[Any]], Callable[[Any], Awaitable[None]]], Awaitable[None]]
+PUBLIC = ("/health", "/v2/health/", "/metrics")  # what answers without the API key
+
+
+@dataclass(frozen=True)
+class Settings:
+    api_key: str | None = None
+    max_batch: int = 32  # rows (prompts, texts, images) in one batch
+    max_wait_ms: float = 5.0  # how long a batch may wait for requests in flight (a lone one never waits)
+    max_queue: int = 256  # requests waiting per model; more are refused with 503
+    max_body_bytes: int = 16 << 20
+    max_tokens: int = 1024  # per completion
+    max_prompt_tokens: int | None = None  # default: the model's context
+    max_n: int = 16  # completions per prompt
+    max_beam: int = 8  # translation beam width
+    retry_after_s: int = 1
+
+
+@dataclass
+class Served:
+    """The models by name, their workers, and the server's own state."""
+
+    models: dict[str, Bundle]
+    settings: Settings
+    workers: dict[str, Worker] = field(default_factory=dict)
+    draining: bool = False
+    in_flight: int = 0  # POST requests being handled: work that may be about to join a batch
+    registry: CollectorRegistry = field(default_factory=CollectorRegistry)
+
+    def __post_init__(self) -> None:
+        r = self.registry
+        self.requests = Counter(
+            "tfcompile_requests", "requests by route and status", ["route", "status"], registry=r
+        )
+        self.latency = Histogram(
+            "tfcompile_request_seconds", "request latency by route", ["route"], registry=r
+        )
+        self.queue = Gauge("tfcompile_queue_depth", "requests waiting, by model", ["model"], registry=r)
+        self.batches = Histogram(
+            "tfcompile_batch_rows",
+            "rows per batch, by model",
+            ["model"],
+            registry=r,
+            buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256),
+        )
+        self.tokens = Counter(
+            "tfcompile_generated_tokens", "tokens generated, by model", ["model"], registry=r
+        )
+
+    @property
+    def ready(self) -> bool:
+        return not self.draining and all(w.ready.is_set() for w in self.workers.values())
+
+    def worker(self, name: str) -> Worker:
+        if name not in self.workers:
+            raise ModelNotFound(name, sorted(self.workers))
+        return self.workers[name]
+
+    def observe(self, model: str, rows: int, queued: int, tokens: int) -> None:
+        self.batches.labels(model).observe(rows)
+        self.queue.labels(model).set(queued)
+        self.tokens.labels(model).inc(tokens)
+
+
+class ModelNotFound(Exception):
+    def __init__(self, name: str, known: list[str]) -> None:
+        super().__init__(f"the model {name!r} does not exist; this server has {known}")
+        self.name = name
+
+
+async def outcome(job: Job, request: Request, watch: bool = False) -> Any:
+    """A job's result, once the worker has it. With ``watch`` (long jobs: generation, beam
+    search), a client that goes away first cancels the job (its rows stop) and the request ends
+    with 499, which nobody reads; short jobs finish regardless, which costs less than watching."""
+    if not watch:
+        return await job.result
+    gone = asyncio.ensure_future(_disconnected(request))
+    try:
+        await asyncio.wait({job.result, gone}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        gone.cancel()
+    if not job.result.done():
+        job.cancelled.set()
+        raise ClientGone()
+    return job.result.result()
+
+
+async def _disconnected(request: Request) -> None:
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+class ClientGone(Exception):
+    """The client closed its connection before its answer was ready."""
+
+
+def error_body(
+    path: str, status: int, message: str, code: str | None = None, param: str | None = None
+) -> dict:
+    """OpenAI's error shape under /v1 (its clients read it), KServe's elsewhere."""
+    if path.startswith("/v1"):
+        kind = {401: "authentication_error", 404: "invalid_request_error", 503: "server_error"}.get(
+            status, "invalid_request_error" if status < 500 else "server_error"
+        )
+        return {"error": {"message": message, "type": kind, "param": param, "code": code}}
+    return {"error": message}
+
+
+def create_app(served: Served) -> ASGI:
+    """The ASGI application: FastAPI's routes inside the body guard, the key check, the drain gate
+    and the metrics layer."""
+    from tfcompile.serve import kserve, openai, tasks
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        s = served.settings
+        for name, model in served.models.items():
+            worker = Worker(
+                name,
+                model,
+                s.max_batch,
+                s.max_wait_ms / 1000,
+                s.max_queue,
+                served.observe,
+                lambda: served.in_flight,
+            )
+            served.workers[name] = worker
+            worker.start()
+        yield
+        for worker in served.workers.values():
+            worker.stop()
+
+    app = FastAPI(title="tfcompile", lifespan=lifespan, max_body_size=served.settings.max_body_bytes)
+    app.state.served = served
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, e: HTTPException) -> JSONResponse:
+        return JSONResponse(error_body(request.url.path, e.status_code, str(e.detail)), e.status_code)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, e: RequestValidationError) -> JSONResponse:
+        first = e.errors()[0]
+        param = ".".join(str(p) for p in first["loc"][1:]) or None
+        message = f"{param}: {first['msg']}" if param else first["msg"]
+        return JSONResponse(error_body(request.url.path, 400, message, "invalid_request", param), 400)
+
+    @app.exception_handler(InputError)
+    async def bad_input(request: Request, e: InputError) -> JSONResponse:
+        return JSONResponse(error_body(request.url.path, 400, str(e), "invalid_input"), 400)
+
+    @app.exception_handler(ModelNotFound)
+    async def not_found(request: Request, e: ModelNotFound) -> JSONResponse:
+        return JSONResponse(error_body(request.url.path, 404, str(e), "model_not_found", "model"), 404)
+
+    @app.exception_handler(Overloaded)
+    async def overloaded(request: Request, e: Overloaded) -> JSONResponse:
+        body = error_body(request.url.path, 503, f"{e}: try again shortly", "overloaded")
+        return JSONResponse(body, 503, headers={"Retry-After": str(served.settings.retry_after_s)})
+
+    @app.exception_handler(ClientGone)
+    async def gone(request: Request, e: ClientGone) -> Response:
+        return Response(status_code=499)
+
+    @app.exception_handler(Exception)
+    async def crashed(request: Request, e: Exception) -> JSONResponse:
+        log.exception("internal error on %s", request.url.path)  # the traceback stays in the log
+        message = str(e) if isinstance(e, UserError) else "internal error: the server's log has the details"
+        return JSONResponse(error_body(request.url.path, 500, message, "internal_error"), 500)
+
+    @app.get("/health")
+    async def health() -> dict:
+        return {"live": True, "ready": served.ready}
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        return Response(generate_latest(served.registry), media_type=CONTENT_TYPE_LATEST)
+
+    app.include_router(openai.router)
+    app.include_router(kserve.router)
+    app.include_router(tasks.router)
+    return BodyGuard(Metrics(Gate(Auth(app, served), served), served), served.settings.max_body_bytes)
+
+
+# ------------------------------------------------------------------------ ASGI layers
+
+
+async def _json(
+    send: Callable[[Any], Awaitable[None]], scope: Scope, status: int, body: dict, headers: dict | None = None
+) -> None:
+    await JSONResponse(body, status, headers=headers)(scope, _no_body, send)
+
+
+async def _no_body() -> dict:
+    return {"type": "http.request", "body": b"", "more_body": False}
+
+
+class BodyGuard:
+    """A Content-Length over the limit is refused before the body is read, in JSON (FastAPI's own
+    limit, which catches chunked bodies, answers this case in plain text)."""
+
+    def __init__(self, app: ASGI, max_bytes: int) -> None:
+        self.app, self.max_bytes = app, max_bytes
+
+    async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            length = dict(scope["headers"]).get(b"content-length", b"")
+            if length.isdigit() and int(length) > self.max_bytes:
+                message = (
+                    f"the request body is {int(length):,} bytes, more than the {self.max_bytes:,} allowed"
+                )
+                return await _json(
+                    send, scope, 413, error_body(scope["path"], 413, message, "request_too_large")
+                )
+        await self.app(scope, receive, send)
+
+
+class Auth:
+    """With an API key, every route but health and metrics needs ``Authorization: Bearer KEY``."""
+
+    def __init__(self, app: ASGI, served: Served) -> None:
+        self.app, self.key = app, served.settings.api_key
+
+    async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
+        if self.key and scope["type"] == "http" and not scope["path"].startswith(PUBLIC):
+            given = dict(scope["headers"]).get(b"authorization", b"").decode("latin-1")
+            if not hmac.compare_digest(given.encode(), f"Bearer {self.key}".encode()):
+                message = "a valid API key is needed: send the header Authorization: Bearer KEY"
+                body = error_body(scope["path"], 401, message, "invalid_api_key")
+                return await _json(send, scope, 401, body, {"WWW-Authenticate": "Bearer"})
+        await self.app(scope, receive, send)
+
+
+class Gate:
+    """While the server drains (SIGTERM), new work is refused with 503; in-flight work finishes."""
+
+    def __init__(self, app: ASGI, served: Served) -> None:
+        self.app, self.served = app, served
+
+    async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
+        if self.served.draining and scope["type"] == "http" and not scope["path"].startswith(PUBLIC):
+            body = error_body(scope["path"], 503, "the server is shutting down", "shutting_down")
+            headers = {"Retry-After": str(self.served.settings.retry_after_s), "Connection": "close"}
+            return await _json(send, scope, 503, body, headers)
+        await self.app(scope, receive, send)
+
+
+class Metrics:
+    """Requests by route and status, and their latency (a stream's, to its end)."""
+
+    def __init__(self, app: ASGI, served: Served) -> None:
+        self.app, self.served = app, served
+
+    async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        start, status = time.perf_counter(), [500]
+        posted = scope["method"] == "POST"
+        self.served.in_flight += posted
+
+        async def sending(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        finally:
+            self.served.in_flight -= posted
+            route = scope.get("route")
+            name = getattr(route, "path", None) or "unmatched"
+            self.served.requests.labels(name, str(status[0])).inc()
+            self.served.latency.labels(name).observe(time.perf_counter() - start)

@@ -1,0 +1,292 @@
+"""Dynamic batching: one worker thread per model owns it, takes jobs from a bounded queue, and runs
+the jobs waiting for it together as one batch, off the event loop.
+
+A job is a request's share of a batch: some rows (prompts, texts, sources, images) of one kind.
+The worker takes the first job, then every job of the same kind already waiting (up to
+``max_batch`` rows, waiting at most ``max_wait`` seconds for more); under load the jobs that
+arrive while a batch runs form the next one, so batches grow with the load without waiting.
+Generation batches prompts of different lengths with left padding (each row generates what it
+would alone), streams each step's tokens to the jobs as they come, and ends a job's rows when its
+client goes away. A full queue refuses new jobs at once (the server answers 503 + Retry-After).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from tfcompile import search
+from tfcompile.runtime import Classifier, ImageClassifier, LanguageModel, Translator
+from tfcompile.runtime.session import Bundle
+
+log = logging.getLogger("tfcompile.serve")
+POLL_S = 0.0005  # how often a waiting batch looks again at the requests in flight
+
+
+class Overloaded(Exception):
+    """The model's queue is full."""
+
+
+@dataclass
+class GenerationRow:
+    """One completion to generate: its prompt's ids, its limit, its sampling, its stop strings."""
+
+    prompt: list[int]
+    max_tokens: int
+    sampling: search.Sampling
+    stop_texts: tuple[str, ...] = ()
+
+
+@dataclass
+class Job:
+    kind: str  # generate, classify, translate, classify_images, infer
+    rows: list[Any]
+    options: tuple = ()  # what jobs batched together must share (translation: beam, max_len)
+    stream: bool = False
+    loop: asyncio.AbstractEventLoop = field(default_factory=asyncio.get_running_loop)
+    result: asyncio.Future = field(init=False)
+    events: asyncio.Queue = field(default_factory=asyncio.Queue)  # streamed (row, token), then None
+    cancelled: threading.Event = field(default_factory=threading.Event)
+
+    def __post_init__(self) -> None:
+        self.result = self.loop.create_future()
+
+    def finish(self, value: Any = None, error: BaseException | None = None) -> None:
+        """Hand the outcome to the event loop (the only thread that may touch the future)."""
+
+        def settle() -> None:
+            if not self.result.done():
+                if error is not None:
+                    self.result.set_exception(error)
+                else:
+                    self.result.set_result(value)
+            self.events.put_nowait(None)  # a stream's end, after its last token
+
+        self.loop.call_soon_threadsafe(settle)
+
+    def emit(self, row: int, token: int) -> None:
+        self.loop.call_soon_threadsafe(self.events.put_nowait, (row, token))
+
+
+@dataclass(frozen=True)
+class Finished:
+    """A generated row: its new tokens (the stop token it ended with included) and why it ended."""
+
+    tokens: list[int]
+    reason: str  # stop (a stop token or string, or the client gone) or length
+
+
+class Worker:
+    def __init__(
+        self,
+        name: str,
+        model: Bundle,
+        max_batch: int,
+        max_wait: float,
+        max_queue: int,
+        observe: Callable[[str, int, int, int], None] = lambda model, rows, queued, tokens: None,
+        in_flight: Callable[[], int] = lambda: 0,
+    ) -> None:
+        self.name = name
+        self.model = model
+        self.max_batch = max_batch
+        self.max_wait = max_wait
+        self.observe = observe  # (model, batch rows, queue depth, tokens generated) after each batch
+        self.in_flight = in_flight  # requests the server is handling, which may bring jobs
+        self.jobs: queue.Queue[Job | None] = queue.Queue(maxsize=max_queue)
+        self.carry: Job | None = None  # a job that could not join the last batch
+        self.stopping = False
+        self.ready = threading.Event()
+        self.thread = threading.Thread(target=self._run, name=f"model-{name}", daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.jobs.put(None)
+        self.thread.join()
+
+    def submit(self, job: Job) -> Job:
+        try:
+            self.jobs.put_nowait(job)
+        except queue.Full:
+            raise Overloaded(f"model {self.name!r} has {self.jobs.maxsize} requests waiting") from None
+        return job
+
+    @property
+    def depth(self) -> int:
+        return self.jobs.qsize()
+
+    def _run(self) -> None:
+        try:
+            self.model.warm_up()  # readiness waits for it
+        except Exception:
+            log.exception("model %r failed its warm-up call; it stays unready", self.name)
+        else:
+            self.ready.set()
+        while (batch := self._next_batch()) is not None:
+            live = [job for job in batch if not job.cancelled.is_set()]
+            for job in batch:
+                if job.cancelled.is_set():  # its client went away while it waited
+                    job.finish(None)
+            if not live:
+                continue
+            self._run_batch(live)
+
+    def _run_batch(self, jobs: list[Job]) -> None:
+        """Runs the jobs as one batch; if it fails, each alone, so that one request's bad input
+        (a character outside the vocabulary, an unreadable image) fails that request only."""
+        try:
+            results = RUNNERS[jobs[0].kind](self.model, jobs)
+        except Exception as e:  # raised on the event loop, where the request's handler answers it
+            if len(jobs) == 1 or any(job.stream for job in jobs):  # a stream cannot take back tokens
+                for job in jobs:
+                    job.finish(error=e)
+                return
+            for job in jobs:
+                self._run_batch([job])
+        else:
+            for job, result in zip(jobs, results, strict=True):
+                job.finish(result)
+            tokens = sum(
+                len(f.tokens)
+                for result in results
+                if isinstance(result, list)
+                for f in result
+                if isinstance(f, Finished)
+            )
+            self.observe(self.name, sum(len(job.rows) for job in jobs), self.depth, tokens)
+
+    def _next_batch(self) -> list[Job] | None:
+        """The next job and every job that may share its batch, up to ``max_batch`` rows. While
+        more requests are in flight than the batch holds, it waits up to ``max_wait`` for them:
+        under load batches fill, while a lone request never waits. None: the worker stops."""
+        first, self.carry = self.carry, None
+        if first is None and not self.stopping:
+            first = self.jobs.get()
+        if first is None:
+            return None
+        batch, rows = [first], len(first.rows)
+        deadline = time.monotonic() + self.max_wait
+        while rows < self.max_batch and first.kind != "infer" and not self.stopping:
+            job = self._take(deadline, len(batch))
+            if job is None:
+                break
+            if (job.kind, job.options) != (first.kind, first.options):
+                self.carry = job  # the first of the next batch
+                break
+            batch.append(job)
+            rows += len(job.rows)
+        return batch
+
+    def _take(self, deadline: float, batched: int) -> Job | None:
+        """A waiting job; else, while more requests are in flight than ``batched`` and the
+        deadline allows, the next to arrive; else None."""
+        while True:
+            try:
+                job = self.jobs.get(block=False)
+            except queue.Empty:
+                left = deadline - time.monotonic()
+                if left <= 0 or self.in_flight() <= batched:
+                    return None
+                try:
+                    job = self.jobs.get(timeout=min(left, POLL_S))
+                except queue.Empty:
+                    continue
+            self.stopping = job is None  # stop() queued None
+            return job
+
+
+# ---------------------------------------------------------------------------- runners
+
+
+def _generate(model: LanguageModel, jobs: Sequence[Job]) -> list[list[Finished]]:
+    """Every job's prompts as one left-padded batch; each step's tokens go to the streaming jobs,
+    and a row ends at a stop token, its token limit, a stop string, or its client gone."""
+    rows = [(job, i, row) for job in jobs for i, row in enumerate(job.rows)]
+    generated: list[list[int]] = [[] for _ in rows]
+    by_text: set[int] = set()
+
+    def on_step(tokens: dict[int, int]) -> list[int]:
+        ended = []
+        for r, token in tokens.items():
+            job, i, row = rows[r]
+            generated[r].append(token)
+            if job.cancelled.is_set():
+                ended.append(r)
+                continue
+            if job.stream:
+                job.emit(i, token)
+            if row.stop_texts and stop_text(model, generated[r], row.stop_texts) is not None:
+                by_text.add(r)
+                ended.append(r)
+        return ended
+
+    new = model.generate_prompts(
+        [row.prompt for _, _, row in rows],
+        [row.max_tokens for _, _, row in rows],
+        [row.sampling for _, _, row in rows],
+        on_step=on_step,
+    )
+    stops = set(model.generation.stop_token_ids)
+    out: dict[int, list[Finished]] = {id(job): [] for job in jobs}
+    for r, ((job, _, row), tokens) in enumerate(zip(rows, new, strict=True)):
+        stopped = r in by_text or bool(tokens and tokens[-1] in stops) or len(tokens) < row.max_tokens
+        out[id(job)].append(Finished(tokens, "stop" if stopped else "length"))
+    return [out[id(job)] for job in jobs]
+
+
+def text_of(model: LanguageModel, tokens: Sequence[int]) -> str:
+    """Generated tokens as text, the stop token that ended them left out."""
+    assert model.tokenizer is not None  # the server serves decoders with tokenizers only
+    return model.tokenizer.decode(search.strip_stop(list(tokens), tuple(model.generation.stop_token_ids)))
+
+
+def stop_text(model: LanguageModel, tokens: Sequence[int], stops: Sequence[str]) -> int | None:
+    """Where the first stop string begins in the tokens' text, or None."""
+    text = text_of(model, tokens)
+    found = [i for i in (text.find(s) for s in stops) if i >= 0]
+    return min(found) if found else None
+
+
+def _split(jobs: Sequence[Job], results: Sequence[Any]) -> list[list[Any]]:
+    """A batch's results, back to the jobs by their row counts."""
+    out, start = [], 0
+    for job in jobs:
+        out.append(list(results[start : start + len(job.rows)]))
+        start += len(job.rows)
+    return out
+
+
+def _classify(model: Classifier, jobs: Sequence[Job]) -> list[list[Any]]:
+    return _split(jobs, model.classify([row for job in jobs for row in job.rows]))
+
+
+def _classify_images(model: ImageClassifier, jobs: Sequence[Job]) -> list[list[Any]]:
+    return _split(jobs, model.classify_images([row for job in jobs for row in job.rows]))
+
+
+def _translate(model: Translator, jobs: Sequence[Job]) -> list[list[Any]]:
+    beam, max_len = jobs[0].options
+    return _split(
+        jobs, model.translate([row for job in jobs for row in job.rows], beam=beam, max_len=max_len)
+    )
+
+
+def _infer(model: Bundle, jobs: Sequence[Job]) -> list[Any]:
+    return [model.infer(jobs[0].rows[0])]
+
+
+RUNNERS: dict[str, Callable[[Any, Sequence[Job]], list[Any]]] = {
+    "generate": _generate,
+    "classify": _classify,
+    "classify_images": _classify_images,
+    "translate": _translate,
+    "infer": _infer,
+}

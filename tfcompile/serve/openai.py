@@ -1,0 +1,252 @@
+"""OpenAI-compatible completions for decoder bundles: ``GET /v1/models`` and
+``POST /v1/completions`` (the legacy completions API that the ``openai`` package's
+``client.completions.create`` calls), streamed as server-sent events or answered whole.
+
+Sampling options left out (or null) take the bundle manifest's generation defaults, ``max_tokens``
+too. ``top_k`` is accepted beside OpenAI's fields (``extra_body={"top_k": 40}``). Row ``i`` of a
+request (choice ``i``: prompt ``i // n``, sample ``i % n``) draws with ``seed + i``, as row ``i`` of
+``LanguageModel.generate_text`` does, so a seeded request gives the runtime's tokens. Fields this
+server cannot honour (logprobs, best_of, penalties, logit_bias, suffix) are refused with 400
+rather than ignored.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Request
+from fastapi.responses import StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field, StrictInt
+
+from tfcompile.errors import InputError
+from tfcompile.runtime import LanguageModel
+from tfcompile.serve.app import Served, error_body, log, outcome
+from tfcompile.serve.engine import Finished, GenerationRow, Job, stop_text, text_of
+
+router = APIRouter(prefix="/v1")
+
+TokenIds = list[StrictInt]
+
+
+class StreamOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    include_usage: bool = False
+
+
+class CompletionRequest(BaseModel):
+    """The fields of OpenAI's completions request that this server honours, and those it refuses
+    unless they ask for nothing (so that a client is never silently given less than it asked)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str
+    prompt: str | Annotated[list[str], Field(min_length=1)] | TokenIds | list[TokenIds]
+    max_tokens: int | None = Field(None, ge=1)
+    temperature: float | None = Field(None, ge=0, le=2)
+    top_p: float | None = Field(None, gt=0, le=1)
+    top_k: int | None = Field(None, ge=1)
+    n: int | None = Field(None, ge=1)
+    stream: bool | None = False
+    stream_options: StreamOptions | None = None
+    stop: str | Annotated[list[str], Field(max_length=4)] | None = None
+    seed: int | None = Field(None, ge=0)
+    echo: bool | None = False
+    user: str | None = None
+    logprobs: Literal[0] | None = Field(None, description="log probabilities are not served")
+    best_of: Literal[1] | None = None
+    presence_penalty: Literal[0] | None = None
+    frequency_penalty: Literal[0] | None = None
+    logit_bias: Annotated[dict[str, float], Field(max_length=0)] | None = None
+    suffix: Literal[""] | None = None
+
+
+def served(request: Request) -> Served:
+    return request.app.state.served
+
+
+@router.get("/models")
+async def models(request: Request) -> dict:
+    return {"object": "list", "data": [_model_card(name) for name in served(request).models]}
+
+
+@router.get("/models/{name}")
+async def model(name: str, request: Request) -> dict:
+    served(request).worker(name)  # 404 when unknown
+    return _model_card(name)
+
+
+def _model_card(name: str) -> dict:
+    return {"id": name, "object": "model", "created": 0, "owned_by": "tfcompile"}
+
+
+@router.post("/completions", response_model=None)
+async def completions(body: CompletionRequest, request: Request) -> dict | StreamingResponse:
+    s = served(request)
+    worker = s.worker(body.model)
+    model = worker.model
+    if not isinstance(model, LanguageModel) or model.tokenizer is None:
+        raise InputError(
+            f"the model {body.model!r} is not a language model with a tokenizer: completions need one"
+        )
+    prompts = _prompts(model, body.prompt, s.settings.max_prompt_tokens or model.max_seq_len)
+    n = body.n or 1
+    if n > s.settings.max_n or len(prompts) * n > s.settings.max_batch:
+        raise InputError(
+            f"a request may ask for at most {s.settings.max_n} completions per prompt and "
+            f"{s.settings.max_batch} in all, got {len(prompts)} prompts x n={n}"
+        )
+    max_tokens = model.max_new_tokens(body.max_tokens)
+    if max_tokens > s.settings.max_tokens:
+        raise InputError(f"max_tokens may be at most {s.settings.max_tokens}, got {max_tokens}")
+    stops = (body.stop,) if isinstance(body.stop, str) else tuple(body.stop or ())
+    if any(not stop for stop in stops):
+        raise InputError("stop strings must not be empty")
+    samplings = model.sampling(len(prompts) * n, body.temperature, body.top_k, body.top_p, body.seed)
+    rows = [
+        GenerationRow(prompt, max_tokens, sampling, stops)
+        for prompt, sampling in zip([p for p in prompts for _ in range(n)], samplings, strict=True)
+    ]
+    job = worker.submit(Job("generate", rows, stream=bool(body.stream)))
+    answer = Answer(body, model, rows, echo=bool(body.echo))
+    if body.stream:
+        return StreamingResponse(
+            _stream(answer, job), media_type="text/event-stream", headers={"Cache-Control": "no-cache"}
+        )
+    return answer.whole(await outcome(job, request, watch=True))
+
+
+def _prompts(
+    model: LanguageModel, prompt: str | list[str] | list[int] | list[list[int]], limit: int
+) -> list[list[int]]:
+    """The request's prompts as token ids, each 1 to ``limit`` tokens of the vocabulary."""
+    if isinstance(prompt, str):
+        prompt = [prompt]
+    if not prompt:
+        raise InputError("prompt must not be empty")
+    rows: list[list[int]]
+    if all(isinstance(p, str) for p in prompt):
+        rows = [e.ids for e in model.encode([p for p in prompt if isinstance(p, str)])]
+    elif all(isinstance(p, int) for p in prompt):
+        rows = [[p for p in prompt if isinstance(p, int)]]  # one prompt of token ids
+    else:
+        rows = [p for p in prompt if isinstance(p, list)]
+    for i, row in enumerate(rows):
+        name = "prompt" if len(rows) == 1 else f"prompt[{i}]"
+        if not row:
+            raise InputError(f"{name} encodes to no tokens: give at least one character")
+        if len(row) > limit:
+            raise InputError(f"{name} has {len(row)} tokens, more than the {limit} this server takes")
+        if min(row) < 0 or max(row) >= model.vocab_size:
+            raise InputError(f"{name} holds token ids outside the vocabulary [0, {model.vocab_size})")
+    return rows
+
+
+class Answer:
+    """A request's choices as OpenAI's completion objects, whole or as stream chunks."""
+
+    def __init__(
+        self, body: CompletionRequest, model: LanguageModel, rows: Sequence[GenerationRow], echo: bool
+    ) -> None:
+        self.model, self.rows, self.echo = model, rows, echo
+        self.name = body.model
+        self.id, self.created = f"cmpl-{uuid.uuid4().hex}", int(time.time())
+        self.include_usage = bool(body.stream_options and body.stream_options.include_usage)
+
+    def head(self, choices: list[dict], **extra: Any) -> dict:
+        return {
+            "id": self.id,
+            "object": "text_completion",
+            "created": self.created,
+            "model": self.name,
+            "system_fingerprint": None,
+            "choices": choices,
+            **extra,
+        }
+
+    def prefix(self, i: int) -> str:
+        assert self.model.tokenizer is not None
+        return self.model.tokenizer.decode(self.rows[i].prompt) if self.echo else ""
+
+    def text(self, i: int, tokens: Sequence[int]) -> str:
+        """Choice ``i``'s text: the tokens' text, cut where a stop string begins."""
+        text = text_of(self.model, tokens)
+        cut = stop_text(self.model, tokens, self.rows[i].stop_texts) if self.rows[i].stop_texts else None
+        return text if cut is None else text[:cut]
+
+    def usage(self, finished: Sequence[Finished]) -> dict:
+        prompt = sum(len(row.prompt) for row in self.rows)
+        completion = sum(len(f.tokens) for f in finished)
+        return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
+    def whole(self, finished: Sequence[Finished]) -> dict:
+        choices = [
+            {
+                "text": self.prefix(i) + self.text(i, f.tokens),
+                "index": i,
+                "logprobs": None,
+                "finish_reason": f.reason,
+            }
+            for i, f in enumerate(finished)
+        ]
+        return self.head(choices, usage=self.usage(finished))
+
+    def chunk(self, i: int, text: str, reason: str | None) -> str:
+        extra = {"usage": None} if self.include_usage else {}
+        choice = {"text": text, "index": i, "logprobs": None, "finish_reason": reason}
+        return _event(self.head([choice], **extra))
+
+
+async def _stream(answer: Answer, job: Job) -> AsyncIterator[str]:
+    """Each choice's new text as it is generated. Text that could still turn out to start a stop
+    string, or that ends inside a character, waits until the next token decides it."""
+    tokens: list[list[int]] = [[] for _ in answer.rows]
+    sent = [0] * len(answer.rows)  # characters of each choice's text already sent
+    done = [False] * len(answer.rows)
+    try:
+        for i in range(len(answer.rows)):
+            if answer.echo:
+                yield answer.chunk(i, answer.prefix(i), None)
+        while (event := await job.events.get()) is not None:
+            i, token = event
+            if done[i]:
+                continue
+            tokens[i].append(token)
+            row = answer.rows[i]
+            text = answer.text(i, tokens[i])  # cut where a stop string begins
+            if row.stop_texts and stop_text(answer.model, tokens[i], row.stop_texts) is not None:
+                ready, done[i] = len(text), True
+            else:
+                hold = max((len(stop) - 1 for stop in row.stop_texts), default=0)
+                ready = len(text) - hold - text.endswith("\ufffd")  # a character's bytes still coming
+            if ready > sent[i]:
+                yield answer.chunk(i, text[sent[i] : ready], None)
+                sent[i] = ready
+                await asyncio.sleep(0)  # a disconnect's cancellation lands here, however long the backlog
+        try:
+            finished: list[Finished] = await job.result
+        except Exception as e:  # after the 200 went out: OpenAI's in-stream error, which its client raises
+            if not isinstance(e, InputError):
+                log.exception("generation failed in a stream")
+            yield _event(error_body("/v1", 500, _message(e), "generation_failed"))
+            return
+        for i, f in enumerate(finished):
+            text = answer.text(i, f.tokens)
+            yield answer.chunk(i, text[sent[i] :], f.reason)
+        if answer.include_usage:
+            yield _event(answer.head([], usage=answer.usage(finished)))
+        yield "data: [DONE]\n\n"
+    finally:
+        job.cancelled.set()  # the client gone (or the stream over): its rows stop generating
+
+
+def _message(e: Exception) -> str:
+    return str(e) if isinstance(e, InputError) else "generation failed: the server's log has the details"
+
+
+def _event(payload: dict) -> str:
+    return f"data: {json.dumps(payload)}\n\n"

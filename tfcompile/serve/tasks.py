@@ -1,0 +1,151 @@
+"""Task routes in plain JSON: ``/v1/classify`` (texts or sentence pairs), ``/v1/translate``
+(sources, beam size, length limit) and ``/v1/classify-image`` (PNG/JPEG uploads as
+multipart/form-data, or pixel arrays as JSON). Each answers in the runtime's own terms: labels with
+every label's probability, or translations."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+import numpy as np
+from fastapi import APIRouter, Request
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from starlette.datastructures import UploadFile
+
+from tfcompile.errors import InputError
+from tfcompile.runtime import Classifier, ImageClassifier, Translator, inputs
+from tfcompile.runtime.classifier import Prediction
+from tfcompile.runtime.session import Bundle
+from tfcompile.serve.app import Served, outcome
+from tfcompile.serve.engine import Job
+
+router = APIRouter(prefix="/v1")
+
+Pair = Annotated[list[str], Field(min_length=2, max_length=2)]
+
+
+class ClassifyRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    model: str
+    texts: str | Annotated[list[str | Pair], Field(min_length=1)]
+
+
+class TranslateRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    model: str
+    texts: str | Annotated[list[str], Field(min_length=1)]
+    beam: int | None = Field(None, ge=1, description="beam width; the manifest's default when left out")
+    max_len: int | None = Field(None, ge=1, description="target tokens at most; the manifest's default")
+
+
+class ImagesRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    model: str
+    images: Annotated[list[list[Any]], Field(min_length=1)] = Field(
+        description="images as (height, width) or (height, width, channels) arrays: 0-255 "
+        "integers or 0-1 floats"
+    )
+
+
+def served(request: Request) -> Served:
+    return request.app.state.served
+
+
+def _model(request: Request, name: str, kind: type[Bundle], route: str) -> Bundle:
+    model = served(request).worker(name).model
+    if not isinstance(model, kind):
+        raise InputError(f"the model {name!r} does not serve {route}: it is a {type(model).__name__}")
+    return model
+
+
+def _rows(request: Request, count: int) -> None:
+    limit = served(request).settings.max_batch
+    if count > limit:
+        raise InputError(f"a request may hold at most {limit} items, got {count}")
+
+
+def _predictions(name: str, predictions: list[Prediction]) -> dict:
+    return {
+        "model": name,
+        "predictions": [{"label": p.label, "probabilities": p.probabilities} for p in predictions],
+    }
+
+
+@router.post("/classify")
+async def classify(body: ClassifyRequest, request: Request) -> dict:
+    _model(request, body.model, Classifier, "/v1/classify")
+    texts = inputs.texts("texts", body.texts, pairs=True)
+    _rows(request, len(texts))
+    job = served(request).worker(body.model).submit(Job("classify", texts))
+    return _predictions(body.model, await outcome(job, request))
+
+
+@router.post("/translate")
+async def translate(body: TranslateRequest, request: Request) -> dict:
+    model = _model(request, body.model, Translator, "/v1/translate")
+    assert isinstance(model, Translator)
+    s = served(request).settings
+    texts = inputs.texts("texts", body.texts)
+    _rows(request, len(texts))
+    beam = model.translation.beam if body.beam is None else body.beam
+    max_len = model.translation.max_decode_len if body.max_len is None else body.max_len
+    if beam > s.max_beam or max_len > s.max_tokens:
+        raise InputError(
+            f"beam may be at most {s.max_beam} and max_len at most {s.max_tokens}, got {beam} and {max_len}"
+        )
+    job = served(request).worker(body.model).submit(Job("translate", texts, options=(beam, max_len)))
+    return {"model": body.model, "translations": await outcome(job, request, watch=True)}
+
+
+@router.post("/classify-image")
+async def classify_image(request: Request) -> dict:
+    """multipart/form-data with a ``model`` field and one or more ``images`` files, or JSON
+    ``{"model": ..., "images": [array, ...]}``. Never a path: the server reads no files."""
+    images: list[bytes] | list[np.ndarray]
+    if request.headers.get("content-type", "").startswith("multipart/form-data"):
+        name, images = await _uploads(request)
+    else:
+        name, images = _arrays(await request.body())
+    _model(request, name, ImageClassifier, "/v1/classify-image")
+    _rows(request, len(images))
+    job = served(request).worker(name).submit(Job("classify_images", images))
+    return _predictions(name, await outcome(job, request))
+
+
+async def _uploads(request: Request) -> tuple[str, list[bytes]]:
+    limit = served(request).settings.max_batch
+    async with request.form(max_files=limit, max_fields=8) as form:
+        name = form.get("model")
+        files = form.getlist("images")
+        if not isinstance(name, str) or not name:
+            raise InputError('the form needs a "model" field naming the model')
+        if not files or not all(isinstance(f, UploadFile) for f in files):
+            raise InputError('the form needs one or more "images" files (PNG, JPEG, ...)')
+        return name, [await f.read() for f in files if isinstance(f, UploadFile)]
+
+
+def _arrays(body: bytes) -> tuple[str, list[np.ndarray]]:
+    try:
+        request = ImagesRequest.model_validate_json(body)
+    except ValidationError as e:
+        first = e.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise InputError(
+            f"{where + ': ' if where else ''}{first['msg']}; send JSON "
+            f'{{"model": ..., "images": [array, ...]}}, or multipart/form-data with a "model" field '
+            f'and "images" files'
+        ) from None
+    images = []
+    for i, image in enumerate(request.images):
+        array = inputs.array(f"images[{i}]", image)
+        if np.issubdtype(array.dtype, np.integer):
+            if array.size and (array.min() < 0 or array.max() > 255):
+                raise InputError(f"images[{i}] holds integers outside 0-255")
+            array = array.astype(np.uint8)
+        elif np.issubdtype(array.dtype, np.floating):
+            array = array.astype(np.float32)
+        else:
+            raise InputError(f"images[{i}] must hold numbers, got {json.dumps(image)[:60]}")
+        images.append(array)
+    return request.model, images
