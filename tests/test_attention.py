@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from tfcompile.nn.attention import Attention, CrossAttention, additive_mask, may_attend
-from tfcompile.nn.positional import apply_rotary
+from tfcompile.nn.positional import Rotary, apply_rotary
 
 
 def _reference(attn: Attention, x: torch.Tensor, may_attend: torch.Tensor | None, bias=None, rotary=None):
@@ -23,7 +23,8 @@ def _reference(attn: Attention, x: torch.Tensor, may_attend: torch.Tensor | None
     heads = []
     for h in range(H):
         g = h // (H // Hkv)  # the K/V head that query head h reads
-        scores = q[:, h] @ k[:, g].transpose(-1, -2) / math.sqrt(hd)  # (B, T, T)
+        scale = attn.scale if attn.scale is not None else 1 / math.sqrt(hd)
+        scores = q[:, h] @ k[:, g].transpose(-1, -2) * scale  # (B, T, T)
         if bias is not None:
             scores = scores + bias[0, h]
         if may_attend is not None:
@@ -38,6 +39,27 @@ def test_attention_matches_formula(n_kv_heads: int) -> None:
     attn = Attention(32, 4, n_kv_heads, qkv_bias=True, out_bias=True, dropout=0.0)
     x = torch.randn(2, 7, 32)
     torch.testing.assert_close(attn(x), _reference(attn, x, None), atol=1e-5, rtol=1e-4)
+
+
+def test_head_size_and_scale_of_their_own_match_formula() -> None:
+    """T5: heads of d_kv whatever d_model / n_heads is, and q.k unscaled."""
+    attn = Attention(32, 4, 2, qkv_bias=False, out_bias=False, dropout=0.0, head_dim=6, scale=1.0)
+    assert attn.qkv.weight.shape == ((4 + 2 * 2) * 6, 32) and attn.out.weight.shape == (32, 4 * 6)
+    x = torch.randn(2, 7, 32)
+    torch.testing.assert_close(attn(x), _reference(attn, x, None), atol=1e-5, rtol=1e-4)
+    default = Attention(32, 4, 2, qkv_bias=False, out_bias=False, dropout=0.0, head_dim=6)
+    default.load_state_dict(attn.state_dict())
+    assert (default(x) - attn(x)).abs().max() > 1e-3  # 1/sqrt(6) is another model
+
+
+def test_cross_attention_takes_the_head_size_and_scale() -> None:
+    cross = CrossAttention(16, 2, 2, qkv_bias=False, out_bias=False, dropout=0.0, head_dim=5, scale=0.5)
+    x, memory = torch.randn(1, 3, 16), torch.randn(1, 4, 16)
+    q = (x @ cross.q.weight.T).view(1, 3, 2, 5).transpose(1, 2)
+    k, v = (memory @ cross.kv.weight.T).view(1, 4, 2, 2, 5).permute(2, 0, 3, 1, 4)
+    y = torch.softmax(q @ k.transpose(-1, -2) * 0.5, dim=-1) @ v  # (1, H, 3, 5)
+    expected = y.transpose(1, 2).reshape(1, 3, 10) @ cross.out.weight.T
+    torch.testing.assert_close(cross(x, cross.project_memory(memory)), expected, atol=1e-5, rtol=1e-4)
 
 
 def test_causal_kernel_equals_explicit_causal_mask() -> None:
@@ -57,7 +79,7 @@ def test_padding_mask_with_bias_and_rope_matches_formula() -> None:
     mask = may_attend(pos, pos, causal=True, key_padding=padding)
     bias = torch.randn(1, 4, 6, 6)
     angles = pos[:, None].float() * torch.tensor([1.0, 0.1, 0.01, 0.001])
-    rotary = (angles.cos(), angles.sin())
+    rotary = Rotary(angles.cos(), angles.sin())
     out = attn(x, mask=mask, bias=bias, rotary=rotary)
     expected = _reference(attn, x, mask, bias=bias, rotary=rotary)
     torch.testing.assert_close(out[:, :4], expected[:, :4], atol=1e-5, rtol=1e-4)

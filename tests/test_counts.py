@@ -21,7 +21,7 @@ CHOICES = {
         {"type": "rmsnorm", "bias": True, "final": True},
         {"type": "layernorm", "bias": False, "position": "post"},
     ],
-    "activation": ["relu", "gelu_tanh", "swiglu", "geglu"],
+    "activation": ["relu", "gelu_tanh", "swiglu", "geglu", "geglu_tanh"],
     "positional": ["learned", "sinusoidal", "rope", "relative", "none"],
     "bias": [
         {"qkv": True, "attn_out": True, "ffn": True, "lm_head": False},
@@ -35,6 +35,9 @@ TASKS = [
     ({"family": "decoder"}, {"type": "causal_lm"}),
     ({"family": "encoder", "embedding_norm": True}, {"type": "masked_lm", "next_sentence": True}),
     ({"family": "encoder", "type_vocab_size": 0}, {"type": "masked_lm"}),
+    ({"family": "encoder", "pooler": False, "head_dim": 6}, {"type": "masked_lm"}),
+    ({"family": "decoder", "head_dim": 10, "scale_output": True}, {"type": "causal_lm"}),
+    ({"family": "encoder_decoder", "head_dim": 6, "attention_scale": 1.0}, {"type": "seq2seq"}),
     ({"family": "encoder"}, {"type": "classification", "labels": ["a", "b", "c"]}),
     ({"family": "encoder_decoder", "n_decoder_layers": 3}, {"type": "seq2seq"}),
     ({"family": "encoder_decoder", "share_embeddings": False}, {"type": "seq2seq"}),

@@ -212,3 +212,26 @@ def test_a_left_padded_row_reads_as_it_would_alone(positional: str) -> None:
             alone = model(row[None])[0]
             torch.testing.assert_close(batched[i, width - len(row) :], alone, atol=1e-5, rtol=1e-5)
             torch.testing.assert_close(stepped[-1][i, -1], alone[-1], atol=1e-5, rtol=1e-5)
+
+
+def test_scale_output_multiplies_the_last_hidden_state_by_d_model_to_the_minus_half() -> None:
+    """T5 v1.0's tied head reads d_model^-0.5 times the final norm's output."""
+    plain = DecoderLM(tiny_model(bias={"lm_head": False}))
+    scaled = DecoderLM(tiny_model(bias={"lm_head": False}, scale_output=True))
+    scaled.load_state_dict(plain.state_dict())
+    ids = torch.randint(0, 50, (2, 9))
+    torch.testing.assert_close(scaled(ids), plain(ids) * 32**-0.5)
+
+
+def test_qkv_and_output_biases_are_separate_switches() -> None:
+    """Qwen2: q, k and v have biases, the output projection none."""
+    model = DecoderLM(tiny_model(bias={"qkv": True, "attn_out": False, "ffn": False}))
+    names = set(model.state_dict())
+    assert "blocks.0.attn.qkv.bias" in names and "blocks.0.attn.out.bias" not in names
+    assert "blocks.0.ffn.w_in.bias" not in names
+
+
+def test_every_norm_takes_the_models_epsilon() -> None:
+    model = DecoderLM(tiny_model(norm={"type": "rmsnorm", "eps": 1e-3}))
+    eps = {m.eps for m in model.modules() if hasattr(m, "eps")}
+    assert eps == {1e-3}

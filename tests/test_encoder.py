@@ -102,10 +102,61 @@ def test_inputs_of_the_wrong_shape_are_refused() -> None:
 
 
 def test_classification_needs_labels_and_the_example_specs_build() -> None:
-    spec = load_spec(ROOT / "specs" / "sst2-finetune.yaml", ["model.vocab_size=100"])
+    spec = load_spec(ROOT / "specs" / "sst2-finetune.yaml", ["model.vocab_size=100", "task.labels=null"])
     with pytest.raises(ValueError, match=r"task\.labels is not set"):
         build_model(spec)
     spec = load_spec(ROOT / "specs" / "sst2-finetune.yaml", ["model.vocab_size=100", "task.labels=[a, b]"])
     assert isinstance(build_model(spec), Classifier)
     spec = load_spec(ROOT / "specs" / "bert-mini-shakespeare.yaml", ["model.vocab_size=100"])
     assert isinstance(build_model(spec), MaskedLM)
+
+
+def _bert_spec(**model: Any) -> Spec:
+    base = {
+        "family": "encoder",
+        "vocab_size": 40,
+        "d_model": 16,
+        "n_layers": 1,
+        "n_heads": 2,
+        "max_seq_len": 12,
+    }
+    return Spec.model_validate({"model": base | model, "task": {"type": "masked_lm"}})
+
+
+@pytest.mark.parametrize("activation", ["gelu", "gelu_tanh", "relu", "silu"])
+def test_the_masked_lm_head_applies_the_specs_activation(activation: str) -> None:
+    """transformers' BertPredictionHeadTransform applies hidden_act, as the blocks do."""
+    spec = _bert_spec(activation=activation, norm={"position": "post", "eps": 1e-3}, bias={"lm_head": True})
+    model = build_model(spec).eval()
+    assert isinstance(model, MaskedLM)
+    f = {
+        "gelu": torch.nn.functional.gelu,
+        "gelu_tanh": partial(torch.nn.functional.gelu, approximate="tanh"),
+        "relu": torch.relu,
+        "silu": torch.nn.functional.silu,
+    }[activation]
+    ids = torch.randint(0, 40, (2, 7))
+    hidden = model.encode(ids)
+    transformed = f(hidden @ model.mlm_dense.weight.T + model.mlm_dense.bias)
+    normed = torch.nn.functional.layer_norm(
+        transformed, (16,), model.mlm_norm.weight, model.mlm_norm.bias, 1e-3
+    )
+    expected = normed @ model.lm_head.weight.T + model.lm_head.bias
+    torch.testing.assert_close(model(ids)[0], expected, atol=1e-5, rtol=1e-4)
+
+
+def test_an_encoder_without_pooler_has_none_and_counts_none() -> None:
+    spec = _bert_spec(pooler=False)
+    model = build_model(spec)
+    assert model.pooler is None and spec.parameter_count() == sum(p.numel() for p in model.parameters())
+
+
+def test_sentence_heads_need_the_pooler() -> None:
+    from tfcompile.spec import SpecError, parse_spec
+
+    text = (
+        "model: {family: encoder, vocab_size: 40, d_model: 16, n_layers: 1, n_heads: 2, pooler: false}\n"
+        "task: {type: classification, labels: [a, b]}\n"
+    )
+    with pytest.raises(SpecError, match="pooler"):
+        parse_spec(text)

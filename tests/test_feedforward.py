@@ -15,7 +15,7 @@ PLAIN = {
     "gelu_tanh": lambda x: 0.5 * x * (1 + torch.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3))),
     "silu": lambda x: x * torch.sigmoid(x),
 }
-GATED = {"swiglu": PLAIN["silu"], "geglu": PLAIN["gelu"]}
+GATED = {"swiglu": PLAIN["silu"], "geglu": PLAIN["gelu"], "geglu_tanh": PLAIN["gelu_tanh"]}
 
 
 def test_the_registry_holds_exactly_the_documented_activations() -> None:

@@ -23,7 +23,8 @@ def test_masking_rule_on_a_large_batch() -> None:
     ids[:, 0], ids[:, -1] = 2, 3  # [CLS] ... [SEP]
     ids[::3, 400:] = 0  # padding
     maskable = ids >= len(SPECIAL_TOKENS)
-    corrupted, targets = mask_tokens(ids, maskable, MaskingRule(), MASK_ID, (len(SPECIAL_TOKENS), VOCAB), g)
+    replacements = torch.arange(len(SPECIAL_TOKENS), VOCAB)
+    corrupted, targets = mask_tokens(ids, maskable, MaskingRule(), MASK_ID, replacements, g)
     chosen = targets != IGNORE_INDEX
     assert not chosen[~maskable].any(), "a special or padding token was chosen"
     assert torch.equal(corrupted[~maskable], ids[~maskable])

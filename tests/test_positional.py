@@ -10,6 +10,7 @@ from tfcompile.nn.positional import (
     RotaryPositional,
     apply_rotary,
     relative_position_bucket,
+    rope_frequencies,
     sinusoidal_table,
 )
 from tfcompile.spec.schema import RelativePositional, RopePositional
@@ -88,3 +89,132 @@ def test_relative_bias_shape_and_sharing() -> None:
     assert bias.shape == (1, 4, 6, 6)
     # Same offset, same bias: the diagonal is constant per head.
     assert torch.allclose(bias[0, :, 2, 1], bias[0, :, 5, 4])
+
+
+def _scaled_rope(scaling: dict | None, head_dim: int = 16, max_len: int = 64, **fields) -> RotaryPositional:
+    spec = RopePositional.model_validate({"theta": 10000.0, "scaling": scaling, **fields})
+    dims = PositionalDims(head_dim * 2, 2, head_dim, max_len, bidirectional=False)
+    return RotaryPositional(spec, dims)
+
+
+def test_rope_halves_layout_rotates_each_dimension_with_the_one_half_a_head_away() -> None:
+    """transformers' rotate_half: the pair (x_i, x_{i + d/2}) turns by m * theta^(-2i/d)."""
+    rope = _scaled_rope(None, head_dim=8, layout="halves")
+    x = torch.randn(1, 1, 5, 8)
+    out = apply_rotary(x, rope.rotary(torch.arange(5)))
+    for m in range(5):
+        for i in range(4):
+            angle = m * 10000.0 ** (-2 * i / 8)
+            x1, x2 = x[0, 0, m, i], x[0, 0, m, i + 4]
+            torch.testing.assert_close(out[0, 0, m, i], x1 * math.cos(angle) - x2 * math.sin(angle))
+            torch.testing.assert_close(out[0, 0, m, i + 4], x2 * math.cos(angle) + x1 * math.sin(angle))
+
+
+def test_rope_halves_equals_interleaved_on_permuted_dimensions() -> None:
+    """Why importing needs no weight permutation once the layout is a choice."""
+    halves, pairs = _scaled_rope(None, 8, layout="halves"), _scaled_rope(None, 8)
+    x, positions = torch.randn(2, 3, 6, 8), torch.arange(6)
+    order = torch.tensor([0, 4, 1, 5, 2, 6, 3, 7])  # interleaved dimension j is halves dimension order[j]
+    expected = apply_rotary(x[..., order], pairs.rotary(positions))
+    torch.testing.assert_close(apply_rotary(x, halves.rotary(positions))[..., order], expected)
+
+
+def _angles(rope: RotaryPositional, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    rotary = rope.rotary(positions)
+    return rotary.cos, rotary.sin
+
+
+def test_rope_linear_scaling_divides_positions_by_its_factor() -> None:
+    scaled, plain = _scaled_rope({"type": "linear", "factor": 4.0}), _scaled_rope(None)
+    cos, sin = _angles(scaled, torch.arange(0, 64, 4))
+    torch.testing.assert_close((cos, sin), _angles(plain, torch.arange(16)))
+
+
+def test_rope_llama3_scaling_matches_metas_formula() -> None:
+    """Meta's apply_scaling (llama-models), per frequency, in float64."""
+    factor, low, high, original, d = 8.0, 1.0, 4.0, 32, 16
+    scaling = {
+        "type": "llama3",
+        "factor": factor,
+        "low_freq_factor": low,
+        "high_freq_factor": high,
+        "original_max_position_embeddings": original,
+    }
+    expected = []
+    for i in range(d // 2):
+        freq = 10000.0 ** (-2 * i / d)
+        wavelength = 2 * math.pi / freq
+        if wavelength < original / high:
+            expected.append(freq)
+        elif wavelength > original / low:
+            expected.append(freq / factor)
+        else:
+            smooth = (original / wavelength - low) / (high - low)
+            expected.append((1 - smooth) * freq / factor + smooth * freq)
+    assert {"kept", "divided", "blended"} <= _kinds(expected, d, factor)
+    inv_freq, attention_factor = rope_frequencies(RopePositional.model_validate({"scaling": scaling}), d)
+    torch.testing.assert_close(inv_freq, torch.tensor(expected, dtype=torch.float64))
+    assert attention_factor == 1.0
+
+
+def _kinds(freqs: list[float], d: int, factor: float) -> set[str]:
+    """Which branches of a scaling a test's frequencies reach."""
+    plain = [10000.0 ** (-2 * i / d) for i in range(d // 2)]
+    return {
+        "kept" if math.isclose(f, p) else "divided" if math.isclose(f, p / factor) else "blended"
+        for f, p in zip(freqs, plain, strict=True)
+    }
+
+
+def test_rope_yarn_scaling_matches_the_paper() -> None:
+    """YaRN (Peng et al. 2023, eq. 18-21): pair i is interpolated by gamma(r_i), r_i the turns it
+    makes over the original context, with a linear ramp between beta_slow and beta_fast; cos and
+    sin are multiplied by 0.1 ln(factor) + 1."""
+    factor, original, d, theta = 4.0, 1024, 16, 10000.0
+    scaling = {
+        "type": "yarn",
+        "factor": factor,
+        "original_max_position_embeddings": original,
+        "truncate": False,
+    }
+    inv_freq, attention_factor = rope_frequencies(RopePositional.model_validate({"scaling": scaling}), d)
+
+    def dim_of(turns: float) -> float:  # the pair index that makes ``turns`` turns over the original length
+        return d * math.log(original / (turns * 2 * math.pi)) / (2 * math.log(theta))
+
+    low, high = dim_of(32.0), dim_of(1.0)
+    expected = []
+    for i in range(d // 2):
+        freq = theta ** (-2 * i / d)
+        ramp = min(max((i - low) / (high - low), 0.0), 1.0)  # 0: keep (fast pairs), 1: interpolate
+        expected.append(freq / factor * ramp + freq * (1 - ramp))
+    assert {"kept", "divided", "blended"} <= _kinds(expected, d, factor)
+    torch.testing.assert_close(inv_freq, torch.tensor(expected, dtype=torch.float64))
+    assert math.isclose(attention_factor, 0.1 * math.log(factor) + 1)
+    rope = _scaled_rope(scaling, head_dim=d)
+    cos, _ = _angles(rope, torch.tensor([0]))
+    torch.testing.assert_close(cos, torch.full_like(cos, attention_factor))  # cos 0 = 1, times the factor
+
+
+def test_rope_yarn_attention_factor_from_mscale_and_given_outright() -> None:
+    base = {"type": "yarn", "factor": 40.0, "original_max_position_embeddings": 64}
+    spec = RopePositional.model_validate({"scaling": base | {"mscale": 1.0, "mscale_all_dim": 0.5}})
+    m = (0.1 * math.log(40) + 1) / (0.05 * math.log(40) + 1)
+    assert math.isclose(rope_frequencies(spec, 16)[1], m)
+    given = RopePositional.model_validate({"scaling": base | {"attention_factor": 0.7}})
+    assert rope_frequencies(given, 16)[1] == 0.7
+
+
+def test_rope_dynamic_scaling_is_plain_within_the_original_length_and_ntk_beyond() -> None:
+    """NTK-aware: past the original length L0, theta becomes theta (f L / L0 - (f - 1))^(d / (d - 2))
+    for a sequence of L positions."""
+    factor, original, d = 2.0, 16, 8
+    scaling = {"type": "dynamic", "factor": factor, "original_max_position_embeddings": original}
+    dynamic, plain = _scaled_rope(scaling, head_dim=d), _scaled_rope(None, head_dim=d)
+    short = torch.arange(original)
+    torch.testing.assert_close(_angles(dynamic, short), _angles(plain, short))
+    length = 40
+    theta = 10000.0 * (factor * length / original - (factor - 1)) ** (d / (d - 2))
+    angles = torch.arange(length, dtype=torch.float64)[:, None] * theta ** (-torch.arange(0, d, 2) / d)
+    cos, sin = _angles(dynamic, torch.arange(length))
+    torch.testing.assert_close((cos, sin), (angles.cos().float(), angles.sin().float()), atol=1e-5, rtol=1e-4)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -12,7 +13,6 @@ from helpers import ROOT, SHARED_DATA, assert_follows_schema
 
 from tfcompile.cli import main
 from tfcompile.data import DataError
-from tfcompile.export import Source, export_bundle
 from tfcompile.models import Seq2Seq
 from tfcompile.runtime import InputError, Translator, load
 from tfcompile.spec import Spec, load_spec
@@ -61,7 +61,7 @@ def test_batches_shift_the_target_and_pad_outside_the_loss(tmp_path: Path) -> No
     assert spec.data is not None and spec.task.type == "seq2seq"
     objective = Translation(spec, tmp_path)
     batch = objective.batch("train", 16, torch.Generator().manual_seed(0))
-    bos, eos, pad = objective.ids["[BOS]"], objective.ids["[EOS]"], objective.ids["[PAD]"]
+    bos, eos, pad = objective.ids["bos"], objective.ids["eos"], objective.ids["pad"]
     assert (batch["input_ids"][:, 0] == bos).all()
     real = batch["targets"] != IGNORE_INDEX
     # The decoder reads the target shifted right by one: its input at t+1 is the target at t.
@@ -143,6 +143,7 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, TrainResult
     return tmp_path / "run", Trainer(spec, tmp_path / "run", show_progress=False).train()
 
 
+@pytest.mark.slow  # a learning run: 300 steps and BLEU
 def test_a_tiny_translator_learns_and_is_scored_with_bleu(trained: tuple[Path, TrainResult]) -> None:
     run, result = trained
     assert result.metrics["val_loss"] < 0.6 * math.log(1000)
@@ -151,23 +152,22 @@ def test_a_tiny_translator_learns_and_is_scored_with_bleu(trained: tuple[Path, T
     assert read_metrics(run)[-1] == {"step": 300, "test_bleu": result.metrics["test_bleu"]}
 
 
-def test_the_bundle_translates_exactly_as_pytorch_does(
-    trained: tuple[Path, TrainResult], tmp_path: Path
-) -> None:
-    run, _ = trained
-    reports = export_bundle(None, Source(run=run), tmp_path / "bundle")
-    assert set(reports) == {"encoder", "step"}
-    assert all(r.passed and r.max_abs_diff < 1e-5 for r in reports.values()), {
-        k: r.to_dict() for k, r in reports.items()
-    }
-    assert_follows_schema(tmp_path / "bundle")
-    translator = load(tmp_path / "bundle", providers=["CPUExecutionProvider"])
+def test_the_bundle_translates_exactly_as_pytorch_does(translator_bundle: Path) -> None:
+    """The shared translator (tests/conftest.py: one step, wide weights) against its run."""
+    bundle, run = translator_bundle, translator_bundle.parent / "run"
+    parity = json.loads((bundle / "manifest.json").read_text())["parity"]
+    assert set(parity) == {"encoder", "step"}
+    assert all(r["passed"] and r["max_abs_diff"] < 1e-5 for r in parity.values()), parity
+    assert_follows_schema(bundle)
+    translator = load(bundle, providers=["CPUExecutionProvider"])
     assert isinstance(translator, Translator)
     spec, model = load_trained_model(run)
     assert isinstance(model, Seq2Seq) and spec.task.type == "seq2seq"
-    sources = read_parallel(MULTI30K / "test_2016_flickr.{lang}.gz", "de", "en")[0][:12]
     tokenizer = translator.tokenizer
     assert tokenizer is not None
+    # The shared translator's context is 48 tokens: the first 12 test sentences that fit in it.
+    every = read_parallel(MULTI30K / "test_2016_flickr.{lang}.gz", "de", "en")[0]
+    sources = [s for s in every if len(tokenizer.encode(s, add_special_tokens=False).ids) <= 40][:12]
     encoded = [e.ids for e in tokenizer.encode_batch(sources, add_special_tokens=False)]
     ids = np.zeros((len(encoded), max(map(len, encoded))), dtype=np.int64)
     for row, sentence in enumerate(encoded):
@@ -180,8 +180,8 @@ def test_the_bundle_translates_exactly_as_pytorch_does(
     assert translator.translate_ids(ids, mask, beam=4, max_len=30) == expected_beam
     texts = translator.translate(sources[:3], beam=1, max_len=30)
     assert texts == [t.strip() for t in tokenizer.decode_batch(expected_greedy[:3])]
-    assert main(["translate", str(tmp_path / "bundle"), sources[0], "--beam", "1", "--max-len", "30"]) == 0
-    assert main(["classify", str(tmp_path / "bundle"), "x"]) == 2
+    assert main(["translate", str(bundle), sources[0], "--beam", "1", "--max-len", "30"]) == 0
+    assert main(["classify", str(bundle), "x"]) == 2
     with pytest.raises(InputError, match="at least one real token"):
         translator.translate_ids(ids[:1], np.zeros_like(ids[:1]))
     # A batch of sources of different lengths translates as each source alone.

@@ -7,7 +7,7 @@ import yaml
 from helpers import ROOT, tiny_model
 from pydantic import ValidationError
 
-from tfcompile.spec import PRESETS, dump_spec, load_spec, parse_spec
+from tfcompile.spec import PRESETS, SpecError, dump_spec, load_spec, parse_spec
 from tfcompile.spec.presets import merge
 
 
@@ -118,6 +118,8 @@ ABSENT = {
     "data.test_fraction",
     "task.pair_column",
     "train.init_from",
+    "tokens",  # the tokenizer's special tokens are tfcompile's own strings
+    "model.positional.scaling",  # RoPE's frequencies as trained
 }
 
 
@@ -147,3 +149,54 @@ def test_a_resolved_spec_fills_in_every_default(name: str) -> None:
         - {"train.compile", "train.name", "export.out"}
     )
     assert not left, f"nulls a reader would have to guess: {sorted(left)}"
+
+
+def test_head_dim_and_attention_scale_resolve_and_may_be_given() -> None:
+    plain = tiny_model()
+    assert plain.head_dim == 8 and plain.attention_scale == pytest.approx(8**-0.5)
+    t5 = tiny_model(d_model=30, n_heads=4, head_dim=6, attention_scale=1.0, positional="learned")
+    assert (t5.head_dim, t5.attention_scale) == (6, 1.0)
+
+
+def test_heads_that_do_not_divide_d_model_need_a_head_dim() -> None:
+    with pytest.raises(SpecError, match=r"or give model.head_dim"):
+        parse_spec("model: {vocab_size: 10, d_model: 30, n_layers: 1, n_heads: 4, max_seq_len: 8}\n")
+
+
+@pytest.mark.parametrize(
+    ("scaling", "message"),
+    [
+        (
+            {
+                "type": "llama3",
+                "factor": 8,
+                "low_freq_factor": 4,
+                "high_freq_factor": 1,
+                "original_max_position_embeddings": 64,
+            },
+            "must exceed low_freq_factor",
+        ),
+        ({"type": "linear", "factor": 0.5}, "greater than or equal to 1"),
+        ({"type": "yarn", "factor": 2}, "original_max_position_embeddings"),
+        ({"type": "longrope", "factor": 2}, "longrope"),
+    ],
+)
+def test_rope_scaling_is_checked(scaling: dict, message: str) -> None:
+    with pytest.raises(ValidationError, match=message):
+        tiny_model(positional={"type": "rope", "scaling": scaling})
+
+
+def test_dynamic_rope_scaling_needs_heads_wider_than_two() -> None:
+    scaling = {"type": "dynamic", "factor": 2, "original_max_position_embeddings": 8}
+    with pytest.raises(ValidationError, match="head size must exceed 2"):
+        tiny_model(d_model=8, n_heads=4, positional={"type": "rope", "scaling": scaling})
+
+
+def test_special_tokens_by_role() -> None:
+    spec = parse_spec(
+        "model: {vocab_size: 10, d_model: 8, n_layers: 1, n_heads: 2, max_seq_len: 8}\n"
+        "tokens: {pad: <pad>, bos: <pad>, eos: </s>}\n"
+    )
+    assert spec.tokens is not None and spec.tokens.roles() == {"pad": "<pad>", "bos": "<pad>", "eos": "</s>"}
+    with pytest.raises(SpecError, match=r"tokens\.eos"):
+        parse_spec("model: {vocab_size: 10, d_model: 8, n_layers: 1, n_heads: 2}\ntokens: {eos: ''}\n")

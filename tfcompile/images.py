@@ -1,7 +1,8 @@
 """Image preprocessing, one implementation for training and serving (numpy and Pillow only: the
 runtime imports it without torch, training without onnxruntime):
-an image file or array -> floats in [0, 1], the shorter side resized to the model's size and the
-centre cropped square, then normalised per channel with the training split's statistics."""
+an image file or array -> floats in [0, 1], resized to the model's size (the shorter side, the
+centre then cropped square; or both sides stretched, as transformers' ViTImageProcessor does), then
+normalised per channel with the training split's statistics."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import io
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, cast
 
 import numpy as np
 from PIL import Image, UnidentifiedImageError
@@ -20,24 +21,40 @@ IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".ti
 
 ImageLike = str | Path | bytes | np.ndarray  # a file, a file's bytes, or pixels
 MAX_PIXELS = 1 << 26  # 67 megapixels: a larger image is refused before it is decoded (decompression bombs)
+Resize = Literal["shorter_side", "stretch"]
+RESIZES: tuple[Resize, ...] = ("shorter_side", "stretch")
+# What preprocessing.json said before the resize was a choice: the shorter side.
+DESCRIBED = {"shorter side, bilinear, then centre crop": "shorter_side"}
 
 
 @dataclass(frozen=True)
 class ImagePreprocessing:
-    """What a ViT run saw: its image size and channels, and the per-channel mean and standard
-    deviation of its training images in [0, 1] (saved with the run and in the bundle)."""
+    """What a ViT run saw: its image size and channels, the per-channel mean and standard
+    deviation of its training images in [0, 1] (saved with the run and in the bundle), and how an
+    image of another size is resized (see ``fit``)."""
 
     image_size: int
     channels: int
     mean: tuple[float, ...]
     std: tuple[float, ...]
+    resize: Resize = "shorter_side"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"resize": "shorter side, bilinear, then centre crop", **asdict(self)}
+        return asdict(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ImagePreprocessing:
-        p = cls(int(data["image_size"]), int(data["channels"]), tuple(data["mean"]), tuple(data["std"]))
+        resize = data.get("resize", "shorter_side")
+        resize = DESCRIBED.get(resize, resize)
+        if resize not in RESIZES:
+            raise ValueError(f"preprocessing resize must be one of {RESIZES}, found {resize!r}")
+        p = cls(
+            int(data["image_size"]),
+            int(data["channels"]),
+            tuple(data["mean"]),
+            tuple(data["std"]),
+            cast(Resize, resize),
+        )
         if len(p.mean) != p.channels or len(p.std) != p.channels or min(p.std) <= 0:
             raise ValueError(f"preprocessing needs {p.channels} means and positive stds, found {data}")
         return p
@@ -55,7 +72,7 @@ class ImagePreprocessing:
     def load(self, image: ImageLike) -> np.ndarray:
         """One image path, encoded file or array -> (C, S, S) float32 in [0, 1], resized and cropped."""
         array = read_image(image, self.channels) if isinstance(image, str | Path | bytes) else image
-        return fit(to_unit_range(array, self.channels), self.image_size).transpose(2, 0, 1)
+        return fit(to_unit_range(array, self.channels), self.image_size, self.resize).transpose(2, 0, 1)
 
 
 def read_image(source: str | Path | bytes, channels: int) -> np.ndarray:
@@ -99,14 +116,20 @@ def to_unit_range(array: Any, channels: int) -> np.ndarray:
     return array.astype(np.float32)
 
 
-def fit(image: np.ndarray, size: int) -> np.ndarray:
-    """(H, W, C) float32 -> (size, size, C): the shorter side resized to ``size`` (bilinear), the
-    centre cropped. An image already size x size is returned unchanged."""
+def fit(image: np.ndarray, size: int, resize: Resize = "shorter_side") -> np.ndarray:
+    """(H, W, C) float32 -> (size, size, C), each channel resized with Pillow's bilinear filter:
+    ``shorter_side`` resizes the shorter side to ``size`` and crops the centre; ``stretch`` resizes
+    height and width to ``size`` each (the aspect ratio is not kept). An image already size x size
+    is returned unchanged."""
     H, W, C = image.shape
     if H == W == size:
         return image
     scale = size / min(H, W)
-    h, w = max(size, round(H * scale)), max(size, round(W * scale))
+    h, w = (
+        (max(size, round(H * scale)), max(size, round(W * scale)))
+        if resize == "shorter_side"
+        else (size, size)
+    )
     top, left = (h - size) // 2, (w - size) // 2
     channels = [
         np.asarray(

@@ -45,6 +45,13 @@ def length_groups(lengths: Sequence[int], waste: float = 1.25, slack: int = 32) 
     return [sorted(group) for group in groups]
 
 
+def source_row(ids: Sequence[int], length: int, suffix: Sequence[int], unk: int) -> list[int]:
+    """A translation source as the encoder reads it: its ids cut so that, with ``suffix`` (the
+    special tokens every source ends with, T5's </s>), it holds at most ``length`` tokens; an empty
+    source is the unk token."""
+    return [*(list(ids[: length - len(suffix)]) or [unk]), *suffix]
+
+
 def tidy(text: str) -> str:
     """A decoded translation without leading and trailing ASCII whitespace (as the manifest states,
     so that a client in any language strips the same characters)."""

@@ -72,6 +72,7 @@ def forward_flops_per_token(model: nn.Module, spec: TransformerSpec, context: in
     matmul = sum(2 * m.in_features * m.out_features for m in model.modules() if isinstance(m, nn.Linear))
     # An encoder-decoder's decoder attends twice per block (to itself and to the source).
     attending = spec.n_layers + 2 * getattr(spec, "n_decoder_layers", 0)
+    assert spec.head_dim is not None  # resolved by the schema
     attention = 4 * attending * (context or spec.max_seq_len or 0) * spec.n_heads * spec.head_dim
     return matmul + attention
 

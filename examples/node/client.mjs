@@ -329,10 +329,11 @@ async function translate(bundle, texts, beam) {
   const t = bundle.manifest.translation;
   beam ??= t.beam;
   const limit = Math.min(t.max_decode_len, bundle.context - 1); // the start token takes a position too
-  // Sources longer than the context are cut to it; an empty one reads as [UNK] (tfcompile's runtime).
+  // Sources are cut to leave room for the suffix (T5's </s>); an empty one reads as [UNK].
+  const suffix = t.source_suffix_ids ?? [];
   const sources = texts
-    .map((text) => bundle.encode(text, false).ids.slice(0, bundle.context))
-    .map((s) => (s.length ? s : [bundle.specialId("unk")]));
+    .map((text) => bundle.encode(text, false).ids.slice(0, bundle.context - suffix.length))
+    .map((s) => [...(s.length ? s : [bundle.specialId("unk")]), ...suffix]);
   if (beam > 1) {
     // one sentence at a time, unpadded
     const results = [];
@@ -478,9 +479,10 @@ function resize(plane, inW, inH, outW, outH) {
 const roundHalfEven = (x) => (Math.abs(x % 1) === 0.5 ? 2 * Math.round(x / 2) : Math.round(x));
 
 // An image -> (channels, size, size) float32, as the manifest's image section says: decode to
-// channel_order; uint8 / divide_by (floats are taken as already in [0, 1]); resize the shorter side to
-// size (Pillow's bilinear, per channel, in float32; the longer side rounded half to even) unless the
-// image is already size x size; crop the centre; normalise each channel; lay out as NCHW.
+// channel_order; uint8 / divide_by (floats are taken as already in [0, 1]); resize (Pillow's bilinear,
+// per channel, in float32) the shorter side to size (the longer side rounded half to even), or with
+// resize "stretch" both sides, unless the image is already size x size; crop the centre; normalise
+// each channel; lay out as NCHW.
 function preprocess(image, { height: H, width: W, data, uint8 }) {
   const { size, channels, divide_by: divideBy, mean, std } = image;
   let planes = Array.from({ length: channels }, (_, c) => {
@@ -492,7 +494,10 @@ function preprocess(image, { height: H, width: W, data, uint8 }) {
   let [h, w] = [H, W];
   if (H !== size || W !== size) {
     const factor = size / Math.min(H, W);
-    [h, w] = [Math.max(size, roundHalfEven(H * factor)), Math.max(size, roundHalfEven(W * factor))];
+    [h, w] =
+      image.resize === "stretch" // as transformers' ViTImageProcessor
+        ? [size, size]
+        : [Math.max(size, roundHalfEven(H * factor)), Math.max(size, roundHalfEven(W * factor))];
     planes = planes.map((p) => resize(p, W, H, w, h));
   }
   const [top, left] = [Math.floor((h - size) / 2), Math.floor((w - size) / 2)];

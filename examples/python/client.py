@@ -237,8 +237,12 @@ def translate(bundle: Bundle, texts: list[str], beam: int | None = None) -> list
     t = bundle.manifest["translation"]
     beam = t["beam"] if beam is None else beam
     limit = min(t["max_decode_len"], bundle.context - 1)  # the start token takes a position too
-    # Sources longer than the context are cut to it; an empty one reads as [UNK] (tfcompile's runtime).
-    sources = [e.ids[: bundle.context] or [bundle.special_id("unk")] for e in bundle.encode(texts, False)]
+    # Sources are cut to leave room for the suffix (T5's </s>); an empty one reads as [UNK].
+    suffix = t.get("source_suffix_ids", [])
+    sources = [
+        (e.ids[: bundle.context - len(suffix)] or [bundle.special_id("unk")]) + suffix
+        for e in bundle.encode(texts, False)
+    ]
     if beam > 1:  # one sentence at a time, unpadded
         alone = [(np.array([s], dtype=np.int64), np.ones((1, len(s)), dtype=np.int64)) for s in sources]
         return [beam_search(TranslationDecoder(bundle, *source), t, limit, beam) for source in alone]
@@ -298,9 +302,10 @@ def beam_search(decoder: TranslationDecoder, t: dict, limit: int, beam: int) -> 
 
 def preprocess(image_info: dict, source: str | np.ndarray) -> np.ndarray:
     """An image file or array -> (channels, size, size) float32, as the manifest's image section
-    says: decode to channel_order; uint8 / divide_by (floats are taken as already in [0, 1]); resize the
-    shorter side to size (Pillow's bilinear filter, per channel, in float32; the longer side
-    rounded half to even) unless the image is already size x size; crop the centre; normalise."""
+    says: decode to channel_order; uint8 / divide_by (floats are taken as already in [0, 1]); resize
+    (Pillow's bilinear filter, per channel, in float32) the shorter side to size (the longer side
+    rounded half to even), or with resize "stretch" both sides, unless the image is already
+    size x size; crop the centre; normalise."""
     size, channels = image_info["size"], image_info["channels"]
     if isinstance(source, np.ndarray):
         array = source
@@ -315,6 +320,8 @@ def preprocess(image_info: dict, source: str | np.ndarray) -> np.ndarray:
     if (H, W) != (size, size):
         scale = size / min(H, W)
         h, w = max(size, round(H * scale)), max(size, round(W * scale))
+        if image_info.get("resize") == "stretch":  # as transformers' ViTImageProcessor
+            h, w = size, size
         planes = [Image.fromarray(np.ascontiguousarray(array[:, :, c])) for c in range(channels)]  # mode F
         resized = [np.asarray(p.resize((w, h), Image.Resampling.BILINEAR)) for p in planes]
         top, left = (h - size) // 2, (w - size) // 2

@@ -29,6 +29,7 @@ class DecoderLM(Assembly):
         self.drop = nn.Dropout(spec.dropout.embedding)
         self.blocks = nn.ModuleList(TransformerBlock(spec) for _ in range(spec.n_layers))
         self.final_norm = build_final_norm(spec)
+        self.output_scale = spec.d_model**-0.5 if spec.scale_output else 1.0
         self.lm_head = nn.Linear(spec.d_model, vocab_size, bias=spec.bias.lm_head)
         self.apply(partial(init_weights, std=spec.init_std))
         if spec.tie_embeddings:
@@ -62,7 +63,7 @@ class DecoderLM(Assembly):
         mask = None if use_kernel_causal else may_attend(index[past:], index, True, padding)
         for i, block in enumerate(self.blocks):
             x = block(x, mask, use_kernel_causal, rotary, bias, cache[i] if cache else None)
-        return self.lm_head(self.final_norm(x))  # (B, T, vocab)
+        return self.lm_head(self.final_norm(x) * self.output_scale)  # (B, T, vocab)
 
     def example_inputs(self, batch: int = 1) -> tuple[torch.Tensor, ...]:
         """Inputs of the full context's length, on the model's device (summaries, tracing)."""

@@ -10,13 +10,13 @@ from __future__ import annotations
 from functools import partial
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from tfcompile.models.common import Assembly, check_token_ids, init_weights, require_vocab_size
 from tfcompile.nn.attention import may_attend
 from tfcompile.nn.block import TransformerBlock, build_final_norm, build_norm
 from tfcompile.nn.positional import build_positional, positions_from_mask
+from tfcompile.nn.registry import ACTIVATIONS
 from tfcompile.spec.schema import EncoderSpec
 
 
@@ -37,7 +37,7 @@ class Encoder(Assembly):
         self.blocks = nn.ModuleList(TransformerBlock(spec) for _ in range(spec.n_layers))
         self.final_norm = build_final_norm(spec)
         # BERT's pooler: the [CLS] state through a dense layer and tanh, for the sentence-level heads.
-        self.pooler = nn.Linear(spec.d_model, spec.d_model)
+        self.pooler = nn.Linear(spec.d_model, spec.d_model) if spec.pooler else None
 
     def encode(
         self,
@@ -69,6 +69,8 @@ class Encoder(Assembly):
 
     def pool(self, hidden: torch.Tensor) -> torch.Tensor:
         """(B, T, d) -> (B, d): the [CLS] state through the pooler."""
+        if self.pooler is None:
+            raise ValueError("the model has no pooler (model.pooler: false) to pool the [CLS] state with")
         return torch.tanh(self.pooler(hidden[:, 0]))
 
     def _check_inputs(
@@ -88,8 +90,9 @@ class Encoder(Assembly):
 class MaskedLM(Encoder):
     """-> (token logits (B, T, vocab), next-sentence logits (B, 2) or None).
 
-    BERT's heads: dense + GELU + norm, then a projection to the vocabulary (tied to the token
-    embeddings when the spec ties them); next-sentence prediction from the pooled [CLS] state.
+    BERT's heads: dense + the spec's activation + norm, then a projection to the vocabulary (tied to
+    the token embeddings when the spec ties them); next-sentence prediction from the pooled [CLS]
+    state.
     """
 
     heads = ("mlm_dense", "mlm_norm", "lm_head", "nsp_head")  # what fine-tuning leaves behind
@@ -98,6 +101,7 @@ class MaskedLM(Encoder):
         super().__init__(spec)
         assert spec.vocab_size is not None
         self.mlm_dense = nn.Linear(spec.d_model, spec.d_model)
+        self.mlm_activation = ACTIVATIONS[spec.activation]  # a gated name's nonlinearity, ungated
         self.mlm_norm = build_norm(spec.norm, spec.d_model)
         self.lm_head = nn.Linear(spec.d_model, spec.vocab_size, bias=spec.bias.lm_head)
         self.nsp_head = nn.Linear(spec.d_model, 2) if next_sentence else None
@@ -112,7 +116,7 @@ class MaskedLM(Encoder):
         token_type_ids: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         hidden = self.encode(input_ids, attention_mask, token_type_ids)
-        logits = self.lm_head(self.mlm_norm(F.gelu(self.mlm_dense(hidden))))  # (B, T, vocab)
+        logits = self.lm_head(self.mlm_norm(self.mlm_activation(self.mlm_dense(hidden))))  # (B, T, vocab)
         nsp = self.nsp_head(self.pool(hidden)) if self.nsp_head is not None else None  # (B, 2)
         return logits, nsp
 

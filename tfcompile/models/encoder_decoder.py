@@ -38,6 +38,7 @@ class Seq2Seq(Assembly):
             TransformerBlock(spec, cross_attention=True) for _ in range(spec.n_decoder_layers)
         )
         self.decoder_norm = build_final_norm(spec)
+        self.output_scale = spec.d_model**-0.5 if spec.scale_output else 1.0
         self.lm_head = nn.Linear(spec.d_model, vocab_size, bias=spec.bias.lm_head)
         self.apply(partial(init_weights, std=spec.init_std))
         if spec.tie_embeddings:
@@ -97,7 +98,7 @@ class Seq2Seq(Assembly):
         source = source_mask.bool()[:, None, None, :] if source_mask is not None else None  # (B, 1, 1, S)
         for i, block in enumerate(self.decoder_blocks):
             x = block(x, mask, False, rotary, bias, cache[i] if cache else None, memory[i], source)
-        return self.lm_head(self.decoder_norm(x))
+        return self.lm_head(self.decoder_norm(x) * self.output_scale)  # (B, T, vocab)
 
     def example_inputs(self, batch: int = 1) -> tuple[torch.Tensor | None, ...]:
         """Source and target of the full context's length, on the model's device."""

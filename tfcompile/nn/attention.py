@@ -1,7 +1,8 @@
 """Multi-head scaled dot-product attention with grouped K/V heads (MHA, GQA, MQA).
 
-Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k) + bias) V, with -inf where a query may not attend
-(notes: usc-csci467-transformers-pretraining.txt, "Scaled Dot-Product Attention").
+Attention(Q, K, V) = softmax(scale * Q K^T + bias) V, with -inf where a query may not attend and
+scale = 1 / sqrt(d_k) unless the spec says otherwise (T5: 1) (notes:
+usc-csci467-transformers-pretraining.txt, "Scaled Dot-Product Attention").
 
 Masks follow one convention everywhere: boolean, True where a query *may attend* to a key.
 """
@@ -86,13 +87,25 @@ class KVCache:
 class _MultiHead(nn.Module):
     """What self- and cross-attention share: head sizes, K/V head sharing, SDPA, the output
     projection. n_kv_heads = n_heads is MHA, 1 is MQA, anything between that divides n_heads is
-    GQA: each K/V head serves n_heads / n_kv_heads query heads."""
+    GQA: each K/V head serves n_heads / n_kv_heads query heads. Heads are ``head_dim`` wide
+    (d_model / n_heads unless given: T5's d_kv), and the scores are q.k times ``scale``
+    (1 / sqrt(head_dim) unless given)."""
 
-    def __init__(self, d_model: int, n_heads: int, n_kv_heads: int, out_bias: bool, dropout: float) -> None:
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        n_kv_heads: int,
+        out_bias: bool,
+        dropout: float,
+        head_dim: int | None = None,
+        scale: float | None = None,
+    ) -> None:
         super().__init__()
         self.n_heads = n_heads
         self.n_kv_heads = n_kv_heads
-        self.head_dim = d_model // n_heads
+        self.head_dim = head_dim or d_model // n_heads
+        self.scale = scale
         self.dropout = dropout
         self.out = nn.Linear(n_heads * self.head_dim, d_model, bias=out_bias)
 
@@ -122,6 +135,7 @@ class _MultiHead(nn.Module):
             attn_mask=attn_mask,
             dropout_p=self.dropout if self.training else 0.0,
             is_causal=is_causal,
+            scale=self.scale,
         )  # (B, H, T, hd)
         return self.out(y.transpose(1, 2).clone(memory_format=torch.contiguous_format).view(B, T, -1))
 
@@ -137,8 +151,10 @@ class Attention(_MultiHead):
         qkv_bias: bool,
         out_bias: bool,
         dropout: float,
+        head_dim: int | None = None,
+        scale: float | None = None,
     ) -> None:
-        super().__init__(d_model, n_heads, n_kv_heads, out_bias, dropout)
+        super().__init__(d_model, n_heads, n_kv_heads, out_bias, dropout, head_dim, scale)
         self.qkv = nn.Linear(d_model, (n_heads + 2 * n_kv_heads) * self.head_dim, bias=qkv_bias)
 
     def forward(
@@ -175,9 +191,17 @@ class CrossAttention(_MultiHead):
     (batch, tgt_seq, d_model) x (batch, src_seq, d_model) -> (batch, tgt_seq, d_model)."""
 
     def __init__(
-        self, d_model: int, n_heads: int, n_kv_heads: int, qkv_bias: bool, out_bias: bool, dropout: float
+        self,
+        d_model: int,
+        n_heads: int,
+        n_kv_heads: int,
+        qkv_bias: bool,
+        out_bias: bool,
+        dropout: float,
+        head_dim: int | None = None,
+        scale: float | None = None,
     ) -> None:
-        super().__init__(d_model, n_heads, n_kv_heads, out_bias, dropout)
+        super().__init__(d_model, n_heads, n_kv_heads, out_bias, dropout, head_dim, scale)
         self.q = nn.Linear(d_model, n_heads * self.head_dim, bias=qkv_bias)
         self.kv = nn.Linear(d_model, 2 * n_kv_heads * self.head_dim, bias=qkv_bias)
 

@@ -46,6 +46,8 @@ class TransformerBlock(nn.Module):
             qkv_bias=spec.bias.qkv,
             out_bias=spec.bias.attn_out,
             dropout=spec.dropout.attention,
+            head_dim=spec.head_dim,
+            scale=spec.attention_scale,
         )
         self.cross: CrossAttention | None = None
         if cross_attention:
@@ -57,6 +59,8 @@ class TransformerBlock(nn.Module):
                 qkv_bias=spec.bias.qkv,
                 out_bias=spec.bias.attn_out,
                 dropout=spec.dropout.attention,
+                head_dim=spec.head_dim,
+                scale=spec.attention_scale,
             )
         self.ffn_norm = build_norm(spec.norm, spec.d_model)
         self.ffn = FeedForward(spec.d_model, spec.d_ff, spec.activation, bias=spec.bias.ffn)

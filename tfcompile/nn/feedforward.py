@@ -2,6 +2,9 @@
 
 Plain:  FFN(x) = f(x W1 + b1) W2 + b2
 Gated:  FFN(x) = (f(x W_gate) * (x W_up)) W2      (SwiGLU: f = SiLU, GeGLU: f = GELU; Shazeer 2020)
+
+GELU is exact, x Phi(x) with the normal CDF (erf), or its tanh approximation
+0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) (``gelu_tanh``, ``geglu_tanh``).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ ACTIVATIONS.register("geglu")(F.gelu)
 
 
 @ACTIVATIONS.register("gelu_tanh")
+@ACTIVATIONS.register("geglu_tanh")
 def _gelu_tanh(x: torch.Tensor) -> torch.Tensor:
     return F.gelu(x, approximate="tanh")
 

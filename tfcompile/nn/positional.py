@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 from torch import nn
@@ -23,7 +23,14 @@ from tfcompile.nn.registry import POSITIONAL
 if TYPE_CHECKING:
     from tfcompile.spec import schema
 
-Rotary = tuple[torch.Tensor, torch.Tensor]
+
+class Rotary(NamedTuple):
+    """RoPE's angles for the positions at hand: cos and sin (T or B, T, head_dim / 2), and which
+    dimensions rotate together (the spec's ``layout``)."""
+
+    cos: torch.Tensor
+    sin: torch.Tensor
+    layout: str = "interleaved"
 
 
 @dataclass(frozen=True)
@@ -67,7 +74,7 @@ def build_positional(
     """The spec's positional encoding for a stack that looks both ways (encoders) or back only
     (causal decoders: relative buckets then cover earlier keys alone); images give their patch
     ``grid`` and the ``prefix`` tokens before it."""
-    assert spec.max_seq_len is not None  # every family resolves it
+    assert spec.max_seq_len is not None and spec.head_dim is not None  # every family resolves them
     dims = PositionalDims(
         spec.d_model, spec.n_heads, spec.head_dim, spec.max_seq_len, bidirectional, grid, prefix
     )
@@ -130,29 +137,109 @@ class LearnedPositional(PositionalEncoding):
         return x + self.table(positions).to(x.dtype)
 
 
+def rope_frequencies(spec: schema.RopePositional, head_dim: int) -> tuple[torch.Tensor, float]:
+    """The angle per position of each rotated pair, (head_dim / 2,) float64, and the factor cos and
+    sin are multiplied by, for a scaling that does not depend on the sequence (transformers'
+    rope_init functions, in float64). Pair i turns theta^(-2i/head_dim) per position unscaled."""
+    d = head_dim
+    inv_freq = spec.theta ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+    scaling = spec.scaling
+    if scaling is None or scaling.type == "dynamic":  # dynamic is plain up to the original length
+        return inv_freq, 1.0
+    if scaling.type == "linear":
+        return inv_freq / scaling.factor, 1.0
+    if scaling.type == "llama3":
+        original = scaling.original_max_position_embeddings
+        low, high = scaling.low_freq_factor, scaling.high_freq_factor
+        wavelength = 2 * math.pi / inv_freq
+        # Long wavelengths (low frequencies) are interpolated, short ones kept, those between blended.
+        smooth = (original / wavelength - low) / (high - low)
+        blended = (1 - smooth) * inv_freq / scaling.factor + smooth * inv_freq
+        scaled = torch.where(wavelength > original / low, inv_freq / scaling.factor, inv_freq)
+        medium = (wavelength >= original / high) & (wavelength <= original / low)
+        return torch.where(medium, blended, scaled), 1.0
+    return _yarn_frequencies(scaling, spec.theta, inv_freq, d)
+
+
+def _yarn_frequencies(
+    scaling: schema.YarnRopeScaling, theta: float, inv_freq: torch.Tensor, d: int
+) -> tuple[torch.Tensor, float]:
+    """YaRN: interpolate the pairs that turn fewer than beta_slow times over the original context,
+    keep those that turn more than beta_fast times, ramp linearly between."""
+    factor, original = scaling.factor, scaling.original_max_position_embeddings
+
+    def m_scale(scale: float, m: float = 1.0) -> float:
+        return 1.0 if scale <= 1 else 0.1 * m * math.log(scale) + 1.0
+
+    attention_factor = scaling.attention_factor
+    if attention_factor is None:
+        if scaling.mscale is not None and scaling.mscale_all_dim is not None:
+            attention_factor = m_scale(factor, scaling.mscale) / m_scale(factor, scaling.mscale_all_dim)
+        else:
+            attention_factor = m_scale(factor)
+
+    def pair_turning(turns: float) -> float:
+        """The (fractional) pair index that turns ``turns`` times over the original context."""
+        return d * math.log(original / (turns * 2 * math.pi)) / (2 * math.log(theta))
+
+    low, high = pair_turning(scaling.beta_fast), pair_turning(scaling.beta_slow)
+    if scaling.truncate:
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, d - 1)
+    if low == high:
+        high += 0.001  # a ramp of zero width would divide by zero
+    ramp = ((torch.arange(d // 2, dtype=torch.float64) - low) / (high - low)).clamp(0, 1)
+    return inv_freq / factor * ramp + inv_freq * (1 - ramp), attention_factor
+
+
 @POSITIONAL.register("rope")
 class RotaryPositional(PositionalEncoding):
-    """RoPE (Su et al. 2021): rotate each pair (x_{2i}, x_{2i+1}) by the angle m * theta^(-2i/d)."""
+    """RoPE (Su et al. 2021): rotate each pair of dimensions by the angle m * theta^(-2i/d) at
+    position m, the pairs (x_{2i}, x_{2i+1}) or, with ``layout: halves``, (x_i, x_{i+d/2}); with
+    ``scaling``, the frequencies (and a factor on cos and sin) of a longer context."""
 
     cos: torch.Tensor
     sin: torch.Tensor
+    inv_freq: torch.Tensor
 
     def __init__(self, spec: schema.RopePositional, dims: PositionalDims) -> None:
         super().__init__(spec, dims)
-        half = dims.head_dim // 2
-        inv_freq = spec.theta ** (-torch.arange(half, dtype=torch.float64) * 2 / dims.head_dim)
+        self.layout = spec.layout
+        inv_freq, factor = rope_frequencies(spec, dims.head_dim)
         angles = torch.arange(dims.max_seq_len, dtype=torch.float64)[:, None] * inv_freq  # (T, hd/2)
-        self.register_buffer("cos", angles.cos().float(), persistent=False)
-        self.register_buffer("sin", angles.sin().float(), persistent=False)
+        self.register_buffer("cos", (angles.cos() * factor).float(), persistent=False)
+        self.register_buffer("sin", (angles.sin() * factor).float(), persistent=False)
+        self.dynamic = spec.scaling if spec.scaling is not None and spec.scaling.type == "dynamic" else None
+        self.theta, self.head_dim = spec.theta, dims.head_dim
 
     def rotary(self, positions: torch.Tensor) -> Rotary:
-        return self.cos[positions], self.sin[positions]
+        if self.dynamic is not None:
+            cos, sin = self._dynamic_angles(positions)
+            return Rotary(cos, sin, self.layout)
+        return Rotary(self.cos[positions], self.sin[positions], self.layout)
+
+    def _dynamic_angles(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """NTK-aware scaling by the longest sequence at hand, L = max(positions) + 1 but at least
+        the original length: theta' = theta (factor L / original - (factor - 1))^(d / (d - 2)).
+        Computed in float32 in the graph, as transformers computes it."""
+        assert self.dynamic is not None
+        d, factor = self.head_dim, self.dynamic.factor
+        original = self.dynamic.original_max_position_embeddings
+        length = (positions.max() + 1).clamp(min=original).float()
+        theta = self.theta * (factor * length / original - (factor - 1)) ** (d / (d - 2))
+        inv_freq = 1.0 / theta ** (torch.arange(0, d, 2, device=positions.device).float() / d)  # (hd/2,)
+        angles = positions.float()[..., None] * inv_freq  # (T or B, T, hd/2)
+        return angles.cos(), angles.sin()
 
 
 def apply_rotary(x: torch.Tensor, rotary: Rotary) -> torch.Tensor:
-    """x: (B, H, T, head_dim) with pairs (x1, x2) -> (x1 cos - x2 sin, x2 cos + x1 sin); cos and
-    sin are (T, head_dim / 2) or, per row, (B, T, head_dim / 2)."""
-    cos, sin = (t.unsqueeze(-3) for t in rotary)  # the same angles for every head
+    """x: (B, H, T, head_dim) -> each pair (x1, x2) rotated to (x1 cos - x2 sin, x2 cos + x1 sin):
+    pairs (x_{2i}, x_{2i+1}) in the interleaved layout, (x_i, x_{i+hd/2}) in halves. cos and sin
+    are (T, head_dim / 2) or, per row, (B, T, head_dim / 2)."""
+    cos, sin = (t.unsqueeze(-3) for t in rotary[:2])  # the same angles for every head
+    if rotary.layout == "halves":
+        x1, x2 = x.float().chunk(2, dim=-1)  # (B, H, T, hd/2) each
+        return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).type_as(x)
     pairs = x.float().unflatten(-1, (-1, 2))  # (B, H, T, hd/2, 2)
     x1, x2 = pairs[..., 0], pairs[..., 1]
     rotated = torch.stack((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)

@@ -102,7 +102,9 @@ class ImageClassifier(Bundle):
         self.preprocessing = (
             None
             if image is None
-            else ImagePreprocessing(image.size, image.channels, tuple(image.mean), tuple(image.std))
+            else ImagePreprocessing(
+                image.size, image.channels, tuple(image.mean), tuple(image.std), image.resize
+            )
         )
         shape = self.graph("model").inputs[0].shape[1:]
         if not all(isinstance(d, int) for d in shape) or len(shape) != 3:

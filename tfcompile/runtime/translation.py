@@ -17,7 +17,7 @@ from tfcompile.runtime.bundle import BundleFiles
 from tfcompile.runtime.errors import BundleError, InputError
 from tfcompile.runtime.ort import run
 from tfcompile.runtime.session import Bundle, SessionOptions
-from tfcompile.sequences import pad_rows, tidy
+from tfcompile.sequences import pad_rows, source_row, tidy
 
 
 class Translator(Bundle):
@@ -52,9 +52,10 @@ class Translator(Bundle):
     ) -> list[str]:
         """Sentences -> their translations (detokenized)."""
         encodings = self.encode(inputs.texts("texts", texts), add_special_tokens=False)
-        pad = self.manifest.padding.pad_id
-        ids = pad_rows([e.ids[: self.max_seq_len] or [self.special_id("unk")] for e in encodings], pad)
-        mask = pad_rows([[1] * min(max(len(e.ids), 1), self.max_seq_len) for e in encodings], 0)
+        suffix, unk = self.translation.source_suffix_ids, self.special_id("unk")
+        rows = [source_row(e.ids, self.max_seq_len, suffix, unk) for e in encodings]
+        ids = pad_rows(rows, self.manifest.padding.pad_id)
+        mask = pad_rows([[1] * len(row) for row in rows], 0)
         tokens = self.translate_ids(ids, mask, beam, length_penalty, max_len)
         assert self.tokenizer is not None  # encode() needs it
         return [tidy(t) for t in self.tokenizer.decode_batch(tokens)]
@@ -112,7 +113,7 @@ class _StepDecoder:
             )
         )
         logits, *self.past = run(self.translator.step, feed)
-        return logits[:, -1]
+        return logits[:, -1, : self.translator.emitted]
 
     def reorder(self, rows: np.ndarray) -> None:
         self.past = [p[rows] for p in self.past]

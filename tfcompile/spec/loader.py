@@ -47,7 +47,26 @@ def load_spec(path: str | Path, overrides: Sequence[str] = ()) -> Spec:
     return parse_spec(_read_text(path), source=str(path), base_dir=path.parent, overrides=overrides)
 
 
-def _read_text(path: Path) -> str:
+def read_yaml(path: Path, what: str = "spec") -> tuple[str, Any, dict[Loc, Mark]]:
+    """A YAML file a person writes (a spec, or another ``what`` such as a study) -> its text, its
+    contents as plain Python and the position of every key and value; a problem is a SpecError."""
+    text = _read_text(path, what)
+    data, marks = _compose(text, str(path))
+    return text, data, marks
+
+
+def validation_issues(
+    error: ValidationError,
+    data: Any,
+    marks: dict[Loc, Mark],
+    root: type[BaseModel] = Spec,
+    preset: str | None = None,
+) -> list[SpecIssue]:
+    """The problems of validating ``data`` as ``root``, each at its key or value in the file."""
+    return [issue for e in error.errors() for issue in _issues(e, data, marks, preset, root)]
+
+
+def _read_text(path: Path, what: str = "spec") -> str:
     """The file as UTF-8 text: a regular file (a FIFO or device would block or never end) of at
     most MAX_BYTES; a byte that is not UTF-8 is reported at its line and column."""
 
@@ -58,13 +77,15 @@ def _read_text(path: Path) -> str:
 
     try:
         if not stat.S_ISREG(path.stat().st_mode):
-            raise fail("cannot read the spec: not a regular file", "give the path of a .yaml file")
+            raise fail(f"cannot read the {what}: not a regular file", "give the path of a .yaml file")
         with open(path, "rb") as f:
             data = f.read(MAX_BYTES + 1)
     except OSError as e:
-        raise fail(f"cannot read the spec: {e.strerror}") from None
+        raise fail(f"cannot read the {what}: {e.strerror}") from None
     if len(data) > MAX_BYTES:
-        raise fail(f"the file is larger than {MAX_BYTES // 1024} KiB, far beyond any spec", "is this a spec?")
+        raise fail(
+            f"the file is larger than {MAX_BYTES // 1024} KiB, far beyond any {what}", f"is this a {what}?"
+        )
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -72,7 +93,7 @@ def _read_text(path: Path) -> str:
         column = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
         raise fail(
             f"the file is not UTF-8 text: byte 0x{data[e.start]:02x} cannot be decoded",
-            "save the spec as UTF-8",
+            f"save the {what} as UTF-8",
             line,
             column,
         ) from None
@@ -90,6 +111,14 @@ def parse_spec(
         raise SpecError(source, [issue], text)
     for override in overrides:
         _apply_override(data, marks, override, source)
+    return spec_from_data(data, marks, source, text, base_dir)
+
+
+def spec_from_data(
+    data: dict[str, Any], marks: dict[Loc, Mark], source: str, text: str, base_dir: Path | None = None
+) -> Spec:
+    """A spec's contents (plain Python with the ``marks`` of their keys and values in ``text``,
+    such as a spec a study changed) -> a validated Spec, or a SpecError with every problem."""
     preset_name = data.get("preset")
     preset: dict[str, Any] = {}
     if preset_name is not None:
@@ -100,8 +129,7 @@ def parse_spec(
     try:
         spec = Spec.model_validate(merge(preset, data))
     except ValidationError as e:
-        issues = [issue for error in e.errors() for issue in _issues(error, data, marks, preset_name)]
-        raise SpecError(source, issues, text) from None
+        raise SpecError(source, validation_issues(e, data, marks, preset=preset_name), text) from None
     if spec.data is not None and base_dir is not None:
         spec = spec.model_copy(update={"data": spec.data.relative_to(base_dir)})
     return spec
@@ -272,7 +300,9 @@ FIELD_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # a step of a --set path
 # ------------------------------------------------------------------- validation -> issues
 
 
-def _issues(error: Any, data: dict[str, Any], marks: dict[Loc, Mark], preset: str | None) -> list[SpecIssue]:
+def _issues(
+    error: Any, data: dict[str, Any], marks: dict[Loc, Mark], preset: str | None, root: type[BaseModel]
+) -> list[SpecIssue]:
     kind = error["type"]
     if kind == "spec_rule":
         return [
@@ -283,8 +313,8 @@ def _issues(error: Any, data: dict[str, Any], marks: dict[Loc, Mark], preset: st
     found = error.get("input")
     if kind == "extra_forbidden":
         key = loc[-1]
-        fields = _fields_at(error["loc"][:-1])
-        issue = _unknown("field", key, fields, nested=_nested_fields(error["loc"][:-1]))
+        fields = _fields_at(error["loc"][:-1], root)
+        issue = _unknown("field", key, fields, nested=_nested_fields(error["loc"][:-1], root))
         return [_issue(loc, marks, issue.message, issue.hint, preset, on_key=True)]
     if kind == "missing" and isinstance(error["loc"][-1], int):
         return [_issue(loc, marks, f"too few items: nothing at position {error['loc'][-1]}", None, preset)]
@@ -298,13 +328,13 @@ def _issues(error: Any, data: dict[str, Any], marks: dict[Loc, Mark], preset: st
         return [_issue(loc, marks, issue.message, issue.hint, preset)]
     if kind == "union_tag_invalid":
         expected = _quoted(error["ctx"]["expected_tags"])
-        tag_field = _tag_field(error["loc"])
+        tag_field = _tag_field(error["loc"], root)
         issue = _unknown(tag_field, error["ctx"]["tag"], expected)
         if isinstance(_value_at(data, loc), dict):
             loc = (*loc, tag_field)
         return [_issue(loc, marks, issue.message, issue.hint, preset)]
     if kind == "union_tag_not_found":
-        tags = [cls.model_fields["type"].default for cls in _walk(error["loc"]) if "type" in cls.model_fields]
+        tags = [c.model_fields["type"].default for c in _walk(error["loc"], root) if "type" in c.model_fields]
         return [_issue(loc, marks, "missing `type`", f"add `type:` with one of {_choices(tags)}", preset)]
     if kind in {"model_type", "model_attributes_type", "dict_type"}:
         return [_issue(loc, marks, f"expected a mapping of fields, found {found!r}", None, preset)]
@@ -404,16 +434,16 @@ def _quoted(expected: str) -> list[str]:
 # ----------------------------------------------------------------- schema walk (for hints)
 
 
-def _fields_at(loc: Loc) -> list[str]:
+def _fields_at(loc: Loc, root: type[BaseModel]) -> list[str]:
     """Field names of the section at a Pydantic loc, following union tags."""
-    candidates = _walk(loc)
+    candidates = _walk(loc, root)
     return list(dict.fromkeys(name for cls in candidates for name in cls.model_fields))
 
 
-def _nested_fields(loc: Loc) -> dict[str, str]:
+def _nested_fields(loc: Loc, root: type[BaseModel]) -> dict[str, str]:
     """For a misplaced key: field name -> the subsection (below loc) that owns it."""
     owners: dict[str, str] = {}
-    for cls in _walk(loc):
+    for cls in _walk(loc, root):
         for name, info in cls.model_fields.items():
             for sub in _models_in(info.annotation):
                 for field in sub.model_fields:
@@ -421,8 +451,8 @@ def _nested_fields(loc: Loc) -> dict[str, str]:
     return owners
 
 
-def _walk(loc: Loc) -> list[type[BaseModel]]:
-    candidates: list[type[BaseModel]] = [Spec]
+def _walk(loc: Loc, root: type[BaseModel]) -> list[type[BaseModel]]:
+    candidates: list[type[BaseModel]] = [root]
     for part in loc:
         fields = [cls.model_fields[part] for cls in candidates if part in cls.model_fields]
         if fields:
@@ -441,8 +471,8 @@ def _tag(cls: type[BaseModel]) -> Any:
     return next((cls.model_fields[f].default for f in TAG_FIELDS if f in cls.model_fields), None)
 
 
-def _tag_field(loc: Loc) -> str:
-    return next((f for cls in _walk(loc) for f in TAG_FIELDS if f in cls.model_fields), "type")
+def _tag_field(loc: Loc, root: type[BaseModel]) -> str:
+    return next((f for cls in _walk(loc, root) for f in TAG_FIELDS if f in cls.model_fields), "type")
 
 
 def _models_in(annotation: Any) -> list[type[BaseModel]]:

@@ -12,6 +12,7 @@ module imports no torch, so that checking a spec is fast.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -103,9 +104,82 @@ class LearnedPositional(Section):
         return model.max_seq_len * model.d_model  # one vector per position
 
 
+ScalingFactor = Annotated[float, Field(ge=1)]
+
+
+class LinearRopeScaling(Section):
+    """Position interpolation (Chen et al. 2023): every frequency divided by ``factor``."""
+
+    type: Literal["linear"] = "linear"
+    factor: ScalingFactor
+
+
+class DynamicRopeScaling(Section):
+    """NTK-aware scaling that follows the sequence: with L = max(longest position + 1,
+    original_max_position_embeddings), theta becomes theta * (factor * L / original - (factor - 1))
+    ^ (head_dim / (head_dim - 2)); up to the original length it is plain RoPE."""
+
+    type: Literal["dynamic"] = "dynamic"
+    factor: ScalingFactor
+    original_max_position_embeddings: PositiveInt = Field(description="the length trained without scaling")
+
+
+class Llama3RopeScaling(Section):
+    """Llama 3.1's: wavelengths above original / low_freq_factor are divided by ``factor``, those
+    below original / high_freq_factor kept, and those between interpolated smoothly."""
+
+    type: Literal["llama3"] = "llama3"
+    factor: ScalingFactor
+    low_freq_factor: PositiveFloat
+    high_freq_factor: PositiveFloat
+    original_max_position_embeddings: PositiveInt
+
+    @model_validator(mode="after")
+    def _rules(self) -> Llama3RopeScaling:
+        rules = Rules()
+        rules.require(
+            self.high_freq_factor > self.low_freq_factor,
+            ("high_freq_factor",),
+            f"must exceed low_freq_factor ({self.low_freq_factor}), found {self.high_freq_factor}",
+            "Llama 3.1 uses low_freq_factor 1 and high_freq_factor 4",
+        )
+        rules.check()
+        return self
+
+
+class YarnRopeScaling(Section):
+    """YaRN (Peng et al. 2023): frequencies that turn fewer than ``beta_slow`` times over the
+    original length are divided by ``factor``, those that turn more than ``beta_fast`` times kept,
+    a linear ramp between; cos and sin are multiplied by the attention factor (default
+    0.1 ln(factor) + 1, or the ratio of that with mscale and with mscale_all_dim)."""
+
+    type: Literal["yarn"] = "yarn"
+    factor: ScalingFactor
+    original_max_position_embeddings: PositiveInt
+    beta_fast: PositiveFloat = 32.0
+    beta_slow: PositiveFloat = 1.0
+    mscale: PositiveFloat | None = Field(None, description="with mscale_all_dim: their ratio sets the factor")
+    mscale_all_dim: PositiveFloat | None = None
+    attention_factor: PositiveFloat | None = Field(None, description="given outright instead of computed")
+    truncate: bool = Field(True, description="round the ramp's ends to whole dimensions")
+
+
+RopeScaling = Annotated[
+    LinearRopeScaling | DynamicRopeScaling | Llama3RopeScaling | YarnRopeScaling, Field(discriminator="type")
+]
+
+
 class RopePositional(Section):
     type: Literal["rope"] = "rope"
     theta: PositiveFloat = 10000.0
+    layout: Literal["interleaved", "halves"] = Field(
+        "interleaved",
+        description="which dimensions rotate together: interleaved pairs (x_2i, x_2i+1), as in the RoPE "
+        "paper and Meta's Llama code; or halves (x_i, x_i+head_dim/2), as in Hugging Face transformers",
+    )
+    scaling: RopeScaling | None = Field(
+        None, description="for a longer context than trained: how the frequencies change"
+    )
 
     def parameters(self, model: TransformerSpec) -> int:
         return 0
@@ -182,16 +256,18 @@ class TransformerSpec(Section):
     activation: ActivationName = "gelu"
     positional: Positional = LearnedPositional()
     bias: BiasSpec = BiasSpec()
+    head_dim: PositiveInt | None = Field(
+        None, description="size of each attention head; default d_model / n_heads (T5 sets its own)"
+    )
+    attention_scale: PositiveFloat | None = Field(
+        None, description="what q.k is multiplied by before the softmax; default 1/sqrt(head_dim); T5: 1"
+    )
     tie_embeddings: bool = True
     scale_embeddings: bool = Field(False, description="multiply token embeddings by sqrt(d_model)")
     dropout: DropoutSpec = DropoutSpec()
     init_std: PositiveFloat = 0.02
 
     _positional_shorthand = field_validator("positional", mode="before")(_type_shorthand)
-
-    @property
-    def head_dim(self) -> int:
-        return self.d_model // self.n_heads
 
     @property
     def gated(self) -> bool:
@@ -201,6 +277,10 @@ class TransformerSpec(Section):
     def _resolve_and_check(self) -> TransformerSpec:
         if self.n_kv_heads is None:
             self._resolve(n_kv_heads=self.n_heads)
+        if self.head_dim is None and self.d_model % self.n_heads == 0:
+            self._resolve(head_dim=self.d_model // self.n_heads)
+        if self.attention_scale is None and self.head_dim is not None:
+            self._resolve(attention_scale=1 / math.sqrt(self.head_dim))  # as scaled_dot_product_attention
         if self.d_ff is None:
             if self.gated:
                 # 2/3 of 4d keeps a gated FFN's three matrices at the cost of a plain FFN's two.
@@ -212,10 +292,13 @@ class TransformerSpec(Section):
         assert self.n_kv_heads is not None
         rules = Rules()
         rules.require(
-            self.d_model % self.n_heads == 0,
+            self.head_dim is not None,
             ("n_heads",),
             f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})",
-            lambda: f"use a divisor of {self.d_model}, e.g. {_nearest_divisor(self.d_model, self.n_heads)}",
+            lambda: (
+                f"use a divisor of {self.d_model}, e.g. {_nearest_divisor(self.d_model, self.n_heads)}, "
+                f"or give model.head_dim"
+            ),
         )
         rules.require(
             self.n_kv_heads <= self.n_heads and self.n_heads % self.n_kv_heads == 0,
@@ -223,13 +306,19 @@ class TransformerSpec(Section):
             f"n_heads ({self.n_heads}) must be a multiple of n_kv_heads ({self.n_kv_heads})",
             f"use a divisor of {self.n_heads}: {self.n_heads} for MHA, 1 for MQA, between for GQA",
         )
-        if self.positional.type == "rope" and self.d_model % self.n_heads == 0:
+        if isinstance(self.positional, RopePositional) and self.head_dim is not None:
             rules.require(
                 self.head_dim % 2 == 0,
                 ("positional",),
-                f"RoPE rotates pairs of dimensions, so the head size must be even, "
-                f"found d_model / n_heads = {self.head_dim}",
-                "change d_model or n_heads so that d_model / n_heads is even",
+                f"RoPE rotates pairs of dimensions, so the head size must be even, found {self.head_dim}",
+                "change d_model or n_heads (or model.head_dim) so that the head size is even",
+            )
+            rules.require(
+                not isinstance(self.positional.scaling, DynamicRopeScaling) or self.head_dim > 2,
+                ("positional", "scaling"),
+                f"dynamic scaling raises theta to the power head_dim / (head_dim - 2), so the head size "
+                f"must exceed 2, found {self.head_dim}",
+                "use a larger head size, or another scaling",
             )
         if self.positional.type == "sinusoidal":
             rules.require(
@@ -245,7 +334,7 @@ class TransformerSpec(Section):
 
     def block_parameters(self, cross_attention: bool = False) -> int:
         """One TransformerBlock: norms, self-attention (packed QKV), [cross-attention], feed-forward."""
-        assert self.n_kv_heads is not None and self.d_ff is not None
+        assert self.n_kv_heads is not None and self.d_ff is not None and self.head_dim is not None
         d, hd, bias = self.d_model, self.head_dim, self.bias
         q, kv = self.n_heads * hd, 2 * self.n_kv_heads * hd
         out = q * d + bias.attn_out * d
@@ -292,10 +381,16 @@ def _nearest_divisor(n: int, near: int, reach: int = 10_000) -> int:
     return 1
 
 
+# T5 v1.0 multiplies the final hidden state by d_model^-0.5 before its LM head, which is tied to the
+# embeddings (whose scale is that of the inputs).
+SCALE_OUTPUT = "multiply the last hidden state by d_model^-0.5 before the LM head (T5 with a tied head)"
+
+
 class DecoderSpec(TransformerSpec):
     """A decoder-only Transformer (GPT, LLaMA): causal self-attention, an LM head."""
 
     family: Literal["decoder"] = "decoder"
+    scale_output: bool = Field(False, description=SCALE_OUTPUT)
 
     @property
     def causal(self) -> bool:
@@ -318,6 +413,11 @@ class EncoderSpec(TransformerSpec):
         2, description="segment (token type) embeddings: 2 for sentence pairs, 0 for none"
     )
     embedding_norm: bool = Field(False, description="a norm after the summed embeddings (BERT)")
+    pooler: bool = Field(
+        True,
+        description="BERT's pooler, tanh(dense) of the final [CLS] state, which classification and "
+        "next-sentence prediction read; a masked LM alone needs none",
+    )
 
     @property
     def causal(self) -> bool:
@@ -331,8 +431,7 @@ class EncoderSpec(TransformerSpec):
             + (self.norm.parameters(d) if self.embedding_norm else 0)
             + self.n_layers * self.block_parameters()
             + self.final_norm_parameters()
-            + d * d
-            + d  # BERT's pooler
+            + (d * d + d) * self.pooler
         )
 
 
@@ -344,6 +443,7 @@ class EncoderDecoderSpec(TransformerSpec):
     family: Literal["encoder_decoder"] = "encoder_decoder"
     n_decoder_layers: PositiveInt | None = Field(None, description="default: n_layers")
     share_embeddings: bool = Field(True, description="one embedding table for source and target")
+    scale_output: bool = Field(False, description=SCALE_OUTPUT)
 
     @model_validator(mode="after")
     def _resolve_decoder_depth(self) -> EncoderDecoderSpec:
@@ -592,6 +692,15 @@ def _task_union() -> Any:
     return Annotated[Union[tuple(TASK_SECTIONS.values())], Field(discriminator="type")]  # noqa: UP007
 
 
+def _require_pooler(model: Any, rules: Rules, reader: str) -> None:
+    rules.require(
+        getattr(model, "pooler", True),
+        ("model", "pooler"),
+        f"{reader} reads the pooled [CLS] state, but the model has no pooler",
+        "set model.pooler: true",
+    )
+
+
 def _labels_head(model: Any, labels: list[str] | None) -> int:
     if labels is None:
         raise ValueError("task.labels is not set")
@@ -642,6 +751,10 @@ class MaskedLMTask(TaskSection):
         rules.check()
         return self
 
+    def check(self, model: Any, rules: Rules) -> None:
+        if self.next_sentence:
+            _require_pooler(model, rules, "next-sentence prediction")
+
     def head_parameters(self, model: Any) -> int:
         d = model.d_model
         transform = d * d + d + model.norm.parameters(d)  # dense + norm before the vocabulary
@@ -664,6 +777,9 @@ class ClassificationTask(TaskSection):
     )
     label_smoothing: Probability = 0.0
 
+    def check(self, model: Any, rules: Rules) -> None:
+        _require_pooler(model, rules, "a sentence classifier")
+
     def head_parameters(self, model: Any) -> int:
         return _labels_head(model, self.labels)
 
@@ -683,6 +799,9 @@ class Seq2SeqTask(TaskSection):
         0.6, description="alpha in score / ((5 + length) / 6) ** alpha (Wu et al. 2016)"
     )
     max_decode_len: PositiveInt | None = Field(None, description="default: the model's max_seq_len - 1")
+    source_suffix: list[Literal["eos"]] = Field(
+        [], description="special tokens appended to every source, by role (T5's tokenizer appends eos)"
+    )
 
     def resolved(self, model: Any) -> Seq2SeqTask:
         if self.max_decode_len is not None:
@@ -787,6 +906,9 @@ class TrainSpec(Section):
     schedule: Schedule = CosineSchedule()
     grad_clip: PositiveFloat | None = Field(1.0, description="max gradient norm; null: no clipping")
     seed: Annotated[int, Field(strict=True)] = 1337
+    eval_seed: Annotated[int, Field(strict=True)] | None = Field(
+        None, description="draws the validation batches; default: seed (a study fixes it for every trial)"
+    )
     device: Literal["auto", "cpu", "cuda"] = "auto"
     precision: Literal["fp32", "bf16", "fp16"] = "fp32"
     compile: bool | None = Field(
@@ -808,6 +930,12 @@ class TrainSpec(Section):
     @classmethod
     def _safe_name(cls, name: str | None) -> str | None:
         return None if name is None else check_run_name(name)
+
+    @model_validator(mode="after")
+    def _default_eval_seed(self) -> TrainSpec:
+        if self.eval_seed is None:
+            self._resolve(eval_seed=self.seed)
+        return self
 
 
 # --------------------------------------------------------------------------- export
@@ -839,6 +967,31 @@ class ExportSpec(Section):
         return self.tolerance if self.precision == "fp32" else self.fp16_tolerance
 
 
+# --------------------------------------------------------------------------- tokens
+
+TokenString = Annotated[str, Field(min_length=1)]
+
+
+class SpecialTokens(Section):
+    """The tokenizer's special tokens by role, for a vocabulary that does not use tfcompile's own
+    strings ([PAD] [UNK] [BOS] [EOS] [CLS] [SEP] [MASK]), such as a checkpoint imported from
+    Hugging Face. A role left out is one the vocabulary has no token for."""
+
+    pad: TokenString | None = None
+    unk: TokenString | None = None
+    bos: TokenString | None = Field(
+        None, description="what a sequence starts with; a translation decoder's first input (T5: <pad>)"
+    )
+    eos: TokenString | None = Field(None, description="what ends a sequence: generation stops there")
+    cls: TokenString | None = None
+    sep: TokenString | None = None
+    mask: TokenString | None = None
+
+    def roles(self) -> dict[str, str]:
+        """Role -> token string, for the roles the vocabulary has."""
+        return {role: token for role, token in self.model_dump().items() if token is not None}
+
+
 # ----------------------------------------------------------------------------- spec
 
 
@@ -846,6 +999,9 @@ class Spec(Section):
     preset: str | None = Field(None, description="a named preset this spec extends (see presets.py)")
     model: ModelSpec
     data: DataSpec | None = None
+    tokens: SpecialTokens | None = Field(
+        None, description="special tokens by role; default: tfcompile's own, where the tokenizer has them"
+    )
     task: _task_union() = CausalLMTask()  # type: ignore[valid-type]
     train: TrainSpec = TrainSpec()
     export: ExportSpec = ExportSpec()

@@ -17,10 +17,12 @@ from tokenizers import Tokenizer
 
 from tfcompile.data import DataError, read_corpus, train_tokenizer
 from tfcompile.models import MaskedLM
-from tfcompile.sequences import CLS, MASK, PAD, SEP, SPECIAL_TOKENS
+from tfcompile.sequences import SPECIAL_TOKENS
 from tfcompile.spec.schema import EncoderSpec, MaskedLMTask, Spec
 from tfcompile.tasks.causal_lm import IGNORE_INDEX
-from tfcompile.tasks.task import Batch, ModelFn, Task, pad_rows, register_task
+from tfcompile.tasks.task import Batch, ModelFn, Task, pad_rows, register_task, special_ids
+
+SPECIAL_ROLES = ("pad", "unk", "cls", "sep", "mask")  # none of them is masked or drawn at random
 
 
 @dataclass(frozen=True)
@@ -35,12 +37,12 @@ def mask_tokens(
     maskable: torch.Tensor,
     rule: MaskingRule,
     mask_id: int,
-    random_ids: tuple[int, int],
+    replacements: torch.Tensor,
     generator: torch.Generator,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """input_ids (B, T), maskable (B, T) bool (False at special and padding tokens) ->
     (corrupted input_ids, targets): targets hold the original id at the chosen positions and
-    IGNORE_INDEX elsewhere. Random replacements are drawn from ``random_ids`` = [low, high)."""
+    IGNORE_INDEX elsewhere. Random replacements are drawn from the ids ``replacements`` (1-D)."""
     chosen = (torch.rand(input_ids.shape, generator=generator) < rule.mask_prob) & maskable
     targets = torch.where(chosen, input_ids, IGNORE_INDEX)
     fate = torch.rand(input_ids.shape, generator=generator)
@@ -48,7 +50,7 @@ def mask_tokens(
     to_random = (
         chosen & (fate >= rule.mask_token_prob) & (fate < rule.mask_token_prob + rule.random_token_prob)
     )
-    random_tokens = torch.randint(*random_ids, input_ids.shape, generator=generator)
+    random_tokens = replacements[torch.randint(len(replacements), input_ids.shape, generator=generator)]
     corrupted = torch.where(to_mask, mask_id, torch.where(to_random, random_tokens, input_ids))
     return corrupted, targets
 
@@ -90,13 +92,12 @@ class MaskedLanguageModelling(Task):
         self.tokenizer: Tokenizer = tokenizer or train_tokenizer(
             data.tokenizer, lines[:n_train], SPECIAL_TOKENS
         )
-        found = {tok: self.tokenizer.token_to_id(tok) for tok in SPECIAL_TOKENS}
-        if list(found.values()) != list(range(len(SPECIAL_TOKENS))):
-            raise DataError(
-                f"the tokenizer must hold {', '.join(SPECIAL_TOKENS)} at ids 0-4, found {found}: "
-                f"it was not made for an encoder"
-            )
-        self.ids = {tok: i for i, tok in enumerate(SPECIAL_TOKENS)}
+        # By role, wherever the vocabulary holds them (tfcompile's at 0-4, BERT's [CLS] at 101).
+        self.ids = special_ids(spec, self.tokenizer, SPECIAL_ROLES)
+        self.special = torch.tensor(sorted(set(self.ids.values())))
+        ordinary = torch.ones(self.tokenizer.get_vocab_size(), dtype=torch.bool)
+        ordinary[self.special] = False
+        self.replacements = ordinary.nonzero()[:, 0]  # what a chosen token may become at random
         encoded = [e.ids for e in self.tokenizer.encode_batch(lines, add_special_tokens=False)]
         self.lines = {"train": encoded[:n_train], "val": encoded[n_train:]}
 
@@ -112,7 +113,7 @@ class MaskedLanguageModelling(Task):
 
     def _example(self, lines: list[list[int]], g: torch.Generator) -> tuple[list[int], list[int], int]:
         """-> (ids, segment ids, is_next: 1 when B follows A, 0 when random, -1 without NSP)."""
-        cls, sep = self.ids[CLS], self.ids[SEP]
+        cls, sep = self.ids["cls"], self.ids["sep"]
         n = len(lines)
         if not self.task.next_sentence:
             a, _ = self._span(lines, int(torch.randint(n, (1,), generator=g)), self.context - 2)
@@ -126,17 +127,12 @@ class MaskedLanguageModelling(Task):
 
     def batch(self, split: str, size: int, generator: torch.Generator) -> Batch:
         examples = [self._example(self.lines[split], generator) for _ in range(size)]
-        input_ids = pad_rows([ids for ids, _, _ in examples], self.ids[PAD])
+        input_ids = pad_rows([ids for ids, _, _ in examples], self.ids["pad"])
         token_type_ids = pad_rows([types for _, types, _ in examples], 0)
-        attention_mask = (input_ids != self.ids[PAD]).long()
-        maskable = input_ids >= len(SPECIAL_TOKENS)  # special tokens hold ids 0..4
+        attention_mask = (input_ids != self.ids["pad"]).long()
+        maskable = ~torch.isin(input_ids, self.special)
         corrupted, targets = mask_tokens(
-            input_ids,
-            maskable,
-            self.rule,
-            self.ids[MASK],
-            (len(SPECIAL_TOKENS), self.tokenizer.get_vocab_size()),
-            generator,
+            input_ids, maskable, self.rule, self.ids["mask"], self.replacements, generator
         )
         batch = {
             "input_ids": corrupted,

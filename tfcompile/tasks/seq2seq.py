@@ -10,7 +10,7 @@ from __future__ import annotations
 import gzip
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 import sacrebleu
@@ -24,10 +24,13 @@ from tfcompile.graphs.export import Graph, export_seq2seq_encoder, export_seq2se
 from tfcompile.graphs.parity import check_seq2seq_encoder_parity, check_seq2seq_step_parity
 from tfcompile.manifest import TokenizerInfo, TranslationInfo
 from tfcompile.models import Seq2Seq
-from tfcompile.sequences import BOS, EOS, PAD, SEQ2SEQ_TOKENS, UNK, tidy, token_ids
+from tfcompile.sequences import BOS, EOS, SEQ2SEQ_TOKENS, source_row, tidy
 from tfcompile.spec.schema import EncoderDecoderSpec, Seq2SeqTask, Spec
 from tfcompile.tasks.causal_lm import IGNORE_INDEX
-from tfcompile.tasks.task import Batch, ModelFn, Task, pad_rows, register_task
+from tfcompile.tasks.task import Batch, GateRule, ModelFn, Task, pad_rows, register_task, special_ids
+
+if TYPE_CHECKING:
+    from tfcompile.runtime import Bundle
 
 
 def read_parallel(path: Path, source: str, target: str) -> tuple[list[str], list[str]]:
@@ -55,6 +58,8 @@ class Translation(Task):
         "step": Graph("decoder_step", export_seq2seq_step, check_seq2seq_step_parity),
     }
 
+    gate = GateRule("bleu", higher_is_better=True, tolerance={"int8": 0.5})
+
     @staticmethod
     def build_model(spec: Spec) -> Seq2Seq:
         assert isinstance(spec.model, EncoderDecoderSpec)
@@ -74,6 +79,7 @@ class Translation(Task):
             beam=task.beam,
             length_penalty=task.length_penalty,
             max_decode_len=task.max_decode_len,
+            source_suffix_ids=[{"bos": start, "eos": stop}[role] for role in task.source_suffix],
         )
         return {"translation": translation}
 
@@ -94,29 +100,32 @@ class Translation(Task):
         self.tokenizer: Tokenizer = tokenizer or train_tokenizer(
             data.tokenizer, train[0] + train[1], SEQ2SEQ_TOKENS
         )
-        try:
-            self.ids = token_ids(self.tokenizer, SEQ2SEQ_TOKENS)
-        except ValueError as e:
-            raise DataError(f"{e}: it was not made for translation") from None
+        self.ids = special_ids(spec, self.tokenizer, ("pad", "unk", "bos", "eos"))
+        self.suffix = [self.ids[role] for role in task.source_suffix]
         self.pairs = {"train": self._encode(*train), "val": self._encode(*val)}
         self.test = read_parallel(data.test_path, task.source, task.target) if data.test_path else None
+        self.val = val
 
     def _encode(self, source: list[str], target: list[str]) -> list[tuple[list[int], list[int]]]:
-        """-> (source ids up to the context, [BOS] target [EOS] up to the context + 1)."""
-        bos, eos = self.ids[BOS], self.ids[EOS]
+        """-> (source ids and the task's source suffix up to the context, [BOS] target [EOS] up to
+        the context + 1)."""
+        bos, eos = self.ids["bos"], self.ids["eos"]
         src = self.tokenizer.encode_batch(source, add_special_tokens=False)
         tgt = self.tokenizer.encode_batch(target, add_special_tokens=False)
         return [
-            (s.ids[: self.context], [bos, *t.ids[: self.context - 1], eos])
+            (self._source(s.ids), [bos, *t.ids[: self.context - 1], eos])
             for s, t in zip(src, tgt, strict=True)
             if s.ids
         ]
 
+    def _source(self, ids: list[int]) -> list[int]:
+        return source_row(ids, self.context, self.suffix, self.ids["unk"])
+
     def _collate(self, pairs: list[tuple[list[int], list[int]]]) -> Batch:
         return {
-            "source_ids": pad_rows([s for s, _ in pairs], self.ids[PAD]),
+            "source_ids": pad_rows([s for s, _ in pairs], self.ids["pad"]),
             "source_mask": pad_rows([[1] * len(s) for s, _ in pairs], 0),
-            "input_ids": pad_rows([t[:-1] for _, t in pairs], self.ids[PAD]),  # the target, shifted right
+            "input_ids": pad_rows([t[:-1] for _, t in pairs], self.ids["pad"]),  # the target, shifted right
             "targets": pad_rows([t[1:] for _, t in pairs], IGNORE_INDEX),
         }
 
@@ -153,22 +162,45 @@ class Translation(Task):
 
     def translate(self, model: Seq2Seq, sentences: list[str], device: torch.device) -> list[str]:
         """Source sentences -> detokenized translations, with the task's beam and length penalty."""
-        task, bos, eos = self.task, self.ids[BOS], self.ids[EOS]
+        task, bos, eos = self.task, self.ids["bos"], self.ids["eos"]
+        emitted = self.tokenizer.get_vocab_size()  # never a padded embedding row past the tokenizer
         assert task.max_decode_len is not None  # resolved by the schema
         out: list[str] = []
         for start in range(0, len(sentences), 64):
             encoded = self.tokenizer.encode_batch(sentences[start : start + 64], add_special_tokens=False)
-            ids = [e.ids[: self.context] or [self.ids[UNK]] for e in encoded]
-            source = pad_rows(ids, self.ids[PAD]).to(device)
-            mask = (source != self.ids[PAD]).long()
+            ids = [self._source(e.ids) for e in encoded]
+            source = pad_rows(ids, self.ids["pad"]).to(device)
+            mask = pad_rows([[1] * len(row) for row in ids], 0).to(device)
             if task.beam == 1:
-                tokens = greedy_translate(model, source, mask, bos, eos, task.max_decode_len)
+                tokens = greedy_translate(model, source, mask, bos, eos, task.max_decode_len, emitted)
             else:
                 tokens = beam_translate(
-                    model, source, mask, bos, eos, task.max_decode_len, task.beam, task.length_penalty
+                    model,
+                    source,
+                    mask,
+                    bos,
+                    eos,
+                    task.max_decode_len,
+                    task.beam,
+                    task.length_penalty,
+                    emitted,
                 )
             out += self.tokenizer.decode_batch(tokens)
         return [tidy(t) for t in out]
+
+    def held_out(self, bundle: Bundle, limit: int | None) -> tuple[float, str]:
+        """Corpus BLEU of the bundle's translations (its manifest's beam) of the test split (the
+        validation split when there is none), its first ``limit`` (default 500) sentences."""
+        from tfcompile.runtime import Translator
+
+        assert isinstance(bundle, Translator)
+        split, (sources, references) = (
+            ("test", self.test) if self.test is not None else ("validation", self.val)
+        )
+        n = min(len(sources), limit or 500)
+        hypotheses = bundle.translate(sources[:n])
+        bleu = sacrebleu.corpus_bleu(hypotheses, [references[:n]]).score
+        return bleu, f"{n} sentences of the {split} split"
 
     def test_metrics(self, model: torch.nn.Module, device: torch.device) -> dict[str, float]:
         """BLEU of the test split: sacrebleu's corpus BLEU on detokenized, case-sensitive text."""
@@ -182,11 +214,19 @@ class Translation(Task):
 
 class TorchTranslator:
     """A Seq2Seq model and its source sentences as a search.Decoder: the encoder runs once, each
-    step feeds target tokens through the decoder's self-attention cache."""
+    step feeds target tokens through the decoder's self-attention cache. ``emitted``: the logits
+    of the ids below it only (a tokenizer smaller than the model's padded vocabulary)."""
 
     @torch.no_grad()
-    def __init__(self, model: Seq2Seq, source_ids: torch.Tensor, source_mask: torch.Tensor | None) -> None:
+    def __init__(
+        self,
+        model: Seq2Seq,
+        source_ids: torch.Tensor,
+        source_mask: torch.Tensor | None,
+        emitted: int | None = None,
+    ) -> None:
         self.model = model.eval()
+        self.emitted = emitted
         self.memory = model.project_memory(model.encode(source_ids, source_mask))
         self.source_mask = source_mask
         self.batch = len(source_ids)
@@ -198,7 +238,7 @@ class TorchTranslator:
         device = self.memory[0].key.device
         ids = torch.from_numpy(tokens).to(device)
         return (
-            self.model.decode(ids, self.memory, self.source_mask, cache=self.cache)[:, -1]
+            self.model.decode(ids, self.memory, self.source_mask, cache=self.cache)[:, -1, : self.emitted]
             .float()
             .cpu()
             .numpy()
@@ -217,13 +257,19 @@ class TorchTranslator:
 
 
 def greedy_translate(
-    model: Seq2Seq, source_ids: torch.Tensor, source_mask: torch.Tensor, bos: int, eos: int, max_len: int
+    model: Seq2Seq,
+    source_ids: torch.Tensor,
+    source_mask: torch.Tensor,
+    bos: int,
+    eos: int,
+    max_len: int,
+    emitted: int | None = None,
 ) -> list[list[int]]:
-    """source (B, S) -> each sentence's target ids, without [BOS] and [EOS], up to ``max_len``
-    tokens (at most the model's max_seq_len - 1)."""
+    """source (B, S) -> each sentence's target ids (below ``emitted``), without [BOS] and [EOS],
+    up to ``max_len`` tokens (at most the model's max_seq_len - 1)."""
     limit = min(max_len, model.spec.max_seq_len - 1)
     start = np.full((len(source_ids), 1), bos, dtype=np.int64)
-    decoder = TorchTranslator(model, source_ids, source_mask)
+    decoder = TorchTranslator(model, source_ids, source_mask, emitted)
     return [
         search.strip_stop(t, (eos,))
         for t in search.generate(decoder, start, limit, search.GREEDY, stop=(eos,))
@@ -239,12 +285,13 @@ def beam_translate(
     max_len: int,
     beam: int = 4,
     length_penalty: float = 0.6,
+    emitted: int | None = None,
 ) -> list[list[int]]:
     """Beam search (search.beam_search), one source sentence at a time, without its padding."""
     limit = min(max_len, model.spec.max_seq_len - 1)
     results = []
     for row in range(source_ids.shape[0]):
         source = source_ids[row : row + 1, source_mask[row].bool()]
-        decoder = TorchTranslator(model, source, None)
+        decoder = TorchTranslator(model, source, None, emitted)
         results.append(search.beam_search(decoder, bos, eos, limit, beam, length_penalty))
     return results

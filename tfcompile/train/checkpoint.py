@@ -32,6 +32,8 @@ from torch import nn
 
 from tfcompile.errors import UserError
 from tfcompile.files import atomic_write_text, fsync_dir, fsync_file
+from tfcompile.spec.schema import OptimizerSpec
+from tfcompile.train.optim import build_optimizer
 
 MODEL_FILE = "model.safetensors"
 STATE_FILE = "state.pt"
@@ -92,6 +94,43 @@ def save_checkpoint(
         else:
             shutil.rmtree(final, ignore_errors=True)
     return final
+
+
+def training_state(
+    step: int,
+    optimizer: torch.optim.Optimizer,
+    scaler: torch.amp.GradScaler,
+    best: float | None,
+    window: tuple[float, int] = (0.0, 0),
+    elapsed_s: float = 0.0,
+    cuda: bool = False,
+) -> dict[str, Any]:
+    """What a checkpoint's state.pt keeps besides the weights, the keys ``train --resume`` reads:
+    the step, the optimizer's and scaler's states, the best validation score, the loss window
+    (summed loss, steps) not yet logged, the training time so far, and the RNG states."""
+    return {
+        "step": step,
+        "optimizer": optimizer.state_dict(),
+        "scaler": scaler.state_dict(),
+        "best": best,
+        "window_loss": window[0],
+        "window_steps": window[1],
+        "elapsed_s": elapsed_s,
+        "rng_cpu": torch.get_rng_state(),
+        "rng_cuda": torch.cuda.get_rng_state() if cuda else None,
+    }
+
+
+def save_initial_checkpoint(run_dir: Path, model: nn.Module, optimizer: OptimizerSpec) -> Path:
+    """The checkpoint of step 0 (``last`` and ``best``): ``model``'s weights and the state training
+    has before its first step (a fresh optimizer), so that ``train --resume`` continues from them."""
+    state = training_state(
+        0,
+        build_optimizer(model, optimizer, torch.device("cpu")),
+        torch.amp.GradScaler("cpu", enabled=False),
+        best=None,
+    )
+    return save_checkpoint(run_dir, 0, model, state, best=True)
 
 
 def resolve(run_dir: Path, which: str = "last") -> Path | None:

@@ -1,0 +1,441 @@
+"""Tiny random Hugging Face models of every family tfcompile imports, built with transformers' own
+config classes (nothing is downloaded) and saved with ``save_pretrained``, with a tokenizer each.
+
+Each ``VARIANTS`` entry builds one model; ``save(name, folder)`` writes its folder. Norm weights
+and biases are moved off their initial 1 and 0, so that a norm or bias mapped to the wrong place
+changes the outputs."""
+
+from __future__ import annotations
+
+import json
+import os
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+transformers = pytest.importorskip("transformers")
+from tokenizers import Regex, Tokenizer, models, normalizers, pre_tokenizers, processors  # noqa: E402
+
+from tfcompile.hf.errors import HFWarning  # noqa: E402
+from tfcompile.hf.importer import import_folder  # noqa: E402
+from tfcompile.train.runs import load_trained_model  # noqa: E402
+
+CHARS = list("abcdefghijklmnopqrstuvwxyz .,!?")
+VOCAB = 64  # every tokenizer below fits
+C = transformers
+
+# name -> (model builder, tokenizer kind)
+VARIANTS: dict[str, tuple[Callable[[], Any], str]] = {
+    "gpt2": (
+        lambda: C.GPT2LMHeadModel(
+            C.GPT2Config(
+                vocab_size=VOCAB,
+                n_positions=32,
+                n_embd=16,
+                n_layer=2,
+                n_head=2,
+                bos_token_id=0,
+                eos_token_id=0,
+            )
+        ),
+        "gpt2",
+    ),
+    "gpt2_untied_relu": (
+        lambda: C.GPT2LMHeadModel(
+            C.GPT2Config(
+                vocab_size=VOCAB,
+                n_positions=24,
+                n_embd=16,
+                n_layer=1,
+                n_head=4,
+                n_inner=40,
+                activation_function="relu",
+                layer_norm_epsilon=1e-3,
+                tie_word_embeddings=False,
+                bos_token_id=0,
+                eos_token_id=0,
+            )
+        ),
+        "gpt2",
+    ),
+    "llama": (
+        lambda: C.LlamaForCausalLM(
+            C.LlamaConfig(
+                vocab_size=VOCAB,
+                hidden_size=32,
+                intermediate_size=48,
+                num_hidden_layers=2,
+                num_attention_heads=4,
+                num_key_value_heads=2,
+                max_position_embeddings=64,
+                rms_norm_eps=1e-5,
+            )
+        ),
+        "llama",
+    ),
+    "llama_tied_bias_head_dim": (
+        lambda: C.LlamaForCausalLM(
+            C.LlamaConfig(
+                vocab_size=VOCAB,
+                hidden_size=32,
+                intermediate_size=40,
+                num_hidden_layers=1,
+                num_attention_heads=4,
+                num_key_value_heads=1,
+                head_dim=12,
+                max_position_embeddings=48,
+                tie_word_embeddings=True,
+                attention_bias=True,
+                mlp_bias=True,
+                hidden_act="gelu_pytorch_tanh",
+            )
+        ),
+        "llama",
+    ),
+    "llama_linear": (lambda: _llama_rope({"rope_type": "linear", "factor": 2.0}), "llama"),
+    "llama_dynamic": (lambda: _llama_rope({"rope_type": "dynamic", "factor": 2.0}), "llama"),
+    "llama3": (
+        lambda: _llama_rope(
+            {
+                "rope_type": "llama3",
+                "factor": 8.0,
+                "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 16,
+            },
+            theta=500000.0,
+        ),
+        "llama",
+    ),
+    "llama_yarn": (
+        lambda: _llama_rope({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16}),
+        "llama",
+    ),
+    "mistral": (
+        lambda: C.MistralForCausalLM(
+            C.MistralConfig(
+                vocab_size=VOCAB,
+                hidden_size=32,
+                intermediate_size=48,
+                num_hidden_layers=1,
+                num_attention_heads=4,
+                num_key_value_heads=2,
+                max_position_embeddings=64,
+                sliding_window=40,
+            )
+        ),
+        "llama",
+    ),
+    "qwen2": (
+        lambda: C.Qwen2ForCausalLM(
+            C.Qwen2Config(
+                vocab_size=VOCAB,
+                hidden_size=32,
+                intermediate_size=48,
+                num_hidden_layers=2,
+                num_attention_heads=4,
+                num_key_value_heads=2,
+                max_position_embeddings=64,
+                tie_word_embeddings=True,
+                rope_theta=1e6,
+            )
+        ),
+        "gpt2",
+    ),
+    "bert_mlm": (lambda: C.BertForMaskedLM(_bert()), "bert"),
+    "bert_mlm_untied": (
+        lambda: C.BertForMaskedLM(
+            _bert(tie_word_embeddings=False, hidden_act="gelu_new", layer_norm_eps=1e-6)
+        ),
+        "bert",
+    ),
+    "bert_pretraining": (lambda: C.BertForPreTraining(_bert()), "bert"),
+    "bert_cls": (
+        lambda: C.BertForSequenceClassification(
+            _bert(id2label={0: "neg", 1: "pos", 2: "neutral"}, label2id={"neg": 0, "pos": 1, "neutral": 2})
+        ),
+        "bert",
+    ),
+    "vit": (
+        lambda: C.ViTForImageClassification(
+            C.ViTConfig(
+                image_size=8,
+                patch_size=4,
+                num_channels=3,
+                hidden_size=16,
+                num_hidden_layers=2,
+                num_attention_heads=2,
+                intermediate_size=32,
+                id2label={0: "cat", 1: "dog"},
+                label2id={"cat": 0, "dog": 1},
+            )
+        ),
+        "image",
+    ),
+    "vit_no_qkv_bias": (
+        lambda: C.ViTForImageClassification(
+            C.ViTConfig(
+                image_size=12,
+                patch_size=4,
+                num_channels=3,
+                hidden_size=16,
+                num_hidden_layers=1,
+                num_attention_heads=4,
+                intermediate_size=24,
+                qkv_bias=False,
+                layer_norm_eps=1e-6,
+                hidden_act="gelu_new",
+            )
+        ),
+        "image",
+    ),
+    "t5_v1_0": (
+        lambda: C.T5ForConditionalGeneration(
+            C.T5Config(
+                vocab_size=VOCAB,
+                d_model=16,
+                d_kv=4,
+                d_ff=32,
+                num_layers=2,
+                num_decoder_layers=1,
+                num_heads=4,
+                relative_attention_num_buckets=8,
+                relative_attention_max_distance=20,
+                decoder_start_token_id=0,
+                n_positions=32,
+            )
+        ),
+        "t5",
+    ),
+    "t5_gated_silu_tied": (
+        lambda: C.T5ForConditionalGeneration(
+            C.T5Config(
+                vocab_size=VOCAB,
+                d_model=16,
+                d_kv=8,
+                d_ff=24,
+                num_layers=1,
+                num_heads=2,
+                feed_forward_proj="gated-silu",
+                tie_word_embeddings=False,  # transformers 5 ties it anyway, without the output scale
+                decoder_start_token_id=0,
+                n_positions=32,
+            )
+        ),
+        "t5",
+    ),
+    "t5_v1_1": (
+        lambda: _untied(
+            C.T5Config(
+                vocab_size=VOCAB,
+                d_model=16,
+                d_kv=6,
+                d_ff=32,
+                num_layers=1,
+                num_decoder_layers=2,
+                num_heads=3,
+                relative_attention_num_buckets=8,
+                relative_attention_max_distance=20,
+                feed_forward_proj="gated-gelu",
+                tie_word_embeddings=False,
+                decoder_start_token_id=0,
+                n_positions=32,
+            )
+        ),
+        "t5",
+    ),
+}
+
+
+def _untied(config: Any) -> Any:
+    """T5 v1.1 with its own head: transformers 5 ties a new model's head whatever the config says,
+    and unties a loaded one whose head differs from the embeddings."""
+    model = C.T5ForConditionalGeneration(config)
+    model.lm_head.weight = torch.nn.Parameter(torch.randn_like(model.shared.weight))
+    return model
+
+
+def _llama_rope(rope: dict[str, Any], theta: float = 10000.0) -> Any:
+    config = C.LlamaConfig(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        intermediate_size=48,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        rope_parameters={"rope_theta": theta, **rope},
+    )
+    return C.LlamaForCausalLM(config)
+
+
+def _bert(**fields: Any) -> Any:
+    sizes = dict(vocab_size=VOCAB, hidden_size=16, num_hidden_layers=2, num_attention_heads=2)
+    return C.BertConfig(**sizes, intermediate_size=32, max_position_embeddings=32, **fields)
+
+
+def build(name: str, seed: int = 0) -> Any:
+    """The variant's model, random, in eval mode, its norms and biases off their initial values."""
+    torch.manual_seed(seed)
+    return perturb(VARIANTS[name][0]())
+
+
+def perturb(model: Any) -> Any:
+    """``model`` in eval mode, its norms and biases moved off 1 and 0, an untied head unlike the
+    embeddings."""
+    model.eval()
+    with torch.no_grad():
+        for pname, p in model.named_parameters():
+            if p.ndim == 1:
+                p.add_(torch.randn_like(p) * 0.1)
+            elif "lm_head" in pname or "decoder.weight" in pname:
+                p.normal_(0, 0.5)  # an untied head unlike the embeddings
+    return model
+
+
+def save(name: str, folder: Path, seed: int = 0) -> Any:
+    """Build the variant and save it, with its tokenizer (or image processor), into ``folder``."""
+    return write(build(name, seed), VARIANTS[name][1], folder)
+
+
+def write(model: Any, kind: str, folder: Path, placed: dict[str, int] | None = None) -> Any:
+    """Save ``model`` into ``folder`` with the tokenizer of ``kind`` (its special tokens at the
+    ``placed`` ids, if given) or, for "image", an image processor."""
+    model.save_pretrained(folder)
+    if kind == "image":
+        size = model.config.image_size
+        processor = C.ViTImageProcessor(size={"height": size, "width": size}, image_mean=[0.4, 0.5, 0.6])
+        processor.save_pretrained(folder)
+    else:
+        tokenizer(kind, placed or {}).save_pretrained(folder)
+    return model
+
+
+def tokenizer(kind: str, placed: dict[str, int] | None = None) -> Any:
+    """A character tokenizer of VOCAB tokens with the family's special tokens (first, or at the
+    ``placed`` ids: BERT's [CLS] is 101), as a PreTrainedTokenizerFast."""
+    specials = {
+        "gpt2": {"eos_token": "<|endoftext|>", "bos_token": "<|endoftext|>", "unk_token": "<|endoftext|>"},
+        "llama": {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"},
+        "bert": {
+            "pad_token": "[PAD]",
+            "unk_token": "[UNK]",
+            "cls_token": "[CLS]",
+            "sep_token": "[SEP]",
+            "mask_token": "[MASK]",
+        },
+        "t5": {"pad_token": "<pad>", "eos_token": "</s>", "unk_token": "<unk>"},
+    }[kind]
+    tokens = list(dict.fromkeys(specials.values()))
+    fillers = [f"<unused{i}>" for i in range(VOCAB - len(tokens) - len(CHARS))]  # as many ids as the model
+    order = [t for t in [*tokens, *CHARS, *fillers] if t not in (placed or {})]
+    for token, i in sorted((placed or {}).items(), key=lambda item: item[1]):
+        order.insert(i, token)
+    vocab = {t: i for i, t in enumerate(order)}
+    unk = specials.get("unk_token")
+    model = Tokenizer(models.WordLevel(vocab, unk_token=unk))
+    model.normalizer = normalizers.Lowercase()
+    model.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
+    model.add_special_tokens(tokens)
+    if kind == "bert":
+        model.post_processor = processors.TemplateProcessing(
+            single="[CLS] $A [SEP]",
+            pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+            special_tokens=[("[CLS]", vocab["[CLS]"]), ("[SEP]", vocab["[SEP]"])],
+        )
+    elif kind == "t5":
+        model.post_processor = processors.TemplateProcessing(
+            single="$A </s>", pair="$A </s> $B </s>", special_tokens=[("</s>", vocab["</s>"])]
+        )
+    return C.PreTrainedTokenizerFast(tokenizer_object=model, **specials)
+
+
+def random_ids(batch: int, length: int, seed: int = 0, low: int = 0) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randint(low, VOCAB, (batch, length), generator=generator)
+
+
+def right_padding(batch: int, length: int) -> torch.Tensor:
+    """A mask whose rows hold length, length - 3, length - 5, ... real tokens, then padding."""
+    mask = torch.ones(batch, length, dtype=torch.long)
+    for row in range(1, batch):
+        mask[row, max(1, length - 1 - 2 * row) :] = 0
+    return mask
+
+
+def max_difference(hf: Any, tfc: torch.nn.Module, padded: bool, seed: int = 0) -> float:
+    """The largest |difference| between the two models' outputs on random inputs (rows of several
+    lengths when ``padded``), at the positions of real tokens."""
+    batch, length = 3, 12
+    ids = random_ids(batch, length, seed)
+    mask = right_padding(batch, length) if padded else torch.ones(batch, length, dtype=torch.long)
+    real = mask.bool()
+    with torch.no_grad():
+        if isinstance(hf, C.ViTForImageClassification):
+            size = hf.config.image_size
+            pixels = torch.randn(batch, 3, size, size, generator=torch.Generator().manual_seed(seed))
+            return (hf(pixel_values=pixels).logits - tfc(pixels)).abs().max().item()
+        if isinstance(hf, C.T5ForConditionalGeneration):
+            target = random_ids(batch, 7, seed + 1)
+            theirs = hf(input_ids=ids, attention_mask=mask, decoder_input_ids=target).logits
+            return (theirs - tfc(ids, mask, target)).abs().max().item()
+        if hf.config.model_type == "bert":
+            types = (torch.arange(length) >= length // 2).long().expand(batch, -1)
+            theirs = hf(input_ids=ids, attention_mask=mask, token_type_ids=types)
+            ours = tfc(ids, mask, types)
+            if isinstance(hf, C.BertForSequenceClassification):
+                return (theirs.logits - ours).abs().max().item()
+            if isinstance(hf, C.BertForPreTraining):
+                nsp = (theirs.seq_relationship_logits - ours[1]).abs().max().item()
+                return max(nsp, (theirs.prediction_logits - ours[0])[real].abs().max().item())
+            return (theirs.logits - ours[0])[real].abs().max().item()
+        theirs = hf(input_ids=ids, attention_mask=mask).logits
+        return (theirs - tfc(ids, mask))[real].abs().max().item()
+
+
+# ------------------------------------------------ transformers' folders and tfcompile's imports
+
+AUTO = {
+    "CausalLM": "AutoModelForCausalLM",
+    "LMHeadModel": "AutoModelForCausalLM",
+    "MaskedLM": "AutoModelForMaskedLM",
+    "PreTraining": "AutoModelForPreTraining",
+    "SequenceClassification": "AutoModelForSequenceClassification",
+    "ImageClassification": "AutoModelForImageClassification",
+    "ConditionalGeneration": "AutoModelForSeq2SeqLM",
+}
+
+
+def from_pretrained(folder: Path, loading_info: bool = False) -> Any:
+    """The folder as transformers reads it (ties and unties as it decides); with ``loading_info``,
+    also the tensors it found missing, unexpected or mismatched."""
+    architecture = json.loads((folder / "config.json").read_text())["architectures"][0]
+    auto = next(getattr(transformers, cls) for suffix, cls in AUTO.items() if architecture.endswith(suffix))
+    if loading_info:
+        model, info = auto.from_pretrained(folder, output_loading_info=True)
+        return model.eval(), info
+    return auto.from_pretrained(folder).eval()
+
+
+class Imported:
+    """One variant saved by transformers, read back by it, and imported into tfcompile."""
+
+    def __init__(self, root: Path, name: str) -> None:
+        self.folder = root / "hf" / name
+        save(name, self.folder)
+        self.hf = from_pretrained(self.folder)
+        self.result = import_folder(self.folder, name, root / "specs", root / "runs")
+        self.spec, self.model = load_trained_model(self.result.run_dir)
+
+
+def import_all(root: Path) -> dict[str, Imported]:
+    """Every variant, imported under its name (a module's fixture: a few seconds in all); the
+    warning of Mistral's capped context is tested on its own."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", HFWarning)
+        return {name: Imported(root, name) for name in VARIANTS}

@@ -1,0 +1,149 @@
+"""`tfcompile export-hf`: an imported run written back loads in transformers with no missing or
+unexpected tensors and gives the same outputs; a run of tfcompile's own (interleaved RoPE) does
+too; what transformers cannot express is refused by field."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from hf_models import VARIANTS, Imported, from_pretrained, import_all, max_difference
+
+from tfcompile.cli import main
+from tfcompile.hf.errors import HFError
+from tfcompile.hf.exporter import export_hf
+from tfcompile.hf.importer import write_run
+from tfcompile.spec import parse_spec
+from tfcompile.tasks import build_model
+
+transformers = pytest.importorskip("transformers")
+
+
+@pytest.fixture(scope="module")
+def imported(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Imported]:
+    return import_all(tmp_path_factory.mktemp("hf"))
+
+
+@pytest.mark.parametrize("name", list(VARIANTS))
+def test_an_imported_run_round_trips(imported: dict[str, Imported], tmp_path: Path, name: str) -> None:
+    case, out = imported[name], tmp_path / "out"
+    assert main(["export-hf", str(case.result.run_dir), "--out", str(out)]) == 0
+    reloaded, info = from_pretrained(out, loading_info=True)
+    assert not any(info.values()), info  # no missing, unexpected or mismatched tensors
+    for padded in (False, True):
+        assert max_difference(reloaded, case.model, padded) <= 1e-5
+    if (case.folder / "tokenizer.json").exists():
+        theirs, ours = (transformers.AutoTokenizer.from_pretrained(f) for f in (case.folder, out))
+        text = "hello, world!"
+        assert ours(text)["input_ids"] == theirs(text)["input_ids"]
+        assert ours.eos_token == theirs.eos_token and ours.pad_token == theirs.pad_token
+    else:
+        processor = transformers.AutoImageProcessor.from_pretrained(out)
+        assert (
+            list(processor.image_mean)
+            == json.loads((case.result.run_dir / "preprocessing.json").read_text())["mean"]
+        )
+
+
+def _run(tmp_path: Path, text: str) -> Path:
+    """A run of a spec's random model, as training writes it (no tokenizer)."""
+    spec = parse_spec(text)
+    torch.manual_seed(0)
+    model = build_model(spec).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.ndim == 1:
+                p.add_(torch.randn_like(p) * 0.1)
+    run = tmp_path / "run"
+    write_run(run, spec, model, tmp_path, None)
+    return run
+
+
+NATIVE = {
+    "llama": "family: decoder, vocab_size: 64, d_model: 32, n_layers: 2, n_heads: 4, n_kv_heads: 2, "
+    "max_seq_len: 16, positional: rope, norm: {type: rmsnorm}, activation: swiglu, "
+    "bias: {qkv: true, attn_out: false, ffn: true}",
+    "qwen2": "family: decoder, vocab_size: 64, d_model: 32, n_layers: 1, n_heads: 4, max_seq_len: 16, "
+    "positional: {type: rope, theta: 500000, scaling: {type: linear, factor: 2}}, norm: {type: rmsnorm}, "
+    "activation: geglu, bias: {qkv: true, attn_out: false, ffn: false}, tie_embeddings: false",
+    "gpt2": "family: decoder, vocab_size: 64, d_model: 16, n_layers: 2, n_heads: 2, max_seq_len: 16, "
+    "bias: {qkv: false, attn_out: true, ffn: false}",
+}
+
+
+@pytest.mark.parametrize("kind", list(NATIVE))
+def test_a_run_of_tfcompiles_own_loads_in_transformers(tmp_path: Path, kind: str) -> None:
+    """Interleaved RoPE pairs become transformers' halves by a permutation of the q and k rows;
+    biases transformers has and the model does not are written as zeros."""
+    run = _run(tmp_path, f"model: {{{NATIVE[kind]}}}\n")
+    architecture = export_hf(run, tmp_path / "out")
+    assert architecture.lower().startswith(kind)
+    reloaded, info = from_pretrained(tmp_path / "out", loading_info=True)
+    assert not any(info.values()), info
+    from tfcompile.train.runs import load_trained_model
+
+    _, model = load_trained_model(run)
+    assert max_difference(reloaded, model, padded=True) <= 1e-5
+
+
+def _problems(tmp_path: Path, model: str, task: str = "") -> str:
+    run = _run(tmp_path, f"model: {{{model}}}\n{task}")
+    with pytest.raises(HFError) as error:
+        export_hf(run, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+    return str(error.value)
+
+
+def test_what_transformers_cannot_express_is_refused_by_field(tmp_path: Path) -> None:
+    message = _problems(
+        tmp_path,
+        "family: decoder, vocab_size: 64, d_model: 16, n_layers: 1, n_heads: 2, max_seq_len: 8, "
+        "norm: {type: rmsnorm}, n_kv_heads: 1, scale_embeddings: true",
+    )
+    for field in ("model.norm.type: 'rmsnorm'", "model.n_kv_heads: 1", "model.scale_embeddings"):
+        assert field in message
+
+
+def test_a_model_no_architecture_takes_is_refused(tmp_path: Path) -> None:
+    message = _problems(
+        tmp_path,
+        "family: vit, image_size: 8, patch_size: 4, d_model: 16, n_layers: 1, n_heads: 2, pooling: mean",
+        "task: {type: image_classification, labels: [a, b]}\n",
+    )
+    assert "model.pooling: 'mean' has no ViT equivalent" in message
+    sinusoidal = _problems(
+        tmp_path / "2",
+        "family: decoder, vocab_size: 64, d_model: 16, n_layers: 1, n_heads: 2, max_seq_len: 8, "
+        "positional: sinusoidal",
+    )
+    assert "has no transformers architecture" in sinusoidal
+
+
+def test_an_existing_folder_is_replaced_only_when_asked(
+    imported: dict[str, Imported], tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    run, out = str(imported["gpt2"].result.run_dir), tmp_path / "out"
+    assert main(["export-hf", run, "--out", str(out)]) == 0
+    assert main(["export-hf", run, "--out", str(out)]) == 1
+    assert "pass --force" in capsys.readouterr().err
+    assert main(["export-hf", run, "--out", str(out), "--force"]) == 0
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "notes.txt").write_text("mine")
+    assert main(["export-hf", run, "--out", str(other), "--force"]) == 1
+    assert (other / "notes.txt").read_text() == "mine"
+
+
+def test_the_config_is_read_by_transformers_4_as_well(imported: dict[str, Imported], tmp_path: Path) -> None:
+    """transformers 4 reads rope_theta and rope_scaling, 5 rope_parameters: both are written, the
+    same; T5's tie is said by tie_word_embeddings alone (4 ignores scale_decoder_outputs)."""
+    export_hf(imported["llama_yarn"].result.run_dir, tmp_path / "llama")
+    config: dict[str, Any] = json.loads((tmp_path / "llama" / "config.json").read_text())
+    assert config["rope_scaling"] == {k: v for k, v in config["rope_parameters"].items() if k != "rope_theta"}
+    assert config["rope_theta"] == config["rope_parameters"]["rope_theta"]
+    export_hf(imported["t5_gated_silu_tied"].result.run_dir, tmp_path / "t5")
+    t5 = json.loads((tmp_path / "t5" / "config.json").read_text())
+    assert t5["tie_word_embeddings"] is False and "scale_decoder_outputs" not in t5

@@ -1,0 +1,336 @@
+"""`tfcompile import`: tiny random transformers models of every family and variant, saved with
+save_pretrained, imported, and held to transformers' own outputs (float32, with and without
+padding); their parameter counts, readable specs, checkpoint formats, and every refusal."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from hf_models import VARIANTS, Imported, import_all, max_difference
+from safetensors.torch import load_file, save_file
+
+from tfcompile.cli import main
+from tfcompile.hf.errors import HFError, HFWarning
+from tfcompile.hf.importer import import_folder
+from tfcompile.spec import Spec, load_spec
+from tfcompile.summary import summarize
+from tfcompile.train.runs import load_trained_model
+
+
+@pytest.fixture(scope="module")
+def imported(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Imported]:
+    return import_all(tmp_path_factory.mktemp("hf"))
+
+
+@pytest.mark.parametrize("name", list(VARIANTS))
+def test_an_imported_model_gives_transformers_outputs(imported: dict[str, Imported], name: str) -> None:
+    case = imported[name]
+    for padded in (False, True):
+        assert max_difference(case.hf, case.model, padded) <= 1e-5, (name, padded)
+
+
+@pytest.mark.parametrize("name", list(VARIANTS))
+def test_parameter_counts_equal_transformers(imported: dict[str, Imported], name: str) -> None:
+    case = imported[name]
+    expected = case.hf.num_parameters()
+    if name == "bert_mlm_untied":  # transformers 5 keeps the head's bias twice when untied (one is read)
+        expected -= case.hf.config.vocab_size
+    rows = summarize(case.spec)
+    assert case.spec.parameter_count() == expected == sum(p.numel() for p in case.model.parameters())
+    assert rows.total_params == expected
+
+
+def test_the_specs_say_what_each_model_is(imported: dict[str, Imported]) -> None:
+    specs = {name: load_spec(case.result.spec_path) for name, case in imported.items()}
+    llama = specs["llama"].model
+    assert llama.positional.type == "rope" and llama.positional.layout == "halves"
+    assert (llama.n_kv_heads, llama.norm.type, llama.norm.eps, llama.activation) == (
+        2,
+        "rmsnorm",
+        1e-5,
+        "swiglu",
+    )
+    yarn = specs["llama_yarn"].model.positional
+    assert yarn.scaling is not None and yarn.scaling.type == "yarn" and yarn.scaling.factor == 4.0
+    odd = specs["llama_tied_bias_head_dim"].model
+    assert (odd.head_dim, odd.bias.qkv, odd.bias.attn_out, odd.bias.ffn, odd.activation) == (
+        12,
+        True,
+        True,
+        True,
+        "geglu_tanh",
+    )
+    qwen2 = specs["qwen2"].model
+    assert (qwen2.bias.qkv, qwen2.bias.attn_out, qwen2.tie_embeddings, qwen2.positional.theta) == (
+        True,
+        False,
+        True,
+        1e6,
+    )
+    assert specs["mistral"].model.max_seq_len == 40  # within its sliding window, attention is causal
+    t5, t5_1 = specs["t5_v1_0"].model, specs["t5_v1_1"].model
+    assert (t5.head_dim, t5.attention_scale, t5.scale_output, t5.tie_embeddings) == (4, 1.0, True, True)
+    assert (t5_1.activation, t5_1.scale_output, t5_1.tie_embeddings) == ("geglu_tanh", False, False)
+    assert specs["t5_v1_1"].tokens is not None and specs["t5_v1_1"].tokens.roles()["bos"] == "<pad>"
+    assert specs["bert_cls"].task.labels == ["neg", "pos", "neutral"]
+    assert specs["bert_mlm"].model.pooler is False and specs["bert_pretraining"].task.next_sentence
+    assert specs["vit"].task.labels == ["cat", "dog"] and specs["vit_no_qkv_bias"].model.bias.qkv is False
+    preprocessing = json.loads((imported["vit"].result.run_dir / "preprocessing.json").read_text())
+    assert preprocessing["mean"] == [0.4, 0.5, 0.6] and preprocessing["image_size"] == 8
+
+
+def test_a_context_capped_at_the_sliding_window_is_said(
+    imported: dict[str, Imported], tmp_path: Path
+) -> None:
+    with pytest.warns(HFWarning, match="max_seq_len is the sliding window, 40"):
+        import_folder(imported["mistral"].folder, "mistral", tmp_path / "specs", tmp_path / "runs")
+
+
+def test_the_run_holds_the_tokenizer_and_where_it_came_from(imported: dict[str, Imported]) -> None:
+    case = imported["gpt2"]
+    run = case.result.run_dir
+    assert (run / "tokenizer.json").read_bytes() == (case.folder / "tokenizer.json").read_bytes()
+    record = json.loads((run / "import.json").read_text())
+    assert record["model_type"] == "gpt2" and list(record["files"]) == ["model.safetensors"]
+    assert (run / "checkpoints" / "best").read_text().strip() == "step-000000"
+
+
+# ------------------------------------------------------------------ checkpoint formats
+
+
+def _copy(imported: dict[str, Imported], name: str, tmp_path: Path) -> Path:
+    folder = tmp_path / "src"
+    shutil.copytree(imported[name].folder, folder)
+    return folder
+
+
+def _same_weights(folder: Path, case: Imported, tmp_path: Path) -> None:
+    result = import_folder(folder, "again", tmp_path / "specs", tmp_path / "runs")
+    _, model = load_trained_model(result.run_dir)
+    for name, tensor in case.model.state_dict().items():
+        torch.testing.assert_close(model.state_dict()[name], tensor, rtol=0, atol=0)
+
+
+def test_sharded_safetensors(imported: dict[str, Imported], tmp_path: Path) -> None:
+    folder = tmp_path / "sharded"
+    imported["llama"].hf.save_pretrained(folder, max_shard_size="20KB")
+    shutil.copy(imported["llama"].folder / "tokenizer.json", folder)
+    assert (folder / "model.safetensors.index.json").exists()
+    _same_weights(folder, imported["llama"], tmp_path)
+
+
+def test_a_pickled_state_dict_without_the_body_prefix_and_with_old_norm_names(
+    imported: dict[str, Imported], tmp_path: Path
+) -> None:
+    """pytorch_model.bin of an old BERT: no ``bert.`` prefix on the body, LayerNorm gamma/beta,
+    position_ids kept; read with weights_only."""
+    folder = _copy(imported, "bert_cls", tmp_path)
+    tensors = load_file(folder / "model.safetensors")
+    renamed = {
+        name.removeprefix("bert.")
+        .replace("LayerNorm.weight", "LayerNorm.gamma")
+        .replace("LayerNorm.bias", "LayerNorm.beta"): t
+        for name, t in tensors.items()
+    }
+    renamed["embeddings.position_ids"] = torch.arange(32)[None]
+    (folder / "model.safetensors").unlink()
+    torch.save(renamed, folder / "pytorch_model.bin")
+    _same_weights(folder, imported["bert_cls"], tmp_path)
+
+
+def test_a_tie_saved_under_both_names_and_half_precision(
+    imported: dict[str, Imported], tmp_path: Path
+) -> None:
+    folder = _copy(imported, "gpt2", tmp_path)
+    tensors = load_file(folder / "model.safetensors")
+    tensors["lm_head.weight"] = tensors["transformer.wte.weight"].clone()
+    save_file(
+        {n: t.half() for n, t in tensors.items()}, folder / "model.safetensors", metadata={"format": "pt"}
+    )
+    result = import_folder(folder, "half", tmp_path / "specs", tmp_path / "runs")
+    assert result.spec.model.tie_embeddings
+    _, model = load_trained_model(result.run_dir)
+    assert model.embed.weight.dtype == torch.float32
+    torch.testing.assert_close(model.embed.weight, imported["gpt2"].model.embed.weight, atol=1e-3, rtol=1e-3)
+
+
+# ------------------------------------------------------------------------ refusals
+
+
+def _edit(imported: dict[str, Imported], name: str, tmp_path: Path, **fields: Any) -> Path:
+    folder = _copy(imported, name, tmp_path)
+    config = json.loads((folder / "config.json").read_text()) | fields
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder
+
+
+@pytest.mark.parametrize(
+    ("name", "fields", "named"),
+    [
+        ("gpt2", {"model_type": "mixtral"}, ["model_type: 'mixtral' has no converter"]),
+        ("gpt2", {"quantization_config": {"bits": 4}}, ["quantization_config"]),
+        ("gpt2", {"architectures": None}, ["architectures: is missing"]),
+        (
+            "gpt2",
+            {"scale_attn_by_inverse_layer_idx": True, "activation_function": "quick_gelu"},
+            ["scale_attn_by_inverse_layer_idx", "activation_function: 'quick_gelu'"],
+        ),
+        ("gpt2", {"architectures": ["GPT2ForSequenceClassification"]}, ["architectures"]),
+        ("bert_cls", {"position_embedding_type": "relative_key"}, ["position_embedding_type"]),
+        ("bert_cls", {"problem_type": "multi_label_classification"}, ["problem_type"]),
+        (
+            "llama",
+            {"rope_parameters": {"rope_type": "longrope", "rope_theta": 1e4}, "partial_rotary_factor": 0.5},
+            ["rope_parameters.rope_type: 'longrope'", "partial_rotary_factor"],
+        ),
+        ("llama", {"hidden_act": "relu2"}, ["hidden_act: 'relu2'"]),
+        ("vit", {"image_size": [8, 16]}, ["image_size: [8, 16] is not square"]),
+        ("t5_v1_1", {"feed_forward_proj": "gated-relu"}, ["feed_forward_proj"]),
+        ("t5_v1_1", {"architectures": ["T5EncoderModel"]}, ["architectures"]),
+        ("vit", {"num_channels": 1}, ["image_mean: [0.4, 0.5, 0.6] is not one value per channel (1)"]),
+    ],
+)
+def test_what_cannot_be_converted_is_refused_by_name(
+    imported: dict[str, Imported], tmp_path: Path, name: str, fields: dict, named: list[str]
+) -> None:
+    folder = _edit(imported, name, tmp_path, **fields)
+    with pytest.raises(HFError) as error:
+        import_folder(folder, "refused", tmp_path / "specs", tmp_path / "runs")
+    for text in named:
+        assert text in str(error.value)
+    assert not (tmp_path / "runs" / "refused").exists() and not (tmp_path / "specs").exists()
+
+
+def test_a_tensor_the_mapping_does_not_read_is_an_error(
+    imported: dict[str, Imported], tmp_path: Path
+) -> None:
+    folder = _copy(imported, "llama", tmp_path)
+    tensors = load_file(folder / "model.safetensors") | {"model.layers.0.mlp.extra.weight": torch.zeros(2)}
+    save_file(tensors, folder / "model.safetensors")
+    with pytest.raises(HFError, match=r"does not read: model\.layers\.0\.mlp\.extra\.weight|mlp\.extra"):
+        import_folder(folder, "extra", tmp_path / "specs", tmp_path / "runs")
+
+
+def test_sizes_the_weights_contradict_are_an_error(imported: dict[str, Imported], tmp_path: Path) -> None:
+    folder = _edit(imported, "gpt2", tmp_path, n_inner=48)
+    with pytest.raises(
+        HFError, match=r"does not fit its config.json; tensors of other shapes: blocks\.0\.ffn"
+    ):
+        import_folder(folder, "wrong", tmp_path / "specs", tmp_path / "runs")
+
+
+def test_a_folder_without_weights_names_what_it_holds(imported: dict[str, Imported], tmp_path: Path) -> None:
+    folder = _copy(imported, "gpt2", tmp_path)
+    (folder / "model.safetensors").rename(folder / "tf_model.h5")
+    with pytest.raises(HFError, match=r"tf_model\.h5 \(TensorFlow\).*save_pretrained"):
+        import_folder(folder, "none", tmp_path / "specs", tmp_path / "runs")
+
+
+# ----------------------------------------------------------------------------- CLI
+
+
+def test_the_command_writes_the_spec_and_the_run_and_refuses_to_overwrite(
+    imported: dict[str, Imported],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture,
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    folder = str(imported["qwen2"].folder)
+    assert main(["import", folder, "--name", "qwen"]) == 0
+    assert "Qwen2ForCausalLM" in capsys.readouterr().out
+    assert Path("specs/qwen.yaml").exists() and Path("runs/qwen/checkpoints/last").exists()
+    text = Path("specs/qwen.yaml").read_text()
+    assert text.startswith("# Imported from") and "train.init_from=runs/qwen" in text
+    assert isinstance(load_spec("specs/qwen.yaml"), Spec)
+    assert main(["summary", "specs/qwen.yaml"]) == 0
+    assert main(["import", folder, "--name", "qwen"]) == 1
+    assert "runs/qwen exists: choose another --name" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------- export, generate
+
+
+def test_an_imported_run_exports_to_onnx_with_parity(imported: dict[str, Imported], tmp_path: Path) -> None:
+    assert main(["export", str(imported["bert_cls"].result.run_dir), "--out", str(tmp_path / "bundle")]) == 0
+
+
+# bert_cls exports in the default suite and qwen2 in the generation test; masked LMs are pretraining,
+# which tfcompile does not export.
+@pytest.mark.slow
+@pytest.mark.parametrize("name", [n for n in VARIANTS if not n.startswith("bert") and n != "qwen2"])
+def test_every_imported_run_exports_to_onnx_with_parity(
+    imported: dict[str, Imported], tmp_path: Path, name: str
+) -> None:
+    assert main(["export", str(imported[name].result.run_dir), "--out", str(tmp_path / "bundle")]) == 0
+
+
+@pytest.mark.slow
+def test_the_runtime_generates_transformers_greedy_tokens(
+    imported: dict[str, Imported], tmp_path: Path
+) -> None:
+    """Qwen2 (RoPE on halves, q/k/v biases, GQA, a tied head) exported with parity, then greedy
+    decoding with the KV cache in onnxruntime against transformers' generate."""
+    from tfcompile.runtime import load
+
+    case = imported["qwen2"]
+    assert main(["export", str(case.result.run_dir), "--out", str(tmp_path / "bundle")]) == 0
+    bundle = load(tmp_path / "bundle")
+    prompt = torch.tensor([[5, 9, 13, 2, 30]])
+    expected = case.hf.generate(
+        prompt, attention_mask=torch.ones_like(prompt), do_sample=False, max_new_tokens=12
+    )
+    ours = bundle.generate(prompt.numpy(), 12, temperature=0.0, stop=False)
+    assert ours[0].tolist() == expected[0].tolist()
+
+
+def test_importing_and_exporting_never_load_transformers() -> None:
+    import subprocess
+    import sys
+
+    code = "import sys, tfcompile.hf.importer, tfcompile.hf.exporter; print('transformers' in sys.modules)"
+    assert (
+        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "False"
+    )
+
+
+@pytest.mark.slow
+def test_an_imported_run_fine_tunes_and_resumes(
+    imported: dict[str, Imported], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The README's path: import, fine-tune from it (train.init_from), or continue it (--resume)."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["import", str(imported["gpt2"].folder), "--name", "gpt2"]) == 0
+    Path("corpus.txt").write_text("the cat sat on the mat, and the dog ran!\n" * 80)
+    small = ["--set", "train.steps=4", "--set", "train.batch_size=4", "--set", "train.eval_interval=2"]
+    small += ["--set", "train.eval_batches=1", "--set", "data.path=../corpus.txt"]
+    tuned = ["--set", "train.init_from=runs/gpt2", "--set", "train.name=tuned"]
+    assert main(["train", "specs/gpt2.yaml", *small, *tuned]) == 0
+    assert main(["train", "specs/gpt2.yaml", "--resume", "runs/gpt2", *small]) == 0
+    assert (
+        Path("runs/gpt2/checkpoints/last").read_text().strip(),
+        Path("runs/tuned/checkpoints/last").exists(),
+    ) == (
+        "step-000004",
+        True,
+    )
+
+
+def test_a_bundle_names_the_imported_special_tokens_by_their_roles(imported: dict[str, Imported]) -> None:
+    """T5 starts its decoder with <pad> and stops at </s>; GPT-2 stops at <|endoftext|>."""
+    from tokenizers import Tokenizer
+
+    from tfcompile.export.bundle import tokenizer_info
+
+    def ids(name: str) -> dict[str, int]:
+        case = imported[name]
+        tokenizer = Tokenizer.from_file(str(case.result.run_dir / "tokenizer.json"))
+        return {role: t.id for role, t in tokenizer_info(tokenizer, case.spec.tokens).special_tokens.items()}
+
+    assert ids("t5_v1_1") == {"pad": 0, "bos": 0, "eos": 1, "unk": 2}
+    assert ids("gpt2")["eos"] == 0 and ids("bert_cls")["mask"] == 4

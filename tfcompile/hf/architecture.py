@@ -1,0 +1,202 @@
+"""What each Hugging Face architecture shares: reading its ``config.json`` into spec sections with
+every problem collected, the tensors of a checkpoint consumed by name, and the registry of
+converters by ``model_type``."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import torch
+
+from tfcompile.hf.errors import HFError, Problem
+from tfcompile.spec import Spec
+
+# Hugging Face's names of the plain (ungated) activations -> the spec's, and back for export-hf:
+# GPT-2 (activation_function), BERT and ViT (hidden_act) share them.
+ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "relu": "relu"}
+ACTIVATIONS |= {"silu": "silu", "swish": "silu"}
+EXPORTED_ACTIVATIONS = {"gelu": "gelu", "gelu_tanh": "gelu_new", "relu": "relu", "silu": "silu"}
+
+
+@dataclass
+class Config:
+    """``config.json`` as read: each field looked up with its default, and the problems found, so
+    that one error names every field that cannot be converted."""
+
+    data: dict[str, Any]
+    problems: list[Problem] = field(default_factory=list)
+
+    def get(self, name: str, default: Any = None) -> Any:
+        value = self.data.get(name, default)
+        return default if value is None else value
+
+    def refuse(self, name: str, message: str, hint: str) -> None:
+        self.problems.append(Problem(name, message, hint))
+
+    def require(self, ok: bool, name: str, message: str, hint: str) -> None:
+        if not ok:
+            self.refuse(name, message, hint)
+
+    def choice(self, name: str, default: str, mapping: dict[str, Any], what: str) -> Any:
+        """The value ``mapping`` gives the field's, or a problem naming the choices."""
+        value = self.get(name, default)
+        if value not in mapping:
+            self.refuse(name, f"{value!r} is not a {what} tfcompile has", f"one of {sorted(mapping)} imports")
+            return next(iter(mapping.values()))
+        return mapping[value]
+
+    def refuse_true(self, *names: str, why: str) -> None:
+        """Refuse each boolean field that is set."""
+        for name in names:
+            self.require(not self.get(name, False), name, f"is true: {why}", "import a model without it")
+
+
+class Tensors:
+    """A checkpoint's tensors by name; each one taken is marked used, and ``left`` names those no
+    converter read, so that a tensor the mapping does not know about is an error, not a loss."""
+
+    def __init__(self, tensors: dict[str, torch.Tensor], where: str) -> None:
+        self.tensors, self.where, self.used = tensors, where, set[str]()
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.tensors
+
+    def take(self, name: str) -> torch.Tensor:
+        if name not in self.tensors:
+            raise HFError(f"{self.where}: the tensor {name} is missing, but the config.json says it is there")
+        self.used.add(name)
+        return self.tensors[name]
+
+    def maybe(self, name: str) -> torch.Tensor | None:
+        return self.take(name) if name in self.tensors else None
+
+    def cat(self, *names: str) -> torch.Tensor:
+        return torch.cat([self.take(name) for name in names])
+
+    def same(self, a: str, b: str) -> bool:
+        """Whether both tensors are there and equal (a tie saved under both names)."""
+        return a in self.tensors and b in self.tensors and torch.equal(self.tensors[a], self.tensors[b])
+
+    def left(self) -> list[str]:
+        return sorted(set(self.tensors) - self.used)
+
+
+State = dict[str, torch.Tensor]
+
+
+@dataclass(frozen=True)
+class Imported:
+    """What an architecture makes of a config: the spec's sections, as a person would write them."""
+
+    model: dict[str, Any]
+    task: dict[str, Any]
+    tokens: dict[str, str] | None = None
+
+
+class Architecture(ABC):
+    """One Hugging Face model type (and the head classes of it that tfcompile has): config.json to
+    spec sections, checkpoint to state dict, and back for ``export-hf``."""
+
+    model_types: ClassVar[tuple[str, ...]]
+    # Names accepted in a checkpoint before the body's tensor names (saved from a head class, or not).
+    prefixes: ClassVar[tuple[str, ...]] = ()
+    ignored: ClassVar[tuple[str, ...]] = ()  # substrings of tensor names that hold no weights
+
+    @abstractmethod
+    def read(self, config: Config, architecture: str, tensors: Tensors) -> Imported:
+        """The spec's sections for ``config`` saved from the head class ``architecture`` (with
+        ``tensors``, the checkpoint, for what the config leaves open); each field that cannot be
+        converted is a problem in ``config``."""
+
+    @abstractmethod
+    def to_state(self, tensors: Tensors, spec: Spec) -> State:
+        """The checkpoint's tensors (names without the body's prefix) -> the model's state dict."""
+
+    @abstractmethod
+    def candidate(self, spec: Spec) -> bool:
+        """Whether the spec's family, task and positions are this architecture's (export-hf)."""
+
+    @abstractmethod
+    def exportable(self, spec: Spec) -> list[Problem]:
+        """Why a candidate spec's model cannot be written as this architecture (empty when it can)."""
+
+    @abstractmethod
+    def to_config(self, spec: Spec) -> dict[str, Any]:
+        """The ``config.json`` of the spec's model, in the keys every transformers version reads."""
+
+    @abstractmethod
+    def from_state(self, state: State, spec: Spec) -> State:
+        """The model's state dict -> the tensors as ``save_pretrained`` names them, each tied
+        tensor once."""
+
+    def preprocessor(self, spec: Spec, preprocessing: dict[str, Any] | None) -> dict[str, Any] | None:
+        """An image processor's ``preprocessor_config.json`` for export-hf; None for text models."""
+        return None
+
+
+ARCHITECTURES: dict[str, Architecture] = {}
+
+
+def register(*model_types: str) -> Callable[[type[Architecture]], type[Architecture]]:
+    def add(cls: type[Architecture]) -> type[Architecture]:
+        cls.model_types = model_types
+        instance = cls()
+        for name in model_types:
+            ARCHITECTURES[name] = instance
+        return cls
+
+    return add
+
+
+def tied(config: Config, tensors: Tensors, head: str, embeddings: str, default: bool) -> bool:
+    """Whether the output head is the embedding table, as transformers decides: the config says
+    so, unless the checkpoint holds a head that differs from the table."""
+    return bool(config.get("tie_word_embeddings", default)) and (
+        head not in tensors or tensors.same(head, embeddings)
+    )
+
+
+def dropout(p: Any) -> float:
+    """A dropout probability from a config (null: none)."""
+    return float(p) if p is not None and 0 <= float(p) < 1 else 0.0
+
+
+def contiguous(state: State) -> State:
+    return {name: t.contiguous() for name, t in state.items()}
+
+
+class Needs:
+    """What export-hf requires of a spec, collected: each unmet requirement a problem at its field."""
+
+    def __init__(self, architecture: str) -> None:
+        self.architecture, self.problems = architecture, list[Problem]()
+
+    def __call__(self, ok: bool, field: str, found: Any, hint: str) -> None:
+        if not ok:
+            self.problems.append(Problem(field, f"{found!r} has no {self.architecture} equivalent", hint))
+
+    def plain_attention(self, model: Any) -> None:
+        """Heads of d_model / n_heads scaled by 1/sqrt(head_dim), and no extra scales."""
+        self(
+            model.head_dim * model.n_heads == model.d_model,
+            "model.head_dim",
+            model.head_dim,
+            "leave it unset",
+        )
+        self(
+            abs(model.attention_scale * model.head_dim**0.5 - 1) < 1e-9,
+            "model.attention_scale",
+            model.attention_scale,
+            "leave it unset (1/sqrt(head_dim))",
+        )
+        self(not model.scale_embeddings, "model.scale_embeddings", True, "set it false")
+        self(not getattr(model, "scale_output", False), "model.scale_output", True, "set it false")
+        self(not model.bias.lm_head, "model.bias.lm_head", True, "set it false")
+
+
+def zeros_if_none(t: torch.Tensor | None, size: int) -> torch.Tensor:
+    """A bias transformers always has, as zeros where the model has none (which is exact)."""
+    return t if t is not None else torch.zeros(size)

@@ -1,0 +1,248 @@
+"""BERT (``BertForMaskedLM``, ``BertForPreTraining``, ``BertForSequenceClassification``): summed
+token, position and segment embeddings with a norm, post-LayerNorm blocks, the pooler (tanh of a
+dense layer on [CLS]) under the sentence-level heads."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from tfcompile.hf.architecture import (
+    ACTIVATIONS,
+    EXPORTED_ACTIVATIONS,
+    Architecture,
+    Config,
+    Imported,
+    Needs,
+    State,
+    Tensors,
+    contiguous,
+    dropout,
+    register,
+    tied,
+    zeros_if_none,
+)
+from tfcompile.hf.errors import Problem
+from tfcompile.spec import Spec
+from tfcompile.spec.schema import ClassificationTask, EncoderSpec, LearnedPositional, MaskedLMTask
+
+HEADS: dict[str, tuple[dict[str, Any], bool]] = {  # head class -> (task section, masked LM head)
+    "BertForMaskedLM": ({"type": "masked_lm", "next_sentence": False}, True),
+    "BertForPreTraining": ({"type": "masked_lm", "next_sentence": True}, True),
+    "BertForSequenceClassification": ({"type": "classification"}, False),
+}
+LAYER = (  # BERT's names within a block -> tfcompile's (post-norm: attn_norm follows attention)
+    ("attention.output.dense", "attn.out"),
+    ("attention.output.LayerNorm", "attn_norm"),
+    ("intermediate.dense", "ffn.w_in"),
+    ("output.dense", "ffn.w_out"),
+    ("output.LayerNorm", "ffn_norm"),
+)
+EMBEDDINGS = (
+    ("embeddings.word_embeddings.weight", "embed.weight"),
+    ("embeddings.position_embeddings.weight", "positional.table.weight"),
+    ("embeddings.LayerNorm.weight", "embed_norm.weight"),
+    ("embeddings.LayerNorm.bias", "embed_norm.bias"),
+)
+DECODER = "cls.predictions.decoder.weight"
+MLM_HEAD = (
+    ("cls.predictions.transform.dense.weight", "mlm_dense.weight"),
+    ("cls.predictions.transform.dense.bias", "mlm_dense.bias"),
+    ("cls.predictions.transform.LayerNorm.weight", "mlm_norm.weight"),
+    ("cls.predictions.transform.LayerNorm.bias", "mlm_norm.bias"),
+)
+
+
+@register("bert")
+class Bert(Architecture):
+    prefixes = ("bert.",)
+    ignored = ("embeddings.position_ids",)  # a buffer in old checkpoints
+
+    def read(self, config: Config, architecture: str, tensors: Tensors) -> Imported:
+        task, mlm = HEADS.get(architecture, HEADS["BertForMaskedLM"])
+        # A pooler under the sentence-level heads; BertForMaskedLM builds none.
+        pooler = architecture != "BertForMaskedLM"
+        config.require(
+            architecture in HEADS,
+            "architectures",
+            f"{architecture} is not a BERT head tfcompile has",
+            f"import one of {sorted(HEADS)}",
+        )
+        position = config.get("position_embedding_type", "absolute")
+        config.require(
+            position == "absolute",
+            "position_embedding_type",
+            f"{position!r}: relative position scores are not BERT's in tfcompile",
+            "import a model with absolute positions",
+        )
+        config.refuse_true("is_decoder", "add_cross_attention", why="a BERT decoder is not an encoder")
+        if architecture == "BertForSequenceClassification":
+            task = task | {"labels": labels(config)}
+        hidden_dropout = dropout(config.get("hidden_dropout_prob", 0.1))
+        model = {
+            "family": "encoder",
+            "vocab_size": config.get("vocab_size", 30522),
+            "max_seq_len": config.get("max_position_embeddings", 512),
+            "d_model": config.get("hidden_size", 768),
+            "n_layers": config.get("num_hidden_layers", 12),
+            "n_heads": config.get("num_attention_heads", 12),
+            "d_ff": config.get("intermediate_size", 3072),
+            "activation": config.choice("hidden_act", "gelu", ACTIVATIONS, "BERT activation"),
+            "positional": "learned",
+            "norm": {"position": "post", "type": "layernorm", "eps": config.get("layer_norm_eps", 1e-12)},
+            "embedding_norm": True,
+            "type_vocab_size": config.get("type_vocab_size", 2),
+            "pooler": pooler,
+            "bias": {"qkv": True, "attn_out": True, "ffn": True, "lm_head": mlm},
+            "tie_embeddings": tied(config, tensors, DECODER, "embeddings.word_embeddings.weight", True),
+            "dropout": {
+                "embedding": hidden_dropout,
+                "residual": hidden_dropout,
+                "attention": dropout(config.get("attention_probs_dropout_prob", 0.1)),
+            },
+            "init_std": config.get("initializer_range", 0.02),
+        }
+        return Imported(model, task)
+
+    def to_state(self, tensors: Tensors, spec: Spec) -> State:
+        model = spec.model
+        assert isinstance(model, EncoderSpec)
+        state = {tfc: tensors.take(hf) for hf, tfc in EMBEDDINGS}
+        if model.type_vocab_size:
+            state["segment_embed.weight"] = tensors.take("embeddings.token_type_embeddings.weight")
+        for i in range(model.n_layers):
+            h, b = f"encoder.layer.{i}.", f"blocks.{i}."
+            for kind in ("weight", "bias"):
+                state[f"{b}attn.qkv.{kind}"] = tensors.cat(
+                    *(f"{h}attention.self.{x}.{kind}" for x in ("query", "key", "value"))
+                )
+                for hf, tfc in LAYER:
+                    state[f"{b}{tfc}.{kind}"] = tensors.take(f"{h}{hf}.{kind}")
+        if model.pooler:
+            state["pooler.weight"] = tensors.take("pooler.dense.weight")
+            state["pooler.bias"] = tensors.take("pooler.dense.bias")
+        if isinstance(spec.task, MaskedLMTask):
+            state |= {tfc: tensors.take(hf) for hf, tfc in MLM_HEAD}
+            state["lm_head.weight"] = (
+                tensors.take(DECODER) if not model.tie_embeddings else state["embed.weight"]
+            )
+            tensors.maybe(DECODER)  # a tie saved under both names
+            # transformers 5 keeps the decoder's bias apart when untied; it is the one applied.
+            shared, own = tensors.take("cls.predictions.bias"), tensors.maybe("cls.predictions.decoder.bias")
+            state["lm_head.bias"] = own if own is not None and not model.tie_embeddings else shared
+            if spec.task.next_sentence:
+                state["nsp_head.weight"] = tensors.take("cls.seq_relationship.weight")
+                state["nsp_head.bias"] = tensors.take("cls.seq_relationship.bias")
+        else:
+            state["classifier.weight"] = tensors.take("classifier.weight")
+            state["classifier.bias"] = tensors.take("classifier.bias")
+        return state
+
+    def candidate(self, spec: Spec) -> bool:
+        return isinstance(spec.model, EncoderSpec) and isinstance(
+            spec.task, MaskedLMTask | ClassificationTask
+        )
+
+    def exportable(self, spec: Spec) -> list[Problem]:
+        model = spec.model
+        assert isinstance(model, EncoderSpec)
+        need = Needs("BERT")
+        need(model.activation in EXPORTED_ACTIVATIONS, "model.activation", model.activation, "gelu")
+        need(model.norm.type == "layernorm", "model.norm.type", model.norm.type, "layernorm")
+        need(model.norm.position == "post", "model.norm.position", model.norm.position, "post")
+        need(bool(model.norm.bias), "model.norm.bias", False, "true")
+        need(model.embedding_norm, "model.embedding_norm", False, "true")
+        need(
+            isinstance(model.positional, LearnedPositional),
+            "model.positional",
+            model.positional.type,
+            "learned",
+        )
+        need(model.n_kv_heads == model.n_heads, "model.n_kv_heads", model.n_kv_heads, "n_heads (no GQA)")
+        need.plain_attention(model)
+        return [p for p in need.problems if p.field != "model.bias.lm_head"]  # BERT's head has a bias
+
+    def to_config(self, spec: Spec) -> dict[str, Any]:
+        model, task = spec.model, spec.task
+        assert isinstance(model, EncoderSpec)
+        head = head_class(spec)
+        config: dict[str, Any] = {
+            "architectures": [head],
+            "model_type": "bert",
+            "vocab_size": model.vocab_size,
+            "hidden_size": model.d_model,
+            "num_hidden_layers": model.n_layers,
+            "num_attention_heads": model.n_heads,
+            "intermediate_size": model.d_ff,
+            "hidden_act": EXPORTED_ACTIVATIONS[model.activation],
+            "max_position_embeddings": model.max_seq_len,
+            "type_vocab_size": max(model.type_vocab_size, 1),
+            "layer_norm_eps": model.norm.eps,
+            "position_embedding_type": "absolute",
+            "tie_word_embeddings": model.tie_embeddings,
+            "hidden_dropout_prob": model.dropout.residual,
+            "attention_probs_dropout_prob": model.dropout.attention,
+            "initializer_range": model.init_std,
+        }
+        if isinstance(task, ClassificationTask):
+            assert task.labels is not None
+            config["id2label"] = dict(enumerate(task.labels))
+            config["label2id"] = {label: i for i, label in enumerate(task.labels)}
+        return config
+
+    def from_state(self, state: State, spec: Spec) -> State:
+        model, task = spec.model, spec.task
+        assert isinstance(model, EncoderSpec)
+        out = {f"bert.{hf}": state[tfc] for hf, tfc in EMBEDDINGS}
+        segments = state.get("segment_embed.weight", torch.zeros(1, model.d_model))  # none: one zero row
+        out["bert.embeddings.token_type_embeddings.weight"] = segments
+        for i in range(model.n_layers):
+            h, b = f"bert.encoder.layer.{i}.", f"blocks.{i}."
+            for kind in ("weight", "bias"):
+                packed = zeros_if_none(state.get(f"{b}attn.qkv.{kind}"), 3 * model.d_model)
+                for name, part in zip(("query", "key", "value"), packed.chunk(3), strict=True):
+                    out[f"{h}attention.self.{name}.{kind}"] = part
+                for hf, tfc in LAYER:
+                    rows = state[f"{b}{tfc}.weight"].shape[0]
+                    out[f"{h}{hf}.{kind}"] = zeros_if_none(state.get(f"{b}{tfc}.{kind}"), rows)
+        if head_class(spec) != "BertForMaskedLM":  # its body has no pooler
+            out["bert.pooler.dense.weight"] = state["pooler.weight"]
+            out["bert.pooler.dense.bias"] = state["pooler.bias"]
+        if isinstance(task, MaskedLMTask):
+            out |= {hf: state[tfc] for hf, tfc in MLM_HEAD}
+            bias = zeros_if_none(state.get("lm_head.bias"), state["lm_head.weight"].shape[0])
+            out["cls.predictions.bias"] = bias
+            if not model.tie_embeddings:  # transformers 5 reads the decoder's own bias when untied
+                out["cls.predictions.decoder.weight"] = state["lm_head.weight"]
+                out["cls.predictions.decoder.bias"] = bias.clone()
+            if task.next_sentence:
+                out["cls.seq_relationship.weight"] = state["nsp_head.weight"]
+                out["cls.seq_relationship.bias"] = state["nsp_head.bias"]
+        else:
+            out["classifier.weight"] = state["classifier.weight"]
+            out["classifier.bias"] = state["classifier.bias"]
+        return contiguous(out)
+
+
+def head_class(spec: Spec) -> str:
+    if isinstance(spec.task, ClassificationTask):
+        return "BertForSequenceClassification"
+    assert isinstance(spec.task, MaskedLMTask)
+    return "BertForPreTraining" if spec.task.next_sentence else "BertForMaskedLM"
+
+
+def labels(config: Config) -> list[str]:
+    """``task.labels`` from ``id2label``, in id order; single-label classification only."""
+    problem = config.get("problem_type", "single_label_classification")
+    config.require(
+        problem == "single_label_classification",
+        "problem_type",
+        f"{problem!r}: tfcompile's classifiers pick one label with a softmax",
+        "import a single-label classifier",
+    )
+    id2label = config.get("id2label") or {}
+    count = config.get("num_labels", len(id2label) or 2)
+    names = [str(id2label.get(str(i), id2label.get(i, f"LABEL_{i}"))) for i in range(count)]
+    config.require(count >= 2, "num_labels", f"is {count}: regression is not classification", "use 2 or more")
+    return names

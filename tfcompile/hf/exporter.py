@@ -1,0 +1,137 @@
+"""``tfcompile export-hf``: a run -> a folder that ``transformers``' ``AutoModel*.from_pretrained``
+loads with no code of tfcompile's, in the on-disk names and config keys that transformers 4 and 5
+both read.
+
+    config.json               the architecture and its sizes (RoPE both as transformers 4 and 5 write it)
+    generation_config.json    the special token ids generation uses
+    model.safetensors         the weights, each tied tensor once (sharded past 5 GB, with an index)
+    tokenizer.json            the run's tokenizer, with tokenizer_config.json naming its special tokens
+    preprocessor_config.json  image models: resize, rescale and normalisation
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+from tokenizers import Tokenizer
+
+from tfcompile.destination import move_into_place, staging_folder
+from tfcompile.files import PREPROCESSING_FILE, TOKENIZER_FILE
+from tfcompile.hf import bert, gpt2, llama, t5, vit  # noqa: F401 (each registers its architecture)
+from tfcompile.hf.architecture import ARCHITECTURES, Architecture
+from tfcompile.hf.errors import HFError, Problem, refuse
+from tfcompile.hf.folder import (
+    CONFIG,
+    GENERATION_CONFIG,
+    PREPROCESSOR_CONFIG,
+    TOKENIZER_CONFIG,
+    write_json,
+    write_weights,
+)
+from tfcompile.sequences import SPECIAL_ROLES
+from tfcompile.spec import Spec
+from tfcompile.train.runs import load_trained_model
+
+MAX_SHARD_BYTES = 5 * 1024**3  # as save_pretrained shards
+WRITTEN_BY = "4.57.0"  # the oldest transformers the folders are tested with
+
+
+def architecture_for(spec: Spec, where: str) -> Architecture:
+    """The architecture that writes the spec's model; an HFError lists why none can."""
+    candidates = [a for a in dict.fromkeys(ARCHITECTURES.values()) if a.candidate(spec)]
+    problems: list[Problem] = []
+    for candidate in candidates:
+        found = candidate.exportable(spec)
+        if not found:
+            return candidate
+        problems += found
+    if not candidates:
+        problems.append(
+            Problem(
+                "model.family",
+                f"a {spec.model.family} model for {spec.task.type} has no transformers architecture here",
+                "export-hf writes GPT-2, Llama, Qwen2, BERT, ViT and T5 models",
+            )
+        )
+    raise refuse(where, problems)
+
+
+def export_hf(run: Path, out: Path, which: str = "best", force: bool = False) -> str:
+    """Write the run's ``which`` checkpoint to ``out`` as a transformers folder; returns the
+    transformers class that loads it."""
+    spec, model = load_trained_model(run, which)
+    architecture = architecture_for(spec, str(run))
+    replaced = destination(out, force)
+    config = architecture.to_config(spec) | {"torch_dtype": "float32", "transformers_version": WRITTEN_BY}
+    state = {name: t.detach() for name, t in model.state_dict().items()}
+    tensors = architecture.from_state(state, spec)
+    tokens = token_ids(spec, run)
+    config |= {f"{role}_token_id": i for role, i in tokens.items() if role in ("bos", "eos", "pad")}
+    if config.get("is_encoder_decoder") and "bos" in tokens:  # the decoder's first input
+        config["decoder_start_token_id"] = tokens["bos"]
+    tmp = staging_folder(out)
+    try:
+        write_json(tmp / CONFIG, config)
+        write_weights(tmp, tensors, MAX_SHARD_BYTES)
+        generation = {k: v for k, v in config.items() if k.endswith("_token_id")}
+        write_json(tmp / GENERATION_CONFIG, generation | {"transformers_version": WRITTEN_BY})
+        if (run / TOKENIZER_FILE).exists():
+            shutil.copyfile(run / TOKENIZER_FILE, tmp / TOKENIZER_FILE)
+            write_json(tmp / TOKENIZER_CONFIG, tokenizer_config(spec, run))
+        preprocessing = run / PREPROCESSING_FILE
+        processor = architecture.preprocessor(
+            spec, json.loads(preprocessing.read_text()) if preprocessing.exists() else None
+        )
+        if processor is not None:
+            write_json(tmp / PREPROCESSOR_CONFIG, processor)
+        move_into_place(tmp, out, replaced)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return str(config["architectures"][0])
+
+
+def destination(out: Path, force: bool) -> bool:
+    """Whether ``out`` holds a transformers folder the export replaces (with ``force``); a missing
+    or empty folder is fine, anything else is refused, untouched."""
+    if out.is_symlink() or (out.exists() and not out.is_dir()):
+        raise HFError(f"{out} exists and is not a folder: choose another --out")
+    if not out.exists() or not any(out.iterdir()):
+        return False
+    if not (out / CONFIG).exists():
+        raise HFError(f"{out} holds files but no {CONFIG}: it is left untouched; choose another --out")
+    if not force:
+        raise HFError(f"{out} already holds a model: pass --force to replace it, or choose another --out")
+    return True
+
+
+def special_strings(spec: Spec, run: Path) -> dict[str, str]:
+    """Role -> token string: the spec's ``tokens`` section, else tfcompile's own strings where the
+    tokenizer has them."""
+    if spec.tokens is not None:
+        return spec.tokens.roles()
+    vocab = json.loads((run / TOKENIZER_FILE).read_text()) if (run / TOKENIZER_FILE).exists() else {}
+    present = {t["content"] for t in vocab.get("added_tokens", [])}
+    return {role: token for token, role in SPECIAL_ROLES.items() if token in present}
+
+
+def token_ids(spec: Spec, run: Path) -> dict[str, int]:
+    """Role -> id in the run's tokenizer (tfcompile's translation starts the target with its bos,
+    [BOS]; an imported T5 names <pad> there)."""
+    if not (run / TOKENIZER_FILE).exists():
+        return {}
+    tokenizer = Tokenizer.from_file(str(run / TOKENIZER_FILE))
+    ids = {role: tokenizer.token_to_id(token) for role, token in special_strings(spec, run).items()}
+    return {role: i for role, i in ids.items() if i is not None}
+
+
+def tokenizer_config(spec: Spec, run: Path) -> dict[str, Any]:
+    """What ``AutoTokenizer`` needs besides tokenizer.json: the class, and the special tokens."""
+    roles = special_strings(spec, run)
+    config: dict[str, Any] = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "model_max_length": spec.model.max_seq_len,
+    }
+    return config | {f"{role}_token": token for role, token in roles.items()}

@@ -1,0 +1,168 @@
+"""GPT-2 (``GPT2LMHeadModel``): learned positions, pre-LayerNorm blocks, a tied LM head. Its
+Conv1D layers store weights as (in, out), the transpose of ``nn.Linear``'s."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tfcompile.hf.architecture import (
+    ACTIVATIONS,
+    EXPORTED_ACTIVATIONS,
+    Architecture,
+    Config,
+    Imported,
+    Needs,
+    State,
+    Tensors,
+    contiguous,
+    dropout,
+    register,
+    tied,
+    zeros_if_none,
+)
+from tfcompile.hf.errors import Problem
+from tfcompile.spec import Spec
+from tfcompile.spec.schema import CausalLMTask, DecoderSpec, LearnedPositional
+
+
+@register("gpt2")
+class GPT2(Architecture):
+    prefixes = ("transformer.",)
+    ignored = (".attn.bias", ".attn.masked_bias")  # the causal mask, a buffer
+
+    def read(self, config: Config, architecture: str, tensors: Tensors) -> Imported:
+        config.require(
+            architecture in ("GPT2LMHeadModel", "GPT2Model"),
+            "architectures",
+            f"{architecture} is not a language model tfcompile has",
+            "import a GPT2LMHeadModel",
+        )
+        config.require(
+            config.get("scale_attn_weights", True),
+            "scale_attn_weights",
+            "is false: attention without 1/sqrt(head_dim) is not GPT-2's",
+            "import a model that scales its attention",
+        )
+        config.refuse_true(
+            "scale_attn_by_inverse_layer_idx", why="a scale per layer is not in tfcompile's blocks"
+        )
+        config.refuse_true(
+            "add_cross_attention", why="a decoder with cross-attention is not a language model"
+        )
+        d = config.get("n_embd", 768)
+        model = {
+            "family": "decoder",
+            "vocab_size": config.get("vocab_size", 50257),
+            "max_seq_len": config.get("n_positions", 1024),
+            "d_model": d,
+            "n_layers": config.get("n_layer", 12),
+            "n_heads": config.get("n_head", 12),
+            "d_ff": config.get("n_inner", 4 * d),
+            "activation": config.choice("activation_function", "gelu_new", ACTIVATIONS, "GPT-2 activation"),
+            "positional": "learned",
+            "norm": {"position": "pre", "type": "layernorm", "eps": config.get("layer_norm_epsilon", 1e-5)},
+            "bias": {"qkv": True, "attn_out": True, "ffn": True, "lm_head": False},
+            "tie_embeddings": tied(config, tensors, "lm_head.weight", "wte.weight", True),
+            "dropout": {
+                "embedding": dropout(config.get("embd_pdrop", 0.1)),
+                "attention": dropout(config.get("attn_pdrop", 0.1)),
+                "residual": dropout(config.get("resid_pdrop", 0.1)),
+            },
+            "init_std": config.get("initializer_range", 0.02),
+        }
+        return Imported(model, {"type": "causal_lm", "special_tokens": False})
+
+    def to_state(self, tensors: Tensors, spec: Spec) -> State:
+        embed = tensors.take("wte.weight")
+        state = {
+            "embed.weight": embed,
+            "positional.table.weight": tensors.take("wpe.weight"),
+            "final_norm.weight": tensors.take("ln_f.weight"),
+            "final_norm.bias": tensors.take("ln_f.bias"),
+            "lm_head.weight": embed if spec.model.tie_embeddings else tensors.take("lm_head.weight"),
+        }
+        tensors.maybe("lm_head.weight")  # a tie saved under both names
+        for i in range(spec.model.n_layers):
+            h, b = f"h.{i}.", f"blocks.{i}."
+            for hf, tfc in LAYER:
+                weight = tensors.take(f"{h}{hf}.weight")
+                state[f"{b}{tfc}.weight"] = weight.t() if hf in CONV1D else weight
+                state[f"{b}{tfc}.bias"] = tensors.take(f"{h}{hf}.bias")
+        return state
+
+    def candidate(self, spec: Spec) -> bool:
+        model = spec.model
+        return (
+            isinstance(model, DecoderSpec)
+            and isinstance(spec.task, CausalLMTask)
+            and isinstance(model.positional, LearnedPositional)
+        )
+
+    def exportable(self, spec: Spec) -> list[Problem]:
+        model = spec.model
+        need = Needs("GPT-2")
+        need(
+            model.activation in EXPORTED_ACTIVATIONS,
+            "model.activation",
+            model.activation,
+            "gelu_tanh (gelu_new)",
+        )
+        need(model.norm.type == "layernorm", "model.norm.type", model.norm.type, "layernorm")
+        need(model.norm.position == "pre", "model.norm.position", model.norm.position, "pre")
+        need(bool(model.norm.bias), "model.norm.bias", False, "true")
+        need(bool(model.norm.final), "model.norm.final", False, "true")
+        need(model.n_kv_heads == model.n_heads, "model.n_kv_heads", model.n_kv_heads, "n_heads (no GQA)")
+        need.plain_attention(model)
+        return need.problems
+
+    def to_config(self, spec: Spec) -> dict[str, Any]:
+        model = spec.model
+        assert isinstance(model, DecoderSpec)
+        return {
+            "architectures": ["GPT2LMHeadModel"],
+            "model_type": "gpt2",
+            "vocab_size": model.vocab_size,
+            "n_positions": model.max_seq_len,
+            "n_embd": model.d_model,
+            "n_layer": model.n_layers,
+            "n_head": model.n_heads,
+            "n_inner": model.d_ff,
+            "activation_function": EXPORTED_ACTIVATIONS[model.activation],
+            "layer_norm_epsilon": model.norm.eps,
+            "embd_pdrop": model.dropout.embedding,
+            "attn_pdrop": model.dropout.attention,
+            "resid_pdrop": model.dropout.residual,
+            "initializer_range": model.init_std,
+            "tie_word_embeddings": model.tie_embeddings,
+        }
+
+    def from_state(self, state: State, spec: Spec) -> State:
+        model = spec.model
+        p = "transformer."
+        out = {
+            f"{p}wte.weight": state["embed.weight"],
+            f"{p}wpe.weight": state["positional.table.weight"],
+            f"{p}ln_f.weight": state["final_norm.weight"],
+            f"{p}ln_f.bias": state["final_norm.bias"],
+        }
+        if not model.tie_embeddings:
+            out["lm_head.weight"] = state["lm_head.weight"]
+        for i in range(model.n_layers):
+            h, b = f"{p}h.{i}.", f"blocks.{i}."
+            for hf, tfc in LAYER:
+                weight = state[f"{b}{tfc}.weight"]
+                out[f"{h}{hf}.weight"] = weight.t() if hf in CONV1D else weight
+                out[f"{h}{hf}.bias"] = zeros_if_none(state.get(f"{b}{tfc}.bias"), weight.shape[0])
+        return contiguous(out)
+
+
+# GPT-2's names within a block -> tfcompile's; the Conv1D ones are transposed.
+LAYER = (
+    ("ln_1", "attn_norm"),
+    ("attn.c_attn", "attn.qkv"),
+    ("attn.c_proj", "attn.out"),
+    ("ln_2", "ffn_norm"),
+    ("mlp.c_fc", "ffn.w_in"),
+    ("mlp.c_proj", "ffn.w_out"),
+)
+CONV1D = {"attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"}

@@ -1,0 +1,278 @@
+"""``tfcompile import``: a ``save_pretrained`` folder -> a readable spec and a run folder.
+
+    specs/NAME.yaml                         the model and task sections, as a person would write them
+    runs/NAME/spec.yaml                     the resolved spec (what ``train`` writes)
+    runs/NAME/tokenizer.json                the folder's tokenizer, as it is
+    runs/NAME/preprocessing.json            image models: size, channels, mean and std
+    runs/NAME/checkpoints/step-000000/      the weights (``last`` and ``best`` point there)
+    runs/NAME/import.json                   where they came from: folder, model type, sha256 of each file
+
+Nothing of transformers is imported: the config is JSON, the weights safetensors (or a pickle
+read with ``weights_only``), the tokenizer the ``tokenizers`` library's own file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import yaml
+
+from tfcompile.files import PREPROCESSING_FILE, TOKENIZER_FILE, atomic_write_text
+from tfcompile.hf import bert, gpt2, llama, t5, vit  # noqa: F401 (each registers its architecture)
+from tfcompile.hf.architecture import ARCHITECTURES, Architecture, Config, Tensors
+from tfcompile.hf.errors import HFError, Problem, refuse
+from tfcompile.hf.folder import (
+    CONFIG,
+    GENERATION_CONFIG,
+    PREPROCESSOR_CONFIG,
+    SPECIAL_TOKENS_MAP,
+    TOKENIZER_CONFIG,
+    read_json,
+    read_optional_json,
+    read_weights,
+    weight_files,
+    write_json,
+)
+from tfcompile.images import ImagePreprocessing
+from tfcompile.spec import Spec, dump_spec, parse_spec
+from tfcompile.spec.schema import check_run_name
+from tfcompile.tasks.task import build_model
+from tfcompile.train.checkpoint import save_initial_checkpoint
+from tfcompile.train.runs import SPEC_FILE
+
+IMPORT_RECORD = "import.json"
+ROLES = ("pad", "unk", "bos", "eos", "cls", "sep", "mask")
+QUANTIZED = "quantization_config"
+
+
+@dataclass(frozen=True)
+class ImportResult:
+    spec_path: Path
+    run_dir: Path
+    spec: Spec
+    model_type: str
+    architecture: str
+
+
+def import_folder(folder: Path, name: str, specs_dir: Path, runs_dir: Path) -> ImportResult:
+    """Convert the ``save_pretrained`` folder into ``specs_dir/NAME.yaml`` and ``runs_dir/NAME``;
+    an HFError names every config field or tensor that cannot be converted, before anything is
+    written."""
+    try:
+        check_run_name(name)
+    except ValueError as e:
+        raise HFError(f"--name {name!r}: {e}") from None
+    run_dir, spec_path = runs_dir / name, specs_dir / f"{name}.yaml"
+    for path in (run_dir, spec_path):
+        if path.exists() and (not path.is_dir() or any(path.iterdir())):
+            raise HFError(f"{path} exists: choose another --name, or remove it")
+    data = read_json(folder / CONFIG)
+    head_class = head_classof(data, folder)
+    model_type = str(data.get("model_type"))
+    converter = ARCHITECTURES[model_type]
+    tensors = Tensors(normalise(read_weights(folder), converter), str(folder))
+    config = Config(data)
+    imported = converter.read(config, head_class, tensors)
+    if config.problems:
+        raise refuse(str(folder / CONFIG), config.problems)
+    sections: dict[str, Any] = {"model": imported.model, "task": imported.task}
+    tokens = special_tokens(folder, data)
+    if tokens:
+        sections["tokens"] = tokens
+    text = readable_spec(sections, folder, name, runs_dir)
+    spec = parse_spec(text, source=str(spec_path))
+    preprocessing = image_preprocessing(folder, spec)
+    state = converter.to_state(tensors, spec)
+    left = tensors.left()
+    if left:
+        shown = ", ".join(left[:8]) + (f" and {len(left) - 8} more" if len(left) > 8 else "")
+        raise HFError(
+            f"{folder}: the checkpoint holds tensors a {head_class} does not read: {shown}; "
+            f"is config.json the checkpoint's own?"
+        )
+    model = load_state(spec, state, folder)
+    record = {
+        "source": str(folder.resolve()),
+        "model_type": model_type,
+        "architecture": head_class,
+        "transformers_version": data.get("transformers_version"),
+        "source_dtype": data.get("dtype", data.get("torch_dtype")),
+        "files": {p.name: sha256(p) for p in weight_files(folder)},
+    }
+    write_run(run_dir, spec, model, folder, preprocessing, record)
+    specs_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(spec_path, text)
+    return ImportResult(spec_path, run_dir, spec, model_type, head_class)
+
+
+def head_classof(data: dict[str, Any], folder: Path) -> str:
+    """The head class the folder was saved from; refused: a model type without a converter, a
+    quantized checkpoint, a config that names no class."""
+    model_type = data.get("model_type")
+    problems = []
+    if model_type not in ARCHITECTURES:
+        problems.append(
+            Problem(
+                "model_type", f"{model_type!r} has no converter", f"tfcompile imports {sorted(ARCHITECTURES)}"
+            )
+        )
+    if data.get(QUANTIZED):
+        problems.append(
+            Problem(
+                QUANTIZED, "the weights are quantized", "import the float checkpoint the model was made from"
+            )
+        )
+    names = data.get("architectures") or []
+    if not names:
+        problems.append(
+            Problem(
+                "architectures",
+                "is missing: the config does not say which head the weights are for",
+                "save the model (not its config alone) with model.save_pretrained(DIR)",
+            )
+        )
+    elif len(names) > 1:
+        problems.append(Problem("architectures", f"names several classes {names}", "keep the one saved"))
+    if problems:
+        raise refuse(str(folder / CONFIG), problems)
+    return str(names[0])
+
+
+def normalise(tensors: dict[str, torch.Tensor], converter: Architecture) -> dict[str, torch.Tensor]:
+    """Names as the converter reads them: the body's prefix (``transformer.``, ``bert.``, ...)
+    removed where a head class wrote it, TensorFlow-era ``gamma``/``beta`` as ``weight``/``bias``,
+    buffers that hold no weights dropped."""
+    out = {}
+    for name, tensor in tensors.items():
+        if name.endswith(converter.ignored):
+            continue
+        for prefix in converter.prefixes:
+            if name.startswith(prefix):
+                name = name[len(prefix) :]
+                break
+        name = name.replace("LayerNorm.gamma", "LayerNorm.weight").replace("LayerNorm.beta", "LayerNorm.bias")
+        out[name] = tensor
+    return out
+
+
+def special_tokens(folder: Path, config: dict[str, Any]) -> dict[str, str]:
+    """The special tokens by role, as the tokenizer's files say (and, for a role they leave
+    out, the config's token ids); T5's decoder starts with ``decoder_start_token_id`` (its pad)."""
+    tokenizer = read_optional_json(folder / TOKENIZER_CONFIG) | read_optional_json(
+        folder / SPECIAL_TOKENS_MAP
+    )
+    vocabulary = token_strings(folder)
+    generation = read_optional_json(folder / GENERATION_CONFIG)
+    roles: dict[str, str] = {}
+    for role in ROLES:
+        value = tokenizer.get(f"{role}_token")
+        token = value.get("content") if isinstance(value, dict) else value
+        if token is None:
+            token_id = generation.get(f"{role}_token_id", config.get(f"{role}_token_id"))
+            if role == "bos" and config.get("decoder_start_token_id") is not None:
+                token_id = config["decoder_start_token_id"]
+            token = vocabulary.get(token_id) if isinstance(token_id, int) else None
+        if isinstance(token, str) and token in vocabulary.values():
+            roles[role] = token
+    return roles
+
+
+def token_strings(folder: Path) -> dict[int, str]:
+    """Id -> token string of the folder's tokenizer.json (its model's vocabulary and the added tokens)."""
+    path = folder / TOKENIZER_FILE
+    if not path.exists():
+        return {}
+    saved = read_json(path)
+    vocab = saved.get("model", {}).get("vocab") or {}
+    out: dict[int, str] = {}
+    if isinstance(vocab, dict):
+        out = {int(i): str(token) for token, i in vocab.items()}
+    elif isinstance(vocab, list):  # Unigram: [token, score] pairs
+        out = {i: str(entry[0]) for i, entry in enumerate(vocab)}
+    for added in saved.get("added_tokens") or []:
+        out[int(added["id"])] = str(added["content"])
+    return out
+
+
+def readable_spec(sections: dict[str, Any], folder: Path, name: str, runs_dir: Path) -> str:
+    """The spec as a person would write it, with how to fine-tune it."""
+    header = [
+        f"# Imported from {folder} by `tfcompile import`; the weights are in {runs_dir / name}.",
+        "# Fine-tune: add a data section, then",
+        f"#   tfcompile train {name}.yaml --set train.init_from={runs_dir / name} "
+        f"--set train.name={name}-tuned",
+    ]
+    return "\n".join(header) + "\n" + yaml.safe_dump(sections, sort_keys=False)
+
+
+def load_state(spec: Spec, state: dict[str, torch.Tensor], folder: Path) -> torch.nn.Module:
+    """The spec's model holding ``state``; a tensor of another shape than the config implies is an
+    HFError naming it."""
+    model = build_model(spec)
+    own = model.state_dict()
+    wrong = [
+        f"{name} {tuple(tensor.shape)} (expected {tuple(own[name].shape)})"
+        for name, tensor in state.items()
+        if name in own and own[name].shape != tensor.shape
+    ]
+    missing = sorted(set(own) - set(state))
+    if wrong or missing:
+        found = [f"tensors of other shapes: {', '.join(wrong[:5])}" if wrong else ""]
+        found += [f"tensors missing: {', '.join(missing[:5])}" if missing else ""]
+        raise HFError(
+            f"{folder}: the checkpoint does not fit its config.json; {'; '.join(f for f in found if f)}"
+        )
+    model.load_state_dict(state, strict=True)
+    return model.eval()
+
+
+def image_preprocessing(folder: Path, spec: Spec) -> dict[str, Any] | None:
+    path = folder / PREPROCESSOR_CONFIG
+    if not vit.takes_images(spec):
+        return None
+    if not path.exists():
+        raise HFError(f"{path} is missing: an image model's folder holds its image processor's settings")
+    return vit.preprocessing(read_json(path), spec, str(path))
+
+
+def write_run(
+    run_dir: Path,
+    spec: Spec,
+    model: torch.nn.Module,
+    folder: Path,
+    preprocessing: dict[str, Any] | None,
+    record: dict[str, Any] | None = None,
+) -> None:
+    """The run folder ``train`` would have written at step 0 (so that ``train --resume`` continues
+    from the weights with a fresh optimizer), from a staging folder moved into place."""
+    run_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = run_dir.parent / f".{run_dir.name}.import"
+    shutil.rmtree(staging, ignore_errors=True)
+    try:
+        staging.mkdir()
+        (staging / SPEC_FILE).write_text(dump_spec(spec))
+        if (folder / TOKENIZER_FILE).exists():
+            shutil.copyfile(folder / TOKENIZER_FILE, staging / TOKENIZER_FILE)
+        if preprocessing is not None:
+            write_json(staging / PREPROCESSING_FILE, ImagePreprocessing.from_dict(preprocessing).to_dict())
+        if record is not None:
+            write_json(staging / IMPORT_RECORD, record)
+        save_initial_checkpoint(staging, model, spec.train.optimizer)
+        if run_dir.exists():
+            run_dir.rmdir()  # empty (checked before)
+        staging.rename(run_dir)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()

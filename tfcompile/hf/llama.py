@@ -1,0 +1,311 @@
+"""The LLaMA family (``LlamaForCausalLM``, ``MistralForCausalLM``, ``Qwen2ForCausalLM``): RoPE on
+the two halves of each head (``layout: halves``, so no weight is permuted), RMSNorm, a gated
+feed-forward, grouped K/V heads. Llama's ``attention_bias`` is on q, k, v and o; Qwen2's on q, k
+and v only. RoPE scaling reads both transformers 4's ``rope_scaling`` and 5's ``rope_parameters``."""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import torch
+
+from tfcompile.hf.architecture import (
+    Architecture,
+    Config,
+    Imported,
+    Needs,
+    State,
+    Tensors,
+    contiguous,
+    dropout,
+    register,
+    tied,
+    zeros_if_none,
+)
+from tfcompile.hf.errors import HFWarning, Problem
+from tfcompile.spec import Spec
+from tfcompile.spec.schema import CausalLMTask, DecoderSpec, RopePositional
+
+ACTIVATIONS = {"silu": "swiglu", "swish": "swiglu", "gelu": "geglu"}
+ACTIVATIONS |= {"gelu_pytorch_tanh": "geglu_tanh", "gelu_new": "geglu_tanh"}
+EXPORTED_ACTIVATIONS = {"swiglu": "silu", "geglu": "gelu", "geglu_tanh": "gelu_pytorch_tanh"}
+# The fields of each scaling that tfcompile keeps (the rest are transformers' bookkeeping).
+SCALING_FIELDS = {
+    "linear": ("factor",),
+    "dynamic": ("factor", "original_max_position_embeddings"),
+    "llama3": ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"),
+    "yarn": (
+        "factor",
+        "original_max_position_embeddings",
+        "beta_fast",
+        "beta_slow",
+        "mscale",
+        "mscale_all_dim",
+        "attention_factor",
+        "truncate",
+    ),
+}
+
+
+def rope_section(config: Config, head_dim: int) -> dict[str, Any]:
+    """``positional:`` from a config of either transformers version. As transformers reads it, a
+    legacy ``rope_scaling`` wins over ``rope_parameters``, and a theta inside the dict over the
+    top-level ``rope_theta``."""
+    params = dict(config.get("rope_scaling") or config.get("rope_parameters") or {})
+    name = "rope_scaling" if config.get("rope_scaling") else "rope_parameters"
+    if any(isinstance(v, dict) for v in params.values()):
+        config.refuse(name, "holds a RoPE per layer type", "import a model with one RoPE for all layers")
+        return {"type": "rope"}
+    theta = params.get("rope_theta", config.get("rope_theta", 10000.0))
+    kind = params.get("rope_type", params.get("type", "default"))
+    partial = params.get("partial_rotary_factor", config.get("partial_rotary_factor", 1.0))
+    config.require(
+        partial == 1.0,
+        "partial_rotary_factor",
+        f"is {partial}: RoPE on part of each head is not in tfcompile",
+        "import a model that rotates whole heads",
+    )
+    section: dict[str, Any] = {"type": "rope", "theta": float(theta), "layout": "halves"}
+    if kind == "default":
+        return section
+    if kind not in SCALING_FIELDS:
+        config.refuse(
+            f"{name}.rope_type",
+            f"{kind!r} is not a RoPE scaling tfcompile has",
+            f"one of {['default', *SCALING_FIELDS]} imports",
+        )
+        return section
+    max_positions = config.get("max_position_embeddings", 2048)
+    params.setdefault("original_max_position_embeddings", max_positions)
+    if kind == "yarn" and params.get("factor") is None:
+        params["factor"] = max_positions / params["original_max_position_embeddings"]
+    for key in (
+        "mscale",
+        "mscale_all_dim",
+        "beta_fast",
+        "beta_slow",
+    ):  # 0 means unset, as transformers reads it
+        if not params.get(key):
+            params.pop(key, None)
+    scaling = {"type": kind} | {k: params[k] for k in SCALING_FIELDS[kind] if params.get(k) is not None}
+    return section | {"scaling": scaling}
+
+
+def context(config: Config) -> int:
+    """The context: ``max_position_embeddings``, or the sliding window when the model has one and
+    it is shorter (within the window, sliding attention is plain causal attention)."""
+    length = config.get("max_position_embeddings", 2048)
+    window = config.get("sliding_window")
+    windowed = config.data.get("model_type") == "mistral" or config.get("use_sliding_window", False)
+    layer_types = config.get("layer_types") or []
+    if layer_types:
+        windowed = "sliding_attention" in layer_types
+    if windowed and window and window < length:
+        warnings.warn(
+            HFWarning(
+                f"max_seq_len is the sliding window, {window} (within it, sliding attention is causal "
+                f"attention), not max_position_embeddings {length}"
+            ),
+            stacklevel=2,
+        )
+        return int(window)
+    return int(length)
+
+
+@register("llama", "mistral", "qwen2")
+class Llama(Architecture):
+    prefixes = ("model.",)
+    ignored = ("rotary_emb.inv_freq",)  # a buffer in old checkpoints
+
+    def read(self, config: Config, architecture: str, tensors: Tensors) -> Imported:
+        config.require(
+            architecture.endswith("ForCausalLM")
+            or (architecture.endswith("Model") and "For" not in architecture),
+            "architectures",
+            f"{architecture} is not a language model tfcompile has",
+            "import a *ForCausalLM model",
+        )
+        qwen2 = config.data.get("model_type") == "qwen2"
+        d, heads = config.get("hidden_size", 4096), config.get("num_attention_heads", 32)
+        kv_heads = config.get("num_key_value_heads", heads)
+        head_dim = config.get("head_dim", d // heads)
+        attention_bias = config.get("attention_bias", False)
+        config.require(
+            config.get("pretraining_tp", 1) >= 1,
+            "pretraining_tp",
+            "must be a positive integer",
+            "set it to 1",
+        )
+        model: dict[str, Any] = {
+            "family": "decoder",
+            "vocab_size": config.get("vocab_size", 32000),
+            "max_seq_len": context(config),
+            "d_model": d,
+            "n_layers": config.get("num_hidden_layers", 32),
+            "n_heads": heads,
+            "n_kv_heads": kv_heads,
+            "d_ff": config.get("intermediate_size", 11008),
+            "activation": config.choice("hidden_act", "silu", ACTIVATIONS, "gated activation"),
+            "positional": rope_section(config, head_dim),
+            "norm": {
+                "position": "pre",
+                "type": "rmsnorm",
+                "eps": config.get("rms_norm_eps", 1e-6),
+                "bias": False,
+            },
+            "bias": {
+                "qkv": qwen2 or attention_bias,
+                "attn_out": not qwen2 and attention_bias,
+                "ffn": config.get("mlp_bias", False),
+                "lm_head": False,
+            },
+            "tie_embeddings": tied(config, tensors, "lm_head.weight", "embed_tokens.weight", False),
+            "dropout": {"attention": dropout(config.get("attention_dropout", 0.0))},
+            "init_std": config.get("initializer_range", 0.02),
+        }
+        if head_dim * heads != d:
+            model["head_dim"] = head_dim
+        return Imported(model, {"type": "causal_lm", "special_tokens": False})
+
+    def to_state(self, tensors: Tensors, spec: Spec) -> State:
+        embed = tensors.take("embed_tokens.weight")
+        state = {
+            "embed.weight": embed,
+            "final_norm.weight": tensors.take("norm.weight"),
+            "lm_head.weight": embed if spec.model.tie_embeddings else tensors.take("lm_head.weight"),
+        }
+        tensors.maybe("lm_head.weight")  # a tie saved under both names
+        for i in range(spec.model.n_layers):
+            h, b = f"layers.{i}.", f"blocks.{i}."
+            a, m = f"{h}self_attn.", f"{h}mlp."
+            state[f"{b}attn_norm.weight"] = tensors.take(f"{h}input_layernorm.weight")
+            state[f"{b}ffn_norm.weight"] = tensors.take(f"{h}post_attention_layernorm.weight")
+            state[f"{b}attn.out.weight"] = tensors.take(f"{a}o_proj.weight")
+            state[f"{b}ffn.w_in.weight"] = tensors.cat(
+                f"{m}gate_proj.weight", f"{m}up_proj.weight"
+            )  # gate first
+            state[f"{b}ffn.w_out.weight"] = tensors.take(f"{m}down_proj.weight")
+            for kind in ("weight", "bias") if spec.model.bias.qkv else ("weight",):
+                state[f"{b}attn.qkv.{kind}"] = tensors.cat(*(f"{a}{x}_proj.{kind}" for x in "qkv"))
+            if spec.model.bias.attn_out:
+                state[f"{b}attn.out.bias"] = tensors.take(f"{a}o_proj.bias")
+            if spec.model.bias.ffn:
+                state[f"{b}ffn.w_in.bias"] = tensors.cat(f"{m}gate_proj.bias", f"{m}up_proj.bias")
+                state[f"{b}ffn.w_out.bias"] = tensors.take(f"{m}down_proj.bias")
+        return state
+
+    def candidate(self, spec: Spec) -> bool:
+        model = spec.model
+        return (
+            isinstance(model, DecoderSpec)
+            and isinstance(spec.task, CausalLMTask)
+            and isinstance(model.positional, RopePositional)
+        )
+
+    def exportable(self, spec: Spec) -> list[Problem]:
+        model = spec.model
+        assert model.head_dim is not None and model.attention_scale is not None
+        need = Needs("Llama")
+        need(model.activation in EXPORTED_ACTIVATIONS, "model.activation", model.activation, "swiglu")
+        need(model.norm.type == "rmsnorm", "model.norm.type", model.norm.type, "rmsnorm")
+        need(model.norm.position == "pre", "model.norm.position", model.norm.position, "pre")
+        need(not model.norm.bias, "model.norm.bias", True, "false")
+        need(bool(model.norm.final), "model.norm.final", False, "true")
+        need(
+            abs(model.attention_scale * model.head_dim**0.5 - 1) < 1e-9,
+            "model.attention_scale",
+            model.attention_scale,
+            "leave it unset (1/sqrt(head_dim))",
+        )
+        need(not model.scale_embeddings, "model.scale_embeddings", True, "set it false")
+        need(not getattr(model, "scale_output", False), "model.scale_output", True, "set it false")
+        need(not model.bias.lm_head, "model.bias.lm_head", True, "set it false")
+        return need.problems
+
+    def to_config(self, spec: Spec) -> dict[str, Any]:
+        model = spec.model
+        assert isinstance(model, DecoderSpec) and isinstance(model.positional, RopePositional)
+        bias = model.bias
+        # Qwen2's biases are exactly q, k and v's; Llama writes any other combination (zeros where
+        # the model has none).
+        qwen2 = bias.qkv and not bias.attn_out and not bias.ffn
+        rope: dict[str, Any] = {"rope_type": "default"}
+        if model.positional.scaling is not None:
+            scaling = model.positional.scaling.model_dump(exclude_none=True)
+            rope = {"rope_type": scaling.pop("type"), **scaling}
+        config: dict[str, Any] = {
+            "architectures": ["Qwen2ForCausalLM" if qwen2 else "LlamaForCausalLM"],
+            "model_type": "qwen2" if qwen2 else "llama",
+            "vocab_size": model.vocab_size,
+            "hidden_size": model.d_model,
+            "intermediate_size": model.d_ff,
+            "num_hidden_layers": model.n_layers,
+            "num_attention_heads": model.n_heads,
+            "num_key_value_heads": model.n_kv_heads,
+            "head_dim": model.head_dim,
+            "hidden_act": EXPORTED_ACTIVATIONS[model.activation],
+            "max_position_embeddings": model.max_seq_len,
+            "rms_norm_eps": model.norm.eps,
+            # transformers 4 reads these two; 5 reads rope_parameters (and these, first).
+            "rope_theta": model.positional.theta,
+            "rope_scaling": rope if model.positional.scaling is not None else None,
+            "rope_parameters": {"rope_theta": model.positional.theta, **rope},
+            "tie_word_embeddings": model.tie_embeddings,
+            "attention_dropout": model.dropout.attention,
+            "initializer_range": model.init_std,
+        }
+        if qwen2:
+            return config | {"use_sliding_window": False, "sliding_window": None}
+        return config | {"attention_bias": bias.qkv or bias.attn_out, "mlp_bias": bias.ffn}
+
+    def from_state(self, state: State, spec: Spec) -> State:
+        model = spec.model
+        assert isinstance(model, DecoderSpec) and isinstance(model.positional, RopePositional)
+        assert model.head_dim is not None and model.n_kv_heads is not None
+        hd = model.head_dim
+        q_rows, kv_rows = model.n_heads * hd, model.n_kv_heads * hd
+        order_q, order_k = (
+            (halves_order(model.n_heads, hd), halves_order(model.n_kv_heads, hd))
+            if model.positional.layout == "interleaved"
+            else (None, None)
+        )
+        bias = model.bias
+        llama = not (bias.qkv and not bias.attn_out and not bias.ffn)
+        out = {
+            "model.embed_tokens.weight": state["embed.weight"],
+            "model.norm.weight": state["final_norm.weight"],
+        }
+        if not model.tie_embeddings:
+            out["lm_head.weight"] = state["lm_head.weight"]
+        for i in range(model.n_layers):
+            h, b = f"model.layers.{i}.", f"blocks.{i}."
+            a, m = f"{h}self_attn.", f"{h}mlp."
+            out[f"{h}input_layernorm.weight"] = state[f"{b}attn_norm.weight"]
+            out[f"{h}post_attention_layernorm.weight"] = state[f"{b}ffn_norm.weight"]
+            out[f"{a}o_proj.weight"] = state[f"{b}attn.out.weight"]
+            gate, up = state[f"{b}ffn.w_in.weight"].chunk(2)
+            out |= {f"{m}gate_proj.weight": gate, f"{m}up_proj.weight": up}
+            out[f"{m}down_proj.weight"] = state[f"{b}ffn.w_out.weight"]
+            kinds = ("weight", "bias") if bias.qkv or (llama and bias.attn_out) else ("weight",)
+            for kind in kinds:
+                packed = zeros_if_none(state.get(f"{b}attn.qkv.{kind}"), q_rows + 2 * kv_rows)
+                q, k, v = packed.split([q_rows, kv_rows, kv_rows])
+                if order_q is not None and order_k is not None:
+                    q, k = q[order_q], k[order_k]
+                out |= {f"{a}q_proj.{kind}": q, f"{a}k_proj.{kind}": k, f"{a}v_proj.{kind}": v}
+            if llama and (bias.qkv or bias.attn_out):
+                out[f"{a}o_proj.bias"] = zeros_if_none(state.get(f"{b}attn.out.bias"), model.d_model)
+            if bias.ffn:
+                gate, up = state[f"{b}ffn.w_in.bias"].chunk(2)
+                out |= {f"{m}gate_proj.bias": gate, f"{m}up_proj.bias": up}
+                out[f"{m}down_proj.bias"] = state[f"{b}ffn.w_out.bias"]
+        return contiguous(out)
+
+
+def halves_order(n_heads: int, head_dim: int) -> torch.Tensor:
+    """Rows of a q or k projection rotated as interleaved pairs, reordered so that transformers'
+    halves rotate the same pairs: within each head, row i of the first half is interleaved row
+    2i, row i of the second half interleaved row 2i + 1."""
+    within = torch.cat([torch.arange(0, head_dim, 2), torch.arange(1, head_dim, 2)])
+    return (torch.arange(n_heads)[:, None] * head_dim + within).flatten()

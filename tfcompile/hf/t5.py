@@ -1,0 +1,230 @@
+"""T5 (``T5ForConditionalGeneration``), v1.0 and v1.1 / flan: relative position buckets shared by
+the layers of each stack, RMSNorm without bias, no biases anywhere, no 1/sqrt(d_kv) in attention
+(``attention_scale: 1``), heads of ``d_kv`` whatever d_model / heads is, ReLU or gated GELU
+(tanh). v1.0 ties its head to the embeddings and scales the last hidden state by d_model^-0.5
+(``scale_output``); v1.1 unties it and does not."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tfcompile.hf.architecture import (
+    Architecture,
+    Config,
+    Imported,
+    Needs,
+    State,
+    Tensors,
+    contiguous,
+    dropout,
+    register,
+    tied,
+)
+from tfcompile.hf.errors import Problem
+from tfcompile.spec import Spec
+from tfcompile.spec.schema import EncoderDecoderSpec, RelativePositional, Seq2SeqTask
+
+ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "gated-gelu": "geglu_tanh", "gated-silu": "swiglu"}
+EXPORTED_ACTIVATIONS = {tfc: hf for hf, tfc in ACTIVATIONS.items()}
+BIAS = "encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight"
+DECODER_BIAS = "decoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight"
+
+
+@register("t5")
+class T5(Architecture):
+    ignored = ("EncDecAttention.relative_attention_bias",)  # old checkpoints; cross-attention has none
+
+    def read(self, config: Config, architecture: str, tensors: Tensors) -> Imported:
+        config.require(
+            architecture in ("T5ForConditionalGeneration", "T5WithLMHeadModel"),  # the latter: old configs
+            "architectures",
+            f"{architecture} is not a sequence-to-sequence model tfcompile has",
+            "import a T5ForConditionalGeneration",
+        )
+        config.refuse_true("is_decoder", why="a T5 decoder alone is not a sequence-to-sequence model")
+        # transformers 5 writes scale_decoder_outputs; 4 derives the scale from tie_word_embeddings.
+        scale = config.get("scale_decoder_outputs", config.get("tie_word_embeddings", True))
+        layers = config.get("num_layers", 6)
+        d, heads, d_kv = config.get("d_model", 512), config.get("num_heads", 8), config.get("d_kv", 64)
+        model: dict[str, Any] = {
+            "family": "encoder_decoder",
+            "vocab_size": config.get("vocab_size", 32128),
+            "max_seq_len": config.get("n_positions", 512),
+            "d_model": d,
+            "n_layers": layers,
+            "n_decoder_layers": config.get("num_decoder_layers", layers),
+            "n_heads": heads,
+            "head_dim": d_kv,
+            "attention_scale": 1.0,
+            "d_ff": config.get("d_ff", 2048),
+            "activation": config.choice("feed_forward_proj", "relu", ACTIVATIONS, "T5 feed-forward"),
+            "positional": {
+                "type": "relative",
+                "num_buckets": config.get("relative_attention_num_buckets", 32),
+                "max_distance": config.get("relative_attention_max_distance", 128),
+            },
+            "norm": {
+                "position": "pre",
+                "type": "rmsnorm",
+                "eps": config.get("layer_norm_epsilon", 1e-6),
+                "bias": False,
+            },
+            "bias": {"qkv": False, "attn_out": False, "ffn": False, "lm_head": False},
+            "share_embeddings": True,
+            "tie_embeddings": tied(config, tensors, "lm_head.weight", "shared.weight", True),
+            "scale_output": scale,
+            "dropout": {
+                "embedding": dropout(config.get("dropout_rate", 0.1)),
+                "residual": dropout(config.get("dropout_rate", 0.1)),
+                "attention": dropout(config.get("dropout_rate", 0.1)),
+            },
+            "init_std": 1.0 / d**0.5,
+        }
+        # transformers' T5 tokenizer ends every source with </s>
+        return Imported(model, {"type": "seq2seq", "source_suffix": ["eos"]})
+
+    def to_state(self, tensors: Tensors, spec: Spec) -> State:
+        model = spec.model
+        assert isinstance(model, EncoderDecoderSpec)
+        shared = tensors.take("shared.weight")
+        for copy in ("encoder.embed_tokens.weight", "decoder.embed_tokens.weight", "lm_head.weight"):
+            tensors.maybe(copy)  # some files repeat the shared table (a tied head)
+        state = {
+            "embed.weight": shared,
+            "target_embed.weight": shared,
+            "lm_head.weight": shared if model.tie_embeddings else tensors.take("lm_head.weight"),
+            "encoder_positional.bias.weight": tensors.take(BIAS),
+            "decoder_positional.bias.weight": tensors.take(DECODER_BIAS),
+            "encoder_norm.weight": tensors.take("encoder.final_layer_norm.weight"),
+            "decoder_norm.weight": tensors.take("decoder.final_layer_norm.weight"),
+        }
+        for stack, count, ffn in (
+            ("encoder", model.n_layers, 1),
+            ("decoder", model.n_decoder_layers or 0, 2),
+        ):
+            for i in range(count):
+                h, b = f"{stack}.block.{i}.layer.", f"{stack}_blocks.{i}."
+                a = f"{h}0.SelfAttention."
+                state[f"{b}attn_norm.weight"] = tensors.take(f"{h}0.layer_norm.weight")
+                state[f"{b}attn.qkv.weight"] = tensors.cat(f"{a}q.weight", f"{a}k.weight", f"{a}v.weight")
+                state[f"{b}attn.out.weight"] = tensors.take(f"{a}o.weight")
+                if ffn == 2:  # the decoder's layer 1 is cross-attention
+                    c = f"{h}1.EncDecAttention."
+                    state[f"{b}cross_norm.weight"] = tensors.take(f"{h}1.layer_norm.weight")
+                    state[f"{b}cross.q.weight"] = tensors.take(f"{c}q.weight")
+                    state[f"{b}cross.kv.weight"] = tensors.cat(f"{c}k.weight", f"{c}v.weight")
+                    state[f"{b}cross.out.weight"] = tensors.take(f"{c}o.weight")
+                f = f"{h}{ffn}."
+                state[f"{b}ffn_norm.weight"] = tensors.take(f"{f}layer_norm.weight")
+                gated = f"{f}DenseReluDense.wi_0.weight" in tensors
+                wi = ("wi_0", "wi_1") if gated else ("wi",)  # wi_0 is the activated gate
+                state[f"{b}ffn.w_in.weight"] = tensors.cat(*(f"{f}DenseReluDense.{w}.weight" for w in wi))
+                state[f"{b}ffn.w_out.weight"] = tensors.take(f"{f}DenseReluDense.wo.weight")
+        return state
+
+    def candidate(self, spec: Spec) -> bool:
+        return isinstance(spec.model, EncoderDecoderSpec) and isinstance(spec.task, Seq2SeqTask)
+
+    def exportable(self, spec: Spec) -> list[Problem]:
+        model = spec.model
+        assert isinstance(model, EncoderDecoderSpec)
+        need = Needs("T5")
+        need(
+            model.activation in EXPORTED_ACTIVATIONS,
+            "model.activation",
+            model.activation,
+            "relu or geglu_tanh",
+        )
+        need(model.norm.type == "rmsnorm", "model.norm.type", model.norm.type, "rmsnorm")
+        need(model.norm.position == "pre", "model.norm.position", model.norm.position, "pre")
+        need(not model.norm.bias, "model.norm.bias", True, "false")
+        need(bool(model.norm.final), "model.norm.final", False, "true")
+        need(
+            isinstance(model.positional, RelativePositional),
+            "model.positional",
+            model.positional.type,
+            "relative",
+        )
+        need(model.share_embeddings, "model.share_embeddings", False, "true")
+        need(model.n_kv_heads == model.n_heads, "model.n_kv_heads", model.n_kv_heads, "n_heads (no GQA)")
+        need(model.attention_scale == 1.0, "model.attention_scale", model.attention_scale, "1")
+        need(not model.scale_embeddings, "model.scale_embeddings", True, "false")
+        for name in ("qkv", "attn_out", "ffn", "lm_head"):
+            need(not getattr(model.bias, name), f"model.bias.{name}", True, "false (T5 has no biases)")
+        return need.problems
+
+    def to_config(self, spec: Spec) -> dict[str, Any]:
+        model = spec.model
+        assert isinstance(model, EncoderDecoderSpec) and isinstance(model.positional, RelativePositional)
+        return {
+            "architectures": ["T5ForConditionalGeneration"],
+            "model_type": "t5",
+            "vocab_size": model.vocab_size,
+            "d_model": model.d_model,
+            "d_kv": model.head_dim,
+            "d_ff": model.d_ff,
+            "num_layers": model.n_layers,
+            "num_decoder_layers": model.n_decoder_layers,
+            "num_heads": model.n_heads,
+            "relative_attention_num_buckets": model.positional.num_buckets,
+            "relative_attention_max_distance": model.positional.max_distance,
+            "feed_forward_proj": EXPORTED_ACTIVATIONS[model.activation],
+            "layer_norm_epsilon": model.norm.eps,
+            "dropout_rate": model.dropout.residual,
+            "n_positions": model.max_seq_len,
+            # Not scale_decoder_outputs: transformers 4 ignores it, and both derive it from this.
+            "tie_word_embeddings": hf_tied(model),
+            "is_encoder_decoder": True,
+        }
+
+    def from_state(self, state: State, spec: Spec) -> State:
+        model = spec.model
+        assert isinstance(model, EncoderDecoderSpec) and model.head_dim is not None
+        inner = model.n_heads * model.head_dim
+        gated = model.gated
+        out = {
+            "shared.weight": state["embed.weight"],
+            BIAS: state["encoder_positional.bias.weight"],
+            DECODER_BIAS: state["decoder_positional.bias.weight"],
+            "encoder.final_layer_norm.weight": state["encoder_norm.weight"],
+            "decoder.final_layer_norm.weight": state["decoder_norm.weight"],
+        }
+        if not hf_tied(model):  # an untied head scaled: the scale folds into the norm before it
+            out["lm_head.weight"] = state["lm_head.weight"].clone()
+            out["decoder.final_layer_norm.weight"] = state["decoder_norm.weight"] * (
+                model.d_model**-0.5 if model.scale_output else 1.0
+            )
+        for stack, count, ffn in (
+            ("encoder", model.n_layers, 1),
+            ("decoder", model.n_decoder_layers or 0, 2),
+        ):
+            for i in range(count):
+                h, b = f"{stack}.block.{i}.layer.", f"{stack}_blocks.{i}."
+                a = f"{h}0.SelfAttention."
+                out[f"{h}0.layer_norm.weight"] = state[f"{b}attn_norm.weight"]
+                q, k, v = state[f"{b}attn.qkv.weight"].split([inner, inner, inner])
+                out |= {f"{a}q.weight": q, f"{a}k.weight": k, f"{a}v.weight": v}
+                out[f"{a}o.weight"] = state[f"{b}attn.out.weight"]
+                if ffn == 2:
+                    c = f"{h}1.EncDecAttention."
+                    out[f"{h}1.layer_norm.weight"] = state[f"{b}cross_norm.weight"]
+                    out[f"{c}q.weight"] = state[f"{b}cross.q.weight"]
+                    k, v = state[f"{b}cross.kv.weight"].chunk(2)
+                    out |= {
+                        f"{c}k.weight": k,
+                        f"{c}v.weight": v,
+                        f"{c}o.weight": state[f"{b}cross.out.weight"],
+                    }
+                f = f"{h}{ffn}."
+                out[f"{f}layer_norm.weight"] = state[f"{b}ffn_norm.weight"]
+                w_in = state[f"{b}ffn.w_in.weight"]
+                parts = dict(zip(("wi_0", "wi_1"), w_in.chunk(2), strict=True)) if gated else {"wi": w_in}
+                out |= {f"{f}DenseReluDense.{w}.weight": t for w, t in parts.items()}
+                out[f"{f}DenseReluDense.wo.weight"] = state[f"{b}ffn.w_out.weight"]
+        return contiguous(out)
+
+
+def hf_tied(model: EncoderDecoderSpec) -> bool:
+    """transformers ties T5's head exactly when it scales the output (a head tied without the scale
+    is written untied, as a copy of the embeddings)."""
+    return model.tie_embeddings and model.scale_output
