@@ -28,8 +28,8 @@ class BatchStream:
         self._prefetch = ThreadPoolExecutor(1, thread_name_prefix="batches")
         self._next: tuple[int, Future[list[Batch]]] | None = None
 
-    def generator(self, split: str, index: int, micro: int = 0) -> torch.Generator:
-        key = f"{self.spec.seed}:{split}:{index}:{micro}".encode()
+    def generator(self, split: str, index: int, micro: int = 0, seed: int | None = None) -> torch.Generator:
+        key = f"{self.spec.seed if seed is None else seed}:{split}:{index}:{micro}".encode()
         return torch.Generator().manual_seed(
             int.from_bytes(hashlib.blake2b(key, digest_size=7).digest(), "little")
         )
@@ -44,9 +44,11 @@ class BatchStream:
         return batches
 
     def validation(self) -> Iterator[Batch]:
-        """The batches every evaluation sees (the same each time), on the device."""
+        """The batches every evaluation sees (the same each time, drawn with train.eval_seed), on
+        the device."""
+        seed = self.spec.eval_seed
         batches = self.task.eval_batches(
-            self.spec.eval_batches, self.spec.batch_size, lambda i: self.generator("val", i)
+            self.spec.eval_batches, self.spec.batch_size, lambda i: self.generator("val", i, seed=seed)
         )
         return (self.to_device(b) for b in batches)
 

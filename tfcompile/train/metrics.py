@@ -1,5 +1,5 @@
-"""A run's metrics.jsonl (one JSON record per logged step) and the running window that the
-logged training loss and tokens/s are averaged over."""
+"""A run's metrics.jsonl (one JSON record per logged step), the running window that the logged
+training loss and tokens/s are averaged over, and the clock of its elapsed_s."""
 
 from __future__ import annotations
 
@@ -104,3 +104,19 @@ class Window:
         self.loss, self.steps = 0.0, 0
         self.restart_clock()
         return mean, rate
+
+
+class TrainingClock:
+    """Seconds spent in the training loop (evaluations and checkpoints included), carried across
+    resumes by the checkpoints: a record's ``elapsed_s``, which studies plot losses against."""
+
+    def __init__(self, before: float = 0.0) -> None:
+        self.before = before  # seconds of the processes that trained this run before this one
+        self.started: float | None = None
+
+    def start(self) -> None:
+        self.started = time.perf_counter()
+
+    def seconds(self) -> float:
+        now = 0.0 if self.started is None else time.perf_counter() - self.started
+        return round(self.before + now, 3)

@@ -1,0 +1,1 @@
+"""Studies: controlled comparisons of spec variants."""

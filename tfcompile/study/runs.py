@@ -1,0 +1,126 @@
+"""Run folders read back for studies and listings: what a run is, how far it got, and whether it
+is running (a process holds its lock), finished (a checkpoint at its planned step) or
+interrupted (neither)."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tfcompile.spec import Spec
+from tfcompile.tasks.task import task_of
+from tfcompile.train.checkpoint import FOLDER_NAME, checkpoint_folders
+from tfcompile.train.lock import LOCK_FILE
+from tfcompile.train.metrics import read_metrics
+from tfcompile.train.runs import SPEC_FILE, load_run_spec
+
+TRIAL_FILE = "trial.json"  # what a study's trial measured besides metrics.jsonl: its peak memory
+
+
+@dataclass(frozen=True)
+class Run:
+    path: Path
+    spec: Spec
+    records: list[dict[str, Any]]  # metrics.jsonl
+    saved_step: int  # of its newest checkpoint; 0 before the first
+    running: bool
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    @property
+    def planned(self) -> int:
+        return self.spec.train.steps
+
+    @property
+    def step(self) -> int:
+        """The last step it logged or saved."""
+        return max([self.saved_step, *(r["step"] for r in self.records)])
+
+    @property
+    def state(self) -> str:
+        if self.running:
+            return "running"
+        return "finished" if self.saved_step >= self.planned else "interrupted"
+
+    @property
+    def best_metric(self) -> str:
+        """The validation metric the run's task keeps its best checkpoint by (val_loss for most)."""
+        return task_of(self.spec).best_metric
+
+    def best(self, key: str | None = None) -> float | None:
+        """The best value of ``key`` (default: the best metric) it logged."""
+        key = key or self.best_metric
+        values = [r[key] for r in self.records if isinstance(r.get(key), int | float)]
+        if not values:
+            return None
+        higher = key == self.best_metric and task_of(self.spec).higher_is_better
+        return max(values) if higher else min(values)
+
+    def curve(self, key: str = "val_loss") -> list[tuple[int, float, float]]:
+        """(step, elapsed seconds, value) of every record that holds ``key``."""
+        return [
+            (r["step"], r.get("elapsed_s", math.nan), r[key])
+            for r in self.records
+            if isinstance(r.get(key), int | float)
+        ]
+
+    def trial(self) -> dict[str, Any]:
+        """What the study measured of this run (empty for a run trained outside a study)."""
+        path = self.path / TRIAL_FILE
+        with contextlib.suppress(OSError, ValueError):
+            found = json.loads(path.read_text())
+            if isinstance(found, dict):
+                return found
+        return {}
+
+
+def is_run(folder: Path) -> bool:
+    return (folder / SPEC_FILE).is_file()
+
+
+def read_run(folder: Path) -> Run:
+    saved = [FOLDER_NAME.fullmatch(p.name) for p in checkpoint_folders(folder)]
+    return Run(
+        folder,
+        load_run_spec(folder),
+        read_metrics(folder),
+        max((int(m[1]) for m in saved if m is not None), default=0),
+        is_locked(folder),
+    )
+
+
+def find_runs(folder: Path) -> list[Path]:
+    """``folder`` itself when it is a run, else the runs below it (a study's trials included),
+    sorted by path; folders whose names start with '.' (caches) are skipped."""
+    if is_run(folder):
+        return [folder]
+    found = []
+    for root, dirs, _ in os.walk(folder):
+        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d != "checkpoints")
+        if is_run(Path(root)):
+            found.append(Path(root))
+            dirs.clear()
+    return sorted(found)
+
+
+def is_locked(folder: Path) -> bool:
+    """Whether a process holds the run's lock (train.lock) now."""
+    try:
+        fd = os.open(folder / LOCK_FILE, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False

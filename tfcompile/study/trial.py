@@ -1,0 +1,89 @@
+"""One trial of a study: an ordinary run, trained (or resumed) by the Trainer, with its peak memory
+written next to it (RUN/trial.json). Its arguments and result are plain data, so that a Ray worker
+can run it as well as this process."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import resource
+import shutil
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from tfcompile.files import atomic_write_text
+from tfcompile.spec import parse_spec
+from tfcompile.study.runs import TRIAL_FILE, is_locked
+from tfcompile.train import Trainer
+from tfcompile.train.checkpoint import checkpoint_folders
+
+
+def run_trial(spec_text: str, run_dir: str, show_progress: bool = True) -> dict[str, Any]:
+    """Train the trial whose resolved spec is ``spec_text`` into ``run_dir``: resume it from its
+    checkpoint, or start it (again, when a killed sweep left it without one) ->
+    {"step": ..., "interrupted": ...}."""
+    folder = Path(run_dir)
+    spec = parse_spec(spec_text, source=str(folder / "spec.yaml"))
+    resume = bool(checkpoint_folders(folder))
+    if not resume and folder.exists() and not is_locked(folder):
+        shutil.rmtree(folder)  # files of a start killed before its first checkpoint: nothing to keep
+    with peak_memory(spec.train.device) as peak:
+        trainer = Trainer(spec, folder, resume=resume, show_progress=show_progress)
+        result = trainer.train()
+    _record_peak(folder, peak, str(trainer.device))
+    return {"step": result.step, "interrupted": result.interrupted}
+
+
+class Peak:
+    """The largest memory use seen: bytes, and of what (the process's resident memory, or CUDA's)."""
+
+    bytes: int = 0
+    kind: str = "process RSS"
+
+
+@contextlib.contextmanager
+def peak_memory(device: str) -> Iterator[Peak]:
+    """Measure the peak memory of the block: on CUDA, of the tensors the allocator held; else the
+    process's resident set (reset first where Linux allows, so that earlier trials don't count)."""
+    peak = Peak()
+    cuda = device != "cpu" and torch.cuda.is_available()
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
+    else:
+        _reset_rss_peak()
+    try:
+        yield peak
+    finally:
+        if cuda:
+            peak.bytes, peak.kind = torch.cuda.max_memory_allocated(), "CUDA allocated"
+        else:
+            peak.bytes = _rss_peak()
+
+
+def _reset_rss_peak() -> None:
+    with contextlib.suppress(OSError), open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # resets VmHWM (Linux)
+
+
+def _rss_peak() -> int:
+    with contextlib.suppress(OSError):
+        found = re.search(r"VmHWM:\s+(\d+) kB", Path("/proc/self/status").read_text())
+        if found:
+            return int(found[1]) * 1024
+    maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # kB on Linux, bytes on macOS
+    return maxrss if sys.platform == "darwin" else maxrss * 1024
+
+
+def _record_peak(folder: Path, peak: Peak, device: str) -> None:
+    """RUN/trial.json: the largest peak over the processes that trained the run."""
+    path = folder / TRIAL_FILE
+    before = 0
+    with contextlib.suppress(OSError, ValueError, TypeError):
+        before = int(json.loads(path.read_text())["peak_memory_bytes"])
+    found = {"peak_memory_bytes": max(before, peak.bytes), "memory": peak.kind, "device": device}
+    atomic_write_text(path, json.dumps(found) + "\n")
