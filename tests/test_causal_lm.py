@@ -56,6 +56,16 @@ def test_sampling_is_reproducible_with_a_seed_and_reads_the_last_context_tokens(
             assert greedy[0, t] == model(window)[0, -1].argmax()
 
 
+def test_an_embedding_table_padded_past_the_tokenizer_never_yields_a_padded_id() -> None:
+    model = DecoderLM(tiny_model(bias={"lm_head": True}))  # 50 rows; say the tokenizer has 40
+    with torch.no_grad():
+        model.lm_head.bias[40:] = 100.0  # the padded rows would win every step
+    prompt = torch.randint(0, 40, (2, 3))
+    assert (generate(model, prompt, 8, temperature=0)[:, 3:] >= 40).all()
+    for draw in (dict(temperature=0), dict(temperature=1.0, seed=3)):
+        assert (generate(model, prompt, 8, emitted=40, **draw)[:, 3:] < 40).all()
+
+
 @pytest.mark.parametrize("temperature", [0.5, 2.0])
 def test_temperature_scales_logits(temperature: float) -> None:
     logits = np.tile(np.array([[2.0, 0.0]]), (4000, 1))

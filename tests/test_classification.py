@@ -17,7 +17,7 @@ from tfcompile.data.table import read_table
 from tfcompile.export import ExportError, Source, check_classifier_parity, export_bundle
 from tfcompile.runtime import Classifier, InputError, load
 from tfcompile.spec import load_spec
-from tfcompile.tasks.classification import f1_score, resolve_labels
+from tfcompile.tasks.classification import f1_score, label_index, resolve_labels
 from tfcompile.train import Trainer, TrainError, load_trained_model, read_metrics
 from tfcompile.train.checkpoint import checkpoint_dir, resolve
 
@@ -57,6 +57,21 @@ def test_tables_in_every_format_and_the_errors_that_name_the_fix(tmp_path: Path)
         read_table(tmp_path / "e.tsv", "text", None, "label")
 
 
+def test_label_values_are_names_or_indices_into_the_names() -> None:
+    names = ["negative", "positive"]
+    # SST-2's 0 and 1, named by task.labels.
+    assert resolve_labels(names, {"training": ["1", "0"], "validation": ["0"]}, "sst2") == names
+    assert label_index(names, {"0", "1"}) == {"0": 0, "1": 1}
+    assert label_index(names, {"positive", "negative"}) == {"negative": 0, "positive": 1}
+    # Names that are numbers are names: the star ratings 1-3 are classes 0-2.
+    assert label_index(["1", "2", "3"], {"1", "3"}) == {"1": 0, "2": 1, "3": 2}
+    # A mix, or an index past the names, is neither, and says what to do.
+    with pytest.raises(DataError, match=r"labels \['0'\] outside task.labels \['1', '2', '3'\]"):
+        resolve_labels(["1", "2", "3"], {"training": ["0", "1"]}, "stars")
+    with pytest.raises(DataError, match=r"labels \['0', '2'\] outside task.labels"):
+        resolve_labels(names, {"training": ["0", "2"]}, "sst2")
+
+
 def test_f1_binary_and_macro() -> None:
     predicted, actual = np.array([1, 1, 0, 0, 1]), np.array([1, 0, 0, 1, 1])
     assert f1_score(predicted, actual, 2) == pytest.approx(
@@ -87,6 +102,7 @@ def finetuned(pretrained: Path) -> Path:
     return pretrained.parent / "finetune"
 
 
+@pytest.mark.slow  # a learning run: 300 steps on SST-2
 def test_sst2_from_scratch_on_the_cpu_is_well_above_chance(tmp_path: Path) -> None:
     overrides = ["model.d_model=64", "train.batch_size=64", "train.steps=300", "train.eval_interval=100"]
     spec = load_spec(
@@ -105,7 +121,7 @@ def test_sst2_from_scratch_on_the_cpu_is_well_above_chance(tmp_path: Path) -> No
         resolve(tmp_path / "sst2", "best") == checkpoint_dir(tmp_path / "sst2") / f"step-{best['step']:06d}"
     )
     saved = load_spec(tmp_path / "sst2" / "spec.yaml")
-    assert saved.task.type == "classification" and saved.task.labels == ["0", "1"]
+    assert saved.task.type == "classification" and saved.task.labels == ["negative", "positive"]
 
 
 def test_fine_tuning_starts_from_the_pretrained_encoder(pretrained: Path, finetuned: Path) -> None:
@@ -147,7 +163,7 @@ def test_classifier_bundle_parity_and_runtime_classify(finetuned: Path, tmp_path
     assert set(reports) == {"model"} and reports["model"].max_abs_diff < 1e-5
     assert_follows_schema(bundle)
     manifest = json.loads((bundle / "manifest.json").read_text())
-    assert manifest["task"] == "classification" and manifest["labels"] == ["0", "1"]
+    assert manifest["task"] == "classification" and manifest["labels"] == ["negative", "positive"]
     names = [i["name"] for i in manifest["graphs"]["model"]["inputs"]]
     assert names == ["input_ids", "attention_mask", "token_type_ids"]
 
@@ -157,7 +173,7 @@ def test_classifier_bundle_parity_and_runtime_classify(finetuned: Path, tmp_path
     assert report.passed, report.to_dict()
 
     runtime = load(bundle, providers=["CPUExecutionProvider"])
-    assert isinstance(runtime, Classifier) and runtime.labels == ["0", "1"]
+    assert isinstance(runtime, Classifier) and runtime.labels == ["negative", "positive"]
     texts = [
         "a gorgeous , witty , seductive movie .",
         "the plot is nothing but boilerplate clichés from start to finish",
@@ -172,7 +188,7 @@ def test_classifier_bundle_parity_and_runtime_classify(finetuned: Path, tmp_path
             logits = model(torch.tensor([e.ids]), None, torch.tensor([e.type_ids]))
         expected = torch.softmax(logits.double(), -1)[0].tolist()
         assert list(prediction.probabilities.values()) == pytest.approx(expected, abs=1e-5)
-        assert prediction.label == ["0", "1"][int(np.argmax(expected))]
+        assert prediction.label == ["negative", "positive"][int(np.argmax(expected))]
     pair = runtime.classify([("a good film", "i liked it")])[0]
     e = tokenizer.encode("a good film", "i liked it")
     assert e.type_ids[-1] == 1 and e.tokens[0] == "[CLS]"

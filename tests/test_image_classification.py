@@ -94,6 +94,14 @@ def digits_run(tmp_path_factory: pytest.TempPathFactory) -> TrainResult:
     return Trainer(spec, tmp / "runs" / "vit-digits", show_progress=False).train()
 
 
+@pytest.fixture(scope="module")
+def digits_bundle(digits_run: TrainResult, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The short run exported once, from the command line, for every test of its bundle."""
+    bundle = tmp_path_factory.mktemp("vit-bundle") / "bundle"
+    assert main(["export", str(digits_run.run_dir), "--out", str(bundle)]) == 0
+    return bundle
+
+
 def test_a_short_digits_run_is_far_above_chance_on_the_held_out_test_split(digits_run: TrainResult) -> None:
     assert digits_run.metrics["test_accuracy"] > 0.7  # chance: 0.1
     assert digits_run.best is not None and digits_run.best > 0.6
@@ -101,6 +109,7 @@ def test_a_short_digits_run_is_far_above_chance_on_the_held_out_test_split(digit
     assert preprocessing["image_size"] == 8 and preprocessing["channels"] == 1
 
 
+@pytest.mark.slow  # a learning run from PNG folders: 600 steps
 def test_an_image_folder_run_learns_and_resumes(tmp_path: Path) -> None:
     kept, held = stratified_split([str(t) for t in DIGITS.target], 0.2)
     write_digit_folders(tmp_path / "train", kept)
@@ -121,11 +130,11 @@ def test_an_image_folder_run_learns_and_resumes(tmp_path: Path) -> None:
 
 
 def test_the_bundle_holds_parity_and_serves_paths_and_arrays_as_pytorch_does(
-    digits_run: TrainResult, tmp_path: Path
+    digits_run: TrainResult, digits_bundle: Path, tmp_path: Path
 ) -> None:
-    bundle = tmp_path / "bundle"
-    reports = export_bundle(None, Source(run=digits_run.run_dir), bundle)
-    assert reports["model"].passed and [c.batch for c in reports["model"].cases] == [1, 4, 16]
+    bundle = digits_bundle
+    parity = json.loads((bundle / "manifest.json").read_text())["parity"]["model"]
+    assert parity["passed"] and [c["batch"] for c in parity["cases"]] == [1, 4, 16]
     _, model = load_trained_model(digits_run.run_dir)
     fresh = check_image_classifier_parity(model, bundle / "model.onnx", 1e-4, batches=(2, 7, 33), seed=5)
     assert fresh.passed, fresh.to_dict()
@@ -161,10 +170,8 @@ def test_the_bundle_holds_parity_and_serves_paths_and_arrays_as_pytorch_does(
     assert classifier.classify_images(paths[0]) == from_files[:1]
 
 
-def test_the_runtime_refuses_inputs_that_do_not_fit_by_name(digits_run: TrainResult, tmp_path: Path) -> None:
-    bundle = tmp_path / "bundle"
-    export_bundle(None, Source(run=digits_run.run_dir), bundle)
-    classifier = load(bundle)
+def test_the_runtime_refuses_inputs_that_do_not_fit_by_name(digits_bundle: Path, tmp_path: Path) -> None:
+    classifier = load(digits_bundle)
     assert isinstance(classifier, ImageClassifier)
     with pytest.raises(
         InputError, match=r"pixel_values must have shape \(batch, 1, 8, 8\), got \(2, 3, 8, 8\)"
@@ -183,7 +190,7 @@ def test_the_runtime_refuses_inputs_that_do_not_fit_by_name(digits_run: TrainRes
 
 
 def test_the_cli_validates_summarises_and_classifies_image_files(
-    digits_run: TrainResult,
+    digits_bundle: Path,
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
@@ -192,8 +199,7 @@ def test_the_cli_validates_summarises_and_classifies_image_files(
     assert "vit, image_classification" in capsys.readouterr().out
     assert main(["summary", str(SPEC), "--set", "task.labels=[a, b]"]) == 0
     assert "(batch 1, 1, 8, 8) pixel values, 4x4 patches of 2, sequence 17" in capsys.readouterr().out
-    bundle = tmp_path / "bundle"
-    assert main(["export", str(digits_run.run_dir), "--out", str(bundle)]) == 0
+    bundle = digits_bundle
     for i in (1790, 1791):
         Image.fromarray(DIGITS_8BIT[i]).save(tmp_path / f"{i}.png")
     monkeypatch.chdir(tmp_path)
@@ -206,12 +212,13 @@ def test_the_cli_validates_summarises_and_classifies_image_files(
     ]
 
 
-def test_an_fp16_bundle_classifies_as_the_fp32_one(digits_run: TrainResult, tmp_path: Path) -> None:
+def test_an_fp16_bundle_classifies_as_the_fp32_one(
+    digits_run: TrainResult, digits_bundle: Path, tmp_path: Path
+) -> None:
     reports = export_bundle(None, Source(run=digits_run.run_dir), tmp_path / "half", precision="fp16")
     assert reports["model"].relative and reports["model"].passed
-    export_bundle(None, Source(run=digits_run.run_dir), tmp_path / "full")
     images = [DIGITS.images[i] / 16 for i in range(1700, 1740)]
-    half, full = load(tmp_path / "half"), load(tmp_path / "full")
+    half, full = load(tmp_path / "half"), load(digits_bundle)
     assert isinstance(half, ImageClassifier) and isinstance(full, ImageClassifier)
     a, b = half.classify_images(images), full.classify_images(images)
     assert sum(x.label == y.label for x, y in zip(a, b, strict=True)) >= 39

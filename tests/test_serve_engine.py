@@ -136,6 +136,31 @@ def test_a_full_queue_refuses_at_once() -> None:
     worker.stop()
 
 
+def test_jobs_outliving_their_event_loop_are_dropped_and_the_worker_goes_on() -> None:
+    model = FakeClassifier()
+    model.gate.clear()
+    worker = started(model, max_queue=3)
+
+    async def main() -> None:  # returns, closing its loop, with every job still unanswered
+        for text in ("a", "b", "c"):
+            worker.submit(Job("classify", [text]))
+
+    asyncio.run(main())
+    model.gate.set()
+    deadline = time.monotonic() + 10
+    while sum(map(len, model.batches)) < 3 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert sorted(t for batch in model.batches for t in batch) == ["a", "b", "c"]
+    assert worker.thread.is_alive()  # answering a closed loop did not end it
+
+    async def again() -> list[str]:
+        return await worker.submit(Job("classify", ["d"])).result
+
+    assert asyncio.run(again()) == ["D"]
+    worker.stop()
+    assert not worker.thread.is_alive()
+
+
 def test_cancelled_jobs_are_dropped_before_they_run() -> None:
     model = FakeClassifier()
     model.gate.clear()

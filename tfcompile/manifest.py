@@ -125,8 +125,9 @@ class GenerationInfo(Part):
 
 
 class TranslationInfo(Part):
-    """Translation (encoder-decoder). A source (no special tokens added, cut to model.max_seq_len
-    tokens; an empty one is [UNK]) goes once through the encoder graph; its memory_key_i and
+    """Translation (encoder-decoder). A source (encoded without the tokenizer's special tokens,
+    cut to model.max_seq_len - len(source_suffix_ids) tokens, an empty one read as the unk token,
+    then ``source_suffix_ids`` appended) goes once through the encoder graph; its memory_key_i and
     memory_value_i outputs feed the decoder step's inputs of the same names at every step. The
     decoder starts from ``start_id``; a translation ends at ``stop_id`` or after ``max_decode_len``
     tokens (at most model.max_seq_len - 1); beam search keeps the best ``beam`` hypotheses and
@@ -139,6 +140,9 @@ class TranslationInfo(Part):
     beam: Count
     length_penalty: Annotated[float, Field(ge=0)]
     max_decode_len: Count
+    source_suffix_ids: list[TokenId] = Field(
+        [], description="special tokens every source ends with (T5: its </s>); none by default"
+    )
 
 
 class ImageInfo(Part):
@@ -148,11 +152,14 @@ class ImageInfo(Part):
        luma with Pillow's integer rounding, alpha ignored; "RGB");
     2. to float32 in [0, 1]: uint8 values divided by ``divide_by``; float arrays are taken as
        already in [0, 1];
-    3. resize each channel (a float32 image) so that its shorter side is ``size``: the other side
-       becomes max(size, round(side * size / shorter side)), rounding half to even, with Pillow's
-       ``Image.resize(..., BILINEAR)`` (a triangle filter that widens when it shrinks, the
-       horizontal pass first); an image already size x size is left as it is;
-    4. crop the centre square: offsets (height - size) // 2 and (width - size) // 2;
+    3. resize each channel (a float32 image) with Pillow's ``Image.resize(..., BILINEAR)`` (a
+       triangle filter that widens when it shrinks, the horizontal pass first), as ``resize``
+       says: ``shorter_side``, the shorter side becomes ``size`` and the other
+       max(size, round(side * size / shorter side)), rounding half to even; ``stretch`` (as
+       transformers' ViTImageProcessor), height and width both become ``size``; an image already
+       size x size is left as it is;
+    4. crop the centre square: offsets (height - size) // 2 and (width - size) // 2 (none after
+       ``stretch``);
     5. subtract ``mean`` and divide by ``std``, per channel;
     6. lay out as ``layout`` (batch, channels, height, width), float32."""
 
@@ -160,12 +167,47 @@ class ImageInfo(Part):
     channels: Count
     channel_order: Literal["L", "RGB"]
     divide_by: float = 255.0
-    resize: Literal["shorter_side"] = "shorter_side"
+    resize: Literal["shorter_side", "stretch"] = "shorter_side"
     interpolation: Literal["bilinear"] = "bilinear"
     crop: Literal["center"] = "center"
     mean: list[float]
     std: list[Annotated[float, Field(gt=0)]]
     layout: Literal["NCHW"] = "NCHW"
+
+
+class Transformation(Part):
+    """One step of `tfcompile optimize`: what was done to every graph, by which tool, and how
+    many operators of each kind it left (the fused or quantized ones)."""
+
+    kind: Literal["fuse", "quantize", "precision"]
+    tool: str = Field(description="the library and the call, with its version")
+    settings: dict[str, str | int | float | bool] = Field(default_factory=dict)
+    operators: dict[str, StrictInt] = Field(
+        default_factory=dict, description="operators the step introduced, counted over every graph"
+    )
+
+
+class Gate(Part):
+    """The accuracy gate an optimized bundle passed: the task's held-out metric, measured with
+    onnxruntime on the source bundle and on this one, and the change allowed."""
+
+    metric: str
+    data: str = Field(description="the held-out data it was measured on")
+    source: float
+    optimized: float
+    allowed: str = Field(description="the largest change accepted, e.g. +1% or -0.5")
+
+
+class Optimization(Part):
+    """How this bundle was made from another by `tfcompile optimize`."""
+
+    source: Sha256 = Field(description="the sha256 of the source bundle's manifest.json")
+    steps: list[Transformation]
+    parity: dict[str, float] = Field(
+        description="per graph: the largest |difference| of its float outputs from the source "
+        "graph's, relative to their largest |value|, over fresh inputs at several shapes"
+    )
+    gate: Gate | None = Field(None, description="absent when no held-out data was given (--no-gate)")
 
 
 class ModelInfo(Part):
@@ -195,6 +237,9 @@ class Manifest(Part):
     source: dict[str, Any] = Field(description="where the weights came from: a run, or a seed")
     parity: dict[str, Any] = Field(description="the export's parity report per graph")
     files: dict[FileName, Sha256] = Field(description="every file of the bundle but this one, and its sha256")
+    optimization: list[Optimization] | None = Field(
+        None, description="the optimizations that made this bundle from an export, oldest first"
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> Manifest:

@@ -108,31 +108,42 @@ def generate(
     groups: dict[tuple, list[int]] = {}
     for r, s in enumerate(rows):
         groups.setdefault((s.temperature, s.top_k, s.top_p), []).append(r)
+    # Each group's options, its rows (a slice when they are the whole batch: a view, no copy) and
+    # their generators.
+    picks = [
+        (options, slice(None) if len(members) == batch else members, [rngs[r] for r in members])
+        for options, members in groups.items()
+    ]
     new: list[list[int]] = [[] for _ in prompt]
-    done = np.array([limit <= 0 for limit in limits])
-    if done.all():
+    done = [limit <= 0 for limit in limits]
+    going = [r for r in range(batch) if not done[r]]  # the rows still generating
+    if not going:
         return new
     ids, mask = prompt, prompt_mask
     window = slice(-context if context is not None else None, None)
     logits = decoder.step(ids[:, window], None if mask is None else mask[:, window])
     cached = ids[:, window].shape[1]
+    columns: list[np.ndarray] = []  # the new tokens of every row since ``ids`` was last extended
     while True:
         next_ids = np.zeros((batch, 1), dtype=np.int64)
-        for (temperature, top_k, top_p), members in groups.items():
-            picked = sample_next(logits[members], temperature, top_k, top_p, [rngs[r] for r in members])
-            next_ids[members, 0] = picked
-        stepped = {int(r): int(next_ids[r, 0]) for r in np.flatnonzero(~done)}
+        for (temperature, top_k, top_p), members, generators in picks:
+            next_ids[members, 0] = sample_next(logits[members], temperature, top_k, top_p, generators)
+        tokens = next_ids[:, 0].tolist()
+        stepped = {r: tokens[r] for r in going}
         for row, token in stepped.items():
             new[row].append(token)
             done[row] = token in stop or len(new[row]) >= limits[row]
         if on_step is not None:
-            done[list(on_step(stepped))] = True
-        if done.all():
+            for row in on_step(stepped):
+                done[row] = True
+        going = [r for r in going if not done[r]]
+        if not going:
             break
-        ids = np.concatenate([ids, next_ids], axis=1)
+        columns.append(next_ids)
         if mask is not None:
             mask = np.concatenate([mask, np.ones_like(next_ids)], axis=1)
         if cached == context:
+            ids, columns = np.concatenate([ids, *columns], axis=1), []
             decoder.reset()
             logits = decoder.step(ids[:, window], None if mask is None else mask[:, window])
         else:

@@ -22,7 +22,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
-import os
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -36,6 +35,7 @@ from tokenizers import Tokenizer
 from torch import nn
 
 from tfcompile import __version__
+from tfcompile.destination import check_destination, move_into_place, staging_folder
 from tfcompile.errors import ExportError
 from tfcompile.files import TOKENIZER_FILE
 from tfcompile.graphs.export import Graph, tensor_meaning
@@ -57,6 +57,7 @@ from tfcompile.runtime.errors import BundleError
 from tfcompile.runtime.ort import ort
 from tfcompile.sequences import SPECIAL_ROLES
 from tfcompile.spec import Spec, dump_spec, parse_spec
+from tfcompile.spec.schema import SpecialTokens
 from tfcompile.tasks.task import build_model, task_of
 from tfcompile.train.runs import load_trained_model
 
@@ -105,7 +106,7 @@ def export_bundle(
     existing bundle at ``out``; nothing else there is ever replaced."""
     if spec is not None:
         _check_exportable(spec)
-    replaced = _check_destination(out, force)
+    replaced = check_destination(out, force)
     spec, model = source.load(spec)
     _check_exportable(spec)
     if precision is not None:
@@ -113,8 +114,7 @@ def export_bundle(
     task = task_of(spec)
     exported = copy.deepcopy(model).half() if spec.export.precision == "fp16" else model
     opset = opset or spec.export.opset
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp"))
+    tmp = staging_folder(out)
     try:
         protos = {name: g.export(exported, tmp / graph_file(name), opset) for name, g in task.graphs.items()}
         reports = {name: _check(g, model, tmp / graph_file(name), spec) for name, g in task.graphs.items()}
@@ -132,7 +132,7 @@ def export_bundle(
         (tmp / SPEC_FILE).write_text(dump_spec(spec))
         manifest = _manifest(spec, protos, opset, source, reports, tmp)
         (tmp / MANIFEST).write_text(manifest.model_dump_json(indent=2, exclude_none=True) + "\n")
-        _move_into_place(tmp, out, replaced)
+        move_into_place(tmp, out, replaced)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return reports
@@ -169,7 +169,18 @@ def verify_bundle(bundle: Path, run: Path | None = None) -> dict[str, ParityRepo
             path = Path(scratch) / graphs[name].file
             path.write_bytes(files.read(graphs[name].file))
             reports[name] = _check(g, model, path, spec, seed=1)
+        if files.manifest.optimization:
+            reports[name] = _optimized(reports[name], name, files.manifest, spec)
     return reports
+
+
+def _optimized(report: ParityReport, graph: str, manifest: Manifest, spec: Spec) -> ParityReport:
+    """An optimized graph's report, held relative to the outputs' scale to the export's tolerance
+    plus twice what `tfcompile optimize` measured against its source graph (fresh inputs move a
+    quantized graph's difference a little)."""
+    base = spec.export.fp16_tolerance if manifest.precision == "fp16" else spec.export.tolerance
+    recorded = sum(o.parity.get(graph, 0.0) for o in manifest.optimization or [])
+    return dataclasses.replace(report, relative=True, tolerance=base + 2 * recorded)
 
 
 def _check(graph: Graph, model: nn.Module, path: Path, spec: Spec, seed: int = 0) -> ParityReport:
@@ -192,51 +203,6 @@ def _check_exportable(spec: Spec) -> None:
         )
 
 
-def _check_destination(out: Path, force: bool) -> bool:
-    """Whether ``out`` holds a bundle that the export will replace. A missing or empty folder is
-    fine; an existing bundle needs ``force``; anything else is refused, untouched."""
-    if out.is_symlink() or (out.exists() and not out.is_dir()):
-        raise ExportError(f"{out} exists and is not a folder: choose another --out")
-    if not out.exists() or not any(out.iterdir()):
-        return False
-    try:
-        listed = set(BundleFiles(out).manifest.files) | {MANIFEST}
-    except BundleError as e:
-        raise ExportError(
-            f"{out} exists and is not a bundle tfcompile wrote ({e}); it is left untouched: "
-            f"choose another --out"
-        ) from None
-    others = sorted(p.name for p in out.iterdir() if p.name not in listed)
-    if others:
-        raise ExportError(
-            f"{out} is a bundle but also holds files it did not write ({', '.join(others[:5])}); it is "
-            f"left untouched: move them, or choose another --out"
-        )
-    if not force:
-        raise ExportError(
-            f"{out} already holds a bundle: pass --force to replace it, or choose another --out"
-        )
-    return True
-
-
-def _move_into_place(tmp: Path, out: Path, replacing: bool) -> None:
-    """Rename the finished bundle to ``out``; an old bundle there is renamed aside first and
-    removed only once the new one is in place (renamed back if the swap fails)."""
-    if not replacing:
-        if out.exists():
-            out.rmdir()  # an empty folder (checked): nothing is lost
-        tmp.rename(out)
-        return
-    aside = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=".old"))
-    os.replace(out, aside)  # aside is an empty folder: rename replaces it
-    try:
-        tmp.rename(out)
-    except OSError:
-        os.replace(aside, out)
-        raise
-    shutil.rmtree(aside, ignore_errors=True)
-
-
 def _manifest(
     spec: Spec,
     protos: dict[str, onnx.ModelProto],
@@ -248,7 +214,7 @@ def _manifest(
     """The bundle's manifest, validated as the schema says before it is written."""
     task = task_of(spec)
     tokenizer = (
-        tokenizer_info(Tokenizer.from_file(str(folder / TOKENIZER_FILE)))
+        tokenizer_info(Tokenizer.from_file(str(folder / TOKENIZER_FILE)), spec.tokens)
         if (folder / TOKENIZER_FILE).exists()
         else None
     )
@@ -305,17 +271,19 @@ def _graph_entry(name: str, graph: Graph, proto: onnx.ModelProto) -> GraphEntry:
 STRATEGIES = {"LongestFirst": "longest_first", "OnlyFirst": "only_first", "OnlySecond": "only_second"}
 
 
-def tokenizer_info(tokenizer: Tokenizer) -> TokenizerInfo:
-    """The tokenizer's special tokens by role, the roles its post-processor adds by itself, what
-    becomes of an unknown character, and how a text too long is cut."""
+def tokenizer_info(tokenizer: Tokenizer, tokens: SpecialTokens | None = None) -> TokenizerInfo:
+    """The tokenizer's special tokens by role (the spec's ``tokens``, else tfcompile's own
+    strings), the roles its post-processor adds by itself, what becomes of an unknown character,
+    and how a text too long is cut."""
+    roles = tokens.roles() if tokens is not None else {role: token for token, role in SPECIAL_ROLES.items()}
     specials = {
         role: SpecialToken(token=token, id=i)
-        for token, role in SPECIAL_ROLES.items()
+        for role, token in roles.items()
         if (i := tokenizer.token_to_id(token)) is not None
     }
     saved = json.loads(tokenizer.to_str())
     processor = saved.get("post_processor") or {}
-    added = [SPECIAL_ROLES[t] for t in processor.get("special_tokens", {}) if t in SPECIAL_ROLES]
+    added = [role for t in processor.get("special_tokens", {}) for role, token in roles.items() if token == t]
     byte_level = (saved.get("pre_tokenizer") or {}).get("type") == "ByteLevel"
     cut = saved.get("truncation")
     truncation = (

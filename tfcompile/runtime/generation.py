@@ -3,9 +3,10 @@
 positions count each row's real tokens, so a row generates what it would alone), stopping at the
 manifest's stop tokens, with the KV-cache graph (one token per step) or the full graph.
 
-With the cache, the keys and values stay where the execution provider keeps them (the GPU, under
-CUDA) between steps: onnxruntime's I/O binding hands each step's outputs to the next step without
-a copy; only the logits come back. Past the context, each step re-reads the last context tokens."""
+With the cache, the keys and values stay where the execution provider keeps them between steps:
+on the GPU, onnxruntime's I/O binding hands each step's outputs to the next step without a copy
+and only the logits come back; on the CPU, each step's numpy outputs are the next step's inputs.
+Past the context, each step re-reads the last context tokens."""
 
 from __future__ import annotations
 
@@ -187,9 +188,9 @@ class LanguageModel(Bundle):
 
 
 class _StepDecoder:
-    """The step graph as a search.Decoder: each step binds the new tokens, the mask and the
-    cache, runs, and keeps the present keys and values (OrtValues on the provider's device) as
-    the next past."""
+    """The step graph as a search.Decoder: each step feeds the new tokens, the mask and the cache,
+    runs, and keeps the present keys and values as the next past. Names and the device are
+    looked up once, not per step."""
 
     def __init__(self, model: LanguageModel) -> None:
         self.model = model
@@ -197,20 +198,36 @@ class _StepDecoder:
         cache = model.graph("step").cache
         assert cache is not None  # empty_cache() refuses a step graph without one
         self.past_names, self.present_names = cache.past, cache.present
+        self.outputs = ["logits", *cache.present]
         self.device = "cuda" if self.session.get_providers()[0] == "CUDAExecutionProvider" else "cpu"
+        self.bound = self.device != "cpu"  # whether the cache stays on the device, bound
         self.binding = self.session.io_binding()
-        self.past: list[Any] = []
+        self.past: list[Any] = []  # numpy arrays, or OrtValues on the device when bound
         self.length = 0  # tokens in the cache
 
     def step(self, tokens: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
         if not self.past:
             self.past = self.model.empty_cache("step", len(tokens))
         self.length += tokens.shape[1]
-        binding = self.binding
-        binding.bind_cpu_input("input_ids", np.ascontiguousarray(tokens, dtype=np.int64))
         full = np.ones((len(tokens), self.length), dtype=np.int64) if mask is None else mask
-        binding.bind_cpu_input("attention_mask", np.ascontiguousarray(full, dtype=np.int64))
-        for name, value in zip(self.past_names, self.past, strict=True):
+        feed = {
+            "input_ids": np.ascontiguousarray(tokens, dtype=np.int64),
+            "attention_mask": np.ascontiguousarray(full, dtype=np.int64),
+            **dict(zip(self.past_names, self.past, strict=True)),
+        }
+        logits, *self.past = self._run(feed)
+        return logits[:, -1, : self.model.emitted].astype(np.float32, copy=False)  # the last position only
+
+    def _run(self, feed: dict[str, Any]) -> list[Any]:
+        """The step graph on ``feed`` -> the logits (numpy) and the present keys and values. On the
+        CPU, a plain run: its outputs are numpy arrays that the next run reads in place, and it
+        costs less Python per step than binding (about 50 us of a 0.7 ms step of a tiny model).
+        Bound (on a device), I/O binding keeps the cache there between steps; only the logits
+        come back."""
+        if not self.bound:
+            return self.session.run(self.outputs, feed)
+        binding = self.binding
+        for name, value in feed.items():
             if isinstance(value, np.ndarray):
                 binding.bind_cpu_input(name, value)
             else:
@@ -219,8 +236,8 @@ class _StepDecoder:
         for name in self.present_names:
             binding.bind_output(name, self.device)
         self.session.run_with_iobinding(binding)
-        logits, *self.past = binding.get_outputs()
-        return logits.numpy()[:, -1].astype(np.float32)
+        logits, *present = binding.get_outputs()
+        return [logits.numpy(), *present]
 
     def reorder(self, rows: np.ndarray) -> None:
         self.past = [(p if isinstance(p, np.ndarray) else p.numpy())[rows] for p in self.past]
@@ -238,7 +255,7 @@ class _FullDecoder:
 
     def step(self, tokens: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
         self.ids = tokens if self.ids is None else np.concatenate([self.ids, tokens], axis=1)
-        return self.model.logits(self.ids, mask)[:, -1]
+        return self.model.logits(self.ids, mask)[:, -1, : self.model.emitted]
 
     def reorder(self, rows: np.ndarray) -> None:
         assert self.ids is not None

@@ -5,6 +5,7 @@ Imports onnxruntime, numpy and tokenizers only, never torch (as all of tfcompile
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,21 +43,33 @@ def session_providers(providers: Sequence[str]) -> list[tuple[str, dict[str, str
     return [(name, dict(PROVIDER_OPTIONS.get(name, {}))) for name in providers]
 
 
+def step_threads() -> int:
+    """Intra-op threads for a graph with a cache, which reads one token per call: half the logical
+    cores, at least 1 and at most 16, as onnxruntime-genai chooses. A token's matrix products are
+    too small to share among every core: waking and joining the threads costs more than they
+    save (on a shared 2-core CPU, one thread generates 2-2.6x the tokens/s of two; see
+    benchmarks/results/generation_speed-cpu.md)."""
+    return min(16, max(1, (os.cpu_count() or 1) // 2))
+
+
 @dataclass(frozen=True)
 class SessionOptions:
     """How onnxruntime runs a bundle's graphs on the CPU. ``threads``: intra-op threads (None: one
-    per core). ``spin``: whether idle threads spin, waiting for the next run; that shaves latency
-    off back-to-back calls from one caller, but the spinning threads take the cores from
+    per core for the graphs that read whole sequences, ``step_threads()`` for those that read one
+    token at a time). ``spin``: whether idle threads spin, waiting for the next run; that shaves
+    latency off back-to-back calls from one caller, but the spinning threads take the cores from
     everything else in the process, so a server, whose event loop needs them between runs, turns
     it off."""
 
     threads: int | None = None
     spin: bool = True
 
-    def to_ort(self) -> Any:
+    def to_ort(self, one_token: bool = False) -> Any:
+        """onnxruntime's options for a graph; ``one_token``: a step graph, with a cache."""
         options = ort.SessionOptions()
-        if self.threads is not None:
-            options.intra_op_num_threads = self.threads
+        threads = step_threads() if self.threads is None and one_token else self.threads
+        if threads is not None:
+            options.intra_op_num_threads = threads
         options.add_session_config_entry("session.intra_op.allow_spinning", "1" if self.spin else "0")
         return options
 
@@ -82,6 +95,9 @@ class Bundle:
         self.vocab_size = self.manifest.model.vocab_size or 0
         self.max_seq_len = self.manifest.model.max_seq_len
         self.tokenizer = self._load_tokenizer()
+        # The ids decoding may pick: the tokenizer's, not the rows a checkpoint pads its embedding
+        # table with past them (T5: 32128 for 32100 tokens); all of the model's without a tokenizer.
+        self.emitted = self.tokenizer.get_vocab_size() if self.tokenizer is not None else None
 
     @property
     def providers(self) -> list[str]:
@@ -97,8 +113,9 @@ class Bundle:
         onnxruntime cannot load, or whose inputs and outputs are not the manifest's, is a BundleError."""
         graph = self.graph(name)
         data = self.files.read(graph.file)
+        options = self._options.to_ort(one_token=graph.cache is not None)
         try:
-            session = ort.InferenceSession(data, self._options.to_ort(), providers=self._providers)
+            session = ort.InferenceSession(data, options, providers=self._providers)
         except Exception as e:  # onnxruntime's own errors: InvalidProtobuf, Fail, InvalidGraph
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             raise BundleError(

@@ -13,6 +13,7 @@ client goes away. A full queue refuses new jobs at once (the server answers 503 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import queue
 import threading
@@ -68,10 +69,16 @@ class Job:
                     self.result.set_result(value)
             self.events.put_nowait(None)  # a stream's end, after its last token
 
-        self.loop.call_soon_threadsafe(settle)
+        self._on_loop(settle)
 
     def emit(self, row: int, token: int) -> None:
-        self.loop.call_soon_threadsafe(self.events.put_nowait, (row, token))
+        self._on_loop(self.events.put_nowait, (row, token))
+
+    def _on_loop(self, call: Callable[..., object], *args: object) -> None:
+        """Schedule ``call`` on the request's event loop; once that loop is closed nobody awaits the
+        job any more, and the outcome is dropped (the worker goes on with the next)."""
+        with contextlib.suppress(RuntimeError):  # "Event loop is closed"
+            self.loop.call_soon_threadsafe(call, *args)
 
 
 @dataclass(frozen=True)
@@ -109,7 +116,14 @@ class Worker:
         self.thread.start()
 
     def stop(self) -> None:
-        self.jobs.put(None)
+        """Queue the stop after the jobs waiting, and wait for the thread; a queue that stays full
+        only keeps this waiting while the thread is alive to empty it."""
+        while self.thread.is_alive():
+            try:
+                self.jobs.put(None, timeout=0.1)
+                break
+            except queue.Full:
+                continue
         self.thread.join()
 
     def submit(self, job: Job) -> Job:

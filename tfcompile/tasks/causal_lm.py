@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 import torch
@@ -21,7 +21,11 @@ from tfcompile.models import DecoderLM
 from tfcompile.nn.attention import KVCache
 from tfcompile.sequences import CAUSAL_LM_TOKENS
 from tfcompile.spec.schema import CausalLMTask, DecoderSpec, Spec
-from tfcompile.tasks.task import Batch, ModelFn, Task, register_task
+
+if TYPE_CHECKING:
+    from tfcompile.runtime import Bundle
+
+from tfcompile.tasks.task import Batch, GateRule, ModelFn, Task, register_task, served
 
 IGNORE_INDEX = -100  # targets at padded positions carry this and add nothing to the loss
 
@@ -53,6 +57,7 @@ class LanguageModelling(Task):
         return DecoderLM(spec.model)
 
     padding_side = "left"  # new tokens follow the prompt's last real token in every row
+    gate = GateRule("loss", higher_is_better=False, tolerance={"int8": 0.01, "int4": 0.03}, relative=True)
 
     @classmethod
     def manifest(cls, spec: Spec, tokenizer: TokenizerInfo | None, run: Path | None) -> dict[str, Any]:
@@ -81,13 +86,26 @@ class LanguageModelling(Task):
         losses = [causal_lm_loss(model(b["input_ids"]), b["targets"]).item() for b in batches]
         return {"val_loss": sum(losses) / len(losses)}
 
+    def held_out(self, bundle: Bundle, limit: int | None) -> tuple[float, str]:
+        """The loss over ``limit`` (default 128) windows of the validation split, drawn as training's
+        evaluation draws them, the same windows for every bundle."""
+        from tfcompile.runtime import LanguageModel
+
+        assert isinstance(bundle, LanguageModel)
+        size, windows = 8, limit or 128
+        batches = self.eval_batches(-(-windows // size), size, lambda i: torch.Generator().manual_seed(i))
+        loss = self.evaluate(served(bundle.logits), batches)["val_loss"]
+        return loss, f"{windows} windows of {self.context} tokens of the validation split"
+
 
 class TorchDecoder:
     """A DecoderLM as a search.Decoder: numpy tokens in, the last position's logits out, the
-    key/value cache kept on the model's device."""
+    key/value cache kept on the model's device. ``emitted``: the logits kept, the tokenizer's
+    size, so that an embedding table padded past it never yields an id it cannot decode."""
 
-    def __init__(self, model: DecoderLM) -> None:
+    def __init__(self, model: DecoderLM, emitted: int | None = None) -> None:
         self.model = model.eval()
+        self.emitted = emitted
         self.device = next(model.parameters()).device
         self.cache: list[KVCache] | None = None
 
@@ -97,7 +115,7 @@ class TorchDecoder:
         if self.cache is None:
             self.cache = self.model.empty_cache(len(ids), self.device)
         attention = None if mask is None else torch.from_numpy(mask).to(self.device)
-        return self.model(ids, attention, cache=self.cache)[:, -1].float().cpu().numpy()
+        return self.model(ids, attention, cache=self.cache)[:, -1, : self.emitted].float().cpu().numpy()
 
     def reorder(self, rows: np.ndarray) -> None:
         assert self.cache is not None
@@ -117,11 +135,13 @@ def generate(
     top_k: int | None = None,
     top_p: float | None = None,
     seed: int | None = None,
+    emitted: int | None = None,
 ) -> torch.Tensor:
     """ids (B, T) -> (B, T + max_new_tokens): the shared search over the PyTorch model, reading at
-    most the model's max_seq_len last tokens (no stop token: every row gets all its tokens)."""
+    most the model's max_seq_len last tokens (no stop token: every row gets all its tokens), never
+    an id of ``emitted`` (the tokenizer's size) or more."""
     sampling = search.Sampling(temperature, top_k, top_p, seed)
     new = search.generate(
-        TorchDecoder(model), ids.numpy(), max_new_tokens, sampling, context=model.spec.max_seq_len
+        TorchDecoder(model, emitted), ids.numpy(), max_new_tokens, sampling, context=model.spec.max_seq_len
     )
     return torch.cat([ids, torch.tensor(new, dtype=ids.dtype).reshape(len(ids), -1)], dim=1)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 import torch
@@ -20,7 +20,10 @@ from tfcompile.manifest import TokenizerInfo
 from tfcompile.models import Classifier
 from tfcompile.sequences import PAD, SPECIAL_TOKENS, token_ids
 from tfcompile.spec.schema import ClassificationTask, EncoderSpec, Spec
-from tfcompile.tasks.task import Batch, DataSize, ModelFn, Task, pad_rows, register_task
+from tfcompile.tasks.task import Batch, DataSize, GateRule, ModelFn, Task, pad_rows, register_task, served
+
+if TYPE_CHECKING:
+    from tfcompile.runtime import Bundle
 
 
 def f1_score(predicted: np.ndarray, actual: np.ndarray, num_labels: int) -> float:
@@ -36,18 +39,38 @@ def f1_score(predicted: np.ndarray, actual: np.ndarray, num_labels: int) -> floa
 
 def resolve_labels(declared: list[str] | None, splits: dict[str, list[str]], source: str) -> list[str]:
     """task.labels, else the first (training) split's labels sorted. Every split's labels must be
-    among them, and a classifier needs two at least: a DataError that says what to do otherwise."""
+    among them (or all be class indices into them, see ``label_index``), and a classifier needs two
+    at least: a DataError that says what to do otherwise."""
     labels = declared or sorted(set(next(iter(splits.values()))))
-    for split, found in splits.items():
-        unknown = sorted(set(found) - set(labels))
-        if unknown:
-            raise DataError(
-                f"the {split} data has labels {unknown[:5]} outside task.labels {labels}; "
-                f"add them to task.labels or leave task.labels out to take the training data's"
-            )
+    if not _by_index(labels, {value for values in splits.values() for value in values}):
+        for split, found in splits.items():
+            unknown = sorted(set(found) - set(labels))
+            if unknown:
+                raise DataError(
+                    f"the {split} data has labels {unknown[:5]} outside task.labels {labels}; "
+                    f"add them to task.labels or leave task.labels out to take the training data's"
+                )
     if len(labels) < 2:
         raise DataError(f"{source}: a classifier needs at least two labels, found {labels}")
     return labels
+
+
+def label_index(labels: list[str], values: set[str]) -> dict[str, int]:
+    """Each label value in the data -> its class index. The values are the names in task.labels,
+    or, when none of them is a name and all are integers below the number of names, the class
+    indices themselves (GLUE's SST-2 labels its sentences 0 and 1; `task.labels: [negative,
+    positive]` names them)."""
+    if _by_index(labels, values):
+        return {value: int(value) for value in values}
+    return {label: i for i, label in enumerate(labels)}
+
+
+def _by_index(labels: list[str], values: set[str]) -> bool:
+    return (
+        bool(values)
+        and not values & set(labels)
+        and all(v.isdecimal() and int(v) < len(labels) for v in values)
+    )
 
 
 @register_task
@@ -59,6 +82,7 @@ class TextClassification(Task):
     # Accuracy is what a classifier is judged by; its loss can rise while accuracy still improves.
     best_metric = "val_accuracy"
     higher_is_better = True
+    gate = GateRule("accuracy", higher_is_better=True, tolerance={"int8": 0.005})
 
     @staticmethod
     def build_model(spec: Spec) -> Classifier:
@@ -86,6 +110,7 @@ class TextClassification(Task):
         self.labels = resolve_labels(
             task.labels, {"training": train.labels, "validation": val.labels}, str(data.path)
         )
+        self.index = label_index(self.labels, {*train.labels, *val.labels})
         if tokenizer is None:
             texts = train.texts + (train.pairs or [])
             tokenizer = train_tokenizer(data.tokenizer, texts, SPECIAL_TOKENS)
@@ -101,8 +126,7 @@ class TextClassification(Task):
     def _encode(self, rows: LabelledTexts) -> tuple[list, torch.Tensor]:
         inputs = list(zip(rows.texts, rows.pairs, strict=True)) if rows.pairs else rows.texts
         encodings = self.tokenizer.encode_batch(inputs)
-        index = {label: i for i, label in enumerate(self.labels)}
-        return encodings, torch.tensor([index[label] for label in rows.labels])
+        return encodings, torch.tensor([self.index[label] for label in rows.labels])
 
     def _collate(self, split: str, rows: list[int]) -> Batch:
         encodings, labels = self.examples[split]
@@ -147,6 +171,16 @@ class TextClassification(Task):
             "val_accuracy": float(np.mean(p == a)),
             "val_f1": f1_score(p, a, len(self.labels)),
         }
+
+    def held_out(self, bundle: Bundle, limit: int | None) -> tuple[float, str]:
+        """Accuracy over the validation split (its first ``limit`` examples)."""
+        from tfcompile.runtime import Classifier as Served
+
+        assert isinstance(bundle, Served)
+        n = min(len(self.examples["val"][1]), limit or len(self.examples["val"][1]))
+        batches = (self._collate("val", list(range(i, min(i + 64, n)))) for i in range(0, n, 64))
+        accuracy = self.evaluate(served(bundle.logits), batches)["val_accuracy"]
+        return accuracy, f"{n} sentences of the validation split"
 
 
 def _subset(rows: LabelledTexts, index: np.ndarray) -> LabelledTexts:

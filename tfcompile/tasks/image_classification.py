@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 import torch
@@ -23,8 +23,11 @@ from tfcompile.images import ImagePreprocessing
 from tfcompile.manifest import ImageInfo, TokenizerInfo
 from tfcompile.models import VisionTransformer
 from tfcompile.spec.schema import AugmentSpec, ImageClassificationTask, Spec, VitSpec
-from tfcompile.tasks.classification import resolve_labels
-from tfcompile.tasks.task import Batch, DataSize, ModelFn, Task, register_task
+from tfcompile.tasks.classification import label_index, resolve_labels
+from tfcompile.tasks.task import Batch, DataSize, GateRule, ModelFn, Task, register_task, served
+
+if TYPE_CHECKING:
+    from tfcompile.runtime import Bundle
 
 
 def augment(images: torch.Tensor, spec: AugmentSpec, generator: torch.Generator) -> torch.Tensor:
@@ -54,6 +57,7 @@ class ImageClassification(Task):
     }
     best_metric = "val_accuracy"
     higher_is_better = True
+    gate = GateRule("accuracy", higher_is_better=True, tolerance={"int8": 0.005})
 
     @staticmethod
     def build_model(spec: Spec) -> VisionTransformer:
@@ -76,6 +80,7 @@ class ImageClassification(Task):
                 channel_order=channel_order,
                 mean=list(p.mean),
                 std=list(p.std),
+                resize=p.resize,
             )
         return sections
 
@@ -113,7 +118,7 @@ class ImageClassification(Task):
             {names[split]: splits[split].labels for split in ("train", "val", "test") if split in splits},
             str(data.path or f"data.builtin {data.builtin}"),
         )
-        index = {label: i for i, label in enumerate(self.labels)}
+        index = label_index(self.labels, {label for part in splits.values() for label in part.labels})
 
         train = splits["train"].images  # statistics of the training images only, before augmentation
         self.preprocessing = ImagePreprocessing(
@@ -172,6 +177,18 @@ class ImageClassification(Task):
             correct += (logits.argmax(-1) == labels).sum().item()
             count += len(labels)
         return {"val_loss": loss_sum / count, "val_accuracy": correct / count}
+
+    def held_out(self, bundle: Bundle, limit: int | None) -> tuple[float, str]:
+        """Accuracy over the test split (the validation split when there is none), its first
+        ``limit`` images, preprocessed as in training."""
+        from tfcompile.runtime import ImageClassifier
+
+        assert isinstance(bundle, ImageClassifier)
+        split = "test" if "test" in self.images else "val"
+        n = min(len(self.targets[split]), limit or len(self.targets[split]))
+        batches = (self._batch(split, torch.arange(i, min(i + 256, n))) for i in range(0, n, 256))
+        accuracy = self.evaluate(served(bundle.logits), batches)["val_accuracy"]
+        return accuracy, f"{n} images of the {'test' if split == 'test' else 'validation'} split"
 
     @torch.no_grad()
     def test_metrics(self, model: torch.nn.Module, device: torch.device) -> dict[str, float]:

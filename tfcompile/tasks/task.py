@@ -19,11 +19,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+import numpy as np
 import torch
 from tokenizers import Tokenizer
 from torch import nn
 
 from tfcompile import sequences
+from tfcompile.data import DataError
 from tfcompile.files import TOKENIZER_FILE
 from tfcompile.manifest import TokenizerInfo
 from tfcompile.models import Assembly
@@ -32,6 +34,7 @@ from tfcompile.spec.schema import Spec, TaskSection, register_task_section
 
 if TYPE_CHECKING:  # export imports the tasks to look them up
     from tfcompile.graphs.export import Graph
+    from tfcompile.runtime import Bundle
 
 Batch = dict[str, torch.Tensor]  # the model's inputs by name, plus the targets
 ModelFn = Callable[..., Any]
@@ -47,6 +50,33 @@ class DataSize:
     origin: str
 
 
+@dataclass(frozen=True)
+class GateRule:
+    """How far an optimized bundle's held-out ``metric`` may move from its source bundle's, in
+    the worse direction: ``tolerance`` by quantization scheme (fusion and fp16, which change no
+    weights, are held to int8's), a fraction of the source's value when ``relative``."""
+
+    metric: str
+    higher_is_better: bool
+    tolerance: dict[str, float]
+    relative: bool = False
+
+    def allowed(self, scheme: str) -> str:
+        limit = self.tolerance[scheme]
+        sign = "-" if self.higher_is_better else "+"
+        return f"{sign}{limit:.0%}" if self.relative else f"{sign}{limit:g}"
+
+    def passes(self, source: float, optimized: float, scheme: str) -> bool:
+        limit = self.tolerance[scheme] * (abs(source) if self.relative else 1.0)
+        worse = source - optimized if self.higher_is_better else optimized - source
+        return worse <= limit
+
+
+def served(call: Callable[..., np.ndarray]) -> ModelFn:
+    """A bundle's call (numpy in, numpy out) as a ModelFn, so a task's own ``evaluate`` scores it."""
+    return lambda *tensors: torch.from_numpy(call(*(t.numpy() for t in tensors)))
+
+
 class Task(ABC):
     section: ClassVar[type[TaskSection]]  # the spec's `task:` section for this task
     # The graphs a bundle of this task holds, by name; none for a task that is not served.
@@ -58,6 +88,9 @@ class Task(ABC):
     # The validation metric that picks the `best` checkpoint, and which way is better.
     best_metric: ClassVar[str] = "val_loss"
     higher_is_better: ClassVar[bool] = False
+
+    # What `tfcompile optimize` holds a transformed bundle to; None: the task's bundles are not gated.
+    gate: ClassVar[GateRule | None] = None
 
     tokenizer: Tokenizer | None = None  # text tasks; images have none
 
@@ -82,13 +115,17 @@ class Task(ABC):
         training a new one; ``cache_dir`` keeps what is expensive to recompute (token ids)."""
 
     def sizes(self, spec: Spec) -> list[DataSize]:
-        """The sizes this task took from the data: by default the tokenizer's vocabulary."""
+        """The sizes this task took from the data: by default the tokenizer's vocabulary, or the
+        spec's larger one (an embedding table padded past the tokenizer, as T5's 32128 rows for
+        32100 tokens: the tokenizer never gives the extra ids); a smaller one is refused."""
         if self.tokenizer is None:
             return []
-        vocab = self.tokenizer.get_vocab_size()
+        tokens = self.tokenizer.get_vocab_size()
+        declared = getattr(spec.model, "vocab_size", None)
         assert spec.data is not None
-        origin = f"the {spec.data.tokenizer.type} tokenizer of data.path has {vocab} tokens"
-        return [DataSize("model.vocab_size", vocab, origin)]
+        origin = f"the {spec.data.tokenizer.type} tokenizer of data.path has {tokens} tokens"
+        padded = declared is not None and declared > tokens
+        return [DataSize("model.vocab_size", declared if padded else tokens, origin)]
 
     def run_files(self) -> dict[str, str]:
         """What a run keeps of the data's preparation, by file name: the tokenizer by default."""
@@ -113,6 +150,11 @@ class Task(ABC):
     def test_metrics(self, model: nn.Module, device: torch.device) -> dict[str, float]:
         """Metrics on the data's test split after training (translation: BLEU); none by default."""
         return {}
+
+    def held_out(self, bundle: Bundle, limit: int | None) -> tuple[float, str]:
+        """The gate's metric of a served bundle on this data's held-out split (at most ``limit``
+        examples), and a description of what it was measured on."""
+        raise NotImplementedError(f"{type(self).__name__} has no accuracy gate")
 
     def eval_batches(
         self, count: int, size: int, generator_for: Callable[[int], torch.Generator]
@@ -147,6 +189,23 @@ def build_model(spec: Spec) -> Assembly:
             f"{'it' if len(missing) == 1 else 'them'} from the data"
         )
     return task_of(spec).build_model(spec)
+
+
+def special_ids(spec: Spec, tokenizer: Tokenizer, roles: Sequence[str]) -> dict[str, int]:
+    """Role (pad, cls, mask, ...) -> id of the special tokens a task needs: the spec's ``tokens:``
+    strings (an imported vocabulary, BERT's [CLS] at 101), else tfcompile's own ([CLS]); a
+    DataError names the roles the tokenizer has no token for."""
+    own = {role: token for token, role in sequences.SPECIAL_ROLES.items()}
+    strings = spec.tokens.roles() if spec.tokens is not None else own
+    ids = {role: tokenizer.token_to_id(strings[role]) if role in strings else None for role in roles}
+    missing = [role for role, i in ids.items() if i is None]
+    if missing:
+        named = ", ".join(f"{role} ({strings.get(role, 'not in tokens:')})" for role in missing)
+        raise DataError(
+            f"the tokenizer has no special token for {named}: the task needs {', '.join(roles)}; "
+            f"name them by role in the spec's tokens: section"
+        )
+    return {role: i for role, i in ids.items() if i is not None}
 
 
 def pad_rows(rows: Sequence[Sequence[int]], value: int) -> torch.Tensor:

@@ -1,0 +1,213 @@
+"""tfcompile optimize: fused graphs keep parity, quantized ones pass (or fail) their task's accuracy
+gate on held-out data, the source is never changed, and an optimized bundle loads, verifies and
+serves like any other."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import httpx
+import numpy as np
+import onnx
+import pytest
+from helpers import assert_follows_schema
+from serving import BackgroundServer
+
+from tfcompile.cli import main
+from tfcompile.errors import UserError
+from tfcompile.export import verify_bundle
+from tfcompile.optimize import GateData, OptimizeError, Plan, optimize_bundle, passes
+from tfcompile.runtime import LanguageModel, load
+from tfcompile.runtime.bundle import sha256_file
+
+GATE_EXAMPLES = 16
+
+
+def run_of(bundle: Path) -> Path:
+    return bundle.parent / "run"  # the conftest fixtures keep ROOT/run beside ROOT/bundle
+
+
+def digests(folder: Path) -> dict[str, str]:
+    return {p.name: sha256_file(p) for p in sorted(folder.iterdir())}
+
+
+@pytest.fixture(scope="module")
+def fused(char_bundle: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("fused") / "bundle"
+    optimize_bundle(char_bundle, out, Plan(fuse=True), None)
+    return out
+
+
+@pytest.fixture(scope="module")
+def int8(char_bundle: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("int8") / "bundle"
+    optimize_bundle(char_bundle, out, Plan(quantize="int8"), GateData(run_of(char_bundle), GATE_EXAMPLES))
+    return out
+
+
+def test_fusion_keeps_parity_and_the_greedy_tokens(char_bundle: Path, fused: Path) -> None:
+    manifest = json.loads((fused / "manifest.json").read_text())
+    (optimization,) = manifest["optimization"]
+    (step,) = optimization["steps"]
+    assert step["kind"] == "fuse" and sum(step["operators"].values()) > 0
+    assert all(op.startswith("com.microsoft::") for op in step["operators"])
+    assert max(optimization["parity"].values()) <= 1e-4
+    assert optimization["source"] == sha256_file(char_bundle / "manifest.json")
+    source, optimized = load(char_bundle), load(fused)
+    assert isinstance(source, LanguageModel) and isinstance(optimized, LanguageModel)
+    prompts = ["ROMEO:", "First Citizen:\nBefore"]
+    assert optimized.generate_text(prompts, 12, temperature=0) == source.generate_text(
+        prompts, 12, temperature=0
+    )
+    assert_follows_schema(fused)
+
+
+@pytest.mark.parametrize("kind", ["classifier_bundle", "translator_bundle", "image_bundle"])
+def test_every_bundle_kind_fuses_its_attention_and_keeps_parity(
+    kind: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    bundle: Path = request.getfixturevalue(kind)
+    done = optimize_bundle(bundle, tmp_path / "fused", Plan(fuse=True), None)
+    (step,) = done.steps
+    assert step.operators.get("com.microsoft::MultiHeadAttention", 0) > 0, step.operators
+    assert done.parity and max(done.parity.values()) <= 1e-4
+    verify_bundle(tmp_path / "fused", run_of(bundle))
+
+
+def test_int8_passes_its_gate_records_it_and_verifies(char_bundle: Path, int8: Path) -> None:
+    manifest = json.loads((int8 / "manifest.json").read_text())
+    (optimization,) = manifest["optimization"]
+    gate = optimization["gate"]
+    assert gate["metric"] == "loss" and gate["allowed"] == "+1%"
+    assert gate["optimized"] <= gate["source"] * 1.01
+    assert f"{GATE_EXAMPLES} windows" in gate["data"]
+    ops = optimization["steps"][0]["operators"]
+    assert ops["MatMulInteger"] > 0 and ops["DynamicQuantizeLinear"] > 0
+    reports = verify_bundle(int8, run_of(char_bundle))
+    assert all(report.passed for report in reports.values())
+    graph = onnx.load(str(int8 / "model.onnx"))
+    assert any(init.data_type == onnx.TensorProto.INT8 for init in graph.graph.initializer)
+    assert_follows_schema(int8)
+
+
+def test_int4_is_weight_only_matmulnbits_and_gated_at_three_percent(
+    char_bundle: Path, tmp_path: Path
+) -> None:
+    optimization = optimize_bundle(
+        char_bundle, tmp_path / "int4", Plan(quantize="int4"), GateData(run_of(char_bundle), GATE_EXAMPLES)
+    )
+    assert optimization.steps[0].operators["com.microsoft::MatMulNBits"] > 0
+    assert optimization.gate is not None and optimization.gate.allowed == "+3%"
+    model = load(tmp_path / "int4")
+    assert isinstance(model, LanguageModel) and len(model.generate_text("ROMEO:", 5, temperature=0)) == 11
+
+
+def test_the_gate_refuses_a_broken_quantization_and_writes_nothing(
+    char_bundle: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    quantize = passes.quantize_int8
+
+    def broken(model: onnx.ModelProto) -> onnx.ModelProto:
+        """int8 with every quantized weight's scale multiplied by 8."""
+        quantized = quantize(model)
+        for init in quantized.graph.initializer:
+            if init.name.endswith("_scale"):
+                array = onnx.numpy_helper.to_array(init) * 8
+                init.CopyFrom(onnx.numpy_helper.from_array(array.astype(np.float32), init.name))
+        return quantized
+
+    monkeypatch.setattr("tfcompile.optimize.quantize_int8", broken)
+    before = digests(char_bundle)
+    with pytest.raises(OptimizeError, match=r"fails its accuracy gate: loss .* allowed: \+1%"):
+        optimize_bundle(
+            char_bundle, tmp_path / "out", Plan(quantize="int8"), GateData(run_of(char_bundle), 8)
+        )
+    assert not (tmp_path / "out").exists() and not list(tmp_path.iterdir())
+    assert digests(char_bundle) == before
+
+
+def test_a_classifier_is_gated_on_accuracy_and_takes_no_int4(classifier_bundle: Path, tmp_path: Path) -> None:
+    optimization = optimize_bundle(
+        classifier_bundle, tmp_path / "int8", Plan(quantize="int8"), GateData(run_of(classifier_bundle))
+    )
+    assert optimization.gate is not None
+    assert optimization.gate.metric == "accuracy" and optimization.gate.allowed == "-0.005"
+    assert "sentences of the validation split" in optimization.gate.data
+    with pytest.raises(OptimizeError, match="int4 quantization is for decoders"):
+        optimize_bundle(
+            classifier_bundle, tmp_path / "int4", Plan(quantize="int4"), GateData(run_of(classifier_bundle))
+        )
+
+
+def test_fp16_keeps_parity_and_declares_float16(char_bundle: Path, tmp_path: Path) -> None:
+    optimization = optimize_bundle(char_bundle, tmp_path / "fp16", Plan(precision="fp16"), None)
+    assert max(optimization.parity.values()) <= 1e-2
+    manifest = json.loads((tmp_path / "fp16" / "manifest.json").read_text())
+    assert manifest["precision"] == "fp16"
+    assert manifest["graphs"]["step"]["outputs"][0]["dtype"] == "float16"
+    source, half = load(char_bundle), load(tmp_path / "fp16")
+    ids = np.array([[5, 6, 7, 8]])
+    np.testing.assert_allclose(
+        half.logits(ids), source.logits(ids), atol=5e-2 * np.abs(source.logits(ids)).max()
+    )
+
+
+@pytest.mark.parametrize(
+    ("plan", "needle"),
+    [
+        (Plan(), "nothing to do"),
+        (Plan(quantize="int8", precision="fp16"), "quantize an fp32 bundle"),
+    ],
+)
+def test_plans_that_cannot_be_done_are_refused(
+    char_bundle: Path, tmp_path: Path, plan: Plan, needle: str
+) -> None:
+    with pytest.raises(OptimizeError, match=needle):
+        optimize_bundle(char_bundle, tmp_path / "out", plan, None)
+
+
+def test_the_source_and_other_folders_are_never_overwritten(
+    char_bundle: Path, fused: Path, tmp_path: Path
+) -> None:
+    before = digests(char_bundle)
+    with pytest.raises(OptimizeError, match="is the bundle itself"):
+        optimize_bundle(char_bundle, char_bundle, Plan(fuse=True), None, force=True)
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep")
+    with pytest.raises(UserError, match="not a bundle tfcompile wrote"):
+        optimize_bundle(char_bundle, mine, Plan(fuse=True), None, force=True)
+    with pytest.raises(OptimizeError, match="is fused already"):
+        optimize_bundle(fused, tmp_path / "again", Plan(fuse=True), None)
+    assert digests(char_bundle) == before and (mine / "notes.txt").read_text() == "keep"
+
+
+def test_the_commands_optimize_and_export_quantized(
+    char_bundle: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "opt"
+    assert main(["optimize", str(char_bundle), "--out", str(out), "--quantize", "int8"]) == 2
+    assert "--no-gate" in capsys.readouterr().err
+    args = ["optimize", str(char_bundle), "--out", str(out), "--quantize", "int8", "--no-gate"]
+    assert main(args) == 0
+    said = capsys.readouterr()  # what it is doing, from the start, then what it did
+    assert said.err.startswith(f"optimizing {char_bundle} (int8)") and "accuracy gate: not run" in said.out
+    assert "gate" not in json.loads((out / "manifest.json").read_text())["optimization"][0]
+    exported = tmp_path / "exported"
+    run = str(run_of(char_bundle))
+    args = ["export", run, "--out", str(exported), "--quantize", "int8", "--gate-examples", "8"]
+    assert main(args) == 0
+    said = capsys.readouterr()
+    assert "exporting" in said.err and "then measuring both bundles on held-out data" in said.err
+    assert "accuracy gate: loss" in said.out and f"bundle: {exported}" in said.out
+    assert json.loads((exported / "manifest.json").read_text())["optimization"][0]["gate"]["metric"] == "loss"
+
+
+def test_an_optimized_bundle_serves(int8: Path) -> None:
+    model = load(int8)
+    assert isinstance(model, LanguageModel)
+    with BackgroundServer({"lm": int8}) as server:
+        body = {"model": "lm", "prompt": "ROMEO:", "max_tokens": 8, "temperature": 0}
+        answer = httpx.post(f"{server.url}/v1/completions", json=body).json()
+    assert answer["choices"][0]["text"] == model.generate_text("ROMEO:", 8, temperature=0)[len("ROMEO:") :]

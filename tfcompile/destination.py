@@ -1,0 +1,65 @@
+"""Where tfcompile writes a bundle: a new or empty folder, or (when asked) one of its own bundles,
+never anything else; the new folder is written beside it and renamed into place."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from tfcompile.errors import ExportError
+from tfcompile.manifest import MANIFEST
+from tfcompile.runtime.bundle import BundleFiles
+from tfcompile.runtime.errors import BundleError
+
+
+def check_destination(out: Path, force: bool) -> bool:
+    """Whether ``out`` holds a bundle that the write will replace. A missing or empty folder is
+    fine; an existing bundle needs ``force``; anything else is refused, untouched."""
+    if out.is_symlink() or (out.exists() and not out.is_dir()):
+        raise ExportError(f"{out} exists and is not a folder: choose another --out")
+    if not out.exists() or not any(out.iterdir()):
+        return False
+    try:
+        listed = set(BundleFiles(out).manifest.files) | {MANIFEST}
+    except BundleError as e:
+        raise ExportError(
+            f"{out} exists and is not a bundle tfcompile wrote ({e}); it is left untouched: "
+            f"choose another --out"
+        ) from None
+    others = sorted(p.name for p in out.iterdir() if p.name not in listed)
+    if others:
+        raise ExportError(
+            f"{out} is a bundle but also holds files it did not write ({', '.join(others[:5])}); it is "
+            f"left untouched: move them, or choose another --out"
+        )
+    if not force:
+        raise ExportError(
+            f"{out} already holds a bundle: pass --force to replace it, or choose another --out"
+        )
+    return True
+
+
+def staging_folder(out: Path) -> Path:
+    """A new hidden folder beside ``out`` to write into before the rename."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp"))
+
+
+def move_into_place(tmp: Path, out: Path, replacing: bool) -> None:
+    """Rename the finished bundle to ``out``; an old bundle there is renamed aside first and
+    removed only once the new one is in place (renamed back if the swap fails)."""
+    if not replacing:
+        if out.exists():
+            out.rmdir()  # an empty folder (checked): nothing is lost
+        tmp.rename(out)
+        return
+    aside = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=".old"))
+    os.replace(out, aside)  # aside is an empty folder: rename replaces it
+    try:
+        tmp.rename(out)
+    except OSError:
+        os.replace(aside, out)
+        raise
+    shutil.rmtree(aside, ignore_errors=True)

@@ -1,0 +1,272 @@
+"""`tfcompile optimize`: a faster bundle made from a bundle, which is never changed.
+
+Every graph goes through the asked transformations (tfcompile/optimize/passes.py), in this order:
+fusion, fp16, quantization. Each transformed graph is run beside its source on fresh inputs
+(parity.py): fusion and fp16 must keep parity (fusion within 1e-4 of the outputs' scale, fp16
+within 1e-2), quantization's difference is recorded. A quantized bundle must then pass its task's
+accuracy gate on held-out data (``GateRule`` in tfcompile/tasks): the task's metric, measured with
+onnxruntime on the source bundle and on the new one, may not get worse by more than the rule
+allows. The data comes from the run the bundle was exported from, named by the user (``--run``):
+a bundle's word opens nothing outside it. The new bundle's manifest records every step, the
+operators each introduced, the parity and the gate; anything that fails writes nothing.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import onnx
+
+from tfcompile.destination import check_destination, move_into_place, staging_folder
+from tfcompile.manifest import MANIFEST, Gate, Graph, Manifest, Optimization, Tensor, Transformation
+from tfcompile.optimize.parity import relative_difference
+from tfcompile.optimize.passes import (
+    CONTRIB,
+    QUANTIZED_OPS,
+    OptimizeError,
+    fuse,
+    introduced,
+    quantize_int4,
+    quantize_int8,
+    to_fp16,
+)
+from tfcompile.runtime.bundle import BundleFiles, sha256_file
+
+FUSED_TOLERANCE = 1e-4  # of the outputs' scale: fusion reorders arithmetic, nothing more
+FP16_TOLERANCE = 1e-2  # half precision keeps about three significant digits
+
+__all__ = ["GateData", "OptimizeError", "Plan", "optimize_bundle"]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What to do to every graph."""
+
+    fuse: bool = False
+    quantize: Literal["int8", "int4"] | None = None
+    precision: Literal["fp16"] | None = None
+
+    def describe(self) -> str:
+        parts = ["fused"] * self.fuse + [self.precision or "", self.quantize or ""]
+        return ", ".join(p for p in parts if p)
+
+
+@dataclass(frozen=True)
+class GateData:
+    """Where the accuracy gate's held-out data comes from: the run the bundle was exported from,
+    and at most ``limit`` examples of its held-out split (None: the task's default)."""
+
+    run: Path
+    limit: int | None = None
+
+
+def optimize_bundle(
+    bundle: Path, out: Path, plan: Plan, gate: GateData | None, force: bool = False
+) -> Optimization:
+    """Write the optimized bundle at ``out`` (a new or empty folder, or with ``force`` a bundle
+    tfcompile wrote) and return what its manifest records of the optimization. A quantization
+    needs ``gate`` unless the caller decided otherwise (the CLI's --no-gate)."""
+    files = BundleFiles(bundle)
+    manifest = files.manifest
+    _check_plan(plan, manifest, files.format_version)
+    if out.resolve() == bundle.resolve():
+        raise OptimizeError(
+            f"--out {out} is the bundle itself: the source is never changed; choose a new folder"
+        )
+    replacing = check_destination(out, force)
+    tmp = staging_folder(out)
+    try:
+        graphs, steps, parity = _transform(files, plan)
+        written = {manifest.graphs[name].file: data for name, data in graphs.items()}
+        for name in manifest.files:
+            (tmp / name).write_bytes(written[name] if name in written else files.read(name))
+        optimization = Optimization(source=sha256_file(bundle / MANIFEST), steps=steps, parity=parity)
+        _write_manifest(tmp, manifest, plan, optimization)
+        if gate is not None:
+            optimization = optimization.model_copy(update={"gate": _gate(gate, bundle, tmp, plan)})
+            _write_manifest(tmp, manifest, plan, optimization)
+        move_into_place(tmp, out, replacing)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return optimization
+
+
+def _check_plan(plan: Plan, manifest: Manifest, format_version: int) -> None:
+    if not (plan.fuse or plan.quantize or plan.precision):
+        raise OptimizeError("nothing to do: ask for --fuse, --quantize int8|int4 or --precision fp16")
+    if format_version < 2:
+        raise OptimizeError("this bundle has format 1: export it again with this tfcompile first")
+    if plan.precision == "fp16" and manifest.precision == "fp16":
+        raise OptimizeError("the bundle is fp16 already")
+    if plan.quantize and plan.precision == "fp16":
+        raise OptimizeError(
+            "quantize an fp32 bundle, without --precision fp16: onnxruntime's int8 and int4 kernels "
+            "take float32 activations"
+        )
+    if plan.quantize and manifest.precision == "fp16":
+        raise OptimizeError("the bundle is fp16: quantize the fp32 bundle it was exported with")
+    done = [step.kind for o in manifest.optimization or [] for step in o.steps]
+    if plan.quantize and "quantize" in done:
+        raise OptimizeError("the bundle is quantized already: quantize the bundle it was made from")
+    if plan.fuse and "fuse" in done:
+        raise OptimizeError("the bundle is fused already")
+
+
+def _transform(
+    files: BundleFiles, plan: Plan
+) -> tuple[dict[str, bytes], list[Transformation], dict[str, float]]:
+    """Every graph transformed, the steps as the manifest records them, and each graph's parity."""
+    import onnxruntime
+    import onnxscript
+
+    manifest = files.manifest
+    graphs: dict[str, bytes] = {}
+    parity: dict[str, float] = {}
+    operators: dict[str, dict[str, int]] = {"fuse": {}, "quantize": {}}
+    fusers: set[str] = set()
+    for name, graph in manifest.graphs.items():
+        source = files.read(graph.file)
+        model = onnx.load_from_string(source)
+        if plan.fuse:
+            fused, tool = fuse(model)
+            _add(operators["fuse"], introduced(model, fused, lambda op: op.startswith(CONTRIB)))
+            fusers.add(tool)
+            model = fused
+        if plan.precision:
+            model = to_fp16(model)
+        if plan.quantize:
+            quantized = (quantize_int8 if plan.quantize == "int8" else quantize_int4)(model)
+            _add(
+                operators["quantize"],
+                introduced(model, quantized, lambda op: op.split("::")[-1] in QUANTIZED_OPS),
+            )
+            model = quantized
+        graphs[name] = model.SerializeToString()
+        parity[name] = relative_difference(source, graphs[name], graph, manifest)
+        _check_parity(name, parity[name], plan, manifest)
+    versions = f"onnxruntime {onnxruntime.__version__}, onnxscript {onnxscript.__version__}"
+    steps = []
+    if plan.fuse:
+        steps.append(
+            Transformation(
+                kind="fuse", tool=f"{' and '.join(sorted(fusers))} ({versions})", operators=operators["fuse"]
+            )
+        )
+    if plan.precision:
+        steps.append(
+            Transformation(
+                kind="precision",
+                tool=f"onnxruntime transformers.float16.convert_float_to_float16 ({versions})",
+                settings={"precision": plan.precision},
+            )
+        )
+    if plan.quantize == "int8":
+        steps.append(
+            Transformation(
+                kind="quantize",
+                tool=f"onnxruntime quantization.quantize_dynamic ({versions})",
+                settings={
+                    "scheme": "int8",
+                    "weights": "int8, per output channel",
+                    "activations": "dynamic int8",
+                    "ops": "MatMul, Gather",
+                },
+                operators=operators["quantize"],
+            )
+        )
+    elif plan.quantize == "int4":
+        steps.append(
+            Transformation(
+                kind="quantize",
+                tool=f"onnxruntime quantization.matmul_nbits_quantizer.MatMulNBitsQuantizer ({versions})",
+                settings={
+                    "scheme": "int4",
+                    "weights": "int4 asymmetric",
+                    "block_size": 32,
+                    "accuracy_level": 4,
+                },
+                operators=operators["quantize"],
+            )
+        )
+    return graphs, steps, parity
+
+
+def _add(total: dict[str, int], counts: dict[str, int]) -> None:
+    for op, n in counts.items():
+        total[op] = total.get(op, 0) + n
+
+
+def _check_parity(name: str, measured: float, plan: Plan, manifest: Manifest) -> None:
+    """Fusion and fp16 must keep parity; a quantized graph's difference is the gate's to judge."""
+    if plan.quantize:
+        return
+    half = plan.precision == "fp16" or manifest.precision == "fp16"
+    tolerance = FP16_TOLERANCE if half else FUSED_TOLERANCE
+    if measured > tolerance:
+        raise OptimizeError(
+            f"the {plan.describe()} {name} graph differs from the source's by {measured:.3g} of the "
+            f"outputs' scale, more than {tolerance:g}: nothing was written"
+        )
+
+
+def _write_manifest(folder: Path, manifest: Manifest, plan: Plan, optimization: Optimization) -> None:
+    half = plan.precision == "fp16"
+    graphs = {name: _retyped(g, half) for name, g in manifest.graphs.items()}
+    updated = manifest.model_copy(
+        update={
+            "precision": "fp16" if half else manifest.precision,
+            "graphs": graphs,
+            "files": {name: sha256_file(folder / name) for name in manifest.files},
+            "optimization": [*(manifest.optimization or []), optimization],
+        }
+    )
+    validated = Manifest.model_validate(updated.model_dump())
+    (folder / MANIFEST).write_text(validated.model_dump_json(indent=2, exclude_none=True) + "\n")
+
+
+def _retyped(graph: Graph, half: bool) -> Graph:
+    """The graph's entry with float32 tensors declared float16, after a conversion to fp16."""
+    if not half:
+        return graph
+
+    def retype(tensors: list[Tensor]) -> list[Tensor]:
+        return [t.model_copy(update={"dtype": "float16"}) if t.dtype == "float32" else t for t in tensors]
+
+    return graph.model_copy(update={"inputs": retype(graph.inputs), "outputs": retype(graph.outputs)})
+
+
+def _gate(data: GateData, source: Path, optimized: Path, plan: Plan) -> Gate:
+    """The task's held-out metric on both bundles, or OptimizeError when the new one is worse
+    than the rule allows."""
+    from tfcompile.data.tokenizer import load_tokenizer
+    from tfcompile.files import TOKENIZER_FILE
+    from tfcompile.runtime import load
+    from tfcompile.tasks.task import task_of
+    from tfcompile.train.runs import load_run_spec
+
+    spec = load_run_spec(data.run)
+    task_class = task_of(spec)
+    rule = task_class.gate
+    bundle = load(source)
+    if spec.task.type != bundle.manifest.task:
+        raise OptimizeError(f"{data.run} is a {spec.task.type} run, but the bundle is {bundle.manifest.task}")
+    if rule is None:
+        raise OptimizeError(f"{spec.task.type} bundles have no accuracy gate")
+    scheme = plan.quantize or "int8"
+    if scheme not in rule.tolerance:
+        raise OptimizeError(f"{scheme} quantization is for decoders; {spec.task.type} bundles take int8")
+    tokenizer_file = data.run / TOKENIZER_FILE
+    tokenizer = load_tokenizer(tokenizer_file) if tokenizer_file.exists() else None
+    task = task_class(spec, spec.train.runs_dir / ".cache", tokenizer)
+    before, where = task.held_out(bundle, data.limit)
+    after, _ = task.held_out(load(optimized), data.limit)
+    gate = Gate(metric=rule.metric, data=where, source=before, optimized=after, allowed=rule.allowed(scheme))
+    if not rule.passes(before, after, scheme):
+        raise OptimizeError(
+            f"the {plan.describe()} bundle fails its accuracy gate: {rule.metric} {after:.4g} against "
+            f"{before:.4g} for the source, on {where}; allowed: {gate.allowed}. Nothing was written"
+        )
+    return gate

@@ -1,0 +1,190 @@
+"""Graph transformations for `tfcompile optimize`, each an ONNX model in, an ONNX model out (inputs
+and outputs keep their names), and the operators it introduced counted.
+
+- ``fuse``: onnxruntime's contrib operators in place of the exporter's subgraphs (attention,
+  residual + norm, GELU), by whichever of onnxscript's ORT rewrite rules and onnxruntime's
+  transformer optimizer fuses more of the graph.
+- ``quantize_int8``: dynamic int8 quantization (int8 weights, per output channel; activations
+  quantized on the fly), onnxruntime's ``quantize_dynamic``, for MatMul weights and embedding
+  tables.
+- ``quantize_int4``: 4-bit weight-only quantization (``MatMulNBits``, blocks of 32, asymmetric,
+  int8 compute), onnxruntime's ``MatMulNBitsQuantizer``.
+- ``to_fp16``: float16 weights, activations, inputs and outputs.
+
+Each is refused (OptimizeError) when its tool is missing, rather than silently skipped.
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from tfcompile.errors import ExportError
+
+CONTRIB = "com.microsoft"
+QUANTIZED_OPS = ("MatMulInteger", "DynamicQuantizeLinear", "DequantizeLinear", "MatMulNBits")
+INT4_BLOCK = 32
+
+
+class OptimizeError(ExportError):
+    """A transformation that cannot be done, or whose result fails its check."""
+
+
+def operator_counts(model: onnx.ModelProto) -> Counter[str]:
+    """Node types by (domain-qualified) name, over the main graph and its subgraphs."""
+    counts: Counter[str] = Counter()
+    for node in _nodes(model.graph):
+        counts[f"{node.domain}::{node.op_type}" if node.domain not in ("", "ai.onnx") else node.op_type] += 1
+    return counts
+
+
+def introduced(
+    before: onnx.ModelProto, after: onnx.ModelProto, kinds: Callable[[str], bool]
+) -> dict[str, int]:
+    """Operators of ``kinds`` that ``after`` has more of than ``before``."""
+    grown = operator_counts(after) - operator_counts(before)
+    return {op: n for op, n in sorted(grown.items()) if kinds(op)}
+
+
+def fuse(model: onnx.ModelProto) -> tuple[onnx.ModelProto, str]:
+    """The graph with onnxruntime's fused operators, and which tool made it: both tools run and
+    the one that leaves more contrib operators wins (onnxruntime's on a tie: its fusions are the
+    ones its CPU kernels are tuned for)."""
+    candidates = {  # each on its own copy: onnxruntime's optimizer rewrites the model it is given
+        "onnxruntime transformers.optimizer": _fuse_with_onnxruntime(_copy(model)),
+        "onnxscript rewriter.ort_fusions": _fuse_with_onnxscript(_copy(model)),
+    }
+    tool = max(candidates, key=lambda name: _contrib_count(candidates[name]))
+    fused = candidates[tool]
+    if not any(o.domain == CONTRIB for o in fused.opset_import):  # later passes check it
+        fused.opset_import.append(onnx.helper.make_opsetid(CONTRIB, 1))
+    return fused, tool
+
+
+@contextmanager
+def _quiet() -> Iterator[None]:
+    """The tools log warnings and tracebacks (a shape inference they skip, advice to preprocess)
+    about steps whose results we check ourselves; they would read as errors."""
+    logging.disable(logging.WARNING)
+    try:
+        yield
+    finally:
+        logging.disable(logging.NOTSET)
+
+
+def _contrib_count(model: onnx.ModelProto) -> int:
+    return sum(n for op, n in operator_counts(model).items() if op.startswith(CONTRIB))
+
+
+def _fuse_with_onnxruntime(model: onnx.ModelProto) -> onnx.ModelProto:
+    from onnxruntime.transformers.fusion_options import FusionOptions
+    from onnxruntime.transformers.optimizer import optimize_model
+
+    options = FusionOptions("bert")
+    # opt_level 0: the Python fusions only; onnxruntime's own graph optimizations run at load.
+    with _quiet():
+        optimized = optimize_model(model, model_type="bert", opt_level=0, optimization_options=options)
+    return optimized.model
+
+
+def _fuse_with_onnxscript(model: onnx.ModelProto) -> onnx.ModelProto:
+    import onnx_ir
+    from onnxscript.rewriter.ort_fusions import optimize_for_ort
+
+    with _quiet():
+        fused, _ = optimize_for_ort(onnx_ir.from_proto(model))
+    return onnx_ir.to_proto(fused)
+
+
+def quantize_int8(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Dynamic int8: MatMul weights and Gather tables stored as int8 (per output channel), the
+    MatMuls computed in integers against activations quantized per call (MatMulInteger), the
+    tables dequantized after the lookup. A weight used transposed (a tied output layer) gets its
+    own transposed copy first, so that its MatMul quantizes too."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    with tempfile.TemporaryDirectory() as scratch:
+        source, target = Path(scratch) / "in.onnx", Path(scratch) / "out.onnx"
+        onnx.save(fold_weight_transposes(model), source)
+        with _quiet():
+            quantize_dynamic(
+                source,
+                target,
+                op_types_to_quantize=["MatMul", "Gather"],
+                per_channel=True,
+                weight_type=QuantType.QInt8,
+                extra_options={"MatMulConstBOnly": True},
+            )
+        return onnx.load(target)
+
+
+def quantize_int4(model: onnx.ModelProto) -> onnx.ModelProto:
+    """4-bit weight-only: each MatMul weight stored in blocks of 32 values along its input axis,
+    each block with its own scale and zero point (asymmetric), computed as MatMulNBits with int8
+    accumulation (accuracy_level 4). Activations stay float."""
+    from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
+
+    quantizer = MatMulNBitsQuantizer(
+        fold_weight_transposes(model), bits=4, block_size=INT4_BLOCK, is_symmetric=False, accuracy_level=4
+    )
+    with _quiet():
+        quantizer.process()
+    return quantizer.model.model
+
+
+def to_fp16(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Every float tensor in float16, the graph's inputs and outputs too."""
+    from onnxruntime.transformers.float16 import convert_float_to_float16
+
+    return convert_float_to_float16(model, keep_io_types=False)
+
+
+def fold_weight_transposes(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy where each Transpose of an initializer is replaced by the transposed initializer,
+    so that a MatMul reading it has a constant weight (the exporter writes a tied output layer
+    as Transpose(embedding) -> MatMul)."""
+    model = _copy(model)
+    graph = model.graph
+    weights = {init.name: init for init in graph.initializer}
+    kept = []
+    for node in graph.node:
+        if node.op_type != "Transpose" or node.input[0] not in weights:
+            kept.append(node)
+            continue
+        perm = next((list(a.ints) for a in node.attribute if a.name == "perm"), None)
+        array = numpy_helper.to_array(weights[node.input[0]])
+        graph.initializer.append(
+            numpy_helper.from_array(np.ascontiguousarray(array.transpose(perm)), node.output[0])
+        )
+    del graph.node[:]
+    graph.node.extend(kept)
+    used = {name for node in _nodes(graph) for name in node.input} | {o.name for o in graph.output}
+    unused = [init for init in graph.initializer if init.name not in used]
+    for init in unused:
+        graph.initializer.remove(init)
+    return model
+
+
+def _copy(model: onnx.ModelProto) -> onnx.ModelProto:
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    return copy
+
+
+def _nodes(graph: onnx.GraphProto) -> list[onnx.NodeProto]:
+    out = []
+    for node in graph.node:
+        out.append(node)
+        for attribute in node.attribute:
+            if attribute.type == onnx.AttributeProto.GRAPH:
+                out += _nodes(attribute.g)
+            out += [n for g in attribute.graphs for n in _nodes(g)]
+    return out
