@@ -2,13 +2,23 @@
 
 from __future__ import annotations
 
+import queue
+import re
+import signal
 import subprocess
 import sys
+import threading
+from pathlib import Path
 
 import pytest
 from helpers import ROOT
 
 from tfcompile.cli import main
+from tfcompile.console import duration
+from tfcompile.spec import Spec, load_spec
+from tfcompile.train import Trainer
+from tfcompile.train import progress as progress_module
+from tfcompile.train.progress import Progress
 
 SPECS = ROOT / "specs"
 
@@ -64,7 +74,7 @@ def test_console_script_is_installed() -> None:
     assert result.returncode == 0 and "tfcompile" in result.stdout
 
 
-def test_train_then_sample_from_the_command_line(tmp_path) -> None:
+def test_train_then_sample_from_the_command_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     runs = tmp_path / "runs"
     sets = [
         "model.n_layers=1",
@@ -77,33 +87,176 @@ def test_train_then_sample_from_the_command_line(tmp_path) -> None:
         "train.eval_batches=1",
         f"train.runs_dir={runs}",
     ]
-    args = [sys.executable, "-m", "tfcompile", "train", str(SPECS / "shakespeare-char.yaml")]
-    for s in sets:
-        args += ["--set", s]
-    trained = subprocess.run(args, capture_output=True, text=True, check=False)
-    assert trained.returncode == 0, trained.stderr
-    assert "finished at step 4, best val loss" in trained.stdout
+    train = ["train", str(SPECS / "shakespeare-char.yaml"), *(arg for s in sets for arg in ("--set", s))]
+    assert main(train) == 0
+    assert "finished at step 4, best val loss" in capsys.readouterr().out
     run_dir = runs / "shakespeare-char"
     assert {"spec.yaml", "tokenizer.json", "metrics.jsonl", "checkpoints"} <= {
         p.name for p in run_dir.iterdir()
     }
 
-    again = subprocess.run(args, capture_output=True, text=True, check=False)
-    assert again.returncode == 1 and "already holds a run" in again.stderr and "Traceback" not in again.stderr
+    assert main(train) == 1
+    err = capsys.readouterr().err
+    assert "already holds a run" in err and "Traceback" not in err
 
-    resumed = subprocess.run(
-        [sys.executable, "-m", "tfcompile", "train", "--resume", str(run_dir), "--set", "train.steps=6"],
-        capture_output=True,
-        text=True,
-        check=False,
+    assert main(["train", "--resume", str(run_dir), "--set", "train.steps=6"]) == 0
+    assert "finished at step 6" in capsys.readouterr().out
+
+    sample = ["sample", str(run_dir), "--prompt", "ROMEO:", "--max-new-tokens", "20", "--seed", "3"]
+    assert main(sample) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("ROMEO:") and len(out) >= 26
+    assert main(sample) == 0
+    assert capsys.readouterr().out == out
+
+    assert main([*sample[:3], "Ωmega"]) == 2
+    assert "outside the tokenizer's vocabulary: ['Ω']" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------ nobody waits in silence
+
+TINY_RUN = [
+    "model.n_layers=1",
+    "model.d_model=16",
+    "model.n_heads=2",
+    "model.max_seq_len=16",
+    "train.batch_size=2",
+    "train.eval_batches=1",
+]
+
+
+def _tiny_spec(runs: Path, *overrides: str) -> Spec:
+    sets = [*TINY_RUN, f"train.runs_dir={runs}", *overrides]
+    return load_spec(SPECS / "shakespeare-char.yaml", sets)
+
+
+def test_train_starts_with_a_banner_and_warns_of_a_warmup_longer_than_the_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    spec = _tiny_spec(tmp_path, "train.steps=3", "train.schedule={type: cosine, warmup_steps: 10}")
+    trainer = Trainer(spec, tmp_path / "banner")
+    trainer.train()
+    err = capsys.readouterr().err
+    params = sum(p.numel() for p in trainer.model.parameters())
+    assert f"banner: {params:,} parameters on cpu (fp32), 2 x 16 = 32 tokens a step at most, 3 steps" in err
+    assert f"checkpoints: {tmp_path / 'banner' / 'checkpoints'} (every 500 steps" in err
+    assert "warning: train.schedule.warmup_steps (10) exceeds train.steps (3)" in err
+
+
+def test_no_warmup_warning_when_the_warmup_fits(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    Trainer(_tiny_spec(tmp_path, "train.steps=2", "train.schedule={type: constant}"), tmp_path / "r").train()
+    assert "warmup_steps" not in capsys.readouterr().err
+
+
+def test_the_run_time_is_estimated_once_after_the_first_steps(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    clock = iter([10.0, 10.5, 11.0, 11.5, 12.0, 12.5, 13.0])  # each step's end: 0.5 s apart
+    monkeypatch.setattr(progress_module, "perf_counter", lambda: next(clock))
+    with Progress(total=1003, start=0) as progress:
+        for step in range(1, 8):
+            progress.advance(step)
+    err = capsys.readouterr().err
+    # Timed from the end of the first step (which compiles and warms up): 4 steps in 2 s, then
+    # 0.5 s each for the 998 left.
+    assert err.count("estimated time:") == 1
+    assert "estimated time: about 8 min 19 s for the 998 steps left (0.5 s a step" in err
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"), [(41.4, "about 41 s"), (130, "about 2 min 10 s"), (65_100, "about 18 h 5 min")]
+)
+def test_durations_read_as_a_person_would_say_them(seconds: float, text: str) -> None:
+    assert duration(seconds) == text
+
+
+def _wait_for(lines: queue.Queue[str], text: str) -> str:
+    """The process's stderr up to the first line holding ``text`` (a minute at most)."""
+    seen = ""
+    while text not in seen:
+        seen += lines.get(timeout=60)
+    return seen
+
+
+def _stderr_lines(process: subprocess.Popen[str]) -> queue.Queue[str]:
+    lines: queue.Queue[str] = queue.Queue()
+    assert process.stderr is not None
+    stream = process.stderr
+    threading.Thread(target=lambda: [lines.put(line) for line in stream], daemon=True).start()
+    return lines
+
+
+@pytest.mark.slow  # tests/test_train.py stops a run with one Ctrl-C in the default suite
+def test_one_ctrl_c_saves_and_stops_with_130(tmp_path: Path) -> None:
+    sets = [
+        arg for s in [*TINY_RUN, "train.steps=100000", f"train.runs_dir={tmp_path}"] for arg in ("--set", s)
+    ]
+    command = [sys.executable, "-m", "tfcompile", "train", str(SPECS / "shakespeare-char.yaml"), *sets]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lines = _stderr_lines(process)
+    _wait_for(lines, "estimated time:")  # training is under way
+    process.send_signal(signal.SIGINT)
+    out, _ = process.communicate(timeout=60)
+    assert process.returncode == 130
+    step = int(re.search(r"stopped at step (\d+)", out)[1])  # type: ignore[index]
+    assert (tmp_path / "shakespeare-char" / "checkpoints" / f"step-{step:06d}").is_dir()
+
+
+SLOW_STEP = """
+import sys, time
+from pathlib import Path
+from tfcompile.spec import load_spec
+from tfcompile.train import Trainer
+
+spec = load_spec(sys.argv[1], sys.argv[3:])
+
+def a_long_step(trainer, step):  # to a signal, a minute inside PyTorch looks the same
+    time.sleep(60)
+
+Trainer(spec, Path(sys.argv[2]), on_step=a_long_step).train()
+"""
+
+
+def test_a_second_ctrl_c_stops_at_once_even_inside_a_long_step(tmp_path: Path) -> None:
+    sets = [*TINY_RUN, "train.steps=10"]
+    command = [
+        sys.executable,
+        "-c",
+        SLOW_STEP,
+        str(SPECS / "shakespeare-char.yaml"),
+        str(tmp_path / "r"),
+        *sets,
+    ]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lines = _stderr_lines(process)
+    _wait_for(lines, "Ctrl-C saves and stops")  # the banner: the loop has begun
+    process.send_signal(signal.SIGINT)
+    _wait_for(lines, "Ctrl-C again stops at once")
+    process.send_signal(signal.SIGINT)
+    # Killed by the signal, a minute before the step would have ended and the run saved.
+    assert process.wait(timeout=30) == -signal.SIGINT
+
+
+def test_export_and_verify_say_what_they_do_before_they_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import tfcompile.export
+
+    said: list[str] = []
+
+    def record(*args: object, **kwargs: object) -> dict[str, object]:
+        said.append(capsys.readouterr().err)  # what the screen showed while the work ran
+        return {}
+
+    monkeypatch.setattr(tfcompile.export, "export_bundle", record)
+    monkeypatch.setattr(tfcompile.export, "verify_bundle", record)
+    spec = SPECS / "quickstart.yaml"
+    assert main(["export", str(spec), "--set", "model.vocab_size=65", "--out", str(tmp_path / "b")]) == 0
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "manifest.json").write_text("{}")
+    assert main(["verify", str(tmp_path / "b")]) == 0
+    assert (
+        said[0]
+        == f"exporting {spec} to {tmp_path / 'b'}: tracing each graph, then checking it against PyTorch ...\n"
     )
-    assert resumed.returncode == 0 and "finished at step 6" in resumed.stdout, resumed.stderr
-
-    sample = [sys.executable, "-m", "tfcompile", "sample", str(run_dir), "--prompt", "ROMEO:"]
-    out = subprocess.run([*sample, "--max-new-tokens", "20", "--seed", "3"], capture_output=True, text=True)
-    assert out.returncode == 0 and out.stdout.startswith("ROMEO:") and len(out.stdout) >= 26
-    same = subprocess.run([*sample, "--max-new-tokens", "20", "--seed", "3"], capture_output=True, text=True)
-    assert same.stdout == out.stdout
-
-    bad = subprocess.run([*sample[:-1], "Ωmega"], capture_output=True, text=True)
-    assert bad.returncode == 2 and "outside the tokenizer's vocabulary: ['Ω']" in bad.stderr
+    assert said[1] == f"verifying {tmp_path / 'b'}: rerunning its parity check against PyTorch ...\n"

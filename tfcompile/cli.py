@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import tempfile
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -15,11 +16,13 @@ from rich.table import Table
 
 from tfcompile import __version__
 from tfcompile.errors import UserError
+from tfcompile.paths import check_arguments, untrained
 from tfcompile.spec import SpecError, SpecIssue, dump_spec, load_spec
 from tfcompile.spec.schema import check_run_name
 
 if TYPE_CHECKING:
     from tfcompile.export import ParityReport
+    from tfcompile.optimize import GateData, Plan
     from tfcompile.runtime import Prediction
 
 EXIT_SPEC_ERROR = 2
@@ -108,6 +111,82 @@ def _train(args: argparse.Namespace) -> int:
     return 130 if result.interrupted else 0
 
 
+def _sweep(args: argparse.Namespace) -> int:
+    from tfcompile.study.plan import plan_study
+    from tfcompile.study.schema import load_study
+    from tfcompile.study.sweep import LAUNCHERS, Sweep
+
+    if args.address is not None and args.launcher != "ray":
+        raise UsageError("--address names a Ray cluster: give it with --launcher ray")
+    plan = plan_study(load_study(args.study))  # every problem of the study file, before any training
+    command = ["tfcompile", "sweep", args.study, "--launcher", args.launcher]
+    command += ["--address", args.address] if args.address else []
+    if not Sweep(plan, command=command).run(LAUNCHERS[args.launcher](args.address)):
+        print(f"stopped; run the same command again to resume: runs in {plan.folder}", file=sys.stderr)
+        return 130
+    print(f"finished: runs in {plan.folder}; compare them with: tfcompile compare {plan.folder}")
+    return 0
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from tfcompile.study.report import compare, from_csv
+
+    if args.from_csv is not None:
+        if args.sources:
+            raise UsageError("give either runs or studies to compare, or --from-csv, not both")
+        out = from_csv(Path(args.from_csv), Path(args.out) if args.out else None)
+    else:
+        if not args.sources:
+            raise UsageError("give the runs, study folders or study files to compare")
+        out, missing = compare([Path(s) for s in args.sources], Path(args.out or "report"))
+        for run in missing:
+            print(f"tfcompile compare: warning: {run} is not finished: left out", file=sys.stderr)
+    print(f"wrote {out / 'report.md'}")
+    return 0
+
+
+def _runs(args: argparse.Namespace) -> int:
+    from tfcompile.study.runs import find_runs, read_run
+
+    folder = Path(args.folder)
+    if not folder.is_dir():
+        raise UsageError(f"{folder} is not a folder: give a runs folder (train.runs_dir), a study's or a run")
+    paths = find_runs(folder)
+    if not paths:
+        print(f"no runs in {folder}")
+        return 0
+    names = [str(p.relative_to(folder)) if p != folder else str(p) for p in paths]
+    table = Table(title=f"runs in {folder}", title_justify="left")
+    table.add_column("run", no_wrap=True, min_width=max(map(len, names)))
+    for column in ("family", "task", "parameters", "steps", "best", "state"):
+        right = column in ("parameters", "steps")
+        table.add_column(column, justify="right" if right else "left", no_wrap=True)
+    for name, path in zip(names, paths, strict=True):
+        run = read_run(path)
+        best = run.best()
+        metric = run.best_metric.removeprefix("val_").replace("_", " ")
+        table.add_row(
+            name,
+            run.spec.model.family,
+            run.spec.task.type,
+            f"{run.spec.parameter_count() or 0:,}",
+            f"{run.step:,} / {run.planned:,}",
+            "-" if best is None else f"val {metric} {best:.4f}",
+            run.state,
+        )
+    console = Console()
+    (console if console.is_terminal else Console(width=200)).print(table)  # a pipe gets whole rows
+    return 0
+
+
+def _plot(args: argparse.Namespace) -> int:
+    from tfcompile.study.plots import plot_runs
+
+    plot_runs([Path(r) for r in args.runs], Path(args.out), args.metric, args.x)
+    print(f"wrote {args.out}")
+    return 0
+
+
 def _sample(args: argparse.Namespace) -> int:
     import torch
 
@@ -134,6 +213,7 @@ def _sample(args: argparse.Namespace) -> int:
         temperature=args.temperature,
         top_k=args.top_k,
         top_p=args.top_p,
+        emitted=tokenizer.get_vocab_size(),
         seed=args.seed,
     )
     print(tokenizer.decode(ids[0].tolist()))
@@ -141,6 +221,7 @@ def _sample(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
+    from tfcompile.console import working
     from tfcompile.export import Source, export_bundle
     from tfcompile.train import load_run_spec
 
@@ -150,18 +231,106 @@ def _export(args: argparse.Namespace) -> int:
         export_out = load_run_spec(target).export.out
     else:
         spec = load_spec(target, args.set)
+        if spec.sizes_from_data():
+            run = spec.train.runs_dir / (spec.train.name or target.stem)
+            raise UsageError(untrained(target, spec.sizes_from_data(), run))
         source, name, export_out = Source(seed=args.seed), target.stem, spec.export.out
     out = Path(args.out) if args.out else export_out or Path("exported") / name
-    for name, report in export_bundle(spec, source, out, args.opset, args.precision, args.force).items():
-        _print_parity(name, report)
-    print(f"bundle: {out}")
+    plan = _plan(args)
+    doing = f"exporting {target} to {out}: tracing each graph, then checking it against PyTorch"
+    if plan is None:
+        with working(doing):
+            reports = export_bundle(spec, source, out, args.opset, args.precision, args.force)
+        for name, report in reports.items():
+            _print_parity(name, report)
+        print(f"bundle: {out}")
+        return 0
+    gate = _gate_data(args, source.run, plan)
+    with tempfile.TemporaryDirectory(dir=out.parent if out.parent.exists() else None) as staging:
+        exported = Path(staging) / out.name
+        with working(doing):
+            reports = export_bundle(spec, source, exported, args.opset, args.precision)
+        for name, report in reports.items():
+            _print_parity(name, report)
+        _optimize_into(exported, out, plan, gate, args.force)
     return 0
 
 
+def _optimize(args: argparse.Namespace) -> int:
+    plan = _plan(args)
+    if plan is None:
+        raise UsageError("nothing to do: ask for --fuse, --quantize int8|int4 or --precision fp16")
+    _optimize_into(
+        Path(args.bundle),
+        Path(args.out),
+        plan,
+        _gate_data(args, args.run and Path(args.run), plan),
+        args.force,
+    )
+    return 0
+
+
+def _plan(args: argparse.Namespace) -> Plan | None:
+    from tfcompile.optimize import Plan
+
+    precision = getattr(args, "optimize_precision", None)
+    if not (args.fuse or args.quantize or precision):
+        return None
+    return Plan(fuse=args.fuse, quantize=args.quantize, precision=precision)
+
+
+def _gate_data(args: argparse.Namespace, run: Path | None, plan: Plan) -> GateData | None:
+    """The held-out data of ``run``; a quantization without a run needs --no-gate."""
+    from tfcompile.optimize import GateData
+
+    if args.no_gate:
+        return None
+    if run is None:
+        if plan.quantize:
+            raise UsageError(
+                "a quantized bundle must pass the accuracy gate on held-out data: pass --run RUN (the "
+                "run the bundle was exported from), or --no-gate to write it ungated"
+            )
+        return None
+    return GateData(run, args.gate_examples)
+
+
+def _optimize_into(bundle: Path, out: Path, plan: Plan, gate: GateData | None, force: bool) -> None:
+    from tfcompile.console import working
+    from tfcompile.optimize import optimize_bundle
+
+    gated = ", then measuring both bundles on held-out data" if gate is not None and plan.quantize else ""
+    with working(f"optimizing {bundle} ({plan.describe()}): transforming each graph, checking it{gated}"):
+        optimization = optimize_bundle(bundle, out, plan, gate, force)
+    table = Table(title=f"{out}: {plan.describe()}", title_justify="left")
+    for column in ("step", "tool", "operators"):
+        table.add_column(column)
+    for step in optimization.steps:
+        operators = ", ".join(f"{op.split('::')[-1]} {n}" for op, n in step.operators.items()) or "-"
+        table.add_row(step.kind, step.tool, operators)
+    console = Console(width=max(Console().width, 110))
+    console.print(table)
+    for name, difference in optimization.parity.items():
+        console.print(f"{name}: outputs within {difference:.2e} of the source graph's scale")
+    passed = optimization.gate
+    if passed is not None:
+        console.print(
+            f"accuracy gate: {passed.metric} {passed.optimized:.4f} against {passed.source:.4f} for the "
+            f"source (allowed {passed.allowed}) on {passed.data}"
+        )
+    else:
+        console.print("accuracy gate: not run (--no-gate, or no --run)")
+    source_size = sum(f.stat().st_size for f in bundle.iterdir() if f.is_file())
+    size = sum(f.stat().st_size for f in out.iterdir() if f.is_file())
+    console.print(f"bundle: {out} ({size / 2**20:.1f} MiB, {size / source_size:.0%} of the source's)")
+
+
 def _verify(args: argparse.Namespace) -> int:
+    from tfcompile.console import working
     from tfcompile.export import verify_bundle
 
-    reports = verify_bundle(Path(args.bundle), Path(args.run) if args.run else None)
+    with working(f"verifying {args.bundle}: rerunning its parity check against PyTorch"):
+        reports = verify_bundle(Path(args.bundle), Path(args.run) if args.run else None)
     for name, report in reports.items():
         _print_parity(name, report)
     failed = [name for name, report in reports.items() if not report.passed]
@@ -190,6 +359,27 @@ def _generate(args: argparse.Namespace) -> int:
         use_cache=not args.no_cache,
     )
     print("\n\n".join([texts] if isinstance(texts, str) else texts))
+    return 0
+
+
+def _import(args: argparse.Namespace) -> int:
+    from tfcompile.console import working
+    from tfcompile.hf.importer import import_folder
+
+    with working(f"importing {args.folder}: reading its config and weights, writing the spec and run"):
+        result = import_folder(Path(args.folder), args.name, Path(args.specs), Path(args.runs))
+    print(
+        f"imported {result.architecture} ({result.spec.parameter_count():,} parameters): "
+        f"spec {result.spec_path}, run {result.run_dir}"
+    )
+    return 0
+
+
+def _export_hf(args: argparse.Namespace) -> int:
+    from tfcompile.hf.exporter import export_hf
+
+    architecture = export_hf(Path(args.run), Path(args.out), args.checkpoint, args.force)
+    print(f"wrote {args.out}: a {architecture} for transformers' from_pretrained")
     return 0
 
 
@@ -234,8 +424,12 @@ def _serve(args: argparse.Namespace) -> int:
         max_tokens=args.max_tokens,
         max_prompt_tokens=args.max_prompt_tokens,
     )
+    from tfcompile.console import working
+
+    with working(f"loading {len(args.bundles)} bundle(s): checking every file, starting onnxruntime"):
+        models = load_models(args.bundles, threads=args.threads)
     serve(
-        load_models(args.bundles, threads=args.threads),
+        models,
         settings,
         args.host,
         args.port,
@@ -381,6 +575,59 @@ def build_parser() -> argparse.ArgumentParser:
     )
     train.set_defaults(handler=_train)
 
+    sweep = commands.add_parser(
+        "sweep",
+        help="train a study's trials: variants x seeds under one budget",
+        description="Train every trial of a study file (each variant at each seed, with the same data, "
+        "evaluation batches and budget) as runs under runs_dir/STUDY/. Run it again to resume: "
+        "finished trials are skipped, interrupted ones continue from their last checkpoint.",
+    )
+    sweep.add_argument("study", help="a study YAML file")
+    sweep.add_argument(
+        "--launcher",
+        choices=["local", "ray"],
+        default="local",
+        help="local: one trial after another here (default); ray: each trial a Ray task (tfcompile[ray])",
+    )
+    sweep.add_argument(
+        "--address", help="the Ray cluster (e.g. ray://host:10001; default: start a local one)"
+    )
+    sweep.set_defaults(handler=_sweep)
+
+    compare = commands.add_parser(
+        "compare",
+        help="report.md, results.csv and plots comparing runs or studies",
+        description="Compare the variants of studies (or runs, grouped by name without -seedN): a table "
+        "of parameters, FLOPs per token, final and best validation loss (mean ± std over seeds), "
+        "tokens/s, peak memory and wall time, results.csv, and validation-loss plots.",
+    )
+    compare.add_argument("sources", nargs="*", metavar="RUN_OR_STUDY", help="runs, study folders or files")
+    compare.add_argument(
+        "--out", metavar="DIR", help="where to write (default: report; with --from-csv: the CSV's folder)"
+    )
+    compare.add_argument(
+        "--from-csv", metavar="CSV", help="rebuild report.md from a results.csv that compare wrote"
+    )
+    compare.set_defaults(handler=_compare)
+
+    runs = commands.add_parser(
+        "runs",
+        help="list runs: steps, best validation metric, state",
+        description="Every run under FOLDER (default: runs): family, task, parameters, steps done of "
+        "planned, best validation metric, and state (running, finished or interrupted).",
+    )
+    runs.add_argument("folder", nargs="?", default="runs", help="a runs folder, a study's, or a run")
+    runs.set_defaults(handler=_runs)
+
+    plot = commands.add_parser(
+        "plot", help="draw runs' curves to a PNG", description="Draw the runs' curves of a metric to a PNG."
+    )
+    plot.add_argument("runs", nargs="+", metavar="RUN", help="run folders")
+    plot.add_argument("--out", required=True, metavar="PNG")
+    plot.add_argument("--metric", default="val_loss", help="a metrics.jsonl key (default: val_loss)")
+    plot.add_argument("--x", choices=["step", "time"], default="step", help="steps or wall time")
+    plot.set_defaults(handler=_plot)
+
     sample = commands.add_parser(
         "sample",
         help="generate text from a trained run",
@@ -406,8 +653,25 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--checkpoint", choices=["last", "best"], default="last", help="for a run")
     export.add_argument("--seed", type=int, default=0, help="for a spec: the seed of the random weights")
     export.add_argument("--force", action="store_true", help="replace the bundle at --out if there is one")
+    _add_optimize_args(export, precision=False)
     _add_set_arg(export, when=" (exporting a spec)")
     export.set_defaults(handler=_export)
+
+    optimize = commands.add_parser(
+        "optimize",
+        help="write a faster bundle: fused, int8 or int4 quantized, or fp16",
+        description="Write a new bundle from BUNDLE (never changed): onnxruntime's fused operators "
+        "(--fuse), dynamic int8 or 4-bit weight-only quantization (--quantize), or fp16 graphs. Fused and "
+        "fp16 graphs must keep parity with the source's; a quantized bundle must pass its task's "
+        "accuracy gate on the held-out data of the run it came from (--run). The manifest records "
+        "every step, the operators it introduced, the parity and the gate.",
+    )
+    optimize.add_argument("bundle", help="a bundle folder written by `tfcompile export`")
+    optimize.add_argument("--out", required=True, help="the new bundle's folder")
+    optimize.add_argument("--run", help="the run the bundle was exported from, whose held-out data gates it")
+    optimize.add_argument("--force", action="store_true", help="replace the bundle at --out if there is one")
+    _add_optimize_args(optimize, precision=True)
+    optimize.set_defaults(handler=_optimize)
 
     verify = commands.add_parser(
         "verify",
@@ -427,6 +691,31 @@ def build_parser() -> argparse.ArgumentParser:
     _add_sampling_args(generate, batch=True)
     generate.add_argument("--no-cache", action="store_true", help="rerun the full graph every step")
     generate.set_defaults(handler=_generate)
+
+    hf_import = commands.add_parser(
+        "import",
+        help="a Hugging Face model folder -> a spec and a run",
+        description="Read a local save_pretrained folder (config.json, safetensors or pytorch_model.bin, "
+        "tokenizer.json; nothing is downloaded) and write specs/NAME.yaml and runs/NAME with its weights "
+        "and tokenizer, for summary, train (train.init_from), export and serve.",
+    )
+    hf_import.add_argument("folder", metavar="HF_DIR", help="a folder written by save_pretrained")
+    hf_import.add_argument("--name", required=True, help="the spec's and the run's name")
+    hf_import.add_argument("--specs", default="specs", help="folder of the spec (default: specs)")
+    hf_import.add_argument("--runs", default="runs", help="folder of the run (default: runs)")
+    hf_import.set_defaults(handler=_import)
+
+    export_hf = commands.add_parser(
+        "export-hf",
+        help="a run -> a folder transformers loads",
+        description="Write a run as a Hugging Face folder (config.json, model.safetensors, tokenizer) "
+        "that transformers' AutoModel classes load with no tfcompile code.",
+    )
+    export_hf.add_argument("run", help="a run folder")
+    export_hf.add_argument("--out", required=True, help="the folder to write")
+    export_hf.add_argument("--checkpoint", choices=["last", "best"], default="best")
+    export_hf.add_argument("--force", action="store_true", help="replace the model folder at --out")
+    export_hf.set_defaults(handler=_export_hf)
 
     schema = commands.add_parser(
         "schema",
@@ -541,6 +830,23 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _add_optimize_args(parser: argparse.ArgumentParser, precision: bool) -> None:
+    parser.add_argument(
+        "--fuse", action="store_true", help="onnxruntime's fused attention and norm operators"
+    )
+    parser.add_argument(
+        "--quantize",
+        choices=["int8", "int4"],
+        help="int8: dynamic int8 (weights per channel); int4: 4-bit weight-only MatMulNBits (decoders)",
+    )
+    if precision:
+        parser.add_argument("--precision", dest="optimize_precision", choices=["fp16"], help="fp16 graphs")
+    parser.add_argument("--no-gate", action="store_true", help="quantize without the accuracy gate")
+    parser.add_argument(
+        "--gate-examples", type=_positive_int, help="held-out examples the gate reads (default: the task's)"
+    )
+
+
 def _add_sampling_args(parser: argparse.ArgumentParser, batch: bool = False) -> None:
     if batch:
         parser.add_argument(
@@ -604,6 +910,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     warnings.showwarning = show_one_line
     try:
+        check_arguments(args.command, vars(args))  # a path of the wrong kind: say what would work
         return handler(args)
     except SpecError as e:
         print(e, file=sys.stderr)

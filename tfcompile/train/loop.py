@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import signal
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -35,12 +36,13 @@ from tfcompile.train.checkpoint import (
     load_weights,
     remove_temporaries,
     save_checkpoint,
+    training_state,
     write_failure,
 )
 from tfcompile.train.device import place
 from tfcompile.train.distributed import leave_world
 from tfcompile.train.lock import RunLock
-from tfcompile.train.metrics import METRICS_FILE, MetricsLog, Window
+from tfcompile.train.metrics import METRICS_FILE, MetricsLog, TrainingClock, Window
 from tfcompile.train.optim import build_optimizer
 from tfcompile.train.progress import Progress
 from tfcompile.train.runs import SPEC_FILE, TrainError, init_from_run, load_run_spec, model_differences
@@ -110,6 +112,7 @@ class Trainer:
         self.step = 0
         self.best: float | None = None  # of the task's best_metric
         self.window = Window()
+        self.clock = TrainingClock()
         self.metrics = MetricsLog(self.run_dir, enabled=self.world.is_main)
         if resume:
             self._restore()
@@ -138,9 +141,12 @@ class Trainer:
         t = self.spec.train
         val_loss, metrics = None, {}
         with _stop_on_sigint(self), Progress(t.steps, self.step, enabled=self.show_progress) as progress:
+            for line in self._banner():
+                progress.log(line)
             if self.initialized_from is not None:
                 progress.log(f"initialised from {self.initialized_from}")
             self.window.restart_clock()
+            self.clock.start()
             while self.step < t.steps and not self.world.any(self.stop_requested, self.device):
                 step = self.step + 1
                 lr = self._schedule(step)
@@ -149,6 +155,7 @@ class Trainer:
                 grad_norm = self._clip_and_update()
                 self.step = step
                 self.window.add(loss, tokens)
+                progress.advance(step)
                 record = self._train_record(step, lr, grad_norm) if self._due(step, t.log_interval) else {}
                 improved = False
                 if self._due(step, t.eval_interval):
@@ -158,6 +165,7 @@ class Trainer:
                     record = {"step": step, **record, **metrics}
                     progress.log(_describe(step, metrics, improved))
                 if record:
+                    record["elapsed_s"] = self.clock.seconds()
                     self.metrics.append(record)
                     progress.update(step, record)
                 if self.world.is_main and (self._due(step, t.checkpoint_interval) or improved):
@@ -231,19 +239,39 @@ class Trainer:
             return self.task.evaluate(self.forward, self.batches.validation())
 
     def save(self, best: bool = False) -> Path:
-        state = {
-            "step": self.step,
-            "optimizer": self.optimizer.state_dict(),
-            "scaler": self.scaler.state_dict(),
-            "best": self.best,
-            "window_loss": self.window.loss,
-            "window_steps": self.window.steps,
-            "rng_cpu": torch.get_rng_state(),
-            "rng_cuda": torch.cuda.get_rng_state() if self.device.type == "cuda" else None,
-        }
+        state = training_state(
+            self.step,
+            self.optimizer,
+            self.scaler,
+            self.best,
+            (self.window.loss, self.window.steps),
+            self.clock.seconds(),
+            cuda=self.device.type == "cuda",
+        )
         return save_checkpoint(self.run_dir, self.step, self.model, state, best=best)
 
     # ------------------------------------------------------------------ bookkeeping
+
+    def _banner(self) -> list[str]:
+        """What the run is, where it goes, and what in its spec will not do what it seems to."""
+        t = self.spec.train
+        params = sum(p.numel() for p in self.model.parameters())
+        batch = t.batch_size * t.grad_accum
+        lines = [
+            f"{self.run_dir.name}: {params:,} parameters on {self.device} ({t.precision}"
+            f"{', ' + str(self.world.size) + ' processes' if self.world.distributed else ''}), "
+            f"{batch} x {self.spec.context_length} = {batch * self.spec.context_length:,} tokens a step "
+            f"at most, {t.steps:,} steps" + (f" from step {self.step:,}" if self.step else ""),
+            f"checkpoints: {self.run_dir / 'checkpoints'} (every {t.checkpoint_interval:,} steps, at each "
+            f"best {self.task.best_metric.replace('_', ' ')} and at the end); Ctrl-C saves and stops",
+        ]
+        if t.schedule.warmup_steps > t.steps:
+            lines.append(
+                f"warning: train.schedule.warmup_steps ({t.schedule.warmup_steps:,}) exceeds train.steps "
+                f"({t.steps:,}): the learning rate is still warming up when the run ends; lower "
+                f"warmup_steps"
+            )
+        return lines
 
     def _due(self, step: int, interval: int) -> bool:
         return step % interval == 0 or step == self.spec.train.steps
@@ -330,6 +358,7 @@ class Trainer:
         self.step = state["step"]
         self.best = state["best"]
         self.window = Window(state["window_loss"], state["window_steps"])
+        self.clock = TrainingClock(state.get("elapsed_s", 0.0))  # 0 for checkpoints saved before it
         torch.set_rng_state(state["rng_cpu"])
         if self.device.type == "cuda" and state.get("rng_cuda") is not None:
             torch.cuda.set_rng_state(state["rng_cuda"])
@@ -385,12 +414,18 @@ def out_of_memory(what: str, run_dir: Path | None = None) -> Iterator[None]:
 
 @contextlib.contextmanager
 def _stop_on_sigint(trainer: Trainer) -> Iterator[None]:
-    """First Ctrl-C: finish the current step, save, stop. Second: stop at once."""
+    """First Ctrl-C: finish the current step, save, stop. Second: stop at once, by the operating
+    system's default action (the process ends even inside a long PyTorch call, which a Python
+    handler would wait for; the checkpoints on disk stay intact, being written atomically)."""
 
     def handler(signum: int, frame: object) -> None:
-        if trainer.stop_requested:
-            raise KeyboardInterrupt
         trainer.stop_requested = True
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        if trainer.show_progress:  # a raw write: safe inside a signal handler, unlike print
+            os.write(
+                2,
+                b"\nCtrl-C: saving a checkpoint after this step, then stopping; Ctrl-C again stops at once\n",
+            )
 
     try:
         previous = signal.signal(signal.SIGINT, handler)

@@ -1,13 +1,29 @@
-"""Training progress: a rich progress bar on a terminal (loss, tokens/s, ETA), plain lines elsewhere."""
+"""Progress: for training, a rich progress bar on a terminal (loss, tokens/s, ETA), plain lines
+elsewhere; the bar moves every step, and once a few steps after the first (which compiles and
+warms up) have taken a couple of seconds, one line says how long the whole run will take."""
 
 from __future__ import annotations
 
+from time import perf_counter
 from types import TracebackType
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeRemainingColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    TextColumn,
+    TimeRemainingColumn,
+)
 from rich.progress import Progress as RichProgress
+
+from tfcompile.console import duration
+
+# The estimate waits for this many steps after the first and this many seconds of them (or, for
+# very fast steps, ESTIMATE_MOST_STEPS), so that it is neither noise nor late.
+ESTIMATE_STEPS = 3
+ESTIMATE_SECONDS = 2.0
+ESTIMATE_MOST_STEPS = 50
 
 
 class Progress:
@@ -15,6 +31,9 @@ class Progress:
         self.console = Console(stderr=True)
         self.enabled = enabled
         self.bar = self.enabled and self.console.is_terminal
+        self.total = total
+        self._first: tuple[int, float] | None = None  # the first step's number and end time
+        self._estimated = False
         self._rich = RichProgress(
             TextColumn("[bold]train"),
             BarColumn(),
@@ -38,6 +57,23 @@ class Progress:
     ) -> None:
         self._rich.__exit__(kind, error, traceback)
 
+    def advance(self, step: int) -> None:
+        """A step is done: move the bar, and estimate the run's time once enough steps are timed."""
+        self._rich.update(self._task, completed=step)
+        now = perf_counter()
+        if self._first is None:
+            self._first = (step, now)
+            return
+        steps, seconds = step - self._first[0], now - self._first[1]
+        ready = (steps >= ESTIMATE_STEPS and seconds >= ESTIMATE_SECONDS) or steps >= ESTIMATE_MOST_STEPS
+        if ready and not self._estimated and step < self.total:
+            self._estimated = True
+            left = self.total - step
+            self.log(
+                f"estimated time: {duration(seconds / steps * left)} for the {left:,} steps left "
+                f"({seconds / steps:.3g} s a step; evaluations add to it)"
+            )
+
     def update(self, step: int, record: dict[str, Any]) -> None:
         stats = "  ".join(
             f"{name} {record[key]:{fmt}}"
@@ -56,4 +92,4 @@ class Progress:
 
     def log(self, message: str) -> None:
         if self.enabled:
-            self.console.print(message, highlight=False)
+            self.console.print(message, highlight=False, soft_wrap=True)

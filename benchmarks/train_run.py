@@ -1,0 +1,79 @@
+"""Train a spec as committed and record what it reached and what it cost: the wall time, the
+process's CPU time, the machine's load while it ran (on a shared machine the wall time is the
+load's as much as the spec's), the best validation metric, the test metrics, and for a text
+decoder a sample. Writes benchmarks/results/train_run-SPEC-DEVICE.md.
+
+    python benchmarks/train_run.py specs/quickstart.yaml
+    python benchmarks/train_run.py specs/vit-digits.yaml
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+from common import device_name, write_results
+
+from tfcompile.spec import load_spec
+from tfcompile.train import Trainer
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("spec")
+    parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE")
+    args = parser.parse_args()
+    name = Path(args.spec).stem
+    with tempfile.TemporaryDirectory() as runs:
+        spec = load_spec(args.spec, [*args.set, f"train.runs_dir={runs}"])
+        load_before = os.getloadavg()[0]
+        cpu_before, start = _cpu_seconds(), time.perf_counter()
+        trainer = Trainer(spec, Path(runs) / name)
+        result = trainer.train()
+        wall, cpu = time.perf_counter() - start, _cpu_seconds() - cpu_before
+        load_after = os.getloadavg()[0]
+        sample = _sample(trainer) if spec.task.type == "causal_lm" else None
+    device = device_name(trainer.device)
+    metric = result.best_metric.removeprefix("val_").replace("_", " ")
+    rows = [
+        ("steps", f"{result.step:,}"),
+        ("wall time (the whole `Trainer.train()`)", f"{wall:.0f} s"),
+        ("CPU time of the process (all threads)", f"{cpu:.0f} s"),
+        ("load average at the start and the end", f"{load_before:.1f}, {load_after:.1f}"),
+        (f"best validation {metric}", f"{result.best:.4f}" if result.best is not None else "-"),
+        *((k.replace("_", " "), f"{v:.4f}") for k, v in result.metrics.items() if k.startswith("test_")),
+    ]
+    table = "\n".join(["| measure | value |", "| --- | ---: |", *(f"| {k} | {v} |" for k, v in rows)])
+    if sample is not None:
+        table += "\n\nSample (`ROMEO:`, temperature 0.8, top-k 40, seed 1, 200 characters):\n\n"
+        table += "\n".join("    " + line for line in sample.splitlines())
+    write_results(f"train_run-{name}-{'cpu' if trainer.device.type == 'cpu' else 'gpu'}", table, device)
+
+
+def _cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _sample(trainer: Trainer) -> str:
+    from tfcompile.data import encode, load_tokenizer
+    from tfcompile.files import TOKENIZER_FILE
+    from tfcompile.models import DecoderLM
+    from tfcompile.tasks.causal_lm import generate
+
+    assert isinstance(trainer.model, DecoderLM)
+    tokenizer = load_tokenizer(trainer.run_dir / TOKENIZER_FILE)
+    prompt = torch.tensor([encode(tokenizer, "ROMEO:")], device=trainer.device)
+    ids = generate(trainer.model, prompt, 200, temperature=0.8, top_k=40, top_p=None, seed=1)
+    return str(tokenizer.decode(ids[0].tolist()))
+
+
+if __name__ == "__main__":
+    main()

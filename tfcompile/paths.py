@@ -1,0 +1,191 @@
+"""What a path on the command line is (a spec, a study, a run, a bundle, a Hugging Face folder, or
+nothing), and, when a command is given the wrong kind, what it got and the command that would work.
+
+Every subcommand that takes a path asks ``expect(command, path, accepted)`` before it opens
+anything, so a run handed to ``generate`` or a bundle handed to ``sample`` is one line that names
+the right command, never an error from deep inside a loader. No torch here: recognising a path
+reads at most the top-level keys of a YAML file.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from pathlib import Path
+
+from tfcompile.errors import UserError
+from tfcompile.files import TOKENIZER_FILE
+from tfcompile.manifest import MANIFEST, SPEC_FILE
+
+HF_CONFIG = "config.json"  # what save_pretrained writes first (tfcompile.hf.folder.CONFIG)
+# What only a run folder holds, beside its spec.yaml.
+RUN_MARKS = ("checkpoints", "metrics.jsonl", TOKENIZER_FILE, "import.json")
+# Top-level keys only a study file has (a spec has `model:` and `preset:`).
+STUDY_KEYS = {"base", "variants", "axes", "seeds", "budget"}
+TOP_LEVEL_KEY = re.compile(r"^([A-Za-z_][\w-]*)[ \t]*:", re.MULTILINE)
+SCAN_BYTES = 1 << 20  # a spec's size limit
+
+
+class Kind(enum.Enum):
+    SPEC = "a spec"
+    STUDY = "a study file"
+    RUN = "a run folder"
+    BUNDLE = "a bundle"
+    HF = "a Hugging Face model folder"
+    MISSING = "nothing (no such file or folder)"
+    FOLDER = "a folder that is not a tfcompile bundle, run or Hugging Face model"
+    FILE = "a file that is not a YAML spec or study"
+
+
+class PathKindError(UserError):
+    """A command was given a path of the wrong kind; the message names the command that takes it."""
+
+
+def kind_of(path: str | Path) -> Kind:
+    """What ``path`` is, from the files it holds (folders) or its name and top-level keys (files)."""
+    path = Path(path)
+    if not path.exists():
+        return Kind.MISSING
+    if path.is_dir():
+        if (path / MANIFEST).is_file():
+            return Kind.BUNDLE
+        if (path / SPEC_FILE).is_file() and any((path / mark).exists() for mark in RUN_MARKS):
+            return Kind.RUN
+        if (path / HF_CONFIG).is_file():
+            return Kind.HF
+        return Kind.FOLDER
+    if path.suffix not in (".yaml", ".yml"):
+        return Kind.FILE
+    keys = _top_level_keys(path)
+    return Kind.STUDY if keys & STUDY_KEYS and "model" not in keys else Kind.SPEC
+
+
+def _top_level_keys(path: Path) -> set[str]:
+    """The names at the start of a line followed by a colon: a block mapping's top-level keys,
+    read without parsing (any file, however malformed, is recognised at once; the spec loader
+    then reports where it is wrong)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(SCAN_BYTES).decode("utf-8", errors="replace")
+    except OSError:
+        return set()
+    return set(TOP_LEVEL_KEY.findall(head))
+
+
+# What to do with each kind of path, by what the command that was given it meant to do. "*" is
+# every other command; {path} is the path as given.
+ADVICE: dict[Kind, dict[str, str]] = {
+    Kind.SPEC: {
+        "sample": "train it first (`tfcompile train {path}`), then `tfcompile sample runs/NAME`",
+        "train": "start a new run with `tfcompile train {path}`; --resume takes the run folder it wrote",
+        "export": "export a trained run (`tfcompile train {path}`, then `tfcompile export runs/NAME`)",
+        "*": "train it with `tfcompile train {path}`, then `tfcompile export runs/NAME` for a bundle",
+    },
+    Kind.STUDY: {
+        "*": "train its trials with `tfcompile sweep {path}`, then compare them with `tfcompile compare`",
+    },
+    Kind.RUN: {
+        "train": "continue it with `tfcompile train --resume {path}` (add --set train.steps=N to extend it)",
+        "validate": "check the spec it was trained with: `tfcompile validate {path}/spec.yaml`",
+        "summary": "summarise the spec it was trained with: `tfcompile summary {path}/spec.yaml`",
+        "generate": "`tfcompile sample {path}` generates from a run; `tfcompile export {path}` makes the "
+        "bundle that `generate` serves",
+        "*": "export it first with `tfcompile export {path}`, then use the bundle it writes",
+    },
+    Kind.BUNDLE: {
+        "sample": "generate from a bundle with `tfcompile generate {path}`",
+        "export": "it is already exported: `tfcompile verify {path} --run RUN` rechecks it, "
+        "`tfcompile optimize {path} --out DIR` makes a faster one",
+        "train": "train its spec again with `tfcompile train {path}/spec.yaml --set train.name=NAME`",
+        "validate": "check the spec it carries: `tfcompile validate {path}/spec.yaml`",
+        "summary": "summarise the spec it carries: `tfcompile summary {path}/spec.yaml`",
+        "*": "a bundle is served: `tfcompile generate`, `classify` or `translate {path}`, or "
+        "`tfcompile serve {path}`",
+    },
+    Kind.HF: {
+        "*": "import it first: `tfcompile import {path} --name NAME` writes specs/NAME.yaml and runs/NAME",
+    },
+}
+
+
+# Where each kind comes from: the advice for a path that is none of the kinds a command takes.
+MADE_BY = {
+    Kind.SPEC: "a spec is a YAML file (specs/ holds examples)",
+    Kind.STUDY: "a study is a YAML file with `base:` and `variants:` (studies/ holds one)",
+    Kind.RUN: "`tfcompile train SPEC` writes a run folder, runs/NAME",
+    Kind.BUNDLE: "`tfcompile export RUN` writes a bundle, exported/NAME",
+    Kind.HF: "transformers' save_pretrained writes a folder with config.json",
+}
+
+
+def advice(command: str, path: str | Path, kind: Kind, accepted: tuple[Kind, ...]) -> str:
+    """The command that would work for ``path`` of ``kind``, given what ``command`` meant to do."""
+    table = ADVICE.get(kind)
+    if table is None:  # nothing tfcompile made: say where what the command takes comes from
+        return "; ".join(MADE_BY[k] for k in accepted)
+    return table.get(command, table["*"]).format(path=path)
+
+
+def expect(command: str, path: str | Path, accepted: tuple[Kind, ...], role: str = "") -> Kind:
+    """``path``'s kind if ``command`` takes it; otherwise a PathKindError saying what it got, what
+    the command takes, and what would work."""
+    kind = kind_of(path)
+    if kind in accepted:
+        return kind
+    wanted = " or ".join(k.value for k in accepted)
+    where = f"{role} " if role else ""
+    what_works = advice(command, path, kind, accepted)
+    raise PathKindError(f"{where}{path} is {kind.value}, but `{command}` takes {wanted}: {what_works}")
+
+
+# The path arguments of each command (argparse's dest; an option's with its dashes) and the kinds
+# each takes.
+TAKES: dict[str, dict[str, tuple[Kind, ...]]] = {
+    "validate": {"spec": (Kind.SPEC,)},
+    "summary": {"spec": (Kind.SPEC,)},
+    "train": {"spec": (Kind.SPEC,), "--resume": (Kind.RUN,)},
+    "sweep": {"study": (Kind.STUDY,)},
+    "sample": {"run": (Kind.RUN,)},
+    "export": {"target": (Kind.RUN, Kind.SPEC)},
+    "export-hf": {"run": (Kind.RUN,)},
+    "optimize": {"bundle": (Kind.BUNDLE,), "--run": (Kind.RUN,)},
+    "verify": {"bundle": (Kind.BUNDLE,), "--run": (Kind.RUN,)},
+    "generate": {"bundle": (Kind.BUNDLE,)},
+    "classify": {"bundle": (Kind.BUNDLE,)},
+    "translate": {"bundle": (Kind.BUNDLE,)},
+    "export-triton": {"bundle": (Kind.BUNDLE,)},
+    "export-genai": {"bundle": (Kind.BUNDLE,)},
+    "serve": {"bundles": (Kind.BUNDLE,)},
+    "import": {"folder": (Kind.HF,)},
+}
+
+
+def check_arguments(command: str, arguments: dict[str, object]) -> None:
+    """Check every path argument of ``command`` (argparse's namespace as a dict) against ``TAKES``;
+    a PathKindError names the first of the wrong kind and what would work. ``serve``'s
+    NAME=FOLDER is checked as FOLDER."""
+    for argument, accepted in TAKES.get(command, {}).items():
+        value = arguments.get(argument.removeprefix("--"))
+        for path in value if isinstance(value, list) else [value]:
+            if isinstance(path, str):
+                role = argument if argument.startswith("--") else ""
+                expect(command, _folder_of(path) if argument == "bundles" else path, accepted, role)
+
+
+def _folder_of(argument: str) -> str:
+    """``serve``'s NAME=FOLDER -> FOLDER (a path that exists as written is taken whole)."""
+    name, sep, folder = argument.partition("=")
+    return folder if sep and name and not Path(argument).exists() else argument
+
+
+def untrained(path: str | Path, missing: list[str], run: Path) -> str:
+    """What to do when ``export`` is given a spec that takes ``missing`` sizes from its data."""
+    sizes = " and ".join(missing)
+    if kind_of(run) is Kind.RUN:
+        done = f"its run {run} exists: `tfcompile export {run}`"
+    else:
+        done = f"train it first (`tfcompile train {path}`), then `tfcompile export {run}`"
+    return (
+        f"{path} takes {sizes} from its data, so it has no model until it is trained: {done} "
+        f"(or export random weights with --set {missing[0]}=N)"
+    )
