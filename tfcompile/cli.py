@@ -823,7 +823,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--threads",
         type=_positive_int,
         default=None,
-        help="onnxruntime threads per model (default: one per core)",
+        help="onnxruntime threads per model (default: one per core; half the cores for step graphs)",
     )
     serve.add_argument("--log-level", choices=["debug", "info", "warning", "error"], default="info")
     serve.set_defaults(handler=_serve)
