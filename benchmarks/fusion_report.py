@@ -21,7 +21,7 @@ import torch
 from common import device_name, write_results
 
 from tfcompile.export import Source, export_bundle
-from tfcompile.optimize.passes import _fuse_with_onnxruntime, _fuse_with_onnxscript, operator_counts
+from tfcompile.optimize.passes import FUSERS, operator_counts
 from tfcompile.runtime.bundle import BundleFiles
 from tfcompile.spec import Spec, load_spec
 
@@ -96,13 +96,8 @@ def main() -> None:
             export_bundle(spec, Source(seed=0), bundle)
             files = BundleFiles(bundle)
             for graph_name, graph in files.manifest.graphs.items():
-                model = onnx.load_from_string(files.read(graph.file))
-                by_tool = {
-                    "onnxruntime": fused(
-                        _fuse_with_onnxruntime(onnx.load_from_string(files.read(graph.file)))
-                    ),
-                    "onnxscript": fused(_fuse_with_onnxscript(model)),
-                }
+                data = files.read(graph.file)
+                by_tool = {tool: fused(run(onnx.load_from_string(data))) for tool, run in FUSERS.items()}
                 best = {family: max(counts[family] for counts in by_tool.values()) for family in FAMILIES}
                 missing = sorted(f for f in expected(spec) if best[f] == 0)
                 cells = [
@@ -115,8 +110,8 @@ def main() -> None:
         "Fused operators each tool leaves in each graph (random weights; specs shrunk to 2 layers, "
         "d_model 64); `tfcompile optimize --fuse` keeps, per graph, the tool that fuses more.",
         "",
-        "| spec / graph | onnxruntime transformers.optimizer | onnxscript ort_fusions | not fused |",
-        "| --- | --- | --- | --- |",
+        f"| spec / graph | {' | '.join(FUSERS)} | not fused |",
+        "| --- |" + " --- |" * (len(FUSERS) + 1),
         *(f"| {' | '.join(row)} |" for row in rows),
         "",
         "Why each missing fusion does not happen:",

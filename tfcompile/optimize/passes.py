@@ -58,10 +58,8 @@ def fuse(model: onnx.ModelProto) -> tuple[onnx.ModelProto, str]:
     """The graph with onnxruntime's fused operators, and which tool made it: both tools run and
     the one that leaves more contrib operators wins (onnxruntime's on a tie: its fusions are the
     ones its CPU kernels are tuned for)."""
-    candidates = {  # each on its own copy: onnxruntime's optimizer rewrites the model it is given
-        "onnxruntime transformers.optimizer": _fuse_with_onnxruntime(_copy(model)),
-        "onnxscript rewriter.ort_fusions": _fuse_with_onnxscript(_copy(model)),
-    }
+    # Each on its own copy: onnxruntime's optimizer rewrites the model it is given.
+    candidates = {tool: run(_copy(model)) for tool, run in FUSERS.items()}
     tool = max(candidates, key=lambda name: _contrib_count(candidates[name]))
     fused = candidates[tool]
     if not any(o.domain == CONTRIB for o in fused.opset_import):  # later passes check it
@@ -84,7 +82,7 @@ def _contrib_count(model: onnx.ModelProto) -> int:
     return sum(n for op, n in operator_counts(model).items() if op.startswith(CONTRIB))
 
 
-def _fuse_with_onnxruntime(model: onnx.ModelProto) -> onnx.ModelProto:
+def fuse_with_onnxruntime(model: onnx.ModelProto) -> onnx.ModelProto:
     from onnxruntime.transformers.fusion_options import FusionOptions
     from onnxruntime.transformers.optimizer import optimize_model
 
@@ -95,13 +93,20 @@ def _fuse_with_onnxruntime(model: onnx.ModelProto) -> onnx.ModelProto:
     return optimized.model
 
 
-def _fuse_with_onnxscript(model: onnx.ModelProto) -> onnx.ModelProto:
+def fuse_with_onnxscript(model: onnx.ModelProto) -> onnx.ModelProto:
     import onnx_ir
     from onnxscript.rewriter.ort_fusions import optimize_for_ort
 
     with _quiet():
         fused, _ = optimize_for_ort(onnx_ir.from_proto(model))
     return onnx_ir.to_proto(fused)
+
+
+# The fusion tools by name, in the order that breaks a tie.
+FUSERS: dict[str, Callable[[onnx.ModelProto], onnx.ModelProto]] = {
+    "onnxruntime transformers.optimizer": fuse_with_onnxruntime,
+    "onnxscript rewriter.ort_fusions": fuse_with_onnxscript,
+}
 
 
 def quantize_int8(model: onnx.ModelProto) -> onnx.ModelProto:
