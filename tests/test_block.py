@@ -4,7 +4,8 @@ import pytest
 import torch
 from helpers import tiny_model
 
-from tfcompile.nn.block import TransformerBlock
+from tfcompile.models import DecoderLM
+from tfcompile.nn.block import DropPath, TransformerBlock, build_blocks
 
 
 def _block(position: str) -> TransformerBlock:
@@ -60,3 +61,29 @@ def test_cross_attention_sits_between_self_attention_and_the_feed_forward() -> N
         block(x, is_causal=True)
     with pytest.raises(ValueError, match="memory must be given exactly when"):
         TransformerBlock(tiny_model())(x, is_causal=True, memory=kv)
+
+
+def test_stochastic_depth_drops_whole_examples_and_keeps_the_expectation() -> None:
+    drop = DropPath(0.25).train()
+    x = torch.randn(4000, 5, 8)
+    y = drop(x)
+    kept = (y != 0).flatten(1).any(1)
+    torch.testing.assert_close(y[kept], x[kept] / 0.75)  # kept examples are scaled whole
+    assert y[~kept].eq(0).all() and 0.2 < 1 - kept.float().mean() < 0.3
+    assert torch.equal(drop.eval()(x), x)
+
+
+def test_stochastic_depth_rises_linearly_with_depth_and_leaves_the_weights_alone() -> None:
+    spec = tiny_model(n_layers=4, dropout={"path": 0.3})
+    rates = [
+        block.drop[1].p if isinstance(block.drop, torch.nn.Sequential) else 0.0
+        for block in build_blocks(spec, 4)
+    ]
+    assert rates == pytest.approx([0.0, 0.1, 0.2, 0.3])
+    plain, dropped = DecoderLM(tiny_model(n_layers=4)), DecoderLM(spec)
+    assert plain.state_dict().keys() == dropped.state_dict().keys()  # checkpoints and exports unchanged
+    ids = torch.randint(0, spec.vocab_size or 1, (2, 6))
+    dropped.load_state_dict(plain.state_dict())
+    torch.testing.assert_close(dropped.eval()(ids), plain.eval()(ids))  # the identity in evaluation
+    torch.manual_seed(0)
+    assert not torch.equal(dropped.train()(ids), dropped.train()(ids))  # random while training

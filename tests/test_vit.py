@@ -19,7 +19,7 @@ from tfcompile.spec.presets import merge
 from tfcompile.spec.schema import AugmentSpec
 from tfcompile.summary import summarize
 from tfcompile.tasks import build_model
-from tfcompile.tasks.image_classification import augment
+from tfcompile.tasks.image_classification import augment, turn_and_zoom
 
 
 def vit_spec(**model: Any) -> Spec:
@@ -191,6 +191,39 @@ def test_augmentation_shifts_within_bounds_and_flips_mirror() -> None:
     mirrored = flipped[:, 0, 3, 3] == 1  # column 4 mirrors to 8 - 1 - 4 = 3
     assert torch.equal(flipped[mirrored], images[mirrored].flip(-1))
     assert torch.equal(flipped[~mirrored], images[~mirrored]) and 10 < mirrored.sum() < 54
+
+
+def test_turning_and_zooming_follow_their_formula() -> None:
+    images = torch.rand(3, 2, 6, 6)
+    one, none = torch.ones(3), torch.zeros(3)
+    torch.testing.assert_close(turn_and_zoom(images, none, one), images, atol=1e-6, rtol=0)
+    quarter = turn_and_zoom(images, torch.full((3,), 90.0), one)
+    torch.testing.assert_close(quarter, torch.rot90(images, -1, (-2, -1)), atol=1e-5, rtol=0)  # clockwise
+    # Zoom 2 about the centre: output pixel (i, j) samples the input at the centre + (p - centre) / 2.
+    ramp = torch.arange(8.0).expand(1, 1, 8, 8)  # value = column index
+    zoomed = turn_and_zoom(ramp, torch.zeros(1), torch.full((1,), 2.0))
+    expected = 3.5 + (torch.arange(8.0) - 3.5) / 2  # at pixel centres, in column units
+    torch.testing.assert_close(zoomed[0, 0], expected.expand(8, 8), atol=1e-5, rtol=0)
+    shrunk = turn_and_zoom(torch.ones(1, 1, 8, 8), torch.zeros(1), torch.full((1,), 0.5))
+    assert shrunk[0, 0, 0].sum() == 0 and shrunk[0, 0, 3:5, 3:5].eq(1).all()  # outside the image is 0
+
+
+def test_augmentation_turns_and_zooms_each_image_within_its_bounds() -> None:
+    images = torch.zeros(256, 1, 8, 8)
+    images[:, 0, :, 3:5] = 1.0  # a vertical bar through the centre
+    g = torch.Generator().manual_seed(0)
+    turned = augment(images, AugmentSpec(rotate=30), g)
+    # The bar's direction, from the second moments of the mass about the centre.
+    y, x = torch.meshgrid(torch.arange(8.0) - 3.5, torch.arange(8.0) - 3.5, indexing="ij")
+    w = turned[:, 0]
+    sxx, syy, sxy = (w * x * x).sum((1, 2)), (w * y * y).sum((1, 2)), (w * x * y).sum((1, 2))
+    tilt = torch.rad2deg(0.5 * torch.atan2(2 * sxy, syy - sxx)).abs()
+    assert tilt.max() < 33 and tilt.min() < 3 and tilt.std() > 5  # within 30 degrees, each its own
+    ramp = (torch.arange(8.0) - 3.5).expand(256, 1, 8, 8).contiguous()  # value = x from the centre
+    zoomed = augment(ramp, AugmentSpec(scale=0.5), g)
+    zoom = 0.5 / zoomed[:, 0, 3, 4]  # a zoom z shows x / z at the pixel whose x is 0.5
+    assert zoom.min() >= 0.5 - 1e-4 and zoom.max() <= 1.5 + 1e-4 and zoom.std() > 0.2
+    assert torch.equal(augment(images, AugmentSpec(rotate=0, scale=0), g), images)
 
 
 def test_runs_from_before_positions_were_a_module_still_load() -> None:

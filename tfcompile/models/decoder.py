@@ -10,7 +10,7 @@ from torch import nn
 
 from tfcompile.models.common import Assembly, check_token_ids, init_weights, require_vocab_size
 from tfcompile.nn.attention import KVCache, may_attend
-from tfcompile.nn.block import TransformerBlock, build_final_norm
+from tfcompile.nn.block import build_blocks, build_final_norm
 from tfcompile.nn.positional import build_positional, positions_from_mask
 from tfcompile.spec.schema import DecoderSpec
 
@@ -27,7 +27,7 @@ class DecoderLM(Assembly):
         self.embed_scale = math.sqrt(spec.d_model)
         self.positional = build_positional(spec, bidirectional=False)
         self.drop = nn.Dropout(spec.dropout.embedding)
-        self.blocks = nn.ModuleList(TransformerBlock(spec) for _ in range(spec.n_layers))
+        self.blocks = build_blocks(spec, spec.n_layers)
         self.final_norm = build_final_norm(spec)
         self.output_scale = spec.d_model**-0.5 if spec.scale_output else 1.0
         self.lm_head = nn.Linear(spec.d_model, vocab_size, bias=spec.bias.lm_head)

@@ -14,7 +14,7 @@ from torch import nn
 
 from tfcompile.models.common import Assembly, check_token_ids, init_weights, require_vocab_size
 from tfcompile.nn.attention import may_attend
-from tfcompile.nn.block import TransformerBlock, build_final_norm, build_norm
+from tfcompile.nn.block import build_blocks, build_final_norm, build_norm
 from tfcompile.nn.positional import build_positional, positions_from_mask
 from tfcompile.nn.registry import ACTIVATIONS
 from tfcompile.spec.schema import EncoderSpec
@@ -34,7 +34,7 @@ class Encoder(Assembly):
         self.positional = build_positional(spec, bidirectional=True)
         self.embed_norm = build_norm(spec.norm, spec.d_model) if spec.embedding_norm else nn.Identity()
         self.drop = nn.Dropout(spec.dropout.embedding)
-        self.blocks = nn.ModuleList(TransformerBlock(spec) for _ in range(spec.n_layers))
+        self.blocks = build_blocks(spec, spec.n_layers)
         self.final_norm = build_final_norm(spec)
         # BERT's pooler: the [CLS] state through a dense layer and tanh, for the sentence-level heads.
         self.pooler = nn.Linear(spec.d_model, spec.d_model) if spec.pooler else None

@@ -10,7 +10,7 @@ from torch import nn
 
 from tfcompile.models.common import Assembly, check_token_ids, init_weights, require_vocab_size
 from tfcompile.nn.attention import KVCache, may_attend
-from tfcompile.nn.block import TransformerBlock, build_final_norm
+from tfcompile.nn.block import TransformerBlock, build_blocks, build_final_norm
 from tfcompile.nn.positional import build_positional, positions_from_mask
 from tfcompile.spec.schema import EncoderDecoderSpec
 
@@ -32,10 +32,10 @@ class Seq2Seq(Assembly):
         self.encoder_positional = build_positional(spec, bidirectional=True)
         self.decoder_positional = build_positional(spec, bidirectional=False)
         self.drop = nn.Dropout(spec.dropout.embedding)
-        self.encoder_blocks = nn.ModuleList(TransformerBlock(spec) for _ in range(spec.n_layers))
+        self.encoder_blocks = build_blocks(spec, spec.n_layers)
         self.encoder_norm = build_final_norm(spec)
-        self.decoder_blocks: list[TransformerBlock] = nn.ModuleList(  # type: ignore[assignment]
-            TransformerBlock(spec, cross_attention=True) for _ in range(spec.n_decoder_layers)
+        self.decoder_blocks: list[TransformerBlock] = build_blocks(  # type: ignore[assignment]
+            spec, spec.n_decoder_layers, cross_attention=True
         )
         self.decoder_norm = build_final_norm(spec)
         self.output_scale = spec.d_model**-0.5 if spec.scale_output else 1.0

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from tfcompile.models.common import Assembly, init_weights
-from tfcompile.nn.block import TransformerBlock, build_final_norm
+from tfcompile.nn.block import build_blocks, build_final_norm
 from tfcompile.nn.patches import PatchEmbedding
 from tfcompile.nn.positional import build_positional
 from tfcompile.spec.schema import VitSpec
@@ -32,7 +32,7 @@ class VisionTransformer(Assembly):
         with torch.random.fork_rng(devices=[]):
             positional = build_positional(spec, bidirectional=True, grid=spec.grid, prefix=spec.prefix_tokens)
         self.drop = nn.Dropout(spec.dropout.embedding)
-        self.blocks = nn.ModuleList(TransformerBlock(spec) for _ in range(spec.n_layers))
+        self.blocks = build_blocks(spec, spec.n_layers)
         self.final_norm = build_final_norm(spec)
         self.head = nn.Linear(d, num_labels)
         self.apply(partial(init_weights, std=spec.init_std))

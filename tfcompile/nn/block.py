@@ -22,6 +22,29 @@ def build_norm(spec: NormSpec, dim: int) -> nn.Module:
     return NORMS[spec.type](dim, eps=spec.eps, bias=spec.bias)
 
 
+def build_blocks(spec: TransformerSpec, count: int, cross_attention: bool = False) -> nn.ModuleList:
+    """``count`` blocks whose stochastic-depth rates rise linearly from 0 at the first block to
+    ``spec.dropout.path`` at the last (Huang et al. 2016, as DeiT and timm schedule it)."""
+    rates = [spec.dropout.path * i / max(count - 1, 1) for i in range(count)]
+    return nn.ModuleList(TransformerBlock(spec, cross_attention, drop_path=rate) for rate in rates)
+
+
+class DropPath(nn.Module):
+    """Stochastic depth: while training, each example's branch is zeroed with probability ``p``
+    and the kept ones scaled by 1 / (1 - p), so that the expectation is the branch itself; the
+    identity in evaluation."""
+
+    def __init__(self, p: float) -> None:
+        super().__init__()
+        self.p = p
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.training or self.p == 0:
+            return x
+        keep = torch.rand((x.shape[0],) + (1,) * (x.dim() - 1), device=x.device) >= self.p  # (B, 1, 1)
+        return x * keep.to(x.dtype) / (1 - self.p)
+
+
 def build_final_norm(spec: TransformerSpec) -> nn.Module:
     """The norm after a stack's last block where the spec has one (pre-norm), else the identity."""
     return build_norm(spec.norm, spec.d_model) if spec.norm.final else nn.Identity()
@@ -32,9 +55,11 @@ class TransformerBlock(nn.Module):
 
     pre-norm:  x = x + f(norm(x))          (GPT-2, LLaMA)
     post-norm: x = norm(x + f(x))          (Vaswani et al. 2017)
+
+    While training, each f's output goes through dropout and, with ``drop_path``, stochastic depth.
     """
 
-    def __init__(self, spec: TransformerSpec, cross_attention: bool = False) -> None:
+    def __init__(self, spec: TransformerSpec, cross_attention: bool = False, drop_path: float = 0.0) -> None:
         super().__init__()
         assert spec.n_kv_heads is not None and spec.d_ff is not None  # resolved by the schema
         self.pre_norm = spec.norm.position == "pre"
@@ -64,7 +89,8 @@ class TransformerBlock(nn.Module):
             )
         self.ffn_norm = build_norm(spec.norm, spec.d_model)
         self.ffn = FeedForward(spec.d_model, spec.d_ff, spec.activation, bias=spec.bias.ffn)
-        self.drop = nn.Dropout(spec.dropout.residual)
+        dropout = nn.Dropout(spec.dropout.residual)
+        self.drop = nn.Sequential(dropout, DropPath(drop_path)) if drop_path else dropout
 
     def forward(
         self,

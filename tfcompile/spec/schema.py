@@ -230,6 +230,11 @@ class DropoutSpec(Section):
     embedding: Probability = 0.0
     attention: Probability = Field(0.0, description="on the attention weights")
     residual: Probability = Field(0.0, description="on each sublayer's output, before the residual add")
+    path: Probability = Field(
+        0.0,
+        description="stochastic depth: the last block's sublayers are skipped for a whole example with "
+        "this probability while training, earlier blocks' linearly less, the first block's never",
+    )
 
 
 class TransformerSpec(Section):
@@ -828,6 +833,12 @@ class AugmentSpec(Section):
         0, description="move by up to this many pixels each way (zero-padded, cropped back)"
     )
     flip: bool = Field(False, description="mirror left-right half the time; off where that changes the class")
+    rotate: Annotated[float, Field(ge=0, le=180)] = Field(
+        0.0, description="turn about the centre by an angle drawn from [-rotate, rotate] degrees"
+    )
+    scale: Annotated[float, Field(ge=0, lt=1)] = Field(
+        0.0, description="zoom about the centre by a factor drawn from [1 - scale, 1 + scale]"
+    )
 
 
 @register_task_section

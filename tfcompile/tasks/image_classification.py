@@ -1,6 +1,6 @@
 """Image classification: labelled images, normalised with the training split's statistics,
-randomly shifted (and flipped, where the spec allows) while training; accuracy on validation and
-on a held-out test split."""
+randomly turned, zoomed, shifted and flipped (as far as the spec allows) while training; accuracy
+on validation and on a held-out test split."""
 
 from __future__ import annotations
 
@@ -31,9 +31,15 @@ if TYPE_CHECKING:
 
 
 def augment(images: torch.Tensor, spec: AugmentSpec, generator: torch.Generator) -> torch.Tensor:
-    """(B, C, S, S) -> the same, each image moved by up to ``spec.shift`` pixels each way (the
-    uncovered border is 0) and, with ``spec.flip``, mirrored left-right with probability 1/2."""
+    """(B, C, S, S) -> the same, each image turned by up to ``spec.rotate`` degrees and zoomed by
+    up to ``spec.scale`` about its centre (bilinear; what comes from outside the image is 0), then
+    moved by up to ``spec.shift`` whole pixels each way (the uncovered border is 0) and, with
+    ``spec.flip``, mirrored left-right with probability 1/2."""
     B, _, S, _ = images.shape
+    if spec.rotate or spec.scale:
+        degrees = (2 * torch.rand(B, generator=generator) - 1) * spec.rotate
+        zoom = 1 + (2 * torch.rand(B, generator=generator) - 1) * spec.scale
+        images = turn_and_zoom(images, degrees, zoom)
     if spec.shift:
         k = spec.shift
         padded = F.pad(images, (k, k, k, k))
@@ -47,6 +53,19 @@ def augment(images: torch.Tensor, spec: AugmentSpec, generator: torch.Generator)
         flip = torch.rand(B, generator=generator) < 0.5
         images = torch.where(flip[:, None, None, None], images.flip(-1), images)
     return images
+
+
+def turn_and_zoom(images: torch.Tensor, degrees: torch.Tensor, zoom: torch.Tensor) -> torch.Tensor:
+    """Image b of (B, C, S, S) turned clockwise by ``degrees[b]`` and magnified ``zoom[b]`` times
+    about its centre: output pixel p samples the input at R(-angle) p / zoom, p measured from the
+    centre (bilinear; what comes from outside the image is 0)."""
+    angle = torch.deg2rad(degrees)
+    cos, sin = torch.cos(angle) / zoom, torch.sin(angle) / zoom
+    zero = torch.zeros_like(cos)
+    rows = (torch.stack((cos, sin, zero), -1), torch.stack((-sin, cos, zero), -1))
+    theta = torch.stack(rows, 1)  # (B, 2, 3): output (x, y) -> input, in [-1, 1] coordinates
+    grid = F.affine_grid(theta.to(images.dtype), list(images.shape), align_corners=False)
+    return F.grid_sample(images, grid, mode="bilinear", padding_mode="zeros", align_corners=False)
 
 
 @register_task
