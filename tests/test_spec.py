@@ -120,6 +120,7 @@ ABSENT = {
     "train.init_from",
     "tokens",  # the tokenizer's special tokens are tfcompile's own strings
     "model.positional.scaling",  # RoPE's frequencies as trained
+    "train.loss_chunk_tokens",  # null: the loss over all logits at once, as its description says
 }
 
 

@@ -190,6 +190,16 @@ CASES = [
     Case("duplicate key", GOOD_MODEL + "  d_model: 32\n", 7, "", "duplicate key 'd_model'", None),
     Case("broken YAML", "model: [1, 2\n", None, "", "invalid YAML", None),
     Case("not a mapping", "- 1\n- 2\n", 1, "", "a spec is a mapping", "`model:`"),
+    Case(
+        "chunked loss of a task that has none",
+        "model: {family: vit, image_size: 8, patch_size: 2, d_model: 16, n_layers: 1, n_heads: 2}\n"
+        "task: {type: image_classification, labels: [a, b]}\n"
+        "train:\n  loss_chunk_tokens: 64\n",
+        4,
+        "train.loss_chunk_tokens",
+        "computes its loss in one piece",
+        "causal_lm",
+    ),
 ]
 
 

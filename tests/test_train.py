@@ -212,6 +212,7 @@ def test_the_run_records_its_spec_with_every_default_filled_in(tmp_path: Path) -
         "data.test_path",
         "data.val_path",
         "train.init_from",
+        "train.loss_chunk_tokens",
     ]
 
 

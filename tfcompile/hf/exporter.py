@@ -16,6 +16,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import torch
 from tokenizers import Tokenizer
 
 from tfcompile.destination import move_into_place, staging_folder
@@ -66,7 +67,7 @@ def export_hf(run: Path, out: Path, which: str = "best", force: bool = False) ->
     architecture = architecture_for(spec, str(run))
     replaced = destination(out, force)
     config = architecture.to_config(spec) | {"torch_dtype": "float32", "transformers_version": WRITTEN_BY}
-    state = {name: t.detach() for name, t in model.state_dict().items()}
+    state = without_vocabulary_padding({name: t.detach() for name, t in model.state_dict().items()}, spec)
     tensors = architecture.from_state(state, spec)
     tokens = token_ids(spec, run)
     config |= {f"{role}_token_id": i for role, i in tokens.items() if role in ("bos", "eos", "pad")}
@@ -91,6 +92,18 @@ def export_hf(run: Path, out: Path, which: str = "best", force: bool = False) ->
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return str(config["architectures"][0])
+
+
+# The tensors with a row per token: a decoder pads them to model.vocab_multiple_of.
+VOCABULARY_TABLES = ("embed.weight", "lm_head.weight", "lm_head.bias")
+
+
+def without_vocabulary_padding(state: dict[str, torch.Tensor], spec: Spec) -> dict[str, torch.Tensor]:
+    """The token tables cut back to vocab_size rows: the padded rows are never used, and the folder
+    is written as if there were none (config vocab_size = the tokenizer's, as transformers' GPT-2
+    has it), so its logits are the run's and its tokenizer covers every row."""
+    rows = spec.model.vocab_size
+    return {name: t[:rows] if name in VOCABULARY_TABLES else t for name, t in state.items()}
 
 
 def destination(out: Path, force: bool) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from functools import partial
 
 import torch
@@ -14,23 +15,32 @@ from tfcompile.nn.block import build_blocks, build_final_norm
 from tfcompile.nn.positional import build_positional, positions_from_mask
 from tfcompile.spec.schema import DecoderSpec
 
+# What a training loss may ask of forward instead of the logits: the final hidden states
+# (batch, seq, d_model) and the head that turns rows of them into logits; it returns the loss.
+HeadLoss = Callable[[torch.Tensor, Callable[[torch.Tensor], torch.Tensor]], torch.Tensor]
+
 
 class DecoderLM(Assembly):
     """input_ids (batch, seq) int64 [+ attention_mask (batch, seq), True/1 for real tokens]
-    -> logits (batch, seq, vocab_size)."""
+    -> logits (batch, seq, vocab_size).
+
+    The embedding and the LM head have ``spec.vocab_rows`` rows, the vocabulary padded to a
+    multiple of ``spec.vocab_multiple_of`` for the GPU's matmuls; the logits keep the first
+    vocab_size columns only, so the padded rows are never a prediction, a target or an output."""
 
     def __init__(self, spec: DecoderSpec) -> None:
         super().__init__()
-        vocab_size = require_vocab_size(spec)
+        self.vocab_size = require_vocab_size(spec)
+        self.padded = spec.vocab_rows > self.vocab_size
         self.spec = spec
-        self.embed = nn.Embedding(vocab_size, spec.d_model)
+        self.embed = nn.Embedding(spec.vocab_rows, spec.d_model)
         self.embed_scale = math.sqrt(spec.d_model)
         self.positional = build_positional(spec, bidirectional=False)
         self.drop = nn.Dropout(spec.dropout.embedding)
         self.blocks = build_blocks(spec, spec.n_layers)
         self.final_norm = build_final_norm(spec)
         self.output_scale = spec.d_model**-0.5 if spec.scale_output else 1.0
-        self.lm_head = nn.Linear(spec.d_model, vocab_size, bias=spec.bias.lm_head)
+        self.lm_head = nn.Linear(spec.d_model, spec.vocab_rows, bias=spec.bias.lm_head)
         self.apply(partial(init_weights, std=spec.init_std))
         if spec.tie_embeddings:
             self.lm_head.weight = self.embed.weight
@@ -40,11 +50,30 @@ class DecoderLM(Assembly):
         input_ids: torch.Tensor,
         attention_mask: torch.Tensor | None = None,
         cache: list[KVCache] | None = None,
+        loss: HeadLoss | None = None,
     ) -> torch.Tensor:
-        """With ``cache`` (one KVCache per layer, P tokens so far), input_ids are the next T tokens,
-        attention_mask covers all P + T, and each layer's cache is extended by the T new tokens.
-        Positions count the real tokens of the mask (a left-padded row is encoded as it would be
-        alone); without a mask they are the column indices."""
+        """The logits (B, T, vocab_size), or with ``loss`` what it makes of the final hidden states
+        and the head (a training loss that never holds every position's logits at once). Called
+        through forward, the loss runs inside whatever wraps the model (DDP, FSDP, torch.compile)."""
+        x = self.hidden(input_ids, attention_mask, cache)
+        return self.head(x) if loss is None else loss(x, self.head)
+
+    def head(self, x: torch.Tensor) -> torch.Tensor:
+        """Final hidden states (..., d_model) -> logits (..., vocab_size), padded rows left out."""
+        logits = self.lm_head(x)
+        return logits[..., : self.vocab_size] if self.padded else logits
+
+    def hidden(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        cache: list[KVCache] | None = None,
+    ) -> torch.Tensor:
+        """The final hidden states (B, T, d_model), what the LM head reads. With ``cache`` (one
+        KVCache per layer, P tokens so far), input_ids are the next T tokens, attention_mask covers
+        all P + T, and each layer's cache is extended by the T new tokens. Positions count the real
+        tokens of the mask (a left-padded row is encoded as it would be alone); without a mask they
+        are the column indices."""
         past = cache[0].length if cache else 0
         self._check_inputs(input_ids, attention_mask, past)
         T = input_ids.shape[1]
@@ -63,7 +92,7 @@ class DecoderLM(Assembly):
         mask = None if use_kernel_causal else may_attend(index[past:], index, True, padding)
         for i, block in enumerate(self.blocks):
             x = block(x, mask, use_kernel_causal, rotary, bias, cache[i] if cache else None)
-        return self.lm_head(self.final_norm(x) * self.output_scale)  # (B, T, vocab)
+        return self.final_norm(x) * self.output_scale  # (B, T, d)
 
     def example_inputs(self, batch: int = 1) -> tuple[torch.Tensor, ...]:
         """Inputs of the full context's length, on the model's device (summaries, tracing)."""

@@ -122,9 +122,16 @@ class _MultiHead(nn.Module):
         attn_mask: torch.Tensor | None,
         is_causal: bool,
     ) -> torch.Tensor:
-        """q (B, H, T, hd), k and v (B, Hkv, S, hd), attn_mask additive (.., T, S) -> (B, T, d_model)."""
+        """q (B, H, T, hd), k and v (B, Hkv, S, hd), attn_mask additive (.., T, S) -> (B, T, d_model).
+
+        Grouped K/V heads go to SDPA as they are (``enable_gqa``, no copies) where its fused kernels
+        take them: without a mask (with one, CUDA falls back to the math kernel) and outside an ONNX
+        export, whose graphs keep the repeated form that `tfcompile optimize`'s fusers match. Elsewhere
+        each K/V head is repeated for the query heads it serves."""
         B, _, T, _ = q.shape
-        if self.n_kv_heads != self.n_heads:
+        grouped = self.n_kv_heads != self.n_heads
+        enable_gqa = grouped and attn_mask is None and not torch.onnx.is_in_onnx_export()
+        if grouped and not enable_gqa:
             repeats = self.n_heads // self.n_kv_heads
             k = k.repeat_interleave(repeats, dim=1)  # (B, H, S, hd)
             v = v.repeat_interleave(repeats, dim=1)
@@ -136,6 +143,7 @@ class _MultiHead(nn.Module):
             dropout_p=self.dropout if self.training else 0.0,
             is_causal=is_causal,
             scale=self.scale,
+            enable_gqa=enable_gqa,
         )  # (B, H, T, hd)
         return self.out(y.transpose(1, 2).clone(memory_format=torch.contiguous_format).view(B, T, -1))
 

@@ -356,8 +356,13 @@ class TransformerSpec(Section):
 
     def lm_head_parameters(self) -> int:
         """The projection to the vocabulary: free unless tied to the embedding, plus its bias."""
-        vocab = self._vocab()
-        return vocab * self.d_model * (not self.tie_embeddings) + vocab * self.bias.lm_head
+        rows = self.vocab_rows
+        return rows * self.d_model * (not self.tie_embeddings) + rows * self.bias.lm_head
+
+    @property
+    def vocab_rows(self) -> int:
+        """Rows of the token embedding and the LM head: the vocabulary (a decoder may pad it)."""
+        return self._vocab()
 
     def body_parameters(self) -> int:
         """Everything the family builds below a task's head."""
@@ -396,14 +401,25 @@ class DecoderSpec(TransformerSpec):
 
     family: Literal["decoder"] = "decoder"
     scale_output: bool = Field(False, description=SCALE_OUTPUT)
+    vocab_multiple_of: PositiveInt = Field(
+        1,
+        description="pad the embedding and LM head to a multiple of this many rows (64: GPT-2's 50257 -> "
+        "50304) for faster GPU matmuls; the padded rows are never input, target or sampled (the logits "
+        "have vocab_size columns) and exports drop them",
+    )
 
     @property
     def causal(self) -> bool:
         return True
 
+    @property
+    def vocab_rows(self) -> int:
+        m = self.vocab_multiple_of
+        return -(-self._vocab() // m) * m
+
     def body_parameters(self) -> int:
         return (
-            self._vocab() * self.d_model
+            self.vocab_rows * self.d_model
             + self.positional.parameters(self)
             + self.n_layers * self.block_parameters()
             + self.final_norm_parameters()
@@ -657,12 +673,14 @@ class DataSpec(Section):
 class TaskSection(Section):
     """A ``task:`` section. Each task declares, besides its fields, what the spec layer checks
     without knowing the task: the model families it trains, the built-in data sets it reads, the
-    fields training takes from the data when the spec leaves them out, and the parameters of the
-    head it puts on the family's body."""
+    fields training takes from the data when the spec leaves them out, whether its loss can run
+    in chunks (``train.loss_chunk_tokens``), and the parameters of the head it puts on the
+    family's body."""
 
     families: ClassVar[tuple[str, ...]]
     builtin_data: ClassVar[tuple[str, ...]] = ()
     data_sizes: ClassVar[tuple[str, ...]] = ()
+    chunked_loss: ClassVar[bool] = False
 
     type: str
 
@@ -715,6 +733,7 @@ def _labels_head(model: Any, labels: list[str] | None) -> int:
 @register_task_section
 class CausalLMTask(TaskSection):
     families = ("decoder",)
+    chunked_loss = True
 
     type: Literal["causal_lm"] = "causal_lm"
     label_smoothing: Probability = 0.0
@@ -925,6 +944,26 @@ class TrainSpec(Section):
     compile: bool | None = Field(
         None, description="torch.compile the model; default: on CUDA, off on the CPU"
     )
+    parallel: Literal["ddp", "fsdp"] = Field(
+        "ddp",
+        description="how torchrun's processes share the model: ddp, each holds all of it; fsdp, the "
+        "weights, gradients and optimizer state are sharded across them per block (FSDP2), with "
+        "sharded checkpoints that resume on any number of processes",
+    )
+    activation_checkpointing: bool = Field(
+        False, description="recompute each block's activations in the backward pass instead of keeping them"
+    )
+    cpu_offload: bool = Field(
+        False,
+        description="with parallel fsdp: the sharded weights, gradients and optimizer state kept in host "
+        "memory, each block's weights copied to the GPU for its forward and backward, the optimizer "
+        "stepping on the CPU (a model whose training state exceeds the GPUs' memory)",
+    )
+    loss_chunk_tokens: PositiveInt | None = Field(
+        None,
+        description="causal_lm: the loss over this many tokens' logits at a time, each chunk's recomputed "
+        "in backward, so that (tokens x vocabulary) logits never exist at once; null: all at once",
+    )
     eval_interval: PositiveInt = 250
     eval_batches: PositiveInt = 20
     checkpoint_interval: PositiveInt = 500
@@ -946,6 +985,24 @@ class TrainSpec(Section):
     def _default_eval_seed(self) -> TrainSpec:
         if self.eval_seed is None:
             self._resolve(eval_seed=self.seed)
+        return self
+
+    @model_validator(mode="after")
+    def _sharding_rules(self) -> TrainSpec:
+        rules = Rules()
+        rules.require(
+            self.parallel != "fsdp" or self.precision != "fp16",
+            ("precision",),
+            "fp16 needs loss scaling, which tfcompile does not do over FSDP's sharded gradients",
+            "use precision bf16 (or fp32) with parallel fsdp",
+        )
+        rules.require(
+            self.parallel == "fsdp" or not self.cpu_offload,
+            ("cpu_offload",),
+            "cpu_offload keeps FSDP's shards in host memory, but parallel is ddp",
+            "set train.parallel to fsdp, or leave cpu_offload out",
+        )
+        rules.check()
         return self
 
 
@@ -1045,6 +1102,13 @@ class Spec(Section):
                 "use data.path, or a task that reads it: "
                 f"{_choices(t for t, s in TASK_SECTIONS.items() if self.data.builtin in s.builtin_data)}",
             )
+        rules.require(
+            self.train.loss_chunk_tokens is None or self.task.chunked_loss,
+            ("train", "loss_chunk_tokens"),
+            f"task {self.task.type!r} computes its loss in one piece",
+            "leave train.loss_chunk_tokens out, or use a task whose loss runs in chunks: "
+            f"{_choices(t for t, s in TASK_SECTIONS.items() if s.chunked_loss)}",
+        )
         assert self.model.max_seq_len is not None  # every family resolves it
         if self.train.context_length is not None:
             rules.require(

@@ -3,7 +3,8 @@ generation through the shared search (tfcompile.search)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -11,6 +12,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from tokenizers import Tokenizer
+from torch.utils.checkpoint import checkpoint
 
 from tfcompile import search
 from tfcompile.data import check_fits_context, lm_batch, prepare_corpus
@@ -38,6 +40,35 @@ def causal_lm_loss(logits: torch.Tensor, targets: torch.Tensor, label_smoothing:
         ignore_index=IGNORE_INDEX,
         label_smoothing=label_smoothing,
     )
+
+
+@dataclass(frozen=True)
+class ChunkedLoss:
+    """causal_lm_loss from the final hidden states, ``chunk`` rows at a time: each chunk's logits
+    are made, upcast, reduced to a summed loss and freed, then made again in backward
+    (activation checkpointing per chunk), so that (tokens x vocabulary) logits never exist at
+    once. Passed to DecoderLM.forward as its ``loss``; equal to the plain loss (mean over the
+    real tokens, with label smoothing) up to float rounding."""
+
+    targets: torch.Tensor  # (B, T), IGNORE_INDEX at padding
+    chunk: int
+    label_smoothing: float = 0.0
+
+    def __call__(self, hidden: torch.Tensor, head: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+        rows, targets = hidden.flatten(0, 1), self.targets.flatten()  # (B*T, d), (B*T,)
+
+        def summed(h: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+            return F.cross_entropy(
+                head(h).float(),
+                t,
+                ignore_index=IGNORE_INDEX,
+                label_smoothing=self.label_smoothing,
+                reduction="sum",
+            )
+
+        chunks = zip(rows.split(self.chunk), targets.split(self.chunk), strict=True)
+        total = torch.stack([checkpoint(summed, h, t, use_reentrant=False) for h, t in chunks]).sum()
+        return total / (targets != IGNORE_INDEX).sum()
 
 
 @register_task
@@ -68,6 +99,7 @@ class LanguageModelling(Task):
     def __init__(self, spec: Spec, cache_dir: Path, tokenizer: Tokenizer | None = None) -> None:
         assert isinstance(spec.task, CausalLMTask) and spec.data is not None
         self.task = spec.task
+        self.loss_chunk = spec.train.loss_chunk_tokens
         self.context = spec.context_length
         specials = CAUSAL_LM_TOKENS if spec.task.special_tokens else ()
         self.corpus = prepare_corpus(spec.data, cache_dir, tokenizer, specials)
@@ -80,7 +112,10 @@ class LanguageModelling(Task):
         return {"input_ids": x, "targets": y}
 
     def loss(self, model: ModelFn, batch: Batch) -> torch.Tensor:
-        return causal_lm_loss(model(batch["input_ids"]), batch["targets"], self.task.label_smoothing)
+        smoothing = self.task.label_smoothing
+        if self.loss_chunk is None:
+            return causal_lm_loss(model(batch["input_ids"]), batch["targets"], smoothing)
+        return model(batch["input_ids"], loss=ChunkedLoss(batch["targets"], self.loss_chunk, smoothing))
 
     def evaluate(self, model: ModelFn, batches: Iterator[Batch]) -> dict[str, float]:
         losses = [causal_lm_loss(model(b["input_ids"]), b["targets"]).item() for b in batches]

@@ -10,6 +10,16 @@ under a temporary name, flushes it and renames it into place; only then are the 
 removed. So ``last`` and ``best`` name a complete checkpoint at every instant, whatever fails or
 crashes. The folder ``last`` named before is kept too: a resume that finds ``last`` damaged falls
 back to the newest checkpoint that loads, with a warning.
+
+A run sharded with FSDP (``train.parallel: fsdp``) writes its weights and optimizer state as each
+process holds them, with torch.distributed.checkpoint, into the same kind of folder:
+
+    RUN/checkpoints/step-000500/sharded/            .metadata and one __RANK_0.distcp per process
+    RUN/checkpoints/step-000500/state.pt            as above, less the optimizer
+
+Every process writes its shard into the temporary folder, and rank 0 commits it as above once all
+have; the shards are read back by any number of processes (they are resharded on load), and
+``load_weights`` reads them into a whole model in one process (export, init_from).
 """
 
 from __future__ import annotations
@@ -26,6 +36,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import torch
+import torch.distributed as dist
 from safetensors import SafetensorError
 from safetensors.torch import load_model, save_model
 from torch import nn
@@ -33,10 +44,12 @@ from torch import nn
 from tfcompile.errors import UserError
 from tfcompile.files import atomic_write_text, fsync_dir, fsync_file
 from tfcompile.spec.schema import OptimizerSpec
+from tfcompile.train.distributed import World, is_sharded
 from tfcompile.train.optim import build_optimizer
 
 MODEL_FILE = "model.safetensors"
 STATE_FILE = "state.pt"
+SHARDED_DIR = "sharded"
 POINTERS = ("last", "best")
 FOLDER_NAME = re.compile(r"step-(\d{6,})(?:-(\d+))?")
 T = TypeVar("T")
@@ -61,44 +74,122 @@ def checkpoint_dir(run_dir: Path) -> Path:
 def save_checkpoint(
     run_dir: Path, step: int, model: nn.Module, state: dict[str, Any], best: bool = False
 ) -> Path:
-    """Write the checkpoint of ``step`` and move ``last`` (and ``best``) to it. Whatever fails,
-    the temporaries go, and so does the new folder unless a pointer names it already (the commit
-    point); a failed write is a CheckpointError naming the intact checkpoint."""
+    """Write the checkpoint of ``step`` (rank 0 alone: the model is whole on every process) and move
+    ``last`` (and ``best``) to it; see ``_commit``."""
+
+    def write(folder: Path) -> None:
+        save_model(model, str(folder / MODEL_FILE))
+        _write_state(folder, state)
+
+    return _commit(run_dir, step, best, World(), lambda folder: None, write)
+
+
+def save_sharded_checkpoint(
+    run_dir: Path,
+    step: int,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    state: dict[str, Any],
+    world: World,
+    best: bool = False,
+) -> Path:
+    """Every process calls it: each writes its shard of the weights and the optimizer's state;
+    rank 0 adds ``state`` (no optimizer in it) and commits the folder; see ``_commit``."""
+
+    import torch.distributed.checkpoint as dcp  # here: importing it takes about a second
+    from torch.distributed.checkpoint.api import CheckpointException
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    def write_shards(folder: Path) -> None:
+        model_state, optimizer_state = get_state_dict(model, optimizer)
+        try:
+            dcp.save({"model": model_state, "optimizer": optimizer_state}, checkpoint_id=folder / SHARDED_DIR)
+        except CheckpointException as e:  # a BaseException, each process's failure in .failures
+            raise RuntimeError(f"writing the shards failed: {_first_line(e)}") from e
+
+    return _commit(run_dir, step, best, world, write_shards, lambda folder: _write_state(folder, state))
+
+
+def _commit(
+    run_dir: Path,
+    step: int,
+    best: bool,
+    world: World,
+    write_all: Callable[[Path], None],
+    write_main: Callable[[Path], None],
+) -> Path:
+    """Rank 0 makes the temporary folder; every process ``write_all``s into it (a collective write
+    that fails on every process together); rank 0 ``write_main``s, flushes, renames the folder into
+    place and moves the pointers. Whatever fails, the temporaries go, and so does the new folder
+    unless a pointer names it already (the commit point); a failed write is a CheckpointError naming
+    the intact checkpoint, on every process."""
     root = checkpoint_dir(run_dir)
+    try:
+        previous, final = world.from_main(lambda: _start(root, step))
+    except Exception as e:
+        failure = _write_failure(e, step, run_dir)
+        if failure is None:
+            raise
+        raise failure from e
+    tmp = root / f".{final.name}.tmp"
+    try:
+        write_all(tmp)
+        world.from_main(lambda: _finish(root, tmp, final, best, write_main))
+    except Exception as e:
+        failure = _write_failure(e, step, run_dir)
+        if failure is None:
+            raise
+        raise failure from e
+    finally:
+        if world.is_main:
+            remove_temporaries(root)
+            if final.name in _named(root):  # committed: the folders no longer needed go
+                _prune(root, previous)
+            else:
+                shutil.rmtree(final, ignore_errors=True)
+    return final
+
+
+def _write_failure(error: BaseException, step: int, run_dir: Path) -> CheckpointError | None:
+    """A CheckpointError for a write the operating system refused, or None for any other failure."""
+    cause = os_error(error)
+    if cause is None:
+        return None
+    return CheckpointError(write_failure(cause, f"writing the checkpoint of step {step}", run_dir))
+
+
+def _start(root: Path, step: int) -> tuple[str | None, Path]:
+    """-> (the folder ``last`` names now, the new checkpoint's folder), its temporary folder made."""
     root.mkdir(parents=True, exist_ok=True)
     previous = _pointed(root / "last")
     final = _new_folder(root, step)
-    tmp = root / f".{final.name}.tmp"
     remove_temporaries(root)  # a killed process's
-    try:
-        tmp.mkdir()
-        save_model(model, str(tmp / MODEL_FILE))
-        with open(tmp / STATE_FILE, "wb") as f:  # a file object: torch then chains the OSError
-            torch.save(state, f)
-        for file in tmp.iterdir():
-            fsync_file(file)
-        tmp.rename(final)
-        fsync_dir(root)  # the folder's name is on disk before any pointer names it
-        atomic_write_text(root / "last", final.name + "\n")
-        if best:
-            atomic_write_text(root / "best", final.name + "\n")
-    except Exception as e:
-        cause = os_error(e)
-        if cause is None:
-            raise
-        raise CheckpointError(write_failure(cause, f"writing the checkpoint of step {step}", run_dir)) from e
-    finally:
-        remove_temporaries(root)
-        if final.name in _named(root):  # committed: the folders no longer needed go
-            _prune(root, previous)
+    (root / f".{final.name}.tmp").mkdir()
+    return previous, final
+
+
+def _finish(root: Path, tmp: Path, final: Path, best: bool, write: Callable[[Path], None]) -> None:
+    write(tmp)
+    for path in sorted(tmp.rglob("*")):
+        if path.is_file():
+            fsync_file(path)
         else:
-            shutil.rmtree(final, ignore_errors=True)
-    return final
+            fsync_dir(path)
+    tmp.rename(final)
+    fsync_dir(root)  # the folder's name is on disk before any pointer names it
+    atomic_write_text(root / "last", final.name + "\n")
+    if best:
+        atomic_write_text(root / "best", final.name + "\n")
+
+
+def _write_state(folder: Path, state: dict[str, Any]) -> None:
+    with open(folder / STATE_FILE, "wb") as f:  # a file object: torch then chains the OSError
+        torch.save(state, f)
 
 
 def training_state(
     step: int,
-    optimizer: torch.optim.Optimizer,
+    optimizer: torch.optim.Optimizer | None,
     scaler: torch.amp.GradScaler,
     best: float | None,
     window: tuple[float, int] = (0.0, 0),
@@ -106,11 +197,12 @@ def training_state(
     cuda: bool = False,
 ) -> dict[str, Any]:
     """What a checkpoint's state.pt keeps besides the weights, the keys ``train --resume`` reads:
-    the step, the optimizer's and scaler's states, the best validation score, the loss window
-    (summed loss, steps) not yet logged, the training time so far, and the RNG states."""
+    the step, the optimizer's (None: it is sharded with the weights) and scaler's states, the best
+    validation score, the loss window (summed loss, steps) not yet logged, the training time so
+    far, and the RNG states."""
     return {
         "step": step,
-        "optimizer": optimizer.state_dict(),
+        **({"optimizer": optimizer.state_dict()} if optimizer is not None else {}),
         "scaler": scaler.state_dict(),
         "best": best,
         "window_loss": window[0],
@@ -181,10 +273,84 @@ def load_latest(run_dir: Path, load: Callable[[Path], T], repair: bool) -> tuple
 
 
 def load_weights(model: nn.Module, path: Path) -> None:
+    """The checkpoint's weights into a whole ``model`` in this process alone, sharded or not."""
+    if is_sharded_checkpoint(path):
+        state = {"model": model.state_dict()}
+        _load_shards(state, path, no_dist=True)
+        model.load_state_dict(state["model"])
+        return
     try:
         missing, unexpected = load_model(model, str(path / MODEL_FILE), strict=False)
     except (SafetensorError, OSError) as e:
         raise DamagedCheckpoint(f"the checkpoint {path} is damaged: {MODEL_FILE}: {_first_line(e)}") from e
+    _check_fits(path, missing, unexpected)
+
+
+def load_training(
+    path: Path, model: nn.Module, optimizer: torch.optim.Optimizer, state: dict[str, Any]
+) -> None:
+    """The checkpoint's weights and optimizer state into the trainer's ``model`` and ``optimizer``
+    (every process calls it): a sharded checkpoint into a model sharded over any number of
+    processes, or whole; an unsharded one into a whole model (``state``: its state.pt)."""
+    if is_sharded_checkpoint(path):
+        from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+        model_state, optimizer_state = get_state_dict(model, optimizer)
+        shards: dict[str, Any] = {"model": model_state, "optimizer": optimizer_state}
+        _load_shards(shards, path, no_dist=not dist.is_initialized())
+        set_state_dict(
+            model, optimizer, model_state_dict=shards["model"], optim_state_dict=shards["optimizer"]
+        )
+        return
+    if is_sharded(model):
+        raise CheckpointError(
+            f"the checkpoint {path} holds a whole model (written with train.parallel=ddp), which a run "
+            f"sharded with FSDP does not resume: resume with --set train.parallel=ddp"
+        )
+    load_weights(model, path)
+    optimizer.load_state_dict(state["optimizer"])
+
+
+def is_sharded_checkpoint(path: Path) -> bool:
+    return (path / SHARDED_DIR).is_dir()
+
+
+def _load_shards(state: dict[str, Any], path: Path, no_dist: bool) -> None:
+    """Fill ``state`` ({"model": ..., "optimizer": ...}, tensors sharded or whole) in place from a
+    sharded checkpoint, after checking that its weights fit ``state["model"]``."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.api import CheckpointException
+    from torch.distributed.checkpoint.filesystem import FileSystemReader
+
+    folder = path / SHARDED_DIR
+    try:
+        metadata = FileSystemReader(folder).read_metadata()
+    except Exception as e:
+        raise DamagedCheckpoint(f"the checkpoint {path} is damaged: {SHARDED_DIR}: {_first_line(e)}") from e
+    _check_fits(path, *_differences(metadata, state["model"]))
+    try:
+        with warnings.catch_warnings():  # no_dist: torch warns that it reads in one process
+            warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+            dcp.load(state, checkpoint_id=folder, no_dist=no_dist)
+    except (Exception, CheckpointException) as e:
+        raise DamagedCheckpoint(f"the checkpoint {path} is damaged: {SHARDED_DIR}: {_first_line(e)}") from e
+
+
+def _differences(metadata: Any, model_state: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """(the model's tensors the checkpoint lacks or holds in another shape, the checkpoint's
+    weights the model lacks); ``metadata``: the checkpoint's torch.distributed.checkpoint Metadata."""
+    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+
+    saved = {
+        name.removeprefix("model."): tuple(entry.size)
+        for name, entry in metadata.state_dict_metadata.items()
+        if name.startswith("model.") and isinstance(entry, TensorStorageMetadata)
+    }
+    missing = [name for name, tensor in model_state.items() if saved.get(name) != tuple(tensor.shape)]
+    return missing, [name for name in saved if name not in model_state]
+
+
+def _check_fits(path: Path, missing: list[str], unexpected: list[str]) -> None:
     if missing or unexpected:
         raise CheckpointError(
             f"the checkpoint {path} does not fit the model: "
@@ -215,11 +381,16 @@ def write_failure(error: OSError, what: str, run_dir: Path) -> str:
 
 def os_error(error: BaseException) -> OSError | None:
     """The operating system's error behind a failed write, or None for any other failure. torch
-    chains it under a RuntimeError; safetensors quotes it as '(os error N)'."""
+    chains it under a RuntimeError; safetensors quotes it as '(os error N)';
+    torch.distributed.checkpoint gathers each process's failure into a CheckpointException."""
     seen: BaseException | None = error
     while seen is not None:
         if isinstance(seen, OSError):
             return seen
+        failures = getattr(seen, "failures", None)  # a CheckpointException: {rank: (error, trace)}
+        if isinstance(failures, dict):
+            causes = (os_error(failure) for failure, _ in failures.values())
+            return next((cause for cause in causes if cause is not None), None)
         code = re.search(r"\(os error (\d+)\)", str(seen))
         if code:
             return OSError(int(code[1]), os.strerror(int(code[1])))

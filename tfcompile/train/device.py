@@ -1,5 +1,5 @@
 """Where training runs: the device, the process group under torchrun, numerics (TF32, autocast),
-and the model as the step calls it (torch.compile, DistributedDataParallel)."""
+and the model as the step calls it (tfcompile.train.parallel: torch.compile, DDP or FSDP)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.nn.parallel import DistributedDataParallel
 
 from tfcompile.memory import gigabytes, physical_memory, too_large
 from tfcompile.spec.schema import Spec, TrainSpec
+from tfcompile.train import parallel
 from tfcompile.train.distributed import World, join_world
 from tfcompile.train.runs import TrainError
 
@@ -44,9 +44,12 @@ class Placement:
         allocated (the operating system would kill the process rather than raise): a lower bound
         of what training holds, the model's state and one batch's outputs, against the memory."""
         params = spec.parameter_count() or 0
-        state = 16 * params  # fp32 weights and gradients, and the optimizer's two moments
+        shards = self.world.size if spec.train.parallel == "fsdp" else 1
+        state = 16 * params // shards  # fp32 weights and gradients, and the optimizer's two moments
         tokens = spec.train.batch_size * spec.context_length
         outputs = 2 * tokens * max(spec.model.vocab_size or 0, spec.model.d_model)  # 16-bit at least
+        if spec.train.cpu_offload:  # the state lives in host memory, beside the device
+            state = 0
         available = self.memory()
         if too_large(state + outputs, available):
             where = f"{self.device.type} memory ({gigabytes(available)})"
@@ -62,12 +65,8 @@ class Placement:
             )
 
     def wrap(self, model: nn.Module, spec: TrainSpec) -> Any:
-        """The model as the training step calls it: compiled, and data-parallel under torchrun."""
-        forward = torch.compile(model) if self.compiles(spec) else model
-        if self.world.distributed:
-            ids = [self.device.index] if self.device.type == "cuda" else None
-            forward = DistributedDataParallel(forward, device_ids=ids)
-        return forward
+        """The model as the training step calls it (tfcompile.train.parallel decides)."""
+        return parallel.wrap(model, spec, self.world, self.device, self.compiles(spec))
 
 
 def place(spec: TrainSpec) -> Placement:
@@ -77,7 +76,7 @@ def place(spec: TrainSpec) -> Placement:
         raise TrainError("train.device is cuda, but no CUDA device is available; use auto or cpu")
     choice = spec.device if spec.device != "auto" else "cuda" if torch.cuda.is_available() else "cpu"
     device = torch.device(choice)
-    world = join_world(device.type)
+    world = join_world(device.type, group_of_one=spec.parallel == "fsdp")
     if world.distributed:
         if device.type == "cuda":
             device = torch.device("cuda", world.local_rank)

@@ -2,10 +2,11 @@
 learning-rate schedule; every so often evaluate and checkpoint.
 
 Around it, in small pieces of their own: where it runs (train.device: the device, torchrun, TF32,
-autocast, compile), the batches (train.batches: reproducible, prefetched), checkpoints
-(train.checkpoint: atomic), metrics (train.metrics), progress (train.progress), the run folder's
-lock (train.lock: one writer at a time), and Ctrl-C, which finishes the current step, saves and
-stops. A resumed run reaches the weights of a run that never stopped.
+autocast), how the processes share the model (train.parallel: compile, DDP or FSDP, activation
+checkpointing), the batches (train.batches: reproducible, prefetched), checkpoints
+(train.checkpoint: atomic, whole or sharded), metrics (train.metrics), progress (train.progress),
+the run folder's lock (train.lock: one writer at a time), and Ctrl-C, which finishes the current
+step, saves and stops. A resumed run reaches the weights of a run that never stopped.
 """
 
 from __future__ import annotations
@@ -26,21 +27,23 @@ from tfcompile.data import load_tokenizer
 from tfcompile.files import PREPROCESSING_FILE, TOKENIZER_FILE, atomic_write_text
 from tfcompile.spec import Spec, dump_spec
 from tfcompile.summary import forward_flops_per_token
-from tfcompile.tasks.task import build_model, task_of
+from tfcompile.tasks.task import Task, build_model, task_of
+from tfcompile.train import parallel
 from tfcompile.train.batches import BatchStream
 from tfcompile.train.checkpoint import (
     checkpoint_folders,
     intact,
     load_latest,
     load_state,
-    load_weights,
+    load_training,
     remove_temporaries,
     save_checkpoint,
+    save_sharded_checkpoint,
     training_state,
     write_failure,
 )
 from tfcompile.train.device import place
-from tfcompile.train.distributed import leave_world
+from tfcompile.train.distributed import is_sharded, leave_world
 from tfcompile.train.lock import RunLock
 from tfcompile.train.metrics import METRICS_FILE, MetricsLog, TrainingClock, Window
 from tfcompile.train.optim import build_optimizer
@@ -91,6 +94,7 @@ class Trainer:
             self._set_up(spec, resume)
         except BaseException:
             self._unlock()
+            leave_world(self.world)
             raise
 
     def _set_up(self, spec: Spec, resume: bool) -> None:
@@ -107,6 +111,8 @@ class Trainer:
         init_run = t.init_from
         self.initialized_from = init_from_run(model, self.spec, init_run) if init_run and not resume else None
         self.model = model.to(self.device)
+        parallel.prepare(self.model, t, self.device, self.placement.compiles(t))  # sharded in place (FSDP)
+        self.sharded = is_sharded(self.model)
         self.optimizer = build_optimizer(self.model, t.optimizer, self.device)
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=t.precision == "fp16")
         self.step = 0
@@ -130,12 +136,13 @@ class Trainer:
     # ------------------------------------------------------------------ the loop
 
     def train(self) -> TrainResult:
-        """Train to ``train.steps`` (or until Ctrl-C); the run folder's lock is released at the end,
-        however it ends."""
+        """Train to ``train.steps`` (or until Ctrl-C); the run folder's lock is released and the
+        process group left at the end, however it ends."""
         try:
             return self._train()
         finally:
             self._unlock()
+            leave_world(self.world)
 
     def _train(self) -> TrainResult:
         t = self.spec.train
@@ -168,23 +175,21 @@ class Trainer:
                     record["elapsed_s"] = self.clock.seconds()
                     self.metrics.append(record)
                     progress.update(step, record)
-                if self.world.is_main and (self._due(step, t.checkpoint_interval) or improved):
+                if self._due(step, t.checkpoint_interval) or improved:
                     self.save(best=improved)
                 if self.on_step is not None:
                     self.on_step(self, step)
             self.stop_requested = self.world.any(self.stop_requested, self.device)
             self.batches.close()
             if self.stop_requested:
-                if self.world.is_main:
-                    self.save()
+                self.save()
                 progress.log(f"stopped at step {self.step}; resume with --resume {self.run_dir}")
-            elif self.world.is_main:
-                test = self.task.test_metrics(self.model, self.device)
+            else:
+                test = self._test_metrics()
                 if test:
                     self.metrics.append({"step": self.step, **test})
                     progress.log(", ".join(f"{k.replace('_', ' ')} {v:.2f}" for k, v in test.items()))
                     metrics = {**metrics, **test}
-        leave_world(self.world)
         return TrainResult(
             self.run_dir, self.step, val_loss, self.best, self.task.best_metric, self.stop_requested, metrics
         )
@@ -205,9 +210,8 @@ class Trainer:
         for micro, cpu_batch in enumerate(self.batches.for_step(step)):
             batch = self.batches.to_device(cpu_batch)
             last = micro == t.grad_accum - 1
-            # DDP averages gradients across ranks on the last micro-batch's backward only.
-            sync = contextlib.nullcontext() if last or not self.world.distributed else self.forward.no_sync()
-            with sync:
+            # DDP and FSDP reduce gradients across ranks on the last micro-batch's backward only.
+            with parallel.gradient_sync(self.forward, self.world, sync=last):
                 with self.placement.autocast():
                     loss = self.task.loss(self.forward, batch) / t.grad_accum
                 self.scaler.scale(loss).backward()
@@ -229,7 +233,7 @@ class Trainer:
         self.scaler.step(self.optimizer)
         self.scaler.update()
         self.optimizer.zero_grad(set_to_none=True)
-        return float(grad_norm)
+        return parallel.full_norm(grad_norm)
 
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
@@ -238,17 +242,42 @@ class Trainer:
         with self.placement.autocast():
             return self.task.evaluate(self.forward, self.batches.validation())
 
-    def save(self, best: bool = False) -> Path:
+    def save(self, best: bool = False) -> Path | None:
+        """Checkpoint the step (every process calls it) -> its folder, on the processes that wrote
+        it: rank 0 alone for a whole model, every process for a sharded one."""
         state = training_state(
             self.step,
-            self.optimizer,
+            None if self.sharded else self.optimizer,  # sharded: saved with the weights
             self.scaler,
             self.best,
             (self.window.loss, self.window.steps),
             self.clock.seconds(),
             cuda=self.device.type == "cuda",
         )
+        if self.sharded:
+            return save_sharded_checkpoint(
+                self.run_dir, self.step, self.model, self.optimizer, state, self.world, best=best
+            )
+        if not self.world.is_main:
+            return None
         return save_checkpoint(self.run_dir, self.step, self.model, state, best=best)
+
+    def _test_metrics(self) -> dict[str, float]:
+        """The task's metrics on its test split after training, measured by rank 0 on the whole
+        model (under FSDP gathered from every process's shard, when the task has any to measure)."""
+        if not self.sharded:
+            return self.task.test_metrics(self.model, self.device) if self.world.is_main else {}
+        if type(self.task).test_metrics is Task.test_metrics:  # none: nothing worth gathering
+            return {}
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+        options = StateDictOptions(full_state_dict=True, cpu_offload=True)  # on rank 0 alone
+        state = get_model_state_dict(self.model, options=options)
+        if not self.world.is_main:
+            return {}
+        model = build_model(self.spec)
+        model.load_state_dict(state)
+        return self.task.test_metrics(model.to(self.device), self.device)
 
     # ------------------------------------------------------------------ bookkeeping
 
@@ -257,9 +286,12 @@ class Trainer:
         t = self.spec.train
         params = sum(p.numel() for p in self.model.parameters())
         batch = t.batch_size * t.grad_accum
+        how: list[str] = [t.precision]
+        how += [f"{self.world.size} processes"] if self.world.distributed else []
+        how += [f"sharded (fsdp{', cpu offload' if t.cpu_offload else ''})"] if self.sharded else []
+        how += ["activation checkpointing"] if t.activation_checkpointing else []
         lines = [
-            f"{self.run_dir.name}: {params:,} parameters on {self.device} ({t.precision}"
-            f"{', ' + str(self.world.size) + ' processes' if self.world.distributed else ''}), "
+            f"{self.run_dir.name}: {params:,} parameters on {self.device} ({', '.join(how)}), "
             f"{batch} x {self.spec.context_length} = {batch * self.spec.context_length:,} tokens a step "
             f"at most, {t.steps:,} steps" + (f" from step {self.step:,}" if self.step else ""),
             f"checkpoints: {self.run_dir / 'checkpoints'} (every {t.checkpoint_interval:,} steps, at each "
@@ -349,11 +381,11 @@ class Trainer:
         """Load the newest checkpoint that loads (``last``, unless it is damaged) and continue from it."""
 
         def load(path: Path) -> dict[str, Any]:
-            load_weights(self.model, path)
-            return load_state(path)
+            state = load_state(path)
+            load_training(path, self.model, self.optimizer, state)
+            return state
 
         _, state = load_latest(self.run_dir, load, repair=self.world.is_main)
-        self.optimizer.load_state_dict(state["optimizer"])
         self.scaler.load_state_dict(state["scaler"])
         self.step = state["step"]
         self.best = state["best"]
