@@ -26,7 +26,7 @@ from serving import BackgroundServer
 
 from tfcompile.errors import UserError
 from tfcompile.runtime import LanguageModel
-from tfcompile.serve import Settings, load_models
+from tfcompile.serve import Served, Settings, load_models, server_config
 
 openai = pytest.importorskip("openai")
 httpclient = pytest.importorskip("tritonclient.http")
@@ -725,3 +725,10 @@ def test_64_clients_for_30_seconds_get_the_single_request_answers(classifier_bun
     assert not mismatches, mismatches[:3]
     assert set(statuses) <= {200, 503} and statuses.get(200, 0) > 64, statuses
     assert min(counts) > 0  # every client was served
+
+
+def test_the_server_runs_on_the_serve_extras_event_loop_and_http_parser(classifier_bundle: Path) -> None:
+    config = server_config(Served(load_models([str(classifier_bundle)]), Settings()), "127.0.0.1", 0, "error")
+    config.load()
+    assert config.http_protocol_class.__name__ == "HttpToolsProtocol"  # not h11's pure Python
+    assert config.get_loop_factory().__module__ == "uvloop"
