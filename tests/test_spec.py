@@ -121,6 +121,7 @@ ABSENT = {
     "tokens",  # the tokenizer's special tokens are tfcompile's own strings
     "model.positional.scaling",  # RoPE's frequencies as trained
     "train.loss_chunk_tokens",  # null: the loss over all logits at once, as its description says
+    "train.threads",  # null: torch's own count, one per core
 }
 
 

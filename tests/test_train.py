@@ -65,6 +65,20 @@ def test_validation_loss_falls_well_below_uniform_guess(tmp_path: Path) -> None:
     assert resolve(trainer.run_dir, "best") is not None
 
 
+def test_train_threads_hold_while_training_and_are_restored_after(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    before = torch.get_num_threads()
+    wanted = 1 if before > 1 else 2
+    seen: list[int] = []
+    spec = tiny_spec(tmp_path, "train.steps=3", f"train.threads={wanted}")
+    Trainer(
+        spec, tmp_path / "runs" / "t", on_step=lambda _, step: seen.append(torch.get_num_threads())
+    ).train()
+    assert seen == [wanted] * 3 and torch.get_num_threads() == before
+    assert f"{wanted} CPU thread" in capsys.readouterr().err  # the banner says so
+
+
 def test_interrupted_and_resumed_run_equals_uninterrupted_run(tmp_path: Path) -> None:
     # Dropout and gradient accumulation on, so that RNG state and batch order both matter.
     spec_args = (
@@ -213,6 +227,7 @@ def test_the_run_records_its_spec_with_every_default_filled_in(tmp_path: Path) -
         "data.val_path",
         "train.init_from",
         "train.loss_chunk_tokens",
+        "train.threads",
     ]
 
 

@@ -940,6 +940,11 @@ class TrainSpec(Section):
         None, description="draws the validation batches; default: seed (a study fixes it for every trial)"
     )
     device: Literal["auto", "cpu", "cuda"] = "auto"
+    threads: PositiveInt | None = Field(
+        None,
+        description="CPU threads for PyTorch's operators while training; default: torch's, one per core. "
+        "A small model's steps can be faster on fewer: its operators are too short to split",
+    )
     precision: Literal["fp32", "bf16", "fp16"] = "fp32"
     compile: bool | None = Field(
         None, description="torch.compile the model; default: on CUDA, off on the CPU"

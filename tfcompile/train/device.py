@@ -4,6 +4,7 @@ and the model as the step calls it (tfcompile.train.parallel: torch.compile, DDP
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -67,6 +68,18 @@ class Placement:
     def wrap(self, model: nn.Module, spec: TrainSpec) -> Any:
         """The model as the training step calls it (tfcompile.train.parallel decides)."""
         return parallel.wrap(model, spec, self.world, self.device, self.compiles(spec))
+
+
+@contextlib.contextmanager
+def cpu_threads(count: int | None) -> Iterator[None]:
+    """PyTorch's CPU threads set to ``count`` inside (None: left as they are), restored after."""
+    before = torch.get_num_threads()
+    if count is not None:
+        torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def place(spec: TrainSpec) -> Placement:

@@ -42,7 +42,7 @@ from tfcompile.train.checkpoint import (
     training_state,
     write_failure,
 )
-from tfcompile.train.device import place
+from tfcompile.train.device import cpu_threads, place
 from tfcompile.train.distributed import is_sharded, leave_world
 from tfcompile.train.lock import RunLock
 from tfcompile.train.metrics import METRICS_FILE, MetricsLog, TrainingClock, Window
@@ -147,7 +147,11 @@ class Trainer:
     def _train(self) -> TrainResult:
         t = self.spec.train
         val_loss, metrics = None, {}
-        with _stop_on_sigint(self), Progress(t.steps, self.step, enabled=self.show_progress) as progress:
+        with (
+            _stop_on_sigint(self),
+            cpu_threads(t.threads),
+            Progress(t.steps, self.step, enabled=self.show_progress) as progress,
+        ):
             for line in self._banner():
                 progress.log(line)
             if self.initialized_from is not None:
@@ -287,6 +291,7 @@ class Trainer:
         params = sum(p.numel() for p in self.model.parameters())
         batch = t.batch_size * t.grad_accum
         how: list[str] = [t.precision]
+        how += [f"{t.threads} CPU thread{'s' * (t.threads > 1)}"] if t.threads else []
         how += [f"{self.world.size} processes"] if self.world.distributed else []
         how += [f"sharded (fsdp{', cpu offload' if t.cpu_offload else ''})"] if self.sharded else []
         how += ["activation checkpointing"] if t.activation_checkpointing else []
