@@ -1,19 +1,23 @@
 """Train a spec as committed and record what it reached and what it cost: the wall time, the
 process's CPU time, the machine's load while it ran (on a shared machine the wall time is the
 load's as much as the spec's), the best validation metric, the test metrics, and for a text
-decoder a sample. Writes benchmarks/results/train_run-SPEC-DEVICE.md.
+decoder a sample. With --seeds, the same spec is then trained again with each of those seeds
+(side by side, their wall time not measured) and their final metrics tabled beside the spec's
+own, so that the figure reads with its spread. Writes benchmarks/results/train_run-SPEC-DEVICE.md.
 
     python benchmarks/train_run.py specs/quickstart.yaml
-    python benchmarks/train_run.py specs/vit-digits.yaml
+    python benchmarks/train_run.py specs/vit-digits.yaml --seeds 1,2,3
 """
 
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import os
 import resource
 import tempfile
 import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import torch
@@ -29,6 +33,7 @@ def main() -> None:
     )
     parser.add_argument("spec")
     parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE")
+    parser.add_argument("--seeds", default="", help="more train.seed values to train, comma-separated")
     args = parser.parse_args()
     name = Path(args.spec).stem
     with tempfile.TemporaryDirectory() as runs:
@@ -54,7 +59,33 @@ def main() -> None:
     if sample is not None:
         table += "\n\nSample (`ROMEO:`, temperature 0.8, top-k 40, seed 1, 200 characters):\n\n"
         table += "\n".join("    " + line for line in sample.splitlines())
+    seeds = [int(seed) for seed in args.seeds.split(",") if seed]
+    if seeds:
+        table += "\n\n" + _seed_table(args.spec, args.set, spec.train.seed, result.metrics, seeds)
     write_results(f"train_run-{name}-{'cpu' if trainer.device.type == 'cpu' else 'gpu'}", table, device)
+
+
+def _seed_table(
+    path: str, overrides: list[str], seed: int, metrics: dict[str, float], seeds: list[int]
+) -> str:
+    """The final metrics of the spec's seed and of each other seed, one row each."""
+    workers = min(len(seeds), os.cpu_count() or 1)  # fresh processes: forking torch's threads can hang
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        others = list(pool.map(_final_metrics, [path] * len(seeds), [overrides] * len(seeds), seeds))
+    names = [k for k in metrics if k.startswith("test_")] or [k for k in metrics if k.startswith("val_")]
+    rows = [(f"{seed} (the spec's)", metrics), *((str(s), m) for s, m in zip(seeds, others, strict=True))]
+    lines = [
+        "| train.seed | " + " | ".join(n.replace("_", " ") for n in names) + " |",
+        "| --- | " + " | ".join("---:" for _ in names) + " |",
+        *(f"| {s} | " + " | ".join(f"{m[n]:.4f}" for n in names) + " |" for s, m in rows),
+    ]
+    return "\n".join(lines)
+
+
+def _final_metrics(path: str, overrides: list[str], seed: int) -> dict[str, float]:
+    with tempfile.TemporaryDirectory() as runs:
+        spec = load_spec(path, [*overrides, f"train.seed={seed}", f"train.runs_dir={runs}"])
+        return Trainer(spec, Path(runs) / "run", show_progress=False).train().metrics
 
 
 def _cpu_seconds() -> float:
