@@ -12,7 +12,7 @@ import pytest
 import torch
 from helpers import ROOT
 from test_distributed import TINY, torchrun
-from test_runs import CrashAt, same, temporaries, weights
+from test_runs import crash_at_every_point_of_a_re_save
 
 from tfcompile.export.bundle import Source, export_bundle, verify_bundle
 from tfcompile.spec import Spec, SpecError, load_spec
@@ -166,7 +166,6 @@ def test_a_crash_at_any_point_of_a_sharded_save_leaves_last_and_best_complete(
     run = Trainer(spec(tmp_path, "r", FSDP), tmp_path / "runs" / "r", show_progress=False)
     try:
         run.save(best=True)
-        committed = {which: weights(resolve(run.run_dir, which), run.spec) for which in ("last", "best")}
         # torch.save too, but once: torch.distributed.checkpoint calls it for each tensor it writes.
         steps = [
             (checkpoint, "_write_state"),
@@ -175,29 +174,8 @@ def test_a_crash_at_any_point_of_a_sharded_save_leaves_last_and_best_complete(
             (Path, "rename"),
             (Path, "replace"),
         ]
-        for crash_at in range(1, 100):
-            crash = CrashAt(crash_at)
-            with torch.no_grad():
-                run.model.embed.weight.add_(1.0)
-            now = {k: v.full_tensor() for k, v in run.model.state_dict().items()}
-            with monkeypatch.context() as patch:
-                for owner, name in steps:
-                    patch.setattr(owner, name, crash.wrap(getattr(owner, name)))
-                try:
-                    run.save(best=True)  # the same step again: a re-save
-                    finished = True
-                except Exception:  # the Crash, or torch.distributed.checkpoint's report of it
-                    finished = False
-            for which in ("last", "best"):
-                saved = weights(resolve(run.run_dir, which), run.spec)  # complete and loadable
-                assert same(saved, committed[which]) or same(saved, now), (crash_at, which)
-                committed[which] = saved
-            assert not temporaries(run.run_dir), crash_at
-            assert len(checkpoint_folders(run.run_dir)) <= 3
-            if finished:
-                break
-        assert finished and crash.calls == crash_at - 1 >= 15, crash.calls  # each call failed once
-        assert same(committed["last"], now) and same(committed["best"], now)
+        # The Crash, or torch.distributed.checkpoint's report of it.
+        assert crash_at_every_point_of_a_re_save(run, monkeypatch, steps, caught=Exception) >= 15
     finally:
         leave_world(run.world)
 

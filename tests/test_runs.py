@@ -14,6 +14,7 @@ import time
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -196,6 +197,43 @@ class CrashAt:
         return call
 
 
+def crash_at_every_point_of_a_re_save(
+    run: Trainer,
+    monkeypatch: pytest.MonkeyPatch,
+    steps: list[tuple[Any, str]],
+    caught: type[BaseException] = Crash,
+) -> int:
+    """Save the run's step again and again, the n-th call among ``steps`` crashing, n = 1, 2, ...,
+    until a save finishes. After each, ``last`` and ``best`` are complete and hold the old or the
+    new weights, and no temporaries are left. -> the calls a whole save makes."""
+    committed = {which: weights(resolve(run.run_dir, which), run.spec) for which in ("last", "best")}
+    for crash_at in range(1, 100):
+        crash = CrashAt(crash_at)
+        with torch.no_grad():
+            run.model.embed.weight.add_(1.0)
+        # A copy of the weights, whole (a sharded model's gathered from every shard).
+        now = {k: getattr(v, "full_tensor", v.clone)() for k, v in run.model.state_dict().items()}
+        with monkeypatch.context() as patch:
+            for owner, name in steps:
+                patch.setattr(owner, name, crash.wrap(getattr(owner, name)))
+            try:
+                run.save(best=True)  # the same step again: a re-save
+                finished = True
+            except caught:
+                finished = False
+        for which in ("last", "best"):
+            saved = weights(resolve(run.run_dir, which), run.spec)  # complete and loadable
+            assert same(saved, committed[which]) or same(saved, now), (crash_at, which)
+            committed[which] = saved
+        assert not temporaries(run.run_dir), crash_at
+        assert len(checkpoint_folders(run.run_dir)) <= 3, os.listdir(checkpoint_dir(run.run_dir))
+        if finished:
+            assert crash.calls == crash_at - 1, crash.calls  # each call failed once
+            assert same(committed["last"], now) and same(committed["best"], now)
+            return crash.calls
+    raise AssertionError("no save finished")
+
+
 def test_a_crash_at_any_point_of_a_re_save_leaves_last_and_best_complete(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -203,8 +241,6 @@ def test_a_crash_at_any_point_of_a_re_save_leaves_last_and_best_complete(
         tiny_spec(tmp_path, "train.steps=4", "train.checkpoint_interval=2"), tmp_path / "runs" / "r"
     )
     run.train()
-    root = checkpoint_dir(run.run_dir)
-    committed = {which: weights(resolve(run.run_dir, which), run.spec) for which in ("last", "best")}
     steps = [
         (checkpoint_module, "save_model"),
         (torch, "save"),
@@ -214,29 +250,7 @@ def test_a_crash_at_any_point_of_a_re_save_leaves_last_and_best_complete(
         (Path, "replace"),
         (Path, "write_text"),
     ]
-    for crash_at in range(1, 100):
-        crash = CrashAt(crash_at)
-        with torch.no_grad():
-            run.model.embed.weight.add_(1.0)
-        now = {k: v.clone() for k, v in run.model.state_dict().items()}
-        with monkeypatch.context() as patch:
-            for owner, name in steps:
-                patch.setattr(owner, name, crash.wrap(getattr(owner, name)))
-            try:
-                run.save(best=True)  # the same step again: a re-save
-                finished = True
-            except Crash:
-                finished = False
-        for which in ("last", "best"):
-            saved = weights(resolve(run.run_dir, which), run.spec)  # complete and loadable
-            assert same(saved, committed[which]) or same(saved, now), (crash_at, which)
-            committed[which] = saved
-        assert not temporaries(run.run_dir), crash_at
-        assert len(checkpoint_folders(run.run_dir)) <= 3, os.listdir(root)
-        if finished:
-            break
-    assert finished and crash.calls == crash_at - 1 >= 12, crash.calls  # each call failed once
-    assert same(committed["last"], now) and same(committed["best"], now)
+    assert crash_at_every_point_of_a_re_save(run, monkeypatch, steps) >= 12
 
 
 @pytest.mark.parametrize("writer", ["torch.save", "safetensors"])
