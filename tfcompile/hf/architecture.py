@@ -186,6 +186,10 @@ class Needs:
             model.head_dim,
             "leave it unset",
         )
+        self.plain_scales(model)
+
+    def plain_scales(self, model: Any) -> None:
+        """Attention scaled by 1/sqrt(head_dim), whatever head_dim is, and no extra scales."""
         self(
             abs(model.attention_scale * model.head_dim**0.5 - 1) < 1e-9,
             "model.attention_scale",

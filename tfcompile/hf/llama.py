@@ -205,22 +205,13 @@ class Llama(Architecture):
 
     def exportable(self, spec: Spec) -> list[Problem]:
         model = spec.model
-        assert model.head_dim is not None and model.attention_scale is not None
         need = Needs("Llama")
         need(model.activation in EXPORTED_ACTIVATIONS, "model.activation", model.activation, "swiglu")
         need(model.norm.type == "rmsnorm", "model.norm.type", model.norm.type, "rmsnorm")
         need(model.norm.position == "pre", "model.norm.position", model.norm.position, "pre")
         need(not model.norm.bias, "model.norm.bias", True, "false")
         need(bool(model.norm.final), "model.norm.final", False, "true")
-        need(
-            abs(model.attention_scale * model.head_dim**0.5 - 1) < 1e-9,
-            "model.attention_scale",
-            model.attention_scale,
-            "leave it unset (1/sqrt(head_dim))",
-        )
-        need(not model.scale_embeddings, "model.scale_embeddings", True, "set it false")
-        need(not getattr(model, "scale_output", False), "model.scale_output", True, "set it false")
-        need(not model.bias.lm_head, "model.bias.lm_head", True, "set it false")
+        need.plain_scales(model)  # head_dim is free: Llama configs name it
         return need.problems
 
     def to_config(self, spec: Spec) -> dict[str, Any]:

@@ -6,6 +6,7 @@ the layers of each stack, RMSNorm without bias, no biases anywhere, no 1/sqrt(d_
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 from tfcompile.hf.architecture import (
@@ -98,28 +99,23 @@ class T5(Architecture):
             "encoder_norm.weight": tensors.take("encoder.final_layer_norm.weight"),
             "decoder_norm.weight": tensors.take("decoder.final_layer_norm.weight"),
         }
-        for stack, count, ffn in (
-            ("encoder", model.n_layers, 1),
-            ("decoder", model.n_decoder_layers or 0, 2),
-        ):
-            for i in range(count):
-                h, b = f"{stack}.block.{i}.layer.", f"{stack}_blocks.{i}."
-                a = f"{h}0.SelfAttention."
-                state[f"{b}attn_norm.weight"] = tensors.take(f"{h}0.layer_norm.weight")
-                state[f"{b}attn.qkv.weight"] = tensors.cat(f"{a}q.weight", f"{a}k.weight", f"{a}v.weight")
-                state[f"{b}attn.out.weight"] = tensors.take(f"{a}o.weight")
-                if ffn == 2:  # the decoder's layer 1 is cross-attention
-                    c = f"{h}1.EncDecAttention."
-                    state[f"{b}cross_norm.weight"] = tensors.take(f"{h}1.layer_norm.weight")
-                    state[f"{b}cross.q.weight"] = tensors.take(f"{c}q.weight")
-                    state[f"{b}cross.kv.weight"] = tensors.cat(f"{c}k.weight", f"{c}v.weight")
-                    state[f"{b}cross.out.weight"] = tensors.take(f"{c}o.weight")
-                f = f"{h}{ffn}."
-                state[f"{b}ffn_norm.weight"] = tensors.take(f"{f}layer_norm.weight")
-                gated = f"{f}DenseReluDense.wi_0.weight" in tensors
-                wi = ("wi_0", "wi_1") if gated else ("wi",)  # wi_0 is the activated gate
-                state[f"{b}ffn.w_in.weight"] = tensors.cat(*(f"{f}DenseReluDense.{w}.weight" for w in wi))
-                state[f"{b}ffn.w_out.weight"] = tensors.take(f"{f}DenseReluDense.wo.weight")
+        for h, b, ffn in _layers(model):
+            a = f"{h}0.SelfAttention."
+            state[f"{b}attn_norm.weight"] = tensors.take(f"{h}0.layer_norm.weight")
+            state[f"{b}attn.qkv.weight"] = tensors.cat(f"{a}q.weight", f"{a}k.weight", f"{a}v.weight")
+            state[f"{b}attn.out.weight"] = tensors.take(f"{a}o.weight")
+            if ffn == 2:  # the decoder's layer 1 is cross-attention
+                c = f"{h}1.EncDecAttention."
+                state[f"{b}cross_norm.weight"] = tensors.take(f"{h}1.layer_norm.weight")
+                state[f"{b}cross.q.weight"] = tensors.take(f"{c}q.weight")
+                state[f"{b}cross.kv.weight"] = tensors.cat(f"{c}k.weight", f"{c}v.weight")
+                state[f"{b}cross.out.weight"] = tensors.take(f"{c}o.weight")
+            f = f"{h}{ffn}."
+            state[f"{b}ffn_norm.weight"] = tensors.take(f"{f}layer_norm.weight")
+            gated = f"{f}DenseReluDense.wi_0.weight" in tensors
+            wi = ("wi_0", "wi_1") if gated else ("wi",)  # wi_0 is the activated gate
+            state[f"{b}ffn.w_in.weight"] = tensors.cat(*(f"{f}DenseReluDense.{w}.weight" for w in wi))
+            state[f"{b}ffn.w_out.weight"] = tensors.take(f"{f}DenseReluDense.wo.weight")
         return state
 
     def candidate(self, spec: Spec) -> bool:
@@ -194,34 +190,37 @@ class T5(Architecture):
             out["decoder.final_layer_norm.weight"] = state["decoder_norm.weight"] * (
                 model.d_model**-0.5 if model.scale_output else 1.0
             )
-        for stack, count, ffn in (
-            ("encoder", model.n_layers, 1),
-            ("decoder", model.n_decoder_layers or 0, 2),
-        ):
-            for i in range(count):
-                h, b = f"{stack}.block.{i}.layer.", f"{stack}_blocks.{i}."
-                a = f"{h}0.SelfAttention."
-                out[f"{h}0.layer_norm.weight"] = state[f"{b}attn_norm.weight"]
-                q, k, v = state[f"{b}attn.qkv.weight"].split([inner, inner, inner])
-                out |= {f"{a}q.weight": q, f"{a}k.weight": k, f"{a}v.weight": v}
-                out[f"{a}o.weight"] = state[f"{b}attn.out.weight"]
-                if ffn == 2:
-                    c = f"{h}1.EncDecAttention."
-                    out[f"{h}1.layer_norm.weight"] = state[f"{b}cross_norm.weight"]
-                    out[f"{c}q.weight"] = state[f"{b}cross.q.weight"]
-                    k, v = state[f"{b}cross.kv.weight"].chunk(2)
-                    out |= {
-                        f"{c}k.weight": k,
-                        f"{c}v.weight": v,
-                        f"{c}o.weight": state[f"{b}cross.out.weight"],
-                    }
-                f = f"{h}{ffn}."
-                out[f"{f}layer_norm.weight"] = state[f"{b}ffn_norm.weight"]
-                w_in = state[f"{b}ffn.w_in.weight"]
-                parts = dict(zip(("wi_0", "wi_1"), w_in.chunk(2), strict=True)) if gated else {"wi": w_in}
-                out |= {f"{f}DenseReluDense.{w}.weight": t for w, t in parts.items()}
-                out[f"{f}DenseReluDense.wo.weight"] = state[f"{b}ffn.w_out.weight"]
+        for h, b, ffn in _layers(model):
+            a = f"{h}0.SelfAttention."
+            out[f"{h}0.layer_norm.weight"] = state[f"{b}attn_norm.weight"]
+            q, k, v = state[f"{b}attn.qkv.weight"].split([inner, inner, inner])
+            out |= {f"{a}q.weight": q, f"{a}k.weight": k, f"{a}v.weight": v}
+            out[f"{a}o.weight"] = state[f"{b}attn.out.weight"]
+            if ffn == 2:
+                c = f"{h}1.EncDecAttention."
+                out[f"{h}1.layer_norm.weight"] = state[f"{b}cross_norm.weight"]
+                out[f"{c}q.weight"] = state[f"{b}cross.q.weight"]
+                k, v = state[f"{b}cross.kv.weight"].chunk(2)
+                out |= {
+                    f"{c}k.weight": k,
+                    f"{c}v.weight": v,
+                    f"{c}o.weight": state[f"{b}cross.out.weight"],
+                }
+            f = f"{h}{ffn}."
+            out[f"{f}layer_norm.weight"] = state[f"{b}ffn_norm.weight"]
+            w_in = state[f"{b}ffn.w_in.weight"]
+            parts = dict(zip(("wi_0", "wi_1"), w_in.chunk(2), strict=True)) if gated else {"wi": w_in}
+            out |= {f"{f}DenseReluDense.{w}.weight": t for w, t in parts.items()}
+            out[f"{f}DenseReluDense.wo.weight"] = state[f"{b}ffn.w_out.weight"]
         return contiguous(out)
+
+
+def _layers(model: EncoderDecoderSpec) -> Iterator[tuple[str, str, int]]:
+    """Each block's prefix in transformers' names and in tfcompile's, and the index of its
+    feed-forward layer (1 in the encoder; 2 in the decoder, whose layer 1 is cross-attention)."""
+    for stack, count, ffn in (("encoder", model.n_layers, 1), ("decoder", model.n_decoder_layers or 0, 2)):
+        for i in range(count):
+            yield f"{stack}.block.{i}.layer.", f"{stack}_blocks.{i}.", ffn
 
 
 def hf_tied(model: EncoderDecoderSpec) -> bool:
