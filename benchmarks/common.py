@@ -1,4 +1,5 @@
-"""What the benchmark scripts share: the name of the device they measured."""
+"""What the benchmark scripts share: the repository's root, a quiet training run, the name of the
+device they measured, and the results file they write."""
 
 from __future__ import annotations
 
@@ -6,6 +7,18 @@ import platform
 from pathlib import Path
 
 import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def trained(spec: str, runs: Path, overrides: list[str], name: str = "run") -> Path:
+    """specs/SPEC with ``overrides``, trained without a progress bar into RUNS/NAME -> the run."""
+    from tfcompile.spec import load_spec
+    from tfcompile.train import Trainer
+
+    loaded = load_spec(ROOT / "specs" / spec, [*overrides, f"train.runs_dir={runs}"])
+    Trainer(loaded, runs / name, show_progress=False).train()
+    return runs / name
 
 
 def device_name(device: torch.device) -> str:
@@ -27,16 +40,14 @@ def write_results(name: str, table: str, device: str) -> Path:
     import subprocess
     import sys
 
-    root = Path(__file__).resolve().parents[1]
-
     def git(*args: str) -> str:
-        result = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=False)
+        result = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=False)
         return result.stdout.strip()
 
     commit = git("rev-parse", "--short", "HEAD") or "unknown"
     if git("status", "--porcelain", "--untracked-files=no"):
         commit += " (with uncommitted changes)"
-    command = " ".join(["python", os.path.relpath(Path(sys.argv[0]).resolve(), root), *sys.argv[1:]])
+    command = " ".join(["python", os.path.relpath(Path(sys.argv[0]).resolve(), ROOT), *sys.argv[1:]])
     header = [
         f"command: `{command}`",
         f"commit: {commit}",
@@ -45,7 +56,7 @@ def write_results(name: str, table: str, device: str) -> Path:
     ]
     text = "\n".join(header) + "\n\n" + table + "\n"
     print(text)
-    out = root / "benchmarks" / "results" / f"{name}.md"
+    out = ROOT / "benchmarks" / "results" / f"{name}.md"
     out.write_text(text)
-    print(f"written to {out.relative_to(root)}")
+    print(f"written to {out.relative_to(ROOT)}")
     return out

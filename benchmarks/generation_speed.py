@@ -28,16 +28,14 @@ import numpy as np
 import onnxruntime as ort  # before onnxruntime_genai, which otherwise aborts the process on Linux
 import onnxruntime_genai as og  # type: ignore[import-untyped]
 import torch
-from common import device_name, write_results
+from common import ROOT, device_name, trained, write_results
 
 from tfcompile.export import Source, export_bundle
 from tfcompile.handoffs.genai import GENAI_CONFIG, export_genai, genai_config
 from tfcompile.runtime import LanguageModel, SessionOptions, load
 from tfcompile.runtime.session import step_threads
 from tfcompile.spec import load_spec
-from tfcompile.train import Trainer
 
-ROOT = Path(__file__).resolve().parents[1]
 PROMPT = "First Citizen:\n"
 LLAMA_CHOICES = [
     "model.norm={position: pre, type: rmsnorm, eps: 1.0e-6}",
@@ -54,12 +52,8 @@ Generate = Callable[[list[int]], list[int]]
 def build_char(folder: Path, steps: int) -> Path:
     """The tiny LLaMA-style char model, trained ``steps`` steps and exported."""
     train = [f"train.steps={steps}", "train.batch_size=16", f"train.eval_interval={steps}"]
-    spec = load_spec(
-        ROOT / "specs" / "shakespeare-char.yaml",
-        [*CHAR, *train, "train.eval_batches=2", f"train.runs_dir={folder}"],
-    )
-    Trainer(spec, folder / "char-run", show_progress=False).train()
-    export_bundle(None, Source(run=folder / "char-run"), folder / "char")
+    run = trained("shakespeare-char.yaml", folder, [*CHAR, *train, "train.eval_batches=2"], "char-run")
+    export_bundle(None, Source(run=run), folder / "char")
     return folder / "char"
 
 

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort  # before onnxruntime_genai, which otherwise aborts the process on Linux
 import torch
-from common import device_name, write_results
+from common import ROOT, device_name, trained, write_results
 
 from tfcompile.data.table import read_table
 from tfcompile.export import Source, export_bundle
@@ -39,9 +39,8 @@ from tfcompile.models import DecoderLM
 from tfcompile.optimize import GateData, OptimizeError, Plan, optimize_bundle
 from tfcompile.runtime import load
 from tfcompile.spec import load_spec
-from tfcompile.train import Trainer, load_trained_model
+from tfcompile.train import load_trained_model
 
-ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "data"
 PLANS = {"fused": Plan(fuse=True), "int8": Plan(quantize="int8"), "int4": Plan(quantize="int4")}
 SEQ, PROMPT, NEW_TOKENS = 256, 8, 128
@@ -105,12 +104,6 @@ def timed(
                     workload(loaded)
                     samples.append(time.perf_counter() - start)
     return [1000 * statistics.median(t) for t in times]
-
-
-def train(spec_name: str, out: Path, overrides: list[str]) -> Path:
-    spec = load_spec(ROOT / "specs" / spec_name, [*overrides, f"train.runs_dir={out}"])
-    Trainer(spec, out / "run", show_progress=False).train()
-    return out / "run"
 
 
 def bundles(
@@ -281,7 +274,7 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp_dir:
         tmp = Path(tmp_dir)
-        char_run = args.char_run or train(
+        char_run = args.char_run or trained(
             "shakespeare-char.yaml",
             tmp / "char",
             [
@@ -293,7 +286,7 @@ def main() -> None:
                 NO_DROPOUT,
             ],
         )
-        sst2_run = args.sst2_run or train(
+        sst2_run = args.sst2_run or trained(
             "sst2-finetune.yaml",
             tmp / "sst2",
             [

@@ -34,11 +34,10 @@ from pathlib import Path
 import httpx
 import numpy as np
 import torch
-from common import device_name, write_results
+from common import ROOT, device_name, trained, write_results
 
 from tfcompile.runtime import SessionOptions, load
 
-ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "data"
 ONE_STEP = ["train.steps=1", "train.batch_size=8", "train.eval_interval=1", "train.eval_batches=1"]
 TEXTS = [
@@ -55,12 +54,8 @@ PROMPTS = ["ROMEO:", "First Citizen:\nBefore we proceed", "JULIET:\nO", "KING RI
 
 def build(spec: str, out: Path, overrides: list[str]) -> Path:
     from tfcompile.export import Source, export_bundle
-    from tfcompile.spec import load_spec
-    from tfcompile.train import Trainer
 
-    loaded = load_spec(ROOT / "specs" / spec, [*overrides, *ONE_STEP, f"train.runs_dir={out}"])
-    Trainer(loaded, out / "run", show_progress=False).train()
-    export_bundle(None, Source(run=out / "run"), out / "bundle")
+    export_bundle(None, Source(run=trained(spec, out, [*overrides, *ONE_STEP])), out / "bundle")
     return out / "bundle"
 
 
