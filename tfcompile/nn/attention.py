@@ -89,13 +89,14 @@ class _MultiHead(nn.Module):
     projection. n_kv_heads = n_heads is MHA, 1 is MQA, anything between that divides n_heads is
     GQA: each K/V head serves n_heads / n_kv_heads query heads. Heads are ``head_dim`` wide
     (d_model / n_heads unless given: T5's d_kv), and the scores are q.k times ``scale``
-    (1 / sqrt(head_dim) unless given)."""
+    (1 / sqrt(head_dim) unless given). Each kind makes its input projections in ``_project``."""
 
     def __init__(
         self,
         d_model: int,
         n_heads: int,
         n_kv_heads: int,
+        qkv_bias: bool,
         out_bias: bool,
         dropout: float,
         head_dim: int | None = None,
@@ -108,6 +109,10 @@ class _MultiHead(nn.Module):
         self.scale = scale
         self.dropout = dropout
         self.out = nn.Linear(n_heads * self.head_dim, d_model, bias=out_bias)
+        self._project(d_model, qkv_bias)
+
+    def _project(self, d_model: int, bias: bool) -> None:
+        raise NotImplementedError
 
     def _heads(self, x: torch.Tensor, n: int) -> torch.Tensor:
         """(B, T, n * hd) -> (B, n, T, hd)"""
@@ -151,19 +156,8 @@ class _MultiHead(nn.Module):
 class Attention(_MultiHead):
     """Self-attention, (batch, seq, d_model) -> (batch, seq, d_model)."""
 
-    def __init__(
-        self,
-        d_model: int,
-        n_heads: int,
-        n_kv_heads: int,
-        qkv_bias: bool,
-        out_bias: bool,
-        dropout: float,
-        head_dim: int | None = None,
-        scale: float | None = None,
-    ) -> None:
-        super().__init__(d_model, n_heads, n_kv_heads, out_bias, dropout, head_dim, scale)
-        self.qkv = nn.Linear(d_model, (n_heads + 2 * n_kv_heads) * self.head_dim, bias=qkv_bias)
+    def _project(self, d_model: int, bias: bool) -> None:
+        self.qkv = nn.Linear(d_model, (self.n_heads + 2 * self.n_kv_heads) * self.head_dim, bias=bias)
 
     def forward(
         self,
@@ -198,20 +192,9 @@ class CrossAttention(_MultiHead):
     """Queries from the decoder, keys and values from the encoder's output (the memory):
     (batch, tgt_seq, d_model) x (batch, src_seq, d_model) -> (batch, tgt_seq, d_model)."""
 
-    def __init__(
-        self,
-        d_model: int,
-        n_heads: int,
-        n_kv_heads: int,
-        qkv_bias: bool,
-        out_bias: bool,
-        dropout: float,
-        head_dim: int | None = None,
-        scale: float | None = None,
-    ) -> None:
-        super().__init__(d_model, n_heads, n_kv_heads, out_bias, dropout, head_dim, scale)
-        self.q = nn.Linear(d_model, n_heads * self.head_dim, bias=qkv_bias)
-        self.kv = nn.Linear(d_model, 2 * n_kv_heads * self.head_dim, bias=qkv_bias)
+    def _project(self, d_model: int, bias: bool) -> None:
+        self.q = nn.Linear(d_model, self.n_heads * self.head_dim, bias=bias)
+        self.kv = nn.Linear(d_model, 2 * self.n_kv_heads * self.head_dim, bias=bias)
 
     def project_memory(self, memory: torch.Tensor) -> KVCache:
         """memory (B, S, d_model) -> its keys and values (B, Hkv, S, hd): computed once per source

@@ -4,7 +4,7 @@ with the norm before (pre) or after (post) it (notes: cmu-11711, "Post- vs. Pre-
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import torch
 from torch import nn
@@ -20,6 +20,24 @@ if TYPE_CHECKING:
 
 def build_norm(spec: NormSpec, dim: int) -> nn.Module:
     return NORMS[spec.type](dim, eps=spec.eps, bias=spec.bias)
+
+
+Kind = TypeVar("Kind", Attention, CrossAttention)
+
+
+def build_attention(kind: type[Kind], spec: TransformerSpec) -> Kind:
+    """Self- or cross-attention with the spec's heads, biases, dropout and scale."""
+    assert spec.n_kv_heads is not None  # resolved by the schema
+    return kind(
+        spec.d_model,
+        spec.n_heads,
+        spec.n_kv_heads,
+        qkv_bias=spec.bias.qkv,
+        out_bias=spec.bias.attn_out,
+        dropout=spec.dropout.attention,
+        head_dim=spec.head_dim,
+        scale=spec.attention_scale,
+    )
 
 
 def build_blocks(spec: TransformerSpec, count: int, cross_attention: bool = False) -> nn.ModuleList:
@@ -64,29 +82,11 @@ class TransformerBlock(nn.Module):
         assert spec.n_kv_heads is not None and spec.d_ff is not None  # resolved by the schema
         self.pre_norm = spec.norm.position == "pre"
         self.attn_norm = build_norm(spec.norm, spec.d_model)
-        self.attn = Attention(
-            spec.d_model,
-            spec.n_heads,
-            spec.n_kv_heads,
-            qkv_bias=spec.bias.qkv,
-            out_bias=spec.bias.attn_out,
-            dropout=spec.dropout.attention,
-            head_dim=spec.head_dim,
-            scale=spec.attention_scale,
-        )
+        self.attn = build_attention(Attention, spec)
         self.cross: CrossAttention | None = None
         if cross_attention:
             self.cross_norm = build_norm(spec.norm, spec.d_model)
-            self.cross = CrossAttention(
-                spec.d_model,
-                spec.n_heads,
-                spec.n_kv_heads,
-                qkv_bias=spec.bias.qkv,
-                out_bias=spec.bias.attn_out,
-                dropout=spec.dropout.attention,
-                head_dim=spec.head_dim,
-                scale=spec.attention_scale,
-            )
+            self.cross = build_attention(CrossAttention, spec)
         self.ffn_norm = build_norm(spec.norm, spec.d_model)
         self.ffn = FeedForward(spec.d_model, spec.d_ff, spec.activation, bias=spec.bias.ffn)
         dropout = nn.Dropout(spec.dropout.residual)
