@@ -67,9 +67,31 @@ class Phase:
     tokens: int = 0
     errors: dict[int, int] = field(default_factory=dict)
     seconds: float = 0.0
+    server_cpu: float = float("nan")  # CPU seconds the server process spent (all its threads)
+    client_cpu: float = 0.0  # CPU seconds this process, the clients, spent
 
     def percentile(self, q: float) -> float:
         return 1000 * float(np.percentile(self.latencies, q)) if self.latencies else float("nan")
+
+
+def cpu_seconds(pid: int) -> float:
+    """A process's user and system CPU time (Linux's /proc; NaN elsewhere)."""
+    stat = Path(f"/proc/{pid}/stat")
+    if not stat.exists():
+        return float("nan")
+    fields = stat.read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def measure(
+    server: int, url: str, clients: int, seconds: float, requests: int, body: dict, route: str
+) -> Phase:
+    """One phase of ``drive``, with the CPU time the server and the clients spent on it."""
+    server_before, client_before = cpu_seconds(server), time.process_time()
+    phase = asyncio.run(drive(url, clients, seconds, requests, body, route))
+    phase.server_cpu = cpu_seconds(server) - server_before
+    phase.client_cpu = time.process_time() - client_before
+    return phase
 
 
 async def drive(url: str, clients: int, seconds: float, requests: int, body: dict, route: str) -> Phase:
@@ -182,7 +204,7 @@ def main() -> None:
             for clients, body, route in runs.values():  # warm the server and the connections
                 asyncio.run(drive(url, clients, 2, 2 * clients, body, route))
             phases = {
-                name: asyncio.run(drive(url, c, args.seconds, args.requests, b, r))
+                name: measure(server.pid, url, c, args.seconds, args.requests, b, r)
                 for name, (c, b, r) in runs.items()
             }
             overhead_runs = 500
@@ -202,9 +224,11 @@ def main() -> None:
     def row(name: str, p: Phase, clients: int, unit: str) -> str:
         count = p.tokens if unit == "tokens/s" else len(p.latencies)
         errors = ", ".join(f"{n} x {code}" for code, n in sorted(p.errors.items())) or "none"
+        answered = max(1, len(p.latencies))
         return (
             f"| {name} | {clients} | {len(p.latencies):,} | {count / p.seconds:,.1f} {unit} | "
-            f"{p.percentile(50):,.1f} | {p.percentile(95):,.1f} | {p.percentile(99):,.1f} | {errors} |"
+            f"{p.percentile(50):,.1f} | {p.percentile(95):,.1f} | {p.percentile(99):,.1f} | "
+            f"{1000 * p.server_cpu / answered:.2f} | {1000 * p.client_cpu / answered:.2f} | {errors} |"
         )
 
     clf_gain = (len(phases["clf many"].latencies) / phases["clf many"].seconds) / (
@@ -219,8 +243,9 @@ def main() -> None:
         f"({runtime.vocab_size:,}-token vocabulary), decoder {decoder.name}, {args.max_tokens} tokens "
         f"per completion; each phase at most {args.seconds:g} s and {args.requests:,} requests",
         "",
-        "| workload | clients | requests | throughput | p50 ms | p95 ms | p99 ms | errors |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+        "| workload | clients | requests | throughput | p50 ms | p95 ms | p99 ms | server CPU ms/request "
+        "| client CPU ms/request | errors |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
         row("classify, one at a time", phases["clf one"], 1, "requests/s"),
         row(f"classify, {args.clients} concurrent", phases["clf many"], args.clients, "requests/s"),
         row("completions, one stream at a time", phases["lm one"], 1, "tokens/s"),

@@ -559,6 +559,20 @@ def test_a_client_that_goes_away_stops_its_generation(server: BackgroundServer) 
     assert _metric(server, 'tfcompile_generated_tokens_total{model="char"}') < 100_000
 
 
+def test_only_requests_not_yet_handed_to_a_worker_count_as_arriving(server: BackgroundServer) -> None:
+    """A batch waits for arriving requests: a stream in progress, an answered request or one
+    refused before it had a job must not count, or every lone request would wait max_wait."""
+    body = {"model": "char", "prompt": "ROMEO:", "max_tokens": 500, "temperature": 0, "stream": True}
+    with httpx.stream("POST", f"{server.url}/v1/completions", json=body, timeout=30) as r:
+        assert next(r.iter_lines()).startswith("data: ")
+        assert server.served.arriving == 0  # streaming, its job handed over
+        classify = f"{server.url}/v1/classify"
+        assert httpx.post(classify, json={"model": "sst2", "texts": "dull"}).is_success
+        assert httpx.post(classify, json={"model": "sst2"}).status_code == 400
+        assert httpx.post(classify, json={"model": "none", "texts": "a"}).status_code == 404
+        assert server.served.arriving == 0
+
+
 def test_metrics_count_requests_latency_batches_and_tokens(server: BackgroundServer) -> None:
     httpx.post(f"{server.url}/v1/classify", json={"model": "sst2", "texts": TEXTS})
     text = httpx.get(f"{server.url}/metrics").text

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -35,10 +36,10 @@ class FakeClassifier:
         return [text.upper() for text in texts]
 
 
-def started(model: Any, in_flight: int = 0, max_wait: float = 0.05, max_queue: int = 64) -> Worker:
-    worker = Worker(
-        "m", model, max_batch=8, max_wait=max_wait, max_queue=max_queue, in_flight=lambda: in_flight
-    )
+def started(
+    model: Any, arriving: Callable[[], int] = lambda: 0, max_wait: float = 0.05, max_queue: int = 64
+) -> Worker:
+    worker = Worker("m", model, max_batch=8, max_wait=max_wait, max_queue=max_queue, arriving=arriving)
     worker.start()
     assert worker.ready.wait(5)
     return worker
@@ -46,7 +47,7 @@ def started(model: Any, in_flight: int = 0, max_wait: float = 0.05, max_queue: i
 
 def test_a_lone_request_does_not_wait_for_company() -> None:
     model = FakeClassifier()
-    worker = started(model, in_flight=1, max_wait=1.0)
+    worker = started(model, max_wait=1.0)
 
     async def main() -> float:
         start = time.perf_counter()
@@ -57,19 +58,24 @@ def test_a_lone_request_does_not_wait_for_company() -> None:
     worker.stop()
 
 
-def test_requests_in_flight_are_waited_for_and_batched() -> None:
-    """With 4 requests in flight, the first waits (up to max_wait) for the 3 others."""
+def test_arriving_requests_are_waited_for_and_batched() -> None:
+    """With 3 more requests arriving, the first waits (up to max_wait) for them, and no longer
+    once they are in: the batch runs long before the deadline."""
     model = FakeClassifier()
-    worker = started(model, in_flight=4, max_wait=2.0)
+    coming = [3]
+    worker = started(model, arriving=lambda: coming[0], max_wait=30.0)
 
     async def main() -> list[Any]:
         jobs = []
-        for text in "abcd":
+        for i, text in enumerate("abcd"):
             jobs.append(worker.submit(Job("classify", [text])))
+            coming[0] = 3 - i  # handed over: no longer arriving
             await asyncio.sleep(0.02)  # they arrive one by one
         return [await job.result for job in jobs]
 
+    start = time.perf_counter()
     assert asyncio.run(main()) == [["A"], ["B"], ["C"], ["D"]]
+    assert time.perf_counter() - start < 10  # not max_wait: nothing was arriving after "d"
     assert model.batches == [["a", "b", "c", "d"]]
     worker.stop()
 

@@ -41,6 +41,7 @@ log = logging.getLogger("tfcompile.serve")
 Scope = dict[str, Any]
 ASGI = Callable[[Scope, Callable[[], Awaitable[Any]], Callable[[Any], Awaitable[None]]], Awaitable[None]]
 PUBLIC = ("/health", "/v2/health/", "/metrics")  # what answers without the API key
+ARRIVING = "tfcompile.arrival"  # a POST request's Arrival, in its ASGI scope
 
 
 @dataclass(frozen=True)
@@ -65,7 +66,7 @@ class Served:
     settings: Settings
     workers: dict[str, Worker] = field(default_factory=dict)
     draining: bool = False
-    in_flight: int = 0  # POST requests being handled: work that may be about to join a batch
+    arriving: int = 0  # POST requests read but not yet handed to a worker: work about to join a batch
     registry: CollectorRegistry = field(default_factory=CollectorRegistry)
 
     def __post_init__(self) -> None:
@@ -97,10 +98,34 @@ class Served:
             raise ModelNotFound(name, sorted(self.workers))
         return self.workers[name]
 
+    def submit(self, request: Request, name: str, job: Job) -> Job:
+        """Hand ``job`` to model ``name``'s worker; from now on its request is no longer arriving
+        (a batch forming waits for arriving requests only, not for those already queued or
+        answered, nor for a long stream)."""
+        worker = self.worker(name)
+        if (arrival := request.scope.get(ARRIVING)) is not None:
+            arrival.close()
+        return worker.submit(job)
+
     def observe(self, model: str, rows: int, queued: int, tokens: int) -> None:
         self.batches.labels(model).observe(rows)
         self.queue.labels(model).set(queued)
         self.tokens.labels(model).inc(tokens)
+
+
+class Arrival:
+    """A POST request's place in ``Served.arriving``, until it hands over its job or ends. The
+    routes may see a copy of the request's ASGI scope; each copy holds this same object."""
+
+    def __init__(self, served: Served) -> None:
+        self.served = served
+        self.open = True
+        served.arriving += 1
+
+    def close(self) -> None:
+        if self.open:
+            self.open = False
+            self.served.arriving -= 1
 
 
 class ModelNotFound(Exception):
@@ -163,7 +188,7 @@ def create_app(served: Served) -> ASGI:
                 s.max_wait_ms / 1000,
                 s.max_queue,
                 served.observe,
-                lambda: served.in_flight,
+                lambda: served.arriving,
             )
             served.workers[name] = worker
             worker.start()
@@ -286,7 +311,8 @@ class Gate:
 
 
 class Metrics:
-    """Requests by route and status, and their latency (a stream's, to its end)."""
+    """Requests by route and status, and their latency (a stream's, to its end); and each POST
+    request's Arrival, open until the request hands a job to a worker or ends."""
 
     def __init__(self, app: ASGI, served: Served) -> None:
         self.app, self.served = app, served
@@ -295,8 +321,7 @@ class Metrics:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         start, status = time.perf_counter(), [500]
-        posted = scope["method"] == "POST"
-        self.served.in_flight += posted
+        arrival = scope[ARRIVING] = Arrival(self.served) if scope["method"] == "POST" else None
 
         async def sending(message: Any) -> None:
             if message["type"] == "http.response.start":
@@ -306,7 +331,8 @@ class Metrics:
         try:
             await self.app(scope, receive, sending)
         finally:
-            self.served.in_flight -= posted
+            if arrival is not None:
+                arrival.close()  # a request that ended without handing over a job
             route = scope.get("route")
             name = getattr(route, "path", None) or "unmatched"
             self.served.requests.labels(name, str(status[0])).inc()

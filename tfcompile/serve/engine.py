@@ -3,7 +3,8 @@ the jobs waiting for it together as one batch, off the event loop.
 
 A job is a request's share of a batch: some rows (prompts, texts, sources, images) of one kind.
 The worker takes the first job, then every job of the same kind already waiting (up to
-``max_batch`` rows, waiting at most ``max_wait`` seconds for more); under load the jobs that
+``max_batch`` rows, waiting at most ``max_wait`` seconds for requests the server has read and
+not yet handed over); under load the jobs that
 arrive while a batch runs form the next one, so batches grow with the load without waiting.
 Generation batches prompts of different lengths with left padding (each row generates what it
 would alone), streams each step's tokens to the jobs as they come, and ends a job's rows when its
@@ -98,14 +99,14 @@ class Worker:
         max_wait: float,
         max_queue: int,
         observe: Callable[[str, int, int, int], None] = lambda model, rows, queued, tokens: None,
-        in_flight: Callable[[], int] = lambda: 0,
+        arriving: Callable[[], int] = lambda: 0,
     ) -> None:
         self.name = name
         self.model = model
         self.max_batch = max_batch
         self.max_wait = max_wait
         self.observe = observe  # (model, batch rows, queue depth, tokens generated) after each batch
-        self.in_flight = in_flight  # requests the server is handling, which may bring jobs
+        self.arriving = arriving  # requests read but not yet handed to a worker: jobs on their way
         self.jobs: queue.Queue[Job | None] = queue.Queue(maxsize=max_queue)
         self.carry: Job | None = None  # a job that could not join the last batch
         self.stopping = False
@@ -179,8 +180,9 @@ class Worker:
 
     def _next_batch(self) -> list[Job] | None:
         """The next job and every job that may share its batch, up to ``max_batch`` rows. While
-        more requests are in flight than the batch holds, it waits up to ``max_wait`` for them:
-        under load batches fill, while a lone request never waits. None: the worker stops."""
+        requests are arriving (read, their jobs not yet handed over), it waits up to ``max_wait``
+        for them: under load batches fill, while a lone request never waits, nor does one beside
+        a long stream. None: the worker stops."""
         first, self.carry = self.carry, None
         if first is None and not self.stopping:
             first = self.jobs.get()
@@ -189,7 +191,7 @@ class Worker:
         batch, rows = [first], len(first.rows)
         deadline = time.monotonic() + self.max_wait
         while rows < self.max_batch and first.kind != "infer" and not self.stopping:
-            job = self._take(deadline, len(batch))
+            job = self._take(deadline)
             if job is None:
                 break
             if (job.kind, job.options) != (first.kind, first.options):
@@ -199,15 +201,15 @@ class Worker:
             rows += len(job.rows)
         return batch
 
-    def _take(self, deadline: float, batched: int) -> Job | None:
-        """A waiting job; else, while more requests are in flight than ``batched`` and the
-        deadline allows, the next to arrive; else None."""
+    def _take(self, deadline: float) -> Job | None:
+        """A waiting job; else, while requests are arriving and the deadline allows, the next to
+        come; else None."""
         while True:
             try:
                 job = self.jobs.get(block=False)
             except queue.Empty:
                 left = deadline - time.monotonic()
-                if left <= 0 or self.in_flight() <= batched:
+                if left <= 0 or self.arriving() == 0:
                     return None
                 try:
                     job = self.jobs.get(timeout=min(left, POLL_S))

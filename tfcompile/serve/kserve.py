@@ -92,14 +92,13 @@ async def model_ready(name: str, request: Request, version: str = "1") -> JSONRe
 @router.post("/models/{name}/versions/{version}/infer")
 async def infer(name: str, request: Request, version: str = "1") -> dict:
     model = _model(request, name, version)
-    worker = served(request).worker(name)
     header, tensors = _read_request(
         await request.body(), request.headers.get("inference-header-content-length")
     )
     feed = {tensor["name"]: _array(tensor, tensors.get(tensor["name"])) for tensor in header["inputs"]}
     if isinstance(model, Classifier) and list(feed) == [TEXT_INPUT]:
         texts = _texts(feed[TEXT_INPUT])
-        predictions = await outcome(worker.submit(Job("classify", texts)), request)
+        predictions = await outcome(served(request).submit(request, name, Job("classify", texts)), request)
         labels = model.labels
         outputs = {
             "label": np.array([p.label for p in predictions], dtype=object),
@@ -108,7 +107,7 @@ async def infer(name: str, request: Request, version: str = "1") -> dict:
             ),
         }
     else:
-        outputs = await outcome(worker.submit(Job("infer", [feed])), request)
+        outputs = await outcome(served(request).submit(request, name, Job("infer", [feed])), request)
     wanted = [o.get("name") for o in header.get("outputs") or []] or list(outputs)
     unknown = [w for w in wanted if w not in outputs]
     if unknown:

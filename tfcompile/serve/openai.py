@@ -87,8 +87,7 @@ def _model_card(name: str) -> dict:
 @router.post("/completions", response_model=None)
 async def completions(body: CompletionRequest, request: Request) -> dict | StreamingResponse:
     s = served(request)
-    worker = s.worker(body.model)
-    model = worker.model
+    model = s.worker(body.model).model
     if not isinstance(model, LanguageModel) or model.tokenizer is None:
         raise InputError(
             f"the model {body.model!r} is not a language model with a tokenizer: completions need one"
@@ -111,7 +110,7 @@ async def completions(body: CompletionRequest, request: Request) -> dict | Strea
         GenerationRow(prompt, max_tokens, sampling, stops)
         for prompt, sampling in zip([p for p in prompts for _ in range(n)], samplings, strict=True)
     ]
-    job = worker.submit(Job("generate", rows, stream=bool(body.stream)))
+    job = s.submit(request, body.model, Job("generate", rows, stream=bool(body.stream)))
     answer = Answer(body, model, rows, echo=bool(body.echo))
     if body.stream:
         return StreamingResponse(

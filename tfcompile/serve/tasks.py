@@ -77,7 +77,7 @@ async def classify(body: ClassifyRequest, request: Request) -> dict:
     _model(request, body.model, Classifier, "/v1/classify")
     texts = inputs.texts("texts", body.texts, pairs=True)
     _rows(request, len(texts))
-    job = served(request).worker(body.model).submit(Job("classify", texts))
+    job = served(request).submit(request, body.model, Job("classify", texts))
     return _predictions(body.model, await outcome(job, request))
 
 
@@ -94,7 +94,7 @@ async def translate(body: TranslateRequest, request: Request) -> dict:
         raise InputError(
             f"beam may be at most {s.max_beam} and max_len at most {s.max_tokens}, got {beam} and {max_len}"
         )
-    job = served(request).worker(body.model).submit(Job("translate", texts, options=(beam, max_len)))
+    job = served(request).submit(request, body.model, Job("translate", texts, options=(beam, max_len)))
     return {"model": body.model, "translations": await outcome(job, request, watch=True)}
 
 
@@ -109,7 +109,7 @@ async def classify_image(request: Request) -> dict:
         name, images = _arrays(await request.body())
     _model(request, name, ImageClassifier, "/v1/classify-image")
     _rows(request, len(images))
-    job = served(request).worker(name).submit(Job("classify_images", images))
+    job = served(request).submit(request, name, Job("classify_images", images))
     return _predictions(name, await outcome(job, request))
 
 
