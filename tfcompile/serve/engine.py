@@ -3,9 +3,9 @@ the jobs waiting for it together as one batch, off the event loop.
 
 A job is a request's share of a batch: some rows (prompts, texts, sources, images) of one kind.
 The worker takes the first job, then every job of the same kind already waiting (up to
-``max_batch`` rows, waiting at most ``max_wait`` seconds for requests the server has read and
-not yet handed over); under load the jobs that
-arrive while a batch runs form the next one, so batches grow with the load without waiting.
+``max_batch`` rows, waiting at most ``max_wait`` seconds for requests the server has read and not
+yet handed over); under load the jobs that arrive while a batch runs form the next one, so
+batches grow with the load without waiting.
 Generation batches prompts of different lengths with left padding (each row generates what it
 would alone), streams each step's tokens to the jobs as they come, and ends a job's rows when its
 client goes away. A full queue refuses new jobs at once (the server answers 503 + Retry-After).
