@@ -9,7 +9,7 @@ takes bundles you give; starts `tfcompile serve` on them in a subprocess, then m
   clients (each a loop of requests), each phase bounded by --seconds and --requests;
 - decoder: tokens/s of one completion stream at a time, then of --streams concurrent streams;
 - server overhead at batch 1: a /v1/classify request's median latency minus the median of the same
-  call on tfcompile.runtime directly, in this process.
+  call on tfcompile.runtime directly, in this process, the two in alternating rounds.
 
     python benchmarks/serve_load.py                      # writes benchmarks/results/serve_load-cpu.md
     python benchmarks/serve_load.py --classifier exported/sst2 --decoder exported/shakespeare-char
@@ -30,6 +30,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 import numpy as np
@@ -142,6 +143,25 @@ def round_trips(url: str, body: dict, route: str, count: int) -> list[float]:
     return times
 
 
+def overhead(
+    runtime: Any, url: str, texts: list[str], rounds: int = 10, count: int = 50
+) -> tuple[list[float], list[float]]:
+    """A /v1/classify request's latencies and the same call's on ``runtime`` in this process, in
+    alternating rounds (the idle server takes no CPU meanwhile), so that a machine whose speed
+    drifts during the run moves both alike."""
+    body = {"model": "clf", "texts": texts}
+    round_trips(url, body, "/v1/classify", count)
+    runtime.classify(texts)
+    served, direct = [], []
+    for _ in range(rounds):
+        served += round_trips(url, body, "/v1/classify", count)
+        for _ in range(count):
+            start = time.perf_counter()
+            runtime.classify(texts)
+            direct.append(time.perf_counter() - start)
+    return served, direct
+
+
 def start_server(bundles: dict[str, Path], log: Path) -> tuple[subprocess.Popen, str]:
     with socket.socket() as probe:  # a free loopback port
         probe.bind(("127.0.0.1", 0))
@@ -207,19 +227,11 @@ def main() -> None:
                 name: measure(server.pid, url, c, args.seconds, args.requests, b, r)
                 for name, (c, b, r) in runs.items()
             }
-            overhead_runs = 500
-            round_trips(url, clf_body, "/v1/classify", 50)
-            served = round_trips(url, clf_body, "/v1/classify", overhead_runs)
+            runtime = load(classifier, providers=["CPUExecutionProvider"], options=SessionOptions(spin=False))
+            served, direct = overhead(runtime, url, clf_body["texts"])
         finally:
             server.terminate()
             server.wait(30)
-        runtime = load(classifier, providers=["CPUExecutionProvider"], options=SessionOptions(spin=False))
-        runtime.classify(clf_body["texts"])
-        direct = []
-        for _ in range(overhead_runs):
-            start = time.perf_counter()
-            runtime.classify(clf_body["texts"])
-            direct.append(time.perf_counter() - start)
 
     def row(name: str, p: Phase, clients: int, unit: str) -> str:
         count = p.tokens if unit == "tokens/s" else len(p.latencies)
