@@ -109,6 +109,17 @@ def test_a_short_digits_run_is_far_above_chance_on_the_held_out_test_split(digit
     assert preprocessing["image_size"] == 8 and preprocessing["channels"] == 1
 
 
+def test_the_log_ends_with_the_test_metrics_to_four_decimals(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """359 test images: one of them is 0.28% of the accuracy, which two decimals would hide."""
+    spec = digits_spec(tmp_path, "model.n_layers=1", "train.steps=2", "train.eval_interval=2")
+    result = Trainer(spec, tmp_path / "runs" / "log").train()
+    accuracy, loss = result.metrics["test_accuracy"], result.metrics["test_loss"]
+    assert f"test accuracy {accuracy:.4f}, loss {loss:.4f}" in capsys.readouterr().err
+    assert round(accuracy * 359) == pytest.approx(accuracy * 359)  # a count of the 359 images
+
+
 @pytest.mark.slow  # a learning run from PNG folders: 1,200 steps
 def test_an_image_folder_run_learns_and_resumes(tmp_path: Path) -> None:
     kept, held = stratified_split([str(t) for t in DIGITS.target], 0.2)

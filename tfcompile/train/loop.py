@@ -192,7 +192,7 @@ class Trainer:
                 test = self._test_metrics()
                 if test:
                     self.metrics.append({"step": self.step, **test})
-                    progress.log(", ".join(f"{k.replace('_', ' ')} {v:.2f}" for k, v in test.items()))
+                    progress.log(f"test {_shown(test, 'test_')}")
                     metrics = {**metrics, **test}
         return TrainResult(
             self.run_dir, self.step, val_loss, self.best, self.task.best_metric, self.stop_requested, metrics
@@ -430,8 +430,13 @@ def _check_run_dir(run_dir: Path, spec: Spec, resume: bool) -> None:
 
 
 def _describe(step: int, metrics: dict[str, float], improved: bool) -> str:
-    shown = ", ".join(f"{k.removeprefix('val_').replace('_', ' ')} {v:.4f}" for k, v in metrics.items())
-    return f"step {step}: val {shown}" + (" (best)" if improved else "")
+    return f"step {step}: val {_shown(metrics, 'val_')}" + (" (best)" if improved else "")
+
+
+def _shown(metrics: dict[str, float], prefix: str) -> str:
+    """Metrics as the log reads them: ``accuracy 0.9916, loss 0.1047`` (four decimals: on a test
+    split of a few hundred examples, one example moves an accuracy by a few tenths of a percent)."""
+    return ", ".join(f"{k.removeprefix(prefix).replace('_', ' ')} {v:.4f}" for k, v in metrics.items())
 
 
 @contextlib.contextmanager
