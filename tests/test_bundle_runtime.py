@@ -4,6 +4,7 @@ logits equal to PyTorch's, no torch import, and verification from the run's chec
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -214,6 +215,26 @@ def test_cli_export_of_a_run_and_errors(
     assert (out / "manifest.json").exists()
     assert main(["verify", str(tmp_path)]) == 1
     assert "not a tfcompile bundle" in capsys.readouterr().err
+
+
+def test_exporting_a_spec_too_large_for_memory_is_refused_before_anything_is_allocated(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Random weights of a 1.6-trillion-parameter spec: a named error, not PyTorch's failed
+    allocation; the summary, on the meta device, still reads it."""
+    spec = tmp_path / "huge.yaml"
+    spec.write_text(
+        "model: {family: decoder, vocab_size: 100000000000, d_model: 16, n_heads: 2, n_layers: 1, "
+        "max_seq_len: 8}\n"
+    )
+    assert main(["export", str(spec), "--out", str(tmp_path / "bundle")]) == 1
+    assert re.search(
+        r"error: the model's 1,600,000,003,440 parameters take [\d,.]+ GB as float32 weights, more than "
+        r"this machine's memory .*: lower model\.d_model",
+        capsys.readouterr().err,
+    )
+    assert not (tmp_path / "bundle").exists()
+    assert main(["summary", str(spec)]) == 0
 
 
 def test_greedy_generation_matches_torch_with_and_without_cache(bundle: Path, run_dir: Path) -> None:

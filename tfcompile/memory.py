@@ -5,7 +5,13 @@ from __future__ import annotations
 
 import os
 
+from tfcompile.errors import UserError
+
 GB = 1 << 30
+
+
+class TooLarge(UserError):
+    """What a spec asks for cannot fit in this machine's memory."""
 
 
 def physical_memory() -> int:
@@ -20,3 +26,15 @@ def too_large(needed: float, available: int) -> bool:
 
 def gigabytes(n: float) -> str:
     return f"{n / GB:,.1f} GB"
+
+
+def require_weights_fit(params: int) -> None:
+    """Refuse to allocate ``params`` float32 weights that cannot fit in memory: the operating system
+    would kill the process (or the allocation fail deep inside PyTorch) instead."""
+    needed, available = 4 * params, physical_memory()
+    if too_large(needed, available):
+        raise TooLarge(
+            f"the model's {params:,} parameters take {gigabytes(needed)} as float32 weights, more "
+            f"than this machine's memory ({gigabytes(available)}): lower model.d_model, model.n_layers "
+            f"or the vocabulary"
+        )

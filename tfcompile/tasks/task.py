@@ -28,6 +28,7 @@ from tfcompile import sequences
 from tfcompile.data import DataError
 from tfcompile.files import TOKENIZER_FILE
 from tfcompile.manifest import TokenizerInfo
+from tfcompile.memory import require_weights_fit
 from tfcompile.models import Assembly
 from tfcompile.registry import Registry
 from tfcompile.spec.schema import Spec, TaskSection, register_task_section
@@ -180,7 +181,8 @@ def task_of(spec: Spec) -> type[Task]:
 
 def build_model(spec: Spec) -> Assembly:
     """The model that the spec's task trains on the spec's family. Sizes the spec leaves to the
-    data (vocabulary, labels) must be known: a ValueError names them otherwise."""
+    data (vocabulary, labels) must be known: a ValueError names them otherwise; weights that cannot
+    fit in memory are refused (TooLarge) before anything is allocated."""
     missing = spec.sizes_from_data()
     if missing:
         raise ValueError(
@@ -188,6 +190,8 @@ def build_model(spec: Spec) -> Assembly:
             f"{'it' if len(missing) == 1 else 'them'} in the spec, or train, which takes "
             f"{'it' if len(missing) == 1 else 'them'} from the data"
         )
+    if torch.get_default_device().type != "meta":  # a model on the meta device allocates nothing
+        require_weights_fit(spec.parameter_count() or 0)
     return task_of(spec).build_model(spec)
 
 
