@@ -217,20 +217,24 @@ def test_cli_export_of_a_run_and_errors(
     assert "not a tfcompile bundle" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    ("model", "count"),
+    [
+        ("vocab_size: 100000000000, d_model: 16, max_seq_len: 8", "1,600,000,003,440"),  # weights
+        ("vocab_size: 100, d_model: 64, max_seq_len: 1000000000, positional: rope", "56,512"),  # buffers
+    ],
+)
 def test_exporting_a_spec_too_large_for_memory_is_refused_before_anything_is_allocated(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], model: str, count: str
 ) -> None:
-    """Random weights of a 1.6-trillion-parameter spec: a named error, not PyTorch's failed
-    allocation; the summary, on the meta device, still reads it."""
+    """Random weights of a 1.6-trillion-parameter spec, or RoPE's tables for a billion positions:
+    a named error, not PyTorch's failed allocation; the summary, on the meta device, reads both."""
     spec = tmp_path / "huge.yaml"
-    spec.write_text(
-        "model: {family: decoder, vocab_size: 100000000000, d_model: 16, n_heads: 2, n_layers: 1, "
-        "max_seq_len: 8}\n"
-    )
+    spec.write_text(f"model: {{family: decoder, n_heads: 2, n_layers: 1, {model}}}\n")
     assert main(["export", str(spec), "--out", str(tmp_path / "bundle")]) == 1
     assert re.search(
-        r"error: the model's 1,600,000,003,440 parameters take [\d,.]+ GB as float32 weights, more than "
-        r"this machine's memory .*: lower model\.d_model",
+        rf"error: the model's {count} parameters and its buffers \(positions, masks\) take [\d,.]+ GB, "
+        r"more than this machine's memory .*: lower model\.d_model, model\.n_layers, model\.max_seq_len",
         capsys.readouterr().err,
     )
     assert not (tmp_path / "bundle").exists()

@@ -28,13 +28,14 @@ def gigabytes(n: float) -> str:
     return f"{n / GB:,.1f} GB"
 
 
-def require_weights_fit(params: int) -> None:
-    """Refuse to allocate ``params`` float32 weights that cannot fit in memory: the operating system
-    would kill the process (or the allocation fail deep inside PyTorch) instead."""
-    needed, available = 4 * params, physical_memory()
-    if too_large(needed, available):
+def require_fits(nbytes: int, params: int) -> None:
+    """Refuse to build a model whose weights and buffers (``nbytes``; ``params`` parameters) cannot
+    fit in memory: the operating system would kill the process, or the allocation fail deep inside
+    PyTorch, instead."""
+    available = physical_memory()
+    if too_large(nbytes, available):
         raise TooLarge(
-            f"the model's {params:,} parameters take {gigabytes(needed)} as float32 weights, more "
-            f"than this machine's memory ({gigabytes(available)}): lower model.d_model, model.n_layers "
-            f"or the vocabulary"
+            f"the model's {params:,} parameters and its buffers (positions, masks) take "
+            f"{gigabytes(nbytes)}, more than this machine's memory ({gigabytes(available)}): lower "
+            f"model.d_model, model.n_layers, model.max_seq_len or the vocabulary"
         )

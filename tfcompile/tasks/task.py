@@ -28,7 +28,7 @@ from tfcompile import sequences
 from tfcompile.data import DataError
 from tfcompile.files import TOKENIZER_FILE
 from tfcompile.manifest import TokenizerInfo
-from tfcompile.memory import require_weights_fit
+from tfcompile.memory import require_fits
 from tfcompile.models import Assembly
 from tfcompile.registry import Registry
 from tfcompile.spec.schema import Spec, TaskSection, register_task_section
@@ -181,8 +181,8 @@ def task_of(spec: Spec) -> type[Task]:
 
 def build_model(spec: Spec) -> Assembly:
     """The model that the spec's task trains on the spec's family. Sizes the spec leaves to the
-    data (vocabulary, labels) must be known: a ValueError names them otherwise; weights that cannot
-    fit in memory are refused (TooLarge) before anything is allocated."""
+    data (vocabulary, labels) must be known: a ValueError names them otherwise. Weights and
+    buffers that cannot fit in memory are refused (TooLarge) before anything is allocated."""
     missing = spec.sizes_from_data()
     if missing:
         raise ValueError(
@@ -190,9 +190,14 @@ def build_model(spec: Spec) -> Assembly:
             f"{'it' if len(missing) == 1 else 'them'} in the spec, or train, which takes "
             f"{'it' if len(missing) == 1 else 'them'} from the data"
         )
-    if torch.get_default_device().type != "meta":  # a model on the meta device allocates nothing
-        require_weights_fit(spec.parameter_count() or 0)
-    return task_of(spec).build_model(spec)
+    task = task_of(spec)
+    if torch.get_default_device().type != "meta":  # measured on the meta device, which allocates nothing
+        with torch.device("meta"):
+            shape = task.build_model(spec)
+        params = list(shape.parameters())
+        nbytes = sum(t.numel() * t.element_size() for t in [*params, *shape.buffers()])
+        require_fits(nbytes, sum(p.numel() for p in params))
+    return task.build_model(spec)
 
 
 def special_ids(spec: Spec, tokenizer: Tokenizer, roles: Sequence[str]) -> dict[str, int]:
