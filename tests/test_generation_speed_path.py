@@ -89,11 +89,11 @@ def test_reordered_rows_continue_as_their_source_row(char_bundle: Path, bound: b
 def test_step_graphs_run_on_step_threads_unless_threads_are_given(char_bundle: Path) -> None:
     model = load(char_bundle)
     assert isinstance(model, LanguageModel)
-    assert model.step_session().get_session_options().intra_op_num_threads == step_threads()
+    assert model.step.get_session_options().intra_op_num_threads == step_threads()
     assert model.session.get_session_options().intra_op_num_threads == 0  # one per core
     chosen = load(char_bundle, options=SessionOptions(threads=3))
     assert isinstance(chosen, LanguageModel)
-    assert chosen.step_session().get_session_options().intra_op_num_threads == 3
+    assert chosen.step.get_session_options().intra_op_num_threads == 3
     assert chosen.session.get_session_options().intra_op_num_threads == 3
 
 

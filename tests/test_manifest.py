@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import sys
 from collections.abc import Iterator
@@ -21,7 +22,7 @@ from hypothesis import strategies as st
 
 from tfcompile.export import Source, export_bundle
 from tfcompile.manifest import manifest_schema
-from tfcompile.runtime import BundleError, LanguageModel, Translator, load
+from tfcompile.runtime import BundleError, InputError, LanguageModel, Translator, load
 from tfcompile.spec import load_spec
 
 DATA = ROOT / "tests" / "data"
@@ -206,7 +207,7 @@ junk = st.one_of(
 
 @settings(deadline=4000, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
-def test_any_mutated_manifest_loads_or_raises_bundle_error(
+def test_any_mutated_manifest_serves_or_raises_bundle_error(
     bundle: Path, tmp_path_factory: pytest.TempPathFactory, data: st.DataObject
 ) -> None:
     folder = tmp_path_factory.mktemp("mutated") / "b"
@@ -225,6 +226,204 @@ def test_any_mutated_manifest_loads_or_raises_bundle_error(
     (folder / "manifest.json").write_text(json.dumps(manifest))
     try:
         model = load(folder)
+        assert isinstance(model, LanguageModel)
+        # A bundle that loads serves (text, or ids without a tokenizer), or says why.
+        if model.tokenizer is None:
+            model.generate(np.array([[1, 2, 3]]), 3, temperature=0)
+        else:
+            model.generate_text("ROMEO:", 3, temperature=0)
     except BundleError:
         return
-    assert isinstance(model, LanguageModel)
+
+
+# ------------------------------------------- a bundle that lies about itself, by kind
+
+
+def _damaged(source: Path, tmp_path: Path, manifest: Any = None, **files: bytes) -> Path:
+    """A copy of ``source`` with ``files`` rewritten and ``manifest`` applied to its manifest, the
+    hashes made to match: damage that only the loader's checks can find."""
+    out = tmp_path / "damaged"
+    shutil.copytree(source, out)
+    m = json.loads((out / "manifest.json").read_text())
+    for name, data in files.items():
+        (out / name).write_bytes(data)
+        m["files"][name] = hashlib.sha256(data).hexdigest()
+    if manifest is not None:
+        manifest(m)
+    (out / "manifest.json").write_text(json.dumps(m))
+    return out
+
+
+def _tokenizer(bundle: Path, change: Any) -> bytes:
+    tokenizer = json.loads((bundle / "tokenizer.json").read_text())
+    change(tokenizer)
+    return json.dumps(tokenizer).encode()
+
+
+DAMAGE: dict[str, tuple[str, Any, dict[str, Any], str]] = {
+    # name: (bundle, manifest change, files, message)
+    "a 5,000-digit integer": ("char", None, {}, r"not valid JSON .*integer"),
+    "a lone surrogate in a label": (
+        "classifier",
+        lambda m: m.update(labels=["neg\ud800", "pos"]),
+        {},
+        r"not valid JSON",
+    ),
+    "fewer labels than logits": (
+        "classifier",
+        lambda m: m.update(labels=["only"]),
+        {},
+        r"not \(batch, 1\) for the manifest's 1 labels",
+    ),
+    "a pad id past the vocabulary": (
+        "char",
+        lambda m: m["padding"].update(pad_id=10**6),
+        {},
+        r"padding\.pad_id is 1000000, outside the vocabulary",
+    ),
+    "a stop id past the vocabulary": (
+        "char",
+        lambda m: m["generation"].update(stop_token_ids=[999]),
+        {},
+        r"generation\.stop_token_ids is 999",
+    ),
+    "a cache naming no input": (
+        "char",
+        lambda m: m["graphs"]["step"]["cache"]["past"].__setitem__(0, "nope"),
+        {},
+        r"'nope' is not an input",
+    ),
+    "a step graph without its cache section": (
+        "char",
+        lambda m: m["graphs"]["step"].pop("cache"),
+        {},
+        r"gives the step graph no cache section",
+    ),
+    "logits as a present tensor": (
+        "char",
+        lambda m: m["graphs"]["step"]["cache"].update(present=["logits"]),
+        {},
+        r"past and present must pair up",
+    ),
+    "a negative size": (
+        "char",
+        lambda m: m["graphs"]["step"]["inputs"][2]["shape"].__setitem__(1, -1),
+        {},
+        r"shape",
+    ),
+    "an input of another type": (
+        "classifier",
+        lambda m: m["graphs"]["model"]["inputs"][1].update(dtype="float32"),
+        {},
+        r"attention_mask is tensor\(int64\) .* but the manifest says float32",
+    ),
+    "a fixed size the graph does not have": (
+        "char",
+        lambda m: m["graphs"]["step"]["inputs"][2]["shape"].__setitem__(1, 7),
+        {},
+        r"past_key_0 is tensor\(float\) of shape .* manifest says float32 of shape \['batch', 7",
+    ),
+    "no vocabulary size": (
+        "char",
+        lambda m: m["model"].pop("vocab_size"),
+        {},
+        r"model\.vocab_size is missing",
+    ),
+    "a vocabulary smaller than the tokenizer's": (
+        "char",
+        lambda m: m["model"].update(vocab_size=10),
+        {},
+        r"holds token ids up to 64, past the model's vocabulary \(10\)",
+    ),
+    "a special token at another id": (
+        "classifier",
+        lambda m: m["tokenizer"]["special_tokens"]["cls"].update(id=7),
+        {},
+        r"does not hold the cls token '\[CLS\]' at id 7",
+    ),
+    "one mean for three channels": (
+        "image",
+        lambda m: m["image"].update(mean=[0.5, 0.5]),
+        {},
+        r"one value per channel",
+    ),
+    "an image size the graph does not take": (
+        "image",
+        lambda m: m["image"].update(size=4),
+        {},
+        r"makes 1 x 4 x 4 pixel values, but the graph takes \(1, 8, 8\)",
+    ),
+    "a std that is 0 in float32": ("image", lambda m: m["image"].update(std=[1e-320]), {}, r"image\.std"),
+    "a graph without the inputs the runtime feeds": (
+        "image",
+        lambda m: m["graphs"]["model"]["inputs"][0].update(name="pixels"),
+        {},
+        r"has inputs \['pixel_values'\], but the manifest says \['pixels'\]",
+    ),
+}
+
+
+@pytest.mark.parametrize("damage", DAMAGE)
+def test_a_bundle_that_contradicts_itself_is_refused_at_load(
+    damage: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    kind, change, files, message = DAMAGE[damage]
+    source = request.getfixturevalue(f"{kind}_bundle")
+    folder = _damaged(source, tmp_path, change, **files)
+    if damage == "a 5,000-digit integer":
+        (folder / "manifest.json").write_bytes(b'{"format_version": ' + b"1" * 5000 + b"}")
+    with pytest.raises(BundleError, match=message):
+        load(folder)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda t: t.update(normalizer={"type": "Precompiled", "precompiled_charsmap": "/////w=="}),
+        lambda t: t.update(decoder={"type": "Strip", "content": " ", "start": 100, "stop": 100}),
+    ],
+    ids=["normalizer", "decoder"],
+)
+def test_a_tokenizer_that_panics_is_a_bundle_error(char_bundle: Path, tmp_path: Path, change: Any) -> None:
+    """The tokenizers library panics (a BaseException) on these: at load, or at the first text."""
+    folder = _damaged(char_bundle, tmp_path, **{"tokenizer.json": _tokenizer(char_bundle, change)})
+    with pytest.raises(BundleError, match=r"tokenizer\.json is a tokenizer that fails"):
+        load(folder).generate_text("ROMEO:", 2, temperature=0)
+
+
+def test_a_tokenizer_with_an_id_past_the_vocabulary_is_a_bundle_error(
+    char_bundle: Path, tmp_path: Path
+) -> None:
+    """Few tokens, but one of them at id 9,999: counting the tokens would not see it."""
+    tokenizer = _tokenizer(char_bundle, lambda t: t["model"]["vocab"].update({"zzzz": 9999}))
+    folder = _damaged(char_bundle, tmp_path, **{"tokenizer.json": tokenizer})
+    with pytest.raises(BundleError, match=r"holds token ids up to 9,999, past the model's vocabulary \(65\)"):
+        load(folder)
+
+
+def test_a_folder_in_place_of_a_file_is_a_bundle_error(copy: Path) -> None:
+    (copy / "spec.yaml").unlink()
+    (copy / "spec.yaml").mkdir()
+    with pytest.raises(BundleError, match=r"spec\.yaml is not a regular file"):
+        load(copy)
+
+
+def test_commands_reading_a_damaged_file_name_it(
+    classifier_bundle: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tfcompile.cli import main
+
+    folder = _damaged(
+        classifier_bundle, tmp_path, **{"spec.yaml": b"\xff\xfe task", "model.onnx": b"garbage"}
+    )
+    assert main(["optimize", str(folder), "--out", str(tmp_path / "fused"), "--fuse"]) == 1
+    assert re.search(r"error: .*model\.onnx is not an ONNX graph", capsys.readouterr().err)
+    assert main(["verify", str(folder)]) == 1
+    assert re.search(r"error: .*spec\.yaml is not UTF-8 text", capsys.readouterr().err)
+
+
+def test_infer_takes_a_dict_of_named_tensors(classifier_bundle: Path) -> None:
+    model = load(classifier_bundle)
+    for feed in (None, 5, {0: 1, "input_ids": 1, "attention_mask": 1}):
+        with pytest.raises(InputError, match=r"infer takes a dict of the inputs"):
+            model.infer(feed)  # type: ignore[arg-type]

@@ -28,6 +28,9 @@ FileName = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$", ma
 Sha256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
 Count = Annotated[StrictInt, Field(gt=0)]
 TokenId = Annotated[StrictInt, Field(ge=0)]
+FLOAT32_MAX = 3.4028234663852886e38
+FLOAT32_TINY = 1.1754943508222875e-38  # the smallest normal float32: below it, a std becomes 0
+Float32 = Annotated[float, Field(ge=-FLOAT32_MAX, le=FLOAT32_MAX)]
 
 
 class Part(BaseModel):
@@ -39,7 +42,7 @@ class Tensor(Part):
 
     name: str
     dtype: Literal["int64", "float32", "float16"]
-    shape: list[StrictInt | str] = Field(description="sizes, or axis names for the dynamic axes")
+    shape: list[Count | str] = Field(description="sizes, or axis names for the dynamic axes")
     meaning: str = Field("", description="what the tensor holds, its axes and its convention")
 
 
@@ -170,8 +173,8 @@ class ImageInfo(Part):
     resize: Literal["shorter_side", "stretch"] = "shorter_side"
     interpolation: Literal["bilinear"] = "bilinear"
     crop: Literal["center"] = "center"
-    mean: list[float]
-    std: list[Annotated[float, Field(gt=0)]]
+    mean: list[Float32]
+    std: list[Annotated[float, Field(ge=FLOAT32_TINY, le=FLOAT32_MAX)]]
     layout: Literal["NCHW"] = "NCHW"
 
 
@@ -246,9 +249,53 @@ class Manifest(Part):
         for name, graph in self.graphs.items():
             if graph.file not in self.files:
                 raise ValueError(f"graphs.{name}.file {graph.file!r} is not listed in files")
+            if graph.cache is not None:
+                _check_cache(f"graphs.{name}.cache", graph)
         if self.tokenizer is not None and self.tokenizer.file not in self.files:
             raise ValueError(f"tokenizer.file {self.tokenizer.file!r} is not listed in files")
+        if self.image is not None and not len(self.image.mean) == len(self.image.std) == self.image.channels:
+            raise ValueError(f"image: mean and std need one value per channel ({self.image.channels})")
+        if self.model.vocab_size is not None:
+            for field, i in self._token_ids():
+                if i >= self.model.vocab_size:
+                    raise ValueError(f"{field} is {i}, outside the vocabulary of {self.model.vocab_size}")
         return self
+
+    def _token_ids(self) -> list[tuple[str, int]]:
+        """(field, id) of every token id the manifest gives."""
+        ids = [("padding.pad_id", self.padding.pad_id)]
+        if self.tokenizer is not None:
+            ids += [
+                (f"tokenizer.special_tokens.{r}.id", t.id) for r, t in self.tokenizer.special_tokens.items()
+            ]
+        if self.generation is not None:
+            ids += [("generation.stop_token_ids", i) for i in self.generation.stop_token_ids]
+        if self.translation is not None:
+            t = self.translation
+            ids += [("translation.start_id", t.start_id), ("translation.stop_id", t.stop_id)]
+            ids += [("translation.source_suffix_ids", i) for i in t.source_suffix_ids]
+        return ids
+
+
+def _check_cache(where: str, graph: Graph) -> None:
+    """A cache's past tensors are inputs of the graph, each with the cache axis, and as many as
+    its present tensors, which are outputs."""
+    assert graph.cache is not None
+    inputs = {t.name: t for t in graph.inputs}
+    outputs = {t.name for t in graph.outputs}
+    if len(graph.cache.past) != len(graph.cache.present):
+        raise ValueError(
+            f"{where}: past and present must pair up, found {len(graph.cache.past)} and "
+            f"{len(graph.cache.present)}"
+        )
+    for name in graph.cache.past:
+        if name not in inputs or graph.cache.axis not in inputs[name].shape:
+            raise ValueError(
+                f"{where}.past: {name!r} is not an input of the graph with a {graph.cache.axis} axis"
+            )
+    for name in graph.cache.present:
+        if name not in outputs:
+            raise ValueError(f"{where}.present: {name!r} is not an output of the graph")
 
 
 def manifest_schema() -> dict[str, Any]:
@@ -263,7 +310,8 @@ def parse_manifest(data: bytes, where: str) -> tuple[Manifest, int]:
     format the file declared; a BundleError naming the key at fault otherwise."""
     try:
         raw = json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
+        json.dumps(raw, ensure_ascii=False).encode("utf-8")  # no lone surrogate ("\\ud800") in a string
+    except (ValueError, RecursionError) as e:  # not UTF-8, not JSON, an integer of 4,300+ digits
         raise BundleError(f"{where} is not valid JSON ({e}); export the bundle again") from None
     if not isinstance(raw, dict):
         raise BundleError(f"{where} must hold a JSON object, found {type(raw).__name__}")
@@ -280,9 +328,10 @@ def parse_manifest(data: bytes, where: str) -> tuple[Manifest, int]:
         return Manifest.model_validate(fields), version
     except ValidationError as e:
         first = e.errors()[0]
-        key = ".".join(str(part) for part in first["loc"]) or "(top level)"
+        key = ".".join(str(part) for part in first["loc"])
+        message = f"{key}: {first['msg']}" if key else first["msg"].removeprefix("Value error, ")
         more = f" (and {e.error_count() - 1} more)" if e.error_count() > 1 else ""
-        raise BundleError(f"{where}: {key}: {first['msg']}{more}") from None
+        raise BundleError(f"{where}: {message}{more}") from None
 
 
 # ------------------------------------------------------------------------ format 1

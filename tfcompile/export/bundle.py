@@ -144,7 +144,7 @@ def verify_bundle(bundle: Path, run: Path | None = None) -> dict[str, ParityRepo
     outside it), the recorded seed for one exported from a spec."""
     files = BundleFiles(bundle)
     recorded = files.manifest.source
-    spec = parse_spec(files.read(SPEC_FILE).decode("utf-8"), source=str(bundle / SPEC_FILE))
+    spec = parse_spec(files.text(SPEC_FILE), source=str(bundle / SPEC_FILE))
     if run is not None:
         checkpoint = recorded.get("checkpoint", "last")
         source = Source(run=run, checkpoint=checkpoint if checkpoint in ("last", "best") else "last")

@@ -206,7 +206,7 @@ def _heads(files: BundleFiles, step: Graph) -> dict[str, int]:
     kv_heads, head_dim = int(past.shape[1]), int(past.shape[3])
     heads, hidden = kv_heads, kv_heads * head_dim
     if SPEC_FILE in manifest.files:
-        spec = parse_spec(files.read(SPEC_FILE).decode("utf-8"), source=str(files.folder / SPEC_FILE))
+        spec = parse_spec(files.text(SPEC_FILE), source=str(files.folder / SPEC_FILE))
         heads = getattr(spec.model, "n_heads", heads)
         hidden = getattr(spec.model, "d_model", hidden)
     return {

@@ -34,6 +34,7 @@ from tfcompile.optimize.passes import (
     to_fp16,
 )
 from tfcompile.runtime.bundle import BundleFiles, sha256_file
+from tfcompile.runtime.errors import BundleError
 
 FUSED_TOLERANCE = 1e-4  # of the outputs' scale: fusion reorders arithmetic, nothing more
 FP16_TOLERANCE = 1e-2  # half precision keeps about three significant digits
@@ -129,7 +130,10 @@ def _transform(
     fusers: set[str] = set()
     for name, graph in manifest.graphs.items():
         source = files.read(graph.file)
-        model = onnx.load_from_string(source)
+        try:
+            model = onnx.load_from_string(source)
+        except Exception as e:  # protobuf's DecodeError, or onnx's own
+            raise BundleError(f"{files.folder / graph.file} is not an ONNX graph: {e}") from None
         if plan.fuse:
             fused, tool = fuse(model)
             _add(operators["fuse"], introduced(model, fused, lambda op: op.startswith(CONTRIB)))

@@ -54,9 +54,10 @@ def _open_regular(path: Path) -> Iterator[BinaryIO]:
         raise BundleError(f"{path.parent} is incomplete: {path.name} is missing") from None
     except OSError as e:  # ELOOP for a symlink
         raise BundleError(f"cannot open {path}: {e.strerror} (a bundle holds plain files only)") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):  # a folder opens too, and fdopen refuses it
+        os.close(fd)
+        raise BundleError(f"{path} is not a regular file")
     with os.fdopen(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-            raise BundleError(f"{path} is not a regular file")
         yield f
 
 
@@ -84,6 +85,15 @@ class BundleFiles:
         self._check(name, hashlib.sha256(data).hexdigest())
         return data
 
+    def text(self, name: str) -> str:
+        """A listed file read as UTF-8 text (see ``read``)."""
+        try:
+            return self.read(name).decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise BundleError(
+                f"{self.folder / name} is not UTF-8 text ({e.reason} at byte {e.start})"
+            ) from None
+
     def _check(self, name: str, digest: str) -> None:
         if digest != self.manifest.files[name]:
             raise BundleError(
@@ -101,7 +111,7 @@ class BundleFiles:
                 mean=p["mean"],
                 std=p["std"],
             )
-        except (ValueError, KeyError, TypeError) as e:
+        except (ValueError, KeyError, TypeError, RecursionError) as e:
             raise BundleError(
                 f"{self.folder / PREPROCESSING_FILE} is not a valid preprocessing record: {e}"
             ) from None

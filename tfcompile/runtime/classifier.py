@@ -28,6 +28,21 @@ class Classifier(Bundle):
     """A classifier bundle. ``classify(texts or pairs)`` -> one Prediction per text;
     ``logits(input_ids, attention_mask, token_type_ids)`` -> (batch, labels) float32."""
 
+    def __init__(
+        self,
+        bundle: str | Path | BundleFiles,
+        providers: Sequence[str] | None = None,
+        options: SessionOptions | None = None,
+    ) -> None:
+        super().__init__(bundle, providers, options)
+        names = [t.name for t in self.graph("model").inputs]
+        if "input_ids" not in names or not set(names) <= {"input_ids", "attention_mask", "token_type_ids"}:
+            raise BundleError(
+                f"{self.path}: the model graph takes {names}; a classifier's takes input_ids, and "
+                f"attention_mask and token_type_ids or not"
+            )
+        _check_labels(self)
+
     @property
     def labels(self) -> list[str]:
         return _labels(self)
@@ -74,8 +89,23 @@ def _labels(bundle: Bundle) -> list[str]:
     return bundle.manifest.labels
 
 
+def _check_labels(bundle: Bundle) -> None:
+    """A classifier's model graph gives (batch, labels) logits, one per label of the manifest."""
+    labels = _labels(bundle)
+    logits = bundle.expect("model", [], ["logits"], exact=False).outputs[0]
+    if len(logits.shape) != 2 or logits.shape[1] != len(labels):
+        raise BundleError(
+            f"{bundle.path}: the logits have the shape {logits.shape}, not (batch, {len(labels)}) "
+            f"for the manifest's {len(labels)} labels"
+        )
+
+
 def predictions(logits: np.ndarray, labels: list[str]) -> list[Prediction]:
     """(batch, labels) logits -> each row's most likely label and every label's probability."""
+    if logits.shape[-1] != len(labels):
+        raise BundleError(
+            f"the graph gives {logits.shape[-1]} logits a row for the manifest's {len(labels)} labels"
+        )
     logits = logits.astype(np.float64)
     probs = np.exp(logits - logits.max(axis=-1, keepdims=True))
     probs /= probs.sum(axis=-1, keepdims=True)
@@ -106,12 +136,18 @@ class ImageClassifier(Bundle):
                 image.size, image.channels, tuple(image.mean), tuple(image.std), image.resize
             )
         )
-        shape = self.graph("model").inputs[0].shape[1:]
+        shape = self.expect("model", ["pixel_values"], ["logits"]).inputs[0].shape[1:]
         if not all(isinstance(d, int) for d in shape) or len(shape) != 3:
             raise BundleError(
                 f"{self.path}: pixel_values must have fixed (channels, size, size), found {shape}"
             )
         self.input_shape = tuple(int(d) for d in shape)
+        if image is not None and (image.channels, image.size, image.size) != self.input_shape:
+            raise BundleError(
+                f"{self.path}: the image section makes {image.channels} x {image.size} x {image.size} "
+                f"pixel values, but the graph takes {self.input_shape}"
+            )
+        _check_labels(self)
 
     @property
     def labels(self) -> list[str]:

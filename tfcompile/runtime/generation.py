@@ -21,7 +21,7 @@ from tfcompile.manifest import GenerationInfo
 from tfcompile.runtime import inputs
 from tfcompile.runtime.bundle import BundleFiles
 from tfcompile.runtime.errors import BundleError, InputError
-from tfcompile.runtime.ort import run
+from tfcompile.runtime.ort import failures, run
 from tfcompile.runtime.session import Bundle, SessionOptions
 from tfcompile.sequences import pad_rows
 
@@ -40,7 +40,16 @@ class LanguageModel(Bundle):
         if self.manifest.generation is None:
             raise BundleError(f"{self.path}: the manifest of a language model needs a generation section")
         self.generation: GenerationInfo = self.manifest.generation
-        self._step: Any = None  # the incremental graph's session, opened on first use
+        self.expect("model", ["input_ids", "attention_mask"], ["logits"])
+        step = self.graph("step")
+        if step.cache is None:
+            raise BundleError(f"{self.path}: the manifest gives the step graph no cache section")
+        self.expect(
+            "step", ["input_ids", "attention_mask", *step.cache.past], ["logits", *step.cache.present]
+        )
+        for graph in ("model", "step"):
+            self.expect_vocabulary_logits(graph)
+        self.step = self.open_graph("step")  # the incremental graph's session
         # Format 1 step graphs count positions from the cache, not from the mask: no padding.
         self.pads = self.files.format_version >= 2
 
@@ -100,11 +109,9 @@ class LanguageModel(Bundle):
             [e.ids for e in encodings], [count] * len(encodings), rows, stop, use_cache
         )
         stops = tuple(self.generation.stop_token_ids)
-        assert self.tokenizer is not None  # encode() needs it
-        texts = [
-            self.tokenizer.decode(e.ids + search.strip_stop(n, stops))
-            for e, n in zip(encodings, new, strict=True)
-        ]
+        texts = self.decode(
+            [e.ids + search.strip_stop(n, stops) for e, n in zip(encodings, new, strict=True)]
+        )
         return texts[0] if isinstance(prompt, str) else texts
 
     def max_new_tokens(self, value: Any | None) -> int:
@@ -181,11 +188,6 @@ class LanguageModel(Bundle):
         """What fills padding (the mask hides it)."""
         return self.manifest.padding.pad_id
 
-    def step_session(self) -> Any:
-        if self._step is None:
-            self._step = self.open_graph("step")
-        return self._step
-
 
 class _StepDecoder:
     """The step graph as a search.Decoder: each step feeds the new tokens, the mask and the cache,
@@ -194,7 +196,7 @@ class _StepDecoder:
 
     def __init__(self, model: LanguageModel) -> None:
         self.model = model
-        self.session = model.step_session()
+        self.session = model.step
         cache = model.graph("step").cache
         assert cache is not None  # empty_cache() refuses a step graph without one
         self.past_names, self.present_names = cache.past, cache.present
@@ -225,7 +227,8 @@ class _StepDecoder:
         Bound (on a device), I/O binding keeps the cache there between steps; only the logits
         come back."""
         if not self.bound:
-            return self.session.run(self.outputs, feed)
+            with failures():
+                return self.session.run(self.outputs, feed)
         binding = self.binding
         for name, value in feed.items():
             if isinstance(value, np.ndarray):
@@ -235,7 +238,8 @@ class _StepDecoder:
         binding.bind_output("logits", "cpu")
         for name in self.present_names:
             binding.bind_output(name, self.device)
-        self.session.run_with_iobinding(binding)
+        with failures():
+            self.session.run_with_iobinding(binding)
         logits, *present = binding.get_outputs()
         return [logits.numpy(), *present]
 

@@ -5,12 +5,13 @@ cannot live side by side, so tfcompile's base install names neither: its extras 
 pick one. Every use of onnxruntime in tfcompile imports it from here.
 """
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
 
-from tfcompile.runtime.errors import OnnxRuntimeMissing
+from tfcompile.runtime.errors import BundleError, InputError, OnnxRuntimeMissing
 
 try:
     import onnxruntime as ort
@@ -34,8 +35,26 @@ def run(session: Any, feed: dict[str, np.ndarray], outputs: Sequence[str] | None
         else value
         for name, value in feed.items()
     }
-    results = session.run(None if outputs is None else list(outputs), cast)
+    with failures():
+        results = session.run(None if outputs is None else list(outputs), cast)
     return [r.astype(np.float32) if r.dtype == np.float16 else r for r in results]
 
 
-__all__ = ["FLOAT_TYPES", "ort", "run"]
+@contextlib.contextmanager
+def failures() -> Iterator[None]:
+    """onnxruntime failing on inputs that the runtime checked against the manifest: out of memory
+    is the batch's size (InputError); anything else means the graph is not what its manifest
+    says, a BundleError, not onnxruntime's own exception."""
+    try:
+        yield
+    except Exception as e:  # onnxruntime's Fail, InvalidArgument, RuntimeException, ...
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        if "alloc" in first.lower():
+            raise InputError(f"onnxruntime ran out of memory ({first}): send a smaller batch") from None
+        raise BundleError(
+            f"onnxruntime failed on inputs the bundle's manifest allows (its graph does not do what "
+            f"the manifest says): {first}"
+        ) from None
+
+
+__all__ = ["FLOAT_TYPES", "failures", "ort", "run"]

@@ -5,8 +5,9 @@ Imports onnxruntime, numpy and tokenizers only, never torch (as all of tfcompile
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,7 @@ from typing import Any
 import numpy as np
 from tokenizers import Tokenizer
 
-from tfcompile.manifest import Graph, Manifest
+from tfcompile.manifest import Graph, Manifest, Tensor
 from tfcompile.runtime import inputs
 from tfcompile.runtime.bundle import BundleFiles
 from tfcompile.runtime.errors import BundleError, InputError
@@ -78,7 +79,7 @@ class Bundle:
     """A loaded and checked bundle: its manifest, a session on its main graph, its tokenizer, and
     the checks every input goes through before onnxruntime sees it."""
 
-    MAIN_GRAPH = "model"  # the graph opened at load; others open on first use
+    MAIN_GRAPH = "model"  # the graph opened here; each runtime opens the others it runs at load too
 
     def __init__(
         self,
@@ -92,6 +93,12 @@ class Bundle:
         self._providers = session_providers(providers or default_providers())
         self._options = options or SessionOptions()
         self.session = self.open_graph(self.MAIN_GRAPH)
+        if self.manifest.model.vocab_size is None and any(
+            is_token_ids(t.name) for g in self.manifest.graphs.values() for t in g.inputs
+        ):
+            raise BundleError(
+                f"{self.path}: the manifest's model.vocab_size is missing; its graphs read token ids"
+            )
         self.vocab_size = self.manifest.model.vocab_size or 0
         self.max_seq_len = self.manifest.model.max_seq_len
         self.tokenizer = self._load_tokenizer()
@@ -108,6 +115,35 @@ class Bundle:
             raise BundleError(f"{self.path} has no {name!r} graph, which a {self.manifest.task} bundle needs")
         return self.manifest.graphs[name]
 
+    def expect(self, name: str, inputs: Sequence[str], outputs: Sequence[str], exact: bool = True) -> Graph:
+        """The graph ``name``, refused (BundleError) unless its inputs are ``inputs`` (with
+        ``exact=False``: begin with them) and its outputs begin with ``outputs``: the tensors this
+        runtime feeds and reads, by name."""
+        graph = self.graph(name)
+        found = [t.name for t in graph.inputs]
+        if found[: len(inputs)] != list(inputs) or (exact and len(found) != len(inputs)):
+            raise BundleError(
+                f"{self.path}: the {name!r} graph takes {found}; a {self.manifest.task} "
+                f"bundle's takes {list(inputs)}{'' if exact else ' first'}"
+            )
+        given = [t.name for t in graph.outputs]
+        if given[: len(outputs)] != list(outputs):
+            raise BundleError(
+                f"{self.path}: the {name!r} graph gives {given}; a {self.manifest.task} "
+                f"bundle's gives {list(outputs)} first"
+            )
+        return graph
+
+    def expect_vocabulary_logits(self, name: str) -> None:
+        """The graph ``name`` gives (batch, sequence, vocab_size) logits: one per token of the
+        manifest's vocabulary, the ids a caller may feed back."""
+        shape = self.expect(name, [], ["logits"], exact=False).outputs[0].shape
+        if len(shape) != 3 or shape[2] != self.vocab_size:
+            raise BundleError(
+                f"{self.path}: the {name!r} graph's logits have the shape {shape}, not (batch, sequence, "
+                f"{self.vocab_size}) for the manifest's model.vocab_size"
+            )
+
     def open_graph(self, name: str) -> Any:
         """An onnxruntime session on the graph, from the bytes whose sha256 was checked; a graph that
         onnxruntime cannot load, or whose inputs and outputs are not the manifest's, is a BundleError."""
@@ -122,13 +158,20 @@ class Bundle:
                 f"{self.path / graph.file} is not a graph onnxruntime can run: {first}"
             ) from None
         for kind, found, declared in (
-            ("inputs", [i.name for i in session.get_inputs()], [t.name for t in graph.inputs]),
-            ("outputs", [o.name for o in session.get_outputs()], [t.name for t in graph.outputs]),
+            ("inputs", session.get_inputs(), graph.inputs),
+            ("outputs", session.get_outputs(), graph.outputs),
         ):
-            if found != declared:
+            if [f.name for f in found] != [t.name for t in declared]:
                 raise BundleError(
-                    f"{self.path / graph.file} has {kind} {found}, but the manifest says {declared}"
+                    f"{self.path / graph.file} has {kind} {[f.name for f in found]}, but the manifest "
+                    f"says {[t.name for t in declared]}"
                 )
+            for f, t in zip(found, declared, strict=True):
+                if not _same_tensor(f, t):
+                    raise BundleError(
+                        f"{self.path / graph.file}: {f.name} is {f.type} of shape {f.shape}, but the "
+                        f"manifest says {t.dtype} of shape {t.shape}"
+                    )
         return session
 
     def infer(self, feed: dict[str, Any]) -> dict[str, np.ndarray]:
@@ -137,6 +180,10 @@ class Bundle:
         0 or 1, floats finite. -> every output by name (float32)."""
         graph = self.graph(self.MAIN_GRAPH)
         declared = [t.name for t in graph.inputs]
+        if not isinstance(feed, dict) or not all(isinstance(name, str) for name in feed):
+            raise InputError(
+                f"infer takes a dict of the inputs {declared} by name, got {type(feed).__name__}"
+            )
         if sorted(feed) != sorted(declared):
             raise InputError(f"the {self.MAIN_GRAPH} graph takes the inputs {declared}, got {sorted(feed)}")
         checked: dict[str, np.ndarray] = {}
@@ -151,7 +198,7 @@ class Bundle:
                     raise InputError(
                         f"{tensor.name} has shape {value.shape}; the inputs' shapes are {shapes}"
                     )
-            if tensor.name.endswith("_ids") and tensor.name != "token_type_ids":
+            if is_token_ids(tensor.name):
                 value = inputs.token_ids(value, self.vocab_size, self.max_seq_len, tensor.name)
             elif tensor.dtype == "int64":
                 value = inputs.flags(tensor.name, value, value.shape, "0 and 1")
@@ -183,13 +230,37 @@ class Bundle:
         if self.tokenizer is None:
             raise InputError(f"{self.path} has no tokenizer: pass token ids instead")
         try:
-            return self.tokenizer.encode_batch(list(items), add_special_tokens=add_special_tokens)
+            with self._tokenizer_panics():
+                return self.tokenizer.encode_batch(list(items), add_special_tokens=add_special_tokens)
         except Exception:  # the tokenizers library's error for a symbol its vocabulary lacks
             vocab = self.tokenizer.get_vocab()
             text = "".join(t if isinstance(t, str) else "".join(t) for t in items)
             unknown = sorted({c for c in text if c not in vocab})
             raise InputError(
                 f"the text holds characters outside the bundle's vocabulary: {unknown[:10]!r}"
+            ) from None
+
+    def decode(self, rows: Sequence[Sequence[int]]) -> list[str]:
+        """Rows of token ids -> their texts, the special tokens skipped."""
+        if self.tokenizer is None:
+            raise InputError(f"{self.path} has no tokenizer: read the token ids instead")
+        with self._tokenizer_panics():
+            return self.tokenizer.decode_batch([list(row) for row in rows])
+
+    @contextlib.contextmanager
+    def _tokenizer_panics(self) -> Iterator[None]:
+        """A damaged tokenizer.json can make the tokenizers library panic (a Rust panic is a
+        BaseException, which ``except Exception`` misses): that is a BundleError."""
+        try:
+            yield
+        except Exception:
+            raise
+        except BaseException as e:
+            if type(e).__name__ != "PanicException":
+                raise
+            assert self.manifest.tokenizer is not None
+            raise BundleError(
+                f"{self.path / self.manifest.tokenizer.file} is a tokenizer that fails: {e}"
             ) from None
 
     def empty_cache(self, graph: str, batch: int) -> list[np.ndarray]:
@@ -216,14 +287,58 @@ class Bundle:
         return inputs.flags("attention_mask", value, shape, "0 (padding) and 1 (real token)")
 
     def _load_tokenizer(self) -> Tokenizer | None:
+        """The tokenizer, checked against the manifest: no id past the model's vocabulary, each
+        special token at its id; then a text and the first ids through it, which a damaged
+        tokenizer.json can make panic."""
         info = self.manifest.tokenizer
         if info is None:
             return None
+        where = self.path / info.file
+        text = self.files.text(info.file)
         try:
-            return Tokenizer.from_str(self.files.read(info.file).decode("utf-8"))
-        except BundleError:
-            raise
-        except Exception as e:  # not UTF-8, not JSON, or not a tokenizer
+            with self._tokenizer_panics():
+                tokenizer = Tokenizer.from_str(text)
+        except Exception as e:  # not JSON, or not a tokenizer
+            raise BundleError(f"{where} is not a tokenizer the tokenizers library reads: {e}") from None
+        size = max(tokenizer.get_vocab(with_added_tokens=True).values(), default=-1) + 1
+        if size > self.vocab_size:
             raise BundleError(
-                f"{self.path / info.file} is not a tokenizer the tokenizers library reads: {e}"
-            ) from None
+                f"{where} holds token ids up to {size - 1:,}, past the model's vocabulary "
+                f"({self.vocab_size:,})"
+            )
+        for role, special in info.special_tokens.items():
+            if tokenizer.token_to_id(special.token) != special.id:
+                raise BundleError(
+                    f"{where} does not hold the {role} token {special.token!r} at id {special.id}"
+                )
+        # A text outside the vocabulary is refused (an exception), not broken (a panic).
+        with self._tokenizer_panics(), contextlib.suppress(Exception):
+            tokenizer.encode("Aa 1.")
+        with self._tokenizer_panics(), contextlib.suppress(Exception):
+            tokenizer.decode_batch([[i] for i in range(min(size, 256))])
+        return tokenizer
+
+
+def is_token_ids(name: str) -> bool:
+    """Whether a graph input holds token ids (input_ids, source_ids), checked against the vocabulary."""
+    return name.endswith("_ids") and name != "token_type_ids"
+
+
+ORT_TYPES = {"int64": "tensor(int64)", "float32": "tensor(float)", "float16": "tensor(float16)"}
+
+
+def _same_tensor(found: Any, declared: Tensor) -> bool:
+    """Whether onnxruntime's view of a graph input or output (its NodeArg) is the manifest's:
+    the same type and rank, and the same size on every axis both fix (a graph may leave an axis
+    open that the manifest fixes, never fix one at another size; a graph that records no shape
+    for it leaves the shape to the manifest)."""
+    if found.type != ORT_TYPES[declared.dtype]:
+        return False
+    if not found.shape:
+        return True
+    if len(found.shape) != len(declared.shape):
+        return False
+    return all(
+        not (isinstance(f, int) and isinstance(d, int)) or f == d
+        for f, d in zip(found.shape, declared.shape, strict=True)
+    )

@@ -37,8 +37,16 @@ class Translator(Bundle):
         if self.manifest.translation is None:
             raise BundleError(f"{self.path}: the manifest of a translator needs a translation section")
         self.translation: TranslationInfo = self.manifest.translation
+        encoder = self.expect("encoder", ["source_ids", "source_mask"], [])
+        step = self.graph("step")
+        if step.cache is None:
+            raise BundleError(f"{self.path}: the manifest gives the step graph no cache section")
+        # The step reads the target tokens, the source mask, the cache, then the encoder's outputs.
+        inputs = ["input_ids", "source_mask", *step.cache.past, *(t.name for t in encoder.outputs)]
+        self.expect("step", inputs, ["logits", *step.cache.present])
+        self.expect_vocabulary_logits("step")
         self.step = self.open_graph("step")
-        self.step_inputs = [t.name for t in self.graph("step").inputs]
+        self.step_inputs = inputs
 
     def warm_up(self) -> None:
         self.translate_ids(np.zeros((1, 1), dtype=np.int64), beam=1, max_len=1)  # both graphs
@@ -57,8 +65,7 @@ class Translator(Bundle):
         ids = pad_rows(rows, self.manifest.padding.pad_id)
         mask = pad_rows([[1] * len(row) for row in rows], 0)
         tokens = self.translate_ids(ids, mask, beam, length_penalty, max_len)
-        assert self.tokenizer is not None  # encode() needs it
-        return [tidy(t) for t in self.tokenizer.decode_batch(tokens)]
+        return [tidy(t) for t in self.decode(tokens)]
 
     def translate_ids(
         self,

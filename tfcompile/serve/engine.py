@@ -260,8 +260,7 @@ def _generate(model: LanguageModel, jobs: Sequence[Job]) -> list[list[Finished]]
 
 def text_of(model: LanguageModel, tokens: Sequence[int]) -> str:
     """Generated tokens as text, the stop token that ended them left out."""
-    assert model.tokenizer is not None  # the server serves decoders with tokenizers only
-    return model.tokenizer.decode(search.strip_stop(list(tokens), tuple(model.generation.stop_token_ids)))
+    return model.decode([search.strip_stop(list(tokens), tuple(model.generation.stop_token_ids))])[0]
 
 
 def stop_text(model: LanguageModel, tokens: Sequence[int], stops: Sequence[str]) -> int | None:
