@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import tracemalloc
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +17,7 @@ from tfcompile.cli import main
 from tfcompile.data import DataError
 from tfcompile.data.images import read_image_folder, stratified_split
 from tfcompile.export import Source, check_image_classifier_parity, export_bundle
+from tfcompile.images import fit, read_image
 from tfcompile.runtime import ImageClassifier, InputError, load
 from tfcompile.spec import Spec, load_spec
 from tfcompile.tasks.image_classification import ImageClassification
@@ -251,3 +253,37 @@ def test_an_fp16_bundle_classifies_as_the_fp32_one(
         )
         < 0.02
     )
+
+
+def _resized_then_cropped(image: np.ndarray, size: int) -> np.ndarray:
+    """The manifest's steps 3 and 4 as written: the shorter side to ``size``, then the centre."""
+    H, W, _ = image.shape
+    h, w = max(size, round(H * size / min(H, W))), max(size, round(W * size / min(H, W)))
+    whole = [
+        Image.fromarray(image[:, :, c]).resize((w, h), Image.Resampling.BILINEAR)
+        for c in range(image.shape[2])
+    ]
+    top, left = (h - size) // 2, (w - size) // 2
+    return np.stack([np.asarray(c) for c in whole], axis=-1)[top : top + size, left : left + size]
+
+
+@pytest.mark.parametrize(("height", "width", "size"), [(13, 40, 8), (40, 13, 8), (7, 9, 16), (3, 100, 224)])
+def test_fit_is_the_resize_then_the_centre_crop(height: int, width: int, size: int) -> None:
+    image = np.random.default_rng(height * width).random((height, width, 3), dtype=np.float32)
+    np.testing.assert_allclose(fit(image, size), _resized_then_cropped(image, size), rtol=0, atol=1e-6)
+
+
+def test_a_long_thin_image_is_fitted_without_resizing_all_of_it() -> None:
+    """1 x 2,000 pixels at size 224: resized whole, 224 x 448,000 float32 (400 MB) per channel."""
+    image = np.random.default_rng(0).random((1, 2000, 1), dtype=np.float32)
+    tracemalloc.start()
+    fitted = fit(image, 224)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert fitted.shape == (224, 224, 1) and peak < 10 * 2**20
+
+
+def test_bytes_that_are_no_image_are_named_without_python_internals() -> None:
+    with pytest.raises(InputError, match=r"cannot read the uploaded image: it is not an image file") as e:
+        read_image(b"hello", 1)
+    assert "object at 0x" not in str(e.value)

@@ -175,6 +175,7 @@ def test_prompts_as_token_ids(server: BackgroundServer, client: Any) -> None:
         ({"model": "sst2", "prompt": "a"}, 400, "not a language model"),
         ({"model": "char", "prompt": "a", "max_tokens": 1_000_000}, 400, "max_tokens may be at most"),
         ({"model": "char", "prompt": "a", "max_tokens": 0}, 400, "max_tokens"),
+        ({"model": "char", "prompt": "a", "max_tokens": True}, 400, "max_tokens"),
         ({"model": "char", "prompt": "a", "logprobs": 2}, 400, "logprobs"),
         ({"model": "char", "prompt": "a", "best_of": 3}, 400, "best_of"),
         ({"model": "char", "prompt": "a", "frequency_penalty": 0.5}, 400, "frequency_penalty"),
@@ -196,6 +197,23 @@ def test_bad_completion_requests_get_openai_errors(
     assert r.status_code == status, r.text
     error = r.json()["error"]
     assert needle in error["message"] and set(error) == {"message", "type", "param", "code"}
+
+
+def test_a_body_that_is_not_json_names_no_parameter(server: BackgroundServer) -> None:
+    r = httpx.post(
+        f"{server.url}/v1/completions",
+        content=b'{"model": "char",',
+        headers={"Content-Type": "application/json"},
+    )
+    assert r.status_code == 400
+    error = r.json()["error"]
+    assert error["message"].startswith("the body is not valid JSON") and error["param"] is None
+
+
+def test_usage_counts_each_prompt_once_however_many_choices(client: Any) -> None:
+    one = client.completions.create(model="char", prompt=["ROMEO:", "JULIET: O"], max_tokens=2, n=1)
+    three = client.completions.create(model="char", prompt=["ROMEO:", "JULIET: O"], max_tokens=2, n=3)
+    assert one.usage.prompt_tokens == three.usage.prompt_tokens == len("ROMEO:") + len("JULIET: O")
 
 
 def test_the_openai_client_raises_its_own_errors(client: Any) -> None:
@@ -341,12 +359,41 @@ def test_infer_takes_pixels_for_an_image_classifier(second: BackgroundServer) ->
             {"inputs": [{"name": "text", "shape": [1], "datatype": "BYTES", "data": ["a"]}]},
             "takes the inputs",
         ),
+        ({"inputs": [{"name": "text", "shape": [1], "datatype": [], "data": ["a"]}]}, "datatype"),
+        (
+            {
+                "inputs": [
+                    {"name": "text", "shape": [1], "datatype": "BYTES", "data": ["a"], "parameters": [1]}
+                ]
+            },
+            "parameters must be an object",
+        ),
+        ({"inputs": [{"name": "text", "shape": [0, 10**30], "datatype": "BYTES", "data": []}]}, "below 2^31"),
+        (
+            {"id": "\ud800", "inputs": [{"name": "text", "shape": [1], "datatype": "BYTES", "data": ["a"]}]},
+            "JSON",
+        ),
     ],
 )
 def test_bad_infer_requests_get_kserve_errors(server: BackgroundServer, body: dict, needle: str) -> None:
     r = httpx.post(f"{server.url}/v2/models/char/infer", content=json.dumps(body))
     assert r.status_code == 400, r.text
     assert needle in r.json()["error"]
+
+
+def test_infer_bodies_a_parser_cannot_take_are_400s_and_the_connection_lives(
+    server: BackgroundServer,
+) -> None:
+    url = f"{server.url}/v2/models/char/infer"
+    with httpx.Client() as client:
+        deep = client.post(url, content=b'{"inputs":' + b"[" * 100_000 + b"]" * 100_000 + b"}")
+        assert deep.status_code == 400 and "not JSON" in deep.json()["error"]
+        # "²" is a digit to str.isdigit(), not to int()
+        odd = client.post(
+            url, content=b"{}", headers={"Inference-Header-Content-Length": "\u00b2".encode("latin-1")}
+        )
+        assert odd.status_code == 400 and "Inference-Header-Content-Length" in odd.json()["error"]
+        assert client.get(f"{server.url}/v2/health/live").status_code == 200
 
 
 def test_infer_errors_reach_tritonclient_as_its_exception(triton: Any) -> None:
@@ -435,6 +482,12 @@ def test_classify_image_uploads_and_arrays(second: BackgroundServer) -> None:
     r = httpx.post(f"{server.url}/v1/classify-image", data={"model": "digits"}, files=files)
     assert r.status_code == 200, r.text
     expected = vit.classify_images([_png(grey), _png(rgb)])
+    _same_predictions(r.json()["predictions"], expected)
+    upload = httpx.Request("POST", f"{server.url}/v1/classify-image", data={"model": "digits"}, files=files)
+    kind = upload.headers["Content-Type"].replace("multipart/form-data", "Multipart/Form-Data")
+    with httpx.Client() as client:  # a media type's case does not matter (RFC 9110)
+        r = client.post(upload.url, content=upload.read(), headers={"Content-Type": kind})
+    assert r.status_code == 200, r.text
     _same_predictions(r.json()["predictions"], expected)
     floats = rng.random((8, 8)).round(3)
     r = httpx.post(
@@ -603,8 +656,9 @@ def test_every_route_but_health_needs_the_key(guarded: BackgroundServer) -> None
     assert "error" in httpx.get(f"{guarded.url}/v2/models/sst2").json()
     for public in ("/health", "/v2/health/live", "/v2/health/ready", "/metrics"):
         assert httpx.get(f"{guarded.url}{public}").status_code == 200
-    r = httpx.post(f"{guarded.url}/v1/classify", json=body, headers={"Authorization": "Bearer s3cret"})
-    assert r.status_code == 200
+    for scheme in ("Bearer", "bearer", "BEARER"):  # the scheme is case-insensitive (RFC 9110)
+        r = httpx.post(f"{guarded.url}/v1/classify", json=body, headers={"Authorization": f"{scheme} s3cret"})
+        assert r.status_code == 200
     client = openai.OpenAI(base_url=f"{guarded.url}/v1", api_key="s3cret", max_retries=0)
     assert client.completions.create(model="char", prompt="a", max_tokens=2).choices[0].text
     with pytest.raises(openai.AuthenticationError):
@@ -628,6 +682,15 @@ def test_bodies_and_batches_over_the_limits_are_refused(guarded: BackgroundServe
     assert r.status_code == 413 and "error" in r.json()
     r = httpx.post(f"{guarded.url}/v1/classify", json={"model": "sst2", "texts": ["a"] * 5}, headers=auth)
     assert r.status_code == 400 and "at most 4 items" in r.json()["error"]["message"]
+    rows = {"name": "text", "shape": [5], "datatype": "BYTES", "data": ["a"] * 5}
+    r = httpx.post(f"{guarded.url}/v2/models/sst2/infer", json={"inputs": [rows]}, headers=auth)
+    assert r.status_code == 400 and "at most 4 rows, got 5" in r.json()["error"]
+    ids = [
+        {"name": n, "shape": [5, 1], "datatype": "INT64", "data": [1] * 5}
+        for n in ("input_ids", "attention_mask")
+    ]
+    r = httpx.post(f"{guarded.url}/v2/models/char/infer", json={"inputs": ids}, headers=auth)
+    assert r.status_code == 400 and "at most 4 rows, got 5" in r.json()["error"]
 
 
 def test_a_full_queue_answers_503_with_retry_after(guarded: BackgroundServer) -> None:

@@ -88,7 +88,11 @@ def read_image(source: str | Path | bytes, channels: int) -> np.ndarray:
                     f"{name} has {image.width} x {image.height} pixels, more than {MAX_PIXELS:,}"
                 )
             array = np.asarray(image.convert("L" if channels == 1 else "RGB"))
-    except (OSError, UnidentifiedImageError, Image.DecompressionBombError, ValueError) as e:
+    except UnidentifiedImageError:  # its message shows a Python object, not the file
+        raise InputError(
+            f"cannot read {name}: it is not an image file Pillow reads (PNG, JPEG, ...)"
+        ) from None
+    except (OSError, Image.DecompressionBombError, ValueError) as e:
         raise InputError(f"cannot read {name}: {e}") from None
     return array[:, :, None] if channels == 1 else array
 
@@ -131,10 +135,16 @@ def fit(image: np.ndarray, size: int, resize: Resize = "shorter_side") -> np.nda
         else (size, size)
     )
     top, left = (h - size) // 2, (w - size) // 2
+    # Only the crop is computed: Pillow resizes the region of the image it comes from with the
+    # whole resize's filter (within a float32 rounding of it), so a 1 x 10,000 image does not
+    # become a 224 x 2,240,000 one first.
+    box = (left * W / w, top * H / h, (left + size) * W / w, (top + size) * H / h)
     channels = [
         np.asarray(
-            Image.fromarray(np.ascontiguousarray(image[:, :, c])).resize((w, h), Image.Resampling.BILINEAR)
+            Image.fromarray(np.ascontiguousarray(image[:, :, c])).resize(
+                (size, size), Image.Resampling.BILINEAR, box=box
+            )
         )
         for c in range(C)
     ]
-    return np.stack(channels, axis=-1)[top : top + size, left : left + size]
+    return np.stack(channels, axis=-1)

@@ -206,6 +206,14 @@ def create_app(served: Served) -> ASGI:
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, e: RequestValidationError) -> JSONResponse:
         first = e.errors()[0]
+        if first["type"] == "json_invalid":  # its loc is a character offset, not a field
+            at = first["loc"][-1]
+            return JSONResponse(
+                error_body(
+                    request.url.path, 400, f"the body is not valid JSON (at character {at})", "invalid_json"
+                ),
+                400,
+            )
         param = ".".join(str(p) for p in first["loc"][1:]) or None
         message = f"{param}: {first['msg']}" if param else first["msg"]
         return JSONResponse(error_body(request.url.path, 400, message, "invalid_request", param), 400)
@@ -289,7 +297,8 @@ class Auth:
     async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
         if self.key and scope["type"] == "http" and not scope["path"].startswith(PUBLIC):
             given = dict(scope["headers"]).get(b"authorization", b"").decode("latin-1")
-            if not hmac.compare_digest(given.encode(), f"Bearer {self.key}".encode()):
+            scheme, _, key = given.partition(" ")  # the scheme is case-insensitive (RFC 9110)
+            if scheme.lower() != "bearer" or not hmac.compare_digest(key.encode(), self.key.encode()):
                 message = "a valid API key is needed: send the header Authorization: Bearer KEY"
                 body = error_body(scope["path"], 401, message, "invalid_api_key")
                 return await _json(send, scope, 401, body, {"WWW-Authenticate": "Bearer"})

@@ -96,6 +96,7 @@ async def infer(name: str, request: Request, version: str = "1") -> dict:
         await request.body(), request.headers.get("inference-header-content-length")
     )
     feed = {tensor["name"]: _array(tensor, tensors.get(tensor["name"])) for tensor in header["inputs"]}
+    _rows(request, feed)
     if isinstance(model, Classifier) and list(feed) == [TEXT_INPUT]:
         texts = _texts(feed[TEXT_INPUT])
         predictions = await outcome(served(request).submit(request, name, Job("classify", texts)), request)
@@ -122,6 +123,15 @@ async def infer(name: str, request: Request, version: str = "1") -> dict:
     return answer
 
 
+def _rows(request: Request, feed: dict[str, np.ndarray]) -> None:
+    """Each input's first axis is the batch: at most the server's --max-batch-size rows, as on
+    the task routes."""
+    limit = served(request).settings.max_batch
+    rows = max((len(value) if value.ndim else 1 for value in feed.values()), default=0)
+    if rows > limit:
+        raise InputError(f"a request may hold at most {limit} rows, got {rows}")
+
+
 def _model(request: Request, name: str, version: str) -> Bundle:
     model = served(request).worker(name).model
     if version != "1":
@@ -141,7 +151,7 @@ def _read_request(body: bytes, header_length: str | None) -> tuple[dict, dict[st
     """The JSON header and, with the binary extension, each binary input's bytes by name."""
     if header_length is None:
         size = len(body)
-    elif header_length.isdigit() and int(header_length) <= len(body):
+    elif header_length.isascii() and header_length.isdigit() and int(header_length) <= len(body):
         size = int(header_length)
     else:
         raise InputError(
@@ -149,7 +159,8 @@ def _read_request(body: bytes, header_length: str | None) -> tuple[dict, dict[st
         )
     try:
         header = json.loads(body[:size])
-    except (ValueError, UnicodeDecodeError) as e:
+        json.dumps(header, ensure_ascii=False).encode("utf-8")  # no lone surrogate ("\\ud800")
+    except (ValueError, RecursionError) as e:
         raise InputError(f"the request is not JSON: {e}") from None
     inputs = header.get("inputs") if isinstance(header, dict) else None
     if not isinstance(inputs, list) or not inputs or not all(isinstance(t, dict) for t in inputs):
@@ -163,7 +174,10 @@ def _read_request(body: bytes, header_length: str | None) -> tuple[dict, dict[st
         raise InputError(f"each input needs a distinct name, got {names}")
     tensors, offset = {}, size
     for tensor in inputs:
-        length = (tensor.get("parameters") or {}).get("binary_data_size")
+        parameters = tensor.get("parameters") or {}
+        if not isinstance(parameters, dict):
+            raise InputError(f"input {tensor['name']!r}: parameters must be an object, got {parameters!r}")
+        length = parameters.get("binary_data_size")
         if length is None:
             continue
         if header_length is None or not isinstance(length, int) or length < 0 or offset + length > len(body):
@@ -181,9 +195,9 @@ def _array(tensor: dict, raw: bytes | None) -> np.ndarray:
     """One request tensor as a numpy array of its shape and datatype."""
     name, datatype, shape = tensor["name"], tensor.get("datatype"), tensor.get("shape")
     if not isinstance(shape, list) or not all(
-        isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape
+        isinstance(d, int) and not isinstance(d, bool) and 0 <= d < 2**31 for d in shape
     ):
-        raise InputError(f"input {name!r} needs a shape: a list of sizes, got {shape!r}")
+        raise InputError(f"input {name!r} needs a shape: a list of sizes below 2^31, got {shape!r}")
     count = math.prod(shape)
     if datatype == "BYTES":
         items = _bytes_items(name, raw, count) if raw is not None else tensor.get("data")
@@ -192,7 +206,7 @@ def _array(tensor: dict, raw: bytes | None) -> np.ndarray:
             raise InputError(f"input {name!r} needs {count} strings for shape {shape}")
         texts = [x.decode("utf-8", "replace") if isinstance(x, bytes) else x for x in flat]
         return np.array(texts, dtype=object).reshape(shape)
-    if datatype not in DATATYPES:
+    if not isinstance(datatype, str) or datatype not in DATATYPES:
         raise InputError(
             f"input {name!r} has datatype {datatype!r}; this server takes {[*DATATYPES, 'BYTES']}"
         )

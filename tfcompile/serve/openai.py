@@ -46,15 +46,15 @@ class CompletionRequest(BaseModel):
 
     model: str
     prompt: str | Annotated[list[str], Field(min_length=1)] | TokenIds | list[TokenIds]
-    max_tokens: int | None = Field(None, ge=1)
+    max_tokens: StrictInt | None = Field(None, ge=1)  # strict: true is not 1
     temperature: float | None = Field(None, ge=0, le=2)
     top_p: float | None = Field(None, gt=0, le=1)
-    top_k: int | None = Field(None, ge=1)
-    n: int | None = Field(None, ge=1)
+    top_k: StrictInt | None = Field(None, ge=1)
+    n: StrictInt | None = Field(None, ge=1)
     stream: bool | None = False
     stream_options: StreamOptions | None = None
     stop: str | Annotated[list[str], Field(max_length=4)] | None = None
-    seed: int | None = Field(None, ge=0)
+    seed: StrictInt | None = Field(None, ge=0)
     echo: bool | None = False
     user: str | None = None
     logprobs: Literal[0] | None = Field(None, description="log probabilities are not served")
@@ -152,7 +152,7 @@ class Answer:
         self, body: CompletionRequest, model: LanguageModel, rows: Sequence[GenerationRow], echo: bool
     ) -> None:
         self.model, self.rows, self.echo = model, rows, echo
-        self.name = body.model
+        self.name, self.n = body.model, body.n or 1  # rows: each prompt's n choices in turn
         self.id, self.created = f"cmpl-{uuid.uuid4().hex}", int(time.time())
         self.include_usage = bool(body.stream_options and body.stream_options.include_usage)
 
@@ -168,8 +168,7 @@ class Answer:
         }
 
     def prefix(self, i: int) -> str:
-        assert self.model.tokenizer is not None
-        return self.model.tokenizer.decode(self.rows[i].prompt) if self.echo else ""
+        return self.model.decode([self.rows[i].prompt])[0] if self.echo else ""
 
     def text(self, i: int, tokens: Sequence[int]) -> str:
         """Choice ``i``'s text: the tokens' text, cut where a stop string begins."""
@@ -178,7 +177,8 @@ class Answer:
         return text if cut is None else text[:cut]
 
     def usage(self, finished: Sequence[Finished]) -> dict:
-        prompt = sum(len(row.prompt) for row in self.rows)
+        """Token counts as OpenAI gives them: each prompt once, however many choices it has."""
+        prompt = sum(len(row.prompt) for row in self.rows[:: self.n])
         completion = sum(len(f.tokens) for f in finished)
         return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
 

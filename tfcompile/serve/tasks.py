@@ -103,7 +103,7 @@ async def classify_image(request: Request) -> dict:
     """multipart/form-data with a ``model`` field and one or more ``images`` files, or JSON
     ``{"model": ..., "images": [array, ...]}``. Never a path: the server reads no files."""
     images: list[bytes] | list[np.ndarray]
-    if request.headers.get("content-type", "").startswith("multipart/form-data"):
+    if request.headers.get("content-type", "").lower().startswith("multipart/form-data"):
         name, images = await _uploads(request)
     else:
         name, images = _arrays(await request.body())
