@@ -206,6 +206,66 @@ def test_what_cannot_be_converted_is_refused_by_name(
     assert not (tmp_path / "runs" / "refused").exists() and not (tmp_path / "specs").exists()
 
 
+def _same_outputs(a: torch.nn.Module, b: torch.nn.Module) -> None:
+    ids = torch.randint(0, 64, (2, 20), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        torch.testing.assert_close(a(ids), b(ids), atol=1e-6, rtol=0)
+
+
+def test_mistral_and_qwen2_biases_are_theirs_whatever_the_config_says(
+    imported: dict[str, Imported], tmp_path: Path
+) -> None:
+    """transformers builds Mistral without biases and Qwen2 with q/k/v biases only, reading neither
+    attention_bias nor mlp_bias; LLaMA reads both."""
+    for name, model_type, qkv in (("llama", "mistral", False), ("qwen2", "qwen2", True)):
+        folder = _edit(
+            imported, name, tmp_path / name, model_type=model_type, attention_bias=True, mlp_bias=True
+        )
+        result = import_folder(folder, name, tmp_path / "specs", tmp_path / "runs")
+        bias = result.spec.model.bias
+        assert (bias.qkv, bias.attn_out, bias.ffn) == (qkv, False, False)
+        _same_outputs(load_trained_model(result.run_dir)[1], imported[name].model)
+
+
+def test_dynamic_rope_scales_from_max_position_embeddings_as_transformers_does(
+    imported: dict[str, Imported], tmp_path: Path
+) -> None:
+    """transformers' dynamic NTK scaling ignores original_max_position_embeddings: within the
+    context (max_position_embeddings), the angles are plain RoPE's."""
+    config = json.loads((imported["llama_dynamic"].folder / "config.json").read_text())
+    rope = config["rope_parameters"] | {"original_max_position_embeddings": 8}
+    folder = _edit(imported, "llama_dynamic", tmp_path, rope_parameters=rope)
+    result = import_folder(folder, "dynamic", tmp_path / "specs", tmp_path / "runs")
+    scaling = result.spec.model.positional.scaling
+    assert (
+        scaling is not None and scaling.original_max_position_embeddings == config["max_position_embeddings"]
+    )
+    _same_outputs(load_trained_model(result.run_dir)[1], imported["llama_dynamic"].model)
+
+
+def test_a_body_without_its_lm_head_is_refused_by_name(imported: dict[str, Imported], tmp_path: Path) -> None:
+    folder = _edit(imported, "llama", tmp_path, architectures=["LlamaModel"])
+    tensors = load_file(folder / "model.safetensors")
+    save_file({n: t for n, t in tensors.items() if n != "lm_head.weight"}, folder / "model.safetensors")
+    with pytest.raises(HFError, match=r"architectures: LlamaModel holds no LM head .*ForCausalLM"):
+        import_folder(folder, "body", tmp_path / "specs", tmp_path / "runs")
+
+
+def test_a_tied_config_with_a_head_of_its_own_keeps_the_head(
+    imported: dict[str, Imported], tmp_path: Path
+) -> None:
+    """As transformers 5 loads it (and saves T5 v1.1: tie_word_embeddings true, a head of its own)."""
+    folder = _copy(imported, "gpt2", tmp_path)
+    tensors = load_file(folder / "model.safetensors")
+    tensors["lm_head.weight"] = torch.randn_like(tensors["transformer.wte.weight"])
+    save_file(tensors, folder / "model.safetensors", metadata={"format": "pt"})
+    result = import_folder(folder, "own-head", tmp_path / "specs", tmp_path / "runs")
+    assert not result.spec.model.tie_embeddings
+    torch.testing.assert_close(
+        load_trained_model(result.run_dir)[1].lm_head.weight, tensors["lm_head.weight"]
+    )
+
+
 def test_a_tensor_the_mapping_does_not_read_is_an_error(
     imported: dict[str, Imported], tmp_path: Path
 ) -> None:

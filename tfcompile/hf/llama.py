@@ -77,6 +77,8 @@ def rope_section(config: Config, head_dim: int) -> dict[str, Any]:
         )
         return section
     max_positions = config.get("max_position_embeddings", 2048)
+    if kind == "dynamic":  # transformers scales from max_position_embeddings, whatever else is said
+        params["original_max_position_embeddings"] = max_positions
     params.setdefault("original_max_position_embeddings", max_positions)
     if kind == "yarn" and params.get("factor") is None:
         params["factor"] = max_positions / params["original_max_position_embeddings"]
@@ -126,11 +128,20 @@ class Llama(Architecture):
             f"{architecture} is not a language model tfcompile has",
             "import a *ForCausalLM model",
         )
-        qwen2 = config.data.get("model_type") == "qwen2"
+        model_type = config.data.get("model_type")
+        qwen2 = model_type == "qwen2"
         d, heads = config.get("hidden_size", 4096), config.get("num_attention_heads", 32)
         kv_heads = config.get("num_key_value_heads", heads)
         head_dim = config.get("head_dim", d // heads)
-        attention_bias = config.get("attention_bias", False)
+        # LLaMA's biases are the config's; Mistral's and Qwen2's are fixed, whatever it says.
+        attention_bias = model_type == "llama" and config.get("attention_bias", False)
+        tie = tied(config, tensors, "lm_head.weight", "embed_tokens.weight", False)
+        config.require(
+            tie or "lm_head.weight" in tensors,
+            "architectures",
+            f"{architecture} holds no LM head (lm_head.weight) and does not tie one to its embeddings",
+            "import the *ForCausalLM checkpoint",
+        )
         config.require(
             config.get("pretraining_tp", 1) >= 1,
             "pretraining_tp",
@@ -157,10 +168,10 @@ class Llama(Architecture):
             "bias": {
                 "qkv": qwen2 or attention_bias,
                 "attn_out": not qwen2 and attention_bias,
-                "ffn": config.get("mlp_bias", False),
+                "ffn": model_type == "llama" and config.get("mlp_bias", False),
                 "lm_head": False,
             },
-            "tie_embeddings": tied(config, tensors, "lm_head.weight", "embed_tokens.weight", False),
+            "tie_embeddings": tie,
             "dropout": {"attention": dropout(config.get("attention_dropout", 0.0))},
             "init_std": config.get("initializer_range", 0.02),
         }
