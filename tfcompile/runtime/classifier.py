@@ -39,7 +39,7 @@ class Classifier(Bundle):
         if "input_ids" not in names or not set(names) <= {"input_ids", "attention_mask", "token_type_ids"}:
             raise BundleError(
                 f"{self.path}: the model graph takes {names}; a classifier's takes input_ids, and "
-                f"attention_mask and token_type_ids or not"
+                f"optionally attention_mask and token_type_ids"
             )
         _check_labels(self)
 

@@ -198,7 +198,7 @@ class _StepDecoder:
         self.model = model
         self.session = model.step
         cache = model.graph("step").cache
-        assert cache is not None  # empty_cache() refuses a step graph without one
+        assert cache is not None  # LanguageModel refuses a step graph without one at load
         self.past_names, self.present_names = cache.past, cache.present
         self.outputs = ["logits", *cache.present]
         self.device = "cuda" if self.session.get_providers()[0] == "CUDAExecutionProvider" else "cpu"
