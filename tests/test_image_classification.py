@@ -200,6 +200,8 @@ def test_the_runtime_refuses_inputs_that_do_not_fit_by_name(digits_bundle: Path,
         classifier.logits(np.zeros((2, 3, 8, 8), dtype=np.float32))
     with pytest.raises(InputError, match="finite floats"):
         classifier.logits(np.zeros((2, 1, 8, 8), dtype=np.int64))
+    with pytest.raises(InputError, match="finite floats within float32's range"):  # float64's, not float32's
+        classifier.logits(np.full((1, 1, 8, 8), 1e300))
     with pytest.raises(InputError, match=r"values in \[0, 1\], found \[0, 15\]: divide by its maximum"):
         classifier.classify_images(DIGITS.images[0])
     with pytest.raises(InputError, match=r"shape \(height, width, 1\) or \(height, width\), got \(5, 8, 8\)"):

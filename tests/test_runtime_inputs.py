@@ -78,7 +78,10 @@ def test_generate_text_takes_anything(decoder: LanguageModel, prompt: Any, new: 
 
 @settings(deadline=3000)
 @given(
-    texts=st.one_of(anything, st.text(max_size=20)), beam=small_counts, penalty=anything, max_len=small_counts
+    texts=st.one_of(anything, st.text(max_size=20)),
+    beam=small_counts,
+    penalty=st.one_of(anything, st.floats(0, 1e6)),
+    max_len=small_counts,
 )
 def test_translate_takes_anything(
     translator: Translator, texts: Any, beam: Any, penalty: Any, max_len: Any
@@ -107,6 +110,12 @@ def test_translate_takes_anything(
 def test_bad_arguments_name_themselves(decoder: LanguageModel, call: Any, message: str) -> None:
     with pytest.raises(InputError, match=message):
         call(decoder)
+
+
+def test_a_length_penalty_is_bounded_where_its_score_stays_finite(translator: Translator) -> None:
+    """((5 + length) / 6) ** 1000 overflows a float: beam search's scores would."""
+    with pytest.raises(InputError, match=r"length_penalty must be in \[0, 10\], got 1000\.0"):
+        translator.translate_ids([[5, 6, 7]], beam=2, length_penalty=1000)
 
 
 def test_a_padded_batch_of_prompts_generates_as_each_prompt_alone(decoder: LanguageModel) -> None:

@@ -303,7 +303,7 @@ def test_infer_takes_pixels_for_an_image_classifier(second: BackgroundServer) ->
                     {"name": "attention_mask", "shape": [1, 3], "datatype": "INT64", "data": [1, 1, 1]},
                 ]
             },
-            "needs 3 numbers",
+            "needs 3 INT64 values",
         ),
         (
             {
@@ -353,13 +353,29 @@ def test_infer_takes_pixels_for_an_image_classifier(second: BackgroundServer) ->
                     {"name": "input_ids", "shape": [1, 2], "datatype": "INT64", "data": [[1], [2, [3]]]}
                 ]
             },
-            "needs 2 numbers",
+            "needs 2 INT64 values",
         ),
         (
             {"inputs": [{"name": "text", "shape": [1], "datatype": "BYTES", "data": ["a"]}]},
             "takes the inputs",
         ),
         ({"inputs": [{"name": "text", "shape": [1], "datatype": [], "data": ["a"]}]}, "datatype"),
+        (
+            {
+                "inputs": [
+                    {"name": "input_ids", "shape": [1, 2], "datatype": "INT64", "data": [5.9, 6]},
+                    {"name": "attention_mask", "shape": [1, 2], "datatype": "INT64", "data": [True, 1]},
+                ]
+            },
+            "needs 2 INT64 values for shape [1, 2], got 2 values (float, int)",
+        ),
+        (
+            {
+                "inputs": [{"name": "input_ids", "shape": [1], "datatype": "INT64", "data": [1]}],
+                "outputs": [{"name": ["logits"]}],
+            },
+            '"outputs" must be a list',
+        ),
         (
             {
                 "inputs": [

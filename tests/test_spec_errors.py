@@ -200,6 +200,15 @@ CASES = [
         "computes its loss in one piece",
         "causal_lm",
     ),
+    Case(
+        "a length penalty past what a bundle serves",
+        "model: {family: encoder_decoder, vocab_size: 64, d_model: 16, n_layers: 1, n_heads: 2,\n"
+        "  max_seq_len: 8}\n"
+        "task: {type: seq2seq, length_penalty: 11}\n",
+        3,
+        "task.length_penalty",
+        "less than or equal to 10",
+    ),
 ]
 
 

@@ -28,9 +28,8 @@ FileName = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$", ma
 Sha256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
 Count = Annotated[StrictInt, Field(gt=0)]
 TokenId = Annotated[StrictInt, Field(ge=0)]
-FLOAT32_MAX = 3.4028234663852886e38
-FLOAT32_TINY = 1.1754943508222875e-38  # the smallest normal float32: below it, a std becomes 0
-Float32 = Annotated[float, Field(ge=-FLOAT32_MAX, le=FLOAT32_MAX)]
+MAX_LENGTH_PENALTY = 10.0  # ((5 + length) / 6) ** alpha stays finite for any length a model reads
+MAX_BEAM = 64  # a translation section's default beam
 
 
 class Part(BaseModel):
@@ -140,8 +139,8 @@ class TranslationInfo(Part):
 
     start_id: TokenId
     stop_id: TokenId
-    beam: Count
-    length_penalty: Annotated[float, Field(ge=0)]
+    beam: Annotated[StrictInt, Field(gt=0, le=MAX_BEAM)]
+    length_penalty: Annotated[float, Field(ge=0, le=MAX_LENGTH_PENALTY)]
     max_decode_len: Count
     source_suffix_ids: list[TokenId] = Field(
         [], description="special tokens every source ends with (T5: its </s>); none by default"
@@ -169,12 +168,12 @@ class ImageInfo(Part):
     size: Count
     channels: Count
     channel_order: Literal["L", "RGB"]
-    divide_by: float = 255.0
+    divide_by: Annotated[float, Field(ge=255, le=255)] = 255.0  # 8-bit images; named for clients
     resize: Literal["shorter_side", "stretch"] = "shorter_side"
     interpolation: Literal["bilinear"] = "bilinear"
     crop: Literal["center"] = "center"
-    mean: list[Float32]
-    std: list[Annotated[float, Field(ge=FLOAT32_TINY, le=FLOAT32_MAX)]]
+    mean: list[Annotated[float, Field(ge=-1e6, le=1e6)]]
+    std: list[Annotated[float, Field(ge=1e-6, le=1e6)]]  # normalised pixels stay finite in float32
     layout: Literal["NCHW"] = "NCHW"
 
 
@@ -253,8 +252,15 @@ class Manifest(Part):
                 _check_cache(f"graphs.{name}.cache", graph)
         if self.tokenizer is not None and self.tokenizer.file not in self.files:
             raise ValueError(f"tokenizer.file {self.tokenizer.file!r} is not listed in files")
-        if self.image is not None and not len(self.image.mean) == len(self.image.std) == self.image.channels:
-            raise ValueError(f"image: mean and std need one value per channel ({self.image.channels})")
+        if self.image is not None:
+            _check_image(self.image)
+        if self.labels is not None and (not all(self.labels) or len(set(self.labels)) != len(self.labels)):
+            raise ValueError(f"labels must be distinct names, found {self.labels}")
+        if self.translation is not None and len(self.translation.source_suffix_ids) >= self.model.max_seq_len:
+            raise ValueError(
+                f"translation.source_suffix_ids leaves no room for a source in model.max_seq_len "
+                f"({self.model.max_seq_len})"
+            )
         if self.model.vocab_size is not None:
             for field, i in self._token_ids():
                 if i >= self.model.vocab_size:
@@ -275,6 +281,16 @@ class Manifest(Part):
             ids += [("translation.start_id", t.start_id), ("translation.stop_id", t.stop_id)]
             ids += [("translation.source_suffix_ids", i) for i in t.source_suffix_ids]
         return ids
+
+
+def _check_image(image: ImageInfo) -> None:
+    """One mean and std per channel; files decode to as many channels as the colour mode has."""
+    if not len(image.mean) == len(image.std) == image.channels:
+        raise ValueError(f"image: mean and std need one value per channel ({image.channels})")
+    if image.channels != {"L": 1, "RGB": 3}[image.channel_order]:
+        raise ValueError(
+            f"image: channel_order {image.channel_order} does not give {image.channels} channels"
+        )
 
 
 def _check_cache(where: str, graph: Graph) -> None:

@@ -160,9 +160,8 @@ class ImageClassifier(Bundle):
                 f"pixel_values must have shape (batch, {', '.join(map(str, self.input_shape))}), "
                 f"got {pixels.shape}"
             )
-        if not np.issubdtype(pixels.dtype, np.floating) or not np.isfinite(pixels).all():
-            raise InputError(f"pixel_values must hold finite floats, got dtype {pixels.dtype}")
-        (logits,) = run(self.session, {"pixel_values": pixels.astype(np.float32, copy=False)}, ["logits"])
+        pixels = inputs.floats("pixel_values", pixels, self.graph("model").inputs[0].dtype)
+        (logits,) = run(self.session, {"pixel_values": pixels}, ["logits"])
         return logits
 
     def classify_images(

@@ -33,6 +33,18 @@ def array(name: str, value: Any) -> np.ndarray:
     return out
 
 
+def floats(name: str, value: np.ndarray, dtype: str) -> np.ndarray:
+    """``value`` in the graph's float type ``dtype``: floats that stay finite in it (1e300 is
+    finite in float64, not in float32)."""
+    if not np.issubdtype(value.dtype, np.floating):
+        raise InputError(f"{name} must hold finite floats, got dtype {value.dtype}")
+    with np.errstate(over="ignore"):
+        cast = value.astype(dtype, copy=False)
+    if not np.isfinite(cast).all():
+        raise InputError(f"{name} must hold finite floats within {dtype}'s range")
+    return cast
+
+
 def token_ids(value: Any, vocab_size: int, max_len: int | None, name: str = "input_ids") -> np.ndarray:
     """An int64 (batch, seq) array of ids in [0, vocab_size), 1 <= seq <= max_len (None: any)."""
     ids = array(name, value)

@@ -202,8 +202,8 @@ class Bundle:
                 value = inputs.token_ids(value, self.vocab_size, self.max_seq_len, tensor.name)
             elif tensor.dtype == "int64":
                 value = inputs.flags(tensor.name, value, value.shape, "0 and 1")
-            elif not np.issubdtype(value.dtype, np.floating) or not np.isfinite(value).all():
-                raise InputError(f"{tensor.name} must hold finite floats, got dtype {value.dtype}")
+            else:
+                value = inputs.floats(tensor.name, value, tensor.dtype)
             checked[tensor.name] = value
         outputs = [t.name for t in graph.outputs]
         return dict(zip(outputs, run(self.session, checked, outputs), strict=True))

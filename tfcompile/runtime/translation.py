@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from tfcompile import search
-from tfcompile.manifest import TranslationInfo
+from tfcompile.manifest import MAX_LENGTH_PENALTY, TranslationInfo
 from tfcompile.runtime import inputs
 from tfcompile.runtime.bundle import BundleFiles
 from tfcompile.runtime.errors import BundleError, InputError
@@ -84,7 +84,10 @@ class Translator(Bundle):
             raise InputError("every source sentence needs at least one real token in source_mask")
         width = inputs.count("beam", t.beam if beam is None else beam, 1)
         alpha = inputs.number(
-            "length_penalty", t.length_penalty if length_penalty is None else length_penalty, 0.0
+            "length_penalty",
+            t.length_penalty if length_penalty is None else length_penalty,
+            0.0,
+            MAX_LENGTH_PENALTY,
         )
         limit = min(
             inputs.count("max_len", t.max_decode_len if max_len is None else max_len, 1), self.max_seq_len - 1

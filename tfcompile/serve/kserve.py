@@ -166,7 +166,7 @@ def _read_request(body: bytes, header_length: str | None) -> tuple[dict, dict[st
     if not isinstance(inputs, list) or not inputs or not all(isinstance(t, dict) for t in inputs):
         raise InputError('the request needs "inputs": a non-empty list of tensors')
     if not isinstance(header.get("outputs", []), list) or not all(
-        isinstance(o, dict) for o in header.get("outputs") or []
+        isinstance(o, dict) and isinstance(o.get("name"), str) for o in header.get("outputs") or []
     ):
         raise InputError('"outputs" must be a list of {"name": ...} objects')
     names = [t.get("name") for t in inputs]
@@ -216,12 +216,27 @@ def _array(tensor: dict, raw: bytes | None) -> np.ndarray:
             raise InputError(f"input {name!r}: {len(raw)} bytes is not {count} {datatype} values")
         return np.frombuffer(raw, dtype).reshape(shape)
     flat = _flat(name, tensor.get("data"))
-    if len(flat) != count or not all(isinstance(x, int | float) and not isinstance(x, str) for x in flat):
-        raise InputError(f"input {name!r} needs {count} numbers for shape {shape}, got {len(flat)} values")
+    if len(flat) != count or not all(_of_kind(x, datatype) for x in flat):
+        raise InputError(
+            f"input {name!r} needs {count} {datatype} values for shape {shape}, got {len(flat)} values "
+            f"({', '.join(sorted({type(x).__name__ for x in flat}))})"
+        )
     try:
         return np.array(flat, dtype=dtype).reshape(shape)
     except (OverflowError, ValueError) as e:
         raise InputError(f"input {name!r}: its data does not fit {datatype}: {e}") from None
+
+
+def _of_kind(value: Any, datatype: str) -> bool:
+    """Whether a JSON value is one of the datatype's: true or false for BOOL, an integer for the
+    integer types (5.9 is not 5, nor true 1), a number for the floats."""
+    if datatype == "BOOL" or isinstance(value, bool):
+        return datatype == "BOOL" and isinstance(value, bool)
+    return (
+        isinstance(value, int)
+        if np.issubdtype(DATATYPES[datatype], np.integer)
+        else isinstance(value, int | float)
+    )
 
 
 def _flat(name: str, data: Any) -> list:

@@ -10,7 +10,7 @@ from typing import Annotated, Any
 
 import numpy as np
 from fastapi import APIRouter, Request
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError
 from starlette.datastructures import UploadFile
 
 from tfcompile.errors import InputError
@@ -35,8 +35,8 @@ class TranslateRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     model: str
     texts: str | Annotated[list[str], Field(min_length=1)]
-    beam: int | None = Field(None, ge=1, description="beam width; the manifest's default when left out")
-    max_len: int | None = Field(None, ge=1, description="target tokens at most; the manifest's default")
+    beam: StrictInt | None = Field(None, ge=1, description="beam width; the manifest's default when left out")
+    max_len: StrictInt | None = Field(None, ge=1, description="target tokens at most; the manifest's default")
 
 
 class ImagesRequest(BaseModel):

@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_val
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticCustomError
 
+from tfcompile.manifest import MAX_BEAM, MAX_LENGTH_PENALTY
 from tfcompile.spec.choices import GATED, ActivationName, NormName
 
 # Integers are strict (YAML `true` or "4" is an error, not 1 or 4); floats stay lax because YAML 1.1
@@ -818,8 +819,10 @@ class Seq2SeqTask(TaskSection):
     source: str = Field("de", description="the source side: {lang} in data paths, or a TSV column")
     target: str = Field("en", description="the target side")
     label_smoothing: Probability = 0.1
-    beam: PositiveInt = Field(4, description="beam size for the test translations; 1 is greedy")
-    length_penalty: Annotated[float, Field(ge=0)] = Field(
+    beam: Annotated[PositiveInt, Field(le=MAX_BEAM)] = Field(
+        4, description="beam size for the test translations (and the bundle's default); 1 is greedy"
+    )
+    length_penalty: Annotated[float, Field(ge=0, le=MAX_LENGTH_PENALTY)] = Field(
         0.6, description="alpha in score / ((5 + length) / 6) ** alpha (Wu et al. 2016)"
     )
     max_decode_len: PositiveInt | None = Field(None, description="default: the model's max_seq_len - 1")
