@@ -47,8 +47,9 @@ def session_providers(providers: Sequence[str]) -> list[tuple[str, dict[str, str
 def step_threads() -> int:
     """Intra-op threads for a graph with a cache, which reads one token per call: half the logical
     cores, at least 1 and at most 16, as onnxruntime-genai chooses. A token's matrix products are
-    too small to share among every core: waking and joining the threads costs more than they
-    save (on a shared 2-core CPU, one thread generates 2-2.6x the tokens/s of two; see
+    too small to share among every core: waking and joining the threads costs about what they
+    save (on this 2-core CPU one thread generated 3.5x the tokens/s of two for the char model,
+    and as many for a 32k-vocabulary one at half the CPU time; see
     benchmarks/results/generation_speed-cpu.md)."""
     return min(16, max(1, (os.cpu_count() or 1) // 2))
 
