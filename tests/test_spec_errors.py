@@ -201,6 +201,13 @@ CASES = [
         "causal_lm",
     ),
     Case(
+        "a context of one token",
+        GOOD_MODEL.replace("max_seq_len: 32", "max_seq_len: 1"),
+        6,
+        "model.max_seq_len",
+        "greater than or equal to 2",
+    ),
+    Case(
         "a length penalty past what a bundle serves",
         "model: {family: encoder_decoder, vocab_size: 64, d_model: 16, n_layers: 1, n_heads: 2,\n"
         "  max_seq_len: 8}\n"

@@ -257,7 +257,9 @@ class TransformerSpec(Section):
         description="default 4 * d_model; gated activations: 8/3 * d_model rounded up to d_ff_multiple_of",
     )
     d_ff_multiple_of: PositiveInt = 64
-    max_seq_len: PositiveInt
+    max_seq_len: Annotated[int, Field(ge=2)] = Field(
+        description="the longest sequence the model reads; at least 2 (one token has no sequence to export)"
+    )
     norm: NormSpec = NormSpec()
     activation: ActivationName = "gelu"
     positional: Positional = LearnedPositional()
