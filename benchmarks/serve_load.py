@@ -8,6 +8,8 @@ takes bundles you give; starts `tfcompile serve` on them in a subprocess, then m
 - classifier: requests/s and latency percentiles one at a time, then with --clients concurrent
   clients (each a loop of requests), each phase bounded by --seconds and --requests;
 - decoder: tokens/s of one completion stream at a time, then of --streams concurrent streams;
+  then 8-token completions one at a time, alone and while another client keeps a --long-tokens
+  completion running (they join its batch between its steps);
 - server overhead at batch 1: a /v1/classify request's median latency minus the median of the same
   call on tfcompile.runtime directly, in this process, the two in alternating rounds.
 
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import http.client
 import json
 import os
@@ -50,6 +53,7 @@ TEXTS = [
     "an utterly compelling `who wrote it' in which the reputation of the most famous author "
     "who ever lived comes into question.",
 ]
+SHORT = 8  # tokens of the completions measured beside a long one
 PROMPTS = ["ROMEO:", "First Citizen:\nBefore we proceed", "JULIET:\nO", "KING RICHARD III:\nNow is the"]
 
 
@@ -85,21 +89,39 @@ def cpu_seconds(pid: int) -> float:
 
 
 def measure(
-    server: int, url: str, clients: int, seconds: float, requests: int, body: dict, route: str
+    server: int,
+    url: str,
+    clients: int,
+    seconds: float,
+    requests: int,
+    body: dict,
+    route: str,
+    beside: dict | None = None,
 ) -> Phase:
     """One phase of ``drive``, with the CPU time the server and the clients spent on it."""
     server_before, client_before = cpu_seconds(server), time.process_time()
-    phase = asyncio.run(drive(url, clients, seconds, requests, body, route))
+    phase = asyncio.run(drive(url, clients, seconds, requests, body, route, beside))
     phase.server_cpu = cpu_seconds(server) - server_before
     phase.client_cpu = time.process_time() - client_before
     return phase
 
 
-async def drive(url: str, clients: int, seconds: float, requests: int, body: dict, route: str) -> Phase:
+async def drive(
+    url: str, clients: int, seconds: float, requests: int, body: dict, route: str, beside: dict | None = None
+) -> Phase:
     """``clients`` concurrent clients, each an httpx.AsyncClient with its own connection, sending
     ``body`` in a loop until ``seconds`` or ``requests`` in all. (One AsyncClient shared by many
-    tasks spends more CPU in its connection pool than this server spends on a request.)"""
+    tasks spends more CPU in its connection pool than this server spends on a request.) With
+    ``beside``, one more client sends that body in a loop all the while (a long completion)."""
     phase, sent = Phase(), 0
+
+    async def background() -> None:
+        async with httpx.AsyncClient(base_url=url, timeout=None) as client:
+            while True:
+                await client.post(route, json=beside)
+
+    running = asyncio.create_task(background()) if beside is not None else None
+    await asyncio.sleep(0.5 if beside is not None else 0)  # the long completion has started
     deadline = time.perf_counter() + seconds
 
     async def loop(k: int) -> None:
@@ -122,6 +144,10 @@ async def drive(url: str, clients: int, seconds: float, requests: int, body: dic
     start = time.perf_counter()
     await asyncio.gather(*(loop(k) for k in range(clients)))
     phase.seconds = time.perf_counter() - start
+    if running is not None:  # its client goes away: the server ends the completion
+        running.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await running
     return phase
 
 
@@ -200,6 +226,12 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=32, help="concurrent classifier clients")
     parser.add_argument("--streams", type=int, default=8, help="concurrent completion streams")
     parser.add_argument("--max-tokens", type=int, default=64, help="tokens per completion")
+    parser.add_argument(
+        "--long-tokens",
+        type=int,
+        default=200,
+        help=f"tokens of the long completion beside {SHORT}-token ones",
+    )
     parser.add_argument("--seconds", type=float, default=20, help="time limit of each phase")
     parser.add_argument("--requests", type=int, default=2000, help="request limit of each phase")
     args = parser.parse_args()
@@ -215,20 +247,24 @@ def main() -> None:
         try:
             clf_body = {"model": "clf", "texts": [TEXTS[0]]}
             lm_body = {"model": "lm", "prompt": PROMPTS[0], "max_tokens": args.max_tokens, "temperature": 0}
-            runs = {
-                "clf one": (1, clf_body, "/v1/classify"),
-                "clf many": (args.clients, clf_body, "/v1/classify"),
-                "lm one": (1, lm_body, "/v1/completions"),
-                "lm many": (args.streams, lm_body, "/v1/completions"),
+            short = {**lm_body, "max_tokens": SHORT}
+            long = {**lm_body, "prompt": PROMPTS[1], "max_tokens": args.long_tokens}
+            runs: dict[str, tuple[int, dict, str, dict | None]] = {
+                "clf one": (1, clf_body, "/v1/classify", None),
+                "clf many": (args.clients, clf_body, "/v1/classify", None),
+                "lm one": (1, lm_body, "/v1/completions", None),
+                "lm many": (args.streams, lm_body, "/v1/completions", None),
+                "short": (1, short, "/v1/completions", None),
+                "short beside": (1, short, "/v1/completions", long),
             }
-            for clients, body, route in runs.values():  # warm the server and the connections
+            for clients, body, route, _ in runs.values():  # warm the server and the connections
                 asyncio.run(drive(url, clients, 2, 2 * clients, body, route))
             phases = {
-                name: measure(server.pid, url, c, args.seconds, args.requests, b, r)
-                for name, (c, b, r) in runs.items()
+                name: measure(server.pid, url, c, args.seconds, args.requests, b, r, beside)
+                for name, (c, b, r, beside) in runs.items()
             }
             runtime = load(classifier, providers=["CPUExecutionProvider"], options=SessionOptions(spin=False))
-            served, direct = overhead(runtime, url, clf_body["texts"])
+            served, direct = overhead(runtime, url, [TEXTS[0]])
         finally:
             server.terminate()
             server.wait(30)
@@ -262,11 +298,21 @@ def main() -> None:
         row(f"classify, {args.clients} concurrent", phases["clf many"], args.clients, "requests/s"),
         row("completions, one stream at a time", phases["lm one"], 1, "tokens/s"),
         row(f"completions, {args.streams} concurrent", phases["lm many"], args.streams, "tokens/s"),
+        row(f"{SHORT}-token completions, one at a time", phases["short"], 1, "requests/s"),
+        row(
+            f"{SHORT}-token completions, beside a {args.long_tokens}-token one",
+            phases["short beside"],
+            1,
+            "requests/s",
+        ),
         "",
         "| goal | measured |",
         "| --- | ---: |",
         f"| classifier requests/s, {args.clients} concurrent / one (goal >= 3x) | {clf_gain:.2f}x |",
         f"| decoder tokens/s, {args.streams} streams / one (goal >= 2x) | {lm_gain:.2f}x |",
+        f"| {SHORT}-token completion p50 beside a {args.long_tokens}-token completion / alone "
+        f"({phases['short beside'].percentile(50):.1f} ms / {phases['short'].percentile(50):.1f} ms) | "
+        f"{phases['short beside'].percentile(50) / phases['short'].percentile(50):.2f}x |",
         f"| server overhead at batch 1: /v1/classify p50 {served_ms:.2f} ms (http.client, keep-alive) "
         f"- runtime.classify p50 {direct_ms:.2f} ms (goal <= 2 ms) | {served_ms - direct_ms:.2f} ms |",
     ]

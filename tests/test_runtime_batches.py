@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tfcompile.runtime import InputError, LanguageModel, SessionOptions, load
+from tfcompile.runtime import BundleError, InputError, LanguageModel, SessionOptions, load
 from tfcompile.search import GREEDY, Sampling
 
 PROMPTS = ["ROMEO:", "First Citizen:\nBefore we proceed", "O"]
@@ -57,6 +57,42 @@ def test_on_step_sees_each_token_and_ends_the_rows_it_returns(model: LanguageMod
     assert len(rows[0]) == 2 and len(rows[1]) == 6
     assert [step[1] for step in seen] == rows[1]
     assert [step[0] for step in seen if 0 in step] == rows[0]
+
+
+def test_prompts_joining_a_running_batch_generate_what_they_would_alone(model: LanguageModel) -> None:
+    """Continuous batching: prompts join a running batch between its steps (shorter and longer than
+    it, one past the context of 64 at once and one later) and rows leave as they end; each row
+    gets the tokens it would alone, and the batch is never wider than its longest row."""
+    prompts = ids(model, [*PROMPTS, "First Citizen:\nBefore we proceed any further, hear me speak."])
+    plan = {  # step -> (prompt, limit, sampling) joining then
+        0: (0, 40, GREEDY),
+        3: (2, 80, GREEDY),
+        5: (1, 12, Sampling(0.8, 10, None, seed=3)),
+        9: (3, 6, GREEDY),
+        20: (3, 0, GREEDY),
+    }
+    batch, keys, length, step = model.batch(), {}, {}, 0
+    while step == 0 or batch:
+        if step in plan:
+            p, limit, sampling = plan[step]
+            (key,) = model.join(batch, [prompts[p]], [limit], [sampling])
+            keys[key], length[key] = (p, limit, sampling), len(prompts[p])
+        batch.sample()
+        batch.advance()
+        if batch:
+            assert batch.width == max(length[row.key] + len(row.tokens) for row in batch.rows)
+        step += 1
+    assert step == 80 + 3 and sorted(batch.finished) == sorted(keys)
+    for key, (p, limit, sampling) in keys.items():
+        assert batch.finished[key] == model.generate_prompts([prompts[p]], [limit], [sampling])[0]
+
+
+def test_a_format_1_bundle_cannot_batch_between_steps(char_bundle: Path) -> None:
+    format_1 = load(char_bundle)
+    assert isinstance(format_1, LanguageModel)
+    format_1.pads = False  # what a format 1 manifest sets: its step graph takes no padding
+    with pytest.raises(BundleError, match="format 1"):
+        format_1.batch()
 
 
 def test_infer_runs_the_main_graph_on_checked_tensors(model: LanguageModel) -> None:

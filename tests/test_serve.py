@@ -578,10 +578,12 @@ def test_one_bad_request_does_not_fail_the_batch_it_shares(server: BackgroundSer
 
 def test_concurrent_generations_batch_and_each_gets_its_own_tokens(server: BackgroundServer) -> None:
     """Prompts of different lengths, sent together, are batched (left-padded) and each row's
-    tokens are those it generates alone."""
+    tokens are those it generates alone. The batch metric counts the rows of each step: its sum
+    is the tokens generated, its count the steps, fewer than the tokens when rows share them."""
     lm = model(server, "char")
     prompts = [PROMPTS[i % 3][: 1 + 5 * i] for i in range(8)]
-    before = server.served.batches.labels("char")._sum.get()
+    rows = server.served.batches.labels("char")
+    before = rows._sum.get(), sum(bucket.get() for bucket in rows._buckets)
 
     async def main() -> list[dict]:
         async with httpx.AsyncClient(base_url=server.url, timeout=60) as http:
@@ -595,7 +597,10 @@ def test_concurrent_generations_batch_and_each_gets_its_own_tokens(server: Backg
     assert [a["choices"][0]["text"] for a in answers] == [
         new_text(lm, p, max_new_tokens=10, temperature=0) for p in prompts
     ]
-    assert server.served.batches.labels("char")._sum.get() - before == len(prompts)
+    tokens = sum(a["usage"]["completion_tokens"] for a in answers)
+    steps = sum(bucket.get() for bucket in rows._buckets) - before[1]
+    assert rows._sum.get() - before[0] == tokens
+    assert steps < tokens / 2
 
 
 def _metric(server: BackgroundServer, name: str) -> float:
@@ -710,20 +715,25 @@ def test_bodies_and_batches_over_the_limits_are_refused(guarded: BackgroundServe
 
 
 def test_a_full_queue_answers_503_with_retry_after(guarded: BackgroundServer) -> None:
+    """A running batch of --max-batch-size rows, a completion waiting for room in it, one in the
+    queue (of 1): the next is refused."""
     auth = {"Authorization": "Bearer s3cret"}
     long = {"model": "char", "prompt": "ROMEO:", "max_tokens": 100_000, "temperature": 0, "stream": True}
+    worker = guarded.served.workers["char"]
 
     async def main() -> httpx.Response:
         async with (
             httpx.AsyncClient(base_url=guarded.url, headers=auth, timeout=60) as http,
-            http.stream("POST", "/v1/completions", json=long) as running,  # the worker is busy
+            http.stream("POST", "/v1/completions", json={**long, "n": 4}) as running,  # 4 rows: full
         ):
             lines = running.aiter_lines()  # kept: a dropped line iterator closes the stream
             await lines.__anext__()
-            async with http.stream("POST", "/v1/completions", json=long) as queued:  # the queue is full
-                _until(lambda: guarded.served.workers["char"].depth == 1)
-                assert queued.status_code == 200
-                return await http.post("/v1/completions", json={**long, "stream": False})
+            async with http.stream("POST", "/v1/completions", json=long) as waiting:
+                _until(lambda: worker.carry is not None)  # taken, to join when a row leaves
+                async with http.stream("POST", "/v1/completions", json=long) as queued:
+                    _until(lambda: worker.depth == 1)
+                    assert waiting.status_code == queued.status_code == 200
+                    return await http.post("/v1/completions", json={**long, "stream": False})
 
     refused = asyncio.run(main())
     assert refused.status_code == 503 and refused.headers["Retry-After"] == "1"

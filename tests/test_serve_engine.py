@@ -6,13 +6,16 @@ import asyncio
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tfcompile.errors import InputError
+from tfcompile.runtime import LanguageModel, load
+from tfcompile.search import GREEDY
 from tfcompile.sequences import length_groups
-from tfcompile.serve.engine import Job, Overloaded, Worker
+from tfcompile.serve.engine import Finished, GenerationRow, Job, Overloaded, Worker
 
 
 class FakeClassifier:
@@ -196,3 +199,53 @@ def test_length_groups_cover_every_row_once_with_little_padding(lengths: list[in
         assert group == sorted(group)
         longest, real = max(lengths[i] for i in group), sum(lengths[i] for i in group)
         assert len(group) == 1 or longest * len(group) <= 1.25 * real + 8
+
+
+# ------------------------------------------------------------------- generation
+
+
+def char_model(bundle: Path, pads: bool = True) -> LanguageModel:
+    model = load(bundle)
+    assert isinstance(model, LanguageModel)
+    model.pads = pads  # False: as a format 1 manifest sets it, a step graph that takes no padding
+    return model
+
+
+def test_a_long_generation_holds_up_no_other(char_bundle: Path) -> None:
+    """Continuous batching: a completion that arrives while a long one runs joins its batch and
+    is answered at once, with the tokens it generates alone; the long one goes on."""
+    model = char_model(char_bundle)
+    worker = started(model)
+    long_prompt, short_prompt = [e.ids for e in model.encode(["ROMEO:", "O"])]
+
+    async def main() -> tuple[list[Any], list[Any]]:
+        long = worker.submit(Job("generate", [GenerationRow(long_prompt, 1000, GREEDY)], stream=True))
+        await long.events.get()  # its first token: it runs
+        short = worker.submit(Job("generate", [GenerationRow(short_prompt, 3, GREEDY)]))
+        answer = await short.result
+        assert not long.result.done()
+        long.cancelled.set()  # its client goes away: it ends at the next step
+        return answer, await long.result
+
+    (short,), (long,) = asyncio.run(main())
+    worker.stop()
+    assert short == Finished(model.generate_prompts([short_prompt], [3], [GREEDY])[0], "length")
+    assert long.reason == "stop" and 0 < len(long.tokens) < 1000
+
+
+def test_a_format_1_bundle_runs_each_generation_batch_to_its_end(char_bundle: Path) -> None:
+    model = char_model(char_bundle, pads=False)
+    worker = started(model)
+    prompts = [e.ids for e in model.encode(["ROMEO:", "O", "First Citizen:"])]
+
+    async def main() -> list[Any]:
+        jobs = [
+            worker.submit(Job("generate", [GenerationRow(p, 4 + i, GREEDY)])) for i, p in enumerate(prompts)
+        ]
+        return await asyncio.gather(*(job.result for job in jobs))
+
+    answers = asyncio.run(main())
+    worker.stop()
+    assert answers == [
+        [Finished(model.generate_prompts([p], [4 + i], [GREEDY])[0], "length")] for i, p in enumerate(prompts)
+    ]

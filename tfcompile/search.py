@@ -7,8 +7,8 @@ wraps the PyTorch model (tfcompile.tasks). numpy only: no torch and no onnxrunti
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
-from typing import Protocol
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
@@ -104,52 +104,201 @@ def generate(
         rows = [Sampling(sampling.temperature, sampling.top_k, sampling.top_p, seed) for seed in seeds]
     else:
         rows = list(sampling)
-    rngs = [np.random.default_rng(s.seed) for s in rows]
-    groups: dict[tuple, list[int]] = {}
-    for r, s in enumerate(rows):
-        groups.setdefault((s.temperature, s.top_k, s.top_p), []).append(r)
-    # Each group's options, its rows (a slice when they are the whole batch: a view, no copy) and
-    # their generators.
-    picks = [
-        (options, slice(None) if len(members) == batch else members, [rngs[r] for r in members])
-        for options, members in groups.items()
-    ]
-    new: list[list[int]] = [[] for _ in prompt]
-    done = [limit <= 0 for limit in limits]
-    going = [r for r in range(batch) if not done[r]]  # the rows still generating
-    if not going:
-        return new
-    ids, mask = prompt, prompt_mask
-    window = slice(-context if context is not None else None, None)
-    logits = decoder.step(ids[:, window], None if mask is None else mask[:, window])
-    cached = ids[:, window].shape[1]
-    columns: list[np.ndarray] = []  # the new tokens of every row since ``ids`` was last extended
-    while True:
-        next_ids = np.zeros((batch, 1), dtype=np.int64)
-        for (temperature, top_k, top_p), members, generators in picks:
-            next_ids[members, 0] = sample_next(logits[members], temperature, top_k, top_p, generators)
-        tokens = next_ids[:, 0].tolist()
-        stepped = {r: tokens[r] for r in going}
-        for row, token in stepped.items():
-            new[row].append(token)
-            done[row] = token in stop or len(new[row]) >= limits[row]
+    running = Batch(stop, context)
+    keys = running.join(decoder, prompt, prompt_mask, limits, rows)
+    while running:
+        stepped = running.sample()
         if on_step is not None:
-            for row in on_step(stepped):
-                done[row] = True
-        going = [r for r in going if not done[r]]
+            running.end(on_step(stepped))
+        running.advance()
+    return [running.finished.pop(key) for key in keys]
+
+
+@runtime_checkable
+class Joinable(Decoder, Protocol):
+    """A decoder whose cache can take in another's rows and lose columns that no row uses: what
+    rows joining a running batch need."""
+
+    def join(self, other: Decoder, columns: int) -> None:
+        """Append ``other``'s rows after this one's, both caches left-padded to ``columns``
+        positions (the padding is masked)."""
+        ...
+
+    def trim(self, columns: int) -> None:
+        """Drop the first ``columns`` positions of the cache (padding in every row)."""
+        ...
+
+
+@dataclass
+class _Row:
+    key: int
+    limit: int
+    sampling: Sampling
+    rng: np.random.Generator
+    tokens: list[int] = field(default_factory=list)
+    done: bool = False
+
+
+class Batch:
+    """Rows generating together, a token each per step: the loop of ``generate``, and a server's
+    continuous batching, where prompts join between steps (``join``) and rows leave as they end,
+    so that a long generation does not hold up the requests that come after it.
+
+    Each step: ``sample`` picks every row's next token (a row ends at a stop token or its limit),
+    ``end`` ends rows early, ``advance`` lets the ended rows go (their tokens into ``finished``)
+    and runs the decoder on the others' new tokens. ``ids`` (B, W) holds every row's tokens
+    left-padded to the longest, ``mask`` (B, W) its real ones (None: none is padding); the
+    decoder's cache holds the last min(W, context) columns, ``logits`` (B, V) what follows them.
+    Columns that are padding in every row are dropped when the decoder can (``Joinable``)."""
+
+    def __init__(self, stop: Sequence[int] = (), context: int | None = None) -> None:
+        self.stop, self.context = tuple(stop), context
+        self.finished: dict[int, list[int]] = {}  # an ended row's tokens by key, for the caller
+        self.next_key = 0
+        self._empty()
+
+    def _empty(self) -> None:
+        self.rows: list[_Row] = []
+        self.decoder: Decoder | None = None
+        self.mask: np.ndarray | None = None
+        self.logits = np.zeros((0, 0), dtype=np.float32)
+        self._ids = np.zeros((0, 0), dtype=np.int64)
+        self._columns: list[np.ndarray] = []  # the new tokens since ``_ids`` was last extended
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    @property
+    def ids(self) -> np.ndarray:
+        if self._columns:
+            self._ids, self._columns = np.concatenate([self._ids, *self._columns], axis=1), []
+        return self._ids
+
+    @property
+    def width(self) -> int:
+        return self._ids.shape[1] + len(self._columns)
+
+    def join(
+        self,
+        decoder: Decoder,
+        prompt: np.ndarray,
+        mask: np.ndarray | None,
+        limits: Sequence[int],
+        sampling: Sequence[Sampling],
+    ) -> list[int]:
+        """Prompt rows (B, P), left-padded as ``mask`` says, join the batch: ``decoder`` (with an
+        empty cache) reads them, then its cache joins the batch's. -> the rows' keys, by which
+        ``sample`` and ``finished`` name them (a row with a limit of 0 is finished at once)."""
+        keys = list(range(self.next_key, self.next_key + len(prompt)))
+        going = [r for r, limit in enumerate(limits) if limit > 0]
+        if len(going) < len(prompt):
+            prompt, mask = prompt[going], None if mask is None else mask[going]
+        window = slice(-self.context if self.context is not None else None, None)
+        if going:  # the prompts read first: if that fails, the batch is as it was
+            logits = decoder.step(prompt[:, window], None if mask is None else mask[:, window])
+        self.next_key += len(keys)
+        self.finished.update((key, []) for key, limit in zip(keys, limits, strict=True) if limit <= 0)
         if not going:
-            break
-        columns.append(next_ids)
-        if mask is not None:
-            mask = np.concatenate([mask, np.ones_like(next_ids)], axis=1)
-        if cached == context:
-            ids, columns = np.concatenate([ids, *columns], axis=1), []
-            decoder.reset()
-            logits = decoder.step(ids[:, window], None if mask is None else mask[:, window])
+            return keys
+        rows = [_Row(keys[r], limits[r], sampling[r], np.random.default_rng(sampling[r].seed)) for r in going]
+        if self.decoder is None:
+            self.decoder, self._ids, self.mask, self.logits, self.rows = decoder, prompt, mask, logits, rows
+            return keys
+        if not isinstance(self.decoder, Joinable):
+            raise TypeError(f"{type(self.decoder).__name__} cannot take in rows between steps")
+        ids, width = self.ids, max(self.width, prompt.shape[1])
+        self.decoder.join(decoder, self._cached(width))
+        self.mask = np.concatenate(
+            [_left_pad(_real(self.mask, ids.shape), width), _left_pad(_real(mask, prompt.shape), width)]
+        )
+        self._ids = np.concatenate([_left_pad(ids, width), _left_pad(prompt, width)])
+        self.logits = np.concatenate([self.logits, logits])
+        self.rows += rows
+        self._trim()
+        return keys
+
+    def sample(self) -> dict[int, int]:
+        """Every row's next token, by key; a row whose token is a stop token, or its last, ends."""
+        groups: dict[tuple, list[int]] = {}
+        for r, row in enumerate(self.rows):
+            options = (row.sampling.temperature, row.sampling.top_k, row.sampling.top_p)
+            groups.setdefault(options, []).append(r)
+        tokens = np.zeros(len(self.rows), dtype=np.int64)
+        for (temperature, top_k, top_p), members in groups.items():
+            rows = slice(None) if len(members) == len(self.rows) else members  # a view, no copy
+            generators = [self.rows[r].rng for r in members]
+            tokens[rows] = sample_next(self.logits[rows], temperature, top_k, top_p, generators)
+        stepped = {}
+        for row, token in zip(self.rows, tokens.tolist(), strict=True):
+            row.tokens.append(token)
+            row.done = token in self.stop or len(row.tokens) >= row.limit
+            stepped[row.key] = token
+        return stepped
+
+    def end(self, keys: Iterable[int]) -> None:
+        """End these rows after the tokens they have."""
+        ending = set(keys)
+        for row in self.rows:
+            row.done = row.done or row.key in ending
+
+    def advance(self) -> None:
+        """The ended rows leave (their tokens into ``finished``); the decoder reads the others'
+        newest tokens."""
+        assert self.decoder is not None, "advance() before join()"
+        for row in self.rows:
+            if row.done:
+                self.finished[row.key] = row.tokens
+        keep = [r for r, row in enumerate(self.rows) if not row.done]
+        if not keep:
+            self._empty()
+            return
+        new = np.array([[self.rows[r].tokens[-1]] for r in keep], dtype=np.int64)
+        if len(keep) < len(self.rows):
+            self.decoder.reorder(np.array(keep))
+            self.rows = [self.rows[r] for r in keep]
+            self._ids, self.mask = self.ids[keep], None if self.mask is None else self.mask[keep]
+            self._trim()
+        cached = self._cached(self.width)
+        self._columns.append(new)
+        if self.mask is not None:
+            self.mask = np.concatenate([self.mask, np.ones_like(new)], axis=1)
+        if cached == self.context:  # past the context: the last ``context`` tokens, afresh
+            window = slice(-self.context, None)
+            self.decoder.reset()
+            self.logits = self.decoder.step(
+                self.ids[:, window], None if self.mask is None else self.mask[:, window]
+            )
         else:
-            cached += 1
-            logits = decoder.step(next_ids, None if mask is None else mask[:, -cached:])
-    return new
+            self.logits = self.decoder.step(new, None if self.mask is None else self.mask[:, -(cached + 1) :])
+
+    def _cached(self, width: int) -> int:
+        """Columns the cache holds of ``width`` tokens."""
+        return width if self.context is None else min(width, self.context)
+
+    def _trim(self) -> None:
+        """Drop the leading columns that are padding in every row (rows that needed them have
+        left) from the ids, the mask and the cache, when the decoder can; a mask with no padding
+        left becomes None."""
+        if self.mask is None or not isinstance(self.decoder, Joinable):
+            return
+        first = int(self.mask.any(axis=0).argmax())  # the first column real in some row
+        if first:
+            width = self.width
+            self.decoder.trim(self._cached(width) - self._cached(width - first))
+            self._ids, self.mask = self.ids[:, first:], self.mask[:, first:]
+        if self.mask.all():
+            self.mask = None
+
+
+def _real(mask: np.ndarray | None, shape: tuple[int, ...]) -> np.ndarray:
+    """A mask, ones where None."""
+    return np.ones(shape, dtype=np.int64) if mask is None else mask
+
+
+def _left_pad(a: np.ndarray, width: int) -> np.ndarray:
+    """(B, W) -> (B, width), zeros in the new columns on the left (padding: masked, and the id 0
+    is in every vocabulary)."""
+    return np.pad(a, ((0, 0), (width - a.shape[1], 0)))
 
 
 def strip_stop(tokens: list[int], stop: Sequence[int]) -> list[int]:

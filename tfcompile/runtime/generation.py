@@ -143,14 +143,38 @@ class LanguageModel(Bundle):
     ) -> list[list[int]]:
         """Prompts of token ids of any lengths, generated as one left-padded batch -> each
         prompt's new tokens (see generate_batch)."""
+        ids, mask = self._left_padded(prompts)
+        return self.generate_batch(ids, mask, limits, sampling, stop, use_cache, on_step)
+
+    def batch(self, stop: bool = True) -> search.Batch:
+        """An empty running batch over the step graph, which prompts join between its steps
+        (``join``) and rows leave as they end: continuous batching, as the server runs it. Format 1
+        bundles cannot (their step graphs take no padding)."""
+        if not self.pads:
+            raise BundleError(f"{self.path}: a format 1 bundle cannot batch prompts between steps")
+        return search.Batch(tuple(self.generation.stop_token_ids) if stop else (), self.max_seq_len)
+
+    def join(
+        self,
+        batch: search.Batch,
+        prompts: Sequence[Sequence[int]],
+        limits: Sequence[int],
+        sampling: Sequence[search.Sampling],
+    ) -> list[int]:
+        """Prompts of token ids join a running ``batch`` (left-padded, as in generate_prompts) ->
+        their rows' keys in it."""
+        ids, mask = self._left_padded(prompts)
+        return batch.join(_StepDecoder(self), ids, mask, limits, sampling)
+
+    def _left_padded(self, prompts: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray | None]:
+        """Prompts of token ids -> checked ids (B, longest), left-padded, and their mask (None
+        when no prompt is padded)."""
         if not all(prompts):
             raise InputError("a prompt encodes to no tokens: give at least one character")
         ids = pad_rows([list(p)[::-1] for p in prompts], self._pad_id())[:, ::-1]
         ids = inputs.token_ids(ids, self.vocab_size, None, "prompt")
         mask = pad_rows([[1] * len(p) for p in prompts], 0)[:, ::-1]
-        return self.generate_batch(
-            ids, None if mask.all() else mask, limits, sampling, stop, use_cache, on_step
-        )
+        return ids, None if mask.all() else mask
 
     def generate_batch(
         self,
@@ -201,6 +225,13 @@ class _StepDecoder:
         assert cache is not None  # LanguageModel refuses a step graph without one at load
         self.past_names, self.present_names = cache.past, cache.present
         self.outputs = ["logits", *cache.present]
+        shapes = {t.name: t.shape for t in model.graph("step").inputs}
+        # Each past tensor's batch and cache axes (the manifest names them; the batch axis is
+        # the first when it has no name).
+        self.axes = [
+            (shapes[name].index("batch") if "batch" in shapes[name] else 0, shapes[name].index(cache.axis))
+            for name in cache.past
+        ]
         self.device = "cuda" if self.session.get_providers()[0] == "CUDAExecutionProvider" else "cpu"
         self.bound = self.device != "cpu"  # whether the cache stays on the device, bound
         self.binding = self.session.io_binding()
@@ -244,10 +275,39 @@ class _StepDecoder:
         return [logits.numpy(), *present]
 
     def reorder(self, rows: np.ndarray) -> None:
-        self.past = [(p if isinstance(p, np.ndarray) else p.numpy())[rows] for p in self.past]
+        self.past = [
+            np.take(p, rows, axis=batch) for p, (batch, _) in zip(self._host(), self.axes, strict=True)
+        ]
 
     def reset(self) -> None:
         self.past, self.length = [], 0
+
+    def join(self, other: search.Decoder, columns: int) -> None:
+        assert isinstance(other, _StepDecoder)
+        self.past = [
+            np.concatenate([_left_pad(a, columns, cache), _left_pad(b, columns, cache)], axis=batch)
+            for a, b, (batch, cache) in zip(self._host(), other._host(), self.axes, strict=True)
+        ]
+        self.length = columns
+
+    def trim(self, columns: int) -> None:
+        if columns:
+            self.past = [
+                np.take(p, range(columns, p.shape[cache]), axis=cache)
+                for p, (_, cache) in zip(self._host(), self.axes, strict=True)
+            ]
+            self.length -= columns
+
+    def _host(self) -> list[np.ndarray]:
+        """The cache as numpy arrays (copied from the device when bound there)."""
+        return [p if isinstance(p, np.ndarray) else p.numpy() for p in self.past]
+
+
+def _left_pad(a: np.ndarray, size: int, axis: int) -> np.ndarray:
+    """``a`` with zeros before its entries along ``axis``, to ``size`` there."""
+    widths = [(0, 0)] * a.ndim
+    widths[axis] = (size - a.shape[axis], 0)
+    return np.pad(a, widths)
 
 
 class _FullDecoder:

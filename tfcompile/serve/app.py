@@ -80,7 +80,7 @@ class Served:
         self.queue = Gauge("tfcompile_queue_depth", "requests waiting, by model", ["model"], registry=r)
         self.batches = Histogram(
             "tfcompile_batch_rows",
-            "rows per batch, by model",
+            "rows per batch (per step, for a generation), by model",
             ["model"],
             registry=r,
             buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256),

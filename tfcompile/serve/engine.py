@@ -6,9 +6,11 @@ The worker takes the first job, then every job of the same kind already waiting 
 ``max_batch`` rows, waiting at most ``max_wait`` seconds for requests the server has read and not
 yet handed over); under load the jobs that arrive while a batch runs form the next one, so
 batches grow with the load without waiting.
-Generation batches prompts of different lengths with left padding (each row generates what it
-would alone), streams each step's tokens to the jobs as they come, and ends a job's rows when its
-client goes away. A full queue refuses new jobs at once (the server answers 503 + Retry-After).
+Generation batches continuously: prompts of different lengths run as one left-padded batch (each
+row generates what it would alone), the generation requests that arrive join it between its steps
+and rows leave as they end, so that a long completion holds up no other; each step's tokens
+stream to the jobs as they come, and a job's rows end when its client goes away. A full queue
+refuses new jobs at once (the server answers 503 + Retry-After).
 """
 
 from __future__ import annotations
@@ -152,7 +154,72 @@ class Worker:
                     job.finish(None)
             if not live:
                 continue
-            self._run_batch(live)
+            if live[0].kind == "generate" and isinstance(self.model, LanguageModel) and self.model.pads:
+                self._generate(self.model, live)
+            else:
+                self._run_batch(live)
+
+    def _generate(self, model: LanguageModel, jobs: list[Job]) -> None:
+        """Generation with continuous batching: the jobs' prompts start a running batch; between
+        its steps, the generation jobs waiting join it (up to ``max_batch`` rows) and rows leave
+        as they end, each job answered when its last row ends. A job of another kind waiting
+        stops the joining: it runs when the batch has ended."""
+        batch = model.batch()
+        rows = Rows(model)
+        for job in jobs:
+            self._join(model, batch, rows, job)
+        while batch:
+            try:
+                stepped = batch.sample()
+                batch.end(rows.step(stepped))
+                batch.advance()
+            except Exception as e:  # every job of the batch fails (a stream cannot take back tokens)
+                for failed in rows.jobs():
+                    failed.finish(error=e)
+                return
+            for done, result in rows.collect(batch.finished):
+                done.finish(result)
+            self.observe(self.name, len(stepped), self.depth, len(stepped))
+            while (joining := self._joining(len(batch))) is not None:
+                self._join(model, batch, rows, joining)
+
+    def _join(self, model: LanguageModel, batch: search.Batch, rows: Rows, job: Job) -> None:
+        """A job's prompts join the running batch; a job whose prompts fail to (a bad token) fails
+        alone."""
+        try:
+            keys = model.join(
+                batch,
+                [row.prompt for row in job.rows],
+                [row.max_tokens for row in job.rows],
+                [row.sampling for row in job.rows],
+            )
+        except Exception as e:
+            job.finish(error=e)
+            return
+        rows.add(job, keys)
+        for done, result in rows.collect(batch.finished):
+            done.finish(result)
+
+    def _joining(self, rows: int) -> Job | None:
+        """The next job waiting, if it is a generation that fits beside ``rows`` running rows;
+        otherwise None, and a job of another kind (or one that does not fit) waits as the carry,
+        the first of the next batch."""
+        while not self.stopping:
+            if self.carry is None:
+                try:
+                    self.carry = self.jobs.get(block=False)
+                except queue.Empty:
+                    return None
+                self.stopping = self.carry is None  # stop() queued None
+                continue
+            job = self.carry
+            if job.kind != "generate" or rows + len(job.rows) > self.max_batch:
+                return None
+            self.carry = None
+            if not job.cancelled.is_set():
+                return job
+            job.finish(None)  # its client went away while it waited
+        return None
 
     def _run_batch(self, jobs: list[Job]) -> None:
         """Runs the jobs as one batch; if it fails, each alone, so that one request's bad input
@@ -222,40 +289,80 @@ class Worker:
 # ---------------------------------------------------------------------------- runners
 
 
-def _generate(model: LanguageModel, jobs: Sequence[Job]) -> list[list[Finished]]:
-    """Every job's prompts as one left-padded batch; each step's tokens go to the streaming jobs,
-    and a row ends at a stop token, its token limit, a stop string, or its client gone."""
-    rows = [(job, i, row) for job in jobs for i, row in enumerate(job.rows)]
-    generated: list[list[int]] = [[] for _ in rows]
-    by_text: set[int] = set()
+class Rows:
+    """Generated rows by key, for the jobs they belong to: each step's tokens go to the jobs that
+    stream, and a row ends at a stop string or when its client has gone."""
 
-    def on_step(tokens: dict[int, int]) -> list[int]:
+    def __init__(self, model: LanguageModel) -> None:
+        self.model = model
+        self.owners: dict[int, tuple[Job, int, GenerationRow]] = {}  # key -> job, index, row
+        self.generated: dict[int, list[int]] = {}
+        self.by_text: set[int] = set()  # rows ended by a stop string
+        self.answers: dict[int, list[Finished | None]] = {}  # by id(job)
+        self.stops = set(model.generation.stop_token_ids)
+
+    def add(self, job: Job, keys: Sequence[int]) -> None:
+        self.answers[id(job)] = [None] * len(keys)
+        for i, (key, row) in enumerate(zip(keys, job.rows, strict=True)):
+            self.owners[key], self.generated[key] = (job, i, row), []
+
+    def jobs(self) -> list[Job]:
+        return list({id(job): job for job, _, _ in self.owners.values()}.values())
+
+    def step(self, tokens: dict[int, int]) -> list[int]:
+        """A step's new tokens by key -> the keys to end."""
         ended = []
-        for r, token in tokens.items():
-            job, i, row = rows[r]
-            generated[r].append(token)
+        for key, token in tokens.items():
+            job, i, row = self.owners[key]
+            self.generated[key].append(token)
             if job.cancelled.is_set():
-                ended.append(r)
+                ended.append(key)
                 continue
             if job.stream:
                 job.emit(i, token)
-            if row.stop_texts and stop_text(model, generated[r], row.stop_texts) is not None:
-                by_text.add(r)
-                ended.append(r)
+            if row.stop_texts and stop_text(self.model, self.generated[key], row.stop_texts) is not None:
+                self.by_text.add(key)
+                ended.append(key)
         return ended
 
+    def collect(self, finished: dict[int, list[int]]) -> list[tuple[Job, list[Finished]]]:
+        """The ended rows' tokens (taken out of ``finished``) -> the jobs all of whose rows have
+        ended, with their answers."""
+        done = []
+        for key in [key for key in finished if key in self.owners]:
+            tokens = finished.pop(key)
+            job, i, row = self.owners.pop(key)
+            del self.generated[key]
+            stopped = (
+                key in self.by_text
+                or bool(tokens and tokens[-1] in self.stops)
+                or len(tokens) < row.max_tokens
+            )
+            self.by_text.discard(key)
+            answers = self.answers[id(job)]
+            answers[i] = Finished(tokens, "stop" if stopped else "length")
+            if all(a is not None for a in answers):
+                del self.answers[id(job)]
+                done.append((job, [a for a in answers if a is not None]))
+        return done
+
+
+def _generate(model: LanguageModel, jobs: Sequence[Job]) -> list[list[Finished]]:
+    """Every job's prompts as one left-padded batch run to its end (format 1 bundles, whose step
+    graphs cannot take prompts in between steps): see Rows."""
+    rows = Rows(model)
+    keys = iter(range(sum(len(job.rows) for job in jobs)))
+    for job in jobs:
+        rows.add(job, [next(keys) for _ in job.rows])
+    prompts = [row for job in jobs for row in job.rows]
     new = model.generate_prompts(
-        [row.prompt for _, _, row in rows],
-        [row.max_tokens for _, _, row in rows],
-        [row.sampling for _, _, row in rows],
-        on_step=on_step,
+        [row.prompt for row in prompts],
+        [row.max_tokens for row in prompts],
+        [row.sampling for row in prompts],
+        on_step=rows.step,
     )
-    stops = set(model.generation.stop_token_ids)
-    out: dict[int, list[Finished]] = {id(job): [] for job in jobs}
-    for r, ((job, _, row), tokens) in enumerate(zip(rows, new, strict=True)):
-        stopped = r in by_text or bool(tokens and tokens[-1] in stops) or len(tokens) < row.max_tokens
-        out[id(job)].append(Finished(tokens, "stop" if stopped else "length"))
-    return [out[id(job)] for job in jobs]
+    answered = {id(job): answer for job, answer in rows.collect(dict(enumerate(new)))}
+    return [answered[id(job)] for job in jobs]
 
 
 def text_of(model: LanguageModel, tokens: Sequence[int]) -> str:
