@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import numpy as np
 import pytest
 from helpers import ROOT, assert_follows_schema
@@ -124,6 +125,8 @@ def test_a_manifest_naming_a_path_that_leaves_the_bundle_is_refused(
     with pytest.raises(BundleError, match=r"files|file"):
         load(copy)
     assert not [p for p in opened if Path(p).resolve() in (secret.resolve(), Path("/etc/passwd"))]
+    with pytest.raises(jsonschema.ValidationError):  # a client that checks the published schema
+        assert_follows_schema(copy)
 
 
 def test_a_symlinked_file_is_not_followed(copy: Path, tmp_path: Path, opened: list[str]) -> None:

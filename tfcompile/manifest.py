@@ -132,10 +132,22 @@ class TranslationInfo(Part):
     then ``source_suffix_ids`` appended) goes once through the encoder graph; its memory_key_i and
     memory_value_i outputs feed the decoder step's inputs of the same names at every step. The
     decoder starts from ``start_id``; a translation ends at ``stop_id`` or after ``max_decode_len``
-    tokens (at most model.max_seq_len - 1); beam search keeps the best ``beam`` hypotheses and
-    scores finished ones by log p / ((5 + length) / 6) ** length_penalty, a stop token counting
-    only from within the best ``beam`` candidates. The text is decoded and stripped of leading and
-    trailing ASCII whitespace (space, tab, newline, carriage return, form feed, vertical tab)."""
+    tokens (at most model.max_seq_len - 1). The text is decoded and stripped of leading and
+    trailing ASCII whitespace (space, tab, newline, carriage return, form feed, vertical tab).
+
+    Beam search with ``beam`` B and ``length_penalty`` a, as fairseq's: one live hypothesis, no
+    tokens after ``start_id``, summed log-probability 0. Each step, a candidate is a live
+    hypothesis and a next token, scored by the hypothesis's sum plus the token's log-softmax of
+    the logits (float64); the 2B best candidates are taken by score (ties: the lower index
+    hypothesis * vocabulary + token first). In that order, a candidate whose token is
+    ``stop_id`` finishes its hypothesis if it is among the first B, and is dropped otherwise;
+    the others become the next live hypotheses, up to B. A finished hypothesis scores
+    sum / ((5 + length) / 6) ** a, length counting its tokens after ``start_id`` without
+    ``stop_id``. The search ends once B hypotheses have finished. No hypothesis grows past
+    ``max_decode_len`` tokens: at the step whose candidates would, the stop candidates among the
+    first B finish as above, then every live hypothesis finishes as it is, scored alike. The
+    translation is the best finished hypothesis (the first to finish, of equal scores); B = 1 is
+    greedy decoding."""
 
     start_id: TokenId
     stop_id: TokenId
@@ -151,9 +163,11 @@ class ImageInfo(Part):
     """How an image becomes ``pixel_values``, step by step:
 
     1. decode the file to ``channel_order`` as Pillow's ``Image.convert`` does ("L": ITU-R 601-2
-       luma with Pillow's integer rounding, alpha ignored; "RGB");
+       luma with Pillow's integer rounding, alpha ignored; "RGB"), 16-bit samples taken as their
+       high byte (v >> 8; a file of 32-bit samples is refused);
     2. to float32 in [0, 1]: uint8 values divided by ``divide_by``; float arrays are taken as
-       already in [0, 1];
+       already in [0, 1] (an array of pixels is (height, width), or (height, width, channels)
+       with exactly ``channels``: arrays are not colour converted);
     3. resize each channel (a float32 image) with Pillow's ``Image.resize(..., BILINEAR)`` (a
        triangle filter that widens when it shrinks, the horizontal pass first), as ``resize``
        says: ``shorter_side``, the shorter side becomes ``size`` and the other
@@ -224,13 +238,20 @@ class Manifest(Part):
     )
 
     format_version: Literal[2]
-    task: str
+    task: str = Field(
+        description="what the graphs do, which says the sections that follow: causal_lm, "
+        "classification, seq2seq or image_classification (a runtime may serve more tasks)"
+    )
     precision: Literal["fp32", "fp16"]
     model: ModelInfo
     graphs: dict[str, Graph]
     padding: Padding
     tokenizer: TokenizerInfo | None = None
-    labels: list[str] | None = Field(None, description="class names, by the index of the logits")
+    labels: list[str] | None = Field(
+        None,
+        description="class names, by the index of the logits; the labels' probabilities are the "
+        "softmax of a row's logits (computed in float64)",
+    )
     generation: GenerationInfo | None = None
     translation: TranslationInfo | None = None
     image: ImageInfo | None = None
@@ -318,7 +339,23 @@ def manifest_schema() -> dict[str, Any]:
     """The JSON Schema of format 2, as published in schemas/manifest.schema.json."""
     schema = Manifest.model_json_schema()
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    _closed_keys(schema)
     return schema
+
+
+def _closed_keys(node: Any) -> None:
+    """Pydantic writes a dict whose keys have a pattern as ``patternProperties``, which lets a key
+    that does not match through unchecked; the schema refuses such keys, as the parser does."""
+    if isinstance(node, dict):
+        patterns = node.get("patternProperties")
+        if isinstance(patterns, dict) and len(patterns) == 1:
+            node["propertyNames"] = {**node.get("propertyNames", {}), "pattern": next(iter(patterns))}
+            node["additionalProperties"] = False
+        for value in node.values():
+            _closed_keys(value)
+    elif isinstance(node, list):
+        for value in node:
+            _closed_keys(value)
 
 
 def parse_manifest(data: bytes, where: str) -> tuple[Manifest, int]:
