@@ -29,3 +29,28 @@ def assert_follows_schema(bundle: Path) -> None:
 
     schema = json.loads((ROOT / "schemas" / "manifest.schema.json").read_text())
     jsonschema.validate(json.loads((bundle / "manifest.json").read_text()), schema)
+
+
+def png16(array: Any) -> bytes:
+    """A PNG of 16-bit samples: (H, W) grey or (H, W, 3) RGB uint16 (Pillow writes no 16-bit
+    colour PNG)."""
+    import struct
+    import zlib
+
+    import numpy as np
+
+    array = np.asarray(array, dtype=">u2")
+    height, width = array.shape[:2]
+    colour = 0 if array.ndim == 2 else 2
+    rows = b"".join(b"\x00" + array[y].tobytes() for y in range(height))  # filter 0 per row
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    header = struct.pack(">IIBBBBB", width, height, 16, colour, 0, 0, 0)
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + chunk(b"IDAT", zlib.compress(rows))
+        + chunk(b"IEND", b"")
+    )

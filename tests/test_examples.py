@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from helpers import ROOT, TINY
+from helpers import ROOT, TINY, png16
 
 from tfcompile.export import Source, export_bundle
 from tfcompile.runtime import load
@@ -335,7 +335,8 @@ def _source(translator: Any, text: str) -> tuple[np.ndarray, np.ndarray]:
 @pytest.fixture(scope="module")
 def images(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
     """Arrays and PNG files: already 8 x 8, larger (down-sampled; 21 x 16 rounds 10.5 to 10),
-    smaller (up-sampled), grey, RGB and RGBA (read as grey, as the bundle says)."""
+    smaller (up-sampled), grey, RGB and RGBA (read as grey, as the bundle says), 16-bit grey and
+    RGB."""
     from PIL import Image
     from sklearn.datasets import load_digits
 
@@ -353,6 +354,8 @@ def images(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
     }
     for name, array in arrays.items():
         Image.fromarray(array).save(folder / name)
+    (folder / "grey16_9x11.png").write_bytes(png16(rng.integers(0, 65536, (9, 11))))
+    (folder / "rgb16_8x8.png").write_bytes(png16(rng.integers(0, 65536, (8, 8, 3))))
     return sorted(folder.iterdir())
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import tracemalloc
 from pathlib import Path
@@ -9,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from helpers import ROOT, assert_follows_schema
+from helpers import ROOT, assert_follows_schema, png16
 from PIL import Image
 from sklearn.datasets import load_digits
 
@@ -289,3 +290,19 @@ def test_bytes_that_are_no_image_are_named_without_python_internals() -> None:
     with pytest.raises(InputError, match=r"cannot read the uploaded image: it is not an image file") as e:
         read_image(b"hello", 1)
     assert "object at 0x" not in str(e.value)
+
+
+def test_16_bit_samples_are_their_high_byte_and_32_bit_ones_are_refused() -> None:
+    """Pillow decodes a 16-bit colour PNG to its high bytes but clips 16-bit grey at 255: both read
+    as v >> 8, in grey and in colour, as the manifest tells every client."""
+    values = np.array([[0, 255, 256, 0x80FF, 40000, 65535]], dtype=np.uint16)
+    high = (values >> 8).astype(np.uint8)
+    np.testing.assert_array_equal(read_image(png16(values), 1)[..., 0], high)
+    np.testing.assert_array_equal(read_image(png16(values), 3), np.stack([high] * 3, axis=-1))
+    colour = np.stack([values, values[:, ::-1], values // 3], axis=-1)
+    np.testing.assert_array_equal(read_image(png16(colour), 3), (colour >> 8).astype(np.uint8))
+    for mode, array in (("I", values.astype(np.int32)), ("F", values.astype(np.float32))):
+        tiff = io.BytesIO()
+        Image.fromarray(array, mode).save(tiff, format="TIFF")
+        with pytest.raises(InputError, match="32-bit"):
+            read_image(tiff.getvalue(), 1)

@@ -87,7 +87,7 @@ def read_image(source: str | Path | bytes, channels: int) -> np.ndarray:
                 raise InputError(
                     f"{name} has {image.width} x {image.height} pixels, more than {MAX_PIXELS:,}"
                 )
-            array = np.asarray(image.convert("L" if channels == 1 else "RGB"))
+            array = np.asarray(_eight_bit(image, name).convert("L" if channels == 1 else "RGB"))
     except UnidentifiedImageError:  # its message shows a Python object, not the file
         raise InputError(
             f"cannot read {name}: it is not an image file Pillow reads (PNG, JPEG, ...)"
@@ -95,6 +95,19 @@ def read_image(source: str | Path | bytes, channels: int) -> np.ndarray:
     except (OSError, Image.DecompressionBombError, ValueError) as e:
         raise InputError(f"cannot read {name}: {e}") from None
     return array[:, :, None] if channels == 1 else array
+
+
+def _eight_bit(image: Image.Image, name: str) -> Image.Image:
+    """16-bit grey samples as their high byte (v >> 8), as Pillow decodes 16-bit colour PNGs (its
+    ``convert`` would clip them at 255); images of 32-bit samples are refused."""
+    if image.mode.startswith("I;16"):
+        return Image.fromarray((np.asarray(image) >> 8).astype(np.uint8), "L")
+    if image.mode in ("I", "F"):
+        raise InputError(
+            f"{name} has 32-bit {'integer' if image.mode == 'I' else 'float'} samples; "
+            "give it 8 (or 16) bits per sample"
+        )
+    return image
 
 
 def to_unit_range(array: Any, channels: int) -> np.ndarray:

@@ -400,16 +400,19 @@ async function beamSearch(decoder, t, limit, beam) {
 // A PNG file (via pngjs, as RGBA) or a .npy array -> {height, width, channels, data, uint8}.
 function readImage(path, image) {
   if (path.endsWith(".npy")) return readNpy(path);
-  const png = PNG.sync.read(readFileSync(path));
+  const bytes = readFileSync(path);
+  let png = PNG.sync.read(bytes);
+  // pngjs rescales 16-bit samples to round(v / 257); the manifest takes their high byte, v >> 8
+  if (png.depth === 16) png = PNG.sync.read(bytes, { skipRescale: true });
+  const d = png.depth === 16 ? Uint8Array.from(png.data, (v) => v >> 8) : png.data;
   const pixels = png.width * png.height;
   if (image.channel_order === "RGB") {
     const data = new Uint8Array(pixels * 3);
-    for (let i = 0; i < pixels; i++) data.set(png.data.subarray(4 * i, 4 * i + 3), 3 * i);
+    for (let i = 0; i < pixels; i++) data.set(d.subarray(4 * i, 4 * i + 3), 3 * i);
     return { height: png.height, width: png.width, data, uint8: true };
   }
   // "L": Pillow's convert("L"), ITU-R 601-2 luma in 16-bit fixed point, rounded
   const data = new Uint8Array(pixels);
-  const d = png.data;
   for (let i = 0; i < pixels; i++)
     data[i] = (d[4 * i] * 19595 + d[4 * i + 1] * 38470 + d[4 * i + 2] * 7471 + 0x8000) >> 16;
   return { height: png.height, width: png.width, data, uint8: true };

@@ -311,6 +311,10 @@ def preprocess(image_info: dict, source: str | np.ndarray) -> np.ndarray:
         array = source
     else:
         with Image.open(source) as image:
+            if image.mode.startswith("I;16"):  # 16-bit grey: the high byte, as in 16-bit colour
+                image = Image.fromarray((np.asarray(image) >> 8).astype(np.uint8), "L")
+            if image.mode in ("I", "F"):
+                raise SystemExit(f"{source}: 32-bit samples; give 8 or 16 bits per sample")
             array = np.asarray(image.convert(image_info["channel_order"]))
     array = array.reshape(*array.shape[:2], channels)
     if array.dtype == np.uint8:
