@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import ROOT
 
 from tfcompile.errors import InputError
 from tfcompile.runtime import LanguageModel, load
@@ -204,17 +205,16 @@ def test_length_groups_cover_every_row_once_with_little_padding(lengths: list[in
 # ------------------------------------------------------------------- generation
 
 
-def char_model(bundle: Path, pads: bool = True) -> LanguageModel:
+def language_model(bundle: Path) -> LanguageModel:
     model = load(bundle)
     assert isinstance(model, LanguageModel)
-    model.pads = pads  # False: as a format 1 manifest sets it, a step graph that takes no padding
     return model
 
 
 def test_a_long_generation_holds_up_no_other(char_bundle: Path) -> None:
     """Continuous batching: a completion that arrives while a long one runs joins its batch and
     is answered at once, with the tokens it generates alone; the long one goes on."""
-    model = char_model(char_bundle)
+    model = language_model(char_bundle)
     worker = started(model)
     long_prompt, short_prompt = [e.ids for e in model.encode(["ROMEO:", "O"])]
 
@@ -233,8 +233,11 @@ def test_a_long_generation_holds_up_no_other(char_bundle: Path) -> None:
     assert long.reason == "stop" and 0 < len(long.tokens) < 1000
 
 
-def test_a_format_1_bundle_runs_each_generation_batch_to_its_end(char_bundle: Path) -> None:
-    model = char_model(char_bundle, pads=False)
+def test_a_format_1_bundle_runs_each_generation_batch_to_its_end() -> None:
+    """Its step graph takes no padding: prompts of different lengths batched together run one at
+    a time, and none joins a running batch."""
+    model = language_model(ROOT / "tests" / "data" / "format1-decoder")
+    assert not model.pads
     worker = started(model)
     prompts = [e.ids for e in model.encode(["ROMEO:", "O", "First Citizen:"])]
 
