@@ -69,6 +69,8 @@ def test_bundle_holds_the_files_and_a_complete_manifest(bundle: Path) -> None:
     assert graph["outputs"][0]["name"] == "logits" and graph["outputs"][0]["shape"][2] == 65
     every = [t for g in manifest["graphs"].values() for t in g["inputs"] + g["outputs"]]
     assert all(t["meaning"] for t in every), "every input and output is explained"
+    present = [t["shape"] for t in manifest["graphs"]["step"]["outputs"] if t["name"].startswith("present")]
+    assert present[0][2] == "past_sequence + sequence" and all(s == present[0] for s in present)
     assert set(manifest["versions"]) == {"tfcompile", "torch", "onnx", "onnxscript", "onnxruntime"}
     assert set(manifest["files"]) == files
     for graph in ("model", "step"):

@@ -325,9 +325,11 @@ def _rename_symbols(proto: onnx.ModelProto, names: dict[tuple[str, int], str]) -
     for v in [*proto.graph.input, *proto.graph.output, *proto.graph.value_info]:
         for dim in v.type.tensor_type.shape.dim:
             if dim.dim_param:  # a symbol or an expression of symbols, e.g. "s3 + s70"
-                dim.dim_param = re.sub(
-                    r"\bs\d+\b", lambda m: mapping.get(m.group(), m.group()), dim.dim_param
-                )
+                renamed = re.sub(r"\bs\d+\b", lambda m: mapping.get(m.group(), m.group()), dim.dim_param)
+                terms = renamed.split(" + ")  # a sum in one order, whichever the exporter wrote
+                if all(re.fullmatch(r"\w+", term) for term in terms):
+                    renamed = " + ".join(sorted(terms))
+                dim.dim_param = renamed
 
 
 @contextlib.contextmanager
