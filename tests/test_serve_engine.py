@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from helpers import ROOT
 
@@ -213,7 +214,8 @@ def language_model(bundle: Path) -> LanguageModel:
 
 def test_a_long_generation_holds_up_no_other(char_bundle: Path) -> None:
     """Continuous batching: a completion that arrives while a long one runs joins its batch and
-    is answered at once, with the tokens it generates alone; the long one goes on."""
+    is answered at once, with the tokens it generates alone, and a raw infer call runs between
+    two steps; the long one goes on."""
     model = language_model(char_bundle)
     worker = started(model)
     long_prompt, short_prompt = [e.ids for e in model.encode(["ROMEO:", "O"])]
@@ -223,6 +225,11 @@ def test_a_long_generation_holds_up_no_other(char_bundle: Path) -> None:
         await long.events.get()  # its first token: it runs
         short = worker.submit(Job("generate", [GenerationRow(short_prompt, 3, GREEDY)]))
         answer = await short.result
+        ids = np.array([short_prompt])
+        raw = await worker.submit(
+            Job("infer", [{"input_ids": ids, "attention_mask": np.ones_like(ids)}])
+        ).result
+        np.testing.assert_array_equal(raw["logits"], model.logits(ids))
         assert not long.result.done()
         long.cancelled.set()  # its client goes away: it ends at the next step
         return answer, await long.result

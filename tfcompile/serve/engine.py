@@ -162,8 +162,7 @@ class Worker:
     def _generate(self, model: LanguageModel, jobs: list[Job]) -> None:
         """Generation with continuous batching: the jobs' prompts start a running batch; between
         its steps, the generation jobs waiting join it (up to ``max_batch`` rows) and rows leave
-        as they end, each job answered when its last row ends. A job of another kind waiting
-        stops the joining: it runs when the batch has ended."""
+        as they end, each job answered when its last row ends."""
         batch = model.batch()
         rows = Rows(model)
         for job in jobs:
@@ -201,9 +200,9 @@ class Worker:
             done.finish(result)
 
     def _joining(self, rows: int) -> Job | None:
-        """The next job waiting, if it is a generation that fits beside ``rows`` running rows;
-        otherwise None, and a job of another kind (or one that does not fit) waits as the carry,
-        the first of the next batch."""
+        """The next job waiting, if it is a generation that fits beside ``rows`` running rows
+        (one that does not waits as the carry, the first of the next batch). Jobs of other kinds
+        (a decoder's raw ``infer``) run here, between two steps."""
         while not self.stopping:
             if self.carry is None:
                 try:
@@ -213,7 +212,12 @@ class Worker:
                 self.stopping = self.carry is None  # stop() queued None
                 continue
             job = self.carry
-            if job.kind != "generate" or rows + len(job.rows) > self.max_batch:
+            if job.kind != "generate":
+                self.carry = None
+                if not job.cancelled.is_set():
+                    self._run_batch([job])
+                continue
+            if rows + len(job.rows) > self.max_batch:
                 return None
             self.carry = None
             if not job.cancelled.is_set():
