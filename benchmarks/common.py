@@ -45,7 +45,8 @@ def write_results(name: str, table: str, device: str) -> Path:
         return result.stdout.strip()
 
     commit = git("rev-parse", "--short", "HEAD") or "unknown"
-    if git("status", "--porcelain", "--untracked-files=no"):
+    # Results files written and not yet committed change nothing that is measured.
+    if git("status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)benchmarks/results"):
         commit += " (with uncommitted changes)"
     command = " ".join(["python", os.path.relpath(Path(sys.argv[0]).resolve(), ROOT), *sys.argv[1:]])
     header = [
