@@ -41,10 +41,14 @@ def write_results(name: str, table: str, device: str) -> Path:
     import sys
 
     def git(*args: str) -> str:
-        result = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=False)
+        try:
+            result = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=False)
+        except FileNotFoundError:  # no git on the machine
+            return ""
         return result.stdout.strip()
 
-    commit = git("rev-parse", "--short", "HEAD") or "unknown"
+    # A copy of the tree without its .git (a lent GPU machine) says its commit in TFCOMPILE_COMMIT.
+    commit = git("rev-parse", "--short", "HEAD") or os.environ.get("TFCOMPILE_COMMIT", "unknown")
     # Results files written and not yet committed change nothing that is measured.
     if git("status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)benchmarks/results"):
         commit += " (with uncommitted changes)"

@@ -25,6 +25,7 @@ from common import device_name, write_results
 
 from tfcompile.spec import load_spec
 from tfcompile.train import Trainer
+from tfcompile.train.metrics import read_metrics
 
 
 def main() -> None:
@@ -34,6 +35,7 @@ def main() -> None:
     parser.add_argument("spec")
     parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE")
     parser.add_argument("--seeds", default="", help="more train.seed values to train, comma-separated")
+    parser.add_argument("--tag", default="", help="added to the results file's name (runs with --set)")
     args = parser.parse_args()
     name = Path(args.spec).stem
     with tempfile.TemporaryDirectory() as runs:
@@ -45,6 +47,7 @@ def main() -> None:
         wall, cpu = time.perf_counter() - start, _cpu_seconds() - cpu_before
         load_after = os.getloadavg()[0]
         sample = _sample(trainer) if spec.task.type == "causal_lm" else None
+        evaluations = [r for r in read_metrics(trainer.run_dir) if "val_loss" in r]
     device = device_name(trainer.device)
     metric = result.best_metric.removeprefix("val_").replace("_", " ")
     rows = [
@@ -56,13 +59,22 @@ def main() -> None:
         *((k.replace("_", " "), f"{v:.4f}") for k, v in result.metrics.items() if k.startswith("test_")),
     ]
     table = "\n".join(["| measure | value |", "| --- | ---: |", *(f"| {k} | {v} |" for k, v in rows)])
+    if evaluations:
+        table += "\n\n" + "\n".join(
+            [
+                "| step | " + " | ".join(f"{r['step']:,}" for r in evaluations) + " |",
+                "| --- | " + " | ".join("---:" for _ in evaluations) + " |",
+                "| validation loss | " + " | ".join(f"{r['val_loss']:.4f}" for r in evaluations) + " |",
+            ]
+        )
     if sample is not None:
         table += "\n\nSample (`ROMEO:`, temperature 0.8, top-k 40, seed 1, 200 characters):\n\n"
         table += "\n".join("    " + line for line in sample.splitlines())
     seeds = [int(seed) for seed in args.seeds.split(",") if seed]
     if seeds:
         table += "\n\n" + _seed_table(args.spec, args.set, spec.train.seed, result.metrics, seeds)
-    write_results(f"train_run-{name}-{'cpu' if trainer.device.type == 'cpu' else 'gpu'}", table, device)
+    tag = f"-{args.tag}" if args.tag else ""
+    write_results(f"train_run-{name}{tag}-{'cpu' if trainer.device.type == 'cpu' else 'gpu'}", table, device)
 
 
 def _seed_table(

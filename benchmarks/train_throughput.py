@@ -8,6 +8,8 @@ device's peak is known) and writes the table to benchmarks/results/ with the dev
     python benchmarks/train_throughput.py                       # shakespeare-char, CPU-sized batch
     python benchmarks/train_throughput.py --batch-size 64 --compile --precision bf16   # a GPU
     python benchmarks/train_throughput.py --spec specs/gpt2.yaml --batch-size 16 --compile --precision bf16
+    # one tfcompile row per value of a spec field, then a profile of the first row's step
+    python benchmarks/train_throughput.py --compare train.loss_chunk_tokens=null,4096 --profile 3
 """
 
 from __future__ import annotations
@@ -21,12 +23,13 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from common import device_name
+from common import device_name, write_results
 from torch import nn
 
 from tfcompile.models import DecoderLM
-from tfcompile.spec import DecoderSpec, load_spec
+from tfcompile.spec import DecoderSpec, Spec, load_spec
 from tfcompile.summary import forward_flops_per_token
+from tfcompile.tasks.causal_lm import ChunkedLoss, causal_lm_loss
 from tfcompile.train.speed import peak_flops
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -86,6 +89,7 @@ class BaselineGPT(nn.Module):
         return self.lm_head(self.ln_f(self.blocks(x)))
 
 
+BASELINE = "nanoGPT-style baseline"
 ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU, "gelu_tanh": lambda: nn.GELU(approximate="tanh")}
 
 
@@ -108,9 +112,24 @@ def baseline_for(spec: DecoderSpec) -> BaselineGPT:
 
 # ------------------------------------------------------------------------------ measuring
 
+Loss = Callable[[nn.Module, torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def logits_loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """nanoGPT's loss: every position's logits, then cross-entropy over them (upcast by autocast)."""
+    return F.cross_entropy(model(x).flatten(0, 1).float(), y.flatten())
+
+
+def trainer_loss(spec: Spec) -> Loss:
+    """The loss as tfcompile's trainer takes it for ``spec`` (chunked when train.loss_chunk_tokens)."""
+    chunk = spec.train.loss_chunk_tokens
+    if chunk is None:
+        return lambda model, x, y: causal_lm_loss(model(x), y)
+    return lambda model, x, y: model(x, loss=ChunkedLoss(y, chunk))
+
 
 def make_step(
-    model: nn.Module, batches: list[tuple[torch.Tensor, torch.Tensor]], precision: str
+    model: nn.Module, loss_of: Loss, batches: list[tuple[torch.Tensor, torch.Tensor]], precision: str
 ) -> Callable[[int], None]:
     device = next(model.parameters()).device
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4, fused=device.type == "cuda")
@@ -120,8 +139,7 @@ def make_step(
         x, y = batches[i % len(batches)]
         autocast = torch.autocast(device.type, dtype=dtype) if dtype else contextlib.nullcontext()
         with autocast:
-            logits = model(x)
-        loss = F.cross_entropy(logits.flatten(0, 1).float(), y.flatten())
+            loss = loss_of(model, x, y)
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
@@ -134,33 +152,80 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize()
 
 
+def variants(spec_path: str, overrides: list[str], compare: str | None) -> dict[str, Spec]:
+    """One spec per value of ``compare`` (FIELD=V1,V2,...), named by it; else the spec alone."""
+    if compare is None:
+        return {"tfcompile": load_spec(spec_path, overrides)}
+    field, _, values = compare.partition("=")
+    return {
+        f"tfcompile, {field.rsplit('.', 1)[-1]}={v}": load_spec(spec_path, [*overrides, f"{field}={v}"])
+        for v in values.split(",")
+    }
+
+
+def profile_table(step: Callable[[int], None], device: torch.device, steps: int, rows: int = 15) -> str:
+    """The operators that take the most device time (CPU time on the CPU) over ``steps`` steps."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    with profile(activities=activities) as prof:
+        for i in range(steps):
+            step(i)
+        sync(device)
+    on_device = device.type == "cuda"
+    key = "self_device_time_total" if on_device else "self_cpu_time_total"
+    events = [e for e in prof.key_averages() if getattr(e, key) > 0]
+    total = sum(getattr(e, key) for e in events)
+    lines = [
+        f"| {'kernel' if on_device else 'operator'} | calls per step | ms per step | share |",
+        "| --- | ---: | ---: | ---: |",
+    ]
+    for e in sorted(events, key=lambda e: getattr(e, key), reverse=True)[:rows]:
+        name = e.key if len(e.key) <= 90 else e.key[:87] + "..."
+        us = getattr(e, key)
+        share = f"{us / steps / 1e3:.2f} | {us / total:.1%}"
+        lines.append(f"| `{name.replace('|', '/')}` | {e.count / steps:g} | {share} |")
+    lines.append(f"| all | | {total / steps / 1e3:.2f} | 100% |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--spec", default=str(ROOT / "specs" / "shakespeare-char.yaml"))
+    parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", help="spec overrides")
+    parser.add_argument(
+        "--compare", metavar="FIELD=V1,V2", help="one tfcompile row per value of a spec field"
+    )
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--steps", type=int, default=5, help="timed steps per round")
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--compile", action="store_true", help="torch.compile both models")
     parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32", help="bf16: autocast")
+    parser.add_argument(
+        "--profile", type=int, default=0, metavar="STEPS", help="then profile the first tfcompile row"
+    )
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = parser.parse_args()
 
     device = torch.device(args.device)
     if device.type == "cuda":  # as the trainer does
         torch.backends.cuda.matmul.allow_tf32 = True
-    spec = load_spec(args.spec).model
+    specs = variants(args.spec, args.set, args.compare)
+    spec = next(iter(specs.values())).model
+    assert isinstance(spec, DecoderSpec) and spec.vocab_size is not None
     torch.manual_seed(0)
-    models = {
-        "tfcompile": DecoderLM(spec).to(device),
-        "nanoGPT-style baseline": baseline_for(spec).to(device),
+    models: dict[str, tuple[nn.Module, Loss]] = {
+        name: (DecoderLM(s.model).to(device), trainer_loss(s))  # type: ignore[arg-type]
+        for name, s in specs.items()
     }
-    counts = {name: sum(p.numel() for p in m.parameters()) for name, m in models.items()}
+    models[BASELINE] = (baseline_for(spec).to(device), logits_loss)
+    # The baseline's table has vocab_size rows; a tfcompile table padded past it is left out.
+    counts = {name: sum(p.numel() for p in m.parameters()) - padding(m) for name, (m, _) in models.items()}
     assert len(set(counts.values())) == 1, f"the models differ in size: {counts}"
 
     T = spec.max_seq_len
-    assert spec.vocab_size is not None
     batches = [
         (
             torch.randint(0, spec.vocab_size, (args.batch_size, T), device=device),
@@ -169,10 +234,10 @@ def main() -> None:
         for _ in range(4)
     ]
     steps = {}
-    for name, model in models.items():
+    for name, (model, loss_of) in models.items():
         model.train()
         runnable = torch.compile(model) if args.compile else model
-        steps[name] = make_step(runnable, batches, args.precision)
+        steps[name] = make_step(runnable, loss_of, batches, args.precision)
         for i in range(2):  # warm-up: allocator, kernels, compilation
             steps[name](i)
     sync(device)
@@ -185,17 +250,26 @@ def main() -> None:
                 step(i)
             sync(device)
             rates[name].append(args.steps * args.batch_size * T / (time.perf_counter() - start))
+    peak_memory = (
+        f"; peak GPU memory {torch.cuda.max_memory_allocated(device) / 2**30:.1f} GiB"
+        if device.type == "cuda"
+        else ""
+    )
 
-    baseline = statistics.median(rates["nanoGPT-style baseline"])
+    baseline = statistics.median(rates[BASELINE])
     mode = "torch.compile" if args.compile else "eager"
-    train_flops = 3 * forward_flops_per_token(models["tfcompile"], spec, T)  # same for both models
+    # Model FLOPs: the baseline's, whose head has no padded rows; the same work for every row.
+    train_flops = 3 * forward_flops_per_token(models[BASELINE][0], spec, T)
     peak = peak_flops(device, args.precision)
+    setting = (
+        f"{device_name(device)}; torch {torch.__version__}; {mode}; {args.precision}; "
+        f"batch {args.batch_size} x {T} tokens; {counts[BASELINE]:,} parameters"
+    )
     lines = [
-        f"device: {device_name(device)}; torch {torch.__version__}; {mode}; {args.precision}; "
-        f"batch {args.batch_size} x {T} tokens; {counts['tfcompile']:,} parameters; "
-        f"median of {args.rounds} rounds of {args.steps} AdamW steps; "
+        f"{setting}; median of {args.rounds} rounds of {args.steps} AdamW steps, rows in turns; "
         f"{train_flops / 1e9:.3f} GFLOPs per token (6N + attention)"
-        + (f"; MFU against {peak / 1e12:.0f} TFLOP/s peak" if peak else ""),
+        + (f"; MFU against {peak / 1e12:.0f} TFLOP/s peak" if peak else "")
+        + peak_memory,
         "",
         "| model | tokens/s | MFU | vs baseline |",
         "| --- | ---: | ---: | ---: |",
@@ -204,18 +278,26 @@ def main() -> None:
         median = statistics.median(r)
         mfu = f"{median * train_flops / peak:.1%}" if peak else "-"
         lines.append(f"| {name} | {median:,.0f} | {mfu} | {median / baseline:.3f}x |")
-    table = "\n".join(lines)
-    print(table)
-
-    out = ROOT / "benchmarks" / "results"
-    out.mkdir(parents=True, exist_ok=True)
     slug = "".join(c if c.isalnum() else "-" for c in device_name(device).lower()).strip("-")
     suffix = (
         f"{mode.replace('.', '')}-{args.precision}" if args.precision != "fp32" else mode.replace(".", "")
     )
-    path = out / f"train_throughput-{Path(args.spec).stem}-b{args.batch_size}-{suffix}-{slug[:40]}.md"
-    path.write_text(table + "\n")
-    print(f"\nwritten to {path.relative_to(ROOT)}")
+    name = f"{Path(args.spec).stem}-b{args.batch_size}-{suffix}-{slug[:40]}"
+    write_results(f"train_throughput-{name}", "\n".join(lines), device_name(device))
+    if args.profile:
+        table = profile_table(steps[next(iter(models))], device, args.profile)
+        heading = f"{next(iter(models))}, {setting}; {args.profile} steps under torch.profiler, busiest first"
+        write_results(f"train_profile-{name}", heading + "\n\n" + table, device_name(device))
+
+
+def padding(model: nn.Module) -> int:
+    """The weights of embedding rows past the vocabulary (tfcompile's train.vocab_multiple_of)."""
+    if not isinstance(model, DecoderLM) or not model.padded:
+        return 0
+    extra = model.spec.vocab_rows - model.vocab_size
+    tied = model.lm_head.weight is model.embed.weight
+    head = 0 if tied else extra * model.spec.d_model + (extra if model.lm_head.bias is not None else 0)
+    return extra * model.spec.d_model + head
 
 
 if __name__ == "__main__":
