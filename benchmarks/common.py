@@ -47,8 +47,8 @@ def write_results(name: str, table: str, device: str) -> Path:
             return ""
         return result.stdout.strip()
 
-    # A copy of the tree without its .git (a lent GPU machine) says its commit in TFCOMPILE_COMMIT.
-    commit = git("rev-parse", "--short", "HEAD") or os.environ.get("TFCOMPILE_COMMIT", "unknown")
+    # A copy of the tree away from its repository (a lent GPU machine) is told its commit.
+    commit = os.environ.get("TFCOMPILE_COMMIT") or git("rev-parse", "--short", "HEAD") or "unknown"
     # Results files written and not yet committed change nothing that is measured.
     if git("status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)benchmarks/results"):
         commit += " (with uncommitted changes)"

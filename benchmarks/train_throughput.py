@@ -165,6 +165,7 @@ def variants(spec_path: str, overrides: list[str], compare: str | None) -> dict[
 
 def profile_table(step: Callable[[int], None], device: torch.device, steps: int, rows: int = 15) -> str:
     """The operators that take the most device time (CPU time on the CPU) over ``steps`` steps."""
+    from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
@@ -174,7 +175,9 @@ def profile_table(step: Callable[[int], None], device: torch.device, steps: int,
         sync(device)
     on_device = device.type == "cuda"
     key = "self_device_time_total" if on_device else "self_cpu_time_total"
-    events = [e for e in prof.key_averages() if getattr(e, key) > 0]
+    # On the GPU the kernels alone: an operator's row would count its kernels' time again.
+    kernels = [e for e in prof.key_averages() if not on_device or e.device_type == DeviceType.CUDA]
+    events = [e for e in kernels if getattr(e, key) > 0]
     total = sum(getattr(e, key) for e in events)
     lines = [
         f"| {'kernel' if on_device else 'operator'} | calls per step | ms per step | share |",

@@ -176,7 +176,7 @@ def generate(
     most the model's max_seq_len last tokens (no stop token: every row gets all its tokens), never
     an id of ``emitted`` (the tokenizer's size) or more."""
     sampling = search.Sampling(temperature, top_k, top_p, seed)
-    new = search.generate(
-        TorchDecoder(model, emitted), ids.numpy(), max_new_tokens, sampling, context=model.spec.max_seq_len
-    )
-    return torch.cat([ids, torch.tensor(new, dtype=ids.dtype).reshape(len(ids), -1)], dim=1)
+    decoder, context = TorchDecoder(model, emitted), model.spec.max_seq_len
+    new = search.generate(decoder, ids.cpu().numpy(), max_new_tokens, sampling, context=context)
+    generated = torch.tensor(new, dtype=ids.dtype, device=ids.device).reshape(len(ids), -1)
+    return torch.cat([ids, generated], dim=1)
