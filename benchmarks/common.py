@@ -50,7 +50,8 @@ def write_results(name: str, table: str, device: str) -> Path:
     # A copy of the tree away from its repository (a lent GPU machine) is told its commit.
     commit = os.environ.get("TFCOMPILE_COMMIT") or git("rev-parse", "--short", "HEAD") or "unknown"
     # Results files written and not yet committed change nothing that is measured.
-    if git("status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)benchmarks/results"):
+    changed = git("status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)benchmarks/results")
+    if changed and "TFCOMPILE_COMMIT" not in os.environ:
         commit += " (with uncommitted changes)"
     command = " ".join(["python", os.path.relpath(Path(sys.argv[0]).resolve(), ROOT), *sys.argv[1:]])
     header = [

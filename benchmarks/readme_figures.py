@@ -64,23 +64,26 @@ def train_throughput(source: str) -> str:
     rows = []
     for path in sorted(RESULTS.glob("train_throughput-*.md"), key=_throughput_order):
         text = path.read_text()
-        parts = header(text)["device"].split("; ")
+        # The settings: on the header's device line (older files) or the body's first line.
+        parts = "; ".join([header(text)["device"], text.split("\n\n")[1].splitlines()[0]]).split("; ")
         mode = ", ".join(p for p in parts if p in ("eager", "torch.compile", "bf16"))
         batch = next(p for p in parts if p.startswith("batch ")).removeprefix("batch ").replace(" tokens", "")
         cells = {
             row.split("|")[1].strip(): [c.strip() for c in row.split("|")[2:-1]]
-            for row in tables(text)[0].splitlines()
+            for row in tables(text)[0].splitlines()[2:]
         }
-        ours, baseline = cells["tfcompile"], cells["nanoGPT-style baseline"]
-        mfu = len(ours) == 3  # tokens/s, MFU, ratio (GPU) or tokens/s, ratio (CPU)
+        baseline = cells.pop("nanoGPT-style baseline")
         spec = path.name.removeprefix("train_throughput-").split("-b")[0]
-        rows.append(
-            f"| {spec} | {parts[0]} | {mode} | {batch} | "
-            + (f"{ours[0]} (MFU {ours[1]})" if mfu else ours[0])
-            + " | "
-            + (f"{baseline[0]} ({baseline[1]})" if mfu else baseline[0])
-            + f" | {ours[-1]} |"
-        )
+        for name, ours in cells.items():  # "tfcompile", or "tfcompile, FIELD=VALUE" per variant
+            variant = name.removeprefix("tfcompile").removeprefix(", ")
+            mfu = len(ours) == 3  # tokens/s, MFU, ratio (GPU) or tokens/s, ratio (CPU)
+            rows.append(
+                f"| {spec} | {parts[0]} | {', '.join(filter(None, [mode, variant]))} | {batch} | "
+                + (f"{ours[0]} (MFU {ours[1]})" if mfu else ours[0])
+                + " | "
+                + (f"{baseline[0]} ({baseline[1]})" if mfu else baseline[0])
+                + f" | {ours[-1]} |"
+            )
     return "\n".join(
         [
             "| spec | device | mode | batch | tfcompile tokens/s | baseline tokens/s | ratio |",
@@ -106,13 +109,49 @@ def whole(source: str) -> str:
     return path.read_text().split("\n\n", 1)[1].rstrip("\n") + f"\n\n(from {provenance(path)})"
 
 
-# By the source's name: the merged throughput table, a training run's whole record, else the tables.
-RENDERERS: dict[str, Callable[[str], str]] = {"train_throughput": train_throughput, "train_run-": whole}
+def best_of_runs(source: str) -> str:
+    """Training runs matching the pattern ``source`` (``train_run-...*...``) as one table: the spec,
+    its overrides (the results file's --tag), the best validation loss and the step it came at."""
+    rows = []
+    for path in sorted(RESULTS.glob(f"{source}.md")):
+        text = path.read_text()
+        command = header(text)["command"].strip("`").split()
+        spec = Path(next(a for a in command if a.endswith(".yaml"))).stem
+        tag = command[command.index("--tag") + 1] if "--tag" in command else ""
+        measures = {
+            row.split("|")[1].strip(): row.split("|")[2].strip() for row in tables(text)[0].splitlines()[2:]
+        }
+        steps, _, losses = (row.split("|")[2:-1] for row in tables(text)[1].splitlines())
+        best = min(range(len(losses)), key=lambda i: float(losses[i]))
+        rows.append(
+            f"| {spec} | {tag} | {measures['best validation loss']} | {steps[best].strip()} | "
+            f"{measures['wall time (the whole `Trainer.train()`)']} |"
+        )
+    return "\n".join(
+        [
+            "| spec | run (--tag) | best validation loss | at step | wall time |",
+            "| --- | --- | ---: | ---: | ---: |",
+            *rows,
+            "",
+            f"(from benchmarks/results/{source}.md, whose headers say which command, commit and date "
+            "made each row)",
+        ]
+    )
+
+
+# By the source's name: the merged throughput table, several training runs' best losses (a
+# pattern), a training run's whole record, else the tables.
+RENDERERS: dict[str, Callable[[str], str]] = {
+    "train_throughput": train_throughput,
+    "train_run-*": best_of_runs,
+    "train_run-": whole,
+}
 
 
 def render(source: str) -> str:
     name = Path(source).name
-    return next((r for key, r in RENDERERS.items() if name.startswith(key)), verbatim)(source)
+    kind = "train_run-*" if name.startswith("train_run-") and "*" in name else name
+    return next((r for key, r in RENDERERS.items() if kind.startswith(key)), verbatim)(source)
 
 
 def regenerate(readme: str) -> str:
