@@ -924,5 +924,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UserError as e:
         print(f"tfcompile {args.command}: error: {e}", file=sys.stderr)
         return 1
+    except OSError as e:  # a path given that cannot be read or written, a full disk, a port in use
+        print(f"tfcompile {args.command}: error: {_os_error(e)}", file=sys.stderr)
+        return 1
     finally:
         warnings.showwarning = show
+
+
+def _os_error(e: OSError) -> str:
+    """'PATH: No space left on device' (the paths the call named, then the system's reason)."""
+    paths = [str(p) for p in (e.filename, e.filename2) if p is not None]
+    reason = e.strerror or str(e) or type(e).__name__
+    return ": ".join([" -> ".join(paths), reason] if paths else [reason])

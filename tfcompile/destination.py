@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 from pathlib import Path
 
 from tfcompile.errors import ExportError
+from tfcompile.files import make_folder_beside
 from tfcompile.manifest import MANIFEST
 from tfcompile.runtime.bundle import BundleFiles
 from tfcompile.runtime.errors import BundleError
@@ -43,8 +43,7 @@ def check_destination(out: Path, force: bool) -> bool:
 
 def staging_folder(out: Path) -> Path:
     """A new hidden folder beside ``out`` to write into before the rename."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    return Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp"))
+    return make_folder_beside(out, ".tmp")
 
 
 def move_into_place(tmp: Path, out: Path, replacing: bool) -> None:
@@ -55,7 +54,7 @@ def move_into_place(tmp: Path, out: Path, replacing: bool) -> None:
             out.rmdir()  # an empty folder (checked): nothing is lost
         tmp.rename(out)
         return
-    aside = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=".old"))
+    aside = make_folder_beside(out, ".old")
     os.replace(out, aside)  # aside is an empty folder: rename replaces it
     try:
         tmp.rename(out)

@@ -25,12 +25,37 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def umask() -> int:
+    """The process's file mode creation mask (read by setting it, then putting it back)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def umask_mode(path: Path) -> None:
+    """Give a file the permissions open() gives a new file under the umask: for the writers that
+    make theirs 0600 (safetensors)."""
+    path.chmod(0o666 & ~umask())
+
+
+def make_folder_beside(out: Path, suffix: str) -> Path:
+    """A new hidden folder ``.OUT.*SUFFIX`` beside ``out``, with the permissions a plain mkdir
+    would give it (mkdtemp's are 0700, whatever the umask): a folder later renamed to ``out``
+    must be readable by whoever the user's umask lets read their files."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    folder = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=suffix))
+    folder.chmod(0o777 & ~umask())
+    return folder
+
+
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     """Write a hidden temporary file beside ``path`` (``.NAME.*.tmp``, its own name, so that two
     writers never share one), flush it to disk, then rename it over ``path``: readers see the old
-    contents or the new, never a mix. On any failure the temporary file is removed."""
+    contents or the new, never a mix. On any failure the temporary file is removed. The file gets
+    the permissions the umask gives a new file."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, 0o666 & ~umask())  # as open() would make it: mkstemp's are 0600
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()

@@ -12,7 +12,7 @@ import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
-from tfcompile.files import atomic_write_text
+from tfcompile.files import atomic_write_text, umask_mode
 from tfcompile.hf.errors import HFError
 
 CONFIG = "config.json"
@@ -117,11 +117,13 @@ def write_weights(folder: Path, tensors: dict[str, torch.Tensor], max_shard_byte
     metadata = {"format": "pt"}
     if len(shards) == 1:
         save_file(shards[0], str(folder / SAFETENSORS), metadata=metadata)
+        umask_mode(folder / SAFETENSORS)
         return
     weight_map: dict[str, str] = {}
     for i, shard in enumerate(shards, 1):
         file = f"model-{i:05d}-of-{len(shards):05d}.safetensors"
         save_file(shard, str(folder / file), metadata=metadata)
+        umask_mode(folder / file)
         weight_map |= dict.fromkeys(shard, file)
     total = sum(t.numel() * t.element_size() for t in tensors.values())
     index = {"metadata": {"total_size": total}, "weight_map": weight_map}

@@ -42,7 +42,7 @@ from safetensors.torch import load_model, save_model
 from torch import nn
 
 from tfcompile.errors import UserError
-from tfcompile.files import atomic_write_text, fsync_dir, fsync_file
+from tfcompile.files import atomic_write_text, fsync_dir, fsync_file, umask_mode
 from tfcompile.spec.schema import OptimizerSpec
 from tfcompile.train.distributed import World, is_sharded
 from tfcompile.train.optim import build_optimizer
@@ -79,6 +79,7 @@ def save_checkpoint(
 
     def write(folder: Path) -> None:
         save_model(model, str(folder / MODEL_FILE))
+        umask_mode(folder / MODEL_FILE)
         _write_state(folder, state)
 
     return _commit(run_dir, step, best, World(), lambda folder: None, write)

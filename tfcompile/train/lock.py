@@ -42,11 +42,17 @@ class RunLock:
         self._release()
 
 
+ATTEMPTS = 100  # a folder removed again and again as we lock it: give up rather than spin
+
+
 def _lock(path: Path, advice: str) -> int:
     """A descriptor of ``path`` locked by this process, or a TrainError naming the holder."""
-    while True:
+    for _ in range(ATTEMPTS):
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:  # a file in the way, no permission, a file system that makes no folders
+            raise TrainError(f"cannot make the run folder {path.parent}: {e.strerror or e}") from e
+        try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         except FileNotFoundError:  # the folder was removed as we opened: make it again
             continue
@@ -62,6 +68,7 @@ def _lock(path: Path, advice: str) -> int:
             if _identity(os.stat(path)) == _identity(os.fstat(fd)):
                 return fd
         os.close(fd)  # its owner removed the file we locked: lock the one at the path now
+    raise TrainError(f"cannot lock {path}: the run folder was removed {ATTEMPTS} times as it was locked")
 
 
 def _identity(stat: os.stat_result) -> tuple[int, int]:
