@@ -49,6 +49,7 @@ def sets(tmp_path: Path, *overrides: str) -> list[str]:
         f"--set=model.n_heads={spec.model.n_heads}",
         f"--set=model.max_seq_len={spec.model.max_seq_len}",
         f"--set=train.batch_size={spec.train.batch_size}",
+        f"--set=train.optimizer.lr={spec.train.optimizer.lr}",  # a resume refuses another
         f"--set=train.eval_batches={spec.train.eval_batches}",
         f"--set=train.runs_dir={spec.train.runs_dir}",
         *(f"--set={o}" for o in overrides),
@@ -439,8 +440,8 @@ def test_a_damaged_pointer_or_every_checkpoint_damaged_is_one_clear_error(
     run_dir = tmp_path / "stopped"
     shutil.copytree(straight_and_stopped[1], run_dir)
     damage(run_dir, "garbage pointer")
-    with pytest.raises(CheckpointError, match="checkpoints/last is damaged"):
-        load_trained_model(run_dir)
+    with pytest.warns(RunWarning, match=r"checkpoints/last is damaged.*; reading .*step-000007$"):
+        load_trained_model(run_dir)  # export and sample fall back as a resume does
     for folder in checkpoint_folders(run_dir):
         (folder / "model.safetensors").write_bytes(b"")
     with pytest.raises(

@@ -8,8 +8,10 @@ Each save writes a new folder (``step-000500``, or ``step-000500-2`` when the st
 under a temporary name, flushes it and renames it into place; only then are the pointers replaced
 (write then rename: the commit point), and only after that are the folders no longer needed
 removed. So ``last`` and ``best`` name a complete checkpoint at every instant, whatever fails or
-crashes. The folder ``last`` named before is kept too: a resume that finds ``last`` damaged falls
-back to the newest checkpoint that loads, with a warning.
+crashes. The folder ``last`` named before is kept too: a resume (or export, or sample) that finds
+``last`` damaged falls back to the newest checkpoint that loads, with a warning. A state.pt that is
+not a training state of the model (foreign keys or types, another model's optimizer) counts as
+damaged; weights that do not fit the model (a spec edited after training) are an error naming them.
 
 A run sharded with FSDP (``train.parallel: fsdp``) writes its weights and optimizer state as each
 process holds them, with torch.distributed.checkpoint, into the same kind of folder:
@@ -37,7 +39,7 @@ from typing import Any, TypeVar
 
 import torch
 import torch.distributed as dist
-from safetensors import SafetensorError
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_model, save_model
 from torch import nn
 
@@ -47,6 +49,7 @@ from tfcompile.spec.schema import OptimizerSpec
 from tfcompile.train.distributed import World, is_sharded
 from tfcompile.train.optim import build_optimizer
 
+SPEC_FILE = "spec.yaml"  # RUN/spec.yaml: the resolved spec of the run's model
 MODEL_FILE = "model.safetensors"
 STATE_FILE = "state.pt"
 SHARDED_DIR = "sharded"
@@ -248,43 +251,82 @@ def checkpoint_folders(run_dir: Path) -> list[Path]:
     return sorted(folders, key=lambda p: _order(p.name))
 
 
-def load_latest(run_dir: Path, load: Callable[[Path], T], repair: bool) -> tuple[Path, T]:
+def folder_step(folder: Path) -> int:
+    """The step a checkpoint folder holds, from its name."""
+    return _order(folder.name)[0]
+
+
+def load_latest(
+    run_dir: Path, load: Callable[[Path], T], repair: bool, resuming: bool = True
+) -> tuple[Path, T]:
     """``load`` the checkpoint that ``last`` names or, when it (or the pointer) is damaged, the newest
     one that loads, with a RunWarning that says what was skipped and why; with ``repair`` (the
     caller holds the run's lock), ``last`` then names it, so that the next save keeps it as the
-    previous checkpoint. A CheckpointError when none loads."""
+    previous checkpoint. A CheckpointError when none loads; ``resuming`` or reading the run, as the
+    messages say."""
     skipped: list[str] = []
     try:
-        last = resolve(run_dir)
+        loaded = load_pointed(run_dir, "last", load)
+        if loaded is not None:
+            return loaded
     except DamagedCheckpoint as e:
-        last, skipped = None, [str(e)]
-    newest_first = [p for p in reversed(checkpoint_folders(run_dir)) if p != last]
-    for path in [last, *newest_first] if last is not None else newest_first:
+        skipped = [str(e)]
+    last = _pointed(checkpoint_dir(run_dir) / "last")
+    for path in reversed(checkpoint_folders(run_dir)):
+        if path.name == last:  # tried above
+            continue
         try:
-            loaded = load(path)
+            loaded_state = load(path)
         except DamagedCheckpoint as e:
             skipped.append(str(e))
             continue
         if skipped:
-            warnings.warn(f"{'; '.join(skipped)}; resuming from {path}", RunWarning, stacklevel=2)
+            using = "resuming from" if resuming else "reading"
+            warnings.warn(f"{'; '.join(skipped)}; {using} {path}", RunWarning, stacklevel=2)
             if repair:
                 _repoint(run_dir, path)
-        return path, loaded
-    raise CheckpointError(f"cannot resume {run_dir}: {'; '.join(skipped) or 'it has no checkpoint yet'}")
+        return path, loaded_state
+    why = "; ".join(skipped) or "it has no checkpoint yet"
+    raise CheckpointError(f"cannot {'resume' if resuming else 'read'} {run_dir}: {why}")
+
+
+def load_pointed(run_dir: Path, which: str, load: Callable[[Path], T]) -> tuple[Path, T] | None:
+    """``load`` the checkpoint that ``last`` or ``best`` names (None: no pointer yet). When it fails
+    as damaged or missing but the pointer names another folder by then (the trainer saved and
+    pruned the one being read), the pointer is read again, once; otherwise the DamagedCheckpoint
+    stands."""
+    pointer = checkpoint_dir(run_dir) / which
+
+    def attempt() -> tuple[Path, T] | None:
+        path = resolve(run_dir, which)
+        return None if path is None else (path, load(path))
+
+    named = _pointed(pointer)
+    try:
+        return attempt()
+    except DamagedCheckpoint:
+        if _pointed(pointer) in (None, named):
+            raise
+    return attempt()
 
 
 def load_weights(model: nn.Module, path: Path) -> None:
-    """The checkpoint's weights into a whole ``model`` in this process alone, sharded or not."""
+    """The checkpoint's weights into a whole ``model`` in this process alone, sharded or not; a
+    checkpoint whose tensors do not fit the model is a CheckpointError naming them."""
     if is_sharded_checkpoint(path):
         state = {"model": model.state_dict()}
         _load_shards(state, path, no_dist=True)
         model.load_state_dict(state["model"])
         return
+    file = path / MODEL_FILE
     try:
-        missing, unexpected = load_model(model, str(path / MODEL_FILE), strict=False)
+        with safe_open(str(file), "pt") as f:  # the header alone: the names and shapes
+            names: list[str] = f.keys()  # a safe_open is not iterable
+            saved = {name: tuple(f.get_slice(name).get_shape()) for name in names}
+        _check_fits(file, _untied(model.state_dict(), saved), saved)
+        load_model(model, str(file), strict=False)
     except (SafetensorError, OSError) as e:
         raise DamagedCheckpoint(f"the checkpoint {path} is damaged: {MODEL_FILE}: {_first_line(e)}") from e
-    _check_fits(path, missing, unexpected)
 
 
 def load_training(
@@ -309,6 +351,7 @@ def load_training(
             f"sharded with FSDP does not resume: resume with --set train.parallel=ddp"
         )
     load_weights(model, path)
+    _check_optimizer_state(path, state.get("optimizer"), optimizer)
     optimizer.load_state_dict(state["optimizer"])
 
 
@@ -328,7 +371,7 @@ def _load_shards(state: dict[str, Any], path: Path, no_dist: bool) -> None:
         metadata = FileSystemReader(folder).read_metadata()
     except Exception as e:
         raise DamagedCheckpoint(f"the checkpoint {path} is damaged: {SHARDED_DIR}: {_first_line(e)}") from e
-    _check_fits(path, *_differences(metadata, state["model"]))
+    _check_fits(folder, state["model"], _saved_shapes(metadata))
     try:
         with warnings.catch_warnings():  # no_dist: torch warns that it reads in one process
             warnings.filterwarnings("ignore", message="torch.distributed is disabled")
@@ -337,33 +380,154 @@ def _load_shards(state: dict[str, Any], path: Path, no_dist: bool) -> None:
         raise DamagedCheckpoint(f"the checkpoint {path} is damaged: {SHARDED_DIR}: {_first_line(e)}") from e
 
 
-def _differences(metadata: Any, model_state: dict[str, Any]) -> tuple[list[str], list[str]]:
-    """(the model's tensors the checkpoint lacks or holds in another shape, the checkpoint's
-    weights the model lacks); ``metadata``: the checkpoint's torch.distributed.checkpoint Metadata."""
+def _saved_shapes(metadata: Any) -> dict[str, tuple[int, ...]]:
+    """The shapes of the weights a sharded checkpoint holds, by name; ``metadata``: its
+    torch.distributed.checkpoint Metadata."""
     from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
-    saved = {
+    return {
         name.removeprefix("model."): tuple(entry.size)
         for name, entry in metadata.state_dict_metadata.items()
         if name.startswith("model.") and isinstance(entry, TensorStorageMetadata)
     }
-    missing = [name for name, tensor in model_state.items() if saved.get(name) != tuple(tensor.shape)]
-    return missing, [name for name in saved if name not in model_state]
 
 
-def _check_fits(path: Path, missing: list[str], unexpected: list[str]) -> None:
-    if missing or unexpected:
+def _untied(model_state: dict[str, torch.Tensor], saved: dict[str, Any]) -> dict[str, torch.Tensor]:
+    """``model_state`` less the tensors tied to another one that ``saved`` holds (safetensors stores
+    tied tensors once)."""
+    stored = {_storage(tensor) for name, tensor in model_state.items() if name in saved}
+    return {
+        name: tensor
+        for name, tensor in model_state.items()
+        if name in saved or _storage(tensor) not in stored
+    }
+
+
+def _storage(tensor: torch.Tensor) -> tuple[int, int, tuple[int, ...]]:
+    return tensor.untyped_storage().data_ptr(), int(tensor.storage_offset()), tuple(tensor.shape)
+
+
+def _check_fits(file: Path, model_state: dict[str, Any], saved: dict[str, tuple[int, ...]]) -> None:
+    """A CheckpointError when the weights in ``file`` (``saved``: their shapes by name) are not those
+    of the model whose tensors ``model_state`` holds: named, with the shapes that differ."""
+    problems = [
+        f"{name} is {tuple(tensor.shape)} in the model, {saved[name]} in the checkpoint"
+        for name, tensor in model_state.items()
+        if name in saved and saved[name] != tuple(tensor.shape)
+    ]
+    lacking = [name for name in model_state if name not in saved]
+    extra = [name for name in saved if name not in model_state]
+    problems += [f"the checkpoint lacks {_some(lacking)}"] if lacking else []
+    problems += [f"the model has no {_some(extra)}"] if extra else []
+    if problems:
+        run_dir = file.parent.parent.parent
         raise CheckpointError(
-            f"the checkpoint {path} does not fit the model: "
-            f"missing {sorted(missing)}, unexpected {sorted(unexpected)}"
+            f"{file} does not fit the model of {run_dir / SPEC_FILE}: {'; '.join(problems[:3])}"
+            f"{f' (and {len(problems) - 3} more)' if len(problems) > 3 else ''}; was the spec edited "
+            f"after training, or the checkpoint copied from another run? Restore the spec's model "
+            f"section, or train a new run"
         )
 
 
+def _some(names: list[str]) -> str:
+    """'a, b, c and 4 more'."""
+    shown = ", ".join(names[:3])
+    return shown + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+
+
+# What state.pt must hold (``training_state``), by type; elapsed_s, rng_cuda and optimizer may be absent.
+_STATE_TYPES: dict[str, tuple[type, ...]] = {
+    "step": (int,),
+    "scaler": (dict,),
+    "best": (float, int, type(None)),
+    "window_loss": (float, int),
+    "window_steps": (int,),
+    "rng_cpu": (torch.Tensor,),
+    "elapsed_s": (float, int),
+    "rng_cuda": (torch.Tensor, type(None)),
+    "optimizer": (dict,),
+}
+_OPTIONAL_STATE = {"elapsed_s", "rng_cuda", "optimizer"}
+
+
 def load_state(path: Path) -> dict[str, Any]:
+    """The checkpoint's state.pt; one that does not hold what ``training_state`` writes, with its
+    types, is a DamagedCheckpoint."""
     try:
-        return torch.load(path / STATE_FILE, map_location="cpu", weights_only=True)
+        state = torch.load(path / STATE_FILE, map_location="cpu", weights_only=True)
     except (OSError, EOFError, RuntimeError, pickle.UnpicklingError) as e:
         raise DamagedCheckpoint(f"the checkpoint {path} is damaged: {STATE_FILE}: {_first_line(e)}") from e
+    problem = _state_problem(state)
+    if problem is not None:
+        raise DamagedCheckpoint(f"the checkpoint {path} is damaged: {STATE_FILE}: {problem}")
+    return state
+
+
+def _state_problem(state: Any) -> str | None:
+    """What makes ``state`` other than a training state, or None."""
+    if not isinstance(state, dict):
+        return f"it holds a {type(state).__name__}, not a training state"
+    lacking = [key for key in _STATE_TYPES if key not in state and key not in _OPTIONAL_STATE]
+    if lacking:
+        return f"it is not a training state: it lacks {', '.join(lacking)}"
+    for key, types in _STATE_TYPES.items():
+        if key in state and (not isinstance(state[key], types) or isinstance(state[key], bool)):
+            expected = " or ".join("None" if t is type(None) else t.__name__ for t in types)
+            return f"its {key} is a {type(state[key]).__name__}, not {expected}"
+    if state["rng_cpu"].dtype != torch.uint8:
+        return f"its rng_cpu is a {state['rng_cpu'].dtype} tensor, not a random generator's state"
+    return None
+
+
+def _indices(value: Any) -> bool:
+    """Whether ``value`` is a list of parameter indices, as an optimizer's state_dict holds them."""
+    return isinstance(value, list) and all(isinstance(i, int) for i in value)
+
+
+def _check_optimizer_state(path: Path, saved: Any, optimizer: torch.optim.Optimizer) -> None:
+    """A DamagedCheckpoint when ``saved`` (state.pt's optimizer) is not a state of ``optimizer``: of
+    another optimizer, or of another model's parameters."""
+
+    def damaged(why: str) -> DamagedCheckpoint:
+        return DamagedCheckpoint(f"the checkpoint {path} is damaged: {STATE_FILE}: its optimizer state {why}")
+
+    if saved is None:
+        raise damaged("is missing")
+    groups, state = saved.get("param_groups"), saved.get("state")
+    if (
+        not isinstance(groups, list)
+        or not isinstance(state, dict)
+        or not all(isinstance(g, dict) for g in groups)
+    ):
+        raise damaged("is not an optimizer's (it has no param_groups and state)")
+    own = optimizer.param_groups
+    counts = [len(g["params"]) if _indices(g.get("params")) else -1 for g in groups]
+    if counts != [len(g["params"]) for g in own]:
+        raise damaged(
+            f"holds parameter groups of {counts} tensors, where the model's optimizer has "
+            f"{[len(g['params']) for g in own]}"
+        )
+    foreign = sorted({key for g in groups for key in g} - {key for g in own for key in g})
+    if foreign:
+        raise damaged(
+            f"is another optimizer's (its settings {', '.join(foreign)} are not {type(optimizer).__name__}'s)"
+        )
+    params = {
+        i: p
+        for g, mine in zip(groups, own, strict=True)
+        for i, p in zip(g["params"], mine["params"], strict=True)
+    }
+    needed = {"step", "exp_avg", "exp_avg_sq"} if isinstance(optimizer, torch.optim.Adam) else set()
+    for index, entry in state.items():
+        param = params.get(index)
+        if param is None or not isinstance(entry, dict) or not needed <= set(entry):
+            raise damaged(f"has an entry {index!r} that is not the state of one of the model's parameters")
+        for key, value in entry.items():
+            if isinstance(value, torch.Tensor) and value.dim() > 0 and value.shape != param.shape:
+                raise damaged(
+                    f"does not fit the model: its {key} of parameter {index} has shape "
+                    f"{tuple(value.shape)}, the parameter {tuple(param.shape)}"
+                )
 
 
 def intact(run_dir: Path) -> str:

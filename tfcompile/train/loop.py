@@ -5,8 +5,8 @@ Around it, in small pieces of their own: where it runs (train.device: the device
 autocast), how the processes share the model (train.parallel: compile, DDP or FSDP, activation
 checkpointing), the batches (train.batches: reproducible, prefetched), checkpoints
 (train.checkpoint: atomic, whole or sharded), metrics (train.metrics), progress (train.progress),
-the run folder's lock (train.lock: one writer at a time), and Ctrl-C, which finishes the current
-step, saves and stops. A resumed run reaches the weights of a run that never stopped.
+the run folder's lock (train.lock: one writer at a time), and Ctrl-C (or SIGTERM), which finishes
+the current step, saves and stops. A resumed run reaches the weights of a run that never stopped.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from tfcompile.train import parallel
 from tfcompile.train.batches import BatchStream
 from tfcompile.train.checkpoint import (
     checkpoint_folders,
+    folder_step,
     intact,
     load_latest,
     load_state,
@@ -48,7 +49,14 @@ from tfcompile.train.lock import RunLock
 from tfcompile.train.metrics import METRICS_FILE, MetricsLog, TrainingClock, Window
 from tfcompile.train.optim import build_optimizer
 from tfcompile.train.progress import Progress
-from tfcompile.train.runs import SPEC_FILE, TrainError, init_from_run, load_run_spec, model_differences
+from tfcompile.train.runs import (
+    SPEC_FILE,
+    TrainError,
+    init_from_run,
+    load_run_spec,
+    load_run_tokenizer,
+    resume_differences,
+)
 from tfcompile.train.schedule import learning_rate
 from tfcompile.train.speed import peak_flops
 
@@ -99,7 +107,7 @@ class Trainer:
 
     def _set_up(self, spec: Spec, resume: bool) -> None:
         """Everything but the lock: from here on the run folder is this process's to write."""
-        _check_run_dir(self.run_dir, spec, resume)
+        self.recorded = _check_run_dir(self.run_dir, spec, resume)
         self.task = task_of(spec)(spec, spec.train.runs_dir / ".cache", self._tokenizer(spec, resume))
         self.spec = self._resolved(spec)
         t = self.spec.train
@@ -122,6 +130,11 @@ class Trainer:
         self.metrics = MetricsLog(self.run_dir, enabled=self.world.is_main)
         if resume:
             self._restore()
+            if self.step > t.steps:
+                raise TrainError(
+                    f"cannot resume {self.run_dir}: it is at step {self.step:,}, past train.steps "
+                    f"({t.steps:,}), so there is nothing to train: set train.steps above {self.step}"
+                )
         if self.world.distributed:  # dropout differs per rank, and a resumed run draws the same
             torch.manual_seed(hash((t.seed, self.step, self.world.rank)) % 2**63)
         self.forward = self.placement.wrap(self.model, t)
@@ -148,7 +161,7 @@ class Trainer:
         t = self.spec.train
         val_loss, metrics = None, {}
         with (
-            _stop_on_sigint(self),
+            _stop_on_signals(self),
             cpu_threads(t.threads),
             Progress(t.steps, self.step, enabled=self.show_progress) as progress,
         ):
@@ -223,9 +236,10 @@ class Trainer:
             tokens += self.task.tokens(batch) * self.world.size
         loss_sum = self.world.mean(torch.stack(losses).sum().item(), self.device)
         if not math.isfinite(loss_sum):
+            fp32 = " or use train.precision=fp32" if t.precision != "fp32" else ""
             raise TrainError(
-                f"the training loss became {loss_sum} at step {step}; lower the learning rate or use "
-                f"train.precision=fp32; {intact(self.run_dir)}"
+                f"the training loss became {loss_sum} at step {step}; lower the learning rate{fp32}; "
+                f"{intact(self.run_dir)}"
             )
         return loss_sum, tokens
 
@@ -302,6 +316,7 @@ class Trainer:
             f"checkpoints: {self.run_dir / 'checkpoints'} (every {t.checkpoint_interval:,} steps, at each "
             f"best {self.task.best_metric.replace('_', ' ')} and at the end); Ctrl-C saves and stops",
         ]
+        lines += self._schedule_change()
         if t.schedule.warmup_steps > t.steps:
             lines.append(
                 f"warning: train.schedule.warmup_steps ({t.schedule.warmup_steps:,}) exceeds train.steps "
@@ -309,6 +324,23 @@ class Trainer:
                 f"warmup_steps"
             )
         return lines
+
+    def _schedule_change(self) -> list[str]:
+        """A warning when a resume's train.steps moves the learning rate of the step it continues
+        with (a cosine schedule's decay, stretched or squeezed to the new length)."""
+        t, recorded = self.spec.train, self.recorded
+        if recorded is None or not 0 < self.step < t.steps or recorded.train.steps == t.steps:
+            return []
+        d_model, step = self.spec.model.d_model, self.step + 1
+        before = learning_rate(step, t.schedule, t.optimizer, recorded.train.steps, d_model)
+        after = learning_rate(step, t.schedule, t.optimizer, t.steps, d_model)
+        if math.isclose(before, after, rel_tol=1e-6):
+            return []
+        return [
+            f"warning: train.steps changed from {recorded.train.steps:,} to {t.steps:,}: the "
+            f"{t.schedule.type} schedule's learning rate jumps from {before:.3g} to {after:.3g} at step "
+            f"{step:,} (its curve is recomputed over the new length)"
+        ]
 
     def _due(self, step: int, interval: int) -> bool:
         return step % interval == 0 or step == self.spec.train.steps
@@ -339,8 +371,8 @@ class Trainer:
         """A resumed run keeps its tokenizer; a fine-tuned one starts with its pretraining run's
         (the vocabulary of the embeddings it loads); a new one trains its own (None)."""
         init_run = spec.train.init_from
-        if resume and (self.run_dir / TOKENIZER_FILE).exists():
-            return load_tokenizer(self.run_dir / TOKENIZER_FILE)
+        if resume and self.recorded is not None:
+            return load_run_tokenizer(self.run_dir, self.recorded)
         if init_run is not None and not resume:
             if (init_run / TOKENIZER_FILE).exists():
                 return load_tokenizer(init_run / TOKENIZER_FILE)
@@ -391,7 +423,8 @@ class Trainer:
             return state
 
         _, state = load_latest(self.run_dir, load, repair=self.world.is_main)
-        self.scaler.load_state_dict(state["scaler"])
+        if state["scaler"]:  # empty: saved without fp16, whose scaler then starts afresh
+            self.scaler.load_state_dict(state["scaler"])
         self.step = state["step"]
         self.best = state["best"]
         self.window = Window(state["window_loss"], state["window_steps"])
@@ -402,31 +435,35 @@ class Trainer:
         self.metrics.truncate(self.step)
 
 
-def _check_run_dir(run_dir: Path, spec: Spec, resume: bool) -> None:
-    """A resumed run exists and builds the same model; a new run does not write into a folder that
-    holds any run's files (it would mix its metrics and checkpoints with theirs)."""
+def _check_run_dir(run_dir: Path, spec: Spec, resume: bool) -> Spec | None:
+    """A resumed run exists and trains as it did (-> its recorded spec); a new run does not write into
+    a folder that holds any run's files (it would mix its metrics and checkpoints with theirs)."""
     if resume:
-        saved = load_run_spec(run_dir)
-        # vocab_size is left out here: the trainer checks it against the tokenizer.
-        differences = model_differences(
-            saved.model.model_dump(), spec.model.model_dump(), "model", {"vocab_size"}
-        )
+        recorded = load_run_spec(run_dir)
+        folders = checkpoint_folders(run_dir)
+        differences = resume_differences(recorded, spec, any(folder_step(f) > 0 for f in folders))
         if differences:
             raise TrainError(
-                f"cannot resume {run_dir}: its model differs from the spec's in {', '.join(differences)}"
+                f"cannot resume {run_dir}: the spec differs from its {SPEC_FILE} in "
+                f"{', '.join(differences)}; "
+                f"a resume may change train.steps, the intervals, eval_batches and where and how it runs "
+                f"(device, threads, precision, compile, parallel): set the others back, or start a new run "
+                f"with --set train.name=NAME"
             )
-        if not checkpoint_folders(run_dir):
+        if not folders:
             raise TrainError(f"cannot resume {run_dir}: it has no checkpoint yet")
-    elif checkpoint_folders(run_dir):
+        return recorded
+    if checkpoint_folders(run_dir):
         raise TrainError(
             f"{run_dir} already holds a run: resume it with --resume {run_dir}, "
             f"or choose another name with --set train.name=NAME"
         )
-    elif found := [name for name in RUN_FILES if (run_dir / name).exists()]:
+    if found := [name for name in RUN_FILES if (run_dir / name).exists()]:
         raise TrainError(
             f"{run_dir} already holds a run's files ({', '.join(found)}), but it holds no checkpoint "
             "to resume: remove the folder or choose another name with --set train.name=NAME"
         )
+    return None
 
 
 def _describe(step: int, metrics: dict[str, float], improved: bool) -> str:
@@ -454,27 +491,36 @@ def out_of_memory(what: str, run_dir: Path | None = None) -> Iterator[None]:
         ) from None
 
 
+# The signals that stop training after the current step, by the name its message gives them.
+STOP_SIGNALS = {signal.SIGINT: "Ctrl-C", signal.SIGTERM: "SIGTERM"}
+
+
 @contextlib.contextmanager
-def _stop_on_sigint(trainer: Trainer) -> Iterator[None]:
-    """First Ctrl-C: finish the current step, save, stop. Second: stop at once, by the operating
-    system's default action (the process ends even inside a long PyTorch call, which a Python
-    handler would wait for; the checkpoints on disk stay intact, being written atomically)."""
+def _stop_on_signals(trainer: Trainer) -> Iterator[None]:
+    """The first Ctrl-C or SIGTERM (a scheduler's or a container's stop): finish the current step,
+    save, stop. The same signal again: stop at once, by the operating system's default action (the
+    process ends even inside a long PyTorch call, which a Python handler would wait for; the
+    checkpoints on disk stay intact, being written atomically). Only the main thread can handle
+    signals: elsewhere they are left alone."""
 
     def handler(signum: int, frame: object) -> None:
         trainer.stop_requested = True
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        signal.signal(signum, signal.SIG_DFL)
         if trainer.show_progress:  # a raw write: safe inside a signal handler, unlike print
+            name = STOP_SIGNALS[signal.Signals(signum)]
             os.write(
                 2,
-                b"\nCtrl-C: saving a checkpoint after this step, then stopping; Ctrl-C again stops at once\n",
+                f"\n{name}: saving a checkpoint after this step, then stopping; {name} again stops "
+                f"at once\n".encode(),
             )
 
     try:
-        previous = signal.signal(signal.SIGINT, handler)
-    except ValueError:  # not the main thread: leave Ctrl-C alone
+        previous = {signum: signal.signal(signum, handler) for signum in STOP_SIGNALS}
+    except ValueError:  # not the main thread
         yield
         return
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for signum, action in previous.items():
+            signal.signal(signum, action)

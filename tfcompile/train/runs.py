@@ -1,20 +1,29 @@
-"""A run folder read back: its spec, its trained model, and its body's weights as the start of
-another run (``train.init_from``)."""
+"""A run folder read back: its spec, its tokenizer, its trained model, its body's weights as the
+start of another run (``train.init_from``), and what of its spec a resume may change."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
+from tokenizers import Tokenizer
 from torch import nn
 
 from tfcompile.errors import UserError
+from tfcompile.files import TOKENIZER_FILE
 from tfcompile.spec import Spec, parse_spec
 from tfcompile.tasks.task import build_model
-from tfcompile.train.checkpoint import CheckpointError, load_weights, resolve
-
-SPEC_FILE = "spec.yaml"
+from tfcompile.train.checkpoint import (
+    SPEC_FILE,
+    CheckpointError,
+    checkpoint_dir,
+    checkpoint_folders,
+    load_latest,
+    load_pointed,
+    load_weights,
+)
 
 
 class TrainError(UserError, RuntimeError):
@@ -26,18 +35,68 @@ def load_run_spec(run_dir: Path, overrides: Sequence[str] = ()) -> Spec:
     path = run_dir / SPEC_FILE
     if not path.exists():
         raise TrainError(f"{run_dir} is not a run: it has no {SPEC_FILE}")
-    return parse_spec(path.read_text(), source=str(path), overrides=overrides)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise TrainError(f"{path} cannot be read: {_reason(e)}; {_RESTORE}") from None
+    return parse_spec(text, source=str(path), overrides=overrides)
+
+
+def load_run_tokenizer(run_dir: Path, spec: Spec) -> Tokenizer | None:
+    """The run's tokenizer (None: the run has none, as an image model's), checked to fit the model
+    of ``spec``, the run's."""
+    path = run_dir / TOKENIZER_FILE
+    if not path.exists():
+        return None
+    try:
+        tokenizer = Tokenizer.from_file(str(path))
+    except Exception as e:  # the tokenizers library raises a bare Exception
+        raise TrainError(f"{path} cannot be read: {_reason(e)}; {_RESTORE}") from None
+    tokens, rows = tokenizer.get_vocab_size(), getattr(spec.model, "vocab_size", None)
+    if rows is not None and tokens > rows:
+        raise TrainError(
+            f"{path} has {tokens} tokens, more than the {rows} of model.vocab_size in "
+            f"{run_dir / SPEC_FILE}: is it another run's? {_RESTORE}"
+        )
+    return tokenizer
+
+
+# What to do about a damaged file of a run folder.
+_RESTORE = "restore the run's file from a copy (the checkpoints were trained with it), or train a new run"
+
+
+def _reason(error: Exception) -> str:
+    if isinstance(error, UnicodeDecodeError):
+        return f"it is not UTF-8 text (byte {error.object[error.start]:#04x} at offset {error.start})"
+    if isinstance(error, OSError):
+        return error.strerror or str(error)
+    lines = str(error).strip().splitlines()
+    return lines[0][:160] if lines else type(error).__name__
 
 
 def load_trained_model(run_dir: Path, which: str = "last") -> tuple[Spec, nn.Module]:
-    """The run's spec and its model with the weights of the ``last`` or ``best`` checkpoint (CPU)."""
+    """The run's spec and its model with the weights of the ``last`` or ``best`` checkpoint (CPU);
+    the run's tokenizer is checked too, before any command reads it."""
     spec = load_run_spec(run_dir)
-    path = resolve(run_dir, which)
-    if path is None:
-        raise CheckpointError(f"{run_dir} has no {which} checkpoint")
+    load_run_tokenizer(run_dir, spec)
     model = build_model(spec)
-    load_weights(model, path)
+    load_run_weights(model, run_dir, which)
     return spec, model.eval()
+
+
+def load_run_weights(model: nn.Module, run_dir: Path, which: str) -> Path:
+    """The weights of the run's ``last`` checkpoint (when it is damaged, the newest that loads, with a
+    RunWarning) or ``best`` one into ``model`` -> the checkpoint's folder."""
+
+    def load(path: Path) -> None:
+        load_weights(model, path)
+
+    if which == "last":
+        return load_latest(run_dir, load, repair=False, resuming=False)[0]
+    loaded = load_pointed(run_dir, which, load)
+    if loaded is None:
+        raise CheckpointError(f"{run_dir} has no {which} checkpoint")
+    return loaded[0]
 
 
 # Fields that may change between pretraining and fine-tuning without changing the weights' meaning.
@@ -56,11 +115,11 @@ def init_from_run(model: nn.Module, spec: Spec, run_dir: Path) -> Path:
     used. Any difference in architecture or in a tensor's shape is a TrainError that lists the
     offending fields or tensors."""
     source_spec = load_run_spec(run_dir)
-    checkpoint = resolve(run_dir, "best") or resolve(run_dir, "last")
-    if checkpoint is None:
+    if not checkpoint_folders(run_dir):
         raise TrainError(f"train.init_from: {run_dir} has no checkpoint yet")
     source_model = build_model(source_spec)
-    load_weights(source_model, checkpoint)
+    best = (checkpoint_dir(run_dir) / "best").exists()
+    checkpoint = load_run_weights(source_model, run_dir, "best" if best else "last")
     source = source_model.state_dict()
     body = body_state(model)
     missing = [name for name in body if name not in source]
@@ -86,15 +145,50 @@ def init_from_run(model: nn.Module, spec: Spec, run_dir: Path) -> Path:
     return checkpoint
 
 
-def model_differences(a: dict, b: dict, prefix: str, ignore: set[str]) -> list[str]:
-    """Dotted paths where two model dumps differ, with both values; keys in ``ignore`` are skipped."""
+# What a resume may change of a run that has trained: how long it trains, how often it reports, and
+# where and how it runs, none of which changes what a step computes (precision, a little).
+RESUMABLE_FIELDS = {
+    "preset",
+    "export",
+    "train.steps",
+    "train.eval_interval",
+    "train.eval_batches",
+    "train.checkpoint_interval",
+    "train.log_interval",
+    "train.threads",
+    "train.device",
+    "train.compile",
+    "train.precision",
+    "train.parallel",
+    "train.activation_checkpointing",
+    "train.cpu_offload",
+    "train.loss_chunk_tokens",
+    "train.runs_dir",
+    "train.name",
+}
+
+
+def resume_differences(recorded: Spec, spec: Spec, trained: bool) -> list[str]:
+    """The settings in which ``spec`` differs from the run's ``recorded`` one that a resume may not
+    change: the model's and, once the run has ``trained`` a step, all but RESUMABLE_FIELDS. The
+    sizes ``spec`` leaves to the data are not compared (the trainer checks them against the data)."""
+    ignore = set(spec.sizes_from_data())
+    if not trained:
+        return model_differences(recorded.model.model_dump(), spec.model.model_dump(), "model", ignore)
+    return model_differences(recorded.model_dump(), spec.model_dump(), "", ignore | RESUMABLE_FIELDS)
+
+
+def model_differences(a: dict[str, Any], b: dict[str, Any], prefix: str, ignore: set[str]) -> list[str]:
+    """Dotted paths where two model (or spec) dumps differ, with both values; keys in ``ignore``, by
+    name or by dotted path, are skipped."""
     diffs = []
     for key in sorted(set(a) | set(b)):
-        if key in ignore:
+        path = f"{prefix}.{key}" if prefix else key
+        if key in ignore or path in ignore:
             continue
         va, vb = a.get(key), b.get(key)
         if isinstance(va, dict) and isinstance(vb, dict):
-            diffs += model_differences(va, vb, f"{prefix}.{key}", ignore)
+            diffs += model_differences(va, vb, path, ignore)
         elif va != vb:
-            diffs.append(f"{prefix}.{key} (run: {va!r}, spec: {vb!r})")
+            diffs.append(f"{path} (run: {va!r}, spec: {vb!r})")
     return diffs

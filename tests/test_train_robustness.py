@@ -1,0 +1,407 @@
+"""What a user's own edits and signals do to a run: a spec edited after training, a checkpoint or
+state of another run, settings changed on resume, SIGTERM, damaged files read by export and sample.
+Each ends in one clear error, or a fallback to an intact checkpoint with a one-line warning."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from helpers import ROOT
+from test_train import SPEC, tiny_spec
+
+from tfcompile.cli import main
+from tfcompile.spec import Spec
+from tfcompile.tasks import build_model
+from tfcompile.train import (
+    CheckpointError,
+    RunWarning,
+    Trainer,
+    TrainError,
+    load_run_spec,
+    load_trained_model,
+)
+from tfcompile.train import checkpoint as checkpoint_module
+from tfcompile.train.checkpoint import (
+    STATE_FILE,
+    checkpoint_dir,
+    checkpoint_folders,
+    load_state,
+    load_weights,
+    resolve,
+)
+from tfcompile.train.lock import LOCK_FILE
+
+# A run of 4 steps with checkpoints at steps 2 and 4, on a cosine schedule.
+SMALL = (
+    "model.n_layers=1",
+    "model.d_model=32",
+    "model.n_heads=2",
+    "model.max_seq_len=32",
+    "train.batch_size=4",
+    "train.eval_batches=1",
+    "train.steps=4",
+    "train.eval_interval=2",
+    "train.checkpoint_interval=2",
+    "train.schedule={type: cosine, warmup_steps: 1}",
+)
+
+
+def small_spec(tmp_path: Path, *overrides: str) -> Spec:
+    return tiny_spec(tmp_path, *SMALL, *overrides)
+
+
+def trainer(spec: Spec, run_dir: Path, **kwargs: Any) -> Trainer:
+    return Trainer(spec, run_dir, show_progress=kwargs.pop("show_progress", False), **kwargs)
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """What the specs here take for train.runs_dir's parent: one token cache for every test."""
+    return tmp_path_factory.mktemp("shared")
+
+
+@pytest.fixture(scope="module")
+def trained(root: Path) -> Path:
+    """The small run, trained to step 4 (checkpoints: step-000002 and step-000004)."""
+    run_dir = trainer(small_spec(root), root / "runs" / "run").train().run_dir
+    assert [p.name for p in checkpoint_folders(run_dir)] == ["step-000002", "step-000004"]
+    return run_dir
+
+
+@pytest.fixture
+def run_dir(trained: Path, tmp_path: Path) -> Path:
+    """A copy of the trained run, the test's to damage."""
+    copy = tmp_path / "runs" / "run"
+    shutil.copytree(trained, copy)
+    return copy
+
+
+def step_folder(run_dir: Path, step: int) -> Path:
+    return checkpoint_dir(run_dir) / f"step-{step:06d}"
+
+
+def weights_of(run_dir: Path, step: int) -> dict[str, torch.Tensor]:
+    model = build_model(load_run_spec(run_dir))
+    load_weights(model, step_folder(run_dir, step))
+    return model.state_dict()
+
+
+def same(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def edit_spec(run_dir: Path, old: str, new: str) -> None:
+    path = run_dir / "spec.yaml"
+    text = path.read_text()
+    assert old in text
+    path.write_text(text.replace(old, new, 1))
+
+
+# ------------------------------------------------------------------- weights that do not fit
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "found"),
+    [
+        (
+            "d_model: 32",
+            "d_model: 48",
+            r"embed\.weight is \(65, 48\) in the model, \(65, 32\) in the checkpoint",
+        ),
+        (
+            "max_seq_len: 32",
+            "max_seq_len: 64",
+            r"positional\.table\.weight is \(64, 32\) in the model, \(32, 32\)",
+        ),
+        ("n_layers: 1", "n_layers: 2", r"the checkpoint lacks blocks\.1\."),
+    ],
+    ids=["d_model", "max_seq_len", "n_layers"],
+)
+def test_a_spec_edited_after_training_names_the_checkpoint_and_the_tensors(
+    run_dir: Path, old: str, new: str, found: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    edit_spec(run_dir, old, new)
+    expected = (
+        rf"^{step_folder(run_dir, 4)}/model\.safetensors does not fit the model of {run_dir}/spec\.yaml: "
+        rf".*{found}.*was the spec edited after training"
+    )
+    with pytest.raises(CheckpointError, match=expected):
+        load_trained_model(run_dir)
+    with pytest.raises(CheckpointError, match=expected):
+        trainer(load_run_spec(run_dir, ["train.steps=6"]), run_dir, resume=True)
+    assert not (run_dir / LOCK_FILE).exists()
+    assert main(["sample", str(run_dir), "--prompt", "A", "--max-new-tokens", "2"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("tfcompile sample: error: ") and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_a_checkpoint_copied_from_another_run_is_refused(root: Path, run_dir: Path, tmp_path: Path) -> None:
+    other = trainer(small_spec(root, "model.d_model=48", "train.steps=2"), tmp_path / "runs" / "other")
+    other.train()
+    shutil.rmtree(step_folder(run_dir, 4))
+    shutil.copytree(step_folder(other.run_dir, 2), step_folder(run_dir, 4))
+    with pytest.raises(
+        CheckpointError,
+        match=r"step-000004/model\.safetensors does not fit the model of .*: embed\.weight is \(65, 32\) "
+        r"in the model, \(65, 48\) in the checkpoint.*or the checkpoint copied from another run\?",
+    ):
+        load_trained_model(run_dir)
+
+
+# ------------------------------------------------------------------- foreign training states
+
+
+def _foreign_state(run_dir: Path, how: str) -> None:
+    path = step_folder(run_dir, 4) / STATE_FILE
+    state = torch.load(path, weights_only=True)
+    if how == "not a dict":
+        state = [1, 2, 3]
+    elif how == "missing keys":
+        state = {"step": 4, "model": {}}
+    elif how == "wrong types":
+        state["step"] = "4"
+    elif how == "another model's optimizer":
+        state["optimizer"]["state"][0]["exp_avg"] = torch.zeros(3, 3)
+    elif how == "another optimizer":
+        for group in state["optimizer"]["param_groups"]:
+            group["momentum"] = 0.9
+        state["optimizer"]["state"] = {
+            i: {"momentum_buffer": entry["exp_avg"]} for i, entry in state["optimizer"]["state"].items()
+        }
+    torch.save(state, path)
+
+
+@pytest.mark.parametrize(
+    ("how", "why"),
+    [
+        ("not a dict", "it holds a list, not a training state"),
+        ("missing keys", "it is not a training state: it lacks scaler, best, window_loss"),
+        ("wrong types", "its step is a str, not int"),
+        (
+            "another model's optimizer",
+            r"its optimizer state does not fit the model: its exp_avg of parameter 0",
+        ),
+        ("another optimizer", r"its optimizer state is another optimizer's \(its settings momentum"),
+    ],
+)
+def test_a_foreign_training_state_is_skipped_like_a_damaged_one(
+    root: Path, run_dir: Path, how: str, why: str
+) -> None:
+    _foreign_state(run_dir, how)
+    skipped = rf"the checkpoint {step_folder(run_dir, 4)} is damaged: state\.pt: {why}"
+    with pytest.warns(RunWarning, match=rf"^{skipped}.*; resuming from {step_folder(run_dir, 2)}$"):
+        resumed = trainer(small_spec(root, "train.steps=3"), run_dir, resume=True)
+    assert resumed.step == 2 and resumed.train().step == 3
+
+
+def test_resume_switching_to_fp16_starts_a_fresh_loss_scaler(root: Path, run_dir: Path) -> None:
+    resumed = trainer(small_spec(root, "train.steps=5", "train.precision=fp16"), run_dir, resume=True)
+    assert resumed.scaler.is_enabled() and resumed.train().step == 5
+
+
+# ------------------------------------------------------------------- settings changed on resume
+
+
+@pytest.mark.parametrize(
+    ("change", "found"),
+    [
+        ("train.seed=7", "train.seed (run: 1337, spec: 7)"),
+        ("train.batch_size=8", "train.batch_size (run: 4, spec: 8)"),
+        ("data.val_fraction=0.2", "data.val_fraction (run: 0.1, spec: 0.2)"),
+        ("train.optimizer.lr=0.01", "train.optimizer.lr (run: 0.003, spec: 0.01)"),
+        ("task.label_smoothing=0.1", "task.label_smoothing (run: 0.0, spec: 0.1)"),
+        ("model.dropout.residual=0.5", "model.dropout.residual (run: 0.2, spec: 0.5)"),
+    ],
+)
+def test_resume_refuses_settings_that_change_what_is_trained(
+    root: Path, run_dir: Path, change: str, found: str
+) -> None:
+    recorded = (run_dir / "spec.yaml").read_bytes()
+    with pytest.raises(TrainError) as refused:
+        trainer(small_spec(root, "train.steps=6", "train.threads=1", change), run_dir, resume=True)
+    differences, advice = str(refused.value).split("; ", 1)
+    assert differences.startswith(f"cannot resume {run_dir}: the spec differs from its spec.yaml in ")
+    assert found in differences and "train.steps" not in differences and "train.threads" not in differences
+    assert advice.endswith("set the others back, or start a new run with --set train.name=NAME")
+    assert (run_dir / "spec.yaml").read_bytes() == recorded and not (run_dir / LOCK_FILE).exists()
+
+
+def test_a_run_that_has_not_trained_a_step_resumes_with_other_settings(root: Path, tmp_path: Path) -> None:
+    run_dir = tmp_path / "runs" / "unstarted"
+    unstarted = trainer(small_spec(root), run_dir)
+    unstarted.stop_requested = True  # a Ctrl-C before the first step: saved at step 0
+    assert unstarted.train().step == 0
+    resumed = trainer(small_spec(root, "train.batch_size=8", "train.seed=7"), run_dir, resume=True)
+    assert resumed.train().step == 4
+    assert load_run_spec(run_dir).train.batch_size == 8
+
+
+def test_steps_below_the_runs_step_are_refused(root: Path, run_dir: Path) -> None:
+    with pytest.raises(
+        TrainError,
+        match=rf"^cannot resume {run_dir}: it is at step 4, past train\.steps \(3\), so there is nothing to "
+        r"train: set train\.steps above 4$",
+    ):
+        trainer(small_spec(root, "train.steps=3"), run_dir, resume=True)
+    assert not (run_dir / LOCK_FILE).exists()
+    assert trainer(small_spec(root), run_dir, resume=True).train().step == 4  # finished: still fine
+
+
+def test_extending_a_cosine_schedule_warns_of_the_jump(
+    root: Path, run_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trainer(small_spec(root, "train.steps=8"), run_dir, resume=True, show_progress=True).train()
+    err = capsys.readouterr().err
+    assert "warning: train.steps changed from 4 to 8: the cosine schedule's learning rate jumps from " in err
+    trainer(small_spec(root, "train.steps=12"), run_dir, resume=True, show_progress=True).train()
+    assert "train.steps changed from 8 to 12" in capsys.readouterr().err  # from the length trained last
+
+
+# ------------------------------------------------------------------- SIGTERM
+
+
+def test_sigterm_saves_a_checkpoint_and_stops_like_ctrl_c(tmp_path: Path) -> None:
+    run_dir = tmp_path / "runs" / "term"
+    spec = small_spec(tmp_path, "train.steps=100000", "train.eval_interval=1000", "train.name=term")
+    settings = [f"--set={o}" for o in [*SMALL, "train.steps=100000", "train.eval_interval=1000"]]
+    settings += ["--set=train.name=term", f"--set=train.runs_dir={spec.train.runs_dir}"]
+    env = os.environ | {"OMP_NUM_THREADS": "1"}
+    command = [sys.executable, "-m", "tfcompile", "train", str(SPEC), *settings]
+    process = subprocess.Popen(
+        command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not (checkpoint_dir(run_dir) / "last").exists():
+            assert process.poll() is None, process.communicate()[1]
+            assert time.monotonic() < deadline, "the run wrote no checkpoint in 120 s"
+            time.sleep(0.1)
+        time.sleep(0.3)
+        process.send_signal(signal.SIGTERM)
+        out, err = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 130, err
+    assert "SIGTERM: saving a checkpoint after this step, then stopping" in err and "Traceback" not in err
+    step = load_state(resolve(run_dir))["step"]
+    assert step >= 2 and f"stopped at step {step};" in err and f"stopped at step {step}" in out
+    assert not (run_dir / LOCK_FILE).exists()
+    assert not list(checkpoint_dir(run_dir).glob(".*.tmp"))
+
+
+def test_the_signal_handlers_are_restored_after_training(root: Path, run_dir: Path) -> None:
+    before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    trainer(small_spec(root, "train.steps=5"), run_dir, resume=True).train()
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
+
+
+# ------------------------------------------------------------------- export and sample read a run
+
+
+def test_export_and_sample_fall_back_from_a_damaged_last_checkpoint(
+    run_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    weights = step_folder(run_dir, 4) / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:100])
+    skipped = rf"the checkpoint {step_folder(run_dir, 4)} is damaged: model\.safetensors: "
+    with pytest.warns(RunWarning, match=rf"^{skipped}.*; reading {step_folder(run_dir, 2)}$"):
+        _, model = load_trained_model(run_dir)
+    assert same(model.state_dict(), weights_of(run_dir, 2))
+    assert main(["sample", str(run_dir), "--prompt", "A", "--max-new-tokens", "2"]) == 0
+    err = capsys.readouterr().err
+    assert err.startswith("tfcompile sample: warning: the checkpoint ") and err.count("\n") == 1
+
+
+def test_a_checkpoint_pruned_while_it_is_read_is_followed_to_the_new_one(
+    run_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    expected = weights_of(run_dir, 4)
+    real_open = checkpoint_module.safe_open
+    opened: list[str] = []
+
+    def trainer_saves_meanwhile(path: str, *args: Any, **kwargs: Any) -> Any:
+        """As the reader opens step 4, the trainer saves step 6 (here a copy) and prunes step 4."""
+        if not opened:
+            shutil.copytree(step_folder(run_dir, 4), step_folder(run_dir, 6))
+            (checkpoint_dir(run_dir) / "last").write_text("step-000006\n")
+            shutil.rmtree(step_folder(run_dir, 4))
+        opened.append(path)
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(checkpoint_module, "safe_open", trainer_saves_meanwhile)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no warning: nothing was damaged
+        _, model = load_trained_model(run_dir)
+    assert same(model.state_dict(), expected)
+    assert [Path(p).parent.name for p in opened] == ["step-000004", "step-000006"]
+
+
+# ------------------------------------------------------------------- damaged run files, NaN advice
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "why"),
+    [
+        (
+            "spec.yaml",
+            b"\xff\xfe model",
+            r"spec\.yaml cannot be read: it is not UTF-8 text \(byte 0xff at offset 0\)",
+        ),
+        (
+            "tokenizer.json",
+            b"\xff\xfe",
+            r"tokenizer\.json cannot be read: stream did not contain valid UTF-8",
+        ),
+        ("tokenizer.json", b'{"version": ', r"tokenizer\.json cannot be read: "),
+    ],
+    ids=["spec not UTF-8", "tokenizer not UTF-8", "tokenizer truncated"],
+)
+def test_an_unreadable_run_file_is_named(
+    root: Path,
+    run_dir: Path,
+    tmp_path: Path,
+    name: str,
+    content: bytes,
+    why: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    (run_dir / name).write_bytes(content)
+    expected = rf"^{run_dir}/{why}.*restore the run's file from a copy"
+    with pytest.raises(TrainError, match=expected):
+        load_trained_model(run_dir)
+    with pytest.raises(TrainError, match=expected):
+        trainer(small_spec(root, "train.steps=6"), run_dir, resume=True)
+    for command in (
+        ["sample", str(run_dir), "--prompt", "A"],
+        ["export", str(run_dir), "--out", str(tmp_path / "b")],
+    ):
+        assert main(command) == 1
+        err = capsys.readouterr().err
+        assert (
+            f"tfcompile {command[0]}: error: {run_dir / name} cannot be read" in err
+            and "Traceback" not in err
+        )
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_a_nan_loss_suggests_fp32_only_when_not_already_fp32(
+    root: Path, tmp_path: Path, precision: str
+) -> None:
+    nan = trainer(small_spec(root, f"train.precision={precision}"), tmp_path / "runs" / precision)
+    nan.task.loss = lambda forward, batch: torch.tensor(float("nan"), requires_grad=True)
+    with pytest.raises(
+        TrainError, match=r"^the training loss became nan at step 1; lower the learning rate"
+    ) as e:
+        nan.train()
+    assert ("train.precision=fp32" in str(e.value)) == (precision != "fp32")
