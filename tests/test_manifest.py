@@ -461,7 +461,7 @@ def test_commands_reading_a_damaged_file_name_it(
         classifier_bundle, tmp_path, **{"spec.yaml": b"\xff\xfe task", "model.onnx": b"garbage"}
     )
     assert main(["optimize", str(folder), "--out", str(tmp_path / "fused"), "--fuse"]) == 1
-    assert re.search(r"error: .*model\.onnx is not an ONNX graph", capsys.readouterr().err)
+    assert re.search(r"error: .*model\.onnx is not a graph onnxruntime can run", capsys.readouterr().err)
     assert main(["verify", str(folder)]) == 1
     assert re.search(r"error: .*spec\.yaml is not UTF-8 text", capsys.readouterr().err)
 

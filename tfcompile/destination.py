@@ -1,5 +1,6 @@
-"""Where tfcompile writes a bundle: a new or empty folder, or (when asked) one of its own bundles,
-never anything else; the new folder is written beside it and renamed into place."""
+"""Where tfcompile writes a bundle or hands one on: a new or empty folder, or (when asked) one of
+its own bundles, never anything else and never inside the bundle it reads; the new folder is
+written beside it and renamed into place."""
 
 from __future__ import annotations
 
@@ -12,6 +13,27 @@ from tfcompile.files import make_folder_beside
 from tfcompile.manifest import MANIFEST
 from tfcompile.runtime.bundle import BundleFiles
 from tfcompile.runtime.errors import BundleError
+
+
+def check_outside(bundle: Path, out: Path, error: type[ExportError] = ExportError) -> None:
+    """Refuse (``error``) an ``out`` that is the bundle or a folder inside it, symlinks followed: a
+    command that reads a bundle never writes into it (optimize, export-triton, export-genai)."""
+    source, target = bundle.resolve(), out.resolve()
+    if target == source:
+        raise error(f"--out {out} is the bundle itself: the source is never changed; choose a new folder")
+    if target.is_relative_to(source):
+        raise error(f"{out} is inside the bundle {bundle}: choose an --out outside it")
+
+
+def check_new_folder(out: Path, advice: str = "") -> None:
+    """``out`` is missing or an empty folder; anything else is refused, untouched (``advice``
+    added to the message)."""
+    if out.is_symlink() or (out.exists() and not out.is_dir()):
+        raise ExportError(f"{out} exists and is not a folder: choose another --out")
+    if out.exists() and any(out.iterdir()):
+        raise ExportError(
+            f"{out} already exists and is not empty; it is left untouched: choose a new --out{advice}"
+        )
 
 
 def check_destination(out: Path, force: bool) -> bool:

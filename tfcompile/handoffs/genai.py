@@ -44,15 +44,16 @@ from __future__ import annotations
 
 import json
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
+from tfcompile.destination import check_new_folder, check_outside, move_into_place, staging_folder
 from tfcompile.errors import ExportError
 from tfcompile.manifest import SPEC_FILE, Graph, Manifest
+from tfcompile.runtime import check_bundle
 from tfcompile.runtime.bundle import BundleFiles
 from tfcompile.runtime.errors import BundleError
 from tfcompile.runtime.generation import LanguageModel
@@ -68,17 +69,22 @@ GENAI_MODEL_TYPE = "decoder"
 NEVER_IN_UTF8 = (*range(0xFF, 0xF4, -1), 0xC1, 0xC0)
 STEP_INPUTS = ("input_ids", "attention_mask")
 STEP_OUTPUTS = ("logits",)
+# What genai's JSON parser takes: whole numbers as int32, other numbers as float32.
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
 def export_genai(bundle: Path, out: Path, end_token: str | None = None) -> Path:
     """Write an onnxruntime-genai folder for the decoder ``bundle`` at ``out`` (a new or empty
     folder; nothing is ever overwritten) and return it. ``end_token``: for a vocabulary without
     an end-of-text token, the vocabulary entry that genai ends a text at and pads with (default:
-    chosen as the module says)."""
+    chosen as the module says). The bundle is first checked as the runtime's loader checks it."""
     files = BundleFiles(bundle)
     manifest = files.manifest
     _check_bundle(bundle, files)
-    _check_destination(bundle, out)
+    check_outside(bundle, out)
+    check_new_folder(out)
+    check_bundle(files)
     step = _step_graph(bundle, manifest)
     if step.file in (GENAI_CONFIG, TOKENIZER_CONFIG, GENAI_TOKENIZER):
         raise BundleError(
@@ -93,16 +99,13 @@ def export_genai(bundle: Path, out: Path, end_token: str | None = None) -> Path:
     config = genai_config(manifest, step, _heads(files, step), vocab_size, ids)
     specials = {role: t.token for role, t in manifest.tokenizer.special_tokens.items()}
 
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp"))
+    tmp = staging_folder(out)
     try:
         (tmp / step.file).write_bytes(files.read(step.file))
         (tmp / GENAI_TOKENIZER).write_bytes(tokenizer_json)
         (tmp / TOKENIZER_CONFIG).write_text(json.dumps(tokenizer_config(specials), indent=2) + "\n")
         (tmp / GENAI_CONFIG).write_text(json.dumps(config, indent=2) + "\n")
-        if out.exists():
-            out.rmdir()  # empty (checked): nothing is lost
-        tmp.rename(out)
+        move_into_place(tmp, out, replacing=False)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return out
@@ -131,17 +134,6 @@ def _check_bundle(bundle: Path, files: BundleFiles) -> None:
             f"{bundle} has no tokenizer (it was exported from a spec, not from a trained run): genai "
             f"needs one; export the bundle from a run"
         )
-
-
-def _check_destination(bundle: Path, out: Path) -> None:
-    if out.is_symlink() or (out.exists() and not out.is_dir()):
-        raise ExportError(f"{out} exists and is not a folder: choose another --out")
-    if out.exists() and any(out.iterdir()):
-        raise ExportError(
-            f"{out} already exists and is not empty; it is left untouched: choose another --out"
-        )
-    if out.resolve().is_relative_to(bundle.resolve()):
-        raise ExportError(f"{out} is inside the bundle {bundle}: choose an --out outside it")
 
 
 def _step_graph(bundle: Path, manifest: Manifest) -> Graph:
@@ -422,7 +414,32 @@ def genai_config(
         # The step graph concatenates its cache: genai must not preallocate it to max_length.
         "past_present_share_buffer": False,
     }
-    return {"model": model, "search": search}
+    config = {"model": model, "search": search}
+    _check_numbers(config, "")
+    return config
+
+
+def _check_numbers(node: Any, where: str) -> None:
+    """Every number of the config inside what genai reads (whole numbers int32, others finite
+    float32); one outside comes from the bundle's manifest, which is a BundleError."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            _check_numbers(value, f"{where}.{key}" if where else key)
+    elif isinstance(node, list):
+        for value in node:
+            _check_numbers(value, where)
+    elif isinstance(node, bool):
+        return
+    elif isinstance(node, int) and not INT32_MIN <= node <= INT32_MAX:
+        raise BundleError(
+            f"{GENAI_CONFIG}'s {where} would be {node:,}, past the int32 range onnxruntime-genai reads: "
+            f"the bundle's manifest gives it, and genai cannot serve the bundle as it is"
+        )
+    elif isinstance(node, float) and not abs(node) <= FLOAT32_MAX:
+        raise BundleError(
+            f"{GENAI_CONFIG}'s {where} would be {node:g}, past the float32 range onnxruntime-genai reads: "
+            f"the bundle's manifest gives it, and genai cannot serve the bundle as it is"
+        )
 
 
 __all__ = [

@@ -64,11 +64,12 @@ from __future__ import annotations
 
 import re
 import shutil
-import tempfile
 from pathlib import Path
 
+from tfcompile.destination import check_new_folder, check_outside, move_into_place, staging_folder
 from tfcompile.errors import ExportError
 from tfcompile.manifest import MANIFEST, Graph, Tensor
+from tfcompile.runtime import check_bundle
 from tfcompile.runtime.bundle import BundleFiles
 from tfcompile.runtime.errors import BundleError
 
@@ -81,6 +82,13 @@ BATCH_AXIS = "batch"
 # Names written into config.pbtxt's strings, and used as folder names: nothing to escape.
 MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
 TENSOR_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.:/-]{0,199}")
+INT32_MAX, INT64_MAX, UINT64_MAX = 2**31 - 1, 2**63 - 1, 2**64 - 1
+# Each setting's bounds: the least that makes sense, the most its ModelConfig field holds, that field's type.
+SETTINGS = {
+    "max_batch_size": (0, INT32_MAX, "an int32"),
+    "instances": (1, INT32_MAX, "an int32"),
+    "max_queue_delay_us": (0, UINT64_MAX, "a uint64"),
+}
 
 
 def export_triton(
@@ -96,14 +104,10 @@ def export_triton(
     or the bundle folder's name. Returns the model folders, in the manifest's order of graphs.
     ``max_batch_size``: the largest batch Triton forms (0: no Triton batching);
     ``instances``: CPU instances of each model; ``max_queue_delay_us``: how long the dynamic
-    batcher waits for more requests."""
-    for arg, value, least in (("max_batch_size", max_batch_size, 0), ("instances", instances, 1)):
-        if type(value) is not int or value < least:
-            raise ExportError(f"{arg} must be a whole number of at least {least}, found {value!r}")
-    if type(max_queue_delay_us) is not int or max_queue_delay_us < 0:
-        raise ExportError(
-            f"max_queue_delay_us must be a whole number of at least 0, found {max_queue_delay_us!r}"
-        )
+    batcher waits for more requests; each bounded by its ModelConfig field's type. The bundle is
+    first checked as the runtime's loader checks it."""
+    _check_settings(max_batch_size, instances, max_queue_delay_us)
+    check_outside(bundle, out)
     files = BundleFiles(bundle)
     manifest = files.manifest
     if files.format_version < 2:
@@ -120,7 +124,8 @@ def export_triton(
         raise BundleError(
             f"{bundle}: its tokenizer's file name {manifest.tokenizer.file!r} is taken in a model folder"
         )
-    _check_destination(out)
+    check_new_folder(out, " (and move the model folders into an existing repository yourself)")
+    check_bundle(files)
     configs = {}
     for graph_name, graph in manifest.graphs.items():
         model = f"{prefix}-{graph_name}"
@@ -134,8 +139,7 @@ def export_triton(
 
     manifest_text = manifest.model_dump_json(indent=2, exclude_none=True) + "\n"
     tokenizer = files.read(manifest.tokenizer.file) if manifest.tokenizer is not None else None
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp"))
+    tmp = staging_folder(out)
     try:
         for model, (graph, config) in configs.items():
             folder = tmp / model
@@ -145,22 +149,20 @@ def export_triton(
             (folder / MANIFEST).write_text(manifest_text)
             if tokenizer is not None and manifest.tokenizer is not None:
                 (folder / manifest.tokenizer.file).write_bytes(tokenizer)
-        if out.exists():
-            out.rmdir()  # empty (checked): nothing is lost
-        tmp.rename(out)
+        move_into_place(tmp, out, replacing=False)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return [out / model for model in configs]
 
 
-def _check_destination(out: Path) -> None:
-    if out.is_symlink() or (out.exists() and not out.is_dir()):
-        raise ExportError(f"{out} exists and is not a folder: choose another --out")
-    if out.exists() and any(out.iterdir()):
-        raise ExportError(
-            f"{out} already exists and is not empty; it is left untouched: choose a new --out (and move "
-            f"the model folders into an existing repository yourself)"
-        )
+def _check_settings(max_batch_size: int, instances: int, max_queue_delay_us: int) -> None:
+    given = (max_batch_size, instances, max_queue_delay_us)
+    for (arg, (least, most, field)), value in zip(SETTINGS.items(), given, strict=True):
+        if type(value) is not int or not least <= value <= most:
+            raise ExportError(
+                f"{arg} must be a whole number from {least} to {most:,} (config.pbtxt holds it in "
+                f"{field}), found {value!r}"
+            )
 
 
 def model_config(
@@ -170,6 +172,7 @@ def model_config(
     line of plain words, becomes its first comment."""
     if "\n" in about:
         raise ValueError("about must be one line")
+    _check_settings(max_batch_size, instances, max_queue_delay_us)
     lines = [
         f"# {about or 'tfcompile'}: manifest.json beside this file says what each tensor holds",
         f'name: "{model}"',
@@ -195,6 +198,8 @@ def _tensors(kind: str, tensors: list[Tensor], max_batch_size: int, where: str) 
                 f"export with max_batch_size=0"
             )
         dims = [d if isinstance(d, int) else -1 for d in (t.shape[1:] if max_batch_size > 0 else t.shape)]
+        if max(dims, default=0) > INT64_MAX:
+            raise BundleError(f"{where}: {t.name} {t.shape} has a size past the int64 dims Triton reads")
         # Triton wants at least one dim: a tensor of the batch axis alone is [1], reshaped to [].
         shape = (
             [f"    dims: [ {', '.join(map(str, dims))} ]"]

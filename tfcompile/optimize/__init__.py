@@ -9,6 +9,10 @@ onnxruntime on the source bundle and on the new one, may not get worse by more t
 allows. The data comes from the run the bundle was exported from, named by the user (``--run``):
 a bundle's word opens nothing outside it. The new bundle's manifest records every step, the
 operators each introduced, the parity and the gate; anything that fails writes nothing.
+
+Before any work, the plan is checked against the steps the bundle records and its task's gate
+rule, the bundle as the runtime's loader checks it (``check_bundle``), and the run against the
+spec and tokenizer the bundle records.
 """
 
 from __future__ import annotations
@@ -20,8 +24,17 @@ from typing import Literal
 
 import onnx
 
-from tfcompile.destination import check_destination, move_into_place, staging_folder
-from tfcompile.manifest import MANIFEST, Gate, Graph, Manifest, Optimization, Tensor, Transformation
+from tfcompile.destination import check_destination, check_outside, move_into_place, staging_folder
+from tfcompile.manifest import (
+    MANIFEST,
+    SPEC_FILE,
+    Gate,
+    Graph,
+    Manifest,
+    Optimization,
+    Tensor,
+    Transformation,
+)
 from tfcompile.optimize.parity import relative_difference
 from tfcompile.optimize.passes import (
     CONTRIB,
@@ -29,12 +42,13 @@ from tfcompile.optimize.passes import (
     OptimizeError,
     fuse,
     introduced,
+    onnxruntime_failure,
     quantize_int4,
     quantize_int8,
     to_fp16,
 )
+from tfcompile.runtime import check_bundle
 from tfcompile.runtime.bundle import BundleFiles, sha256_file
-from tfcompile.runtime.errors import BundleError
 
 FUSED_TOLERANCE = 1e-4  # of the outputs' scale: fusion reorders arithmetic, nothing more
 FP16_TOLERANCE = 1e-2  # half precision keeps about three significant digits
@@ -72,12 +86,12 @@ def optimize_bundle(
     needs ``gate`` unless the caller decided otherwise (the CLI's --no-gate)."""
     files = BundleFiles(bundle)
     manifest = files.manifest
-    _check_plan(plan, manifest, files.format_version)
-    if out.resolve() == bundle.resolve():
-        raise OptimizeError(
-            f"--out {out} is the bundle itself: the source is never changed; choose a new folder"
-        )
+    _check_plan(plan, manifest, files.format_version, gate is not None)
+    check_outside(bundle, out, OptimizeError)
     replacing = check_destination(out, force)
+    check_bundle(files)
+    if gate is not None:
+        _check_run(gate.run, files)
     tmp = staging_folder(out)
     try:
         graphs, steps, parity = _transform(files, plan)
@@ -95,25 +109,101 @@ def optimize_bundle(
     return optimization
 
 
-def _check_plan(plan: Plan, manifest: Manifest, format_version: int) -> None:
+def _check_plan(plan: Plan, manifest: Manifest, format_version: int, gated: bool) -> None:
+    """Refuse, before any work, a plan that cannot be done to this bundle, whatever the gate."""
     if not (plan.fuse or plan.quantize or plan.precision):
         raise OptimizeError("nothing to do: ask for --fuse, --quantize int8|int4 or --precision fp16")
     if format_version < 2:
         raise OptimizeError("this bundle has format 1: export it again with this tfcompile first")
+    history = f"its steps: {_history(manifest)}"
     if plan.precision == "fp16" and manifest.precision == "fp16":
-        raise OptimizeError("the bundle is fp16 already")
+        raise OptimizeError(f"the bundle is fp16 already ({history})")
     if plan.quantize and plan.precision == "fp16":
         raise OptimizeError(
             "quantize an fp32 bundle, without --precision fp16: onnxruntime's int8 and int4 kernels "
             "take float32 activations"
         )
     if plan.quantize and manifest.precision == "fp16":
-        raise OptimizeError("the bundle is fp16: quantize the fp32 bundle it was exported with")
+        raise OptimizeError(f"the bundle is fp16 ({history}): quantize the fp32 bundle it was exported with")
     done = [step.kind for o in manifest.optimization or [] for step in o.steps]
     if plan.quantize and "quantize" in done:
-        raise OptimizeError("the bundle is quantized already: quantize the bundle it was made from")
+        raise OptimizeError(
+            f"the bundle is quantized already ({history}): quantize the bundle it was made from"
+        )
+    if plan.precision == "fp16" and "quantize" in done:
+        raise OptimizeError(
+            f"the bundle is quantized ({history}), and onnxruntime's int8 and int4 kernels take float32 "
+            f"activations: convert the fp32 bundle it was made from with --precision fp16 instead"
+        )
     if plan.fuse and "fuse" in done:
-        raise OptimizeError("the bundle is fused already")
+        raise OptimizeError(f"the bundle is fused already ({history})")
+    if plan.quantize or gated:
+        _check_gate_rule(plan, manifest.task, gated)
+
+
+def _history(manifest: Manifest) -> str:
+    """How the bundle was made, as its manifest records it: "export fp32, fuse, quantize int8"."""
+    done = [step for optimization in manifest.optimization or [] for step in optimization.steps]
+    converted = any(step.kind == "precision" for step in done)
+    steps = [f"export {'fp32' if converted else manifest.precision}"]
+    for step in done:
+        setting = step.settings.get("scheme", step.settings.get("precision", ""))
+        steps.append(f"{step.kind} {setting}".strip())
+    return ", ".join(steps)
+
+
+def _check_gate_rule(plan: Plan, task: str, gated: bool) -> None:
+    """The bundle's task has an accuracy gate for the run to hold it to, and the quantization asked
+    for is one the gate rule holds (int4 is for decoders)."""
+    from tfcompile.tasks import TASKS
+
+    rule = TASKS[task].gate if task in TASKS else None
+    if rule is None:
+        if gated:
+            raise OptimizeError(f"{task} bundles have no accuracy gate: pass --no-gate instead of --run")
+        return
+    if plan.quantize and plan.quantize not in rule.tolerance:
+        raise OptimizeError(
+            f"{plan.quantize} quantization is for decoders; {task} bundles take "
+            f"{' or '.join(rule.tolerance)}: ask for --quantize {next(iter(rule.tolerance))}"
+        )
+
+
+def _check_run(run: Path, files: BundleFiles) -> None:
+    """The gate's run must be the one the bundle was exported from: the same task, model and
+    tokenizer as the bundle records (its spec.yaml and its tokenizer's sha256)."""
+    from tfcompile.files import TOKENIZER_FILE
+    from tfcompile.spec import parse_spec
+    from tfcompile.train.runs import load_run_spec
+
+    spec = load_run_spec(run)
+    manifest = files.manifest
+    recorded = manifest.source.get("run")
+    named = f" (its manifest names the run {recorded})" if recorded else ""
+    mismatch = f"{run} is not the run {files.folder} was exported from{named}: "
+    advice = "; pass the run it was exported from to --run, or --no-gate"
+    if spec.task.type != manifest.task:
+        raise OptimizeError(
+            f"{mismatch}it is a {spec.task.type} run, and the bundle a {manifest.task} one{advice}"
+        )
+    if SPEC_FILE in manifest.files:
+        exported = parse_spec(files.text(SPEC_FILE), source=str(files.folder / SPEC_FILE))
+        for section in ("model", "task"):
+            if getattr(spec, section) != getattr(exported, section):
+                raise OptimizeError(
+                    f"{mismatch}the {section} section of its spec is not the bundle's {SPEC_FILE}'s{advice}"
+                )
+    bundle_tokenizer = manifest.files[manifest.tokenizer.file] if manifest.tokenizer is not None else None
+    run_tokenizer = sha256_file(run / TOKENIZER_FILE) if (run / TOKENIZER_FILE).exists() else None
+    if run_tokenizer != bundle_tokenizer:
+        raise OptimizeError(
+            f"{mismatch}the run's {TOKENIZER_FILE} (sha256 {_short(run_tokenizer)}) is not the bundle's "
+            f"(sha256 {_short(bundle_tokenizer)}){advice}"
+        )
+
+
+def _short(digest: str | None) -> str:
+    return f"{digest[:12]}..." if digest is not None else "none"
 
 
 def _transform(
@@ -130,10 +220,7 @@ def _transform(
     fusers: set[str] = set()
     for name, graph in manifest.graphs.items():
         source = files.read(graph.file)
-        try:
-            model = onnx.load_from_string(source)
-        except Exception as e:  # protobuf's DecodeError, or onnx's own
-            raise BundleError(f"{files.folder / graph.file} is not an ONNX graph: {e}") from None
+        model = onnx.load_from_string(source)  # check_bundle had onnxruntime load it
         if plan.fuse:
             fused, tool = fuse(model)
             _add(operators["fuse"], introduced(model, fused, lambda op: op.startswith(CONTRIB)))
@@ -149,7 +236,8 @@ def _transform(
             )
             model = quantized
         graphs[name] = model.SerializeToString()
-        parity[name] = relative_difference(source, graphs[name], graph, manifest)
+        with onnxruntime_failure(f"run the {plan.describe()} {name} graph beside its source"):
+            parity[name] = relative_difference(source, graphs[name], graph, manifest)
         _check_parity(name, parity[name], plan, manifest)
     versions = f"onnxruntime {onnxruntime.__version__}, onnxscript {onnxscript.__version__}"
     steps = []
@@ -254,19 +342,15 @@ def _gate(data: GateData, source: Path, optimized: Path, plan: Plan) -> Gate:
     spec = load_run_spec(data.run)
     task_class = task_of(spec)
     rule = task_class.gate
-    bundle = load(source)
-    if spec.task.type != bundle.manifest.task:
-        raise OptimizeError(f"{data.run} is a {spec.task.type} run, but the bundle is {bundle.manifest.task}")
-    if rule is None:
-        raise OptimizeError(f"{spec.task.type} bundles have no accuracy gate")
+    assert rule is not None  # _check_plan
     scheme = plan.quantize or "int8"
-    if scheme not in rule.tolerance:
-        raise OptimizeError(f"{scheme} quantization is for decoders; {spec.task.type} bundles take int8")
     tokenizer_file = data.run / TOKENIZER_FILE
     tokenizer = load_tokenizer(tokenizer_file) if tokenizer_file.exists() else None
     task = task_class(spec, spec.train.runs_dir / ".cache", tokenizer)
-    before, where = task.held_out(bundle, data.limit)
-    after, _ = task.held_out(load(optimized), data.limit)
+    before, where = task.held_out(load(source), data.limit)
+    with onnxruntime_failure(f"load the {plan.describe()} bundle"):
+        new = load(optimized)
+    after, _ = task.held_out(new, data.limit)
     gate = Gate(metric=rule.metric, data=where, source=before, optimized=after, allowed=rule.allowed(scheme))
     if not rule.passes(before, after, scheme):
         raise OptimizeError(

@@ -3,7 +3,7 @@ and outputs keep their names), and the operators it introduced counted.
 
 - ``fuse``: onnxruntime's contrib operators in place of the exporter's subgraphs (attention,
   residual + norm, GELU), by whichever of onnxscript's ORT rewrite rules and onnxruntime's
-  transformer optimizer fuses more of the graph.
+  transformer optimizer fuses more of the graph into one that onnxruntime loads.
 - ``quantize_int8``: dynamic int8 quantization (int8 weights, per output channel; activations
   quantized on the fly), onnxruntime's ``quantize_dynamic``, for MatMul weights and embedding
   tables.
@@ -11,7 +11,8 @@ and outputs keep their names), and the operators it introduced counted.
   int8 compute), onnxruntime's ``MatMulNBitsQuantizer``.
 - ``to_fp16``: float16 weights, activations, inputs and outputs.
 
-Each is refused (OptimizeError) when its tool is missing, rather than silently skipped.
+Each is refused (OptimizeError) when its tool is missing, rather than silently skipped, and when
+its tool fails (``onnxruntime_failure``).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import onnx
 from onnx import numpy_helper
 
 from tfcompile.errors import ExportError
+from tfcompile.runtime.ort import ort
 
 CONTRIB = "com.microsoft"
 QUANTIZED_OPS = ("MatMulInteger", "DynamicQuantizeLinear", "DequantizeLinear", "MatMulNBits")
@@ -54,17 +56,56 @@ def introduced(
     return {op: n for op, n in sorted(grown.items()) if kinds(op)}
 
 
+@contextmanager
+def onnxruntime_failure(doing: str) -> Iterator[None]:
+    """onnxruntime (or onnxscript) failing while ``doing`` something -> OptimizeError("onnxruntime
+    could not <doing>: <the first line of its message>"), not its own exception."""
+    try:
+        yield
+    except OptimizeError:
+        raise
+    except Exception as e:  # onnxruntime's Fail, InvalidGraph, ...; a tool's own errors
+        raise OptimizeError(f"onnxruntime could not {doing}: {_first_line(e)}") from None
+
+
+def _first_line(error: BaseException) -> str:
+    """An exception's message's first line (its type's name when it has none)."""
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
 def fuse(model: onnx.ModelProto) -> tuple[onnx.ModelProto, str]:
-    """The graph with onnxruntime's fused operators, and which tool made it: both tools run and
-    the one that leaves more contrib operators wins (onnxruntime's on a tie: its fusions are the
-    ones its CPU kernels are tuned for)."""
-    # Each on its own copy: onnxruntime's optimizer rewrites the model it is given.
-    candidates = {tool: run(_copy(model)) for tool, run in FUSERS.items()}
-    tool = max(candidates, key=lambda name: _contrib_count(candidates[name]))
-    fused = candidates[tool]
+    """The graph with onnxruntime's fused operators, and which tool made it: both tools run and,
+    of the graphs onnxruntime can load, the one with more contrib operators wins (onnxruntime's
+    on a tie: its fusions are the ones its CPU kernels are tuned for). OptimizeError when none
+    fused anything onnxruntime can load."""
+    candidates: dict[str, onnx.ModelProto] = {}
+    failed: list[str] = []
+    for tool, run in FUSERS.items():
+        try:
+            # Each on its own copy: onnxruntime's optimizer rewrites the model it is given.
+            with onnxruntime_failure(f"fuse with {tool}"):
+                candidates[tool] = _loadable(run(_copy(model)))
+        except OptimizeError as e:
+            failed.append(str(e))
+    before = _contrib_count(model)
+    fusing = {tool: fused for tool, fused in candidates.items() if _contrib_count(fused) > before}
+    if not fusing:
+        half = any(init.data_type == onnx.TensorProto.FLOAT16 for init in model.graph.initializer)
+        hint = "; fuse the fp32 bundle instead, with --precision fp16 to convert it after fusion" * half
+        found = "; ".join([*(f"{tool} fused nothing" for tool in candidates), *failed])
+        raise OptimizeError(f"no fusion applies to this graph ({found}){hint}. Nothing was written")
+    tool = max(fusing, key=lambda name: _contrib_count(fusing[name]))
+    fused = fusing[tool]
     if not any(o.domain == CONTRIB for o in fused.opset_import):  # later passes check it
         fused.opset_import.append(onnx.helper.make_opsetid(CONTRIB, 1))
     return fused, tool
+
+
+def _loadable(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model``, once onnxruntime has loaded it (on the CPU); its error otherwise."""
+    ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return model
 
 
 @contextmanager
@@ -119,7 +160,7 @@ def quantize_int8(model: onnx.ModelProto) -> onnx.ModelProto:
     with tempfile.TemporaryDirectory() as scratch:
         source, target = Path(scratch) / "in.onnx", Path(scratch) / "out.onnx"
         onnx.save(fold_weight_transposes(model), source)
-        with _quiet():
+        with _quiet(), onnxruntime_failure("quantize the graph to int8"):
             quantize_dynamic(
                 source,
                 target,
@@ -137,10 +178,10 @@ def quantize_int4(model: onnx.ModelProto) -> onnx.ModelProto:
     accumulation (accuracy_level 4). Activations stay float."""
     from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
 
-    quantizer = MatMulNBitsQuantizer(
-        fold_weight_transposes(model), bits=4, block_size=INT4_BLOCK, is_symmetric=False, accuracy_level=4
-    )
-    with _quiet():
+    with _quiet(), onnxruntime_failure("quantize the graph to int4"):
+        quantizer = MatMulNBitsQuantizer(
+            fold_weight_transposes(model), bits=4, block_size=INT4_BLOCK, is_symmetric=False, accuracy_level=4
+        )
         quantizer.process()
     return quantizer.model.model
 
@@ -149,7 +190,8 @@ def to_fp16(model: onnx.ModelProto) -> onnx.ModelProto:
     """Every float tensor in float16, the graph's inputs and outputs too."""
     from onnxruntime.transformers.float16 import convert_float_to_float16
 
-    return convert_float_to_float16(model, keep_io_types=False)
+    with onnxruntime_failure("convert the graph to fp16"):
+        return convert_float_to_float16(model, keep_io_types=False)
 
 
 def fold_weight_transposes(model: onnx.ModelProto) -> onnx.ModelProto:

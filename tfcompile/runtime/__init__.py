@@ -36,17 +36,28 @@ def register_runtime(task: str) -> Callable[[type[Bundle]], type[Bundle]]:
 
 
 def load(
-    bundle: str | Path, providers: Sequence[str] | None = None, options: SessionOptions | None = None
+    bundle: str | Path | BundleFiles,
+    providers: Sequence[str] | None = None,
+    options: SessionOptions | None = None,
 ) -> Bundle:
     """Load and check a bundle written by ``tfcompile export``: a LanguageModel for a decoder, a
     Classifier for a text classifier, a Translator for an encoder-decoder, an ImageClassifier for
     a ViT. ``providers``: onnxruntime execution providers, in order of preference (default: CUDA
     when available, then the CPU); ``options``: threads and spinning (SessionOptions)."""
-    files = BundleFiles(Path(bundle))
+    files = bundle if isinstance(bundle, BundleFiles) else BundleFiles(Path(bundle))
     task = files.manifest.task
     if task not in RUNTIMES:
-        raise BundleError(f"{bundle} holds a {task!r} model, which this runtime cannot serve")
+        raise BundleError(f"{files.folder} holds a {task!r} model, which this runtime cannot serve")
     return RUNTIMES[task](files, providers, options)
+
+
+def check_bundle(bundle: str | Path | BundleFiles) -> None:
+    """The checks ``load`` runs, for a bundle handed on rather than served (tfcompile optimize,
+    export-triton, export-genai): on the CPU, every graph the manifest lists opened and checked
+    against it, and the tokenizer read; a BundleError says what is wrong."""
+    served = load(bundle, ["CPUExecutionProvider"])
+    for name in served.manifest.graphs.keys() - served.opened:
+        served.open_graph(name)
 
 
 __all__ = [
@@ -62,6 +73,7 @@ __all__ = [
     "Prediction",
     "SessionOptions",
     "Translator",
+    "check_bundle",
     "default_providers",
     "load",
     "read_manifest",

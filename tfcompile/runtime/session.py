@@ -93,6 +93,7 @@ class Bundle:
         self.manifest: Manifest = self.files.manifest
         self._providers = session_providers(providers or default_providers())
         self._options = options or SessionOptions()
+        self.opened: set[str] = set()  # the graphs open_graph checked
         self.session = self.open_graph(self.MAIN_GRAPH)
         if self.manifest.model.vocab_size is None and any(
             is_token_ids(t.name) for g in self.manifest.graphs.values() for t in g.inputs
@@ -173,6 +174,7 @@ class Bundle:
                         f"{self.path / graph.file}: {f.name} is {f.type} of shape {f.shape}, but the "
                         f"manifest says {t.dtype} of shape {t.shape}"
                     )
+        self.opened.add(name)
         return session
 
     def infer(self, feed: dict[str, Any]) -> dict[str, np.ndarray]:
