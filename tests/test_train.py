@@ -239,7 +239,7 @@ def test_the_run_records_its_spec_with_every_default_filled_in(tmp_path: Path) -
             r"for one batch's outputs \(100000000 x 64 tokens\).*lower train\.batch_size",
         ),
         (
-            ["model.d_model=1000000000", "model.n_heads=8"],
+            ["model.d_model=65536", "model.n_layers=1024", "model.n_heads=8"],
             r"for the model's [\d,]+ parameters.*lower model\.d_model",
         ),
     ],

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 import tempfile
@@ -18,7 +19,7 @@ from tfcompile import __version__
 from tfcompile.errors import UserError
 from tfcompile.paths import check_arguments, untrained
 from tfcompile.spec import SpecError, SpecIssue, dump_spec, load_spec
-from tfcompile.spec.schema import check_run_name
+from tfcompile.spec.schema import MAX_SEED, MAX_THREADS, check_run_name
 
 if TYPE_CHECKING:
     from tfcompile.export import ParityReport
@@ -651,7 +652,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--precision", choices=["fp32", "fp16"], help="graph precision (default: export.precision)"
     )
     export.add_argument("--checkpoint", choices=["last", "best"], default="last", help="for a run")
-    export.add_argument("--seed", type=int, default=0, help="for a spec: the seed of the random weights")
+    export.add_argument("--seed", type=_seed, default=0, help="for a spec: the seed of the random weights")
     export.add_argument("--force", action="store_true", help="replace the bundle at --out if there is one")
     _add_optimize_args(export, precision=False)
     _add_set_arg(export, when=" (exporting a spec)")
@@ -790,7 +791,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("bundles", nargs="+", metavar="BUNDLE", help="a bundle folder, or NAME=FOLDER")
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback only)")
-    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--port", type=_port, default=8000, help="0 to 65535 (0: any free port)")
     serve.add_argument(
         "--api-key",
         default=os.environ.get("TFCOMPILE_API_KEY"),
@@ -821,7 +822,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument(
         "--threads",
-        type=_positive_int,
+        type=_threads,
         default=None,
         help="onnxruntime threads per model (default: one per core; half the cores for step graphs)",
     )
@@ -861,7 +862,7 @@ def _add_sampling_args(parser: argparse.ArgumentParser, batch: bool = False) -> 
     parser.add_argument("--temperature", type=_non_negative_float, default=1.0, help="0 is greedy")
     parser.add_argument("--top-k", type=_positive_int, default=None)
     parser.add_argument("--top-p", type=_probability, default=None)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=_seed, default=0)
 
 
 def _positive_int(text: str) -> int:
@@ -880,8 +881,31 @@ def _non_negative_int(text: str) -> int:
 
 def _non_negative_float(text: str) -> float:
     value = float(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, found {text}")
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, found {text}")
+    return value
+
+
+def _seed(text: str) -> int:
+    """A seed as the spec's train.seed and the runtime take: a whole number from 0 to 2^63 - 1."""
+    value = int(text)
+    if not 0 <= value <= MAX_SEED:
+        raise argparse.ArgumentTypeError(f"expected a seed from 0 to 2^63 - 1, found {text}")
+    return value
+
+
+def _threads(text: str) -> int:
+    """Threads as the spec's train.threads takes them: 1 to MAX_THREADS, whatever the machine."""
+    value = int(text)
+    if not 1 <= value <= MAX_THREADS:
+        raise argparse.ArgumentTypeError(f"expected threads from 1 to {MAX_THREADS:,}, found {text}")
+    return value
+
+
+def _port(text: str) -> int:
+    value = int(text)
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"expected a TCP port from 0 to 65535, found {text}")
     return value
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import enum
 import re
+import stat
 from pathlib import Path
 
 from tfcompile.errors import UserError
@@ -24,6 +25,17 @@ RUN_MARKS = ("checkpoints", "metrics.jsonl", TOKENIZER_FILE, "import.json")
 STUDY_KEYS = {"base", "variants", "axes", "seeds", "budget"}
 TOP_LEVEL_KEY = re.compile(r"^([A-Za-z_][\w-]*)[ \t]*:", re.MULTILINE)
 SCAN_BYTES = 1 << 20  # a spec's size limit
+YAML_SUFFIXES = (".yaml", ".yml")  # how a spec or a study is recognised by its name
+REGULAR_FILE, FOLDER = "a regular file", "a folder"
+# What is at a path, by stat's test for it.
+FILE_TYPES = (
+    (stat.S_ISREG, REGULAR_FILE),
+    (stat.S_ISDIR, FOLDER),
+    (stat.S_ISFIFO, "a named pipe (FIFO)"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
 
 
 class Kind(enum.Enum):
@@ -54,16 +66,29 @@ def kind_of(path: str | Path) -> Kind:
         if (path / HF_CONFIG).is_file():
             return Kind.HF
         return Kind.FOLDER
-    if path.suffix not in (".yaml", ".yml"):
+    if path.suffix not in YAML_SUFFIXES or file_type(path) != REGULAR_FILE:
         return Kind.FILE
     keys = _top_level_keys(path)
     return Kind.STUDY if keys & STUDY_KEYS and "model" not in keys else Kind.SPEC
 
 
+def file_type(path: str | Path) -> str:
+    """What is at ``path`` (its links followed): REGULAR_FILE, FOLDER, "a named pipe (FIFO)", "a
+    character device" (/dev/null), "a block device", "a socket", or "nothing". Only a regular file
+    is opened: reading any other would block or never end."""
+    try:
+        mode = Path(path).stat().st_mode
+    except OSError:
+        return "nothing"
+    return next((name for test, name in FILE_TYPES if test(mode)), "a special file")
+
+
 def _top_level_keys(path: Path) -> set[str]:
     """The names at the start of a line followed by a colon: a block mapping's top-level keys,
     read without parsing (any file, however malformed, is recognised at once; the spec loader
-    then reports where it is wrong)."""
+    then reports where it is wrong). Only a regular file is opened: a FIFO would block."""
+    if not path.is_file():
+        return set()
     try:
         with open(path, "rb") as f:
             head = f.read(SCAN_BYTES).decode("utf-8", errors="replace")
@@ -120,6 +145,15 @@ MADE_BY = {
 
 def advice(command: str, path: str | Path, kind: Kind, accepted: tuple[Kind, ...]) -> str:
     """The command that would work for ``path`` of ``kind``, given what ``command`` meant to do."""
+    path = Path(path)
+    yaml_kinds = {Kind.SPEC, Kind.STUDY} & set(accepted)
+    if kind is Kind.FILE and yaml_kinds and path.suffix not in YAML_SUFFIXES:
+        keys = _top_level_keys(path)
+        if "model" in keys or keys & STUDY_KEYS:  # a spec or a study by its keys, refused by its name
+            return (
+                f"it holds YAML keys, but a spec or study is recognised by its name, which ends in "
+                f".yaml or .yml, not {path.suffix or 'nothing'!r}: rename it {path.with_suffix('.yaml')}"
+            )
     table = ADVICE.get(kind)
     if table is None:  # nothing tfcompile made: say where what the command takes comes from
         return "; ".join(MADE_BY[k] for k in accepted)
@@ -134,8 +168,10 @@ def expect(command: str, path: str | Path, accepted: tuple[Kind, ...], role: str
         return kind
     wanted = " or ".join(k.value for k in accepted)
     where = f"{role} " if role else ""
+    found = file_type(path)
+    got = f"{found}, not a regular file" if kind is Kind.FILE and found != REGULAR_FILE else kind.value
     what_works = advice(command, path, kind, accepted)
-    raise PathKindError(f"{where}{path} is {kind.value}, but `{command}` takes {wanted}: {what_works}")
+    raise PathKindError(f"{where}{path} is {got}, but `{command}` takes {wanted}: {what_works}")
 
 
 # The path arguments of each command (argparse's dest; an option's with its dashes) and the kinds

@@ -1,11 +1,14 @@
 """A model's anatomy: each module's parameters and output shape, the total, and FLOPs per token.
 
-The model is built on the meta device, so summarising GPT-2 or LLaMA-7B allocates no memory.
+The model is built on the meta device, so summarising GPT-2 or LLaMA-7B allocates no memory; the
+output shapes are recorded through the first block of each stack (the others give the same), so
+that the forward pass costs one block's time however deep the model.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import torch
@@ -40,17 +43,17 @@ class Summary:
 def summarize(spec: Spec) -> Summary:
     with torch.device("meta"):
         model = build_model(spec)
-    rows_modules = list(_row_modules(model))
+    rows_modules = _row_modules(model)
     shapes: dict[str, tuple[int, ...]] = {}
-    hooks = [module.register_forward_hook(_record_shape(shapes, name)) for name, module in rows_modules]
-    with torch.no_grad():
+    hooks = [m.register_forward_hook(_record_shape(shapes, key)) for key, m in _shape_sources(model).items()]
+    with torch.no_grad(), _first_blocks(model):
         model(*model.example_inputs())
     for hook in hooks:
         hook.remove()
 
     seen: dict[int, str] = {}
     rows = []
-    for name, module in rows_modules:
+    for name, module, shape_of in rows_modules:
         own, tied = 0, []
         for p in module.parameters():
             if id(p) in seen:
@@ -59,7 +62,7 @@ def summarize(spec: Spec) -> Summary:
                 seen[id(p)] = name
                 own += p.numel()
         note = f"weight tied to {tied[0]}" if tied else ""
-        rows.append(ModuleRow(name, type(module).__name__, own, shapes.get(name), note))
+        rows.append(ModuleRow(name, type(module).__name__, own, shapes.get(shape_of), note))
     total = sum(p.numel() for p in model.parameters())
     return Summary(rows, total, forward_flops_per_token(model, spec.model), spec.context_length)
 
@@ -77,16 +80,54 @@ def forward_flops_per_token(model: nn.Module, spec: TransformerSpec, context: in
     return matmul + attention
 
 
-def _row_modules(model: nn.Module) -> list[tuple[str, nn.Module]]:
-    """Top-level modules, with each repeated block opened into its sublayers."""
+def _row_modules(model: nn.Module) -> list[tuple[str, nn.Module, str]]:
+    """Top-level modules, with each repeated block opened into its sublayers; each with the row
+    whose output shape it has (a block's sublayer: the first block's)."""
     rows = []
     for name, child in model.named_children():
         if isinstance(child, nn.ModuleList):
             for i, block in enumerate(child):
-                rows += [(f"{name}.{i}.{sub}", m) for sub, m in block.named_children() if _shown(m)]
+                rows += [
+                    (f"{name}.{i}.{sub}", m, f"{name}.0.{sub}")
+                    for sub, m in block.named_children()
+                    if _shown(m)
+                ]
         elif _shown(child):
-            rows.append((name, child))
+            rows.append((name, child, name))
     return rows
+
+
+def _shape_sources(model: nn.Module) -> dict[str, nn.Module]:
+    """The modules whose output shapes the rows show: the top-level ones, and every sublayer of the
+    first block of each stack (a later block's sublayer has the shape of its namesake there, even
+    where the first block's is an Identity, as its stochastic depth is)."""
+    sources: dict[str, nn.Module] = {}
+    for name, child in model.named_children():
+        if isinstance(child, nn.ModuleList):
+            sources |= {f"{name}.0.{sub}": m for block in child[:1] for sub, m in block.named_children()}
+        else:
+            sources[name] = child
+    return sources
+
+
+@contextlib.contextmanager
+def _first_blocks(model: nn.Module) -> Iterator[None]:
+    """Every stack of blocks (a ModuleList) in ``model`` cut to its first block inside: blocks of
+    a stack give the same shapes, and on the meta device each block's forward costs tens of
+    milliseconds of Python, a minute for a thousand layers."""
+    stacks = [
+        (parent, name, child)
+        for parent in model.modules()
+        for name, child in parent.named_children()
+        if isinstance(child, nn.ModuleList) and len(child) > 1
+    ]
+    for parent, name, child in stacks:
+        setattr(parent, name, child[:1])
+    try:
+        yield
+    finally:
+        for parent, name, child in stacks:
+            setattr(parent, name, child)
 
 
 def _shown(module: nn.Module) -> bool:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import io
 import json
+import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +18,7 @@ from tokenizers import Tokenizer
 from tfcompile.data.tokenizer import encode, train_tokenizer
 from tfcompile.errors import UserError
 from tfcompile.files import atomic_write_bytes, atomic_write_text
+from tfcompile.paths import FOLDER, REGULAR_FILE, file_type
 from tfcompile.sequences import EOS
 from tfcompile.spec.schema import DataSpec
 
@@ -25,27 +28,69 @@ class DataError(UserError, ValueError):
 
 
 def read_documents(spec: DataSpec) -> list[str]:
-    """The documents of a corpus: one text file, or every .txt file under a folder (sorted)."""
+    """The documents of a corpus: one text file (gzipped when its name ends in .gz), or every .txt
+    file under a folder (sorted)."""
     path = spec.path
     if path is None:
         raise DataError("data.path is not set: a text corpus is a file or a folder of .txt files")
-    if path.is_file():
-        files = [path]
-    elif path.is_dir():
-        files = sorted(p for p in path.rglob("*.txt") if p.is_file())
-        if not files:
-            raise DataError(f"data.path: the folder {path} holds no .txt files")
-    else:
+    found = file_type(path)
+    if found == "nothing":
         raise DataError(f"data.path: no file or folder at {path}")
-    documents = []
-    for file in files:
-        try:
-            documents.append(file.read_text(encoding="utf-8"))
-        except UnicodeDecodeError as e:
-            raise DataError(
-                f"data.path: {file} is not UTF-8 text (byte {e.start}): save it as UTF-8"
-            ) from None
-    return documents
+    if found != FOLDER:
+        return [read_text(path, "data.path")]  # a FIFO or a device is refused there
+    files = sorted(p for p in path.rglob("*.txt") if p.is_file())
+    if not files:
+        raise DataError(f"data.path: the folder {path} holds no .txt files")
+    return [read_text(file, "data.path") for file in files]
+
+
+def require_file(path: Path, field: str | None = None) -> None:
+    """A DataError unless ``path`` is a regular file: it says what is there instead (nothing, a
+    folder, a FIFO, a device such as /dev/null), after ``field``, the spec field that gave it."""
+    found = file_type(path)
+    prefix = f"{field}: " if field else ""
+    if found == "nothing":
+        raise DataError(f"{prefix}no file at {path}")
+    if found != REGULAR_FILE:
+        raise DataError(f"{prefix}{path} is {found}, not a regular file")
+
+
+def read_text(path: Path, field: str | None = None) -> str:
+    """A data file's text: gunzipped when its name ends in .gz, decoded as UTF-8. Anything but a
+    regular file, a damaged gzip file or a byte that is not UTF-8 is a DataError naming the file
+    (after ``field``, the spec field that gave it) and, for a byte, its line."""
+    require_file(path, field)
+    where = f"{field}: {path}" if field else str(path)
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise DataError(f"{where}: cannot read it: {e.strerror}") from None
+    if path.suffix == ".gz":
+        data = _gunzip(data, where)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        raise DataError(
+            f"{where}, line {line}: byte 0x{data[e.start]:02x} is not UTF-8 text: save the file as UTF-8"
+        ) from None
+
+
+GZIP_MAGIC = b"\x1f\x8b"
+
+
+def _gunzip(data: bytes, where: str) -> bytes:
+    if not data.startswith(GZIP_MAGIC):
+        raise DataError(
+            f"{where}: not a gzip file, though its name ends in .gz: compress it with gzip, or remove "
+            f".gz from its name if it is plain text"
+        )
+    try:
+        return gzip.decompress(data)
+    except EOFError:
+        raise DataError(f"{where}: the gzip data ends too early (a copy cut short?): copy it again") from None
+    except (OSError, zlib.error) as e:  # gzip.BadGzipFile is an OSError
+        raise DataError(f"{where}: the gzip data is damaged ({e}): copy it again") from None
 
 
 def read_corpus(spec: DataSpec) -> str:

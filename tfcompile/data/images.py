@@ -9,10 +9,11 @@ from pathlib import Path
 
 import numpy as np
 
-from tfcompile.data.corpus import DataError
+from tfcompile.data.corpus import DataError, require_file
 from tfcompile.errors import InputError
 from tfcompile.images import IMAGE_SUFFIXES, fit, read_image, to_unit_range
 from tfcompile.memory import gigabytes, physical_memory, too_large
+from tfcompile.paths import FOLDER, file_type
 
 
 @dataclass(frozen=True)
@@ -42,8 +43,10 @@ def load_digits(channels: int, image_size: int) -> LabelledImages:
 
 def read_image_folder(path: Path, channels: int, image_size: int, field: str = "data.path") -> LabelledImages:
     """``path/CLASS/IMAGE``: every image file in each sub-folder, labelled with the folder's name."""
-    if not path.is_dir():
-        raise DataError(f"{field}: no folder at {path} (images go in one sub-folder per class)")
+    found = file_type(path)
+    if found != FOLDER:
+        where = "no folder at " if found == "nothing" else f"{found}, not a folder, at "
+        raise DataError(f"{field}: {where}{path} (images go in one sub-folder per class)")
     files = [
         (folder.name, file)
         for folder in sorted(p for p in path.iterdir() if p.is_dir())
@@ -52,6 +55,7 @@ def read_image_folder(path: Path, channels: int, image_size: int, field: str = "
     _require_memory(len(files), channels, image_size, field)
     images, labels = [], []
     for label, file in files:
+        require_file(file, field)  # a FIFO named like an image would block the read
         try:
             image = fit(to_unit_range(read_image(file, channels), channels), image_size)
         except InputError as e:

@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from tfcompile.paths import file_type
 from tfcompile.spec.errors import SpecError, SpecIssue
 from tfcompile.spec.presets import PRESETS, merge
 from tfcompile.spec.schema import Spec
@@ -35,6 +36,7 @@ class Mark:
     column: int
     width: int  # of the value when it is a one-line scalar, else 1
     origin: str | None = None  # "--set FIELD=VALUE" for an override's values
+    plain: str | None = None  # an unquoted value YAML 1.1 reads as no text (no, 5, 2024-01-02), as written
 
 
 def load_spec(path: str | Path, overrides: Sequence[str] = ()) -> Spec:
@@ -77,7 +79,10 @@ def _read_text(path: Path, what: str = "spec") -> str:
 
     try:
         if not stat.S_ISREG(path.stat().st_mode):
-            raise fail(f"cannot read the {what}: not a regular file", "give the path of a .yaml file")
+            raise fail(
+                f"cannot read the {what}: it is {file_type(path)}, not a regular file",
+                "give the path of a .yaml file",
+            )
         with open(path, "rb") as f:
             data = f.read(MAX_BYTES + 1)
     except OSError as e:
@@ -144,21 +149,27 @@ def dump_spec(spec: Spec) -> str:
 
 
 class _Refused(Exception):
-    """A YAML construct a spec never needs, at the node that holds it."""
+    """A YAML construct a spec never needs, at the node that holds it (and at the field ``loc``,
+    for a value)."""
 
-    def __init__(self, node: yaml.Node, message: str, hint: str | None = None) -> None:
+    def __init__(
+        self, node: yaml.Node, message: str, hint: str | None = None, loc: Loc | None = None
+    ) -> None:
         super().__init__(message)
-        self.node, self.message, self.hint = node, message, hint
+        self.node, self.message, self.hint, self.loc = node, message, hint, loc
 
 
 def _compose(text: str, source: str, origin: str | None = None, at: Loc = ()) -> tuple[Any, dict[Loc, Mark]]:
     """YAML text -> plain Python and the position of every key and value under ``at``. Values of
     a --set override carry its ``origin`` instead of a position in the file."""
-    path = ".".join(map(str, at))
 
-    def fail(message: str, hint: str | None, position: tuple[int, int] | None) -> SpecError:
+    def fail(
+        message: str, hint: str | None, position: tuple[int, int] | None, loc: Loc | None = None
+    ) -> SpecError:
         line, column = position if position and origin is None else (None, None)
-        issue = SpecIssue(path, message, hint, line, column, origin=origin)
+        issue = SpecIssue(
+            ".".join(map(str, at if loc is None else loc)), message, hint, line, column, origin=origin
+        )
         return SpecError(source, [issue], None if origin else text)
 
     loader = None
@@ -167,12 +178,15 @@ def _compose(text: str, source: str, origin: str | None = None, at: Loc = ()) ->
         reader = _Reader(loader, origin)
         node = loader.get_single_node()
         data = reader.value(node, at, 0, frozenset()) if node is not None else {}
+        if origin is not None and node is not None:  # an override's value is marked at its argument
+            reader.marks[at] = reader._mark(node, node)
     except _Refused as e:
-        raise fail(e.message, e.hint, (e.node.start_mark.line + 1, e.node.start_mark.column + 1)) from None
+        start = e.node.start_mark
+        raise fail(e.message, e.hint, (start.line + 1, start.column + 1), e.loc) from None
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
         position = (mark.line + 1, mark.column + 1) if mark else None
-        raise fail(f"invalid YAML: {e.problem or e.context}", None, position) from None
+        raise fail(f"invalid YAML: {e.problem or e.context}", _tab_hint(text, e), position) from None
     except yaml.reader.ReaderError as e:  # a character YAML does not allow (NUL, control characters)
         line = text.count("\n", 0, e.position) + 1
         column = e.position - (text.rfind("\n", 0, e.position) + 1) + 1
@@ -188,13 +202,25 @@ def _compose(text: str, source: str, origin: str | None = None, at: Loc = ()) ->
     return data, reader.marks
 
 
+def _tab_hint(text: str, error: yaml.MarkedYAMLError) -> str | None:
+    """A hint when the line of a YAML error is indented with a tab (PyYAML's message for it speaks
+    of a character that cannot start a token)."""
+    mark = error.problem_mark or error.context_mark
+    lines = text.split("\n")
+    line = lines[mark.line] if mark and mark.line < len(lines) else ""
+    indent = line[: len(line) - len(line.lstrip())]
+    if "\t" in indent or "'\\t'" in str(error.problem):
+        return "indent with spaces: YAML does not allow tabs in indentation"
+    return None
+
+
 class _Reader:
     """Plain Python from the node graph that PyYAML's SafeLoader composes, with the position of
     every key and value, refusing what a spec never needs: keys that are not text, tags that name
     no known type, aliases that refer to themselves or expand past MAX_VALUES, nesting deeper than
     MAX_DEPTH."""
 
-    MAP, SEQ = "tag:yaml.org,2002:map", "tag:yaml.org,2002:seq"
+    MAP, SEQ, MERGE = "tag:yaml.org,2002:map", "tag:yaml.org,2002:seq", "tag:yaml.org,2002:merge"
 
     def __init__(self, loader: yaml.SafeLoader, origin: str | None) -> None:
         self.loader = loader
@@ -217,6 +243,12 @@ class _Reader:
             self._tag(node, self.MAP)
             out: dict[str, Any] = {}
             for key_node, value_node in node.value:
+                if key_node.tag == self.MERGE:
+                    raise _Refused(
+                        key_node,
+                        "merge keys (`<<:`) are not read in a spec",
+                        "write the fields out, or reuse a whole section with an alias (`model: *name`)",
+                    )
                 key = self._key(key_node)
                 if key in out:
                     raise _Refused(key_node, f"duplicate key {key!r}", "give each key once")
@@ -233,9 +265,12 @@ class _Reader:
                 items.append(self.value(item, item_loc, depth + 1, active))
             return items
         try:
-            return self.loader.construct_object(node)
+            value = self.loader.construct_object(node)
         except (ValueError, TypeError, OverflowError) as e:  # e.g. !!int abc, an int of 5,000 digits
-            raise _Refused(node, f"cannot read {node.value!r} as {node.tag}: {e}") from None
+            raise _Refused(node, f"cannot read {node.value!r} as {node.tag}: {e}", loc=loc) from None
+        if isinstance(node, yaml.ScalarNode) and node.style is None:
+            _refuse_yaml11_number(node, value, loc)
+        return value
 
     def _tag(self, node: yaml.Node, default: str) -> None:
         if node.tag != default:
@@ -245,14 +280,15 @@ class _Reader:
         key = self.loader.construct_object(node) if isinstance(node, yaml.ScalarNode) else None
         if not isinstance(key, str):
             shown = repr(key) if isinstance(node, yaml.ScalarNode) else "a mapping or a list"
-            raise _Refused(
-                node, f"a key must be a field name, found {shown}", "keys are names such as d_model"
-            )
+            plain = _plain(node)
+            hint = _quote_hint(plain, key) if plain is not None else "keys are names such as d_model"
+            raise _Refused(node, f"a key must be a field name, found {shown}", hint)
         return key
 
     def _mark(self, key: yaml.Node, value: yaml.Node) -> Mark:
+        plain = _plain(value)
         if self.origin is not None:
-            return Mark(None, 1, None, 1, 1, self.origin)
+            return Mark(None, 1, None, 1, 1, self.origin, plain)
         start, end = value.start_mark, value.end_mark
         one_line_scalar = isinstance(value, yaml.ScalarNode) and start.line == end.line
         return Mark(
@@ -261,6 +297,55 @@ class _Reader:
             start.line + 1,
             start.column + 1,
             max(end.column - start.column, 1) if one_line_scalar else 1,
+            plain=plain,
+        )
+
+
+# The tags YAML 1.1 gives an unquoted scalar that is not text: `no`, `on` and `yes` are booleans,
+# `5` a number, `2024-01-02` a date. Where text was meant, the value is to be quoted.
+NOT_TEXT = {f"tag:yaml.org,2002:{t}" for t in ("bool", "int", "float", "timestamp")}
+OCTAL = re.compile(r"[-+]?0[0-7_]+")  # YAML 1.1's octal form (YAML 1.2 writes 0o10)
+
+
+def _plain(node: yaml.Node) -> str | None:
+    """The text of ``node`` when it is an unquoted scalar that YAML 1.1 reads as no text."""
+    if isinstance(node, yaml.ScalarNode) and node.style is None and node.tag in NOT_TEXT:
+        return str(node.value)
+    return None
+
+
+def _quote_hint(plain: str, value: Any) -> str:
+    """How to make ``plain``, which YAML 1.1 read as ``value``, the text it looks like."""
+    if isinstance(value, bool):
+        reading = f"the boolean {str(value).lower()}"
+    elif isinstance(value, int | float):
+        reading = f"the number {value}"
+    else:
+        reading = "a date"
+    return f"quote it: '{plain}' (unquoted, YAML 1.1 reads it as {reading})"
+
+
+def _refuse_yaml11_number(node: yaml.ScalarNode, value: Any, loc: Loc) -> None:
+    """Refuse the two YAML 1.1 forms that validation would take silently as another number than
+    the one written: a leading zero makes octal (010 is 8, where YAML 1.2 reads 10) and colons base
+    60 (1:30 is 90, where YAML 1.2 reads text). Neither reading is surely the author's, so guessing
+    either would surprise someone: the hint says to write the number meant, or to quote the text."""
+    text = str(node.value)
+    decimal = int(text.replace("_", "")) if OCTAL.fullmatch(text) else value
+    if node.tag == "tag:yaml.org,2002:int" and decimal != value:
+        raise _Refused(
+            node,
+            f"YAML 1.1 reads {text} as the octal number {value}",
+            f"write {decimal} if you mean {decimal}, {value} if you mean octal {text}, or quote it "
+            f"('{text}') for text",
+            loc,
+        )
+    if node.tag in ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float") and ":" in text:
+        raise _Refused(
+            node,
+            f"YAML 1.1 reads {text} as the base-60 number {value}",
+            f"write {value} if you mean that number, or quote it ('{text}') for text",
+            loc,
         )
 
 
@@ -278,6 +363,11 @@ def _apply_override(data: dict[str, Any], marks: dict[Loc, Mark], override: str,
         raise fail(
             f"bad override {override!r}", "write it as section.field=value, e.g. --set train.steps=100"
         )
+    if not raw.strip():
+        raise fail(
+            "the value after '=' is empty",
+            f"write FIELD=VALUE, e.g. --set {dotted.strip()}=VALUE (YAML: null for none, '' for empty text)",
+        )
     node = data
     for depth, key in enumerate(keys[:-1]):
         node = node.setdefault(key, {})
@@ -290,7 +380,7 @@ def _apply_override(data: dict[str, Any], marks: dict[Loc, Mark], override: str,
         del marks[old]  # the file's positions under the override no longer hold its values
     value, value_marks = _compose(raw, source, origin=origin, at=loc)
     marks |= value_marks
-    marks[loc] = Mark(None, 1, None, 1, 1, origin)
+    marks.setdefault(loc, Mark(None, 1, None, 1, 1, origin))
     node[keys[-1]] = value
 
 
@@ -325,6 +415,9 @@ def _issues(
     if kind == "literal_error":
         expected = _quoted(error["ctx"]["expected"])
         issue = _unknown("value", found, expected)
+        plain = _plain_at(loc, marks)
+        if plain is not None and plain in expected:  # `no` where 'no' is a choice
+            issue = _Unknown(issue.message, _quote_hint(plain, found))
         return [_issue(loc, marks, issue.message, issue.hint, preset)]
     if kind == "union_tag_invalid":
         expected = _quoted(error["ctx"]["expected_tags"])
@@ -334,14 +427,35 @@ def _issues(
             loc = (*loc, tag_field)
         return [_issue(loc, marks, issue.message, issue.hint, preset)]
     if kind == "union_tag_not_found":
-        tags = [c.model_fields["type"].default for c in _walk(error["loc"], root) if "type" in c.model_fields]
-        return [_issue(loc, marks, "missing `type`", f"add `type:` with one of {_choices(tags)}", preset)]
+        tag_field = _tag_field(error["loc"], root)
+        tags = [tag for tag in map(_tag, _walk(error["loc"], root)) if tag is not None]
+        if isinstance(found, dict):
+            hint = f"add `{tag_field}:` with one of {_choices(tags)}"
+            return [_issue(loc, marks, f"missing `{tag_field}`", hint, preset)]
+        message = (
+            f"expected a mapping with `{tag_field}:` ({_choices(tags)}) and the section's fields, "
+            f"found {'nothing' if found is None else repr(found)}"
+        )
+        hint = f"write the fields indented under `{loc[-1]}:`, one a line, e.g. `{tag_field}: {tags[0]}`"
+        return [_issue(loc, marks, message, hint, preset)]
     if kind in {"model_type", "model_attributes_type", "dict_type"}:
         return [_issue(loc, marks, f"expected a mapping of fields, found {found!r}", None, preset)]
     if kind == "value_error":  # a field validator's own message says what was found
         return [_issue(loc, marks, str(error["ctx"]["error"]), None, preset)]
+    if kind == "spec_bound":  # schema.at_most: the hint says what the bound is for
+        return [_issue(loc, marks, error["msg"], error["ctx"]["hint"], preset)]
     message = re.sub(r"^Input should be ", "expected ", error["msg"])
-    return [_issue(loc, marks, f"{message[0].lower()}{message[1:]}, found {found!r}", None, preset)]
+    plain = _plain_at(loc, marks) if kind in TEXT_ERRORS else None
+    quote = _quote_hint(plain, found) if plain is not None else None
+    return [_issue(loc, marks, f"{message[0].lower()}{message[1:]}, found {found!r}", quote, preset)]
+
+
+TEXT_ERRORS = {"string_type", "path_type"}  # errors that quoting a value YAML 1.1 read as no text fixes
+
+
+def _plain_at(loc: Loc, marks: dict[Loc, Mark]) -> str | None:
+    mark = marks.get(loc)
+    return mark.plain if mark is not None else None
 
 
 def _data_loc(loc: Loc, data: Any) -> Loc:

@@ -18,7 +18,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    field_validator,
+    model_validator,
+)
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticCustomError
 
@@ -31,6 +40,63 @@ PositiveInt = Annotated[int, Field(gt=0, strict=True)]
 PositiveFloat = Annotated[float, Field(gt=0)]
 Probability = Annotated[float, Field(ge=0, lt=1)]
 # Choices that building blocks register: adding one to its registry makes it valid here.
+
+
+def at_most(bound: int, why: str) -> AfterValidator:
+    """An integer field's upper bound: a larger value is a ``spec_bound`` error, which the loader
+    reports at the value with ``why`` (what the bound is for) as the hint."""
+
+    def check(value: int) -> int:
+        if value > bound:
+            raise PydanticCustomError(
+                "spec_bound",
+                "must be at most {bound}, found {found}",
+                {"bound": f"{bound:,}", "found": f"{value:,}", "hint": why},
+            )
+        return value
+
+    return AfterValidator(check)
+
+
+# Sizes far past any model trained today (Llama 3.1 405B: d_model 16,384, d_ff 53,248, 126 layers,
+# 128 heads; vocabularies of about 256,000). A larger value is a typo, and would overflow a count or
+# take minutes to summarise. Contexts go to 2^30, past LongNet's billion tokens: the T x T attention
+# scores of a longer one overflow 64-bit sizes, even on the meta device.
+MAX_WIDTH = 1 << 16
+MAX_LAYERS = 1024
+MAX_HEADS = 1024
+MAX_SEQ_LEN = 1 << 30
+MAX_BYTES = (1 << 63) - 1  # the largest size in bytes of one tensor (a 64-bit count)
+MAX_VOCAB = 1 << 24
+MAX_VOCAB_MULTIPLE = 4096
+MAX_IMAGE_SIZE = 8192
+MAX_CHANNELS = 1024
+BEYOND = "the bound is far past any model trained today: Llama 3.1 405B has {}"
+VOCABULARIES = "the largest vocabularies in use have about 256,000 tokens"
+Width = Annotated[PositiveInt, at_most(MAX_WIDTH, BEYOND.format("d_model 16,384 and head_dim 128"))]
+FeedForward = Annotated[PositiveInt, at_most(4 * MAX_WIDTH, BEYOND.format("d_ff 53,248"))]
+Depth = Annotated[
+    PositiveInt, at_most(MAX_LAYERS, BEYOND.format("126 layers (DeepNet trained 1,000 to show it could)"))
+]
+Heads = Annotated[PositiveInt, at_most(MAX_HEADS, BEYOND.format("128 heads"))]
+VocabSize = Annotated[PositiveInt, at_most(MAX_VOCAB, VOCABULARIES)]
+# A seed is stored as a signed 64-bit integer (torch's generators refuse 2^64 and up); numpy's take
+# no negative one.
+MAX_SEED = (1 << 63) - 1
+Seed = Annotated[
+    int, Field(strict=True, ge=0), at_most(MAX_SEED, "a seed is a signed 64-bit integer: below 2^63")
+]
+# Threads for PyTorch's CPU operators: torch crashes past some tens of thousands; the largest
+# machines have a few hundred cores. A fixed bound keeps a spec valid on every machine.
+MAX_THREADS = 1024
+Threads = Annotated[
+    PositiveInt,
+    at_most(
+        MAX_THREADS,
+        "torch crashes when asked for tens of thousands, and the largest machines have a few hundred "
+        "cores; the bound does not depend on this machine, so a spec is valid on every one",
+    ),
+]
 
 
 class Section(BaseModel):
@@ -247,24 +313,33 @@ class TransformerSpec(Section):
 
     data_sizes: ClassVar[tuple[str, ...]] = ("vocab_size",)
 
-    vocab_size: PositiveInt | None = Field(None, description="None: taken from the tokenizer")
-    d_model: PositiveInt
-    n_layers: PositiveInt
-    n_heads: PositiveInt
-    n_kv_heads: PositiveInt | None = Field(None, description="K/V heads: n_heads MHA, 1 MQA; default n_heads")
-    d_ff: PositiveInt | None = Field(
-        None,
-        description="default 4 * d_model; gated activations: 8/3 * d_model rounded up to d_ff_multiple_of",
+    vocab_size: VocabSize | None = Field(
+        None, description=f"None: taken from the tokenizer; at most {MAX_VOCAB:,}"
     )
-    d_ff_multiple_of: PositiveInt = 64
-    max_seq_len: Annotated[int, Field(ge=2)] = Field(
-        description="the longest sequence the model reads; at least 2 (one token has no sequence to export)"
+    d_model: Width = Field(description=f"the width of each token's vector; at most {MAX_WIDTH:,}")
+    n_layers: Depth = Field(description=f"at most {MAX_LAYERS:,}")
+    n_heads: Heads = Field(description=f"at most {MAX_HEADS:,}")
+    n_kv_heads: Heads | None = Field(None, description="K/V heads: n_heads MHA, 1 MQA; default n_heads")
+    d_ff: FeedForward | None = Field(
+        None,
+        description="default 4 * d_model; gated activations: 8/3 * d_model rounded up to d_ff_multiple_of; "
+        f"at most {4 * MAX_WIDTH:,}",
+    )
+    d_ff_multiple_of: FeedForward = 64
+    max_seq_len: Annotated[
+        int,
+        Field(ge=2, strict=True),
+        at_most(MAX_SEQ_LEN, "the T x T attention scores of a longer sequence overflow 64-bit sizes"),
+    ] = Field(
+        description="the longest sequence the model reads; at least 2 (one token has no sequence to export), "
+        f"at most {MAX_SEQ_LEN:,}, and less as n_heads grows: one sequence's attention, n_heads x "
+        "max_seq_len^2 float32s, must have a size in bytes that 64 bits can count"
     )
     norm: NormSpec = NormSpec()
     activation: ActivationName = "gelu"
     positional: Positional = LearnedPositional()
     bias: BiasSpec = BiasSpec()
-    head_dim: PositiveInt | None = Field(
+    head_dim: Width | None = Field(
         None, description="size of each attention head; default d_model / n_heads (T5 sets its own)"
     )
     attention_scale: PositiveFloat | None = Field(
@@ -335,8 +410,23 @@ class TransformerSpec(Section):
                 f"sinusoidal encodings pair sin and cos, so d_model must be even, found {self.d_model}",
                 "use an even d_model",
             )
+        if self.max_seq_len is not None:  # a ViT's follows from its sizes (VitSpec checks it there)
+            self._require_scores_fit(rules, self.max_seq_len, ("max_seq_len",))
         rules.check()
         return self
+
+    def _require_scores_fit(self, rules: Rules, length: int, field: tuple[str, ...]) -> None:
+        """One sequence's attention, which even the summary on the meta device builds (the scores,
+        n_heads x length x length float32s; a causal mask, length x length int64s), must have a
+        size in bytes that 64 bits can count."""
+        per_pair = max(4 * self.n_heads, 8)
+        rules.require(
+            per_pair * length**2 <= MAX_BYTES,
+            field,
+            f"one sequence's attention ({self.n_heads} heads x {length:,} x {length:,} positions) takes "
+            f"more bytes than a 64-bit size counts",
+            lambda: f"use a sequence of at most {math.isqrt(MAX_BYTES // per_pair):,}, or fewer heads",
+        )
 
     # Parameter counts, matching tfcompile.models (tests/test_counts.py).
 
@@ -404,11 +494,18 @@ class DecoderSpec(TransformerSpec):
 
     family: Literal["decoder"] = "decoder"
     scale_output: bool = Field(False, description=SCALE_OUTPUT)
-    vocab_multiple_of: PositiveInt = Field(
+    vocab_multiple_of: Annotated[
+        PositiveInt,
+        at_most(
+            MAX_VOCAB_MULTIPLE,
+            "GPU matmuls want multiples of 64 or 128 (Megatron pads to 128 per tensor-parallel GPU); "
+            "a larger multiple only adds rows that are never used",
+        ),
+    ] = Field(
         1,
         description="pad the embedding and LM head to a multiple of this many rows (64: GPT-2's 50257 -> "
         "50304) for faster GPU matmuls; the padded rows are never input, target or sampled (the logits "
-        "have vocab_size columns) and exports drop them",
+        f"have vocab_size columns) and exports drop them; at most {MAX_VOCAB_MULTIPLE:,}",
     )
 
     @property
@@ -433,7 +530,7 @@ class EncoderSpec(TransformerSpec):
     """A bidirectional encoder (BERT): no causal mask, segment embeddings, a task head on top."""
 
     family: Literal["encoder"] = "encoder"
-    type_vocab_size: Annotated[int, Field(strict=True, ge=0)] = Field(
+    type_vocab_size: Annotated[int, Field(strict=True, ge=0), at_most(MAX_VOCAB, VOCABULARIES)] = Field(
         2, description="segment (token type) embeddings: 2 for sentence pairs, 0 for none"
     )
     embedding_norm: bool = Field(False, description="a norm after the summed embeddings (BERT)")
@@ -465,7 +562,7 @@ class EncoderDecoderSpec(TransformerSpec):
     ``n_layers`` is the encoder's depth."""
 
     family: Literal["encoder_decoder"] = "encoder_decoder"
-    n_decoder_layers: PositiveInt | None = Field(None, description="default: n_layers")
+    n_decoder_layers: Depth | None = Field(None, description=f"default: n_layers; at most {MAX_LAYERS:,}")
     share_embeddings: bool = Field(True, description="one embedding table for source and target")
     scale_output: bool = Field(False, description=SCALE_OUTPUT)
 
@@ -495,8 +592,12 @@ class VitSpec(TransformerSpec):
     data_sizes: ClassVar[tuple[str, ...]] = ()  # pixels, not tokens: no vocabulary
 
     family: Literal["vit"] = "vit"
-    image_size: PositiveInt = Field(description="height and width in pixels; images are resized to it")
-    channels: PositiveInt = Field(3, description="3 for RGB, 1 for grey")
+    image_size: Annotated[
+        PositiveInt, at_most(MAX_IMAGE_SIZE, "8,192 x 8,192 pixels are 67M patches of one pixel")
+    ] = Field(description=f"height and width in pixels; images are resized to it; at most {MAX_IMAGE_SIZE:,}")
+    channels: Annotated[
+        PositiveInt, at_most(MAX_CHANNELS, "RGB has 3; hyperspectral images have a few hundred")
+    ] = Field(3, description=f"3 for RGB, 1 for grey; at most {MAX_CHANNELS:,}")
     patch_size: PositiveInt = Field(description="side of the square patches; must divide image_size")
     pooling: Literal["cls", "mean"] = Field(
         "cls", description="cls: classify the final [CLS] state; mean: the mean patch state (no [CLS])"
@@ -559,6 +660,7 @@ class VitSpec(TransformerSpec):
                 "remove model.max_seq_len",
             )
             self._resolve(max_seq_len=length)
+            self._require_scores_fit(rules, length, ("image_size",))
         rules.check()
         return self
 
@@ -608,7 +710,7 @@ class CharTokenizer(Section):
 
 class BpeTokenizer(Section):
     type: Literal["bpe"] = "bpe"
-    vocab_size: Annotated[int, Field(strict=True, ge=32)] = 8000
+    vocab_size: Annotated[int, Field(strict=True, ge=32), at_most(MAX_VOCAB, VOCABULARIES)] = 8000
     min_frequency: PositiveInt = 2
 
 
@@ -616,7 +718,7 @@ class WordPieceTokenizer(Section):
     """BERT's subword tokenizer: words split on whitespace and punctuation, then into pieces."""
 
     type: Literal["wordpiece"] = "wordpiece"
-    vocab_size: Annotated[int, Field(strict=True, ge=32)] = 8000
+    vocab_size: Annotated[int, Field(strict=True, ge=32), at_most(MAX_VOCAB, VOCABULARIES)] = 8000
     min_frequency: PositiveInt = 2
     lowercase: bool = True
 
@@ -940,15 +1042,16 @@ class TrainSpec(Section):
     optimizer: OptimizerSpec = OptimizerSpec()
     schedule: Schedule = CosineSchedule()
     grad_clip: PositiveFloat | None = Field(1.0, description="max gradient norm; null: no clipping")
-    seed: Annotated[int, Field(strict=True)] = 1337
-    eval_seed: Annotated[int, Field(strict=True)] | None = Field(
+    seed: Seed = Field(1337, description=f"from 0 to 2^63 - 1 = {MAX_SEED:,}")
+    eval_seed: Seed | None = Field(
         None, description="draws the validation batches; default: seed (a study fixes it for every trial)"
     )
     device: Literal["auto", "cpu", "cuda"] = "auto"
-    threads: PositiveInt | None = Field(
+    threads: Threads | None = Field(
         None,
         description="CPU threads for PyTorch's operators while training; default: torch's, one per core. "
-        "A small model's steps can be faster on fewer: its operators are too short to split",
+        f"A small model's steps can be faster on fewer: its operators are too short to split. At most "
+        f"{MAX_THREADS:,}",
     )
     precision: Literal["fp32", "bf16", "fp16"] = "fp32"
     compile: bool | None = Field(

@@ -25,7 +25,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 
 from tfcompile.spec.errors import SpecError, SpecIssue
 from tfcompile.spec.loader import FIELD_NAME, Loc, Mark, read_yaml, validation_issues
-from tfcompile.spec.schema import RUN_NAME, PositiveFloat, PositiveInt, Rules, Section
+from tfcompile.spec.schema import RUN_NAME, PositiveFloat, PositiveInt, Rules, Section, Seed
 
 Fields = dict[str, Any]  # dotted field -> value (YAML), as in --set FIELD=VALUE
 
@@ -79,7 +79,7 @@ class Study(Section):
         default_factory=dict, description="dotted field -> values; every combination is a variant"
     )
     baseline: str | None = Field(None, description="the variant others are compared with; default: the first")
-    seeds: list[Annotated[int, Field(strict=True)]] = Field(
+    seeds: list[Seed] = Field(
         [1337], min_length=1, description="every variant trains once per seed (train.seed)"
     )
     budget: Budget

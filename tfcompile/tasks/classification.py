@@ -55,6 +55,28 @@ def resolve_labels(declared: list[str] | None, splits: dict[str, list[str]], sou
     return labels
 
 
+def check_label_values(declared: list[str] | None, values: list[str], source: Path) -> None:
+    """With task.labels, every label of a file is one of the names or, where the file numbers its
+    classes (SST-2's 0 and 1: none of its labels is a name), an index into them; the first that is
+    neither is a DataError naming the file, the row and the value."""
+    if not declared:
+        return
+    names = set(declared)
+    by_index = not names & set(values)
+    for row, value in enumerate(values, 1):
+        if (value.isdecimal() and int(value) < len(declared)) if by_index else value in names:
+            continue
+        expected = (
+            f"a class index from 0 to {len(declared) - 1} into task.labels {declared}"
+            if by_index
+            else f"one of task.labels {declared}"
+        )
+        raise DataError(
+            f"{source}, row {row}: the label {value!r} is not {expected}; fix or remove the row, "
+            f"or change task.labels"
+        )
+
+
 def label_index(labels: list[str], values: set[str]) -> dict[str, int]:
     """Each label value in the data -> its class index. The values are the names in task.labels,
     or, when none of them is a name and all are integers below the number of names, the class
@@ -108,8 +130,10 @@ class TextClassification(Task):
             )
         assert data.path is not None  # builtin data is images
         train = read_table(data.path, task.text_column, task.pair_column, task.label_column)
+        check_label_values(task.labels, train.labels, data.path)
         if data.val_path is not None:
             val = read_table(data.val_path, task.text_column, task.pair_column, task.label_column)
+            check_label_values(task.labels, val.labels, data.val_path)
         else:  # a seeded shuffle, so that a file sorted by label still validates on every label
             order = np.random.default_rng(seed).permutation(len(train))
             n_val = max(1, int(len(train) * data.val_fraction))

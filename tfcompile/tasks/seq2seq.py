@@ -7,7 +7,6 @@ Data paths hold ``{lang}``, filled with the task's source and target names (Mult
 
 from __future__ import annotations
 
-import gzip
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -20,6 +19,7 @@ from tokenizers import Tokenizer
 
 from tfcompile import search
 from tfcompile.data import DataError, train_tokenizer
+from tfcompile.data.corpus import read_text
 from tfcompile.graphs.export import Graph, export_seq2seq_encoder, export_seq2seq_step
 from tfcompile.graphs.parity import check_seq2seq_encoder_parity, check_seq2seq_step_parity
 from tfcompile.manifest import TokenizerInfo, TranslationInfo
@@ -40,9 +40,9 @@ def read_parallel(path: Path, source: str, target: str) -> tuple[list[str], list
     sides = []
     for lang in (source, target):
         file = Path(str(path).replace("{lang}", lang))
-        if not file.is_file():
+        if not file.exists():
             raise DataError(f"no file at {file} ({{lang}} = {lang!r})")
-        text = gzip.decompress(file.read_bytes()).decode() if file.suffix == ".gz" else file.read_text()
+        text = read_text(file)  # a FIFO, a damaged .gz or a byte that is not UTF-8: a DataError
         sides.append([line.strip() for line in text.splitlines()])
     if len(sides[0]) != len(sides[1]):
         raise DataError(f"{path}: {len(sides[0])} {source} lines but {len(sides[1])} {target} lines")
