@@ -12,6 +12,15 @@ ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = ROOT.parent / "shared" / "data"
 TINY = ["model.d_model=16", "model.n_layers=1", "model.n_heads=2"]  # a spec's model, as --set overrides
 ONE_STEP = ["train.steps=1", "train.batch_size=4", "train.eval_interval=1", "train.eval_batches=1"]
+# A small decoder's model section as a spec file writes it (line 6 is max_seq_len: 32).
+MODEL_YAML = """\
+model:
+  vocab_size: 65
+  d_model: 64
+  n_layers: 2
+  n_heads: 4
+  max_seq_len: 32
+"""
 
 
 def tiny_model(**overrides: Any) -> DecoderSpec:

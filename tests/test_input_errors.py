@@ -10,6 +10,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from helpers import MODEL_YAML
 
 from tfcompile.cli import main
 from tfcompile.data import DataError
@@ -21,14 +22,7 @@ from tfcompile.spec import SpecError, load_spec, parse_spec
 from tfcompile.spec.schema import DataSpec
 from tfcompile.summary import summarize
 
-MODEL = """\
-model:
-  vocab_size: 65
-  d_model: 64
-  n_layers: 2
-  n_heads: 4
-  max_seq_len: 32
-"""
+MODEL = MODEL_YAML
 ENCODER = "preset: bert\n" + MODEL
 
 

@@ -5,17 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pytest
+from helpers import MODEL_YAML
 
 from tfcompile.spec import SpecError, parse_spec
 
-GOOD_MODEL = """\
-model:
-  vocab_size: 65
-  d_model: 64
-  n_layers: 2
-  n_heads: 4
-  max_seq_len: 32
-"""
+GOOD_MODEL = MODEL_YAML
 
 
 @dataclass(frozen=True)
