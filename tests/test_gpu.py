@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from helpers import ROOT
+from helpers import ROOT, tiny_model
 
 from tfcompile.spec import Spec, load_spec
 from tfcompile.train import Trainer, read_metrics
@@ -49,6 +49,18 @@ def test_cuda_training_compiles_by_default_and_reports_mfu(tmp_path: Path) -> No
     logged = [r for r in read_metrics(tmp_path / "gpu") if "tokens_per_s" in r]
     if trainer.peak_flops is not None:
         assert all(0 < r["mfu"] < 1 for r in logged)
+
+
+def test_generate_takes_a_prompt_on_the_gpu() -> None:
+    """The model and its prompt on CUDA, as a trainer holds them: the same tokens as on the CPU."""
+    from tfcompile.models import DecoderLM
+    from tfcompile.tasks.causal_lm import generate
+
+    model = DecoderLM(tiny_model()).eval()
+    prompt = torch.tensor([[1, 2, 3]])
+    on_cpu = generate(model, prompt, 8, temperature=0.0)
+    on_gpu = generate(model.cuda(), prompt.cuda(), 8, temperature=0.0)
+    assert on_gpu.device.type == "cuda" and torch.equal(on_gpu.cpu(), on_cpu)
 
 
 def test_onnxruntime_cuda_generation_keeps_pytorch_tokens(tmp_path: Path) -> None:
