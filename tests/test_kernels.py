@@ -290,5 +290,7 @@ def test_two_ranks_with_the_chunked_loss_take_the_plain_steps(tmp_path: Path, pa
     Trainer(load_spec(SPEC, [*sets, "train.name=one"]), tmp_path / "one", show_progress=False).train()
     _, two = load_trained_model(tmp_path / "two")
     _, one = load_trained_model(tmp_path / "one")
+    # Summed in another order (two ranks, chunks), the gradients differ by rounding, which Adam's
+    # division by sqrt(v) enlarges where a gradient is near zero: 3.4e-6 at most on an Intel Xeon.
     for (name, a), b in zip(two.state_dict().items(), one.state_dict().values(), strict=True):
-        torch.testing.assert_close(a, b, atol=2e-6, rtol=1e-5, msg=name)
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5, msg=name)
