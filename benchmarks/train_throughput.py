@@ -29,7 +29,7 @@ from torch import nn
 from tfcompile.models import DecoderLM
 from tfcompile.spec import DecoderSpec, Spec, load_spec
 from tfcompile.summary import forward_flops_per_token
-from tfcompile.tasks.causal_lm import ChunkedLoss, causal_lm_loss
+from tfcompile.tasks.causal_lm import training_loss
 from tfcompile.train.speed import peak_flops
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -122,10 +122,7 @@ def logits_loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Ten
 
 def trainer_loss(spec: Spec) -> Loss:
     """The loss as tfcompile's trainer takes it for ``spec`` (chunked when train.loss_chunk_tokens)."""
-    chunk = spec.train.loss_chunk_tokens
-    if chunk is None:
-        return lambda model, x, y: causal_lm_loss(model(x), y)
-    return lambda model, x, y: model(x, loss=ChunkedLoss(y, chunk))
+    return lambda model, x, y: training_loss(model, x, y, spec.train.loss_chunk_tokens)
 
 
 def make_step(

@@ -71,6 +71,20 @@ class ChunkedLoss:
         return total / (targets != IGNORE_INDEX).sum()
 
 
+def training_loss(
+    model: ModelFn,
+    input_ids: torch.Tensor,
+    targets: torch.Tensor,
+    chunk: int | None,
+    label_smoothing: float = 0.0,
+) -> torch.Tensor:
+    """The loss a training step takes: from every position's logits at once, or (``chunk``: the
+    spec's train.loss_chunk_tokens) from the final hidden states that many tokens at a time."""
+    if chunk is None:
+        return causal_lm_loss(model(input_ids), targets, label_smoothing)
+    return model(input_ids, loss=ChunkedLoss(targets, chunk, label_smoothing))
+
+
 @register_task
 class LanguageModelling(Task):
     """Random windows of the context's length; each position predicts the next token."""
@@ -112,10 +126,9 @@ class LanguageModelling(Task):
         return {"input_ids": x, "targets": y}
 
     def loss(self, model: ModelFn, batch: Batch) -> torch.Tensor:
-        smoothing = self.task.label_smoothing
-        if self.loss_chunk is None:
-            return causal_lm_loss(model(batch["input_ids"]), batch["targets"], smoothing)
-        return model(batch["input_ids"], loss=ChunkedLoss(batch["targets"], self.loss_chunk, smoothing))
+        return training_loss(
+            model, batch["input_ids"], batch["targets"], self.loss_chunk, self.task.label_smoothing
+        )
 
     def evaluate(self, model: ModelFn, batches: Iterator[Batch]) -> dict[str, float]:
         losses = [causal_lm_loss(model(b["input_ids"]), b["targets"]).item() for b in batches]
