@@ -422,3 +422,22 @@ def test_study_seeds_are_bounded_where_they_are_written(tmp_path: Path) -> None:
     )
     with pytest.raises(SpecError, match=r"s.yaml:2:.*seeds.1: must be at most 9,223,372,036,854,775,807"):
         load_study(study)
+
+
+@pytest.mark.parametrize(
+    ("task", "data"),
+    [
+        ("", "  val_path: v.txt\n"),  # causal_lm validates on the end of data.path
+        ("", "  test_path: t.txt\n"),
+        ("task: {type: masked_lm}\n", "  test_fraction: 0.1\n"),
+        ("task: {type: classification}\n", "  test_path: t.tsv\n"),
+    ],
+)
+def test_a_data_field_the_task_would_ignore_is_refused(task: str, data: str) -> None:
+    family = "preset: bert\n" if task else ""
+    field = data.split(":")[0].strip()
+    message = _spec_error(family + MODEL + task + "data:\n  path: x.txt\n" + data)
+    assert (
+        f"data.{field}: task '" in message and f"does not read data.{field}: it would be ignored" in message
+    )
+    assert f"hint: leave data.{field} out; the tasks that read it:" in message

@@ -775,15 +775,21 @@ class DataSpec(Section):
 # ----------------------------------------------------------------------------- task
 
 
+# The data fields that name or size a split beside data.path, read by the tasks that declare them.
+SPLIT_FIELDS = ("val_path", "test_path", "test_fraction")
+
+
 class TaskSection(Section):
     """A ``task:`` section. Each task declares, besides its fields, what the spec layer checks
     without knowing the task: the model families it trains, the built-in data sets it reads, the
+    optional data fields it reads (``data_splits``: a spec setting another would be ignored), the
     fields training takes from the data when the spec leaves them out, whether its loss can run
     in chunks (``train.loss_chunk_tokens``), and the parameters of the head it puts on the
     family's body."""
 
     families: ClassVar[tuple[str, ...]]
     builtin_data: ClassVar[tuple[str, ...]] = ()
+    data_splits: ClassVar[tuple[str, ...]] = ()
     data_sizes: ClassVar[tuple[str, ...]] = ()
     chunked_loss: ClassVar[bool] = False
 
@@ -895,6 +901,7 @@ class ClassificationTask(TaskSection):
     """Label a sentence, or a pair ``[CLS] A [SEP] B [SEP]``, from the final [CLS] state."""
 
     families = ("encoder",)
+    data_splits = ("val_path",)
     data_sizes = ("labels",)
 
     type: Literal["classification"] = "classification"
@@ -918,6 +925,7 @@ class Seq2SeqTask(TaskSection):
     """Translation: teacher-forced next-token loss on the target, given the source."""
 
     families = ("encoder_decoder",)
+    data_splits = ("val_path", "test_path")
 
     type: Literal["seq2seq"] = "seq2seq"
     source: str = Field("de", description="the source side: {lang} in data paths, or a TSV column")
@@ -973,6 +981,7 @@ class ImageClassificationTask(TaskSection):
 
     families = ("vit",)
     builtin_data = ("digits",)
+    data_splits = ("val_path", "test_path", "test_fraction")
     data_sizes = ("labels",)
 
     type: Literal["image_classification"] = "image_classification"
@@ -1215,6 +1224,15 @@ class Spec(Section):
                 "use data.path, or a task that reads it: "
                 f"{_choices(t for t, s in TASK_SECTIONS.items() if self.data.builtin in s.builtin_data)}",
             )
+        for field in SPLIT_FIELDS:
+            if self.data is not None and getattr(self.data, field) is not None:
+                rules.require(
+                    field in self.task.data_splits,
+                    ("data", field),
+                    f"task {self.task.type!r} does not read data.{field}: it would be ignored",
+                    f"leave data.{field} out; the tasks that read it: "
+                    f"{_choices(t for t, s in TASK_SECTIONS.items() if field in s.data_splits)}",
+                )
         rules.require(
             self.train.loss_chunk_tokens is None or self.task.chunked_loss,
             ("train", "loss_chunk_tokens"),
