@@ -15,3 +15,10 @@ class BundleError(UserError):
 
 class ExportError(UserError, RuntimeError):
     """An export that cannot be done or whose parity check fails."""
+
+
+def first_line(error: BaseException, limit: int | None = None) -> str:
+    """An exception's message's first line, cut at ``limit`` characters (its type's name when it
+    has no message): what a one-line error quotes of a library's failure."""
+    lines = str(error).strip().splitlines()
+    return lines[0][:limit] if lines else type(error).__name__

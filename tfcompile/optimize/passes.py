@@ -28,7 +28,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from tfcompile.errors import ExportError
+from tfcompile.errors import ExportError, first_line
 from tfcompile.runtime.ort import ort
 
 CONTRIB = "com.microsoft"
@@ -65,13 +65,7 @@ def onnxruntime_failure(doing: str) -> Iterator[None]:
     except OptimizeError:
         raise
     except Exception as e:  # onnxruntime's Fail, InvalidGraph, ...; a tool's own errors
-        raise OptimizeError(f"onnxruntime could not {doing}: {_first_line(e)}") from None
-
-
-def _first_line(error: BaseException) -> str:
-    """An exception's message's first line (its type's name when it has none)."""
-    text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__
+        raise OptimizeError(f"onnxruntime could not {doing}: {first_line(e)}") from None
 
 
 def fuse(model: onnx.ModelProto) -> tuple[onnx.ModelProto, str]:

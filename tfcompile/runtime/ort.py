@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from tfcompile.errors import first_line
 from tfcompile.runtime.errors import BundleError, InputError, OnnxRuntimeMissing
 
 try:
@@ -48,7 +49,7 @@ def failures() -> Iterator[None]:
     try:
         yield
     except Exception as e:  # onnxruntime's Fail, InvalidArgument, RuntimeException, ...
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        first = first_line(e)
         if "alloc" in first.lower():
             raise InputError(f"onnxruntime ran out of memory ({first}): send a smaller batch") from None
         raise BundleError(

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 from tokenizers import Tokenizer
 
+from tfcompile.errors import first_line
 from tfcompile.manifest import Graph, Manifest, Tensor
 from tfcompile.runtime import inputs
 from tfcompile.runtime.bundle import BundleFiles
@@ -155,9 +156,8 @@ class Bundle:
         try:
             session = ort.InferenceSession(data, options, providers=self._providers)
         except Exception as e:  # onnxruntime's own errors: InvalidProtobuf, Fail, InvalidGraph
-            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             raise BundleError(
-                f"{self.path / graph.file} is not a graph onnxruntime can run: {first}"
+                f"{self.path / graph.file} is not a graph onnxruntime can run: {first_line(e)}"
             ) from None
         for kind, found, declared in (
             ("inputs", session.get_inputs(), graph.inputs),

@@ -43,7 +43,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_model, save_model
 from torch import nn
 
-from tfcompile.errors import UserError
+from tfcompile.errors import UserError, first_line
 from tfcompile.files import atomic_write_text, fsync_dir, fsync_file, umask_mode
 from tfcompile.spec.schema import OptimizerSpec
 from tfcompile.train.distributed import World, is_sharded
@@ -109,7 +109,7 @@ def save_sharded_checkpoint(
         try:
             dcp.save({"model": model_state, "optimizer": optimizer_state}, checkpoint_id=folder / SHARDED_DIR)
         except CheckpointException as e:  # a BaseException, each process's failure in .failures
-            raise RuntimeError(f"writing the shards failed: {_first_line(e)}") from e
+            raise RuntimeError(f"writing the shards failed: {first_line(e, 160)}") from e
 
     return _commit(run_dir, step, best, world, write_shards, lambda folder: _write_state(folder, state))
 
@@ -326,7 +326,7 @@ def load_weights(model: nn.Module, path: Path) -> None:
         _check_fits(file, _untied(model.state_dict(), saved), saved)
         load_model(model, str(file), strict=False)
     except (SafetensorError, OSError) as e:
-        raise DamagedCheckpoint(f"the checkpoint {path} is damaged: {MODEL_FILE}: {_first_line(e)}") from e
+        raise _damaged(path, MODEL_FILE, first_line(e, 160)) from e
 
 
 def load_training(
@@ -370,14 +370,19 @@ def _load_shards(state: dict[str, Any], path: Path, no_dist: bool) -> None:
     try:
         metadata = FileSystemReader(folder).read_metadata()
     except Exception as e:
-        raise DamagedCheckpoint(f"the checkpoint {path} is damaged: {SHARDED_DIR}: {_first_line(e)}") from e
+        raise _damaged(path, SHARDED_DIR, first_line(e, 160)) from e
     _check_fits(folder, state["model"], _saved_shapes(metadata))
     try:
         with warnings.catch_warnings():  # no_dist: torch warns that it reads in one process
             warnings.filterwarnings("ignore", message="torch.distributed is disabled")
             dcp.load(state, checkpoint_id=folder, no_dist=no_dist)
     except (Exception, CheckpointException) as e:
-        raise DamagedCheckpoint(f"the checkpoint {path} is damaged: {SHARDED_DIR}: {_first_line(e)}") from e
+        raise _damaged(path, SHARDED_DIR, first_line(e, 160)) from e
+
+
+def _damaged(path: Path, file: str, why: str) -> DamagedCheckpoint:
+    """'the checkpoint PATH is damaged: FILE: WHY'."""
+    return DamagedCheckpoint(f"the checkpoint {path} is damaged: {file}: {why}")
 
 
 def _saved_shapes(metadata: Any) -> dict[str, tuple[int, ...]]:
@@ -456,10 +461,10 @@ def load_state(path: Path) -> dict[str, Any]:
     try:
         state = torch.load(path / STATE_FILE, map_location="cpu", weights_only=True)
     except (OSError, EOFError, RuntimeError, pickle.UnpicklingError) as e:
-        raise DamagedCheckpoint(f"the checkpoint {path} is damaged: {STATE_FILE}: {_first_line(e)}") from e
+        raise _damaged(path, STATE_FILE, first_line(e, 160)) from e
     problem = _state_problem(state)
     if problem is not None:
-        raise DamagedCheckpoint(f"the checkpoint {path} is damaged: {STATE_FILE}: {problem}")
+        raise _damaged(path, STATE_FILE, problem)
     return state
 
 
@@ -489,7 +494,7 @@ def _check_optimizer_state(path: Path, saved: Any, optimizer: torch.optim.Optimi
     another optimizer, or of another model's parameters."""
 
     def damaged(why: str) -> DamagedCheckpoint:
-        return DamagedCheckpoint(f"the checkpoint {path} is damaged: {STATE_FILE}: its optimizer state {why}")
+        return _damaged(path, STATE_FILE, f"its optimizer state {why}")
 
     if saved is None:
         raise damaged("is missing")
@@ -616,8 +621,3 @@ def _prune(root: Path, previous: str | None) -> None:
     for folder in checkpoint_folders(root.parent):
         if folder.name not in keep:
             shutil.rmtree(folder, ignore_errors=True)
-
-
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip().splitlines()
-    return text[0][:160] if text else type(error).__name__

@@ -11,7 +11,7 @@ import torch
 from tokenizers import Tokenizer
 from torch import nn
 
-from tfcompile.errors import UserError
+from tfcompile.errors import UserError, first_line
 from tfcompile.files import TOKENIZER_FILE
 from tfcompile.spec import Spec, parse_spec
 from tfcompile.tasks.task import build_model
@@ -70,8 +70,7 @@ def _reason(error: Exception) -> str:
         return f"it is not UTF-8 text (byte {error.object[error.start]:#04x} at offset {error.start})"
     if isinstance(error, OSError):
         return error.strerror or str(error)
-    lines = str(error).strip().splitlines()
-    return lines[0][:160] if lines else type(error).__name__
+    return first_line(error, 160)
 
 
 def load_trained_model(run_dir: Path, which: str = "last") -> tuple[Spec, nn.Module]:
