@@ -80,6 +80,7 @@ Depth = Annotated[
 ]
 Heads = Annotated[PositiveInt, at_most(MAX_HEADS, BEYOND.format("128 heads"))]
 VocabSize = Annotated[PositiveInt, at_most(MAX_VOCAB, VOCABULARIES)]
+TokenizerVocab = Annotated[int, Field(strict=True, ge=32), at_most(MAX_VOCAB, VOCABULARIES)]  # trained
 # A seed is stored as a signed 64-bit integer (torch's generators refuse 2^64 and up); numpy's take
 # no negative one.
 MAX_SEED = (1 << 63) - 1
@@ -710,7 +711,7 @@ class CharTokenizer(Section):
 
 class BpeTokenizer(Section):
     type: Literal["bpe"] = "bpe"
-    vocab_size: Annotated[int, Field(strict=True, ge=32), at_most(MAX_VOCAB, VOCABULARIES)] = 8000
+    vocab_size: TokenizerVocab = 8000
     min_frequency: PositiveInt = 2
 
 
@@ -718,7 +719,7 @@ class WordPieceTokenizer(Section):
     """BERT's subword tokenizer: words split on whitespace and punctuation, then into pieces."""
 
     type: Literal["wordpiece"] = "wordpiece"
-    vocab_size: Annotated[int, Field(strict=True, ge=32), at_most(MAX_VOCAB, VOCABULARIES)] = 8000
+    vocab_size: TokenizerVocab = 8000
     min_frequency: PositiveInt = 2
     lowercase: bool = True
 
