@@ -101,7 +101,7 @@ def test_interrupted_and_resumed_run_equals_uninterrupted_run(tmp_path: Path) ->
         on_step=ctrl_c_at_step_7,
     )
     result = first.train()
-    assert result.interrupted and result.step == 7
+    assert result.stopped_by == signal.SIGINT and result.step == 7
     assert load_state(resolve(first.run_dir))["step"] == 7
     resumed = Trainer(tiny_spec(tmp_path, *spec_args), first.run_dir, resume=True, show_progress=False)
     assert resumed.step == 7

@@ -292,7 +292,7 @@ def test_sigterm_saves_a_checkpoint_and_stops_like_ctrl_c(tmp_path: Path) -> Non
     finally:
         if process.poll() is None:
             process.kill()
-    assert process.returncode == 130, err
+    assert process.returncode == 128 + signal.SIGTERM, err  # 143, as a shell reports SIGTERM
     assert "SIGTERM: saving a checkpoint after this step, then stopping" in err and "Traceback" not in err
     step = load_state(resolve(run_dir))["step"]
     assert step >= 2 and f"stopped at step {step};" in err and f"stopped at step {step}" in out
@@ -392,6 +392,18 @@ def test_an_unreadable_run_file_is_named(
             f"tfcompile {command[0]}: error: {run_dir / name} cannot be read" in err
             and "Traceback" not in err
         )
+
+
+def test_a_run_whose_tokenizer_is_gone_is_not_resumed_with_a_new_one(root: Path, run_dir: Path) -> None:
+    (run_dir / "tokenizer.json").unlink()
+    with pytest.raises(
+        TrainError,
+        match=rf"^cannot resume {run_dir}: its tokenizer\.json is missing, and its checkpoints read token "
+        r"ids of that tokenizer; restore the run's file from a copy",
+    ):
+        trainer(small_spec(root, "train.steps=6"), run_dir, resume=True)
+    assert not (run_dir / "tokenizer.json").exists() and not (run_dir / LOCK_FILE).exists()
+    assert [p.name for p in checkpoint_folders(run_dir)] == ["step-000002", "step-000004"]
 
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])

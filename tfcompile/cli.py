@@ -109,7 +109,8 @@ def _train(args: argparse.Namespace) -> int:
         best = f", best val {metric} {result.best:.4f}" if result.best is not None else ""
         outcome = "stopped" if result.interrupted else "finished"
         print(f"{outcome} at step {result.step}{best}; run: {run_dir}")
-    return 130 if result.interrupted else 0
+    # Stopped by a signal: the shell's status for it (130 after Ctrl-C, 143 after SIGTERM).
+    return 128 + result.stopped_by if result.stopped_by is not None else 0
 
 
 def _sweep(args: argparse.Namespace) -> int:

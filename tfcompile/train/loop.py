@@ -50,6 +50,7 @@ from tfcompile.train.metrics import METRICS_FILE, MetricsLog, TrainingClock, Win
 from tfcompile.train.optim import build_optimizer
 from tfcompile.train.progress import Progress
 from tfcompile.train.runs import (
+    RESTORE,
     SPEC_FILE,
     TrainError,
     init_from_run,
@@ -76,8 +77,12 @@ class TrainResult:
     val_loss: float | None
     best: float | None  # the best value of best_metric so far
     best_metric: str
-    interrupted: bool
+    stopped_by: signal.Signals | None  # what stopped the run before train.steps (None: it finished)
     metrics: dict[str, float]  # the last validation's
+
+    @property
+    def interrupted(self) -> bool:
+        return self.stopped_by is not None
 
 
 class Trainer:
@@ -97,6 +102,7 @@ class Trainer:
         self.device, self.world = self.placement.device, self.placement.world
         self.show_progress = show_progress and self.world.is_main
         self.stop_requested = False
+        self.stop_signal = signal.SIGINT  # the signal that asked to stop (another rank's: Ctrl-C)
         self.lock = RunLock(run_dir, _LOCKED_ADVICE[resume]) if self.world.is_main else None
         try:
             self._set_up(spec, resume)
@@ -208,7 +214,13 @@ class Trainer:
                     progress.log(f"test {_shown(test, 'test_')}")
                     metrics = {**metrics, **test}
         return TrainResult(
-            self.run_dir, self.step, val_loss, self.best, self.task.best_metric, self.stop_requested, metrics
+            self.run_dir,
+            self.step,
+            val_loss,
+            self.best,
+            self.task.best_metric,
+            self.stop_signal if self.stop_requested else None,
+            metrics,
         )
 
     def _schedule(self, step: int) -> float:
@@ -372,7 +384,13 @@ class Trainer:
         (the vocabulary of the embeddings it loads); a new one trains its own (None)."""
         init_run = spec.train.init_from
         if resume and self.recorded is not None:
-            return load_run_tokenizer(self.run_dir, self.recorded)
+            tokenizer = load_run_tokenizer(self.run_dir, self.recorded)
+            if tokenizer is None and getattr(self.recorded.model, "vocab_size", None) is not None:
+                raise TrainError(  # a new tokenizer would give the checkpoints' embeddings other ids
+                    f"cannot resume {self.run_dir}: its {TOKENIZER_FILE} is missing, and its checkpoints "
+                    f"read token ids of that tokenizer; {RESTORE}"
+                )
+            return tokenizer
         if init_run is not None and not resume:
             if (init_run / TOKENIZER_FILE).exists():
                 return load_tokenizer(init_run / TOKENIZER_FILE)
@@ -504,10 +522,10 @@ def _stop_on_signals(trainer: Trainer) -> Iterator[None]:
     signals: elsewhere they are left alone."""
 
     def handler(signum: int, frame: object) -> None:
-        trainer.stop_requested = True
+        trainer.stop_requested, trainer.stop_signal = True, signal.Signals(signum)
         signal.signal(signum, signal.SIG_DFL)
         if trainer.show_progress:  # a raw write: safe inside a signal handler, unlike print
-            name = STOP_SIGNALS[signal.Signals(signum)]
+            name = STOP_SIGNALS[trainer.stop_signal]
             os.write(
                 2,
                 f"\n{name}: saving a checkpoint after this step, then stopping; {name} again stops "
