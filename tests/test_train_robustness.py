@@ -394,14 +394,17 @@ def test_an_unreadable_run_file_is_named(
         )
 
 
-def test_a_run_whose_tokenizer_is_gone_is_not_resumed_with_a_new_one(root: Path, run_dir: Path) -> None:
+def test_a_run_without_its_tokenizer_is_neither_resumed_nor_fine_tuned(root: Path, run_dir: Path) -> None:
     (run_dir / "tokenizer.json").unlink()
     with pytest.raises(
         TrainError,
-        match=rf"^cannot resume {run_dir}: its tokenizer\.json is missing, and its checkpoints read token "
-        r"ids of that tokenizer; restore the run's file from a copy",
+        match=rf"^cannot resume {run_dir}: its tokenizer\.json is missing, and its checkpoints read the "
+        r"token ids of the tokenizer they were trained with; put that tokenizer\.json back in the run",
     ):
         trainer(small_spec(root, "train.steps=6"), run_dir, resume=True)
+    with pytest.raises(TrainError, match=rf"^train\.init_from: {run_dir}: its tokenizer\.json is missing"):
+        trainer(small_spec(root, f"train.init_from={run_dir}", "train.name=tuned"), root / "runs" / "tuned")
+    assert not (root / "runs" / "tuned").exists()
     assert not (run_dir / "tokenizer.json").exists() and not (run_dir / LOCK_FILE).exists()
     assert [p.name for p in checkpoint_folders(run_dir)] == ["step-000002", "step-000004"]
 

@@ -50,7 +50,6 @@ from tfcompile.train.metrics import METRICS_FILE, MetricsLog, TrainingClock, Win
 from tfcompile.train.optim import build_optimizer
 from tfcompile.train.progress import Progress
 from tfcompile.train.runs import (
-    RESTORE,
     SPEC_FILE,
     TrainError,
     init_from_run,
@@ -381,15 +380,14 @@ class Trainer:
 
     def _tokenizer(self, spec: Spec, resume: bool) -> Tokenizer | None:
         """A resumed run keeps its tokenizer; a fine-tuned one starts with its pretraining run's
-        (the vocabulary of the embeddings it loads); a new one trains its own (None)."""
+        (the vocabulary of the embeddings it loads); a new one trains its own (None). A run whose
+        model reads token ids must have the tokenizer it was trained with: a new one would give its
+        embeddings other ids."""
         init_run = spec.train.init_from
         if resume and self.recorded is not None:
             tokenizer = load_run_tokenizer(self.run_dir, self.recorded)
-            if tokenizer is None and getattr(self.recorded.model, "vocab_size", None) is not None:
-                raise TrainError(  # a new tokenizer would give the checkpoints' embeddings other ids
-                    f"cannot resume {self.run_dir}: its {TOKENIZER_FILE} is missing, and its checkpoints "
-                    f"read token ids of that tokenizer; {RESTORE}"
-                )
+            if tokenizer is None and _reads_ids(self.recorded):
+                raise TrainError(f"cannot resume {self.run_dir}: {_NO_TOKENIZER}")
             return tokenizer
         if init_run is not None and not resume:
             if (init_run / TOKENIZER_FILE).exists():
@@ -398,6 +396,8 @@ class Trainer:
                 raise TrainError(
                     f"train.init_from: {init_run} is not a run: it has no {TOKENIZER_FILE} or {SPEC_FILE}"
                 )
+            if _reads_ids(load_run_spec(init_run)):
+                raise TrainError(f"train.init_from: {init_run}: {_NO_TOKENIZER}")
         return None
 
     def _resolved(self, spec: Spec) -> Spec:
@@ -451,6 +451,18 @@ class Trainer:
         if self.device.type == "cuda" and state.get("rng_cuda") is not None:
             torch.cuda.set_rng_state(state["rng_cuda"])
         self.metrics.truncate(self.step)
+
+
+_NO_TOKENIZER = (
+    f"its {TOKENIZER_FILE} is missing, and its checkpoints read the token ids of the tokenizer they "
+    f"were trained with; put that {TOKENIZER_FILE} back in the run (an imported model's is in the "
+    "folder it came from), or train a new run"
+)
+
+
+def _reads_ids(spec: Spec) -> bool:
+    """Whether the spec's model reads token ids (it has a vocabulary; an image model has none)."""
+    return getattr(spec.model, "vocab_size", None) is not None
 
 
 def _check_run_dir(run_dir: Path, spec: Spec, resume: bool) -> Spec | None:

@@ -38,7 +38,7 @@ def load_run_spec(run_dir: Path, overrides: Sequence[str] = ()) -> Spec:
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
-        raise TrainError(f"{path} cannot be read: {_reason(e)}; {RESTORE}") from None
+        raise TrainError(f"{path} cannot be read: {_reason(e)}; {_RESTORE}") from None
     return parse_spec(text, source=str(path), overrides=overrides)
 
 
@@ -51,18 +51,18 @@ def load_run_tokenizer(run_dir: Path, spec: Spec) -> Tokenizer | None:
     try:
         tokenizer = Tokenizer.from_file(str(path))
     except Exception as e:  # the tokenizers library raises a bare Exception
-        raise TrainError(f"{path} cannot be read: {_reason(e)}; {RESTORE}") from None
+        raise TrainError(f"{path} cannot be read: {_reason(e)}; {_RESTORE}") from None
     tokens, rows = tokenizer.get_vocab_size(), getattr(spec.model, "vocab_size", None)
     if rows is not None and tokens > rows:
         raise TrainError(
             f"{path} has {tokens} tokens, more than the {rows} of model.vocab_size in "
-            f"{run_dir / SPEC_FILE}: is it another run's? {RESTORE}"
+            f"{run_dir / SPEC_FILE}: is it another run's? {_RESTORE}"
         )
     return tokenizer
 
 
 # What to do about a damaged file of a run folder.
-RESTORE = "restore the run's file from a copy (the checkpoints were trained with it), or train a new run"
+_RESTORE = "restore the run's file from a copy (the checkpoints were trained with it), or train a new run"
 
 
 def _reason(error: Exception) -> str:
