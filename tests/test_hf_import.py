@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 import torch
-from hf_models import VARIANTS, Imported, import_all, max_difference
+from hf_models import VARIANTS, Imported, from_pretrained, import_all, max_difference
 from safetensors.torch import load_file, save_file
 
 from tfcompile.cli import main
@@ -241,6 +241,32 @@ def test_dynamic_rope_scales_from_max_position_embeddings_as_transformers_does(
         scaling is not None and scaling.original_max_position_embeddings == config["max_position_embeddings"]
     )
     _same_outputs(load_trained_model(result.run_dir)[1], imported["llama_dynamic"].model)
+
+
+def _matches_transformers(folder: Path, tmp_path: Path) -> Spec:
+    """Import the edited ``folder`` and hold it to transformers' outputs from the same folder."""
+    result = import_folder(folder, "edited", tmp_path / "specs", tmp_path / "runs")
+    hf, model = from_pretrained(folder), load_trained_model(result.run_dir)[1]
+    for padded in (False, True):
+        assert max_difference(hf, model, padded) <= 1e-5, padded
+    return result.spec
+
+
+@pytest.mark.parametrize(
+    ("name", "field", "value"),
+    [
+        ("gpt2", "activation_function", "gelu_fast"),
+        ("bert_cls", "hidden_act", "gelu_python"),
+        ("vit", "hidden_act", "gelu_accurate"),
+        ("llama", "hidden_act", "gelu_python"),
+        ("qwen2", "hidden_act", "gelu_fast"),
+    ],
+)
+def test_activation_names_transformers_computes_alike_are_read_alike(
+    imported: dict[str, Imported], tmp_path: Path, name: str, field: str, value: str
+) -> None:
+    """gelu_python is the erf GELU written out; gelu_fast and gelu_accurate are gelu_new's formula."""
+    _matches_transformers(_edit(imported, name, tmp_path, **{field: value}), tmp_path)
 
 
 def test_a_body_without_its_lm_head_is_refused_by_name(imported: dict[str, Imported], tmp_path: Path) -> None:

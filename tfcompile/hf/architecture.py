@@ -15,10 +15,18 @@ from tfcompile.hf.errors import HFError, Problem
 from tfcompile.spec import Spec
 
 # Hugging Face's names of the plain (ungated) activations -> the spec's, and back for export-hf:
-# GPT-2 (activation_function), BERT and ViT (hidden_act) share them.
-ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "relu": "relu"}
-ACTIVATIONS |= {"silu": "silu", "swish": "silu"}
+# GPT-2 (activation_function), BERT and ViT (hidden_act) share them. Every name transformers
+# computes as one of the spec's is read: gelu_python is the erf GELU written out, gelu_fast and
+# gelu_accurate are gelu_new's tanh formula.
+ACTIVATIONS = {"gelu": "gelu", "gelu_python": "gelu", "relu": "relu", "silu": "silu", "swish": "silu"}
+ACTIVATIONS |= dict.fromkeys(
+    ("gelu_new", "gelu_pytorch_tanh", "gelu_python_tanh", "gelu_fast", "gelu_accurate"), "gelu_tanh"
+)
 EXPORTED_ACTIVATIONS = {"gelu": "gelu", "gelu_tanh": "gelu_new", "relu": "relu", "silu": "silu"}
+# The same names gating a second projection (LLaMA's hidden_act, T5's gated-ACT): the spec has a
+# gated form of each but ReLU.
+GATES = {"silu": "swiglu", "gelu": "geglu", "gelu_tanh": "geglu_tanh"}
+GATED_ACTIVATIONS = {hf: GATES[tfc] for hf, tfc in ACTIVATIONS.items() if tfc in GATES}
 
 
 @dataclass

@@ -11,6 +11,7 @@ from typing import Any
 import torch
 
 from tfcompile.hf.architecture import (
+    GATED_ACTIVATIONS,
     Architecture,
     Config,
     Imported,
@@ -27,8 +28,6 @@ from tfcompile.hf.errors import HFWarning, Problem
 from tfcompile.spec import Spec
 from tfcompile.spec.schema import CausalLMTask, DecoderSpec, RopePositional
 
-ACTIVATIONS = {"silu": "swiglu", "swish": "swiglu", "gelu": "geglu"}
-ACTIVATIONS |= {"gelu_pytorch_tanh": "geglu_tanh", "gelu_new": "geglu_tanh"}
 EXPORTED_ACTIVATIONS = {"swiglu": "silu", "geglu": "gelu", "geglu_tanh": "gelu_pytorch_tanh"}
 # The fields of each scaling that tfcompile keeps (the rest are transformers' bookkeeping).
 SCALING_FIELDS = {
@@ -157,7 +156,7 @@ class Llama(Architecture):
             "n_heads": heads,
             "n_kv_heads": kv_heads,
             "d_ff": config.get("intermediate_size", 11008),
-            "activation": config.choice("hidden_act", "silu", ACTIVATIONS, "gated activation"),
+            "activation": config.choice("hidden_act", "silu", GATED_ACTIVATIONS, "gated activation"),
             "positional": rope_section(config, head_dim),
             "norm": {
                 "position": "pre",
