@@ -190,7 +190,11 @@ def _edit(imported: dict[str, Imported], name: str, tmp_path: Path, **fields: An
         ),
         ("llama", {"hidden_act": "relu2"}, ["hidden_act: 'relu2'"]),
         ("vit", {"image_size": [8, 16]}, ["image_size: [8, 16] is not square"]),
-        ("t5_v1_1", {"feed_forward_proj": "gated-relu"}, ["feed_forward_proj"]),
+        (
+            "t5_v1_1",
+            {"feed_forward_proj": "gated-relu", "dense_act_fn": "relu"},
+            ["dense_act_fn: gated 'relu' (feed_forward_proj 'gated-relu')"],
+        ),
         ("t5_v1_1", {"architectures": ["T5EncoderModel"]}, ["architectures"]),
         ("vit", {"num_channels": 1}, ["image_mean: [0.4, 0.5, 0.6] is not one value per channel (1)"]),
     ],
@@ -267,6 +271,23 @@ def test_activation_names_transformers_computes_alike_are_read_alike(
 ) -> None:
     """gelu_python is the erf GELU written out; gelu_fast and gelu_accurate are gelu_new's formula."""
     _matches_transformers(_edit(imported, name, tmp_path, **{field: value}), tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("name", "fields"),
+    [
+        ("t5_v1_0", {"feed_forward_proj": "silu", "dense_act_fn": "silu"}),
+        ("t5_v1_0", {"feed_forward_proj": "gelu_new", "dense_act_fn": "gelu_new"}),
+        ("t5_v1_1", {"feed_forward_proj": "gated-swish", "dense_act_fn": "swish"}),
+        ("t5_v1_1", {"dense_act_fn": "gelu_python"}),  # read over feed_forward_proj's gated-gelu
+    ],
+)
+def test_t5_feed_forward_is_any_activation_gated_or_not_as_transformers_reads_it(
+    imported: dict[str, Imported], tmp_path: Path, name: str, fields: dict[str, str]
+) -> None:
+    """feed_forward_proj is ACT or gated-ACT, ACT any of transformers' activation names; the
+    dense_act_fn and is_gated_act that every save writes beside it are what transformers reads."""
+    _matches_transformers(_edit(imported, name, tmp_path, **fields), tmp_path)
 
 
 def test_a_body_without_its_lm_head_is_refused_by_name(imported: dict[str, Imported], tmp_path: Path) -> None:

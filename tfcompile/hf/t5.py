@@ -10,6 +10,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from tfcompile.hf.architecture import (
+    ACTIVATIONS,
+    GATED_ACTIVATIONS,
     Architecture,
     Config,
     Imported,
@@ -25,8 +27,7 @@ from tfcompile.hf.errors import Problem
 from tfcompile.spec import Spec
 from tfcompile.spec.schema import EncoderDecoderSpec, RelativePositional, Seq2SeqTask
 
-ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "gated-gelu": "geglu_tanh", "gated-silu": "swiglu"}
-EXPORTED_ACTIVATIONS = {tfc: hf for hf, tfc in ACTIVATIONS.items()}
+EXPORTED_ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "geglu_tanh": "gated-gelu", "swiglu": "gated-silu"}
 BIAS = "encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight"
 DECODER_BIAS = "decoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight"
 
@@ -58,7 +59,7 @@ class T5(Architecture):
             "head_dim": d_kv,
             "attention_scale": 1.0,
             "d_ff": config.get("d_ff", 2048),
-            "activation": config.choice("feed_forward_proj", "relu", ACTIVATIONS, "T5 feed-forward"),
+            "activation": feed_forward(config),
             "positional": {
                 "type": "relative",
                 "num_buckets": config.get("relative_attention_num_buckets", 32),
@@ -213,6 +214,27 @@ class T5(Architecture):
             out |= {f"{f}DenseReluDense.{w}.weight": t for w, t in parts.items()}
             out[f"{f}DenseReluDense.wo.weight"] = state[f"{b}ffn.w_out.weight"]
         return contiguous(out)
+
+
+def feed_forward(config: Config) -> str:
+    """The spec's activation for the feed-forward, as transformers reads it: ``dense_act_fn`` and
+    ``is_gated_act`` where the config holds them (every save since transformers 4.25), else
+    ``feed_forward_proj``, ``ACT`` or ``gated-ACT`` with ACT any activation name (``gated-gelu``
+    is gelu_new's, T5 v1.1's)."""
+    value = str(config.get("feed_forward_proj", "relu"))
+    parts = value.split("-")
+    gated = bool(config.get("is_gated_act", parts[0] == "gated"))
+    act = config.get("dense_act_fn", "gelu_new" if value == "gated-gelu" else parts[-1])
+    table = GATED_ACTIVATIONS if gated else ACTIVATIONS
+    if len(parts) > 1 + (parts[0] == "gated") or act not in table:
+        config.refuse(
+            "dense_act_fn" if "dense_act_fn" in config.data else "feed_forward_proj",
+            f"{'gated ' if gated else ''}{act!r} (feed_forward_proj {value!r}) is not a T5 feed-forward "
+            f"tfcompile has",
+            f"one of {sorted(ACTIVATIONS)}, or gated one of {sorted(GATED_ACTIVATIONS)}, imports",
+        )
+        return "relu"
+    return str(table[act])
 
 
 def _layers(model: EncoderDecoderSpec) -> Iterator[tuple[str, str, int]]:
