@@ -290,6 +290,13 @@ def test_t5_feed_forward_is_any_activation_gated_or_not_as_transformers_reads_it
     _matches_transformers(_edit(imported, name, tmp_path, **fields), tmp_path)
 
 
+def test_gpt2_attention_without_its_scale_is_attention_scale_1(
+    imported: dict[str, Imported], tmp_path: Path
+) -> None:
+    folder = _edit(imported, "gpt2_untied_relu", tmp_path, scale_attn_weights=False)
+    assert _matches_transformers(folder, tmp_path).model.attention_scale == 1.0
+
+
 def test_a_body_without_its_lm_head_is_refused_by_name(imported: dict[str, Imported], tmp_path: Path) -> None:
     folder = _edit(imported, "llama", tmp_path, architectures=["LlamaModel"])
     tensors = load_file(folder / "model.safetensors")

@@ -37,12 +37,6 @@ class GPT2(Architecture):
             f"{architecture} is not a language model tfcompile has",
             "import a GPT2LMHeadModel",
         )
-        config.require(
-            config.get("scale_attn_weights", True),
-            "scale_attn_weights",
-            "is false: attention without 1/sqrt(head_dim) is not GPT-2's",
-            "import a model that scales its attention",
-        )
         config.refuse_true(
             "scale_attn_by_inverse_layer_idx", why="a scale per layer is not in tfcompile's blocks"
         )
@@ -50,7 +44,7 @@ class GPT2(Architecture):
             "add_cross_attention", why="a decoder with cross-attention is not a language model"
         )
         d = config.get("n_embd", 768)
-        model = {
+        model: dict[str, Any] = {
             "family": "decoder",
             "vocab_size": config.get("vocab_size", 50257),
             "max_seq_len": config.get("n_positions", 1024),
@@ -70,6 +64,8 @@ class GPT2(Architecture):
             },
             "init_std": config.get("initializer_range", 0.02),
         }
+        if not config.get("scale_attn_weights", True):  # q.k unscaled
+            model["attention_scale"] = 1.0
         return Imported(model, {"type": "causal_lm", "special_tokens": False})
 
     def to_state(self, tensors: Tensors, spec: Spec) -> State:
