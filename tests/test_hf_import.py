@@ -91,6 +91,19 @@ def test_a_context_capped_at_the_sliding_window_is_said(
         import_folder(imported["mistral"].folder, "mistral", tmp_path / "specs", tmp_path / "runs")
 
 
+def test_qwen2_without_layer_types_slides_from_max_window_layers_on(
+    imported: dict[str, Imported], tmp_path: Path
+) -> None:
+    """As transformers derives layer_types for a config saved without them: a window that no
+    layer reaches leaves the context whole."""
+    fields: dict[str, Any] = {"use_sliding_window": True, "sliding_window": 8, "layer_types": None}
+    folder = _edit(imported, "qwen2", tmp_path / "none", max_window_layers=2, **fields)
+    assert _matches_transformers(folder, tmp_path / "none").model.max_seq_len == 64
+    folder = _edit(imported, "qwen2", tmp_path / "last", max_window_layers=1, **fields)
+    with pytest.warns(HFWarning, match="max_seq_len is the sliding window, 8"):
+        import_folder(folder, "last", tmp_path / "specs", tmp_path / "runs")
+
+
 def test_the_run_holds_the_tokenizer_and_where_it_came_from(imported: dict[str, Imported]) -> None:
     case = imported["gpt2"]
     run = case.result.run_dir

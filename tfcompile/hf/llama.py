@@ -94,14 +94,20 @@ def rope_section(config: Config, head_dim: int) -> dict[str, Any]:
 
 
 def context(config: Config) -> int:
-    """The context: ``max_position_embeddings``, or the sliding window when the model has one and
-    it is shorter (within the window, sliding attention is plain causal attention)."""
+    """The context: ``max_position_embeddings``, or the sliding window when a layer slides and it
+    is shorter (within the window, sliding attention is plain causal attention). Which layers
+    slide: ``layer_types``, or where a config has none, every Mistral layer and the Qwen2 layers
+    from ``max_window_layers`` on, as transformers derives them."""
     length = config.get("max_position_embeddings", 2048)
     window = config.get("sliding_window")
-    windowed = config.data.get("model_type") == "mistral" or config.get("use_sliding_window", False)
     layer_types = config.get("layer_types") or []
     if layer_types:
         windowed = "sliding_attention" in layer_types
+    elif config.data.get("model_type") == "qwen2":
+        first = config.get("max_window_layers", 28)
+        windowed = config.get("use_sliding_window", False) and first < config.get("num_hidden_layers", 32)
+    else:
+        windowed = config.data.get("model_type") == "mistral"
     if windowed and window and window < length:
         warnings.warn(
             HFWarning(
