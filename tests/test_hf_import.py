@@ -210,6 +210,9 @@ def _edit(imported: dict[str, Imported], name: str, tmp_path: Path, **fields: An
         ),
         ("t5_v1_1", {"architectures": ["T5EncoderModel"]}, ["architectures"]),
         ("vit", {"num_channels": 1}, ["image_mean: [0.4, 0.5, 0.6] is not one value per channel (1)"]),
+        # Sizes transformers accepts and the spec's rules do not (it floors the patches that fit).
+        ("vit", {"image_size": 10}, ["model.patch_size: must divide image_size (10), found 4, in the spec"]),
+        ("t5_v1_0", {"relative_attention_max_distance": 4}, ["model.positional.max_distance: must exceed"]),
     ],
 )
 def test_what_cannot_be_converted_is_refused_by_name(

@@ -39,7 +39,7 @@ from tfcompile.hf.folder import (
     write_json,
 )
 from tfcompile.images import ImagePreprocessing
-from tfcompile.spec import Spec, dump_spec, parse_spec
+from tfcompile.spec import Spec, SpecError, dump_spec, parse_spec
 from tfcompile.spec.schema import check_run_name
 from tfcompile.tasks.task import build_model
 from tfcompile.train.checkpoint import save_initial_checkpoint
@@ -48,6 +48,7 @@ from tfcompile.train.runs import SPEC_FILE
 IMPORT_RECORD = "import.json"
 ROLES = ("pad", "unk", "bos", "eos", "cls", "sep", "mask")
 QUANTIZED = "quantization_config"
+CANNOT_HOLD = "tfcompile's spec cannot hold this model; import another"
 
 
 @dataclass(frozen=True)
@@ -85,7 +86,14 @@ def import_folder(folder: Path, name: str, specs_dir: Path, runs_dir: Path) -> I
     if tokens:
         sections["tokens"] = tokens
     text = readable_spec(sections, folder, name, runs_dir)
-    spec = parse_spec(text, source=str(spec_path))
+    try:
+        spec = parse_spec(text, source=str(spec_path))
+    except SpecError as e:  # sizes transformers accepts and the spec's rules do not
+        problems = [
+            Problem(issue.path, f"{issue.message}, in the spec written from it", CANNOT_HOLD)
+            for issue in e.issues
+        ]
+        raise refuse(str(folder / CONFIG), problems) from None
     preprocessing = image_preprocessing(folder, spec)
     state = converter.to_state(tensors, spec)
     left = tensors.left()
