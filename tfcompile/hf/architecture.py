@@ -88,6 +88,13 @@ class Tensors:
         """Whether both tensors are there and equal (a tie saved under both names)."""
         return a in self.tensors and b in self.tensors and torch.equal(self.tensors[a], self.tensors[b])
 
+    def skip(self, *prefixes: str) -> list[str]:
+        """Mark the tensors under ``prefixes`` that no converter read as read, and name them: the
+        weights of a head the class does not build, which transformers ignores too."""
+        names = sorted(n for n in self.tensors if n.startswith(prefixes) and n not in self.used)
+        self.used.update(names)
+        return names
+
     def left(self) -> list[str]:
         return sorted(set(self.tensors) - self.used)
 

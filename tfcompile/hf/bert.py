@@ -4,6 +4,7 @@ dense layer on [CLS]) under the sentence-level heads."""
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import torch
@@ -23,7 +24,7 @@ from tfcompile.hf.architecture import (
     tied,
     zeros_if_none,
 )
-from tfcompile.hf.errors import Problem
+from tfcompile.hf.errors import HFWarning, Problem
 from tfcompile.spec import Spec
 from tfcompile.spec.schema import ClassificationTask, EncoderSpec, LearnedPositional, MaskedLMTask
 
@@ -137,6 +138,14 @@ class Bert(Architecture):
         else:
             state["classifier.weight"] = tensors.take("classifier.weight")
             state["classifier.bias"] = tensors.take("classifier.bias")
+        # bert-base-uncased, a BertForMaskedLM, holds the pooler and next-sentence head it was
+        # pretrained with; transformers leaves a head its class does not build unread.
+        unread = tensors.skip("pooler.", "cls.")
+        if unread:
+            warnings.warn(
+                HFWarning(f"left out {', '.join(unread)}: heads of another BERT class, unread by this one"),
+                stacklevel=2,
+            )
         return state
 
     def candidate(self, spec: Spec) -> bool:
