@@ -218,9 +218,9 @@ class T5(Architecture):
 
 def feed_forward(config: Config) -> str:
     """The spec's activation for the feed-forward, as transformers reads it: ``dense_act_fn`` and
-    ``is_gated_act`` where the config holds them (every save since transformers 4.25), else
-    ``feed_forward_proj``, ``ACT`` or ``gated-ACT`` with ACT any activation name (``gated-gelu``
-    is gelu_new's, T5 v1.1's)."""
+    ``is_gated_act`` where the config holds them (transformers writes them beside
+    ``feed_forward_proj``, and reads them over it), else ``feed_forward_proj``, ``ACT`` or
+    ``gated-ACT`` with ACT any activation name (``gated-gelu`` is gelu_new's, T5 v1.1's)."""
     value = str(config.get("feed_forward_proj", "relu"))
     parts = value.split("-")
     gated = bool(config.get("is_gated_act", parts[0] == "gated"))
