@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -431,6 +432,21 @@ class Imported:
         self.hf = from_pretrained(self.folder)
         self.result = import_folder(self.folder, name, root / "specs", root / "runs")
         self.spec, self.model = load_trained_model(self.result.run_dir)
+
+
+def copied(imported: dict[str, Imported], name: str, tmp_path: Path) -> Path:
+    """A copy of the variant's saved folder, to change."""
+    folder = tmp_path / "src"
+    shutil.copytree(imported[name].folder, folder)
+    return folder
+
+
+def edited(imported: dict[str, Imported], name: str, tmp_path: Path, **fields: Any) -> Path:
+    """A copy of the variant's saved folder with ``fields`` changed in its config.json."""
+    folder = copied(imported, name, tmp_path)
+    config = json.loads((folder / "config.json").read_text()) | fields
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder
 
 
 def import_all(root: Path) -> dict[str, Imported]:

@@ -5,19 +5,21 @@ too; what transformers cannot express is refused by field."""
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
-from hf_models import VARIANTS, Imported, from_pretrained, import_all, max_difference
+from hf_models import VARIANTS, Imported, edited, from_pretrained, import_all, max_difference
 
 from tfcompile.cli import main
-from tfcompile.hf.errors import HFError
+from tfcompile.hf.errors import HFError, HFWarning
 from tfcompile.hf.exporter import export_hf
-from tfcompile.hf.importer import write_run
+from tfcompile.hf.importer import import_folder, write_run
 from tfcompile.spec import parse_spec
 from tfcompile.tasks import build_model
+from tfcompile.train.runs import load_trained_model
 
 transformers = pytest.importorskip("transformers")
 
@@ -27,14 +29,20 @@ def imported(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Imported]:
     return import_all(tmp_path_factory.mktemp("hf"))
 
 
+def _loads_alike(out: Path, model: torch.nn.Module) -> None:
+    """transformers loads ``out`` with no missing, unexpected or mismatched tensors, and its
+    outputs are ``model``'s, with and without padding."""
+    reloaded, info = from_pretrained(out, loading_info=True)
+    assert not any(info.values()), info
+    for padded in (False, True):
+        assert max_difference(reloaded, model, padded) <= 1e-5, padded
+
+
 @pytest.mark.parametrize("name", list(VARIANTS))
 def test_an_imported_run_round_trips(imported: dict[str, Imported], tmp_path: Path, name: str) -> None:
     case, out = imported[name], tmp_path / "out"
     assert main(["export-hf", str(case.result.run_dir), "--out", str(out)]) == 0
-    reloaded, info = from_pretrained(out, loading_info=True)
-    assert not any(info.values()), info  # no missing, unexpected or mismatched tensors
-    for padded in (False, True):
-        assert max_difference(reloaded, case.model, padded) <= 1e-5
+    _loads_alike(out, case.model)
     if (case.folder / "tokenizer.json").exists():
         theirs, ours = (transformers.AutoTokenizer.from_pretrained(f) for f in (case.folder, out))
         text = "hello, world!"
@@ -46,6 +54,33 @@ def test_an_imported_run_round_trips(imported: dict[str, Imported], tmp_path: Pa
             list(processor.image_mean)
             == json.loads((case.result.run_dir / "preprocessing.json").read_text())["mean"]
         )
+
+
+# The configs the import tests edit (as transformers saves other models): each is written back as
+# transformers read it.
+EDITED: list[tuple[str, dict[str, Any]]] = [
+    ("gpt2", {"activation_function": "gelu_fast"}),
+    ("bert_cls", {"hidden_act": "gelu_python"}),
+    ("vit", {"hidden_act": "gelu_accurate"}),
+    ("llama", {"hidden_act": "gelu_python"}),
+    ("qwen2", {"hidden_act": "gelu_fast"}),
+    ("gpt2_untied_relu", {"scale_attn_weights": False}),
+    ("qwen2", {"use_sliding_window": True, "sliding_window": 8, "layer_types": None, "max_window_layers": 2}),
+    ("bert_pretraining", {"architectures": ["BertForMaskedLM"]}),
+]
+
+
+@pytest.mark.parametrize(("name", "fields"), EDITED, ids=[f"{n}-{'-'.join(f)}" for n, f in EDITED])
+def test_an_edited_import_round_trips(
+    imported: dict[str, Imported], tmp_path: Path, name: str, fields: dict[str, Any]
+) -> None:
+    folder = edited(imported, name, tmp_path, **fields)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", HFWarning)  # BertForMaskedLM leaves its pretraining heads out
+        result = import_folder(folder, "edited", tmp_path / "specs", tmp_path / "runs")
+    model = load_trained_model(result.run_dir)[1]
+    export_hf(result.run_dir, tmp_path / "out")
+    _loads_alike(tmp_path / "out", model)
 
 
 def _run(tmp_path: Path, text: str) -> Path:
@@ -71,6 +106,8 @@ NATIVE = {
     "activation: geglu, bias: {qkv: true, attn_out: false, ffn: false}, tie_embeddings: false",
     "gpt2": "family: decoder, vocab_size: 64, d_model: 16, n_layers: 2, n_heads: 2, max_seq_len: 16, "
     "bias: {qkv: false, attn_out: true, ffn: false}",
+    "gpt2 unscaled": "family: decoder, vocab_size: 64, d_model: 16, n_layers: 1, n_heads: 2, "
+    "max_seq_len: 16, attention_scale: 1",  # scale_attn_weights false
 }
 
 
@@ -80,13 +117,8 @@ def test_a_run_of_tfcompiles_own_loads_in_transformers(tmp_path: Path, kind: str
     biases transformers has and the model does not are written as zeros."""
     run = _run(tmp_path, f"model: {{{NATIVE[kind]}}}\n")
     architecture = export_hf(run, tmp_path / "out")
-    assert architecture.lower().startswith(kind)
-    reloaded, info = from_pretrained(tmp_path / "out", loading_info=True)
-    assert not any(info.values()), info
-    from tfcompile.train.runs import load_trained_model
-
-    _, model = load_trained_model(run)
-    assert max_difference(reloaded, model, padded=True) <= 1e-5
+    assert architecture.lower().startswith(kind.split()[0])
+    _loads_alike(tmp_path / "out", load_trained_model(run)[1])
 
 
 def _problems(tmp_path: Path, model: str, task: str = "") -> str:
@@ -101,9 +133,11 @@ def test_what_transformers_cannot_express_is_refused_by_field(tmp_path: Path) ->
     message = _problems(
         tmp_path,
         "family: decoder, vocab_size: 64, d_model: 16, n_layers: 1, n_heads: 2, max_seq_len: 8, "
-        "norm: {type: rmsnorm}, n_kv_heads: 1, scale_embeddings: true",
+        "norm: {type: rmsnorm}, n_kv_heads: 1, scale_embeddings: true, attention_scale: 0.5",
     )
-    for field in ("model.norm.type: 'rmsnorm'", "model.n_kv_heads: 1", "model.scale_embeddings"):
+    scale = "model.attention_scale: 0.5 has no GPT-2 equivalent; "
+    scale += "leave it unset (1/sqrt(head_dim)), or set it to 1"
+    for field in ("model.norm.type: 'rmsnorm'", "model.n_kv_heads: 1", "model.scale_embeddings", scale):
         assert field in message
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 import torch
-from hf_models import VARIANTS, Imported, from_pretrained, import_all, max_difference
+from hf_models import VARIANTS, Imported, copied, edited, from_pretrained, import_all, max_difference
 from safetensors.torch import load_file, save_file
 
 from tfcompile.cli import main
@@ -97,9 +97,9 @@ def test_qwen2_without_layer_types_slides_from_max_window_layers_on(
     """As transformers derives layer_types for a config saved without them: a window that no
     layer reaches leaves the context whole."""
     fields: dict[str, Any] = {"use_sliding_window": True, "sliding_window": 8, "layer_types": None}
-    folder = _edit(imported, "qwen2", tmp_path / "none", max_window_layers=2, **fields)
+    folder = edited(imported, "qwen2", tmp_path / "none", max_window_layers=2, **fields)
     assert _matches_transformers(folder, tmp_path / "none").model.max_seq_len == 64
-    folder = _edit(imported, "qwen2", tmp_path / "last", max_window_layers=1, **fields)
+    folder = edited(imported, "qwen2", tmp_path / "last", max_window_layers=1, **fields)
     with pytest.warns(HFWarning, match="max_seq_len is the sliding window, 8"):
         import_folder(folder, "last", tmp_path / "specs", tmp_path / "runs")
 
@@ -114,12 +114,6 @@ def test_the_run_holds_the_tokenizer_and_where_it_came_from(imported: dict[str, 
 
 
 # ------------------------------------------------------------------ checkpoint formats
-
-
-def _copy(imported: dict[str, Imported], name: str, tmp_path: Path) -> Path:
-    folder = tmp_path / "src"
-    shutil.copytree(imported[name].folder, folder)
-    return folder
 
 
 def _same_weights(folder: Path, case: Imported, tmp_path: Path) -> None:
@@ -142,7 +136,7 @@ def test_a_pickled_state_dict_without_the_body_prefix_and_with_old_norm_names(
 ) -> None:
     """pytorch_model.bin of an old BERT: no ``bert.`` prefix on the body, LayerNorm gamma/beta,
     position_ids kept; read with weights_only."""
-    folder = _copy(imported, "bert_cls", tmp_path)
+    folder = copied(imported, "bert_cls", tmp_path)
     tensors = load_file(folder / "model.safetensors")
     renamed = {
         name.removeprefix("bert.")
@@ -159,7 +153,7 @@ def test_a_pickled_state_dict_without_the_body_prefix_and_with_old_norm_names(
 def test_a_tie_saved_under_both_names_and_half_precision(
     imported: dict[str, Imported], tmp_path: Path
 ) -> None:
-    folder = _copy(imported, "gpt2", tmp_path)
+    folder = copied(imported, "gpt2", tmp_path)
     tensors = load_file(folder / "model.safetensors")
     tensors["lm_head.weight"] = tensors["transformer.wte.weight"].clone()
     save_file(
@@ -173,13 +167,6 @@ def test_a_tie_saved_under_both_names_and_half_precision(
 
 
 # ------------------------------------------------------------------------ refusals
-
-
-def _edit(imported: dict[str, Imported], name: str, tmp_path: Path, **fields: Any) -> Path:
-    folder = _copy(imported, name, tmp_path)
-    config = json.loads((folder / "config.json").read_text()) | fields
-    (folder / "config.json").write_text(json.dumps(config))
-    return folder
 
 
 @pytest.mark.parametrize(
@@ -218,7 +205,7 @@ def _edit(imported: dict[str, Imported], name: str, tmp_path: Path, **fields: An
 def test_what_cannot_be_converted_is_refused_by_name(
     imported: dict[str, Imported], tmp_path: Path, name: str, fields: dict, named: list[str]
 ) -> None:
-    folder = _edit(imported, name, tmp_path, **fields)
+    folder = edited(imported, name, tmp_path, **fields)
     with pytest.raises(HFError) as error:
         import_folder(folder, "refused", tmp_path / "specs", tmp_path / "runs")
     for text in named:
@@ -238,7 +225,7 @@ def test_mistral_and_qwen2_biases_are_theirs_whatever_the_config_says(
     """transformers builds Mistral without biases and Qwen2 with q/k/v biases only, reading neither
     attention_bias nor mlp_bias; LLaMA reads both."""
     for name, model_type, qkv in (("llama", "mistral", False), ("qwen2", "qwen2", True)):
-        folder = _edit(
+        folder = edited(
             imported, name, tmp_path / name, model_type=model_type, attention_bias=True, mlp_bias=True
         )
         result = import_folder(folder, name, tmp_path / "specs", tmp_path / "runs")
@@ -254,7 +241,7 @@ def test_dynamic_rope_scales_from_max_position_embeddings_as_transformers_does(
     context (max_position_embeddings), the angles are plain RoPE's."""
     config = json.loads((imported["llama_dynamic"].folder / "config.json").read_text())
     rope = config["rope_parameters"] | {"original_max_position_embeddings": 8}
-    folder = _edit(imported, "llama_dynamic", tmp_path, rope_parameters=rope)
+    folder = edited(imported, "llama_dynamic", tmp_path, rope_parameters=rope)
     result = import_folder(folder, "dynamic", tmp_path / "specs", tmp_path / "runs")
     scaling = result.spec.model.positional.scaling
     assert (
@@ -286,7 +273,7 @@ def test_activation_names_transformers_computes_alike_are_read_alike(
     imported: dict[str, Imported], tmp_path: Path, name: str, field: str, value: str
 ) -> None:
     """gelu_python is the erf GELU written out; gelu_fast and gelu_accurate are gelu_new's formula."""
-    _matches_transformers(_edit(imported, name, tmp_path, **{field: value}), tmp_path)
+    _matches_transformers(edited(imported, name, tmp_path, **{field: value}), tmp_path)
 
 
 @pytest.mark.parametrize(
@@ -303,13 +290,13 @@ def test_t5_feed_forward_is_any_activation_gated_or_not_as_transformers_reads_it
 ) -> None:
     """feed_forward_proj is ACT or gated-ACT, ACT any of transformers' activation names; the
     dense_act_fn and is_gated_act that every save writes beside it are what transformers reads."""
-    _matches_transformers(_edit(imported, name, tmp_path, **fields), tmp_path)
+    _matches_transformers(edited(imported, name, tmp_path, **fields), tmp_path)
 
 
 def test_gpt2_attention_without_its_scale_is_attention_scale_1(
     imported: dict[str, Imported], tmp_path: Path
 ) -> None:
-    folder = _edit(imported, "gpt2_untied_relu", tmp_path, scale_attn_weights=False)
+    folder = edited(imported, "gpt2_untied_relu", tmp_path, scale_attn_weights=False)
     assert _matches_transformers(folder, tmp_path).model.attention_scale == 1.0
 
 
@@ -318,14 +305,14 @@ def test_a_masked_lm_holding_its_pretraining_heads_leaves_them_out_as_transforme
 ) -> None:
     """As bert-base-uncased: a BertForMaskedLM whose checkpoint holds the pooler and the
     next-sentence head it was pretrained with."""
-    folder = _edit(imported, "bert_pretraining", tmp_path, architectures=["BertForMaskedLM"])
+    folder = edited(imported, "bert_pretraining", tmp_path, architectures=["BertForMaskedLM"])
     with pytest.warns(HFWarning, match=r"left out cls\.seq_relationship\.bias, .*pooler\.dense\.weight"):
         spec = _matches_transformers(folder, tmp_path)
     assert spec.model.pooler is False and not spec.task.next_sentence
 
 
 def test_a_body_without_its_lm_head_is_refused_by_name(imported: dict[str, Imported], tmp_path: Path) -> None:
-    folder = _edit(imported, "llama", tmp_path, architectures=["LlamaModel"])
+    folder = edited(imported, "llama", tmp_path, architectures=["LlamaModel"])
     tensors = load_file(folder / "model.safetensors")
     save_file({n: t for n, t in tensors.items() if n != "lm_head.weight"}, folder / "model.safetensors")
     with pytest.raises(HFError, match=r"architectures: LlamaModel holds no LM head .*ForCausalLM"):
@@ -336,7 +323,7 @@ def test_a_tied_config_with_a_head_of_its_own_keeps_the_head(
     imported: dict[str, Imported], tmp_path: Path
 ) -> None:
     """As transformers 5 loads it (and saves T5 v1.1: tie_word_embeddings true, a head of its own)."""
-    folder = _copy(imported, "gpt2", tmp_path)
+    folder = copied(imported, "gpt2", tmp_path)
     tensors = load_file(folder / "model.safetensors")
     tensors["lm_head.weight"] = torch.randn_like(tensors["transformer.wte.weight"])
     save_file(tensors, folder / "model.safetensors", metadata={"format": "pt"})
@@ -350,7 +337,7 @@ def test_a_tied_config_with_a_head_of_its_own_keeps_the_head(
 def test_a_tensor_the_mapping_does_not_read_is_an_error(
     imported: dict[str, Imported], tmp_path: Path
 ) -> None:
-    folder = _copy(imported, "llama", tmp_path)
+    folder = copied(imported, "llama", tmp_path)
     tensors = load_file(folder / "model.safetensors") | {"model.layers.0.mlp.extra.weight": torch.zeros(2)}
     save_file(tensors, folder / "model.safetensors")
     with pytest.raises(HFError, match=r"does not read: model\.layers\.0\.mlp\.extra\.weight|mlp\.extra"):
@@ -358,7 +345,7 @@ def test_a_tensor_the_mapping_does_not_read_is_an_error(
 
 
 def test_sizes_the_weights_contradict_are_an_error(imported: dict[str, Imported], tmp_path: Path) -> None:
-    folder = _edit(imported, "gpt2", tmp_path, n_inner=48)
+    folder = edited(imported, "gpt2", tmp_path, n_inner=48)
     with pytest.raises(
         HFError, match=r"does not fit its config.json; tensors of other shapes: blocks\.0\.ffn"
     ):
@@ -366,7 +353,7 @@ def test_sizes_the_weights_contradict_are_an_error(imported: dict[str, Imported]
 
 
 def test_a_folder_without_weights_names_what_it_holds(imported: dict[str, Imported], tmp_path: Path) -> None:
-    folder = _copy(imported, "gpt2", tmp_path)
+    folder = copied(imported, "gpt2", tmp_path)
     (folder / "model.safetensors").rename(folder / "tf_model.h5")
     with pytest.raises(HFError, match=r"tf_model\.h5 \(TensorFlow\).*save_pretrained"):
         import_folder(folder, "none", tmp_path / "specs", tmp_path / "runs")

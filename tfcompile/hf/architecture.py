@@ -193,23 +193,26 @@ class Needs:
         if not ok:
             self.problems.append(Problem(field, f"{found!r} has no {self.architecture} equivalent", hint))
 
-    def plain_attention(self, model: Any) -> None:
-        """Heads of d_model / n_heads scaled by 1/sqrt(head_dim), and no extra scales."""
+    def plain_attention(self, model: Any, unscaled: bool = False) -> None:
+        """Heads of d_model / n_heads scaled by 1/sqrt(head_dim) (or by 1, where the architecture
+        can leave q.k ``unscaled``), and no extra scales."""
         self(
             model.head_dim * model.n_heads == model.d_model,
             "model.head_dim",
             model.head_dim,
             "leave it unset",
         )
-        self.plain_scales(model)
+        self.plain_scales(model, unscaled)
 
-    def plain_scales(self, model: Any) -> None:
-        """Attention scaled by 1/sqrt(head_dim), whatever head_dim is, and no extra scales."""
+    def plain_scales(self, model: Any, unscaled: bool = False) -> None:
+        """Attention scaled by 1/sqrt(head_dim), whatever head_dim is (or by 1, where the
+        architecture can leave q.k ``unscaled``), and no extra scales."""
         self(
-            abs(model.attention_scale * model.head_dim**0.5 - 1) < 1e-9,
+            abs(model.attention_scale * model.head_dim**0.5 - 1) < 1e-9
+            or (unscaled and model.attention_scale == 1),
             "model.attention_scale",
             model.attention_scale,
-            "leave it unset (1/sqrt(head_dim))",
+            "leave it unset (1/sqrt(head_dim))" + (", or set it to 1" if unscaled else ""),
         )
         self(not model.scale_embeddings, "model.scale_embeddings", True, "set it false")
         self(not getattr(model, "scale_output", False), "model.scale_output", True, "set it false")

@@ -108,7 +108,7 @@ class GPT2(Architecture):
         need(bool(model.norm.bias), "model.norm.bias", False, "true")
         need(bool(model.norm.final), "model.norm.final", False, "true")
         need(model.n_kv_heads == model.n_heads, "model.n_kv_heads", model.n_kv_heads, "n_heads (no GQA)")
-        need.plain_attention(model)
+        need.plain_attention(model, unscaled=True)  # scale_attn_weights false
         return need.problems
 
     def to_config(self, spec: Spec) -> dict[str, Any]:
@@ -122,6 +122,7 @@ class GPT2(Architecture):
             "n_embd": model.d_model,
             "n_layer": model.n_layers,
             "n_head": model.n_heads,
+            "scale_attn_weights": model.attention_scale != 1,  # 1: q.k unscaled
             "n_inner": model.d_ff,
             "activation_function": EXPORTED_ACTIVATIONS[model.activation],
             "layer_norm_epsilon": model.norm.eps,
