@@ -18,6 +18,7 @@ from tfcompile.hf.errors import HFError, HFWarning
 from tfcompile.hf.exporter import export_hf
 from tfcompile.hf.importer import import_folder, write_run
 from tfcompile.spec import parse_spec
+from tfcompile.spec.choices import ACTIVATIONS
 from tfcompile.tasks import build_model
 from tfcompile.train.runs import load_trained_model
 
@@ -65,12 +66,18 @@ EDITED: list[tuple[str, dict[str, Any]]] = [
     ("llama", {"hidden_act": "gelu_python"}),
     ("qwen2", {"hidden_act": "gelu_fast"}),
     ("gpt2_untied_relu", {"scale_attn_weights": False}),
+    ("t5_v1_0", {"feed_forward_proj": "silu", "dense_act_fn": "silu"}),
+    ("t5_v1_0", {"feed_forward_proj": "gelu_new", "dense_act_fn": "gelu_new"}),
+    ("t5_v1_1", {"feed_forward_proj": "gated-swish", "dense_act_fn": "swish"}),
+    ("t5_v1_1", {"dense_act_fn": "gelu_python"}),  # gated erf GELU
     ("qwen2", {"use_sliding_window": True, "sliding_window": 8, "layer_types": None, "max_window_layers": 2}),
     ("bert_pretraining", {"architectures": ["BertForMaskedLM"]}),
 ]
 
 
-@pytest.mark.parametrize(("name", "fields"), EDITED, ids=[f"{n}-{'-'.join(f)}" for n, f in EDITED])
+@pytest.mark.parametrize(
+    ("name", "fields"), EDITED, ids=[" ".join([n, *(f"{k}={v}" for k, v in f.items())]) for n, f in EDITED]
+)
 def test_an_edited_import_round_trips(
     imported: dict[str, Imported], tmp_path: Path, name: str, fields: dict[str, Any]
 ) -> None:
@@ -119,6 +126,25 @@ def test_a_run_of_tfcompiles_own_loads_in_transformers(tmp_path: Path, kind: str
     architecture = export_hf(run, tmp_path / "out")
     assert architecture.lower().startswith(kind.split()[0])
     _loads_alike(tmp_path / "out", load_trained_model(run)[1])
+
+
+T5 = (
+    "family: encoder_decoder, vocab_size: 64, d_model: 16, n_layers: 1, n_heads: 2, head_dim: 6, "
+    "max_seq_len: 16, positional: relative, norm: {type: rmsnorm}, attention_scale: 1, "
+    "bias: {qkv: false, attn_out: false, ffn: false}"
+)
+
+
+@pytest.mark.parametrize("activation", ACTIVATIONS)
+def test_every_activation_is_a_t5_feed_forward(tmp_path: Path, activation: str) -> None:
+    """feed_forward_proj ACT or gated-ACT, with the dense_act_fn and is_gated_act transformers
+    derives from it and reads over it."""
+    run = _run(tmp_path, f"model: {{{T5}, activation: {activation}}}\ntask: {{type: seq2seq}}\n")
+    export_hf(run, tmp_path / "out")
+    _loads_alike(tmp_path / "out", load_trained_model(run)[1])
+    config = json.loads((tmp_path / "out" / "config.json").read_text())
+    derived = transformers.T5Config(feed_forward_proj=config["feed_forward_proj"])
+    assert (config["dense_act_fn"], config["is_gated_act"]) == (derived.dense_act_fn, derived.is_gated_act)
 
 
 def _problems(tmp_path: Path, model: str, task: str = "") -> str:

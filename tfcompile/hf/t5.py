@@ -1,8 +1,8 @@
 """T5 (``T5ForConditionalGeneration``), v1.0 and v1.1 / flan: relative position buckets shared by
 the layers of each stack, RMSNorm without bias, no biases anywhere, no 1/sqrt(d_kv) in attention
-(``attention_scale: 1``), heads of ``d_kv`` whatever d_model / heads is, ReLU or gated GELU
-(tanh). v1.0 ties its head to the embeddings and scales the last hidden state by d_model^-0.5
-(``scale_output``); v1.1 unties it and does not."""
+(``attention_scale: 1``), heads of ``d_kv`` whatever d_model / heads is, a feed-forward of any
+activation, gated or not (v1.0 ReLU, v1.1 gated GELU tanh). v1.0 ties its head to the embeddings
+and scales the last hidden state by d_model^-0.5 (``scale_output``); v1.1 unties it and does not."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from typing import Any
 
 from tfcompile.hf.architecture import (
     ACTIVATIONS,
+    EXPORTED_ACTIVATIONS,
     GATED_ACTIVATIONS,
     Architecture,
     Config,
@@ -27,7 +28,13 @@ from tfcompile.hf.errors import Problem
 from tfcompile.spec import Spec
 from tfcompile.spec.schema import EncoderDecoderSpec, RelativePositional, Seq2SeqTask
 
-EXPORTED_ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "geglu_tanh": "gated-gelu", "swiglu": "gated-silu"}
+# The spec's activation -> feed_forward_proj: ACT or gated-ACT, ACT as the other families write
+# it; but transformers reads gated-gelu as gelu_new's (T5 v1.1's), so the gated erf GELU is gelu_python.
+FEED_FORWARD = EXPORTED_ACTIVATIONS | {
+    "swiglu": "gated-silu",
+    "geglu": "gated-gelu_python",
+    "geglu_tanh": "gated-gelu",
+}
 BIAS = "encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight"
 DECODER_BIAS = "decoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight"
 
@@ -126,12 +133,6 @@ class T5(Architecture):
         model = spec.model
         assert isinstance(model, EncoderDecoderSpec)
         need = Needs("T5")
-        need(
-            model.activation in EXPORTED_ACTIVATIONS,
-            "model.activation",
-            model.activation,
-            "relu or geglu_tanh",
-        )
         need(model.norm.type == "rmsnorm", "model.norm.type", model.norm.type, "rmsnorm")
         need(model.norm.position == "pre", "model.norm.position", model.norm.position, "pre")
         need(not model.norm.bias, "model.norm.bias", True, "false")
@@ -153,6 +154,8 @@ class T5(Architecture):
     def to_config(self, spec: Spec) -> dict[str, Any]:
         model = spec.model
         assert isinstance(model, EncoderDecoderSpec) and isinstance(model.positional, RelativePositional)
+        feed_forward_proj = FEED_FORWARD[model.activation]
+        dense_act_fn, is_gated_act = derived(feed_forward_proj)
         return {
             "architectures": ["T5ForConditionalGeneration"],
             "model_type": "t5",
@@ -165,7 +168,10 @@ class T5(Architecture):
             "num_heads": model.n_heads,
             "relative_attention_num_buckets": model.positional.num_buckets,
             "relative_attention_max_distance": model.positional.max_distance,
-            "feed_forward_proj": EXPORTED_ACTIVATIONS[model.activation],
+            # transformers writes the two it derives beside feed_forward_proj, and reads them over it
+            "feed_forward_proj": feed_forward_proj,
+            "dense_act_fn": dense_act_fn,
+            "is_gated_act": is_gated_act,
             "layer_norm_epsilon": model.norm.eps,
             "dropout_rate": model.dropout.residual,
             "n_positions": model.max_seq_len,
@@ -219,12 +225,13 @@ class T5(Architecture):
 def feed_forward(config: Config) -> str:
     """The spec's activation for the feed-forward, as transformers reads it: ``dense_act_fn`` and
     ``is_gated_act`` where the config holds them (transformers writes them beside
-    ``feed_forward_proj``, and reads them over it), else ``feed_forward_proj``, ``ACT`` or
-    ``gated-ACT`` with ACT any activation name (``gated-gelu`` is gelu_new's, T5 v1.1's)."""
+    ``feed_forward_proj``, and reads them over it), else what it derives from
+    ``feed_forward_proj``."""
     value = str(config.get("feed_forward_proj", "relu"))
     parts = value.split("-")
-    gated = bool(config.get("is_gated_act", parts[0] == "gated"))
-    act = config.get("dense_act_fn", "gelu_new" if value == "gated-gelu" else parts[-1])
+    act, gated = derived(value)
+    gated = bool(config.get("is_gated_act", gated))
+    act = config.get("dense_act_fn", act)
     table = GATED_ACTIVATIONS if gated else ACTIVATIONS
     if len(parts) > 1 + (parts[0] == "gated") or act not in table:
         config.refuse(
@@ -235,6 +242,13 @@ def feed_forward(config: Config) -> str:
         )
         return "relu"
     return str(table[act])
+
+
+def derived(feed_forward_proj: str) -> tuple[str, bool]:
+    """The ``dense_act_fn`` and ``is_gated_act`` transformers derives from ``feed_forward_proj``,
+    ``ACT`` or ``gated-ACT`` with ACT any activation name (``gated-gelu`` is gelu_new's, T5 v1.1's)."""
+    parts = feed_forward_proj.split("-")
+    return ("gelu_new" if feed_forward_proj == "gated-gelu" else parts[-1]), parts[0] == "gated"
 
 
 def _layers(model: EncoderDecoderSpec) -> Iterator[tuple[str, str, int]]:
