@@ -167,6 +167,32 @@ def test_what_transformers_cannot_express_is_refused_by_field(tmp_path: Path) ->
         assert field in message
 
 
+@pytest.mark.parametrize(
+    ("model", "task", "named"),
+    [
+        (  # a norm after the last block, which BERT's post-norm blocks do not have
+            "family: encoder, vocab_size: 64, d_model: 16, n_layers: 1, n_heads: 2, max_seq_len: 8, "
+            "norm: {position: post, final: true}, embedding_norm: true",
+            "task: {type: classification, labels: [a, b]}\n",
+            "model.norm.final: True has no BERT equivalent",
+        ),
+        (  # transformers' dynamic RoPE scales past max_position_embeddings, whatever else is said
+            "family: decoder, vocab_size: 64, d_model: 16, n_layers: 1, n_heads: 2, max_seq_len: 16, "
+            "norm: {type: rmsnorm}, activation: swiglu, positional: {type: rope, "
+            "scaling: {type: dynamic, factor: 2, original_max_position_embeddings: 4}}",
+            "",
+            "model.positional.scaling.original_max_position_embeddings: 4 has no Llama equivalent",
+        ),
+    ],
+    ids=["bert-final-norm", "llama-dynamic-rope-from-4"],
+)
+def test_a_choice_transformers_would_compute_otherwise_is_refused(
+    tmp_path: Path, model: str, task: str, named: str
+) -> None:
+    """Not written into a folder whose outputs differ from the run's."""
+    assert named in _problems(tmp_path, model, task)
+
+
 def test_a_model_no_architecture_takes_is_refused(tmp_path: Path) -> None:
     message = _problems(
         tmp_path,

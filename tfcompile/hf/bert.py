@@ -162,6 +162,7 @@ class Bert(Architecture):
         need(model.norm.position == "post", "model.norm.position", model.norm.position, "post")
         need(bool(model.norm.bias), "model.norm.bias", False, "true")
         need(model.embedding_norm, "model.embedding_norm", False, "true")
+        need(not model.norm.final, "model.norm.final", True, "false (BERT has none after its last block)")
         need(
             isinstance(model.positional, LearnedPositional),
             "model.positional",

@@ -26,7 +26,7 @@ from tfcompile.hf.architecture import (
 )
 from tfcompile.hf.errors import HFWarning, Problem
 from tfcompile.spec import Spec
-from tfcompile.spec.schema import CausalLMTask, DecoderSpec, RopePositional
+from tfcompile.spec.schema import CausalLMTask, DecoderSpec, DynamicRopeScaling, RopePositional
 
 EXPORTED_ACTIVATIONS = {"swiglu": "silu", "geglu": "gelu", "geglu_tanh": "gelu_pytorch_tanh"}
 # The fields of each scaling that tfcompile keeps (the rest are transformers' bookkeeping).
@@ -221,8 +221,18 @@ class Llama(Architecture):
 
     def exportable(self, spec: Spec) -> list[Problem]:
         model = spec.model
+        assert isinstance(model, DecoderSpec) and isinstance(model.positional, RopePositional)
         need = Needs("Llama")
         need(model.activation in EXPORTED_ACTIVATIONS, "model.activation", model.activation, "swiglu")
+        scaling = model.positional.scaling
+        if isinstance(scaling, DynamicRopeScaling):
+            need(
+                scaling.original_max_position_embeddings >= model.max_seq_len,
+                "model.positional.scaling.original_max_position_embeddings",
+                scaling.original_max_position_embeddings,
+                f"max_seq_len ({model.max_seq_len}) or more: transformers' dynamic RoPE scales only "
+                f"past max_position_embeddings, which is max_seq_len",
+            )
         need(model.norm.type == "rmsnorm", "model.norm.type", model.norm.type, "rmsnorm")
         need(model.norm.position == "pre", "model.norm.position", model.norm.position, "pre")
         need(not model.norm.bias, "model.norm.bias", True, "false")
@@ -240,6 +250,8 @@ class Llama(Architecture):
         rope: dict[str, Any] = {"rope_type": "default"}
         if model.positional.scaling is not None:
             scaling = model.positional.scaling.model_dump(exclude_none=True)
+            if scaling["type"] == "dynamic":  # unread: transformers scales past max_position_embeddings
+                del scaling["original_max_position_embeddings"]
             rope = {"rope_type": scaling.pop("type"), **scaling}
         config: dict[str, Any] = {
             "architectures": ["Qwen2ForCausalLM" if qwen2 else "LlamaForCausalLM"],
