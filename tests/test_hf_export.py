@@ -115,6 +115,11 @@ NATIVE = {
     "bias: {qkv: false, attn_out: true, ffn: false}",
     "gpt2 unscaled": "family: decoder, vocab_size: 64, d_model: 16, n_layers: 1, n_heads: 2, "
     "max_seq_len: 16, attention_scale: 1",  # scale_attn_weights false
+    # scale_output folded into the final norm, as T5's untied head has it
+    "gpt2 scaled output": "family: decoder, vocab_size: 64, d_model: 16, n_layers: 1, n_heads: 2, "
+    "max_seq_len: 16, scale_output: true",
+    "llama scaled output": "family: decoder, vocab_size: 64, d_model: 32, n_layers: 1, n_heads: 4, "
+    "max_seq_len: 16, positional: rope, norm: {type: rmsnorm}, activation: swiglu, scale_output: true",
 }
 
 

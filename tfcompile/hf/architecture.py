@@ -215,8 +215,13 @@ class Needs:
             "leave it unset (1/sqrt(head_dim))" + (", or set it to 1" if unscaled else ""),
         )
         self(not model.scale_embeddings, "model.scale_embeddings", True, "set it false")
-        self(not getattr(model, "scale_output", False), "model.scale_output", True, "set it false")
         self(not model.bias.lm_head, "model.bias.lm_head", True, "set it false")
+
+
+def output_scale(model: Any) -> float:
+    """What the last hidden state is multiplied by before the LM head (``scale_output``): folded
+    into the final norm's weight (and bias), exactly, where transformers has no such scale."""
+    return float(model.d_model**-0.5) if model.scale_output else 1.0
 
 
 def zeros_if_none(t: torch.Tensor | None, size: int) -> torch.Tensor:

@@ -16,6 +16,7 @@ from tfcompile.hf.architecture import (
     Tensors,
     contiguous,
     dropout,
+    output_scale,
     register,
     tied,
     zeros_if_none,
@@ -135,12 +136,12 @@ class GPT2(Architecture):
 
     def from_state(self, state: State, spec: Spec) -> State:
         model = spec.model
-        p = "transformer."
+        p, scale = "transformer.", output_scale(model)
         out = {
             f"{p}wte.weight": state["embed.weight"],
             f"{p}wpe.weight": state["positional.table.weight"],
-            f"{p}ln_f.weight": state["final_norm.weight"],
-            f"{p}ln_f.bias": state["final_norm.bias"],
+            f"{p}ln_f.weight": state["final_norm.weight"] * scale,
+            f"{p}ln_f.bias": state["final_norm.bias"] * scale,
         }
         if not model.tie_embeddings:
             out["lm_head.weight"] = state["lm_head.weight"]

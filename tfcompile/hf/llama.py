@@ -20,6 +20,7 @@ from tfcompile.hf.architecture import (
     Tensors,
     contiguous,
     dropout,
+    output_scale,
     register,
     tied,
     zeros_if_none,
@@ -293,7 +294,7 @@ class Llama(Architecture):
         llama = not (bias.qkv and not bias.attn_out and not bias.ffn)
         out = {
             "model.embed_tokens.weight": state["embed.weight"],
-            "model.norm.weight": state["final_norm.weight"],
+            "model.norm.weight": state["final_norm.weight"] * output_scale(model),
         }
         if not model.tie_embeddings:
             out["lm_head.weight"] = state["lm_head.weight"]

@@ -21,6 +21,7 @@ from tfcompile.hf.architecture import (
     Tensors,
     contiguous,
     dropout,
+    output_scale,
     register,
     tied,
 )
@@ -194,9 +195,7 @@ class T5(Architecture):
         }
         if not hf_tied(model):  # an untied head scaled: the scale folds into the norm before it
             out["lm_head.weight"] = state["lm_head.weight"].clone()
-            out["decoder.final_layer_norm.weight"] = state["decoder_norm.weight"] * (
-                model.d_model**-0.5 if model.scale_output else 1.0
-            )
+            out["decoder.final_layer_norm.weight"] = state["decoder_norm.weight"] * output_scale(model)
         for h, b, ffn in _layers(model):
             a = f"{h}0.SelfAttention."
             out[f"{h}0.layer_norm.weight"] = state[f"{b}attn_norm.weight"]
