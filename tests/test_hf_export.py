@@ -83,11 +83,11 @@ def test_an_edited_import_round_trips(
 ) -> None:
     folder = edited(imported, name, tmp_path, **fields)
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", HFWarning)  # BertForMaskedLM leaves its pretraining heads out
+        # BertForMaskedLM leaves its pretraining heads out; an unscaled GPT-2 warns of transformers 4
+        warnings.simplefilter("ignore", HFWarning)
         result = import_folder(folder, "edited", tmp_path / "specs", tmp_path / "runs")
-    model = load_trained_model(result.run_dir)[1]
-    export_hf(result.run_dir, tmp_path / "out")
-    _loads_alike(tmp_path / "out", model)
+        export_hf(result.run_dir, tmp_path / "out")
+    _loads_alike(tmp_path / "out", load_trained_model(result.run_dir)[1])
 
 
 def _run(tmp_path: Path, text: str) -> Path:
@@ -123,6 +123,7 @@ NATIVE = {
 }
 
 
+@pytest.mark.filterwarnings("ignore:scale_attn_weights is false")  # tested on its own below
 @pytest.mark.parametrize("kind", list(NATIVE))
 def test_a_run_of_tfcompiles_own_loads_in_transformers(tmp_path: Path, kind: str) -> None:
     """Interleaved RoPE pairs become transformers' halves by a permutation of the q and k rows;
@@ -238,3 +239,12 @@ def test_the_config_is_read_by_transformers_4_as_well(imported: dict[str, Import
     export_hf(imported["t5_gated_silu_tied"].result.run_dir, tmp_path / "t5")
     t5 = json.loads((tmp_path / "t5" / "config.json").read_text())
     assert t5["tie_word_embeddings"] is False and "scale_decoder_outputs" not in t5
+
+
+def test_an_unscaled_gpt2_warns_of_transformers_4s_sdpa_attention(tmp_path: Path) -> None:
+    """transformers 4.57's GPT-2 passes no scale to SDPA, its default attention, which then scales
+    q.k by 1/sqrt(head_dim) whatever scale_attn_weights says; its eager attention reads it."""
+    run = _run(tmp_path, f"model: {{{NATIVE['gpt2 unscaled']}}}\n")
+    with pytest.warns(HFWarning, match="transformers 4's default SDPA attention ignores it"):
+        export_hf(run, tmp_path / "out")
+    assert json.loads((tmp_path / "out" / "config.json").read_text())["scale_attn_weights"] is False

@@ -3,6 +3,7 @@ Conv1D layers store weights as (in, out), the transpose of ``nn.Linear``'s."""
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 from tfcompile.hf.architecture import (
@@ -21,7 +22,7 @@ from tfcompile.hf.architecture import (
     tied,
     zeros_if_none,
 )
-from tfcompile.hf.errors import Problem
+from tfcompile.hf.errors import HFWarning, Problem
 from tfcompile.spec import Spec
 from tfcompile.spec.schema import CausalLMTask, DecoderSpec, LearnedPositional
 
@@ -115,6 +116,15 @@ class GPT2(Architecture):
     def to_config(self, spec: Spec) -> dict[str, Any]:
         model = spec.model
         assert isinstance(model, DecoderSpec)
+        if model.attention_scale == 1:
+            warnings.warn(
+                HFWarning(
+                    "scale_attn_weights is false (model.attention_scale 1): transformers 4's default "
+                    "SDPA attention ignores it and scales q.k anyway (5 does not); load the folder there "
+                    "with attn_implementation='eager'"
+                ),
+                stacklevel=2,
+            )
         return {
             "architectures": ["GPT2LMHeadModel"],
             "model_type": "gpt2",
@@ -123,7 +133,7 @@ class GPT2(Architecture):
             "n_embd": model.d_model,
             "n_layer": model.n_layers,
             "n_head": model.n_heads,
-            "scale_attn_weights": model.attention_scale != 1,  # 1: q.k unscaled
+            "scale_attn_weights": model.attention_scale != 1,
             "n_inner": model.d_ff,
             "activation_function": EXPORTED_ACTIVATIONS[model.activation],
             "layer_norm_epsilon": model.norm.eps,
