@@ -11,6 +11,8 @@ This module imports neither torch nor onnxruntime: the runtime, the exporter and
 from __future__ import annotations
 
 import json
+import math
+from collections import Counter
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, model_validator
@@ -30,6 +32,7 @@ Count = Annotated[StrictInt, Field(gt=0)]
 TokenId = Annotated[StrictInt, Field(ge=0)]
 MAX_LENGTH_PENALTY = 10.0  # ((5 + length) / 6) ** alpha stays finite for any length a model reads
 MAX_BEAM = 64  # a translation section's default beam
+MAX_INPUT_VALUES = 1 << 26  # a graph input's values with every named axis 1: 3 x 4,096 x 4,096 pixels fit
 
 
 class Part(BaseModel):
@@ -190,6 +193,15 @@ class ImageInfo(Part):
     std: list[Annotated[float, Field(ge=1e-6, le=1e6)]]  # normalised pixels stay finite in float32
     layout: Literal["NCHW"] = "NCHW"
 
+    @model_validator(mode="after")
+    def _consistent(self) -> ImageInfo:
+        """One mean and std per channel; files decode to as many channels as the colour mode has."""
+        if not len(self.mean) == len(self.std) == self.channels:
+            raise ValueError(f"mean and std need one value per channel ({self.channels})")
+        if self.channels != {"L": 1, "RGB": 3}[self.channel_order]:
+            raise ValueError(f"channel_order {self.channel_order} does not give {self.channels} channels")
+        return self
+
 
 class Transformation(Part):
     """One step of `tfcompile optimize`: what was done to every graph, by which tool, and how
@@ -269,12 +281,11 @@ class Manifest(Part):
         for name, graph in self.graphs.items():
             if graph.file not in self.files:
                 raise ValueError(f"graphs.{name}.file {graph.file!r} is not listed in files")
+            _check_sizes(f"graphs.{name}.inputs", graph)
             if graph.cache is not None:
                 _check_cache(f"graphs.{name}.cache", graph)
         if self.tokenizer is not None and self.tokenizer.file not in self.files:
             raise ValueError(f"tokenizer.file {self.tokenizer.file!r} is not listed in files")
-        if self.image is not None:
-            _check_image(self.image)
         if self.labels is not None and (not all(self.labels) or len(set(self.labels)) != len(self.labels)):
             raise ValueError(f"labels must be distinct names, found {self.labels}")
         if self.translation is not None and len(self.translation.source_suffix_ids) >= self.model.max_seq_len:
@@ -304,14 +315,17 @@ class Manifest(Part):
         return ids
 
 
-def _check_image(image: ImageInfo) -> None:
-    """One mean and std per channel; files decode to as many channels as the colour mode has."""
-    if not len(image.mean) == len(image.std) == image.channels:
-        raise ValueError(f"image: mean and std need one value per channel ({image.channels})")
-    if image.channels != {"L": 1, "RGB": 3}[image.channel_order]:
-        raise ValueError(
-            f"image: channel_order {image.channel_order} does not give {image.channels} channels"
-        )
+def _check_sizes(where: str, graph: Graph) -> None:
+    """The smallest tensor each input takes (every named axis 1) holds at most
+    MAX_INPUT_VALUES: the runtime builds such tensors from the manifest's sizes (a warm-up call,
+    an empty cache), so the sizes must not ask it for more memory than a model's input needs."""
+    for tensor in graph.inputs:
+        values = math.prod(size for size in tensor.shape if isinstance(size, int))
+        if values > MAX_INPUT_VALUES:
+            raise ValueError(
+                f"{where}: {tensor.name}'s fixed sizes {tensor.shape} make {values:,} values with each "
+                f"named axis 1, more than the {MAX_INPUT_VALUES:,} a bundle's input may hold"
+            )
 
 
 def _check_cache(where: str, graph: Graph) -> None:
@@ -358,11 +372,36 @@ def _closed_keys(node: Any) -> None:
             _closed_keys(value)
 
 
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object whose keys are distinct: parsers disagree on which of two equal keys wins,
+    so a client and this loader could read two different manifests from one file."""
+    twice = sorted(key for key, n in Counter(key for key, _ in pairs).items() if n > 1)
+    if twice:
+        raise ValueError(f"the keys {twice[:5]} appear twice in one object")
+    return dict(pairs)
+
+
+def _no_constant(name: str) -> float:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text} is too large for a JSON number that other parsers read")
+    return value
+
+
 def parse_manifest(data: bytes, where: str) -> tuple[Manifest, int]:
     """A manifest's bytes -> a validated Manifest (format 1 is read into format 2's shape) and the
     format the file declared; a BundleError naming the key at fault otherwise."""
     try:
-        raw = json.loads(data)
+        raw = json.loads(
+            data.decode("utf-8"),
+            object_pairs_hook=_unique_keys,
+            parse_constant=_no_constant,
+            parse_float=_finite_float,
+        )
         json.dumps(raw, ensure_ascii=False).encode("utf-8")  # no lone surrogate ("\\ud800") in a string
     except (ValueError, RecursionError) as e:  # not UTF-8, not JSON, an integer of 4,300+ digits
         raise BundleError(f"{where} is not valid JSON ({e}); export the bundle again") from None
@@ -382,7 +421,8 @@ def parse_manifest(data: bytes, where: str) -> tuple[Manifest, int]:
     except ValidationError as e:
         first = e.errors()[0]
         key = ".".join(str(part) for part in first["loc"])
-        message = f"{key}: {first['msg']}" if key else first["msg"].removeprefix("Value error, ")
+        text = first["msg"].removeprefix("Value error, ")
+        message = f"{key}: {text}" if key else text
         more = f" (and {e.error_count() - 1} more)" if e.error_count() > 1 else ""
         raise BundleError(f"{where}: {message}{more}") from None
 

@@ -6,7 +6,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from tfcompile.manifest import FORMAT_VERSION, Manifest
-from tfcompile.runtime.bundle import BundleFiles, read_manifest
+from tfcompile.runtime.bundle import BundleFiles, bundle_files, read_manifest
 from tfcompile.runtime.classifier import Classifier, ImageClassifier, Prediction
 from tfcompile.runtime.errors import BundleError, InputError
 from tfcompile.runtime.generation import LanguageModel
@@ -44,7 +44,7 @@ def load(
     Classifier for a text classifier, a Translator for an encoder-decoder, an ImageClassifier for
     a ViT. ``providers``: onnxruntime execution providers, in order of preference (default: CUDA
     when available, then the CPU); ``options``: threads and spinning (SessionOptions)."""
-    files = bundle if isinstance(bundle, BundleFiles) else BundleFiles(Path(bundle))
+    files = bundle_files(bundle)
     task = files.manifest.task
     if task not in RUNTIMES:
         raise BundleError(f"{files.folder} holds a {task!r} model, which this runtime cannot serve")
@@ -56,7 +56,7 @@ def check_bundle(bundle: str | Path | BundleFiles) -> None:
     export-triton, export-genai): on the CPU, every graph the manifest lists opened and checked
     against it, and the tokenizer read; a BundleError says what is wrong."""
     served = load(bundle, ["CPUExecutionProvider"])
-    for name in served.manifest.graphs.keys() - served.opened:
+    for name in served.manifest.graphs.keys() - served.sessions.keys():
         served.open_graph(name)
 
 

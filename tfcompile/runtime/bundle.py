@@ -3,8 +3,9 @@
 A bundle comes from elsewhere, so nothing in it is believed before it is checked: the manifest is
 a bounded regular file validated as a whole (tfcompile.manifest); every other file the
 runtime opens must be listed in the manifest's ``files`` under a plain name inside the folder, is
-opened without following symlinks, must be a regular file, and is read once, its sha256 checked
-against the manifest before anything parses the bytes that were checked.
+opened without following symlinks, must be a regular file of bounded size (the listed files
+together too, checked before any is hashed), and is read once, its sha256 checked against the
+manifest before anything parses the bytes that were checked.
 
 This module imports no torch: the runtime and the exporter share it.
 """
@@ -20,10 +21,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
+from pydantic import ValidationError
+
 from tfcompile.manifest import MANIFEST, MAX_MANIFEST_BYTES, ImageInfo, Manifest, parse_manifest
-from tfcompile.runtime.errors import BundleError
+from tfcompile.runtime.errors import BundleError, InputError
 
 PREPROCESSING_FILE = "preprocessing.json"  # format 1 kept an image model's preprocessing here
+MAX_FILE_BYTES = (1 << 31) - 1  # protobuf's limit: the largest graph onnxruntime reads as bytes
+MAX_BUNDLE_BYTES = 1 << 33  # the listed files together: four graphs of the largest size
 
 
 def sha256_file(path: Path) -> str:
@@ -32,6 +37,12 @@ def sha256_file(path: Path) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+def _size(path: Path) -> int:
+    """The size of ``path``, a regular file (see _open_regular), as the file system says."""
+    with _open_regular(path) as f:
+        return os.fstat(f.fileno()).st_size
 
 
 def read_regular_file(path: Path, limit: int | None = None) -> bytes:
@@ -66,12 +77,28 @@ class BundleFiles:
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
-        if not folder.is_dir():
-            raise BundleError(f"{folder} is not a bundle folder")
-        if not (folder / MANIFEST).exists() and not (folder / MANIFEST).is_symlink():
-            raise BundleError(f"{folder} is not a tfcompile bundle: it has no {MANIFEST}")
+        try:
+            if not folder.is_dir():
+                raise BundleError(f"{folder} is not a bundle folder")
+            if not (folder / MANIFEST).exists() and not (folder / MANIFEST).is_symlink():
+                raise BundleError(f"{folder} is not a tfcompile bundle: it has no {MANIFEST}")
+        except OSError as e:  # a name too long, a folder this process may not search
+            raise BundleError(f"cannot read the bundle folder {folder}: {e.strerror}") from None
         data = read_regular_file(folder / MANIFEST, MAX_MANIFEST_BYTES)
         self.manifest, self.format_version = parse_manifest(data, str(folder / MANIFEST))
+        # Sizes first: hashing a sparse file of a terabyte, which takes no disk, would take an hour.
+        sizes = {name: _size(folder / name) for name in self.manifest.files}
+        for name, size in sizes.items():
+            if size > MAX_FILE_BYTES:
+                raise BundleError(
+                    f"{folder / name} holds {size:,} bytes, more than the {MAX_FILE_BYTES:,} a bundle's "
+                    f"file may hold"
+                )
+        if sum(sizes.values()) > MAX_BUNDLE_BYTES:
+            raise BundleError(
+                f"{folder}: the files its {MANIFEST} lists hold {sum(sizes.values()):,} bytes, more than "
+                f"the {MAX_BUNDLE_BYTES:,} a bundle may hold"
+            )
         for name in self.manifest.files:
             self._check(name, sha256_file(folder / name))
         if self.manifest.image is None and PREPROCESSING_FILE in self.manifest.files:
@@ -81,7 +108,7 @@ class BundleFiles:
         """A listed file's bytes, checked against the manifest's sha256 before they are returned."""
         if name not in self.manifest.files:
             raise BundleError(f"{self.folder}: {name} is not listed in {MANIFEST}'s files")
-        data = read_regular_file(self.folder / name)
+        data = read_regular_file(self.folder / name, MAX_FILE_BYTES)
         self._check(name, hashlib.sha256(data).hexdigest())
         return data
 
@@ -102,6 +129,7 @@ class BundleFiles:
             )
 
     def _legacy_image(self) -> ImageInfo:
+        """Format 1's preprocessing.json as the image section, checked as a manifest's is."""
         try:
             p = json.loads(self.read(PREPROCESSING_FILE))
             return ImageInfo(
@@ -111,10 +139,27 @@ class BundleFiles:
                 mean=p["mean"],
                 std=p["std"],
             )
+        except ValidationError as e:
+            first = e.errors()[0]
+            field = ".".join(str(part) for part in first["loc"])
+            reason = first["msg"].removeprefix("Value error, ")
+            raise BundleError(
+                f"{self.folder / PREPROCESSING_FILE} is not a valid preprocessing record: "
+                f"{field + ': ' if field else ''}{reason}"
+            ) from None
         except (ValueError, KeyError, TypeError, RecursionError) as e:
             raise BundleError(
-                f"{self.folder / PREPROCESSING_FILE} is not a valid preprocessing record: {e}"
+                f"{self.folder / PREPROCESSING_FILE} is not a valid preprocessing record: {e!r}"
             ) from None
+
+
+def bundle_files(bundle: str | os.PathLike[str] | BundleFiles) -> BundleFiles:
+    """A bundle given as its folder's path (or as files already checked) -> its checked files."""
+    if isinstance(bundle, BundleFiles):
+        return bundle
+    if not isinstance(bundle, str | os.PathLike) or not isinstance(os.fspath(bundle), str):
+        raise InputError(f"a bundle is given as its folder's path, got {type(bundle).__name__}")
+    return BundleFiles(Path(bundle))
 
 
 def read_manifest(bundle: Path) -> Manifest:
@@ -122,4 +167,12 @@ def read_manifest(bundle: Path) -> Manifest:
     return BundleFiles(bundle).manifest
 
 
-__all__ = ["MANIFEST", "BundleFiles", "Manifest", "read_manifest", "read_regular_file", "sha256_file"]
+__all__ = [
+    "MANIFEST",
+    "BundleFiles",
+    "Manifest",
+    "bundle_files",
+    "read_manifest",
+    "read_regular_file",
+    "sha256_file",
+]

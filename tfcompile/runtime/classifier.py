@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 
@@ -13,7 +13,6 @@ from tfcompile.images import ImageLike, ImagePreprocessing
 from tfcompile.runtime import inputs
 from tfcompile.runtime.bundle import BundleFiles
 from tfcompile.runtime.errors import BundleError, InputError
-from tfcompile.runtime.ort import run
 from tfcompile.runtime.session import Bundle, SessionOptions
 from tfcompile.sequences import length_groups, pad_rows
 
@@ -63,7 +62,7 @@ class Classifier(Bundle):
             ),
         }
         names = [t.name for t in self.graph("model").inputs]
-        (logits,) = run(self.session, {name: feed[name] for name in names}, ["logits"])
+        (logits,) = self.run_graph("model", {name: feed[name] for name in names}, ["logits"])
         return logits
 
     def classify(self, texts: str | Sequence[str] | Sequence[tuple[str, str]]) -> list[Prediction]:
@@ -161,7 +160,7 @@ class ImageClassifier(Bundle):
                 f"got {pixels.shape}"
             )
         pixels = inputs.floats("pixel_values", pixels, self.graph("model").inputs[0].dtype)
-        (logits,) = run(self.session, {"pixel_values": pixels}, ["logits"])
+        (logits,) = self.run_graph("model", {"pixel_values": pixels}, ["logits"])
         return logits
 
     def classify_images(
@@ -175,17 +174,7 @@ class ImageClassifier(Bundle):
                 f"{self.path} has no image preprocessing (it was not exported from a run): "
                 f"pass preprocessed pixel_values to logits() instead"
             )
-        items: list[ImageLike]
-        if isinstance(images, np.ndarray):
-            items = [images] if images.ndim < 4 else list(images)
-        elif isinstance(images, (str, Path, bytes)):
-            items = [images]
-        elif isinstance(images, Sequence):
-            items = list(cast(Sequence[ImageLike], images))
-        else:
-            raise InputError(f"classify_images takes image paths or arrays, got {type(images).__name__}")
-        if not items:
-            raise InputError("classify_images needs at least one image")
+        items = inputs.images("images", images)
         batch = inputs.count("batch_size", batch_size, 1)
         out: list[Prediction] = []
         for start in range(0, len(items), batch):

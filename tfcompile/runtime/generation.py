@@ -21,7 +21,7 @@ from tfcompile.manifest import GenerationInfo
 from tfcompile.runtime import inputs
 from tfcompile.runtime.bundle import BundleFiles
 from tfcompile.runtime.errors import BundleError, InputError
-from tfcompile.runtime.ort import failures, run
+from tfcompile.runtime.ort import failures
 from tfcompile.runtime.session import Bundle, SessionOptions
 from tfcompile.sequences import pad_rows
 
@@ -60,7 +60,7 @@ class LanguageModel(Bundle):
     def logits(self, input_ids: Any, attention_mask: Any | None = None) -> np.ndarray:
         ids = self._token_ids(input_ids)
         mask = np.ones_like(ids) if attention_mask is None else self._mask(attention_mask, ids.shape)
-        (logits,) = run(self.session, {"input_ids": ids, "attention_mask": mask}, ["logits"])
+        (logits,) = self.run_graph("model", {"input_ids": ids, "attention_mask": mask}, ["logits"])
         return logits
 
     def generate(
@@ -84,7 +84,14 @@ class LanguageModel(Bundle):
         mask = None if attention_mask is None else self._mask(attention_mask, ids.shape)
         count = self.max_new_tokens(max_new_tokens)
         rows = self.sampling(len(ids), temperature, top_k, top_p, seed)
-        new = self.generate_batch(ids, mask, [count] * len(ids), rows, stop, use_cache)
+        new = self.generate_batch(
+            ids,
+            mask,
+            [count] * len(ids),
+            rows,
+            inputs.switch("stop", stop),
+            inputs.switch("use_cache", use_cache),
+        )
         if not any(new):
             return ids
         return np.concatenate([ids, pad_rows(new, self._pad_id())], axis=1)
@@ -106,7 +113,11 @@ class LanguageModel(Bundle):
         count = self.max_new_tokens(max_new_tokens)
         rows = self.sampling(len(encodings), temperature, top_k, top_p, seed)
         new = self.generate_prompts(
-            [e.ids for e in encodings], [count] * len(encodings), rows, stop, use_cache
+            [e.ids for e in encodings],
+            [count] * len(encodings),
+            rows,
+            inputs.switch("stop", stop),
+            inputs.switch("use_cache", use_cache),
         )
         stops = tuple(self.generation.stop_token_ids)
         texts = self.decode(
@@ -248,7 +259,9 @@ class _StepDecoder:
             "attention_mask": np.ascontiguousarray(full, dtype=np.int64),
             **dict(zip(self.past_names, self.past, strict=True)),
         }
-        logits, *self.past = self._run(feed)
+        logits, *present = self._run(feed)
+        self.model.check_outputs("step", feed, [logits, *present], self.outputs)
+        self.past = present
         return logits[:, -1, : self.model.emitted].astype(np.float32, copy=False)  # the last position only
 
     def _run(self, feed: dict[str, Any]) -> list[Any]:

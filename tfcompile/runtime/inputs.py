@@ -6,10 +6,12 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from tfcompile.images import ImageLike
 from tfcompile.runtime.errors import InputError
 
 Text = str | tuple[str, str]
@@ -110,6 +112,32 @@ def sampling(temperature: Any, top_k: Any, top_p: Any) -> tuple[float, int | Non
 
 def seed(value: Any) -> int | None:
     return None if value is None else count("seed", value, 0)
+
+
+def switch(name: str, value: Any) -> bool:
+    """True or False (numpy's too), not any value Python reads as true or false."""
+    if not isinstance(value, bool | np.bool_):
+        raise InputError(f"{name} must be True or False, got {_shown(value)}")
+    return bool(value)
+
+
+def images(name: str, value: Any) -> list[ImageLike]:
+    """One image (a path, a file's bytes, or an (H, W) or (H, W, C) array), a 4-D array of
+    images, or a non-empty list of them -> the images; each array a rectangular array of numbers."""
+    if isinstance(value, np.ndarray):
+        items: list[Any] = [value] if value.ndim < 4 else list(value)
+    elif isinstance(value, str | Path | bytes):
+        items = [value]
+    elif isinstance(value, Sequence):
+        items = list(value)
+    else:
+        raise InputError(f"{name} takes image paths, bytes or arrays, got {_shown(value)}")
+    if not items:
+        raise InputError(f"{name} needs at least one image")
+    return [
+        item if isinstance(item, str | Path | bytes) else array(f"{name}[{i}]", item)
+        for i, item in enumerate(items)
+    ]
 
 
 def texts(name: str, value: Any, pairs: bool = False) -> list[Text]:

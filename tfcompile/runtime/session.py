@@ -7,24 +7,26 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import onnx
 from tokenizers import Tokenizer
 
 from tfcompile.errors import first_line
 from tfcompile.manifest import Graph, Manifest, Tensor
 from tfcompile.runtime import inputs
-from tfcompile.runtime.bundle import BundleFiles
+from tfcompile.runtime.bundle import BundleFiles, bundle_files
 from tfcompile.runtime.errors import BundleError, InputError
 from tfcompile.runtime.ort import ort, run
 
 # Bundles are checked against PyTorch's fp32 logits. The CUDA provider's default TF32 matmuls
 # move those logits by about 1e-3 (measured on an H100), enough to change greedy tokens.
 PROVIDER_OPTIONS: dict[str, dict[str, str]] = {"CUDAExecutionProvider": {"use_tf32": "0"}}
+MAX_THREADS = 1024  # onnxruntime takes a C int
 
 
 def default_providers() -> list[str]:
@@ -35,6 +37,8 @@ def default_providers() -> list[str]:
 
 def session_providers(providers: Sequence[str]) -> list[tuple[str, dict[str, str]]]:
     """Provider names -> (name, options) for onnxruntime, refusing names this build lacks."""
+    if isinstance(providers, str) or not isinstance(providers, Sequence):
+        raise InputError(f"providers must be a list of execution provider names, got {providers!r}"[:200])
     available = ort.get_available_providers()
     for name in providers:
         if name not in available:
@@ -62,10 +66,15 @@ class SessionOptions:
     token at a time). ``spin``: whether idle threads spin, waiting for the next run; that shaves
     latency off back-to-back calls from one caller, but the spinning threads take the cores from
     everything else in the process, so a server, whose event loop needs them between runs, turns
-    it off."""
+    it off. ``threads`` 0 is onnxruntime's default, one per core."""
 
     threads: int | None = None
     spin: bool = True
+
+    def __post_init__(self) -> None:
+        if self.threads is not None and inputs.count("threads", self.threads) > MAX_THREADS:
+            raise InputError(f"threads must be at most {MAX_THREADS:,}, got {self.threads:,}")
+        inputs.switch("spin", self.spin)
 
     def to_ort(self, one_token: bool = False) -> Any:
         """onnxruntime's options for a graph; ``one_token``: a step graph, with a cache."""
@@ -74,7 +83,31 @@ class SessionOptions:
         if threads is not None:
             options.intra_op_num_threads = threads
         options.add_session_config_entry("session.intra_op.allow_spinning", "1" if self.spin else "0")
+        options.add_session_config_entry("session.load_model_format", "ONNX")  # as open_graph checked it
         return options
+
+
+@dataclass(frozen=True)
+class _OutputChecks:
+    """What check_outputs holds a graph's outputs to, read once from its manifest entry: the named
+    axes of its inputs (input, index, name), each output's declared shape, and each present
+    output's past input and cache axis."""
+
+    named: tuple[tuple[str, int, str], ...]
+    shapes: dict[str, list[int | str]]
+    grows: dict[str, tuple[str, int]]
+
+    @classmethod
+    def of(cls, graph: Graph) -> _OutputChecks:
+        grows = {}
+        if graph.cache is not None:
+            inputs = {t.name: t.shape for t in graph.inputs}
+            pairs = zip(graph.cache.past, graph.cache.present, strict=True)
+            grows = {present: (past, inputs[past].index(graph.cache.axis)) for past, present in pairs}
+        named = [
+            (t.name, i, axis) for t in graph.inputs for i, axis in enumerate(t.shape) if isinstance(axis, str)
+        ]
+        return cls(tuple(named), {t.name: t.shape for t in graph.outputs}, grows)
 
 
 class Bundle:
@@ -89,12 +122,15 @@ class Bundle:
         providers: Sequence[str] | None = None,
         options: SessionOptions | None = None,
     ) -> None:
-        self.files = bundle if isinstance(bundle, BundleFiles) else BundleFiles(Path(bundle))
+        self.files = bundle_files(bundle)
         self.path = self.files.folder
         self.manifest: Manifest = self.files.manifest
         self._providers = session_providers(providers or default_providers())
+        if not isinstance(options, SessionOptions | None):
+            raise InputError(f"options must be a SessionOptions, got {type(options).__name__}")
         self._options = options or SessionOptions()
-        self.opened: set[str] = set()  # the graphs open_graph checked
+        self.sessions: dict[str, Any] = {}  # the graphs open_graph checked, by name
+        self._checks: dict[str, _OutputChecks] = {}  # and what their outputs are held to
         self.session = self.open_graph(self.MAIN_GRAPH)
         if self.manifest.model.vocab_size is None and any(
             is_token_ids(t.name) for g in self.manifest.graphs.values() for t in g.inputs
@@ -152,6 +188,7 @@ class Bundle:
         onnxruntime cannot load, or whose inputs and outputs are not the manifest's, is a BundleError."""
         graph = self.graph(name)
         data = self.files.read(graph.file)
+        _check_self_contained(self.path / graph.file, data)
         options = self._options.to_ort(one_token=graph.cache is not None)
         try:
             session = ort.InferenceSession(data, options, providers=self._providers)
@@ -174,8 +211,55 @@ class Bundle:
                         f"{self.path / graph.file}: {f.name} is {f.type} of shape {f.shape}, but the "
                         f"manifest says {t.dtype} of shape {t.shape}"
                     )
-        self.opened.add(name)
+        self.sessions[name] = session
+        self._checks[name] = _OutputChecks.of(graph)
         return session
+
+    def run_graph(
+        self, name: str, feed: dict[str, np.ndarray], outputs: Sequence[str] | None = None
+    ) -> list[np.ndarray]:
+        """The opened graph ``name`` on checked inputs -> its outputs (``outputs``, by default
+        all), float32, each checked against the manifest (check_outputs)."""
+        values = run(self.sessions[name], feed, outputs)
+        self.check_outputs(name, feed, values, outputs)
+        return values
+
+    def check_outputs(
+        self, name: str, feed: dict[str, Any], values: Sequence[Any], outputs: Sequence[str] | None = None
+    ) -> None:
+        """onnxruntime does not hold a graph's outputs to the shapes it declares, so the runtime
+        does, before anything indexes them: each output (numpy or OrtValue) has its manifest rank
+        and fixed sizes, an axis named as an input's has that input's size (and one name, one
+        size), a cache graph's present tensors are its past ones with the new tokens
+        (input_ids' second axis) appended on the cache axis, and logits are finite. A graph that
+        breaks this is a BundleError: it does not do what its manifest says."""
+        checks = self._checks[name]
+        sizes = {axis: _shape(feed[tensor])[i] for tensor, i, axis in checks.named}
+        for output, value in zip(outputs or checks.shapes, values, strict=True):
+            shape = _shape(value)
+            expected: list[int | str]
+            if output in checks.grows:  # its past had the manifest's shape, as the cache began
+                past, axis = checks.grows[output]
+                expected = list(_shape(feed[past]))
+                expected[axis] = _shape(feed[past])[axis] + _shape(feed["input_ids"])[1]
+                wrong = list(shape) != expected
+            else:
+                expected = checks.shapes[output]
+                wrong = len(shape) != len(expected) or any(
+                    size != (axis if isinstance(axis, int) else sizes.setdefault(axis, size))
+                    for axis, size in zip(expected, shape, strict=True)
+                )
+            if wrong:
+                shapes = {k: _shape(v) for k, v in feed.items()}
+                raise BundleError(
+                    f"{self.path / self.graph(name).file} gave {output} of shape {shape}, not "
+                    f"{expected} as the manifest says, for inputs of shapes {shapes}"
+                )
+            if output == "logits" and not np.isfinite(value).all():
+                raise BundleError(
+                    f"{self.path / self.graph(name).file} gave logits that are not finite (NaN or "
+                    f"infinity) for inputs the manifest allows"
+                )
 
     def infer(self, feed: dict[str, Any]) -> dict[str, np.ndarray]:
         """The main graph on raw tensors (the Open Inference Protocol's ``infer``): exactly the
@@ -209,7 +293,7 @@ class Bundle:
                 value = inputs.floats(tensor.name, value, tensor.dtype)
             checked[tensor.name] = value
         outputs = [t.name for t in graph.outputs]
-        return dict(zip(outputs, run(self.session, checked, outputs), strict=True))
+        return dict(zip(outputs, self.run_graph(self.MAIN_GRAPH, checked, outputs), strict=True))
 
     def warm_up(self) -> None:
         """One smallest call, so that a server's first request does not pay onnxruntime's
@@ -229,19 +313,33 @@ class Bundle:
 
     def encode(self, items: Sequence[str | tuple[str, str]], add_special_tokens: bool = True) -> list[Any]:
         """Texts (or pairs) -> tokenizer encodings. A character outside a vocabulary without an
-        unknown token is an InputError naming it (the manifest's tokenizer.unknown says which applies)."""
+        unknown token is an InputError naming it (the manifest's tokenizer.unknown says which
+        applies); a tokenizer that panics on the text, or gives ids past the model's vocabulary,
+        is a BundleError."""
         if self.tokenizer is None:
             raise InputError(f"{self.path} has no tokenizer: pass token ids instead")
-        try:
-            with self._tokenizer_panics():
-                return self.tokenizer.encode_batch(list(items), add_special_tokens=add_special_tokens)
-        except Exception:  # the tokenizers library's error for a symbol its vocabulary lacks
-            vocab = self.tokenizer.get_vocab()
-            text = "".join(t if isinstance(t, str) else "".join(t) for t in items)
-            unknown = sorted({c for c in text if c not in vocab})
-            raise InputError(
-                f"the text holds characters outside the bundle's vocabulary: {unknown[:10]!r}"
-            ) from None
+        with self._tokenizer_panics():
+            try:
+                encodings = self.tokenizer.encode_batch(list(items), add_special_tokens=add_special_tokens)
+            except Exception as e:  # the tokenizers library's error for a symbol its vocabulary lacks
+                vocab = self.tokenizer.get_vocab()
+                text = "".join(t if isinstance(t, str) else "".join(t) for t in items)
+                unknown = sorted({c for c in text if c not in vocab})
+                if not unknown:  # each character is a token, but not a word of this vocabulary
+                    raise InputError(
+                        f"the text holds a word outside the bundle's vocabulary ({first_line(e, 200)})"
+                    ) from None
+                raise InputError(
+                    f"the text holds characters outside the bundle's vocabulary: {unknown[:10]!r}"
+                ) from None
+        # A post-processor's template names its special tokens by id, outside the vocabulary.
+        highest = max((max(e.ids, default=0) for e in encodings), default=0)
+        if highest >= self.vocab_size:
+            raise BundleError(
+                f"{self._tokenizer_file()} gave the token id {highest}, past the model's vocabulary "
+                f"({self.vocab_size:,})"
+            )
+        return encodings
 
     def decode(self, rows: Sequence[Sequence[int]]) -> list[str]:
         """Rows of token ids -> their texts, the special tokens skipped."""
@@ -261,10 +359,11 @@ class Bundle:
         except BaseException as e:
             if type(e).__name__ != "PanicException":
                 raise
-            assert self.manifest.tokenizer is not None
-            raise BundleError(
-                f"{self.path / self.manifest.tokenizer.file} is a tokenizer that fails: {e}"
-            ) from None
+            raise BundleError(f"{self._tokenizer_file()} is a tokenizer that fails: {e}") from None
+
+    def _tokenizer_file(self) -> Path:
+        assert self.manifest.tokenizer is not None
+        return self.path / self.manifest.tokenizer.file
 
     def empty_cache(self, graph: str, batch: int) -> list[np.ndarray]:
         """Every past input of ``graph`` holding no tokens, as the manifest's cache section says:
@@ -304,6 +403,8 @@ class Bundle:
         except Exception as e:  # not JSON, or not a tokenizer
             raise BundleError(f"{where} is not a tokenizer the tokenizers library reads: {e}") from None
         size = max(tokenizer.get_vocab(with_added_tokens=True).values(), default=-1) + 1
+        if size == 0:
+            raise BundleError(f"{where} holds no tokens")
         if size > self.vocab_size:
             raise BundleError(
                 f"{where} holds token ids up to {size - 1:,}, past the model's vocabulary "
@@ -314,12 +415,57 @@ class Bundle:
                 raise BundleError(
                     f"{where} does not hold the {role} token {special.token!r} at id {special.id}"
                 )
+        # The runtime pads batches itself, as the manifest's padding section says: a padding
+        # setting in tokenizer.json would pad each text as the manifest does not (to a length
+        # of its choosing: 10^9 tokens fill the memory), and count the padding as real tokens.
+        tokenizer.no_padding()
         # A text outside the vocabulary is refused (an exception), not broken (a panic).
         with self._tokenizer_panics(), contextlib.suppress(Exception):
             tokenizer.encode("Aa 1.")
         with self._tokenizer_panics(), contextlib.suppress(Exception):
             tokenizer.decode_batch([[i] for i in range(min(size, 256))])
         return tokenizer
+
+
+def _shape(value: Any) -> tuple[int, ...]:
+    """The shape of a numpy array or an OrtValue (whose shape is a method)."""
+    return tuple(value.shape) if isinstance(value, np.ndarray) else tuple(value.shape())
+
+
+def _check_self_contained(path: Path, data: bytes) -> None:
+    """An ONNX graph that reads nothing but its own bytes: no tensor whose values live in another
+    file (external data: onnxruntime opens its location relative to the working directory when a
+    graph comes as bytes, outside the bundle and unchecked by its sha256), and no EPContext node,
+    whose compiled context an execution provider reads from a file it names."""
+    try:
+        model = onnx.ModelProto.FromString(data)
+    except Exception as e:  # protobuf's DecodeError; a RecursionError past 100 nested subgraphs
+        raise BundleError(f"{path} is not a graph onnxruntime can run: {first_line(e)}") from None
+    nodes = list(_nodes([*model.graph.node, *(n for f in model.functions for n in f.node)]))
+    for node in nodes:
+        if node.op_type == "EPContext":
+            raise BundleError(f"{path}: the node {node.name!r} is an EPContext, which reads another file")
+    graphs = [model.graph, *(g for n in nodes for a in n.attribute for g in (a.g, *a.graphs))]
+    sparse = [t for g in graphs for t in g.sparse_initializer]
+    sparse += [t for n in nodes for a in n.attribute for t in (a.sparse_tensor, *a.sparse_tensors)]
+    tensors = [t for g in graphs for t in g.initializer]
+    tensors += [t for s in sparse for t in (s.values, s.indices)]
+    tensors += [t for n in nodes for a in n.attribute for t in (a.t, *a.tensors)]
+    for tensor in tensors:
+        if tensor.data_location == onnx.TensorProto.EXTERNAL:
+            raise BundleError(
+                f"{path}: the tensor {tensor.name!r} keeps its values in another file; a bundle's "
+                f"graphs hold their weights (export the bundle again)"
+            )
+
+
+def _nodes(nodes: Iterable[onnx.NodeProto]) -> Iterator[onnx.NodeProto]:
+    """``nodes`` and the nodes of their subgraphs (If, Loop and Scan bodies), at any depth."""
+    for node in nodes:
+        yield node
+        for attribute in node.attribute:
+            for body in (attribute.g, *attribute.graphs):
+                yield from _nodes(body.node)
 
 
 def is_token_ids(name: str) -> bool:

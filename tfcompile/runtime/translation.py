@@ -15,7 +15,6 @@ from tfcompile.manifest import MAX_LENGTH_PENALTY, TranslationInfo
 from tfcompile.runtime import inputs
 from tfcompile.runtime.bundle import BundleFiles
 from tfcompile.runtime.errors import BundleError, InputError
-from tfcompile.runtime.ort import run
 from tfcompile.runtime.session import Bundle, SessionOptions
 from tfcompile.sequences import pad_rows, source_row, tidy
 
@@ -47,6 +46,11 @@ class Translator(Bundle):
         self.expect_vocabulary_logits("step")
         self.step = self.open_graph("step")
         self.step_inputs = inputs
+        if self.manifest.tokenizer is not None and "unk" not in self.manifest.tokenizer.special_tokens:
+            raise BundleError(
+                f"{self.path}: the manifest's tokenizer names no unk token, which translate reads an "
+                f"empty source as"
+            )
 
     def warm_up(self) -> None:
         self.translate_ids(np.zeros((1, 1), dtype=np.int64), beam=1, max_len=1)  # both graphs
@@ -111,7 +115,7 @@ class _StepDecoder:
 
     def __init__(self, translator: Translator, source_ids: np.ndarray, source_mask: np.ndarray) -> None:
         self.translator = translator
-        self.memory = run(translator.session, {"source_ids": source_ids, "source_mask": source_mask})
+        self.memory = translator.run_graph("encoder", {"source_ids": source_ids, "source_mask": source_mask})
         self.source_mask = source_mask
         self.past: list[np.ndarray] = translator.empty_cache("step", len(source_mask))
 
@@ -122,7 +126,7 @@ class _StepDecoder:
                 self.translator.step_inputs, [tokens, self.source_mask, *self.past, *self.memory], strict=True
             )
         )
-        logits, *self.past = run(self.translator.step, feed)
+        logits, *self.past = self.translator.run_graph("step", feed)
         return logits[:, -1, : self.translator.emitted]
 
     def reorder(self, rows: np.ndarray) -> None:

@@ -1,0 +1,501 @@
+"""Hostile bundles and hostile calls, by class: whatever a bundle holds, the runtime raises a
+BundleError (or, for a caller's argument, an InputError) naming what is wrong; it never lets an
+exception of numpy, onnxruntime or the tokenizers library escape, never fills the memory or hangs
+because a file says so, and never reads a file outside the bundle."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from onnx import TensorProto, helper, numpy_helper
+
+from tfcompile.runtime import BundleError, InputError, LanguageModel, SessionOptions, load
+
+
+def _damaged(source: Path, tmp_path: Path, manifest: Any = None, **files: bytes) -> Path:
+    """A copy of ``source`` with ``files`` written and ``manifest`` applied to its manifest, the
+    hashes made to match: damage that only the loader's own checks can find."""
+    out = tmp_path / "damaged"
+    shutil.copytree(source, out)
+    m = json.loads((out / "manifest.json").read_text())
+    for name, data in files.items():
+        (out / name).write_bytes(data)
+        m["files"][name] = hashlib.sha256(data).hexdigest()
+    if manifest is not None:
+        manifest(m)
+    (out / "manifest.json").write_text(json.dumps(m))
+    return out
+
+
+def _tokenizer(bundle: Path, change: Any) -> bytes:
+    tokenizer = json.loads((bundle / "tokenizer.json").read_text())
+    change(tokenizer)
+    return json.dumps(tokenizer).encode()
+
+
+def _ints(name: str, values: list[int]) -> TensorProto:
+    return numpy_helper.from_array(np.array(values, dtype=np.int64), name)
+
+
+def _zeros(name: str, shape: tuple[int, ...], value: float = 0.0) -> TensorProto:
+    return numpy_helper.from_array(np.full(shape, value, dtype=np.float32), name)
+
+
+def _graph(nodes: list[Any], inputs: list[Any], outputs: list[Any], constants: list[Any]) -> bytes:
+    graph = helper.make_graph(nodes, "hostile", inputs, outputs, initializer=constants)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=8)
+    return model.SerializeToString()
+
+
+def _tensor(name: str, kind: int, shape: list[Any]) -> Any:
+    return helper.make_tensor_value_info(name, kind, shape)
+
+
+# The char bundle's graphs' inputs and outputs (a 65-token vocabulary, one layer, 2 heads of 8).
+IDS = _tensor("input_ids", TensorProto.INT64, ["batch", "sequence"])
+LOGITS = _tensor("logits", TensorProto.FLOAT, ["batch", "sequence", 65])
+
+
+def _forward(size: int, value: float = 0.0) -> bytes:
+    """A forward graph that declares (batch, sequence, 65) logits but gives (1, 1, ``size``)
+    logits (or, with ``value``, logits of that value), whatever it is fed: onnxruntime lets a
+    graph's outputs differ from the shapes it declares."""
+    nodes = [
+        helper.make_node("Shape", ["input_ids"], ["ids_shape"]),
+        helper.make_node("Concat", ["ids_shape", "vocab"], ["logits_shape"], axis=0),
+        helper.make_node("Expand", ["fill", "logits_shape"], ["full"]),
+        helper.make_node("Slice", ["full", "start", "end", "last"], ["logits"]),
+    ]
+    constants = [_ints("vocab", [65]), _zeros("fill", (1, 1, 65), value)]
+    constants += [_ints("start", [0, 0, 0]), _ints("end", [1, 1, size]), _ints("last", [0, 1, 2])]
+    mask = _tensor("attention_mask", TensorProto.INT64, ["batch", "sequence"])
+    return _graph(nodes, [IDS, mask], [LOGITS], constants)
+
+
+def _step(copies: int) -> bytes:
+    """A decode-step graph whose present keys and values hold ``copies`` copies of the past
+    before the new tokens (1 is what a cache does; 2 doubles it at every step)."""
+    nodes = [
+        helper.make_node("Shape", ["input_ids"], ["ids_shape"]),
+        helper.make_node("Concat", ["ids_shape", "vocab"], ["logits_shape"], axis=0),
+        helper.make_node("Expand", ["fill", "logits_shape"], ["logits"]),
+        helper.make_node("Gather", ["ids_shape", "zero"], ["batch"], axis=0),
+        helper.make_node("Gather", ["ids_shape", "one"], ["new"], axis=0),
+        helper.make_node("Concat", ["batch", "heads", "new", "width"], ["new_shape"], axis=0),
+        helper.make_node("Expand", ["head", "new_shape"], ["new_keys"]),
+    ]
+    for kind in ("key", "value"):
+        past = [f"past_{kind}_0"] * copies
+        nodes.append(helper.make_node("Concat", [*past, "new_keys"], [f"present_{kind}_0"], axis=2))
+    constants = [_ints("vocab", [65]), _zeros("fill", (1, 1, 65)), _ints("zero", [0]), _ints("one", [1])]
+    constants += [_ints("heads", [2]), _ints("width", [8]), _zeros("head", (1, 2, 1, 8))]
+    mask = _tensor("attention_mask", TensorProto.INT64, ["batch", "total_sequence"])
+    past = [
+        _tensor(f"past_{k}_0", TensorProto.FLOAT, ["batch", 2, "past_sequence", 8]) for k in ("key", "value")
+    ]
+    present_shape = ["batch", 2, "past_sequence + sequence", 8]
+    present = [_tensor(f"present_{k}_0", TensorProto.FLOAT, present_shape) for k in ("key", "value")]
+    return _graph(nodes, [IDS, mask, *past], [LOGITS, *present], constants)
+
+
+# ------------------------------------------------------------ graphs that read other files
+
+
+@pytest.mark.parametrize("location", ["weights.bin", "../weights.bin", "/etc/passwd"])
+def test_a_graph_whose_weights_live_in_another_file_is_refused(
+    char_bundle: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, location: str
+) -> None:
+    """onnxruntime opens external data relative to the working directory when a graph comes as
+    bytes: a bundle would read a file outside itself, unchecked by its sha256."""
+    model = onnx.load(str(char_bundle / "model.onnx"))
+    weights = next(t for t in model.graph.initializer if t.name == "embed.weight")
+    values = numpy_helper.to_array(weights)
+    weights.ClearField("raw_data")
+    weights.data_location = TensorProto.EXTERNAL
+    for key, value in {"location": location, "offset": "0", "length": str(values.nbytes)}.items():
+        weights.external_data.add(key=key, value=value)
+    folder = _damaged(char_bundle, tmp_path / "bundles", **{"model.onnx": model.SerializeToString()})
+    (tmp_path / "weights.bin").write_bytes(values.tobytes())  # where onnxruntime would look
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(
+        BundleError, match=r"model\.onnx: the tensor 'embed\.weight' keeps its values in another file"
+    ):
+        load(folder)
+
+
+def test_a_graph_with_an_ep_context_node_is_refused(char_bundle: Path, tmp_path: Path) -> None:
+    """An EPContext node names a file of compiled code that some execution providers read."""
+    node = helper.make_node(
+        "EPContext",
+        ["input_ids"],
+        ["logits"],
+        domain="com.microsoft",
+        name="ctx",
+        ep_cache_context="../x.bin",
+    )
+    model = helper.make_model(
+        helper.make_graph(
+            [node], "g", [IDS, _tensor("attention_mask", TensorProto.INT64, ["batch", "sequence"])], [LOGITS]
+        ),
+        opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid("com.microsoft", 1)],
+    )
+    folder = _damaged(char_bundle, tmp_path, **{"model.onnx": model.SerializeToString()})
+    with pytest.raises(BundleError, match=r"model\.onnx: the node 'ctx' is an EPContext"):
+        load(folder)
+
+
+@pytest.mark.parametrize(
+    ("sizes", "message"),
+    [
+        ([1 << 40], r"big0\.bin holds 1,099,511,627,776 bytes, more than the 2,147,483,647 a bundle's file"),
+        (
+            [(1 << 31) - 1] * 5,
+            r"the files its manifest\.json lists hold 10,7[\d,]+ bytes, more than the 8,589,934,592",
+        ),
+    ],
+    ids=["a terabyte", "five files of 2 GiB"],
+)
+def test_files_too_large_to_hash_are_refused_before_they_are_read(
+    char_bundle: Path, tmp_path: Path, sizes: list[int], message: str
+) -> None:
+    """Sparse files take no disk but as long to hash as their size: an hour for a terabyte."""
+    names = [f"big{i}.bin" for i in range(len(sizes))]
+    folder = _damaged(char_bundle, tmp_path, lambda m: m["files"].update(dict.fromkeys(names, "0" * 64)))
+    for name, size in zip(names, sizes, strict=True):
+        with open(folder / name, "wb") as f:
+            f.truncate(size)
+    with pytest.raises(BundleError, match=message):
+        load(folder)
+
+
+# ---------------------------------------------- graphs whose outputs are not what they declare
+
+
+@pytest.mark.parametrize(
+    ("graph", "call", "message"),
+    [
+        (
+            _forward(3),
+            lambda m: m.logits([[1, 2]]),
+            r"logits of shape \(1, 1, 3\), not \['batch', 'sequence', 65\]",
+        ),
+        (_forward(0), lambda m: m.generate([[1]], 2, use_cache=False), r"logits of shape \(1, 1, 0\)"),
+        (_forward(65, np.nan), lambda m: m.generate([[1]], 2, use_cache=False), "logits that are not finite"),
+        (_forward(65, np.inf), lambda m: m.logits([[1]]), "logits that are not finite"),
+    ],
+    ids=["narrow logits", "no logits", "NaN logits sampled", "infinite logits"],
+)
+def test_graph_outputs_are_held_to_the_manifest(
+    char_bundle: Path, tmp_path: Path, graph: bytes, call: Any, message: str
+) -> None:
+    folder = _damaged(char_bundle, tmp_path, **{"model.onnx": graph})
+    with pytest.raises(BundleError, match=r"model\.onnx gave " + message):
+        call(load(folder))
+
+
+def test_a_cache_that_grows_by_more_than_the_new_tokens_is_a_bundle_error(
+    char_bundle: Path, tmp_path: Path
+) -> None:
+    """A step graph that doubles its cache each step would fill the memory in 30 steps."""
+    honest = load(_damaged(char_bundle, tmp_path / "honest", **{"decoder_step.onnx": _step(1)}))
+    assert honest.generate([[1, 2]], 8, temperature=0).shape == (1, 10)
+    doubling = load(_damaged(char_bundle, tmp_path / "doubling", **{"decoder_step.onnx": _step(2)}))
+    with pytest.raises(BundleError, match=r"gave present_key_0 of shape \(1, 2, 5, 8\), not \[1, 2, 3, 8\]"):
+        doubling.generate([[1, 2]], 8, temperature=0)
+
+
+# ------------------------------------------------------- manifests read one way by everyone
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (lambda t: t.replace("{", '{"task": "seq2seq", ', 1), r"the keys \['task'\] appear twice"),
+        (
+            lambda t: t.replace('"files": {', '"files": {' + '"a": 1, ' * 40_000, 1),
+            r"the keys \['a'\] appear",
+        ),
+        (lambda t: t.replace('"checkpoint": "last"', '"checkpoint": NaN'), "NaN is not a JSON number"),
+        (
+            lambda t: t.replace('"checkpoint": "last"', '"checkpoint": -Infinity'),
+            "-Infinity is not a JSON number",
+        ),
+        (lambda t: t.replace('"checkpoint": "last"', '"checkpoint": 1e999'), "1e999 is too large"),
+        (lambda t: "\ufeff" + t, "BOM"),
+    ],
+    ids=[
+        "a key twice",
+        "a key 40,000 times",
+        "NaN",
+        "infinity",
+        "a number past float64",
+        "a byte-order mark",
+    ],
+)
+def test_a_manifest_other_parsers_would_read_differently_is_refused(
+    char_bundle: Path, tmp_path: Path, text: Any, message: str
+) -> None:
+    folder = _damaged(char_bundle, tmp_path)
+    (folder / "manifest.json").write_text(text((folder / "manifest.json").read_text()))
+    with pytest.raises(BundleError, match=r"manifest\.json is not valid JSON \(.*" + message):
+        load(folder)
+    (folder / "manifest.json").write_bytes((char_bundle / "manifest.json").read_text().encode("utf-16"))
+    with pytest.raises(BundleError, match=r"manifest\.json is not valid JSON \('utf-8' codec"):
+        load(folder)
+
+
+def _past_batch(size: int) -> Any:
+    def change(m: dict) -> None:
+        for tensor in m["graphs"]["step"]["inputs"][2:]:
+            tensor["shape"][0] = size
+
+    return change
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (_past_batch(2**62), r"graphs\.step\.inputs: past_key_0's fixed sizes \[4611686018427387904, 2"),
+        (
+            lambda m: m["graphs"]["model"]["inputs"][0]["shape"].__setitem__(1, 10**9),
+            "input_ids's fixed sizes",
+        ),
+    ],
+    ids=["a cache of 2^62 rows", "a billion tokens"],
+)
+def test_a_manifest_cannot_size_an_input_past_memory(
+    char_bundle: Path, tmp_path: Path, change: Any, message: str
+) -> None:
+    """A graph may leave an axis open that the manifest fixes; the runtime builds empty caches
+    and warm-up inputs of the manifest's sizes, so those are bounded at load."""
+    with pytest.raises(BundleError, match=message + r".* more than the 67,108,864 a bundle's input may hold"):
+        load(_damaged(char_bundle, tmp_path, change)).generate([[1]], 1)
+
+
+# ------------------------------------------------------------------- tokenizers that lie
+
+
+@pytest.mark.parametrize("strategy", [{"Fixed": 40}, "BatchLongest"])
+def test_a_tokenizer_json_padding_setting_is_not_applied(
+    classifier_bundle: Path, tmp_path: Path, strategy: Any
+) -> None:
+    """The runtime pads as the manifest says; tokenizer.json's own padding is switched off: it
+    pads every text to a length of its choosing (past the context here; {"Fixed": 10**8} took
+    18 GB and minutes a text) and its padding would count as real tokens."""
+    padding = {"strategy": strategy, "direction": "Left", "pad_to_multiple_of": None}
+    padding |= {"pad_id": 0, "pad_type_id": 0, "pad_token": "[PAD]"}
+    tokenizer = _tokenizer(classifier_bundle, lambda t: t.update(padding=padding))
+    padded = load(_damaged(classifier_bundle, tmp_path, **{"tokenizer.json": tokenizer}))
+    texts = ["a fine film", ("dull", "and far too long")]
+    assert padded.classify(texts) == load(classifier_bundle).classify(texts)
+
+
+@pytest.mark.parametrize(
+    ("change", "call", "error", "message"),
+    [
+        (
+            lambda t: t["model"].update(vocab={}),
+            lambda m: m.generate([[1]], 2),
+            BundleError,
+            r"tokenizer\.json holds no tokens",
+        ),
+        (
+            lambda t: t.update(
+                pre_tokenizer={
+                    "type": "Split",
+                    "pattern": {"Regex": "(a|a)+$"},
+                    "behavior": "Isolated",
+                    "invert": False,
+                }
+            ),
+            lambda m: m.generate_text("a" * 40 + "!", 1),
+            BundleError,
+            r"tokenizer\.json is a tokenizer that fails: .*retry-limit",
+        ),
+        (
+            lambda t: t.update(
+                post_processor={
+                    "type": "TemplateProcessing",
+                    "single": [
+                        {"SpecialToken": {"id": "<x>", "type_id": 0}},
+                        {"Sequence": {"id": "A", "type_id": 0}},
+                    ],
+                    "pair": [
+                        {"Sequence": {"id": "A", "type_id": 0}},
+                        {"Sequence": {"id": "B", "type_id": 1}},
+                    ],
+                    "special_tokens": {"<x>": {"id": "<x>", "ids": [99999], "tokens": ["<x>"]}},
+                }
+            ),
+            lambda m: m.generate_text("ROMEO", 1),
+            BundleError,
+            r"tokenizer\.json gave the token id 99999, past the model's vocabulary \(65\)",
+        ),
+    ],
+    ids=["no tokens", "a regex that gives up", "a template id past the vocabulary"],
+)
+def test_a_tokenizer_that_fails_is_a_bundle_error_not_the_callers(
+    char_bundle: Path, tmp_path: Path, change: Any, call: Any, error: type[Exception], message: str
+) -> None:
+    folder = _damaged(char_bundle, tmp_path, **{"tokenizer.json": _tokenizer(char_bundle, change)})
+    with pytest.raises(error, match=message):
+        call(load(folder))
+
+
+def test_a_word_outside_the_vocabulary_is_the_callers(char_bundle: Path, tmp_path: Path) -> None:
+    """Every character is a token, but the pre-tokenizer makes a word the vocabulary lacks."""
+    split = {"type": "Split", "pattern": {"Regex": "a+"}, "behavior": "Isolated", "invert": False}
+    tokenizer = _tokenizer(char_bundle, lambda t: t.update(pre_tokenizer=split))
+    model = load(_damaged(char_bundle, tmp_path, **{"tokenizer.json": tokenizer}))
+    with pytest.raises(InputError, match=r"the text holds a word outside the bundle's vocabulary"):
+        model.generate_text("aaa", 1)
+
+
+# -------------------------------------------------------------- sections checked at load
+
+
+def test_a_format_1_preprocessing_record_is_checked_as_the_image_section_is(
+    image_bundle: Path, tmp_path: Path
+) -> None:
+    record = {"image_size": 8, "channels": 1, "mean": [0.5, 0.5], "std": [0.2, 0.2]}
+    folder = _damaged(
+        image_bundle,
+        tmp_path,
+        lambda m: m.pop("image"),
+        **{"preprocessing.json": json.dumps(record).encode()},
+    )
+    with pytest.raises(
+        BundleError,
+        match=r"preprocessing\.json is not a valid preprocessing record: mean and std need one value per",
+    ):
+        load(folder)
+
+
+def test_a_translator_without_an_unknown_token_is_refused_at_load(
+    translator_bundle: Path, tmp_path: Path
+) -> None:
+    folder = _damaged(translator_bundle, tmp_path, lambda m: m["tokenizer"]["special_tokens"].pop("unk"))
+    with pytest.raises(BundleError, match=r"names no unk token, which translate reads an empty source as"):
+        load(folder)
+
+
+# ------------------------------------------------------------------------- hostile calls
+
+
+def test_what_load_is_given_is_checked(char_bundle: Path, tmp_path: Path) -> None:
+    for bundle in (None, 5, b"/tmp"):
+        with pytest.raises(InputError, match=r"a bundle is given as its folder's path, got"):
+            load(bundle)  # type: ignore[arg-type]
+    with pytest.raises(BundleError, match=r"cannot read the bundle folder .*: File name too long"):
+        load(tmp_path / ("a" * 5000))
+    for providers in (5, "CPUExecutionProvider"):
+        with pytest.raises(InputError, match=r"providers must be a list of execution provider names"):
+            load(char_bundle, providers=providers)  # type: ignore[arg-type]
+    with pytest.raises(InputError, match=r"options must be a SessionOptions, got dict"):
+        load(char_bundle, options={"threads": 1})  # type: ignore[arg-type]
+    for threads, message in (
+        (-1, "threads must be >= 0"),
+        (2**40, "threads must be at most 1,024"),
+        ("2", "threads"),
+    ):
+        with pytest.raises(InputError, match=message):
+            SessionOptions(threads=threads)  # type: ignore[arg-type]
+    with pytest.raises(InputError, match="spin must be True or False"):
+        SessionOptions(spin="no")  # type: ignore[arg-type]
+
+
+def test_switches_take_true_or_false(char_bundle: Path) -> None:
+    model = load(char_bundle)
+    assert isinstance(model, LanguageModel)
+    for value in (np.zeros(0), np.ones((1, 2)), "yes", None):
+        with pytest.raises(InputError, match=r"use_cache must be True or False"):
+            model.generate([[1, 2]], 2, use_cache=value)
+        with pytest.raises(InputError, match=r"stop must be True or False"):
+            model.generate_text("RO", 2, stop=value)
+    assert model.generate([[1, 2]], 2, use_cache=np.bool_(False), temperature=0).shape == (1, 4)
+
+
+@pytest.mark.parametrize(
+    ("images", "message"),
+    [
+        ([[[1, 2], [3]]], r"images\[0\] must be a rectangular array"),
+        ([np.zeros((8, 8), np.uint8), [[None]]], r"images\[1\] must hold numbers"),
+        (5, r"images takes image paths, bytes or arrays, got 5"),
+        ([], r"images needs at least one image"),
+    ],
+)
+def test_images_are_rectangular_arrays_paths_or_bytes(image_bundle: Path, images: Any, message: str) -> None:
+    with pytest.raises(InputError, match=message):
+        load(image_bundle).classify_images(images)
+
+
+# -------------------------------------------------------- any manifest, of any kind of bundle
+
+
+junk = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.sampled_from([0, -1, 1, 2, 65, 2**31, 2**62, 10**30]),
+    st.floats(),
+    st.sampled_from(
+        ["", "batch", "sequence", "logits", "input_ids", "model.onnx", "../x", "float16", "step"]
+    ),
+    st.lists(st.integers(-2, 70), max_size=3),
+    st.dictionaries(
+        st.sampled_from(["file", "name", "id", "token", "shape"]), st.integers(-1, 3), max_size=2
+    ),
+)
+
+
+def _paths(node: Any, path: tuple = ()) -> list[tuple]:
+    if isinstance(node, dict):
+        return [path, *(p for k, v in node.items() for p in _paths(v, (*path, k)))]
+    if isinstance(node, list):
+        return [path, *(p for i, v in enumerate(node) for p in _paths(v, (*path, i)))]
+    return [path]
+
+
+CALLS: dict[str, Any] = {
+    "classifier": lambda m: m.classify(["a fine film", ("a", "b")]),
+    "translator": lambda m: m.translate(["ein Hund"], max_len=3),
+    "image": lambda m: m.classify_images([np.zeros((8, 8), np.uint8), np.ones((5, 9), np.float32)]),
+}
+
+
+@pytest.mark.parametrize("kind", CALLS)
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_any_mutated_manifest_of_any_bundle_serves_or_raises_a_named_error(
+    kind: str, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, data: st.DataObject
+) -> None:
+    source = request.getfixturevalue(f"{kind}_bundle")
+    manifest = json.loads((source / "manifest.json").read_text())
+    for _ in range(data.draw(st.integers(1, 3))):
+        path = data.draw(
+            st.sampled_from([p for p in _paths(manifest) if p and p[0] not in ("parity", "versions")])
+        )
+        parent = manifest
+        for part in path[:-1]:
+            parent = parent[part]
+        if data.draw(st.booleans()) and isinstance(parent, dict):
+            parent.pop(path[-1])
+        else:
+            parent[path[-1]] = data.draw(junk)
+    folder = tmp_path_factory.mktemp(kind) / "b"
+    shutil.copytree(source, folder)
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    try:
+        model = load(folder)
+        model.warm_up()
+        CALLS[kind](model)
+    except (BundleError, InputError) as e:
+        assert str(e)
