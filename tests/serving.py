@@ -1,4 +1,5 @@
-"""A tfcompile server on a free loopback port, in a thread of the test process."""
+"""A tfcompile server on a free loopback port, in a thread of the test process, configured as
+``tfcompile serve`` configures uvicorn."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 
 import uvicorn
 
-from tfcompile.serve import Served, Settings, create_app, load_models
+from tfcompile.serve import Served, Settings, load_models, server_config
 
 
 class BackgroundServer:
@@ -18,8 +19,7 @@ class BackgroundServer:
     def __init__(self, bundles: dict[str, Path], settings: Settings | None = None) -> None:
         models = load_models([f"{name}={path}" for name, path in bundles.items()])
         self.served = Served(models, settings or Settings())
-        config = uvicorn.Config(create_app(self.served), host="127.0.0.1", port=0, log_level="warning")
-        self.server = uvicorn.Server(config)
+        self.server = uvicorn.Server(server_config(self.served, "127.0.0.1", 0, "warning"))
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
     def __enter__(self) -> BackgroundServer:

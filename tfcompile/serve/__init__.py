@@ -23,6 +23,7 @@ try:
     import uvicorn
 
     from tfcompile.serve.app import Served, Settings, create_app
+    from tfcompile.serve.protocol import BoundedHttpToolsProtocol
 except ImportError as error:  # pragma: no cover - depends on the install
     raise UserError(
         f"tfcompile serve needs the serve extra ({error.name} is missing): pip install 'tfcompile[serve]'"
@@ -57,9 +58,17 @@ def load_models(
 
 def server_config(served: Served, host: str, port: int, log_level: str) -> uvicorn.Config:
     """uvicorn's settings: its C event loop (uvloop) and HTTP parser (httptools) from the serve
-    extra, where uvicorn's pure-Python ones would spend more of the cores on every request."""
+    extra, where uvicorn's pure-Python ones would spend more of the cores on every request; the
+    parser's protocol bounds each request's head in size and time (protocol.py)."""
+    s = served.settings
     return uvicorn.Config(
-        create_app(served), host=host, port=port, log_level=log_level, lifespan="on", loop="auto", http="auto"
+        create_app(served),
+        host=host,
+        port=port,
+        log_level=log_level,
+        lifespan="on",
+        loop="auto",
+        http=BoundedHttpToolsProtocol.bounded(s.max_head_bytes, s.head_timeout_s),
     )
 
 

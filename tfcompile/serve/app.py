@@ -14,7 +14,7 @@ import asyncio
 import hmac
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,6 +41,7 @@ log = logging.getLogger("tfcompile.serve")
 Scope = dict[str, Any]
 ASGI = Callable[[Scope, Callable[[], Awaitable[Any]], Callable[[Any], Awaitable[None]]], Awaitable[None]]
 PUBLIC = ("/health", "/v2/health/", "/metrics")  # what answers without the API key
+CHARS_PER_TOKEN = 32  # a text's characters a token of its model's context (a token holds 4 or so)
 ARRIVING = "tfcompile.arrival"  # a POST request's Arrival, in its ASGI scope
 
 
@@ -55,7 +56,10 @@ class Settings:
     max_prompt_tokens: int | None = None  # default: the model's context
     max_n: int = 16  # completions per prompt
     max_beam: int = 8  # translation beam width
+    max_image_pixels: int = 1 << 26  # in all the uploaded images of a request (as in the largest one)
     retry_after_s: int = 1
+    max_head_bytes: int = 64 << 10  # a request's line and headers
+    head_timeout_s: float = 20.0  # from a request's first byte (or its connection) to its headers' end
 
 
 @dataclass
@@ -113,6 +117,21 @@ class Served:
         self.tokens.labels(model).inc(tokens)
 
 
+def check_lengths(model: Bundle, texts: Sequence[str | tuple[str, str]], name: str) -> None:
+    """Each text (and each of a pair) at most CHARS_PER_TOKEN characters a token of the model's
+    context, before it is tokenized: the model reads no further (it truncates), while the
+    tokenizer's time grows with a text's length, and with the square of a pair's (a pair of
+    72 KB texts took 23 GB)."""
+    most = model.max_seq_len * CHARS_PER_TOKEN
+    for i, item in enumerate(texts):
+        if max(map(len, (item,) if isinstance(item, str) else item)) > most:
+            what = "over" if isinstance(item, str) else "a sentence of over"
+            raise InputError(
+                f"{name}[{i}] has {what} {most:,} characters, {CHARS_PER_TOKEN} for each token of the "
+                f"model's {model.max_seq_len}-token context, which reads no further: send the beginning"
+            )
+
+
 class Arrival:
     """A POST request's place in ``Served.arriving``, until it hands over its job or ends. The
     routes may see a copy of the request's ASGI scope; each copy holds this same object."""
@@ -126,6 +145,14 @@ class Arrival:
         if self.open:
             self.open = False
             self.served.arriving -= 1
+
+
+class FieldError(InputError):
+    """Bad input in one field of the request, which OpenAI's error shape names as its param."""
+
+    def __init__(self, param: str, message: str) -> None:
+        super().__init__(message)
+        self.param = param
 
 
 class ModelNotFound(Exception):
@@ -214,13 +241,18 @@ def create_app(served: Served) -> ASGI:
                 ),
                 400,
             )
+        if first["loc"] == ("body",) and isinstance(first.get("input"), bytes):  # not read as JSON
+            kind = request.headers.get("content-type")
+            message = f"the body must be JSON, sent with Content-Type: application/json, not {kind or 'none'}"
+            return JSONResponse(error_body(request.url.path, 415, message, "unsupported_media_type"), 415)
         param = ".".join(str(p) for p in first["loc"][1:]) or None
         message = f"{param}: {first['msg']}" if param else first["msg"]
         return JSONResponse(error_body(request.url.path, 400, message, "invalid_request", param), 400)
 
     @app.exception_handler(InputError)
     async def bad_input(request: Request, e: InputError) -> JSONResponse:
-        return JSONResponse(error_body(request.url.path, 400, str(e), "invalid_input"), 400)
+        param = e.param if isinstance(e, FieldError) else None
+        return JSONResponse(error_body(request.url.path, 400, str(e), "invalid_input", param), 400)
 
     @app.exception_handler(ModelNotFound)
     async def not_found(request: Request, e: ModelNotFound) -> JSONResponse:

@@ -10,6 +10,7 @@ labels]).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import struct
@@ -23,7 +24,7 @@ from tfcompile import __version__
 from tfcompile.errors import InputError
 from tfcompile.runtime import Classifier
 from tfcompile.runtime.session import Bundle
-from tfcompile.serve.app import Served, outcome
+from tfcompile.serve.app import Served, check_lengths, outcome
 from tfcompile.serve.engine import Job
 
 router = APIRouter(prefix="/v2")
@@ -92,13 +93,12 @@ async def model_ready(name: str, request: Request, version: str = "1") -> JSONRe
 @router.post("/models/{name}/versions/{version}/infer")
 async def infer(name: str, request: Request, version: str = "1") -> dict:
     model = _model(request, name, version)
-    header, tensors = _read_request(
-        await request.body(), request.headers.get("inference-header-content-length")
-    )
-    feed = {tensor["name"]: _array(tensor, tensors.get(tensor["name"])) for tensor in header["inputs"]}
+    body, header_length = await request.body(), request.headers.get("inference-header-content-length")
+    header, feed = await asyncio.to_thread(_read_feed, body, header_length)  # megabytes: off the loop
     _rows(request, feed)
     if isinstance(model, Classifier) and list(feed) == [TEXT_INPUT]:
         texts = _texts(feed[TEXT_INPUT])
+        check_lengths(model, texts, TEXT_INPUT)
         predictions = await outcome(served(request).submit(request, name, Job("classify", texts)), request)
         labels = model.labels
         outputs = {
@@ -145,6 +145,12 @@ def _tensor_metadata(name: str, dtype: str, shape: list[int | str]) -> dict:
         "datatype": OF_DTYPE[dtype],
         "shape": [d if isinstance(d, int) else -1 for d in shape],
     }
+
+
+def _read_feed(body: bytes, header_length: str | None) -> tuple[dict, dict[str, np.ndarray]]:
+    """The request's JSON header and its inputs as arrays by name."""
+    header, tensors = _read_request(body, header_length)
+    return header, {t["name"]: _array(t, tensors.get(t["name"])) for t in header["inputs"]}
 
 
 def _read_request(body: bytes, header_length: str | None) -> tuple[dict, dict[str, bytes]]:

@@ -7,12 +7,16 @@ too. ``top_k`` is accepted beside OpenAI's fields (``extra_body={"top_k": 40}``)
 request (choice ``i``: prompt ``i // n``, sample ``i % n``) draws with ``seed + i``, as row ``i`` of
 ``LanguageModel.generate_text`` does, so a seeded request gives the runtime's tokens. Fields this
 server cannot honour (logprobs, best_of, penalties, logit_bias, suffix) are refused with 400
-rather than ignored.
+rather than ignored, and JSON values of another type are never coerced ("1" is not a
+temperature, nor true a stream flag). A temperature below 1e-5 decodes greedily, as vLLM's does:
+logits divided by it overflow. The prompts are counted and their lengths bounded before any is
+tokenized, off the event loop.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import time
 import uuid
@@ -21,20 +25,22 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field, StrictInt
+from pydantic import BaseModel, ConfigDict, Field
 
 from tfcompile.errors import InputError
 from tfcompile.runtime import LanguageModel
-from tfcompile.serve.app import Served, error_body, log, outcome
+from tfcompile.serve.app import FieldError, Served, Settings, error_body, log, outcome
 from tfcompile.serve.engine import Finished, GenerationRow, Job, stop_text, text_of
 
 router = APIRouter(prefix="/v1")
 
-TokenIds = list[StrictInt]
+GREEDY_BELOW = 1e-5  # a lower temperature decodes greedily (dividing logits by it overflows)
+PROMPT_KINDS = "a string, a list of strings, a list of token ids or a list of lists of token ids"
+STOPS = "a string or a list of at most 4 strings, none empty"
 
 
 class StreamOptions(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
     include_usage: bool = False
 
 
@@ -42,19 +48,19 @@ class CompletionRequest(BaseModel):
     """The fields of OpenAI's completions request that this server honours, and those it refuses
     unless they ask for nothing (so that a client is never silently given less than it asked)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)  # strict: true is not 1, nor "1" 1.0
 
     model: str
-    prompt: str | Annotated[list[str], Field(min_length=1)] | TokenIds | list[TokenIds]
-    max_tokens: StrictInt | None = Field(None, ge=1)  # strict: true is not 1
+    prompt: Any = Field(description=PROMPT_KINDS)  # checked by _given_prompts, counted first
+    max_tokens: int | None = Field(None, ge=1)
     temperature: float | None = Field(None, ge=0, le=2)
     top_p: float | None = Field(None, gt=0, le=1)
-    top_k: StrictInt | None = Field(None, ge=1)
-    n: StrictInt | None = Field(None, ge=1)
+    top_k: int | None = Field(None, ge=1)
+    n: int | None = Field(None, ge=1)
     stream: bool | None = False
     stream_options: StreamOptions | None = None
-    stop: str | Annotated[list[str], Field(max_length=4)] | None = None
-    seed: StrictInt | None = Field(None, ge=0)
+    stop: Any = Field(None, description=STOPS)  # checked by _stops
+    seed: int | None = Field(None, ge=0)
     echo: bool | None = False
     user: str | None = None
     logprobs: Literal[0] | None = Field(None, description="log probabilities are not served")
@@ -92,20 +98,18 @@ async def completions(body: CompletionRequest, request: Request) -> dict | Strea
         raise InputError(
             f"the model {body.model!r} is not a language model with a tokenizer: completions need one"
         )
-    prompts = _prompts(model, body.prompt, s.settings.max_prompt_tokens or model.max_seq_len)
+    limit = s.settings.max_prompt_tokens or model.max_seq_len
     n = body.n or 1
-    if n > s.settings.max_n or len(prompts) * n > s.settings.max_batch:
-        raise InputError(
-            f"a request may ask for at most {s.settings.max_n} completions per prompt and "
-            f"{s.settings.max_batch} in all, got {len(prompts)} prompts x n={n}"
-        )
+    given = _given_prompts(body.prompt, n, limit, s.settings)
     max_tokens = model.max_new_tokens(body.max_tokens)
     if max_tokens > s.settings.max_tokens:
-        raise InputError(f"max_tokens may be at most {s.settings.max_tokens}, got {max_tokens}")
-    stops = (body.stop,) if isinstance(body.stop, str) else tuple(body.stop or ())
-    if any(not stop for stop in stops):
-        raise InputError("stop strings must not be empty")
-    samplings = model.sampling(len(prompts) * n, body.temperature, body.top_k, body.top_p, body.seed)
+        raise FieldError("max_tokens", f"max_tokens may be at most {s.settings.max_tokens}, got {max_tokens}")
+    stops = _stops(body.stop)
+    prompts = await _prompts(model, given, limit)
+    temperature = (
+        0.0 if body.temperature is not None and body.temperature < GREEDY_BELOW else body.temperature
+    )
+    samplings = model.sampling(len(prompts) * n, temperature, body.top_k, body.top_p, body.seed)
     rows = [
         GenerationRow(prompt, max_tokens, sampling, stops)
         for prompt, sampling in zip([p for p in prompts for _ in range(n)], samplings, strict=True)
@@ -119,30 +123,83 @@ async def completions(body: CompletionRequest, request: Request) -> dict | Strea
     return answer.whole(await outcome(job, request, watch=True))
 
 
-def _prompts(
-    model: LanguageModel, prompt: str | list[str] | list[int] | list[list[int]], limit: int
-) -> list[list[int]]:
-    """The request's prompts as token ids, each 1 to ``limit`` tokens of the vocabulary."""
-    if isinstance(prompt, str):
-        prompt = [prompt]
-    if not prompt:
-        raise InputError("prompt must not be empty")
-    rows: list[list[int]]
-    if all(isinstance(p, str) for p in prompt):
-        rows = [e.ids for e in model.encode([p for p in prompt if isinstance(p, str)])]
-    elif all(isinstance(p, int) for p in prompt):
-        rows = [[p for p in prompt if isinstance(p, int)]]  # one prompt of token ids
+def _stops(stop: Any) -> tuple[str, ...]:
+    stops = [] if stop is None else [stop] if isinstance(stop, str) else stop
+    if not isinstance(stops, list) or len(stops) > 4 or not all(isinstance(s, str) and s for s in stops):
+        raise FieldError("stop", f"stop must be {STOPS}")
+    return tuple(stops)
+
+
+def _given_prompts(prompt: Any, n: int, limit: int, settings: Settings) -> list[Any]:
+    """The request's prompts as given (strings, or lists of token ids), counted with their ``n``
+    choices each and a prompt of ids held to ``limit`` tokens before any element is looked at."""
+    if not isinstance(prompt, str | list):
+        raise FieldError("prompt", f"prompt must be {PROMPT_KINDS}")
+    prompts = [prompt] if isinstance(prompt, str) or (prompt and _is_id(prompt[0])) else prompt
+    if not prompts:
+        raise FieldError("prompt", "prompt must not be empty")
+    if n > settings.max_n or len(prompts) * n > settings.max_batch:
+        raise FieldError(
+            "n" if n > 1 else "prompt",
+            f"a request may ask for at most {settings.max_n} completions per prompt and "
+            f"{settings.max_batch} in all, got {len(prompts)} prompts x n={n}",
+        )
+    for name, p in zip(_names(prompts), prompts, strict=True):
+        if isinstance(p, list) and len(p) > limit:
+            raise FieldError("prompt", f"{name} has {len(p)} tokens, more than the {limit} this server takes")
+    if all(isinstance(p, str) for p in prompts) or all(
+        isinstance(p, list) and all(_is_id(t) for t in p) for p in prompts
+    ):
+        return prompts
+    raise FieldError("prompt", f"prompt must be {PROMPT_KINDS}")
+
+
+def _names(prompts: Sequence[Any]) -> list[str]:
+    return ["prompt"] if len(prompts) == 1 else [f"prompt[{i}]" for i in range(len(prompts))]
+
+
+def _is_id(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+async def _prompts(model: LanguageModel, given: list[Any], limit: int) -> list[list[int]]:
+    """The prompts as token ids, each 1 to ``limit`` tokens of the vocabulary. Texts are
+    tokenized off the event loop, and only those that may fit: ``limit`` tokens stand for at most
+    ``limit`` times the longest token's characters."""
+    texts = [p for p in given if isinstance(p, str)]
+    names = _names(given)
+    if texts:
+        most = limit * _longest_token(model)
+        for name, text in zip(names, texts, strict=True):
+            if len(text) > most:
+                raise FieldError(
+                    "prompt",
+                    f"{name} has {len(text):,} characters, more than the {most:,} that {limit} tokens "
+                    f"of this model's vocabulary can hold",
+                )
+        rows = [e.ids for e in await asyncio.to_thread(model.encode, texts)]
     else:
-        rows = [p for p in prompt if isinstance(p, list)]
-    for i, row in enumerate(rows):
-        name = "prompt" if len(rows) == 1 else f"prompt[{i}]"
+        rows = [p for p in given if isinstance(p, list)]
+    for name, row in zip(names, rows, strict=True):
         if not row:
-            raise InputError(f"{name} encodes to no tokens: give at least one character")
+            raise FieldError("prompt", f"{name} encodes to no tokens: give at least one character")
         if len(row) > limit:
-            raise InputError(f"{name} has {len(row)} tokens, more than the {limit} this server takes")
+            raise FieldError(
+                "prompt", f"{name} has {len(row)} tokens, more than the {limit} this server takes"
+            )
         if min(row) < 0 or max(row) >= model.vocab_size:
-            raise InputError(f"{name} holds token ids outside the vocabulary [0, {model.vocab_size})")
+            raise FieldError(
+                "prompt", f"{name} holds token ids outside the vocabulary [0, {model.vocab_size})"
+            )
     return rows
+
+
+@functools.lru_cache(maxsize=64)
+def _longest_token(model: LanguageModel) -> int:
+    """The most characters one token of the model's vocabulary stands for: a token's text (a
+    byte-level token's, one character a byte) is at least as long as the text it encodes."""
+    assert model.tokenizer is not None
+    return max(map(len, model.tokenizer.get_vocab(with_added_tokens=True)), default=1)
 
 
 class Answer:

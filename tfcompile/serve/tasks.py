@@ -1,15 +1,19 @@
 """Task routes in plain JSON: ``/v1/classify`` (texts or sentence pairs), ``/v1/translate``
 (sources, beam size, length limit) and ``/v1/classify-image`` (PNG/JPEG uploads as
 multipart/form-data, or pixel arrays as JSON). Each answers in the runtime's own terms: labels with
-every label's probability, or translations."""
+every label's probability, or translations. The pixels a request's uploads hold are counted from
+their headers before any is decoded (a small PNG can hold a huge image)."""
 
 from __future__ import annotations
 
+import asyncio
+import io
 import json
 from typing import Annotated, Any
 
 import numpy as np
 from fastapi import APIRouter, Request
+from PIL import Image
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError
 from starlette.datastructures import UploadFile
 
@@ -17,7 +21,7 @@ from tfcompile.errors import InputError
 from tfcompile.runtime import Classifier, ImageClassifier, Translator, inputs
 from tfcompile.runtime.classifier import Prediction
 from tfcompile.runtime.session import Bundle
-from tfcompile.serve.app import Served, outcome
+from tfcompile.serve.app import Served, check_lengths, outcome
 from tfcompile.serve.engine import Job
 
 router = APIRouter(prefix="/v1")
@@ -74,9 +78,10 @@ def _predictions(name: str, predictions: list[Prediction]) -> dict:
 
 @router.post("/classify")
 async def classify(body: ClassifyRequest, request: Request) -> dict:
-    _model(request, body.model, Classifier, "/v1/classify")
+    model = _model(request, body.model, Classifier, "/v1/classify")
     texts = inputs.texts("texts", body.texts, pairs=True)
     _rows(request, len(texts))
+    check_lengths(model, texts, "texts")
     job = served(request).submit(request, body.model, Job("classify", texts))
     return _predictions(body.model, await outcome(job, request))
 
@@ -88,6 +93,7 @@ async def translate(body: TranslateRequest, request: Request) -> dict:
     s = served(request).settings
     texts = inputs.texts("texts", body.texts)
     _rows(request, len(texts))
+    check_lengths(model, texts, "texts")
     beam = model.translation.beam if body.beam is None else body.beam
     max_len = model.translation.max_decode_len if body.max_len is None else body.max_len
     if beam > s.max_beam or max_len > s.max_tokens:
@@ -106,7 +112,7 @@ async def classify_image(request: Request) -> dict:
     if request.headers.get("content-type", "").lower().startswith("multipart/form-data"):
         name, images = await _uploads(request)
     else:
-        name, images = _arrays(await request.body())
+        name, images = await asyncio.to_thread(_arrays, await request.body())  # off the event loop
     _model(request, name, ImageClassifier, "/v1/classify-image")
     _rows(request, len(images))
     job = served(request).submit(request, name, Job("classify_images", images))
@@ -122,7 +128,24 @@ async def _uploads(request: Request) -> tuple[str, list[bytes]]:
             raise InputError('the form needs a "model" field naming the model')
         if not files or not all(isinstance(f, UploadFile) for f in files):
             raise InputError('the form needs one or more "images" files (PNG, JPEG, ...)')
-        return name, [await f.read() for f in files if isinstance(f, UploadFile)]
+        images = [await f.read() for f in files if isinstance(f, UploadFile)]
+    pixels = sum(map(_pixels, images))
+    most = served(request).settings.max_image_pixels
+    if pixels > most:
+        raise InputError(
+            f"the uploaded images hold {pixels:,} pixels in all, more than the {most:,} a request may"
+        )
+    return name, images
+
+
+def _pixels(image: bytes) -> int:
+    """An image file's pixels, from its header; 0 for a file Pillow cannot open, which the model's
+    worker refuses with the reason."""
+    try:
+        with Image.open(io.BytesIO(image)) as opened:
+            return opened.width * opened.height
+    except Exception:
+        return 0
 
 
 def _arrays(body: bytes) -> tuple[str, list[np.ndarray]]:

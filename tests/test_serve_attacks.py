@@ -1,0 +1,233 @@
+"""tfcompile serve under hostile or careless clients: each class of request that once got a 500,
+stalled other clients or was read as something it is not, answered as the rules say (a 4xx in
+the route family's JSON shape, limits held before the work they bound)."""
+
+from __future__ import annotations
+
+import io
+import json
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from serving import BackgroundServer
+
+from tfcompile.serve import Settings
+from tfcompile.serve.app import CHARS_PER_TOKEN
+
+SETTINGS = Settings(max_wait_ms=5, max_head_bytes=4096, head_timeout_s=1.0, max_image_pixels=20_000)
+
+
+@pytest.fixture(scope="module")
+def server(char_bundle: Path, classifier_bundle: Path, image_bundle: Path) -> Iterator[BackgroundServer]:
+    with BackgroundServer(
+        {"char": char_bundle, "sst2": classifier_bundle, "digits": image_bundle}, SETTINGS
+    ) as s:
+        yield s
+
+
+def complete(server: BackgroundServer, **fields: Any) -> httpx.Response:
+    return httpx.post(f"{server.url}/v1/completions", json={"model": "char", "max_tokens": 4, **fields})
+
+
+def openai_error(r: httpx.Response, status: int) -> dict:
+    assert r.status_code == status, r.text
+    error = r.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"}
+    return error
+
+
+# ------------------------------------------------------------------------------ sampling
+
+
+def test_a_temperature_too_small_to_divide_by_decodes_greedily(server: BackgroundServer) -> None:
+    """Logits divided by 1e-320 overflow to NaN probabilities: that was a 500, and it failed every
+    completion generating in the same batch."""
+    greedy = complete(server, prompt="ROMEO:", temperature=0).json()["choices"][0]["text"]
+    for temperature in (1e-320, 5e-324, 1e-6):
+        r = complete(server, prompt="ROMEO:", temperature=temperature, seed=1)
+        assert r.status_code == 200, r.text
+        assert r.json()["choices"][0]["text"] == greedy
+
+
+# ------------------------------------------------------------------- types and fields
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("temperature", "1"),
+        ("temperature", True),
+        ("top_p", "0.5"),
+        ("stream", "yes"),
+        ("stream", 1),
+        ("echo", "true"),
+        ("stream_options", {"include_usage": 1}),
+        ("max_tokens", 2.0),
+        ("n", True),
+    ],
+)
+def test_json_values_of_another_type_are_not_coerced(
+    server: BackgroundServer, field: str, value: Any
+) -> None:
+    error = openai_error(complete(server, prompt="a", **{field: value}), 400)
+    assert error["param"].startswith(field), error
+
+
+@pytest.mark.parametrize(
+    ("fields", "param", "needle"),
+    [
+        ({"prompt": {"a": 1}}, "prompt", "prompt must be a string, a list of strings, a list of token ids"),
+        ({"prompt": None}, "prompt", "prompt must be a string"),
+        ({"prompt": [1, "a"]}, "prompt", "prompt must be a string"),
+        ({"prompt": [[1], [True]]}, "prompt", "prompt must be a string"),
+        ({"prompt": "a", "stop": ["x"] * 5000}, "stop", "stop must be a string or a list of at most 4"),
+        ({"prompt": "a", "stop": 5}, "stop", "stop must be"),
+        ({"prompt": "a", "max_tokens": 10**100}, "max_tokens", "max_tokens may be at most"),
+        ({"prompt": "a", "n": 10**100}, "n", "at most 16 completions per prompt"),
+        ({"prompt": [[1]] * 33}, "prompt", "32 in all, got 33 prompts"),
+    ],
+)
+def test_bad_fields_are_named_as_openai_names_them(
+    server: BackgroundServer, fields: dict, param: str, needle: str
+) -> None:
+    error = openai_error(complete(server, **fields), 400)
+    assert error["param"] == param and needle in error["message"], error
+
+
+def test_a_body_not_sent_as_json_is_415_naming_its_content_type(server: BackgroundServer) -> None:
+    body = json.dumps({"model": "char", "prompt": "a"})
+    for kind in ("text/plain", "application/x-www-form-urlencoded", None):
+        headers = {"Content-Type": kind} if kind else {}
+        r = httpx.post(f"{server.url}/v1/completions", content=body, headers=headers)
+        error = openai_error(r, 415)
+        assert (
+            "Content-Type: application/json" in error["message"] and str(kind or "none") in error["message"]
+        )
+
+
+# --------------------------------------------------- work bounded before it is done
+
+
+def test_prompts_are_counted_and_sized_before_any_is_tokenized(server: BackgroundServer) -> None:
+    """A request's prompts are counted, and each text's length bounded by the characters the
+    context's tokens can hold, before the tokenizer runs (on the event loop it stalled every client:
+    10 MB took 40 s)."""
+    many = openai_error(complete(server, prompt=["¿"] * 100_000), 400)  # "¿" is outside the vocabulary
+    assert "got 100000 prompts" in many["message"]
+    long = openai_error(complete(server, prompt="¿" * 3_000_000), 400)
+    assert "3,000,000 characters, more than the 64" in long["message"]
+    ids = openai_error(complete(server, prompt=[[1] * 65, [True]]), 400)
+    assert "prompt[0] has 65 tokens" in ids["message"]
+
+
+def test_texts_longer_than_the_context_reads_are_refused_before_tokenizing(server: BackgroundServer) -> None:
+    """A text may hold CHARS_PER_TOKEN characters a token of the model's context (which reads no
+    further): the tokenizer's time grows with a text's length and with the square of a pair's
+    (a pair of 72 KB texts took 23 GB)."""
+    most = server.served.models["sst2"].max_seq_len * CHARS_PER_TOKEN
+    text = ("a gorgeous, witty, seductive movie. " * 100)[:most]
+    r = httpx.post(f"{server.url}/v1/classify", json={"model": "sst2", "texts": [text, [text, text]]})
+    assert r.status_code == 200, r.text
+    expected = server.served.models["sst2"].classify([text, (text, text)])
+    assert [p["probabilities"] for p in r.json()["predictions"]] == [
+        pytest.approx(e.probabilities, abs=1e-6) for e in expected
+    ]
+    long = text * 4000
+    for texts, needle in [
+        ([long], "texts[0] has over"),
+        (["a", [text, long]], "texts[1] has a sentence of over"),
+    ]:
+        r = httpx.post(f"{server.url}/v1/classify", json={"model": "sst2", "texts": texts})
+        assert needle in openai_error(r, 400)["message"]
+    tensor = {"name": "text", "shape": [1, 2], "datatype": "BYTES", "data": [long, long]}
+    r = httpx.post(f"{server.url}/v2/models/sst2/infer", json={"inputs": [tensor]})
+    assert r.status_code == 400 and "text[0] has a sentence of over" in r.json()["error"], r.text
+
+
+def _png(width: int, height: int) -> bytes:
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.new("L", (width, height)).save(out, format="PNG")
+    return out.getvalue()
+
+
+def test_uploaded_pixels_are_counted_before_any_image_is_decoded(server: BackgroundServer) -> None:
+    """A few kilobytes of PNG can hold a 64-megapixel image (3 s and 1 GB to decode and scale);
+    32 of them held the model's worker for minutes."""
+    url = f"{server.url}/v1/classify-image"
+    small = [("images", (f"{i}.png", _png(100, 100), "image/png")) for i in range(2)]
+    assert httpx.post(url, data={"model": "digits"}, files=small).status_code == 200
+    big = [*small, ("images", ("c.png", _png(1, 1), "image/png"))]
+    error = openai_error(httpx.post(url, data={"model": "digits"}, files=big), 400)
+    assert "20,001 pixels in all, more than the 20,000" in error["message"]
+
+
+# ------------------------------------------------------------------- the HTTP layer
+
+
+def _raw(server: BackgroundServer, data: bytes, wait_s: float = 10) -> tuple[bytes, bool]:
+    """Send ``data`` -> what came back, and whether the server closed the connection."""
+    with socket.create_connection(("127.0.0.1", server.port), timeout=wait_s) as s:
+        s.sendall(data)
+        out = b""
+        try:
+            while chunk := s.recv(65536):
+                out += chunk
+        except (TimeoutError, ConnectionResetError):
+            return out, False
+        return out, True
+
+
+def _json_answer(raw: bytes) -> tuple[int, Any]:
+    head, _, body = raw.partition(b"\r\n\r\n")
+    assert b"content-type: application/json" in head.lower(), raw
+    return int(head.split()[1]), json.loads(body)
+
+
+def test_a_request_head_over_its_size_is_431_before_it_is_all_read(server: BackgroundServer) -> None:
+    """httptools buffers a head whole, joining its pieces on the event loop in quadratic time: a
+    20 MB header held every other client for minutes."""
+    for head in (
+        b"GET /health HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 5000 + b"\r\n\r\n",
+        b"GET /v1/models?" + b"a" * 5000 + b" HTTP/1.1\r\nHost: x\r\n\r\n",
+        b"GET /health HTTP/1.1\r\n" + b"".join(b"X-%d: y\r\n" % i for i in range(1000)) + b"\r\n",
+    ):
+        raw, closed = _raw(server, head)
+        status, body = _json_answer(raw)
+        assert status == 431 and closed and "over 4,096 bytes" in str(body)
+    # a body is no part of the head, however large, nor is a request that follows on the connection
+    body = json.dumps({"model": "sst2", "texts": ["a" * 1000] * 5}).encode()  # over 4,096 bytes
+    request = (
+        b"POST /v1/classify HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+    )
+    raw, _ = _raw(server, request * 3 + b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    assert raw.count(b"HTTP/1.1 200 OK") == 4, raw[:300]
+
+
+def test_a_request_head_that_stops_arriving_is_408(server: BackgroundServer) -> None:
+    started_at = time.monotonic()
+    raw, closed = _raw(server, b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Ty")
+    status, body = _json_answer(raw)
+    assert status == 408 and closed and time.monotonic() - started_at < 5
+    assert set(body["error"]) == {"message", "type", "param", "code"}  # OpenAI's shape under /v1
+    raw, closed = _raw(server, b"")  # a connection that never sends a byte
+    assert _json_answer(raw)[0] == 408 and closed
+
+
+def test_a_request_that_is_not_http_gets_a_json_400(server: BackgroundServer) -> None:
+    for data, shape in [
+        (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: \x01\r\n\r\n", dict),
+        (b"POST /v2/models/char/infer HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n", str),
+        (b"\x16\x03\x01\x00\xa5\x01\x00\x00\xa1\x03\x03" + b"\0" * 64, str),  # TLS to a plain port
+    ]:
+        raw, closed = _raw(server, data)
+        status, body = _json_answer(raw)
+        assert status == 400 and closed and isinstance(body["error"], shape), body
+    assert httpx.get(f"{server.url}/health").json()["live"]

@@ -1,0 +1,100 @@
+"""uvicorn's httptools protocol with the request head bounded and every refusal in JSON.
+
+httptools buffers a request line and its headers whole, however long, and joining a long header's
+pieces costs time quadratic in its length, on the event loop: one client sending a 20 MB header
+stalls every other. Here a head may hold ``max_bytes`` and must arrive within ``timeout_s`` of
+its first byte (or of the connection opening), else the connection is answered 431 or 408 and
+closed; a request that is not HTTP gets uvicorn's 400, in the route family's JSON shape.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any, ClassVar
+
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
+
+from tfcompile.serve.app import error_body
+
+
+class BoundedHttpToolsProtocol(HttpToolsProtocol):
+    """Made for a server by ``bounded``, which gives it its bounds."""
+
+    max_bytes: ClassVar[int]  # the request line and headers
+    timeout_s: ClassVar[float]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.head_left: int | None = self.max_bytes  # bytes the head may still take; None in a body
+        self.head_timer: asyncio.TimerHandle | None = None
+
+    @classmethod
+    def bounded(cls, max_bytes: int, timeout_s: float) -> type[BoundedHttpToolsProtocol]:
+        """The protocol with these bounds (uvicorn builds one per connection from the class)."""
+        return type(cls.__name__, (cls,), {"max_bytes": max_bytes, "timeout_s": timeout_s})
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._time_head()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._untime_head()
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        """Feeds the parser no more of a head than it may hold: what follows the head's end (a
+        body, the next request) is fed on, with a new allowance for each new head."""
+        while data and not self.transport.is_closing():
+            if self.head_left == 0:
+                self._refuse(431, f"the request line and headers are over {self.max_bytes:,} bytes")
+                return
+            size = len(data) if self.head_left is None else self.head_left
+            piece, data = data[:size], data[size:]
+            if self.head_left is not None:
+                self.head_left -= len(piece)
+            super().data_received(piece)
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._time_head()
+
+    def on_headers_complete(self) -> None:
+        self.head_left = None
+        self._untime_head()
+        super().on_headers_complete()
+
+    def on_message_complete(self) -> None:
+        super().on_message_complete()
+        self.head_left = self.max_bytes  # the next request's head
+
+    def send_400_response(self, msg: str) -> None:
+        self._refuse(400, f"the request is not valid HTTP/1.1 ({msg.rstrip('.')})")
+
+    def _time_head(self) -> None:
+        self._untime_head()
+        self.head_timer = self.loop.call_later(self.timeout_s, self._head_late)
+
+    def _untime_head(self) -> None:
+        if self.head_timer is not None:
+            self.head_timer.cancel()
+            self.head_timer = None
+
+    def _head_late(self) -> None:
+        if self.head_left is not None and not self.transport.is_closing():
+            self._refuse(408, f"the request line and headers took over {self.timeout_s:g} s to arrive")
+
+    def _refuse(self, status: int, message: str) -> None:
+        """Answer ``status`` in JSON and close the connection (the parser cannot go on)."""
+        path = getattr(self, "url", b"").decode("latin-1")
+        body = json.dumps(error_body(path, status, message, "bad_http_request")).encode()
+        head = [STATUS_LINE[status]]
+        head += [name + b": " + value + b"\r\n" for name, value in self.server_state.default_headers]
+        head += [
+            b"content-type: application/json\r\n",
+            b"content-length: " + str(len(body)).encode() + b"\r\n",
+            b"connection: close\r\n\r\n",
+        ]
+        self.transport.write(b"".join(head) + body)
+        self.transport.close()
+        self._untime_head()
