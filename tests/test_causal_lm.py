@@ -28,6 +28,8 @@ def test_greedy_forms_agree() -> None:
     assert np.array_equal(sample_next(logits, temperature=0), greedy)
     assert np.array_equal(sample_next(logits, top_k=1, rng=rng), greedy)
     assert np.array_equal(sample_next(logits, top_p=1e-6, rng=rng), greedy)
+    for tiny in (1e-6, 1e-320, 5e-324):  # logits over these overflow: NaN probabilities, were a crash
+        assert np.array_equal(sample_next(logits, temperature=tiny, rng=rng), greedy)
 
 
 def test_top_k_and_top_p_only_draw_from_the_kept_tokens() -> None:

@@ -32,10 +32,10 @@ class Decoder(Protocol):
 
 @dataclass(frozen=True)
 class Sampling:
-    """How a row picks its next token: greedy at temperature 0; otherwise from the softmax of the
-    logits over ``temperature``, filtered by top-k and top-p, drawn with its own ``seed`` (row r
-    of a batch asked for with one seed draws with seed + r, so a prompt gives the same tokens
-    whatever else shares its batch)."""
+    """How a row picks its next token: greedy at temperature 0 (or below GREEDY_BELOW); otherwise
+    from the softmax of the logits over ``temperature``, filtered by top-k and top-p, drawn with
+    its own ``seed`` (row r of a batch asked for with one seed draws with seed + r, so a prompt
+    gives the same tokens whatever else shares its batch)."""
 
     temperature: float = 1.0
     top_k: int | None = None
@@ -44,6 +44,8 @@ class Sampling:
 
 
 GREEDY = Sampling(temperature=0.0)
+# A lower temperature decodes greedily, as vLLM's does: the logits divided by it would overflow.
+GREEDY_BELOW = 1e-5
 
 
 def sample_next(
@@ -53,10 +55,10 @@ def sample_next(
     top_p: float | None = None,
     rng: np.random.Generator | Sequence[np.random.Generator] | None = None,
 ) -> np.ndarray:
-    """logits (B, V) -> next token ids (B,). Temperature 0 is greedy (argmax); top-k keeps the k
-    most likely tokens, top-p the fewest whose probabilities reach p. ``rng``: one generator for
-    every row, or one per row."""
-    if temperature == 0:
+    """logits (B, V) -> next token ids (B,). Temperature 0 (below GREEDY_BELOW) is greedy (argmax);
+    top-k keeps the k most likely tokens, top-p the fewest whose probabilities reach p. ``rng``: one
+    generator for every row, or one per row."""
+    if temperature < GREEDY_BELOW:
         return logits.argmax(axis=-1)
     scores = logits.astype(np.float64) / temperature
     if top_k is not None and top_k < scores.shape[-1]:

@@ -34,7 +34,6 @@ from tfcompile.serve.engine import Finished, GenerationRow, Job, stop_text, text
 
 router = APIRouter(prefix="/v1")
 
-GREEDY_BELOW = 1e-5  # a lower temperature decodes greedily (dividing logits by it overflows)
 PROMPT_KINDS = "a string, a list of strings, a list of token ids or a list of lists of token ids"
 STOPS = "a string or a list of at most 4 strings, none empty"
 
@@ -106,10 +105,7 @@ async def completions(body: CompletionRequest, request: Request) -> dict | Strea
         raise FieldError("max_tokens", f"max_tokens may be at most {s.settings.max_tokens}, got {max_tokens}")
     stops = _stops(body.stop)
     prompts = await _prompts(model, given, limit)
-    temperature = (
-        0.0 if body.temperature is not None and body.temperature < GREEDY_BELOW else body.temperature
-    )
-    samplings = model.sampling(len(prompts) * n, temperature, body.top_k, body.top_p, body.seed)
+    samplings = model.sampling(len(prompts) * n, body.temperature, body.top_k, body.top_p, body.seed)
     rows = [
         GenerationRow(prompt, max_tokens, sampling, stops)
         for prompt, sampling in zip([p for p in prompts for _ in range(n)], samplings, strict=True)
