@@ -299,6 +299,34 @@ def test_a_tokenizer_json_padding_setting_is_not_applied(
     assert padded.classify(texts) == load(classifier_bundle).classify(texts)
 
 
+WORDS = st.sampled_from(["the", "movie", "unaffable", "is", ",", "playing", "zzqqj", "caf\u00e9", " ", "\t"])
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    first=st.lists(WORDS, max_size=120).map(" ".join),
+    second=st.lists(WORDS, max_size=120).map(" ".join),
+)
+def test_a_sentence_pair_encodes_as_the_tokenizer_truncates_it(
+    classifier_bundle: Path, first: str, second: str
+) -> None:
+    """The runtime cuts a long side before the tokenizers library truncates the pair (which builds
+    every combination of the sides' overflowing pieces); what the pair keeps is the same."""
+    model = load(classifier_bundle)
+    assert model.tokenizer is not None and model.tokenizer.truncation is not None
+    expected = model.tokenizer.encode(first, second)
+    (encoded,) = model.encode([(first, second)])
+    assert (encoded.ids, encoded.type_ids) == (expected.ids, expected.type_ids)
+
+
+def test_a_long_sentence_pair_costs_what_its_length_does(classifier_bundle: Path) -> None:
+    """A 200 KB pair: the tokenizers library alone took gigabytes (quadratic in the length)."""
+    model = load(classifier_bundle)
+    side = "the movie is good and " * 10_000
+    (prediction,) = model.classify([(side, side)])
+    assert prediction == model.classify([(side[:300], side[:300])])[0]
+
+
 @pytest.mark.parametrize(
     ("change", "call", "error", "message"),
     [
