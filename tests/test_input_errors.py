@@ -227,6 +227,25 @@ def test_command_line_numbers_have_the_runtime_bounds(
     assert expected in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    ("given", "found"),
+    [("", "expected a key, found an empty one"), ("cl\u00e9 1", "expected visible ASCII without spaces")],
+)
+def test_an_api_key_no_client_could_send_is_refused(
+    given: str, found: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An empty key served without one; a non-ASCII key could never match a header."""
+    for argv, env in ((["serve", "b", "--api-key", given], None), (["serve", "b"], given)):
+        if env is None:
+            monkeypatch.delenv("TFCOMPILE_API_KEY", raising=False)
+        else:
+            monkeypatch.setenv("TFCOMPILE_API_KEY", env)
+        with pytest.raises(SystemExit) as info:
+            main(argv)
+        assert info.value.code == 2
+        assert f"argument --api-key: {found}" in capsys.readouterr().err
+
+
 # ------------------------------------------------------------------------ 5. model sizes
 
 

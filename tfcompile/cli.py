@@ -795,6 +795,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=_port, default=8000, help="0 to 65535 (0: any free port)")
     serve.add_argument(
         "--api-key",
+        type=_api_key,
         default=os.environ.get("TFCOMPILE_API_KEY"),
         help="require Authorization: Bearer KEY on every route but health and metrics "
         "(default: the TFCOMPILE_API_KEY environment variable)",
@@ -901,6 +902,22 @@ def _threads(text: str) -> int:
     if not 1 <= value <= MAX_THREADS:
         raise argparse.ArgumentTypeError(f"expected threads from 1 to {MAX_THREADS:,}, found {text}")
     return value
+
+
+def _api_key(text: str) -> str:
+    """A Bearer key as an Authorization header carries it: visible ASCII, no spaces (any other
+    character could never match what a client sends), and not empty (which would serve without)."""
+    if not text:
+        raise argparse.ArgumentTypeError(
+            "expected a key, found an empty one (from --api-key or TFCOMPILE_API_KEY): give a key, or "
+            "leave both unset to serve without one"
+        )
+    odd = sorted({c for c in text if not "!" <= c <= "~"})
+    if odd:
+        raise argparse.ArgumentTypeError(
+            f"expected visible ASCII without spaces (a header carries the key as it is), found {odd[:5]!r}"
+        )
+    return text
 
 
 def _port(text: str) -> int:
