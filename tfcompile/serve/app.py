@@ -120,8 +120,7 @@ class Served:
 def check_lengths(model: Bundle, texts: Sequence[str | tuple[str, str]], name: str) -> None:
     """Each text (and each of a pair) at most CHARS_PER_TOKEN characters a token of the model's
     context, before it is tokenized: the model reads no further (it truncates), while the
-    tokenizer's time grows with a text's length, and with the square of a pair's (a pair of
-    72 KB texts took 23 GB)."""
+    tokenizer's time grows with a text's length."""
     most = model.max_seq_len * CHARS_PER_TOKEN
     for i, item in enumerate(texts):
         if max(map(len, (item,) if isinstance(item, str) else item)) > most:
