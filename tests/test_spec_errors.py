@@ -10,6 +10,7 @@ from helpers import MODEL_YAML
 from tfcompile.spec import SpecError, parse_spec
 
 GOOD_MODEL = MODEL_YAML
+ENCODER = MODEL_YAML.replace("model:\n", "model:\n  family: encoder\n")  # line 8 follows it
 
 
 @dataclass(frozen=True)
@@ -200,6 +201,56 @@ CASES = [
         6,
         "model.max_seq_len",
         "greater than or equal to 2",
+    ),
+    Case(
+        "one segment embedding for a classifier of pairs",
+        ENCODER + "  type_vocab_size: 1\ntask: {type: classification, labels: [a, b]}\n",
+        8,
+        "model.type_vocab_size",
+        "type_vocab_size 1 embeds segment 0 alone",
+        "type_vocab_size: 2",
+    ),
+    Case(
+        "one segment embedding for next-sentence prediction",
+        ENCODER + "  type_vocab_size: 1\ntask: {type: masked_lm, next_sentence: true}\n",
+        8,
+        "model.type_vocab_size",
+        "next-sentence prediction reads sentence pairs, the second as segment 1",
+        "0 for no segment embeddings",
+    ),
+    Case(
+        "no labels",
+        ENCODER + "task: {type: classification, labels: []}\n",
+        8,
+        "task.labels",
+        "names no class",
+        "leave task.labels out",
+    ),
+    Case(
+        "a label named twice",
+        "model: {family: vit, image_size: 8, patch_size: 2, d_model: 16, n_layers: 1, n_heads: 2}\n"
+        "task:\n  type: image_classification\n  labels: [cat, dog, cat]\n",
+        4,
+        "task.labels",
+        "names 'cat' more than once",
+        "give each class one name",
+    ),
+    Case(
+        "YaRN's betas the wrong way round",
+        GOOD_MODEL + "  positional:\n    type: rope\n    scaling: {type: yarn, factor: 2.0, "
+        "original_max_position_embeddings: 16,\n      beta_fast: 1, beta_slow: 32}\n",
+        10,
+        "model.positional.scaling.beta_fast",
+        "must be at least beta_slow (32.0), found 1.0",
+        "beta_fast 32 and beta_slow 1",
+    ),
+    Case(
+        "an opset past what torch exports",
+        GOOD_MODEL + "export: {opset: 24}\n",
+        7,
+        "export.opset",
+        "must be at most 23, found 24",
+        "torch.onnx exports opsets 17 to 23",
     ),
     Case(
         "a length penalty past what a bundle serves",

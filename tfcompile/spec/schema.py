@@ -231,6 +231,20 @@ class YarnRopeScaling(Section):
     attention_factor: PositiveFloat | None = Field(None, description="given outright instead of computed")
     truncate: bool = Field(True, description="round the ramp's ends to whole dimensions")
 
+    @model_validator(mode="after")
+    def _rules(self) -> YarnRopeScaling:
+        rules = Rules()
+        rules.require(
+            self.beta_fast >= self.beta_slow,
+            ("beta_fast",),
+            f"must be at least beta_slow ({self.beta_slow}), found {self.beta_fast}: the pairs that turn "
+            f"more than beta_fast times keep their frequency, those that turn fewer than beta_slow times "
+            f"are interpolated",
+            "YaRN uses beta_fast 32 and beta_slow 1",
+        )
+        rules.check()
+        return self
+
 
 RopeScaling = Annotated[
     LinearRopeScaling | DynamicRopeScaling | Llama3RopeScaling | YarnRopeScaling, Field(discriminator="type")
@@ -836,6 +850,39 @@ def _require_pooler(model: Any, rules: Rules, reader: str) -> None:
     )
 
 
+def _require_segments(model: Any, rules: Rules, reader: str) -> None:
+    rules.require(
+        getattr(model, "type_vocab_size", 2) != 1,
+        ("model", "type_vocab_size"),
+        f"{reader} reads sentence pairs, the second as segment 1, but type_vocab_size 1 embeds segment 0 "
+        "alone",
+        "set model.type_vocab_size: 2, or 0 for no segment embeddings",
+    )
+
+
+def _check_labels(labels: list[str]) -> list[str]:
+    """A task's class names: at least one, each once (the n-th is the head's n-th output)."""
+    rules = Rules()
+    rules.require(
+        bool(labels),
+        (),
+        "names no class",
+        "list the class names in class-index order, or leave task.labels out to take them from the data",
+    )
+    repeated = sorted({label for label in labels if labels.count(label) > 1})
+    rules.require(
+        not repeated,
+        (),
+        f"names {_choices(repeated)} more than once, so two outputs would have one name",
+        "give each class one name, in class-index order",
+    )
+    rules.check()
+    return labels
+
+
+Labels = Annotated[list[str], AfterValidator(_check_labels)]
+
+
 def _labels_head(model: Any, labels: list[str] | None) -> int:
     if labels is None:
         raise ValueError("task.labels is not set")
@@ -890,6 +937,7 @@ class MaskedLMTask(TaskSection):
     def check(self, model: Any, rules: Rules) -> None:
         if self.next_sentence:
             _require_pooler(model, rules, "next-sentence prediction")
+            _require_segments(model, rules, "next-sentence prediction")
 
     def head_parameters(self, model: Any) -> int:
         d = model.d_model
@@ -909,13 +957,14 @@ class ClassificationTask(TaskSection):
     text_column: str = "sentence"
     pair_column: str | None = Field(None, description="the second sentence of a pair, if any")
     label_column: str = "label"
-    labels: list[str] | None = Field(
+    labels: Labels | None = Field(
         None, description="label names in class-index order; default: the training file's, sorted"
     )
     label_smoothing: Probability = 0.0
 
     def check(self, model: Any, rules: Rules) -> None:
         _require_pooler(model, rules, "a sentence classifier")
+        _require_segments(model, rules, "a sentence classifier's bundle")
 
     def head_parameters(self, model: Any) -> int:
         return _labels_head(model, self.labels)
@@ -986,7 +1035,7 @@ class ImageClassificationTask(TaskSection):
     data_sizes = ("labels",)
 
     type: Literal["image_classification"] = "image_classification"
-    labels: list[str] | None = Field(
+    labels: Labels | None = Field(
         None, description="class names in class-index order; default: the data's, sorted"
     )
     label_smoothing: Probability = 0.0
@@ -1132,8 +1181,16 @@ class TrainSpec(Section):
 # --------------------------------------------------------------------------- export
 
 
+# The ONNX opsets an export may ask for: torch.onnx writes opset 18 and converts to 17 and up to
+# its ONNX_MAX_OPSET, 23 (its converter fails on later ones).
+MIN_OPSET, MAX_OPSET = 17, 23
+OPSETS = f"torch.onnx exports opsets {MIN_OPSET} to {MAX_OPSET}: its converter fails on later ones"
+
+
 class ExportSpec(Section):
-    opset: Annotated[int, Field(strict=True, ge=17)] = 18
+    opset: Annotated[int, Field(strict=True, ge=MIN_OPSET), at_most(MAX_OPSET, OPSETS)] = Field(
+        18, description=f"from {MIN_OPSET} to {MAX_OPSET}"
+    )
     precision: Literal["fp32", "fp16"] = Field(
         "fp32", description="fp16: half-size weights and activations, for GPU serving"
     )
