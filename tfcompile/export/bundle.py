@@ -57,7 +57,7 @@ from tfcompile.runtime.errors import BundleError
 from tfcompile.runtime.ort import ort
 from tfcompile.sequences import SPECIAL_ROLES
 from tfcompile.spec import Spec, dump_spec, parse_spec
-from tfcompile.spec.schema import SpecialTokens
+from tfcompile.spec.schema import MAX_OPSET, MIN_OPSET, OPSETS, SpecialTokens
 from tfcompile.tasks.task import build_model, task_of
 from tfcompile.train.runs import load_trained_model
 
@@ -101,9 +101,11 @@ def export_bundle(
     force: bool = False,
 ) -> dict[str, ParityReport]:
     """Export, check parity of every graph, and write the bundle; returns the parity reports.
-    ``precision`` (fp32, fp16) overrides the spec's export.precision. An fp16 graph is checked
-    against the fp32 PyTorch model, with its outputs read as float32. ``force`` replaces an
-    existing bundle at ``out``; nothing else there is ever replaced."""
+    ``opset`` and ``precision`` (fp32, fp16) override the spec's export.opset and export.precision.
+    An fp16 graph is checked against the fp32 PyTorch model, with its outputs read as float32.
+    ``force`` replaces an existing bundle at ``out``; nothing else there is ever replaced."""
+    if opset is not None and not MIN_OPSET <= opset <= MAX_OPSET:
+        raise ExportError(f"opset {opset}: {OPSETS}")
     if spec is not None:
         _check_exportable(spec)
     replaced = check_destination(out, force)

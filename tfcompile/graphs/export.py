@@ -113,6 +113,13 @@ def export_forward(model: Assembly, inputs: tuple[str, ...], path: Path, opset: 
     return _save(program, path, {})  # the named Dims already name the axes
 
 
+# The step graphs' example sizes: cached tokens, new tokens, source tokens. torch.export makes an
+# axis of size 1 in the example a constant 1 (and may take equal sizes for one symbol), and its
+# graph then fails on other sizes, so each is at least 2 and they differ, whatever the context: a
+# model checks no length while it is exported (tfcompile.models.common.check_token_ids).
+STEP_EXAMPLE = (4, 3, 5)
+
+
 class DecoderStep(nn.Module):
     """The incremental form: new tokens plus each layer's past keys and values in, logits and the
     extended keys and values out, so that generating costs one token per step."""
@@ -152,7 +159,7 @@ def export_decoder_step(model: DecoderLM, path: Path, opset: int) -> onnx.ModelP
     model = model.eval()
     spec = model.spec
     assert spec.n_kv_heads is not None
-    n, past, new = spec.n_layers, min(4, spec.max_seq_len // 2), min(3, spec.max_seq_len // 2)
+    n, past, new = spec.n_layers, *STEP_EXAMPLE[:2]
     kv_shape = (2, spec.n_kv_heads, past, spec.head_dim)
     example = (
         torch.zeros(2, new, dtype=torch.long),
@@ -250,7 +257,7 @@ def export_seq2seq_step(model: Seq2Seq, path: Path, opset: int) -> onnx.ModelPro
     model = model.eval()
     spec = model.spec
     n = len(model.decoder_blocks)
-    past, new, source = min(4, spec.max_seq_len // 2), min(3, spec.max_seq_len // 2), min(5, spec.max_seq_len)
+    past, new, source = STEP_EXAMPLE
     kv = (2, spec.n_kv_heads, past, spec.head_dim)
     mem = (2, spec.n_kv_heads, source, spec.head_dim)
     example = (

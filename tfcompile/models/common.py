@@ -43,12 +43,17 @@ def init_weights(module: nn.Module, std: float) -> None:
 
 def check_token_ids(ids: torch.Tensor, name: str, max_seq_len: int, past: int = 0) -> None:
     """``ids`` must be an integer (batch, seq) tensor whose seq, after ``past`` cached tokens, fits
-    in ``max_seq_len``: a ValueError naming the input otherwise."""
+    in ``max_seq_len``: a ValueError naming the input otherwise. The length goes unchecked while an
+    ONNX export traces the model: the step graphs are traced with more cached and new tokens than a
+    short context holds (tfcompile.graphs.export), and an exported graph checks no length anyway
+    (its manifest states the context)."""
     if ids.dim() != 2 or ids.dtype not in (torch.int64, torch.int32):
         raise ValueError(
             f"{name} must be an integer tensor of shape (batch, seq), "
             f"got {ids.dtype} of shape {tuple(ids.shape)}"
         )
+    if torch.onnx.is_in_onnx_export():
+        return
     length = past + ids.shape[1]
     if length > max_seq_len:
         label = "sequence" if name == "input_ids" else name.removesuffix("_ids")

@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from tfcompile.nn.ops import halves
 from tfcompile.nn.positional import Rotary, apply_rotary
 
 
@@ -199,11 +200,13 @@ class CrossAttention(_MultiHead):
     def project_memory(self, memory: torch.Tensor) -> KVCache:
         """memory (B, S, d_model) -> its keys and values (B, Hkv, S, hd): computed once per source
         sentence, reused at every decoding step."""
-        k, v = self.kv(memory).chunk(2, dim=-1)
+        k, v = halves(self.kv(memory))
         return KVCache(self._heads(k, self.n_kv_heads), self._heads(v, self.n_kv_heads))
 
     def forward(self, x: torch.Tensor, memory: KVCache, mask: torch.Tensor | None = None) -> torch.Tensor:
         """x: (B, T, d_model); memory: project_memory's keys and values; mask: bool (B, 1, 1, S),
         True at real source tokens."""
         q = self._heads(self.q(x), self.n_heads)  # (B, H, T, hd)
+        if mask is not None:  # a row per query: onnxruntime's Attention (opset 23) broadcasts none
+            mask = mask.expand(-1, -1, q.shape[2], -1)  # (B, 1, T, S)
         return self._attend(q, memory.key, memory.value, additive_mask(mask, None, q.dtype), False)

@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from tfcompile.nn.ops import halves
 from tfcompile.nn.registry import ACTIVATIONS
 from tfcompile.spec.choices import GATED
 
@@ -45,7 +46,7 @@ class FeedForward(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.w_in(x)  # (B, T, d_ff) or (B, T, 2 * d_ff)
         if self.gated:
-            gate, up = h.chunk(2, dim=-1)
+            gate, up = halves(h)
             h = self.fn(gate) * up
         else:
             h = self.fn(h)

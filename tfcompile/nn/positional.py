@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import torch
 from torch import nn
 
+from tfcompile.nn.ops import halves
 from tfcompile.nn.registry import POSITIONAL
 
 if TYPE_CHECKING:
@@ -238,7 +239,7 @@ def apply_rotary(x: torch.Tensor, rotary: Rotary) -> torch.Tensor:
     are (T, head_dim / 2) or, per row, (B, T, head_dim / 2)."""
     cos, sin = (t.unsqueeze(-3) for t in rotary[:2])  # the same angles for every head
     if rotary.layout == "halves":
-        x1, x2 = x.float().chunk(2, dim=-1)  # (B, H, T, hd/2) each
+        x1, x2 = halves(x.float())  # (B, H, T, hd/2) each
         return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).type_as(x)
     pairs = x.float().unflatten(-1, (-1, 2))  # (B, H, T, hd/2, 2)
     x1, x2 = pairs[..., 0], pairs[..., 1]
