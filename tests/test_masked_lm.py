@@ -42,6 +42,22 @@ def test_masking_rule_on_a_large_batch() -> None:
     assert not ((corrupted != ids) & ~chosen).any(), "only chosen tokens change"
 
 
+@pytest.mark.parametrize("length", [1, 3, 40])
+def test_every_example_has_a_target_however_short(length: int) -> None:
+    """BERT masks at least one token of every example; without that, a batch of short examples
+    could hold no target and its loss would be NaN."""
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(len(SPECIAL_TOKENS), VOCAB, (64, length + 2), generator=g)
+    ids[:, 0], ids[:, -1] = 2, 3  # [CLS] ... [SEP]
+    ids[-1, 1:-1] = 0  # a row of padding alone has nothing to choose
+    maskable = ids >= len(SPECIAL_TOKENS)
+    rule = MaskingRule(mask_prob=1e-6)
+    _, targets = mask_tokens(ids, maskable, rule, MASK_ID, torch.arange(len(SPECIAL_TOKENS), VOCAB), g)
+    chosen = targets != IGNORE_INDEX
+    assert chosen[:-1].sum(-1).tolist() == [1] * 63 and not chosen[-1].any()
+    assert not chosen[~maskable].any()
+
+
 def _objective(
     tmp_path: Path, next_sentence: bool, lines: int = 400, context: int = 32
 ) -> MaskedLanguageModelling:

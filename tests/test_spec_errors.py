@@ -219,12 +219,37 @@ CASES = [
         "0 for no segment embeddings",
     ),
     Case(
+        "a context too short for a masked-LM example",
+        ENCODER.replace("max_seq_len: 32", "max_seq_len: 4")
+        + "task: {type: masked_lm, next_sentence: true}\n",
+        7,
+        "model.max_seq_len",
+        "[CLS] A [SEP] B [SEP], a token to mask in each sentence: 5 tokens, more than a context of 4",
+        "raise it to 5",
+    ),
+    Case(
+        "a training context too short for a classifier's example",
+        ENCODER + "task: {type: classification, labels: [a, b]}\ntrain: {context_length: 2}\n",
+        9,
+        "train.context_length",
+        "[CLS] A [SEP], a token of the sentence: 3 tokens, more than a context of 2",
+        "raise it to 3",
+    ),
+    Case(
         "no labels",
         ENCODER + "task: {type: classification, labels: []}\n",
         8,
         "task.labels",
-        "names no class",
+        "names no class, but a classifier tells two classes at least",
         "leave task.labels out",
+    ),
+    Case(
+        "one label",
+        "model: {family: vit, image_size: 8, patch_size: 2, d_model: 16, n_layers: 1, n_heads: 2}\n"
+        "task: {type: image_classification, labels: [cat]}\n",
+        2,
+        "task.labels",
+        "names 'cat', but a classifier tells two classes at least",
     ),
     Case(
         "a label named twice",

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from helpers import ROOT, SHARED_DATA
+from helpers import ROOT
 
 from tfcompile.data import DataError
 from tfcompile.spec import Spec, load_spec
@@ -250,29 +250,6 @@ def test_a_spec_too_large_for_this_machine_is_refused_before_anything_is_allocat
     with pytest.raises(TrainError, match=message):
         Trainer(tiny_spec(tmp_path, *overrides), tmp_path / "runs" / "big", show_progress=False)
     assert not (tmp_path / "runs" / "big").exists()
-
-
-def test_a_masked_lm_context_too_short_for_an_example_is_named(tmp_path: Path) -> None:
-    spec = load_spec(
-        ROOT / "specs" / "bert-mini-shakespeare.yaml",
-        ["model.max_seq_len=4", "data.tokenizer=char", f"train.runs_dir={tmp_path}"],
-    )
-    with pytest.raises(
-        DataError,
-        match=r"context_length .* is 4, but a masked-LM example with next_sentence needs at least 5",
-    ):
-        Trainer(spec, tmp_path / "mlm", show_progress=False)
-
-
-def test_a_classifier_context_too_short_for_an_example_is_named(tmp_path: Path) -> None:
-    """[CLS] and [SEP] alone fill a context of 2: the tokenizer would cut no text to fit it."""
-    sst2 = SHARED_DATA / "sst2" / "dev.tsv.gz"
-    overrides = ["model.max_seq_len=2", "train.init_from=null", f"data.path={sst2}", "data.val_path=null"]
-    spec = load_spec(ROOT / "specs" / "sst2-finetune.yaml", [*overrides, f"train.runs_dir={tmp_path}"])
-    with pytest.raises(
-        DataError, match=r"context_length .* is 2, but a classifier's example needs at least 3"
-    ):
-        Trainer(spec, tmp_path / "cls", show_progress=False)
 
 
 def test_images_too_large_for_memory_are_refused_before_loading(tmp_path: Path) -> None:

@@ -817,6 +817,11 @@ class TaskSection(Section):
     def check(self, model: Any, rules: Rules) -> None:
         """Rules that join the task's fields with the model's (report each at ``("task", field)``)."""
 
+    def shortest_example(self) -> tuple[int, str]:
+        """The fewest tokens an example of the task takes, and what they are: the training context
+        (train.context_length, default model.max_seq_len) must hold them."""
+        return 1, "one token or image"
+
     def head_parameters(self, model: Any) -> int:
         """Parameters of what the task adds on top of ``model.body_parameters()``."""
         raise NotImplementedError
@@ -861,12 +866,13 @@ def _require_segments(model: Any, rules: Rules, reader: str) -> None:
 
 
 def _check_labels(labels: list[str]) -> list[str]:
-    """A task's class names: at least one, each once (the n-th is the head's n-th output)."""
+    """A task's class names: two at least (as training requires of the data's), each once (the
+    n-th is the head's n-th output)."""
     rules = Rules()
     rules.require(
-        bool(labels),
+        len(labels) >= 2,
         (),
-        "names no class",
+        f"names {_choices(labels) or 'no class'}, but a classifier tells two classes at least",
         "list the class names in class-index order, or leave task.labels out to take them from the data",
     )
     repeated = sorted({label for label in labels if labels.count(label) > 1})
@@ -934,6 +940,11 @@ class MaskedLMTask(TaskSection):
         rules.check()
         return self
 
+    def shortest_example(self) -> tuple[int, str]:
+        if self.next_sentence:
+            return 5, "[CLS] A [SEP] B [SEP], a token to mask in each sentence"
+        return 3, "[CLS] A [SEP], a token to mask in A"
+
     def check(self, model: Any, rules: Rules) -> None:
         if self.next_sentence:
             _require_pooler(model, rules, "next-sentence prediction")
@@ -961,6 +972,11 @@ class ClassificationTask(TaskSection):
         None, description="label names in class-index order; default: the training file's, sorted"
     )
     label_smoothing: Probability = 0.0
+
+    def shortest_example(self) -> tuple[int, str]:
+        if self.pair_column:
+            return 5, "[CLS] A [SEP] B [SEP], a token of each sentence"
+        return 3, "[CLS] A [SEP], a token of the sentence"
 
     def check(self, model: Any, rules: Rules) -> None:
         _require_pooler(model, rules, "a sentence classifier")
@@ -1307,6 +1323,15 @@ class Spec(Section):
                 f"({self.model.max_seq_len})",
                 f"lower it to at most {self.model.max_seq_len} or raise model.max_seq_len",
             )
+        shortest, example = self.task.shortest_example()
+        context = self.train.context_length or self.model.max_seq_len
+        given = self.train.context_length is not None
+        rules.require(
+            context >= shortest,
+            ("train", "context_length") if given else ("model", "max_seq_len"),
+            f"a {self.task.type} example is {example}: {shortest} tokens, more than a context of {context}",
+            f"raise it to {shortest} at least",
+        )
         self.task.check(self.model, rules)
         rules.check()
         if self.train.context_length is None:

@@ -121,13 +121,6 @@ class TextClassification(Task):
         assert isinstance(spec.task, ClassificationTask) and spec.data is not None
         task, data, context, seed = spec.task, spec.data, spec.context_length, spec.train.seed
         self.task = task
-        shortest = 5 if task.pair_column else 3  # [CLS] A [SEP] (B [SEP]), a token of each sentence
-        if context < shortest:  # the tokenizer would leave every text uncut past the context
-            raise DataError(
-                f"train.context_length (default model.max_seq_len) is {context}, but a classifier's "
-                f"example{' of sentence pairs' if task.pair_column else ''} needs at least {shortest} "
-                f"tokens: its special tokens and a token of each sentence"
-            )
         assert data.path is not None  # builtin data is images
         train = read_table(data.path, task.text_column, task.pair_column, task.label_column)
         check_label_values(task.labels, train.labels, data.path)

@@ -42,8 +42,16 @@ def mask_tokens(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """input_ids (B, T), maskable (B, T) bool (False at special and padding tokens) ->
     (corrupted input_ids, targets): targets hold the original id at the chosen positions and
-    IGNORE_INDEX elsewhere. Random replacements are drawn from the ids ``replacements`` (1-D)."""
+    IGNORE_INDEX elsewhere. Random replacements are drawn from the ids ``replacements`` (1-D).
+    Every row with a maskable token has one chosen at least, as in BERT's data (max(1, round(n *
+    mask_prob)) per example): a short example could otherwise leave a whole batch without a
+    target, and its loss a mean over nothing (NaN)."""
     chosen = (torch.rand(input_ids.shape, generator=generator) < rule.mask_prob) & maskable
+    unchosen = maskable.any(-1) & ~chosen.any(-1)  # (B,)
+    if unchosen.any():  # one maskable position of each such row, at random
+        scores = torch.where(maskable, torch.rand(input_ids.shape, generator=generator), -1.0)
+        rows = unchosen.nonzero()[:, 0]
+        chosen[rows, scores[rows].argmax(-1)] = True
     targets = torch.where(chosen, input_ids, IGNORE_INDEX)
     fate = torch.rand(input_ids.shape, generator=generator)
     to_mask = chosen & (fate < rule.mask_token_prob)
@@ -71,14 +79,7 @@ class MaskedLanguageModelling(Task):
         assert isinstance(spec.task, MaskedLMTask) and spec.data is not None
         task, data = spec.task, spec.data
         self.task = task
-        self.context = spec.context_length
-        shortest = 5 if task.next_sentence else 3  # [CLS] A [SEP] (B [SEP]), a token in each sentence
-        if self.context < shortest:
-            raise DataError(
-                f"train.context_length (default model.max_seq_len) is {self.context}, but a masked-LM "
-                f"example{' with next_sentence' if task.next_sentence else ''} needs at least {shortest} "
-                f"tokens: its special tokens and a token to mask in each sentence"
-            )
+        self.context = spec.context_length  # holds an example: task.shortest_example
         self.rule = MaskingRule(task.mask_prob, task.mask_token_prob, task.random_token_prob)
         # Each line keeps its newline: a character tokenizer then sees where lines meet; word and
         # subword tokenizers treat it as the whitespace it is.
