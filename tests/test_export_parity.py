@@ -96,8 +96,9 @@ def test_incremental_graph_matches_torch_step_by_step(variant: dict, tmp_path: P
 
 # Specs whose graphs once failed to export or to run in onnxruntime, each named by why: opset 17
 # (the lowest export.opset) met a Split the exporter leaves in opset 18's form; at opset 23 (the
-# highest), onnxruntime's Attention took no source mask broadcast over the target's positions; and
-# the step graphs of a context under 4 tokens were traced with axes of size 1, which torch.export fixes.
+# highest), onnxruntime's Attention took no source mask broadcast over the target's positions, and
+# an fp16 RMSNorm fused into an RMSNormalization whose scale was float32; and the step graphs of a
+# context under 4 tokens were traced with axes of size 1, which torch.export fixes.
 BUNDLES = {
     "opset 17, gated FFN and RoPE halves": "model: {vocab_size: 20, d_model: 16, n_layers: 1, n_heads: 2, "
     "max_seq_len: 8, activation: swiglu, positional: {type: rope, layout: halves}}\nexport: {opset: 17}\n",
@@ -105,6 +106,8 @@ BUNDLES = {
     "n_heads: 2, max_seq_len: 8}\ntask: seq2seq\nexport: {opset: 17}\n",
     "opset 23, cross-attention": "model: {family: encoder_decoder, vocab_size: 20, d_model: 16, n_layers: 1, "
     "n_heads: 2, max_seq_len: 8}\ntask: seq2seq\nexport: {opset: 23}\n",
+    "opset 23, fp16 RMSNorm": "model: {vocab_size: 20, d_model: 16, n_layers: 1, n_heads: 2, max_seq_len: 8, "
+    "norm: {type: rmsnorm, bias: true}}\nexport: {opset: 23, precision: fp16}\n",
     "translator with a context of 3": "model: {family: encoder_decoder, vocab_size: 20, d_model: 16, "
     "n_layers: 1, n_heads: 2, n_kv_heads: 1, max_seq_len: 3, positional: relative}\ntask: seq2seq\n",
     "decoder with a context of 2": "model: {vocab_size: 20, d_model: 16, n_layers: 2, n_heads: 2, "

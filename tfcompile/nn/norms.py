@@ -30,7 +30,10 @@ class LayerNorm(nn.Module):
 class RMSNorm(nn.Module):
     """RMSNorm(x) = g * x / sqrt(mean(x^2) + eps)  (Zhang and Sennrich 2019): no mean, no bias.
 
-    The statistic is computed in float32 so that bf16/fp16 activations keep their precision.
+    The statistic is computed in float32 so that bf16/fp16 activations keep their precision; the
+    weight scales the result in the input's type, the output's, as Llama's and T5's reference
+    code do. (Scaled in float32, an fp16 graph of opset 23, where the exporter fuses the whole
+    into one RMSNormalization, mixed an fp16 input with a float32 scale, which onnx rejects.)
     """
 
     def __init__(self, dim: int, eps: float = 1e-6, bias: bool = False) -> None:
@@ -41,7 +44,6 @@ class RMSNorm(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x32 = x.float()
-        out = x32 * torch.rsqrt(x32.pow(2).mean(dim=-1, keepdim=True) + self.eps) * self.weight
-        if self.bias is not None:
-            out = out + self.bias
-        return out.type_as(x)
+        out = (x32 * torch.rsqrt(x32.pow(2).mean(dim=-1, keepdim=True) + self.eps)).type_as(x)
+        out = out * self.weight.type_as(x)
+        return out if self.bias is None else out + self.bias.type_as(x)
