@@ -18,6 +18,7 @@ from tfcompile.export import (
     export_decoder,
     export_decoder_step,
 )
+from tfcompile.graphs.parity import LONGEST
 from tfcompile.models import DecoderLM
 from tfcompile.spec import parse_spec
 
@@ -126,3 +127,12 @@ def test_an_opset_override_past_what_torch_exports_is_refused(tmp_path: Path) ->
     with pytest.raises(ExportError, match=r"opset 24: torch\.onnx exports opsets 17 to 23"):
         export_bundle(spec, Source(seed=0), tmp_path / "bundle", opset=24)
     assert not (tmp_path / "bundle").exists()
+
+
+def test_a_long_context_is_checked_up_to_the_longest_parity_sequence(tmp_path: Path) -> None:
+    """At its full context of 2^20 tokens, a check would hold terabytes of attention scores and
+    step a million times."""
+    spec = parse_spec("model: {vocab_size: 20, d_model: 16, n_layers: 1, n_heads: 2, max_seq_len: 1048576}\n")
+    reports = export_bundle(spec, Source(seed=0), tmp_path / "bundle")
+    assert all(r.passed for r in reports.values()), {n: r.to_dict() for n, r in reports.items()}
+    assert {max(c.seq for c in r.cases) for r in reports.values()} == {LONGEST}
