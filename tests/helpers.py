@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -63,3 +66,25 @@ def png16(array: Any) -> bytes:
         + chunk(b"IDAT", zlib.compress(rows))
         + chunk(b"IEND", b"")
     )
+
+
+def damaged(source: Path, tmp_path: Path, manifest: Any = None, **files: bytes) -> Path:
+    """A copy of bundle ``source`` with ``files`` written and ``manifest`` applied to its manifest,
+    the hashes made to match: damage that only the loader's own checks can find."""
+    out = tmp_path / "damaged"
+    shutil.copytree(source, out)
+    m = json.loads((out / "manifest.json").read_text())
+    for name, data in files.items():
+        (out / name).write_bytes(data)
+        m["files"][name] = hashlib.sha256(data).hexdigest()
+    if manifest is not None:
+        manifest(m)
+    (out / "manifest.json").write_text(json.dumps(m))
+    return out
+
+
+def edited_tokenizer(bundle: Path, change: Any) -> bytes:
+    """The bundle's tokenizer.json with ``change`` applied to its JSON."""
+    tokenizer = json.loads((bundle / "tokenizer.json").read_text())
+    change(tokenizer)
+    return json.dumps(tokenizer).encode()

@@ -5,7 +5,6 @@ because a file says so, and never reads a file outside the bundle."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 from pathlib import Path
@@ -14,32 +13,12 @@ from typing import Any
 import numpy as np
 import onnx
 import pytest
+from helpers import damaged, edited_tokenizer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
 from tfcompile.runtime import BundleError, InputError, LanguageModel, SessionOptions, load
-
-
-def _damaged(source: Path, tmp_path: Path, manifest: Any = None, **files: bytes) -> Path:
-    """A copy of ``source`` with ``files`` written and ``manifest`` applied to its manifest, the
-    hashes made to match: damage that only the loader's own checks can find."""
-    out = tmp_path / "damaged"
-    shutil.copytree(source, out)
-    m = json.loads((out / "manifest.json").read_text())
-    for name, data in files.items():
-        (out / name).write_bytes(data)
-        m["files"][name] = hashlib.sha256(data).hexdigest()
-    if manifest is not None:
-        manifest(m)
-    (out / "manifest.json").write_text(json.dumps(m))
-    return out
-
-
-def _tokenizer(bundle: Path, change: Any) -> bytes:
-    tokenizer = json.loads((bundle / "tokenizer.json").read_text())
-    change(tokenizer)
-    return json.dumps(tokenizer).encode()
 
 
 def _ints(name: str, values: list[int]) -> TensorProto:
@@ -123,7 +102,7 @@ def test_a_graph_whose_weights_live_in_another_file_is_refused(
     weights.data_location = TensorProto.EXTERNAL
     for key, value in {"location": location, "offset": "0", "length": str(values.nbytes)}.items():
         weights.external_data.add(key=key, value=value)
-    folder = _damaged(char_bundle, tmp_path / "bundles", **{"model.onnx": model.SerializeToString()})
+    folder = damaged(char_bundle, tmp_path / "bundles", **{"model.onnx": model.SerializeToString()})
     (tmp_path / "weights.bin").write_bytes(values.tobytes())  # where onnxruntime would look
     monkeypatch.chdir(tmp_path)
     with pytest.raises(
@@ -148,7 +127,7 @@ def test_a_graph_with_an_ep_context_node_is_refused(char_bundle: Path, tmp_path:
         ),
         opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid("com.microsoft", 1)],
     )
-    folder = _damaged(char_bundle, tmp_path, **{"model.onnx": model.SerializeToString()})
+    folder = damaged(char_bundle, tmp_path, **{"model.onnx": model.SerializeToString()})
     with pytest.raises(BundleError, match=r"model\.onnx: the node 'ctx' is an EPContext"):
         load(folder)
 
@@ -169,7 +148,7 @@ def test_files_too_large_to_hash_are_refused_before_they_are_read(
 ) -> None:
     """Sparse files take no disk but as long to hash as their size: an hour for a terabyte."""
     names = [f"big{i}.bin" for i in range(len(sizes))]
-    folder = _damaged(char_bundle, tmp_path, lambda m: m["files"].update(dict.fromkeys(names, "0" * 64)))
+    folder = damaged(char_bundle, tmp_path, lambda m: m["files"].update(dict.fromkeys(names, "0" * 64)))
     for name, size in zip(names, sizes, strict=True):
         with open(folder / name, "wb") as f:
             f.truncate(size)
@@ -197,7 +176,7 @@ def test_files_too_large_to_hash_are_refused_before_they_are_read(
 def test_graph_outputs_are_held_to_the_manifest(
     char_bundle: Path, tmp_path: Path, graph: bytes, call: Any, message: str
 ) -> None:
-    folder = _damaged(char_bundle, tmp_path, **{"model.onnx": graph})
+    folder = damaged(char_bundle, tmp_path, **{"model.onnx": graph})
     with pytest.raises(BundleError, match=r"model\.onnx gave " + message):
         call(load(folder))
 
@@ -206,9 +185,9 @@ def test_a_cache_that_grows_by_more_than_the_new_tokens_is_a_bundle_error(
     char_bundle: Path, tmp_path: Path
 ) -> None:
     """A step graph that doubles its cache each step would fill the memory in 30 steps."""
-    honest = load(_damaged(char_bundle, tmp_path / "honest", **{"decoder_step.onnx": _step(1)}))
+    honest = load(damaged(char_bundle, tmp_path / "honest", **{"decoder_step.onnx": _step(1)}))
     assert honest.generate([[1, 2]], 8, temperature=0).shape == (1, 10)
-    doubling = load(_damaged(char_bundle, tmp_path / "doubling", **{"decoder_step.onnx": _step(2)}))
+    doubling = load(damaged(char_bundle, tmp_path / "doubling", **{"decoder_step.onnx": _step(2)}))
     with pytest.raises(BundleError, match=r"gave present_key_0 of shape \(1, 2, 5, 8\), not \[1, 2, 3, 8\]"):
         doubling.generate([[1, 2]], 8, temperature=0)
 
@@ -244,7 +223,7 @@ def test_a_cache_that_grows_by_more_than_the_new_tokens_is_a_bundle_error(
 def test_a_manifest_other_parsers_would_read_differently_is_refused(
     char_bundle: Path, tmp_path: Path, text: Any, message: str
 ) -> None:
-    folder = _damaged(char_bundle, tmp_path)
+    folder = damaged(char_bundle, tmp_path)
     (folder / "manifest.json").write_text(text((folder / "manifest.json").read_text()))
     with pytest.raises(BundleError, match=r"manifest\.json is not valid JSON \(.*" + message):
         load(folder)
@@ -278,7 +257,7 @@ def test_a_manifest_cannot_size_an_input_past_memory(
     """A graph may leave an axis open that the manifest fixes; the runtime builds empty caches
     and warm-up inputs of the manifest's sizes, so those are bounded at load."""
     with pytest.raises(BundleError, match=message + r".* more than the 67,108,864 a bundle's input may hold"):
-        load(_damaged(char_bundle, tmp_path, change)).generate([[1]], 1)
+        load(damaged(char_bundle, tmp_path, change)).generate([[1]], 1)
 
 
 # ------------------------------------------------------------------- tokenizers that lie
@@ -293,8 +272,8 @@ def test_a_tokenizer_json_padding_setting_is_not_applied(
     18 GB and minutes a text) and its padding would count as real tokens."""
     padding = {"strategy": strategy, "direction": "Left", "pad_to_multiple_of": None}
     padding |= {"pad_id": 0, "pad_type_id": 0, "pad_token": "[PAD]"}
-    tokenizer = _tokenizer(classifier_bundle, lambda t: t.update(padding=padding))
-    padded = load(_damaged(classifier_bundle, tmp_path, **{"tokenizer.json": tokenizer}))
+    tokenizer = edited_tokenizer(classifier_bundle, lambda t: t.update(padding=padding))
+    padded = load(damaged(classifier_bundle, tmp_path, **{"tokenizer.json": tokenizer}))
     texts = ["a fine film", ("dull", "and far too long")]
     assert padded.classify(texts) == load(classifier_bundle).classify(texts)
 
@@ -374,7 +353,7 @@ def test_a_long_sentence_pair_costs_what_its_length_does(classifier_bundle: Path
 def test_a_tokenizer_that_fails_is_a_bundle_error_not_the_callers(
     char_bundle: Path, tmp_path: Path, change: Any, call: Any, error: type[Exception], message: str
 ) -> None:
-    folder = _damaged(char_bundle, tmp_path, **{"tokenizer.json": _tokenizer(char_bundle, change)})
+    folder = damaged(char_bundle, tmp_path, **{"tokenizer.json": edited_tokenizer(char_bundle, change)})
     with pytest.raises(error, match=message):
         call(load(folder))
 
@@ -382,8 +361,8 @@ def test_a_tokenizer_that_fails_is_a_bundle_error_not_the_callers(
 def test_a_word_outside_the_vocabulary_is_the_callers(char_bundle: Path, tmp_path: Path) -> None:
     """Every character is a token, but the pre-tokenizer makes a word the vocabulary lacks."""
     split = {"type": "Split", "pattern": {"Regex": "a+"}, "behavior": "Isolated", "invert": False}
-    tokenizer = _tokenizer(char_bundle, lambda t: t.update(pre_tokenizer=split))
-    model = load(_damaged(char_bundle, tmp_path, **{"tokenizer.json": tokenizer}))
+    tokenizer = edited_tokenizer(char_bundle, lambda t: t.update(pre_tokenizer=split))
+    model = load(damaged(char_bundle, tmp_path, **{"tokenizer.json": tokenizer}))
     with pytest.raises(InputError, match=r"the text holds a word outside the bundle's vocabulary"):
         model.generate_text("aaa", 1)
 
@@ -395,7 +374,7 @@ def test_a_format_1_preprocessing_record_is_checked_as_the_image_section_is(
     image_bundle: Path, tmp_path: Path
 ) -> None:
     record = {"image_size": 8, "channels": 1, "mean": [0.5, 0.5], "std": [0.2, 0.2]}
-    folder = _damaged(
+    folder = damaged(
         image_bundle,
         tmp_path,
         lambda m: m.pop("image"),
@@ -411,7 +390,7 @@ def test_a_format_1_preprocessing_record_is_checked_as_the_image_section_is(
 def test_a_translator_without_an_unknown_token_is_refused_at_load(
     translator_bundle: Path, tmp_path: Path
 ) -> None:
-    folder = _damaged(translator_bundle, tmp_path, lambda m: m["tokenizer"]["special_tokens"].pop("unk"))
+    folder = damaged(translator_bundle, tmp_path, lambda m: m["tokenizer"]["special_tokens"].pop("unk"))
     with pytest.raises(BundleError, match=r"names no unk token, which translate reads an empty source as"):
         load(folder)
 

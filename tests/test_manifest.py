@@ -17,7 +17,7 @@ from typing import Any
 import jsonschema
 import numpy as np
 import pytest
-from helpers import ROOT, assert_follows_schema
+from helpers import ROOT, assert_follows_schema, damaged, edited_tokenizer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -242,27 +242,6 @@ def test_any_mutated_manifest_serves_or_raises_bundle_error(
 # ------------------------------------------- a bundle that lies about itself, by kind
 
 
-def _damaged(source: Path, tmp_path: Path, manifest: Any = None, **files: bytes) -> Path:
-    """A copy of ``source`` with ``files`` rewritten and ``manifest`` applied to its manifest, the
-    hashes made to match: damage that only the loader's checks can find."""
-    out = tmp_path / "damaged"
-    shutil.copytree(source, out)
-    m = json.loads((out / "manifest.json").read_text())
-    for name, data in files.items():
-        (out / name).write_bytes(data)
-        m["files"][name] = hashlib.sha256(data).hexdigest()
-    if manifest is not None:
-        manifest(m)
-    (out / "manifest.json").write_text(json.dumps(m))
-    return out
-
-
-def _tokenizer(bundle: Path, change: Any) -> bytes:
-    tokenizer = json.loads((bundle / "tokenizer.json").read_text())
-    change(tokenizer)
-    return json.dumps(tokenizer).encode()
-
-
 DAMAGE: dict[str, tuple[str, Any, dict[str, Any], str]] = {
     # name: (bundle, manifest change, files, message)
     "a lone surrogate in a label": (
@@ -408,7 +387,7 @@ def test_a_bundle_that_contradicts_itself_is_refused_at_load(
 ) -> None:
     kind, change, files, message = DAMAGE[damage]
     source = request.getfixturevalue(f"{kind}_bundle")
-    folder = _damaged(source, tmp_path, change, **files)
+    folder = damaged(source, tmp_path, change, **files)
     with pytest.raises(BundleError, match=message):
         load(folder)
 
@@ -430,7 +409,7 @@ def test_an_integer_too_long_for_python_to_read_is_a_bundle_error(copy: Path) ->
 )
 def test_a_tokenizer_that_panics_is_a_bundle_error(char_bundle: Path, tmp_path: Path, change: Any) -> None:
     """The tokenizers library panics (a BaseException) on these: at load, or at the first text."""
-    folder = _damaged(char_bundle, tmp_path, **{"tokenizer.json": _tokenizer(char_bundle, change)})
+    folder = damaged(char_bundle, tmp_path, **{"tokenizer.json": edited_tokenizer(char_bundle, change)})
     with pytest.raises(BundleError, match=r"tokenizer\.json is a tokenizer that fails"):
         load(folder).generate_text("ROMEO:", 2, temperature=0)
 
@@ -439,8 +418,8 @@ def test_a_tokenizer_with_an_id_past_the_vocabulary_is_a_bundle_error(
     char_bundle: Path, tmp_path: Path
 ) -> None:
     """Few tokens, but one of them at id 9,999: counting the tokens would not see it."""
-    tokenizer = _tokenizer(char_bundle, lambda t: t["model"]["vocab"].update({"zzzz": 9999}))
-    folder = _damaged(char_bundle, tmp_path, **{"tokenizer.json": tokenizer})
+    tokenizer = edited_tokenizer(char_bundle, lambda t: t["model"]["vocab"].update({"zzzz": 9999}))
+    folder = damaged(char_bundle, tmp_path, **{"tokenizer.json": tokenizer})
     with pytest.raises(BundleError, match=r"holds token ids up to 9,999, past the model's vocabulary \(65\)"):
         load(folder)
 
@@ -457,9 +436,7 @@ def test_commands_reading_a_damaged_file_name_it(
 ) -> None:
     from tfcompile.cli import main
 
-    folder = _damaged(
-        classifier_bundle, tmp_path, **{"spec.yaml": b"\xff\xfe task", "model.onnx": b"garbage"}
-    )
+    folder = damaged(classifier_bundle, tmp_path, **{"spec.yaml": b"\xff\xfe task", "model.onnx": b"garbage"})
     assert main(["optimize", str(folder), "--out", str(tmp_path / "fused"), "--fuse"]) == 1
     assert re.search(r"error: .*model\.onnx is not a graph onnxruntime can run", capsys.readouterr().err)
     assert main(["verify", str(folder)]) == 1
