@@ -8,6 +8,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from hypothesis import strategies as st
+
 from tfcompile.spec import DecoderSpec, Spec
 from tfcompile.spec.presets import merge
 
@@ -88,3 +90,30 @@ def edited_tokenizer(bundle: Path, change: Any) -> bytes:
     tokenizer = json.loads((bundle / "tokenizer.json").read_text())
     change(tokenizer)
     return json.dumps(tokenizer).encode()
+
+
+def json_paths(node: Any, path: tuple = ()) -> list[tuple]:
+    """Every place in a JSON document, as the keys and indices that reach it (() is the whole)."""
+    if isinstance(node, dict):
+        return [path, *(p for k, v in node.items() for p in json_paths(v, (*path, k)))]
+    if isinstance(node, list):
+        return [path, *(p for i, v in enumerate(node) for p in json_paths(v, (*path, i)))]
+    return [path]
+
+
+def mutate_json(
+    document: dict, data: st.DataObject, junk: st.SearchStrategy[Any], spare: tuple[str, ...] = ()
+) -> None:
+    """One to three edits of ``document`` in place, drawn by hypothesis's ``data``: a key dropped,
+    or a value (a key's or an item's) replaced by one of ``junk``; never the whole document, nor
+    anything under a top-level key in ``spare``."""
+    for _ in range(data.draw(st.integers(1, 3))):
+        paths = [p for p in json_paths(document) if p and p[0] not in spare]
+        path = data.draw(st.sampled_from(paths))
+        parent = document
+        for part in path[:-1]:
+            parent = parent[part]
+        if data.draw(st.booleans()) and isinstance(parent, dict):
+            parent.pop(path[-1])
+        else:
+            parent[path[-1]] = data.draw(junk)

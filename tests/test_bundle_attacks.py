@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import onnx
 import pytest
-from helpers import damaged, edited_tokenizer
+from helpers import damaged, edited_tokenizer, mutate_json
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
@@ -463,14 +463,6 @@ junk = st.one_of(
 )
 
 
-def _paths(node: Any, path: tuple = ()) -> list[tuple]:
-    if isinstance(node, dict):
-        return [path, *(p for k, v in node.items() for p in _paths(v, (*path, k)))]
-    if isinstance(node, list):
-        return [path, *(p for i, v in enumerate(node) for p in _paths(v, (*path, i)))]
-    return [path]
-
-
 CALLS: dict[str, Any] = {
     "classifier": lambda m: m.classify(["a fine film", ("a", "b")]),
     "translator": lambda m: m.translate(["ein Hund"], max_len=3),
@@ -486,17 +478,7 @@ def test_any_mutated_manifest_of_any_bundle_serves_or_raises_a_named_error(
 ) -> None:
     source = request.getfixturevalue(f"{kind}_bundle")
     manifest = json.loads((source / "manifest.json").read_text())
-    for _ in range(data.draw(st.integers(1, 3))):
-        path = data.draw(
-            st.sampled_from([p for p in _paths(manifest) if p and p[0] not in ("parity", "versions")])
-        )
-        parent = manifest
-        for part in path[:-1]:
-            parent = parent[part]
-        if data.draw(st.booleans()) and isinstance(parent, dict):
-            parent.pop(path[-1])
-        else:
-            parent[path[-1]] = data.draw(junk)
+    mutate_json(manifest, data, junk, spare=("parity", "versions"))
     folder = tmp_path_factory.mktemp(kind) / "b"
     shutil.copytree(source, folder)
     (folder / "manifest.json").write_text(json.dumps(manifest))

@@ -17,7 +17,7 @@ from typing import Any
 import jsonschema
 import numpy as np
 import pytest
-from helpers import ROOT, assert_follows_schema, damaged, edited_tokenizer
+from helpers import ROOT, assert_follows_schema, damaged, edited_tokenizer, mutate_json
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -189,14 +189,6 @@ def test_a_garbage_graph_with_a_matching_hash_is_a_bundle_error(copy: Path) -> N
         load(copy)
 
 
-def _mutations(node: Any, path: tuple = ()) -> list[tuple]:
-    if isinstance(node, dict):
-        return [path] + [p for k, v in node.items() for p in _mutations(v, (*path, k))]
-    if isinstance(node, list):
-        return [path] + [p for i, v in enumerate(node) for p in _mutations(v, (*path, i))]
-    return [path]
-
-
 junk = st.one_of(
     st.none(),
     st.booleans(),
@@ -216,16 +208,7 @@ def test_any_mutated_manifest_serves_or_raises_bundle_error(
     folder = tmp_path_factory.mktemp("mutated") / "b"
     shutil.copytree(bundle, folder)
     manifest = json.loads((folder / "manifest.json").read_text())
-    for _ in range(data.draw(st.integers(1, 3))):
-        paths = [p for p in _mutations(manifest) if p]
-        path = data.draw(st.sampled_from(paths))
-        parent = manifest
-        for part in path[:-1]:
-            parent = parent[part]
-        if data.draw(st.booleans()) and isinstance(parent, dict):
-            parent.pop(path[-1])
-        else:
-            parent[path[-1]] = data.draw(junk)
+    mutate_json(manifest, data, junk)
     (folder / "manifest.json").write_text(json.dumps(manifest))
     try:
         model = load(folder)
