@@ -14,11 +14,13 @@ import numpy as np
 import onnx
 import pytest
 from helpers import damaged, edited_tokenizer, mutate_json
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, given, reject, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
+from tokenizers import Tokenizer, models
 
 from tfcompile.runtime import BundleError, InputError, LanguageModel, SessionOptions, load
+from tfcompile.runtime.expansion import Unbounded, expansion
 
 
 def _ints(name: str, values: list[int]) -> TensorProto:
@@ -365,6 +367,115 @@ def test_a_word_outside_the_vocabulary_is_the_callers(char_bundle: Path, tmp_pat
     model = load(damaged(char_bundle, tmp_path, **{"tokenizer.json": tokenizer}))
     with pytest.raises(InputError, match=r"the text holds a word outside the bundle's vocabulary"):
         model.generate_text("aaa", 1)
+
+
+# ------------------------------------------------------------ tokenizers that multiply text
+
+DOUBLE = {"type": "Replace", "pattern": {"String": "a"}, "content": "aa"}
+
+
+@pytest.mark.parametrize(
+    ("part", "step", "what"),
+    [
+        ("normalizer", {"type": "Sequence", "normalizers": [DOUBLE] * 24}, "encoding"),
+        ("normalizer", {"type": "Sequence", "normalizers": [{"type": "NFKC"}] * 3}, "encoding"),
+        ("pre_tokenizer", {"type": "Sequence", "pretokenizers": [{"type": "Metaspace"}] * 11}, "encoding"),
+        ("decoder", {"type": "Sequence", "decoders": [DOUBLE] * 24}, "decoding"),
+        ("decoder", {"type": "Replace", "pattern": {"Regex": "x*"}, "content": "a" * 600}, "decoding"),
+    ],
+    ids=["replaces", "nfkc thrice", "metaspaces", "decoder replaces", "decoder empty matches"],
+)
+def test_a_tokenizer_that_multiplies_text_is_refused_at_load(
+    char_bundle: Path, tmp_path: Path, part: str, step: dict, what: str
+) -> None:
+    """Twenty-four Replaces of "a" by "aa" made 16 million characters of each "a" (a short prompt:
+    gigabytes): a tokenizer that may make more than 1,024 characters of one does not load."""
+    if part == "pre_tokenizer":
+        step["pretokenizers"] = [
+            {**s, "replacement": "\u2581", "prepend_scheme": "always"} for s in step["pretokenizers"]
+        ]
+    tokenizer = edited_tokenizer(char_bundle, lambda t: t.update({part: step}))
+    folder = damaged(char_bundle, tmp_path, **{"tokenizer.json": tokenizer})
+    with pytest.raises(
+        BundleError, match=rf"tokenizer\.json: the tokenizer's {what} may make up to [\d,]+ characters of one"
+    ):
+        load(folder)
+
+
+STEPS = {
+    "normalizer": [
+        st.sampled_from([{"type": t} for t in ("NFC", "NFD", "NFKC", "NFKD", "Lowercase", "Nmt")]),
+        st.just(
+            {"type": "BertNormalizer", "clean_text": True, "handle_chinese_chars": True, "lowercase": True}
+        ),
+        st.builds(lambda p: {"type": "Prepend", "prepend": p}, st.text("ab▁", min_size=1, max_size=3)),
+        st.just({"type": "ByteLevel"}),
+        st.just({"type": "Strip", "strip_left": True, "strip_right": True}),
+    ],
+    "pre_tokenizer": [
+        st.builds(
+            lambda prefix: {
+                "type": "ByteLevel",
+                "add_prefix_space": prefix,
+                "trim_offsets": True,
+                "use_regex": True,
+            },
+            st.booleans(),
+        ),
+        st.just({"type": "Metaspace", "replacement": "▁", "prepend_scheme": "always", "split": True}),
+        st.just({"type": "BertPreTokenizer"}),
+    ],
+    "decoder": [
+        st.sampled_from(
+            [
+                {"type": "ByteFallback"},
+                {"type": "Fuse"},
+                {"type": "WordPiece", "prefix": "##", "cleanup": True},
+            ]
+        ),
+        st.just({"type": "Metaspace", "replacement": "▁", "prepend_scheme": "always", "split": True}),
+    ],
+}
+REPLACE = st.builds(
+    lambda pattern, content: {"type": "Replace", "pattern": pattern, "content": content},
+    st.one_of(
+        st.builds(lambda s: {"String": s}, st.text("aé ", min_size=1, max_size=3)),
+        st.builds(lambda r: {"Regex": r}, st.sampled_from(["a*", "é", " +", "x?", "[aé]"])),
+    ),
+    st.text("ab ", max_size=4),
+)
+SEQUENCE_KEYS = {"normalizer": "normalizers", "pre_tokenizer": "pretokenizers", "decoder": "decoders"}
+TEXT = st.text(st.sampled_from(list("aAé\u0301 İß中\ufdfa\u2581\U0001f600x")), min_size=1, max_size=12)
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.data(), part=st.sampled_from(list(STEPS)))
+def test_the_expansion_bound_holds_for_any_chain_of_steps(data: st.DataObject, part: str) -> None:
+    """The bound read from a chain's settings is never below what the tokenizers library makes
+    of texts: the characters a normalizer or pre-tokenizer writes, or a decoder makes of tokens."""
+    replace = [REPLACE] if part != "pre_tokenizer" else []
+    chain = data.draw(st.lists(st.one_of(*STEPS[part], *replace), min_size=1, max_size=3))
+    step = {"type": "Sequence", SEQUENCE_KEYS[part]: chain}
+    document = json.loads(Tokenizer(models.WordLevel({"a": 0}, unk_token="a")).to_str())
+    tokenizer = Tokenizer.from_str(json.dumps({**document, part: step}))
+    texts = data.draw(st.lists(TEXT, min_size=1, max_size=4))
+    try:
+        if part == "normalizer":
+            made = sum(len(tokenizer.normalizer.normalize_str(x)) for x in texts)
+        elif part == "pre_tokenizer":
+            made = sum(len(p) for x in texts for p, _ in tokenizer.pre_tokenizer.pre_tokenize_str(x))
+        else:
+            made = len(tokenizer.decoder.decode(texts))
+    except BaseException as e:  # the library panics on some chains (the runtime: a BundleError)
+        if type(e).__name__ != "PanicException":
+            raise
+        reject()
+    assert made <= expansion(step, decoder=part == "decoder") * sum(map(len, texts))
+
+
+def test_a_step_the_runtime_does_not_know_is_not_bounded() -> None:
+    with pytest.raises(Unbounded, match="'Stretch'"):
+        expansion({"type": "Sequence", "normalizers": [{"type": "NFC"}, {"type": "Stretch"}]})
 
 
 # -------------------------------------------------------------- sections checked at load
