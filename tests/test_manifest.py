@@ -355,6 +355,12 @@ DAMAGE: dict[str, tuple[str, Any, dict[str, Any], str]] = {
         {},
         r"translation\.beam",
     ),
+    "a default completion of a trillion tokens": (
+        "char",
+        lambda m: m["generation"].update(max_new_tokens=10**12),
+        {},
+        r"generation\.max_new_tokens",
+    ),
     "a graph without the inputs the runtime feeds": (
         "image",
         lambda m: m["graphs"]["model"]["inputs"][0].update(name="pixels"),

@@ -32,6 +32,7 @@ Count = Annotated[StrictInt, Field(gt=0)]
 TokenId = Annotated[StrictInt, Field(ge=0)]
 MAX_LENGTH_PENALTY = 10.0  # ((5 + length) / 6) ** alpha stays finite for any length a model reads
 MAX_BEAM = 64  # a translation section's default beam
+MAX_NEW_TOKENS = 1 << 16  # a generation section's default limit (a caller may ask for more)
 MAX_INPUT_VALUES = 1 << 26  # a graph input's values with every named axis 1: 3 x 4,096 x 4,096 pixels fit
 
 
@@ -123,7 +124,7 @@ class GenerationInfo(Part):
 
     context_length: Count
     stop_token_ids: list[TokenId]
-    max_new_tokens: Count = 200
+    max_new_tokens: Annotated[StrictInt, Field(gt=0, le=MAX_NEW_TOKENS)] = 200
     temperature: Annotated[float, Field(ge=0)] = 1.0
     top_k: Count | None = None
     top_p: Annotated[float, Field(gt=0, le=1)] | None = None
