@@ -10,6 +10,7 @@ import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NoReturn
 
 import numpy as np
 import torch
@@ -18,6 +19,7 @@ from tokenizers import Tokenizer
 from tfcompile.data.tokenizer import encode, train_tokenizer
 from tfcompile.errors import UserError
 from tfcompile.files import atomic_write_bytes, atomic_write_text
+from tfcompile.memory import physical_memory, too_large
 from tfcompile.paths import FOLDER, REGULAR_FILE, file_type
 from tfcompile.sequences import EOS
 from tfcompile.spec.schema import DataSpec
@@ -28,8 +30,9 @@ class DataError(UserError, ValueError):
 
 
 def read_documents(spec: DataSpec) -> list[str]:
-    """The documents of a corpus: one text file (gzipped when its name ends in .gz), or every .txt
-    file under a folder (sorted)."""
+    """The documents of a corpus: one text file (plain or gzipped), or every .txt file under a
+    folder (sorted). A .txt entry that is no regular file (a broken link, a FIFO) is
+    a DataError, not a document left out."""
     path = spec.path
     if path is None:
         raise DataError("data.path is not set: a text corpus is a file or a folder of .txt files")
@@ -38,7 +41,7 @@ def read_documents(spec: DataSpec) -> list[str]:
         raise DataError(f"data.path: no file or folder at {path}")
     if found != FOLDER:
         return [read_text(path, "data.path")]  # a FIFO or a device is refused there
-    files = sorted(p for p in path.rglob("*.txt") if p.is_file())
+    files = sorted(p for p in path.rglob("*.txt") if file_type(p) != FOLDER)
     if not files:
         raise DataError(f"data.path: the folder {path} holds no .txt files")
     return [read_text(file, "data.path") for file in files]
@@ -55,42 +58,83 @@ def require_file(path: Path, field: str | None = None) -> None:
         raise DataError(f"{prefix}{path} is {found}, not a regular file")
 
 
+GZIP_MAGIC = b"\x1f\x8b"  # never UTF-8 text: 0x8b cannot start a character
+UTF8_BOM = b"\xef\xbb\xbf"
+UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff", b"\x00\x00\xfe\xff")  # UTF-32's little-endian starts as UTF-16's
+# A text file is held in memory with what is made of it (its decoded text, lines, token ids): a
+# file whose bytes, times this, do not fit in memory is refused before it is read or gunzipped.
+TEXT_MEMORY_FACTOR = 16
+GUNZIP_CHUNK = 1 << 20
+
+
 def read_text(path: Path, field: str | None = None) -> str:
-    """A data file's text: gunzipped when its name ends in .gz, decoded as UTF-8. Anything but a
-    regular file, a damaged gzip file or a byte that is not UTF-8 is a DataError naming the file
-    (after ``field``, the spec field that gave it) and, for a byte, its line."""
+    """A data file's text: gunzipped when it is gzip data (whatever its name), decoded as UTF-8, a
+    leading byte order mark dropped. Anything but a regular file, a damaged gzip file, a file too
+    large for memory, a byte that is not UTF-8 or a NUL byte (UTF-16 or binary data) is a DataError
+    naming the file (after ``field``, the spec field that gave it) and, for a byte, its line."""
     require_file(path, field)
     where = f"{field}: {path}" if field else str(path)
     try:
+        size = path.stat().st_size
+        _check_size(size, where, f"{size >> 20:,} MB")
         data = path.read_bytes()
     except OSError as e:
         raise DataError(f"{where}: cannot read it: {e.strerror}") from None
-    if path.suffix == ".gz":
+    if data.startswith(GZIP_MAGIC):
         data = _gunzip(data, where)
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        line = data.count(b"\n", 0, e.start) + 1
-        raise DataError(
-            f"{where}, line {line}: byte 0x{data[e.start]:02x} is not UTF-8 text: save the file as UTF-8"
-        ) from None
-
-
-GZIP_MAGIC = b"\x1f\x8b"
-
-
-def _gunzip(data: bytes, where: str) -> bytes:
-    if not data.startswith(GZIP_MAGIC):
+    elif path.suffix.lower() == ".gz":
         raise DataError(
             f"{where}: not a gzip file, though its name ends in .gz: compress it with gzip, or remove "
             f".gz from its name if it is plain text"
         )
+    if data.startswith(UTF16_BOMS):
+        _not_utf8(where, 1, "UTF-16 or UTF-32 text (its first bytes say so), not UTF-8 text")
     try:
-        return gzip.decompress(data)
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        start = e.start + len(UTF8_BOM) * data.startswith(UTF8_BOM)  # utf-8-sig counts from after it
+        _not_utf8(where, data.count(b"\n", 0, start) + 1, f"byte 0x{data[start]:02x} is not UTF-8 text")
+    nul = data.find(b"\0")
+    if nul >= 0:
+        _not_utf8(
+            where,
+            data.count(b"\n", 0, nul) + 1,
+            "a NUL byte (0x00), which text never holds (UTF-16 or UTF-32 text does, and binary data)",
+        )
+    return text
+
+
+def _not_utf8(where: str, line: int, found: str) -> NoReturn:
+    raise DataError(f"{where}, line {line}: {found}: save the file as UTF-8")
+
+
+def _check_size(size: int, where: str, what: str) -> None:
+    """A DataError when ``size`` bytes of text (``what`` says how many) are more than memory holds
+    with what is made of them."""
+    if too_large(size * TEXT_MEMORY_FACTOR, physical_memory()):
+        raise DataError(
+            f"{where}: {what}: this machine's {physical_memory() >> 20:,} MB of memory cannot hold it "
+            f"with the text, lines and token ids made of it (up to {TEXT_MEMORY_FACTOR} times its "
+            f"size): split it, or train where there is more memory"
+        )
+
+
+def _gunzip(data: bytes, where: str) -> bytes:
+    """Gzip data, unpacked a chunk at a time so that a gzip bomb is refused (by ``_check_size``)
+    before it fills memory."""
+    parts, size = [], 0
+    try:
+        with gzip.GzipFile(fileobj=io.BytesIO(data)) as f:
+            while chunk := f.read(GUNZIP_CHUNK):
+                parts.append(chunk)
+                size += len(chunk)
+                _check_size(size, where, f"more than {size >> 20:,} MB once gunzipped")
     except EOFError:
         raise DataError(f"{where}: the gzip data ends too early (a copy cut short?): copy it again") from None
     except (OSError, zlib.error) as e:  # gzip.BadGzipFile is an OSError
-        raise DataError(f"{where}: the gzip data is damaged ({e}): copy it again") from None
+        found = str(e).partition(" 0x")[0]  # a CRC failure's two checksums say nothing to a user
+        raise DataError(f"{where}: the gzip data is damaged ({found}): copy it again") from None
+    return b"".join(parts)
 
 
 def read_corpus(spec: DataSpec) -> str:

@@ -1,0 +1,125 @@
+"""Hostile and malformed data files end in a DataError (or the runtime's InputError) that names the
+file and, where it can, the line: never a library's exception, a hang, a silent wrong result or
+memory the machine does not have. The loaders are the ones training calls."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import tracemalloc
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+from tfcompile.data import DataError, corpus
+from tfcompile.data.corpus import read_documents, read_text
+from tfcompile.data.table import read_table
+from tfcompile.spec.schema import DataSpec
+
+PROPERTY = settings(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+ROWS = b"sentence\tlabel\na fine film\t1\na dull one\t0\n"
+
+
+def _rows(path: Path, pair: str | None = None) -> list[tuple[str, ...]]:
+    table = read_table(path, "sentence", pair, "label")
+    return list(zip(table.texts, *([table.pairs] if table.pairs else []), table.labels, strict=True))
+
+
+def _error(path: Path) -> str:
+    with pytest.raises(DataError) as info:
+        read_table(path, "sentence", None, "label")
+    return str(info.value)
+
+
+# ----------------------------------------------------------------- encodings and bytes
+
+
+@pytest.mark.parametrize("suffix", [".tsv", ".csv", ".jsonl"])
+def test_a_utf8_byte_order_mark_is_not_part_of_the_first_column(tmp_path: Path, suffix: str) -> None:
+    """Excel and Notepad write UTF-8 with a BOM: the header's first name was '\\ufeffsentence'."""
+    rows = [("a fine film", "1"), ("a dull one", "0")]
+    text = {
+        ".tsv": "sentence\tlabel\n" + "".join(f"{s}\t{label}\n" for s, label in rows),
+        ".csv": "sentence,label\r\n" + "".join(f"{s},{label}\r\n" for s, label in rows),
+        ".jsonl": "".join(json.dumps({"sentence": s, "label": label}) + "\n" for s, label in rows),
+    }[suffix]
+    path = tmp_path / f"t{suffix}"
+    path.write_bytes(b"\xef\xbb\xbf" + text.encode())
+    assert _rows(path) == rows
+
+
+def test_a_corpus_drops_each_files_byte_order_mark(tmp_path: Path) -> None:
+    (tmp_path / "a.txt").write_bytes(b"\xef\xbb\xbfFirst.\n")
+    (tmp_path / "b.txt").write_bytes(b"\xef\xbb\xbfSecond.\n")
+    assert read_documents(DataSpec(path=tmp_path)) == ["First.\n", "Second.\n"]
+
+
+def test_nul_bytes_are_refused_naming_the_line(tmp_path: Path) -> None:
+    table = tmp_path / "t.tsv"
+    table.write_bytes(b"sentence\tlabel\nfine\t1\nba\x00d\t0\n")
+    assert _error(table).startswith(f"{table}, line 3: a NUL byte (0x00), which text never holds")
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-le", "utf-16-be", "utf-32"])
+def test_utf16_and_utf32_files_are_named_as_such(tmp_path: Path, encoding: str) -> None:
+    """Without a BOM, UTF-16 of ASCII text is valid UTF-8 with a NUL after every character: it was
+    read as such, and its header's names did not match."""
+    table = tmp_path / "t.tsv"
+    table.write_bytes(ROWS.decode().encode(encoding))
+    message = _error(table)
+    assert message.startswith(f"{table}, line 1: ")
+    assert "UTF-16 or UTF-32" in message and "save the file as UTF-8" in message
+
+
+def _gzip_bomb(size_mb: int) -> bytes:
+    """``size_mb`` MB of zeros in as many gzip members (valid gzip: the members are concatenated)."""
+    return gzip.compress(bytes(1 << 20)) * size_mb
+
+
+def test_a_gzip_bomb_is_refused_before_it_fills_memory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(corpus, "physical_memory", lambda: 256 << 20)
+    bomb = tmp_path / "corpus.txt.gz"
+    bomb.write_bytes(_gzip_bomb(400))  # 400 KB that unpack to 400 MB
+    tracemalloc.start()
+    try:
+        with pytest.raises(DataError) as info:
+            read_text(bomb, "data.path")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert str(info.value).startswith(f"data.path: {bomb}: more than ")
+    assert "once gunzipped" in str(info.value) and "256 MB" in str(info.value)
+    assert peak < 64 << 20
+
+
+def test_a_text_file_larger_than_memory_allows_is_refused_before_it_is_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(corpus, "physical_memory", lambda: 64 << 20)
+    big = tmp_path / "corpus.txt"
+    with open(big, "wb") as f:
+        f.truncate(1 << 30)  # sparse: 1 GB on no disk
+    with pytest.raises(DataError, match=r"^data\.path: .*corpus\.txt: 1,024 MB: this machine's 64 MB of"):
+        read_text(big, "data.path")
+
+
+# ----------------------------------------------------------------- tables
+
+
+def test_a_corpus_folder_names_a_txt_entry_it_cannot_read(tmp_path: Path) -> None:
+    """A broken link or a FIFO named .txt was skipped without a word: a document went missing."""
+    (tmp_path / "a.txt").write_text("kept\n")
+    (tmp_path / "b.txt").symlink_to(tmp_path / "gone.txt")
+    with pytest.raises(DataError, match=r"^data\.path: no file at .*b\.txt$"):
+        read_documents(DataSpec(path=tmp_path))
+    (tmp_path / "b.txt").unlink()
+    os.mkfifo(tmp_path / "c.txt")
+    with pytest.raises(DataError, match=r"c\.txt is a named pipe \(FIFO\), not a regular file"):
+        read_documents(DataSpec(path=tmp_path))
+
+
+# ----------------------------------------------------------------- images
