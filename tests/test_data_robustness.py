@@ -4,14 +4,17 @@ memory the machine does not have. The loaders are the ones training calls."""
 
 from __future__ import annotations
 
+import csv
 import gzip
+import io
 import json
 import os
 import tracemalloc
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tfcompile.data import DataError, corpus
 from tfcompile.data.corpus import read_documents, read_text
@@ -73,6 +76,14 @@ def test_utf16_and_utf32_files_are_named_as_such(tmp_path: Path, encoding: str) 
     assert "UTF-16 or UTF-32" in message and "save the file as UTF-8" in message
 
 
+@pytest.mark.parametrize("name", ["t.tsv", "t.tsv.GZ", "t.TSV.gz"])
+def test_gzip_data_is_read_whatever_the_case_of_its_name_or_a_missing_gz(tmp_path: Path, name: str) -> None:
+    """Gzip data is never UTF-8 text (0x8b cannot start a character): it is recognised by its bytes."""
+    path = tmp_path / name
+    path.write_bytes(gzip.compress(ROWS))
+    assert _rows(path) == [("a fine film", "1"), ("a dull one", "0")]
+
+
 def _gzip_bomb(size_mb: int) -> bytes:
     """``size_mb`` MB of zeros in as many gzip members (valid gzip: the members are concatenated)."""
     return gzip.compress(bytes(1 << 20)) * size_mb
@@ -108,6 +119,101 @@ def test_a_text_file_larger_than_memory_allows_is_refused_before_it_is_read(
 
 
 # ----------------------------------------------------------------- tables
+
+
+def test_a_row_with_more_fields_than_the_header_is_refused(tmp_path: Path) -> None:
+    """A tab inside a TSV sentence split it, and the label became the sentence's second half."""
+    table = tmp_path / "t.tsv"
+    table.write_bytes(b"sentence\tlabel\nfine\t1\na sentence\twith a tab\t0\n")
+    assert _error(table) == (
+        f"{table}, line 3: 3 fields, but the header names 2: a tab inside a value splits it (a .tsv "
+        f"file is not quoted): remove the tab"
+    )
+    quoted = tmp_path / "q.tsv"
+    quoted.write_bytes(b'sentence\tlabel\n"quoted\ttab"\t1\n')
+    assert "line 2: 3 fields" in _error(quoted)
+
+
+def test_a_row_with_fewer_fields_than_the_header_is_refused(tmp_path: Path) -> None:
+    table = tmp_path / "t.csv"
+    table.write_bytes(b"id,sentence,label\n1,fine,1\n2,0\n")
+    assert _error(table) == (
+        f"{table}, line 3: 2 fields, but the header names 3: a value is missing, or a line break "
+        f"inside one splits the row"
+    )
+
+
+def test_a_csv_line_number_counts_the_newlines_inside_quoted_values(tmp_path: Path) -> None:
+    table = tmp_path / "t.csv"
+    table.write_bytes(b'sentence,label\n"two\nlines",1\nshort\n')
+    assert _error(table).startswith(f"{table}, line 4: 1 fields")
+
+
+def test_a_header_naming_a_column_twice_is_refused(tmp_path: Path) -> None:
+    table = tmp_path / "t.tsv"
+    table.write_bytes(b"sentence\tlabel\tlabel\nfine\t1\t0\n")
+    assert _error(table) == f"{table}: the header names the column 'label' twice: rename one"
+
+
+@pytest.mark.parametrize(
+    ("line", "found"),
+    [
+        (b'{"sentence": "a", "label": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", "nested too deeply"),
+        (b'{"sentence": "a", "label": 1' + b"0" * 5000 + b"}", "a number of more than 4,300 digits"),
+    ],
+)
+def test_json_lines_python_cannot_hold_are_named(tmp_path: Path, line: bytes, found: str) -> None:
+    table = tmp_path / "t.jsonl"
+    table.write_bytes(b'{"sentence": "fine", "label": 1}\n' + line + b"\n")
+    message = _error(table)
+    assert message.startswith(f"{table}, line 2: not JSON") and found in message
+
+
+# What csv.writer and json.dumps write and read back: any text a cell can hold.
+cells = st.text(st.characters(exclude_categories=["Cs"]), min_size=1, max_size=20).filter(
+    lambda s: s.strip() != ""
+)
+tsv_cells = cells.filter(lambda s: not set(s) & {"\t", "\n", "\r", "\x00"})
+
+
+def _reference(rows: list[tuple[str, str, str]]) -> list[tuple[str, ...]]:
+    return [tuple(cell.strip() for cell in row) for row in rows]
+
+
+@PROPERTY
+@given(st.lists(st.tuples(cells, cells, cells), min_size=1, max_size=8), st.booleans())
+def test_a_csv_file_reads_the_rows_csv_writer_wrote(tmp_path: Path, rows: list, gzipped: bool) -> None:
+    rows = [tuple(cell.replace("\x00", "") or "x" for cell in row) for row in rows]
+    out = io.StringIO(newline="")
+    csv.writer(out).writerows([("sentence", "pair", "label"), *rows])
+    path = tmp_path / ("t.csv.gz" if gzipped else "t.csv")
+    data = out.getvalue().encode()
+    path.write_bytes(gzip.compress(data) if gzipped else data)
+    assert _rows(path, "pair") == _reference(rows)
+
+
+@PROPERTY
+@given(st.lists(st.tuples(tsv_cells, tsv_cells, tsv_cells), min_size=1, max_size=8))
+def test_a_tsv_file_reads_the_rows_split_on_tabs(tmp_path: Path, rows: list) -> None:
+    """The reference: lines split on '\\n', cells on '\\t' (SST-2's own format: no quoting)."""
+    path = tmp_path / "t.tsv"
+    path.write_bytes(
+        "".join("\t".join(row) + "\n" for row in [("sentence", "pair", "label"), *rows]).encode()
+    )
+    lines = path.read_bytes().decode().split("\n")[1:-1]
+    assert _rows(path, "pair") == _reference([tuple(line.split("\t")) for line in lines])
+
+
+@PROPERTY
+@given(st.lists(st.tuples(cells, cells, cells), min_size=1, max_size=8))
+def test_a_jsonl_file_reads_the_objects_json_dumps_wrote(tmp_path: Path, rows: list) -> None:
+    path = tmp_path / "t.jsonl"
+    names = ("sentence", "pair", "label")
+    path.write_text("".join(json.dumps(dict(zip(names, row, strict=True))) + "\n" for row in rows))
+    assert _rows(path, "pair") == _reference(rows)
+
+
+# ----------------------------------------------------------------- text corpora
 
 
 def test_a_corpus_folder_names_a_txt_entry_it_cannot_read(tmp_path: Path) -> None:

@@ -6,6 +6,7 @@ import csv
 import io
 import json
 import math
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -30,7 +31,8 @@ def read_table(path: Path, text_column: str, pair_column: str | None, label_colu
     that does not parse or a number written two ways in the label column is a DataError naming
     the file, the row or line and what was expected."""
     require_file(path)
-    suffix = path.suffixes[-2] if path.suffix == ".gz" and len(path.suffixes) > 1 else path.suffix
+    suffixes = [s.lower() for s in path.suffixes]
+    suffix = suffixes[-2] if suffixes[-1:] == [".gz"] and len(suffixes) > 1 else path.suffix.lower()
     if suffix not in FORMATS:
         raise DataError(f"{path}: expected one of {', '.join(FORMATS)} (optionally .gz), found {suffix!r}")
     text = read_text(path)
@@ -72,10 +74,17 @@ def _json_lines(path: Path, text: str) -> list[dict[str, Any]]:
             continue
         try:
             row = json.loads(line)
-        except json.JSONDecodeError as e:
+        except (ValueError, RecursionError) as e:  # a JSONDecodeError, or what Python cannot hold
+            found = (
+                f"{e.msg} at column {e.colno}"
+                if isinstance(e, json.JSONDecodeError)
+                else "nested too deeply"
+                if isinstance(e, RecursionError)
+                else f"a number of more than {sys.get_int_max_str_digits():,} digits"
+            )
             raise DataError(
-                f"{path}, line {number}: not JSON ({e.msg} at column {e.colno}): each line of a "
-                f'.jsonl file is one object, such as {{"sentence": "a fine film", "label": "positive"}}'
+                f"{path}, line {number}: not JSON ({found}): each line of a .jsonl file is one "
+                f'object, such as {{"sentence": "a fine film", "label": "positive"}}'
             ) from None
         if not isinstance(row, dict):
             raise DataError(
@@ -87,13 +96,40 @@ def _json_lines(path: Path, text: str) -> list[dict[str, Any]]:
 
 
 def _delimited(path: Path, text: str, suffix: str) -> list[dict[str, Any]]:
+    """The rows of a .tsv (never quoted, as GLUE writes it) or .csv file under its header's names;
+    a row of more or fewer fields than the header, or a header that names a column twice, is a
+    DataError: the values would land in the wrong columns."""
     delimiter = "\t" if suffix == ".tsv" else ","
     quoting: Literal[0, 1, 2, 3] = csv.QUOTE_NONE if suffix == ".tsv" else csv.QUOTE_MINIMAL
-    reader = csv.DictReader(io.StringIO(text, newline=""), delimiter=delimiter, quoting=quoting)
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter, quoting=quoting)
     try:
-        return list(reader)
-    except csv.Error as e:  # a NUL byte, a field past the csv module's size limit
-        raise DataError(f"{path}, line {reader.line_num + 1}: cannot read it as {suffix[1:]}: {e}") from None
+        header = next((fields for fields in reader if fields), [])  # after any blank lines
+        twice = next((name for i, name in enumerate(header) if name in header[:i]), None)
+        if twice is not None:
+            raise DataError(f"{path}: the header names the column {twice!r} twice: rename one")
+        rows = []
+        for fields in reader:
+            if not fields:
+                continue  # a blank line
+            if len(fields) != len(header):
+                raise DataError(
+                    f"{path}, line {reader.line_num}: {len(fields)} fields, but the header names "
+                    f"{len(header)}: {_split_hint(suffix) if len(fields) > len(header) else MISSING}"
+                )
+            rows.append(dict(zip(header, fields, strict=True)))
+    except csv.Error as e:  # a field past the csv module's size limit
+        raise DataError(f"{path}, line {reader.line_num}: cannot read it as {suffix[1:]}: {e}") from None
+    return rows
+
+
+MISSING = "a value is missing, or a line break inside one splits the row"
+
+
+def _split_hint(suffix: str) -> str:
+    """Why a row has more fields than its header, and the fix."""
+    if suffix == ".tsv":
+        return "a tab inside a value splits it (a .tsv file is not quoted): remove the tab"
+    return 'a comma inside a value splits it: quote the value ("a, b")'
 
 
 def _check_number_spellings(path: Path, column: str, labels: list[str]) -> None:
