@@ -9,24 +9,30 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import io
 import json
 import math
 import re
 import shutil
+import stat
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from tfcompile.errors import UserError
-from tfcompile.study.runs import Run, find_runs, read_run
+from tfcompile.spec.schema import RUN_NAME
+from tfcompile.study.runs import MEMORY_KINDS, Run, find_runs, read_run
 from tfcompile.study.sweep import STUDY_RECORD
 
 CSV_FILE = "results.csv"
 REPORT_FILE = "report.md"
 PLOTS = {"step": "val_loss_steps.png", "time": "val_loss_time.png"}
 SEED_SUFFIX = re.compile(r"-seed(-?\d+)$")
+# A variant's name in a report: a study's variant, or a run's name less -seedN, after the study's
+# name when several studies are compared.
+VARIANT = re.compile(rf"(?:{RUN_NAME.pattern}/)?{RUN_NAME.pattern}")
 
 
 class CompareError(UserError, ValueError):
@@ -168,40 +174,121 @@ def write_csv(rows: list[TrialRow], path: Path) -> None:
 
 
 def read_csv(path: Path) -> list[TrialRow]:
+    """The rows of a results.csv that compare wrote; a CompareError names the line and column of
+    anything else (a cell edited, or a row that contradicts another)."""
+    text = _read_text(path, MAX_CSV_BYTES, "results.csv")
+    columns = TrialRow.columns()
+    reader = csv.reader(io.StringIO(text))
+    rows: list[TrialRow] = []
+    numbers: list[int] = []
     try:
-        with open(path, newline="") as f:
-            lines = list(csv.reader(f))
+        if next(reader, None) != columns:
+            raise _csv_error(path, None, f"its first line is not compare's header ({','.join(columns)})")
+        start = reader.line_num + 1  # a row's first line (a quoted cell may hold line breaks)
+        for line in reader:
+            if len(line) != len(columns):
+                raise _csv_error(path, start, f"{len(line)} cells, where the header has {len(columns)}")
+            cells = {
+                name: _cell_value(path, start, name, text) for name, text in zip(columns, line, strict=True)
+            }
+            rows.append(TrialRow(**cells))
+            numbers.append(start)
+            start = reader.line_num + 1
+    except csv.Error as e:
+        raise _csv_error(path, reader.line_num, str(e)) from None
+    if not rows:
+        raise _csv_error(path, None, "it holds no trials")
+    _check_rows(path, rows, numbers)
+    return rows
+
+
+MAX_CSV_BYTES = 16 << 20  # a trial's row is about 200 bytes: far more trials than any study
+FIX_CSV = "results.csv is what compare writes: write it again with `tfcompile compare RUNS --out DIR`"
+MEMORY_CELLS = ("", *MEMORY_KINDS)
+# What each column holds, as a pattern its cells match and what the error says is expected.
+CELLS: dict[str, tuple[re.Pattern[str], str]] = {
+    "str": (VARIANT, "a variant's name: [study/]name of letters, digits, '.', '_' and '-'"),
+    "bool": (re.compile("yes|no"), "yes or no"),
+    "int": (re.compile(r"\d{1,20}"), "a whole number from 0"),
+    "float": (re.compile(r"nan|\d+(\.\d*)?(e[-+]?\d+)?"), "a number from 0 that is finite, or nan"),
+}
+LOSS = (re.compile(r"nan|inf|-?\d+(\.\d*)?(e[-+]?\d+)?"), "a number, inf or nan")
+RUN_CELL = (RUN_NAME, "a run's folder name: letters, digits, '.', '_' and '-'")
+
+
+def _cell_value(path: Path, line: int, name: str, text: str) -> Any:
+    """The value of the cell ``text`` of column ``name``; a CompareError says what it should be."""
+    if name == "memory":
+        if text not in MEMORY_CELLS:
+            raise _csv_error(path, line, f"expected one of {MEMORY_CELLS}, found {_shown(text)}", name)
+        return text
+    kind = str(next(f.type for f in dataclasses.fields(TrialRow) if f.name == name))
+    pattern, expected = {"final_val_loss": LOSS, "best_val_loss": LOSS, "run": RUN_CELL}.get(
+        name, CELLS[kind]
+    )
+    if not pattern.fullmatch(text) or (name == "run" and ".." in text):
+        raise _csv_error(path, line, f"expected {expected}, found {_shown(text)}", name)
+    if kind == "bool":
+        return text == "yes"
+    return {"int": int, "float": float}.get(kind, str)(text)
+
+
+def _check_rows(path: Path, rows: list[TrialRow], numbers: list[int]) -> None:
+    """A variant's rows agree on the baseline and the model, its seeds differ, and one variant is
+    the baseline, as compare writes them."""
+    first: dict[str, tuple[TrialRow, int]] = {}
+    seeds: dict[tuple[str, int], int] = {}
+    for row, number in zip(rows, numbers, strict=True):
+        if (row.variant, row.seed) in seeds:
+            message = (
+                f"{row.variant} has seed {row.seed} on lines {seeds[row.variant, row.seed]} and {number}"
+            )
+            raise _csv_error(path, None, message)
+        seeds[row.variant, row.seed] = number
+        before, line = first.setdefault(row.variant, (row, number))
+        for name in ("baseline", "parameters", "train_flops_per_token"):
+            if getattr(row, name) != getattr(before, name):
+                message = f"{row.variant}'s {name} differs from line {line}'s: a variant's seeds share it"
+                raise _csv_error(path, number, message, name)
+    baselines = [variant for variant, (row, _) in first.items() if row.baseline]
+    if len(baselines) != 1:
+        found = f"{' and '.join(baselines)} are all marked" if baselines else "none is marked"
+        raise _csv_error(path, None, f"one variant is the baseline: {found}")
+
+
+def _csv_error(path: Path, line: int | None, message: str, column: str | None = None) -> CompareError:
+    where = f", line {line}" if line is not None else ""
+    where += f", {column}" if column is not None else ""
+    return CompareError(f"{path}{where}: {message}; {FIX_CSV}")
+
+
+def _read_text(path: Path, limit: int, what: str) -> str:
+    """A regular file of at most ``limit`` bytes, as UTF-8 text (a spreadsheet's byte order mark and
+    CRLF line ends read too); a CompareError says what else it is."""
+    try:
+        if not stat.S_ISREG(path.stat().st_mode):
+            raise CompareError(f"{path} is not a file: give the {what} that compare wrote")
+        with open(path, "rb") as f:
+            data = f.read(limit + 1)
     except OSError as e:
         raise CompareError(f"cannot read {path}: {e.strerror}") from None
-    if not lines or lines[0] != TrialRow.columns():
-        raise CompareError(f"{path} is not a results.csv written by compare: its columns differ")
-    kinds = {f.name: f.type for f in dataclasses.fields(TrialRow)}
-    rows = []
-    for number, line in enumerate(lines[1:], 2):
-        try:
-            values = {
-                name: _parse(text, kinds[name]) for name, text in zip(TrialRow.columns(), line, strict=True)
-            }
-        except ValueError as e:
-            raise CompareError(f"{path}, line {number}: {e}") from None
-        rows.append(TrialRow(**values))
-    if not rows:
-        raise CompareError(f"{path} holds no trials")
-    return rows
+    if len(data) > limit:
+        raise CompareError(f"{path} is larger than {limit >> 20} MiB: it is not a {what} that compare wrote")
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        raise CompareError(f"{path} is not UTF-8 text: it is not a {what} that compare wrote") from None
+
+
+def _shown(text: str) -> str:
+    """A cell as an error quotes it: repr, cut at 40 characters."""
+    return repr(text) if len(text) <= 40 else f"{text[:40]!r}... ({len(text):,} characters)"
 
 
 def _cell(value: Any) -> str:
     if isinstance(value, bool):
         return "yes" if value else "no"
     return repr(value) if isinstance(value, float) else str(value)
-
-
-def _parse(text: str, kind: Any) -> Any:
-    if kind == "bool":
-        if text not in ("yes", "no"):
-            raise ValueError(f"expected yes or no, found {text!r}")
-        return text == "yes"
-    return {"int": int, "float": float}.get(kind, str)(text)
 
 
 # ---------------------------------------------------------------------- report.md
@@ -211,12 +298,20 @@ def _parse(text: str, kind: Any) -> Any:
 class Spread:
     mean: float
     std: float  # sample standard deviation; nan for one seed
+    seeds: int
+    not_finite: int  # seeds whose value is nan (never evaluated) or infinite (diverged): no mean
 
     @classmethod
     def of(cls, values: list[float]) -> Spread:
-        return cls(statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else math.nan)
+        bad = sum(not math.isfinite(v) for v in values)
+        if bad:
+            return cls(math.nan, math.nan, len(values), bad)
+        std = statistics.stdev(values) if len(values) > 1 else math.nan
+        return cls(statistics.fmean(values), std, len(values), 0)
 
     def __str__(self) -> str:
+        if self.not_finite:
+            return f"not finite in {self.not_finite} of {self.seeds} seed{'s' if self.seeds > 1 else ''}"
         return f"{self.mean:.4f}" if math.isnan(self.std) else f"{self.mean:.4f} ± {self.std:.4f}"
 
 
@@ -249,9 +344,9 @@ def render(rows: list[TrialRow], record: dict[str, Any]) -> str:
                     str(final[variant]),
                     str(Spread.of([r.best_val_loss for r in rs])),
                     _versus(final[variant], final[baseline]) if variant != baseline else "baseline",
-                    f"{statistics.fmean(r.tokens_per_s for r in rs):,.0f}",
-                    _memory([r.peak_memory_mb for r in rs]),
-                    _duration(statistics.fmean(r.wall_s for r in rs)),
+                    _known([r.tokens_per_s for r in rs], "{:,.0f}"),
+                    _known([r.peak_memory_mb for r in rs], "{:,.0f} MB"),
+                    _known([r.wall_s for r in rs], _duration),
                 ]
             )
             + " |"
@@ -285,6 +380,8 @@ def render(rows: list[TrialRow], record: dict[str, Any]) -> str:
 
 
 def _versus(variant: Spread, baseline: Spread) -> str:
+    if variant.not_finite or baseline.not_finite:
+        return "-"
     difference = variant.mean - baseline.mean
     if math.isnan(variant.std) or math.isnan(baseline.std):
         return f"{difference:+.4f} (one seed: no spread)"
@@ -299,14 +396,16 @@ def _flops(n: float) -> str:
     return f"{n:.0f}"
 
 
-def _memory(values: list[float]) -> str:
+def _known(values: list[float], shown: str | Callable[[float], str]) -> str:
+    """The mean of the values measured (not nan: a run outside a study has no peak memory), or "-"."""
     known = [v for v in values if not math.isnan(v)]
-    return f"{statistics.fmean(known):,.0f} MB" if known else "-"
+    if not known:
+        return "-"
+    mean = statistics.fmean(known)
+    return shown.format(mean) if isinstance(shown, str) else shown(mean)
 
 
 def _duration(seconds: float) -> str:
-    if math.isnan(seconds):
-        return "-"
     if seconds < 60:
         return f"{seconds:.1f}s"
     minutes, s = divmod(round(seconds), 60)

@@ -21,6 +21,7 @@ from tfcompile.train.metrics import read_metrics
 from tfcompile.train.runs import SPEC_FILE, load_run_spec
 
 TRIAL_FILE = "trial.json"  # what a study's trial measured besides metrics.jsonl: its peak memory
+MEMORY_KINDS = ("process RSS", "CUDA allocated")  # what a trial's peak memory is of
 
 
 @dataclass(frozen=True)

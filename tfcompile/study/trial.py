@@ -18,7 +18,7 @@ import torch
 
 from tfcompile.files import atomic_write_text
 from tfcompile.spec import parse_spec
-from tfcompile.study.runs import TRIAL_FILE, is_locked
+from tfcompile.study.runs import MEMORY_KINDS, TRIAL_FILE, is_locked
 from tfcompile.train import Trainer
 from tfcompile.train.checkpoint import checkpoint_folders
 
@@ -43,7 +43,7 @@ class Peak:
     """The largest memory use seen: bytes, and of what (the process's resident memory, or CUDA's)."""
 
     bytes: int = 0
-    kind: str = "process RSS"
+    kind: str = MEMORY_KINDS[0]
 
 
 @contextlib.contextmanager
@@ -60,7 +60,7 @@ def peak_memory(device: str) -> Iterator[Peak]:
         yield peak
     finally:
         if cuda:
-            peak.bytes, peak.kind = torch.cuda.max_memory_allocated(), "CUDA allocated"
+            peak.bytes, peak.kind = torch.cuda.max_memory_allocated(), MEMORY_KINDS[1]
         else:
             peak.bytes = _rss_peak()
 

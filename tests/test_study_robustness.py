@@ -1,0 +1,163 @@
+"""Studies under hostile inputs and odd data: results.csv and study.json files that compare did not
+write, report folders that hold the user's files, trials a killed sweep left half-written, run
+folders whose names or metrics do not fit a report, plots of one seed or of losses that are not
+finite, and study files whose variants collide. Every problem is a named error that says what to
+do; the report's numbers are checked against the run folders, computed here independently."""
+
+from __future__ import annotations
+
+import csv
+import io
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from test_study import write_study
+
+from tfcompile.cli import main
+from tfcompile.study.report import CSV_FILE, REPORT_FILE, read_csv
+
+TRIALS = ["post-seed1", "pre-seed1", "post-seed2", "pre-seed2"]
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny study of test_study (2 variants x 2 seeds, 4 steps), swept once."""
+    path = write_study(tmp_path_factory.mktemp("study"))
+    assert main(["sweep", str(path)]) == 0
+    return path
+
+
+@pytest.fixture(scope="module")
+def report(study: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """compare's folder for the swept study."""
+    out = tmp_path_factory.mktemp("report") / "report"
+    assert main(["compare", str(study), "--out", str(out)]) == 0
+    return out
+
+
+def copy_study(study: Path, to: Path) -> Path:
+    """A copy of the swept study under ``to``, to change: its study file."""
+    shutil.copytree(study.parent, to, dirs_exist_ok=True)
+    path = to / "study.yaml"
+    path.write_text(study.read_text().replace(str(study.parent), str(to)))
+    return path
+
+
+def run_cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    """(exit status, stderr) of a command, which never shows a traceback."""
+    capsys.readouterr()
+    status = main(args)
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    return status, err
+
+
+def table(report: str) -> dict[str, dict[str, str]]:
+    """report.md's table: variant -> column -> cell."""
+    lines = [line for line in report.splitlines() if line.startswith("|")]
+    cells = [[cell.strip() for cell in line.strip("|").split("|")] for line in lines]
+    return {row[0]: dict(zip(cells[0], row, strict=True)) for row in cells[2:]}
+
+
+# ---------------------------------------------------------------------- results.csv
+
+
+def edited(text: str, line: int, column: str, value: str) -> str:
+    """The CSV ``text`` with the cell of ``column`` on ``line`` (1: the header) set to ``value``."""
+    rows = list(csv.reader(io.StringIO(text)))
+    rows[line - 1][rows[0].index(column)] = value
+    out = io.StringIO()
+    csv.writer(out, lineterminator="\n").writerows(rows)
+    return out.getvalue()
+
+
+# (what, how the good CSV is changed, what the error says)
+BAD_CSV: list[tuple[str, Callable[[str], str], str]] = [
+    ("a short row", lambda t: t + "post,yes,3\n", "line 6: 3 cells, where the header has 13"),
+    ("an empty loss", lambda t: edited(t, 2, "final_val_loss", ""), "line 2, final_val_loss: expected"),
+    ("float parameters", lambda t: edited(t, 2, "parameters", "5633.0"), "line 2, parameters: expected"),
+    ("negative parameters", lambda t: edited(t, 3, "parameters", "-5"), "line 3, parameters: expected"),
+    ("5,000 digits", lambda t: edited(t, 2, "train_flops_per_token", "9" * 5000), "train_flops_per_token"),
+    ("infinite wall time", lambda t: edited(t, 2, "wall_s", "inf"), "line 2, wall_s: expected"),
+    ("negative tokens/s", lambda t: edited(t, 2, "tokens_per_s", "-3.0"), "line 2, tokens_per_s"),
+    ("a formula", lambda t: edited(t, 2, "variant", "=cmd|' /C calc'!A0"), "line 2, variant: expected"),
+    ("a pipe", lambda t: edited(t, 2, "variant", "a|b"), "line 2, variant: expected"),
+    ("a new line", lambda t: edited(t, 2, "variant", "a\n| x | y |"), "line 2, variant: expected"),
+    ("an empty name", lambda t: edited(t, 2, "variant", ""), "line 2, variant: expected"),
+    ("a run name", lambda t: edited(t, 2, "run", "../x"), "line 2, run: expected"),
+    ("a memory kind", lambda t: edited(t, 2, "memory", "a|b"), "line 2, memory: expected"),
+    ("a huge cell", lambda t: edited(t, 2, "variant", "x" * 200_000), "line 2"),
+    (
+        "two baselines",
+        lambda t: edited(edited(t, 4, "baseline", "yes"), 5, "baseline", "yes"),
+        "post and pre",
+    ),
+    ("no baseline", lambda t: edited(edited(t, 2, "baseline", "no"), 3, "baseline", "no"), "none is marked"),
+    ("half a baseline", lambda t: edited(t, 2, "baseline", "no"), "line 3, baseline: post"),
+    ("a seed twice", lambda t: edited(t, 3, "seed", "1"), "post has seed 1 on lines 2 and 3"),
+    ("two models", lambda t: edited(t, 3, "parameters", "9999"), "line 3, parameters: post"),
+]
+
+
+@pytest.mark.parametrize(("what", "change", "message"), BAD_CSV, ids=[w for w, _, _ in BAD_CSV])
+def test_a_csv_compare_did_not_write_is_refused_at_its_line_and_column(
+    report: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    what: str,
+    change: Callable[[str], str],
+    message: str,
+) -> None:
+    path = tmp_path / CSV_FILE
+    path.write_text(change((report / CSV_FILE).read_text()))
+    status, err = run_cli(["compare", "--from-csv", str(path)], capsys)
+    assert status == 1
+    assert message in err and str(path) in err and "tfcompile compare" in err
+    assert not (tmp_path / REPORT_FILE).exists()
+
+
+@pytest.mark.parametrize(
+    "data",
+    [b"\xff\xfe\x00binary", b"variant,baseline\n", b""],
+    ids=["not UTF-8", "other columns", "empty"],
+)
+def test_a_file_that_is_no_results_csv_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], data: bytes
+) -> None:
+    path = tmp_path / CSV_FILE
+    path.write_bytes(data)
+    status, err = run_cli(["compare", "--from-csv", str(path)], capsys)
+    assert status == 1 and str(path) in err
+
+
+def test_a_csv_saved_by_a_spreadsheet_with_a_byte_order_mark_and_crlf_still_reads(
+    report: Path, tmp_path: Path
+) -> None:
+    path = tmp_path / CSV_FILE
+    path.write_bytes(b"\xef\xbb\xbf" + (report / CSV_FILE).read_bytes().replace(b"\n", b"\r\n"))
+    assert read_csv(path) == read_csv(report / CSV_FILE)
+
+
+@pytest.mark.parametrize("value", ["nan", "inf"])
+def test_a_loss_that_is_not_finite_is_reported_as_such_not_averaged_or_crashed(
+    report: Path, tmp_path: Path, value: str
+) -> None:
+    """compare writes nan where a run logged no validation, and a diverged evaluation logs inf."""
+    path = tmp_path / CSV_FILE
+    path.write_text(edited((report / CSV_FILE).read_text(), 2, "final_val_loss", value))
+    assert main(["compare", "--from-csv", str(path)]) == 0
+    rows = table((tmp_path / REPORT_FILE).read_text())
+    assert rows["post"]["final val loss"] == "not finite in 1 of 2 seeds"
+    assert rows["pre"]["final vs baseline"] == "-"  # no difference from a baseline without a mean
+
+
+def test_tokens_and_wall_time_compare_could_not_measure_show_as_unknown(report: Path, tmp_path: Path) -> None:
+    text = (report / CSV_FILE).read_text()
+    for line in (2, 3):
+        text = edited(edited(text, line, "tokens_per_s", "nan"), line, "wall_s", "nan")
+    (tmp_path / CSV_FILE).write_text(text)
+    assert main(["compare", "--from-csv", str(tmp_path / CSV_FILE)]) == 0
+    post = table((tmp_path / REPORT_FILE).read_text())["post"]
+    assert post["tokens/s"] == "-" and post["wall time"] == "-"
