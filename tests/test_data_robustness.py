@@ -4,21 +4,29 @@ memory the machine does not have. The loaders are the ones training calls."""
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import gzip
 import io
 import json
 import os
+import signal
 import tracemalloc
+import warnings
+from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from PIL import Image
 
 from tfcompile.data import DataError, corpus
 from tfcompile.data.corpus import read_documents, read_text
 from tfcompile.data.table import read_table
+from tfcompile.errors import InputError
+from tfcompile.images import read_image
 from tfcompile.spec.schema import DataSpec
 
 PROPERTY = settings(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -229,3 +237,76 @@ def test_a_corpus_folder_names_a_txt_entry_it_cannot_read(tmp_path: Path) -> Non
 
 
 # ----------------------------------------------------------------- images
+
+
+def _png(mode: str = "RGB", size: tuple[int, int] = (12, 10)) -> bytes:
+    out = io.BytesIO()
+    Image.new(mode, size).save(out, "PNG")
+    return out.getvalue()
+
+
+@pytest.fixture
+def no_hang() -> Iterator[None]:
+    """Fail, rather than hang, a test whose read blocks."""
+    signal.signal(signal.SIGALRM, lambda *_: pytest.fail("the read blocked"))
+    signal.alarm(10)
+    yield
+    signal.alarm(0)
+
+
+def test_an_image_path_that_is_no_regular_file_is_refused_without_opening_it(
+    tmp_path: Path, no_hang: None
+) -> None:
+    fifo = tmp_path / "x.png"
+    os.mkfifo(fifo)
+    with pytest.raises(
+        InputError, match=r"^cannot read the image .*x\.png: it is a named pipe \(FIFO\), not a"
+    ):
+        read_image(fifo, 3)
+    with pytest.raises(InputError, match=r"^cannot read the image .*: it is a folder, not a regular file$"):
+        read_image(tmp_path, 3)
+    with pytest.raises(InputError, match=r"^cannot read the image .*missing\.png: there is no such file$"):
+        read_image(tmp_path / "missing.png", 3)
+
+
+def test_a_damaged_png_chunk_is_an_input_error() -> None:
+    """Pillow raises SyntaxError for a PNG chunk whose length is wrong."""
+    out = io.BytesIO()
+    Image.fromarray(np.arange(32 * 24 * 3, dtype=np.uint8).reshape(32, 24, 3)).save(out, "PNG")
+    data = bytearray(out.getvalue())
+    data[data.index(b"IDAT") - 1] ^= 0xFF  # the IDAT chunk's length
+    with pytest.raises(InputError, match=r"^cannot read the uploaded image: "):
+        read_image(bytes(data), 3)
+
+
+def test_an_images_own_error_is_not_wrapped_twice() -> None:
+    image = Image.new("F", (4, 4))
+    out = io.BytesIO()
+    image.save(out, "TIFF")
+    with pytest.raises(InputError) as info:
+        read_image(out.getvalue(), 1)
+    assert str(info.value) == (
+        "the uploaded image has 32-bit float samples; give it 8 (or 16) bits per sample"
+    )
+
+
+@PROPERTY
+@given(st.sampled_from(["PNG", "GIF", "BMP", "TIFF", "WEBP", "JPEG"]), st.data())
+def test_damaged_image_bytes_are_input_errors(fmt: str, data: st.DataObject) -> None:
+    out = io.BytesIO()
+    Image.fromarray(np.arange(16 * 12 * 3, dtype=np.uint8).reshape(16, 12, 3)).save(out, fmt)
+    damaged = bytearray(out.getvalue())
+    for _ in range(data.draw(st.integers(1, 6))):
+        damaged[data.draw(st.integers(0, len(damaged) - 1))] = data.draw(st.integers(0, 255))
+    cut = data.draw(st.integers(1, len(damaged)))
+    with contextlib.suppress(InputError), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # Pillow warns of a truncated TIFF, then reads or refuses it
+        read_image(bytes(damaged[:cut]), 3)
+
+
+@pytest.mark.parametrize("mode", ["CMYK", "P", "PA", "RGBA", "LA", "1", "I;16", "YCbCr"])
+def test_unusual_modes_read_as_grey_or_rgb(tmp_path: Path, mode: str) -> None:
+    path = tmp_path / "x.tiff"
+    Image.new(mode, (6, 5)).save(path)
+    assert read_image(path, 1).shape == (5, 6, 1)
+    assert read_image(path, 3).shape == (5, 6, 3)

@@ -15,7 +15,8 @@ from typing import Any, Literal, cast
 import numpy as np
 from PIL import Image, UnidentifiedImageError
 
-from tfcompile.errors import InputError
+from tfcompile.errors import InputError, first_line
+from tfcompile.paths import REGULAR_FILE, file_type
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff")
 
@@ -77,10 +78,17 @@ class ImagePreprocessing:
 
 def read_image(source: str | Path | bytes, channels: int) -> np.ndarray:
     """An image file (or its bytes) -> (H, W, channels) uint8; colour converted to grey (1 channel)
-    or RGB (3). An image of more than MAX_PIXELS is refused before it is decoded."""
+    or RGB (3). A path that is no regular file (a FIFO would block the read), an image of more than
+    MAX_PIXELS (refused before it is decoded) and any file Pillow cannot decode are InputErrors."""
     if channels not in (1, 3):
         raise InputError(f"image files give 1 (grey) or 3 (RGB) channels; the model takes {channels}")
     name = "the uploaded image" if isinstance(source, bytes) else f"the image {source}"
+    if not isinstance(source, bytes):
+        found = file_type(source)
+        if found == "nothing":
+            raise InputError(f"cannot read {name}: there is no such file")
+        if found != REGULAR_FILE:
+            raise InputError(f"cannot read {name}: it is {found}, not a regular file")
     try:
         with Image.open(io.BytesIO(source) if isinstance(source, bytes) else source) as image:
             if image.width * image.height > MAX_PIXELS:
@@ -88,12 +96,15 @@ def read_image(source: str | Path | bytes, channels: int) -> np.ndarray:
                     f"{name} has {image.width} x {image.height} pixels, more than {MAX_PIXELS:,}"
                 )
             array = np.asarray(_eight_bit(image, name).convert("L" if channels == 1 else "RGB"))
+    except InputError:
+        raise
     except UnidentifiedImageError:  # its message shows a Python object, not the file
         raise InputError(
             f"cannot read {name}: it is not an image file Pillow reads (PNG, JPEG, ...)"
         ) from None
-    except (OSError, Image.DecompressionBombError, ValueError) as e:
-        raise InputError(f"cannot read {name}: {e}") from None
+    except Exception as e:  # Pillow's decoders fail on damaged data with many types: OSError,
+        # ValueError, SyntaxError (a PNG chunk's length), EOFError, struct.error, ...
+        raise InputError(f"cannot read {name}: {first_line(e, 200)}") from None
     return array[:, :, None] if channels == 1 else array
 
 
