@@ -24,6 +24,7 @@ from PIL import Image
 
 from tfcompile.data import DataError, corpus
 from tfcompile.data.corpus import read_documents, read_text
+from tfcompile.data.images import read_image_folder
 from tfcompile.data.table import read_table
 from tfcompile.errors import InputError
 from tfcompile.images import read_image
@@ -310,3 +311,48 @@ def test_unusual_modes_read_as_grey_or_rgb(tmp_path: Path, mode: str) -> None:
     Image.new(mode, (6, 5)).save(path)
     assert read_image(path, 1).shape == (5, 6, 1)
     assert read_image(path, 3).shape == (5, 6, 3)
+
+
+def test_a_class_folder_named_in_bytes_that_are_not_utf8_is_named(tmp_path: Path) -> None:
+    """Its name became a label that training saved but export could not write (a traceback)."""
+    root = tmp_path / "train"
+    for name in (os.fsdecode(b"caf\xe9"), "plain"):
+        (root / name).mkdir(parents=True)
+        (root / name / "1.png").write_bytes(_png())
+    with pytest.raises(DataError, match=r"^data\.path: the class folder 'caf\\udce9' in .* is not UTF-8"):
+        read_image_folder(root, 3, 8)
+
+
+def test_a_class_folder_without_images_is_refused(tmp_path: Path) -> None:
+    """A class nested one level deeper, or given the wrong suffixes, silently disappeared."""
+    root = tmp_path / "train"
+    (root / "cat").mkdir(parents=True)
+    (root / "cat" / "1.png").write_bytes(_png())
+    (root / "dog" / "2024").mkdir(parents=True)
+    (root / "dog" / "2024" / "1.png").write_bytes(_png())
+    with pytest.raises(
+        DataError, match=r"^data\.path: .*train holds no images in class sub-folders for 'dog'"
+    ):
+        read_image_folder(root, 3, 8)
+
+
+def test_images_beside_the_class_folders_are_refused(tmp_path: Path) -> None:
+    root = tmp_path / "train"
+    for name in ("cat", "dog"):
+        (root / name).mkdir(parents=True)
+        (root / name / "1.png").write_bytes(_png())
+    (root / "stray.png").write_bytes(_png())
+    with pytest.raises(DataError, match=r"^data\.path: .*train holds images beside its class folders"):
+        read_image_folder(root, 3, 8)
+
+
+def test_hidden_folders_and_files_are_not_classes_or_images(tmp_path: Path) -> None:
+    """Jupyter's .ipynb_checkpoints and macOS's ._NAME.png (AppleDouble, not an image)."""
+    root = tmp_path / "train"
+    for name in ("cat", "dog"):
+        (root / name).mkdir(parents=True)
+        (root / name / "1.png").write_bytes(_png())
+        (root / name / "._1.png").write_bytes(b"\x00\x05\x16\x07 macOS metadata")
+    (root / ".ipynb_checkpoints").mkdir()
+    data = read_image_folder(root, 3, 8)
+    assert data.labels == ["cat", "dog"]

@@ -42,16 +42,35 @@ def load_digits(channels: int, image_size: int) -> LabelledImages:
 
 
 def read_image_folder(path: Path, channels: int, image_size: int, field: str = "data.path") -> LabelledImages:
-    """``path/CLASS/IMAGE``: every image file in each sub-folder, labelled with the folder's name."""
+    """``path/CLASS/IMAGE``: every image file in each sub-folder, labelled with the folder's name
+    (hidden folders and files left out). Images beside the class folders, a class folder without
+    images and one whose name is not UTF-8 are DataErrors: an image or a class would be left out
+    unseen, or a label could not be written into the run and its bundle."""
     found = file_type(path)
     if found != FOLDER:
         where = "no folder at " if found == "nothing" else f"{found}, not a folder, at "
         raise DataError(f"{field}: {where}{path} (images go in one sub-folder per class)")
-    files = [
-        (folder.name, file)
-        for folder in sorted(p for p in path.iterdir() if p.is_dir())
-        for file in sorted(f for f in folder.iterdir() if f.suffix.lower() in IMAGE_SUFFIXES)
-    ]
+    stray = _images_in(path)
+    if stray:
+        raise DataError(
+            f"{field}: {path} holds images beside its class folders ({stray[0].name}, ...): move "
+            f"each into the sub-folder of its class ({path}/CLASS/IMAGE)"
+        )
+    files = []
+    for folder in sorted(p for p in path.iterdir() if p.is_dir() and not p.name.startswith(".")):
+        if not _is_utf8(folder.name):
+            raise DataError(
+                f"{field}: the class folder {folder.name!r} in {path} has a name that is not UTF-8, "
+                f"and a class's label is its folder's name: rename the folder"
+            )
+        members = _images_in(folder)
+        if not members:
+            raise DataError(
+                f"{field}: {path} holds no images in class sub-folders for {folder.name!r}: add "
+                f"them to {folder} (files with the suffixes {', '.join(IMAGE_SUFFIXES)}; its own "
+                f"sub-folders are not read), or remove it"
+            )
+        files += [(folder.name, file) for file in members]
     _require_memory(len(files), channels, image_size, field)
     images, labels = [], []
     for label, file in files:
@@ -68,6 +87,25 @@ def read_image_folder(path: Path, channels: int, image_size: int, field: str = "
             f"with suffixes {', '.join(IMAGE_SUFFIXES)})"
         )
     return LabelledImages(np.stack(images), labels)
+
+
+def _images_in(folder: Path) -> list[Path]:
+    """The image files (by suffix) in ``folder``, sorted; hidden ones, such as macOS's ._NAME.png
+    (metadata, not an image), left out."""
+    return sorted(
+        f
+        for f in folder.iterdir()
+        if f.suffix.lower() in IMAGE_SUFFIXES and not f.name.startswith(".") and not f.is_dir()
+    )
+
+
+def _is_utf8(name: str) -> bool:
+    """Whether a file name was UTF-8 (Python holds other bytes as lone surrogates)."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _require_memory(count: int, channels: int, image_size: int, field: str) -> None:
