@@ -73,15 +73,25 @@ def add_sentence_template(tokenizer: Tokenizer, max_length: int) -> None:
     tokenizer.enable_truncation(max_length)
 
 
+# Lines encoded at a time: the library's encodings (offsets, masks, token strings) take about 100
+# bytes a token, so a corpus encoded at once took over 100 times its size in memory.
+ENCODE_LINES = 4096
+
+
 def encode(tokenizer: Tokenizer, text: str) -> list[int]:
-    """Token ids of ``text``; a character the vocabulary lacks is a ValueError naming it."""
+    """Token ids of ``text``, encoded ENCODE_LINES lines at a time; a character the vocabulary
+    lacks is a ValueError naming it."""
+    lines = text.splitlines(keepends=True)
+    ids: list[int] = []
     try:
-        return [i for e in tokenizer.encode_batch(text.splitlines(keepends=True)) for i in e.ids]
+        for start in range(0, len(lines), ENCODE_LINES):
+            ids += [i for e in tokenizer.encode_batch(lines[start : start + ENCODE_LINES]) for i in e.ids]
     except Exception as e:
         unknown = sorted({c for c in text if tokenizer.token_to_id(c) is None})
         raise ValueError(
             f"the text has characters outside the tokenizer's vocabulary: {unknown[:10]!r}"
         ) from e
+    return ids
 
 
 def load_tokenizer(path: Path) -> Tokenizer:
