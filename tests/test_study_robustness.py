@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import shutil
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from test_study import write_study
+from test_study import folder_of, write_study
 
 from tfcompile.cli import main
 from tfcompile.study.report import CSV_FILE, REPORT_FILE, read_csv
@@ -161,3 +162,152 @@ def test_tokens_and_wall_time_compare_could_not_measure_show_as_unknown(report: 
     assert main(["compare", "--from-csv", str(tmp_path / CSV_FILE)]) == 0
     post = table((tmp_path / REPORT_FILE).read_text())["post"]
     assert post["tokens/s"] == "-" and post["wall time"] == "-"
+
+
+# ---------------------------------------------------------------------- study.json
+
+
+SWEEP = {"command": "tfcompile sweep s.yaml", "started": "today", "seconds": 1.0}
+SWEEP |= {"commit": None, "launcher": "local", "device": "CPU"}
+BAD_RECORDS = [
+    ("not JSON", "{", "it is not JSON"),
+    ("a list", "[]", "it is not a JSON object"),
+    ("a name that breaks the title", json.dumps({"name": "a\n| b |"}), "name"),
+    ("a sweep without its command", json.dumps({"sweeps": [{"started": "today"}]}), "sweeps"),
+    ("sweeps that are text", json.dumps({"sweeps": "abc"}), "sweeps"),
+]
+
+
+@pytest.mark.parametrize(("what", "text", "message"), BAD_RECORDS, ids=[w for w, _, _ in BAD_RECORDS])
+def test_a_damaged_study_json_beside_the_csv_is_named_with_the_fix(
+    report: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], what: str, text: str, message: str
+) -> None:
+    shutil.copyfile(report / CSV_FILE, tmp_path / CSV_FILE)
+    (tmp_path / "study.json").write_text(text)
+    status, err = run_cli(["compare", "--from-csv", str(tmp_path / CSV_FILE)], capsys)
+    assert status == 1 and f"{tmp_path / 'study.json'} is damaged" in err and message in err
+    assert "remove it" in err
+
+
+def test_a_sweeps_command_with_line_breaks_and_backticks_stays_on_its_line(
+    report: Path, tmp_path: Path
+) -> None:
+    shutil.copyfile(report / CSV_FILE, tmp_path / CSV_FILE)
+    sweep = SWEEP | {"command": "tfcompile sweep 'a\nb`c.yaml'", "device": "CPU\n# heading"}
+    (tmp_path / "study.json").write_text(json.dumps({"name": "s", "sweeps": [sweep]}))
+    assert main(["compare", "--from-csv", str(tmp_path / CSV_FILE)]) == 0
+    text = (tmp_path / REPORT_FILE).read_text()
+    assert "- `` tfcompile sweep 'a\\nb`c.yaml' ``, started today" in text
+    assert "CPU\\n# heading" in text and "\n# heading" not in text
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("trials", [{"name": "../../elsewhere", "variant": "post", "seed": 1}]),
+        ("trials", [{"name": "post-seed1", "variant": "llama", "seed": 1}]),
+        ("trials", None),
+        ("baseline", "llama"),
+        ("variants", "post"),
+        ("name", None),
+    ],
+)
+def test_a_damaged_study_json_in_a_study_folder_is_named_not_a_traceback(
+    study: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], field: str, value: object
+) -> None:
+    folder = folder_of(copy_study(study, tmp_path / "copy"))
+    record = json.loads((folder / "study.json").read_text()) | {field: value}
+    (folder / "study.json").write_text(json.dumps(record))
+    status, err = run_cli(["compare", str(folder), "--out", str(tmp_path / "out")], capsys)
+    assert status == 1 and f"{folder / 'study.json'} is damaged: {field}" in err
+    assert "tfcompile sweep" in err and not (tmp_path / "out").exists()
+
+
+# ---------------------------------------------------------------------- compare --out
+
+
+def test_compare_never_writes_over_a_file_of_the_users_in_its_out_folder(
+    study: Path, report: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "docs"
+    out.mkdir()
+    (out / "report.md").write_text("my notes\n")
+    (out / "notes.txt").write_text("mine\n")
+    status, err = run_cli(["compare", str(study), "--out", str(out)], capsys)
+    assert status == 1 and "report.md" in err and "compare did not write" in err
+    assert (out / "report.md").read_text() == "my notes\n"
+    assert sorted(p.name for p in out.iterdir()) == ["notes.txt", "report.md"]
+    # From a CSV, into another folder, likewise.
+    status, err = run_cli(["compare", "--from-csv", str(report / CSV_FILE), "--out", str(out)], capsys)
+    assert status == 1 and "compare did not write" in err
+    assert sorted(p.name for p in out.iterdir()) == ["notes.txt", "report.md"]
+
+
+def test_compare_writes_beside_other_files_and_over_its_own_earlier_report(
+    study: Path, report: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine\n")
+    assert main(["compare", str(study), "--out", str(out)]) == 0
+    assert main(["compare", str(study), "--out", str(out)]) == 0  # again: its own files, rewritten
+    assert (out / "notes.txt").read_text() == "mine\n"
+    assert (out / REPORT_FILE).read_text() == (report / REPORT_FILE).read_text()
+
+
+def test_a_report_rewritten_from_plain_runs_keeps_nothing_of_the_earlier_studys(
+    study: Path, tmp_path: Path
+) -> None:
+    """A study's report rewritten with runs that are no study: its study.json (the title and how
+    it was made) would have been read into the new report."""
+    out = tmp_path / "out"
+    assert main(["compare", str(study), "--out", str(out)]) == 0
+    runs = [str(folder_of(study) / name) for name in TRIALS]
+    assert main(["compare", *runs, "--out", str(out)]) == 0
+    assert not (out / "study.json").exists()
+    text = (out / REPORT_FILE).read_text()
+    assert text.startswith("# comparison\n") and "How it was made" not in text
+
+
+def test_from_csv_into_another_folder_copies_the_csv_and_drops_what_it_does_not_have(
+    report: Path, tmp_path: Path
+) -> None:
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    shutil.copyfile(report / CSV_FILE, bare / CSV_FILE)
+    out = tmp_path / "out"
+    assert main(["compare", "--from-csv", str(report / CSV_FILE), "--out", str(out)]) == 0
+    assert {p.name for p in out.iterdir()} == {p.name for p in report.iterdir()}
+    assert main(["compare", "--from-csv", str(bare / CSV_FILE), "--out", str(out)]) == 0
+    assert {p.name for p in out.iterdir()} == {CSV_FILE, REPORT_FILE}  # no stale plots or study
+
+
+def test_a_report_file_that_is_a_link_is_replaced_not_written_through(
+    study: Path, report: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+    shutil.copytree(report, out)
+    mine = tmp_path / "mine.md"
+    mine.write_text("mine\n")
+    (out / REPORT_FILE).unlink()
+    (out / REPORT_FILE).symlink_to(mine)
+    assert main(["compare", "--from-csv", str(out / CSV_FILE)]) == 0
+    assert mine.read_text() == "mine\n" and not (out / REPORT_FILE).is_symlink()
+
+
+def test_an_out_that_is_a_file_is_refused(
+    study: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "out").write_text("mine\n")
+    status, err = run_cli(["compare", str(study), "--out", str(tmp_path / "out")], capsys)
+    assert status == 1 and "is a file" in err and (tmp_path / "out").read_text() == "mine\n"
+
+
+@pytest.mark.parametrize("text", ["{", "[]", '{"sweeps": 3}'])
+def test_a_sweep_of_a_study_whose_study_json_is_damaged_says_to_remove_it(
+    study: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str
+) -> None:
+    path = copy_study(study, tmp_path)
+    (folder_of(path) / "study.json").write_text(text)
+    status, err = run_cli(["sweep", str(path)], capsys)
+    assert status == 1 and "study.json is damaged: remove it" in err

@@ -4,11 +4,13 @@ they span more than a factor of LOG_SPAN, where a linear one would flatten the e
 
 from __future__ import annotations
 
+import io
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tfcompile.errors import UserError
+from tfcompile.files import atomic_write_bytes
 from tfcompile.study.runs import Run, read_run
 
 if TYPE_CHECKING:
@@ -81,8 +83,14 @@ def _finish(figure: Figure, axes: Axes, path: Path, x: str, metric: str, values:
     axes.set_ylabel(metric.replace("_", " "))
     axes.grid(True, which="both", alpha=0.3)
     axes.legend()
+    kind = path.suffix.removeprefix(".").lower()
+    kinds = figure.canvas.get_supported_filetypes()
+    if kind not in kinds:
+        raise PlotError(f"{path}: a plot is written as one of .{', .'.join(kinds)}, named by its suffix")
+    data = io.BytesIO()
+    figure.savefig(data, format=kind)
     path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path)
+    atomic_write_bytes(path, data.getvalue())  # over a link, not through it
 
 
 def _mean(values: list[float]) -> float:

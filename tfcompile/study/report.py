@@ -7,13 +7,14 @@ The report's table is computed from results.csv as written (floats keep every di
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import dataclasses
 import io
 import json
 import math
+import os
 import re
-import shutil
 import stat
 import statistics
 from collections.abc import Callable, Sequence
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from tfcompile.errors import UserError
+from tfcompile.files import atomic_write_bytes, atomic_write_text
 from tfcompile.spec.schema import RUN_NAME
 from tfcompile.study.runs import MEMORY_KINDS, Run, find_runs, read_run
 from tfcompile.study.sweep import STUDY_RECORD
@@ -29,6 +31,7 @@ from tfcompile.study.sweep import STUDY_RECORD
 CSV_FILE = "results.csv"
 REPORT_FILE = "report.md"
 PLOTS = {"step": "val_loss_steps.png", "time": "val_loss_time.png"}
+OUTPUTS = (CSV_FILE, REPORT_FILE, *PLOTS.values(), STUDY_RECORD)  # what compare writes to --out
 SEED_SUFFIX = re.compile(r"-seed(-?\d+)$")
 # A variant's name in a report: a study's variant, or a run's name less -seedN, after the study's
 # name when several studies are compared.
@@ -86,7 +89,7 @@ def collect(sources: Sequence[Path]) -> Trials:
     for source in sources:
         folder = _study_folder(source)
         if folder is not None:
-            found = json.loads((folder / STUDY_RECORD).read_text())
+            found = _read_record(folder / STUDY_RECORD, study=True)
             prefix = f"{found['name']}/" if len(studies) > 1 else ""
             labels = [prefix + v for v in found["variants"]]
             baseline = baseline or prefix + found["baseline"]
@@ -165,12 +168,13 @@ def trial_rows(trials: Trials) -> list[TrialRow]:
 # ---------------------------------------------------------------------- results.csv
 
 
-def write_csv(rows: list[TrialRow], path: Path) -> None:
-    with open(path, "w", newline="") as f:
-        writer = csv.writer(f, lineterminator="\n")
-        writer.writerow(TrialRow.columns())
-        for row in rows:
-            writer.writerow([_cell(getattr(row, name)) for name in TrialRow.columns()])
+def csv_text(rows: list[TrialRow]) -> str:
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(TrialRow.columns())
+    for row in rows:
+        writer.writerow([_cell(getattr(row, name)) for name in TrialRow.columns()])
+    return out.getvalue()
 
 
 def read_csv(path: Path) -> list[TrialRow]:
@@ -372,11 +376,24 @@ def render(rows: list[TrialRow], record: dict[str, Any]) -> str:
         for sweep in sweeps:
             spent = "unfinished" if sweep.get("seconds") is None else _duration(sweep["seconds"])
             lines += [
-                f"- `{sweep['command']}`, started {sweep['started']}, took {spent}",
-                f"  - commit {sweep['commit'] or 'unknown'}; launcher {sweep['launcher']}; {sweep['device']}",
+                f"- {_code(sweep['command'])}, started {_line(sweep['started'])}, took {spent}",
+                f"  - commit {_line(sweep.get('commit') or 'unknown')}; launcher {_line(sweep['launcher'])}; "
+                f"{_line(sweep['device'])}",
             ]
         lines += [f"- then `tfcompile compare` on the study's folder; `--from-csv {CSV_FILE}` rebuilds this"]
     return "\n".join(lines) + "\n"
+
+
+def _line(text: str) -> str:
+    """Text of a record kept on its Markdown line: control characters (line breaks) escaped."""
+    return re.sub(r"[\x00-\x1f\x7f]", lambda m: repr(m[0])[1:-1], text)
+
+
+def _code(text: str) -> str:
+    """Text as one Markdown code span, fenced with more backticks than it holds in a row."""
+    text = _line(text)
+    fence = "`" * (max(map(len, re.findall("`+", text)), default=0) + 1)
+    return f"{fence} {text} {fence}" if "`" in text else f"{fence}{text}{fence}"
 
 
 def _versus(variant: Spread, baseline: Spread) -> str:
@@ -421,10 +438,10 @@ def compare(sources: Sequence[Path], out: Path) -> tuple[Path, list[str]]:
     from tfcompile.study.plots import plot_variants
 
     trials = collect(sources)
-    out.mkdir(parents=True, exist_ok=True)
-    write_csv(trial_rows(trials), out / CSV_FILE)
-    if trials.record:
-        (out / STUDY_RECORD).write_text(json.dumps(trials.record, indent=2) + "\n")
+    rows = trial_rows(trials)
+    _claim(out)
+    atomic_write_text(out / CSV_FILE, csv_text(rows))
+    _write_record(out, trials.record)
     for x, name in PLOTS.items():
         plot_variants(trials.runs, out / name, x)
     _write_report(out / CSV_FILE, out)
@@ -433,17 +450,126 @@ def compare(sources: Sequence[Path], out: Path) -> tuple[Path, list[str]]:
 
 def from_csv(path: Path, out: Path | None) -> Path:
     """Rebuild report.md from a results.csv (and the study.json beside it) into ``out`` (default:
-    the CSV's folder), with the plots beside the CSV copied along."""
+    the CSV's folder), with the CSV and the plots beside it copied along."""
     out = out or path.parent
-    out.mkdir(parents=True, exist_ok=True)
-    for name in [*PLOTS.values(), STUDY_RECORD]:
-        if (path.parent / name).exists() and path.parent.resolve() != out.resolve():
-            shutil.copyfile(path.parent / name, out / name)
+    read_csv(path)
+    record = _read_record(path.parent / STUDY_RECORD)
+    if path.parent.resolve() != out.resolve():
+        _claim(out)
+        atomic_write_bytes(out / CSV_FILE, path.read_bytes())
+        _write_record(out, record)
+        for name in PLOTS.values():
+            if (path.parent / name).is_file():
+                atomic_write_bytes(out / name, (path.parent / name).read_bytes())
+            else:
+                (out / name).unlink(missing_ok=True)  # an earlier report's: it would show other runs
     _write_report(path, out)
     return out
 
 
+def _claim(out: Path) -> None:
+    """Make ``out``, or check that compare may write there: a file of one of its outputs' names
+    there is an earlier report's (beside compare's own results.csv), never the user's."""
+    if out.exists() and not out.is_dir():
+        raise CompareError(f"{out} is a file: give --out a folder (it is made when missing)")
+    taken = [name for name in OUTPUTS if os.path.lexists(out / name)]
+    if taken and not _is_compares(out / CSV_FILE):
+        raise CompareError(
+            f"{out} holds {', '.join(taken)}, which compare did not write (its own are beside a "
+            f"results.csv of compare's): give --out a new folder, or move them"
+        )
+    out.mkdir(parents=True, exist_ok=True)
+
+
+def _is_compares(path: Path) -> bool:
+    """Whether ``path`` is a file (not a link) that starts with compare's header."""
+    if path.is_symlink() or not path.is_file():
+        return False
+    with contextlib.suppress(OSError, UnicodeDecodeError), open(path, encoding="utf-8-sig") as f:
+        return f.readline(1000).rstrip("\r\n") == ",".join(TrialRow.columns())
+    return False
+
+
+def _write_record(out: Path, record: dict[str, Any]) -> None:
+    """study.json beside the report, or none: an earlier report's would name another study."""
+    if record:
+        atomic_write_text(out / STUDY_RECORD, json.dumps(record, indent=2) + "\n")
+    else:
+        (out / STUDY_RECORD).unlink(missing_ok=True)
+
+
 def _write_report(csv_path: Path, out: Path) -> None:
-    record_path = csv_path.parent / STUDY_RECORD
-    record = json.loads(record_path.read_text()) if record_path.exists() else {}
-    (out / REPORT_FILE).write_text(render(read_csv(csv_path), record))
+    record = _read_record(csv_path.parent / STUDY_RECORD)
+    atomic_write_text(out / REPORT_FILE, render(read_csv(csv_path), record))
+
+
+# ---------------------------------------------------------------------- study.json
+
+MAX_RECORD_BYTES = 16 << 20
+SWEEP_TEXTS = ("command", "started", "launcher", "device")  # what a report shows of a sweep
+
+
+def _read_record(path: Path, study: bool = False) -> dict[str, Any]:
+    """study.json as a report reads it (its name and sweeps: {} when there is none) or, of a
+    study's folder (``study``), compare (its variants, baseline and trials too); a CompareError
+    names what is damaged."""
+    if not study and not os.path.lexists(path):
+        return {}
+    fix = (
+        "remove it and run `tfcompile sweep` on the study again to write it (finished trials are kept)"
+        if study
+        else "remove it (the report then has no title or provenance), or put the study's own there"
+    )
+
+    def damaged(what: str) -> CompareError:
+        return CompareError(f"{path} is damaged: {what}; {fix}")
+
+    try:
+        record = json.loads(_read_text(path, MAX_RECORD_BYTES, STUDY_RECORD))
+    except ValueError:
+        raise damaged("it is not JSON") from None
+    if not isinstance(record, dict):
+        raise damaged("it is not a JSON object")
+    if (study or "name" in record) and not _is_name(record.get("name")):
+        raise damaged(f"name is {record.get('name')!r}, not a study's name")
+    sweeps = record.get("sweeps", [])
+    if not isinstance(sweeps, list) or not all(_is_sweep(s) for s in sweeps):
+        raise damaged(
+            f"sweeps is not a list of sweeps with their {', '.join(SWEEP_TEXTS)}, commit and seconds"
+        )
+    if study:
+        variants = record.get("variants")
+        if not isinstance(variants, list) or not variants or not all(_is_name(v) for v in variants):
+            raise damaged(f"variants is {_shown(repr(variants))}, not a list of variants' names")
+        if record.get("baseline") not in variants:
+            raise damaged(f"baseline is {_shown(repr(record.get('baseline')))}, not one of the variants")
+        trials = record.get("trials")
+        if not isinstance(trials, list) or not all(_is_trial(t, variants) for t in trials):
+            raise damaged("trials is not a list of trials, each a run name, one of the variants and a seed")
+    return record
+
+
+def _is_name(name: Any) -> bool:
+    return isinstance(name, str) and RUN_NAME.fullmatch(name) is not None and ".." not in name
+
+
+def _is_sweep(sweep: Any) -> bool:
+    return (
+        isinstance(sweep, dict)
+        and all(isinstance(sweep.get(key), str) for key in SWEEP_TEXTS)
+        and (sweep.get("commit") is None or isinstance(sweep["commit"], str))
+        and (sweep.get("seconds") is None or _is_seconds(sweep["seconds"]))
+    )
+
+
+def _is_seconds(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value < math.inf
+
+
+def _is_trial(trial: Any, variants: list[str]) -> bool:
+    return (
+        isinstance(trial, dict)
+        and _is_name(trial.get("name"))
+        and trial.get("variant") in variants
+        and type(trial.get("seed")) is int
+    )

@@ -116,8 +116,12 @@ class Sweep:
         try:
             found = json.loads(path.read_text())
         except ValueError:
-            raise SweepError(f"{path} is damaged: remove it to plan the study again") from None
-        return found if isinstance(found, dict) else {}
+            found = None
+        if not isinstance(found, dict) or not isinstance(found.get("sweeps", []), list):
+            raise SweepError(
+                f"{path} is damaged: remove it to plan the study again (finished trials are kept)"
+            )
+        return found
 
     def _write(self, record: dict[str, Any]) -> None:
         self.plan.folder.mkdir(parents=True, exist_ok=True)
