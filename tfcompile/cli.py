@@ -507,7 +507,7 @@ def _print_parity(graph: str, report: ParityReport) -> None:
         )
     Console(width=max(Console().width, 100)).print(table)
     verdict = "within" if report.passed else "OUTSIDE"
-    measure = "max |diff| / max |output|" if report.relative else "max |diff|"
+    measure = "max |diff| / max |output|" if report.relative else "max |diff| / max(1, max |output|)"
     print(f"{measure} {report.measured:.2e}, {verdict} tolerance {report.tolerance:g}")
 
 

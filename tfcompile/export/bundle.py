@@ -122,10 +122,10 @@ def export_bundle(
         reports = {name: _check(g, model, tmp / graph_file(name), spec) for name, g in task.graphs.items()}
         for name, report in reports.items():
             if not report.passed:
-                measure = "relative to the outputs' scale " if report.relative else ""
+                measure = "relative to the outputs' scale" + ("" if report.relative else " past 1")
                 field = "export.fp16_tolerance" if report.relative else "export.tolerance"
                 raise ExportError(
-                    f"onnxruntime and PyTorch disagree by {report.measured:.3g} {measure}on the {name} "
+                    f"onnxruntime and PyTorch disagree by {report.measured:.3g} ({measure}) on the {name} "
                     f"graph's logits, more than {field} {report.tolerance:g}: "
                     f"{json.dumps(report.to_dict()['cases'])}"
                 )

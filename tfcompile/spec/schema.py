@@ -1211,7 +1211,10 @@ class ExportSpec(Section):
         "fp32", description="fp16: half-size weights and activations, for GPU serving"
     )
     tolerance: PositiveFloat = Field(
-        1e-4, description="fp32 graphs: the bound on max |onnxruntime - torch| against the fp32 model"
+        1e-4,
+        description="fp32 graphs: the bound on max |onnxruntime - torch| / max(1, max |torch output|) "
+        "against the fp32 model (absolute for outputs within +-1; past that, float32's rounding "
+        "grows with the values)",
     )
     fp16_tolerance: PositiveFloat = Field(
         1e-2,
