@@ -9,15 +9,22 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import shutil
+import statistics
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from PIL import Image
+from safetensors import safe_open
 from test_study import folder_of, write_study
 
 from tfcompile.cli import main
-from tfcompile.study.report import CSV_FILE, REPORT_FILE, read_csv
+from tfcompile.spec import load_spec
+from tfcompile.study.report import CSV_FILE, PLOTS, REPORT_FILE, read_csv
+from tfcompile.study.runs import read_run
+from tfcompile.train.checkpoint import checkpoint_dir
 
 TRIALS = ["post-seed1", "pre-seed1", "post-seed2", "pre-seed2"]
 
@@ -311,3 +318,148 @@ def test_a_sweep_of_a_study_whose_study_json_is_damaged_says_to_remove_it(
     (folder_of(path) / "study.json").write_text(text)
     status, err = run_cli(["sweep", str(path)], capsys)
     assert status == 1 and "study.json is damaged: remove it" in err
+
+
+# ---------------------------------------------------------------------- trials a killed sweep left
+
+
+def test_a_trial_whose_last_checkpoint_was_never_committed_is_resumed_not_reported(
+    study: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Killed between renaming its final checkpoint into place and moving ``last`` to it: the
+    checkpoint is not committed (a resume starts from the one ``last`` names), so the trial is
+    not finished."""
+    path = copy_study(study, tmp_path)
+    run = folder_of(path) / "pre-seed2"
+    (checkpoint_dir(run) / "last").write_text("step-000002\n")
+    assert (checkpoint_dir(run) / "step-000004").is_dir()
+    assert read_run(run).state == "interrupted"
+    status, err = run_cli(["compare", str(path), "--out", str(tmp_path / "out")], capsys)
+    assert status == 0 and f"{run} is not finished: left out" in err
+    status, err = run_cli(["sweep", str(path)], capsys)
+    assert status == 0 and err.count("finished already, skipped") == 3
+    assert "trial 4 of 4: pre-seed2 finished" in err and read_run(run).state == "finished"
+
+
+# ---------------------------------------------------------------------- runs that do not fit a report
+
+
+def test_runs_of_one_name_and_seed_from_two_folders_are_not_averaged_as_two_seeds(
+    study: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    other = folder_of(copy_study(study, tmp_path / "copy"))
+    runs = [str(folder_of(study) / "post-seed1"), str(other / "post-seed1")]
+    status, err = run_cli(["compare", *runs, "--out", str(tmp_path / "out")], capsys)
+    assert status == 1 and "post has seed 1 twice" in err and not (tmp_path / "out").exists()
+
+
+def test_runs_of_one_name_with_different_models_are_not_averaged(
+    study: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = folder_of(study)
+    shutil.copytree(folder / "pre-seed2", tmp_path / "post-seed2")
+    runs = [str(folder / "post-seed1"), str(tmp_path / "post-seed2")]
+    status, err = run_cli(["compare", *runs, "--out", str(tmp_path / "out")], capsys)
+    assert status == 1 and "model.norm.position" in err and "post-seed2" in err
+
+
+@pytest.mark.parametrize("name", ["a|b-seed1", "=cmd-seed1", "a b-seed1"])
+def test_a_run_folder_whose_name_is_no_run_name_is_named_not_written_into_the_report(
+    study: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str
+) -> None:
+    shutil.copytree(folder_of(study) / "post-seed1", tmp_path / name)
+    status, err = run_cli(["compare", str(tmp_path / name), "--out", str(tmp_path / "out")], capsys)
+    assert status == 1 and f"{tmp_path / name}" in err and "rename" in err
+
+
+def test_a_plain_run_not_finished_is_left_out_with_a_warning(
+    study: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = folder_of(copy_study(study, tmp_path / "copy"))
+    shutil.rmtree(checkpoint_dir(folder / "pre-seed2") / "step-000004")
+    (checkpoint_dir(folder / "pre-seed2") / "last").write_text("step-000002\n")
+    runs = [str(folder / name) for name in TRIALS]
+    status, err = run_cli(["compare", *runs, "--out", str(tmp_path / "out")], capsys)
+    assert status == 0 and f"{folder / 'pre-seed2'} is not finished: left out" in err
+    assert [r.run for r in read_csv(tmp_path / "out" / CSV_FILE) if r.variant == "pre"] == ["pre-seed1"]
+
+
+def test_a_finished_run_whose_metrics_lost_the_last_validation_is_named(
+    study: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Its final validation loss would have been an earlier step's."""
+    path = copy_study(study, tmp_path / "copy")
+    metrics = folder_of(path) / "post-seed1" / "metrics.jsonl"
+    metrics.write_text(metrics.read_text().splitlines()[0] + "\n")
+    status, err = run_cli(["compare", str(path), "--out", str(tmp_path / "out")], capsys)
+    assert status == 1 and str(metrics) in err and "step 4" in err
+
+
+# ---------------------------------------------------------------------- the report's numbers
+
+
+def test_the_reports_numbers_are_the_run_folders_computed_independently(study: Path, report: Path) -> None:
+    """Parameters from the checkpoint's tensors, FLOPs per token from the model's shapes by hand,
+    final and best validation loss from metrics.jsonl, and their means and sample standard
+    deviations over seeds, against the table report.md shows."""
+    folder = folder_of(study)
+    shown = table((report / REPORT_FILE).read_text())
+    finals: dict[str, list[float]] = {}
+    for variant in ("post", "pre"):
+        finals[variant], bests, counts = [], [], set()
+        for seed in (1, 2):
+            run = folder / f"{variant}-seed{seed}"
+            spec = load_spec(run / "spec.yaml")
+            weights = checkpoint_dir(run) / (checkpoint_dir(run) / "last").read_text().strip()
+            with safe_open(str(weights / "model.safetensors"), "pt") as f:
+                counts.add(sum(math.prod(f.get_slice(k).get_shape()) for k in f.keys()))  # noqa: SIM118
+            records = [json.loads(line) for line in (run / "metrics.jsonl").open()]
+            losses = [r["val_loss"] for r in records if "val_loss" in r]
+            finals[variant].append(losses[-1])
+            bests.append(min(losses))
+        m = spec.model
+        d, ff, ctx = m.d_model, m.d_ff, spec.context_length
+        per_token = 2 * (m.n_layers * (4 * d * d + 2 * d * ff) + d * m.vocab_size) + 4 * m.n_layers * ctx * d
+        row = shown[variant]
+        assert counts == {int(row["parameters"].replace(",", ""))}
+        assert row["train FLOPs/token"] == f"{3 * per_token / 1e3:.2f} k"
+        for column, values in (("final val loss", finals[variant]), ("best val loss", bests)):
+            assert row[column] == f"{statistics.fmean(values):.4f} ± {statistics.stdev(values):.4f}"
+    difference = statistics.fmean(finals["pre"]) - statistics.fmean(finals["post"])
+    assert shown["pre"]["final vs baseline"].startswith(f"{difference:+.4f} (")
+
+
+# ---------------------------------------------------------------------- plots of odd data
+
+
+def test_plots_of_one_variant_at_one_seed_are_drawn(study: Path, tmp_path: Path) -> None:
+    assert main(["compare", str(folder_of(study) / "post-seed1"), "--out", str(tmp_path)]) == 0
+    for name in PLOTS.values():
+        with Image.open(tmp_path / name) as image:
+            assert image.format == "PNG" and len(image.getcolors(1 << 16) or range(100)) > 10
+
+
+@pytest.mark.parametrize("value", ["NaN", "Infinity"])
+def test_plots_of_a_run_whose_losses_are_not_finite_are_drawn_and_its_row_says_so(
+    study: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], value: str
+) -> None:
+    path = copy_study(study, tmp_path / "copy")
+    metrics = folder_of(path) / "post-seed1" / "metrics.jsonl"
+    metrics.write_text(metrics.read_text().replace('"val_loss": 4.', f'"val_loss": {value}, "x": 4.'))
+    status, err = run_cli(["compare", str(path), "--out", str(tmp_path / "out")], capsys)
+    assert status == 0 and "warning" not in err.lower()
+    assert table((tmp_path / "out" / REPORT_FILE).read_text())["post"]["final val loss"].startswith(
+        "not finite"
+    )
+    for name in PLOTS.values():
+        with Image.open(tmp_path / "out" / name) as image:
+            assert image.format == "PNG"
+
+
+def test_plot_to_a_file_type_matplotlib_cannot_write_names_the_types(
+    study: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    status, err = run_cli(
+        ["plot", str(folder_of(study) / "post-seed1"), "--out", str(tmp_path / "x.txt")], capsys
+    )
+    assert status == 1 and ".png" in err and not (tmp_path / "x.txt").exists()

@@ -27,6 +27,8 @@ from tfcompile.files import atomic_write_bytes, atomic_write_text
 from tfcompile.spec.schema import RUN_NAME
 from tfcompile.study.runs import MEMORY_KINDS, Run, find_runs, read_run
 from tfcompile.study.sweep import STUDY_RECORD
+from tfcompile.train.metrics import METRICS_FILE
+from tfcompile.train.runs import model_differences
 
 CSV_FILE = "results.csv"
 REPORT_FILE = "report.md"
@@ -108,13 +110,50 @@ def collect(sources: Sequence[Path]) -> Trials:
             if not paths:
                 raise CompareError(f"{source} is not a run, a folder of runs, a study folder or a study file")
             for path in paths:
-                groups.setdefault(SEED_SUFFIX.sub("", path.name), []).append(read_run(path))
+                if not _is_name(path.name):
+                    raise CompareError(
+                        f"{path}: a run's folder name names its variant in the report: letters, digits, "
+                        f"'.', '_' and '-', from a letter or digit: rename the folder"
+                    )
+                run = read_run(path)
+                if run.state != "finished":
+                    missing.append(str(path))
+                else:
+                    groups.setdefault(SEED_SUFFIX.sub("", path.name), []).append(run)
     groups = {label: runs for label, runs in groups.items() if runs}
+    for label, runs in groups.items():
+        _check_group(label, runs)
     if not groups:
         raise CompareError("no finished runs to compare: finish the sweep first (run it again to resume)")
     if baseline not in groups:
         baseline = next(iter(groups))
     return Trials(groups, baseline, record, missing)
+
+
+def _check_group(label: str, runs: list[Run]) -> None:
+    """The runs of one variant are seeds of one model, each finished with its final validation."""
+    seeds: dict[int, Run] = {}
+    for run in runs:
+        twin = seeds.setdefault(run.spec.train.seed, run)
+        if twin is not run:
+            raise CompareError(
+                f"{label} has seed {run.spec.train.seed} twice: {twin.path} and {run.path}; give one "
+                f"of them another name, or compare them apart"
+            )
+        changed = model_differences(
+            runs[0].spec.model.model_dump(), run.spec.model.model_dump(), "model", set()
+        )
+        if changed:
+            raise CompareError(
+                f"{runs[0].path} and {run.path} are both {label}, but their models differ "
+                f"({', '.join(changed)}): rename one, so that their names without -seedN differ"
+            )
+        curve = run.curve("val_loss")
+        if not curve or curve[-1][0] != run.step:
+            raise CompareError(
+                f"{run.path / METRICS_FILE} has no validation loss at step {run.step}, where the run "
+                f"finished: its records were lost; remove the run and train it again"
+            )
 
 
 def _study_folder(source: Path) -> Path | None:

@@ -15,7 +15,7 @@ from typing import Any
 
 from tfcompile.spec import Spec
 from tfcompile.tasks.task import task_of
-from tfcompile.train.checkpoint import FOLDER_NAME, checkpoint_folders
+from tfcompile.train.checkpoint import CheckpointError, checkpoint_folders, folder_step, resolve
 from tfcompile.train.lock import LOCK_FILE
 from tfcompile.train.metrics import read_metrics
 from tfcompile.train.runs import SPEC_FILE, load_run_spec
@@ -88,14 +88,18 @@ def is_run(folder: Path) -> bool:
 
 
 def read_run(folder: Path) -> Run:
-    saved = [FOLDER_NAME.fullmatch(p.name) for p in checkpoint_folders(folder)]
-    return Run(
-        folder,
-        load_run_spec(folder),
-        read_metrics(folder),
-        max((int(m[1]) for m in saved if m is not None), default=0),
-        is_locked(folder),
-    )
+    return Run(folder, load_run_spec(folder), read_metrics(folder), saved_step(folder), is_locked(folder))
+
+
+def saved_step(folder: Path) -> int:
+    """The step a resume starts from: of the checkpoint ``last`` names (a folder a killed process
+    renamed into place before it moved ``last`` is not committed), else of the newest; 0 before
+    the first."""
+    with contextlib.suppress(CheckpointError):
+        last = resolve(folder)
+        if last is not None:
+            return folder_step(last)
+    return max((folder_step(p) for p in checkpoint_folders(folder)), default=0)
 
 
 def find_runs(folder: Path) -> list[Path]:
