@@ -7,9 +7,11 @@ from pathlib import Path
 import pytest
 import torch
 from helpers import SHARED_DATA
+from hypothesis import given
+from hypothesis import strategies as st
 
 from tfcompile.data import corpus as corpus_module
-from tfcompile.data import encode, lm_batch, prepare_corpus, train_tokenizer
+from tfcompile.data import encode, lm_batch, prepare_corpus, text_lines, train_tokenizer
 from tfcompile.spec.schema import BpeTokenizer, CharTokenizer, DataSpec
 from tfcompile.tasks.task import pad_rows
 
@@ -74,3 +76,15 @@ def test_pad_rows_left_aligns_each_row_and_fills_the_rest() -> None:
     padded = pad_rows([[5, 6, 7], [8], [], [9, 10]], -1)
     expected = [[5, 6, 7], [8, -1, -1], [-1, -1, -1], [9, 10, -1]]
     assert padded.dtype == torch.int64 and padded.tolist() == expected
+
+
+@given(
+    st.lists(st.text(st.characters(blacklist_characters="\r\n")), min_size=1),
+    st.sampled_from(["\n", "\r\n", "\r"]),
+    st.booleans(),
+)
+def test_text_lines_end_at_newlines_only(lines: list[str], newline: str, final: bool) -> None:
+    """Lines hold any character but CR and LF (str.splitlines also breaks at form feeds, U+0085,
+    U+2028...), whichever of the three line endings the file uses, with or without a last one."""
+    text = newline.join(lines) + (newline if final else "")
+    assert text_lines(text) == (lines if final or lines[-1] else lines[:-1])

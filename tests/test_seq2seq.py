@@ -56,6 +56,16 @@ def test_parallel_files_and_their_errors(tmp_path: Path) -> None:
         read_parallel(tmp_path / "a.de", "de", "en")
 
 
+def test_parallel_lines_end_at_newlines_only(tmp_path: Path) -> None:
+    """A form feed or U+2028 inside a sentence (str.splitlines breaks there) kept the line count
+    of one side and not the other's: every pair after it fell out of step, silently."""
+    (tmp_path / "a.de").write_bytes(b"ein\x0cHund\r\nzwei Katzen\rdrei\n")
+    (tmp_path / "a.en").write_bytes("a dog\u2028\nzwei\x85cats\nthree".encode())
+    de, en = read_parallel(tmp_path / "a.{lang}", "de", "en")
+    assert de == ["ein\x0cHund", "zwei Katzen", "drei"]
+    assert en == ["a dog", "zwei\x85cats", "three"]
+
+
 def test_batches_shift_the_target_and_pad_outside_the_loss(tmp_path: Path) -> None:
     spec = _spec(tmp_path)
     assert spec.data is not None and spec.task.type == "seq2seq"

@@ -7,6 +7,7 @@ from tfcompile.data.corpus import (
     lm_batch,
     prepare_corpus,
     read_corpus,
+    text_lines,
 )
 from tfcompile.data.tokenizer import encode, load_tokenizer, train_tokenizer
 
@@ -19,5 +20,6 @@ __all__ = [
     "load_tokenizer",
     "prepare_corpus",
     "read_corpus",
+    "text_lines",
     "train_tokenizer",
 ]

@@ -137,6 +137,15 @@ def _gunzip(data: bytes, where: str) -> bytes:
     return b"".join(parts)
 
 
+def text_lines(text: str) -> list[str]:
+    """The lines of ``text``, ended by LF, CR LF or CR (Python's universal newlines) and by
+    nothing else: a form feed, U+0085 or U+2028, where str.splitlines also breaks, is a character
+    of its line (split there, a translation's two sides fell out of step). A final line ending
+    ends the last line; it starts no empty one."""
+    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    return lines[:-1] if lines and not lines[-1] else lines
+
+
 def read_corpus(spec: DataSpec) -> str:
     """The corpus as one text, its documents joined by newlines."""
     return "\n".join(read_documents(spec))

@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from tokenizers import Tokenizer
 
-from tfcompile.data import DataError, read_corpus, train_tokenizer
+from tfcompile.data import DataError, read_corpus, text_lines, train_tokenizer
 from tfcompile.models import MaskedLM
 from tfcompile.sequences import SPECIAL_TOKENS
 from tfcompile.spec.schema import EncoderSpec, MaskedLMTask, Spec
@@ -83,7 +83,7 @@ class MaskedLanguageModelling(Task):
         self.rule = MaskingRule(task.mask_prob, task.mask_token_prob, task.random_token_prob)
         # Each line keeps its newline: a character tokenizer then sees where lines meet; word and
         # subword tokenizers treat it as the whitespace it is.
-        lines = [line.strip() + "\n" for line in read_corpus(data).splitlines() if line.strip()]
+        lines = [line.strip() + "\n" for line in text_lines(read_corpus(data)) if line.strip()]
         n_train = int(len(lines) * (1 - data.val_fraction))
         if n_train < 2 or len(lines) - n_train < 2:
             raise DataError(

@@ -19,7 +19,7 @@ from tokenizers import Tokenizer
 
 from tfcompile import search
 from tfcompile.data import DataError, train_tokenizer
-from tfcompile.data.corpus import read_text
+from tfcompile.data.corpus import read_text, text_lines
 from tfcompile.graphs.export import Graph, export_seq2seq_encoder, export_seq2seq_step
 from tfcompile.graphs.parity import check_seq2seq_encoder_parity, check_seq2seq_step_parity
 from tfcompile.manifest import TokenizerInfo, TranslationInfo
@@ -43,7 +43,7 @@ def read_parallel(path: Path, source: str, target: str) -> tuple[list[str], list
         if not file.exists():
             raise DataError(f"no file at {file} ({{lang}} = {lang!r})")
         text = read_text(file)  # a FIFO, a damaged .gz or a byte that is not UTF-8: a DataError
-        sides.append([line.strip() for line in text.splitlines()])
+        sides.append([line.strip() for line in text_lines(text)])
     if len(sides[0]) != len(sides[1]):
         raise DataError(f"{path}: {len(sides[0])} {source} lines but {len(sides[1])} {target} lines")
     return sides[0], sides[1]
