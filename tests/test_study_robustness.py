@@ -463,3 +463,55 @@ def test_plot_to_a_file_type_matplotlib_cannot_write_names_the_types(
         ["plot", str(folder_of(study) / "post-seed1"), "--out", str(tmp_path / "x.txt")], capsys
     )
     assert status == 1 and ".png" in err and not (tmp_path / "x.txt").exists()
+
+
+# ---------------------------------------------------------------------- study files whose variants collide
+
+VARIANTS = "variants:\n  post: {model.norm.position: post}\n  pre: {model.norm.position: pre}\n"
+COLLIDING = [
+    (
+        "axes: {model.positional: [{type: rope, theta: 500}, {theta: 500, type: rope}]}\n",
+        "{theta: 500, type: rope}",
+        "trains the same spec as variant 'positional-rope-500'",
+    ),
+    (
+        "variants:\n  a: {}\n  b: {model.norm.position: pre}\n",
+        "b: {model.norm.position: pre}",
+        "the same spec",
+    ),
+    ("variants:\n  Pre: {}\n  pre: {model.norm.position: post}\n", "pre: {model.norm", "differ only in case"),
+    (
+        "axes: {train.optimizer: [{type: adamw, lr: 0.00123456789, betas: [0.9, 0.999], weight_decay: 0.1}],"
+        " model.positional: [{type: rope, theta: 500.123456789}, {type: rope, theta: 10000.12345678}],"
+        " model.dropout: [{embedding: 0.1, attention: 0.1, residual: 0.1, path: 0.0}]}\n",
+        "axes",
+        "over 100",
+    ),
+]
+
+
+@pytest.mark.parametrize(("new", "at", "message"), COLLIDING, ids=["reordered", "twins", "case", "long"])
+def test_variants_that_collide_are_reported_at_their_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], new: str, at: str, message: str
+) -> None:
+    path = write_study(tmp_path)
+    text = path.read_text().replace(VARIANTS, new)
+    path.write_text(text)
+    line = next(i for i, row in enumerate(text.splitlines(), 1) if at in row)
+    status, err = run_cli(["sweep", str(path)], capsys)
+    assert status == 2 and f"{path}:{line}:" in err and message in err
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("field", ["train.batch_size", "model.vocab_size", "model.max_seq_len"])
+def test_match_parameters_adjusts_only_a_width_of_the_model(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], field: str
+) -> None:
+    """A field outside the model changes no count (it was accepted, and the search ran to 2^30);
+    vocab_size and max_seq_len are the data's, which a matched variant would no longer fit."""
+    path = write_study(tmp_path, f"match_parameters: {{field: {field}}}\n")
+    path.write_text(
+        path.read_text().replace("pre: {model.norm.position: pre}", "pre: {model.activation: swiglu}")
+    )
+    status, err = run_cli(["sweep", str(path)], capsys)
+    assert status == 2 and "match_parameters.field" in err and field in err and "model.d_ff" in err

@@ -22,7 +22,7 @@ from typing import Any
 from tfcompile.spec.errors import SpecError, SpecIssue
 from tfcompile.spec.loader import Loc, Mark, load_spec, read_yaml, spec_from_data
 from tfcompile.spec.schema import Spec
-from tfcompile.study.schema import MatchParameters, StudyFile
+from tfcompile.study.schema import MatchParameters, StudyFile, is_name
 
 BASE_LABEL = "base"  # the one variant of a study without variants or axes
 
@@ -92,16 +92,18 @@ def plan_study(study: StudyFile) -> Plan:
     specs = _TrialSpecs(study, base, fixed)
     variants, issues = [], []
     for label, entries, where in _drafts(study):
+        run = label + specs.seed_suffix
+        if not is_name(run):
+            message = (
+                f"variant {label!r} names its runs {run!r}: {len(run)} characters, over 100 (or with '..')"
+            )
+            issues.append(study.issue(where, message, "vary fewer fields in axes, or name the variants"))
+            continue
         try:
             variants.append(Variant(label, entries, where, specs.build(label, entries, where)))
         except SpecError as e:
             issues += e.issues
-    labels = [v.label for v in variants]
-    twice = next((v for v in variants if labels.count(v.label) > 1), None)
-    if twice is not None:
-        issues.append(
-            study.issue(twice.where, f"two variants are named {twice.label!r}", "make the values distinct")
-        )
+    issues += _collisions(study, variants)
     if issues:
         raise study.error(issues)
     baseline = next(v for v in variants if s.baseline is None or v.where[:2] == ("variants", s.baseline))
@@ -110,6 +112,33 @@ def plan_study(study: StudyFile) -> Plan:
     if s.budget.tokens is not None:
         variants = [replace(v, spec=_steps_for_tokens(v.spec, s.budget.tokens)) for v in variants]
     return Plan(study, folder, variants, baseline.label)
+
+
+def _collisions(study: StudyFile, variants: list[Variant]) -> list[SpecIssue]:
+    """Variants of one name, of names that differ only in case (one folder where the file system
+    ignores case, as macOS's and Windows' do), or that train one spec (the same trials twice)."""
+    issues = []
+    names: dict[str, Variant] = {}
+    specs: list[tuple[dict[str, Any], Variant]] = []
+    for variant in variants:
+        other = names.setdefault(variant.label.lower(), variant)
+        if other.label == variant.label and other is not variant:
+            message = f"two variants are named {variant.label!r}"
+            issues.append(study.issue(other.where, message, "make the values distinct"))
+        elif other is not variant:
+            message = (
+                f"variants {other.label!r} and {variant.label!r} differ only in case: their runs' "
+                f"folders are one on macOS and Windows"
+            )
+            issues.append(study.issue(variant.where, message, "rename one of them"))
+        dump = variant.spec.model_dump()
+        del dump["train"]["name"]
+        twin = next((v for d, v in specs if d == dump), None)
+        if twin is not None and other is variant:
+            message = f"variant {variant.label!r} trains the same spec as variant {twin.label!r}"
+            issues.append(study.issue(variant.where, message, "change one of them, or remove it"))
+        specs.append((dump, variant))
+    return issues
 
 
 def _steps_for_tokens(spec: Spec, tokens: int) -> Spec:

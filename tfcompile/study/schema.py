@@ -66,6 +66,26 @@ class MatchParameters(Section):
     field: str = Field(description="a dotted integer field of the model, e.g. model.d_ff or model.d_model")
     tolerance: Annotated[float, Field(gt=0, lt=1)] = 0.02
 
+    @model_validator(mode="after")
+    def _a_width(self) -> MatchParameters:
+        section, _, name = self.field.partition(".")
+        rules = Rules()
+        rules.require(
+            section == "model" and name not in DATA_SIZES,
+            ("field",),
+            f"match_parameters adjusts a width of the model, found {self.field}"
+            + (
+                ": the data's size, which a matched variant would no longer fit" if name in DATA_SIZES else ""
+            ),
+            "e.g. model.d_ff, model.d_model or model.n_layers",
+        )
+        rules.check()
+        return self
+
+
+# Model fields that the data or the task sizes, not widths a study may adjust.
+DATA_SIZES = {"vocab_size", "max_seq_len", "type_vocab_size", "image_size", "patch_size", "num_channels"}
+
 
 class Study(Section):
     name: str | None = Field(None, description="the study's folder under runs_dir; default: the file's stem")
@@ -101,14 +121,14 @@ class Study(Section):
         rules = Rules()
         if self.name is not None:
             rules.require(
-                _is_name(self.name),
+                is_name(self.name),
                 ("name",),
                 f"a study's name is a folder name of letters, digits, '.', '_' and '-', found {self.name!r}",
                 "e.g. name: norms-study",
             )
         for name in self.variants:
             rules.require(
-                _is_name(name) and len(name) <= 60,
+                is_name(name) and len(name) <= 60,
                 ("variants", name),
                 f"a variant's name is part of its runs' folder names: letters, digits, '.', '_' and '-' "
                 f"(at most 60), found {name!r}",
@@ -168,7 +188,7 @@ STUDY_FIELDS = {
 }
 
 
-def _is_name(name: str) -> bool:
+def is_name(name: str) -> bool:
     return RUN_NAME.fullmatch(name) is not None and ".." not in name
 
 
