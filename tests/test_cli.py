@@ -260,3 +260,35 @@ def test_export_and_verify_say_what_they_do_before_they_start(
         == f"exporting {spec} to {tmp_path / 'b'}: tracing each graph, then checking it against PyTorch ...\n"
     )
     assert said[1] == f"verifying {tmp_path / 'b'}: rerunning its parity check against PyTorch ...\n"
+
+
+def test_serve_flags_set_every_limit_of_the_server(
+    monkeypatch: pytest.MonkeyPatch, char_bundle: Path
+) -> None:
+    """Each request limit the server enforces has a flag, and the flag is the limit served."""
+    import tfcompile.serve as serve_module
+
+    served = {}
+    monkeypatch.setattr(serve_module, "load_models", lambda bundles, threads=None: {})
+    monkeypatch.setattr(serve_module, "serve", lambda models, settings, *a, **k: served.update(s=settings))
+    flags = ["--max-n", "3", "--max-beam", "2", "--max-image-pixels", "1000", "--max-head-kb", "2"]
+    flags += ["--head-timeout", "0.5", "--max-body-mb", "1", "--max-tokens", "7", "--max-prompt-tokens", "9"]
+    assert main(["serve", str(char_bundle), *flags]) == 0
+    s = served["s"]
+    assert (s.max_n, s.max_beam, s.max_image_pixels, s.max_head_bytes, s.head_timeout_s) == (
+        3,
+        2,
+        1000,
+        2048,
+        0.5,
+    )
+    assert (s.max_body_bytes, s.max_tokens, s.max_prompt_tokens) == (1 << 20, 7, 9)
+    assert main(["serve", str(char_bundle)]) == 0
+    assert served["s"] == serve_module.Settings(), "the flags' defaults are the server's"
+
+
+@pytest.mark.parametrize("flag", ["--head-timeout=0", "--head-timeout=nan", "--max-head-kb=0", "--max-n=-1"])
+def test_serve_refuses_a_limit_that_is_not_one(flag: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["serve", "b", flag])
+    assert "expected" in capsys.readouterr().err

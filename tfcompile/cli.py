@@ -425,6 +425,11 @@ def _serve(args: argparse.Namespace) -> int:
         max_body_bytes=args.max_body_mb << 20,
         max_tokens=args.max_tokens,
         max_prompt_tokens=args.max_prompt_tokens,
+        max_n=args.max_n,
+        max_beam=args.max_beam,
+        max_image_pixels=args.max_image_pixels,
+        max_head_bytes=args.max_head_kb << 10,
+        head_timeout_s=args.head_timeout,
     )
     from tfcompile.console import working
 
@@ -806,8 +811,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--max-wait-ms",
         type=_non_negative_float,
-        default=0.0,
-        help="how long a batch waits for more requests (default 0: it takes what is queued)",
+        default=5.0,
+        help="how long a batch waits for requests the server has read and not yet queued "
+        "(default 5; a lone request never waits; 0: a batch takes what is queued)",
     )
     serve.add_argument(
         "--max-queue", type=_positive_int, default=256, help="requests waiting per model; more get 503"
@@ -821,6 +827,24 @@ def build_parser() -> argparse.ArgumentParser:
         type=_positive_int,
         default=None,
         help="longest prompt (default: the model's context)",
+    )
+    serve.add_argument("--max-n", type=_positive_int, default=16, help="completions per prompt (n)")
+    serve.add_argument("--max-beam", type=_positive_int, default=8, help="widest translation beam")
+    serve.add_argument(
+        "--max-image-pixels",
+        type=_positive_int,
+        default=1 << 26,
+        help="pixels in all the images of a request, counted from their headers before decoding "
+        "(default 67,108,864: 8,192 x 8,192)",
+    )
+    serve.add_argument(
+        "--max-head-kb", type=_positive_int, default=64, help="a request's line and headers (431 past it)"
+    )
+    serve.add_argument(
+        "--head-timeout",
+        type=_positive_float,
+        default=20.0,
+        help="seconds from a request's first byte to its headers' end (408 past it)",
     )
     serve.add_argument(
         "--threads",
@@ -878,6 +902,13 @@ def _non_negative_int(text: str) -> int:
     value = int(text)
     if value < 0:
         raise argparse.ArgumentTypeError(f"expected an integer >= 0, found {text}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a finite number > 0, found {text}")
     return value
 
 
