@@ -126,7 +126,7 @@ def export_bundle(
                 field = "export.fp16_tolerance" if report.relative else "export.tolerance"
                 raise ExportError(
                     f"onnxruntime and PyTorch disagree by {report.measured:.3g} ({measure}) on the {name} "
-                    f"graph's logits, more than {field} {report.tolerance:g}: "
+                    f"graph's outputs, more than {field} {report.tolerance:g}: "
                     f"{json.dumps(report.to_dict()['cases'])}"
                 )
         if source.run is not None and (source.run / TOKENIZER_FILE).exists():
