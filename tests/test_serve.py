@@ -246,6 +246,16 @@ def test_health_and_metadata_come_from_the_manifests(server: BackgroundServer, t
         assert all(d == -1 or isinstance(d, int) for i in meta["inputs"] for d in i["shape"])
 
 
+def test_head_is_answered_as_get_without_the_body(server: BackgroundServer) -> None:
+    """Load balancers and uptime checks send HEAD: FastAPI's GET routes answered it 405."""
+    for path in ("/health", "/v2/health/ready", "/v2/models/char", "/v1/models", "/metrics"):
+        got, head = httpx.get(f"{server.url}{path}"), httpx.head(f"{server.url}{path}")
+        assert (head.status_code, head.content) == (200, b""), path
+        assert head.headers["content-type"] == got.headers["content-type"], path
+    assert httpx.head(f"{server.url}/v2/models/nope").status_code == 404
+    assert httpx.head(f"{server.url}/v1/completions").status_code == 405
+
+
 @pytest.mark.parametrize("binary", [True, False])
 def test_infer_gives_the_runtimes_logits(server: BackgroundServer, triton: Any, binary: bool) -> None:
     lm = model(server, "char")

@@ -283,7 +283,7 @@ def create_app(served: Served) -> ASGI:
     app.include_router(openai.router)
     app.include_router(kserve.router)
     app.include_router(tasks.router)
-    return BodyGuard(Metrics(Gate(Auth(app, served), served), served), served.settings.max_body_bytes)
+    return Head(BodyGuard(Metrics(Gate(Auth(app, served), served), served), served.settings.max_body_bytes))
 
 
 # ------------------------------------------------------------------------ ASGI layers
@@ -297,6 +297,20 @@ async def _json(
 
 async def _no_body() -> dict:
     return {"type": "http.request", "body": b"", "more_body": False}
+
+
+class Head:
+    """HEAD is answered as GET would be, without the body (RFC 9110: a server that answers GET
+    answers HEAD); load balancers and uptime checks send it. The routes see GET; uvicorn, which
+    holds the request's own scope, leaves the body out."""
+
+    def __init__(self, app: ASGI) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["method"] == "HEAD":
+            scope = {**scope, "method": "GET"}
+        await self.app(scope, receive, send)
 
 
 class BodyGuard:
