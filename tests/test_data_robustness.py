@@ -17,6 +17,7 @@ import tracemalloc
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -30,7 +31,8 @@ from tfcompile.data.images import read_image_folder
 from tfcompile.data.table import read_table
 from tfcompile.errors import InputError
 from tfcompile.images import read_image
-from tfcompile.spec.schema import BpeTokenizer, DataSpec
+from tfcompile.sequences import SPECIAL_TOKENS
+from tfcompile.spec.schema import BpeTokenizer, CharTokenizer, DataSpec, WordPieceTokenizer
 
 PROPERTY = settings(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 ROWS = b"sentence\tlabel\na fine film\t1\na dull one\t0\n"
@@ -363,24 +365,33 @@ def test_hidden_folders_and_files_are_not_classes_or_images(tmp_path: Path) -> N
 # ----------------------------------------------------------------- tokenizing a corpus
 
 
-def test_a_corpus_is_encoded_in_chunks_to_the_same_ids(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(
+    "kind", [CharTokenizer(), BpeTokenizer(vocab_size=300), WordPieceTokenizer(vocab_size=200)], ids=str
+)
+def test_a_corpus_is_encoded_in_chunks_to_the_same_ids(kind: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Lines, and a line longer than a chunk (text8 is 100 MB on one line) cut between words, encode
+    to the ids of each line whole."""
     from tfcompile.data import tokenizer as tokenizer_module
 
-    text = "".join(f"line {i}: to be, or not to be\n" for i in range(50)) + "no newline at the end"
-    tokenizer = train_tokenizer(BpeTokenizer(vocab_size=300), text.splitlines(keepends=True))
-    whole = tokenizer.encode(text).ids  # no line crosses a pre-token boundary: the same ids
-    monkeypatch.setattr(tokenizer_module, "ENCODE_LINES", 7)
-    assert encode(tokenizer, text) == whole
+    lines = [f"line {i}: to be, or not  to be\n" for i in range(50)]
+    lines += [" ".join(f"w{i % 37}rd," for i in range(400)) + "  tail\n", "no newline at the end"]
+    text = "".join(lines)
+    tokenizer = train_tokenizer(kind, lines, SPECIAL_TOKENS if isinstance(kind, WordPieceTokenizer) else ())
+    whole = [i for line in lines for i in tokenizer.encode(line).ids]
+    monkeypatch.setattr(tokenizer_module, "ENCODE_CHARS", 64)
+    assert encode(tokenizer, text).tolist() == whole
+    assert max(map(len, tokenizer_module._pieces(text))) < 100
 
 
-def test_encoding_a_corpus_takes_a_small_multiple_of_its_size() -> None:
+@pytest.mark.parametrize("end", ["\\n", " "], ids=["lines", "one line"])
+def test_encoding_a_corpus_takes_a_small_multiple_of_its_size(end: str) -> None:
     """Encoded at once, 4 MB of text held 500 MB of the library's encodings (tokenizers allocates
-    in Rust, out of tracemalloc's sight: the process's peak is measured)."""
-    script = """
+    in Rust, out of tracemalloc's sight: the process's peak is measured), on one line as in lines."""
+    script = f"""
 import resource
 from tfcompile.data import encode, train_tokenizer
 from tfcompile.spec.schema import CharTokenizer
-text = "".join(f"{i:08d} the quick brown fox jumps over the lazy dog\\n" for i in range(80_000))
+text = "".join(f"{{i:08d}} the quick brown fox jumps over the lazy dog{end}" for i in range(80_000))
 tokenizer = train_tokenizer(CharTokenizer(), [text])
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 ids = encode(tokenizer, text)

@@ -194,9 +194,10 @@ def prepare_corpus(
     else:
         try:
             if eos is None:  # one stream, the documents joined by newlines
-                ids = np.asarray(encode(tokenizer, text), dtype=np.int32)
+                ids = encode(tokenizer, text).astype(np.int32)
             else:  # each document ends with [EOS]
-                ids = np.asarray([i for d in documents for i in (*encode(tokenizer, d), eos)], dtype=np.int32)
+                ends = [np.append(encode(tokenizer, d), eos) for d in documents]
+                ids = np.concatenate([np.zeros(0, dtype=np.int64), *ends]).astype(np.int32)
         except ValueError as e:
             raise DataError(f"data.path {spec.path}: {e}") from None
         buffer = io.BytesIO()

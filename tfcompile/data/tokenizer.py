@@ -8,9 +8,12 @@ Encoder tasks add BERT's special tokens at ids 0-4 and a template that wraps a s
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import itertools
+import re
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+import numpy as np
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
 from tfcompile.sequences import CLS, SEP, SPECIAL_TOKENS, UNK
@@ -73,25 +76,56 @@ def add_sentence_template(tokenizer: Tokenizer, max_length: int) -> None:
     tokenizer.enable_truncation(max_length)
 
 
-# Lines encoded at a time: the library's encodings (offsets, masks, token strings) take about 100
-# bytes a token, so a corpus encoded at once took over 100 times its size in memory.
-ENCODE_LINES = 4096
+# Characters encoded at a time: the library's encodings (offsets, masks, token strings) take about
+# 100 bytes a token, so a corpus encoded at once took over 100 times its size in memory (a text8-
+# like corpus, 100 MB on one line: 10 GB).
+ENCODE_CHARS = 1 << 16
+# Where a line longer than that is cut: before a space between two other characters, where every
+# tokenizer tfcompile trains (and byte-level BPE, WordPiece and Metaspace ones it imports) starts a
+# pre-token, so that the ids are those of the whole line.
+LINE_CUT = re.compile(r"(?<=\S) (?=\S)")
 
 
-def encode(tokenizer: Tokenizer, text: str) -> list[int]:
-    """Token ids of ``text``, encoded ENCODE_LINES lines at a time; a character the vocabulary
-    lacks is a ValueError naming it."""
-    lines = text.splitlines(keepends=True)
-    ids: list[int] = []
+def encode(tokenizer: Tokenizer, text: str) -> np.ndarray:
+    """Token ids (int64) of ``text``, encoded about ENCODE_CHARS characters at a time (whole lines,
+    a longer line cut at LINE_CUT); a character the vocabulary lacks is a ValueError naming it."""
+    chunks = [np.zeros(0, dtype=np.int64)]
     try:
-        for start in range(0, len(lines), ENCODE_LINES):
-            ids += [i for e in tokenizer.encode_batch(lines[start : start + ENCODE_LINES]) for i in e.ids]
+        for batch in _batches(text):
+            encodings = tokenizer.encode_batch(batch)
+            chunks.append(np.fromiter(itertools.chain.from_iterable(e.ids for e in encodings), np.int64))
     except Exception as e:
         unknown = sorted({c for c in text if tokenizer.token_to_id(c) is None})
         raise ValueError(
             f"the text has characters outside the tokenizer's vocabulary: {unknown[:10]!r}"
         ) from e
-    return ids
+    return np.concatenate(chunks)
+
+
+def _batches(text: str) -> Iterator[list[str]]:
+    """``text`` as lists of pieces of about ENCODE_CHARS characters in all; the pieces joined are
+    ``text``."""
+    batch: list[str] = []
+    size = 0
+    for piece in _pieces(text):
+        batch.append(piece)
+        size += len(piece)
+        if size >= ENCODE_CHARS:
+            yield batch
+            batch, size = [], 0
+    if batch:
+        yield batch
+
+
+def _pieces(text: str) -> Iterator[str]:
+    """The lines of ``text`` (their ends kept), a line longer than ENCODE_CHARS cut at the first
+    LINE_CUT past each ENCODE_CHARS characters (one without such a space stays whole)."""
+    for line in text.splitlines(keepends=True):
+        start = 0
+        while len(line) - start > ENCODE_CHARS and (cut := LINE_CUT.search(line, start + ENCODE_CHARS)):
+            yield line[start : cut.start()]
+            start = cut.start()
+        yield line[start:]
 
 
 def load_tokenizer(path: Path) -> Tokenizer:
