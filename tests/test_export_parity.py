@@ -117,8 +117,6 @@ BUNDLES = {
     "max_seq_len: 2, positional: learned}\n",
     "GPT, init_std 0.5, logits of scale 20": "model: {vocab_size: 65, d_model: 128, n_layers: 2, n_heads: 4, "
     "max_seq_len: 64, init_std: 0.5}\n",
-    "LLaMA, init_std 1, logits of scale 30": "preset: llama\nmodel: {vocab_size: 65, d_model: 64, "
-    "n_layers: 2, n_heads: 4, max_seq_len: 64, init_std: 1.0}\n",
 }
 
 

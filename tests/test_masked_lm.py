@@ -122,6 +122,7 @@ def test_masked_lm_spec_rules() -> None:
         parse_spec("model: {d_model: 16, n_layers: 1, n_heads: 2, max_seq_len: 8}\ntask: masked_lm\n")
 
 
+@pytest.mark.slow  # 150 training steps: 16-40 s on a 2-core CPU
 def test_masked_lm_learns_on_tiny_shakespeare(tmp_path: Path) -> None:
     from tfcompile.train import Trainer
 
