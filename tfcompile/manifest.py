@@ -81,7 +81,8 @@ class Truncation(Part):
     """How an over-long text is cut (the tokenizers library's truncation, as tokenizer.json says):
     at most ``max_length`` tokens, the added special tokens included, cut at the end (``right``).
     ``longest_first`` on a pair: the shorter sentence stays whole if it fits in half of the room
-    left, the longer one taking the rest; otherwise each keeps half, the longer one the odd token."""
+    left, the longer one taking the rest; otherwise each keeps half, the longer one the odd token
+    (the second sentence, of two equally long)."""
 
     max_length: Count
     strategy: Literal["longest_first", "only_first", "only_second"]
@@ -90,9 +91,16 @@ class Truncation(Part):
 
 class TokenizerInfo(Part):
     """The tokenizer (the `tokenizers` library's JSON format) and its special tokens by role:
-    pad, unk, bos, eos, cls, sep, mask (those the vocabulary has). Ids become text with the
+    pad, unk, bos, eos, cls, sep, mask (those the vocabulary has). Text becomes ids with the
+    library's ``encode`` (``encode(first, second)`` for a sentence pair); text that spells a
+    special token ("[SEP]", "[EOS]") becomes that token, as it does there. Ids become text with the
     special tokens skipped (the tokenizers library's ``decode(ids)``); a prompt and its
-    continuation are decoded together."""
+    continuation are decoded together.
+
+    The tokenizer's vocabulary (``get_vocab_size()``, added tokens included) bounds the ids a
+    client picks: where the logits are wider (``model.vocab_size``; a Hugging Face T5 has 32,128
+    rows for 32,100 tokens), the columns from the tokenizer's size on are dropped before any
+    softmax, argmax, sampling or beam search, in generation and translation alike."""
 
     file: FileName
     special_tokens: dict[str, SpecialToken]
@@ -118,16 +126,39 @@ class Padding(Part):
 
 class GenerationInfo(Part):
     """Text generation (causal LMs): the longest sequence the model reads, the tokens that end a
-    text (a row stops at the first it generates), and the defaults a server uses when a request
-    says nothing. A sequence that reaches ``context_length`` tokens goes on with each further step
-    re-reading its last ``context_length`` tokens from an empty cache (a window that slides)."""
+    text, and the defaults a server uses when a request says nothing.
+
+    Each step reads the logits of every row's last position, over the tokenizer's ids only (see
+    tokenizer). Greedy decoding takes the largest, the lowest id of equal ones. A row stops at the
+    first stop token it generates: that token is its last new id (and counts toward the limit),
+    but not part of its text, which is the prompt and the tokens before the stop decoded together.
+
+    A prompt longer than ``context_length`` tokens is read as its last ``context_length``; once a
+    sequence (prompt and new tokens) is longer than ``context_length``, each step re-reads its last
+    ``context_length`` tokens from an empty cache (a window that slides: a full pass a token). A
+    left-padded batch may slide every row at once, as soon as its longest row is past the context
+    (the last ``context_length`` columns of the ids and the mask): each row reads what it would
+    alone."""
 
     context_length: Count
     stop_token_ids: list[TokenId]
-    max_new_tokens: Annotated[StrictInt, Field(gt=0, le=MAX_NEW_TOKENS)] = 200
-    temperature: Annotated[float, Field(ge=0)] = 1.0
-    top_k: Count | None = None
-    top_p: Annotated[float, Field(gt=0, le=1)] | None = None
+    max_new_tokens: Annotated[StrictInt, Field(gt=0, le=MAX_NEW_TOKENS)] = Field(
+        200, description="the new tokens a request gets when it names no limit, a stop token included"
+    )
+    temperature: Annotated[float, Field(ge=0)] = Field(
+        1.0,
+        description="0: greedy (tfcompile's runtime also decodes greedily below 1e-5); otherwise a "
+        "token is drawn from the softmax of the logits divided by it (float64), after top_k, then "
+        "top_p. A seed repeats draws within one implementation only",
+    )
+    top_k: Count | None = Field(
+        None, description="keep the k largest logits (and any equal to the k-th); null: every token"
+    )
+    top_p: Annotated[float, Field(gt=0, le=1)] | None = Field(
+        None,
+        description="then, likeliest first, keep each token until those kept hold top_p of the "
+        "probability (the token that reaches top_p is kept), and renormalise; null or 1: every token",
+    )
 
 
 class TranslationInfo(Part):
@@ -136,8 +167,11 @@ class TranslationInfo(Part):
     then ``source_suffix_ids`` appended) goes once through the encoder graph; its memory_key_i and
     memory_value_i outputs feed the decoder step's inputs of the same names at every step. The
     decoder starts from ``start_id``; a translation ends at ``stop_id`` or after ``max_decode_len``
-    tokens (at most model.max_seq_len - 1). The text is decoded and stripped of leading and
-    trailing ASCII whitespace (space, tab, newline, carriage return, form feed, vertical tab).
+    tokens (at most model.max_seq_len - 1). Each step reads the logits of the last position over
+    the tokenizer's ids only (see tokenizer): the log-softmax below covers those ids alone. The
+    translation's ids are its tokens after ``start_id`` without ``stop_id``; the text is decoded
+    and stripped of leading and trailing ASCII whitespace (space, tab, newline, carriage return,
+    form feed, vertical tab).
 
     Beam search with ``beam`` B and ``length_penalty`` a, as fairseq's: one live hypothesis, no
     tokens after ``start_id``, summed log-probability 0. Each step, a candidate is a live
@@ -151,7 +185,7 @@ class TranslationInfo(Part):
     ``max_decode_len`` tokens: at the step whose candidates would, the stop candidates among the
     first B finish as above, then every live hypothesis finishes as it is, scored alike. The
     translation is the best finished hypothesis (the first to finish, of equal scores); B = 1 is
-    greedy decoding."""
+    greedy decoding (the largest logit each step, the lowest id of equal ones)."""
 
     start_id: TokenId
     stop_id: TokenId
@@ -168,7 +202,8 @@ class ImageInfo(Part):
 
     1. decode the file to ``channel_order`` as Pillow's ``Image.convert`` does ("L": ITU-R 601-2
        luma with Pillow's integer rounding, alpha ignored; "RGB"), 16-bit samples taken as their
-       high byte (v >> 8; a file of 32-bit samples is refused);
+       high byte (v >> 8; a file of 32-bit samples is refused); the pixels as stored (an EXIF
+       orientation is not applied), the first frame of an animated or multi-page file;
     2. to float32 in [0, 1]: uint8 values divided by ``divide_by``; float arrays are taken as
        already in [0, 1] (an array of pixels is (height, width), or (height, width, channels)
        with exactly ``channels``: arrays are not colour converted);
@@ -241,7 +276,11 @@ class Optimization(Part):
 
 class ModelInfo(Part):
     family: str
-    vocab_size: Count | None = None
+    vocab_size: Count | None = Field(
+        None,
+        description="the token ids the graphs read and the width of their vocabulary logits; it may "
+        "exceed the tokenizer's vocabulary, which bounds the ids a client picks (see tokenizer)",
+    )
     max_seq_len: Count = Field(description="the longest sequence a graph reads (its context)")
 
 
