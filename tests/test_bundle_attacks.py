@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 from tokenizers import Tokenizer, models
 
+from tfcompile.expansion import Unbounded, expansion
 from tfcompile.runtime import BundleError, InputError, LanguageModel, SessionOptions, load
-from tfcompile.runtime.expansion import Unbounded, expansion
 
 
 def _ints(name: str, values: list[int]) -> TensorProto:

@@ -123,6 +123,21 @@ def _same_weights(folder: Path, case: Imported, tmp_path: Path) -> None:
         torch.testing.assert_close(model.state_dict()[name], tensor, rtol=0, atol=0)
 
 
+def test_a_tokenizer_that_multiplies_text_is_refused_before_anything_is_written(
+    imported: dict[str, Imported], tmp_path: Path
+) -> None:
+    """The runtime refuses such a tokenizer in a bundle; the import, which copies it as it is, says
+    so before it writes a spec or a run."""
+    folder = copied(imported, "llama", tmp_path)
+    tokenizer = json.loads((folder / "tokenizer.json").read_text())
+    double = {"type": "Replace", "pattern": {"String": "a"}, "content": "aa"}
+    tokenizer["normalizer"] = {"type": "Sequence", "normalizers": [double] * 20}
+    (folder / "tokenizer.json").write_text(json.dumps(tokenizer))
+    with pytest.raises(HFError, match=r"tokenizer\.json: the tokenizer's encoding may make up to 1,048,576"):
+        import_folder(folder, "bomb", tmp_path / "specs", tmp_path / "runs")
+    assert not (tmp_path / "specs").exists() and not (tmp_path / "runs").exists()
+
+
 def test_sharded_safetensors(imported: dict[str, Imported], tmp_path: Path) -> None:
     folder = tmp_path / "sharded"
     imported["llama"].hf.save_pretrained(folder, max_shard_size="20KB")

@@ -22,6 +22,7 @@ from typing import Any
 import torch
 import yaml
 
+from tfcompile.expansion import excess
 from tfcompile.files import PREPROCESSING_FILE, TOKENIZER_FILE, atomic_write_text
 from tfcompile.hf import bert, gpt2, llama, t5, vit  # noqa: F401 (each registers its architecture)
 from tfcompile.hf.architecture import ARCHITECTURES, Architecture, Config, Tensors
@@ -82,6 +83,7 @@ def import_folder(folder: Path, name: str, specs_dir: Path, runs_dir: Path) -> I
     if config.problems:
         raise refuse(str(folder / CONFIG), config.problems)
     sections: dict[str, Any] = {"model": imported.model, "task": imported.task}
+    check_tokenizer(folder)
     tokens = special_tokens(folder, data)
     if tokens:
         sections["tokens"] = tokens
@@ -188,6 +190,14 @@ def special_tokens(folder: Path, config: dict[str, Any]) -> dict[str, str]:
         if isinstance(token, str) and token in vocabulary.values():
             roles[role] = token
     return roles
+
+
+def check_tokenizer(folder: Path) -> None:
+    """A tokenizer.json that may make gigabytes of a short text (what a bundle's loader refuses)
+    is refused before the import writes anything."""
+    path = folder / TOKENIZER_FILE
+    if path.exists() and (why := excess(read_json(path))) is not None:
+        raise HFError(f"{path}: {why}")
 
 
 def token_strings(folder: Path) -> dict[int, str]:

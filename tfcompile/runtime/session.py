@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import os
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -19,11 +18,11 @@ import onnx
 from tokenizers import Tokenizer
 
 from tfcompile.errors import first_line
+from tfcompile.expansion import excess
 from tfcompile.manifest import Graph, Manifest, Tensor
 from tfcompile.runtime import inputs
 from tfcompile.runtime.bundle import BundleFiles, bundle_files
 from tfcompile.runtime.errors import BundleError, InputError
-from tfcompile.runtime.expansion import MAX_EXPANSION, Unbounded, expansion
 from tfcompile.runtime.ort import ort, run
 
 # Bundles are checked against PyTorch's fp32 logits. The CUDA provider's default TF32 matmuls
@@ -451,7 +450,8 @@ class Bundle:
                 tokenizer = Tokenizer.from_str(text)
         except Exception as e:  # not JSON, or not a tokenizer
             raise BundleError(f"{where} is not a tokenizer the tokenizers library reads: {e}") from None
-        _check_expansion(where, json.loads(text))
+        if (why := excess(json.loads(text))) is not None:
+            raise BundleError(f"{where}: {why}")
         size = max(tokenizer.get_vocab(with_added_tokens=True).values(), default=-1) + 1
         if size == 0:
             raise BundleError(f"{where} holds no tokens")
@@ -475,25 +475,6 @@ class Bundle:
         with self._tokenizer_panics(), contextlib.suppress(Exception):
             tokenizer.decode_batch([[i] for i in range(min(size, 256))])
         return tokenizer
-
-
-def _check_expansion(where: Path, tokenizer: dict) -> None:
-    """A tokenizer that makes at most ``MAX_EXPANSION`` characters of one, encoding (normalizer
-    and pre-tokenizer) and decoding: a chain of replacements can ask for gigabytes of a short text."""
-    for what, steps, decoding in (
-        ("encoding", (tokenizer.get("normalizer"), tokenizer.get("pre_tokenizer")), False),
-        ("decoding", (tokenizer.get("decoder"),), True),
-    ):
-        try:
-            factor = math.prod(expansion(step, decoding) for step in steps)
-        except Unbounded as e:
-            raise BundleError(f"{where}: the tokenizer's {what} cannot be bounded: {e}") from None
-        if factor > MAX_EXPANSION:
-            raise BundleError(
-                f"{where}: the tokenizer's {what} may make up to {factor:,.0f} characters of one; "
-                f"a bundle's tokenizer may make at most {MAX_EXPANSION:,} (look for a chain of "
-                f"Replace steps in its normalizer, pre-tokenizer or decoder)"
-            )
 
 
 def _shape(value: Any) -> tuple[int, ...]:

@@ -4,15 +4,17 @@ A normalizer, a pre-tokenizer or a decoder may write more characters than it rea
 to 18 characters of one, a Replace writes its content for each match. Chained, they multiply:
 twenty Replaces of "a" by "aa" make a million characters of each "a", which the tokenizers
 library builds in memory whole. ``expansion`` bounds the characters out per character in, from
-each step's settings; a bundle whose tokenizer may expand a text more than ``MAX_EXPANSION``
-times is refused when it loads. The bound of a step that adds text once (a prefix) counts it
-against a one-character input, which also bounds it for any longer one.
+each step's settings; a tokenizer that may expand a text more than ``MAX_EXPANSION`` times is
+refused where tfcompile takes one in (a bundle's at load, a Hugging Face folder's at import).
+The bound of a step that adds text once (a prefix) counts it against a one-character input,
+which also bounds it for any longer one.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import math
 import struct
 from typing import Any
 
@@ -41,6 +43,26 @@ _SAME = {
     "Fuse",
 }
 _SEQUENCES = ("normalizers", "pretokenizers", "decoders")
+
+
+def excess(tokenizer: dict) -> str | None:
+    """What of a tokenizer.json (its JSON) may make more than MAX_EXPANSION characters of one,
+    encoding (normalizer then pre-tokenizer) or decoding (decoder); None when nothing does."""
+    for what, steps, decoding in (
+        ("encoding", (tokenizer.get("normalizer"), tokenizer.get("pre_tokenizer")), False),
+        ("decoding", (tokenizer.get("decoder"),), True),
+    ):
+        try:
+            factor = math.prod(expansion(step, decoding) for step in steps)
+        except Unbounded as e:
+            return f"the tokenizer's {what} cannot be bounded: {e}"
+        if factor > MAX_EXPANSION:
+            return (
+                f"the tokenizer's {what} may make up to {factor:,.0f} characters of one; a "
+                f"tokenizer may make at most {MAX_EXPANSION:,} (look for a chain of Replace steps "
+                f"in its normalizer, pre-tokenizer or decoder)"
+            )
+    return None
 
 
 class Unbounded(ValueError):
