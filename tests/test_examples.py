@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from helpers import ROOT, TINY, png16
+from helpers import ROOT, TINY, damaged, edited_tokenizer, png16
 
 from tfcompile.export import Source, export_bundle
 from tfcompile.runtime import load
@@ -289,6 +289,23 @@ def test_node_client_generates_text_stops_and_reads_logits(
         check=False,
     )
     assert result.returncode != 0 and "sha256" in result.stderr
+
+
+@pytest.mark.slow
+def test_both_clients_pick_only_the_tokenizers_ids(char_bundle: Path, client: Client, tmp_path: Path) -> None:
+    """A model may have more logits than its tokenizer has tokens (a Hugging Face T5: 32,128 for
+    32,100): generation picks among the tokenizer's ids, as the runtime does."""
+    prompt = [18, 27, 1]
+    cut = max(runtime_alone(char_bundle, [prompt], 12)[0])  # the tokenizer loses the largest id picked
+
+    def narrow(tokenizer: dict) -> None:
+        tokenizer["model"]["vocab"] = {k: v for k, v in tokenizer["model"]["vocab"].items() if v < cut}
+
+    bundle = damaged(char_bundle, tmp_path, **{"tokenizer.json": edited_tokenizer(char_bundle, narrow)})
+    expected = runtime_alone(bundle, [prompt], 12)
+    assert max(expected[0]) < cut
+    served = client(bundle, "generate", *id_args([prompt]), "--max-new-tokens", "12")
+    assert [s["new_ids"] for s in served] == expected
 
 
 @pytest.mark.slow

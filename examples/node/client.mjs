@@ -38,6 +38,13 @@ class Bundle {
     if (info) {
       this.tokenizerJson = JSON.parse(this.read(info.file).toString("utf8"));
       this.tokenizer = new Tokenizer(this.tokenizerJson, {});
+      // The ids generation and translation may pick: the tokenizer's, added tokens included (the
+      // tokenizers library's get_vocab_size()); an embedding table can hold more rows (a Hugging
+      // Face T5: 32,128 logits, 32,100 tokens).
+      const vocab = this.tokenizerJson.model.vocab;
+      const ids = new Set(Array.isArray(vocab) ? vocab.map((_, i) => i) : Object.values(vocab));
+      for (const added of this.tokenizerJson.added_tokens ?? []) ids.add(added.id);
+      this.emitted = ids.size;
     }
   }
 
@@ -231,7 +238,7 @@ async function generate(bundle, prompts, maxNewTokens) {
       attention_mask: int64(mask.map((m) => m.slice(-cached))),
       ...past,
     });
-    const next = lastLogits(out.logits).map(argmax);
+    const next = lastLogits(out.logits).map((xs) => argmax(xs.slice(0, bundle.emitted)));
     next.forEach((token, row) => {
       if (!done[row]) {
         newIds[row].push(token);
@@ -299,10 +306,11 @@ class TranslationDecoder {
     [self.graph, self.session] = await bundle.graph("decoder_step");
     self.sourceMask = sourceMask;
     self.past = emptyCache(self.graph, sourceIds.dims[0]);
+    self.emitted = bundle.emitted;
     return self;
   }
 
-  // tokens (rows of one id) -> each row's logits of the token after them.
+  // tokens (rows of one id) -> each row's logits of the token after them, the tokenizer's ids only.
   async step(tokens) {
     const out = await this.session.run({
       input_ids: int64(tokens),
@@ -312,7 +320,7 @@ class TranslationDecoder {
     });
     const { past, present } = this.graph.cache;
     this.past = Object.fromEntries(past.map((name, i) => [name, out[present[i]]]));
-    return lastLogits(out.logits);
+    return lastLogits(out.logits).map((xs) => xs.slice(0, this.emitted));
   }
 
   // Row i of the cache, the memory and the source mask becomes the old row rows[i].

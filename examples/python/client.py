@@ -43,6 +43,9 @@ class Bundle:
         self.sessions: dict[str, Any] = {}
         info = self.manifest.get("tokenizer")
         self.tokenizer = Tokenizer.from_str(self.read(info["file"]).decode()) if info else None
+        # The ids generation and translation may pick: the tokenizer's (added tokens included); an
+        # embedding table can hold more rows (a Hugging Face T5: 32,128 logits, 32,100 tokens).
+        self.emitted = self.tokenizer.get_vocab_size() if self.tokenizer else None
 
     def read(self, name: str) -> bytes:
         """A listed file's bytes, refused unless their sha256 is the manifest's."""
@@ -160,7 +163,7 @@ def generate(bundle: Bundle, prompts: list[list[int]], max_new_tokens: int) -> l
     for _ in range(max_new_tokens):
         cached += tokens.shape[1]
         out = run(session, graph, {"input_ids": tokens, "attention_mask": mask[:, -cached:], **past})
-        next_ids = out["logits"][:, -1].argmax(-1)
+        next_ids = out["logits"][:, -1, : bundle.emitted].argmax(-1)
         for row, token in enumerate(next_ids.tolist()):
             if not done[row]:
                 new[row].append(token)
@@ -215,14 +218,15 @@ class TranslationDecoder:
         self.graph, self.session = bundle.graph("decoder_step")
         self.source_mask = source_mask
         self.past = empty_cache(self.graph, len(source_ids))
+        self.emitted = bundle.emitted
 
     def step(self, tokens: np.ndarray) -> np.ndarray:
-        """tokens (rows, 1) -> logits (rows, vocab) of the token after them."""
+        """tokens (rows, 1) -> logits (rows, vocab) of the token after them, the tokenizer's ids only."""
         feed = {"input_ids": tokens, "source_mask": self.source_mask, **self.past, **self.memory}
         out = run(self.session, self.graph, feed)
         cache = self.graph["cache"]
         self.past = dict(zip(cache["past"], (out[name] for name in cache["present"]), strict=True))
-        return out["logits"][:, -1]
+        return out["logits"][:, -1, : self.emitted]
 
     def keep(self, rows: list[int]) -> None:
         """Row i of the cache, the memory and the source mask becomes the old row ``rows[i]``."""
