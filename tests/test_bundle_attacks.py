@@ -434,6 +434,23 @@ STEPS = {
             ]
         ),
         st.just({"type": "Metaspace", "replacement": "▁", "prepend_scheme": "always", "split": True}),
+        st.builds(
+            lambda suffix: {"type": "BPEDecoder", "suffix": suffix}, st.sampled_from(["", "a", "</w>"])
+        ),
+        st.builds(
+            lambda pad, delimiter: {
+                "type": "CTC",
+                "pad_token": pad,
+                "word_delimiter_token": delimiter,
+                "cleanup": True,
+            },
+            st.sampled_from(["", "a", "<pad>"]),
+            st.sampled_from(["", "|", "a"]),
+        ),
+        st.builds(
+            lambda prefix: {"type": "WordPiece", "prefix": prefix, "cleanup": False},
+            st.sampled_from(["", "a"]),
+        ),
     ],
 }
 REPLACE = st.builds(

@@ -37,9 +37,7 @@ _SAME = {
     "UnicodeScripts",
     "Whitespace",
     "WhitespaceSplit",
-    "BPEDecoder",
     "ByteFallback",
-    "CTC",
     "Fuse",
 }
 _SEQUENCES = ("normalizers", "pretokenizers", "decoders")
@@ -95,6 +93,9 @@ def expansion(step: Any, decoder: bool = False) -> float:
         return 1.0 if decoder else 2.0
     if kind == "WordPiece":  # a space before each token (of one character at least) not a suffix
         return 2.0
+    if kind in ("BPEDecoder", "CTC"):  # a suffix, or a word delimiter, becomes a space: an empty one
+        empty = _text(step, "suffix" if kind == "BPEDecoder" else "word_delimiter_token") == ""
+        return 3.0 if empty else 1.0  # is found around every character
     if kind == "Prepend":
         return 1.0 + len(_text(step, "prepend"))
     if kind == "Replace":
