@@ -424,6 +424,28 @@ STEPS = {
         ),
         st.just({"type": "Metaspace", "replacement": "▁", "prepend_scheme": "always", "split": True}),
         st.just({"type": "BertPreTokenizer"}),
+        st.builds(
+            lambda pattern, behavior, invert: {
+                "type": "Split",
+                "pattern": {"Regex": pattern},
+                "behavior": behavior,
+                "invert": invert,
+            },
+            st.sampled_from(["a+", " ", "x*", "."]),
+            st.sampled_from(["Removed", "Isolated", "MergedWithPrevious", "MergedWithNext", "Contiguous"]),
+            st.booleans(),
+        ),
+        st.sampled_from(
+            [
+                {"type": "Punctuation", "behavior": "Isolated"},
+                {"type": "Digits", "individual_digits": True},
+                {"type": "CharDelimiterSplit", "delimiter": "a"},
+                {"type": "WhitespaceSplit"},
+                {"type": "Whitespace"},
+                {"type": "UnicodeScripts"},
+                {"type": "FixedLength", "length": 2},
+            ]
+        ),
     ],
     "decoder": [
         st.sampled_from(
