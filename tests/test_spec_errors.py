@@ -33,7 +33,7 @@ CASES = [
         7,
         "model.eps",
         "unknown field",
-        "belongs under `norm:`",
+        "belongs under `model.norm:`",
     ),
     Case(
         "misspelt enum",
@@ -289,7 +289,368 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+VIT = "model: {family: vit, image_size: 8, patch_size: 2, d_model: 16, n_layers: 1, n_heads: 2}\n"
+
+# One mistake, one message, and a hint that names the fix: a field misspelt or put in the wrong
+# section, a choice in another case or another tool's name, a number written another way, a
+# section written as a scalar, the YAML slips of a spec written by hand.
+HINTED = [
+    # a misspelt required field is not also reported missing
+    Case(
+        "misspelt required field",
+        GOOD_MODEL.replace("d_model: 64", "d_modle: 64"),
+        3,
+        "model.d_modle",
+        "unknown field 'd_modle'",
+        "did you mean 'd_model'?",
+    ),
+    Case(
+        "misspelt section",
+        GOOD_MODEL.replace("model:", "modle:"),
+        1,
+        "modle",
+        "unknown field 'modle'",
+        "did you mean 'model'?",
+    ),
+    Case(
+        "required field at the top level",
+        GOOD_MODEL.replace("  d_model: 64\n", "") + "d_model: 64\n",
+        6,
+        "d_model",
+        "unknown field 'd_model'",
+        "'d_model' belongs under `model:`",
+    ),
+    Case(
+        "preset inside the model",
+        "model:\n  preset: llama\n  d_model: 512\n",
+        2,
+        "model.preset",
+        "unknown field 'preset'",
+        "'preset' belongs at the top level",
+    ),
+    # a field of another section says which
+    Case(
+        "lr at the top level",
+        GOOD_MODEL + "lr: 1.0e-3\n",
+        7,
+        "lr",
+        "unknown field 'lr'",
+        "'lr' belongs under `train.optimizer:`",
+    ),
+    Case(
+        "lr under train",
+        GOOD_MODEL + "train:\n  lr: 1.0e-3\n",
+        8,
+        "train.lr",
+        "unknown field 'lr'",
+        "'lr' belongs under `train.optimizer:`",
+    ),
+    Case(
+        "eps under train",
+        GOOD_MODEL + "train:\n  eps: 1.0e-8\n",
+        8,
+        "train.eps",
+        "unknown field 'eps'",
+        "'eps' belongs under `train.optimizer:`",
+    ),
+    Case(
+        "a model field under train",
+        GOOD_MODEL + "train:\n  d_model: 64\n",
+        8,
+        "train.d_model",
+        "unknown field",
+        "'d_model' belongs under `model:`",
+    ),
+    Case(
+        "tokenizer at the top level",
+        GOOD_MODEL + "tokenizer: char\n",
+        7,
+        "tokenizer",
+        "unknown field",
+        "'tokenizer' belongs under `data:`",
+    ),
+    Case(
+        "labels at the top level",
+        ENCODER + "task: {type: classification}\nlabels: [a, b]\n",
+        9,
+        "labels",
+        "unknown field",
+        "belongs under `task:` (type 'classification' or 'image_classification')",
+    ),
+    Case(
+        "vocab_size under data",
+        GOOD_MODEL + "data:\n  path: x.txt\n  vocab_size: 8000\n",
+        9,
+        "data.vocab_size",
+        "unknown field",
+        "belongs under `data.tokenizer:` (type 'bpe' or 'wordpiece')",
+    ),
+    Case(
+        "a field of another variant",
+        GOOD_MODEL + "  positional: {type: learned, theta: 10}\n",
+        7,
+        "model.positional.theta",
+        "unknown field 'theta'",
+        "'theta' is a field of type 'rope'",
+    ),
+    Case(
+        "another tool's field name",
+        GOOD_MODEL + "train:\n  optimizer: {learning_rate: 1.0e-3}\n",
+        8,
+        "train.optimizer.learning_rate",
+        "unknown field",
+        "did you mean 'lr'?",
+    ),
+    Case(
+        "another tool's field name, elsewhere",
+        GOOD_MODEL + "train:\n  warmup: 10\n",
+        8,
+        "train.warmup",
+        "unknown field",
+        "did you mean 'warmup_steps'? it belongs under `train.schedule:`",
+    ),
+    # a choice in another case, or under another name
+    Case(
+        "choice in another case",
+        GOOD_MODEL + "  activation: SwiGLU\n",
+        7,
+        "model.activation",
+        "unknown value 'SwiGLU'",
+        "did you mean 'swiglu'?",
+    ),
+    Case(
+        "norm in another case",
+        GOOD_MODEL + "  norm: {type: RMSNorm}\n",
+        7,
+        "model.norm.type",
+        "unknown value 'RMSNorm'",
+        "did you mean 'rmsnorm'?",
+    ),
+    Case(
+        "variant in another case",
+        GOOD_MODEL + "  positional: RoPE\n",
+        7,
+        "model.positional",
+        "unknown type 'RoPE'",
+        "did you mean 'rope'?",
+    ),
+    Case(
+        "AdamW",
+        GOOD_MODEL + "train:\n  optimizer: {type: AdamW}\n",
+        8,
+        "train.optimizer.type",
+        "unknown value 'AdamW'",
+        "did you mean 'adamw'?",
+    ),
+    Case(
+        "family in another case",
+        GOOD_MODEL + "  family: Decoder\n",
+        7,
+        "model.family",
+        "unknown family 'Decoder'",
+        "did you mean 'decoder'?",
+    ),
+    Case(
+        "preset in another case",
+        "preset: GPT2\n",
+        1,
+        "preset",
+        "unknown preset 'GPT2'",
+        "did you mean 'gpt2'?",
+    ),
+    Case(
+        "gpu for cuda",
+        GOOD_MODEL + "train: {device: gpu}\n",
+        7,
+        "train.device",
+        "unknown value 'gpu'",
+        "did you mean 'cuda'?",
+    ),
+    Case(
+        "swish for silu",
+        GOOD_MODEL + "  activation: swish\n",
+        7,
+        "model.activation",
+        "'swish'",
+        "did you mean 'silu'?",
+    ),
+    Case(
+        "the choices as the README lists them",
+        GOOD_MODEL + "  activation: relu | gelu\n",
+        7,
+        "model.activation",
+        "unknown value 'relu | gelu'",
+        "choose one: 'relu' or 'gelu'",
+    ),
+    Case("a preset as a list", "preset: [llama]\n", 1, "preset", "unknown preset", "`preset: llama`"),
+    # a number written another way
+    Case(
+        "steps in YAML 1.1's text form",
+        GOOD_MODEL + "train: {steps: 1e4}\n",
+        7,
+        "train.steps",
+        "expected a valid integer, found '1e4'",
+        "write 10000: YAML 1.1 reads 1e4 as text",
+    ),
+    Case(
+        "a whole number with a point",
+        GOOD_MODEL + "train: {batch_size: 32.0}\n",
+        7,
+        "train.batch_size",
+        "found 32.0",
+        "write 32",
+    ),
+    Case(
+        "a quoted number",
+        GOOD_MODEL.replace("d_model: 64", 'd_model: "64"'),
+        3,
+        "model.d_model",
+        "found '64'",
+        "write 64 without quotes",
+    ),
+    Case(
+        "thousands separators",
+        GOOD_MODEL + "train:\n  steps: 10,000\n",
+        8,
+        "train.steps",
+        "found '10,000'",
+        "write 10000",
+    ),
+    Case(
+        "a percentage",
+        GOOD_MODEL + "  dropout: {residual: 10%}\n",
+        7,
+        "model.dropout.residual",
+        "found '10%'",
+        "write 0.1",
+    ),
+    Case(
+        "None for null",
+        GOOD_MODEL + "train:\n  grad_clip: None\n",
+        8,
+        "train.grad_clip",
+        "found 'None'",
+        "write null",
+    ),
+    Case(
+        "a list written as text",
+        GOOD_MODEL + "train:\n  optimizer: {betas: '0.9, 0.95'}\n",
+        8,
+        "train.optimizer.betas",
+        "expected a valid tuple",
+        "write a list: [0.9, 0.95]",
+    ),
+    Case(
+        "a boolean written as a word",
+        GOOD_MODEL + "train:\n  compile: auto\n",
+        8,
+        "train.compile",
+        "valid boolean",
+        "write true or false, or null for the default",
+    ),
+    # a section written as a scalar, a list or nothing
+    Case(
+        "a norm written as its type",
+        GOOD_MODEL + "  norm: rmsnorm\n",
+        7,
+        "model.norm",
+        "expected a mapping of fields, found 'rmsnorm'",
+        "write `norm: {type: rmsnorm}`",
+    ),
+    Case(
+        "a dropout written as one rate",
+        GOOD_MODEL + "  dropout: 0.1\n",
+        7,
+        "model.dropout",
+        "expected a mapping of fields",
+        "`dropout: {embedding: 0.1, attention: 0.1, residual: 0.1",
+    ),
+    Case(
+        "a section written as a list",
+        GOOD_MODEL + "  norm:\n    - type: rmsnorm\n    - eps: 1.0e-6\n",
+        8,
+        "model.norm",
+        "expected a mapping of fields",
+        "without `- `",
+    ),
+    Case(
+        "an empty section",
+        GOOD_MODEL + "train:\n",
+        7,
+        "train",
+        "expected a mapping of fields, found nothing",
+        "indent the section's fields under `train:`",
+    ),
+    # YAML slips: at the line to fix, with the fix
+    Case(
+        "no space after a colon",
+        GOOD_MODEL.replace("d_model: 64", "d_model:64"),
+        3,
+        "",
+        "invalid YAML",
+        "put a space after the colon",
+    ),
+    Case(
+        "key = value",
+        GOOD_MODEL.replace("d_model: 64", "d_model = 64"),
+        3,
+        "",
+        "invalid YAML",
+        "write `key: value`",
+    ),
+    Case(
+        "an unquoted colon in a value",
+        GOOD_MODEL + "train:\n  name: run: first\n",
+        8,
+        "",
+        "invalid YAML",
+        'quote the value: `name: "run: first"`',
+    ),
+    Case(
+        "fields under a value",
+        GOOD_MODEL + "data:\n  path: x.txt\n  tokenizer: bpe\n    vocab_size: 80\n",
+        10,
+        "",
+        "invalid YAML",
+        "write `tokenizer:` alone with its fields indented below",
+    ),
+    Case(
+        "a field indented less",
+        GOOD_MODEL.replace("  d_model: 64", " d_model: 64"),
+        3,
+        "",
+        "invalid YAML",
+        "line 2 has 2 spaces, this line 1",
+    ),
+    Case(
+        "an unclosed brace",
+        GOOD_MODEL + "  norm: {type: rmsnorm\ntrain: {}\n",
+        8,
+        "",
+        "invalid YAML",
+        "close the `{` opened on line 7",
+    ),
+    # a task for another family is one mistake, not one per rule it breaks
+    Case(
+        "a ViT without a task",
+        VIT + "data: {builtin: digits, test_fraction: 0.2}\n",
+        None,
+        "task.type",
+        "task 'causal_lm' needs a model of family 'decoder', found 'vit'",
+        "'image_classification'",
+    ),
+    Case(
+        "a preset of another family",
+        "preset: bert\nmodel: {family: decoder, d_model: 64}\n",
+        2,
+        "model.family",
+        "preset 'bert' is a model of family 'encoder'",
+        "leave model.family out",
+    ),
+]
+
+
+@pytest.mark.parametrize("case", CASES + HINTED, ids=lambda c: c.name)
 def test_bad_spec_is_reported_at_its_line_and_field(case: Case) -> None:
     with pytest.raises(SpecError) as info:
         parse_spec(case.yaml, source="bad.yaml")
@@ -302,6 +663,28 @@ def test_bad_spec_is_reported_at_its_line_and_field(case: Case) -> None:
     assert case.message in issue.message, info.value
     if case.hint is not None:
         assert issue.hint is not None and case.hint in issue.hint, info.value
+
+
+def test_a_default_the_file_does_not_set_is_named_by_its_whole_path() -> None:
+    with pytest.raises(SpecError) as info:
+        parse_spec(VIT + "data: {builtin: digits}\n", source="bad.yaml")
+    (issue,) = info.value.issues
+    assert issue.note is not None and "set `task.type` in the spec" in issue.note
+
+
+def test_an_override_of_a_section_the_file_lacks_is_reported_at_the_argument() -> None:
+    with pytest.raises(SpecError) as info:
+        parse_spec(GOOD_MODEL, overrides=["trian.steps=10"])
+    (issue,) = info.value.issues
+    assert issue.path == "trian" and issue.origin == "--set trian.steps=10" and issue.note is None
+    assert issue.hint == "did you mean 'train'?"
+
+
+def test_a_number_in_a_set_value_gets_the_hint_too() -> None:
+    with pytest.raises(SpecError) as info:
+        parse_spec(GOOD_MODEL, overrides=["train.steps=1e3"])
+    (issue,) = info.value.issues
+    assert issue.origin == "--set train.steps=1e3" and issue.hint is not None and "write 1000" in issue.hint
 
 
 def test_several_errors_are_reported_at_once_in_line_order() -> None:

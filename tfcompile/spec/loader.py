@@ -4,6 +4,7 @@ validation error points at the text to fix."""
 from __future__ import annotations
 
 import difflib
+import math
 import re
 import stat
 import types
@@ -64,8 +65,29 @@ def validation_issues(
     root: type[BaseModel] = Spec,
     preset: str | None = None,
 ) -> list[SpecIssue]:
-    """The problems of validating ``data`` as ``root``, each at its key or value in the file."""
-    return [issue for e in error.errors() for issue in _issues(e, data, marks, preset, root)]
+    """The problems of validating ``data`` as ``root``, each at its key or value in the file.
+
+    A required field reported missing where an unknown field's hint already names it (``d_modle``:
+    did you mean 'd_model'?; a top-level ``d_model``: it belongs under `model:`) is one mistake, so
+    it is reported once, at the unknown field; so are the fields a misplaced ``preset:`` would give."""
+    errors = error.errors()
+    meant: set[Loc] = set()  # the fields that unknown keys stand for
+    for e in errors:
+        if e["type"] == "extra_forbidden":
+            loc = _data_loc(e["loc"], data, root)
+            target = _field_hint(e["loc"], loc, root).target
+            if target is not None:
+                meant.add(target)
+            if loc[-1] == "preset" and isinstance(e.get("input"), str) and e["input"] in PRESETS:
+                meant.add((*loc[:-1], "*"))
+    issues = []
+    for e in errors:
+        if e["type"] == "missing" and not isinstance(e["loc"][-1], int):
+            loc = _data_loc(e["loc"], data, root)
+            if loc in meant or (*loc[:-1], "*") in meant:
+                continue
+        issues += _issues(e, data, marks, preset, root)
+    return issues
 
 
 def _read_text(path: Path, what: str = "spec") -> str:
@@ -129,15 +151,54 @@ def spec_from_data(
     if preset_name is not None:
         if not isinstance(preset_name, str) or preset_name not in PRESETS:
             unknown = _unknown("preset", preset_name, PRESETS)
+            one = preset_name[0] if isinstance(preset_name, list) and len(preset_name) == 1 else None
+            if isinstance(one, str) and one in PRESETS:
+                unknown = _Unknown(unknown.message, f"a spec extends one preset: `preset: {one}`")
             raise SpecError(source, [_issue(("preset",), marks, unknown.message, unknown.hint)], text)
         preset = PRESETS[preset_name]
     try:
         spec = Spec.model_validate(merge(preset, data))
     except ValidationError as e:
-        raise SpecError(source, validation_issues(e, data, marks, preset=preset_name), text) from None
+        issues = validation_issues(e, data, marks, preset=preset_name)
+        raise SpecError(source, _preset_family(issues, data, marks, preset_name), text) from None
     if spec.data is not None and base_dir is not None:
         spec = spec.model_copy(update={"data": spec.data.relative_to(base_dir)})
     return spec
+
+
+def _preset_family(
+    issues: list[SpecIssue], data: dict[str, Any], marks: dict[Loc, Mark], preset: str | None
+) -> list[SpecIssue]:
+    """A spec that changes its preset's model family (``preset: bert`` with ``family: decoder``)
+    gets the preset's fields that the new family lacks: one mistake, reported once, at the family."""
+    model = data.get("model")
+    if preset is None or not isinstance(model, dict) or not isinstance(model.get("family"), str):
+        return issues
+    given: dict[str, Any] = PRESETS[preset].get("model", {})
+    family, theirs = model["family"], given.get("family", "decoder")
+    stray = [
+        i
+        for i in issues
+        if i.path.count(".") == 1
+        and i.path.startswith("model.")
+        and i.message.startswith("unknown field")
+        and i.path[len("model.") :] in given
+        and i.path[len("model.") :] not in model
+    ]
+    if family == theirs or not stray:
+        return issues
+    fields = [i.path[len("model.") :] for i in stray]
+    others = [name for name, p in PRESETS.items() if p.get("model", {}).get("family", "decoder") == family]
+    message = (
+        f"preset {preset!r} is a model of family {theirs!r}: its {_choices(fields)} "
+        f"{'is not a field' if len(fields) == 1 else 'are not fields'} of family {family!r}"
+    )
+    hint = f"leave model.family out to keep {theirs!r}, or " + (
+        f"start from a preset of family {family!r}: {_choices(others)}"
+        if others
+        else "write the model out without a preset"
+    )
+    return [i for i in issues if i not in stray] + [_issue(("model", "family"), marks, message, hint)]
 
 
 def dump_spec(spec: Spec) -> str:
@@ -185,8 +246,11 @@ def _compose(text: str, source: str, origin: str | None = None, at: Loc = ()) ->
         raise fail(e.message, e.hint, (start.line + 1, start.column + 1), e.loc) from None
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
+        if e.problem == "could not find expected ':'" and e.context_mark:  # the key's line, not the next
+            mark = e.context_mark
         position = (mark.line + 1, mark.column + 1) if mark else None
-        raise fail(f"invalid YAML: {e.problem or e.context}", _tab_hint(text, e), position) from None
+        hint = _tab_hint(text, e) or _yaml_hint(text, e)
+        raise fail(f"invalid YAML: {e.problem or e.context}", hint, position) from None
     except yaml.reader.ReaderError as e:  # a character YAML does not allow (NUL, control characters)
         line = text.count("\n", 0, e.position) + 1
         column = e.position - (text.rfind("\n", 0, e.position) + 1) + 1
@@ -211,6 +275,66 @@ def _tab_hint(text: str, error: yaml.MarkedYAMLError) -> str | None:
     indent = line[: len(line) - len(line.lstrip())]
     if "\t" in indent or "'\\t'" in str(error.problem):
         return "indent with spaces: YAML does not allow tabs in indentation"
+    return None
+
+
+def _yaml_hint(text: str, error: yaml.MarkedYAMLError) -> str | None:
+    """A hint for the YAML errors a spec written by hand runs into: `key:value` or `key = value`,
+    an unquoted ': ' in a value, a line indented past or between its section's fields, a `{` or
+    `[` left open."""
+    lines = text.split("\n")
+    problem, mark, context = str(error.problem), error.problem_mark, error.context_mark
+
+    def line(n: int) -> str:
+        return lines[n] if 0 <= n < len(lines) else ""
+
+    def indent(n: int) -> int:
+        return len(line(n)) - len(line(n).lstrip(" "))
+
+    def above(n: int) -> int:  # the nearest line above with content
+        return next(
+            (i for i in range(n - 1, -1, -1) if line(i).strip() and not line(i).lstrip().startswith("#")), -1
+        )
+
+    if problem == "could not find expected ':'" and context is not None:
+        here = line(context.line)
+        if re.match(r"\s*[\w.-]+:\S", here):
+            return "put a space after the colon: `key: value`"
+        if re.match(r"\s*[\w.-]+\s*=", here):
+            return "write `key: value`: YAML separates a key from its value with a colon and a space"
+        return None
+    if mark is None:
+        return None
+    if problem == "mapping values are not allowed here":
+        here, prev = line(mark.line), above(mark.line)
+        pair = re.match(r"\s*(?:- )?([\w.-]+):[ \t]+[^\s#]", line(prev))  # `key: value` above
+        if prev >= 0 and indent(mark.line) > indent(prev) and pair:
+            key = pair.group(1)
+            return (
+                f"line {prev + 1} gives `{key}` a value, so this line cannot be indented under it: align "
+                f"it with line {prev + 1} for a field beside `{key}`, or write `{key}:` alone with its "
+                f"fields indented below"
+            )
+        value = re.match(r"\s*(?:- )?([\w.-]+):\s+(.*\S)", here)
+        if value and ": " in value.group(2) + " ":
+            key, rest = value.groups()
+            return f"quote the value: `{key}: \"{rest}\"` (unquoted, ': ' starts a mapping)"
+        return None
+    if problem.startswith("expected <block end>"):
+        prev = above(mark.line)
+        if prev >= 0 and indent(mark.line) != indent(prev):
+            return (
+                f"indent it like the other fields of its section (line {prev + 1} has {indent(prev)} "
+                f"spaces, this line {indent(mark.line)})"
+            )
+        return None
+    closing = {"flow mapping": ("{", "}"), "flow sequence": ("[", "]")}
+    for what, (opened, close) in closing.items():
+        if context is not None and what in str(error.context) and f"'{close}'" in problem:
+            return (
+                f"close the `{opened}` opened on line {context.line + 1} with `{close}`, its items "
+                "separated by commas"
+            )
     return None
 
 
@@ -380,7 +504,8 @@ def _apply_override(data: dict[str, Any], marks: dict[Loc, Mark], override: str,
         del marks[old]  # the file's positions under the override no longer hold its values
     value, value_marks = _compose(raw, source, origin=origin, at=loc)
     marks |= value_marks
-    marks.setdefault(loc, Mark(None, 1, None, 1, 1, origin))
+    for i in range(1, len(loc) + 1):  # a section the file does not have is the argument's too
+        marks.setdefault(loc[:i], Mark(None, 1, None, 1, 1, origin))
     node[keys[-1]] = value
 
 
@@ -396,16 +521,14 @@ def _issues(
     kind = error["type"]
     if kind == "spec_rule":
         return [
-            _issue(_data_loc((*error["loc"], *field), data), marks, message, hint, preset)
+            _issue(_data_loc((*error["loc"], *field), data, root), marks, message, hint, preset)
             for field, message, hint in error["ctx"]["violations"]
         ]
-    loc = _data_loc(error["loc"], data)
+    loc = _data_loc(error["loc"], data, root)
     found = error.get("input")
     if kind == "extra_forbidden":
-        key = loc[-1]
-        fields = _fields_at(error["loc"][:-1], root)
-        issue = _unknown("field", key, fields, nested=_nested_fields(error["loc"][:-1], root))
-        return [_issue(loc, marks, issue.message, issue.hint, preset, on_key=True)]
+        hint = _field_hint(error["loc"], loc, root).hint
+        return [_issue(loc, marks, f"unknown field {loc[-1]!r}", hint, preset, on_key=True)]
     if kind == "missing" and isinstance(error["loc"][-1], int):
         return [_issue(loc, marks, f"too few items: nothing at position {error['loc'][-1]}", None, preset)]
     if kind == "missing":
@@ -439,15 +562,17 @@ def _issues(
         hint = f"write the fields indented under `{loc[-1]}:`, one a line, e.g. `{tag_field}: {tags[0]}`"
         return [_issue(loc, marks, message, hint, preset)]
     if kind in {"model_type", "model_attributes_type", "dict_type"}:
-        return [_issue(loc, marks, f"expected a mapping of fields, found {found!r}", None, preset)]
+        shown = "nothing" if found is None else repr(found)
+        hint = _section_hint(loc, found, _walk(error["loc"], root))
+        return [_issue(loc, marks, f"expected a mapping of fields, found {shown}", hint, preset)]
     if kind == "value_error":  # a field validator's own message says what was found
         return [_issue(loc, marks, str(error["ctx"]["error"]), None, preset)]
     if kind == "spec_bound":  # schema.at_most: the hint says what the bound is for
         return [_issue(loc, marks, error["msg"], error["ctx"]["hint"], preset)]
     message = re.sub(r"^Input should be ", "expected ", error["msg"])
     plain = _plain_at(loc, marks) if kind in TEXT_ERRORS else None
-    quote = _quote_hint(plain, found) if plain is not None else None
-    return [_issue(loc, marks, f"{message[0].lower()}{message[1:]}, found {found!r}", quote, preset)]
+    hint = _quote_hint(plain, found) if plain is not None else _type_hint(kind, found, error["loc"], root)
+    return [_issue(loc, marks, f"{message[0].lower()}{message[1:]}, found {found!r}", hint, preset)]
 
 
 TEXT_ERRORS = {"string_type", "path_type"}  # errors that quoting a value YAML 1.1 read as no text fixes
@@ -458,8 +583,10 @@ def _plain_at(loc: Loc, marks: dict[Loc, Mark]) -> str | None:
     return mark.plain if mark is not None else None
 
 
-def _data_loc(loc: Loc, data: Any) -> Loc:
-    """Pydantic's loc with union tags (e.g. 'rope' in model.positional.rope.theta) dropped."""
+def _data_loc(loc: Loc, data: Any, root: type[BaseModel] = Spec) -> Loc:
+    """Pydantic's loc with union tags (e.g. 'rope' in model.positional.rope.theta) dropped. A
+    field the file leaves out (a default: ``task.type`` in a spec with no ``task:``) is kept; a
+    field of a value written in shorthand (``task: seq2seq``) is the value itself."""
     out: list[str | int] = []
     node = data
     for i, part in enumerate(loc):
@@ -467,12 +594,18 @@ def _data_loc(loc: Loc, data: Any) -> Loc:
         in_list = isinstance(node, list) and isinstance(part, int) and part < len(node)
         if in_dict or in_list:
             node = node[part]
-        elif isinstance(node, dict) and i == len(loc) - 1:
+        elif (node is None or isinstance(node, dict)) and not _is_tag(loc[:i], part, root):
             node = None  # a missing or unknown key: keep it, it names the field
         else:
             continue
         out.append(part)
     return tuple(out)
+
+
+def _is_tag(loc: Loc, part: str | int, root: type[BaseModel]) -> bool:
+    """Whether ``part`` of a Pydantic loc names the variant of a union at ``loc``, not a field."""
+    candidates = _walk(loc, root)
+    return len(candidates) > 1 and any(_tag(c) == part for c in candidates)
 
 
 def _value_at(data: Any, loc: Loc) -> Any:
@@ -523,18 +656,291 @@ class _Unknown:
     hint: str | None
 
 
-def _unknown(what: str, found: Any, choices: Any, nested: dict[str, str] | None = None) -> _Unknown:
-    choices = list(choices)
-    close = difflib.get_close_matches(str(found), [str(c) for c in choices], n=1, cutoff=0.6)
-    if what == "field":
-        message = f"unknown field {found!r}"
-    else:
-        message = f"unknown {what} {found!r}: expected one of {_choices(choices)}"
-    if close:
-        return _Unknown(message, f"did you mean {close[0]!r}?")
-    if nested and found in nested:
-        return _Unknown(message, f"{found!r} belongs under `{nested[found]}:`")
-    return _Unknown(message, f"expected one of {_choices(choices)}" if what == "field" else None)
+def _unknown(what: str, found: Any, choices: Any) -> _Unknown:
+    choices = [str(c) for c in choices]
+    message = f"unknown {what} {found!r}: expected one of {_choices(choices)}"
+    parts = [p for p in re.split(r"\s*(?:\||,|/|\bor\b)\s*", str(found).strip()) if p]
+    if len(parts) > 1 and all(_suggest(p, choices) == p for p in parts):  # `relu | gelu`, as in a comment
+        return _Unknown(message, f"choose one: {' or '.join(map(repr, parts))}")
+    close = _suggest(found, choices, VALUE_ALIASES)
+    return _Unknown(message, f"did you mean {close!r}?" if close is not None else None)
+
+
+# Names other tools give to a spec's choices (PyTorch, Hugging Face configs, papers).
+VALUE_ALIASES = {
+    "rotary": "rope",
+    "swish": "silu",
+    "gelu_new": "gelu_tanh",
+    "gelu_pytorch_tanh": "gelu_tanh",
+    "absolute": "learned",
+    "sincos": "sinusoidal",
+    "gpu": "cuda",
+    "bfloat16": "bf16",
+    "float16": "fp16",
+    "half": "fp16",
+    "float32": "fp32",
+    "float": "fp32",
+    "gpt": "decoder",
+    "bert": "encoder",
+    "t5": "encoder_decoder",
+    "seq2seq": "encoder_decoder",
+    "clm": "causal_lm",
+    "mlm": "masked_lm",
+    "translation": "seq2seq",
+    "character": "char",
+}
+
+# Field names from Hugging Face configs, nanoGPT and PyTorch for a spec's fields.
+FIELD_ALIASES = {
+    "learning_rate": "lr",
+    "hidden_size": "d_model",
+    "n_embd": "d_model",
+    "num_layers": "n_layers",
+    "num_hidden_layers": "n_layers",
+    "n_layer": "n_layers",
+    "num_heads": "n_heads",
+    "num_attention_heads": "n_heads",
+    "n_head": "n_heads",
+    "num_key_value_heads": "n_kv_heads",
+    "num_kv_heads": "n_kv_heads",
+    "intermediate_size": "d_ff",
+    "ffn_dim": "d_ff",
+    "block_size": "max_seq_len",
+    "max_position_embeddings": "max_seq_len",
+    "seq_len": "max_seq_len",
+    "max_steps": "steps",
+    "max_iters": "steps",
+    "num_steps": "steps",
+    "warmup": "warmup_steps",
+    "warmup_iters": "warmup_steps",
+    "gradient_accumulation_steps": "grad_accum",
+    "max_grad_norm": "grad_clip",
+    "gradient_clipping": "grad_clip",
+    "dtype": "precision",
+    "mixed_precision": "precision",
+    "rope_theta": "theta",
+    "rope_scaling": "scaling",
+    "layer_norm_eps": "eps",
+    "layer_norm_epsilon": "eps",
+    "rms_norm_eps": "eps",
+    "norm_eps": "eps",
+    "hidden_act": "activation",
+    "tie_word_embeddings": "tie_embeddings",
+    "attn_pdrop": "attention",
+    "resid_pdrop": "residual",
+    "embd_pdrop": "embedding",
+    "scheduler": "schedule",
+    "lr_scheduler": "schedule",
+    "out_dir": "runs_dir",
+    "output_dir": "runs_dir",
+    "run_name": "name",
+    "dataset": "data",
+}
+
+
+def _normal(name: Any) -> str:
+    return re.sub(r"[\s-]+", "_", str(name).strip().lower())
+
+
+def _suggest(found: Any, choices: Sequence[str], aliases: dict[str, str] | None = None) -> str | None:
+    """The choice ``found`` most likely means: the same name in another case or with '-' for '_'
+    (SwiGLU, RoPE, causal-lm), the same without '_' (layer_norm), another tool's name for it
+    (``aliases``), or a close spelling."""
+    text = _normal(found)
+    for same in (lambda n: n, lambda n: n.replace("_", "")):
+        match = next((c for c in choices if same(_normal(c)) == same(text)), None)
+        if match is not None:
+            return match
+    alias = (aliases or {}).get(text)
+    if alias in choices:
+        return alias
+    normal = [_normal(c) for c in choices]
+    close = difflib.get_close_matches(text, normal, n=1, cutoff=0.6)
+    return choices[normal.index(close[0])] if close else None
+
+
+@dataclass(frozen=True)
+class _FieldHint:
+    hint: str | None
+    target: Loc | None  # the field the unknown key stands for, as a data loc, when one is clear
+
+
+def _field_hint(error_loc: Loc, loc: Loc, root: type[BaseModel]) -> _FieldHint:
+    """How to fix the unknown key at ``loc`` (``error_loc``, Pydantic's loc of it): the field of
+    this section it misspells, the section it belongs in, or the fields this section has."""
+    key, section = str(loc[-1]), loc[:-1]
+    fields = _fields_at(error_loc[:-1], root)
+    same = next((f for f in fields if _normal(f) == _normal(key)), None)
+    if same is not None:  # D_model, vocab-size
+        return _FieldHint(f"did you mean {same!r}?", (*section, same))
+    tag_field = next((f for f in TAG_FIELDS if f in fields), None)
+    if key in TAG_FIELDS and tag_field is not None:  # `type:` in a section whose variant is its `family:`
+        return _FieldHint(f"did you mean {tag_field!r}?", None)
+    homes = _homes(root)
+    if key in homes and (key not in TAG_FIELDS or len({h[0] for h in homes[key]}) == 1):  # most have `type:`
+        return _belongs(key, key, homes[key], section)
+    alias = FIELD_ALIASES.get(_normal(key))
+    if alias is not None and alias in fields:
+        return _FieldHint(f"did you mean {alias!r}?", (*section, alias))
+    if alias is not None and alias in homes:
+        return _belongs(key, alias, homes[alias], section)
+    close = _suggest(key, fields)
+    if close is not None:
+        return _FieldHint(f"did you mean {close!r}?", (*section, close))
+    return _FieldHint(f"expected one of {_choices(fields)}", None)
+
+
+Home = tuple[tuple[str, ...], str | None, tuple[Any, ...]]  # section, tag field, the variants with it
+
+
+def _belongs(key: str, name: str, homes: list[Home], section: Loc) -> _FieldHint:
+    """Where field ``name`` (which the unknown ``key`` is, or stands for) lives: in another
+    variant of this section, below it, or elsewhere in the spec (the nearest first)."""
+    meant = "" if key == name else f"did you mean {name!r}? it "
+    subject = meant or f"{key!r} "
+    here = tuple(str(p) for p in section)
+    variants = [h for h in homes if h[0] == here and h[1] is not None]
+    if variants:  # theta in positional: {type: learned}
+        _, tag_field, tags = variants[0]
+        return _FieldHint(f"{subject}is a field of {tag_field} {' or '.join(map(repr, tags))}", None)
+    nearest = [h for h in homes if h[0][: len(here)] == here] or homes  # below this section, if any
+    depth = min(len(h[0]) for h in nearest)
+    chosen = [h for h in nearest if len(h[0]) == depth][:3]
+    places = []
+    for path, tag_field, tags in chosen:
+        where = f"under `{'.'.join(path)}:`" if path else "at the top level"
+        if tag_field is not None and len(tags) <= 2:
+            where += f" ({tag_field} {' or '.join(map(repr, tags))})"
+        places.append(where)
+    target = (*chosen[0][0], name) if len(chosen) == 1 else None
+    return _FieldHint(f"{subject}belongs {' or '.join(places)}", target)
+
+
+def _homes(root: type[BaseModel]) -> dict[str, list[Home]]:
+    """Every field of the schema under ``root`` -> the sections that have it (dotted as in the
+    file, with the variants that have it where the section has several and not all of them do)."""
+    out: dict[str, list[Home]] = {}
+
+    def visit(classes: list[type[BaseModel]], path: tuple[str, ...], depth: int) -> None:
+        if depth > MAX_DEPTH:
+            return
+        tag_field = next((f for f in TAG_FIELDS if all(f in c.model_fields for c in classes)), None)
+        names = list(dict.fromkeys(n for c in classes for n in c.model_fields))
+        for name in names:
+            having = [c for c in classes if name in c.model_fields]
+            some = len(having) < len(classes) and tag_field is not None
+            out.setdefault(name, []).append((path, tag_field if some else None, tuple(map(_tag, having))))
+            subs = list(dict.fromkeys(m for c in having for m in _models_in(c.model_fields[name].annotation)))
+            if subs:
+                visit(subs, (*path, name), depth + 1)
+
+    visit([root], (), 0)
+    return out
+
+
+def _section_hint(loc: Loc, found: Any, classes: list[type[BaseModel]]) -> str | None:
+    """How to write a section given as something other than a mapping of its fields."""
+    name = loc[-1] if loc else "the section"
+    if found is None:
+        return f"indent the section's fields under `{name}:`, or remove the line to keep its defaults"
+    if isinstance(found, list) and found and all(isinstance(i, dict) and len(i) == 1 for i in found):
+        return f"write its fields without `- `: `{name}:` holds a mapping, not a list"
+    tag_field = next((f for f in TAG_FIELDS if any(f in c.model_fields for c in classes)), None)
+    if tag_field is not None and isinstance(found, str):  # norm: rmsnorm
+        names = [c.model_fields[tag_field].annotation for c in classes if tag_field in c.model_fields]
+        tags = list(dict.fromkeys(str(t) for a in names for t in _literals(a)))
+        tag = _suggest(found, tags, VALUE_ALIASES)
+        if tag is not None:
+            return f"write `{name}: {{{tag_field}: {tag}}}`"
+    if isinstance(found, bool | float | int):
+        kind = bool if isinstance(found, bool) else type(found)
+        same = [
+            n
+            for c in classes[:1]
+            for n, info in c.model_fields.items()
+            if type(info.default) is kind or (kind is int and type(info.default) is float)
+        ]
+        if same:  # dropout: 0.1, bias: false
+            shown = yaml.safe_dump(found).split("\n")[0]
+            return f"set each field: `{name}: {{{', '.join(f'{n}: {shown}' for n in same)}}}`"
+    return None
+
+
+NONE_WORDS = {"none", "null", "nil", "~"}
+
+
+def _type_hint(kind: str, found: Any, error_loc: Loc, root: type[BaseModel]) -> str | None:
+    """How to write ``found`` as the type the field takes, where that is clear."""
+    info = _field_info(error_loc, root)
+    optional = info is not None and _accepts_none(info.annotation)
+    if isinstance(found, str) and found.strip().lower() in NONE_WORDS and optional:
+        return "write null (YAML's word for no value), or leave the field out for its default"
+    if kind in {"int_type", "int_parsing", "int_from_float"}:
+        number = _whole_number(found)
+        if number is None:
+            return None
+        if isinstance(found, float):
+            return f"write {number}: the field takes a whole number, without a decimal point or exponent"
+        if str(number) == found.strip():
+            return f"write {number} without quotes: quoted, it is text"
+        if re.fullmatch(r"[-+]?[\d.]+[eE][-+]?\d+", found.strip()):
+            return f"write {number}: YAML 1.1 reads {found.strip()} as text, not as a number"
+        return f"write {number}"
+    if kind == "float_parsing" and isinstance(found, str):
+        percent = re.fullmatch(r"\s*([-+]?\d+(?:\.\d+)?)\s*%\s*", found)
+        if percent:
+            return f"write {float(percent.group(1)) / 100:g}: a fraction, not a percentage"
+        return None
+    if kind in {"bool_parsing", "bool_type"}:
+        return "write true or false" + (", or null for the default" if optional else "")
+    if kind in {"list_type", "tuple_type"}:
+        if isinstance(found, str):
+            items = [i.strip() for i in found.strip().strip("[]()").split(",") if i.strip()]
+            return f"write a list: [{', '.join(items)}]"
+        if isinstance(found, dict) and all(not isinstance(v, dict | list) for v in found.values()):
+            shown = ", ".join(yaml.safe_dump(v).split("\n")[0] for v in found.values())
+            return f"write a list: [{shown}]"
+    return None
+
+
+def _whole_number(found: Any) -> int | None:
+    """The whole number that ``found`` (32.0, '1e4', '10,000', '10k') writes another way."""
+    if isinstance(found, float):
+        return int(found) if found.is_integer() else None
+    if not isinstance(found, str):
+        return None
+    text = found.strip().replace(",", "").replace("_", "")
+    scale = {"k": 1_000, "m": 1_000_000}.get(text[-1:].lower(), 1)
+    text = text[:-1] if scale > 1 else text
+    try:
+        value = float(text) * scale
+    except ValueError:
+        return None
+    return int(value) if math.isfinite(value) and value.is_integer() and abs(value) < 2**63 else None
+
+
+def _field_info(loc: Loc, root: type[BaseModel]) -> Any:
+    classes = [c for c in _walk(loc[:-1], root) if loc and loc[-1] in c.model_fields]
+    return classes[0].model_fields[str(loc[-1])] if classes else None
+
+
+def _literals(annotation: Any) -> list[Any]:
+    """The values a ``Literal`` annotation (inside Optional or Annotated too) allows."""
+    origin = typing.get_origin(annotation)
+    if origin is typing.Literal:
+        return list(typing.get_args(annotation))
+    if origin in (typing.Union, types.UnionType, typing.Annotated):
+        return [v for arg in typing.get_args(annotation) for v in _literals(arg)]
+    return []
+
+
+def _accepts_none(annotation: Any) -> bool:
+    if annotation is type(None):
+        return True
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType, typing.Annotated):
+        return any(_accepts_none(arg) for arg in typing.get_args(annotation))
+    return False
 
 
 def _choices(choices: Sequence[Any]) -> str:
@@ -552,17 +958,6 @@ def _fields_at(loc: Loc, root: type[BaseModel]) -> list[str]:
     """Field names of the section at a Pydantic loc, following union tags."""
     candidates = _walk(loc, root)
     return list(dict.fromkeys(name for cls in candidates for name in cls.model_fields))
-
-
-def _nested_fields(loc: Loc, root: type[BaseModel]) -> dict[str, str]:
-    """For a misplaced key: field name -> the subsection (below loc) that owns it."""
-    owners: dict[str, str] = {}
-    for cls in _walk(loc, root):
-        for name, info in cls.model_fields.items():
-            for sub in _models_in(info.annotation):
-                for field in sub.model_fields:
-                    owners.setdefault(field, name)
-    return owners
 
 
 def _walk(loc: Loc, root: type[BaseModel]) -> list[type[BaseModel]]:

@@ -1284,15 +1284,18 @@ class Spec(Section):
     def _rules(self) -> Spec:
         rules = Rules()
         families = self.task.families
+        fits = self.model.family in families
         rules.require(
-            self.model.family in families,
+            fits,
             ("task", "type"),
             f"task {self.task.type!r} needs a model of family {' or '.join(map(repr, families))}, "
             f"found {self.model.family!r}",
             f"set model.family: {families[0]}, or a task for {self.model.family} models: "
             f"{_choices(t for t, s in TASK_SECTIONS.items() if self.model.family in s.families)}",
         )
-        if self.data is not None and self.data.builtin is not None:
+        # A task for another family (the default causal_lm for a ViT without `task:`) is one mistake:
+        # the rules that join the task with the data or the model would report it again.
+        if fits and self.data is not None and self.data.builtin is not None:
             rules.require(
                 self.data.builtin in self.task.builtin_data,
                 ("data", "builtin"),
@@ -1302,7 +1305,7 @@ class Spec(Section):
                 f"{_choices(t for t, s in TASK_SECTIONS.items() if self.data.builtin in s.builtin_data)}",
             )
         for field in SPLIT_FIELDS:
-            if self.data is not None and getattr(self.data, field) is not None:
+            if fits and self.data is not None and getattr(self.data, field) is not None:
                 rules.require(
                     field in self.task.data_splits,
                     ("data", field),
@@ -1311,7 +1314,7 @@ class Spec(Section):
                     f"{_choices(t for t, s in TASK_SECTIONS.items() if field in s.data_splits)}",
                 )
         rules.require(
-            self.train.loss_chunk_tokens is None or self.task.chunked_loss,
+            not fits or self.train.loss_chunk_tokens is None or self.task.chunked_loss,
             ("train", "loss_chunk_tokens"),
             f"task {self.task.type!r} computes its loss in one piece",
             "leave train.loss_chunk_tokens out, or use a task whose loss runs in chunks: "
@@ -1330,12 +1333,13 @@ class Spec(Section):
         context = self.train.context_length or self.model.max_seq_len
         given = self.train.context_length is not None
         rules.require(
-            context >= shortest,
+            not fits or context >= shortest,
             ("train", "context_length") if given else ("model", "max_seq_len"),
             f"a {self.task.type} example is {example}: {shortest} tokens, more than a context of {context}",
             f"raise it to {shortest} at least",
         )
-        self.task.check(self.model, rules)
+        if fits:
+            self.task.check(self.model, rules)
         rules.check()
         if self.train.context_length is None:
             self._resolve(train=self.train.model_copy(update={"context_length": self.model.max_seq_len}))
