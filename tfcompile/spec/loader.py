@@ -683,7 +683,6 @@ VALUE_ALIASES = {
     "gpt": "decoder",
     "bert": "encoder",
     "t5": "encoder_decoder",
-    "seq2seq": "encoder_decoder",
     "clm": "causal_lm",
     "mlm": "masked_lm",
     "translation": "seq2seq",
