@@ -309,8 +309,10 @@ def write(model: Any, kind: str, folder: Path, placed: dict[str, int] | None = N
     ``placed`` ids, if given) or, for "image", an image processor."""
     model.save_pretrained(folder)
     if kind == "image":
-        size = model.config.image_size
-        processor = C.ViTImageProcessor(size={"height": size, "width": size}, image_mean=[0.4, 0.5, 0.6])
+        size, channels = model.config.image_size, model.config.num_channels
+        size = size[0] if isinstance(size, list | tuple) else size
+        mean, std = [round(0.4 + 0.1 * c, 3) for c in range(channels)], [0.5] * channels  # one per channel
+        processor = C.ViTImageProcessor(size={"height": size, "width": size}, image_mean=mean, image_std=std)
         processor.save_pretrained(folder)
     else:
         tokenizer(kind, placed or {}).save_pretrained(folder)
@@ -413,14 +415,15 @@ AUTO = {
 
 
 def from_pretrained(folder: Path, loading_info: bool = False) -> Any:
-    """The folder as transformers reads it (ties and unties as it decides); with ``loading_info``,
-    also the tensors it found missing, unexpected or mismatched."""
+    """The folder as transformers reads it (ties and unties as it decides), in float32 as tfcompile
+    imports it whatever config.json's dtype says; with ``loading_info``, also the tensors it found
+    missing, unexpected or mismatched."""
     architecture = json.loads((folder / "config.json").read_text())["architectures"][0]
     auto = next(getattr(transformers, cls) for suffix, cls in AUTO.items() if architecture.endswith(suffix))
     if loading_info:
-        model, info = auto.from_pretrained(folder, output_loading_info=True)
+        model, info = auto.from_pretrained(folder, output_loading_info=True, dtype=torch.float32)
         return model.eval(), info
-    return auto.from_pretrained(folder).eval()
+    return auto.from_pretrained(folder, dtype=torch.float32).eval()
 
 
 class Imported:
