@@ -180,7 +180,6 @@ def rope(**fields: Any) -> dict[str, Any]:
 
 LLAMA3 = dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0)
 YARN = dict(rope_type="yarn", factor=4.0, original_max_position_embeddings=8)
-BUG_CONFIG = "read as transformers does: fixed in the next commit"
 BUG_NAMES = "named by its config field: fixed in a later commit"
 # A token id in range that is not 0 (the special tokens' ids do not change the computation).
 IDS = dict(pad_token_id=3, bos_token_id=5, eos_token_id=6)
@@ -259,19 +258,12 @@ def llama_family(f: str) -> list[Case]:
             slow=f != "llama",
         ),
         # a top-level original_max_position_embeddings (Phi-3's way) is read over the dict's
-        case(
-            f,
-            json={"original_max_position_embeddings": 4},
-            **rope(**LLAMA3),
-            slow=f != "llama",
-            bug=BUG_CONFIG,
-        ),
+        case(f, json={"original_max_position_embeddings": 4}, **rope(**LLAMA3), slow=f != "llama"),
         case(  # (1000 in the dict, 4 read: another ramp)
             f,
             json={"original_max_position_embeddings": 4},
             **rope(rope_type="yarn", factor=4.0, original_max_position_embeddings=1000),
             slow=True,
-            bug=BUG_CONFIG,
         ),
         case(f, outcome="partial_rotary_factor", json={"partial_rotary_factor": 0.5}, slow=f != "llama"),
         case(
@@ -384,7 +376,6 @@ CASES: list[Case] = [
         sliding_window=6,
         json={"layer_types": ["full_attention", "full_attention"]},
         spec={"max_seq_len": 6},
-        bug=BUG_CONFIG,
     ),
     case("mistral", sliding_window=6, json={"use_sliding_window": False, "max_window_layers": 5}, slow=True),
     case("mistral", json={"attention_bias": True, "mlp_bias": True}, spec={"bias.qkv": False}, slow=True),

@@ -79,6 +79,9 @@ def rope_section(config: Config, head_dim: int) -> dict[str, Any]:
     max_positions = config.get("max_position_embeddings", 2048)
     if kind == "dynamic":  # transformers scales from max_position_embeddings, whatever else is said
         params["original_max_position_embeddings"] = max_positions
+    top = config.get("original_max_position_embeddings")
+    if kind in ("llama3", "yarn") and top is not None:  # Phi-3's place for it, read over the dict's
+        params["original_max_position_embeddings"] = top
     params.setdefault("original_max_position_embeddings", max_positions)
     if kind == "yarn" and params.get("factor") is None:
         params["factor"] = max_positions / params["original_max_position_embeddings"]
@@ -97,18 +100,22 @@ def rope_section(config: Config, head_dim: int) -> dict[str, Any]:
 def context(config: Config) -> int:
     """The context: ``max_position_embeddings``, or the sliding window when a layer slides and it
     is shorter (within the window, sliding attention is plain causal attention). Which layers
-    slide: ``layer_types``, or where a config has none, every Mistral layer and the Qwen2 layers
-    from ``max_window_layers`` on, as transformers derives them."""
+    slide: every Mistral layer (``MistralForCausalLM`` reads no ``layer_types``: AutoModel loads
+    a Mistral config that has them as Ministral, which reads them; within the window the two
+    agree); else ``layer_types``, or where a config has none, the Qwen2 layers from
+    ``max_window_layers`` on, as transformers derives them."""
     length = config.get("max_position_embeddings", 2048)
     window = config.get("sliding_window")
     layer_types = config.get("layer_types") or []
-    if layer_types:
+    if config.data.get("model_type") == "mistral":
+        windowed = True
+    elif layer_types:
         windowed = "sliding_attention" in layer_types
     elif config.data.get("model_type") == "qwen2":
         first = config.get("max_window_layers", 28)
         windowed = config.get("use_sliding_window", False) and first < config.get("num_hidden_layers", 32)
     else:
-        windowed = config.data.get("model_type") == "mistral"
+        windowed = False
     if windowed and window and window < length:
         warnings.warn(
             HFWarning(
