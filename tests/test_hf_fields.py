@@ -180,7 +180,6 @@ def rope(**fields: Any) -> dict[str, Any]:
 
 LLAMA3 = dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0)
 YARN = dict(rope_type="yarn", factor=4.0, original_max_position_embeddings=8)
-BUG_NAMES = "named by its config field: fixed in a later commit"
 # A token id in range that is not 0 (the special tokens' ids do not change the computation).
 IDS = dict(pad_token_id=3, bos_token_id=5, eos_token_id=6)
 
@@ -204,9 +203,7 @@ def llama_family(f: str) -> list[Case]:
         case(f, head_dim=4, slow=True),
         case(f, num_key_value_heads=1, spec={"n_kv_heads": 1}, slow=slow),  # MQA
         case(f, num_key_value_heads=4, slow=True),  # MHA
-        case(
-            f, outcome="num_key_value_heads", num_key_value_heads=3, slow=f != "llama", bug=BUG_NAMES
-        ),  # not a divisor
+        case(f, outcome="num_key_value_heads", num_key_value_heads=3, slow=f != "llama"),  # not a divisor
         case(f, tie_word_embeddings=True, spec={"tie_embeddings": True}, slow=slow),
         case(f, rms_norm_eps=1e-2, slow=slow),
         case(f, hidden_act="gelu", spec={"activation": "geglu"}, slow=slow),
@@ -217,9 +214,7 @@ def llama_family(f: str) -> list[Case]:
         ),  # a gated ReLU is not in the spec
         case(f, outcome="hidden_act", hidden_act="quick_gelu", slow=True),
         case(f, initializer_range=0.5, slow=slow),
-        case(
-            f, initializer_range=0.0, slow=True, bug=BUG_NAMES
-        ),  # initialisation only: never read by an import
+        case(f, initializer_range=0.0, slow=True),  # initialisation only: never read by an import
         case(f, attention_dropout=0.3, slow=slow),  # training only
         case(f, use_cache=False, slow=True),
         case(f, slow=True, **IDS),
@@ -229,7 +224,7 @@ def llama_family(f: str) -> list[Case]:
         # RoPE: theta, each scaling type, as transformers 5 writes it and 4 (legacy keys)
         case(f, **{"rope_parameters": {"rope_theta": 500.0, "rope_type": "default"}}, slow=slow),
         case(f, **rope(rope_type="linear", factor=2.0), slow=f != "llama"),
-        case(f, outcome="rope_parameters", **rope(rope_type="linear", factor=0.5), slow=True, bug=BUG_NAMES),
+        case(f, outcome="rope_parameters", **rope(rope_type="linear", factor=0.5), slow=True),
         case(f, **rope(rope_type="dynamic", factor=2.0), slow=f != "llama"),
         # dynamic scales from max_position_embeddings, whatever original_max_position_embeddings says
         case(f, **rope(rope_type="dynamic", factor=2.0, original_max_position_embeddings=8), slow=True),
@@ -241,7 +236,7 @@ def llama_family(f: str) -> list[Case]:
         case(f, **rope(**YARN, attention_factor=1.3), slow=True),
         case(f, **rope(**YARN, beta_fast=8, beta_slow=2, truncate=False), slow=slow),
         case(f, **rope(rope_type="yarn", factor=1.0, original_max_position_embeddings=8), slow=True),
-        case(f, outcome="rope_parameters", **rope(**YARN, attention_factor=0.0), slow=True, bug=BUG_NAMES),
+        case(f, outcome="rope_parameters", **rope(**YARN, attention_factor=0.0), slow=True),
         case(f, **rope(**LLAMA3, original_max_position_embeddings=8), slow=slow),
         case(f, **rope(**LLAMA3), slow=True),  # original: max_position_embeddings
         case(
@@ -249,7 +244,6 @@ def llama_family(f: str) -> list[Case]:
             outcome="rope_parameters",
             **rope(rope_type="llama3", factor=8.0, low_freq_factor=4.0, high_freq_factor=4.0),
             slow=True,
-            bug=BUG_NAMES,
         ),
         case(
             f,
@@ -469,7 +463,7 @@ CASES: list[Case] = [
     case("bert_cls", outcome="problem_type", problem_type="regression", slow=True),
     case("bert_cls", problem_type="single_label_classification", slow=True),
     # a sentence classifier's bundle reads the second sentence of a pair as segment 1
-    case("bert_cls", outcome="type_vocab_size", type_vocab_size=1, slow=True, bug=BUG_NAMES),
+    case("bert_cls", outcome="type_vocab_size", type_vocab_size=1, slow=True),
     case("bert_pretraining", type_vocab_size=3, hidden_act="gelu_new", tie_word_embeddings=False),
     # ----------------------------------------------------------------------------- T5
     case(  # the fields that take any value at once: each row below sets one
@@ -511,14 +505,8 @@ CASES: list[Case] = [
     case("t5", relative_attention_num_buckets=9, relative_attention_max_distance=7, slow=True),
     case("t5", relative_attention_num_buckets=4, relative_attention_max_distance=5, slow=True),
     case("t5", relative_attention_num_buckets=32, relative_attention_max_distance=128, slow=True),
-    case("t5", outcome="relative_attention_max_distance", relative_attention_max_distance=4, bug=BUG_NAMES),
-    case(
-        "t5",
-        outcome="relative_attention_num_buckets",
-        relative_attention_num_buckets=2,
-        slow=True,
-        bug=BUG_NAMES,
-    ),
+    case("t5", outcome="relative_attention_max_distance", relative_attention_max_distance=4),
+    case("t5", outcome="relative_attention_num_buckets", relative_attention_num_buckets=2, slow=True),
     case("t5", layer_norm_epsilon=1e-2, slow=True),
     # transformers 5 ties T5's head whatever tie_word_embeddings says; False drops the output scale
     case("t5", tie_word_embeddings=False, spec={"scale_output": False}),
@@ -557,9 +545,7 @@ CASES: list[Case] = [
     case("vit", image_size=12, patch_size=4, slow=True),
     case("vit", image_size=8, patch_size=8, slow=True),
     case("vit", image_size=8, patch_size=2, slow=True),
-    case(
-        "vit", outcome="patch_size", image_size=10, patch_size=4, bug=BUG_NAMES
-    ),  # transformers floors the patches
+    case("vit", outcome="patch_size", image_size=10, patch_size=4),  # transformers floors the patches
     case("vit", json={"image_size": [8, 8], "patch_size": [4, 4]}, slow=True),
     case("vit", outcome="image_size", json={"image_size": [8, 16]}, slow=True),
     case("vit", num_channels=1, spec={"channels": 1}, slow=True),

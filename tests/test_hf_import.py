@@ -213,8 +213,23 @@ def test_a_tie_saved_under_both_names_and_half_precision(
         ("t5_v1_1", {"architectures": ["T5EncoderModel"]}, ["architectures"]),
         ("vit", {"num_channels": 1}, ["image_mean: [0.4, 0.5, 0.6] is not one value per channel (1)"]),
         # Sizes transformers accepts and the spec's rules do not (it floors the patches that fit).
-        ("vit", {"image_size": 10}, ["model.patch_size: must divide image_size (10), found 4, in the spec"]),
-        ("t5_v1_0", {"relative_attention_max_distance": 4}, ["model.positional.max_distance: must exceed"]),
+        # ... each named by the config field it was read from, and the spec field it became.
+        (
+            "vit",
+            {"image_size": 10},
+            ["patch_size (the spec's model.patch_size): must divide image_size (10), found 4, in the spec"],
+        ),
+        (
+            "t5_v1_0",
+            {"relative_attention_max_distance": 4},
+            ["relative_attention_max_distance (the spec's model.positional.max_distance): must exceed"],
+        ),
+        ("llama", {"num_key_value_heads": 3}, ["num_key_value_heads (the spec's model.n_kv_heads): n_heads"]),
+        (
+            "llama",
+            {"rope_parameters": {"rope_type": "linear", "factor": 0.5}},
+            ["rope_parameters.factor (the spec's model.positional.scaling.factor)"],
+        ),
     ],
 )
 def test_what_cannot_be_converted_is_refused_by_name(

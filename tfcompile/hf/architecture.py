@@ -109,6 +109,9 @@ class Imported:
     model: dict[str, Any]
     task: dict[str, Any]
     tokens: dict[str, str] | None = None
+    # Spec fields -> the config.json fields this config gave them from, where they differ from the
+    # architecture's ``sources`` (a RoPE dict saved as rope_scaling or as rope_parameters).
+    sources: dict[str, str] = field(default_factory=dict)
 
 
 class Architecture(ABC):
@@ -119,6 +122,9 @@ class Architecture(ABC):
     # Names accepted in a checkpoint before the body's tensor names (saved from a head class, or not).
     prefixes: ClassVar[tuple[str, ...]] = ()
     ignored: ClassVar[tuple[str, ...]] = ()  # substrings of tensor names that hold no weights
+    # Spec fields (dotted, from ``model.`` or ``task.``) -> the config.json field each is read
+    # from, so that a value the spec's rules refuse is named as the config says it.
+    sources: ClassVar[dict[str, str]] = {}
 
     @abstractmethod
     def read(self, config: Config, architecture: str, tensors: Tensors) -> Imported:
@@ -166,6 +172,16 @@ def register(*model_types: str) -> Callable[[type[Architecture]], type[Architect
     return add
 
 
+def source(path: str, sources: dict[str, str]) -> str | None:
+    """The config.json field a spec field (``model.positional.scaling.factor``) was read from: the
+    longest of ``sources`` it is or lies under, with the rest of the path after it
+    (``rope_parameters.factor``); None where no config field gave it."""
+    for prefix in sorted(sources, key=len, reverse=True):
+        if path == prefix or path.startswith(prefix + "."):
+            return sources[prefix] + path[len(prefix) :]
+    return None
+
+
 def tied(config: Config, tensors: Tensors, head: str, embeddings: str, default: bool) -> bool:
     """Whether the output head is the embedding table, as transformers decides: the config says
     so, unless the checkpoint holds a head that differs from the table."""
@@ -177,6 +193,13 @@ def tied(config: Config, tensors: Tensors, head: str, embeddings: str, default: 
 def dropout(p: Any) -> float:
     """A dropout probability from a config (null: none)."""
     return float(p) if p is not None and 0 <= float(p) < 1 else 0.0
+
+
+def init_std(config: Config) -> float:
+    """``model.init_std`` from ``initializer_range``: it only draws a new model's weights (an import's
+    are the checkpoint's), so a range the spec cannot hold (0: transformers' zeros) is the default."""
+    value = config.get("initializer_range", 0.02)
+    return float(value) if isinstance(value, int | float) and value > 0 else 0.02
 
 
 def contiguous(state: State) -> State:

@@ -5,7 +5,7 @@ dense layer on [CLS]) under the sentence-level heads."""
 from __future__ import annotations
 
 import warnings
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
@@ -20,6 +20,7 @@ from tfcompile.hf.architecture import (
     Tensors,
     contiguous,
     dropout,
+    init_std,
     register,
     tied,
     zeros_if_none,
@@ -59,6 +60,22 @@ MLM_HEAD = (
 class Bert(Architecture):
     prefixes = ("bert.",)
     ignored = ("embeddings.position_ids",)  # a buffer in old checkpoints
+    sources: ClassVar[dict[str, str]] = {
+        "model.vocab_size": "vocab_size",
+        "model.max_seq_len": "max_position_embeddings",
+        "model.d_model": "hidden_size",
+        "model.n_layers": "num_hidden_layers",
+        "model.n_heads": "num_attention_heads",
+        "model.d_ff": "intermediate_size",
+        "model.activation": "hidden_act",
+        "model.norm.eps": "layer_norm_eps",
+        "model.type_vocab_size": "type_vocab_size",
+        "model.dropout.embedding": "hidden_dropout_prob",
+        "model.dropout.residual": "hidden_dropout_prob",
+        "model.dropout.attention": "attention_probs_dropout_prob",
+        "model.init_std": "initializer_range",
+        "task.labels": "id2label",
+    }
 
     def read(self, config: Config, architecture: str, tensors: Tensors) -> Imported:
         task, mlm = HEADS.get(architecture, HEADS["BertForMaskedLM"])
@@ -102,7 +119,7 @@ class Bert(Architecture):
                 "residual": hidden_dropout,
                 "attention": dropout(config.get("attention_probs_dropout_prob", 0.1)),
             },
-            "init_std": config.get("initializer_range", 0.02),
+            "init_std": init_std(config),
         }
         return Imported(model, task)
 

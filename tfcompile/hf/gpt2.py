@@ -4,7 +4,7 @@ Conv1D layers store weights as (in, out), the transpose of ``nn.Linear``'s."""
 from __future__ import annotations
 
 import warnings
-from typing import Any
+from typing import Any, ClassVar
 
 from tfcompile.hf.architecture import (
     ACTIVATIONS,
@@ -17,6 +17,7 @@ from tfcompile.hf.architecture import (
     Tensors,
     contiguous,
     dropout,
+    init_std,
     output_scale,
     register,
     tied,
@@ -31,6 +32,21 @@ from tfcompile.spec.schema import CausalLMTask, DecoderSpec, LearnedPositional
 class GPT2(Architecture):
     prefixes = ("transformer.",)
     ignored = (".attn.bias", ".attn.masked_bias")  # the causal mask, a buffer
+    sources: ClassVar[dict[str, str]] = {
+        "model.vocab_size": "vocab_size",
+        "model.max_seq_len": "n_positions",
+        "model.d_model": "n_embd",
+        "model.n_layers": "n_layer",
+        "model.n_heads": "n_head",
+        "model.d_ff": "n_inner",
+        "model.activation": "activation_function",
+        "model.norm.eps": "layer_norm_epsilon",
+        "model.dropout.embedding": "embd_pdrop",
+        "model.dropout.attention": "attn_pdrop",
+        "model.dropout.residual": "resid_pdrop",
+        "model.init_std": "initializer_range",
+        "model.attention_scale": "scale_attn_weights",
+    }
 
     def read(self, config: Config, architecture: str, tensors: Tensors) -> Imported:
         config.require(
@@ -64,7 +80,7 @@ class GPT2(Architecture):
                 "attention": dropout(config.get("attn_pdrop", 0.1)),
                 "residual": dropout(config.get("resid_pdrop", 0.1)),
             },
-            "init_std": config.get("initializer_range", 0.02),
+            "init_std": init_std(config),
         }
         if not config.get("scale_attn_weights", True):  # q.k unscaled
             model["attention_scale"] = 1.0

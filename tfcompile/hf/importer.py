@@ -25,7 +25,7 @@ import yaml
 from tfcompile.expansion import excess
 from tfcompile.files import PREPROCESSING_FILE, TOKENIZER_FILE, atomic_write_text
 from tfcompile.hf import bert, gpt2, llama, t5, vit  # noqa: F401 (each registers its architecture)
-from tfcompile.hf.architecture import ARCHITECTURES, Architecture, Config, Tensors
+from tfcompile.hf.architecture import ARCHITECTURES, Architecture, Config, Tensors, source
 from tfcompile.hf.errors import HFError, Problem, refuse
 from tfcompile.hf.folder import (
     CONFIG,
@@ -91,11 +91,7 @@ def import_folder(folder: Path, name: str, specs_dir: Path, runs_dir: Path) -> I
     try:
         spec = parse_spec(text, source=str(spec_path))
     except SpecError as e:  # sizes transformers accepts and the spec's rules do not
-        problems = [
-            Problem(issue.path, f"{issue.message}, in the spec written from it", CANNOT_HOLD)
-            for issue in e.issues
-        ]
-        raise refuse(str(folder / CONFIG), problems) from None
+        raise refuse(str(folder / CONFIG), spec_problems(e, converter.sources | imported.sources)) from None
     preprocessing = image_preprocessing(folder, spec)
     state = converter.to_state(tensors, spec)
     left = tensors.left()
@@ -118,6 +114,17 @@ def import_folder(folder: Path, name: str, specs_dir: Path, runs_dir: Path) -> I
     specs_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_text(spec_path, text)
     return ImportResult(spec_path, run_dir, spec, model_type, head_class)
+
+
+def spec_problems(error: SpecError, sources: dict[str, str]) -> list[Problem]:
+    """The spec's refusals of values read from config.json, each named by the config field it was
+    read from (and the spec field it became)."""
+    problems = []
+    for issue in error.issues:
+        field = source(issue.path, sources)
+        named = f"{field} (the spec's {issue.path})" if field else issue.path
+        problems.append(Problem(named, f"{issue.message}, in the spec written from it", CANNOT_HOLD))
+    return problems
 
 
 def head_classof(data: dict[str, Any], folder: Path) -> str:

@@ -6,7 +6,7 @@ and v only. RoPE scaling reads both transformers 4's ``rope_scaling`` and 5's ``
 from __future__ import annotations
 
 import warnings
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
@@ -20,6 +20,7 @@ from tfcompile.hf.architecture import (
     Tensors,
     contiguous,
     dropout,
+    init_std,
     output_scale,
     register,
     tied,
@@ -132,6 +133,21 @@ def context(config: Config) -> int:
 class Llama(Architecture):
     prefixes = ("model.",)
     ignored = ("rotary_emb.inv_freq",)  # a buffer in old checkpoints
+    sources: ClassVar[dict[str, str]] = {
+        "model.vocab_size": "vocab_size",
+        "model.max_seq_len": "max_position_embeddings",
+        "model.d_model": "hidden_size",
+        "model.n_layers": "num_hidden_layers",
+        "model.n_heads": "num_attention_heads",
+        "model.n_kv_heads": "num_key_value_heads",
+        "model.head_dim": "head_dim",
+        "model.d_ff": "intermediate_size",
+        "model.activation": "hidden_act",
+        "model.positional.theta": "rope_theta",
+        "model.norm.eps": "rms_norm_eps",
+        "model.dropout.attention": "attention_dropout",
+        "model.init_std": "initializer_range",
+    }
 
     def read(self, config: Config, architecture: str, tensors: Tensors) -> Imported:
         config.require(
@@ -186,11 +202,15 @@ class Llama(Architecture):
             },
             "tie_embeddings": tie,
             "dropout": {"attention": dropout(config.get("attention_dropout", 0.0))},
-            "init_std": config.get("initializer_range", 0.02),
+            "init_std": init_std(config),
         }
         if head_dim * heads != d:
             model["head_dim"] = head_dim
-        return Imported(model, {"type": "causal_lm", "special_tokens": False})
+        rope = "rope_scaling" if config.get("rope_scaling") else "rope_parameters"
+        sources = {"model.positional.scaling": rope}
+        if model["max_seq_len"] != config.get("max_position_embeddings", 2048):
+            sources["model.max_seq_len"] = "sliding_window"
+        return Imported(model, {"type": "causal_lm", "special_tokens": False}, sources=sources)
 
     def to_state(self, tensors: Tensors, spec: Spec) -> State:
         embed = tensors.take("embed_tokens.weight")

@@ -7,7 +7,7 @@ and scales the last hidden state by d_model^-0.5 (``scale_output``); v1.1 unties
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, ClassVar
 
 from tfcompile.hf.architecture import (
     ACTIVATIONS,
@@ -43,6 +43,21 @@ DECODER_BIAS = "decoder.block.0.layer.0.SelfAttention.relative_attention_bias.we
 @register("t5")
 class T5(Architecture):
     ignored = ("EncDecAttention.relative_attention_bias",)  # old checkpoints; cross-attention has none
+    sources: ClassVar[dict[str, str]] = {
+        "model.vocab_size": "vocab_size",
+        "model.max_seq_len": "n_positions",
+        "model.d_model": "d_model",
+        "model.n_layers": "num_layers",
+        "model.n_decoder_layers": "num_decoder_layers",
+        "model.n_heads": "num_heads",
+        "model.head_dim": "d_kv",
+        "model.d_ff": "d_ff",
+        "model.activation": "feed_forward_proj",
+        "model.positional.num_buckets": "relative_attention_num_buckets",
+        "model.positional.max_distance": "relative_attention_max_distance",
+        "model.norm.eps": "layer_norm_epsilon",
+        "model.dropout": "dropout_rate",
+    }
 
     def read(self, config: Config, architecture: str, tensors: Tensors) -> Imported:
         config.require(

@@ -6,7 +6,7 @@ normalisation become the run's preprocessing."""
 from __future__ import annotations
 
 import warnings
-from typing import Any
+from typing import Any, ClassVar
 
 from tfcompile.hf.architecture import (
     ACTIVATIONS,
@@ -19,6 +19,7 @@ from tfcompile.hf.architecture import (
     Tensors,
     contiguous,
     dropout,
+    init_std,
     register,
     zeros_if_none,
 )
@@ -53,6 +54,23 @@ def side(config: Config, name: str, default: int) -> int:
 class ViT(Architecture):
     prefixes = ("vit.",)
     ignored = ("pooler.dense.",)  # ViTForImageClassification builds no pooler; a ViTModel's is unused
+    sources: ClassVar[dict[str, str]] = {
+        "model.image_size": "image_size",
+        "model.patch_size": "patch_size",
+        "model.channels": "num_channels",
+        "model.d_model": "hidden_size",
+        "model.n_layers": "num_hidden_layers",
+        "model.n_heads": "num_attention_heads",
+        "model.head_dim": "head_dim",
+        "model.d_ff": "intermediate_size",
+        "model.activation": "hidden_act",
+        "model.norm.eps": "layer_norm_eps",
+        "model.dropout.embedding": "hidden_dropout_prob",
+        "model.dropout.residual": "hidden_dropout_prob",
+        "model.dropout.attention": "attention_probs_dropout_prob",
+        "model.init_std": "initializer_range",
+        "task.labels": "id2label",
+    }
 
     def read(self, config: Config, architecture: str, tensors: Tensors) -> Imported:
         config.require(
@@ -83,7 +101,7 @@ class ViT(Architecture):
                 "residual": hidden_dropout,
                 "attention": dropout(config.get("attention_probs_dropout_prob", 0.0)),
             },
-            "init_std": config.get("initializer_range", 0.02),
+            "init_std": init_std(config),
         }
         if config.get("head_dim", d // heads) * heads != d:
             model["head_dim"] = config.get("head_dim")
