@@ -30,6 +30,7 @@ EXTRA = {
     "export-genai": ["--out", "o"],
     "export-hf": ["--out", "o"],
     "import": ["--name", "n"],
+    "plot": ["--out", "o.png"],
 }
 
 
@@ -91,6 +92,19 @@ def test_a_spec_too_broken_to_parse_is_still_a_spec(tmp_path: Path) -> None:
         (["summary", "{path}"], Kind.HF, "import it first: `tfcompile import {path} --name NAME`"),
         (["validate", "{path}"], Kind.STUDY, "train its trials with `tfcompile sweep {path}`"),
         (
+            ["compare", "{path}"],
+            Kind.SPEC,
+            "a spec, but `compare` takes a run folder or a study file or a folder of runs (a study's): "
+            "compare the runs trained from it (runs/NAME), or sweep a study with `base: {path}`",
+        ),
+        (
+            ["sweep", "{path}"],
+            Kind.SPEC,
+            "a spec, but `sweep` takes a study file: a study names it as its `base:`",
+        ),
+        (["compare", "{path}", "--out", "o"], Kind.BUNDLE, "compare the runs it was exported from"),
+        (["plot", "{path}", "--out", "o.png"], Kind.STUDY, "`plot` takes a run folder"),
+        (
             ["verify", "{path}"],
             Kind.MISSING,
             "nothing (no such file or folder), but `verify` takes a bundle: "
@@ -138,3 +152,12 @@ def test_export_of_a_spec_that_takes_sizes_from_its_data_says_to_train_it(
         f"its run {runs / 'quickstart'} exists: `tfcompile export {runs / 'quickstart'}`"
         in capsys.readouterr().err
     )
+
+
+def test_compare_given_a_results_csv_says_to_rebuild_its_report_with_from_csv(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "results.csv"
+    path.write_text("variant,baseline\n")
+    assert main(["compare", str(path)]) == 1
+    assert f"`tfcompile compare --from-csv {path}`" in capsys.readouterr().err

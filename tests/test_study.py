@@ -95,10 +95,10 @@ def test_compare_writes_report_csv_and_plots_and_rebuilds_the_report_from_the_cs
             assert image.format == "PNG"
             assert image.size[0] >= 600 and image.size[1] >= 400
             assert len(image.getcolors(1 << 16) or range(100)) > 10  # drawn, not blank
-    # Only the committed CSV (and study.json) is needed to rebuild the report exactly.
+    # The committed CSV (and study.json, and the plots it links) rebuild the report exactly.
     committed = tmp_path / "committed"
     committed.mkdir()
-    for name in (CSV_FILE, "study.json"):
+    for name in (CSV_FILE, "study.json", *PLOTS.values()):
         shutil.copyfile(out / name, committed / name)
     rebuilt = tmp_path / "rebuilt"
     assert main(["compare", "--from-csv", str(committed / CSV_FILE), "--out", str(rebuilt)]) == 0

@@ -1,7 +1,8 @@
 """Studies under hostile inputs and odd data: results.csv and study.json files that compare did not
 write, report folders that hold the user's files, trials a killed sweep left half-written, run
 folders whose names or metrics do not fit a report, plots of one seed or of losses that are not
-finite, and study files whose variants collide. Every problem is a named error that says what to
+finite, budgets changed between sweeps, and study files whose variants collide, whose base is no
+spec or whose budget is absurd. Every problem is a named error that says what to
 do; the report's numbers are checked against the run folders, computed here independently."""
 
 from __future__ import annotations
@@ -12,19 +13,23 @@ import json
 import math
 import shutil
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from PIL import Image
 from safetensors import safe_open
-from test_study import folder_of, write_study
+from test_study import SPEC, folder_of, write_study
 
 from tfcompile.cli import main
 from tfcompile.spec import load_spec
+from tfcompile.study.plan import Trial, plan_study
 from tfcompile.study.report import CSV_FILE, PLOTS, REPORT_FILE, read_csv
-from tfcompile.study.runs import read_run
+from tfcompile.study.runs import TRIAL_FILE, read_run
+from tfcompile.study.schema import load_study
+from tfcompile.study.sweep import LocalLauncher, Outcome, Say, Sweep
 from tfcompile.train.checkpoint import checkpoint_dir
+from tfcompile.train.lock import RunLock
 
 TRIALS = ["post-seed1", "pre-seed1", "post-seed2", "pre-seed2"]
 
@@ -289,6 +294,24 @@ def test_from_csv_into_another_folder_copies_the_csv_and_drops_what_it_does_not_
     assert {p.name for p in out.iterdir()} == {CSV_FILE, REPORT_FILE}  # no stale plots or study
 
 
+def test_a_report_rebuilt_where_its_plots_are_not_links_only_those_there(
+    report: Path, tmp_path: Path
+) -> None:
+    """Rebuilt from its CSV alone, it linked two images that were not beside it."""
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    shutil.copyfile(report / CSV_FILE, bare / CSV_FILE)
+    assert main(["compare", "--from-csv", str(bare / CSV_FILE)]) == 0
+    text = (bare / REPORT_FILE).read_text()
+    assert "![" not in text and "The plots were not drawn here" in text and "`tfcompile compare`" in text
+    shutil.copyfile(report / PLOTS["step"], bare / PLOTS["step"])
+    out = tmp_path / "out"
+    assert main(["compare", "--from-csv", str(bare / CSV_FILE), "--out", str(out)]) == 0
+    text = (out / REPORT_FILE).read_text()
+    assert f"]({PLOTS['step']})" in text and PLOTS["time"] not in text
+    assert "validation loss against wall time: not drawn here" in text
+
+
 def test_a_report_file_that_is_a_link_is_replaced_not_written_through(
     study: Path, report: Path, tmp_path: Path
 ) -> None:
@@ -339,6 +362,103 @@ def test_a_trial_whose_last_checkpoint_was_never_committed_is_resumed_not_report
     status, err = run_cli(["sweep", str(path)], capsys)
     assert status == 0 and err.count("finished already, skipped") == 3
     assert "trial 4 of 4: pre-seed2 finished" in err and read_run(run).state == "finished"
+
+
+class StopsAfterOne:
+    """Trains the first trial it is given, then stops as Ctrl-C would: a sweep cut short."""
+
+    def describe(self) -> str:
+        return "local"
+
+    def run(self, folder: Path, trials: list[tuple[int, Trial]], say: Say) -> Iterator[Outcome]:
+        yield from LocalLauncher().run(folder, trials[:1], say)
+        for k, trial in trials[1:2]:
+            yield k, trial, {"step": 0, "interrupted": True}
+
+
+def test_a_budget_raised_and_swept_only_partly_is_not_reported_as_a_mix_of_budgets(
+    study: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Each trial's runs/STUDY/TRIAL/spec.yaml said it was finished at its own 4 steps, so the
+    report mixed them with the trial trained to the new 6 (and a CSV of one steps column)."""
+    path = copy_study(study, tmp_path / "copy")
+    path.write_text(path.read_text().replace("budget: {steps: 4}", "budget: {steps: 6}"))
+    assert not Sweep(plan_study(load_study(path))).run(StopsAfterOne())
+    folder = folder_of(path)
+    assert read_run(folder / "post-seed1").step == 6 and read_run(folder / "pre-seed1").state == "finished"
+    for source in (path, folder):  # the study file, or the study's folder (its study.json)
+        status, err = run_cli(["compare", str(source), "--out", str(tmp_path / "out")], capsys)
+        assert status == 0
+        assert [(r.run, r.steps) for r in read_csv(tmp_path / "out" / CSV_FILE)] == [("post-seed1", 6)]
+        for name in TRIALS[1:]:
+            assert (
+                f"{folder / name} was trained for 4 steps, but the study plans 6: left out; "
+                f"run `tfcompile sweep {path}` again to train it on to step 6"
+            ) in err
+    assert main(["sweep", str(path)]) == 0
+    assert main(["compare", str(path), "--out", str(tmp_path / "out")]) == 0
+    assert {r.steps for r in read_csv(tmp_path / "out" / CSV_FILE)} == {6}
+
+
+def test_a_budget_raised_in_the_study_file_and_not_swept_is_not_reported_as_the_new_one(
+    study: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = copy_study(study, tmp_path / "copy")
+    path.write_text(path.read_text().replace("budget: {steps: 4}", "budget: {steps: 6}"))
+    status, err = run_cli(["compare", str(path), "--out", str(tmp_path / "out")], capsys)
+    assert status == 1 and "no finished runs to compare" in err
+    assert "was trained for 4 steps, but the study plans 6" in err and "(and 3 more)" in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_budget_lowered_below_the_steps_trials_trained_is_refused(
+    study: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The sweep skipped the 4-step trials as finished for a 2-step budget, and compare reported
+    them as the study's."""
+    path = copy_study(study, tmp_path / "copy")
+    path.write_text(path.read_text().replace("budget: {steps: 4}", "budget: {steps: 2}"))
+    status, err = run_cli(["sweep", str(path)], capsys)
+    assert status == 1 and "post-seed1 was trained to step 4, past the 2 steps the study now gives" in err
+    assert "another `name:`" in err
+    status, err = run_cli(["compare", str(path), "--out", str(tmp_path / "out")], capsys)
+    assert status == 1 and "was trained for 4 steps, but the study plans 2" in err and "lowered" in err
+
+
+def test_a_trial_killed_before_its_peak_memory_was_written_is_averaged_over_the_seeds_that_have_it(
+    study: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Killed after its last checkpoint, before trial.json: finished, without a peak memory. The
+    report showed the other seed's as the variant's without saying so."""
+    path = copy_study(study, tmp_path / "copy")
+    folder = folder_of(path)
+    (folder / "post-seed2" / TRIAL_FILE).unlink()
+    status, err = run_cli(["sweep", str(path)], capsys)
+    assert status == 0 and err.count("finished already, skipped") == 4
+    assert (
+        f"post-seed2 finished already, skipped; its peak memory was not recorded (stopped before "
+        f"{TRIAL_FILE} was written)"
+    ) in err and f"remove {folder / 'post-seed2'} and sweep again" in err
+    assert main(["compare", str(path), "--out", str(tmp_path / "out")]) == 0
+    rows = {r.run: r for r in read_csv(tmp_path / "out" / CSV_FILE)}
+    assert math.isnan(rows["post-seed2"].peak_memory_mb)
+    shown = table((tmp_path / "out" / REPORT_FILE).read_text())
+    assert shown["post"]["peak memory"] == f"{rows['post-seed1'].peak_memory_mb:,.0f} MB (1 of 2 seeds)"
+    measured = statistics.fmean(rows[name].peak_memory_mb for name in ("pre-seed1", "pre-seed2"))
+    assert shown["pre"]["peak memory"] == f"{measured:,.0f} MB"
+
+
+def test_a_trial_its_sweep_is_training_is_named_as_running_not_as_unfinished(
+    study: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = copy_study(study, tmp_path / "copy")
+    run = folder_of(path) / "pre-seed2"
+    lock = RunLock(run, "wait")
+    try:
+        status, err = run_cli(["compare", str(path), "--out", str(tmp_path / "out")], capsys)
+    finally:
+        lock.release()
+    assert status == 0 and f"{run} is running: left out; compare again when its sweep has finished it" in err
 
 
 # ---------------------------------------------------------------------- runs that do not fit a report
@@ -515,3 +635,86 @@ def test_match_parameters_adjusts_only_a_width_of_the_model(
     )
     status, err = run_cli(["sweep", str(path)], capsys)
     assert status == 2 and "match_parameters.field" in err and field in err and "model.d_ff" in err
+
+
+# ---------------------------------------------------------------------- study files' bases and budgets
+
+
+def no_spec(folder: Path) -> dict[str, Path]:
+    """Paths a study's `base:` may name that are no spec, by what they are."""
+    (folder / "other").mkdir()
+    study = write_study(folder / "other")
+    workflow = folder / "ci.yaml"
+    workflow.write_text("name: CI\non: push\njobs: {}\n")
+    notes = folder / "spec.txt"
+    notes.write_text("model: {}\n")
+    run = folder / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "spec.yaml").write_text("model: {}\n")
+    return {
+        "a study file": study,
+        "YAML without a spec's sections": workflow,
+        "a file that": notes,
+        "a run": run,
+    }
+
+
+@pytest.mark.parametrize(
+    ("what", "hint"),
+    [
+        ("a study file", "name the spec that study starts from"),
+        ("YAML without a spec's sections", "it has jobs, name, on"),
+        ("a file that", "a spec is a YAML file named .yaml or .yml"),
+        ("a run", "base: {base}/spec.yaml"),
+    ],
+)
+def test_a_base_that_is_no_spec_is_reported_at_the_studys_base(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], what: str, hint: str
+) -> None:
+    """It was read as a spec: its every line an error in its own file ("unknown field 'budget'"),
+    or a YAML 1.1 complaint about a workflow's `on:`."""
+    base = no_spec(tmp_path)[what]
+    path = write_study(tmp_path)
+    path.write_text(path.read_text().replace(f"base: {SPEC}", f"base: {base}"))
+    status, err = run_cli(["sweep", str(path)], capsys)
+    assert status == 2 and err.startswith(f"{path}:1:7: error: base: {base} is {what}")
+    assert hint.format(base=base) in err and f"1 error in {path}\n" in err
+    assert str(base) + ":" not in err  # nothing reported inside it
+    assert not (tmp_path / "runs").exists()
+
+
+BUDGETS = [
+    ("{steps: 99999999999999999999}", "budget.steps: expected less than or equal to 1000000000"),
+    ("{tokens: 99999999999999999999}", "budget.tokens: expected less than or equal to 1000000000000000000"),
+    (
+        "{tokens: 100000000000000}",
+        "1,562,500,000,000 steps of 64 tokens (batch_size x grad_accum x context_length) for variant "
+        "'post' (and 1 other variant), over the limit of 1,000,000,000 steps",
+    ),
+    ("{seconds: 1.0e+12}", "budget.seconds: expected less than or equal to 31622400"),
+]
+
+
+@pytest.mark.parametrize(("budget", "message"), BUDGETS, ids=["steps", "tokens", "token steps", "seconds"])
+def test_a_budget_of_absurd_steps_is_refused_at_the_budget_with_the_limit(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], budget: str, message: str
+) -> None:
+    """`budget: {tokens: 99999999999999999999}` planned 1.5e18 steps, and the sweep began them."""
+    path = write_study(tmp_path)
+    path.write_text(path.read_text().replace("budget: {steps: 4}", f"budget: {budget}"))
+    line = next(i for i, row in enumerate(path.read_text().splitlines(), 1) if row.startswith("budget:"))
+    status, err = run_cli(["sweep", str(path)], capsys)
+    assert status == 2 and f"{path}:{line}:" in err and message in err
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_wall_time_budget_whose_probe_gives_absurd_steps_is_refused_before_training(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fast model and a long budget: an hour at a microsecond a step would be 3.6e9 steps."""
+    monkeypatch.setattr("tfcompile.study.sweep.probe", lambda spec: (1e-6, 0.0))
+    path = write_study(tmp_path)
+    path.write_text(path.read_text().replace("budget: {steps: 4}", "budget: {seconds: 3600}"))
+    status, err = run_cli(["sweep", str(path)], capsys)
+    assert status == 1 and "3,600,000,000 steps, over the limit of 1,000,000,000" in err
+    assert not folder_of(path).exists()  # nothing trained, nothing written

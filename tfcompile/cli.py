@@ -141,8 +141,8 @@ def _compare(args: argparse.Namespace) -> int:
         if not args.sources:
             raise UsageError("give the runs, study folders or study files to compare")
         out, missing = compare([Path(s) for s in args.sources], Path(args.out or "report"))
-        for run in missing:
-            print(f"tfcompile compare: warning: {run} is not finished: left out", file=sys.stderr)
+        for left in missing:
+            print(f"tfcompile compare: warning: {left}", file=sys.stderr)
     print(f"wrote {out / 'report.md'}")
     return 0
 

@@ -68,7 +68,7 @@ def kind_of(path: str | Path) -> Kind:
         return Kind.FOLDER
     if path.suffix not in YAML_SUFFIXES or file_type(path) != REGULAR_FILE:
         return Kind.FILE
-    keys = _top_level_keys(path)
+    keys = top_level_keys(path)
     return Kind.STUDY if keys & STUDY_KEYS and "model" not in keys else Kind.SPEC
 
 
@@ -83,7 +83,7 @@ def file_type(path: str | Path) -> str:
     return next((name for test, name in FILE_TYPES if test(mode)), "a special file")
 
 
-def _top_level_keys(path: Path) -> set[str]:
+def top_level_keys(path: Path) -> set[str]:
     """The names at the start of a line followed by a colon: a block mapping's top-level keys,
     read without parsing (any file, however malformed, is recognised at once; the spec loader
     then reports where it is wrong). Only a regular file is opened: a FIFO would block."""
@@ -104,6 +104,10 @@ ADVICE: dict[Kind, dict[str, str]] = {
         "sample": "train it first (`tfcompile train {path}`), then `tfcompile sample runs/NAME`",
         "train": "start a new run with `tfcompile train {path}`; --resume takes the run folder it wrote",
         "export": "export a trained run (`tfcompile train {path}`, then `tfcompile export runs/NAME`)",
+        "compare": "compare the runs trained from it (runs/NAME), or sweep a study with `base: {path}` "
+        "(`tfcompile sweep STUDY`) and compare that",
+        "sweep": "a study names it as its `base:` with the variants and seeds to train: "
+        "`tfcompile sweep STUDY`; `tfcompile train {path}` trains it alone",
         "*": "train it with `tfcompile train {path}`, then `tfcompile export runs/NAME` for a bundle",
     },
     Kind.STUDY: {
@@ -115,6 +119,8 @@ ADVICE: dict[Kind, dict[str, str]] = {
         "summary": "summarise the spec it was trained with: `tfcompile summary {path}/spec.yaml`",
         "generate": "`tfcompile sample {path}` generates from a run; `tfcompile export {path}` makes the "
         "bundle that `generate` serves",
+        "sweep": "a study trains variants of a spec: give it `base: {path}/spec.yaml`; "
+        "`tfcompile train --resume {path}` continues this run",
         "*": "export it first with `tfcompile export {path}`, then use the bundle it writes",
     },
     Kind.BUNDLE: {
@@ -124,6 +130,8 @@ ADVICE: dict[Kind, dict[str, str]] = {
         "train": "train its spec again with `tfcompile train {path}/spec.yaml --set train.name=NAME`",
         "validate": "check the spec it carries: `tfcompile validate {path}/spec.yaml`",
         "summary": "summarise the spec it carries: `tfcompile summary {path}/spec.yaml`",
+        "compare": "compare the runs it was exported from (runs/NAME)",
+        "plot": "plot the run it was exported from (runs/NAME)",
         "*": "a bundle is served: `tfcompile generate`, `classify` or `translate {path}`, or "
         "`tfcompile serve {path}`",
     },
@@ -140,7 +148,10 @@ MADE_BY = {
     Kind.RUN: "`tfcompile train SPEC` writes a run folder, runs/NAME",
     Kind.BUNDLE: "`tfcompile export RUN` writes a bundle, exported/NAME",
     Kind.HF: "transformers' save_pretrained writes a folder with config.json",
+    Kind.FOLDER: "`tfcompile sweep STUDY` writes a study's folder of runs, runs/STUDY",
 }
+# How a kind is named where a command takes it, when its own name says what it is not.
+TAKEN_AS = {Kind.FOLDER: "a folder of runs (a study's)"}
 
 
 def advice(command: str, path: str | Path, kind: Kind, accepted: tuple[Kind, ...]) -> str:
@@ -148,12 +159,14 @@ def advice(command: str, path: str | Path, kind: Kind, accepted: tuple[Kind, ...
     path = Path(path)
     yaml_kinds = {Kind.SPEC, Kind.STUDY} & set(accepted)
     if kind is Kind.FILE and yaml_kinds and path.suffix not in YAML_SUFFIXES:
-        keys = _top_level_keys(path)
+        keys = top_level_keys(path)
         if "model" in keys or keys & STUDY_KEYS:  # a spec or a study by its keys, refused by its name
             return (
                 f"it holds YAML keys, but a spec or study is recognised by its name, which ends in "
                 f".yaml or .yml, not {path.suffix or 'nothing'!r}: rename it {path.with_suffix('.yaml')}"
             )
+    if kind is Kind.FILE and command == "compare" and path.suffix == ".csv":
+        return f"rebuild the report of a results.csv with `tfcompile compare --from-csv {path}`"
     table = ADVICE.get(kind)
     if table is None:  # nothing tfcompile made: say where what the command takes comes from
         return "; ".join(MADE_BY[k] for k in accepted)
@@ -166,7 +179,7 @@ def expect(command: str, path: str | Path, accepted: tuple[Kind, ...], role: str
     kind = kind_of(path)
     if kind in accepted:
         return kind
-    wanted = " or ".join(k.value for k in accepted)
+    wanted = " or ".join(TAKEN_AS.get(k, k.value) for k in accepted)
     where = f"{role} " if role else ""
     found = file_type(path)
     got = f"{found}, not a regular file" if kind is Kind.FILE and found != REGULAR_FILE else kind.value
@@ -181,6 +194,10 @@ TAKES: dict[str, dict[str, tuple[Kind, ...]]] = {
     "summary": {"spec": (Kind.SPEC,)},
     "train": {"spec": (Kind.SPEC,), "--resume": (Kind.RUN,)},
     "sweep": {"study": (Kind.STUDY,)},
+    # A study's folder and a folder of runs are folders of no kind of their own (compare says
+    # when one holds no runs).
+    "compare": {"sources": (Kind.RUN, Kind.STUDY, Kind.FOLDER)},
+    "plot": {"runs": (Kind.RUN,)},
     "sample": {"run": (Kind.RUN,)},
     "export": {"target": (Kind.RUN, Kind.SPEC)},
     "export-hf": {"run": (Kind.RUN,)},

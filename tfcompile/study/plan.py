@@ -12,17 +12,18 @@ from __future__ import annotations
 import copy
 import functools
 import itertools
-import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from tfcompile.manifest import SPEC_FILE
+from tfcompile.paths import FOLDER, REGULAR_FILE, Kind, file_type, kind_of, top_level_keys
 from tfcompile.spec.errors import SpecError, SpecIssue
 from tfcompile.spec.loader import Loc, Mark, load_spec, read_yaml, spec_from_data
 from tfcompile.spec.schema import Spec
-from tfcompile.study.schema import MatchParameters, StudyFile, is_name
+from tfcompile.study.schema import MAX_STEPS, MatchParameters, StudyFile, is_name
 
 BASE_LABEL = "base"  # the one variant of a study without variants or axes
 
@@ -80,10 +81,9 @@ def plan_study(study: StudyFile) -> Plan:
     """The study's variants as validated specs; a SpecError locates every problem in the study file."""
     s = study.study
     base = study.path.parent / s.base
-    if not base.is_file():
-        raise study.error(
-            [study.issue(("base",), f"no spec at {base}", "base is relative to the study file")]
-        )
+    wrong = _not_a_spec(base, s.base)
+    if wrong is not None:
+        raise study.error([study.issue(("base",), *wrong)])
     load_spec(base)  # the base spec's own mistakes, reported in its own file
     folder = (s.runs_dir / study.name).resolve()  # absolute: trials run in other processes, maybe machines
     fixed = {"train.seed": s.seeds[0], "train.eval_seed": s.seeds[0], "train.runs_dir": str(folder)}
@@ -111,7 +111,55 @@ def plan_study(study: StudyFile) -> Plan:
         variants = specs.match_parameters(s.match_parameters, variants, baseline)
     if s.budget.tokens is not None:
         variants = [replace(v, spec=_steps_for_tokens(v.spec, s.budget.tokens)) for v in variants]
+        _check_token_steps(study, variants)
     return Plan(study, folder, variants, baseline.label)
+
+
+def _check_token_steps(study: StudyFile, variants: list[Variant]) -> None:
+    """A SpecError at budget.tokens when the budget gives a variant more than MAX_STEPS steps."""
+    over = [v for v in variants if v.spec.train.steps > MAX_STEPS]
+    if not over:
+        return
+    spec, tokens = over[0].spec, study.study.budget.tokens
+    per_step = _tokens_per_step(spec)
+    others = f" (and {len(over) - 1} other variant{'s' * (len(over) > 2)})" if len(over) > 1 else ""
+    message = (
+        f"{tokens:,} tokens are {spec.train.steps:,} steps of {per_step:,} tokens (batch_size x "
+        f"grad_accum x context_length) for variant {over[0].label!r}{others}, over the limit of "
+        f"{MAX_STEPS:,} steps"
+    )
+    fewest = min(_tokens_per_step(v.spec) for v in variants)
+    hint = f"give at most {MAX_STEPS * fewest:,} tokens, or more tokens a step"
+    raise study.error([study.issue(("budget", "tokens"), message, hint)])
+
+
+def _not_a_spec(base: Path, given: Path) -> tuple[str, str] | None:
+    """(what it is, what to give instead) when the study's ``base`` is no spec: nothing, a study,
+    a folder, a file that is not YAML, or YAML without a spec's sections, whose loader would
+    report its every line as the spec's mistakes; None for a spec."""
+    kind = kind_of(base)
+    if kind is Kind.MISSING:
+        return f"no spec at {base}", "base is relative to the study file"
+    if kind is Kind.STUDY:
+        return f"{base} is a study file, not a spec", "name the spec that study starts from (its `base:`)"
+    if kind in (Kind.RUN, Kind.BUNDLE):
+        return f"{base} is {kind.value}, not a spec", f"name the spec it holds: base: {given / SPEC_FILE}"
+    found = file_type(base)
+    if kind is not Kind.SPEC:
+        what = kind.value if found in (REGULAR_FILE, FOLDER) else found
+        return (
+            f"{base} is {what}, not a spec",
+            "a spec is a YAML file named .yaml or .yml (specs/ holds examples)",
+        )
+    keys = top_level_keys(base)
+    sections = list(Spec.model_fields)
+    if keys and not keys & set(sections):
+        return (
+            f"{base} is YAML without a spec's sections ({', '.join(sections)}): it has "
+            f"{', '.join(sorted(keys))}",
+            "name a spec (specs/ holds examples)",
+        )
+    return None
 
 
 def _collisions(study: StudyFile, variants: list[Variant]) -> list[SpecIssue]:
@@ -142,8 +190,11 @@ def _collisions(study: StudyFile, variants: list[Variant]) -> list[SpecIssue]:
 
 
 def _steps_for_tokens(spec: Spec, tokens: int) -> Spec:
-    per_step = spec.train.batch_size * spec.train.grad_accum * spec.context_length
-    return spec.replace({"train": {"steps": math.ceil(tokens / per_step)}})
+    return spec.replace({"train": {"steps": -(-tokens // _tokens_per_step(spec))}})  # exact, rounded up
+
+
+def _tokens_per_step(spec: Spec) -> int:
+    return spec.train.batch_size * spec.train.grad_accum * spec.context_length
 
 
 def _drafts(study: StudyFile) -> list[tuple[str, tuple[Entry, ...], Loc]]:

@@ -15,20 +15,25 @@ import json
 import math
 import os
 import re
+import shlex
 import stat
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tfcompile.errors import UserError
 from tfcompile.files import atomic_write_bytes, atomic_write_text
+from tfcompile.paths import YAML_SUFFIXES, Kind, kind_of
 from tfcompile.spec.schema import RUN_NAME
 from tfcompile.study.runs import MEMORY_KINDS, Run, find_runs, read_run
 from tfcompile.study.sweep import STUDY_RECORD
 from tfcompile.train.metrics import METRICS_FILE
 from tfcompile.train.runs import model_differences
+
+if TYPE_CHECKING:
+    from tfcompile.study.plan import Plan
 
 CSV_FILE = "results.csv"
 REPORT_FILE = "report.md"
@@ -68,6 +73,18 @@ class TrialRow:
 
 
 @dataclass(frozen=True)
+class LeftOut:
+    """A run compare leaves out of the report, why, and what would bring it in."""
+
+    path: Path
+    why: str  # "is not finished", "was trained for 4 steps, but the study plans 8"
+    fix: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.path} {self.why}: left out" + (f"; {self.fix}" if self.fix else "")
+
+
+@dataclass(frozen=True)
 class Trials:
     """Runs grouped by variant, in the order the report shows them; the first is the baseline
     unless a study names another."""
@@ -75,7 +92,7 @@ class Trials:
     runs: dict[str, list[Run]]
     baseline: str
     record: dict[str, Any]  # the study's study.json (its sweeps' commands and machines), or {}
-    missing: list[str]  # trials of a study not finished, left out
+    missing: list[LeftOut]  # runs not finished, or trained for other steps than their study plans
 
 
 # ---------------------------------------------------------------------- collecting
@@ -86,23 +103,32 @@ def collect(sources: Sequence[Path]) -> Trials:
     groups: dict[str, list[Run]] = {}
     baseline: str | None = None
     record: dict[str, Any] = {}
-    missing: list[str] = []
-    studies = [s for s in sources if _study_folder(s) is not None]
-    for source in sources:
-        folder = _study_folder(source)
-        if folder is not None:
+    missing: list[LeftOut] = []
+    studies = {source: _study_folder(source) for source in sources}
+    count = sum(found is not None for found in studies.values())
+    for source, study in studies.items():
+        if study is not None:
+            folder, planned = study
             found = _read_record(folder / STUDY_RECORD, study=True)
-            prefix = f"{found['name']}/" if len(studies) > 1 else ""
+            prefix = f"{found['name']}/" if count > 1 else ""
             labels = [prefix + v for v in found["variants"]]
             baseline = baseline or prefix + found["baseline"]
-            record = found if len(studies) == 1 else {}
+            record = found if count == 1 else {}
             for label in labels:
                 groups.setdefault(label, [])
+            sweep = f"`tfcompile sweep {_study_argument(source, found)}`"
             for trial in found["trials"]:
                 path = folder / trial["name"]
                 run = read_run(path) if (path / "spec.yaml").exists() else None
-                if run is None or run.state != "finished":
-                    missing.append(str(path))
+                steps = planned.get(trial["name"], trial.get("steps"))
+                if run is not None and run.running:
+                    missing.append(
+                        LeftOut(path, "is running", "compare again when its sweep has finished it")
+                    )
+                elif run is None or run.state != "finished":
+                    missing.append(LeftOut(path, "is not finished", f"run {sweep} again to finish it"))
+                elif steps is not None and run.planned != steps:
+                    missing.append(_planned_otherwise(run, steps, sweep))
                 else:
                     groups[prefix + trial["variant"]].append(run)
         else:
@@ -117,17 +143,40 @@ def collect(sources: Sequence[Path]) -> Trials:
                     )
                 run = read_run(path)
                 if run.state != "finished":
-                    missing.append(str(path))
+                    missing.append(LeftOut(path, f"is {'running' if run.running else 'not finished'}"))
                 else:
                     groups.setdefault(SEED_SUFFIX.sub("", path.name), []).append(run)
     groups = {label: runs for label, runs in groups.items() if runs}
     for label, runs in groups.items():
         _check_group(label, runs)
     if not groups:
+        if missing:
+            more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+            raise CompareError(f"no finished runs to compare: {missing[0]}{more}")
         raise CompareError("no finished runs to compare: finish the sweep first (run it again to resume)")
     if baseline not in groups:
         baseline = next(iter(groups))
     return Trials(groups, baseline, record, missing)
+
+
+def _study_argument(source: Path, record: dict[str, Any]) -> str:
+    """The study file as `tfcompile sweep` takes it: as given to compare, or as its sweep was."""
+    study = str(source) if source.suffix in YAML_SUFFIXES else record.get("study")
+    return shlex.quote(_line(study)) if isinstance(study, str) else "STUDY"
+
+
+def _planned_otherwise(run: Run, steps: int, sweep: str) -> LeftOut:
+    """A finished trial whose spec planned other steps than its study does: the study's budget
+    changed, and the sweep that would train it to the new one was not run (to the end)."""
+    why = f"was trained for {run.planned} steps, but the study plans {steps}"
+    if run.planned < steps:
+        return LeftOut(run.path, why, f"run {sweep} again to train it on to step {steps}")
+    return LeftOut(
+        run.path,
+        why,
+        "the study's budget was lowered since it trained: give the changed study another `name:` "
+        "(or remove the run) and sweep it",
+    )
 
 
 def _check_group(label: str, runs: list[Run]) -> None:
@@ -156,19 +205,44 @@ def _check_group(label: str, runs: list[Run]) -> None:
             )
 
 
-def _study_folder(source: Path) -> Path | None:
-    """The folder of a study given as its folder or its file; None for anything else."""
+def _study_folder(source: Path) -> tuple[Path, dict[str, int]] | None:
+    """(the folder, each trial's steps as the study file plans them: {} when given the folder) of
+    a study given as its folder or its file; None for anything else. A YAML file that is not a
+    study (a spec) is a CompareError that says what compare takes."""
     if source.is_dir():
-        return source if (source / STUDY_RECORD).exists() else None
-    if source.suffix not in (".yaml", ".yml"):
+        return (source, {}) if (source / STUDY_RECORD).exists() else None
+    if source.suffix not in YAML_SUFFIXES:
         return None
     from tfcompile.study.plan import plan_study
     from tfcompile.study.schema import load_study
 
-    folder = plan_study(load_study(source)).folder
-    if not (folder / STUDY_RECORD).exists():
-        raise CompareError(f"{source} has no trials yet in {folder}: run `tfcompile sweep {source}` first")
-    return folder
+    kind = kind_of(source)
+    if kind is not Kind.STUDY:
+        raise CompareError(
+            f"{source} is {kind.value}, not a study file: compare takes the runs trained from it, or a "
+            f"study with `base: {source}` after `tfcompile sweep STUDY`"
+        )
+    plan = plan_study(load_study(source))
+    if not (plan.folder / STUDY_RECORD).exists():
+        raise CompareError(
+            f"{source} has no trials yet in {plan.folder}: run `tfcompile sweep {source}` first"
+        )
+    return plan.folder, _planned_steps(plan, plan.folder / STUDY_RECORD)
+
+
+def _planned_steps(plan: Plan, record: Path) -> dict[str, int]:
+    """Each trial's train.steps as the study file plans it now; a wall-time budget's come from its
+    sweep's probe (study.json), and without them nothing is planned here."""
+    steps = None
+    if plan.study.study.budget.seconds is not None:
+        with contextlib.suppress(OSError, ValueError):
+            steps = json.loads(record.read_text()).get("steps")
+        labels = {v.label for v in plan.variants}
+        if not isinstance(steps, dict) or not labels <= steps.keys():
+            return {}
+        if not all(_is_steps(steps[label]) for label in labels):
+            return {}
+    return {t.name: t.spec.train.steps for t in plan.trials(steps)}
 
 
 def trial_rows(trials: Trials) -> list[TrialRow]:
@@ -358,8 +432,9 @@ class Spread:
         return f"{self.mean:.4f}" if math.isnan(self.std) else f"{self.mean:.4f} ± {self.std:.4f}"
 
 
-def render(rows: list[TrialRow], record: dict[str, Any]) -> str:
-    """report.md from the trials' rows and the study's record (its sweeps)."""
+def render(rows: list[TrialRow], record: dict[str, Any], plots: Sequence[str] = tuple(PLOTS.values())) -> str:
+    """report.md from the trials' rows, the study's record (its sweeps) and the names of the plots
+    beside it (a report rebuilt from its CSV alone has none)."""
     variants = list(dict.fromkeys(r.variant for r in rows))
     by_variant = {v: [r for r in rows if r.variant == v] for v in variants}
     baseline = next((r.variant for r in rows if r.baseline), variants[0])
@@ -404,10 +479,7 @@ def render(rows: list[TrialRow], record: dict[str, Any]) -> str:
         "",
         "## Validation loss",
         "",
-        f"![validation loss against steps]({PLOTS['step']})",
-        f"![validation loss against wall time]({PLOTS['time']})",
-        "",
-        "Each line is a variant's mean over seeds, its band the seeds' range.",
+        *_plot_lines(plots),
     ]
     sweeps = record.get("sweeps", [])
     if sweeps:
@@ -421,6 +493,22 @@ def render(rows: list[TrialRow], record: dict[str, Any]) -> str:
             ]
         lines += [f"- then `tfcompile compare` on the study's folder; `--from-csv {CSV_FILE}` rebuilds this"]
     return "\n".join(lines) + "\n"
+
+
+PLOT_TITLES = {"step": "validation loss against steps", "time": "validation loss against wall time"}
+
+
+def _plot_lines(plots: Sequence[str]) -> list[str]:
+    """The links to the plots drawn beside the report, or why there are none to see."""
+    drawn = [f"![{PLOT_TITLES[x]}]({name})" for x, name in PLOTS.items() if name in plots]
+    if not drawn:
+        return [
+            "The plots were not drawn here: this report was rebuilt from its results.csv alone; "
+            "`tfcompile compare` on the runs draws them."
+        ]
+    missing = [PLOT_TITLES[x] for x, name in PLOTS.items() if name not in plots]
+    note = f" ({' and '.join(missing)}: not drawn here)" if missing else ""
+    return [*drawn, "", f"Each line is a variant's mean over seeds, its band the seeds' range.{note}"]
 
 
 def _line(text: str) -> str:
@@ -453,12 +541,15 @@ def _flops(n: float) -> str:
 
 
 def _known(values: list[float], shown: str | Callable[[float], str]) -> str:
-    """The mean of the values measured (not nan: a run outside a study has no peak memory), or "-"."""
+    """The mean of the values measured (not nan: a run outside a study has no peak memory, a trial
+    killed before it was written neither), with how many seeds it is of when some were not
+    measured; "-" when none was."""
     known = [v for v in values if not math.isnan(v)]
     if not known:
         return "-"
     mean = statistics.fmean(known)
-    return shown.format(mean) if isinstance(shown, str) else shown(mean)
+    text = shown.format(mean) if isinstance(shown, str) else shown(mean)
+    return text if len(known) == len(values) else f"{text} ({len(known)} of {len(values)} seeds)"
 
 
 def _duration(seconds: float) -> str:
@@ -471,9 +562,9 @@ def _duration(seconds: float) -> str:
 # ---------------------------------------------------------------------- the commands
 
 
-def compare(sources: Sequence[Path], out: Path) -> tuple[Path, list[str]]:
+def compare(sources: Sequence[Path], out: Path) -> tuple[Path, list[LeftOut]]:
     """Write results.csv, the plots, study.json (when one study is compared) and report.md to
-    ``out`` -> (out, the trials left out as unfinished)."""
+    ``out`` -> (out, the runs left out: not finished, or trained for other steps than planned)."""
     from tfcompile.study.plots import plot_variants
 
     trials = collect(sources)
@@ -539,7 +630,8 @@ def _write_record(out: Path, record: dict[str, Any]) -> None:
 
 def _write_report(csv_path: Path, out: Path) -> None:
     record = _read_record(csv_path.parent / STUDY_RECORD)
-    atomic_write_text(out / REPORT_FILE, render(read_csv(csv_path), record))
+    plots = [name for name in PLOTS.values() if (out / name).is_file()]
+    atomic_write_text(out / REPORT_FILE, render(read_csv(csv_path), record, plots))
 
 
 # ---------------------------------------------------------------------- study.json
@@ -584,7 +676,9 @@ def _read_record(path: Path, study: bool = False) -> dict[str, Any]:
             raise damaged(f"baseline is {_shown(repr(record.get('baseline')))}, not one of the variants")
         trials = record.get("trials")
         if not isinstance(trials, list) or not all(_is_trial(t, variants) for t in trials):
-            raise damaged("trials is not a list of trials, each a run name, one of the variants and a seed")
+            raise damaged(
+                "trials is not a list of trials, each a run name, one of the variants, a seed and its steps"
+            )
     return record
 
 
@@ -611,4 +705,10 @@ def _is_trial(trial: Any, variants: list[str]) -> bool:
         and _is_name(trial.get("name"))
         and trial.get("variant") in variants
         and type(trial.get("seed")) is int
+        # Its steps as planned: an older tfcompile's study.json has none (its trials go unchecked).
+        and (trial.get("steps") is None or _is_steps(trial["steps"]))
     )
+
+
+def _is_steps(value: Any) -> bool:
+    return type(value) is int and value > 0

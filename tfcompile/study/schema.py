@@ -30,19 +30,29 @@ from tfcompile.spec.schema import RUN_NAME, PositiveFloat, PositiveInt, Rules, S
 Fields = dict[str, Any]  # dotted field -> value (YAML), as in --set FIELD=VALUE
 
 
+# The largest budget a study takes: far past any training run, short of step counts (1.5e18 from
+# a token budget of 1e20) that would train until the machine is gone. The steps a token or a
+# wall-time budget gives are held to MAX_STEPS as well (plan.py, sweep.py).
+MAX_STEPS = 10**9
+MAX_TOKENS = 10**18
+MAX_SECONDS = 366 * 24 * 3600  # a year
+
+
 class Budget(Section):
     """What every trial is given, the same for every variant: exactly one of the three."""
 
-    steps: PositiveInt | None = Field(None, description="optimizer steps (train.steps)")
-    tokens: PositiveInt | None = Field(
+    steps: Annotated[PositiveInt, Field(le=MAX_STEPS)] | None = Field(
+        None, description=f"optimizer steps (train.steps), at most {MAX_STEPS:,}"
+    )
+    tokens: Annotated[PositiveInt, Field(le=MAX_TOKENS)] | None = Field(
         None,
         description="training tokens: train.steps = tokens / (batch_size x grad_accum x context_length), "
-        "rounded up",
+        f"rounded up (at most {MAX_STEPS:,} steps)",
     )
-    seconds: PositiveFloat | None = Field(
+    seconds: Annotated[PositiveFloat, Field(le=MAX_SECONDS)] | None = Field(
         None,
         description="training wall time: each variant's train.steps is set from a short timed probe of it, "
-        "so that every variant completes its learning-rate schedule in about this time",
+        "so that every variant completes its learning-rate schedule in about this time (at most a year)",
     )
 
     @model_validator(mode="after")

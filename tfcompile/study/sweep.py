@@ -27,7 +27,8 @@ from tfcompile.errors import UserError
 from tfcompile.files import atomic_write_text
 from tfcompile.spec import Spec, dump_spec
 from tfcompile.study.plan import Plan, Trial
-from tfcompile.study.runs import is_run, read_run
+from tfcompile.study.runs import TRIAL_FILE, is_run, read_run
+from tfcompile.study.schema import MAX_STEPS
 from tfcompile.study.trial import run_trial
 from tfcompile.train.runs import model_differences
 
@@ -72,7 +73,10 @@ class Sweep:
         pending = []
         for k, trial in enumerate(trials, 1):
             if self.finished(trial):
-                self._say(f"trial {k} of {len(trials)}: {trial.name} finished already, skipped")
+                self._say(
+                    f"trial {k} of {len(trials)}: {trial.name} finished already, skipped"
+                    + self._unmeasured(trial)
+                )
             else:
                 pending.append((k, trial))
         started = time.monotonic()
@@ -102,7 +106,26 @@ class Sweep:
                 f"({', '.join(changed)}): give the changed study another `name:`, "
                 f"or remove {self.plan.folder}"
             )
-        return not run.running and run.saved_step >= trial.spec.train.steps
+        planned = trial.spec.train.steps
+        if not run.running and run.saved_step > planned:
+            raise SweepError(
+                f"{run_dir} was trained to step {run.saved_step}, past the {planned} steps the study now "
+                f"gives it (its budget was lowered): give the changed study another `name:`, or remove "
+                f"{self.plan.folder}"
+            )
+        return not run.running and run.saved_step >= planned
+
+    def _unmeasured(self, trial: Trial) -> str:
+        """What a finished trial without its peak memory (a sweep killed after its last checkpoint,
+        before RUN/trial.json) means for the report, and how to measure it; "" when it has it."""
+        run_dir = self.plan.folder / trial.name
+        if isinstance(read_run(run_dir).trial().get("peak_memory_bytes"), int):
+            return ""
+        return (
+            f"; its peak memory was not recorded (stopped before {TRIAL_FILE} was written): the report "
+            f"gives its variant's from the other seeds and says so; remove {run_dir} and sweep again "
+            f"to measure it"
+        )
 
     def _say(self, message: str) -> None:
         print(f"{self.plan.name}: {message}", file=self.out, flush=True)
@@ -145,7 +168,12 @@ class Sweep:
             "baseline": self.plan.baseline,
             "variants": [v.label for v in self.plan.variants],
             "seeds": self.plan.study.study.seeds,
-            "trials": [{"name": t.name, "variant": t.variant, "seed": t.seed} for t in trials],
+            # Each trial's train.steps as this sweep planned it: compare leaves out a trial trained
+            # for other steps (a budget changed, and the sweep not run again to the end).
+            "trials": [
+                {"name": t.name, "variant": t.variant, "seed": t.seed, "steps": t.spec.train.steps}
+                for t in trials
+            ],
             "steps": steps,
         }
         self._write(self._read() | record)
@@ -163,6 +191,12 @@ class Sweep:
             step_s, eval_s = probe(variant.spec)
             interval = variant.spec.train.eval_interval
             steps[variant.label] = max(1, math.floor(seconds / (step_s + eval_s / interval)))
+            if steps[variant.label] > MAX_STEPS:
+                raise SweepError(
+                    f"probe: {variant.label} takes {step_s:.2g} s a step, so {seconds:g} seconds are "
+                    f"{steps[variant.label]:,} steps, over the limit of {MAX_STEPS:,}: give a shorter "
+                    f"`budget:`, or budget steps"
+                )
             self._say(
                 f"probe: {variant.label} takes {step_s:.3f} s a step and {eval_s:.2f} s an evaluation: "
                 f"{steps[variant.label]} steps"
