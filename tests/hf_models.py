@@ -29,6 +29,26 @@ from tfcompile.train.runs import load_trained_model  # noqa: E402
 CHARS = list("abcdefghijklmnopqrstuvwxyz .,!?")
 VOCAB = 64  # every tokenizer below fits
 C = transformers
+# Tiny sizes of the BERT and ViT variants (tests/test_hf_fields.py starts its rows from them too).
+BERT = dict(
+    vocab_size=VOCAB,
+    hidden_size=16,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    intermediate_size=32,
+    max_position_embeddings=32,
+)
+VIT = dict(
+    image_size=8,
+    patch_size=4,
+    num_channels=3,
+    hidden_size=16,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    intermediate_size=32,
+    id2label={0: "cat", 1: "dog"},
+    label2id={"cat": 0, "dog": 1},
+)
 
 # name -> (model builder, tokenizer kind)
 VARIANTS: dict[str, tuple[Callable[[], Any], str]] = {
@@ -163,19 +183,7 @@ VARIANTS: dict[str, tuple[Callable[[], Any], str]] = {
         "bert",
     ),
     "vit": (
-        lambda: C.ViTForImageClassification(
-            C.ViTConfig(
-                image_size=8,
-                patch_size=4,
-                num_channels=3,
-                hidden_size=16,
-                num_hidden_layers=2,
-                num_attention_heads=2,
-                intermediate_size=32,
-                id2label={0: "cat", 1: "dog"},
-                label2id={"cat": 0, "dog": 1},
-            )
-        ),
+        lambda: C.ViTForImageClassification(C.ViTConfig(**VIT)),
         "image",
     ),
     "vit_no_qkv_bias": (
@@ -276,8 +284,7 @@ def _llama_rope(rope: dict[str, Any], theta: float = 10000.0) -> Any:
 
 
 def _bert(**fields: Any) -> Any:
-    sizes = dict(vocab_size=VOCAB, hidden_size=16, num_hidden_layers=2, num_attention_heads=2)
-    return C.BertConfig(**sizes, intermediate_size=32, max_position_embeddings=32, **fields)
+    return C.BertConfig(**BERT | fields)
 
 
 def build(name: str, seed: int = 0) -> Any:

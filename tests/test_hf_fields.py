@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 import torch
-from hf_models import from_pretrained, perturb, random_ids, right_padding, write
+from hf_models import BERT, VIT, VOCAB, from_pretrained, perturb, random_ids, right_padding, write
 
 from tfcompile.hf.errors import HFError, HFWarning
 from tfcompile.hf.exporter import export_hf
@@ -39,7 +39,6 @@ transformers.utils.logging.disable_progress_bar()
 
 SAME = "same"
 DELETE = object()  # a json= value: the key is removed from config.json
-VOCAB = 64
 
 
 @dataclass(frozen=True)
@@ -57,14 +56,6 @@ DECODER = dict(
     num_hidden_layers=2,
     num_attention_heads=4,
     num_key_value_heads=2,
-    max_position_embeddings=32,
-)
-BERT = dict(
-    vocab_size=VOCAB,
-    hidden_size=16,
-    num_hidden_layers=2,
-    num_attention_heads=2,
-    intermediate_size=32,
     max_position_embeddings=32,
 )
 FAMILIES = {
@@ -106,17 +97,7 @@ FAMILIES = {
         T.ViTConfig,
         T.ViTForImageClassification,
         "image",
-        dict(
-            image_size=8,
-            patch_size=4,
-            num_channels=3,
-            hidden_size=16,
-            num_hidden_layers=2,
-            num_attention_heads=2,
-            intermediate_size=32,
-            id2label={0: "cat", 1: "dog"},
-            label2id={"cat": 0, "dog": 1},
-        ),
+        VIT,
     ),
 }
 # Which config class each model_type's rows check (bert_cls and bert_pretraining are BERT's heads).
