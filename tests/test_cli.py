@@ -11,7 +11,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from helpers import ROOT
+from helpers import MODEL_YAML, ROOT
 
 from tfcompile.cli import main
 from tfcompile.console import duration
@@ -292,3 +292,23 @@ def test_serve_refuses_a_limit_that_is_not_one(flag: str, capsys: pytest.Capture
     with pytest.raises(SystemExit):
         main(["serve", "b", flag])
     assert "expected" in capsys.readouterr().err
+
+
+def test_validate_warns_at_its_line_of_a_data_path_that_names_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """validate reads no data, but says where a path names nothing (train refuses it), and where
+    a relative path is read from; the spec stays valid (a spec may be checked where its data is not)."""
+    spec = tmp_path / "specs" / "s.yaml"
+    spec.parent.mkdir()
+    (tmp_path / "specs" / "val.txt").write_text("here\n")
+    spec.write_text(MODEL_YAML + "data:\n  path: ../data/train.txt\n  tokenizer: char\n")
+    assert main(["validate", str(spec)]) == 0
+    err = capsys.readouterr().err
+    missing = (tmp_path / "data" / "train.txt").resolve()
+    assert f"{spec}:8:9: warning: data.path: no file or folder at {missing}" in err
+    assert f"read from the spec's folder, {spec.parent.resolve()}" in err
+    assert main(["validate", str(spec), "--set", "data.path=val.txt"]) == 0
+    assert capsys.readouterr().err == ""
+    assert main(["validate", str(spec), "--set", "data.path=nope.txt"]) == 0
+    assert "--set data.path=nope.txt: warning: data.path: no file or folder" in capsys.readouterr().err

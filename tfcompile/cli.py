@@ -18,7 +18,8 @@ from rich.table import Table
 from tfcompile import __version__
 from tfcompile.errors import UserError
 from tfcompile.paths import check_arguments, untrained
-from tfcompile.spec import SpecError, SpecIssue, dump_spec, load_spec
+from tfcompile.spec import Spec, SpecError, SpecIssue, dump_spec, load_spec
+from tfcompile.spec.loader import read_yaml
 from tfcompile.spec.schema import MAX_SEED, MAX_THREADS, check_run_name
 
 if TYPE_CHECKING:
@@ -31,6 +32,8 @@ EXIT_SPEC_ERROR = 2
 
 def _validate(args: argparse.Namespace) -> int:
     spec = load_spec(args.spec, args.set)  # the spec layer alone: no torch
+    for warning in _missing_data(Path(args.spec), spec, args.set):
+        print(warning, file=sys.stderr)
     if args.show:
         print(dump_spec(spec), end="")
     m = spec.model
@@ -42,6 +45,34 @@ def _validate(args: argparse.Namespace) -> int:
         f"{args.spec}: ok ({m.family}, {spec.task.type}, {m.n_layers} layers, d_model {m.d_model}, {params})"
     )
     return 0
+
+
+def _missing_data(path: Path, spec: Spec, overrides: Sequence[str]) -> list[str]:
+    """A warning for each data path that names nothing, at its line: `train` refuses it, while a
+    spec may be validated where its data is not (a path holding a {placeholder} is the task's to
+    fill, and left to `train`)."""
+    if spec.data is None:
+        return []
+    marks = read_yaml(path)[2]
+    given = {override.partition("=")[0].strip(): override for override in overrides}  # the last wins
+    found = []
+    for field in ("path", "val_path", "test_path"):
+        value = getattr(spec.data, field)
+        if value is None or "{" in str(value) or value.exists():
+            continue
+        mark = marks.get(("data", field))
+        where = (
+            f"--set {given[f'data.{field}']}"
+            if f"data.{field}" in given
+            else f"{path}:{mark.line}:{mark.column}"
+            if mark is not None
+            else str(path)
+        )
+        found.append(
+            f"{where}: warning: data.{field}: no file or folder at {value} (a relative path is read "
+            f"from the spec's folder, {path.parent.resolve()}): `train` will refuse it"
+        )
+    return found
 
 
 def _summary(args: argparse.Namespace) -> int:
