@@ -111,9 +111,8 @@ class Served:
             arrival.close()
         return worker.submit(job)
 
-    def observe(self, model: str, rows: int, queued: int, tokens: int) -> None:
+    def observe(self, model: str, rows: int, tokens: int) -> None:
         self.batches.labels(model).observe(rows)
-        self.queue.labels(model).set(queued)
         self.tokens.labels(model).inc(tokens)
 
 
@@ -217,6 +216,9 @@ def create_app(served: Served) -> ASGI:
                 lambda: served.arriving,
             )
             served.workers[name] = worker
+            # Read when scraped (a depth set after each batch stayed stale when the jobs left
+            # waiting were dropped unrun, their clients gone).
+            served.queue.labels(name).set_function(worker.jobs.qsize)
             worker.start()
         yield
         for worker in served.workers.values():

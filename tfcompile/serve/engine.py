@@ -100,14 +100,14 @@ class Worker:
         max_batch: int,
         max_wait: float,
         max_queue: int,
-        observe: Callable[[str, int, int, int], None] = lambda model, rows, queued, tokens: None,
+        observe: Callable[[str, int, int], None] = lambda model, rows, tokens: None,
         arriving: Callable[[], int] = lambda: 0,
     ) -> None:
         self.name = name
         self.model = model
         self.max_batch = max_batch
         self.max_wait = max_wait
-        self.observe = observe  # (model, batch rows, queue depth, tokens generated) after each batch
+        self.observe = observe  # (model, batch rows, tokens generated) after each batch
         self.arriving = arriving  # requests read but not yet handed to a worker: jobs on their way
         self.jobs: queue.Queue[Job | None] = queue.Queue(maxsize=max_queue)
         self.carry: Job | None = None  # a job that could not join the last batch
@@ -178,7 +178,7 @@ class Worker:
                 return
             for done, result in rows.collect(batch.finished):
                 done.finish(result)
-            self.observe(self.name, len(stepped), self.depth, len(stepped))
+            self.observe(self.name, len(stepped), len(stepped))
             while (joining := self._joining(len(batch))) is not None:
                 self._join(model, batch, rows, joining)
 
@@ -247,7 +247,7 @@ class Worker:
                 for f in result
                 if isinstance(f, Finished)
             )
-            self.observe(self.name, sum(len(job.rows) for job in jobs), self.depth, tokens)
+            self.observe(self.name, sum(len(job.rows) for job in jobs), tokens)
 
     def _next_batch(self) -> list[Job] | None:
         """The next job and every job that may share its batch, up to ``max_batch`` rows. While
