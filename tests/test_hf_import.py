@@ -138,6 +138,18 @@ def test_a_tokenizer_that_multiplies_text_is_refused_before_anything_is_written(
     assert not (tmp_path / "specs").exists() and not (tmp_path / "runs").exists()
 
 
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_a_half_precision_checkpoint_imports_in_float32_with_a_warning(
+    imported: dict[str, Imported], tmp_path: Path, dtype: str
+) -> None:
+    """transformers 5 computes such a checkpoint in its saved type by default: the warning says
+    how to compare the import's float32 outputs with it."""
+    folder = edited(imported, "llama", tmp_path, dtype=dtype)
+    with pytest.warns(HFWarning, match=rf"config\.json says {dtype}: the import computes in float32"):
+        result = import_folder(folder, "half", tmp_path / "specs", tmp_path / "runs")
+    assert result.spec.model == imported["llama"].spec.model
+
+
 def test_sharded_safetensors(imported: dict[str, Imported], tmp_path: Path) -> None:
     folder = tmp_path / "sharded"
     imported["llama"].hf.save_pretrained(folder, max_shard_size="20KB")

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import shutil
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,7 @@ from tfcompile.expansion import excess
 from tfcompile.files import PREPROCESSING_FILE, TOKENIZER_FILE, atomic_write_text
 from tfcompile.hf import bert, gpt2, llama, t5, vit  # noqa: F401 (each registers its architecture)
 from tfcompile.hf.architecture import ARCHITECTURES, Architecture, Config, Tensors, source
-from tfcompile.hf.errors import HFError, Problem, refuse
+from tfcompile.hf.errors import HFError, HFWarning, Problem, refuse
 from tfcompile.hf.folder import (
     CONFIG,
     GENERATION_CONFIG,
@@ -84,6 +85,7 @@ def import_folder(folder: Path, name: str, specs_dir: Path, runs_dir: Path) -> I
         raise refuse(str(folder / CONFIG), config.problems)
     sections: dict[str, Any] = {"model": imported.model, "task": imported.task}
     check_tokenizer(folder)
+    warn_of_half_precision(data)
     tokens = special_tokens(folder, data)
     if tokens:
         sections["tokens"] = tokens
@@ -197,6 +199,22 @@ def special_tokens(folder: Path, config: dict[str, Any]) -> dict[str, str]:
         if isinstance(token, str) and token in vocabulary.values():
             roles[role] = token
     return roles
+
+
+def warn_of_half_precision(config: dict[str, Any]) -> None:
+    """A checkpoint saved in bfloat16 or float16 imports exactly, computed in float32; transformers
+    5 loads it in its saved type by default (dtype="auto"), so its outputs differ from the
+    import's by half precision's rounding unless it is loaded in float32."""
+    saved = config.get("dtype", config.get("torch_dtype"))
+    if saved in ("bfloat16", "float16"):
+        warnings.warn(
+            HFWarning(
+                f"config.json says {saved}: the import computes in float32 (the weights exactly); "
+                f"transformers 5 computes in {saved} by default, about 1e-2 apart: compare with "
+                f"from_pretrained(..., dtype=torch.float32)"
+            ),
+            stacklevel=3,
+        )
 
 
 def check_tokenizer(folder: Path) -> None:
