@@ -6,6 +6,7 @@ equal tfcompile.runtime's answer for the same input and seed."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 import json
 import os
@@ -14,7 +15,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,8 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from tfcompile.errors import UserError
 from tfcompile.runtime import LanguageModel
 from tfcompile.serve import Served, Settings, load_models, server_config
+from tfcompile.serve.engine import Job
+from tfcompile.serve.openai import EventStream
 
 openai = pytest.importorskip("openai")
 httpclient = pytest.importorskip("tritonclient.http")
@@ -643,6 +646,34 @@ def test_a_client_that_goes_away_stops_its_generation(server: BackgroundServer) 
     r = httpx.post(f"{server.url}/v1/completions", json={**body, "max_tokens": 2}, timeout=30)
     assert r.status_code == 200 and time.monotonic() - started < 10
     assert _metric(server, 'tfcompile_generated_tokens_total{model="char"}') < 100_000
+
+
+@pytest.mark.parametrize("asgi", ["2.3", "2.4"])
+def test_a_stream_whose_client_left_before_its_first_chunk_stops_its_rows(asgi: str) -> None:
+    """The events generator's own cleanup runs only once it has started: a client gone while the
+    response's start was going out (a disconnect heard first, or a send that fails) never started
+    it, and its rows generated to max_tokens."""
+
+    async def scenario() -> tuple[bool, bool]:
+        job, started = Job("generate", []), []
+
+        async def events() -> AsyncIterator[str]:
+            started.append(True)
+            yield "data: [DONE]\n\n"
+
+        async def receive() -> dict:
+            return {"type": "http.disconnect"}
+
+        async def send(message: dict) -> None:
+            if asgi == "2.4":
+                raise OSError("the client is gone")
+            await asyncio.sleep(1)  # the response's start slow to go out
+
+        with contextlib.suppress(Exception):
+            await EventStream(events(), job)({"type": "http", "asgi": {"spec_version": asgi}}, receive, send)
+        return bool(started), job.cancelled.is_set()
+
+    assert asyncio.run(scenario()) == (False, True)
 
 
 def test_only_requests_not_yet_handed_to_a_worker_count_as_arriving(server: BackgroundServer) -> None:

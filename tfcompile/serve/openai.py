@@ -113,9 +113,7 @@ async def completions(body: CompletionRequest, request: Request) -> dict | Strea
     job = s.submit(request, body.model, Job("generate", rows, stream=bool(body.stream)))
     answer = Answer(body, model, rows, echo=bool(body.echo))
     if body.stream:
-        return StreamingResponse(
-            _stream(answer, job), media_type="text/event-stream", headers={"Cache-Control": "no-cache"}
-        )
+        return EventStream(_stream(answer, job), job)
     return answer.whole(await outcome(job, request, watch=True))
 
 
@@ -259,41 +257,55 @@ async def _stream(answer: Answer, job: Job) -> AsyncIterator[str]:
     tokens: list[list[int]] = [[] for _ in answer.rows]
     sent = [0] * len(answer.rows)  # characters of each choice's text already sent
     done = [False] * len(answer.rows)
+    for i in range(len(answer.rows)):
+        if answer.echo:
+            yield answer.chunk(i, answer.prefix(i), None)
+    while (event := await job.events.get()) is not None:
+        i, token = event
+        if done[i]:
+            continue
+        tokens[i].append(token)
+        row = answer.rows[i]
+        text = answer.text(i, tokens[i])  # cut where a stop string begins
+        if row.stop_texts and stop_text(answer.model, tokens[i], row.stop_texts) is not None:
+            ready, done[i] = len(text), True
+        else:
+            hold = max((len(stop) - 1 for stop in row.stop_texts), default=0)
+            ready = len(text) - hold - text.endswith("\ufffd")  # a character's bytes still coming
+        if ready > sent[i]:
+            yield answer.chunk(i, text[sent[i] : ready], None)
+            sent[i] = ready
+            await asyncio.sleep(0)  # a disconnect's cancellation lands here, however long the backlog
     try:
-        for i in range(len(answer.rows)):
-            if answer.echo:
-                yield answer.chunk(i, answer.prefix(i), None)
-        while (event := await job.events.get()) is not None:
-            i, token = event
-            if done[i]:
-                continue
-            tokens[i].append(token)
-            row = answer.rows[i]
-            text = answer.text(i, tokens[i])  # cut where a stop string begins
-            if row.stop_texts and stop_text(answer.model, tokens[i], row.stop_texts) is not None:
-                ready, done[i] = len(text), True
-            else:
-                hold = max((len(stop) - 1 for stop in row.stop_texts), default=0)
-                ready = len(text) - hold - text.endswith("\ufffd")  # a character's bytes still coming
-            if ready > sent[i]:
-                yield answer.chunk(i, text[sent[i] : ready], None)
-                sent[i] = ready
-                await asyncio.sleep(0)  # a disconnect's cancellation lands here, however long the backlog
+        finished: list[Finished] = await job.result
+    except Exception as e:  # after the 200 went out: OpenAI's in-stream error, which its client raises
+        if not isinstance(e, InputError):
+            log.exception("generation failed in a stream")
+        yield _event(error_body("/v1", 500, _message(e), "generation_failed"))
+        return
+    for i, f in enumerate(finished):
+        text = answer.text(i, f.tokens)
+        yield answer.chunk(i, text[sent[i] :], f.reason)
+    if answer.include_usage:
+        yield _event(answer.head([], usage=answer.usage(finished)))
+    yield "data: [DONE]\n\n"
+
+
+class EventStream(StreamingResponse):
+    """A completion's server-sent events; its job is cancelled however the response ends (the
+    stream over, or the client gone), so that its rows stop generating. The generator's own
+    ``finally`` would run only once it had started: a client gone before the first chunk left
+    its rows generating to max_tokens."""
+
+    def __init__(self, events: AsyncIterator[str], job: Job) -> None:
+        super().__init__(events, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+        self.job = job
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         try:
-            finished: list[Finished] = await job.result
-        except Exception as e:  # after the 200 went out: OpenAI's in-stream error, which its client raises
-            if not isinstance(e, InputError):
-                log.exception("generation failed in a stream")
-            yield _event(error_body("/v1", 500, _message(e), "generation_failed"))
-            return
-        for i, f in enumerate(finished):
-            text = answer.text(i, f.tokens)
-            yield answer.chunk(i, text[sent[i] :], f.reason)
-        if answer.include_usage:
-            yield _event(answer.head([], usage=answer.usage(finished)))
-        yield "data: [DONE]\n\n"
-    finally:
-        job.cancelled.set()  # the client gone (or the stream over): its rows stop generating
+            await super().__call__(scope, receive, send)
+        finally:
+            self.job.cancelled.set()
 
 
 def _message(e: Exception) -> str:
