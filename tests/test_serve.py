@@ -776,6 +776,7 @@ def test_a_full_queue_answers_503_with_retry_after(guarded: BackgroundServer) ->
                 async with http.stream("POST", "/v1/completions", json=long) as queued:
                     _until(lambda: worker.depth == 1)
                     assert waiting.status_code == queued.status_code == 200
+                    assert _metric(guarded, 'tfcompile_queue_depth{model="char"}') == 2  # and the held one
                     return await http.post("/v1/completions", json={**long, "stream": False})
 
     refused = asyncio.run(main())

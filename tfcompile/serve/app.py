@@ -218,7 +218,7 @@ def create_app(served: Served) -> ASGI:
             served.workers[name] = worker
             # Read when scraped (a depth set after each batch stayed stale when the jobs left
             # waiting were dropped unrun, their clients gone).
-            served.queue.labels(name).set_function(worker.jobs.qsize)
+            served.queue.labels(name).set_function(worker.waiting)
             worker.start()
         yield
         for worker in served.workers.values():

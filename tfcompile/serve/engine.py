@@ -140,6 +140,10 @@ class Worker:
     def depth(self) -> int:
         return self.jobs.qsize()
 
+    def waiting(self) -> int:
+        """Jobs waiting: the queue's, and the one held back for room in the running batch."""
+        return self.jobs.qsize() + (self.carry is not None)
+
     def _run(self) -> None:
         try:
             self.model.warm_up()  # readiness waits for it
