@@ -13,6 +13,7 @@ benchmarks/results/.
 
 from __future__ import annotations
 
+import argparse
 import tempfile
 from pathlib import Path
 
@@ -87,6 +88,9 @@ def fused(model: onnx.ModelProto) -> dict[str, int]:
 
 
 def main() -> None:
+    argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    ).parse_args()
     rows = []
     not_fused: set[str] = set()
     with tempfile.TemporaryDirectory() as tmp:

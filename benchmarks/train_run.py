@@ -113,7 +113,7 @@ def _sample(trainer: Trainer) -> str:
 
     assert isinstance(trainer.model, DecoderLM)
     tokenizer = load_tokenizer(trainer.run_dir / TOKENIZER_FILE)
-    prompt = torch.tensor([encode(tokenizer, "ROMEO:")], device=trainer.device)
+    prompt = torch.from_numpy(encode(tokenizer, "ROMEO:"))[None].to(trainer.device)
     ids = generate(trainer.model, prompt, 200, temperature=0.8, top_k=40, top_p=None, seed=1)
     return str(tokenizer.decode(ids[0].tolist()))
 
