@@ -638,14 +638,12 @@ def test_a_client_that_goes_away_stops_its_generation(server: BackgroundServer) 
         assert next(lines).startswith("data: ")
     with pytest.raises(httpx.ReadTimeout):
         httpx.post(f"{server.url}/v1/completions", json=body, timeout=0.5)
-    _until(
-        lambda: worker.depth == 0 and _metric(server, 'tfcompile_generated_tokens_total{model="char"}') > 0,
-        20,
-    )
+    generated = 'tfcompile_generated_tokens_total{model="char"}'
+    _until(lambda: worker.jobs.qsize() == 0 and _metric(server, generated) > 0, 20)
     started = time.monotonic()
     r = httpx.post(f"{server.url}/v1/completions", json={**body, "max_tokens": 2}, timeout=30)
     assert r.status_code == 200 and time.monotonic() - started < 10
-    assert _metric(server, 'tfcompile_generated_tokens_total{model="char"}') < 100_000
+    assert _metric(server, generated) < 100_000
 
 
 @pytest.mark.parametrize("asgi", ["2.3", "2.4"])
@@ -774,7 +772,7 @@ def test_a_full_queue_answers_503_with_retry_after(guarded: BackgroundServer) ->
             async with http.stream("POST", "/v1/completions", json=long) as waiting:
                 _until(lambda: worker.carry is not None)  # taken, to join when a row leaves
                 async with http.stream("POST", "/v1/completions", json=long) as queued:
-                    _until(lambda: worker.depth == 1)
+                    _until(lambda: worker.jobs.qsize() == 1)
                     assert waiting.status_code == queued.status_code == 200
                     assert _metric(guarded, 'tfcompile_queue_depth{model="char"}') == 2  # and the held one
                     return await http.post("/v1/completions", json={**long, "stream": False})
@@ -782,7 +780,7 @@ def test_a_full_queue_answers_503_with_retry_after(guarded: BackgroundServer) ->
     refused = asyncio.run(main())
     assert refused.status_code == 503 and refused.headers["Retry-After"] == "1"
     assert "requests waiting" in refused.json()["error"]["message"]
-    _until(lambda: guarded.served.workers["char"].depth == 0, 20)
+    _until(lambda: guarded.served.workers["char"].jobs.qsize() == 0, 20)
 
 
 def test_load_models_names_bundles_and_refuses_clashes(char_bundle: Path) -> None:

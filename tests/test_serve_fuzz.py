@@ -321,7 +321,7 @@ def settle(server: BackgroundServer, seconds: float = 10) -> None:
     deadline = time.monotonic() + seconds
     tokens = -1.0
     while True:
-        idle = server.served.arriving == 0 and all(w.depth == 0 and w.carry is None for w in workers)
+        idle = server.served.arriving == 0 and all(w.waiting() == 0 for w in workers)
         now = metric(server, "tfcompile_generated_tokens_total")
         if idle and now == tokens:
             return
@@ -392,7 +392,7 @@ def test_the_queue_depth_metric_is_0_once_waiting_jobs_are_dropped(models: Model
                 with pytest.raises(httpx.ReadTimeout):
                     httpx.post(f"{server.url}/v1/completions", json={**long, "stream": False}, timeout=0.3)
             deadline = time.monotonic() + 10
-            while worker.depth < 2:  # both handed over, then given up on
+            while worker.jobs.qsize() < 2:  # both handed over, then given up on
                 assert time.monotonic() < deadline
                 time.sleep(0.01)
         settle(server)

@@ -136,10 +136,6 @@ class Worker:
             raise Overloaded(f"model {self.name!r} has {self.jobs.maxsize} requests waiting") from None
         return job
 
-    @property
-    def depth(self) -> int:
-        return self.jobs.qsize()
-
     def waiting(self) -> int:
         """Jobs waiting: the queue's, and the one held back for room in the running batch."""
         return self.jobs.qsize() + (self.carry is not None)
