@@ -1100,8 +1100,13 @@ Schedule = Annotated[ConstantSchedule | CosineSchedule | VaswaniSchedule, Field(
 RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 
 
+def is_run_name(name: Any) -> bool:
+    """One folder name: letters, digits, '.', '_' and '-', from a letter or digit, no '..'."""
+    return isinstance(name, str) and RUN_NAME.fullmatch(name) is not None and ".." not in name
+
+
 def check_run_name(name: str) -> str:
-    if not RUN_NAME.fullmatch(name) or ".." in name:
+    if not is_run_name(name):
         raise ValueError(
             f"a run name is one folder name of letters, digits, '.', '_' and '-' (at most 100, "
             f"starting with a letter or digit, no '..'), found {name!r}"

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from tfcompile.errors import UserError
 from tfcompile.files import atomic_write_bytes, atomic_write_text
 from tfcompile.paths import YAML_SUFFIXES, Kind, kind_of
-from tfcompile.spec.schema import RUN_NAME
+from tfcompile.spec.schema import RUN_NAME, is_run_name
 from tfcompile.study.runs import MEMORY_KINDS, Run, find_runs, read_run
 from tfcompile.study.sweep import STUDY_RECORD
 from tfcompile.train.metrics import METRICS_FILE
@@ -136,7 +136,7 @@ def collect(sources: Sequence[Path]) -> Trials:
             if not paths:
                 raise CompareError(f"{source} is not a run, a folder of runs, a study folder or a study file")
             for path in paths:
-                if not _is_name(path.name):
+                if not is_run_name(path.name):
                     raise CompareError(
                         f"{path}: a run's folder name names its variant in the report: letters, digits, "
                         f"'.', '_' and '-', from a letter or digit: rename the folder"
@@ -661,7 +661,7 @@ def _read_record(path: Path, study: bool = False) -> dict[str, Any]:
         raise damaged("it is not JSON") from None
     if not isinstance(record, dict):
         raise damaged("it is not a JSON object")
-    if (study or "name" in record) and not _is_name(record.get("name")):
+    if (study or "name" in record) and not is_run_name(record.get("name")):
         raise damaged(f"name is {record.get('name')!r}, not a study's name")
     sweeps = record.get("sweeps", [])
     if not isinstance(sweeps, list) or not all(_is_sweep(s) for s in sweeps):
@@ -670,7 +670,7 @@ def _read_record(path: Path, study: bool = False) -> dict[str, Any]:
         )
     if study:
         variants = record.get("variants")
-        if not isinstance(variants, list) or not variants or not all(_is_name(v) for v in variants):
+        if not isinstance(variants, list) or not variants or not all(is_run_name(v) for v in variants):
             raise damaged(f"variants is {_shown(repr(variants))}, not a list of variants' names")
         if record.get("baseline") not in variants:
             raise damaged(f"baseline is {_shown(repr(record.get('baseline')))}, not one of the variants")
@@ -680,10 +680,6 @@ def _read_record(path: Path, study: bool = False) -> dict[str, Any]:
                 "trials is not a list of trials, each a run name, one of the variants, a seed and its steps"
             )
     return record
-
-
-def _is_name(name: Any) -> bool:
-    return isinstance(name, str) and RUN_NAME.fullmatch(name) is not None and ".." not in name
 
 
 def _is_sweep(sweep: Any) -> bool:
@@ -702,7 +698,7 @@ def _is_seconds(value: Any) -> bool:
 def _is_trial(trial: Any, variants: list[str]) -> bool:
     return (
         isinstance(trial, dict)
-        and _is_name(trial.get("name"))
+        and is_run_name(trial.get("name"))
         and trial.get("variant") in variants
         and type(trial.get("seed")) is int
         # Its steps as planned: an older tfcompile's study.json has none (its trials go unchecked).
