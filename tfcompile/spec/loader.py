@@ -20,7 +20,7 @@ from pydantic import BaseModel, ValidationError
 from tfcompile.paths import file_type
 from tfcompile.spec.errors import SpecError, SpecIssue
 from tfcompile.spec.presets import PRESETS, merge
-from tfcompile.spec.schema import Spec
+from tfcompile.spec.schema import Spec, listed
 
 Loc = tuple[str | int, ...]
 
@@ -190,11 +190,11 @@ def _preset_family(
     fields = [i.path[len("model.") :] for i in stray]
     others = [name for name, p in PRESETS.items() if p.get("model", {}).get("family", "decoder") == family]
     message = (
-        f"preset {preset!r} is a model of family {theirs!r}: its {_choices(fields)} "
+        f"preset {preset!r} is a model of family {theirs!r}: its {listed(fields)} "
         f"{'is not a field' if len(fields) == 1 else 'are not fields'} of family {family!r}"
     )
     hint = f"leave model.family out to keep {theirs!r}, or " + (
-        f"start from a preset of family {family!r}: {_choices(others)}"
+        f"start from a preset of family {family!r}: {listed(others)}"
         if others
         else "write the model out without a preset"
     )
@@ -553,10 +553,10 @@ def _issues(
         tag_field = _tag_field(error["loc"], root)
         tags = [tag for tag in map(_tag, _walk(error["loc"], root)) if tag is not None]
         if isinstance(found, dict):
-            hint = f"add `{tag_field}:` with one of {_choices(tags)}"
+            hint = f"add `{tag_field}:` with one of {listed(tags)}"
             return [_issue(loc, marks, f"missing `{tag_field}`", hint, preset)]
         message = (
-            f"expected a mapping with `{tag_field}:` ({_choices(tags)}) and the section's fields, "
+            f"expected a mapping with `{tag_field}:` ({listed(tags)}) and the section's fields, "
             f"found {'nothing' if found is None else repr(found)}"
         )
         hint = f"write the fields indented under `{loc[-1]}:`, one a line, e.g. `{tag_field}: {tags[0]}`"
@@ -658,7 +658,7 @@ class _Unknown:
 
 def _unknown(what: str, found: Any, choices: Any) -> _Unknown:
     choices = [str(c) for c in choices]
-    message = f"unknown {what} {found!r}: expected one of {_choices(choices)}"
+    message = f"unknown {what} {found!r}: expected one of {listed(choices)}"
     parts = [p for p in re.split(r"\s*(?:\||,|/|\bor\b)\s*", str(found).strip()) if p]
     if len(parts) > 1 and all(_suggest(p, choices) == p for p in parts):  # `relu | gelu`, as in a comment
         return _Unknown(message, f"choose one: {' or '.join(map(repr, parts))}")
@@ -786,7 +786,7 @@ def _field_hint(error_loc: Loc, loc: Loc, root: type[BaseModel]) -> _FieldHint:
     close = _suggest(key, fields)
     if close is not None:
         return _FieldHint(f"did you mean {close!r}?", (*section, close))
-    return _FieldHint(f"expected one of {_choices(fields)}", None)
+    return _FieldHint(f"expected one of {listed(fields)}", None)
 
 
 Home = tuple[tuple[str, ...], str | None, tuple[Any, ...]]  # section, tag field, the variants with it
@@ -940,10 +940,6 @@ def _accepts_none(annotation: Any) -> bool:
     if origin in (typing.Union, types.UnionType, typing.Annotated):
         return any(_accepts_none(arg) for arg in typing.get_args(annotation))
     return False
-
-
-def _choices(choices: Sequence[Any]) -> str:
-    return ", ".join(repr(c) for c in choices)
 
 
 def _quoted(expected: str) -> list[str]:

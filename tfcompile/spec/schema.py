@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, Union
 
@@ -485,7 +485,8 @@ class TransformerSpec(Section):
         return f"(batch 1, seq {context}) token ids"
 
 
-def _choices(names: Any) -> str:
+def listed(names: Iterable[Any]) -> str:
+    """Names as a spec message lists them: each quoted as Python would, comma-separated."""
     return ", ".join(repr(n) for n in names)
 
 
@@ -872,14 +873,14 @@ def _check_labels(labels: list[str]) -> list[str]:
     rules.require(
         len(labels) >= 2,
         (),
-        f"names {_choices(labels) or 'no class'}, but a classifier tells two classes at least",
+        f"names {listed(labels) or 'no class'}, but a classifier tells two classes at least",
         "list the class names in class-index order, or leave task.labels out to take them from the data",
     )
     repeated = sorted({label for label in labels if labels.count(label) > 1})
     rules.require(
         not repeated,
         (),
-        f"names {_choices(repeated)} more than once, so two outputs would have one name",
+        f"names {listed(repeated)} more than once, so two outputs would have one name",
         "give each class one name, in class-index order",
     )
     rules.check()
@@ -1296,7 +1297,7 @@ class Spec(Section):
             f"task {self.task.type!r} needs a model of family {' or '.join(map(repr, families))}, "
             f"found {self.model.family!r}",
             f"set model.family: {families[0]}, or a task for {self.model.family} models: "
-            f"{_choices(t for t, s in TASK_SECTIONS.items() if self.model.family in s.families)}",
+            f"{listed(t for t, s in TASK_SECTIONS.items() if self.model.family in s.families)}",
         )
         # A task for another family (the default causal_lm for a ViT without `task:`) is one mistake:
         # the rules that join the task with the data or the model would report it again.
@@ -1307,7 +1308,7 @@ class Spec(Section):
                 f"{self.data.builtin!r} is {DataSpec.builtins[self.data.builtin]}, but the task is "
                 f"{self.task.type!r}",
                 "use data.path, or a task that reads it: "
-                f"{_choices(t for t, s in TASK_SECTIONS.items() if self.data.builtin in s.builtin_data)}",
+                f"{listed(t for t, s in TASK_SECTIONS.items() if self.data.builtin in s.builtin_data)}",
             )
         for field in SPLIT_FIELDS:
             if fits and self.data is not None and getattr(self.data, field) is not None:
@@ -1316,14 +1317,14 @@ class Spec(Section):
                     ("data", field),
                     f"task {self.task.type!r} does not read data.{field}: it would be ignored",
                     f"leave data.{field} out; the tasks that read it: "
-                    f"{_choices(t for t, s in TASK_SECTIONS.items() if field in s.data_splits)}",
+                    f"{listed(t for t, s in TASK_SECTIONS.items() if field in s.data_splits)}",
                 )
         rules.require(
             not fits or self.train.loss_chunk_tokens is None or self.task.chunked_loss,
             ("train", "loss_chunk_tokens"),
             f"task {self.task.type!r} computes its loss in one piece",
             "leave train.loss_chunk_tokens out, or use a task whose loss runs in chunks: "
-            f"{_choices(t for t, s in TASK_SECTIONS.items() if s.chunked_loss)}",
+            f"{listed(t for t, s in TASK_SECTIONS.items() if s.chunked_loss)}",
         )
         assert self.model.max_seq_len is not None  # every family resolves it
         if self.train.context_length is not None:
