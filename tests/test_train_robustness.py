@@ -29,6 +29,7 @@ from tfcompile.train import (
     TrainError,
     load_run_spec,
     load_trained_model,
+    read_metrics,
 )
 from tfcompile.train import checkpoint as checkpoint_module
 from tfcompile.train.checkpoint import (
@@ -265,6 +266,38 @@ def test_extending_a_cosine_schedule_warns_of_the_jump(
     assert "warning: train.steps changed from 4 to 8: the cosine schedule's learning rate jumps from " in err
     trainer(small_spec(root, "train.steps=12"), run_dir, resume=True, show_progress=True).train()
     assert "train.steps changed from 8 to 12" in capsys.readouterr().err  # from the length trained last
+
+
+# ------------------------------------------------------------------- a crash between the pointers
+
+
+class Crash(Exception):
+    """The process dying where the test says (a kill, a power cut)."""
+
+
+def test_a_crash_between_the_pointer_writes_keeps_the_best_checkpoint_named(
+    root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every step improves the validation loss, so each saves and moves both pointers; the process
+    dies right after the first pointer of step 4's save is written. The resumed run's ``best`` must
+    name the checkpoint of its best validation loss, as in a run that never crashed."""
+    every_step = ("train.eval_interval=1", "train.checkpoint_interval=100")
+    run_dir = tmp_path / "runs" / "crashed"
+    real = checkpoint_module.atomic_write_text
+
+    def dies_after_the_first_pointer(path: Path, text: str) -> None:
+        real(path, text)
+        if text == "step-000004\n":
+            raise Crash(f"killed after writing {path.name}")
+
+    monkeypatch.setattr(checkpoint_module, "atomic_write_text", dies_after_the_first_pointer)
+    with pytest.raises(Crash):
+        trainer(small_spec(root, *every_step), run_dir).train()
+    monkeypatch.undo()
+    result = trainer(small_spec(root, *every_step), run_dir, resume=True).train()
+    val = {r["step"]: r["val_loss"] for r in read_metrics(run_dir) if "val_loss" in r}
+    assert sorted(val) == [1, 2, 3, 4] and min(val.values()) == val[4] == result.best
+    assert load_state(resolve(run_dir, "best"))["best"] == val[4]
 
 
 # ------------------------------------------------------------------- SIGTERM

@@ -181,9 +181,12 @@ def _finish(root: Path, tmp: Path, final: Path, best: bool, write: Callable[[Pat
             fsync_dir(path)
     tmp.rename(final)
     fsync_dir(root)  # the folder's name is on disk before any pointer names it
-    atomic_write_text(root / "last", final.name + "\n")
+    # ``best`` first: a crash between the two then resumes from the previous ``last`` and takes the
+    # step again, moving ``best`` once more; the other way round, the resumed run's best score would
+    # be this checkpoint's while ``best`` named an older one.
     if best:
         atomic_write_text(root / "best", final.name + "\n")
+    atomic_write_text(root / "last", final.name + "\n")
 
 
 def _write_state(folder: Path, state: dict[str, Any]) -> None:
