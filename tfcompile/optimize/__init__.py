@@ -17,6 +17,7 @@ spec and tokenizer the bundle records.
 
 from __future__ import annotations
 
+import math
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -292,7 +293,13 @@ def _add(total: dict[str, int], counts: dict[str, int]) -> None:
 
 
 def _check_parity(name: str, measured: float, plan: Plan, manifest: Manifest) -> None:
-    """Fusion and fp16 must keep parity; a quantized graph's difference is the gate's to judge."""
+    """Fusion and fp16 must keep parity; a quantized graph's difference is the gate's to judge,
+    unless its outputs are NaN or infinite where the source's are not (or the reverse)."""
+    if not math.isfinite(measured):
+        raise OptimizeError(
+            f"the {plan.describe()} {name} graph gives outputs that are not finite where the source's "
+            f"are (or the reverse): nothing was written"
+        )
     if plan.quantize:
         return
     half = plan.precision == "fp16" or manifest.precision == "fp16"

@@ -2,7 +2,8 @@
 inputs, built from the manifest alone: token ids inside the vocabulary, masks with a left-padded
 row, other floats standard normal; a step graph runs a prompt from an empty cache and then single
 tokens, each graph feeding back its own cache. -> the largest |difference| of the float outputs,
-relative to their largest |value| (outputs read as float32)."""
+relative to their largest finite |value| (outputs read as float32); infinite where one graph's
+output is NaN or infinite and the other's is not the same."""
 
 from __future__ import annotations
 
@@ -36,9 +37,18 @@ def relative_difference(
     worst, scale = 0.0, 0.0
     for outputs in _runs(sessions, graph, manifest, rng):
         a, b = (np.asarray(o, dtype=np.float32) for o in outputs)
-        worst = max(worst, float(np.abs(a - b).max(initial=0.0)))
-        scale = max(scale, float(np.abs(a).max(initial=0.0)))
+        worst = max(worst, _largest_difference(a, b))
+        scale = max(scale, float(np.abs(a[np.isfinite(a)]).max(initial=0.0)))
     return worst / scale if scale else worst
+
+
+def _largest_difference(a: np.ndarray, b: np.ndarray) -> float:
+    """max |a - b|, where a value that is NaN or infinite in one and not the same in the other
+    counts as an infinite difference (a NaN would otherwise drop out of the maximum)."""
+    same = (a == b) | (np.isnan(a) & np.isnan(b))
+    with np.errstate(invalid="ignore"):  # inf - inf, masked out by ``same`` or counted as NaN
+        difference = np.where(same, 0.0, np.abs(a - b))
+    return float(np.nan_to_num(difference, nan=np.inf).max(initial=0.0))
 
 
 def _runs(

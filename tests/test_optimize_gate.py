@@ -1,0 +1,59 @@
+"""The parity gate of `tfcompile optimize` against transformations that are wrong in ways a lax
+check would miss: outputs that turn NaN. Each is refused, and nothing written."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import helper, numpy_helper
+
+from tfcompile.optimize import OptimizeError, Plan, optimize_bundle
+
+Wrong = Callable[[onnx.ModelProto], onnx.ModelProto]
+
+
+def plus(model: onnx.ModelProto, output: str, nodes: list[onnx.NodeProto], term: str) -> onnx.ModelProto:
+    """A copy of ``model`` whose ``output`` has ``term`` (computed by ``nodes``) added to it."""
+    changed = onnx.ModelProto()
+    changed.CopyFrom(model)
+    for node in changed.graph.node:
+        node.output[:] = [f"{output}_raw" if name == output else name for name in node.output]
+    changed.graph.node.extend([*nodes, helper.make_node("Add", [f"{output}_raw", term], [output])])
+    return changed
+
+
+def constant(name: str, value: float | list[int]) -> onnx.TensorProto:
+    kind = np.float32 if isinstance(value, float) else np.int64
+    return numpy_helper.from_array(np.array(value, dtype=kind), name)
+
+
+def nan_logits(model: onnx.ModelProto) -> onnx.ModelProto:
+    changed = plus(model, "logits", [], "wrong_nan")
+    changed.graph.initializer.append(constant("wrong_nan", float("nan")))
+    return changed
+
+
+def fused_wrongly(wrong: Wrong, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("tfcompile.optimize.fuse", lambda model: (wrong(model), "a wrong fuser"))
+
+
+def test_a_graph_that_turns_nan_is_refused(
+    char_bundle: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fused_wrongly(nan_logits, monkeypatch)
+    with pytest.raises(OptimizeError, match=r"fused model graph gives outputs that are not finite"):
+        optimize_bundle(char_bundle, tmp_path / "out", Plan(fuse=True), None)
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_quantized_graph_that_turns_nan_is_refused_even_ungated(
+    char_bundle: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("tfcompile.optimize.quantize_int8", nan_logits)
+    with pytest.raises(OptimizeError, match=r"int8 model graph gives outputs that are not finite"):
+        optimize_bundle(char_bundle, tmp_path / "out", Plan(quantize="int8"), None)
+    assert not list(tmp_path.iterdir())
