@@ -247,6 +247,18 @@ def test_a_run_that_has_not_trained_a_step_resumes_with_other_settings(root: Pat
     assert load_run_spec(run_dir).train.batch_size == 8
 
 
+def test_a_moved_run_resumes_where_it_is_and_writes_nothing_where_it_was(
+    run_dir: Path, tmp_path: Path
+) -> None:
+    """The run was trained under another runs folder (gone now, or another machine's, or relative to
+    another working directory): its resume keeps its token cache beside it and records where it is."""
+    gone = tmp_path / "elsewhere" / "runs"
+    edit_spec(run_dir, f"runs_dir: {load_run_spec(run_dir).train.runs_dir}", f"runs_dir: {gone}")
+    assert trainer(load_run_spec(run_dir, ["train.steps=5"]), run_dir, resume=True).train().step == 5
+    assert not (tmp_path / "elsewhere").exists()
+    assert (run_dir.parent / ".cache").is_dir() and load_run_spec(run_dir).train.runs_dir == run_dir.parent
+
+
 def test_steps_below_the_runs_step_are_refused(root: Path, run_dir: Path) -> None:
     with pytest.raises(
         TrainError,

@@ -113,8 +113,9 @@ class Trainer:
     def _set_up(self, spec: Spec, resume: bool) -> None:
         """Everything but the lock: from here on the run folder is this process's to write."""
         self.recorded = _check_run_dir(self.run_dir, spec, resume)
-        self.task = task_of(spec)(spec, spec.train.runs_dir / ".cache", self._tokenizer(spec, resume))
-        self.spec = self._resolved(spec)
+        runs_dir = self._runs_dir(spec, resume)
+        self.task = task_of(spec)(spec, runs_dir / ".cache", self._tokenizer(spec, resume))
+        self.spec = self._resolved(spec, runs_dir)
         t = self.spec.train
 
         self.placement.check_fits(self.spec)
@@ -400,9 +401,18 @@ class Trainer:
                 raise TrainError(f"train.init_from: {init_run}: {_NO_TOKENIZER}")
         return None
 
-    def _resolved(self, spec: Spec) -> Spec:
-        """The spec with the sizes the task took from the data and the device's defaults filled in:
-        what the run folder records. A size the spec declares must equal the data's."""
+    def _runs_dir(self, spec: Spec, resume: bool) -> Path:
+        """train.runs_dir, or for a resume the folder that holds the run when that is another one (the
+        run was moved, or its runs_dir is relative to another working directory): the token cache
+        goes beside the run, never where the run was trained."""
+        if resume and self.run_dir.parent.resolve() != spec.train.runs_dir.resolve():
+            return self.run_dir.parent
+        return spec.train.runs_dir
+
+    def _resolved(self, spec: Spec, runs_dir: Path) -> Spec:
+        """The spec with the sizes the task took from the data, the runs folder and the device's
+        defaults filled in: what the run folder records. A size the spec declares must equal the
+        data's."""
         changes: dict[str, Any] = {}
         for size in self.task.sizes(spec):
             section, field = size.field.split(".")
@@ -414,7 +424,9 @@ class Trainer:
                 )
             changes.setdefault(section, {})[field] = size.value
         name = spec.train.name or self.run_dir.name
-        changes.setdefault("train", {}).update(name=name, compile=self.placement.compiles(spec.train))
+        changes.setdefault("train", {}).update(
+            name=name, runs_dir=runs_dir, compile=self.placement.compiles(spec.train)
+        )
         if spec.export.out is None:
             changes["export"] = {"out": str(Path("exported") / name)}
         return spec.replace(changes)
