@@ -33,7 +33,8 @@ def require_vocab_size(spec: TransformerSpec) -> int:
 
 
 def init_weights(module: nn.Module, std: float) -> None:
-    """GPT-2's initialisation: Linear and Embedding weights ~ N(0, std), Linear biases zero.
+    """Linear and Embedding weights ~ N(0, std), Linear biases zero: GPT-2's initialisation
+    without its 1/sqrt(2 n_layers) scaling of the residual projections (none is scaled).
     Use as ``model.apply(partial(init_weights, std=spec.init_std))``."""
     if isinstance(module, nn.Linear | nn.Embedding):
         nn.init.normal_(module.weight, mean=0.0, std=std)

@@ -99,7 +99,9 @@ def sinusoidal_table(max_len: int, dim: int) -> torch.Tensor:
 
 def sinusoidal_2d_table(grid: int, dim: int) -> torch.Tensor:
     """Fixed positions on a grid x grid patch grid, row-major: the first dim / 2 features are the
-    1-D sinusoidal encoding of the row, the last dim / 2 of the column (as in MAE). -> (grid², dim)"""
+    1-D sinusoidal encoding of the row, the last dim / 2 of the column. MAE's table holds the same
+    values in another feature order (the column's half first, each half's sines before its
+    cosines); as the table is fixed and never saved, the order matters to no checkpoint. -> (grid², dim)"""
     axis = sinusoidal_table(grid, dim // 2)  # (grid, dim / 2)
     rows = axis[:, None, :].expand(grid, grid, dim // 2)
     cols = axis[None, :, :].expand(grid, grid, dim // 2)
