@@ -1,5 +1,6 @@
 """The parity gate of `tfcompile optimize` against transformations that are wrong in ways a lax
-check would miss: outputs that turn NaN. Each is refused, and nothing written."""
+check would miss: outputs that turn NaN, and a fusion whose error hides behind a later step's
+looser bound. Each is refused, and nothing written."""
 
 from __future__ import annotations
 
@@ -37,6 +38,15 @@ def nan_logits(model: onnx.ModelProto) -> onnx.ModelProto:
     return changed
 
 
+def logits_off_by_1e3(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Every logit 0.1% too large: ten times the fusion's bound, a tenth of fp16's."""
+    changed = plus(
+        model, "logits", [helper.make_node("Mul", ["logits_raw", "wrong_gain"], ["wrong_off"])], "wrong_off"
+    )
+    changed.graph.initializer.append(constant("wrong_gain", 1e-3))
+    return changed
+
+
 def fused_wrongly(wrong: Wrong, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("tfcompile.optimize.fuse", lambda model: (wrong(model), "a wrong fuser"))
 
@@ -56,4 +66,16 @@ def test_a_quantized_graph_that_turns_nan_is_refused_even_ungated(
     monkeypatch.setattr("tfcompile.optimize.quantize_int8", nan_logits)
     with pytest.raises(OptimizeError, match=r"int8 model graph gives outputs that are not finite"):
         optimize_bundle(char_bundle, tmp_path / "out", Plan(quantize="int8"), None)
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("then", [Plan(fuse=True, quantize="int8"), Plan(fuse=True, precision="fp16")])
+def test_a_fusion_is_held_to_its_own_bound_whatever_follows_it(
+    char_bundle: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, then: Plan
+) -> None:
+    fused_wrongly(logits_off_by_1e3, monkeypatch)
+    with pytest.raises(
+        OptimizeError, match=r"the fused model graph differs .* by 0\.001\d* .* more than 0\.0001"
+    ):
+        optimize_bundle(char_bundle, tmp_path / "out", then, None)
     assert not list(tmp_path.iterdir())

@@ -3,7 +3,9 @@
 Every graph goes through the asked transformations (tfcompile/optimize/passes.py), in this order:
 fusion, fp16, quantization. Each transformed graph is run beside its source on fresh inputs
 (parity.py): fusion and fp16 must keep parity (fusion within 1e-4 of the outputs' scale, fp16
-within 1e-2), quantization's difference is recorded. A quantized bundle must then pass its task's
+within 1e-2; a fused graph is held to its own bound before a later step converts or quantizes
+it), quantization's difference is recorded (outputs NaN or infinite where the source's are not
+are refused at every step). A quantized bundle must then pass its task's
 accuracy gate on held-out data (``GateRule`` in tfcompile/tasks): the task's metric, measured with
 onnxruntime on the source bundle and on the new one, may not get worse by more than the rule
 allows. The data comes from the run the bundle was exported from, named by the user (``--run``):
@@ -227,6 +229,8 @@ def _transform(
             _add(operators["fuse"], introduced(model, fused, lambda op: op.startswith(CONTRIB)))
             fusers.add(tool)
             model = fused
+            if plan.precision or plan.quantize:  # held to fusion's bound, not to the next step's
+                _parity(name, source, model.SerializeToString(), graph, manifest, Plan(fuse=True))
         if plan.precision:
             model = to_fp16(model)
         if plan.quantize:
@@ -237,9 +241,7 @@ def _transform(
             )
             model = quantized
         graphs[name] = model.SerializeToString()
-        with onnxruntime_failure(f"run the {plan.describe()} {name} graph beside its source"):
-            parity[name] = relative_difference(source, graphs[name], graph, manifest)
-        _check_parity(name, parity[name], plan, manifest)
+        parity[name] = _parity(name, source, graphs[name], graph, manifest, plan)
     versions = f"onnxruntime {onnxruntime.__version__}, onnxscript {onnxscript.__version__}"
     steps = []
     if plan.fuse:
@@ -292,23 +294,29 @@ def _add(total: dict[str, int], counts: dict[str, int]) -> None:
         total[op] = total.get(op, 0) + n
 
 
-def _check_parity(name: str, measured: float, plan: Plan, manifest: Manifest) -> None:
-    """Fusion and fp16 must keep parity; a quantized graph's difference is the gate's to judge,
-    unless its outputs are NaN or infinite where the source's are not (or the reverse)."""
+def _parity(
+    name: str, source: bytes, transformed: bytes, graph: Graph, manifest: Manifest, done: Plan
+) -> float:
+    """The parity of the graph that the steps ``done`` made from ``source``. Fusion and fp16 must
+    keep it; a quantized graph's difference is the gate's to judge, unless its outputs are NaN or
+    infinite where the source's are not (or the reverse)."""
+    with onnxruntime_failure(f"run the {done.describe()} {name} graph beside its source"):
+        measured = relative_difference(source, transformed, graph, manifest)
     if not math.isfinite(measured):
         raise OptimizeError(
-            f"the {plan.describe()} {name} graph gives outputs that are not finite where the source's "
+            f"the {done.describe()} {name} graph gives outputs that are not finite where the source's "
             f"are (or the reverse): nothing was written"
         )
-    if plan.quantize:
-        return
-    half = plan.precision == "fp16" or manifest.precision == "fp16"
+    if done.quantize:
+        return measured
+    half = done.precision == "fp16" or manifest.precision == "fp16"
     tolerance = FP16_TOLERANCE if half else FUSED_TOLERANCE
     if measured > tolerance:
         raise OptimizeError(
-            f"the {plan.describe()} {name} graph differs from the source's by {measured:.3g} of the "
+            f"the {done.describe()} {name} graph differs from the source's by {measured:.3g} of the "
             f"outputs' scale, more than {tolerance:g}: nothing was written"
         )
+    return measured
 
 
 def _write_manifest(folder: Path, manifest: Manifest, plan: Plan, optimization: Optimization) -> None:
