@@ -45,6 +45,7 @@ DATATYPES = {
 }
 OF_DTYPE = {"int64": "INT64", "float32": "FP32", "float16": "FP16"}
 TEXT_INPUT = "text"
+MAX_RANK = 32  # a tensor's axes, as deep as its nested data may go (numpy holds at most 64)
 
 
 def served(request: Request) -> Served:
@@ -200,10 +201,15 @@ def _read_request(body: bytes, header_length: str | None) -> tuple[dict, dict[st
 def _array(tensor: dict, raw: bytes | None) -> np.ndarray:
     """One request tensor as a numpy array of its shape and datatype."""
     name, datatype, shape = tensor["name"], tensor.get("datatype"), tensor.get("shape")
-    if not isinstance(shape, list) or not all(
-        isinstance(d, int) and not isinstance(d, bool) and 0 <= d < 2**31 for d in shape
+    if (
+        not isinstance(shape, list)
+        or len(shape) > MAX_RANK
+        or not all(isinstance(d, int) and not isinstance(d, bool) and 0 <= d < 2**31 for d in shape)
     ):
-        raise InputError(f"input {name!r} needs a shape: a list of sizes below 2^31, got {shape!r}")
+        shown = f"{len(shape)} sizes" if isinstance(shape, list) and len(shape) > MAX_RANK else repr(shape)
+        raise InputError(
+            f"input {name!r} needs a shape: a list of at most {MAX_RANK} sizes, each below 2^31, got {shown}"
+        )
     count = math.prod(shape)
     if datatype == "BYTES":
         items = _bytes_items(name, raw, count) if raw is not None else tensor.get("data")
@@ -254,7 +260,7 @@ def _flat(name: str, data: Any) -> list:
     while stack:
         for item in stack[-1]:
             if isinstance(item, list):
-                if len(stack) > 32:
+                if len(stack) > MAX_RANK:
                     raise InputError(f"input {name!r} is nested too deeply")
                 stack.append(iter(item))
                 break

@@ -1,0 +1,54 @@
+"""The Open Inference Protocol's ``infer`` under hostile clients: each request that once got a
+500 or was read as something it is not, answered with a 400 naming the input."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from serving import BackgroundServer
+
+
+@pytest.fixture(scope="module")
+def server(char_bundle: Path, classifier_bundle: Path) -> Iterator[BackgroundServer]:
+    with BackgroundServer({"char": char_bundle, "sst2": classifier_bundle}) as s:
+        yield s
+
+
+def infer(server: BackgroundServer, model: str, body: dict) -> httpx.Response:
+    return httpx.post(f"{server.url}/v2/models/{model}/infer", content=json.dumps(body))
+
+
+def binary(tensor: dict, data: bytes) -> tuple[bytes, dict[str, str]]:
+    """One input in the binary tensor data extension -> the body and its header."""
+    header = json.dumps({"inputs": [{**tensor, "parameters": {"binary_data_size": len(data)}}]}).encode()
+    return header + data, {"Inference-Header-Content-Length": str(len(header))}
+
+
+def error(r: httpx.Response) -> str:
+    assert r.status_code == 400, r.text
+    return r.json()["error"]
+
+
+@pytest.mark.parametrize(
+    "tensor",
+    [
+        {"name": "text", "shape": [1] * 65, "datatype": "BYTES", "data": ["a"]},
+        {"name": "text", "shape": [0] * 100, "datatype": "BYTES", "data": []},
+        {"name": "input_ids", "shape": [1] * 65, "datatype": "INT64", "data": [1]},
+        {"name": "input_ids", "shape": [2**31 - 1] * 10_000, "datatype": "INT64", "data": []},
+    ],
+)
+def test_a_shape_of_more_axes_than_a_tensor_may_have_is_a_400(server: BackgroundServer, tensor: dict) -> None:
+    """numpy holds at most 64 axes (reshaping to more raised ValueError: a 500), and the element
+    count of 10,000 sizes has more digits than Python turns into a string (a 500 too)."""
+    assert "at most 32 sizes" in error(infer(server, "sst2", {"inputs": [tensor]}))
+
+
+def test_a_binary_tensor_of_more_axes_than_a_tensor_may_have_is_a_400(server: BackgroundServer) -> None:
+    body, headers = binary({"name": "input_ids", "shape": [1] * 65, "datatype": "INT64"}, b"\0" * 8)
+    r = httpx.post(f"{server.url}/v2/models/char/infer", content=body, headers=headers)
+    assert "at most 32 sizes" in error(r)
