@@ -17,7 +17,9 @@ from tfcompile.data import DataError
 from tfcompile.spec import Spec, load_spec
 from tfcompile.train import CheckpointError, Trainer, TrainError, load_trained_model, read_metrics
 from tfcompile.train import checkpoint as checkpoint_module
+from tfcompile.train import progress as progress_module
 from tfcompile.train.checkpoint import load_state, resolve
+from tfcompile.train.progress import Progress
 from tfcompile.train.speed import peak_flops
 
 SPEC = ROOT / "specs" / "shakespeare-char.yaml"
@@ -261,3 +263,19 @@ def test_images_too_large_for_memory_are_refused_before_loading(tmp_path: Path) 
         DataError, match=r"1,797 images of 1 x 8192 x 8192 take [\d.]+ GB.*lower model\.image_size"
     ):
         Trainer(spec, tmp_path / "vit", show_progress=False)
+
+
+def test_progress_lines_in_a_log_say_how_far_and_how_long_is_left(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without a terminal (a CI log) there is no bar: each logged step says of how many, and the
+    time left once the pace is known."""
+    clock = iter([10.0, 10.5, 11.0, 11.5, 12.0, 12.5, 13.0])  # each step's end: 0.5 s apart
+    monkeypatch.setattr(progress_module, "perf_counter", lambda: next(clock))
+    with Progress(total=1003, start=0) as progress:
+        for step in range(1, 8):
+            progress.advance(step)
+            progress.update(step, {"train_loss": 1.0, "lr": 1e-3})
+    lines = capsys.readouterr().err.splitlines()
+    assert "step 1/1,003: loss 1.0000  lr 1.00e-03" in lines  # the pace not known yet
+    assert "step 7/1,003: loss 1.0000  lr 1.00e-03  about 8 min 18 s left" in lines

@@ -1,6 +1,7 @@
 """Progress: for training, a rich progress bar on a terminal (loss, tokens/s, ETA), plain lines
-elsewhere; the bar moves every step, and once a few steps after the first (which compiles and
-warms up) have taken a couple of seconds, one line says how long the whole run will take."""
+elsewhere (a CI log: each logged step of how many, its stats and the time left); the bar moves
+every step, and once a few steps after the first (which compiles and warms up) have taken a couple
+of seconds, one line says how long the whole run will take."""
 
 from __future__ import annotations
 
@@ -34,6 +35,7 @@ class Progress:
         self.total = total
         self._first: tuple[int, float] | None = None  # the first step's number and end time
         self._estimated = False
+        self._pace: float | None = None  # seconds a step, once estimated
         self._rich = RichProgress(
             TextColumn("[bold]train"),
             BarColumn(),
@@ -66,12 +68,15 @@ class Progress:
             return
         steps, seconds = step - self._first[0], now - self._first[1]
         ready = (steps >= ESTIMATE_STEPS and seconds >= ESTIMATE_SECONDS) or steps >= ESTIMATE_MOST_STEPS
-        if ready and not self._estimated and step < self.total:
+        if not ready:
+            return
+        self._pace = seconds / steps
+        if not self._estimated and step < self.total:
             self._estimated = True
             left = self.total - step
             self.log(
-                f"estimated time: {duration(seconds / steps * left)} for the {left:,} steps left "
-                f"({seconds / steps:.3g} s a step; evaluations add to it)"
+                f"estimated time: {duration(self._pace * left)} for the {left:,} steps left "
+                f"({self._pace:.3g} s a step; evaluations add to it)"
             )
 
     def update(self, step: int, record: dict[str, Any]) -> None:
@@ -88,7 +93,10 @@ class Progress:
         )
         self._rich.update(self._task, completed=step, stats=stats)
         if self.enabled and not self.bar and "train_loss" in record:
-            self.console.print(f"step {step}: {stats}", highlight=False)
+            left = ""
+            if self._pace is not None and step < self.total:
+                left = f"  {duration(self._pace * (self.total - step))} left"
+            self.console.print(f"step {step:,}/{self.total:,}: {stats}{left}", highlight=False)
 
     def log(self, message: str) -> None:
         if self.enabled:
