@@ -5,8 +5,9 @@
                             start token ids, the manifest's sampling defaults
     decoder_step.onnx       the bundle's decode_step graph, its checked bytes, unchanged
     tokenizer.json          a tokenizer genai's (onnxruntime-extensions') reads: a byte-level BPE
-                            as the bundle has it; a char (WordLevel) tokenizer rewritten as a
-                            byte-level BPE without merges, one token per byte (ASCII only)
+                            as the bundle has it (GPT-2's steps only: genai ignores any other); a
+                            char (WordLevel) tokenizer rewritten as a byte-level BPE without
+                            merges, one token per byte (ASCII only)
     tokenizer_config.json   the tokenizer's class for genai (GPT2Tokenizer) and its special tokens
 
 Then ``og.Model(folder)``, ``og.Tokenizer(model)`` and ``og.Generator`` serve it: greedy search
@@ -226,12 +227,14 @@ def _tokenizer_json(where: Path, data: bytes) -> dict[str, Any]:
 
 def genai_tokenizer(data: bytes) -> bytes:
     """A tokenizer.json (the tokenizers library's format) -> one that onnxruntime-extensions
-    reads and that gives the same ids: a byte-level BPE as it is (the same bytes); a char
-    (WordLevel) vocabulary as a byte-level BPE without merges, one ASCII character per token, its
-    special tokens kept at their ids."""
+    reads and that gives the same ids: a byte-level BPE with GPT-2's steps as it is (the same
+    bytes; one with other steps is refused, see _check_gpt2_steps); a char (WordLevel)
+    vocabulary as a byte-level BPE without merges, one ASCII character per token, its special
+    tokens kept at their ids."""
     saved = _tokenizer_json(Path("tokenizer.json"), data)
     model = saved["model"]
     if model.get("type") == "BPE" and (saved.get("pre_tokenizer") or {}).get("type") == "ByteLevel":
+        _check_gpt2_steps(saved)
         return data
     if model.get("type") != "WordLevel" or saved.get("normalizer"):
         kind = model.get("type")
@@ -257,6 +260,30 @@ def genai_tokenizer(data: bytes) -> bytes:
     new.add_special_tokens(sorted(added, key=added.__getitem__))
     _check_same(Tokenizer.from_str(json.dumps(saved)), new, vocab, added)
     return new.to_str(pretty=True).encode("utf-8")
+
+
+def _check_gpt2_steps(saved: dict[str, Any]) -> None:
+    """A byte-level BPE goes to genai as it is, and onnxruntime-extensions reads it as GPT-2's:
+    no normalizer, GPT-2's split regex, no prefix space, nothing added, bytes decoded, whatever
+    tokenizer.json says. Any other setting would give other ids (or text): refused."""
+    pre = saved["pre_tokenizer"]
+    post = saved.get("post_processor")
+    ignored = [
+        what
+        for what, differs in (
+            ("normalizer", saved.get("normalizer") is not None),
+            ("add_prefix_space: true", pre.get("add_prefix_space") is True),
+            ("use_regex: false", pre.get("use_regex", True) is not True),
+            ("post-processor", post is not None and post.get("type") != "ByteLevel"),
+            ("decoder", (saved.get("decoder") or {}).get("type") != "ByteLevel"),
+        )
+        if differs
+    ]
+    if ignored:
+        raise ExportError(
+            f"onnxruntime-genai reads a byte-level BPE as GPT-2's, and would ignore this tokenizer's "
+            f"{', '.join(ignored)}: its ids (or its text) would not be the bundle tokenizer's"
+        )
 
 
 def _check_same(old: Tokenizer, new: Tokenizer, vocab: dict[str, int], added: dict[str, int]) -> None:
