@@ -77,6 +77,8 @@ def test_the_sequence_length_follows_from_the_sizes() -> None:
         ({"patch_size": 3}, "model.patch_size", r"must divide image_size \(8\), found 3"),
         ({"max_seq_len": 10}, "model.max_seq_len", r"2x2 patches \+ \[CLS\] = 5, found 10"),
         ({"vocab_size": 100}, "model.vocab_size", "reads pixels, not tokens"),
+        ({"scale_embeddings": True}, "model.scale_embeddings", "no token embeddings to scale"),
+        ({"bias": {"lm_head": True}}, "model.bias.lm_head", "no language-model head"),
         ({"positional": "rope"}, "model.positional", r"learned, sinusoidal \(2-D\) or none, found 'rope'"),
         (
             {"positional": "sinusoidal", "d_model": 30, "n_heads": 2},
@@ -93,7 +95,7 @@ def test_spec_errors_name_the_field_and_the_fix(override: dict[str, Any], field:
         parse_spec(text, source="vit.yaml")
     report = str(error.value)
     line = next(
-        i for i, row in enumerate(text.splitlines(), 1) if row.strip().startswith(field.split(".")[1])
+        i for i, row in enumerate(text.splitlines(), 1) if row.strip().startswith(field.split(".")[-1])
     )
     assert f"vit.yaml:{line}:" in report and f"{field}: " in report and "hint:" in report
     assert re.search(message, report), report

@@ -652,6 +652,18 @@ class VitSpec(TransformerSpec):
             "remove model.vocab_size",
         )
         rules.require(
+            not self.scale_embeddings,
+            ("scale_embeddings",),
+            "a ViT has no token embeddings to scale (its patches are projected)",
+            "remove model.scale_embeddings",
+        )
+        rules.require(
+            not self.bias.lm_head,
+            ("bias", "lm_head"),
+            "a ViT has no language-model head (its classifier head always has a bias)",
+            "remove model.bias.lm_head",
+        )
+        rules.require(
             self.positional.type in ("learned", "sinusoidal", "none"),
             ("positional",),
             f"a ViT's positions are patch indices: learned, sinusoidal (2-D) or none, "
