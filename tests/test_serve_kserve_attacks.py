@@ -52,3 +52,13 @@ def test_a_binary_tensor_of_more_axes_than_a_tensor_may_have_is_a_400(server: Ba
     body, headers = binary({"name": "input_ids", "shape": [1] * 65, "datatype": "INT64"}, b"\0" * 8)
     r = httpx.post(f"{server.url}/v2/models/char/infer", content=body, headers=headers)
     assert "at most 32 sizes" in error(r)
+
+
+@pytest.mark.parametrize(("datatype", "data"), [("FP32", [1.0]), ("INT64", [7]), ("BOOL", [True])])
+def test_a_text_input_of_numbers_is_refused_not_read_as_their_digits(
+    server: BackgroundServer, datatype: str, data: list
+) -> None:
+    """A classifier's ``text`` input of another datatype was classified as the text of its
+    numbers ("1.0"), with a 200."""
+    tensor = {"name": "text", "shape": [1], "datatype": datatype, "data": data}
+    assert f"input 'text' must be BYTES, got {datatype}" in error(infer(server, "sst2", {"inputs": [tensor]}))

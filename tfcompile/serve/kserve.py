@@ -287,6 +287,8 @@ def _bytes_items(name: str, raw: bytes, count: int) -> list[bytes]:
 
 def _texts(values: np.ndarray) -> list[str] | list[tuple[str, str]]:
     """The ``text`` input: shape [N] (or [N, 1]) of texts, or [N, 2] of sentence pairs."""
+    if values.dtype != object:
+        raise InputError(f"input {TEXT_INPUT!r} must be BYTES, got {_datatype(values.dtype)}")
     if values.ndim == 1 or (values.ndim == 2 and values.shape[1] == 1):
         return [str(v) for v in values.reshape(-1)]
     if values.ndim == 2 and values.shape[1] == 2:
@@ -303,10 +305,13 @@ def _output(name: str, value: np.ndarray) -> dict:
             "data": value.reshape(-1).tolist(),
         }
     value = value.astype(np.float32) if np.issubdtype(value.dtype, np.floating) else value
-    datatype = next(k for k, v in DATATYPES.items() if np.dtype(v) == value.dtype)
     return {
         "name": name,
-        "datatype": datatype,
+        "datatype": _datatype(value.dtype),
         "shape": list(value.shape),
         "data": value.reshape(-1).tolist(),
     }
+
+
+def _datatype(dtype: np.dtype) -> str:
+    return next(k for k, v in DATATYPES.items() if np.dtype(v) == dtype)
