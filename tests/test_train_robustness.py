@@ -4,6 +4,7 @@ Each ends in one clear error, or a fallback to an intact checkpoint with a one-l
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import signal
@@ -465,3 +466,23 @@ def test_a_nan_loss_suggests_fp32_only_when_not_already_fp32(
     ) as e:
         nan.train()
     assert ("train.precision=fp32" in str(e.value)) == (precision != "fp32")
+
+
+def test_the_nan_advice_is_one_a_resume_can_follow(root: Path, tmp_path: Path) -> None:
+    """The learning rate is not a resume's to change: the message says to lower it in a new run, and
+    what a resume may change (the precision) is offered as a resume."""
+    nan = trainer(small_spec(root, "train.precision=bf16"), tmp_path / "runs" / "nan")
+    real = nan.task.loss
+    nan.task.loss = lambda forward, batch: real(forward, batch) * (math.nan if nan.step == 2 else 1.0)
+    with pytest.raises(TrainError) as e:
+        nan.train()
+    kept = checkpoint_dir(nan.run_dir) / "step-000002"
+    assert str(e.value) == (
+        "the training loss became nan at step 3; lower the learning rate (train.optimizer.lr) in a new "
+        "run with --set train.name=NAME (a resume keeps the run's), or resume with --set "
+        f"train.precision=fp32; the checkpoint of step 2 ({kept}) is intact"
+    )
+    with pytest.raises(TrainError, match=r"train\.optimizer\.lr \(run: 0\.003, spec: 0\.0003\)"):
+        trainer(small_spec(root, "train.precision=bf16", "train.optimizer.lr=3e-4"), nan.run_dir, resume=True)
+    resumed = trainer(small_spec(root, "train.precision=fp32"), nan.run_dir, resume=True)
+    assert resumed.step == 2 and resumed.train().step == 4

@@ -248,10 +248,11 @@ class Trainer:
             tokens += self.task.tokens(batch) * self.world.size
         loss_sum = self.world.mean(torch.stack(losses).sum().item(), self.device)
         if not math.isfinite(loss_sum):
-            fp32 = " or use train.precision=fp32" if t.precision != "fp32" else ""
+            fp32 = ", or resume with --set train.precision=fp32" if t.precision != "fp32" else ""
             raise TrainError(
-                f"the training loss became {loss_sum} at step {step}; lower the learning rate{fp32}; "
-                f"{intact(self.run_dir)}"
+                f"the training loss became {loss_sum} at step {step}; lower the learning rate "
+                f"(train.optimizer.lr) in a new run with --set train.name=NAME (a resume keeps the "
+                f"run's){fp32}; {intact(self.run_dir)}"
             )
         return loss_sum, tokens
 
