@@ -1,0 +1,309 @@
+"""tfcompile.search against references written here: a scripted decoder whose logits are a pure
+function of the real tokens it has read, so that a row's tokens in any batch (left-padded, joined
+between steps, ended early, past the context) can be checked against a plain loop over that row
+alone; the runtime's batches against each prompt alone and a plain loop; beam search with a beam
+wide enough to keep every hypothesis against brute force; and the sampling filters against the
+manifest's rules."""
+
+from __future__ import annotations
+
+import itertools
+import zlib
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tfcompile import search
+from tfcompile.runtime import LanguageModel, load
+
+VOCAB = 7
+
+
+def scripted_logits(tokens: Sequence[int], vocab: int = VOCAB) -> np.ndarray:
+    """The logits after ``tokens``: fixed pseudo-random numbers keyed by the whole sequence."""
+    seed = zlib.crc32(np.array(tokens, dtype=np.int64).tobytes())
+    return (3 * np.random.default_rng(seed).normal(size=vocab)).astype(np.float32)
+
+
+class Scripted:
+    """A search.Decoder (and Joinable) whose cache is each row's columns, None at padding. It holds
+    the batch to the protocol: the mask covers exactly the cache and the new tokens, agrees with
+    what earlier steps marked as padding, and every row's last token is real."""
+
+    def __init__(self, vocab: int = VOCAB) -> None:
+        self.vocab = vocab
+        self.columns: list[list[int | None]] = []
+
+    def step(self, tokens: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
+        if not self.columns:
+            self.columns = [[] for _ in tokens]
+        assert len(self.columns) == len(tokens)
+        width = len(self.columns[0]) + tokens.shape[1]
+        real = np.ones((len(tokens), width), dtype=np.int64) if mask is None else mask
+        assert real.shape == (len(tokens), width)
+        for row, new, flags in zip(self.columns, tokens.tolist(), real.tolist(), strict=True):
+            row += [t if flag else None for t, flag in zip(new, flags[-len(new) :], strict=True)]
+            assert [c is not None for c in row] == [bool(f) for f in flags]
+            assert row[-1] is not None, "a row's last token is padding"
+        return np.stack(
+            [scripted_logits([c for c in row if c is not None], self.vocab) for row in self.columns]
+        )
+
+    def reorder(self, rows: np.ndarray) -> None:
+        self.columns = [list(self.columns[r]) for r in rows.tolist()]
+
+    def reset(self) -> None:
+        self.columns = []
+
+    def join(self, other: search.Decoder, columns: int) -> None:
+        assert isinstance(other, Scripted)
+        self.columns = [[*[None] * (columns - len(row)), *row] for row in self.columns + other.columns]
+
+    def trim(self, columns: int) -> None:
+        assert all(c is None for row in self.columns for c in row[:columns]), "trimmed a real token"
+        self.columns = [row[columns:] for row in self.columns]
+
+
+class Uncached:
+    """The scripted decoder without join and trim (as the runtime's full-graph decoder)."""
+
+    def __init__(self) -> None:
+        self.inner = Scripted()
+
+    def step(self, tokens: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
+        return self.inner.step(tokens, mask)
+
+    def reorder(self, rows: np.ndarray) -> None:
+        self.inner.reorder(rows)
+
+    def reset(self) -> None:
+        self.inner.reset()
+
+
+def greedy_alone(prompt: Sequence[int], limit: int, context: int | None, stop: Sequence[int]) -> list[int]:
+    """One row, the plainest way: the argmax after the last ``context`` tokens, to a stop token."""
+    sequence, new = list(prompt), list[int]()
+    while len(new) < limit and not (new and new[-1] in stop):
+        window = sequence if context is None else sequence[-context:]
+        new.append(int(scripted_logits(window).argmax()))
+        sequence.append(new[-1])
+    return new
+
+
+def left_padded(prompts: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray | None]:
+    width = max(map(len, prompts))
+    ids = np.array([[0] * (width - len(p)) + list(p) for p in prompts], dtype=np.int64)
+    mask = np.array([[0] * (width - len(p)) + [1] * len(p) for p in prompts], dtype=np.int64)
+    return ids, None if mask.all() else mask
+
+
+prompts = st.lists(st.integers(0, VOCAB - 1), min_size=1, max_size=10)
+contexts = st.sampled_from([None, 1, 3, 5, 8])
+stops = st.lists(st.integers(0, VOCAB - 1), max_size=1)
+samplings = st.one_of(
+    st.just(search.GREEDY),
+    st.builds(
+        search.Sampling,
+        st.sampled_from([0.5, 1.0, 4.0]),
+        st.sampled_from([None, 1, 2, 5, VOCAB + 1]),
+        st.sampled_from([None, 1e-9, 0.5, 0.95, 1.0]),
+        st.integers(0, 2**32),
+    ),
+)
+
+
+@given(
+    rows=st.lists(st.tuples(prompts, st.integers(0, 12)), min_size=1, max_size=4),
+    context=contexts,
+    stop=stops,
+    cached=st.booleans(),
+)
+def test_a_left_padded_batch_generates_each_rows_tokens_alone(
+    rows: list[tuple[list[int], int]], context: int | None, stop: list[int], cached: bool
+) -> None:
+    ids, mask = left_padded([p for p, _ in rows])
+    decoder = Scripted() if cached else Uncached()
+    got = search.generate(decoder, ids, [n for _, n in rows], search.GREEDY, stop, context, mask)
+    assert got == [greedy_alone(p, n, context, stop) for p, n in rows]
+
+
+@given(
+    plan=st.lists(
+        st.tuples(
+            st.integers(0, 8),
+            st.lists(st.tuples(prompts, st.integers(0, 12), samplings), min_size=1, max_size=3),
+        ),
+        min_size=1,
+        max_size=4,
+    ),
+    cuts=st.lists(st.integers(1, 14), min_size=12, max_size=12),
+    context=contexts,
+    stop=stops,
+)
+def test_rows_joining_and_ending_between_steps_generate_what_they_would_alone(
+    plan: list[tuple[int, list[tuple[list[int], int, search.Sampling]]]],
+    cuts: list[int],
+    context: int | None,
+    stop: list[int],
+) -> None:
+    """Continuous batching: groups of prompts (each with its limit and its sampling, seeded) join
+    a running batch at given steps, and the caller ends each row after its own count of tokens."""
+    batch, expected, cut, step = search.Batch(stop, context), {}, {}, 0
+    while step <= 8 or batch:
+        for _, group in [entry for entry in plan if entry[0] == step]:
+            ids, mask = left_padded([p for p, _, _ in group])
+            keys = batch.join(Scripted(), ids, mask, [n for _, n, _ in group], [s for _, _, s in group])
+            for key, (prompt, limit, sampling) in zip(keys, group, strict=True):
+                cut[key] = cuts[key % len(cuts)]
+                alone = search.generate(Scripted(), np.array([prompt]), limit, [sampling], stop, context)[0]
+                expected[key] = alone[: cut[key]]
+        if batch:
+            stepped = batch.sample()
+            for key in stepped:
+                cut[key] -= 1
+            batch.end(key for key in stepped if cut[key] == 0)
+            batch.advance()
+        step += 1
+    assert {key: batch.finished[key] for key in expected} == expected
+
+
+def test_row_r_of_a_seeded_batch_draws_as_seed_plus_r_alone() -> None:
+    prompt = np.array([[1, 2, 3]] * 3)
+    together = search.generate(Scripted(), prompt, 10, search.Sampling(1.5, seed=7))
+    alone = [
+        search.generate(Scripted(), prompt[:1], 10, search.Sampling(1.5, seed=7 + r))[0] for r in range(3)
+    ]
+    assert together == alone
+    assert len({tuple(row) for row in together}) > 1, "the rows draw independently"
+
+
+def log_softmax(logits: np.ndarray) -> np.ndarray:
+    scores = logits.astype(np.float64)
+    shifted = scores - scores.max()
+    return shifted - np.log(np.exp(shifted).sum())
+
+
+def best_by_brute_force(start: int, eos: int, max_len: int, alpha: float, vocab: int) -> list[int]:
+    """Every hypothesis: words then [EOS] within max_len words, or max_len words unfinished; the
+    best by length-normalised summed log-probability (the first of equal scores, shortest first)."""
+    best: tuple[float, list[int]] | None = None
+    words = [t for t in range(vocab) if t != eos]
+    for length in range(max_len + 1):
+        for hypothesis in itertools.product(words, repeat=length):
+            sequence, score = [start], 0.0
+            for word in hypothesis:
+                score += log_softmax(scripted_logits(sequence, vocab))[word]
+                sequence.append(word)
+            ends = [score + log_softmax(scripted_logits(sequence, vocab))[eos]]
+            ends += [score] if length == max_len else []
+            for end in ends:
+                normalised = end / ((5 + length) / 6) ** alpha  # Wu et al., [EOS] not counted
+                if best is None or normalised > best[0]:
+                    best = (normalised, list(hypothesis))
+    assert best is not None
+    return best[1]
+
+
+def test_the_length_penalty_is_wu_et_als() -> None:
+    """score / ((5 + length) / 6) ** alpha, as the README says: 7 words at alpha 0.6 divide by 2 ** 0.6."""
+    assert search.length_normalised(-6.0, 7, 0.6) == pytest.approx(-6.0 / 2**0.6)
+    assert search.length_normalised(-6.0, 1, 0.6) == -6.0
+    assert search.length_normalised(-6.0, 19, 0.0) == -6.0
+
+
+@given(
+    vocab=st.integers(2, 4),
+    max_len=st.integers(1, 3),
+    alpha=st.sampled_from([0.0, 0.6, 1.0, 2.0]),
+    start=st.integers(0, 3),
+    eos=st.integers(0, 3),
+)
+def test_a_beam_that_keeps_every_hypothesis_finds_the_best(
+    vocab: int, max_len: int, alpha: float, start: int, eos: int
+) -> None:
+    start, eos = start % vocab, eos % vocab
+    beam = 2 * vocab ** (max_len + 1)  # wider than the hypotheses: none is dropped, none ends early
+    got = search.beam_search(Scripted(vocab), start, eos, max_len, beam, alpha)
+    assert got == best_by_brute_force(start, eos, max_len, alpha, vocab)
+
+
+@given(vocab=st.integers(2, 9), max_len=st.integers(1, 8), start=st.integers(0, 8), eos=st.integers(0, 8))
+def test_beam_one_is_greedy(vocab: int, max_len: int, start: int, eos: int) -> None:
+    start, eos = start % vocab, eos % vocab
+    greedy = search.generate(Scripted(vocab), np.array([[start]]), max_len, search.GREEDY, (eos,))[0]
+    beam = search.beam_search(Scripted(vocab), start, eos, max_len, 1, 0.6)
+    assert beam == search.strip_stop(greedy, (eos,))
+
+
+def test_beam_search_ends_at_once_on_eos_first_and_never_passes_max_len() -> None:
+    start = next(t for t in range(50) if scripted_logits([t]).argmax() == 2)
+    assert search.beam_search(Scripted(), start, 2, 5, 4, 0.6) == []  # [EOS] is the likeliest first
+    never = search.beam_search(Scripted(), start, VOCAB, 5, 4, 0.6)  # an id the decoder never emits
+    assert len(never) == 5
+
+
+def draws(logits: Sequence[float], options: dict[str, Any], n: int = 4000) -> np.ndarray:
+    """Each token's share of ``n`` seeded draws with the sampling ``options``."""
+    rows = np.tile(np.array(logits, dtype=np.float32), (n, 1))
+    tokens = search.sample_next(rows, rng=np.random.default_rng(0), **options)
+    return np.bincount(tokens, minlength=len(logits)) / n
+
+
+@pytest.mark.parametrize(
+    ("logits", "options", "expected"),
+    [
+        # top_k keeps the k largest logits and any equal to the k-th
+        ([1, 1, 1, 0], {"top_k": 1}, [1 / 3, 1 / 3, 1 / 3, 0]),
+        ([3, 2, 1, 0], {"top_k": 9}, np.exp([3, 2, 1, 0]) / np.exp([3, 2, 1, 0]).sum()),
+        # top_p keeps tokens, likeliest first, up to the one that reaches p
+        (np.log([0.4, 0.3, 0.3]), {"top_p": 0.5}, [4 / 7, 3 / 7, 0]),
+        (np.log([0.25, 0.25, 0.5]), {"top_p": 0.5}, [0, 0, 1]),
+        (np.log([0.2, 0.3, 0.5]), {"top_p": 0.6}, [0, 3 / 8, 5 / 8]),
+        (np.log([0.1, 0.2, 0.7]), {"top_p": 1e-9}, [0, 0, 1]),
+        (np.log([0.1, 0.2, 0.7]), {"top_p": 1.0}, [0.1, 0.2, 0.7]),
+        # temperature: below 1e-5 the argmax (the lowest id of equal logits), huge ones uniform
+        ([0, 3, 3, 1], {"temperature": 1e-6}, [0, 1, 0, 0]),
+        ([0, 3, -np.inf, 1], {"temperature": 1e12}, [1 / 3, 1 / 3, 0, 1 / 3]),
+        ([0, 3, -np.inf, 1], {"temperature": 1e-4, "top_k": 3}, [0, 1, 0, 0]),
+    ],
+)
+def test_sampling_draws_as_the_manifest_says(
+    logits: Sequence[float], options: dict[str, Any], expected: Sequence[float]
+) -> None:
+    shares = draws(logits, options)
+    assert np.abs(shares - np.asarray(expected)).max() < 0.03
+    assert ((shares > 0) == (np.asarray(expected) > 0)).all()
+
+
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_the_runtime_batches_prompts_around_the_context_as_each_alone(
+    char_bundle: Path, use_cache: bool
+) -> None:
+    """Prompts of 1 token, one short of the context (64), at it, past it and far past it, with
+    limits of 0 and more, greedy and seeded: together as alone, and the greedy row at the context
+    as a plain loop over the full graph reading the last 64 tokens."""
+    model = load(char_bundle)
+    assert isinstance(model, LanguageModel)
+    context = model.generation.context_length
+    assert model.tokenizer is not None
+    text = model.tokenizer.encode("First Citizen:\nBefore we proceed any further, hear me speak. " * 2).ids
+    prompts = [text[:1], text[: context - 1], text[:context], text[: context + 1], text[: context + 30]]
+    limits = [5, 3, 0, 6, 4]
+    samplings = [search.Sampling(1.0, 5, 0.9, seed=3), search.GREEDY, search.GREEDY, search.GREEDY]
+    samplings.append(search.Sampling(2.0, None, None, seed=11))
+    together = model.generate_prompts(prompts, limits, samplings, use_cache=use_cache)
+    alone = [
+        model.generate_prompts([p], [n], [s], use_cache=use_cache)[0]
+        for p, n, s in zip(prompts, limits, samplings, strict=True)
+    ]
+    assert together == alone
+    assert [len(row) for row in together] == limits
+    sequence = list(prompts[3])
+    for _ in range(limits[3]):
+        sequence.append(int(model.logits(np.array([sequence[-context:]]))[0, -1].argmax()))
+    assert together[3] == sequence[len(prompts[3]) :]
