@@ -1,6 +1,6 @@
 """The parity gate of `tfcompile optimize` against transformations that are wrong in ways a lax
-check would miss: outputs that turn NaN, and a fusion whose error hides behind a later step's
-looser bound. Each is refused, and nothing written."""
+check would miss: outputs that turn NaN, a fusion whose error hides behind a later step's looser
+bound, and a graph that goes wrong only at long sequences. Each is refused, and nothing written."""
 
 from __future__ import annotations
 
@@ -47,6 +47,26 @@ def logits_off_by_1e3(model: onnx.ModelProto) -> onnx.ModelProto:
     return changed
 
 
+def wrong_beyond_16(input_name: str, axis: int) -> Wrong:
+    """A pass that shifts the first output of each graph reading ``input_name`` once that input's
+    ``axis`` is longer than 16, and leaves other graphs unchanged."""
+
+    def wrong(model: onnx.ModelProto) -> onnx.ModelProto:
+        if input_name not in [i.name for i in model.graph.input]:
+            return model
+        nodes = [
+            helper.make_node("Shape", [input_name], ["wrong_shape"]),
+            helper.make_node("Gather", ["wrong_shape", "wrong_axis"], ["wrong_length"]),
+            helper.make_node("Greater", ["wrong_length", "wrong_16"], ["wrong_long"]),
+            helper.make_node("Cast", ["wrong_long"], ["wrong_shift"], to=onnx.TensorProto.FLOAT),
+        ]
+        changed = plus(model, model.graph.output[0].name, nodes, "wrong_shift")
+        changed.graph.initializer.extend([constant("wrong_axis", [axis]), constant("wrong_16", [16])])
+        return changed
+
+    return wrong
+
+
 def fused_wrongly(wrong: Wrong, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("tfcompile.optimize.fuse", lambda model: (wrong(model), "a wrong fuser"))
 
@@ -78,4 +98,28 @@ def test_a_fusion_is_held_to_its_own_bound_whatever_follows_it(
         OptimizeError, match=r"the fused model graph differs .* by 0\.001\d* .* more than 0\.0001"
     ):
         optimize_bundle(char_bundle, tmp_path / "out", then, None)
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize(
+    ("kind", "graph", "read"),
+    [
+        ("char_bundle", "step", ("past_key_0", 2)),
+        ("translator_bundle", "encoder", ("source_ids", 1)),
+        ("translator_bundle", "step", ("past_key_0", 2)),
+    ],
+)
+def test_every_graph_is_checked_at_the_context_window(
+    kind: str,
+    graph: str,
+    read: tuple[str, int],
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Wrong only once a cache or a source is longer than 16 (the contexts are 64 and 48)."""
+    bundle: Path = request.getfixturevalue(kind)
+    fused_wrongly(wrong_beyond_16(*read), monkeypatch)
+    with pytest.raises(OptimizeError, match=rf"the fused {graph} graph differs from the source's"):
+        optimize_bundle(bundle, tmp_path / "out", Plan(fuse=True), None)
     assert not list(tmp_path.iterdir())

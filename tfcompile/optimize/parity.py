@@ -1,9 +1,10 @@
 """A transformed graph against the graph it came from, both run by onnxruntime on the same fresh
 inputs, built from the manifest alone: token ids inside the vocabulary, masks with a left-padded
 row, other floats standard normal; a step graph runs a prompt from an empty cache and then single
-tokens, each graph feeding back its own cache. -> the largest |difference| of the float outputs,
-relative to their largest finite |value| (outputs read as float32); infinite where one graph's
-output is NaN or infinite and the other's is not the same."""
+tokens, each graph feeding back its own cache; at batch 1 every graph reads the whole context.
+-> the largest |difference| of the float outputs, relative to their largest finite |value|
+(outputs read as float32); infinite where one graph's output is NaN or infinite and the other's
+is not the same."""
 
 from __future__ import annotations
 
@@ -15,8 +16,9 @@ import numpy as np
 from tfcompile.manifest import Graph, Manifest
 from tfcompile.runtime.ort import ort, run
 
-# Sizes of the named axes: a forward graph reads the whole context at batch 1 and a short
-# padded batch; a step graph a prompt then single tokens (its mask covers past + new).
+# Sizes of the named axes: at batch 1 every graph reads the whole context (a forward graph or an
+# encoder all of it at once, a step graph a prompt then single tokens up to its last position),
+# and a short padded batch follows (a step graph's mask covers past + new).
 BATCHES = (1, 3)
 PROMPT, STEPS = 7, 2
 SOURCE = 6
@@ -58,18 +60,21 @@ def _runs(
     floats = [t.name for t in graph.outputs if t.dtype != "int64"]
     context = manifest.model.max_seq_len
     for batch in BATCHES:
+        whole = batch == 1
+        source = context if whole else min(SOURCE, context)
         if graph.cache is None:
-            sequence = context if batch == 1 else min(PROMPT, context)
+            sequence = context if whole else min(PROMPT, context)
             feed = _feed(
-                graph, manifest, rng, {"batch": batch, "sequence": sequence, "source_sequence": SOURCE}
+                graph, manifest, rng, {"batch": batch, "sequence": sequence, "source_sequence": source}
             )
             results = [dict(zip(floats, run(s, feed, floats), strict=True)) for s in sessions]
             yield from ((results[0][n], results[1][n]) for n in floats)
             continue
         caches: list[dict[str, np.ndarray]] = [{}, {}]
         past = 0
-        for new in (PROMPT, *([1] * STEPS)):
-            sizes = {"batch": batch, "sequence": new, "past_sequence": past, "source_sequence": SOURCE}
+        prompt = max(context - STEPS if whole else min(PROMPT, context - STEPS), 1)
+        for new in (prompt, *([1] * STEPS)):
+            sizes = {"batch": batch, "sequence": new, "past_sequence": past, "source_sequence": source}
             sizes["total_sequence"] = past + new
             feed = _feed(graph, manifest, rng, sizes)
             results = []
