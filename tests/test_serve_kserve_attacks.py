@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import struct
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -62,3 +63,20 @@ def test_a_text_input_of_numbers_is_refused_not_read_as_their_digits(
     numbers ("1.0"), with a 200."""
     tensor = {"name": "text", "shape": [1], "datatype": datatype, "data": data}
     assert f"input 'text' must be BYTES, got {datatype}" in error(infer(server, "sst2", {"inputs": [tensor]}))
+
+
+def test_binary_text_that_is_not_utf8_is_refused_not_replaced(server: BackgroundServer) -> None:
+    """Bytes that are not UTF-8 were decoded with U+FFFD in their place: the model classified
+    another text than the one sent."""
+    items = [b"a gorgeous movie", b"caf\xe9"]  # Latin-1
+    data = b"".join(struct.pack("<I", len(item)) + item for item in items)
+    body, headers = binary({"name": "text", "shape": [2], "datatype": "BYTES"}, data)
+    r = httpx.post(f"{server.url}/v2/models/sst2/infer", content=body, headers=headers)
+    assert "input 'text'[1] is not UTF-8" in error(r)
+    good = b"".join(struct.pack("<I", len(item)) + item for item in [items[0], "café".encode()])
+    body, headers = binary({"name": "text", "shape": [2], "datatype": "BYTES"}, good)
+    r = httpx.post(f"{server.url}/v2/models/sst2/infer", content=body, headers=headers)
+    assert r.status_code == 200, r.text
+    assert r.json()["outputs"][0]["data"] == [
+        p.label for p in server.served.models["sst2"].classify(["a gorgeous movie", "café"])
+    ]

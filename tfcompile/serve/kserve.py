@@ -216,7 +216,7 @@ def _array(tensor: dict, raw: bytes | None) -> np.ndarray:
         flat = _flat(name, items)
         if len(flat) != count or not all(isinstance(x, str | bytes) for x in flat):
             raise InputError(f"input {name!r} needs {count} strings for shape {shape}")
-        texts = [x.decode("utf-8", "replace") if isinstance(x, bytes) else x for x in flat]
+        texts = [x if isinstance(x, str) else _utf8(name, i, x) for i, x in enumerate(flat)]
         return np.array(texts, dtype=object).reshape(shape)
     if not isinstance(datatype, str) or datatype not in DATATYPES:
         raise InputError(
@@ -283,6 +283,15 @@ def _bytes_items(name: str, raw: bytes, count: int) -> list[bytes]:
     if offset != len(raw):
         raise InputError(f"input {name!r}: its binary BYTES data does not hold {count} elements")
     return items
+
+
+def _utf8(name: str, index: int, item: bytes) -> str:
+    """A binary BYTES element as text: bytes that are not UTF-8 are refused, not replaced (the
+    model would read another text than the one sent)."""
+    try:
+        return item.decode()
+    except UnicodeDecodeError as e:
+        raise InputError(f"input {name!r}[{index}] is not UTF-8 ({e.reason} at byte {e.start})") from None
 
 
 def _texts(values: np.ndarray) -> list[str] | list[tuple[str, str]]:
