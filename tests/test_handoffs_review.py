@@ -1,15 +1,21 @@
 """Hand-offs given odd input: a byte-level BPE whose steps onnxruntime-genai's tokenizer would
-ignore."""
+ignore, and a tokenizer file named like the version folder of a Triton model."""
 
 from __future__ import annotations
 
+import hashlib
+import json
+import shutil
 from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import pytest
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
-from tfcompile.errors import ExportError
+from tfcompile.errors import BundleError, ExportError
 from tfcompile.handoffs.genai import genai_tokenizer
+from tfcompile.handoffs.triton import export_triton
 
 
 def byte_level_bpe(edit: Callable[[Tokenizer], None] = lambda t: None) -> bytes:
@@ -60,3 +66,31 @@ def test_a_byte_level_bpe_with_steps_genai_ignores_is_refused(setting: str) -> N
 def test_a_byte_level_post_processor_is_gpt2s_own() -> None:
     data = byte_level_bpe(lambda t: setattr(t, "post_processor", processors.ByteLevel()))
     assert genai_tokenizer(data) == data
+
+
+# ------------------------------------------------------------------------ Triton
+
+
+def edited_copy(bundle: Path, to: Path, edit: Callable[[Path, dict[str, Any]], None]) -> Path:
+    shutil.copytree(bundle, to)
+    manifest = json.loads((to / "manifest.json").read_text())
+    edit(to, manifest)
+    (to / "manifest.json").write_text(json.dumps(manifest))
+    return to
+
+
+def test_a_tokenizer_named_like_the_version_folder_is_refused(char_bundle: Path, tmp_path: Path) -> None:
+    """The manifest takes "1" as a file name, and the runtime loads such a bundle; written beside
+    the model's version folder 1/, it failed half-way with "Is a directory"."""
+
+    def rename(bundle: Path, manifest: dict[str, Any]) -> None:
+        (bundle / "tokenizer.json").rename(bundle / "1")
+        manifest["files"]["1"] = manifest["files"].pop("tokenizer.json")
+        manifest["tokenizer"]["file"] = "1"
+        assert manifest["files"]["1"] == hashlib.sha256((bundle / "1").read_bytes()).hexdigest()
+
+    bundle = edited_copy(char_bundle, tmp_path / "bundle", rename)
+    with pytest.raises(BundleError, match="its tokenizer's file name '1' is taken in a model folder"):
+        export_triton(bundle, tmp_path / "repo")
+    assert not (tmp_path / "repo").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bundle"]  # no staging folder left

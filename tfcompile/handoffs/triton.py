@@ -120,7 +120,7 @@ def export_triton(
         raise ExportError(
             f"{prefix!r} cannot name Triton models: use letters, digits, '_', '.' and '-' (pass another name)"
         )
-    if manifest.tokenizer is not None and manifest.tokenizer.file in (CONFIG, MANIFEST):
+    if manifest.tokenizer is not None and manifest.tokenizer.file in (CONFIG, MANIFEST, VERSION):
         raise BundleError(
             f"{bundle}: its tokenizer's file name {manifest.tokenizer.file!r} is taken in a model folder"
         )
