@@ -1,9 +1,11 @@
 """The parity gate of `tfcompile optimize` against transformations that are wrong in ways a lax
 check would miss: outputs that turn NaN, a fusion whose error hides behind a later step's looser
-bound, and a graph that goes wrong only at long sequences. Each is refused, and nothing written."""
+bound, a graph that goes wrong only at long sequences, and a quantization that changes nothing
+(which the manifest would record as done). Each is refused, and nothing written."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 
@@ -123,3 +125,19 @@ def test_every_graph_is_checked_at_the_context_window(
     with pytest.raises(OptimizeError, match=rf"the fused {graph} graph differs from the source's"):
         optimize_bundle(bundle, tmp_path / "out", Plan(fuse=True), None)
     assert not list(tmp_path.iterdir())
+
+
+def test_a_graph_quantized_already_is_not_quantized_again_whatever_its_manifest_says(
+    char_bundle: Path, tmp_path: Path
+) -> None:
+    """A quantized bundle whose manifest was edited to drop its history: the quantization would
+    change nothing, and the manifest would record int4 weights in an int8 graph."""
+    int8 = tmp_path / "int8"
+    optimize_bundle(char_bundle, int8, Plan(quantize="int8"), None)
+    manifest = json.loads((int8 / "manifest.json").read_text())
+    del manifest["optimization"]
+    (int8 / "manifest.json").write_text(json.dumps(manifest))
+    for scheme in ("int8", "int4"):
+        with pytest.raises(OptimizeError, match=f"{scheme} quantization found no float weight to quantize"):
+            optimize_bundle(int8, tmp_path / "again", Plan(quantize=scheme), None)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["int8"]

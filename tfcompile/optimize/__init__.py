@@ -235,10 +235,13 @@ def _transform(
             model = to_fp16(model)
         if plan.quantize:
             quantized = (quantize_int8 if plan.quantize == "int8" else quantize_int4)(model)
-            _add(
-                operators["quantize"],
-                introduced(model, quantized, lambda op: op.split("::")[-1] in QUANTIZED_OPS),
-            )
+            added = introduced(model, quantized, lambda op: op.split("::")[-1] in QUANTIZED_OPS)
+            if not added:  # the manifest would record a quantization that did nothing
+                raise OptimizeError(
+                    f"{plan.quantize} quantization found no float weight to quantize in the {name} graph "
+                    f"(is it quantized already, whatever its manifest says?): nothing was written"
+                )
+            _add(operators["quantize"], added)
             model = quantized
         graphs[name] = model.SerializeToString()
         parity[name] = _parity(name, source, graphs[name], graph, manifest, plan)
