@@ -1,5 +1,6 @@
 """Hand-offs given odd input: a byte-level BPE whose steps onnxruntime-genai's tokenizer would
-ignore, and a tokenizer file named like the version folder of a Triton model."""
+ignore, a Triton name prefix too long to leave room for the graph names, and a tokenizer file
+named like the version folder of a Triton model."""
 
 from __future__ import annotations
 
@@ -77,6 +78,25 @@ def edited_copy(bundle: Path, to: Path, edit: Callable[[Path, dict[str, Any]], N
     edit(to, manifest)
     (to / "manifest.json").write_text(json.dumps(manifest))
     return to
+
+
+def test_a_prefix_too_long_for_the_graph_names_is_the_users_to_change(
+    char_bundle: Path, tmp_path: Path
+) -> None:
+    """A 96-character name is a valid model name, but "-model" and "-step" take it past 100: the
+    name asked for is at fault, not the bundle's graph names."""
+    with pytest.raises(
+        ExportError, match=r"too long to name Triton models: '(a){96}-model' has 102 characters"
+    ):
+        export_triton(char_bundle, tmp_path / "repo", name="a" * 96)
+    assert not (tmp_path / "repo").exists()
+    long_folder = shutil.copytree(char_bundle, tmp_path / ("b" * 96))
+    with pytest.raises(ExportError, match="pass a shorter name"):
+        export_triton(long_folder, tmp_path / "repo")
+    assert [f.name for f in export_triton(char_bundle, tmp_path / "repo", name="a" * 94)] == [
+        "a" * 94 + "-model",
+        "a" * 94 + "-step",
+    ]
 
 
 def test_a_tokenizer_named_like_the_version_folder_is_refused(char_bundle: Path, tmp_path: Path) -> None:

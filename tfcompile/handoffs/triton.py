@@ -80,7 +80,8 @@ PLATFORM = "onnxruntime_onnx"
 TRITON_TYPES = {"int64": "TYPE_INT64", "float32": "TYPE_FP32", "float16": "TYPE_FP16"}
 BATCH_AXIS = "batch"
 # Names written into config.pbtxt's strings, and used as folder names: nothing to escape.
-MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
+MAX_MODEL_NAME = 100
+MODEL_NAME = re.compile(rf"[A-Za-z0-9][A-Za-z0-9_.-]{{0,{MAX_MODEL_NAME - 1}}}")
 TENSOR_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.:/-]{0,199}")
 INT32_MAX, INT64_MAX, UINT64_MAX = 2**31 - 1, 2**63 - 1, 2**64 - 1
 # Each setting's bounds: the least that makes sense, the most its ModelConfig field holds, that field's type.
@@ -129,8 +130,13 @@ def export_triton(
     configs = {}
     for graph_name, graph in manifest.graphs.items():
         model = f"{prefix}-{graph_name}"
-        if not MODEL_NAME.fullmatch(model):
+        if not MODEL_NAME.fullmatch(f"x-{graph_name}"):  # with the shortest prefix
             raise BundleError(f"{bundle}: the graph name {graph_name!r} cannot name a Triton model")
+        if not MODEL_NAME.fullmatch(model):  # a valid prefix, too long for this graph's name
+            raise ExportError(
+                f"{prefix!r} is too long to name Triton models: {model!r} has {len(model)} characters, "
+                f"more than {MAX_MODEL_NAME} (pass a shorter name)"
+            )
         about = f"tfcompile bundle {prefix}, graph {graph_name} ({graph.file})"
         configs[model] = (
             graph,
