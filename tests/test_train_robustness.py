@@ -346,6 +346,21 @@ def test_sigterm_saves_a_checkpoint_and_stops_like_ctrl_c(tmp_path: Path) -> Non
     assert not list(checkpoint_dir(run_dir).glob(".*.tmp"))
 
 
+def test_a_stop_right_after_a_checkpoint_keeps_the_previous_one(root: Path, tmp_path: Path) -> None:
+    """Ctrl-C in the step that was just checkpointed: the step is not saved a second time, which would
+    have pruned the previous checkpoint (resume's fallback) for a copy of the same step."""
+
+    def ctrl_c_at_step_4(run: Trainer, step: int) -> None:
+        if step == 4:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    run_dir = tmp_path / "runs" / "stopped"
+    result = trainer(small_spec(root, "train.steps=8"), run_dir, on_step=ctrl_c_at_step_4).train()
+    assert result.stopped_by == signal.SIGINT and result.step == 4
+    assert [p.name for p in checkpoint_folders(run_dir)] == ["step-000002", "step-000004"]
+    assert resolve(run_dir).name == "step-000004"
+
+
 def test_the_signal_handlers_are_restored_after_training(root: Path, run_dir: Path) -> None:
     before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
     trainer(small_spec(root, "train.steps=5"), run_dir, resume=True).train()

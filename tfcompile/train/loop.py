@@ -130,6 +130,7 @@ class Trainer:
         self.optimizer = build_optimizer(self.model, t.optimizer, self.device)
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=t.precision == "fp16")
         self.step = 0
+        self.saved_step: int | None = None  # the step the newest checkpoint holds
         self.best: float | None = None  # of the task's best_metric
         self.window = Window()
         self.clock = TrainingClock()
@@ -205,7 +206,8 @@ class Trainer:
             self.stop_requested = self.world.any(self.stop_requested, self.device)
             self.batches.close()
             if self.stop_requested:
-                self.save()
+                if self.saved_step != self.step:  # a second copy would push out the previous checkpoint
+                    self.save()
                 progress.log(f"stopped at step {self.step}; resume with --resume {self.run_dir}")
             else:
                 test = self._test_metrics()
@@ -285,13 +287,15 @@ class Trainer:
             self.clock.seconds(),
             cuda=self.device.type == "cuda",
         )
+        folder = None
         if self.sharded:
-            return save_sharded_checkpoint(
+            folder = save_sharded_checkpoint(
                 self.run_dir, self.step, self.model, self.optimizer, state, self.world, best=best
             )
-        if not self.world.is_main:
-            return None
-        return save_checkpoint(self.run_dir, self.step, self.model, state, best=best)
+        elif self.world.is_main:
+            folder = save_checkpoint(self.run_dir, self.step, self.model, state, best=best)
+        self.saved_step = self.step
+        return folder
 
     def _test_metrics(self) -> dict[str, float]:
         """The task's metrics on its test split after training, measured by rank 0 on the whole
@@ -456,7 +460,7 @@ class Trainer:
         _, state = load_latest(self.run_dir, load, repair=self.world.is_main)
         if state["scaler"]:  # empty: saved without fp16, whose scaler then starts afresh
             self.scaler.load_state_dict(state["scaler"])
-        self.step = state["step"]
+        self.step = self.saved_step = state["step"]
         self.best = state["best"]
         self.window = Window(state["window_loss"], state["window_steps"])
         self.clock = TrainingClock(state.get("elapsed_s", 0.0))  # 0 for checkpoints saved before it
