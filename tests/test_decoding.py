@@ -19,7 +19,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tfcompile import search
-from tfcompile.runtime import LanguageModel, load
+from tfcompile.runtime import InputError, LanguageModel, load
 
 VOCAB = 7
 
@@ -307,3 +307,16 @@ def test_the_runtime_batches_prompts_around_the_context_as_each_alone(
     for _ in range(limits[3]):
         sequence.append(int(model.logits(np.array([sequence[-context:]]))[0, -1].argmax()))
     assert together[3] == sequence[len(prompts[3]) :]
+
+
+def test_a_prompt_that_ends_in_padding_is_refused(char_bundle: Path) -> None:
+    """Generation continues each row from its last column: a right-padded mask would continue
+    from padding (other tokens than the prompt alone gives), so it is an InputError."""
+    model = load(char_bundle)
+    assert isinstance(model, LanguageModel)
+    prompt = [18, 27, 3, 9]
+    with pytest.raises(InputError, match="left-padded"):
+        model.generate(np.array([[*prompt, 0, 0]]), 3, temperature=0, attention_mask=[[1, 1, 1, 1, 0, 0]])
+    alone = model.generate(np.array([prompt]), 3, temperature=0)[0, 4:]
+    gapped = model.generate(np.array([[18, 0, 27, 3, 9]]), 3, temperature=0, attention_mask=[[1, 0, 1, 1, 1]])
+    assert gapped[0, 5:].tolist() == alone.tolist()  # padding inside a prompt is only masked

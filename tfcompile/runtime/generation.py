@@ -75,7 +75,7 @@ class LanguageModel(Bundle):
         attention_mask: Any | None = None,
         stop: bool = True,
     ) -> np.ndarray:
-        """input_ids (batch, prompt) [+ attention_mask, 0 at padding] -> (batch, prompt + n): each
+        """input_ids (batch, prompt) [+ attention_mask, 0 at left padding] -> (batch, prompt + n): each
         row's prompt and its new tokens, up to ``max_new_tokens``; a row that reached a stop token
         (with ``stop``) ends with it and is filled out with the pad id. Options left out take the
         manifest's generation defaults. Rows generate what they would alone; past the context,
@@ -202,6 +202,8 @@ class LanguageModel(Bundle):
         ``on_step`` sees each step's new tokens by row and returns rows to end (search.generate)."""
         if mask is not None and not mask.any(axis=1).all():
             raise InputError("every prompt needs at least one real token in attention_mask")
+        if mask is not None and not mask[:, -1].all():  # a row would continue from its padding
+            raise InputError("attention_mask must be left-padded: every prompt's last token is real")
         stops = tuple(self.generation.stop_token_ids) if stop else ()
         if mask is not None and not mask.all() and not self.pads:  # format 1: one row at a time
             return [
