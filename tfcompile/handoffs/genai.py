@@ -125,7 +125,7 @@ def _check_bundle(bundle: Path, files: BundleFiles) -> None:
     if not any(g.role == STEP_ROLE for g in manifest.graphs.values()):
         roles = ", ".join(sorted({g.role for g in manifest.graphs.values()}))
         raise ExportError(
-            f"{bundle} holds a {manifest.task} model (graphs: {roles}); onnxruntime-genai serves decoders, "
+            f"{bundle} holds a model of task {manifest.task!r} (graphs: {roles}); onnxruntime-genai serves decoders, "
             f"whose bundle has a {STEP_ROLE} graph: export a causal language model"
         )
     if manifest.generation is None:

@@ -47,7 +47,7 @@ def load(
     files = bundle_files(bundle)
     task = files.manifest.task
     if task not in RUNTIMES:
-        raise BundleError(f"{files.folder} holds a {task!r} model, which this runtime cannot serve")
+        raise BundleError(f"{files.folder} holds a model of task {task!r}, which this runtime cannot serve")
     return RUNTIMES[task](files, providers, options)
 
 
