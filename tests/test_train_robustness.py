@@ -206,6 +206,20 @@ def test_a_foreign_training_state_is_skipped_like_a_damaged_one(
     assert resumed.step == 2 and resumed.train().step == 3
 
 
+def test_a_garbled_training_state_is_skipped_like_a_damaged_one(root: Path, run_dir: Path) -> None:
+    """A byte changed inside state.pt's pickle (a bad sector, a flipped bit): torch.load then raises
+    what its unpickler meets (here a UnicodeDecodeError), not only OSError or RuntimeError."""
+    path = step_folder(run_dir, 4) / STATE_FILE
+    data = path.read_bytes()
+    key = b"X\x04\x00\x00\x00step"  # the pickle's string "step"
+    assert data.count(key) == 1
+    path.write_bytes(data.replace(key, b"X\x04\x00\x00\x00\xfftep"))
+    skipped = rf"the checkpoint {step_folder(run_dir, 4)} is damaged: state\.pt: 'utf-8' codec can't decode"
+    with pytest.warns(RunWarning, match=rf"^{skipped}.*; resuming from {step_folder(run_dir, 2)}$"):
+        resumed = trainer(small_spec(root, "train.steps=3"), run_dir, resume=True)
+    assert resumed.step == 2 and resumed.train().step == 3
+
+
 def test_resume_switching_to_fp16_starts_a_fresh_loss_scaler(root: Path, run_dir: Path) -> None:
     resumed = trainer(small_spec(root, "train.steps=5", "train.precision=fp16"), run_dir, resume=True)
     assert resumed.scaler.is_enabled() and resumed.train().step == 5

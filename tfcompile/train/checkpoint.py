@@ -29,7 +29,6 @@ from __future__ import annotations
 import errno
 import itertools
 import os
-import pickle
 import re
 import shutil
 import warnings
@@ -463,7 +462,7 @@ def load_state(path: Path) -> dict[str, Any]:
     types, is a DamagedCheckpoint."""
     try:
         state = torch.load(path / STATE_FILE, map_location="cpu", weights_only=True)
-    except (OSError, EOFError, RuntimeError, pickle.UnpicklingError) as e:
+    except Exception as e:  # garbled bytes raise whatever its unpickler meets (KeyError, TypeError...)
         raise _damaged(path, STATE_FILE, first_line(e, 160)) from e
     problem = _state_problem(state)
     if problem is not None:
