@@ -168,6 +168,31 @@ def test_uploaded_pixels_are_counted_before_any_image_is_decoded(server: Backgro
     assert "20,001 pixels in all, more than the 20,000" in error["message"]
 
 
+def _image(kind: str) -> bytes:
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.new("L", (8, 8), 128).save(out, format=kind)
+    return out.getvalue()
+
+
+@pytest.mark.parametrize("kind", ["EPS", "PPM", "PCX", "TGA", "SGI", "IM"])
+def test_an_upload_of_a_format_training_does_not_read_is_refused(server: BackgroundServer, kind: str) -> None:
+    """Pillow opens some 40 formats, each its own decoder, and hands an EPS to Ghostscript when
+    it is installed: an upload is decoded only as one of the formats a training folder holds."""
+    files = [("images", ("a.png", _image(kind), "image/png"))]
+    r = httpx.post(f"{server.url}/v1/classify-image", data={"model": "digits"}, files=files)
+    assert "(PNG, JPEG, BMP, GIF, WebP or TIFF)" in openai_error(r, 400)["message"]
+
+
+def test_uploads_of_the_formats_training_reads_are_classified(server: BackgroundServer) -> None:
+    kinds = ("PNG", "JPEG", "BMP", "GIF", "WEBP", "TIFF")
+    files = [("images", (f"{i}", _image(kind), "application/octet-stream")) for i, kind in enumerate(kinds)]
+    r = httpx.post(f"{server.url}/v1/classify-image", data={"model": "digits"}, files=files)
+    assert r.status_code == 200, r.text
+    assert len(r.json()["predictions"]) == len(kinds)
+
+
 # ------------------------------------------------------------------- the HTTP layer
 
 

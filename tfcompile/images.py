@@ -19,6 +19,9 @@ from tfcompile.errors import InputError, first_line
 from tfcompile.paths import REGULAR_FILE, file_type
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff")
+# The formats of IMAGE_SUFFIXES, the only ones Pillow opens here: its other decoders (some 40,
+# EPS's through Ghostscript) are no surface an uploaded image needs.
+FORMATS = ("PNG", "JPEG", "BMP", "GIF", "WEBP", "TIFF")
 
 ImageLike = str | Path | bytes | np.ndarray  # a file, a file's bytes, or pixels
 MAX_PIXELS = 1 << 26  # 67 megapixels: a larger image is refused before it is decoded (decompression bombs)
@@ -79,7 +82,8 @@ class ImagePreprocessing:
 def read_image(source: str | Path | bytes, channels: int) -> np.ndarray:
     """An image file (or its bytes) -> (H, W, channels) uint8; colour converted to grey (1 channel)
     or RGB (3). A path that is no regular file (a FIFO would block the read), an image of more than
-    MAX_PIXELS (refused before it is decoded) and any file Pillow cannot decode are InputErrors."""
+    MAX_PIXELS (refused before it is decoded), a file of none of the FORMATS and any file Pillow
+    cannot decode are InputErrors."""
     if channels not in (1, 3):
         raise InputError(f"image files give 1 (grey) or 3 (RGB) channels; the model takes {channels}")
     name = "the uploaded image" if isinstance(source, bytes) else f"the image {source}"
@@ -89,8 +93,9 @@ def read_image(source: str | Path | bytes, channels: int) -> np.ndarray:
             raise InputError(f"cannot read {name}: there is no such file")
         if found != REGULAR_FILE:
             raise InputError(f"cannot read {name}: it is {found}, not a regular file")
+    opened = io.BytesIO(source) if isinstance(source, bytes) else source
     try:
-        with Image.open(io.BytesIO(source) if isinstance(source, bytes) else source) as image:
+        with Image.open(opened, formats=FORMATS) as image:
             if image.width * image.height > MAX_PIXELS:
                 raise InputError(
                     f"{name} has {image.width} x {image.height} pixels, more than {MAX_PIXELS:,}"
@@ -100,7 +105,8 @@ def read_image(source: str | Path | bytes, channels: int) -> np.ndarray:
         raise
     except UnidentifiedImageError:  # its message shows a Python object, not the file
         raise InputError(
-            f"cannot read {name}: it is not an image file Pillow reads (PNG, JPEG, ...)"
+            f"cannot read {name}: it is not an image file of a format read here "
+            "(PNG, JPEG, BMP, GIF, WebP or TIFF)"
         ) from None
     except Exception as e:  # Pillow's decoders fail on damaged data with many types: OSError,
         # ValueError, SyntaxError (a PNG chunk's length), EOFError, struct.error, ...

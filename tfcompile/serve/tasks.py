@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError
 from starlette.datastructures import UploadFile
 
 from tfcompile.errors import InputError
+from tfcompile.images import FORMATS
 from tfcompile.runtime import Classifier, ImageClassifier, Translator, inputs
 from tfcompile.runtime.classifier import Prediction
 from tfcompile.runtime.session import Bundle
@@ -142,7 +143,7 @@ def _pixels(image: bytes) -> int:
     """An image file's pixels, from its header; 0 for a file Pillow cannot open, which the model's
     worker refuses with the reason."""
     try:
-        with Image.open(io.BytesIO(image)) as opened:
+        with Image.open(io.BytesIO(image), formats=FORMATS) as opened:
             return opened.width * opened.height
     except Exception:
         return 0
