@@ -15,7 +15,7 @@ import pytest
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
 from tfcompile.errors import BundleError, ExportError
-from tfcompile.handoffs.genai import genai_tokenizer
+from tfcompile.handoffs.genai import export_genai, genai_tokenizer
 from tfcompile.handoffs.triton import export_triton
 
 
@@ -114,3 +114,36 @@ def test_a_tokenizer_named_like_the_version_folder_is_refused(char_bundle: Path,
         export_triton(bundle, tmp_path / "repo")
     assert not (tmp_path / "repo").exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bundle"]  # no staging folder left
+
+
+# ------------------------------------------------------------------------ GenAI's head counts
+
+
+def with_spec(text: Callable[[str], str]) -> Callable[[Path, dict[str, Any]], None]:
+    def edit(bundle: Path, manifest: dict[str, Any]) -> None:
+        spec = bundle / "spec.yaml"
+        spec.write_text(text(spec.read_text()))
+        manifest["files"]["spec.yaml"] = hashlib.sha256(spec.read_bytes()).hexdigest()
+
+    return edit
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda s: s + "\nnot_a_section: 1\n", r"its spec.yaml is not a spec \(.*not_a_section"),
+        (
+            lambda s: s.replace("n_kv_heads: 2", "n_kv_heads: 1", 1),
+            r"gives \(n_kv_heads, head_dim\) \(1, 8\), but its step graph's cache holds \(2, 8\)",
+        ),
+    ],
+)
+def test_genai_refuses_a_spec_yaml_that_is_not_the_graphs_as_a_bundle_error(
+    char_bundle: Path, tmp_path: Path, edit: Callable[[str], str], message: str
+) -> None:
+    """A spec.yaml that did not parse ended export-genai with a SpecError (a spec's error, exit 2);
+    one whose heads were not the graph's wrote them into genai_config.json."""
+    bundle = edited_copy(char_bundle, tmp_path / "bundle", with_spec(edit))
+    with pytest.raises(BundleError, match=message):
+        export_genai(bundle, tmp_path / "genai")
+    assert not (tmp_path / "genai").exists()

@@ -52,13 +52,13 @@ import numpy as np
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
 from tfcompile.destination import check_new_folder, check_outside, move_into_place, staging_folder
-from tfcompile.errors import ExportError
+from tfcompile.errors import ExportError, first_line
 from tfcompile.manifest import SPEC_FILE, Graph, Manifest
 from tfcompile.runtime import check_bundle
 from tfcompile.runtime.bundle import BundleFiles
 from tfcompile.runtime.errors import BundleError
 from tfcompile.runtime.generation import LanguageModel
-from tfcompile.spec import parse_spec
+from tfcompile.spec import SpecError, parse_spec
 
 GENAI_CONFIG = "genai_config.json"
 TOKENIZER_CONFIG = "tokenizer_config.json"
@@ -125,8 +125,8 @@ def _check_bundle(bundle: Path, files: BundleFiles) -> None:
     if not any(g.role == STEP_ROLE for g in manifest.graphs.values()):
         roles = ", ".join(sorted({g.role for g in manifest.graphs.values()}))
         raise ExportError(
-            f"{bundle} holds a model of task {manifest.task!r} (graphs: {roles}); onnxruntime-genai serves decoders, "
-            f"whose bundle has a {STEP_ROLE} graph: export a causal language model"
+            f"{bundle} holds a model of task {manifest.task!r} (graphs: {roles}); onnxruntime-genai "
+            f"serves decoders, whose bundle has a {STEP_ROLE} graph: export a causal language model"
         )
     if manifest.generation is None:
         raise BundleError(f"{bundle}: the manifest of a language model needs a generation section")
@@ -199,9 +199,17 @@ def _heads(files: BundleFiles, step: Graph) -> dict[str, int]:
     kv_heads, head_dim = int(past.shape[1]), int(past.shape[3])
     heads, hidden = kv_heads, kv_heads * head_dim
     if SPEC_FILE in manifest.files:
-        spec = parse_spec(files.text(SPEC_FILE), source=str(files.folder / SPEC_FILE))
-        heads = getattr(spec.model, "n_heads", heads)
-        hidden = getattr(spec.model, "d_model", hidden)
+        try:
+            model = parse_spec(files.text(SPEC_FILE), source=str(files.folder / SPEC_FILE)).model
+        except SpecError as e:
+            raise BundleError(f"{files.folder}: its {SPEC_FILE} is not a spec ({first_line(e, 300)})") from e
+        said = (getattr(model, "n_kv_heads", None), getattr(model, "head_dim", None))
+        if said != (kv_heads, head_dim):
+            raise BundleError(
+                f"{files.folder}: its {SPEC_FILE} gives (n_kv_heads, head_dim) {said}, but its step "
+                f"graph's cache holds {(kv_heads, head_dim)}"
+            )
+        heads, hidden = model.n_heads, model.d_model
     return {
         "head_size": head_dim,
         "hidden_size": hidden,
