@@ -80,3 +80,25 @@ def test_binary_text_that_is_not_utf8_is_refused_not_replaced(server: Background
     assert r.json()["outputs"][0]["data"] == [
         p.label for p in server.served.models["sst2"].classify(["a gorgeous movie", "café"])
     ]
+
+
+def test_request_fields_of_another_type_than_the_protocols_are_refused(server: BackgroundServer) -> None:
+    """An ``id`` that is no string was echoed as sent; an input with both ``data`` and
+    ``binary_data_size`` was read from its binary data, its ``data`` dropped unread; a
+    binary_data_size of true was read as 1 byte."""
+    ids = {"name": "input_ids", "shape": [1, 2], "datatype": "INT64", "data": [1, 2]}
+    mask = {"name": "attention_mask", "shape": [1, 2], "datatype": "INT64", "data": [1, 1]}
+    r = infer(server, "char", {"id": {"run": 1}, "inputs": [ids, mask]})
+    assert '"id" must be a string, got dict' in error(r)
+    assert infer(server, "char", {"id": "7", "inputs": [ids, mask]}).json()["id"] == "7"
+    body, headers = binary(ids, struct.pack("<2q", 1, 2))
+    r = httpx.post(f"{server.url}/v2/models/char/infer", content=body, headers=headers)
+    assert "has both data and binary_data_size" in error(r)
+    tensor = {"name": "text", "shape": [1], "datatype": "BYTES", "parameters": {"binary_data_size": True}}
+    header = json.dumps({"inputs": [tensor]}).encode()
+    r = httpx.post(
+        f"{server.url}/v2/models/sst2/infer",
+        content=header + b"a",
+        headers={"Inference-Header-Content-Length": str(len(header))},
+    )
+    assert "binary_data_size True does not fit" in error(r)

@@ -176,6 +176,8 @@ def _read_request(body: bytes, header_length: str | None) -> tuple[dict, dict[st
         isinstance(o, dict) and isinstance(o.get("name"), str) for o in header.get("outputs") or []
     ):
         raise InputError('"outputs" must be a list of {"name": ...} objects')
+    if not isinstance(header.get("id", ""), str):
+        raise InputError(f'"id" must be a string, got {type(header["id"]).__name__}')
     names = [t.get("name") for t in inputs]
     if not all(isinstance(n, str) for n in names) or len(set(names)) != len(names):
         raise InputError(f"each input needs a distinct name, got {names}")
@@ -187,7 +189,15 @@ def _read_request(body: bytes, header_length: str | None) -> tuple[dict, dict[st
         length = parameters.get("binary_data_size")
         if length is None:
             continue
-        if header_length is None or not isinstance(length, int) or length < 0 or offset + length > len(body):
+        if "data" in tensor:
+            raise InputError(f"input {tensor['name']!r} has both data and binary_data_size: send one")
+        if (
+            header_length is None
+            or not isinstance(length, int)
+            or isinstance(length, bool)
+            or length < 0
+            or offset + length > len(body)
+        ):
             raise InputError(
                 f"input {tensor['name']!r}: binary_data_size {length!r} does not fit the request body"
             )
