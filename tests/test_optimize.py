@@ -5,7 +5,9 @@ serves like any other."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import numpy as np
@@ -20,6 +22,8 @@ from tfcompile.export import verify_bundle
 from tfcompile.optimize import GateData, OptimizeError, Plan, optimize_bundle, passes
 from tfcompile.runtime import LanguageModel, load
 from tfcompile.runtime.bundle import sha256_file
+from tfcompile.tasks.causal_lm import LanguageModelling
+from tfcompile.tasks.task import Batch
 
 GATE_EXAMPLES = 16
 
@@ -61,6 +65,29 @@ def test_fusion_keeps_parity_and_the_greedy_tokens(char_bundle: Path, fused: Pat
         prompts, 12, temperature=0
     )
     assert_follows_schema(fused)
+
+
+def test_the_gate_reads_as_many_windows_as_it_says(
+    char_bundle: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """It read whole batches of 8: asked for 5 windows, it measured 8 and recorded 5."""
+    read: list[int] = []
+    evaluate = LanguageModelling.evaluate
+
+    def counted(self: LanguageModelling, model: Any, batches: Iterator[Batch]) -> dict[str, float]:
+        def seen() -> Iterator[Batch]:
+            for batch in batches:
+                read.append(len(batch["input_ids"]))
+                yield batch
+
+        return evaluate(self, model, seen())
+
+    monkeypatch.setattr(LanguageModelling, "evaluate", counted)
+    done = optimize_bundle(
+        char_bundle, tmp_path / "out", Plan(quantize="int8"), GateData(run_of(char_bundle), 13)
+    )
+    assert done.gate is not None and done.gate.data.startswith("13 windows")
+    assert sum(read) == 2 * 13  # the source's and the optimized bundle's
 
 
 @pytest.mark.parametrize("kind", ["classifier_bundle", "translator_bundle", "image_bundle"])

@@ -140,8 +140,9 @@ class LanguageModelling(Task):
         from tfcompile.runtime import LanguageModel
 
         assert isinstance(bundle, LanguageModel)
-        size, windows = 8, limit or 128
-        batches = self.eval_batches(-(-windows // size), size, lambda i: torch.Generator().manual_seed(i))
+        windows = limit or 128
+        size = max(d for d in range(1, 9) if windows % d == 0)  # batches of up to 8, exactly `windows`
+        batches = self.eval_batches(windows // size, size, lambda i: torch.Generator().manual_seed(i))
         loss = self.evaluate(served(bundle.logits), batches)["val_loss"]
         return loss, f"{windows} windows of {self.context} tokens of the validation split"
 
