@@ -308,3 +308,13 @@ def test_the_gate_refuses_a_run_the_bundle_did_not_come_from(
     (other / "spec.yaml").write_text((own / "spec.yaml").read_text().replace("d_model: 16", "d_model: 32"))
     refused(other, "the model section of its spec is not the bundle's spec.yaml's")
     refused(run_of(classifier_bundle), "it is a classification run, and the bundle a causal_lm one")
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_an_out_that_is_a_link_is_refused_as_one(char_bundle: Path, tmp_path: Path, command: str) -> None:
+    """A link to an empty folder elsewhere was refused as "exists and is not a folder"."""
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(ExportError, match=r"link is a symbolic link: choose an --out that is not one"):
+        COMMANDS[command](char_bundle, tmp_path / "link")
+    assert not any((tmp_path / "elsewhere").iterdir())

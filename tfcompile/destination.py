@@ -25,11 +25,19 @@ def check_outside(bundle: Path, out: Path, error: type[ExportError] = ExportErro
         raise error(f"{out} is inside the bundle {bundle}: choose an --out outside it")
 
 
+def _check_not_a_file(out: Path) -> None:
+    """``out`` is not a file, a link (written through, it would land elsewhere) or anything else
+    than a folder; else ExportError, naming what it is."""
+    if out.is_symlink():
+        raise ExportError(f"{out} is a symbolic link: choose an --out that is not one")
+    if out.exists() and not out.is_dir():
+        raise ExportError(f"{out} exists and is not a folder: choose another --out")
+
+
 def check_new_folder(out: Path, advice: str = "") -> None:
     """``out`` is missing or an empty folder; anything else is refused, untouched (``advice``
     added to the message)."""
-    if out.is_symlink() or (out.exists() and not out.is_dir()):
-        raise ExportError(f"{out} exists and is not a folder: choose another --out")
+    _check_not_a_file(out)
     if out.exists() and any(out.iterdir()):
         raise ExportError(
             f"{out} already exists and is not empty; it is left untouched: choose a new --out{advice}"
@@ -39,8 +47,7 @@ def check_new_folder(out: Path, advice: str = "") -> None:
 def check_destination(out: Path, force: bool) -> bool:
     """Whether ``out`` holds a bundle that the write will replace. A missing or empty folder is
     fine; an existing bundle needs ``force``; anything else is refused, untouched."""
-    if out.is_symlink() or (out.exists() and not out.is_dir()):
-        raise ExportError(f"{out} exists and is not a folder: choose another --out")
+    _check_not_a_file(out)
     if not out.exists() or not any(out.iterdir()):
         return False
     try:
