@@ -17,20 +17,22 @@ import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, cast
 
 import httpx
 import numpy as np
 import pytest
 from helpers import ROOT
 from serving import BackgroundServer
+from tokenizers import decoders
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from tfcompile.errors import UserError
 from tfcompile.runtime import LanguageModel
 from tfcompile.serve import Served, Settings, load_models, server_config
-from tfcompile.serve.engine import Job
-from tfcompile.serve.openai import EventStream
+from tfcompile.serve.engine import Finished, Job
+from tfcompile.serve.openai import Answer, EventStream, _stream
 
 openai = pytest.importorskip("openai")
 httpclient = pytest.importorskip("tritonclient.http")
@@ -160,6 +162,41 @@ def test_stop_strings_end_a_choice_before_them_streamed_or_not(
     )
     pieces = [(c.choices[0].text, c.choices[0].finish_reason) for c in streamed]
     assert "".join(text for text, _ in pieces) == cut and pieces[-1][1] == "stop"
+
+
+class ByteFallbackAnswer:
+    """What _stream reads of an Answer: one choice without stop strings, its tokens decoded as
+    LLaMA's SentencePiece tokenizer decodes them (a character's bytes as <0x..> tokens)."""
+
+    pieces = ("\u2581a", "<0xF0>", "<0x9F>", "<0x98>", "<0x80>", "\u2581b")
+    decoder = decoders.Sequence(
+        [decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse(), decoders.Strip(" ", 1, 0)]
+    )
+    rows = (SimpleNamespace(stop_texts=()),)
+    echo = include_usage = False
+
+    def text(self, i: int, tokens: list[int]) -> str:
+        return str(self.decoder.decode([self.pieces[t] for t in tokens]))
+
+    def chunk(self, i: int, text: str, reason: str | None) -> str:
+        return text
+
+
+def test_a_stream_sends_a_character_split_over_byte_tokens_once_it_is_whole() -> None:
+    """Two of an emoji's four byte tokens decode as two U+FFFD: one was held back, one sent, and
+    the emoji never reached the client (its text went "a\ufffd", then nothing)."""
+
+    async def streamed() -> list[str]:
+        job = Job("generate", [], stream=True)
+        tokens = list(range(len(ByteFallbackAnswer.pieces)))
+        for token in tokens:
+            job.events.put_nowait((0, token))
+        job.events.put_nowait(None)
+        job.result.set_result([Finished(tokens, "length")])
+        return [c async for c in _stream(cast(Answer, ByteFallbackAnswer()), job) if c != "data: [DONE]\n\n"]
+
+    chunks = asyncio.run(streamed())
+    assert "".join(chunks) == "a\U0001f600 b" and all("\ufffd" not in c for c in chunks)
 
 
 def test_prompts_as_token_ids(server: BackgroundServer, client: Any) -> None:

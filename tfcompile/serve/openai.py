@@ -271,7 +271,9 @@ async def _stream(answer: Answer, job: Job) -> AsyncIterator[str]:
             ready, done[i] = len(text), True
         else:
             hold = max((len(stop) - 1 for stop in row.stop_texts), default=0)
-            ready = len(text) - hold - text.endswith("\ufffd")  # a character's bytes still coming
+            # A character whose bytes are still coming decodes as one U+FFFD (byte-level BPE) or
+            # one for each byte (a byte-fallback decoder): each waits for the next token.
+            ready = min(len(text) - hold, len(text.rstrip("\ufffd")))
         if ready > sent[i]:
             yield answer.chunk(i, text[sent[i] : ready], None)
             sent[i] = ready
