@@ -432,6 +432,17 @@ def test_commands_reading_a_damaged_file_name_it(
     assert re.search(r"error: .*spec\.yaml is not UTF-8 text", capsys.readouterr().err)
 
 
+def test_floats_that_overflow_the_model_are_the_callers_to_change(image_bundle: Path) -> None:
+    """Pixels of 3e38 (finite float32s) made the logits NaN, which infer called the bundle's fault:
+    a server answered 500 with the bundle's path, and logged a traceback, whenever asked."""
+    model = load(image_bundle)
+    (tensor,) = model.manifest.graphs["model"].inputs
+    shape = [d if isinstance(d, int) else 1 for d in tensor.shape]
+    with pytest.raises(InputError, match=r"pixel_values hold values up to 3e\+38 in magnitude"):
+        model.infer({tensor.name: np.full(shape, 3e38, np.float32)})
+    assert np.isfinite(model.infer({tensor.name: np.full(shape, 0.5, np.float32)})["logits"]).all()
+
+
 def test_infer_takes_a_dict_of_named_tensors(classifier_bundle: Path) -> None:
     model = load(classifier_bundle)
     for feed in (None, 5, {0: 1, "input_ids": 1, "attention_mask": 1}):

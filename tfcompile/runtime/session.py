@@ -61,6 +61,11 @@ def step_threads() -> int:
     return min(16, max(1, (os.cpu_count() or 1) // 2))
 
 
+class NonFiniteLogits(BundleError):
+    """A graph gave logits that are NaN or infinite: the bundle's fault where the caller's inputs
+    are ids and masks the manifest allows (floats the caller chose may overflow any model)."""
+
+
 @dataclass(frozen=True)
 class SessionOptions:
     """How onnxruntime runs a bundle's graphs on the CPU. ``threads``: intra-op threads (None: one
@@ -259,7 +264,7 @@ class Bundle:
                     f"{expected} as the manifest says, for inputs of shapes {shapes}"
                 )
             if output == "logits" and not np.isfinite(value).all():
-                raise BundleError(
+                raise NonFiniteLogits(
                     f"{self.path / self.graph(name).file} gave logits that are not finite (NaN or "
                     f"infinity) for inputs the manifest allows"
                 )
@@ -296,7 +301,18 @@ class Bundle:
                 value = inputs.floats(tensor.name, value, tensor.dtype)
             checked[tensor.name] = value
         outputs = [t.name for t in graph.outputs]
-        return dict(zip(outputs, self.run_graph(self.MAIN_GRAPH, checked, outputs), strict=True))
+        try:
+            values = self.run_graph(self.MAIN_GRAPH, checked, outputs)
+        except NonFiniteLogits:
+            floats = [t.name for t in graph.inputs if np.issubdtype(checked[t.name].dtype, np.floating)]
+            if not floats:
+                raise
+            largest = max(float(np.abs(checked[name]).max()) for name in floats)
+            raise InputError(
+                f"the logits are not finite (NaN or infinity) for these inputs: {', '.join(floats)} "
+                f"hold values up to {largest:.3g} in magnitude, more than the model computes with"
+            ) from None
+        return dict(zip(outputs, values, strict=True))
 
     def warm_up(self) -> None:
         """One smallest call, so that a server's first request does not pay onnxruntime's
