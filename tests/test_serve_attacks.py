@@ -13,9 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import numpy as np
 import pytest
 from serving import BackgroundServer
 
+from tfcompile.errors import BundleError
 from tfcompile.serve import Settings
 from tfcompile.serve.app import CHARS_PER_TOKEN
 
@@ -256,3 +258,24 @@ def test_a_request_that_is_not_http_gets_a_json_400(server: BackgroundServer) ->
         status, body = _json_answer(raw)
         assert status == 400 and closed and isinstance(body["error"], shape), body
     assert httpx.get(f"{server.url}/health").json()["live"]
+
+
+# ------------------------------------------------------------------------- the server's own faults
+
+
+def test_a_fault_of_the_servers_bundle_is_a_500_that_names_none_of_its_files(
+    server: BackgroundServer, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A BundleError's message (its bundle's path on the server's disk) went to the client."""
+    digits = server.served.models["digits"]
+
+    def broken(feed: dict) -> dict:
+        raise BundleError(f"{digits.path / 'model.onnx'} gave logits that are not finite")
+
+    monkeypatch.setattr(digits, "infer", broken)
+    pixels = np.zeros((1, *digits.input_shape), np.float32)
+    body = {"inputs": [{"name": "pixel_values", "shape": list(pixels.shape), "datatype": "FP32"}]}
+    body["inputs"][0]["data"] = pixels.ravel().tolist()
+    r = httpx.post(f"{server.url}/v2/models/digits/infer", json=body)
+    assert r.status_code == 500 and r.json() == {"error": "internal error: the server's log has the details"}
+    assert str(digits.path) in caplog.text  # the operator's log has it

@@ -32,7 +32,7 @@ from prometheus_client import (
 )
 from starlette.exceptions import HTTPException
 
-from tfcompile.errors import InputError, UserError
+from tfcompile.errors import InputError
 from tfcompile.runtime.session import Bundle
 from tfcompile.serve.engine import Job, Overloaded, Worker
 
@@ -271,7 +271,8 @@ def create_app(served: Served) -> ASGI:
     @app.exception_handler(Exception)
     async def crashed(request: Request, e: Exception) -> JSONResponse:
         log.exception("internal error on %s", request.url.path)  # the traceback stays in the log
-        message = str(e) if isinstance(e, UserError) else "internal error: the server's log has the details"
+        # Fixed: the server's own errors name its files (a bundle's path), which are not the client's.
+        message = "internal error: the server's log has the details"
         return JSONResponse(error_body(request.url.path, 500, message, "internal_error"), 500)
 
     @app.get("/health")
