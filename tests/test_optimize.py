@@ -178,6 +178,17 @@ def test_fp16_keeps_parity_and_declares_float16(char_bundle: Path, tmp_path: Pat
     np.testing.assert_allclose(
         half.logits(ids), source.logits(ids), atol=5e-2 * np.abs(source.logits(ids)).max()
     )
+    # Served, its float outputs are float32 (as the runtime gives them), and its metadata says so.
+    with BackgroundServer({"half": tmp_path / "fp16"}) as server:
+        metadata = httpx.get(f"{server.url}/v2/models/half").json()
+        assert {o["name"]: o["datatype"] for o in metadata["outputs"]} == {"logits": "FP32"}
+        inputs = [
+            {"name": name, "shape": [1, 4], "datatype": "INT64", "data": data}
+            for name, data in (("input_ids", ids.ravel().tolist()), ("attention_mask", [1] * 4))
+        ]
+        r = httpx.post(f"{server.url}/v2/models/half/infer", json={"inputs": inputs})
+        (logits,) = r.json()["outputs"]
+        assert logits["datatype"] == "FP32" and logits["data"] == half.logits(ids).ravel().tolist()
 
 
 @pytest.mark.parametrize(

@@ -78,7 +78,11 @@ async def model_metadata(name: str, request: Request, version: str = "1") -> dic
         "versions": ["1"],
         "platform": "onnxruntime_onnx",
         "inputs": [_tensor_metadata(t.name, t.dtype, t.shape) for t in graph.inputs],
-        "outputs": [_tensor_metadata(t.name, t.dtype, t.shape) for t in graph.outputs],
+        # The runtime gives float outputs as float32, an fp16 bundle's too (runtime.ort).
+        "outputs": [
+            _tensor_metadata(t.name, "float32" if t.dtype == "float16" else t.dtype, t.shape)
+            for t in graph.outputs
+        ],
     }
 
 
