@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -495,6 +496,24 @@ def test_a_nan_loss_suggests_fp32_only_when_not_already_fp32(
     ) as e:
         nan.train()
     assert ("train.precision=fp32" in str(e.value)) == (precision != "fp32")
+
+
+def test_gradients_that_turn_nan_under_a_finite_loss_never_reach_a_checkpoint(
+    root: Path, tmp_path: Path
+) -> None:
+    """The step was taken: the weights turned NaN, step 2's checkpoint saved them, and step 3's NaN
+    loss then called that checkpoint intact."""
+    nan = trainer(small_spec(root), tmp_path / "runs" / "nan")
+    weight = next(nan.model.parameters())
+    weight.register_hook(lambda grad: grad * math.nan if nan.step == 1 else grad)
+    with pytest.raises(TrainError) as e:
+        nan.train()
+    assert re.match(
+        r"the gradients became nan at step 2 \(its loss, [\d.]+, was finite\), so the step was not taken; "
+        r"lower the learning rate .* no earlier checkpoint exists$",
+        str(e.value),
+    ), e.value
+    assert torch.isfinite(weight).all() and not checkpoint_folders(nan.run_dir)
 
 
 def test_the_nan_advice_is_one_a_resume_can_follow(root: Path, tmp_path: Path) -> None:

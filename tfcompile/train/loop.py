@@ -183,7 +183,7 @@ class Trainer:
                 lr = self._schedule(step)
                 with out_of_memory(f"training step {step}", self.run_dir):
                     loss, tokens = self._forward_backward(step)
-                grad_norm = self._clip_and_update()
+                grad_norm = self._clip_and_update(step, loss)
                 self.step = step
                 self.window.add(loss, tokens)
                 progress.advance(step)
@@ -250,23 +250,37 @@ class Trainer:
             tokens += self.task.tokens(batch) * self.world.size
         loss_sum = self.world.mean(torch.stack(losses).sum().item(), self.device)
         if not math.isfinite(loss_sum):
-            fp32 = ", or resume with --set train.precision=fp32" if t.precision != "fp32" else ""
             raise TrainError(
-                f"the training loss became {loss_sum} at step {step}; lower the learning rate "
-                f"(train.optimizer.lr) in a new run with --set train.name=NAME (a resume keeps the "
-                f"run's){fp32}; {intact(self.run_dir)}"
+                f"the training loss became {loss_sum} at step {step}; {self._not_finite_advice()}"
             )
         return loss_sum, tokens
 
-    def _clip_and_update(self) -> float:
-        """Clip the gradient norm, take the optimizer step -> the norm before clipping."""
+    def _clip_and_update(self, step: int, loss: float) -> float:
+        """Clip the gradient norm, take the optimizer step -> the norm before clipping. Gradients
+        that are not finite are refused before they reach the weights, which the next checkpoint
+        would save; fp16's loss scaler skips such a step itself and lowers its scale."""
+        t = self.spec.train
         self.scaler.unscale_(self.optimizer)
-        clip = self.spec.train.grad_clip or math.inf
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip)
+        grad_norm = parallel.full_norm(
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), t.grad_clip or math.inf)
+        )
+        if not math.isfinite(grad_norm) and not self.scaler.is_enabled():
+            raise TrainError(
+                f"the gradients became {grad_norm} at step {step} (its loss, {loss:.4g}, was finite), so "
+                f"the step was not taken; {self._not_finite_advice()}"
+            )
         self.scaler.step(self.optimizer)
         self.scaler.update()
         self.optimizer.zero_grad(set_to_none=True)
-        return parallel.full_norm(grad_norm)
+        return grad_norm
+
+    def _not_finite_advice(self) -> str:
+        """What to do when training turns NaN or infinite, and which checkpoint is intact."""
+        fp32 = ", or resume with --set train.precision=fp32" if self.spec.train.precision != "fp32" else ""
+        return (
+            f"lower the learning rate (train.optimizer.lr) in a new run with --set train.name=NAME (a "
+            f"resume keeps the run's){fp32}; {intact(self.run_dir)}"
+        )
 
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
