@@ -5,6 +5,7 @@ serves like any other."""
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -88,6 +89,13 @@ def test_the_gate_reads_as_many_windows_as_it_says(
     )
     assert done.gate is not None and done.gate.data.startswith("13 windows")
     assert sum(read) == 2 * 13  # the source's and the optimized bundle's
+
+
+def test_the_gate_of_a_moved_run_keeps_its_token_cache_beside_it(char_bundle: Path, tmp_path: Path) -> None:
+    """It tokenized into the runs folder the run was trained in (train.runs_dir), wherever it is now."""
+    moved = shutil.copytree(run_of(char_bundle), tmp_path / "elsewhere" / "runs" / "run")
+    optimize_bundle(char_bundle, tmp_path / "out", Plan(quantize="int8"), GateData(moved, 8))
+    assert any((moved.parent / ".cache").iterdir())
 
 
 @pytest.mark.parametrize("kind", ["classifier_bundle", "translator_bundle", "image_bundle"])

@@ -364,7 +364,7 @@ def _gate(data: GateData, source: Path, optimized: Path, plan: Plan) -> Gate:
     scheme = plan.quantize or "int8"
     tokenizer_file = data.run / TOKENIZER_FILE
     tokenizer = load_tokenizer(tokenizer_file) if tokenizer_file.exists() else None
-    task = task_class(spec, spec.train.runs_dir / ".cache", tokenizer)
+    task = task_class(spec, data.run.parent / ".cache", tokenizer)  # beside the run, wherever it was moved
     before, where = task.held_out(load(source), data.limit)
     with onnxruntime_failure(f"load the {plan.describe()} bundle"):
         new = load(optimized)
