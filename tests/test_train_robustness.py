@@ -276,13 +276,19 @@ def test_a_moved_run_resumes_where_it_is_and_writes_nothing_where_it_was(
 
 
 def test_steps_below_the_runs_step_are_refused(root: Path, run_dir: Path) -> None:
+    """...and the refusal leaves the run as it was: it trimmed metrics.jsonl to the checkpoint first
+    (here a line of a step 5 that a killed resume logged after it)."""
+    metrics = run_dir / "metrics.jsonl"
+    with metrics.open("a") as f:
+        f.write('{"step": 5, "train_loss": 1.0}\n')
+    before = metrics.read_bytes()
     with pytest.raises(
         TrainError,
         match=rf"^cannot resume {run_dir}: it is at step 4, past train\.steps \(3\), so there is nothing to "
         r"train: set train\.steps above 4$",
     ):
         trainer(small_spec(root, "train.steps=3"), run_dir, resume=True)
-    assert not (run_dir / LOCK_FILE).exists()
+    assert not (run_dir / LOCK_FILE).exists() and metrics.read_bytes() == before
     assert trainer(small_spec(root), run_dir, resume=True).train().step == 4  # finished: still fine
 
 

@@ -142,6 +142,7 @@ class Trainer:
                     f"cannot resume {self.run_dir}: it is at step {self.step:,}, past train.steps "
                     f"({t.steps:,}), so there is nothing to train: set train.steps above {self.step}"
                 )
+            self.metrics.truncate(self.step)  # what was logged after the checkpoint is trained again
         if self.world.distributed:  # dropout differs per rank, and a resumed run draws the same
             torch.manual_seed(hash((t.seed, self.step, self.world.rank)) % 2**63)
         self.forward = self.placement.wrap(self.model, t)
@@ -481,7 +482,6 @@ class Trainer:
         torch.set_rng_state(state["rng_cpu"])
         if self.device.type == "cuda" and state.get("rng_cuda") is not None:
             torch.cuda.set_rng_state(state["rng_cuda"])
-        self.metrics.truncate(self.step)
 
 
 _NO_TOKENIZER = (
