@@ -570,8 +570,19 @@ def test_classify_image_uploads_and_arrays(second: BackgroundServer) -> None:
     ("route", "kwargs", "needle"),
     [
         ("/v1/classify", {"json": {"model": "char", "texts": ["a"]}}, "does not serve /v1/classify"),
-        ("/v1/classify", {"json": {"model": "sst2", "texts": []}}, "texts"),
-        ("/v1/classify", {"json": {"model": "sst2", "texts": [["a", "b", "c"]]}}, "texts"),
+        # One message naming what texts take (pydantic's union said "texts.str: ... a valid string").
+        (
+            "/v1/classify",
+            {"json": {"model": "sst2", "texts": []}},
+            "texts takes a string or a non-empty list",
+        ),
+        ("/v1/classify", {"json": {"model": "sst2", "texts": 5}}, "texts takes a string or a non-empty list"),
+        (
+            "/v1/classify",
+            {"json": {"model": "sst2", "texts": [["a", "b", "c"]]}},
+            "texts takes strings or (first",
+        ),
+        ("/v1/classify", {"json": {"model": "sst2", "texts": ["a", 5]}}, "texts takes strings or (first"),
         ("/v1/classify", {"json": {"model": "sst2", "texts": ["a"], "top": 3}}, "top"),
         ("/v1/translate", {"json": {"model": "sst2", "texts": ["a"]}}, "does not serve /v1/translate"),
         ("/v1/classify-image", {"json": {"model": "sst2", "images": [[[1]]]}}, "does not serve"),
@@ -594,6 +605,12 @@ def test_bad_task_requests_get_400_with_a_reason(
     [
         ("/v1/translate", {"json": {"model": "de-en", "texts": ["a"], "beam": 99}}, "beam may be at most"),
         ("/v1/translate", {"json": {"model": "de-en", "texts": ["a"], "beam": 0}}, "beam"),
+        (
+            "/v1/translate",
+            {"json": {"model": "de-en", "texts": []}},
+            "texts takes a string or a non-empty list",
+        ),
+        ("/v1/translate", {"json": {"model": "de-en", "texts": [["a", "b"]]}}, "texts takes strings, got"),
         ("/v1/classify-image", {"json": {"model": "digits", "images": [[[300, 2]]]}}, "outside 0-255"),
         ("/v1/classify-image", {"json": {"model": "digits", "images": [[[0.5, 2.0]]]}}, "[0, 1]"),
         ("/v1/classify-image", {"json": {"model": "digits", "images": [[[1], [1, 2]]]}}, "rectangular"),

@@ -14,7 +14,7 @@ from typing import Annotated, Any
 import numpy as np
 from fastapi import APIRouter, Request
 from PIL import Image
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, WithJsonSchema
 from starlette.datastructures import UploadFile
 
 from tfcompile.errors import InputError
@@ -27,19 +27,33 @@ from tfcompile.serve.engine import Job
 
 router = APIRouter(prefix="/v1")
 
-Pair = Annotated[list[str], Field(min_length=2, max_length=2)]
+# Texts are checked by the runtime's rule (inputs.texts) in the route, which names what a wrong value
+# is ("texts takes a string or a non-empty list of strings, got []"); pydantic's union gave a message
+# per branch, the first one "texts.str: Input should be a valid string" for a list. The schema
+# still says what they take.
+_STRING = {"type": "string"}
+_PAIR = {"type": "array", "items": _STRING, "minItems": 2, "maxItems": 2}
+Texts = Annotated[
+    Any, WithJsonSchema({"anyOf": [_STRING, {"type": "array", "items": _STRING, "minItems": 1}]})
+]
+TextsOrPairs = Annotated[
+    Any,
+    WithJsonSchema(
+        {"anyOf": [_STRING, {"type": "array", "items": {"anyOf": [_STRING, _PAIR]}, "minItems": 1}]}
+    ),
+]
 
 
 class ClassifyRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     model: str
-    texts: str | Annotated[list[str | Pair], Field(min_length=1)]
+    texts: TextsOrPairs
 
 
 class TranslateRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     model: str
-    texts: str | Annotated[list[str], Field(min_length=1)]
+    texts: Texts
     beam: StrictInt | None = Field(None, ge=1, description="beam width; the manifest's default when left out")
     max_len: StrictInt | None = Field(None, ge=1, description="target tokens at most; the manifest's default")
 
