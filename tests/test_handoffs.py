@@ -244,6 +244,72 @@ def test_triton_client_loop_generates_what_the_runtime_does(bundles: Bundles, tm
         assert [n[r] for n in new] == alone.tolist()
 
 
+@pytest.mark.slow
+def test_triton_translator_loop_translates_what_the_runtime_does(bundles: Bundles, tmp_path: Path) -> None:
+    """The translator's loop the triton module documents, over its encoder and step models with
+    onnxruntime in place of Triton: right-padded sources of different lengths (one at the context),
+    greedy. (The tiny translator has no tokenizer: its sources are ids.)"""
+    folders = {f.name.rsplit("-", 1)[1]: f for f in export_triton(bundles["translator"], tmp_path / "repo")}
+    manifest = json.loads((folders["step"] / "manifest.json").read_text())
+    t, context, vocab = (
+        manifest["translation"],
+        manifest["model"]["max_seq_len"],
+        manifest["model"]["vocab_size"],
+    )
+    sessions = {
+        name: onnxruntime.InferenceSession(
+            str(folder / "1" / "model.onnx"), providers=["CPUExecutionProvider"]
+        )
+        for name, folder in folders.items()
+    }
+    sources = [[5, 6, 7, 8, 9, 10], [7], [11, 12] * context]
+    rows = [[*ids[: context - len(t["source_suffix_ids"])], *t["source_suffix_ids"]] for ids in sources]
+    width = max(map(len, rows))
+    pad = manifest["padding"]["pad_id"]
+    source_ids = np.array([r + [pad] * (width - len(r)) for r in rows], dtype=np.int64)
+    source_mask = np.array([[1] * len(r) + [0] * (width - len(r)) for r in rows], dtype=np.int64)
+    encoder = sessions["encoder"]
+    memory = dict(
+        zip(
+            [o.name for o in encoder.get_outputs()],
+            encoder.run(None, {"source_ids": source_ids, "source_mask": source_mask}),
+            strict=True,
+        )
+    )
+    step_graph = manifest["graphs"]["step"]
+    shapes = {i["name"]: i["shape"] for i in step_graph["inputs"]}
+    past = {
+        name: np.zeros(
+            [len(rows) if d == "batch" else 0 if isinstance(d, str) else d for d in shapes[name]], np.float32
+        )
+        for name in step_graph["cache"]["past"]
+    }
+    tokens = np.full((len(rows), 1), t["start_id"], dtype=np.int64)
+    out: list[list[int]] = [[] for _ in rows]
+    done = [False] * len(rows)
+    for _ in range(min(t["max_decode_len"], context - 1)):
+        feed = {"input_ids": tokens, "source_mask": source_mask, **past, **memory}
+        named = dict(
+            zip(
+                [o.name for o in sessions["step"].get_outputs()],
+                sessions["step"].run(None, feed),
+                strict=True,
+            )
+        )
+        tokens = named["logits"][:, -1, :vocab].argmax(axis=1)[:, None].astype(np.int64)
+        for r, token in enumerate(tokens[:, 0].tolist()):
+            done[r] = done[r] or token == t["stop_id"]
+            if not done[r]:
+                out[r].append(token)
+        if all(done):
+            break
+        past = dict(
+            zip(step_graph["cache"]["past"], (named[p] for p in step_graph["cache"]["present"]), strict=True)
+        )
+    assert out == load(bundles["translator"]).translate_ids(source_ids, source_mask, beam=1)
+    assert any(len(row) > 1 for row in out)  # the loop ran some steps
+
+
 # ------------------------------------------------------------------------ GenAI
 
 

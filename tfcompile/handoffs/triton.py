@@ -52,6 +52,21 @@ Positions come from the mask inside the graph (its cumulative sum minus one), so
 generate what each would alone. The forward model (``NAME-model``) gives whole-sequence logits
 without a cache (scoring, or a client that re-runs the prompt each step).
 
+**A translator's loop** (``NAME-encoder``, then ``NAME-step``), as the manifest's ``translation``
+section defines it:
+
+1. Encode each source without special tokens, cut it to ``model.max_seq_len`` less
+   ``len(source_suffix_ids)`` ids (an empty one is the unk token), append ``source_suffix_ids``, and
+   **right-pad** the batch with ``padding.pad_id``; ``source_mask`` is 1 at real tokens.
+2. One ``NAME-encoder`` request: ``source_ids``, ``source_mask`` -> every ``memory_*`` output.
+3. ``NAME-step`` requests: ``input_ids`` = (batch, 1) tokens, ``translation.start_id`` first, then
+   each row's last choice (targets are never padded: no target mask); ``source_mask`` and the
+   ``memory_*`` tensors as the encoder gave them, every request; ``past_*`` empty at first, then
+   the previous ``present_*``. Take ``logits[:, -1]`` over the tokenizer's ids; a row ends at
+   ``translation.stop_id`` or after ``max_decode_len`` tokens.
+4. Beam search keeps a source's hypotheses as rows of one batch: reorder ``past_*``, ``memory_*``
+   and ``source_mask`` by the rows each step keeps, scored as ``translation`` says.
+
 Why not Triton's sequence batcher with implicit state (``present_*`` fed back as ``past_*`` inside
 Triton)? The cache grows by each request's new tokens and starts empty, rows of one batch would
 need equal cache lengths, sliding past the context restarts it, and the mask over past + new must
