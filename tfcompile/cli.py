@@ -922,29 +922,46 @@ def _add_sampling_args(parser: argparse.ArgumentParser, batch: bool = False) -> 
     parser.add_argument("--seed", type=_seed, default=0)
 
 
+def _int(text: str, expected: str) -> int:
+    """``text`` as a whole number; a word is refused as a number out of range is, with what was
+    expected (argparse's own message would name this module's function)."""
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected {expected}, found {text}") from None
+
+
+def _float(text: str, expected: str) -> float:
+    """``text`` as a number, refused as ``_int`` refuses a word."""
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected {expected}, found {text}") from None
+
+
 def _positive_int(text: str) -> int:
-    value = int(text)
+    value = _int(text, "a positive integer")
     if value <= 0:
         raise argparse.ArgumentTypeError(f"expected a positive integer, found {text}")
     return value
 
 
 def _non_negative_int(text: str) -> int:
-    value = int(text)
+    value = _int(text, "an integer >= 0")
     if value < 0:
         raise argparse.ArgumentTypeError(f"expected an integer >= 0, found {text}")
     return value
 
 
 def _positive_float(text: str) -> float:
-    value = float(text)
+    value = _float(text, "a finite number > 0")
     if not math.isfinite(value) or value <= 0:
         raise argparse.ArgumentTypeError(f"expected a finite number > 0, found {text}")
     return value
 
 
 def _non_negative_float(text: str) -> float:
-    value = float(text)
+    value = _float(text, "a finite number >= 0")
     if not math.isfinite(value) or value < 0:
         raise argparse.ArgumentTypeError(f"expected a finite number >= 0, found {text}")
     return value
@@ -952,7 +969,7 @@ def _non_negative_float(text: str) -> float:
 
 def _seed(text: str) -> int:
     """A seed as the spec's train.seed and the runtime take: a whole number from 0 to 2^63 - 1."""
-    value = int(text)
+    value = _int(text, "a seed from 0 to 2^63 - 1")
     if not 0 <= value <= MAX_SEED:
         raise argparse.ArgumentTypeError(f"expected a seed from 0 to 2^63 - 1, found {text}")
     return value
@@ -960,7 +977,7 @@ def _seed(text: str) -> int:
 
 def _threads(text: str) -> int:
     """Threads as the spec's train.threads takes them: 1 to MAX_THREADS, whatever the machine."""
-    value = int(text)
+    value = _int(text, f"threads from 1 to {MAX_THREADS:,}")
     if not 1 <= value <= MAX_THREADS:
         raise argparse.ArgumentTypeError(f"expected threads from 1 to {MAX_THREADS:,}, found {text}")
     return value
@@ -983,14 +1000,14 @@ def _api_key(text: str) -> str:
 
 
 def _port(text: str) -> int:
-    value = int(text)
+    value = _int(text, "a TCP port from 0 to 65535")
     if not 0 <= value <= 65535:
         raise argparse.ArgumentTypeError(f"expected a TCP port from 0 to 65535, found {text}")
     return value
 
 
 def _probability(text: str) -> float:
-    value = float(text)
+    value = _float(text, "a number in (0, 1]")
     if not 0 < value <= 1:
         raise argparse.ArgumentTypeError(f"expected a number in (0, 1], found {text}")
     return value
