@@ -113,6 +113,39 @@ def test_a_graph_whose_weights_live_in_another_file_is_refused(
         load(folder)
 
 
+def test_a_function_whose_default_weights_live_in_another_file_is_refused(
+    char_bundle: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A model-local function's default attribute is a tensor too: a Constant in the function
+    that takes it reads its external data from the working directory."""
+    weights = TensorProto(name="w", data_type=TensorProto.FLOAT, dims=[1, 1, 65])
+    weights.data_location = TensorProto.EXTERNAL
+    for key, value in {"location": "weights.bin", "offset": "0", "length": str(65 * 4)}.items():
+        weights.external_data.add(key=key, value=value)
+    constant = helper.make_node("Constant", [], ["fill"])
+    constant.attribute.add(name="value", ref_attr_name="w", type=onnx.AttributeProto.TENSOR)
+    function = helper.make_function("local", "Fill", [], ["fill"], [constant], [helper.make_opsetid("", 18)])
+    function.attribute_proto.append(helper.make_attribute("w", weights))
+    nodes = [
+        helper.make_node("Fill", [], ["fill"], domain="local"),
+        helper.make_node("Shape", ["input_ids"], ["ids_shape"]),
+        helper.make_node("Concat", ["ids_shape", "vocab"], ["logits_shape"], axis=0),
+        helper.make_node("Expand", ["fill", "logits_shape"], ["logits"]),
+    ]
+    mask = _tensor("attention_mask", TensorProto.INT64, ["batch", "sequence"])
+    model = helper.make_model(
+        helper.make_graph(nodes, "g", [IDS, mask], [LOGITS], initializer=[_ints("vocab", [65])]),
+        opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid("local", 1)],
+        functions=[function],
+        ir_version=10,
+    )
+    folder = damaged(char_bundle, tmp_path / "bundles", **{"model.onnx": model.SerializeToString()})
+    np.arange(65, dtype=np.float32).tofile(tmp_path / "weights.bin")  # read as the logits before
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(BundleError, match=r"model\.onnx: the tensor 'w' keeps its values in another file"):
+        load(folder)
+
+
 def test_a_graph_with_an_ep_context_node_is_refused(char_bundle: Path, tmp_path: Path) -> None:
     """An EPContext node names a file of compiled code that some execution providers read."""
     node = helper.make_node(

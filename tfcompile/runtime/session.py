@@ -8,13 +8,14 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import onnx
+from google.protobuf.message import Message
 from tokenizers import Tokenizer
 
 from tfcompile.errors import first_line
@@ -502,36 +503,30 @@ def _check_self_contained(path: Path, data: bytes) -> None:
     """An ONNX graph that reads nothing but its own bytes: no tensor whose values live in another
     file (external data: onnxruntime opens its location relative to the working directory when a
     graph comes as bytes, outside the bundle and unchecked by its sha256), and no EPContext node,
-    whose compiled context an execution provider reads from a file it names."""
+    whose compiled context an execution provider reads from a file it names. Every tensor and node
+    of the model is looked at, wherever it is: initializers, sparse ones, node attributes, the
+    bodies of subgraphs and functions, a function's default attributes."""
     try:
         model = onnx.ModelProto.FromString(data)
     except Exception as e:  # protobuf's DecodeError; a RecursionError past 100 nested subgraphs
         raise BundleError(f"{path} is not a graph onnxruntime can run: {first_line(e)}") from None
-    nodes = list(_nodes([*model.graph.node, *(n for f in model.functions for n in f.node)]))
-    for node in nodes:
-        if node.op_type == "EPContext":
-            raise BundleError(f"{path}: the node {node.name!r} is an EPContext, which reads another file")
-    graphs = [model.graph, *(g for n in nodes for a in n.attribute for g in (a.g, *a.graphs))]
-    sparse = [t for g in graphs for t in g.sparse_initializer]
-    sparse += [t for n in nodes for a in n.attribute for t in (a.sparse_tensor, *a.sparse_tensors)]
-    tensors = [t for g in graphs for t in g.initializer]
-    tensors += [t for s in sparse for t in (s.values, s.indices)]
-    tensors += [t for n in nodes for a in n.attribute for t in (a.t, *a.tensors)]
-    for tensor in tensors:
-        if tensor.data_location == onnx.TensorProto.EXTERNAL:
+    for message in _messages(model):
+        if isinstance(message, onnx.NodeProto) and message.op_type == "EPContext":
+            raise BundleError(f"{path}: the node {message.name!r} is an EPContext, which reads another file")
+        if isinstance(message, onnx.TensorProto) and message.data_location == onnx.TensorProto.EXTERNAL:
             raise BundleError(
-                f"{path}: the tensor {tensor.name!r} keeps its values in another file; a bundle's "
+                f"{path}: the tensor {message.name!r} keeps its values in another file; a bundle's "
                 f"graphs hold their weights (export the bundle again)"
             )
 
 
-def _nodes(nodes: Iterable[onnx.NodeProto]) -> Iterator[onnx.NodeProto]:
-    """``nodes`` and the nodes of their subgraphs (If, Loop and Scan bodies), at any depth."""
-    for node in nodes:
-        yield node
-        for attribute in node.attribute:
-            for body in (attribute.g, *attribute.graphs):
-                yield from _nodes(body.node)
+def _messages(message: Message) -> Iterator[Message]:
+    """``message`` and every message it holds, at any depth (protobuf bounds the depth at 100)."""
+    yield message
+    for field, value in message.ListFields():
+        if field.type == field.TYPE_MESSAGE:
+            for item in (value,) if isinstance(value, Message) else value:
+                yield from _messages(item)
 
 
 def is_token_ids(name: str) -> bool:
