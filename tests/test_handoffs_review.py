@@ -147,3 +147,20 @@ def test_genai_refuses_a_spec_yaml_that_is_not_the_graphs_as_a_bundle_error(
     with pytest.raises(BundleError, match=message):
         export_genai(bundle, tmp_path / "genai")
     assert not (tmp_path / "genai").exists()
+
+
+def test_genai_pads_with_the_stop_token_where_the_vocabulary_has_no_pad_token(
+    char_bundle: Path, tmp_path: Path
+) -> None:
+    """A char vocabulary with a stop token and no pad token padded with the model's least likely
+    character: a prompt ending in it was read as padding (a space is rarely the least likely)."""
+    space = json.loads((char_bundle / "tokenizer.json").read_text())["model"]["vocab"][" "]
+
+    def stop_at_space(bundle: Path, manifest: dict[str, Any]) -> None:
+        manifest["generation"]["stop_token_ids"] = [space]
+
+    bundle = edited_copy(char_bundle, tmp_path / "bundle", stop_at_space)
+    config = json.loads((export_genai(bundle, tmp_path / "genai") / "genai_config.json").read_text())["model"]
+    assert config["eos_token_id"] == [space] and config["pad_token_id"] == config["bos_token_id"] == space
+    with pytest.raises(ExportError, match=r"names its own end tokens \(\[\d+\]\): leave --end-token out"):
+        export_genai(bundle, tmp_path / "chosen", end_token="$")

@@ -19,14 +19,14 @@ order aborts the process.
 What genai does differently, and what it needs that a bundle may not have:
 
 - **An end-of-text id, a padding id and a start id, all inside the vocabulary.** They are the
-  manifest's: the stop tokens (``generation.stop_token_ids``), the ``pad`` token, the ``bos``
-  token. Where the vocabulary has none (a tokenizer trained with ``task.special_tokens: false``),
-  one real token is reserved for all three: for a byte-level BPE, the byte 0xFF (or another byte
-  that never occurs in UTF-8 text), so nothing changes for any text; otherwise ``end_token`` if
-  given, else the token the model finds least likely (its mean probability after each one-token
-  context, from the forward graph). genai stops a text when it generates that token (tfcompile
-  would go on), and it reads a prompt's trailing copies of it as padding: the continuation of a
-  prompt that ends in it is not the model's.
+  manifest's: the stop tokens (``generation.stop_token_ids``), the ``pad`` token and the ``bos``
+  token, each of the last two else the first stop token. Where the vocabulary has none (a tokenizer
+  trained with ``task.special_tokens: false``), one real token is reserved for all three: for a
+  byte-level BPE, the byte 0xFF (or another byte that never occurs in UTF-8 text), so nothing
+  changes for any text; otherwise ``end_token`` if given, else the token the model finds least
+  likely (its mean probability after each one-token context, from the forward graph). genai stops a
+  text when it generates that token (tfcompile would go on), and it reads a prompt's trailing
+  copies of it as padding: the continuation of a prompt that ends in it is not the model's.
 - **A vocabulary entry per byte.** genai's tokenizer turns a character outside the vocabulary
   into the id -1 (never ``[UNK]``), which the graph reads as the last row of its embedding: check
   ``ids >= 0`` before generating. A byte-level BPE has every byte, so this only concerns char
@@ -351,14 +351,13 @@ def _token_ids(
     specials = {role: t.id for role, t in manifest.tokenizer.special_tokens.items()}
     stops = list(manifest.generation.stop_token_ids)
     pad = specials.get("pad")
-    if not stops or pad is None:
-        reserved = _reserved_id(bundle, files, saved, end_token, pad)
-        stops = stops or [reserved]
-        pad = reserved if pad is None else pad
-    elif end_token is not None:
-        raise ExportError(
-            f"{bundle} names its own end and padding tokens ({stops}, {pad}): leave --end-token out"
-        )
+    if stops and end_token is not None:
+        raise ExportError(f"{bundle} names its own end tokens ({stops}): leave --end-token out")
+    if not stops:
+        stops = [_reserved_id(bundle, files, saved, end_token, pad)]
+    # Without a pad token, genai pads with the end token, as GPT-2's configuration does: a token
+    # a prompt does not end in (genai reads a prompt's trailing copies of it as padding).
+    pad = stops[0] if pad is None else pad
     bos = specials.get("bos", stops[0])
     for role, i in [*(("eos", i) for i in stops), ("pad", pad), ("bos", bos)]:
         if not 0 <= i < vocab_size:
