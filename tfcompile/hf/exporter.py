@@ -34,6 +34,7 @@ from tfcompile.hf.folder import (
 )
 from tfcompile.sequences import SPECIAL_ROLES
 from tfcompile.spec import Spec
+from tfcompile.spec.schema import EncoderSpec
 from tfcompile.train.runs import load_trained_model
 
 MAX_SHARD_BYTES = 5 * 1024**3  # as save_pretrained shards
@@ -147,4 +148,8 @@ def tokenizer_config(spec: Spec, run: Path) -> dict[str, Any]:
         "tokenizer_class": "PreTrainedTokenizerFast",
         "model_max_length": spec.model.max_seq_len,
     }
+    if isinstance(spec.model, EncoderSpec) and spec.model.type_vocab_size:
+        # PreTrainedTokenizerFast returns no token_type_ids unless told to: a sentence pair would
+        # reach BERT as one segment.
+        config["model_input_names"] = ["input_ids", "token_type_ids", "attention_mask"]
     return config | {f"{role}_token": token for role, token in roles.items()}

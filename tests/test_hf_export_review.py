@@ -1,0 +1,35 @@
+"""`tfcompile export-hf`, reviewed: what a transformers user of the written folder reads (the
+tokenizer's outputs) computes what the run computes, and the folder is written only where it may
+be."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from hf_models import Imported, from_pretrained
+from tokenizers import Tokenizer
+
+from tfcompile.hf.exporter import export_hf
+
+transformers = pytest.importorskip("transformers")
+
+
+def test_a_sentence_pair_reaches_bert_as_two_segments(tmp_path: Path) -> None:
+    """The tokenizer transformers loads gives the pair's token_type_ids, as the run's tokenizer
+    does (without them, BERT read both sentences as segment 0: the logits were 0.46 apart)."""
+    case = Imported(tmp_path, "bert_cls")
+    out = tmp_path / "out"
+    export_hf(case.result.run_dir, out)
+    theirs = transformers.AutoTokenizer.from_pretrained(out)
+    ours = Tokenizer.from_file(str(case.result.run_dir / "tokenizer.json"))
+    reloaded = from_pretrained(out)
+    for first, second in [("a good movie", "it was fine"), ("bad", "terrible acting, truly")]:
+        encoded = theirs(first, second, return_tensors="pt")
+        expected = ours.encode(first, second)
+        assert encoded["token_type_ids"][0].tolist() == expected.type_ids
+        ids, types = torch.tensor([expected.ids]), torch.tensor([expected.type_ids])
+        with torch.no_grad():
+            logits = reloaded(**encoded).logits
+            assert (logits - case.model(ids, torch.ones_like(ids), types)).abs().max() <= 1e-5
