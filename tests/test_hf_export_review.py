@@ -11,6 +11,7 @@ import torch
 from hf_models import Imported, from_pretrained
 from tokenizers import Tokenizer
 
+from tfcompile.hf.errors import HFError
 from tfcompile.hf.exporter import export_hf
 
 transformers = pytest.importorskip("transformers")
@@ -33,3 +34,17 @@ def test_a_sentence_pair_reaches_bert_as_two_segments(tmp_path: Path) -> None:
         with torch.no_grad():
             logits = reloaded(**encoded).logits
             assert (logits - case.model(ids, torch.ones_like(ids), types)).abs().max() <= 1e-5
+
+
+@pytest.fixture(scope="module")
+def gpt2_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return Imported(tmp_path_factory.mktemp("hf"), "gpt2").result.run_dir
+
+
+def test_the_folder_is_never_written_inside_the_run(gpt2_run: Path, tmp_path: Path) -> None:
+    link = tmp_path / "link"
+    link.symlink_to(gpt2_run)
+    for out in (gpt2_run / "hf", gpt2_run / "checkpoints" / "hf", link / "hf"):
+        with pytest.raises(HFError, match="inside the run"):
+            export_hf(gpt2_run, out)
+        assert not out.exists()

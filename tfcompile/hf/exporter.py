@@ -66,7 +66,7 @@ def export_hf(run: Path, out: Path, which: str = "best", force: bool = False) ->
     transformers class that loads it."""
     spec, model = load_trained_model(run, which)
     architecture = architecture_for(spec, str(run))
-    replaced = destination(out, force)
+    replaced = destination(run, out, force)
     config = architecture.to_config(spec) | {"torch_dtype": "float32", "transformers_version": WRITTEN_BY}
     state = without_vocabulary_padding({name: t.detach() for name, t in model.state_dict().items()}, spec)
     tensors = architecture.from_state(state, spec)
@@ -107,11 +107,14 @@ def without_vocabulary_padding(state: dict[str, torch.Tensor], spec: Spec) -> di
     return {name: t[:rows] if name in VOCABULARY_TABLES else t for name, t in state.items()}
 
 
-def destination(out: Path, force: bool) -> bool:
+def destination(run: Path, out: Path, force: bool) -> bool:
     """Whether ``out`` holds a transformers folder the export replaces (with ``force``); a missing
-    or empty folder is fine, anything else is refused, untouched."""
+    or empty folder is fine, anything else is refused, untouched: a file or link, the run or a
+    folder inside it (links followed)."""
     if out.is_symlink() or (out.exists() and not out.is_dir()):
         raise HFError(f"{out} exists and is not a folder: choose another --out")
+    if out.resolve().is_relative_to(run.resolve()):
+        raise HFError(f"{out} is inside the run {run}, which export-hf reads: choose an --out outside it")
     if not out.exists() or not any(out.iterdir()):
         return False
     if not (out / CONFIG).exists():
