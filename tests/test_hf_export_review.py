@@ -48,3 +48,16 @@ def test_the_folder_is_never_written_inside_the_run(gpt2_run: Path, tmp_path: Pa
         with pytest.raises(HFError, match="inside the run"):
             export_hf(gpt2_run, out)
         assert not out.exists()
+
+
+def test_force_replaces_only_a_folder_export_hf_wrote(gpt2_run: Path, tmp_path: Path) -> None:
+    """A file export-hf does not write (a model card, a script, another tokenizer's vocabulary)
+    keeps the folder from being replaced, --force or not: it was deleted with the folder."""
+    out = tmp_path / "out"
+    export_hf(gpt2_run, out)
+    (out / "README.md").write_text("mine")
+    with pytest.raises(HFError, match=r"does not write \(README.md\)"):
+        export_hf(gpt2_run, out, force=True)
+    assert (out / "README.md").read_text() == "mine"
+    (out / "README.md").unlink()
+    export_hf(gpt2_run, out, force=True)

@@ -12,6 +12,7 @@ both read.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,8 @@ from tfcompile.hf.folder import (
     CONFIG,
     GENERATION_CONFIG,
     PREPROCESSOR_CONFIG,
+    SAFETENSORS,
+    SAFETENSORS_INDEX,
     TOKENIZER_CONFIG,
     write_json,
     write_weights,
@@ -108,9 +111,9 @@ def without_vocabulary_padding(state: dict[str, torch.Tensor], spec: Spec) -> di
 
 
 def destination(run: Path, out: Path, force: bool) -> bool:
-    """Whether ``out`` holds a transformers folder the export replaces (with ``force``); a missing
-    or empty folder is fine, anything else is refused, untouched: a file or link, the run or a
-    folder inside it (links followed)."""
+    """Whether ``out`` holds a folder export-hf wrote, which the export replaces (with ``force``); a
+    missing or empty folder is fine. Anything else is refused, untouched: a file or link, the run
+    or a folder inside it (links followed), a folder holding files export-hf does not write."""
     if out.is_symlink() or (out.exists() and not out.is_dir()):
         raise HFError(f"{out} exists and is not a folder: choose another --out")
     if out.resolve().is_relative_to(run.resolve()):
@@ -119,9 +122,34 @@ def destination(run: Path, out: Path, force: bool) -> bool:
         return False
     if not (out / CONFIG).exists():
         raise HFError(f"{out} holds files but no {CONFIG}: it is left untouched; choose another --out")
+    others = sorted(p.name for p in out.iterdir() if not written_here(p))
+    if others:
+        raise HFError(
+            f"{out} holds files export-hf does not write ({', '.join(others[:5])}); it is left "
+            f"untouched: move them, or choose another --out"
+        )
     if not force:
         raise HFError(f"{out} already holds a model: pass --force to replace it, or choose another --out")
     return True
+
+
+# What export-hf writes into its folder: the files it replaces with --force.
+WRITTEN = {
+    CONFIG,
+    GENERATION_CONFIG,
+    SAFETENSORS,
+    SAFETENSORS_INDEX,
+    TOKENIZER_FILE,
+    TOKENIZER_CONFIG,
+    PREPROCESSOR_CONFIG,
+}
+SHARD = re.compile(r"model-\d{5}-of-\d{5}\.safetensors")
+
+
+def written_here(path: Path) -> bool:
+    """Whether ``path`` is a file export-hf writes (a link or folder never is)."""
+    name = path.name
+    return path.is_file() and not path.is_symlink() and (name in WRITTEN or SHARD.fullmatch(name) is not None)
 
 
 def special_strings(spec: Spec, run: Path) -> dict[str, str]:
