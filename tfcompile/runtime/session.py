@@ -197,7 +197,7 @@ class Bundle:
         onnxruntime cannot load, or whose inputs and outputs are not the manifest's, is a BundleError."""
         graph = self.graph(name)
         data = self.files.read(graph.file)
-        _check_self_contained(self.path / graph.file, data)
+        _check_graph(self.path / graph.file, data)
         options = self._options.to_ort(one_token=graph.cache is not None)
         try:
             session = ort.InferenceSession(data, options, providers=self._providers)
@@ -499,17 +499,24 @@ def _shape(value: Any) -> tuple[int, ...]:
     return tuple(value.shape) if isinstance(value, np.ndarray) else tuple(value.shape())
 
 
-def _check_self_contained(path: Path, data: bytes) -> None:
+def _check_graph(path: Path, data: bytes) -> None:
+    """An ONNX graph's bytes, checked before onnxruntime sees them (_check_self_contained,
+    _check_bounded)."""
+    try:
+        model = onnx.ModelProto.FromString(data)
+    except Exception as e:  # protobuf's DecodeError; a RecursionError past 100 nested subgraphs
+        raise BundleError(f"{path} is not a graph onnxruntime can run: {first_line(e)}") from None
+    _check_self_contained(path, model)
+    _check_bounded(path, model)
+
+
+def _check_self_contained(path: Path, model: onnx.ModelProto) -> None:
     """An ONNX graph that reads nothing but its own bytes: no tensor whose values live in another
     file (external data: onnxruntime opens its location relative to the working directory when a
     graph comes as bytes, outside the bundle and unchecked by its sha256), and no EPContext node,
     whose compiled context an execution provider reads from a file it names. Every tensor and node
     of the model is looked at, wherever it is: initializers, sparse ones, node attributes, the
     bodies of subgraphs and functions, a function's default attributes."""
-    try:
-        model = onnx.ModelProto.FromString(data)
-    except Exception as e:  # protobuf's DecodeError; a RecursionError past 100 nested subgraphs
-        raise BundleError(f"{path} is not a graph onnxruntime can run: {first_line(e)}") from None
     for message in _messages(model):
         if isinstance(message, onnx.NodeProto) and message.op_type == "EPContext":
             raise BundleError(f"{path}: the node {message.name!r} is an EPContext, which reads another file")
@@ -518,6 +525,19 @@ def _check_self_contained(path: Path, data: bytes) -> None:
                 f"{path}: the tensor {message.name!r} keeps its values in another file; a bundle's "
                 f"graphs hold their weights (export the bundle again)"
             )
+
+
+def _check_bounded(path: Path, model: onnx.ModelProto) -> None:
+    """An ONNX graph that onnxruntime loads in a time its size bounds: no model-local functions
+    (tfcompile writes none). onnxruntime inlines every call of one, and calls of calls multiply: 40
+    functions, each calling the one before twice, are 2^40 nodes in 4 KB; and it inlines one level
+    of calls at a time, each pass over the whole graph."""
+    if model.functions:
+        names = [f.name for f in model.functions]
+        raise BundleError(
+            f"{path}: the graph defines functions {names[:5]}{' ...' if len(names) > 5 else ''}, which "
+            f"onnxruntime inlines at every call; a bundle's graphs define none (export the bundle again)"
+        )
 
 
 def _messages(message: Message) -> Iterator[Message]:
