@@ -18,10 +18,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from tokenizers import Tokenizer
+from tokenizers import Tokenizer, processors
 
 from tfcompile.destination import move_into_place, staging_folder
-from tfcompile.files import PREPROCESSING_FILE, TOKENIZER_FILE
+from tfcompile.files import PREPROCESSING_FILE, TOKENIZER_FILE, atomic_write_text
 from tfcompile.hf import bert, gpt2, llama, t5, vit  # noqa: F401 (each registers its architecture)
 from tfcompile.hf.architecture import ARCHITECTURES, Architecture
 from tfcompile.hf.errors import HFError, Problem, refuse
@@ -37,7 +37,7 @@ from tfcompile.hf.folder import (
 )
 from tfcompile.sequences import SPECIAL_ROLES
 from tfcompile.spec import Spec
-from tfcompile.spec.schema import EncoderSpec
+from tfcompile.spec.schema import EncoderSpec, Seq2SeqTask
 from tfcompile.train.runs import load_trained_model
 
 MAX_SHARD_BYTES = 5 * 1024**3  # as save_pretrained shards
@@ -84,7 +84,7 @@ def export_hf(run: Path, out: Path, which: str = "best", force: bool = False) ->
         generation = {k: v for k, v in config.items() if k.endswith("_token_id")}
         write_json(tmp / GENERATION_CONFIG, generation | {"transformers_version": WRITTEN_BY})
         if (run / TOKENIZER_FILE).exists():
-            shutil.copyfile(run / TOKENIZER_FILE, tmp / TOKENIZER_FILE)
+            write_tokenizer(spec, run, tmp / TOKENIZER_FILE)
             write_json(tmp / TOKENIZER_CONFIG, tokenizer_config(spec, run))
         preprocessing = run / PREPROCESSING_FILE
         processor = architecture.preprocessor(
@@ -170,6 +170,25 @@ def token_ids(spec: Spec, run: Path) -> dict[str, int]:
     tokenizer = Tokenizer.from_file(str(run / TOKENIZER_FILE))
     ids = {role: tokenizer.token_to_id(token) for role, token in special_strings(spec, run).items()}
     return {role: i for role, i in ids.items() if i is not None}
+
+
+def write_tokenizer(spec: Spec, run: Path, path: Path) -> None:
+    """The run's tokenizer.json; for a translator whose sources end with special tokens
+    (``task.source_suffix``), with a template that appends them where the tokenizer has none: a
+    transformers user encodes a source with the tokenizer alone (T5's appends </s>)."""
+    suffix = spec.task.source_suffix if isinstance(spec.task, Seq2SeqTask) else []
+    tokenizer = Tokenizer.from_file(str(run / TOKENIZER_FILE))
+    if not suffix or tokenizer.post_processor is not None:
+        shutil.copyfile(run / TOKENIZER_FILE, path)
+        return
+    roles = special_strings(spec, run)
+    tail = " ".join(roles[role] for role in suffix)
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single=f"$A {tail}",
+        pair=f"$A {tail} $B {tail}",
+        special_tokens=[(roles[role], tokenizer.token_to_id(roles[role])) for role in dict.fromkeys(suffix)],
+    )
+    atomic_write_text(path, tokenizer.to_str())
 
 
 def tokenizer_config(spec: Spec, run: Path) -> dict[str, Any]:
