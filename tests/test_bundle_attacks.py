@@ -200,6 +200,34 @@ def test_a_graph_of_functions_that_call_each_other_is_refused_at_once(
         load(folder)
 
 
+def test_a_graph_that_loops_is_refused_at_load(char_bundle: Path, tmp_path: Path) -> None:
+    """A Loop runs its body as many times as a tensor says: 10^12 here, a first call (a server's
+    warm-up) that never returned; Scan and onnxruntime's BeamSearch run theirs as often."""
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["go"], ["again"]), helper.make_node("Identity", ["x"], ["x_out"])],
+        "body",
+        [
+            _tensor("i", TensorProto.INT64, []),
+            _tensor("go", TensorProto.BOOL, []),
+            _tensor("x", TensorProto.FLOAT, [1]),
+        ],
+        [_tensor("again", TensorProto.BOOL, []), _tensor("x_out", TensorProto.FLOAT, [1])],
+    )
+    nodes = [
+        helper.make_node("Loop", ["trips", "", "zero"], ["fill"], name="spin", body=body),
+        helper.make_node("Shape", ["input_ids"], ["ids_shape"]),
+        helper.make_node("Concat", ["ids_shape", "vocab"], ["logits_shape"], axis=0),
+        helper.make_node("Expand", ["fill", "logits_shape"], ["logits"]),
+    ]
+    constants = [_ints("trips", 10**12), _zeros("zero", (1,)), _ints("vocab", [65])]
+    graph = _graph(
+        nodes, [IDS, _tensor("attention_mask", TensorProto.INT64, ["batch", "sequence"])], [LOGITS], constants
+    )
+    folder = damaged(char_bundle, tmp_path, **{"model.onnx": graph})
+    with pytest.raises(BundleError, match=r"model\.onnx: the node 'spin' is a Loop, which runs its body"):
+        load(folder)
+
+
 @pytest.mark.parametrize(
     ("sizes", "message"),
     [

@@ -528,10 +528,20 @@ def _check_self_contained(path: Path, model: onnx.ModelProto) -> None:
 
 
 def _check_bounded(path: Path, model: onnx.ModelProto) -> None:
-    """An ONNX graph that onnxruntime loads in a time its size bounds: no model-local functions
-    (tfcompile writes none). onnxruntime inlines every call of one, and calls of calls multiply: 40
-    functions, each calling the one before twice, are 2^40 nodes in 4 KB; and it inlines one level
-    of calls at a time, each pass over the whole graph."""
+    """An ONNX graph that onnxruntime loads and runs in a time its size and its inputs bound: no
+    model-local functions (tfcompile writes none). onnxruntime inlines every call of one, and calls
+    of calls multiply: 40 functions, each calling the one before twice, are 2^40 nodes in 4 KB;
+    and it inlines one level of calls at a time, each pass over the whole graph. No subgraph but an
+    If's branches, which run once: a Loop, a Scan (and onnxruntime's BeamSearch and the like) run
+    their bodies as many times as a tensor says, 10^12 for one number in the file."""
+    for node in _messages(model.graph):
+        if not isinstance(node, onnx.NodeProto) or (node.op_type == "If" and node.domain in ("", "ai.onnx")):
+            continue
+        if any(a.HasField("g") or a.graphs for a in node.attribute):
+            raise BundleError(
+                f"{path}: the node {node.name!r} is a {node.op_type}, which runs its body as many times "
+                f"as a tensor says; a bundle's graphs hold no subgraph but an If's branches"
+            )
     if model.functions:
         names = [f.name for f in model.functions]
         raise BundleError(
