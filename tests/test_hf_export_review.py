@@ -15,7 +15,7 @@ from tfcompile.data.tokenizer import train_tokenizer
 from tfcompile.hf.errors import HFError
 from tfcompile.hf.exporter import export_hf
 from tfcompile.hf.importer import write_run
-from tfcompile.sequences import BOS, EOS, SEQ2SEQ_TOKENS
+from tfcompile.sequences import BOS, CAUSAL_LM_TOKENS, EOS, SEQ2SEQ_TOKENS
 from tfcompile.spec import parse_spec
 from tfcompile.spec.schema import CharTokenizer
 from tfcompile.tasks import build_model
@@ -104,3 +104,22 @@ def test_a_translators_source_suffix_is_in_the_tokenizer_written(tmp_path: Path)
         with torch.no_grad():
             generated = reloaded.generate(**encoded, max_new_tokens=15, do_sample=False)[0, 1:].tolist()
         assert generated[: len(ours) + 1] == [*ours, eos][: len(generated)]
+
+
+def test_a_special_token_the_tokenizer_lacks_is_null_in_the_config(tmp_path: Path) -> None:
+    """Not the config class's default: GPT-2's 50256 (past a small vocabulary, which transformers
+    warns of at every load), Llama's bos 1 (tfcompile's [UNK])."""
+    tokenizer = train_tokenizer(CharTokenizer(), ["hello, world"], CAUSAL_LM_TOKENS)
+    tokenizer.save(str(tmp_path / "tokenizer.json"))
+    for positional in ("learned", "rope"):
+        spec = parse_spec(
+            f"model: {{vocab_size: {tokenizer.get_vocab_size()}, d_model: 16, n_layers: 1, n_heads: 2, "
+            f"max_seq_len: 8, positional: {positional}, norm: {{type: "
+            f"{'layernorm' if positional == 'learned' else 'rmsnorm'}}}, "
+            f"activation: {'gelu' if positional == 'learned' else 'swiglu'}}}\n"
+        )
+        run, out = tmp_path / positional / "run", tmp_path / positional / "out"
+        write_run(run, spec, build_model(spec), tmp_path, None)
+        export_hf(run, out)
+        config = transformers.AutoConfig.from_pretrained(out)
+        assert (config.bos_token_id, config.eos_token_id, config.pad_token_id) == (None, 2, 0)

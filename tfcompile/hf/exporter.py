@@ -74,7 +74,8 @@ def export_hf(run: Path, out: Path, which: str = "best", force: bool = False) ->
     state = without_vocabulary_padding({name: t.detach() for name, t in model.state_dict().items()}, spec)
     tensors = architecture.from_state(state, spec)
     tokens = token_ids(spec, run)
-    config |= {f"{role}_token_id": i for role, i in tokens.items() if role in ("bos", "eos", "pad")}
+    if (run / TOKENIZER_FILE).exists():  # a role it lacks is null, not the config class's default id
+        config |= {f"{role}_token_id": tokens.get(role) for role in ("bos", "eos", "pad")}
     if config.get("is_encoder_decoder") and "bos" in tokens:  # the decoder's first input
         config["decoder_start_token_id"] = tokens["bos"]
     tmp = staging_folder(out)
