@@ -15,12 +15,12 @@ import numpy as np
 import pytest
 import torch
 from hf_models import VOCAB, C, build, from_pretrained, perturb, write
-from tokenizers import Tokenizer
+from tokenizers import Tokenizer, models, processors
 
 from tfcompile.cli import main
 from tfcompile.hf.errors import HFWarning
 from tfcompile.hf.exporter import export_hf
-from tfcompile.hf.importer import ImportResult, import_folder
+from tfcompile.hf.importer import ImportResult, import_folder, source_suffix
 from tfcompile.runtime import Classifier, ImageClassifier, LanguageModel, Translator
 from tfcompile.sequences import tidy
 from tfcompile.spec import load_spec
@@ -186,6 +186,33 @@ def _hf_tokenizer(folder: Path) -> Any:
 
 
 # --------------------------------------------------------------------------- T5's source </s>
+
+
+@pytest.mark.parametrize(
+    ("processor", "suffix"),
+    [
+        (processors.TemplateProcessing(single="$A </s>", special_tokens=[("</s>", 1)]), ["eos"]),
+        (
+            processors.TemplateProcessing(single="$A </s> <pad>", special_tokens=[("</s>", 1), ("<pad>", 0)]),
+            ["eos", "pad"],
+        ),
+        (None, []),  # a T5 trained without a source suffix, exported, then imported again: it gained [eos]
+        (processors.TemplateProcessing(single="</s> $A", special_tokens=[("</s>", 1)]), None),  # a prefix
+        (processors.TemplateProcessing(single="$A <x>", special_tokens=[("<x>", 3)]), None),  # no role
+        (processors.ByteLevel(), None),
+    ],
+)
+def test_a_translators_source_suffix_is_what_its_tokenizer_appends(
+    tmp_path: Path, processor: Any, suffix: list[str] | None
+) -> None:
+    tokenizer = Tokenizer(
+        models.WordLevel({"<pad>": 0, "</s>": 1, "<unk>": 2, "<x>": 3, "a": 4}, unk_token="<unk>")
+    )
+    if processor is not None:
+        tokenizer.post_processor = processor
+    tokenizer.save(str(tmp_path / "tokenizer.json"))
+    assert source_suffix(tmp_path, {"pad": "<pad>", "eos": "</s>", "unk": "<unk>"}) == suffix
+    assert source_suffix(tmp_path / "none", {"eos": "</s>"}) is None  # no tokenizer.json: T5's convention
 
 
 @pytest.mark.slow

@@ -89,6 +89,8 @@ def import_folder(folder: Path, name: str, specs_dir: Path, runs_dir: Path) -> I
     tokens = special_tokens(folder, data)
     if tokens:
         sections["tokens"] = tokens
+    if "source_suffix" in imported.task and (suffix := source_suffix(folder, tokens)) is not None:
+        sections["task"] = {**imported.task, "source_suffix": suffix}
     text = readable_spec(sections, folder, name, runs_dir)
     try:
         spec = parse_spec(text, source=str(spec_path))
@@ -199,6 +201,37 @@ def special_tokens(folder: Path, config: dict[str, Any]) -> dict[str, str]:
         if isinstance(token, str) and token in vocabulary.values():
             roles[role] = token
     return roles
+
+
+def source_suffix(folder: Path, tokens: dict[str, str]) -> list[str] | None:
+    """The roles of the special tokens the folder's tokenizer appends to one text (its
+    post-processor's single template: T5's "$A </s>" is ["eos"]), which a translator appends to
+    every source; [] when it has no post-processor; None (the architecture's convention) when
+    there is no tokenizer.json or its template is not the text followed by tokens of known roles."""
+    path = folder / TOKENIZER_FILE
+    if not path.exists():
+        return None
+    processor = read_json(path).get("post_processor")
+    if processor is None:
+        return []
+    if not isinstance(processor, dict) or processor.get("type") != "TemplateProcessing":
+        return None
+    single = processor.get("single")
+    if (
+        not isinstance(single, list)
+        or not single
+        or not isinstance(single[0], dict)
+        or "Sequence" not in single[0]
+    ):
+        return None  # nothing, or tokens before the text: not a suffix
+    roles = {token: role for role, token in tokens.items()}
+    suffix = []
+    for piece in single[1:]:
+        token = piece.get("SpecialToken", {}).get("id") if isinstance(piece, dict) else None
+        if not isinstance(token, str) or token not in roles:
+            return None
+        suffix.append(roles[token])
+    return suffix
 
 
 def warn_of_half_precision(config: dict[str, Any]) -> None:
