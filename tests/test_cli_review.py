@@ -3,7 +3,10 @@ command would ignore, --help's defaults."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+from helpers import MODEL_YAML, ROOT
 
 from tfcompile.cli import main
 
@@ -40,3 +43,33 @@ def test_a_word_where_a_number_goes_says_what_number(
     assert exit_.value.code == 2
     err = capsys.readouterr().err
     assert expected in err and "invalid" not in err and "_int" not in err, err
+
+
+@pytest.mark.parametrize(
+    ("target", "flags", "expected"),
+    [
+        ("run", ["--seed", "3"], "--seed applies to exporting a spec (random weights); {run} is a run"),
+        (
+            "run",
+            ["--set", "model.n_layers=1", "--seed", "0"],
+            "--set and --seed apply to exporting a spec (random weights); {run} is a run, exported with "
+            "its own spec and checkpoint: leave them out",
+        ),
+        ("spec", ["--checkpoint", "best"], "--checkpoint applies to exporting a run; {spec} is a spec"),
+    ],
+)
+def test_export_refuses_a_flag_that_its_target_would_ignore(
+    target: str, flags: list[str], expected: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--seed and --set make a spec's model, --checkpoint picks a run's: given the other kind, they
+    did nothing, silently (the bundle was not the one asked for)."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "spec.yaml").write_text(MODEL_YAML)
+    (run / "metrics.jsonl").write_text("")
+    paths = {"run": run, "spec": ROOT / "specs" / "llama.yaml"}
+    out = tmp_path / "never-written"
+    assert main(["export", str(paths[target]), *flags, "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"tfcompile export: error: {expected.format(**paths)}"), err
+    assert err.count("\n") == 1 and not out.exists()

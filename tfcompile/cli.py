@@ -259,15 +259,28 @@ def _export(args: argparse.Namespace) -> int:
     from tfcompile.train import load_run_spec
 
     target = Path(args.target)
+    # Each of these flags applies to one kind of target; given with the other, it would do nothing.
+    given = {"--set": args.set, "--seed": args.seed, "--checkpoint": args.checkpoint}
+    for_other = ("--set", "--seed") if target.is_dir() else ("--checkpoint",)
+    if unused := [flag for flag in for_other if given[flag] not in (None, [])]:
+        what = (
+            "a spec (random weights); {target} is a run, exported with its own spec and checkpoint"
+            if target.is_dir()
+            else "a run; {target} is a spec, exported with random weights (--seed)"
+        )
+        verb, them = ("apply", "them") if len(unused) > 1 else ("applies", "it")
+        raise UsageError(
+            f"{' and '.join(unused)} {verb} to exporting {what.format(target=target)}: leave {them} out"
+        )
     if target.is_dir():
-        spec, source, name = None, Source(run=target, checkpoint=args.checkpoint), target.name
+        spec, source, name = None, Source(run=target, checkpoint=args.checkpoint or "last"), target.name
         export_out = load_run_spec(target).export.out
     else:
         spec = load_spec(target, args.set)
         if spec.sizes_from_data():
             run = spec.train.runs_dir / (spec.train.name or target.stem)
             raise UsageError(untrained(target, spec.sizes_from_data(), run))
-        source, name, export_out = Source(seed=args.seed), target.stem, spec.export.out
+        source, name, export_out = Source(seed=args.seed or 0), target.stem, spec.export.out
     out = Path(args.out) if args.out else export_out or Path("exported") / name
     plan = _plan(args)
     doing = f"exporting {target} to {out}: tracing each graph, then checking it against PyTorch"
@@ -688,8 +701,10 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument(
         "--precision", choices=["fp32", "fp16"], help="graph precision (default: export.precision)"
     )
-    export.add_argument("--checkpoint", choices=["last", "best"], default="last", help="for a run")
-    export.add_argument("--seed", type=_seed, default=0, help="for a spec: the seed of the random weights")
+    export.add_argument(
+        "--checkpoint", choices=["last", "best"], help="for a run: which checkpoint (default: last)"
+    )
+    export.add_argument("--seed", type=_seed, help="for a spec: the seed of the random weights (default: 0)")
     export.add_argument("--force", action="store_true", help="replace the bundle at --out if there is one")
     _add_optimize_args(export, precision=False)
     _add_set_arg(export, when=" (exporting a spec)")
