@@ -73,3 +73,24 @@ def test_export_refuses_a_flag_that_its_target_would_ignore(
     err = capsys.readouterr().err
     assert err.startswith(f"tfcompile export: error: {expected.format(**paths)}"), err
     assert err.count("\n") == 1 and not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("argv", "usage", "expected"),
+    [
+        (["validat", "s.yaml"], "usage: tfcompile [", "invalid choice: 'validat': did you mean 'validate'?"),
+        (["export-trition", "b"], "usage: tfcompile [", "did you mean 'export-triton'?"),
+        (["validate", "s.yaml", "--shwo"], "usage: tfcompile validate", "--shwo (did you mean --show?)"),
+        (["summary", "s.yaml", "--sett", "x"], "usage: tfcompile summary", "--sett (did you mean --set?) x"),
+        (["validate", "s.yaml", "extra"], "usage: tfcompile validate", "unrecognized arguments: extra"),
+        (["sample", "r", "--checkpoint", "bst"], "usage: tfcompile sample", "did you mean 'best'?"),
+    ],
+)
+def test_a_typo_names_what_was_meant_with_the_usage_of_its_command(
+    argv: list[str], usage: str, expected: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(usage) and expected in err, err

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import math
 import os
 import sys
@@ -585,8 +586,37 @@ def _add_set_arg(parser: argparse.ArgumentParser, when: str = "") -> None:
     )
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, which names the command, choice or flag that a misspelt one most
+    resembles, and refuses an argument it does not know with its own command's usage (argparse left
+    those to the top level, whose usage lists commands, not the flags of the one given)."""
+
+    def _check_value(self, action: argparse.Action, value: Any) -> None:
+        choices = [str(choice) for choice in action.choices or ()]
+        if value not in choices and (close := difflib.get_close_matches(str(value), choices, n=1)):
+            listed = ", ".join(map(repr, choices))
+            message = f"invalid choice: {value!r}: did you mean {close[0]!r}? (choose from {listed})"
+            raise argparse.ArgumentError(action, message)
+        super()._check_value(action, value)
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        parsed, extras = super().parse_known_args(args, namespace)
+        if extras:
+            flags = [flag for action in self._actions for flag in action.option_strings]
+            named = []
+            for extra in extras:
+                close = difflib.get_close_matches(extra.partition("=")[0], flags, n=1)
+                named.append(
+                    f"{extra} (did you mean {close[0]}?)" if extra.startswith("-") and close else extra
+                )
+            self.error(f"unrecognized arguments: {' '.join(named)}")
+        return parsed, extras
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="tfcompile",
         description="Compile a YAML Transformer spec into a PyTorch model, train it, export it to ONNX.",
     )
