@@ -3,6 +3,8 @@ command would ignore, --help's defaults."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -94,3 +96,18 @@ def test_a_typo_names_what_was_meant_with_the_usage_of_its_command(
     assert exit_.value.code == 2
     err = capsys.readouterr().err
     assert err.startswith(usage) and expected in err, err
+
+
+def test_output_piped_to_a_reader_that_leaves_is_no_error() -> None:
+    """`tfcompile schema manifest | head -1`: the reader closes the pipe; tfcompile stops as a
+    writer to a closed pipe does (141), without 'error: Broken pipe' or a traceback."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tfcompile", "schema", "manifest"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stdout is not None and process.stderr is not None
+    process.stdout.close()  # before a byte is written: every write fails
+    assert process.wait(timeout=60) == 141
+    assert process.stderr.read() == ""

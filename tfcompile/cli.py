@@ -6,6 +6,7 @@ import argparse
 import difflib
 import math
 import os
+import signal
 import sys
 import tempfile
 import warnings
@@ -1090,6 +1091,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UserError as e:
         print(f"tfcompile {args.command}: error: {e}", file=sys.stderr)
         return 1
+    except BrokenPipeError:  # the reader of stdout left (`| head`): it read all it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing left to flush at exit
+        return 128 + signal.SIGPIPE  # as a shell reports a writer stopped by a closed pipe
     except OSError as e:  # a path given that cannot be read or written, a full disk, a port in use
         print(f"tfcompile {args.command}: error: {_os_error(e)}", file=sys.stderr)
         return 1
