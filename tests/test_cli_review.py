@@ -3,6 +3,7 @@ command would ignore, --help's defaults."""
 
 from __future__ import annotations
 
+import argparse
 import subprocess
 import sys
 from pathlib import Path
@@ -10,7 +11,7 @@ from pathlib import Path
 import pytest
 from helpers import MODEL_YAML, ROOT
 
-from tfcompile.cli import main
+from tfcompile.cli import _HelpFormatter, build_parser, main
 
 
 @pytest.mark.parametrize(
@@ -111,3 +112,26 @@ def test_output_piped_to_a_reader_that_leaves_is_no_error() -> None:
     process.stdout.close()  # before a byte is written: every write fails
     assert process.wait(timeout=60) == 141
     assert process.stderr.read() == ""
+
+
+def _commands() -> dict[str, argparse.ArgumentParser]:
+    [commands] = [action.choices for action in build_parser()._actions if isinstance(action.choices, dict)]
+    return commands
+
+
+def test_every_flag_has_help_that_states_its_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    """--help is the manual at hand: each flag says what it does and, where it has one, its default
+    (--max-new-tokens, --port, --max-queue ... said neither), and never the API key of the
+    environment that is --api-key's default."""
+    monkeypatch.setenv("TFCOMPILE_API_KEY", "sekrit-key")
+    for name, command in _commands().items():
+        for action in command._actions:
+            if not action.option_strings or action.default is argparse.SUPPRESS:  # --help
+                continue
+            assert action.help, (name, action.option_strings)
+            default = action.default
+            if default is not None and default is not False and default != []:
+                assert "default" in _HelpFormatter(name)._get_help_string(action), (name, action.help)
+        assert "sekrit-key" not in command.format_help()
+    text = " ".join(_commands()["serve"].format_help().split())
+    assert "--port PORT 0 to 65535 (0: any free port) (default: 8000)" in text

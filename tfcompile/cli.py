@@ -590,7 +590,12 @@ def _add_set_arg(parser: argparse.ArgumentParser, when: str = "") -> None:
 class _Parser(argparse.ArgumentParser):
     """argparse's parser, which names the command, choice or flag that a misspelt one most
     resembles, and refuses an argument it does not know with its own command's usage (argparse left
-    those to the top level, whose usage lists commands, not the flags of the one given)."""
+    those to the top level, whose usage lists commands, not the flags of the one given); its help
+    gives each flag's default."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", _HelpFormatter)
+        super().__init__(*args, **kwargs)
 
     def _check_value(self, action: argparse.Action, value: Any) -> None:
         choices = [str(choice) for choice in action.choices or ()]
@@ -614,6 +619,19 @@ class _Parser(argparse.ArgumentParser):
                 )
             self.error(f"unrecognized arguments: {' '.join(named)}")
         return parsed, extras
+
+
+class _HelpFormatter(argparse.HelpFormatter):
+    """argparse's help, each flag's ending with its default where it has one that its help does
+    not state (a help that says "default" states its own: --api-key's never shows the key)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        # A value to state: not None, a switch's False, an empty list or argparse's SUPPRESS (0 is one).
+        value = action.default not in (None, [], argparse.SUPPRESS) and action.default is not False
+        if action.option_strings and value and "default" not in text:
+            return f"{text} (default: %(default)s)"
+        return text
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -705,7 +723,9 @@ def build_parser() -> argparse.ArgumentParser:
         "plot", help="draw runs' curves to a PNG", description="Draw the runs' curves of a metric to a PNG."
     )
     plot.add_argument("runs", nargs="+", metavar="RUN", help="run folders")
-    plot.add_argument("--out", required=True, metavar="PNG")
+    plot.add_argument(
+        "--out", required=True, metavar="PNG", help="the image to write (.png, .pdf, .svg, ...)"
+    )
     plot.add_argument("--metric", default="val_loss", help="a metrics.jsonl key (default: val_loss)")
     plot.add_argument("--x", choices=["step", "time"], default="step", help="steps or wall time")
     plot.set_defaults(handler=_plot)
@@ -717,7 +737,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sample.add_argument("run", help="a run folder written by `tfcompile train`")
     _add_sampling_args(sample)
-    sample.add_argument("--checkpoint", choices=["last", "best"], default="last")
+    sample.add_argument("--checkpoint", choices=["last", "best"], default="last", help="which checkpoint")
     sample.set_defaults(handler=_sample)
 
     export = commands.add_parser(
@@ -797,7 +817,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     export_hf.add_argument("run", help="a run folder")
     export_hf.add_argument("--out", required=True, help="the folder to write")
-    export_hf.add_argument("--checkpoint", choices=["last", "best"], default="best")
+    export_hf.add_argument("--checkpoint", choices=["last", "best"], default="best", help="which checkpoint")
     export_hf.add_argument("--force", action="store_true", help="replace the model folder at --out")
     export_hf.set_defaults(handler=_export_hf)
 
@@ -929,7 +949,9 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="onnxruntime threads per model (default: one per core; half the cores for step graphs)",
     )
-    serve.add_argument("--log-level", choices=["debug", "info", "warning", "error"], default="info")
+    serve.add_argument(
+        "--log-level", choices=["debug", "info", "warning", "error"], default="info", help="the server log's"
+    )
     serve.set_defaults(handler=_serve)
     return parser
 
@@ -961,11 +983,18 @@ def _add_sampling_args(parser: argparse.ArgumentParser, batch: bool = False) -> 
         parser.set_defaults(prompt=None)
     else:
         parser.add_argument("--prompt", default="\n", help="text to continue (default: a newline)")
-    parser.add_argument("--max-new-tokens", type=_positive_int, default=200)
+    parser.add_argument("--max-new-tokens", type=_positive_int, default=200, help="tokens to generate")
     parser.add_argument("--temperature", type=_non_negative_float, default=1.0, help="0 is greedy")
-    parser.add_argument("--top-k", type=_positive_int, default=None)
-    parser.add_argument("--top-p", type=_probability, default=None)
-    parser.add_argument("--seed", type=_seed, default=0)
+    parser.add_argument(
+        "--top-k", type=_positive_int, default=None, help="sample among the k likeliest tokens (default: all)"
+    )
+    parser.add_argument(
+        "--top-p",
+        type=_probability,
+        default=None,
+        help="sample among the likeliest tokens whose probabilities add up to p (default: all)",
+    )
+    parser.add_argument("--seed", type=_seed, default=0, help="the sampling's seed")
 
 
 def _int(text: str, expected: str) -> int:
