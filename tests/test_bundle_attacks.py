@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import time
 from pathlib import Path
 from typing import Any
 
@@ -241,9 +240,10 @@ def test_a_graph_loads_in_a_time_its_size_bounds(char_bundle: Path, tmp_path: Pa
     mask = _tensor("attention_mask", TensorProto.INT64, ["batch", "sequence"])
     graph = _graph(nodes, [IDS, mask], [LOGITS], [_zeros("t0", (1,)), _ints("vocab", [65])])
     folder = damaged(char_bundle, tmp_path, **{"model.onnx": graph})
-    start = time.perf_counter()
-    assert load(folder).logits([[1, 2]]).shape == (1, 2, 65)
-    assert time.perf_counter() - start < 8  # 1.5 s here
+    assert load(folder).logits([[1, 2]]).shape == (1, 2, 65)  # 1.5 s here, with the pass off
+    # What keeps it so, held without timing it: every session leaves that pass out.
+    entry = "optimization.disable_specified_optimizers"
+    assert SessionOptions().to_ort().get_session_config_entry(entry) == "CommonSubexpressionElimination"
 
 
 def test_a_graph_of_too_many_nodes_is_refused_before_onnxruntime_reads_it(
