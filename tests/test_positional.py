@@ -218,3 +218,23 @@ def test_rope_dynamic_scaling_is_plain_within_the_original_length_and_ntk_beyond
     angles = torch.arange(length, dtype=torch.float64)[:, None] * theta ** (-torch.arange(0, d, 2) / d)
     cos, sin = _angles(dynamic, torch.arange(length))
     torch.testing.assert_close((cos, sin), (angles.cos().float(), angles.sin().float()), atol=1e-5, rtol=1e-4)
+
+
+def test_rope_dynamic_scaling_encodes_a_padded_row_as_it_would_be_alone() -> None:
+    """The scaled theta follows each row's own length: taken from the longest row of the batch, a
+    short left-padded row (a prompt in a batch, a generation step) got other logits than alone."""
+    from tfcompile.models import DecoderLM
+    from tfcompile.spec import parse_spec
+
+    spec = parse_spec(
+        "model: {vocab_size: 20, d_model: 32, n_layers: 1, n_heads: 2, max_seq_len: 16, init_std: 0.5, "
+        "positional: {type: rope, scaling: {type: dynamic, factor: 4.0, "
+        "original_max_position_embeddings: 4}}}\n"
+    )
+    model = DecoderLM(spec.model).eval()
+    ids = torch.randint(0, 20, (2, 16))
+    mask = torch.ones_like(ids)
+    mask[1, :10] = 0
+    with torch.no_grad():
+        batch, alone = model(ids, mask), model(ids[1:, 10:])
+    torch.testing.assert_close(batch[1, 10:], alone[0])

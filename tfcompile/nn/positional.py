@@ -222,15 +222,17 @@ class RotaryPositional(PositionalEncoding):
         return Rotary(self.cos[positions], self.sin[positions], self.layout)
 
     def _dynamic_angles(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """NTK-aware scaling by the longest sequence at hand, L = max(positions) + 1 but at least
-        the original length: theta' = theta (factor L / original - (factor - 1))^(d / (d - 2)).
-        Computed in float32 in the graph, as transformers computes it."""
+        """NTK-aware scaling by the row's sequence, L = max(positions) + 1 but at least the
+        original length: theta' = theta (factor L / original - (factor - 1))^(d / (d - 2)). Each
+        row of (B, T) positions takes its own L, so that a padded row in a batch is encoded as it
+        would be alone. Computed in float32 in the graph, as transformers computes it."""
         assert self.dynamic is not None
         d, factor = self.head_dim, self.dynamic.factor
         original = self.dynamic.original_max_position_embeddings
-        length = (positions.max() + 1).clamp(min=original).float()
+        length = (positions.amax(dim=-1, keepdim=True) + 1).clamp(min=original).float()  # (1,) or (B, 1)
         theta = self.theta * (factor * length / original - (factor - 1)) ** (d / (d - 2))
-        inv_freq = 1.0 / theta ** (torch.arange(0, d, 2, device=positions.device).float() / d)  # (hd/2,)
+        exponents = torch.arange(0, d, 2, device=positions.device).float() / d  # (hd/2,)
+        inv_freq = 1.0 / theta[..., None] ** exponents  # (1, hd/2) or (B, 1, hd/2)
         angles = positions.float()[..., None] * inv_freq  # (T or B, T, hd/2)
         return angles.cos(), angles.sin()
 
