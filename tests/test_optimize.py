@@ -98,6 +98,27 @@ def test_the_gate_of_a_moved_run_keeps_its_token_cache_beside_it(char_bundle: Pa
     assert any((moved.parent / ".cache").iterdir())
 
 
+def test_optimize_opens_every_graph_as_the_runtime_does(
+    char_bundle: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its own sessions took onnxruntime's defaults, whose common-subexpression elimination is
+    quadratic in some chains of nodes (a 460 KB graph loaded in 28 s); the runtime's leave it out."""
+    opened: list[Any] = []
+    session = passes.ort.InferenceSession
+
+    def recorded(model: Any, options: Any = None, **kwargs: Any) -> Any:
+        opened.append(options)
+        return session(model, options, **kwargs)
+
+    monkeypatch.setattr(passes.ort, "InferenceSession", recorded)
+    optimize_bundle(char_bundle, tmp_path / "fused", Plan(fuse=True), None)
+    entry = "optimization.disable_specified_optimizers"
+    assert opened and all(
+        o is not None and o.get_session_config_entry(entry) == "CommonSubexpressionElimination"
+        for o in opened
+    )
+
+
 @pytest.mark.parametrize("kind", ["classifier_bundle", "translator_bundle", "image_bundle"])
 def test_every_bundle_kind_fuses_its_attention_and_keeps_parity(
     kind: str, request: pytest.FixtureRequest, tmp_path: Path

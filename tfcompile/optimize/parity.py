@@ -15,6 +15,7 @@ import numpy as np
 
 from tfcompile.manifest import Graph, Manifest
 from tfcompile.runtime.ort import ort, run
+from tfcompile.runtime.session import SessionOptions
 
 # Sizes of the named axes: at batch 1 every graph reads the whole context (a forward graph or an
 # encoder all of it at once, a step graph a prompt then single tokens up to its last position),
@@ -34,7 +35,10 @@ def relative_difference(
     source: bytes, transformed: bytes, graph: Graph, manifest: Manifest, seed: int = 0
 ) -> float:
     """max |a - b| / max |a| over every float output and every case (see the module's doc)."""
-    sessions = [ort.InferenceSession(g, providers=["CPUExecutionProvider"]) for g in (source, transformed)]
+    options = SessionOptions().to_ort()  # the runtime's, for a graph the bundle's author wrote
+    sessions = [
+        ort.InferenceSession(g, options, providers=["CPUExecutionProvider"]) for g in (source, transformed)
+    ]
     rng = np.random.default_rng(seed)
     worst, scale = 0.0, 0.0
     for outputs in _runs(sessions, graph, manifest, rng):

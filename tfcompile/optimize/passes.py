@@ -30,6 +30,7 @@ from onnx import numpy_helper
 
 from tfcompile.errors import ExportError, first_line
 from tfcompile.runtime.ort import ort
+from tfcompile.runtime.session import SessionOptions
 
 CONTRIB = "com.microsoft"
 QUANTIZED_OPS = ("MatMulInteger", "DynamicQuantizeLinear", "DequantizeLinear", "MatMulNBits")
@@ -98,7 +99,9 @@ def fuse(model: onnx.ModelProto) -> tuple[onnx.ModelProto, str]:
 
 def _loadable(model: onnx.ModelProto) -> onnx.ModelProto:
     """``model``, once onnxruntime has loaded it (on the CPU); its error otherwise."""
-    ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    ort.InferenceSession(
+        model.SerializeToString(), SessionOptions().to_ort(), providers=["CPUExecutionProvider"]
+    )
     return model
 
 
