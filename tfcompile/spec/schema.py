@@ -1007,7 +1007,7 @@ class Seq2SeqTask(TaskSection):
     data_splits = ("val_path", "test_path")
 
     type: Literal["seq2seq"] = "seq2seq"
-    source: str = Field("de", description="the source side: {lang} in data paths, or a TSV column")
+    source: str = Field("de", description="the source side: what {lang} becomes in data paths")
     target: str = Field("en", description="the target side")
     label_smoothing: Probability = 0.1
     beam: Annotated[PositiveInt, Field(le=MAX_BEAM)] = Field(
