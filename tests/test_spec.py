@@ -202,3 +202,15 @@ def test_special_tokens_by_role() -> None:
     assert spec.tokens is not None and spec.tokens.roles() == {"pad": "<pad>", "bos": "<pad>", "eos": "</s>"}
     with pytest.raises(SpecError, match=r"tokens\.eos"):
         parse_spec("model: {vocab_size: 10, d_model: 8, n_layers: 1, n_heads: 2}\ntokens: {eos: ''}\n")
+
+
+@pytest.mark.parametrize("field", ["path", "val_path", "test_path"])
+def test_a_translation_data_path_without_lang_is_refused_at_its_field(field: str) -> None:
+    """Translation reads one file per side, {lang} filled with task.source and task.target: a path
+    without it (a TSV of both columns) was refused only when training read the data."""
+    paths = {"path": "train.{lang}", "val_path": "val.{lang}", "test_path": "test.{lang}", field: "pairs.tsv"}
+    model = "{family: encoder_decoder, vocab_size: 20, d_model: 16, n_layers: 1, n_heads: 2, max_seq_len: 8}"
+    data = "".join(f"  {name}: {path}\n" for name, path in paths.items())
+    with pytest.raises(SpecError, match=rf"data\.{field}: a seq2seq data path holds \{{lang\}}") as error:
+        parse_spec(f"model: {model}\ndata:\n{data}task: seq2seq\n")
+    assert "e.g. train.{lang}.gz" in str(error.value) and str(error.value).count("error:") == 1

@@ -812,12 +812,14 @@ class TaskSection(Section):
     without knowing the task: the model families it trains, the built-in data sets it reads, the
     optional data fields it reads (``data_splits``: a spec setting another would be ignored), the
     fields training takes from the data when the spec leaves them out, whether its loss can run
-    in chunks (``train.loss_chunk_tokens``), and the parameters of the head it puts on the
-    family's body."""
+    in chunks (``train.loss_chunk_tokens``), the placeholder its data paths must hold
+    (``path_placeholder``: one file per side, as translation's ``{lang}``), and the parameters of
+    the head it puts on the family's body."""
 
     families: ClassVar[tuple[str, ...]]
     builtin_data: ClassVar[tuple[str, ...]] = ()
     data_splits: ClassVar[tuple[str, ...]] = ()
+    path_placeholder: ClassVar[str | None] = None
     data_sizes: ClassVar[tuple[str, ...]] = ()
     chunked_loss: ClassVar[bool] = False
 
@@ -1005,6 +1007,7 @@ class Seq2SeqTask(TaskSection):
 
     families = ("encoder_decoder",)
     data_splits = ("val_path", "test_path")
+    path_placeholder = "{lang}"
 
     type: Literal["seq2seq"] = "seq2seq"
     source: str = Field("de", description="the source side: what {lang} becomes in data paths")
@@ -1330,6 +1333,18 @@ class Spec(Section):
                     f"task {self.task.type!r} does not read data.{field}: it would be ignored",
                     f"leave data.{field} out; the tasks that read it: "
                     f"{listed(t for t, s in TASK_SECTIONS.items() if field in s.data_splits)}",
+                )
+        mark = self.task.path_placeholder
+        for field in ("path", "val_path", "test_path"):
+            path = getattr(self.data, field) if fits and self.data is not None and mark else None
+            if path is not None:
+                rules.require(
+                    mark in str(path),
+                    ("data", field),
+                    f"a {self.task.type} data path holds {mark}, which each side's name replaces, "
+                    f"found {str(path)!r}",
+                    f"one file per side, named as one path with {mark} in place of the side: "
+                    f"e.g. train.{mark}.gz",
                 )
         rules.require(
             not fits or self.train.loss_chunk_tokens is None or self.task.chunked_loss,
