@@ -5,6 +5,7 @@ from __future__ import annotations
 import queue
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -273,7 +274,7 @@ def test_serve_flags_set_every_limit_of_the_server(
     monkeypatch.setattr(serve_module, "serve", lambda models, settings, *a, **k: served.update(s=settings))
     flags = ["--max-n", "3", "--max-beam", "2", "--max-image-pixels", "1000", "--max-head-kb", "2"]
     flags += ["--head-timeout", "0.5", "--max-body-mb", "1", "--max-tokens", "7", "--max-prompt-tokens", "9"]
-    assert main(["serve", str(char_bundle), *flags]) == 0
+    assert main(["serve", str(char_bundle), "--port", "0", *flags]) == 0
     s = served["s"]
     assert (s.max_n, s.max_beam, s.max_image_pixels, s.max_head_bytes, s.head_timeout_s) == (
         3,
@@ -283,8 +284,23 @@ def test_serve_flags_set_every_limit_of_the_server(
         0.5,
     )
     assert (s.max_body_bytes, s.max_tokens, s.max_prompt_tokens) == (1 << 20, 7, 9)
-    assert main(["serve", str(char_bundle)]) == 0
+    assert main(["serve", str(char_bundle), "--port", "0"]) == 0
     assert served["s"] == serve_module.Settings(), "the flags' defaults are the server's"
+
+
+def test_serve_on_a_port_in_use_says_so_before_loading_anything(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], char_bundle: Path
+) -> None:
+    """uvicorn logged "[Errno 98] address already in use" among its lines and exited 3, after the
+    bundles had loaded."""
+    import tfcompile.serve as serve_module
+
+    monkeypatch.setattr(serve_module, "load_models", lambda *a, **k: pytest.fail("loaded before binding"))
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        assert main(["serve", str(char_bundle), "--port", str(port)]) == 1
+    err = capsys.readouterr().err
+    assert f"cannot listen on 127.0.0.1:{port}: " in err and "choose another --port" in err
 
 
 @pytest.mark.parametrize("flag", ["--head-timeout=0", "--head-timeout=nan", "--max-head-kb=0", "--max-n=-1"])

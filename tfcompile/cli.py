@@ -455,7 +455,7 @@ def _export_genai(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from tfcompile.serve import Settings, load_models, serve
+    from tfcompile.serve import Settings, listen, load_models, serve
 
     if args.host not in ("127.0.0.1", "localhost", "::1") and not args.api_key:
         print(
@@ -479,15 +479,10 @@ def _serve(args: argparse.Namespace) -> int:
     )
     from tfcompile.console import working
 
-    with working(f"loading {len(args.bundles)} bundle(s): checking every file, starting onnxruntime"):
-        models = load_models(args.bundles, threads=args.threads)
-    serve(
-        models,
-        settings,
-        args.host,
-        args.port,
-        log_level=args.log_level,
-    )
+    with listen(args.host, args.port) as sock:
+        with working(f"loading {len(args.bundles)} bundle(s): checking every file, starting onnxruntime"):
+            models = load_models(args.bundles, threads=args.threads)
+        serve(models, settings, sock, log_level=args.log_level)
     return 0
 
 

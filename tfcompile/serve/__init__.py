@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import signal
+import socket
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -31,7 +32,19 @@ except ImportError as error:  # pragma: no cover - depends on the install
 
 MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
-__all__ = ["Served", "Settings", "create_app", "load_models", "serve", "server_config"]
+__all__ = ["Served", "Settings", "create_app", "listen", "load_models", "serve", "server_config"]
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """The server's listening socket, bound before any bundle is loaded: a port in use is one line
+    naming it (uvicorn logged it among its own lines and exited 3), not minutes into loading."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        return socket.create_server((host, port), family=family)
+    except OSError as e:
+        raise UserError(
+            f"cannot listen on {host}:{port}: {e.strerror or e} (another server there? choose another --port)"
+        ) from None
 
 
 def load_models(
@@ -81,6 +94,11 @@ class DrainingServer(uvicorn.Server):
         super().__init__(config)
         self.served, self.drain_s = served, drain_s
 
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if sockets and self.started:  # uvicorn says where it listens only on sockets it bound itself
+            self._log_started_message(sockets)
+
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         if self.served.draining or sig == signal.SIGINT:
             return super().handle_exit(sig, frame)
@@ -91,14 +109,15 @@ class DrainingServer(uvicorn.Server):
 def serve(
     models: dict[str, Bundle],
     settings: Settings,
-    host: str = "127.0.0.1",
-    port: int = 8000,
+    sock: socket.socket,
     drain_s: float = 1.0,
     log_level: str = "info",
 ) -> None:
-    """Serve ``models`` until SIGTERM or Ctrl-C; returns after a graceful shutdown."""
+    """Serve ``models`` on ``sock`` (``listen``) until SIGTERM or Ctrl-C; returns after a graceful
+    shutdown."""
     served = Served(models, settings)
+    host, port = sock.getsockname()[:2]
     server = DrainingServer(server_config(served, host, port, log_level), served, drain_s)
     # uvicorn re-raises the signal it stopped on once it is done; an empty handler lets it return.
     signal.signal(signal.SIGTERM, lambda *_: None)
-    server.run()
+    server.run(sockets=[sock])
