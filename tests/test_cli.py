@@ -328,3 +328,14 @@ def test_validate_warns_at_its_line_of_a_data_path_that_names_nothing(
     assert capsys.readouterr().err == ""
     assert main(["validate", str(spec), "--set", "data.path=nope.txt"]) == 0
     assert "--set data.path=nope.txt: warning: data.path: no file or folder" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("command", "works"),
+    [("translate", "use `tfcompile generate` or `classify`"), ("classify", "use `tfcompile generate`")],
+)
+def test_a_bundle_of_another_task_names_the_command_that_serves_it(
+    command: str, works: str, char_bundle: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main([command, str(char_bundle), "ROMEO"]) == 2
+    assert works in capsys.readouterr().err

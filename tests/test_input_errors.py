@@ -243,7 +243,8 @@ def test_an_api_key_no_client_could_send_is_refused(
         with pytest.raises(SystemExit) as info:
             main(argv)
         assert info.value.code == 2
-        assert f"argument --api-key: {found}" in capsys.readouterr().err
+        err = capsys.readouterr().err
+        assert f"argument --api-key: {found}" in err and "TFCOMPILE_API_KEY" in err  # whence the key came
 
 
 # ------------------------------------------------------------------------ 5. model sizes

@@ -362,9 +362,10 @@ def _optimize_into(bundle: Path, out: Path, plan: Plan, gate: GateData | None, f
         console.print(f"{name}: outputs within {difference:.2e} of the source graph's scale")
     passed = optimization.gate
     if passed is not None:
-        console.print(
+        console.print(  # one line however wide, as a log reads it
             f"accuracy gate: {passed.metric} {passed.optimized:.4f} against {passed.source:.4f} for the "
-            f"source (allowed {passed.allowed}) on {passed.data}"
+            f"source (allowed {passed.allowed}) on {passed.data}",
+            soft_wrap=True,
         )
     else:
         console.print("accuracy gate: not run (--no-gate, or no --run)")
@@ -533,7 +534,7 @@ def _translate(args: argparse.Namespace) -> int:
 
     model = load(args.bundle)
     if not isinstance(model, Translator):
-        raise UsageError(f"{args.bundle} is not a translation bundle")
+        raise UsageError(f"{args.bundle} is not a translation bundle: use `tfcompile generate` or `classify`")
     for translation in model.translate(args.texts, beam=args.beam, max_len=args.max_len):
         print(translation)
     return 0
@@ -778,7 +779,11 @@ def build_parser() -> argparse.ArgumentParser:
         description="Rerun the parity check from a bundle and the checkpoint it came from.",
     )
     verify.add_argument("bundle", help="a bundle folder written by `tfcompile export`")
-    verify.add_argument("--run", help="the run the bundle was exported from (its manifest says where)")
+    verify.add_argument(
+        "--run",
+        help="the run the bundle was exported from (needed for a run's bundle: tfcompile opens nothing "
+        "outside a bundle on its manifest's word)",
+    )
     verify.set_defaults(handler=_verify)
 
     generate = commands.add_parser(
@@ -1064,7 +1069,8 @@ def _api_key(text: str) -> str:
     odd = sorted({c for c in text if not "!" <= c <= "~"})
     if odd:
         raise argparse.ArgumentTypeError(
-            f"expected visible ASCII without spaces (a header carries the key as it is), found {odd[:5]!r}"
+            f"expected visible ASCII without spaces (a header carries the key as it is), found "
+            f"{odd[:5]!r} (in --api-key, or in TFCOMPILE_API_KEY when the flag is not given)"
         )
     return text
 
