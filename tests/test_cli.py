@@ -12,7 +12,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from helpers import MODEL_YAML, ROOT
+from helpers import MODEL_YAML, ONE_STEP, ROOT, TINY
 
 from tfcompile.cli import main
 from tfcompile.console import duration
@@ -339,3 +339,23 @@ def test_a_bundle_of_another_task_names_the_command_that_serves_it(
 ) -> None:
     assert main([command, str(char_bundle), "ROMEO"]) == 2
     assert works in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_generate_without_a_prompt_names_its_default_where_the_tokenizer_reads_no_newline(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A WordPiece tokenizer keeps no whitespace: the default prompt (a newline) encoded to nothing,
+    and the error said "give at least one character" to a user who gave none."""
+    overrides = [*TINY, "model.max_seq_len=16", "model.vocab_size=null", *ONE_STEP]
+    overrides += ["data.tokenizer={type: wordpiece, vocab_size: 120}", f"train.runs_dir={tmp_path}"]
+    Trainer(
+        load_spec(SPECS / "shakespeare-char.yaml", overrides), tmp_path / "run", show_progress=False
+    ).train()
+    assert main(["export", str(tmp_path / "run"), "--out", str(tmp_path / "bundle")]) == 0
+    capsys.readouterr()
+    assert main(["generate", str(tmp_path / "bundle"), "--max-new-tokens", "2"]) == 2
+    assert "no --prompt given, and its default, a newline, is no token" in capsys.readouterr().err
+    assert main(["generate", str(tmp_path / "bundle"), "--prompt", " ", "--max-new-tokens", "2"]) == 1
+    assert "encodes to no tokens (its tokenizer keeps none of its characters" in capsys.readouterr().err
+    assert main(["generate", str(tmp_path / "bundle"), "--prompt", "to be", "--max-new-tokens", "2"]) == 0

@@ -240,7 +240,10 @@ def _sample(args: argparse.Namespace) -> int:
     except ValueError as e:
         raise UsageError(f"--prompt: {e}") from None
     if not prompt:
-        raise UsageError("--prompt is empty: give at least one character")
+        raise UsageError(
+            f"--prompt {args.prompt!r} is no token of {run_dir}'s tokenizer (the default is a newline): "
+            f"give a text it reads"
+        )
     ids = generate(
         model,
         torch.tensor([prompt]),
@@ -397,7 +400,13 @@ def _generate(args: argparse.Namespace) -> int:
     model = load(args.bundle)
     if not isinstance(model, LanguageModel):
         raise UsageError(f"{args.bundle} is not a language model: use `tfcompile classify` or `translate`")
-    args.prompt = args.prompt or ["\n"]
+    if args.prompt is None:
+        args.prompt = ["\n"]
+        if not model.encode(args.prompt)[0].ids:
+            raise UsageError(
+                f"no --prompt given, and its default, a newline, is no token of {args.bundle}'s "
+                f"tokenizer: give --prompt TEXT"
+            )
     texts = model.generate_text(
         args.prompt if len(args.prompt) > 1 else args.prompt[0],
         args.max_new_tokens,

@@ -181,7 +181,10 @@ class LanguageModel(Bundle):
         """Prompts of token ids -> checked ids (B, longest), left-padded, and their mask (None
         when no prompt is padded)."""
         if not all(prompts):
-            raise InputError("a prompt encodes to no tokens: give at least one character")
+            raise InputError(
+                "a prompt encodes to no tokens (its tokenizer keeps none of its characters: "
+                "whitespace alone, for some): give a text that holds a token"
+            )
         ids = pad_rows([list(p)[::-1] for p in prompts], self._pad_id())[:, ::-1]
         ids = inputs.token_ids(ids, self.vocab_size, None, "prompt")
         mask = pad_rows([[1] * len(p) for p in prompts], 0)[:, ::-1]

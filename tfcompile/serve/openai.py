@@ -176,7 +176,11 @@ async def _prompts(model: LanguageModel, given: list[Any], limit: int) -> list[l
         rows = [p for p in given if isinstance(p, list)]
     for name, row in zip(names, rows, strict=True):
         if not row:
-            raise FieldError("prompt", f"{name} encodes to no tokens: give at least one character")
+            raise FieldError(
+                "prompt",
+                f"{name} encodes to no tokens (the tokenizer keeps none of its characters: whitespace "
+                f"alone, for some): give a text that holds a token",
+            )
         if len(row) > limit:
             raise FieldError(
                 "prompt", f"{name} has {len(row)} tokens, more than the {limit} this server takes"
