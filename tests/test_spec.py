@@ -9,6 +9,7 @@ from pydantic import ValidationError
 
 from tfcompile.spec import PRESETS, SpecError, dump_spec, load_spec, parse_spec
 from tfcompile.spec.presets import merge
+from tfcompile.spec.schema import check_run_name
 
 
 @pytest.mark.parametrize(
@@ -214,3 +215,11 @@ def test_a_translation_data_path_without_lang_is_refused_at_its_field(field: str
     with pytest.raises(SpecError, match=rf"data\.{field}: a seq2seq data path holds \{{lang\}}") as error:
         parse_spec(f"model: {model}\ndata:\n{data}task: seq2seq\n")
     assert "e.g. train.{lang}.gz" in str(error.value) and str(error.value).count("error:") == 1
+
+
+@pytest.mark.parametrize("name", ["ñame", "名前", "a b", "../x", ".hidden"])
+def test_a_run_name_outside_ascii_folder_names_says_which_letters(name: str) -> None:
+    """It said "letters" and refused ñ."""
+    with pytest.raises(ValueError, match=r"one folder name of ASCII letters, digits"):
+        check_run_name(name)
+    assert check_run_name("run-1.b_2") == "run-1.b_2"

@@ -134,7 +134,8 @@ def export_triton(
     prefix = name if name is not None else bundle.resolve().name
     if not MODEL_NAME.fullmatch(prefix):
         raise ExportError(
-            f"{prefix!r} cannot name Triton models: use letters, digits, '_', '.' and '-' (pass another name)"
+            f"{prefix!r} cannot name Triton models: use ASCII letters, digits, '_', '.' and '-' "
+            f"(pass another name)"
         )
     if manifest.tokenizer is not None and manifest.tokenizer.file in (CONFIG, MANIFEST, VERSION):
         raise BundleError(

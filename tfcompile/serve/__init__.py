@@ -58,8 +58,8 @@ def load_models(
         name = name or Path(path).resolve().name
         if not MODEL_NAME.fullmatch(name):
             raise UserError(
-                f"{given}: {name!r} cannot name a model (letters, digits, '.', '_' and '-', at most 64): "
-                f"give one as NAME=PATH"
+                f"{given}: {name!r} cannot name a model (ASCII letters, digits, '.', '_' and '-', at "
+                f"most 64): give one as NAME=PATH"
             )
         if name in models:
             raise UserError(f"two bundles are named {name!r}: give one another name as NAME=PATH")

@@ -1117,14 +1117,14 @@ RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 
 
 def is_run_name(name: Any) -> bool:
-    """One folder name: letters, digits, '.', '_' and '-', from a letter or digit, no '..'."""
+    """One folder name: ASCII letters, digits, '.', '_' and '-', from a letter or digit, no '..'."""
     return isinstance(name, str) and RUN_NAME.fullmatch(name) is not None and ".." not in name
 
 
 def check_run_name(name: str) -> str:
     if not is_run_name(name):
         raise ValueError(
-            f"a run name is one folder name of letters, digits, '.', '_' and '-' (at most 100, "
+            f"a run name is one folder name of ASCII letters, digits, '.', '_' and '-' (at most 100, "
             f"starting with a letter or digit, no '..'), found {name!r}"
         )
     return name

@@ -138,8 +138,8 @@ def collect(sources: Sequence[Path]) -> Trials:
             for path in paths:
                 if not is_run_name(path.name):
                     raise CompareError(
-                        f"{path}: a run's folder name names its variant in the report: letters, digits, "
-                        f"'.', '_' and '-', from a letter or digit: rename the folder"
+                        f"{path}: a run's folder name names its variant in the report: ASCII letters, "
+                        f"digits, '.', '_' and '-', from a letter or digit: rename the folder"
                     )
                 run = read_run(path)
                 if run.state != "finished":
@@ -324,13 +324,13 @@ FIX_CSV = "results.csv is what compare writes: write it again with `tfcompile co
 MEMORY_CELLS = ("", *MEMORY_KINDS)
 # What each column holds, as a pattern its cells match and what the error says is expected.
 CELLS: dict[str, tuple[re.Pattern[str], str]] = {
-    "str": (VARIANT, "a variant's name: [study/]name of letters, digits, '.', '_' and '-'"),
+    "str": (VARIANT, "a variant's name: [study/]name of ASCII letters, digits, '.', '_' and '-'"),
     "bool": (re.compile("yes|no"), "yes or no"),
     "int": (re.compile(r"\d{1,20}"), "a whole number from 0"),
     "float": (re.compile(r"nan|\d+(\.\d*)?(e[-+]?\d+)?"), "a number from 0 that is finite, or nan"),
 }
 LOSS = (re.compile(r"nan|inf|-?\d+(\.\d*)?(e[-+]?\d+)?"), "a number, inf or nan")
-RUN_CELL = (RUN_NAME, "a run's folder name: letters, digits, '.', '_' and '-'")
+RUN_CELL = (RUN_NAME, "a run's folder name: ASCII letters, digits, '.', '_' and '-'")
 
 
 def _cell_value(path: Path, line: int, name: str, text: str) -> Any:

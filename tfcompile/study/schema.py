@@ -133,15 +133,16 @@ class Study(Section):
             rules.require(
                 is_name(self.name),
                 ("name",),
-                f"a study's name is a folder name of letters, digits, '.', '_' and '-', found {self.name!r}",
+                f"a study's name is a folder name of ASCII letters, digits, '.', '_' and '-', found "
+                f"{self.name!r}",
                 "e.g. name: norms-study",
             )
         for name in self.variants:
             rules.require(
                 is_name(name) and len(name) <= 60,
                 ("variants", name),
-                f"a variant's name is part of its runs' folder names: letters, digits, '.', '_' and '-' "
-                f"(at most 60), found {name!r}",
+                f"a variant's name is part of its runs' folder names: ASCII letters, digits, '.', '_' "
+                f"and '-' (at most 60), found {name!r}",
                 "e.g. pre-rmsnorm",
             )
         sections: list[tuple[tuple[str, ...], dict[str, Any]]] = [
