@@ -161,3 +161,16 @@ def test_compare_given_a_results_csv_says_to_rebuild_its_report_with_from_csv(
     path.write_text("variant,baseline\n")
     assert main(["compare", str(path)]) == 1
     assert f"`tfcompile compare --from-csv {path}`" in capsys.readouterr().err
+
+
+def test_runs_given_no_folder_exits_as_every_command_given_the_wrong_kind(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`runs nope` exited 2 (a usage error) where `validate nope.yaml` exits 1."""
+    (tmp_path / "file").write_text("x")
+    for path, kind in (
+        (tmp_path / "nope", "nothing (no such file or folder)"),
+        (tmp_path / "file", "a regular file"),
+    ):
+        assert main(["runs", str(path)]) == 1
+        assert f"{path} is {kind}, but `runs` takes a folder" in capsys.readouterr().err

@@ -19,7 +19,7 @@ from rich.table import Table
 
 from tfcompile import __version__
 from tfcompile.errors import UserError
-from tfcompile.paths import check_arguments, untrained
+from tfcompile.paths import check_arguments, file_type, untrained
 from tfcompile.spec import Spec, SpecError, SpecIssue, dump_spec, load_spec
 from tfcompile.spec.loader import read_yaml
 from tfcompile.spec.schema import MAX_SEED, MAX_THREADS, check_run_name
@@ -184,8 +184,13 @@ def _runs(args: argparse.Namespace) -> int:
     from tfcompile.study.runs import find_runs, read_run
 
     folder = Path(args.folder)
-    if not folder.is_dir():
-        raise UsageError(f"{folder} is not a folder: give a runs folder (train.runs_dir), a study's or a run")
+    if not folder.is_dir():  # a path of the wrong kind: exit 1, as every command's (tfcompile.paths)
+        found = file_type(folder)
+        kind = "nothing (no such file or folder)" if found == "nothing" else found
+        raise UserError(
+            f"{folder} is {kind}, but `runs` takes a folder: a runs folder (train.runs_dir), a study's "
+            f"or a run"
+        )
     paths = find_runs(folder)
     if not paths:
         print(f"no runs in {folder}")
