@@ -585,6 +585,24 @@ def test_plot_to_a_file_type_matplotlib_cannot_write_names_the_types(
     assert status == 1 and ".png" in err and not (tmp_path / "x.txt").exists()
 
 
+def test_plot_of_a_metric_the_run_never_logged_names_the_ones_it_did(
+    study: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """It said only "logged no val_los yet", as if the run might log it later."""
+    run = folder_of(study) / "post-seed1"
+    status, err = run_cli(["plot", str(run), "--metric", "val_los", "--out", str(tmp_path / "x.png")], capsys)
+    assert status == 1 and f"{run} logged no val_los: did you mean 'val_loss'? (it logged " in err
+    assert "train_loss" in err and not (tmp_path / "x.png").exists()
+
+
+def test_a_plot_that_cannot_be_written_names_the_file_asked_for(
+    study: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The error named the temporary file beside it (/proc/.x.png.6sbj9pfk.tmp)."""
+    status, err = run_cli(["plot", str(folder_of(study) / "post-seed1"), "--out", "/proc/x.png"], capsys)
+    assert status == 1 and "/proc/x.png" in err and ".tmp" not in err
+
+
 # ---------------------------------------------------------------------- study files whose variants collide
 
 VARIANTS = "variants:\n  post: {model.norm.position: post}\n  pre: {model.norm.position: pre}\n"

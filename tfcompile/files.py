@@ -53,7 +53,10 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
     writers never share one), flush it to disk, then rename it over ``path``: readers see the old
     contents or the new, never a mix. On any failure the temporary file is removed. The file gets
     the permissions the umask gives a new file."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as e:  # named by the file asked for, not by a temporary name the user never gave
+        raise OSError(e.errno, e.strerror, str(path)) from None
     try:
         os.fchmod(fd, 0o666 & ~umask())  # as open() would make it: mkstemp's are 0600
         with os.fdopen(fd, "wb") as f:

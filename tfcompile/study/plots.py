@@ -4,6 +4,7 @@ they span more than a factor of LOG_SPAN, where a linear one would flatten the e
 
 from __future__ import annotations
 
+import difflib
 import io
 from collections.abc import Sequence
 from pathlib import Path
@@ -54,9 +55,10 @@ def plot_runs(paths: Sequence[Path], out: Path, metric: str = "val_loss", x: str
     figure, axes = _figure()
     values: list[float] = []
     for path in paths:
-        curve = read_run(path).curve(metric)
+        run = read_run(path)
+        curve = run.curve(metric)
         if not curve:
-            raise PlotError(f"{path} logged no {metric} yet")
+            raise PlotError(f"{path} logged no {metric}{_logged(run, metric)}")
         axes.plot(
             [step if x == "step" else seconds for step, seconds, _ in curve],
             [value for _, _, value in curve],
@@ -64,6 +66,23 @@ def plot_runs(paths: Sequence[Path], out: Path, metric: str = "val_loss", x: str
         )
         values += [value for _, _, value in curve]
     _finish(figure, axes, out, x, metric, values)
+
+
+def _logged(run: Run, metric: str) -> str:
+    """What a run logged instead of ``metric``, the nearest name first: ": did you mean 'val_loss'?
+    (it logged lr, train_loss, val_loss)"; " yet" when it logged none of it so far."""
+    logged = sorted(
+        {
+            k
+            for r in run.records
+            for k, v in r.items()
+            if isinstance(v, int | float) and k not in ("step", "elapsed_s")
+        }
+    )
+    if not logged:
+        return " yet"
+    near = difflib.get_close_matches(metric, logged, 1)
+    return (f": did you mean {near[0]!r}?" if near else ":") + f" (it logged {', '.join(logged)})"
 
 
 def _figure() -> tuple[Figure, Axes]:
