@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+import rich.console
 from PIL import Image
 from safetensors import safe_open
 from test_study import SPEC, folder_of, write_study
@@ -736,3 +737,17 @@ def test_a_wall_time_budget_whose_probe_gives_absurd_steps_is_refused_before_tra
     status, err = run_cli(["sweep", str(path)], capsys)
     assert status == 1 and "3,600,000,000 steps, over the limit of 1,000,000,000" in err
     assert not folder_of(path).exists()  # nothing trained, nothing written
+
+
+@pytest.mark.parametrize("terminal", [True, False])
+def test_runs_in_a_narrow_terminal_or_a_pipe_keeps_every_cell_whole(
+    study: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, terminal: bool
+) -> None:
+    """An 80-column terminal cut the cells to "decod…", "finish…"."""
+    monkeypatch.setenv("COLUMNS", "60")
+    monkeypatch.setattr(rich.console.Console, "is_terminal", property(lambda self: terminal))
+    capsys.readouterr()
+    status = main(["runs", str(folder_of(study))])
+    out = capsys.readouterr().out
+    assert status == 0 and "…" not in out
+    assert all(word in out for word in ("post-seed1", "decoder", "causal_lm", "finished"))

@@ -214,9 +214,20 @@ def _runs(args: argparse.Namespace) -> int:
             "-" if best is None else f"val {metric} {best:.4f}",
             run.state,
         )
-    console = Console()
-    (console if console.is_terminal else Console(width=200)).print(table)  # a pipe gets whole rows
+    _print_whole(table)
     return 0
+
+
+def _print_whole(table: Table) -> None:
+    """A table with every cell whole: a pipe gets its natural width; a terminal too narrow for it
+    gets it without borders, then, if still too narrow, at its natural width (the terminal wraps
+    the lines) rather than cells cut to "decod…"."""
+    console = Console()
+    natural = Console(width=10_000).measure(table).maximum
+    if console.is_terminal and natural > console.width:
+        table.box = None
+        natural = Console(width=10_000).measure(table).maximum
+    Console(width=max(console.width, natural)).print(table)
 
 
 def _plot(args: argparse.Namespace) -> int:
