@@ -64,6 +64,7 @@ def _cases() -> list[dict[str, Any]]:
                 if model["positional"] not in ("learned", "sinusoidal", "none"):
                     model["positional"] = "learned"
                 del model["vocab_size"], model["max_seq_len"]
+                model["bias"] = {**model["bias"], "lm_head": False}  # a ViT has no language-model head
             cases.append({"model": model, "task": task})
     return cases
 
