@@ -16,6 +16,7 @@ from typing import Any
 
 import jsonschema
 import numpy as np
+import onnx
 import pytest
 from helpers import ROOT, assert_follows_schema, damaged, edited_tokenizer, mutate_json
 from hypothesis import HealthCheck, given, settings
@@ -441,6 +442,24 @@ def test_floats_that_overflow_the_model_are_the_callers_to_change(image_bundle: 
     with pytest.raises(InputError, match=r"pixel_values hold values up to 3e\+38 in magnitude"):
         model.infer({tensor.name: np.full(shape, 3e38, np.float32)})
     assert np.isfinite(model.infer({tensor.name: np.full(shape, 0.5, np.float32)})["logits"]).all()
+
+
+def test_a_bundle_whose_logits_are_nan_on_any_pixels_is_the_bundles_fault(
+    image_bundle: Path, tmp_path: Path
+) -> None:
+    """...but not when the graph is NaN on zeros too (NaN weights): then every request got a 400
+    blaming its pixels, and a server's warm-up gave that as why the model is not ready."""
+    graph = onnx.load(str(image_bundle / "model.onnx"))
+    weight = max(graph.graph.initializer, key=lambda w: len(w.raw_data))
+    nan = np.full(onnx.numpy_helper.to_array(weight).shape, np.nan, np.float32)
+    weight.CopyFrom(onnx.numpy_helper.from_array(nan, weight.name))
+    model = load(damaged(image_bundle, tmp_path, **{"model.onnx": graph.SerializeToString()}))
+    (tensor,) = model.manifest.graphs["model"].inputs
+    shape = [d if isinstance(d, int) else 1 for d in tensor.shape]
+    with pytest.raises(BundleError, match="gave logits that are not finite"):
+        model.infer({tensor.name: np.full(shape, 0.5, np.float32)})
+    with pytest.raises(BundleError, match="gave logits that are not finite"):
+        model.warm_up()
 
 
 def test_infer_takes_a_dict_of_named_tensors(classifier_bundle: Path) -> None:

@@ -314,6 +314,11 @@ class Bundle:
             floats = [t.name for t in graph.inputs if np.issubdtype(checked[t.name].dtype, np.floating)]
             if not floats:
                 raise
+            # The caller's floats are at fault only if the graph is finite on zeros of their shapes;
+            # a bundle that is not (NaN weights) raises its NonFiniteLogits here.
+            self.run_graph(
+                self.MAIN_GRAPH, {n: np.zeros_like(v) if n in floats else v for n, v in checked.items()}, outputs
+            )
             largest = max(float(np.abs(checked[name]).max()) for name in floats)
             raise InputError(
                 f"the logits are not finite (NaN or infinity) for these inputs: {', '.join(floats)} "
