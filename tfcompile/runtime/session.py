@@ -317,7 +317,9 @@ class Bundle:
             # The caller's floats are at fault only if the graph is finite on zeros of their shapes;
             # a bundle that is not (NaN weights) raises its NonFiniteLogits here.
             self.run_graph(
-                self.MAIN_GRAPH, {n: np.zeros_like(v) if n in floats else v for n, v in checked.items()}, outputs
+                self.MAIN_GRAPH,
+                {n: np.zeros_like(v) if n in floats else v for n, v in checked.items()},
+                outputs,
             )
             largest = max(float(np.abs(checked[name]).max()) for name in floats)
             raise InputError(
@@ -517,8 +519,8 @@ def _check_graph(path: Path, data: bytes) -> None:
         model = onnx.ModelProto.FromString(data)
     except Exception as e:  # protobuf's DecodeError; a RecursionError past 100 nested subgraphs
         raise BundleError(f"{path} is not a graph onnxruntime can run: {first_line(e)}") from None
+    _check_bounded(path, model)  # first: it bounds the walk of every message that follows
     _check_self_contained(path, model)
-    _check_bounded(path, model)
 
 
 def _check_self_contained(path: Path, model: onnx.ModelProto) -> None:
@@ -547,12 +549,18 @@ def _check_bounded(path: Path, model: onnx.ModelProto) -> None:
     their bodies as many times as a tensor says, 10^12 for one number in the file. At most
     MAX_NODES nodes, If branches included: onnxruntime takes time superlinear in them to load a
     graph (262,144 took 27 s; a graph of 2 GB holds 80 million)."""
-    nodes = [node for node in _messages(model.graph) if isinstance(node, onnx.NodeProto)]
-    if len(nodes) > MAX_NODES:
+    if model.functions:
+        names = [f.name for f in model.functions]
         raise BundleError(
-            f"{path} holds {len(nodes):,} nodes, more than the {MAX_NODES:,} a bundle's graph may hold"
+            f"{path}: the graph defines functions {names[:5]}{' ...' if len(names) > 5 else ''}, which "
+            f"onnxruntime inlines at every call; a bundle's graphs define none (export the bundle again)"
         )
-    for node in nodes:
+    too_many = f"more than the {MAX_NODES:,} a bundle's graph may hold"
+    if len(model.graph.node) > MAX_NODES:  # at once, before any walk
+        raise BundleError(f"{path} holds {len(model.graph.node):,} nodes, {too_many}")
+    for count, node in enumerate(_nodes(model.graph), 1):
+        if count > MAX_NODES:
+            raise BundleError(f"{path} holds more than {MAX_NODES:,} nodes with its If branches, {too_many}")
         if node.op_type == "If" and node.domain in ("", "ai.onnx"):
             continue
         if any(a.HasField("g") or a.graphs for a in node.attribute):
@@ -560,12 +568,15 @@ def _check_bounded(path: Path, model: onnx.ModelProto) -> None:
                 f"{path}: the node {node.name!r} is a {node.op_type}, which runs its body as many times "
                 f"as a tensor says; a bundle's graphs hold no subgraph but an If's branches"
             )
-    if model.functions:
-        names = [f.name for f in model.functions]
-        raise BundleError(
-            f"{path}: the graph defines functions {names[:5]}{' ...' if len(names) > 5 else ''}, which "
-            f"onnxruntime inlines at every call; a bundle's graphs define none (export the bundle again)"
-        )
+
+
+def _nodes(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
+    """A graph's nodes and, after each, those of the subgraphs its attributes hold, at any depth."""
+    for node in graph.node:
+        yield node
+        for attribute in node.attribute:
+            for subgraph in [*([attribute.g] if attribute.HasField("g") else []), *attribute.graphs]:
+                yield from _nodes(subgraph)
 
 
 def _messages(message: Message) -> Iterator[Message]:
