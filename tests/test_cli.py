@@ -303,6 +303,15 @@ def test_serve_on_a_port_in_use_says_so_before_loading_anything(
     assert f"cannot listen on 127.0.0.1:{port}: " in err and "choose another --port" in err
 
 
+def test_serve_refuses_connections_until_its_bundles_are_loaded() -> None:
+    """Its port, bound before loading, accepted connections at once: a TCP readiness probe passed
+    and clients waited for minutes instead of being refused."""
+    from tfcompile.serve import listen
+
+    with listen("127.0.0.1", 0) as sock, pytest.raises(ConnectionRefusedError):
+        socket.create_connection(sock.getsockname()[:2], timeout=5)
+
+
 @pytest.mark.parametrize("flag", ["--head-timeout=0", "--head-timeout=nan", "--max-head-kb=0", "--max-n=-1"])
 def test_serve_refuses_a_limit_that_is_not_one(flag: str, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):

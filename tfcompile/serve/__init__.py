@@ -8,6 +8,7 @@ then the process exits 0.
 
 from __future__ import annotations
 
+import errno
 import re
 import signal
 import socket
@@ -36,15 +37,29 @@ __all__ = ["Served", "Settings", "create_app", "listen", "load_models", "serve",
 
 
 def listen(host: str, port: int) -> socket.socket:
-    """The server's listening socket, bound before any bundle is loaded: a port in use is one line
-    naming it (uvicorn logged it among its own lines and exited 3), not minutes into loading."""
+    """The server's socket, bound (not yet listening) before any bundle is loaded: a port in use
+    is one line naming it (uvicorn logged it among its own lines and exited 3), not minutes into
+    loading; uvicorn listens once the models are loaded, so that until then a connection is
+    refused rather than left waiting."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
     try:
-        return socket.create_server((host, port), family=family)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
     except OSError as e:
+        sock.close()
+        why = {
+            errno.EADDRINUSE: "another server there? choose another --port",
+            errno.EACCES: "ports below 1024 need privileges: choose another --port",
+            errno.EADDRNOTAVAIL: "--host is not an address of this machine",
+        }.get(
+            e.errno or 0,
+            "--host is not a name or address this machine resolves" if isinstance(e, socket.gaierror) else "",
+        )
         raise UserError(
-            f"cannot listen on {host}:{port}: {e.strerror or e} (another server there? choose another --port)"
+            f"cannot listen on {host}:{port}: {e.strerror or e}" + (f" ({why})" if why else "")
         ) from None
+    return sock
 
 
 def load_models(
