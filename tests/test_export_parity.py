@@ -18,7 +18,8 @@ from tfcompile.export import (
     export_decoder,
     export_decoder_step,
 )
-from tfcompile.graphs.parity import LONGEST, ParityCase, ParityReport
+from tfcompile.graphs.parity import ParityCase, ParityReport
+from tfcompile.sequences import LONGEST
 from tfcompile.models import DecoderLM
 from tfcompile.spec import parse_spec
 

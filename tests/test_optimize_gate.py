@@ -142,3 +142,27 @@ def test_a_graph_quantized_already_is_not_quantized_again_whatever_its_manifest_
         with pytest.raises(OptimizeError, match=f"{scheme} quantization found no float weight to quantize"):
             optimize_bundle(int8, tmp_path / "again", Plan(quantize=scheme), None)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["int8"]
+
+
+def test_parity_reads_a_long_context_only_up_to_the_longest_sequence_export_checks(
+    char_bundle: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Uncapped, a 32k-context bundle's step and forward graphs read all of it: (1, H, 32768, 32768)
+    scores. Here the char bundle's context of 64, held to a cap of 16."""
+    from tfcompile import sequences
+    from tfcompile.optimize import parity
+
+    monkeypatch.setattr(sequences, "LONGEST", 16)
+    read: list[int] = []
+    run = parity.run
+
+    def recorded(session: object, feed: dict[str, np.ndarray], names: list[str]) -> list[np.ndarray]:
+        ids = feed.get("input_ids", feed.get("source_ids"))
+        if ids is not None:
+            mask = feed.get("attention_mask")
+            read.append(ids.shape[1] if mask is None else mask.shape[1])
+        return run(session, feed, names)
+
+    monkeypatch.setattr(parity, "run", recorded)
+    optimize_bundle(char_bundle, tmp_path / "fused", Plan(fuse=True), None)
+    assert max(read) == 16

@@ -65,3 +65,16 @@ def token_ids(tokenizer: Any, tokens: Sequence[str]) -> dict[str, int]:
     if missing:
         raise ValueError(f"the tokenizer lacks {', '.join(missing)}")
     return ids
+
+
+# The longest sequence a parity check runs (export's against PyTorch, optimize's against the
+# source graph): a longer context is checked up to it. The full-context case
+# holds (batch, heads, T, T) scores and the step graphs run one forward per token, so a context of
+# 4,096 took 100 s and 1.5 GB on a CPU, and one of 2^24 more memory than any machine has; the
+# graph computes later positions as it does these.
+LONGEST = 1024
+
+
+def longest(max_seq_len: int) -> int:
+    """The length of a check's longest sequence: the full context, up to LONGEST."""
+    return min(max_seq_len, LONGEST)

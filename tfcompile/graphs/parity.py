@@ -12,6 +12,7 @@ import torch
 
 from tfcompile.graphs.export import CLASSIFIER_INPUTS, DECODER_INPUTS, seq2seq_names, step_names
 from tfcompile.models import Assembly, Classifier, DecoderLM, Seq2Seq, VisionTransformer
+from tfcompile.sequences import longest
 
 
 def _session(onnx_path: Path) -> Any:
@@ -77,18 +78,6 @@ class ParityReport:
             "max_rel_diff": self.max_rel_diff,
             "cases": [asdict(c) for c in self.cases],
         }
-
-
-# The longest sequence a check runs: a longer context is checked up to it. The full-context case
-# holds (batch, heads, T, T) scores and the step graphs run one forward per token, so a context of
-# 4,096 took 100 s and 1.5 GB on a CPU, and one of 2^24 more memory than any machine has; the
-# graph computes later positions as it does these.
-LONGEST = 1024
-
-
-def longest(max_seq_len: int) -> int:
-    """The length of a check's longest sequence: the full context, up to LONGEST."""
-    return min(max_seq_len, LONGEST)
 
 
 def default_shapes(max_seq_len: int) -> list[tuple[int, int, bool]]:

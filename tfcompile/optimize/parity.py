@@ -1,7 +1,8 @@
 """A transformed graph against the graph it came from, both run by onnxruntime on the same fresh
 inputs, built from the manifest alone: token ids inside the vocabulary, masks with a left-padded
 row, other floats standard normal; a step graph runs a prompt from an empty cache and then single
-tokens, each graph feeding back its own cache; at batch 1 every graph reads the whole context.
+tokens, each graph feeding back its own cache; at batch 1 every graph reads the whole context
+(up to sequences.LONGEST tokens, as export's check).
 -> the largest |difference| of the float outputs, relative to their largest finite |value|
 (outputs read as float32); infinite where one graph's output is NaN or infinite and the other's
 is not the same."""
@@ -16,6 +17,7 @@ import numpy as np
 from tfcompile.manifest import Graph, Manifest
 from tfcompile.runtime.ort import ort, run
 from tfcompile.runtime.session import SessionOptions
+from tfcompile.sequences import longest
 
 # Sizes of the named axes: at batch 1 every graph reads the whole context (a forward graph or an
 # encoder all of it at once, a step graph a prompt then single tokens up to its last position),
@@ -62,7 +64,7 @@ def _runs(
 ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """Each float output of both sessions, pairwise, over every case."""
     floats = [t.name for t in graph.outputs if t.dtype != "int64"]
-    context = manifest.model.max_seq_len
+    context = longest(manifest.model.max_seq_len)
     for batch in BATCHES:
         whole = batch == 1
         source = context if whole else min(SOURCE, context)
