@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import shutil
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -478,3 +479,20 @@ def test_the_commands_write_both_and_refuse_to_overwrite(
     assert (tmp_path / "genai" / GENAI_CONFIG).is_file()
     assert main(["export-genai", bundle, "--out", str(tmp_path / "genai")]) == 1
     assert "left untouched" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_genai_pads_a_byte_level_bpe_without_a_pad_token_with_a_byte_no_text_holds(
+    bundles: Bundles, tmp_path: Path
+) -> None:
+    """With a stop token and no pad token, a byte-level BPE keeps padding with 0xFF, which no prompt
+    can end in, not with its stop token (an imported GPT-2's <|endoftext|>)."""
+    bundle = tmp_path / "bundle"
+    shutil.copytree(bundles["bpe"], bundle)
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    tokenizer = Tokenizer.from_file(str(bundle / "tokenizer.json"))
+    stop = tokenizer.token_to_id("a")
+    manifest["generation"]["stop_token_ids"] = [stop]
+    (bundle / "manifest.json").write_text(json.dumps(manifest))
+    model = json.loads((export_genai(bundle, tmp_path / "genai") / GENAI_CONFIG).read_text())["model"]
+    assert model["eos_token_id"] == [stop] and model["pad_token_id"] == tokenizer.token_to_id("ÿ")

@@ -19,14 +19,15 @@ order aborts the process.
 What genai does differently, and what it needs that a bundle may not have:
 
 - **An end-of-text id, a padding id and a start id, all inside the vocabulary.** They are the
-  manifest's: the stop tokens (``generation.stop_token_ids``), the ``pad`` token and the ``bos``
-  token, each of the last two else the first stop token. Where the vocabulary has none (a tokenizer
-  trained with ``task.special_tokens: false``), one real token is reserved for all three: for a
-  byte-level BPE, the byte 0xFF (or another byte that never occurs in UTF-8 text), so nothing
-  changes for any text; otherwise ``end_token`` if given, else the token the model finds least
-  likely (its mean probability after each one-token context, from the forward graph). genai stops a
-  text when it generates that token (tfcompile would go on), and it reads a prompt's trailing
-  copies of it as padding: the continuation of a prompt that ends in it is not the model's.
+  manifest's: the stop tokens (``generation.stop_token_ids``), the ``pad`` token (else, for a
+  byte-level BPE, a byte UTF-8 text never holds, else the first stop token) and the ``bos`` token
+  (else the first stop token). Where the vocabulary has none (a tokenizer trained with
+  ``task.special_tokens: false``), one real token is reserved for all three: for a byte-level BPE,
+  the byte 0xFF (or another byte that never occurs in UTF-8 text), so nothing changes for any text;
+  otherwise ``end_token`` if given, else the token the model finds least likely (its mean
+  probability after each one-token context, from the forward graph). genai stops a text when it
+  generates that token (tfcompile would go on), and it reads a prompt's trailing copies of it as
+  padding: the continuation of a prompt that ends in it is not the model's.
 - **A vocabulary entry per byte.** genai's tokenizer turns a character outside the vocabulary
   into the id -1 (never ``[UNK]``), which the graph reads as the last row of its embedding: check
   ``ids >= 0`` before generating. A byte-level BPE has every byte, so this only concerns char
@@ -355,9 +356,12 @@ def _token_ids(
         raise ExportError(f"{bundle} names its own end tokens ({stops}): leave --end-token out")
     if not stops:
         stops = [_reserved_id(bundle, files, saved, end_token, pad)]
-    # Without a pad token, genai pads with the end token, as GPT-2's configuration does: a token
-    # a prompt does not end in (genai reads a prompt's trailing copies of it as padding).
-    pad = stops[0] if pad is None else pad
+    # Without a pad token, genai pads with a token no prompt ends in (it reads a prompt's trailing
+    # copies of it as padding): a byte no UTF-8 text holds, else the end token, as GPT-2's
+    # configuration does.
+    if pad is None:
+        unused = _never_in_text(saved)
+        pad = stops[0] if unused is None else unused
     bos = specials.get("bos", stops[0])
     for role, i in [*(("eos", i) for i in stops), ("pad", pad), ("bos", bos)]:
         if not 0 <= i < vocab_size:
@@ -377,12 +381,17 @@ def _reserved_id(
         return int(found)
     if pad is not None:
         return pad  # a padding token: the model never learned to write it
-    if (saved.get("pre_tokenizer") or {}).get("type") == "ByteLevel":
-        for byte in NEVER_IN_UTF8:
-            found = tokenizer.token_to_id(BYTE_CHARS[byte])
-            if found is not None:
-                return int(found)
-    return least_likely(files)
+    unused = _never_in_text(saved)
+    return least_likely(files) if unused is None else unused
+
+
+def _never_in_text(saved: dict[str, Any]) -> int | None:
+    """A byte-level BPE's id of a byte no UTF-8 text holds (0xFF first); None for another tokenizer."""
+    if (saved.get("pre_tokenizer") or {}).get("type") != "ByteLevel":
+        return None
+    tokenizer = Tokenizer.from_str(json.dumps(saved))
+    found = (tokenizer.token_to_id(BYTE_CHARS[byte]) for byte in NEVER_IN_UTF8)
+    return next((int(i) for i in found if i is not None), None)
 
 
 def least_likely(files: BundleFiles) -> int:
