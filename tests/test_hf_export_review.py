@@ -55,6 +55,12 @@ def test_the_folder_is_never_written_inside_the_run(gpt2_run: Path, tmp_path: Pa
         with pytest.raises(HFError, match="inside the run"):
             export_hf(gpt2_run, out)
         assert not out.exists()
+    with pytest.raises(HFError, match="is the run itself"):
+        export_hf(gpt2_run, gpt2_run)
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "to-elsewhere").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(HFError, match="to-elsewhere is a symbolic link: choose an --out that is not one"):
+        export_hf(gpt2_run, tmp_path / "to-elsewhere")
 
 
 def test_force_replaces_only_a_folder_export_hf_wrote(gpt2_run: Path, tmp_path: Path) -> None:

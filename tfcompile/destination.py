@@ -8,36 +8,39 @@ import os
 import shutil
 from pathlib import Path
 
-from tfcompile.errors import ExportError
+from tfcompile.errors import ExportError, UserError
 from tfcompile.files import make_folder_beside
 from tfcompile.manifest import MANIFEST
 from tfcompile.runtime.bundle import BundleFiles
 from tfcompile.runtime.errors import BundleError
 
 
-def check_outside(bundle: Path, out: Path, error: type[ExportError] = ExportError) -> None:
-    """Refuse (``error``) an ``out`` that is the bundle or a folder inside it, symlinks followed: a
-    command that reads a bundle never writes into it (optimize, export-triton, export-genai)."""
-    source, target = bundle.resolve(), out.resolve()
-    if target == source:
-        raise error(f"--out {out} is the bundle itself: the source is never changed; choose a new folder")
-    if target.is_relative_to(source):
-        raise error(f"{out} is inside the bundle {bundle}: choose an --out outside it")
+def check_outside(
+    source: Path, out: Path, error: type[UserError] = ExportError, what: str = "bundle"
+) -> None:
+    """Refuse (``error``) an ``out`` that is the ``source`` folder (a bundle, or export-hf's run) or
+    a folder inside it, symlinks followed: a command never writes into what it reads (optimize,
+    export-triton, export-genai, export-hf)."""
+    read, target = source.resolve(), out.resolve()
+    if target == read:
+        raise error(f"--out {out} is the {what} itself: the source is never changed; choose a new folder")
+    if target.is_relative_to(read):
+        raise error(f"{out} is inside the {what} {source}: choose an --out outside it")
 
 
-def _check_not_a_file(out: Path) -> None:
+def check_not_a_file(out: Path, error: type[UserError] = ExportError) -> None:
     """``out`` is not a file, a link (written through, it would land elsewhere) or anything else
-    than a folder; else ExportError, naming what it is."""
+    than a folder; else ``error``, naming what it is."""
     if out.is_symlink():
-        raise ExportError(f"{out} is a symbolic link: choose an --out that is not one")
+        raise error(f"{out} is a symbolic link: choose an --out that is not one")
     if out.exists() and not out.is_dir():
-        raise ExportError(f"{out} exists and is not a folder: choose another --out")
+        raise error(f"{out} exists and is not a folder: choose another --out")
 
 
 def check_new_folder(out: Path, advice: str = "") -> None:
     """``out`` is missing or an empty folder; anything else is refused, untouched (``advice``
     added to the message)."""
-    _check_not_a_file(out)
+    check_not_a_file(out)
     if out.exists() and any(out.iterdir()):
         raise ExportError(
             f"{out} already exists and is not empty; it is left untouched: choose a new --out{advice}"
@@ -47,7 +50,7 @@ def check_new_folder(out: Path, advice: str = "") -> None:
 def check_destination(out: Path, force: bool) -> bool:
     """Whether ``out`` holds a bundle that the write will replace. A missing or empty folder is
     fine; an existing bundle needs ``force``; anything else is refused, untouched."""
-    _check_not_a_file(out)
+    check_not_a_file(out)
     if not out.exists() or not any(out.iterdir()):
         return False
     try:

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 from tokenizers import Tokenizer, processors
 
-from tfcompile.destination import move_into_place, staging_folder
+from tfcompile.destination import check_not_a_file, check_outside, move_into_place, staging_folder
 from tfcompile.files import PREPROCESSING_FILE, TOKENIZER_FILE, atomic_write_text
 from tfcompile.hf import bert, gpt2, llama, t5, vit  # noqa: F401 (each registers its architecture)
 from tfcompile.hf.architecture import ARCHITECTURES, Architecture
@@ -115,10 +115,8 @@ def destination(run: Path, out: Path, force: bool) -> bool:
     """Whether ``out`` holds a folder export-hf wrote, which the export replaces (with ``force``); a
     missing or empty folder is fine. Anything else is refused, untouched: a file or link, the run
     or a folder inside it (links followed), a folder holding files export-hf does not write."""
-    if out.is_symlink() or (out.exists() and not out.is_dir()):
-        raise HFError(f"{out} exists and is not a folder: choose another --out")
-    if out.resolve().is_relative_to(run.resolve()):
-        raise HFError(f"{out} is inside the run {run}, which export-hf reads: choose an --out outside it")
+    check_not_a_file(out, HFError)
+    check_outside(run, out, HFError, "run")
     if not out.exists() or not any(out.iterdir()):
         return False
     if not (out / CONFIG).exists():
