@@ -5,11 +5,12 @@ be."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 from hf_models import Imported, from_pretrained
-from tokenizers import Tokenizer
+from tokenizers import Tokenizer, processors
 
 from tfcompile.data.tokenizer import train_tokenizer
 from tfcompile.hf.errors import HFError
@@ -110,6 +111,49 @@ def test_a_translators_source_suffix_is_in_the_tokenizer_written(tmp_path: Path)
         with torch.no_grad():
             generated = reloaded.generate(**encoded, max_new_tokens=15, do_sample=False)[0, 1:].tolist()
         assert generated[: len(ours) + 1] == [*ours, eos][: len(generated)]
+
+
+@pytest.mark.parametrize(
+    ("processor", "suffix"),
+    [
+        (lambda eos, bos: processors.ByteLevel(), ["eos"]),  # adds nothing: the suffix was left out
+        (
+            lambda eos, bos: processors.TemplateProcessing(
+                single="$A [EOS]", special_tokens=[("[EOS]", eos)]
+            ),
+            [],
+        ),
+        (
+            lambda eos, bos: processors.TemplateProcessing(
+                single="[BOS] $A", special_tokens=[("[BOS]", bos)]
+            ),
+            ["eos"],
+        ),
+    ],
+    ids=["byte-level", "a suffix the run dropped", "a prefix"],
+)
+def test_a_translators_tokenizer_written_appends_exactly_the_runs_suffix(
+    tmp_path: Path, processor: Any, suffix: list[str]
+) -> None:
+    """Any post-processor counted as appending the suffix: a run whose tokenizer had one wrote it
+    unchanged, whatever it appended."""
+    texts = ["ein hund läuft.", "zwei kinder."]
+    tokenizer = train_tokenizer(CharTokenizer(), texts, SEQ2SEQ_TOKENS)
+    bos, eos = tokenizer.token_to_id(BOS), tokenizer.token_to_id(EOS)
+    tokenizer.post_processor = processor(eos, bos)
+    tokenizer.save(str(tmp_path / "tokenizer.json"))
+    spec = parse_spec(
+        f"model: {{family: encoder_decoder, vocab_size: {tokenizer.get_vocab_size()}, d_model: 16, "
+        "n_layers: 1, n_heads: 2, max_seq_len: 16, positional: relative, norm: {type: rmsnorm}, "
+        "attention_scale: 1, bias: {qkv: false, attn_out: false, ffn: false}, activation: relu}\n"
+        f"task: {{type: seq2seq, source_suffix: {suffix}}}\n"
+    )
+    write_run(tmp_path / "run", spec, build_model(spec), tmp_path, None)
+    export_hf(tmp_path / "run", tmp_path / "out")
+    written = Tokenizer.from_file(str(tmp_path / "out" / "tokenizer.json"))
+    for text in texts:
+        ids = tokenizer.encode(text, add_special_tokens=False).ids
+        assert written.encode(text).ids == [*ids, *([eos] if suffix else [])]
 
 
 def test_a_special_token_the_tokenizer_lacks_is_null_in_the_config(tmp_path: Path) -> None:

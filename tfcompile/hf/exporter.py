@@ -35,6 +35,7 @@ from tfcompile.hf.folder import (
     write_json,
     write_weights,
 )
+from tfcompile.hf.importer import appended
 from tfcompile.sequences import SPECIAL_ROLES
 from tfcompile.spec import Spec
 from tfcompile.spec.schema import EncoderSpec, Seq2SeqTask
@@ -172,21 +173,35 @@ def token_ids(spec: Spec, run: Path) -> dict[str, int]:
 
 
 def write_tokenizer(spec: Spec, run: Path, path: Path) -> None:
-    """The run's tokenizer.json; for a translator whose sources end with special tokens
-    (``task.source_suffix``), with a template that appends them where the tokenizer has none: a
-    transformers user encodes a source with the tokenizer alone (T5's appends </s>)."""
-    suffix = spec.task.source_suffix if isinstance(spec.task, Seq2SeqTask) else []
-    tokenizer = Tokenizer.from_file(str(run / TOKENIZER_FILE))
-    if not suffix or tokenizer.post_processor is not None:
+    """The run's tokenizer.json; a translator's made to append to a text what the run appends to
+    a source (``task.source_suffix``), so that a transformers user encodes a source with the
+    tokenizer alone (T5's appends </s>)."""
+    roles = special_strings(spec, run)
+    saved = json.loads((run / TOKENIZER_FILE).read_text(encoding="utf-8"))
+    if not isinstance(spec.task, Seq2SeqTask) or appended(saved, roles) == spec.task.source_suffix:
         shutil.copyfile(run / TOKENIZER_FILE, path)
         return
-    roles = special_strings(spec, run)
+    suffix = spec.task.source_suffix
+    # Its post-processor adds what the run does not (an edited T5 spec, BERT's [CLS]) or not what it
+    # does: the run's suffix replaces it, after a ByteLevel one (which only trims offsets).
+    tokenizer = Tokenizer.from_str(json.dumps(saved))
     tail = " ".join(roles[role] for role in suffix)
-    tokenizer.post_processor = processors.TemplateProcessing(
-        single=f"$A {tail}",
-        pair=f"$A {tail} $B {tail}",
-        special_tokens=[(roles[role], tokenizer.token_to_id(roles[role])) for role in dict.fromkeys(suffix)],
+    template = (
+        processors.TemplateProcessing(
+            single=f"$A {tail}",
+            pair=f"$A {tail} $B {tail}",
+            special_tokens=[
+                (roles[role], tokenizer.token_to_id(roles[role])) for role in dict.fromkeys(suffix)
+            ],
+        )
+        if suffix
+        else None
     )
+    kept = (
+        tokenizer.post_processor if (saved.get("post_processor") or {}).get("type") == "ByteLevel" else None
+    )
+    steps = [s for s in (kept, template) if s is not None]
+    tokenizer.post_processor = processors.Sequence(steps) if len(steps) > 1 else (steps[0] if steps else None)
     atomic_write_text(path, tokenizer.to_str())
 
 

@@ -204,14 +204,19 @@ def special_tokens(folder: Path, config: dict[str, Any]) -> dict[str, str]:
 
 
 def source_suffix(folder: Path, tokens: dict[str, str]) -> list[str] | None:
-    """The roles of the special tokens the folder's tokenizer appends to one text (its
-    post-processor's single template: T5's "$A </s>" is ["eos"]), which a translator appends to
-    every source; [] when it has no post-processor; None (the architecture's convention) when
-    there is no tokenizer.json or its template is not the text followed by tokens of known roles."""
+    """The roles of the special tokens the folder's tokenizer appends to one text, which a
+    translator appends to every source (``appended``); None (the architecture's convention) when
+    there is no tokenizer.json."""
     path = folder / TOKENIZER_FILE
-    if not path.exists():
-        return None
-    processor = read_json(path).get("post_processor")
+    return appended(read_json(path), tokens) if path.exists() else None
+
+
+def appended(saved: dict[str, Any], tokens: dict[str, str]) -> list[str] | None:
+    """The roles (``tokens``: role -> token) of the special tokens a tokenizer's post-processor
+    appends to one text: its single template's tokens after the text (T5's "$A </s>" is ["eos"]);
+    [] when it has no post-processor; None when it has another, or a template that is not the text
+    followed by tokens of those roles."""
+    processor = saved.get("post_processor")
     if processor is None:
         return []
     if not isinstance(processor, dict) or processor.get("type") != "TemplateProcessing":
