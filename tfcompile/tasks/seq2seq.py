@@ -34,14 +34,16 @@ if TYPE_CHECKING:
 
 
 def read_parallel(path: Path, source: str, target: str) -> tuple[list[str], list[str]]:
-    """The aligned lines of ``path`` with {lang} = source and = target."""
-    if "{lang}" not in str(path):
-        raise DataError(f"{path}: a translation data path holds {{lang}}, e.g. train.{{lang}}.gz")
+    """The aligned lines of ``path`` with {lang} = source and = target (a spec's paths hold it:
+    Seq2SeqTask.path_placeholder)."""
+    mark = Seq2SeqTask.path_placeholder or ""
+    if mark not in str(path):
+        raise DataError(f"{path}: a translation data path holds {mark}, e.g. train.{mark}.gz")
     sides = []
     for lang in (source, target):
-        file = Path(str(path).replace("{lang}", lang))
+        file = Path(str(path).replace(mark, lang))
         if not file.exists():
-            raise DataError(f"no file at {file} ({{lang}} = {lang!r})")
+            raise DataError(f"no file at {file} ({mark} = {lang!r})")
         text = read_text(file)  # a FIFO, a damaged .gz or a byte that is not UTF-8: a DataError
         sides.append([line.strip() for line in text_lines(text)])
     if len(sides[0]) != len(sides[1]):
