@@ -355,7 +355,7 @@ def _gate(data: GateData, source: Path, optimized: Path, plan: Plan) -> Gate:
     from tfcompile.files import TOKENIZER_FILE
     from tfcompile.runtime import load
     from tfcompile.tasks.task import task_of
-    from tfcompile.train.runs import load_run_spec
+    from tfcompile.train.runs import load_run_spec, runs_folder
 
     spec = load_run_spec(data.run)
     task_class = task_of(spec)
@@ -364,7 +364,7 @@ def _gate(data: GateData, source: Path, optimized: Path, plan: Plan) -> Gate:
     scheme = plan.quantize or "int8"
     tokenizer_file = data.run / TOKENIZER_FILE
     tokenizer = load_tokenizer(tokenizer_file) if tokenizer_file.exists() else None
-    task = task_class(spec, data.run.parent / ".cache", tokenizer)  # beside the run, wherever it was moved
+    task = task_class(spec, runs_folder(data.run, spec) / ".cache", tokenizer)
     before, where = task.held_out(load(source), data.limit)
     with onnxruntime_failure(f"load the {plan.describe()} bundle"):
         new = load(optimized)

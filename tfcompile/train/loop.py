@@ -56,6 +56,7 @@ from tfcompile.train.runs import (
     load_run_spec,
     load_run_tokenizer,
     resume_differences,
+    runs_folder,
 )
 from tfcompile.train.schedule import learning_rate
 from tfcompile.train.speed import peak_flops
@@ -113,7 +114,7 @@ class Trainer:
     def _set_up(self, spec: Spec, resume: bool) -> None:
         """Everything but the lock: from here on the run folder is this process's to write."""
         self.recorded = _check_run_dir(self.run_dir, spec, resume)
-        runs_dir = self._runs_dir(spec, resume)
+        runs_dir = runs_folder(self.run_dir, spec) if resume else spec.train.runs_dir
         self.task = task_of(spec)(spec, runs_dir / ".cache", self._tokenizer(spec, resume))
         self.spec = self._resolved(spec, runs_dir)
         t = self.spec.train
@@ -420,14 +421,6 @@ class Trainer:
             if _reads_ids(load_run_spec(init_run)):
                 raise TrainError(f"train.init_from: {init_run}: {_NO_TOKENIZER}")
         return None
-
-    def _runs_dir(self, spec: Spec, resume: bool) -> Path:
-        """train.runs_dir, or for a resume the folder that holds the run when that is another one (the
-        run was moved, or its runs_dir is relative to another working directory): the token cache
-        goes beside the run, never where the run was trained."""
-        if resume and self.run_dir.parent.resolve() != spec.train.runs_dir.resolve():
-            return self.run_dir.parent
-        return spec.train.runs_dir
 
     def _resolved(self, spec: Spec, runs_dir: Path) -> Spec:
         """The spec with the sizes the task took from the data, the runs folder and the device's

@@ -42,6 +42,15 @@ def load_run_spec(run_dir: Path, overrides: Sequence[str] = ()) -> Spec:
     return parse_spec(text, source=str(path), overrides=overrides)
 
 
+def runs_folder(run_dir: Path, spec: Spec) -> Path:
+    """The runs folder of an existing run, where its token cache lives: train.runs_dir, or the
+    folder that holds the run when that is another one (the run was moved, or its runs_dir is
+    relative to another working directory); never where the run was trained, if not there now."""
+    if run_dir.parent.resolve() != spec.train.runs_dir.resolve():
+        return run_dir.parent
+    return spec.train.runs_dir
+
+
 def load_run_tokenizer(run_dir: Path, spec: Spec) -> Tokenizer | None:
     """The run's tokenizer (None: the run has none, as an image model's), checked to fit the model
     of ``spec``, the run's."""
