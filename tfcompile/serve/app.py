@@ -271,7 +271,7 @@ def create_app(served: Served) -> ASGI:
     @app.exception_handler(Exception)
     async def crashed(request: Request, e: Exception) -> JSONResponse:
         log.exception("internal error on %s", request.url.path)  # the traceback stays in the log
-        # Fixed: the server's own errors name its files (a bundle's path), which are not the client's.
+        # A constant message: the server's own errors name its files (a bundle's path), not the client's.
         message = "internal error: the server's log has the details"
         return JSONResponse(error_body(request.url.path, 500, message, "internal_error"), 500)
 
