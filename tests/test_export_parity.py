@@ -19,8 +19,8 @@ from tfcompile.export import (
     export_decoder_step,
 )
 from tfcompile.graphs.parity import ParityCase, ParityReport
-from tfcompile.sequences import LONGEST
 from tfcompile.models import DecoderLM
+from tfcompile.sequences import LONGEST
 from tfcompile.spec import parse_spec
 
 # Every value of every axis appears at least once: norm position and type, each activation, each
