@@ -4,6 +4,7 @@ command would ignore, --help's defaults."""
 from __future__ import annotations
 
 import argparse
+import errno
 import subprocess
 import sys
 from pathlib import Path
@@ -135,3 +136,18 @@ def test_every_flag_has_help_that_states_its_default(monkeypatch: pytest.MonkeyP
         assert "sekrit-key" not in command.format_help()
     text = " ".join(_commands()["serve"].format_help().split())
     assert "--port PORT 0 to 65535 (0: any free port) (default: 8000)" in text
+
+
+def test_a_broken_pipe_that_is_not_stdouts_is_an_error(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Every BrokenPipeError stopped the command quietly with 141 as if `| head` had left, a
+    socket's or a worker's too."""
+    import tfcompile.manifest
+
+    def broken() -> None:
+        raise BrokenPipeError(errno.EPIPE, "Broken pipe")
+
+    monkeypatch.setattr(tfcompile.manifest, "manifest_schema", broken)
+    assert main(["schema", "manifest"]) == 1
+    assert "tfcompile schema: error: Broken pipe" in capsys.readouterr().err

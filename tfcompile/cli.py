@@ -6,6 +6,7 @@ import argparse
 import difflib
 import math
 import os
+import select
 import signal
 import sys
 import tempfile
@@ -1114,6 +1115,19 @@ def _probability(text: str) -> float:
     return value
 
 
+def _stdout_gone() -> bool:
+    """Whether stdout is a pipe whose reader has closed it (poll reports an error on its end;
+    where poll is missing, as on Windows, no)."""
+    if not hasattr(select, "poll"):
+        return False
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
+    except (OSError, ValueError, AttributeError):  # stdout closed or replaced by an object without a file
+        return False
+
+
 class UsageError(Exception):
     """A command-line mistake; the message says what to do instead."""
 
@@ -1146,7 +1160,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UserError as e:
         print(f"tfcompile {args.command}: error: {e}", file=sys.stderr)
         return 1
-    except BrokenPipeError:  # the reader of stdout left (`| head`): it read all it wanted
+    except BrokenPipeError as e:
+        if not _stdout_gone():  # another pipe than stdout's (a socket, a worker's): a failure
+            print(f"tfcompile {args.command}: error: {_os_error(e)}", file=sys.stderr)
+            return 1
+        # The reader of stdout left (`| head`): it read all it wanted.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing left to flush at exit
         return 128 + signal.SIGPIPE  # as a shell reports a writer stopped by a closed pipe
     except OSError as e:  # a path given that cannot be read or written, a full disk, a port in use
