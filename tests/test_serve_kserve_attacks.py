@@ -89,7 +89,10 @@ def test_request_fields_of_another_type_than_the_protocols_are_refused(server: B
     ids = {"name": "input_ids", "shape": [1, 2], "datatype": "INT64", "data": [1, 2]}
     mask = {"name": "attention_mask", "shape": [1, 2], "datatype": "INT64", "data": [1, 1]}
     r = infer(server, "char", {"id": {"run": 1}, "inputs": [ids, mask]})
-    assert '"id" must be a string, got dict' in error(r)
+    assert '"id" must be a string, got {"run": 1}' in error(r)  # as JSON writes it, not Python's type
+    assert '"id" must be a string, got null' in error(
+        infer(server, "char", {"id": None, "inputs": [ids, mask]})
+    )
     assert infer(server, "char", {"id": "7", "inputs": [ids, mask]}).json()["id"] == "7"
     body, headers = binary(ids, struct.pack("<2q", 1, 2))
     r = httpx.post(f"{server.url}/v2/models/char/infer", content=body, headers=headers)

@@ -181,7 +181,7 @@ def _read_request(body: bytes, header_length: str | None) -> tuple[dict, dict[st
     ):
         raise InputError('"outputs" must be a list of {"name": ...} objects')
     if not isinstance(header.get("id", ""), str):
-        raise InputError(f'"id" must be a string, got {type(header["id"]).__name__}')
+        raise InputError(f'"id" must be a string, got {json.dumps(header["id"])[:40]}')
     names = [t.get("name") for t in inputs]
     if not all(isinstance(n, str) for n in names) or len(set(names)) != len(names):
         raise InputError(f"each input needs a distinct name, got {names}")
