@@ -29,7 +29,17 @@ from tfcompile.train.runs import load_trained_model  # noqa: E402
 CHARS = list("abcdefghijklmnopqrstuvwxyz .,!?")
 VOCAB = 64  # every tokenizer below fits
 C = transformers
-# Tiny sizes of the BERT and ViT variants (tests/test_hf_fields.py starts its rows from them too).
+# Tiny sizes of the LLaMA-like, BERT and ViT variants (tests/test_hf_fields.py starts its rows from
+# them too).
+DECODER = dict(
+    vocab_size=VOCAB,
+    hidden_size=32,
+    intermediate_size=48,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=32,
+)
 BERT = dict(
     vocab_size=VOCAB,
     hidden_size=16,
@@ -86,16 +96,7 @@ VARIANTS: dict[str, tuple[Callable[[], Any], str]] = {
     ),
     "llama": (
         lambda: C.LlamaForCausalLM(
-            C.LlamaConfig(
-                vocab_size=VOCAB,
-                hidden_size=32,
-                intermediate_size=48,
-                num_hidden_layers=2,
-                num_attention_heads=4,
-                num_key_value_heads=2,
-                max_position_embeddings=64,
-                rms_norm_eps=1e-5,
-            )
+            C.LlamaConfig(**(DECODER | {"max_position_embeddings": 64}), rms_norm_eps=1e-5)
         ),
         "llama",
     ),

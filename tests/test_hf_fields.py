@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 import torch
-from hf_models import BERT, VIT, VOCAB, from_pretrained, perturb, random_ids, right_padding, write
+from hf_models import BERT, DECODER, VIT, VOCAB, from_pretrained, perturb, random_ids, right_padding, write
 
 from tfcompile.hf.errors import HFError, HFWarning
 from tfcompile.hf.exporter import export_hf
@@ -49,15 +49,6 @@ class Family:
     base: dict[str, Any]  # tiny sizes, set in every case (so covered)
 
 
-DECODER = dict(
-    vocab_size=VOCAB,
-    hidden_size=32,
-    intermediate_size=48,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    max_position_embeddings=32,
-)
 FAMILIES = {
     "gpt2": Family(
         T.GPT2Config,
