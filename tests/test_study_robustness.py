@@ -282,12 +282,17 @@ def test_a_report_rewritten_from_plain_runs_keeps_nothing_of_the_earlier_studys(
     assert text.startswith("# comparison\n") and "How it was made" not in text
 
 
+def csv_alone(report: Path, folder: Path) -> Path:
+    """``folder`` holding a copy of the report's results.csv and nothing else."""
+    folder.mkdir()
+    shutil.copyfile(report / CSV_FILE, folder / CSV_FILE)
+    return folder
+
+
 def test_from_csv_into_another_folder_copies_the_csv_and_drops_what_it_does_not_have(
     report: Path, tmp_path: Path
 ) -> None:
-    bare = tmp_path / "bare"
-    bare.mkdir()
-    shutil.copyfile(report / CSV_FILE, bare / CSV_FILE)
+    bare = csv_alone(report, tmp_path / "bare")
     out = tmp_path / "out"
     assert main(["compare", "--from-csv", str(report / CSV_FILE), "--out", str(out)]) == 0
     assert {p.name for p in out.iterdir()} == {p.name for p in report.iterdir()}
@@ -299,9 +304,7 @@ def test_a_report_rebuilt_where_its_plots_are_not_links_only_those_there(
     report: Path, tmp_path: Path
 ) -> None:
     """Rebuilt from its CSV alone, it linked two images that were not beside it."""
-    bare = tmp_path / "bare"
-    bare.mkdir()
-    shutil.copyfile(report / CSV_FILE, bare / CSV_FILE)
+    bare = csv_alone(report, tmp_path / "bare")
     assert main(["compare", "--from-csv", str(bare / CSV_FILE)]) == 0
     text = (bare / REPORT_FILE).read_text()
     assert "![" not in text and "The plots were not drawn here" in text and "`tfcompile compare`" in text
