@@ -36,28 +36,51 @@ def train_tokenizer(
         tokenizer.add_special_tokens(specials)
         return tokenizer
     if isinstance(spec, WordPieceTokenizer):
-        tokenizer = Tokenizer(models.WordPiece(unk_token=UNK))
-        tokenizer.normalizer = normalizers.BertNormalizer(lowercase=spec.lowercase)
-        tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-        tokenizer.decoder = decoders.WordPiece()
-        trainer: trainers.Trainer = trainers.WordPieceTrainer(
-            vocab_size=spec.vocab_size,
-            min_frequency=spec.min_frequency,
-            special_tokens=specials or [UNK],
-            show_progress=False,
-        )
-    else:
-        tokenizer = Tokenizer(models.BPE())
-        tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-        tokenizer.decoder = decoders.ByteLevel()
-        trainer = trainers.BpeTrainer(
-            vocab_size=spec.vocab_size,
-            min_frequency=spec.min_frequency,
-            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-            special_tokens=specials,
-            show_progress=False,
-        )
+        return _wordpiece(spec, texts, specials or [UNK])
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=spec.vocab_size,
+        min_frequency=spec.min_frequency,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        special_tokens=specials,
+        show_progress=False,
+    )
     tokenizer.train_from_iterator(texts, trainer=trainer)
+    return tokenizer
+
+
+def _wordpiece(spec: WordPieceTokenizer, texts: Sequence[str], specials: list[str]) -> Tokenizer:
+    """BERT's WordPiece, its vocabulary learned by the library's trainer. That trainer numbers the
+    '##' continuation of each character in a hash map's order, which changes from run to run, and
+    breaks ties between merges by those numbers (tokenizers issue #1794): the same texts gave
+    another vocabulary. A first pass, without merges, finds those pieces; the second takes them,
+    sorted, after ``specials`` as if special, so that its numbering is fixed; the tokenizer is then
+    built on the vocabulary learned, with only ``specials`` special."""
+
+    def learned(vocab_size: int, first: list[str]) -> dict[str, int]:
+        tokenizer = _bert_wordpiece(spec.lowercase)
+        trainer = trainers.WordPieceTrainer(
+            vocab_size=vocab_size, min_frequency=spec.min_frequency, special_tokens=first, show_progress=False
+        )
+        tokenizer.train_from_iterator(texts, trainer=trainer)
+        return tokenizer.get_vocab(with_added_tokens=False)
+
+    pieces = sorted(token for token in learned(0, specials) if token.startswith(WORDPIECE_PREFIX))
+    tokenizer = _bert_wordpiece(spec.lowercase, learned(spec.vocab_size, [*specials, *pieces]))
+    tokenizer.add_special_tokens(specials)
+    return tokenizer
+
+
+WORDPIECE_PREFIX = "##"
+
+
+def _bert_wordpiece(lowercase: bool, vocab: dict[str, int] | None = None) -> Tokenizer:
+    tokenizer = Tokenizer(models.WordPiece(vocab, unk_token=UNK, continuing_subword_prefix=WORDPIECE_PREFIX))
+    tokenizer.normalizer = normalizers.BertNormalizer(lowercase=lowercase)
+    tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tokenizer.decoder = decoders.WordPiece(WORDPIECE_PREFIX)
     return tokenizer
 
 
