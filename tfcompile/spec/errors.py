@@ -41,11 +41,27 @@ class SpecError(Exception):
         out = [f"{where}: error: {field}{issue.message}"]
         if issue.line is not None and 0 < issue.line <= len(self.lines):
             gutter = len(str(issue.line))
-            out.append(f"  {issue.line} | {self.lines[issue.line - 1]}")
-            caret = " " * ((issue.column or 1) - 1) + "^" * max(issue.width, 1)
-            out.append(f"  {' ' * gutter} | {caret}")
+            text, column, width = _window(self.lines[issue.line - 1], issue.column or 1, max(issue.width, 1))
+            out.append(f"  {issue.line} | {text}")
+            out.append(f"  {' ' * gutter} | {' ' * (column - 1)}{'^' * width}")
         if issue.note:
             out.append(f"  = note: {issue.note}")
         if issue.hint:
             out.append(f"  = hint: {issue.hint}")
         return "\n".join(out)
+
+
+MAX_LINE = 120  # characters of a source line shown under an error
+
+
+def _window(line: str, column: int, width: int) -> tuple[str, int, int]:
+    """At most MAX_LINE characters of ``line`` around ``column`` ('…' where it is cut), and the
+    column and underline width within them, so that a long line (a 5,000-digit number) takes as
+    little room as a short one."""
+    if len(line) <= MAX_LINE:
+        return line, column, width
+    start = max(0, min(column - 1 - MAX_LINE // 4, len(line) - MAX_LINE))
+    lead = "…" if start else ""
+    text = lead + line[start : start + MAX_LINE] + ("…" if start + MAX_LINE < len(line) else "")
+    column += len(lead) - start
+    return text, column, max(1, min(width, len(lead) + MAX_LINE - (column - 1)))

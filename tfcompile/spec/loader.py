@@ -3,6 +3,7 @@ validation error points at the text to fix."""
 
 from __future__ import annotations
 
+import datetime
 import difflib
 import math
 import re
@@ -246,11 +247,12 @@ def _compose(text: str, source: str, origin: str | None = None, at: Loc = ()) ->
         raise fail(e.message, e.hint, (start.line + 1, start.column + 1), e.loc) from None
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
-        if e.problem == "could not find expected ':'" and e.context_mark:  # the key's line, not the next
-            mark = e.context_mark
+        problem = e.problem or e.context
+        if (e.problem, e.context) in AT_CONTEXT and e.context_mark:  # where the key or quote starts
+            mark, problem = e.context_mark, AT_CONTEXT[e.problem, e.context]
         position = (mark.line + 1, mark.column + 1) if mark else None
         hint = _tab_hint(text, e) or _yaml_hint(text, e)
-        raise fail(f"invalid YAML: {e.problem or e.context}", hint, position) from None
+        raise fail(f"invalid YAML: {problem}", hint, position) from None
     except yaml.reader.ReaderError as e:  # a character YAML does not allow (NUL, control characters)
         line = text.count("\n", 0, e.position) + 1
         column = e.position - (text.rfind("\n", 0, e.position) + 1) + 1
@@ -264,6 +266,16 @@ def _compose(text: str, source: str, origin: str | None = None, at: Loc = ()) ->
         if loader is not None:
             loader.dispose()
     return data, reader.marks
+
+
+# PyYAML errors reported where their context starts, not where the scanner gave up, with what to
+# say there: a key without its ':' (at the key, not on the next line), a quote never closed (at the
+# quote, not at the end of the file).
+UNCLOSED_QUOTE = ("found unexpected end of stream", "while scanning a quoted scalar")
+AT_CONTEXT: dict[tuple[str | None, str | None], str] = {
+    ("could not find expected ':'", "while scanning a simple key"): "could not find expected ':'",
+    UNCLOSED_QUOTE: "this quote is never closed",
+}
 
 
 def _tab_hint(text: str, error: yaml.MarkedYAMLError) -> str | None:
@@ -296,6 +308,9 @@ def _yaml_hint(text: str, error: yaml.MarkedYAMLError) -> str | None:
             (i for i in range(n - 1, -1, -1) if line(i).strip() and not line(i).lstrip().startswith("#")), -1
         )
 
+    if (problem, error.context) == UNCLOSED_QUOTE and context is not None:
+        quote = line(context.line)[context.column : context.column + 1]
+        return f"end the value with the {quote} that starts it on line {context.line + 1}"
     if problem == "could not find expected ':'" and context is not None:
         here = line(context.line)
         if re.match(r"\s*[\w.-]+:\S", here):
@@ -364,7 +379,7 @@ class _Reader:
             raise _Refused(node, f"nested more than {MAX_DEPTH} levels deep", "a spec nests a few levels")
         active = active | {id(node)}
         if isinstance(node, yaml.MappingNode):
-            self._tag(node, self.MAP)
+            self._tag(node, {self.MAP}, loc)
             out: dict[str, Any] = {}
             for key_node, value_node in node.value:
                 if key_node.tag == self.MERGE:
@@ -375,35 +390,36 @@ class _Reader:
                     )
                 key = self._key(key_node)
                 if key in out:
-                    raise _Refused(key_node, f"duplicate key {key!r}", "give each key once")
+                    raise _Refused(key_node, f"duplicate key {_shown(key)}", "give each key once")
                 key_loc = (*loc, key)
                 self.marks[key_loc] = self._mark(key_node, value_node)
                 out[key] = self.value(value_node, key_loc, depth + 1, active)
             return out
         if isinstance(node, yaml.SequenceNode):
-            self._tag(node, self.SEQ)
+            self._tag(node, {self.SEQ}, loc)
             items = []
             for i, item in enumerate(node.value):
                 item_loc = (*loc, i)
                 self.marks[item_loc] = self._mark(item, item)
                 items.append(self.value(item, item_loc, depth + 1, active))
             return items
+        self._tag(node, SCALARS, loc)
         try:
             value = self.loader.construct_object(node)
         except (ValueError, TypeError, OverflowError) as e:  # e.g. !!int abc, an int of 5,000 digits
-            raise _Refused(node, f"cannot read {node.value!r} as {node.tag}: {e}", loc=loc) from None
+            raise _Refused(node, f"cannot read {_shown(node.value)} as {node.tag}: {e}", loc=loc) from None
         if isinstance(node, yaml.ScalarNode) and node.style is None:
             _refuse_yaml11_number(node, value, loc)
         return value
 
-    def _tag(self, node: yaml.Node, default: str) -> None:
-        if node.tag != default:
-            raise _Refused(node, f"unknown YAML tag {node.tag!r}", "remove the tag: a spec needs none")
+    def _tag(self, node: yaml.Node, allowed: set[str], loc: Loc) -> None:
+        if node.tag not in allowed:
+            raise _Refused(node, f"unknown YAML tag {node.tag!r}", "remove the tag: a spec needs none", loc)
 
     def _key(self, node: yaml.Node) -> str:
         key = self.loader.construct_object(node) if isinstance(node, yaml.ScalarNode) else None
         if not isinstance(key, str):
-            shown = repr(key) if isinstance(node, yaml.ScalarNode) else "a mapping or a list"
+            shown = _shown(key) if isinstance(node, yaml.ScalarNode) else "a mapping or a list"
             plain = _plain(node)
             hint = _quote_hint(plain, key) if plain is not None else "keys are names such as d_model"
             raise _Refused(node, f"a key must be a field name, found {shown}", hint)
@@ -428,6 +444,9 @@ class _Reader:
 # The tags YAML 1.1 gives an unquoted scalar that is not text: `no`, `on` and `yes` are booleans,
 # `5` a number, `2024-01-02` a date. Where text was meant, the value is to be quoted.
 NOT_TEXT = {f"tag:yaml.org,2002:{t}" for t in ("bool", "int", "float", "timestamp")}
+# The tags of the scalars YAML 1.1 reads without a tag: a tag that names another type (!!binary,
+# !!python/object, a custom !name) is refused at the value, as on a mapping or a list.
+SCALARS = NOT_TEXT | {"tag:yaml.org,2002:str", "tag:yaml.org,2002:null"}
 OCTAL = re.compile(r"[-+]?0[0-7_]+")  # YAML 1.1's octal form (YAML 1.2 writes 0o10)
 
 
@@ -528,7 +547,7 @@ def _issues(
     found = error.get("input")
     if kind == "extra_forbidden":
         hint = _field_hint(error["loc"], loc, root).hint
-        return [_issue(loc, marks, f"unknown field {loc[-1]!r}", hint, preset, on_key=True)]
+        return [_issue(loc, marks, f"unknown field {_shown(loc[-1])}", hint, preset, on_key=True)]
     if kind == "missing" and isinstance(error["loc"][-1], int):
         return [_issue(loc, marks, f"too few items: nothing at position {error['loc'][-1]}", None, preset)]
     if kind == "missing":
@@ -557,14 +576,13 @@ def _issues(
             return [_issue(loc, marks, f"missing `{tag_field}`", hint, preset)]
         message = (
             f"expected a mapping with `{tag_field}:` ({listed(tags)}) and the section's fields, "
-            f"found {'nothing' if found is None else repr(found)}"
+            f"found {_shown(found)}"
         )
         hint = f"write the fields indented under `{loc[-1]}:`, one a line, e.g. `{tag_field}: {tags[0]}`"
         return [_issue(loc, marks, message, hint, preset)]
     if kind in {"model_type", "model_attributes_type", "dict_type"}:
-        shown = "nothing" if found is None else repr(found)
         hint = _section_hint(loc, found, _walk(error["loc"], root))
-        return [_issue(loc, marks, f"expected a mapping of fields, found {shown}", hint, preset)]
+        return [_issue(loc, marks, f"expected a mapping of fields, found {_shown(found)}", hint, preset)]
     if kind == "value_error":  # a field validator's own message says what was found
         return [_issue(loc, marks, str(error["ctx"]["error"]), None, preset)]
     if kind == "spec_bound":  # schema.at_most: the hint says what the bound is for
@@ -572,7 +590,7 @@ def _issues(
     message = re.sub(r"^Input should be ", "expected ", error["msg"])
     plain = _plain_at(loc, marks) if kind in TEXT_ERRORS else None
     hint = _quote_hint(plain, found) if plain is not None else _type_hint(kind, found, error["loc"], root)
-    return [_issue(loc, marks, f"{message[0].lower()}{message[1:]}, found {found!r}", hint, preset)]
+    return [_issue(loc, marks, f"{message[0].lower()}{message[1:]}, found {_shown(found)}", hint, preset)]
 
 
 TEXT_ERRORS = {"string_type", "path_type"}  # errors that quoting a value YAML 1.1 read as no text fixes
@@ -650,6 +668,18 @@ def _in_preset(loc: Loc, preset: str) -> bool:
     return True
 
 
+MAX_SHOWN = 60  # characters of a value that a message quotes
+
+
+def _shown(value: Any) -> str:
+    """A value as a message quotes it: "nothing" for YAML's null (an empty value too), a date as
+    written, and a long value cut short, so that a 5,000-digit number makes a one-line message."""
+    if value is None:
+        return "nothing"
+    text = value.isoformat() if isinstance(value, datetime.date) else repr(value)
+    return text if len(text) <= MAX_SHOWN else f"{text[: MAX_SHOWN - 1]}…"
+
+
 @dataclass(frozen=True)
 class _Unknown:
     message: str
@@ -658,7 +688,7 @@ class _Unknown:
 
 def _unknown(what: str, found: Any, choices: Any) -> _Unknown:
     choices = [str(c) for c in choices]
-    message = f"unknown {what} {found!r}: expected one of {listed(choices)}"
+    message = f"unknown {what} {_shown(found)}: expected one of {listed(choices)}"
     parts = [p for p in re.split(r"\s*(?:\||,|/|\bor\b)\s*", str(found).strip()) if p]
     if len(parts) > 1 and all(_suggest(p, choices) == p for p in parts):  # `relu | gelu`, as in a comment
         return _Unknown(message, f"choose one: {' or '.join(map(repr, parts))}")

@@ -1,0 +1,69 @@
+"""A second review of bad specs: each test holds a class of mistakes to a located, bounded message."""
+
+from __future__ import annotations
+
+import pytest
+from helpers import MODEL_YAML
+
+from tfcompile.spec import SpecError, parse_spec
+
+
+def error_of(text: str) -> SpecError:
+    with pytest.raises(SpecError) as caught:
+        parse_spec(text, "s.yaml")
+    return caught.value
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "9" * 5000,  # past Python's digits for an int
+        "x" * 5000,  # a value that is no choice
+    ],
+)
+def test_a_long_value_gives_a_short_message_and_source_line(value: str) -> None:
+    error = error_of(MODEL_YAML + f"  activation: {value}\n")
+    rendered = str(error)
+    assert max(len(line) for line in rendered.splitlines()) < 400
+    assert error.issues[0].line == 7
+    assert error.issues[0].path == "model.activation"
+
+
+def test_the_caret_stays_under_a_value_far_along_a_long_line() -> None:
+    padding = ", ".join(f"k{i}: 1" for i in range(100))
+    error = error_of(MODEL_YAML + f"  dropout: {{{padding}, residual: 1.5}}\n")
+    issue = next(i for i in error.issues if i.path == "model.dropout.residual")
+    block = str(error).split("error: model.dropout.residual")[1].splitlines()
+    source, caret = block[1], block[2]
+    assert len(source) < 200
+    assert source[caret.index("^") : caret.index("^") + 3] == "1.5"
+    assert issue.column is not None and issue.column > 200  # the issue keeps the file's own column
+
+
+@pytest.mark.parametrize("text", ["null", "~", ""])
+def test_an_empty_or_null_value_is_called_nothing_not_python_none(text: str) -> None:
+    error = error_of(MODEL_YAML.replace("d_model: 64", f"d_model: {text}"))
+    assert error.issues[0].message == "expected a valid integer, found nothing"
+
+
+def test_a_date_is_shown_as_written() -> None:
+    error = error_of(MODEL_YAML + "  activation: 2024-01-02\n")
+    assert "unknown value 2024-01-02:" in error.issues[0].message
+
+
+@pytest.mark.parametrize("tag", ["!!python/object:os.system", "!!binary", "!custom"])
+def test_a_tag_on_a_scalar_is_refused_at_its_field_with_the_fix(tag: str) -> None:
+    error = error_of(MODEL_YAML + f"  activation: {tag} cmVsdQ==\n")
+    issue = error.issues[0]
+    assert (issue.line, issue.column, issue.path) == (7, 15, "model.activation")
+    assert issue.message.startswith("unknown YAML tag")
+    assert issue.hint == "remove the tag: a spec needs none"
+
+
+@pytest.mark.parametrize("quote", ["'", '"'])
+def test_a_quote_never_closed_is_reported_where_it_opens(quote: str) -> None:
+    error = error_of(MODEL_YAML.replace("d_model: 64", f"d_model: {quote}64") + "data: {path: x.txt}\n")
+    issue = error.issues[0]
+    assert (issue.line, issue.column) == (3, 12)
+    assert issue.message == "invalid YAML: this quote is never closed"
+    assert issue.hint == f"end the value with the {quote} that starts it on line 3"
