@@ -3,11 +3,16 @@ each test here failed before the fix it names."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
 from helpers import SHARED_DATA
 
-from tfcompile.data import train_tokenizer
+from tfcompile.data import prepare_corpus, train_tokenizer
 from tfcompile.sequences import SPECIAL_TOKENS
-from tfcompile.spec.schema import WordPieceTokenizer
+from tfcompile.spec.schema import DataSpec, WordPieceTokenizer
 
 SHAKESPEARE = SHARED_DATA / "tinyshakespeare.txt"
 
@@ -27,3 +32,46 @@ def test_a_wordpiece_tokenizer_is_the_same_each_time_it_is_trained() -> None:
     assert tokenizer.get_vocab_size() == 300
     assert [t.content for t in tokenizer.get_added_tokens_decoder().values()] == list(SPECIAL_TOKENS)
     assert tokenizer.decode(tokenizer.encode("ROMEO: wherefore art thou").ids) == "romeo : wherefore art thou"
+
+
+# ----------------------------------------------------------------- token caches
+
+
+@pytest.mark.parametrize("name", ["tokenizer-*.json", "tokens-*.npy"])
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda data: data[: len(data) // 2],
+        lambda data: b"",
+        lambda data: b"garbage",
+    ],
+    ids=["cut short", "empty", "not its format"],
+)
+def test_a_damaged_cache_file_is_made_again(tmp_path: Path, name: str, damage) -> None:
+    """A cached tokenizer or token array that did not load was a library's ValueError, EOFError
+    or bare Exception: each run failed until the user found and deleted runs/.cache."""
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("to be, or not to be\n" * 50)
+    spec = DataSpec(path=corpus)
+    first = prepare_corpus(spec, tmp_path / "cache")
+    [cached] = (tmp_path / "cache").glob(name)
+    cached.write_bytes(damage(cached.read_bytes()))
+    again = prepare_corpus(spec, tmp_path / "cache")
+    assert torch.equal(first.train, again.train) and torch.equal(first.val, again.val)
+    assert prepare_corpus(spec, tmp_path / "cache").tokenizer.to_str() == first.tokenizer.to_str()
+
+
+@pytest.mark.parametrize(
+    "ids",
+    [np.full(80, 99, dtype=np.int32), np.zeros(80), np.zeros((8, 10), dtype=np.int32)],
+    ids=["past the vocabulary", "floats", "two dimensions"],
+)
+def test_cached_ids_that_are_no_token_ids_are_encoded_again(tmp_path: Path, ids: np.ndarray) -> None:
+    """Ids past the vocabulary failed deep in the embedding, mid-training."""
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("abc\n" * 20)
+    spec = DataSpec(path=corpus)
+    first = prepare_corpus(spec, tmp_path / "cache")
+    [cached] = (tmp_path / "cache").glob("tokens-*.npy")
+    np.save(cached, ids)
+    assert torch.equal(prepare_corpus(spec, tmp_path / "cache").train, first.train)

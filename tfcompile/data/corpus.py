@@ -179,9 +179,8 @@ def prepare_corpus(
     if tokenizer is None:
         tok_key = _key(corpus_key, spec.tokenizer.model_dump_json(), str(spec.val_fraction), *specials)
         tok_path = cache_dir / f"tokenizer-{tok_key}.json"
-        if tok_path.exists():
-            tokenizer = Tokenizer.from_file(str(tok_path))
-        else:
+        tokenizer = _cached_tokenizer(tok_path)
+        if tokenizer is None:
             # A char vocabulary covers the whole file (the published convention for tiny
             # shakespeare); BPE merges are learned from the training part only.
             fit_text = text if spec.tokenizer.type == "char" else text[: _split_at(len(text), spec)]
@@ -189,9 +188,8 @@ def prepare_corpus(
             atomic_write_text(tok_path, tokenizer.to_str())
     eos = tokenizer.token_to_id(EOS) if EOS in specials else None
     ids_path = cache_dir / f"tokens-{_key(corpus_key, tokenizer.to_str(), str(eos))}.npy"
-    if ids_path.exists():
-        ids = np.load(ids_path)
-    else:
+    ids = _cached_ids(ids_path, tokenizer.get_vocab_size())
+    if ids is None:
         try:
             if eos is None:  # one stream, the documents joined by newlines
                 ids = encode(tokenizer, text).astype(np.int32)
@@ -206,6 +204,27 @@ def prepare_corpus(
     ids_t = torch.from_numpy(ids.astype(np.int64))
     n_train = _split_at(len(ids_t), spec)
     return TokenizedCorpus(tokenizer, ids_t[:n_train], ids_t[n_train:])
+
+
+def _cached_tokenizer(path: Path) -> Tokenizer | None:
+    """The tokenizer cached at ``path``, or None when there is none or it does not load (a damaged
+    file is then trained and written again)."""
+    try:
+        return Tokenizer.from_file(str(path))
+    except Exception:  # the library raises a bare Exception for a file it cannot parse
+        return None
+
+
+def _cached_ids(path: Path, vocab_size: int) -> np.ndarray | None:
+    """The token ids cached at ``path``, or None when there are none or the file is not what this
+    module writes (cut short, damaged, ids outside the vocabulary): they are then encoded again."""
+    try:
+        ids = np.load(path)
+    except (OSError, ValueError, EOFError):
+        return None
+    if not isinstance(ids, np.ndarray) or ids.ndim != 1 or ids.dtype != np.int32:
+        return None
+    return ids if not len(ids) or (ids.min() >= 0 and ids.max() < vocab_size) else None
 
 
 def _split_at(n: int, spec: DataSpec) -> int:
