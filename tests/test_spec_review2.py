@@ -67,3 +67,27 @@ def test_a_quote_never_closed_is_reported_where_it_opens(quote: str) -> None:
     assert (issue.line, issue.column) == (3, 12)
     assert issue.message == "invalid YAML: this quote is never closed"
     assert issue.hint == f"end the value with the {quote} that starts it on line 3"
+
+
+def test_a_path_of_another_type_is_named_in_a_spec_s_words_not_python_s() -> None:
+    message = error_of(MODEL_YAML + "data: {path: [a, b]}\n").issues[0].message
+    assert message == "expected a path (text), found ['a', 'b']"  # not "<class 'pathlib.Path'>"
+
+
+@pytest.mark.parametrize(
+    ("line", "path", "message"),
+    [
+        ("  family: null\n", "model.family", "no family given: expected one of 'decoder', 'encoder'"),
+        (
+            "  positional: {type: null}\n",
+            "model.positional.type",
+            "no type given: expected one of 'sinusoidal'",
+        ),
+        ("  activation: null\n", "model.activation", "no value given: expected one of 'relu'"),
+        ("  family: 3\n", "model.family", "unknown family 3: expected"),
+    ],
+)
+def test_a_null_or_number_choice_is_reported_at_it_as_written(line: str, path: str, message: str) -> None:
+    issue = error_of(MODEL_YAML + line).issues[0]
+    assert (issue.line, issue.path) == (7, path)
+    assert issue.message.startswith(message)

@@ -564,13 +564,18 @@ def _issues(
     if kind == "union_tag_invalid":
         expected = _quoted(error["ctx"]["expected_tags"])
         tag_field = _tag_field(error["loc"], root)
-        issue = _unknown(tag_field, error["ctx"]["tag"], expected)
+        # Pydantic gives the tag as text ('None' for `type: null`); the section holds it as written.
+        tag = found[tag_field] if isinstance(found, dict) and tag_field in found else error["ctx"]["tag"]
+        issue = _unknown(tag_field, tag, expected)
         if isinstance(_value_at(data, loc), dict):
             loc = (*loc, tag_field)
         return [_issue(loc, marks, issue.message, issue.hint, preset)]
     if kind == "union_tag_not_found":
         tag_field = _tag_field(error["loc"], root)
         tags = [tag for tag in map(_tag, _walk(error["loc"], root)) if tag is not None]
+        if isinstance(found, dict) and tag_field in found:  # `family: null`
+            issue = _unknown(tag_field, None, tags)
+            return [_issue((*loc, tag_field), marks, issue.message, issue.hint, preset)]
         if isinstance(found, dict):
             hint = f"add `{tag_field}:` with one of {listed(tags)}"
             return [_issue(loc, marks, f"missing `{tag_field}`", hint, preset)]
@@ -587,12 +592,15 @@ def _issues(
         return [_issue(loc, marks, str(error["ctx"]["error"]), None, preset)]
     if kind == "spec_bound":  # schema.at_most: the hint says what the bound is for
         return [_issue(loc, marks, error["msg"], error["ctx"]["hint"], preset)]
-    message = re.sub(r"^Input should be ", "expected ", error["msg"])
+    message = PLAIN[kind] if kind in PLAIN else re.sub(r"^Input should be ", "expected ", error["msg"])
     plain = _plain_at(loc, marks) if kind in TEXT_ERRORS else None
     hint = _quote_hint(plain, found) if plain is not None else _type_hint(kind, found, error["loc"], root)
     return [_issue(loc, marks, f"{message[0].lower()}{message[1:]}, found {_shown(found)}", hint, preset)]
 
 
+# Pydantic's messages that speak of Python ("a valid path for <class 'pathlib.Path'>") in a spec's
+# words; the value found follows.
+PLAIN = {"path_type": "expected a path (text)"}
 TEXT_ERRORS = {"string_type", "path_type"}  # errors that quoting a value YAML 1.1 read as no text fixes
 
 
@@ -688,7 +696,8 @@ class _Unknown:
 
 def _unknown(what: str, found: Any, choices: Any) -> _Unknown:
     choices = [str(c) for c in choices]
-    message = f"unknown {what} {_shown(found)}: expected one of {listed(choices)}"
+    head = f"no {what} given" if found is None else f"unknown {what} {_shown(found)}"
+    message = f"{head}: expected one of {listed(choices)}"
     parts = [p for p in re.split(r"\s*(?:\||,|/|\bor\b)\s*", str(found).strip()) if p]
     if len(parts) > 1 and all(_suggest(p, choices) == p for p in parts):  # `relu | gelu`, as in a comment
         return _Unknown(message, f"choose one: {' or '.join(map(repr, parts))}")
