@@ -75,3 +75,19 @@ def test_cached_ids_that_are_no_token_ids_are_encoded_again(tmp_path: Path, ids:
     [cached] = (tmp_path / "cache").glob("tokens-*.npy")
     np.save(cached, ids)
     assert torch.equal(prepare_corpus(spec, tmp_path / "cache").train, first.train)
+
+
+# ----------------------------------------------------------------- text corpora
+
+
+@pytest.mark.parametrize("newline", ["\r\n", "\r"], ids=["CR LF", "CR"])
+def test_a_corpus_saved_with_other_line_endings_is_the_same_corpus(tmp_path: Path, newline: str) -> None:
+    """A language model's corpus kept its CRs: Windows' copy of a text had one more character in
+    its vocabulary and learned to write CR LF, which a prompt typed with LF never showed it."""
+    text = "First Citizen:\nBefore we proceed any further, hear me speak.\n\nAll:\nSpeak, speak.\n" * 20
+    (tmp_path / "unix.txt").write_text(text, newline="\n")
+    (tmp_path / "other.txt").write_text(text, newline=newline)
+    unix = prepare_corpus(DataSpec(path=tmp_path / "unix.txt"), tmp_path / "cache")
+    other = prepare_corpus(DataSpec(path=tmp_path / "other.txt"), tmp_path / "cache")
+    assert other.tokenizer.to_str() == unix.tokenizer.to_str()
+    assert torch.equal(other.train, unix.train) and torch.equal(other.val, unix.val)

@@ -31,8 +31,8 @@ class DataError(UserError, ValueError):
 
 def read_documents(spec: DataSpec) -> list[str]:
     """The documents of a corpus: one text file (plain or gzipped), or every .txt file under a
-    folder (sorted). A .txt entry that is no regular file (a broken link, a FIFO) is
-    a DataError, not a document left out."""
+    folder (sorted), each line ended by LF (see ``unix_newlines``). A .txt entry that is no regular
+    file (a broken link, a FIFO) is a DataError, not a document left out."""
     path = spec.path
     if path is None:
         raise DataError("data.path is not set: a text corpus is a file or a folder of .txt files")
@@ -40,11 +40,11 @@ def read_documents(spec: DataSpec) -> list[str]:
     if found == "nothing":
         raise DataError(f"data.path: no file or folder at {path}")
     if found != FOLDER:
-        return [read_text(path, "data.path")]  # a FIFO or a device is refused there
+        return [unix_newlines(read_text(path, "data.path"))]  # a FIFO or a device is refused there
     files = sorted(p for p in path.rglob("*.txt") if file_type(p) != FOLDER)
     if not files:
         raise DataError(f"data.path: the folder {path} holds no .txt files")
-    return [read_text(file, "data.path") for file in files]
+    return [unix_newlines(read_text(file, "data.path")) for file in files]
 
 
 def require_file(path: Path, field: str | None = None) -> None:
@@ -142,8 +142,14 @@ def text_lines(text: str) -> list[str]:
     nothing else: a form feed, U+0085 or U+2028, where str.splitlines also breaks, is a character
     of its line (split there, a translation's two sides fell out of step). A final line ending
     ends the last line; it starts no empty one."""
-    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    lines = unix_newlines(text).split("\n")
     return lines[:-1] if lines and not lines[-1] else lines
+
+
+def unix_newlines(text: str) -> str:
+    """``text`` with each line ending, CR LF or a lone CR (Windows', old Macs'), made an LF: the
+    same corpus saved on any system is the same text, and a model learns one line break."""
+    return text.replace("\r\n", "\n").replace("\r", "\n")
 
 
 def read_corpus(spec: DataSpec) -> str:
