@@ -168,7 +168,7 @@ CASES = [
         GOOD_MODEL + "train:\n  optimizer: {betas: [0.9, 0.9, 0.9]}\n",
         8,
         "train.optimizer.betas",
-        "tuple should have at most 2 items",
+        "expected at most 2 items, found [0.9, 0.9, 0.9]",
         None,
     ),
     Case("empty file", "", None, "model", "missing required field 'model'", "at the top level"),

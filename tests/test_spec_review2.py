@@ -91,3 +91,20 @@ def test_a_null_or_number_choice_is_reported_at_it_as_written(line: str, path: s
     issue = error_of(MODEL_YAML + line).issues[0]
     assert (issue.line, issue.path) == (7, path)
     assert issue.message.startswith(message)
+
+
+@pytest.mark.parametrize("digits", [101, 5000])
+def test_a_number_of_many_digits_is_refused_in_a_spec_s_words(digits: int) -> None:
+    error = error_of(MODEL_YAML.replace("d_model: 64", f"d_model: {'9' * digits}"))
+    assert error.issues[0].path == "model.d_model"
+    assert error.issues[0].message == f"a number of {digits:,} digits is past any value a spec takes"
+
+
+def test_a_number_of_a_hundred_digits_meets_its_field_s_bound() -> None:
+    error = error_of(MODEL_YAML.replace("d_model: 64", f"d_model: {'9' * 100}"))
+    assert "at most 65,536" in str(error)
+
+
+def test_a_list_too_long_says_how_many_items_it_may_hold() -> None:
+    error = error_of(MODEL_YAML + "train:\n  optimizer: {betas: [0.9, 0.9, 0.9]}\n")
+    assert error.issues[0].message == "expected at most 2 items, found [0.9, 0.9, 0.9]"

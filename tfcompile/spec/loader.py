@@ -404,9 +404,13 @@ class _Reader:
                 items.append(self.value(item, item_loc, depth + 1, active))
             return items
         self._tag(node, SCALARS, loc)
+        if node.tag == "tag:yaml.org,2002:int" and len(node.value) > MAX_DIGITS:
+            raise _Refused(
+                node, f"a number of {len(node.value):,} digits is past any value a spec takes", loc=loc
+            )
         try:
             value = self.loader.construct_object(node)
-        except (ValueError, TypeError, OverflowError) as e:  # e.g. !!int abc, an int of 5,000 digits
+        except (ValueError, TypeError, OverflowError) as e:  # e.g. !!int abc
             raise _Refused(node, f"cannot read {_shown(node.value)} as {node.tag}: {e}", loc=loc) from None
         if isinstance(node, yaml.ScalarNode) and node.style is None:
             _refuse_yaml11_number(node, value, loc)
@@ -447,6 +451,9 @@ NOT_TEXT = {f"tag:yaml.org,2002:{t}" for t in ("bool", "int", "float", "timestam
 # The tags of the scalars YAML 1.1 reads without a tag: a tag that names another type (!!binary,
 # !!python/object, a custom !name) is refused at the value, as on a mapping or a list.
 SCALARS = NOT_TEXT | {"tag:yaml.org,2002:str", "tag:yaml.org,2002:null"}
+# Every bounded field's bound has fewer digits (seeds, the largest, 19), and a longer number is
+# cut off before Python converts it: past 4,300 digits its error is advice to Python programmers.
+MAX_DIGITS = 100
 OCTAL = re.compile(r"[-+]?0[0-7_]+")  # YAML 1.1's octal form (YAML 1.2 writes 0o10)
 
 
@@ -592,7 +599,11 @@ def _issues(
         return [_issue(loc, marks, str(error["ctx"]["error"]), None, preset)]
     if kind == "spec_bound":  # schema.at_most: the hint says what the bound is for
         return [_issue(loc, marks, error["msg"], error["ctx"]["hint"], preset)]
-    message = PLAIN[kind] if kind in PLAIN else re.sub(r"^Input should be ", "expected ", error["msg"])
+    message = (
+        PLAIN[kind].format(**error.get("ctx", {}))
+        if kind in PLAIN
+        else re.sub(r"^Input should be ", "expected ", error["msg"])
+    )
     plain = _plain_at(loc, marks) if kind in TEXT_ERRORS else None
     hint = _quote_hint(plain, found) if plain is not None else _type_hint(kind, found, error["loc"], root)
     return [_issue(loc, marks, f"{message[0].lower()}{message[1:]}, found {_shown(found)}", hint, preset)]
@@ -600,7 +611,10 @@ def _issues(
 
 # Pydantic's messages that speak of Python ("a valid path for <class 'pathlib.Path'>") in a spec's
 # words; the value found follows.
-PLAIN = {"path_type": "expected a path (text)"}
+PLAIN = {
+    "path_type": "expected a path (text)",
+    "too_long": "expected at most {max_length} items",  # not "tuple should have ... after validation"
+}
 TEXT_ERRORS = {"string_type", "path_type"}  # errors that quoting a value YAML 1.1 read as no text fixes
 
 
