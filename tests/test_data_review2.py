@@ -3,6 +3,7 @@ each test here failed before the fix it names."""
 
 from __future__ import annotations
 
+import csv
 from pathlib import Path
 
 import numpy as np
@@ -10,7 +11,8 @@ import pytest
 import torch
 from helpers import SHARED_DATA
 
-from tfcompile.data import prepare_corpus, train_tokenizer
+from tfcompile.data import DataError, prepare_corpus, train_tokenizer
+from tfcompile.data.table import read_table
 from tfcompile.sequences import SPECIAL_TOKENS
 from tfcompile.spec.schema import DataSpec, WordPieceTokenizer
 
@@ -91,3 +93,29 @@ def test_a_corpus_saved_with_other_line_endings_is_the_same_corpus(tmp_path: Pat
     other = prepare_corpus(DataSpec(path=tmp_path / "other.txt"), tmp_path / "cache")
     assert other.tokenizer.to_str() == unix.tokenizer.to_str()
     assert torch.equal(other.train, unix.train) and torch.equal(other.val, unix.val)
+
+
+# ----------------------------------------------------------------- tables
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".tsv"])
+def test_a_cell_longer_than_the_csv_modules_limit_is_read(tmp_path: Path, suffix: str) -> None:
+    """A review of more than 131,072 characters was refused as 'field larger than field limit'."""
+    review = "a long review " * 20_000
+    separator = "," if suffix == ".csv" else "\t"
+    path = tmp_path / f"reviews{suffix}"
+    path.write_text(f"sentence{separator}label\n{review}{separator}1\nshort{separator}0\n")
+    table = read_table(path, "sentence", None, "label")
+    assert table.texts == [review.strip(), "short"] and table.labels == ["1", "0"]
+    assert csv.field_size_limit() == 131_072  # the module's limit is as it was
+
+
+@pytest.mark.parametrize(
+    ("value", "found"), [("NaN", "NaN \\(how pandas writes a missing value\\)"), ("-Infinity", "infinite")]
+)
+def test_a_json_cell_that_is_no_finite_number_is_refused(tmp_path: Path, value: str, found: str) -> None:
+    """pandas writes a missing label as NaN, which became a class named 'nan'."""
+    path = tmp_path / "rows.jsonl"
+    path.write_text(f'{{"sentence": "good", "label": 1}}\n{{"sentence": "bad", "label": {value}}}\n')
+    with pytest.raises(DataError, match=rf"rows\.jsonl, row 2: the 'label' cell is {found}, expected text"):
+        read_table(path, "sentence", None, "label")

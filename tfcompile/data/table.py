@@ -58,6 +58,12 @@ def read_table(path: Path, text_column: str, pair_column: str | None, label_colu
                     f"{path}, row {i + 1}: the {column!r} cell holds a JSON "
                     f"{'object' if isinstance(value, dict) else 'list'}, expected text or a number"
                 )
+            if isinstance(value, float) and not math.isfinite(value):  # 'nan' was a class of its own
+                found = "NaN (how pandas writes a missing value)" if math.isnan(value) else "infinite"
+                raise DataError(
+                    f"{path}, row {i + 1}: the {column!r} cell is {found}, expected text or a finite "
+                    f"number: fill it in or remove the row"
+                )
             values[column].append(str(value).strip())
     _check_number_spellings(path, label_column, values[label_column])
     return LabelledTexts(
@@ -102,6 +108,9 @@ def _delimited(path: Path, text: str, suffix: str) -> list[dict[str, Any]]:
     delimiter = "\t" if suffix == ".tsv" else ","
     quoting: Literal[0, 1, 2, 3] = csv.QUOTE_NONE if suffix == ".tsv" else csv.QUOTE_MINIMAL
     reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter, quoting=quoting)
+    # The csv module refuses a cell of more than 131,072 characters (a long review or article); the
+    # file is in memory already, so a cell as long as the file is allowed while it is read.
+    limit = csv.field_size_limit(max(len(text), csv.field_size_limit()))
     try:
         header = next((fields for fields in reader if fields), [])  # after any blank lines
         twice = next((name for i, name in enumerate(header) if name in header[:i]), None)
@@ -117,8 +126,10 @@ def _delimited(path: Path, text: str, suffix: str) -> list[dict[str, Any]]:
                     f"{len(header)}: {_split_hint(suffix) if len(fields) > len(header) else MISSING}"
                 )
             rows.append(dict(zip(header, fields, strict=True)))
-    except csv.Error as e:  # a field past the csv module's size limit
+    except csv.Error as e:
         raise DataError(f"{path}, line {reader.line_num}: cannot read it as {suffix[1:]}: {e}") from None
+    finally:
+        csv.field_size_limit(limit)
     return rows
 
 
