@@ -17,6 +17,7 @@ No torch here: checking a study file, its trials' specs included, takes a fracti
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
@@ -36,6 +37,9 @@ Fields = dict[str, Any]  # dotted field -> value (YAML), as in --set FIELD=VALUE
 MAX_STEPS = 10**9
 MAX_TOKENS = 10**18
 MAX_SECONDS = 366 * 24 * 3600  # a year
+# The most trials a study plans: every one a training run and a row of results.csv. A grid of
+# axes grows as the product of their lengths, and planning takes milliseconds a variant.
+MAX_TRIALS = 1000
 
 
 class Budget(Section):
@@ -175,6 +179,13 @@ class Study(Section):
             f"found {self.baseline!r}",
             "name a variant, or leave it out for the first",
         )
+        trials = max(len(self.variants), 1) * math.prod(map(len, self.axes.values())) * len(self.seeds)
+        rules.require(
+            trials <= MAX_TRIALS,
+            ("axes",) if self.axes else ("seeds",),
+            f"{trials:,} trials ({' x '.join(self._factors())}), over the limit of {MAX_TRIALS:,}",
+            "compare fewer values at once: split the study, or drop values from the axes",
+        )
         repeated = sorted({s for s in self.seeds if self.seeds.count(s) > 1})
         rules.require(
             not repeated,
@@ -184,6 +195,12 @@ class Study(Section):
         )
         rules.check()
         return self
+
+    def _factors(self) -> list[str]:
+        """What the number of trials is the product of: "2 variants", "10 values of model.d_ff"."""
+        named = [f"{len(self.variants)} variants"] if self.variants else []
+        axes = [f"{len(values)} values of {key}" for key, values in self.axes.items()]
+        return [*named, *axes, f"{len(self.seeds)} seed{'s' * (len(self.seeds) > 1)}"]
 
     def study_name(self, path: Path) -> str:
         return self.name or path.stem
