@@ -27,13 +27,14 @@ from tfcompile.errors import UserError
 from tfcompile.files import atomic_write_bytes, atomic_write_text
 from tfcompile.paths import YAML_SUFFIXES, Kind, kind_of
 from tfcompile.spec.schema import RUN_NAME, is_run_name
-from tfcompile.study.runs import MEMORY_KINDS, Run, find_runs, read_run
-from tfcompile.study.sweep import STUDY_RECORD
+from tfcompile.study.runs import MEMORY_KINDS, Run, find_runs, read_run, trained_otherwise
+from tfcompile.study.sweep import STUDY_RECORD, plan_record
 from tfcompile.train.metrics import METRICS_FILE
 from tfcompile.train.runs import model_differences
 
 if TYPE_CHECKING:
-    from tfcompile.study.plan import Plan
+    from tfcompile.spec import Spec
+    from tfcompile.study.plan import Plan, Trial
 
 CSV_FILE = "results.csv"
 REPORT_FILE = "report.md"
@@ -83,6 +84,10 @@ class LeftOut:
     def __str__(self) -> str:
         return f"{self.path} {self.why}: left out" + (f"; {self.fix}" if self.fix else "")
 
+    def report(self) -> str:
+        """As report.md lists it: the run and why, the fix being the command's to tell."""
+        return f"{self.path} {self.why}"
+
 
 @dataclass(frozen=True)
 class Trials:
@@ -108,8 +113,9 @@ def collect(sources: Sequence[Path]) -> Trials:
     count = sum(found is not None for found in studies.values())
     for source, study in studies.items():
         if study is not None:
-            folder, planned = study
-            found = _read_record(folder / STUDY_RECORD, study=True)
+            folder, planned, specs = study
+            # A study file's own plan, whatever study swept into its folder last.
+            found = _read_record(folder / STUDY_RECORD, study=True) | planned
             prefix = f"{found['name']}/" if count > 1 else ""
             labels = [prefix + v for v in found["variants"]]
             baseline = baseline or prefix + found["baseline"]
@@ -120,10 +126,23 @@ def collect(sources: Sequence[Path]) -> Trials:
             for trial in found["trials"]:
                 path = folder / trial["name"]
                 run = read_run(path) if (path / "spec.yaml").exists() else None
-                steps = planned.get(trial["name"], trial.get("steps"))
+                steps, spec = trial.get("steps"), specs.get(trial["name"])
+                changed = trained_otherwise(run, spec) if run is not None and spec is not None else []
                 if run is not None and run.running:
                     missing.append(
                         LeftOut(path, "is running", "compare again when its sweep has finished it")
+                    )
+                elif changed:
+                    missing.append(
+                        LeftOut(
+                            path,
+                            f"was trained otherwise than the study gives it ({', '.join(changed)})",
+                            "give the changed study another `name:` (or remove the run) and sweep it",
+                        )
+                    )
+                elif run is not None and run.state == "failed":
+                    missing.append(
+                        LeftOut(path, f"failed: {run.failure()}", f"run {sweep} again to try it again")
                     )
                 elif run is None or run.state != "finished":
                     missing.append(LeftOut(path, "is not finished", f"run {sweep} again to finish it"))
@@ -205,12 +224,13 @@ def _check_group(label: str, runs: list[Run]) -> None:
             )
 
 
-def _study_folder(source: Path) -> tuple[Path, dict[str, int]] | None:
-    """(the folder, each trial's steps as the study file plans them: {} when given the folder) of
-    a study given as its folder or its file; None for anything else. A YAML file that is not a
-    study (a spec) is a CompareError that says what compare takes."""
+def _study_folder(source: Path) -> tuple[Path, dict[str, Any], dict[str, Spec]] | None:
+    """(the folder, what the study file plans as study.json records it, its trials' specs by name)
+    of a study given as its folder (its study.json says what it plans: {} and {}) or its file; None
+    for anything else. A YAML file that is not a study (a spec) is a CompareError that says what
+    compare takes."""
     if source.is_dir():
-        return (source, {}) if (source / STUDY_RECORD).exists() else None
+        return (source, {}, {}) if (source / STUDY_RECORD).exists() else None
     if source.suffix not in YAML_SUFFIXES:
         return None
     from tfcompile.study.plan import plan_study
@@ -227,22 +247,25 @@ def _study_folder(source: Path) -> tuple[Path, dict[str, int]] | None:
         raise CompareError(
             f"{source} has no trials yet in {plan.folder}: run `tfcompile sweep {source}` first"
         )
-    return plan.folder, _planned_steps(plan, plan.folder / STUDY_RECORD)
+    trials = _planned_trials(plan, plan.folder / STUDY_RECORD)
+    if trials is None:
+        return plan.folder, {}, {}
+    return plan.folder, plan_record(plan, trials, None), {t.name: t.spec for t in trials}
 
 
-def _planned_steps(plan: Plan, record: Path) -> dict[str, int]:
-    """Each trial's train.steps as the study file plans it now; a wall-time budget's come from its
-    sweep's probe (study.json), and without them nothing is planned here."""
+def _planned_trials(plan: Plan, record: Path) -> list[Trial] | None:
+    """The trials the study file plans now; a wall-time budget's steps come from its sweep's
+    probe (study.json), and without them nothing is planned here (None)."""
     steps = None
     if plan.study.study.budget.seconds is not None:
         with contextlib.suppress(OSError, ValueError):
             steps = json.loads(record.read_text()).get("steps")
         labels = {v.label for v in plan.variants}
         if not isinstance(steps, dict) or not labels <= steps.keys():
-            return {}
+            return None
         if not all(_is_steps(steps[label]) for label in labels):
-            return {}
-    return {t.name: t.spec.train.steps for t in plan.trials(steps)}
+            return None
+    return plan.trials(steps)
 
 
 def trial_rows(trials: Trials) -> list[TrialRow]:
@@ -441,11 +464,13 @@ def render(rows: list[TrialRow], record: dict[str, Any], plots: Sequence[str] = 
     final = {v: Spread.of([r.final_val_loss for r in rs]) for v, rs in by_variant.items()}
     seeds = sorted({len(rs) for rs in by_variant.values()})
     title = record.get("name", "comparison")
+    left_out = record.get(LEFT_OUT, [])
     lines = [
         f"# {title}",
         "",
         f"{len(rows)} trials: {len(variants)} variants, {'/'.join(map(str, seeds))} seeds each; "
-        f"baseline: {baseline}. Losses are mean ± standard deviation over seeds (sample, n-1).",
+        f"baseline: {baseline}. Losses are mean ± standard deviation over seeds (sample, n-1)."
+        + (f" {len(left_out)} trials are left out (below)." if left_out else ""),
         "",
         "| variant | parameters | train FLOPs/token | final val loss | best val loss "
         "| final vs baseline | tokens/s | peak memory | wall time |",
@@ -481,6 +506,8 @@ def render(rows: list[TrialRow], record: dict[str, Any], plots: Sequence[str] = 
         "",
         *_plot_lines(plots),
     ]
+    if left_out:
+        lines += ["", "## Left out", "", *(f"- {_line(why)}" for why in left_out)]
     sweeps = record.get("sweeps", [])
     if sweeps:
         lines += ["", "## How it was made", ""]
@@ -571,7 +598,9 @@ def compare(sources: Sequence[Path], out: Path) -> tuple[Path, list[LeftOut]]:
     rows = trial_rows(trials)
     _claim(out)
     atomic_write_text(out / CSV_FILE, csv_text(rows))
-    _write_record(out, trials.record)
+    _write_record(
+        out, trials.record | ({LEFT_OUT: [m.report() for m in trials.missing]} if trials.missing else {})
+    )
     for x, name in PLOTS.items():
         plot_variants(trials.runs, out / name, x)
     _write_report(out / CSV_FILE, out)
@@ -637,6 +666,7 @@ def _write_report(csv_path: Path, out: Path) -> None:
 # ---------------------------------------------------------------------- study.json
 
 MAX_RECORD_BYTES = 16 << 20
+LEFT_OUT = "left_out"  # in the study.json beside a report: the runs compare left out, and why
 SWEEP_TEXTS = ("command", "started", "launcher", "device")  # what a report shows of a sweep
 
 
@@ -663,6 +693,9 @@ def _read_record(path: Path, study: bool = False) -> dict[str, Any]:
         raise damaged("it is not a JSON object")
     if (study or "name" in record) and not is_run_name(record.get("name")):
         raise damaged(f"name is {record.get('name')!r}, not a study's name")
+    left_out = record.get(LEFT_OUT, [])
+    if not isinstance(left_out, list) or not all(isinstance(why, str) for why in left_out):
+        raise damaged(f"{LEFT_OUT} is not a list of the runs left out of the report, and why")
     sweeps = record.get("sweeps", [])
     if not isinstance(sweeps, list) or not all(_is_sweep(s) for s in sweeps):
         raise damaged(

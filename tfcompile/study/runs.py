@@ -1,6 +1,6 @@
 """Run folders read back for studies and listings: what a run is, how far it got, and whether it
-is running (a process holds its lock), finished (a checkpoint at its planned step) or
-interrupted (neither)."""
+is running (a process holds its lock), finished (a checkpoint at its planned step), failed (a
+study's trial whose training stopped with an error, RUN/trial.json says which) or interrupted."""
 
 from __future__ import annotations
 
@@ -18,10 +18,20 @@ from tfcompile.tasks.task import task_of
 from tfcompile.train.checkpoint import CheckpointError, checkpoint_folders, folder_step, resolve
 from tfcompile.train.lock import LOCK_FILE
 from tfcompile.train.metrics import read_metrics
-from tfcompile.train.runs import SPEC_FILE, load_run_spec
+from tfcompile.train.runs import RESUMABLE_FIELDS, SPEC_FILE, load_run_spec, model_differences
+from tfcompile.train.schedule import learning_rate
 
 TRIAL_FILE = "trial.json"  # what a study's trial measured besides metrics.jsonl: its peak memory
 MEMORY_KINDS = ("process RSS", "CUDA allocated")  # what a trial's peak memory is of
+# What a study's trial may have been trained with otherwise than its study gives it now: where and
+# how fast it ran, none of which moves a figure a report compares (train.steps is the budget's).
+UNMEASURED = RESUMABLE_FIELDS - {
+    "train.steps",
+    "train.eval_interval",
+    "train.eval_batches",
+    "train.log_interval",
+    "train.precision",
+}
 
 
 @dataclass(frozen=True)
@@ -49,7 +59,9 @@ class Run:
     def state(self) -> str:
         if self.running:
             return "running"
-        return "finished" if self.saved_step >= self.planned else "interrupted"
+        if self.saved_step >= self.planned:
+            return "finished"
+        return "failed" if self.failure() else "interrupted"
 
     @property
     def best_metric(self) -> str:
@@ -81,6 +93,32 @@ class Run:
             if isinstance(found, dict):
                 return found
         return {}
+
+    def failure(self) -> str | None:
+        """Why its training stopped with an error, when its study's sweep recorded that it did."""
+        failed = self.trial().get("failed")
+        return failed if isinstance(failed, str) else None
+
+
+def trained_otherwise(run: Run, spec: Spec) -> list[str]:
+    """How ``run`` was trained otherwise than ``spec``, a study's trial, trains it, as far as it
+    got: the settings a report's figures depend on, and a changed train.steps where that moves the
+    learning rate of the steps it took (a cosine schedule's decay). Empty: ``run`` is that trial,
+    or trains on to it."""
+    ignore = UNMEASURED | {"train.steps"} | set(spec.sizes_from_data())
+    changed = model_differences(run.spec.model_dump(), spec.model_dump(), "", ignore)
+    ours, theirs, step = spec.train, run.spec.train, run.saved_step
+    if 0 < step <= ours.steps != theirs.steps:
+        d_model = spec.model.d_model
+        before = learning_rate(step, theirs.schedule, theirs.optimizer, theirs.steps, d_model)
+        after = learning_rate(step, ours.schedule, ours.optimizer, ours.steps, d_model)
+        if not math.isclose(before, after, rel_tol=1e-6):
+            changed.append(
+                f"train.steps (run: {theirs.steps}, spec: {ours.steps}: the {ours.schedule.type} "
+                f"schedule's learning rate at step {step}, the last it trained, would be {after:.3g}, "
+                f"not {before:.3g})"
+            )
+    return changed
 
 
 def is_run(folder: Path) -> bool:

@@ -27,10 +27,9 @@ from tfcompile.errors import UserError
 from tfcompile.files import atomic_write_text
 from tfcompile.spec import Spec, dump_spec
 from tfcompile.study.plan import Plan, Trial
-from tfcompile.study.runs import TRIAL_FILE, is_run, read_run
+from tfcompile.study.runs import TRIAL_FILE, is_run, read_run, trained_otherwise
 from tfcompile.study.schema import MAX_STEPS
 from tfcompile.study.trial import run_trial
-from tfcompile.train.runs import model_differences
 
 STUDY_RECORD = "study.json"
 THREAD_SETTINGS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "CUDA_VISIBLE_DEVICES")
@@ -53,7 +52,9 @@ class Sweep:
         if self.plan.study.study.budget.seconds is not None:
             steps = self._recorded_steps() or self._probe(self.plan.study.study.budget.seconds)
         trials = self.plan.trials(steps)
-        self._record(trials, steps)
+        for trial in trials:  # a trial trained otherwise is refused before study.json says it is planned
+            self.finished(trial)
+        self._write(self._read() | plan_record(self.plan, trials, steps))
         return trials
 
     def run(self, launcher: Launcher) -> bool:
@@ -80,15 +81,23 @@ class Sweep:
             else:
                 pending.append((k, trial))
         started = time.monotonic()
+        failed = []
         for done, (k, trial, outcome) in enumerate(launcher.run(self.plan.folder, pending, self._say), 1):
             if outcome["interrupted"]:
                 self._say(f"trial {k} of {len(trials)}: {trial.name} stopped at step {outcome['step']}")
                 return False
             spent = time.monotonic() - started
             eta = spent / done * (len(pending) - done)
+            ended = f"failed: {outcome['failed']}" if outcome.get("failed") else "finished"
             self._say(
-                f"trial {k} of {len(trials)}: {trial.name} finished "
+                f"trial {k} of {len(trials)}: {trial.name} {ended} "
                 f"({done} of {len(pending)} this sweep, {_duration(spent)} so far, ETA {_duration(eta)})"
+            )
+            failed += [trial.name] if outcome.get("failed") else []
+        if failed:
+            self._say(
+                f"{len(failed)} of {len(trials)} trials failed ({', '.join(failed)}): compare leaves them "
+                f"out and names them in the report; a sweep again tries them again from their last checkpoint"
             )
         return True
 
@@ -97,12 +106,10 @@ class Sweep:
         if not is_run(run_dir):
             return False
         run = read_run(run_dir)
-        # vocab_size is left out: a spec may leave it to the data, which the run then records.
-        ours, theirs = trial.spec.model.model_dump(), run.spec.model.model_dump()
-        changed = model_differences(theirs, ours, "model", {"vocab_size"})
+        changed = trained_otherwise(run, trial.spec)
         if changed:
             raise SweepError(
-                f"{run_dir} was trained with another model than the study now gives it "
+                f"{run_dir} was trained otherwise than the study now gives it "
                 f"({', '.join(changed)}): give the changed study another `name:`, "
                 f"or remove {self.plan.folder}"
             )
@@ -161,23 +168,6 @@ class Sweep:
             "seconds": None,
         }
 
-    def _record(self, trials: list[Trial], steps: dict[str, int] | None) -> None:
-        record = {
-            "study": str(self.plan.study.path),
-            "name": self.plan.name,
-            "baseline": self.plan.baseline,
-            "variants": [v.label for v in self.plan.variants],
-            "seeds": self.plan.study.study.seeds,
-            # Each trial's train.steps as this sweep planned it: compare leaves out a trial trained
-            # for other steps (a budget changed, and the sweep not run again to the end).
-            "trials": [
-                {"name": t.name, "variant": t.variant, "seed": t.seed, "steps": t.spec.train.steps}
-                for t in trials
-            ],
-            "steps": steps,
-        }
-        self._write(self._read() | record)
-
     def _recorded_steps(self) -> dict[str, int] | None:
         steps = self._read().get("steps")
         labels = {v.label for v in self.plan.variants}
@@ -202,6 +192,24 @@ class Sweep:
                 f"{steps[variant.label]} steps"
             )
         return steps
+
+
+def plan_record(plan: Plan, trials: list[Trial], steps: dict[str, int] | None) -> dict[str, Any]:
+    """What study.json records of a study's plan: its variants, baseline, seeds and trials."""
+    return {
+        "study": str(plan.study.path),
+        "name": plan.name,
+        "baseline": plan.baseline,
+        "variants": [v.label for v in plan.variants],
+        "seeds": plan.study.study.seeds,
+        # Each trial's train.steps as this sweep planned it: compare leaves out a trial trained
+        # for other steps (a budget changed, and the sweep not run again to the end).
+        "trials": [
+            {"name": t.name, "variant": t.variant, "seed": t.seed, "steps": t.spec.train.steps}
+            for t in trials
+        ],
+        "steps": steps,
+    }
 
 
 def probe(spec: Spec) -> tuple[float, float]:

@@ -19,24 +19,30 @@ import torch
 from tfcompile.files import atomic_write_text
 from tfcompile.spec import parse_spec
 from tfcompile.study.runs import MEMORY_KINDS, TRIAL_FILE, is_locked
-from tfcompile.train import Trainer
+from tfcompile.train import Trainer, TrainError
 from tfcompile.train.checkpoint import checkpoint_folders
 
 
 def run_trial(spec_text: str, run_dir: str, show_progress: bool = True) -> dict[str, Any]:
     """Train the trial whose resolved spec is ``spec_text`` into ``run_dir``: resume it from its
     checkpoint, or start it (again, when a killed sweep left it without one) ->
-    {"step": ..., "interrupted": ...}."""
+    {"step": ..., "interrupted": ..., "failed": None, or why its training stopped with an error}.
+    A trial that fails once training has begun (its loss diverged, its model does not fit in
+    memory) is a result of the study, recorded in RUN/trial.json, not the end of the sweep."""
     folder = Path(run_dir)
     spec = parse_spec(spec_text, source=str(folder / "spec.yaml"))
     resume = bool(checkpoint_folders(folder))
     if not resume and folder.exists() and not is_locked(folder):
         shutil.rmtree(folder)  # files of a start killed before its first checkpoint: nothing to keep
+    failed = None
     with peak_memory(spec.train.device) as peak:
         trainer = Trainer(spec, folder, resume=resume, show_progress=show_progress)
-        result = trainer.train()
-    _record_peak(folder, peak, str(trainer.device))
-    return {"step": result.step, "interrupted": result.interrupted}
+        try:
+            interrupted = trainer.train().interrupted
+        except TrainError as e:
+            interrupted, failed = False, str(e)
+    _record_peak(folder, peak, str(trainer.device), failed)
+    return {"step": trainer.step, "interrupted": interrupted, "failed": failed}
 
 
 class Peak:
@@ -79,11 +85,12 @@ def _rss_peak() -> int:
     return maxrss if sys.platform == "darwin" else maxrss * 1024
 
 
-def _record_peak(folder: Path, peak: Peak, device: str) -> None:
-    """RUN/trial.json: the largest peak over the processes that trained the run."""
+def _record_peak(folder: Path, peak: Peak, device: str, failed: str | None) -> None:
+    """RUN/trial.json: the largest peak over the processes that trained the run, and why the last
+    one's training failed, if it did."""
     path = folder / TRIAL_FILE
     before = 0
     with contextlib.suppress(OSError, ValueError, TypeError):
         before = int(json.loads(path.read_text())["peak_memory_bytes"])
     found = {"peak_memory_bytes": max(before, peak.bytes), "memory": peak.kind, "device": device}
-    atomic_write_text(path, json.dumps(found) + "\n")
+    atomic_write_text(path, json.dumps(found | ({"failed": failed} if failed else {})) + "\n")

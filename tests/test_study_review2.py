@@ -1,0 +1,161 @@
+"""Studies under a second adversarial review: a trial whose training diverges is a result, not the
+end of the sweep; a finished trial trained otherwise than the study now gives it (another learning
+rate, a cosine schedule stretched by a raised budget) is neither reused nor reported; a study file
+is compared as its own plan even where another study swept into its folder last; and a grid of
+axes too large to train is refused before it is planned."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from test_study import SPEC
+
+from tfcompile.cli import main
+from tfcompile.spec import SpecError, load_spec
+from tfcompile.study.plan import plan_study
+from tfcompile.study.report import CSV_FILE, REPORT_FILE, read_csv
+from tfcompile.study.runs import Run, read_run, trained_otherwise
+from tfcompile.study.schema import MAX_TRIALS, load_study
+from tfcompile.study.sweep import Sweep
+
+
+def write_study(folder: Path, variants: str = "", body: str = "") -> Path:
+    """One seed of the tiny char decoder for 2 steps: a sound variant and one that diverges."""
+    path = folder / "study.yaml"
+    path.write_text(
+        f"""\
+base: {SPEC}
+overrides:
+  model.d_model: 16
+  model.n_layers: 1
+  model.n_heads: 2
+  model.max_seq_len: 16
+  train.batch_size: 4
+  train.eval_interval: 2
+  train.eval_batches: 1
+  train.log_interval: 2
+  train.checkpoint_interval: 2
+variants:
+{
+            variants
+            or '''  sound: {}
+  diverges: {train.optimizer.lr: 1.0e+30, train.grad_clip: null}'''
+        }
+seeds: [1]
+budget: {{steps: 2}}
+runs_dir: {folder / "runs"}
+{body}"""
+    )
+    return path
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The study swept once: sound-seed1 finished, diverges-seed1 failed."""
+    path = write_study(tmp_path_factory.mktemp("study"))
+    assert main(["sweep", str(path)]) == 0
+    return path
+
+
+def copy_study(study: Path, to: Path) -> Path:
+    shutil.copytree(study.parent, to, dirs_exist_ok=True)
+    path = to / "study.yaml"
+    path.write_text(study.read_text().replace(str(study.parent), str(to)))
+    return path
+
+
+def run_cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    capsys.readouterr()
+    status = main(args)
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    return status, err
+
+
+def test_a_trial_that_diverges_is_recorded_as_failed_and_the_sweep_trains_the_others(
+    study: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The trainer's error ended the sweep at the diverging trial, every time it was run again:
+    the trials after it were never trained and the study could not be compared."""
+    folder = study.parent / "runs" / "study"
+    assert read_run(folder / "sound-seed1").state == "finished"
+    failed = read_run(folder / "diverges-seed1")
+    assert failed.state == "failed" and "the training loss became nan" in (failed.failure() or "")
+    out = tmp_path / "out"
+    status, err = run_cli(["compare", str(study), "--out", str(out)], capsys)
+    assert status == 0 and f"{folder / 'diverges-seed1'} failed: the training loss became nan" in err
+    report = (out / REPORT_FILE).read_text()
+    assert "1 trials are left out (below)." in report
+    assert f"## Left out\n\n- {folder / 'diverges-seed1'} failed: the training loss became nan" in report
+    assert [r.run for r in read_csv(out / CSV_FILE)] == ["sound-seed1"]
+    assert main(["compare", "--from-csv", str(out / CSV_FILE)]) == 0
+    assert (out / REPORT_FILE).read_text() == report  # the left-out trials are rebuilt too
+
+
+def test_a_finished_trial_trained_with_another_learning_rate_is_refused_not_reused(
+    study: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Only the model was compared: a study whose learning rate (or batch size, or data) changed
+    skipped its finished trials as finished, and compare reported them as the new study's."""
+    path = copy_study(study, tmp_path)
+    record = (tmp_path / "runs" / "study" / "study.json").read_text()
+    path.write_text(path.read_text().replace("  sound: {}", "  sound: {train.optimizer.lr: 0.01}"))
+    status, err = run_cli(["sweep", str(path)], capsys)
+    assert status == 1 and "sound-seed1 was trained otherwise than the study now gives it" in err
+    assert "train.optimizer.lr (run: 0.0003, spec: 0.01)" in err and "another `name:`" in err
+    assert (tmp_path / "runs" / "study" / "study.json").read_text() == record  # still the trained plan
+    status, err = run_cli(["compare", str(path), "--out", str(tmp_path / "out")], capsys)
+    assert status == 1 and "sound-seed1 was trained otherwise than the study gives it" in err
+
+
+def test_a_study_file_is_compared_as_it_plans_not_as_another_study_in_its_folder_swept(
+    study: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two study files of one name and runs_dir share a folder; compare of the first reported the
+    variants the second's sweep had written into study.json."""
+    path = copy_study(study, tmp_path)
+    other = tmp_path / "other" / "study.yaml"
+    other.parent.mkdir()
+    other.write_text(path.read_text().replace("  diverges:", "  other:"))
+    Sweep(plan_study(load_study(other))).trials()  # what its sweep records before training
+    assert "other" in json.loads((tmp_path / "runs" / "study" / "study.json").read_text())["variants"]
+    status, err = run_cli(["compare", str(path), "--out", str(tmp_path / "out")], capsys)
+    assert status == 0 and "other-seed1" not in err and "diverges-seed1 failed" in err
+
+
+@pytest.mark.parametrize(
+    ("schedule", "saved", "moved"),
+    [
+        ("{type: cosine, warmup_steps: 10}", 100, True),  # decayed: stretching it moves the rate
+        ("{type: cosine, warmup_steps: 10}", 5, False),  # still warming up: the same rate
+        ("{type: constant}", 100, False),  # no decay: training on is the longer trial
+    ],
+)
+def test_a_raised_budget_trains_a_trial_on_only_where_that_is_the_longer_trial(
+    schedule: str, saved: int, moved: bool
+) -> None:
+    """A finished trial of a cosine schedule was trained on from 100 to 200 steps with the rate
+    jumping up at step 101, and reported beside trials that decayed over all 200."""
+    common = ["model.d_model=16", "model.n_heads=2", "model.n_layers=1", f"train.schedule={schedule}"]
+    trained = load_spec(SPEC, [*common, "train.steps=100"])
+    planned = load_spec(SPEC, [*common, "train.steps=200"])
+    changed = trained_otherwise(Run(Path("run"), trained, [], saved, False), planned)
+    assert bool(changed) is moved
+    if moved:
+        assert changed[0].startswith("train.steps (run: 100, spec: 200: the cosine schedule's learning rate")
+
+
+def test_a_grid_of_more_trials_than_the_limit_is_refused_at_its_axes(tmp_path: Path) -> None:
+    """A grid of 4 axes of 10 values planned 20,000 variants for a minute before any error."""
+    values = ", ".join(str(v) for v in range(10))
+    axes = ", ".join(f"{field}: [{values}]" for field in ("a.b", "c.d", "e.f"))
+    path = write_study(tmp_path, body=f"axes: {{{axes}}}")
+    with pytest.raises(SpecError) as e:
+        load_study(path)
+    assert (
+        "axes: 2,000 trials (2 variants x 10 values of a.b x 10 values of c.d x 10 values of e.f x "
+        f"1 seed), over the limit of {MAX_TRIALS:,}"
+    ) in str(e.value)
