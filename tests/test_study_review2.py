@@ -20,6 +20,7 @@ from tfcompile.study.report import CSV_FILE, REPORT_FILE, read_csv
 from tfcompile.study.runs import Run, read_run, trained_otherwise
 from tfcompile.study.schema import MAX_TRIALS, load_study
 from tfcompile.study.sweep import Sweep
+from tfcompile.train import Trainer, TrainError
 
 
 def write_study(folder: Path, variants: str = "", body: str = "") -> Path:
@@ -88,7 +89,7 @@ def test_a_trial_that_diverges_is_recorded_as_failed_and_the_sweep_trains_the_ot
     status, err = run_cli(["compare", str(study), "--out", str(out)], capsys)
     assert status == 0 and f"{folder / 'diverges-seed1'} failed: the training loss became nan" in err
     report = (out / REPORT_FILE).read_text()
-    assert "1 trials are left out (below)." in report
+    assert "1 trial is left out (below)." in report
     assert f"## Left out\n\n- {folder / 'diverges-seed1'} failed: the training loss became nan" in report
     assert [r.run for r in read_csv(out / CSV_FILE)] == ["sound-seed1"]
     assert main(["compare", "--from-csv", str(out / CSV_FILE)]) == 0
@@ -159,3 +160,21 @@ def test_a_grid_of_more_trials_than_the_limit_is_refused_at_its_axes(tmp_path: P
         "axes: 2,000 trials (2 variants x 10 values of a.b x 10 values of c.d x 10 values of e.f x "
         f"1 seed), over the limit of {MAX_TRIALS:,}"
     ) in str(e.value)
+
+
+def test_a_failure_that_is_no_result_of_the_trial_stops_the_sweep(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Only training's own failures (a loss or gradients not finite, out of memory) are trials'
+    results; a full disk would otherwise fail every trial after it, each recorded as failed."""
+
+    def disk_full(self: Trainer) -> None:
+        raise TrainError("cannot write metrics.jsonl: No space left on device")
+
+    monkeypatch.setattr(Trainer, "train", disk_full)
+    path = write_study(tmp_path)
+    status, err = run_cli(["sweep", str(path)], capsys)
+    assert status == 1 and "No space left on device" in err
+    assert "trial 2" not in err  # the sweep stopped at the first trial
+    trial = tmp_path / "runs" / "study" / "sound-seed1"
+    assert read_run(trial).state != "failed"

@@ -470,7 +470,11 @@ def render(rows: list[TrialRow], record: dict[str, Any], plots: Sequence[str] = 
         "",
         f"{len(rows)} trials: {len(variants)} variants, {'/'.join(map(str, seeds))} seeds each; "
         f"baseline: {baseline}. Losses are mean ± standard deviation over seeds (sample, n-1)."
-        + (f" {len(left_out)} trials are left out (below)." if left_out else ""),
+        + (
+            f" {len(left_out)} {'trial is' if len(left_out) == 1 else 'trials are'} left out (below)."
+            if left_out
+            else ""
+        ),
         "",
         "| variant | parameters | train FLOPs/token | final val loss | best val loss "
         "| final vs baseline | tokens/s | peak memory | wall time |",

@@ -19,7 +19,7 @@ import torch
 from tfcompile.files import atomic_write_text
 from tfcompile.spec import parse_spec
 from tfcompile.study.runs import MEMORY_KINDS, TRIAL_FILE, is_locked
-from tfcompile.train import Trainer, TrainError
+from tfcompile.train import Trainer, TrainingFailed
 from tfcompile.train.checkpoint import checkpoint_folders
 
 
@@ -39,7 +39,7 @@ def run_trial(spec_text: str, run_dir: str, show_progress: bool = True) -> dict[
         trainer = Trainer(spec, folder, resume=resume, show_progress=show_progress)
         try:
             interrupted = trainer.train().interrupted
-        except TrainError as e:
+        except TrainingFailed as e:
             interrupted, failed = False, str(e)
     _record_peak(folder, peak, str(trainer.device), failed)
     return {"step": trainer.step, "interrupted": interrupted, "failed": failed}

@@ -4,7 +4,7 @@ checkpoints, metrics, progress, and the lock that gives a run folder one writer.
 from tfcompile.train.checkpoint import CheckpointError, RunWarning
 from tfcompile.train.loop import Trainer, TrainResult
 from tfcompile.train.metrics import read_metrics
-from tfcompile.train.runs import TrainError, init_from_run, load_run_spec, load_trained_model
+from tfcompile.train.runs import TrainError, TrainingFailed, init_from_run, load_run_spec, load_trained_model
 
 __all__ = [
     "CheckpointError",
@@ -12,6 +12,7 @@ __all__ = [
     "TrainError",
     "TrainResult",
     "Trainer",
+    "TrainingFailed",
     "init_from_run",
     "load_run_spec",
     "load_trained_model",

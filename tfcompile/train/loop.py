@@ -52,6 +52,7 @@ from tfcompile.train.progress import Progress
 from tfcompile.train.runs import (
     SPEC_FILE,
     TrainError,
+    TrainingFailed,
     init_from_run,
     load_run_spec,
     load_run_tokenizer,
@@ -252,7 +253,7 @@ class Trainer:
             tokens += self.task.tokens(batch) * self.world.size
         loss_sum = self.world.mean(torch.stack(losses).sum().item(), self.device)
         if not math.isfinite(loss_sum):
-            raise TrainError(
+            raise TrainingFailed(
                 f"the training loss became {loss_sum} at step {step}; {self._not_finite_advice()}"
             )
         return loss_sum, tokens
@@ -267,7 +268,7 @@ class Trainer:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), t.grad_clip or math.inf)
         )
         if not math.isfinite(grad_norm) and not self.scaler.is_enabled():
-            raise TrainError(
+            raise TrainingFailed(
                 f"the gradients became {grad_norm} at step {step} (its loss, {loss:.4g}, was finite), so "
                 f"the step was not taken; {self._not_finite_advice()}"
             )
@@ -532,14 +533,14 @@ def _shown(metrics: dict[str, float], prefix: str) -> str:
 
 @contextlib.contextmanager
 def out_of_memory(what: str, run_dir: Path | None = None) -> Iterator[None]:
-    """A failed allocation becomes a TrainError that says what to lower, not a traceback."""
+    """A failed allocation becomes a TrainingFailed that says what to lower, not a traceback."""
     try:
         yield
     except (MemoryError, torch.OutOfMemoryError, RuntimeError) as e:
         if not isinstance(e, MemoryError | torch.OutOfMemoryError) and "memory" not in str(e).lower():
             raise
         kept = f"; {intact(run_dir)}" if run_dir is not None else ""
-        raise TrainError(
+        raise TrainingFailed(
             f"ran out of memory {what}: lower train.batch_size (raise train.grad_accum to keep the "
             f"tokens per step) or train.context_length, or the model's sizes{kept}"
         ) from None

@@ -30,6 +30,12 @@ class TrainError(UserError, RuntimeError):
     """A problem with a run that the user can fix; the message says how."""
 
 
+class TrainingFailed(TrainError):
+    """Training itself failed, for what the spec asks of it: its loss or gradients stopped being
+    finite, or its model ran out of memory (a study's trial records this as its result; a full
+    disk or a locked folder is no result of the trial)."""
+
+
 def load_run_spec(run_dir: Path, overrides: Sequence[str] = ()) -> Spec:
     """A run's resolved spec, with ``overrides`` (``dotted.path=value``) applied."""
     path = run_dir / SPEC_FILE
