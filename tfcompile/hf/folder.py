@@ -5,6 +5,8 @@ read with ``weights_only``), the tokenizer's files and an image processor's conf
 from __future__ import annotations
 
 import json
+import pickle
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -59,8 +61,8 @@ def weight_files(folder: Path) -> list[Path]:
             return [folder / single]
         if (folder / index).exists():
             weight_map = read_json(folder / index).get("weight_map")
-            if not isinstance(weight_map, dict) or not weight_map:
-                raise HFError(f"{folder / index}: weight_map must name each tensor's shard")
+            if not isinstance(weight_map, dict) or not weight_map or not all(map(plain, weight_map.values())):
+                raise HFError(f"{folder / index}: weight_map must name each tensor's shard, a file beside it")
             shards = sorted(set(weight_map.values()))
             missing = [name for name in shards if not (folder / name).is_file()]
             if missing:
@@ -72,6 +74,11 @@ def weight_files(folder: Path) -> list[Path]:
         f"{folder} holds no weights tfcompile reads ({SAFETENSORS}, {SAFETENSORS_INDEX}, {PICKLE} or "
         f"{PICKLE_INDEX}){found}: {RESAVE}"
     )
+
+
+def plain(name: Any) -> bool:
+    """Whether ``name`` is a file name alone (save_pretrained's shards), not a path elsewhere."""
+    return isinstance(name, str) and name not in ("", ".", "..") and Path(name).name == name
 
 
 def read_weights(folder: Path) -> dict[str, torch.Tensor]:
@@ -94,8 +101,14 @@ def _read_file(path: Path) -> dict[str, torch.Tensor]:
         except (SafetensorError, OSError) as e:
             raise HFError(f"{path} cannot be read as safetensors: {e}") from None
     try:  # weights_only: a pickle may hold tensors and plain containers, never code to run
-        state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-    except Exception as e:  # torch raises an UnpicklingError, a RuntimeError or an OSError
+        # mmap reads only torch's zip format; a file saved before torch 1.6 is read whole
+        state = torch.load(path, map_location="cpu", weights_only=True, mmap=zipfile.is_zipfile(path))
+    except pickle.UnpicklingError:  # torch's advice, to load it with weights_only=False, may run code
+        raise HFError(
+            f"{path} cannot be read as tensors alone (a corrupt file, or one that builds other "
+            f"objects, which a pickle does by running code): {RESAVE}"
+        ) from None
+    except Exception as e:  # torch raises a RuntimeError or an OSError
         raise HFError(f"{path} cannot be read as a PyTorch state dict: {str(e).splitlines()[0]}") from None
     if not isinstance(state, dict) or not all(isinstance(t, torch.Tensor) for t in state.values()):
         raise HFError(f"{path} does not hold a state dict of tensors: {RESAVE}")
