@@ -5,7 +5,7 @@ converters by ``model_type``."""
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -38,8 +38,15 @@ class Config:
     problems: list[Problem] = field(default_factory=list)
 
     def get(self, name: str, default: Any = None) -> Any:
+        """The field's value (``default`` where it is missing or null); a value of another JSON
+        type than ``default``'s is a problem, and reads as ``default``."""
         value = self.data.get(name, default)
-        return default if value is None else value
+        if value is None:
+            return default
+        if default is not None and json_type(value) != json_type(default):
+            self.refuse(name, f"{value!r} is not {json_type(default)}", "fix the file")
+            return default
+        return value
 
     def refuse(self, name: str, message: str, hint: str) -> None:
         self.problems.append(Problem(name, message, hint))
@@ -62,6 +69,17 @@ class Config:
             self.require(not self.get(name, False), name, f"is true: {why}", "import a model without it")
 
 
+def json_type(value: Any) -> str:
+    """What JSON holds ``value`` as, in words (a bool is not a number, an int is)."""
+    if isinstance(value, bool):
+        return "true or false"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    return "a list" if isinstance(value, list | tuple) else "a JSON object"
+
+
 class Tensors:
     """A checkpoint's tensors by name; each one taken is marked used, and ``left`` names those no
     converter read, so that a tensor the mapping does not know about is an error, not a loss."""
@@ -81,8 +99,20 @@ class Tensors:
     def maybe(self, name: str) -> torch.Tensor | None:
         return self.take(name) if name in self.tensors else None
 
-    def cat(self, *names: str) -> torch.Tensor:
-        return torch.cat([self.take(name) for name in names])
+    def cat(self, *names: str, rows: Sequence[int] | None = None) -> torch.Tensor:
+        """The tensors one after another along their rows: each of as many rows as ``rows`` says
+        (by default as the first), all alike in their other dimensions; else an HFError naming
+        their shapes (q, k and v of wrong sizes that add up would load, and compute otherwise)."""
+        parts = [self.take(name) for name in names]
+        first = parts[0].shape
+        expected = [(n, *first[1:]) for n in rows] if rows is not None else [tuple(first)] * len(parts)
+        if parts[0].ndim == 0 or [tuple(p.shape) for p in parts] != expected:
+            shapes = ", ".join(f"{name} {tuple(p.shape)}" for name, p in zip(names, parts, strict=True))
+            raise HFError(
+                f"{self.where}: tensors of shapes that do not fit together: {shapes}; "
+                f"is config.json the checkpoint's own?"
+            )
+        return torch.cat(parts)
 
     def same(self, a: str, b: str) -> bool:
         """Whether both tensors are there and equal (a tie saved under both names)."""

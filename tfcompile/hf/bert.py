@@ -268,7 +268,7 @@ def labels(config: Config) -> list[str]:
         f"{problem!r}: tfcompile's classifiers pick one label with a softmax",
         "import a single-label classifier",
     )
-    id2label = config.get("id2label") or {}
+    id2label = config.get("id2label", {})
     count = config.get("num_labels", len(id2label) or 2)
     names = [str(id2label.get(str(i), id2label.get(i, f"LABEL_{i}"))) for i in range(count)]
     config.require(count >= 2, "num_labels", f"is {count}: regression is not classification", "use 2 or more")

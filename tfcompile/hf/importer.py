@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 import yaml
+from tokenizers import Tokenizer
 
 from tfcompile.expansion import excess
 from tfcompile.files import PREPROCESSING_FILE, TOKENIZER_FILE, atomic_write_text
@@ -32,6 +33,7 @@ from tfcompile.hf.folder import (
     CONFIG,
     GENERATION_CONFIG,
     PREPROCESSOR_CONFIG,
+    RESAVE,
     SPECIAL_TOKENS_MAP,
     TOKENIZER_CONFIG,
     read_json,
@@ -50,6 +52,8 @@ from tfcompile.train.runs import SPEC_FILE
 IMPORT_RECORD = "import.json"
 ROLES = ("pad", "unk", "bos", "eos", "cls", "sep", "mask")
 QUANTIZED = "quantization_config"
+# The files of transformers' slow tokenizers (sentencepiece, WordPiece, byte-level BPE).
+OTHER_TOKENIZERS = ("tokenizer.model", "spiece.model", "sentencepiece.bpe.model", "vocab.txt", "vocab.json")
 CANNOT_HOLD = "tfcompile's spec cannot hold this model; import another"
 
 
@@ -71,8 +75,9 @@ def import_folder(folder: Path, name: str, specs_dir: Path, runs_dir: Path) -> I
     except ValueError as e:
         raise HFError(f"--name {name!r}: {e}") from None
     run_dir, spec_path = runs_dir / name, specs_dir / f"{name}.yaml"
-    for path in (run_dir, spec_path):
-        if path.exists() and (not path.is_dir() or any(path.iterdir())):
+    # the run may be an empty folder (made for it); the spec nothing at all
+    for path, free in ((run_dir, run_dir.is_dir() and not any(run_dir.iterdir())), (spec_path, False)):
+        if path.exists() and not free:
             raise HFError(f"{path} exists: choose another --name, or remove it")
     data = read_json(folder / CONFIG)
     head_class = head_classof(data, folder)
@@ -97,6 +102,8 @@ def import_folder(folder: Path, name: str, specs_dir: Path, runs_dir: Path) -> I
     except SpecError as e:  # sizes transformers accepts and the spec's rules do not
         raise refuse(str(folder / CONFIG), spec_problems(e, converter.sources | imported.sources)) from None
     preprocessing = image_preprocessing(folder, spec)
+    if preprocessing is None and not (folder / TOKENIZER_FILE).exists():
+        warn_without_tokenizer(folder)
     state = converter.to_state(tensors, spec)
     left = tensors.left()
     if left:
@@ -136,7 +143,7 @@ def head_classof(data: dict[str, Any], folder: Path) -> str:
     quantized checkpoint, a config that names no class."""
     model_type = data.get("model_type")
     problems = []
-    if model_type not in ARCHITECTURES:
+    if not isinstance(model_type, str) or model_type not in ARCHITECTURES:
         problems.append(
             Problem(
                 "model_type", f"{model_type!r} has no converter", f"tfcompile imports {sorted(ARCHITECTURES)}"
@@ -149,7 +156,9 @@ def head_classof(data: dict[str, Any], folder: Path) -> str:
             )
         )
     names = data.get("architectures") or []
-    if not names:
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        problems.append(Problem("architectures", f"{names!r} is not a list of class names", RESAVE))
+    elif not names:
         problems.append(
             Problem(
                 "architectures",
@@ -256,11 +265,32 @@ def warn_of_half_precision(config: dict[str, Any]) -> None:
 
 
 def check_tokenizer(folder: Path) -> None:
-    """A tokenizer.json that may make gigabytes of a short text (what a bundle's loader refuses)
-    is refused before the import writes anything."""
+    """A tokenizer.json the tokenizers library cannot read, or that may make gigabytes of a short
+    text (what a bundle's loader refuses), is refused before the import writes anything."""
     path = folder / TOKENIZER_FILE
-    if path.exists() and (why := excess(read_json(path))) is not None:
+    if not path.exists():
+        return
+    if (why := excess(read_json(path))) is not None:
         raise HFError(f"{path}: {why}")
+    try:
+        Tokenizer.from_file(str(path))
+    except Exception as e:  # the library raises its own Exception for any file it cannot read
+        raise HFError(f"{path} is not a tokenizer the tokenizers library reads: {e}") from None
+
+
+def warn_without_tokenizer(folder: Path) -> None:
+    """A text model's folder without tokenizer.json imports without a tokenizer: said, naming the
+    slow tokenizer's files it holds instead."""
+    others = [name for name in OTHER_TOKENIZERS if (folder / name).exists()]
+    held = f"; it holds {', '.join(others)}, which tfcompile does not read" if others else ""
+    warnings.warn(
+        HFWarning(
+            f"{folder} has no {TOKENIZER_FILE}{held}: the run has no tokenizer (train, generate and "
+            f"serve need one); write it with transformers' AutoTokenizer.from_pretrained(DIR)"
+            f".save_pretrained(DIR) (a fast tokenizer), then import again"
+        ),
+        stacklevel=3,
+    )
 
 
 def token_strings(folder: Path) -> dict[int, str]:

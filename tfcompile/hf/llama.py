@@ -21,6 +21,7 @@ from tfcompile.hf.architecture import (
     contiguous,
     dropout,
     init_std,
+    json_type,
     output_scale,
     register,
     tied,
@@ -31,6 +32,8 @@ from tfcompile.spec import Spec
 from tfcompile.spec.schema import CausalLMTask, DecoderSpec, DynamicRopeScaling, RopePositional
 
 EXPORTED_ACTIVATIONS = {"swiglu": "silu", "geglu": "gelu", "geglu_tanh": "gelu_pytorch_tanh"}
+# The sliding window of a config that leaves it out, as its config class has it (transformers 4 and 5).
+DEFAULT_WINDOWS = {"mistral": 4096}
 # The fields of each scaling that tfcompile keeps (the rest are transformers' bookkeeping).
 SCALING_FIELDS = {
     "linear": ("factor",),
@@ -53,13 +56,14 @@ def rope_section(config: Config, head_dim: int) -> dict[str, Any]:
     """``positional:`` from a config of either transformers version. As transformers reads it, a
     legacy ``rope_scaling`` wins over ``rope_parameters``, and a theta inside the dict over the
     top-level ``rope_theta``."""
-    params = dict(config.get("rope_scaling") or config.get("rope_parameters") or {})
-    name = "rope_scaling" if config.get("rope_scaling") else "rope_parameters"
+    legacy = config.get("rope_scaling", {})
+    name = "rope_scaling" if legacy else "rope_parameters"
+    params = dict(legacy or config.get("rope_parameters", {}))
     if any(isinstance(v, dict) for v in params.values()):
         config.refuse(name, "holds a RoPE per layer type", "import a model with one RoPE for all layers")
         return {"type": "rope"}
     theta = params.get("rope_theta", config.get("rope_theta", 10000.0))
-    kind = params.get("rope_type", params.get("type", "default"))
+    kind = str(params.get("rope_type", params.get("type", "default")))
     partial = params.get("partial_rotary_factor", config.get("partial_rotary_factor", 1.0))
     config.require(
         partial == 1.0,
@@ -67,7 +71,8 @@ def rope_section(config: Config, head_dim: int) -> dict[str, Any]:
         f"is {partial}: RoPE on part of each head is not in tfcompile",
         "import a model that rotates whole heads",
     )
-    section: dict[str, Any] = {"type": "rope", "theta": float(theta), "layout": "halves"}
+    number = json_type(theta) == "a number"  # else left for the spec to refuse by its name
+    section: dict[str, Any] = {"type": "rope", "theta": float(theta) if number else theta, "layout": "halves"}
     if kind == "default":
         return section
     if kind not in SCALING_FIELDS:
@@ -106,8 +111,10 @@ def context(config: Config) -> int:
     agree); else ``layer_types``, or where a config has none, the Qwen2 layers from
     ``max_window_layers`` on, as transformers derives them."""
     length = config.get("max_position_embeddings", 2048)
-    window = config.get("sliding_window")
-    layer_types = config.get("layer_types") or []
+    # A null window is none; a missing one is the config class's default (MistralConfig's 4096).
+    missing = DEFAULT_WINDOWS.get(config.get("model_type", ""), 0)
+    window = config.get("sliding_window", 0) if "sliding_window" in config.data else missing
+    layer_types = config.get("layer_types", [])
     if config.data.get("model_type") == "mistral":
         windowed = True
     elif layer_types:
@@ -161,7 +168,7 @@ class Llama(Architecture):
         qwen2 = model_type == "qwen2"
         d, heads = config.get("hidden_size", 4096), config.get("num_attention_heads", 32)
         kv_heads = config.get("num_key_value_heads", heads)
-        head_dim = config.get("head_dim", d // heads)
+        head_dim = config.get("head_dim", d // max(heads, 1))  # 0 heads: the spec refuses them
         # LLaMA's biases are the config's; Mistral's and Qwen2's are fixed, whatever it says.
         attention_bias = model_type == "llama" and config.get("attention_bias", False)
         tie = tied(config, tensors, "lm_head.weight", "embed_tokens.weight", False)
@@ -206,13 +213,16 @@ class Llama(Architecture):
         }
         if head_dim * heads != d:
             model["head_dim"] = head_dim
-        rope = "rope_scaling" if config.get("rope_scaling") else "rope_parameters"
+        rope = "rope_scaling" if config.data.get("rope_scaling") else "rope_parameters"
         sources = {"model.positional.scaling": rope}
         if model["max_seq_len"] != config.get("max_position_embeddings", 2048):
             sources["model.max_seq_len"] = "sliding_window"
         return Imported(model, {"type": "causal_lm", "special_tokens": False}, sources=sources)
 
     def to_state(self, tensors: Tensors, spec: Spec) -> State:
+        model = spec.model
+        assert isinstance(model, DecoderSpec) and model.head_dim is not None and model.n_kv_heads is not None
+        qkv_rows = [model.n_heads * model.head_dim] + [model.n_kv_heads * model.head_dim] * 2
         embed = tensors.take("embed_tokens.weight")
         state = {
             "embed.weight": embed,
@@ -231,7 +241,8 @@ class Llama(Architecture):
             )  # gate first
             state[f"{b}ffn.w_out.weight"] = tensors.take(f"{m}down_proj.weight")
             for kind in ("weight", "bias") if spec.model.bias.qkv else ("weight",):
-                state[f"{b}attn.qkv.{kind}"] = tensors.cat(*(f"{a}{x}_proj.{kind}" for x in "qkv"))
+                names = (f"{a}{x}_proj.{kind}" for x in "qkv")
+                state[f"{b}attn.qkv.{kind}"] = tensors.cat(*names, rows=qkv_rows)
             if spec.model.bias.attn_out:
                 state[f"{b}attn.out.bias"] = tensors.take(f"{a}o_proj.bias")
             if spec.model.bias.ffn:

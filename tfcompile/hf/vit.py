@@ -20,6 +20,7 @@ from tfcompile.hf.architecture import (
     contiguous,
     dropout,
     init_std,
+    json_type,
     register,
     zeros_if_none,
 )
@@ -37,12 +38,15 @@ LAYER = (
     ("output.dense", "ffn.w_out"),
 )
 PIXEL = 1 / 255  # transformers rescales uint8 pixels by this before normalising, as tfcompile does
+BILINEAR = 2  # Pillow's number for the filter, in preprocessor_config.json's resample
 
 
 def side(config: Config, name: str, default: int) -> int:
     """A square size: an int, or a pair of equal ints."""
-    value = config.get(name, default)
-    if isinstance(value, list | tuple):
+    value = config.data.get(name)
+    if value is None:
+        value = default
+    elif isinstance(value, list | tuple):
         config.require(
             len(value) == 2 and value[0] == value[1], name, f"{value} is not square", "import square images"
         )
@@ -103,7 +107,7 @@ class ViT(Architecture):
             },
             "init_std": init_std(config),
         }
-        if config.get("head_dim", d // heads) * heads != d:
+        if config.get("head_dim", d // max(heads, 1)) * heads != d:  # 0 heads: the spec refuses them
             model["head_dim"] = config.get("head_dim")
         return Imported(model, {"type": "image_classification", "labels": labels(config)})
 
@@ -249,7 +253,8 @@ def takes_images(spec: Spec) -> bool:
 def preprocessing(processor: dict[str, Any], spec: Spec, where: str) -> dict[str, Any]:
     """``preprocessor_config.json`` -> the run's ``preprocessing.json`` (image size, channels, mean
     and std of pixels in [0, 1], resize ``stretch``). Refused: a rescale other than 1/255, which
-    tfcompile's image reading fixes, and a size other than the model's."""
+    tfcompile's image reading fixes, and a size other than the model's; another resize filter than
+    bilinear (tfcompile's) is warned of: it changes only images of another size."""
     model = spec.model
     assert isinstance(model, VitSpec)
     config = Config(processor)
@@ -261,12 +266,8 @@ def preprocessing(processor: dict[str, Any], spec: Spec, where: str) -> dict[str
         "import a processor that rescales by 1/255",
     )
     normalize = config.get("do_normalize", True)
-    mean = config.get("image_mean", [0.5] * model.channels) if normalize else [0.0] * model.channels
-    std = config.get("image_std", [0.5] * model.channels) if normalize else [1.0] * model.channels
-    if isinstance(mean, int | float):
-        mean = [mean] * model.channels
-    if isinstance(std, int | float):
-        std = [std] * model.channels
+    mean = per_channel(config, "image_mean", model.channels) if normalize else [0.0] * model.channels
+    std = per_channel(config, "image_std", model.channels) if normalize else [1.0] * model.channels
     channels = model.channels
     config.require(
         len(mean) == channels,
@@ -281,7 +282,7 @@ def preprocessing(processor: dict[str, Any], spec: Spec, where: str) -> dict[str
         "fix the file",
     )
     square = {"height": model.image_size, "width": model.image_size}
-    size = config.get("size", square)
+    size = config.data.get("size", square)  # a dict, or an int
     config.require(
         size in (square, model.image_size),
         "size",
@@ -290,6 +291,16 @@ def preprocessing(processor: dict[str, Any], spec: Spec, where: str) -> dict[str
     )
     if config.problems:
         raise refuse(where, config.problems)
+    resample = config.get("resample", BILINEAR)
+    if config.get("do_resize", True) and resample != BILINEAR:
+        warnings.warn(
+            HFWarning(
+                f"{where}: resample {resample!r} is not bilinear ({BILINEAR}), the filter tfcompile resizes "
+                f"with: an image of another size than {model.image_size} square is resized a little "
+                f"differently than transformers does"
+            ),
+            stacklevel=3,
+        )
     # ViTImageProcessor resizes to (height, width) whatever the aspect ratio: stretch, not crop
     return {
         "image_size": model.image_size,
@@ -298,3 +309,14 @@ def preprocessing(processor: dict[str, Any], spec: Spec, where: str) -> dict[str
         "std": std,
         "resize": "stretch",
     }
+
+
+def per_channel(config: Config, name: str, channels: int) -> list[float]:
+    """``image_mean`` or ``image_std``: a list of numbers, or one number for every channel (0.5,
+    ViTImageProcessor's default, where the file has none)."""
+    value = config.data.get(name)
+    value = [0.5 if value is None else value] * channels if not isinstance(value, list) else value
+    if not all(json_type(x) == "a number" for x in value):
+        config.refuse(name, f"{config.data.get(name)!r} is not a number per channel", "fix the file")
+        return [0.5] * channels
+    return [float(x) for x in value]
