@@ -4,14 +4,17 @@ each test here failed before the fix it names."""
 from __future__ import annotations
 
 import csv
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 from helpers import SHARED_DATA
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from tfcompile.data import DataError, prepare_corpus, train_tokenizer
+from tfcompile.data import DataError, encode, prepare_corpus, train_tokenizer
+from tfcompile.data import tokenizer as tokenizer_module
 from tfcompile.data.table import read_table
 from tfcompile.sequences import SPECIAL_TOKENS
 from tfcompile.spec.schema import DataSpec, WordPieceTokenizer
@@ -119,3 +122,49 @@ def test_a_json_cell_that_is_no_finite_number_is_refused(tmp_path: Path, value: 
     path.write_text(f'{{"sentence": "good", "label": 1}}\n{{"sentence": "bad", "label": {value}}}\n')
     with pytest.raises(DataError, match=rf"rows\.jsonl, row 2: the 'label' cell is {found}, expected text"):
         read_table(path, "sentence", None, "label")
+
+
+# Verse and code: indented lines and runs of blank lines, where a tokenizer learned from whole
+# documents has tokens that span a line break and what follows it.
+TEXT = "".join(
+    f"def f{i}(x):\n    return x + {i}\n\n\n\nSonnet {i}:\n  Shall I compare thee to a summer's day?\n"
+    for i in range(300)
+)
+
+
+def _gpt2_like() -> Tokenizer:
+    """A byte-level BPE learned from whole documents, as GPT-2's was (its 628 is "\n\n")."""
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=400, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False
+    )
+    tokenizer.train_from_iterator([TEXT], trainer=trainer)
+    assert "ĊĊ" in tokenizer.get_vocab() and "ĊĠĠĠ" in tokenizer.get_vocab()
+    return tokenizer
+
+
+def _metaspace() -> Tokenizer:
+    """A Metaspace tokenizer (SentencePiece's, as recent LLaMA conversions write it)."""
+    tokenizer = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True))
+    tokenizer.pre_tokenizer = pre_tokenizers.Metaspace(prepend_scheme="first")
+    tokenizer.decoder = decoders.Metaspace(prepend_scheme="first")
+    trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=["<unk>"], show_progress=False)
+    tokenizer.train_from_iterator(TEXT.splitlines(), trainer=trainer)
+    return tokenizer
+
+
+@pytest.mark.parametrize("make", [_gpt2_like, _metaspace], ids=["byte-level BPE", "Metaspace"])
+def test_an_imported_tokenizer_encodes_a_corpus_as_it_encodes_the_whole_text(
+    make: Callable[[], Tokenizer], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The corpus was encoded line by line: a blank line became two line-break tokens where GPT-2's
+    tokenizer (and the runtime, which encodes a prompt whole) has one, and a Metaspace tokenizer
+    began every line with a word-start mark: a model fine-tuned on its corpus (train.init_from)
+    learned ids it is never given."""
+    tokenizer = make()
+    text = TEXT + SHAKESPEARE.read_text()[:20_000]
+    monkeypatch.setattr(tokenizer_module, "ENCODE_CHARS", 3_200)  # pieces of 200 characters
+    assert encode(tokenizer, text).tolist() == tokenizer.encode(text).ids
+    assert len(list(tokenizer_module._pieces(text))) > 50

@@ -193,7 +193,7 @@ def prepare_corpus(
             tokenizer = train_tokenizer(spec.tokenizer, fit_text.splitlines(keepends=True), specials)
             atomic_write_text(tok_path, tokenizer.to_str())
     eos = tokenizer.token_to_id(EOS) if EOS in specials else None
-    ids_path = cache_dir / f"tokens-{_key(corpus_key, tokenizer.to_str(), str(eos))}.npy"
+    ids_path = cache_dir / f"tokens-{_key(corpus_key, tokenizer.to_str(), str(eos), IDS_VERSION)}.npy"
     ids = _cached_ids(ids_path, tokenizer.get_vocab_size())
     if ids is None:
         try:
@@ -210,6 +210,11 @@ def prepare_corpus(
     ids_t = torch.from_numpy(ids.astype(np.int64))
     n_train = _split_at(len(ids_t), spec)
     return TokenizedCorpus(tokenizer, ids_t[:n_train], ids_t[n_train:])
+
+
+# Changed when ``encode`` gives another tokenizer's text other ids, so cached ids are not reused:
+# 2, cut between words rather than at every line (an imported GPT-2 or Metaspace tokenizer).
+IDS_VERSION = "2"
 
 
 def _cached_tokenizer(path: Path) -> Tokenizer | None:

@@ -103,15 +103,22 @@ def add_sentence_template(tokenizer: Tokenizer, max_length: int) -> None:
 # 100 bytes a token, so a corpus encoded at once took over 100 times its size in memory (a text8-
 # like corpus, 100 MB on one line: 10 GB).
 ENCODE_CHARS = 1 << 16
-# Where a line longer than that is cut: before a space between two other characters, where every
-# tokenizer tfcompile trains (and byte-level BPE, WordPiece and Metaspace ones it imports) starts a
-# pre-token, so that the ids are those of the whole line.
-LINE_CUT = re.compile(r"(?<=\S) (?=\S)")
+PIECES = 16  # a batch's pieces, which the library encodes in parallel
+# Where a text is cut into the pieces encoded apart: before a space between two other characters,
+# where every tokenizer tfcompile trains, and the byte-level BPE (GPT-2's), WordPiece and Metaspace
+# ones it imports, start a pre-token (a Metaspace piece that starts with a space gets no second
+# one), so that the ids are those of the whole text. Failing that (text without spaces, such as
+# Chinese), after a line break between two other characters, which holds for all but Metaspace.
+# Cut at every line end, an indented line or a run of blank lines lost GPT-2's tokens for line
+# breaks with what follows ("\n   ", "\n\n"), and Metaspace began each line with a word start.
+SPACE_CUT = re.compile(r"(?<=\S)(?= \S)")
+CUT = re.compile(r"(?<=\S)(?= \S)|(?<=\S\n)(?=\S)")  # a SPACE_CUT or a line break's
 
 
 def encode(tokenizer: Tokenizer, text: str) -> np.ndarray:
-    """Token ids (int64) of ``text``, encoded about ENCODE_CHARS characters at a time (whole lines,
-    a longer line cut at LINE_CUT); a character the vocabulary lacks is a ValueError naming it."""
+    """Token ids (int64) of ``text``, encoded about ENCODE_CHARS characters at a time, in pieces
+    cut where the ids do not change (SPACE_CUT); a character the vocabulary lacks is a ValueError
+    naming it."""
     chunks = [np.zeros(0, dtype=np.int64)]
     try:
         for batch in _batches(text):
@@ -141,14 +148,18 @@ def _batches(text: str) -> Iterator[list[str]]:
 
 
 def _pieces(text: str) -> Iterator[str]:
-    """The lines of ``text`` (their ends kept), a line longer than ENCODE_CHARS cut at the first
-    LINE_CUT past each ENCODE_CHARS characters (one without such a space stays whole)."""
-    for line in text.splitlines(keepends=True):
-        start = 0
-        while len(line) - start > ENCODE_CHARS and (cut := LINE_CUT.search(line, start + ENCODE_CHARS)):
-            yield line[start : cut.start()]
-            start = cut.start()
-        yield line[start:]
+    """``text`` cut past each ENCODE_CHARS / PIECES characters: at a SPACE_CUT within as many more,
+    else at the first CUT (a text without one stays whole)."""
+    size = ENCODE_CHARS // PIECES
+    start = 0
+    while len(text) - start > size:
+        at = start + size
+        cut = SPACE_CUT.search(text, at, at + size) or CUT.search(text, at)
+        if cut is None:
+            break
+        yield text[start : cut.start()]
+        start = cut.start()
+    yield text[start:]
 
 
 def load_tokenizer(path: Path) -> Tokenizer:
