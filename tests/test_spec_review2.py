@@ -108,3 +108,12 @@ def test_a_number_of_a_hundred_digits_meets_its_field_s_bound() -> None:
 def test_a_list_too_long_says_how_many_items_it_may_hold() -> None:
     error = error_of(MODEL_YAML + "train:\n  optimizer: {betas: [0.9, 0.9, 0.9]}\n")
     assert error.issues[0].message == "expected at most 2 items, found [0.9, 0.9, 0.9]"
+
+
+def test_a_byte_level_bpe_smaller_than_its_bytes_is_refused_at_its_vocab_size() -> None:
+    """The trainer begins with the 256 bytes: a smaller vocab_size silently gave 256 and more."""
+    text = MODEL_YAML + "data:\n  path: x.txt\n  tokenizer: {type: bpe, vocab_size: 100}\n"
+    issue = error_of(text).issues[0]
+    assert issue.path == "data.tokenizer.vocab_size"
+    assert "must be at least 256, found 100" in issue.message
+    parse_spec(text.replace("vocab_size: 100", "vocab_size: 256"), "s.yaml")

@@ -80,6 +80,7 @@ Depth = Annotated[
 ]
 Heads = Annotated[PositiveInt, at_most(MAX_HEADS, BEYOND.format("128 heads"))]
 VocabSize = Annotated[PositiveInt, at_most(MAX_VOCAB, VOCABULARIES)]
+BYTES = 256  # the tokens a byte-level BPE begins with
 TokenizerVocab = Annotated[int, Field(strict=True, ge=32), at_most(MAX_VOCAB, VOCABULARIES)]  # trained
 # A seed is stored as a signed 64-bit integer (torch's generators refuse 2^64 and up); numpy's take
 # no negative one.
@@ -737,9 +738,21 @@ class CharTokenizer(Section):
 
 
 class BpeTokenizer(Section):
+    """Byte-level BPE: the 256 bytes, the task's special tokens, then merges up to vocab_size."""
+
     type: Literal["bpe"] = "bpe"
     vocab_size: TokenizerVocab = 8000
     min_frequency: PositiveInt = 2
+
+    @field_validator("vocab_size")
+    @classmethod
+    def _holds_the_bytes(cls, value: int) -> int:
+        if value < BYTES:
+            raise ValueError(
+                f"byte-level BPE begins with its {BYTES} byte tokens, so vocab_size must be at least "
+                f"{BYTES}, found {value} (tokenizer: char gives a vocabulary of the text's characters)"
+            )
+        return value
 
 
 class WordPieceTokenizer(Section):
