@@ -103,6 +103,8 @@ def read_image(source: str | Path | bytes, channels: int) -> np.ndarray:
             array = np.asarray(_eight_bit(image, name).convert("L" if channels == 1 else "RGB"))
     except InputError:
         raise
+    except Image.DecompressionBombError:  # Pillow's own limit, past 179 megapixels, checked first
+        raise InputError(f"{name} has more than {MAX_PIXELS:,} pixels") from None
     except UnidentifiedImageError:  # its message shows a Python object, not the file
         raise InputError(
             f"cannot read {name}: it is not an image file of a format read here "
