@@ -178,3 +178,17 @@ def test_a_failure_that_is_no_result_of_the_trial_stops_the_sweep(
     assert "trial 2" not in err  # the sweep stopped at the first trial
     trial = tmp_path / "runs" / "study" / "sound-seed1"
     assert read_run(trial).state != "failed"
+
+
+def test_a_trial_started_again_keeps_the_files_that_are_no_run_s(tmp_path: Path) -> None:
+    """A trial killed before its first checkpoint starts again: its run files go, but the whole
+    folder went, a user's notes beside them too."""
+    path = write_study(tmp_path, variants="  sound: {}")
+    trial = tmp_path / "runs" / "study" / "sound-seed1"
+    trial.mkdir(parents=True)
+    (trial / "notes.txt").write_text("mine")
+    (trial / "metrics.jsonl").write_text("")  # left by a start killed before its first step
+    (trial / "checkpoints").mkdir()
+    assert main(["sweep", str(path)]) == 0
+    assert (trial / "notes.txt").read_text() == "mine"
+    assert read_run(trial).state == "finished"

@@ -20,7 +20,8 @@ from tfcompile.files import atomic_write_text
 from tfcompile.spec import parse_spec
 from tfcompile.study.runs import MEMORY_KINDS, TRIAL_FILE, is_locked
 from tfcompile.train import Trainer, TrainingFailed
-from tfcompile.train.checkpoint import checkpoint_folders
+from tfcompile.train.checkpoint import checkpoint_folders, remove_temporaries
+from tfcompile.train.loop import RUN_FILES
 
 
 def run_trial(spec_text: str, run_dir: str, show_progress: bool = True) -> dict[str, Any]:
@@ -32,8 +33,8 @@ def run_trial(spec_text: str, run_dir: str, show_progress: bool = True) -> dict[
     folder = Path(run_dir)
     spec = parse_spec(spec_text, source=str(folder / "spec.yaml"))
     resume = bool(checkpoint_folders(folder))
-    if not resume and folder.exists() and not is_locked(folder):
-        shutil.rmtree(folder)  # files of a start killed before its first checkpoint: nothing to keep
+    if not resume and folder.is_dir() and not is_locked(folder):
+        _clear_start(folder)
     failed = None
     with peak_memory(spec.train.device) as peak:
         trainer = Trainer(spec, folder, resume=resume, show_progress=show_progress)
@@ -43,6 +44,18 @@ def run_trial(spec_text: str, run_dir: str, show_progress: bool = True) -> dict[
             interrupted, failed = False, str(e)
     _record_peak(folder, peak, str(trainer.device), failed)
     return {"step": trainer.step, "interrupted": interrupted, "failed": failed}
+
+
+def _clear_start(folder: Path) -> None:
+    """Remove what a start killed before its first checkpoint wrote (nothing to keep), so that the
+    trial starts again; any other file in the folder is the user's, and stays."""
+    remove_temporaries(folder)
+    for name in (*RUN_FILES, TRIAL_FILE):
+        path = folder / name
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        else:
+            path.unlink(missing_ok=True)
 
 
 class Peak:
