@@ -32,13 +32,17 @@ from tfcompile.tasks.task import Batch, GateRule, ModelFn, Task, register_task, 
 IGNORE_INDEX = -100  # targets at padded positions carry this and add nothing to the loss
 
 
-def causal_lm_loss(logits: torch.Tensor, targets: torch.Tensor, label_smoothing: float = 0.0) -> torch.Tensor:
-    """logits (B, T, V), targets (B, T) with IGNORE_INDEX at padding -> mean loss over real tokens."""
+def causal_lm_loss(
+    logits: torch.Tensor, targets: torch.Tensor, label_smoothing: float = 0.0, reduction: str = "mean"
+) -> torch.Tensor:
+    """logits (B, T, V), targets (B, T) with IGNORE_INDEX at padding -> the loss over real tokens,
+    their mean (or, ``reduction="sum"``, their sum)."""
     return F.cross_entropy(
         logits.flatten(0, 1).float(),
         targets.flatten(),
         ignore_index=IGNORE_INDEX,
         label_smoothing=label_smoothing,
+        reduction=reduction,
     )
 
 
@@ -131,8 +135,12 @@ class LanguageModelling(Task):
         )
 
     def evaluate(self, model: ModelFn, batches: Iterator[Batch]) -> dict[str, float]:
-        losses = [causal_lm_loss(model(b["input_ids"]), b["targets"]).item() for b in batches]
-        return {"val_loss": sum(losses) / len(losses)}
+        """The mean loss per real target token over all ``batches``, however they divide them."""
+        total = count = 0.0
+        for b in batches:
+            total += causal_lm_loss(model(b["input_ids"]), b["targets"], reduction="sum").item()
+            count += (b["targets"] != IGNORE_INDEX).sum().item()
+        return {"val_loss": total / count}
 
     def held_out(self, bundle: Bundle, limit: int | None) -> tuple[float, str]:
         """The loss over ``limit`` (default 128) windows of the validation split, drawn as training's

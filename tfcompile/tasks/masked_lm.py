@@ -2,7 +2,8 @@
 
 The corpus is split into lines (tiny shakespeare: consecutive lines are real next sentences).
 An example packs consecutive lines into ``[CLS] A [SEP]``, or with next-sentence prediction into
-``[CLS] A [SEP] B [SEP]`` where B follows A half of the time and starts at a random line otherwise.
+``[CLS] A [SEP] B [SEP]`` where B follows A half of the time and otherwise starts at a random line
+other than the one that follows A.
 """
 
 from __future__ import annotations
@@ -122,7 +123,11 @@ class MaskedLanguageModelling(Task):
         budget = self.context - 3
         a, after = self._span(lines, int(torch.randint(n - 1, (1,), generator=g)), budget // 2)
         is_next = int(torch.rand((), generator=g) < 0.5) if after < n else 0
-        start = after if is_next else int(torch.randint(n, (1,), generator=g))
+        if is_next:
+            start = after
+        else:  # any line but the one that follows A, which would make the label a lie
+            start = int(torch.randint(n - (after < n), (1,), generator=g))
+            start += start >= after
         b, _ = self._span(lines, start, budget - len(a))
         return [cls, *a, sep, *b, sep], [0] * (len(a) + 2) + [1] * (len(b) + 1), is_next
 
@@ -145,38 +150,46 @@ class MaskedLanguageModelling(Task):
             batch["is_next"] = torch.tensor([is_next for _, _, is_next in examples])
         return batch
 
-    def _losses(
-        self, model: ModelFn, batch: Batch
-    ) -> tuple[torch.Tensor, torch.Tensor | None, dict[str, float]]:
+    def _sums(self, model: ModelFn, batch: Batch) -> dict[str, torch.Tensor]:
+        """The batch's summed losses, right predictions and counts: over its chosen tokens
+        (``mlm_*``) and, with next-sentence prediction, over its examples (``nsp_*``)."""
         logits, nsp_logits = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
         targets = batch["targets"]
-        mlm = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), ignore_index=IGNORE_INDEX)
         chosen = targets != IGNORE_INDEX
-        stats = {
-            "mlm_correct": float((logits.argmax(-1) == targets)[chosen].sum()),
-            "mlm_count": float(chosen.sum()),
+        sums = {
+            "mlm_loss": F.cross_entropy(
+                logits.flatten(0, 1).float(), targets.flatten(), ignore_index=IGNORE_INDEX, reduction="sum"
+            ),
+            "mlm_correct": (logits.argmax(-1) == targets)[chosen].sum(),
+            "mlm_count": chosen.sum(),
         }
-        nsp = None
         if nsp_logits is not None:
-            nsp = F.cross_entropy(nsp_logits.float(), batch["is_next"])
-            stats["nsp_correct"] = float((nsp_logits.argmax(-1) == batch["is_next"]).sum())
-            stats["nsp_count"] = float(len(batch["is_next"]))
-        return mlm, nsp, stats
+            is_next = batch["is_next"]
+            sums["nsp_loss"] = F.cross_entropy(nsp_logits.float(), is_next, reduction="sum")
+            sums["nsp_correct"] = (nsp_logits.argmax(-1) == is_next).sum()
+            sums["nsp_count"] = torch.tensor(len(is_next))
+        return sums
+
+    @staticmethod
+    def _mean_loss(sums: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The loss per chosen token, plus the next-sentence loss per example."""
+        mlm = sums["mlm_loss"] / sums["mlm_count"]
+        return mlm + sums["nsp_loss"] / sums["nsp_count"] if "nsp_loss" in sums else mlm
 
     def loss(self, model: ModelFn, batch: Batch) -> torch.Tensor:
-        mlm, nsp, _ = self._losses(model, batch)
-        return mlm if nsp is None else mlm + nsp
+        return self._mean_loss(self._sums(model, batch))
 
     def evaluate(self, model: ModelFn, batches: Iterator[Batch]) -> dict[str, float]:
-        totals: dict[str, float] = {}
-        losses = []
+        """Sums over every batch, then the means: each chosen token and each example counts once,
+        however the batches divide them."""
+        totals: dict[str, torch.Tensor] = {}
         for batch in batches:
-            mlm, nsp, stats = self._losses(model, batch)
-            losses.append((mlm if nsp is None else mlm + nsp).item())
-            for key, value in stats.items():
-                totals[key] = totals.get(key, 0.0) + value
-        metrics = {"val_loss": sum(losses) / len(losses)}
-        metrics["val_mlm_accuracy"] = totals["mlm_correct"] / max(totals["mlm_count"], 1.0)
+            for key, value in self._sums(model, batch).items():
+                totals[key] = totals.get(key, 0) + value.detach().double().cpu()
+        metrics = {
+            "val_loss": float(self._mean_loss(totals)),
+            "val_mlm_accuracy": float(totals["mlm_correct"] / totals["mlm_count"]),
+        }
         if "nsp_count" in totals:
-            metrics["val_nsp_accuracy"] = totals["nsp_correct"] / totals["nsp_count"]
+            metrics["val_nsp_accuracy"] = float(totals["nsp_correct"] / totals["nsp_count"])
         return metrics

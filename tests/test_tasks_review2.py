@@ -1,0 +1,106 @@
+"""The tasks' metrics against recomputations from their definitions, and their refusals: each test
+failed before the change it names."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from helpers import SHARED_DATA
+
+from tfcompile.spec import Spec
+from tfcompile.tasks import build_model
+from tfcompile.tasks.causal_lm import IGNORE_INDEX, LanguageModelling
+from tfcompile.tasks.masked_lm import MaskedLanguageModelling
+
+MULTI30K = SHARED_DATA / "multi30k"
+
+
+def _spec(model: dict[str, Any], data: dict[str, Any], task: dict[str, Any], **train: Any) -> Spec:
+    return Spec.model_validate({"model": model, "data": data, "task": task, "train": train})
+
+
+def _sized(spec: Spec, vocab_size: int) -> Spec:
+    return spec.replace({"model": {"vocab_size": vocab_size}})
+
+
+ENCODER = {"family": "encoder", "d_model": 16, "n_layers": 1, "n_heads": 2, "max_seq_len": 32}
+
+
+# ---------------------------------------------------------------------------- causal LM
+
+
+def test_causal_lm_validation_loss_is_the_mean_over_every_real_token(tmp_path: Path) -> None:
+    """It was the mean of the batches' means: a batch of one window weighed as much as one of
+    three, and a batch's padding targets changed the others' weight."""
+    (tmp_path / "c.txt").write_text("to be or not to be, that is the question\n" * 20)
+    model_section = {"d_model": 16, "n_layers": 1, "n_heads": 2, "max_seq_len": 16}
+    spec = _spec(model_section, {"path": str(tmp_path / "c.txt"), "tokenizer": "char"}, {"type": "causal_lm"})
+    task = LanguageModelling(spec, tmp_path)
+    model = build_model(_sized(spec, task.corpus.tokenizer.get_vocab_size())).eval()
+    g = torch.Generator().manual_seed(0)
+    batches = [task.batch("val", 1, g), task.batch("val", 3, g)]
+    batches[1]["targets"] = batches[1]["targets"].clone()  # a view of the windows input_ids shares
+    batches[1]["targets"][0, 5:] = IGNORE_INDEX  # a row that ends early
+    with torch.no_grad():
+        logits = [model(b["input_ids"]) for b in batches]
+    nll = [  # token by token
+        -torch.log_softmax(x[r, t].double(), -1)[b["targets"][r, t]].item()
+        for x, b in zip(logits, batches, strict=True)
+        for r in range(len(x))
+        for t in range(x.shape[1])
+        if b["targets"][r, t] != IGNORE_INDEX
+    ]
+    with torch.no_grad():
+        got = task.evaluate(model, iter(batches))["val_loss"]
+    assert got == pytest.approx(sum(nll) / len(nll), rel=1e-6)
+
+
+# ---------------------------------------------------------------------------- masked LM
+
+
+def _masked_lm(tmp_path: Path, lines: int) -> tuple[MaskedLanguageModelling, Spec]:
+    """Lines 0000, 0001, ...: a line's number says which line follows it."""
+    (tmp_path / "lines.txt").write_text("".join(f"{i:04d}\n" for i in range(lines)))
+    data = {"path": str(tmp_path / "lines.txt"), "tokenizer": "char", "val_fraction": 0.1}
+    spec = _spec(ENCODER, data, {"type": "masked_lm", "next_sentence": True})
+    task = MaskedLanguageModelling(spec, tmp_path)
+    return task, _sized(spec, task.tokenizer.get_vocab_size())
+
+
+def test_masked_lm_validation_loss_is_per_masked_token_and_per_example(tmp_path: Path) -> None:
+    """val_loss was the mean of the batches' means, so a batch with fewer masked tokens counted as
+    much as one with more; now the MLM part is the mean over every masked token and the NSP part
+    the mean over every example, whatever the batches."""
+    task, spec = _masked_lm(tmp_path, 200)
+    model = build_model(spec).eval()
+    g = torch.Generator().manual_seed(3)
+    batches = [task.batch("val", 1, g), task.batch("val", 9, g)]
+    mlm_nll, nsp_nll, right = [], [], 0
+    with torch.no_grad():
+        for b in batches:
+            logits, nsp = model(b["input_ids"], b["attention_mask"], b["token_type_ids"])
+            chosen = (b["targets"] != IGNORE_INDEX).nonzero().tolist()
+            assert chosen, "every example has a masked token"
+            for r, t in chosen:
+                mlm_nll.append(-torch.log_softmax(logits[r, t].double(), -1)[b["targets"][r, t]].item())
+                right += int(logits[r, t].argmax() == b["targets"][r, t])
+            nsp_nll += (-torch.log_softmax(nsp.double(), -1).gather(1, b["is_next"][:, None]))[:, 0].tolist()
+        got = task.evaluate(model, iter(batches))
+    expected = sum(mlm_nll) / len(mlm_nll) + sum(nsp_nll) / len(nsp_nll)
+    assert got["val_loss"] == pytest.approx(expected, rel=1e-6)
+    assert got["val_mlm_accuracy"] == right / len(mlm_nll)
+
+
+def test_a_random_second_sentence_is_never_the_line_that_follows(tmp_path: Path) -> None:
+    """B was drawn from every line, the one after A included: 1 in (lines) of the 'not next'
+    examples was a true next sentence labelled 0."""
+    task, _ = _masked_lm(tmp_path, 40)  # 36 training lines: a clash per ~36 draws
+    batch = task.batch("train", 400, torch.Generator().manual_seed(1))
+    original = torch.where(batch["targets"] != IGNORE_INDEX, batch["targets"], batch["input_ids"])
+    for row, is_next in enumerate(batch["is_next"].tolist()):
+        text = "".join(str(task.tokenizer.id_to_token(int(t))) for t in original[row] if t != task.ids["pad"])
+        a, b = (part.split() for part in text.removeprefix("[CLS]").split("[SEP]")[:2])
+        assert (int(b[0]) == int(a[-1]) + 1) == bool(is_next), (row, a, b, is_next)
