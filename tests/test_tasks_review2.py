@@ -10,10 +10,12 @@ import pytest
 import torch
 from helpers import SHARED_DATA
 
+from tfcompile.data import DataError
 from tfcompile.spec import Spec
 from tfcompile.tasks import build_model
 from tfcompile.tasks.causal_lm import IGNORE_INDEX, LanguageModelling
 from tfcompile.tasks.masked_lm import MaskedLanguageModelling
+from tfcompile.tasks.seq2seq import Translation
 
 MULTI30K = SHARED_DATA / "multi30k"
 
@@ -104,3 +106,47 @@ def test_a_random_second_sentence_is_never_the_line_that_follows(tmp_path: Path)
         text = "".join(str(task.tokenizer.id_to_token(int(t))) for t in original[row] if t != task.ids["pad"])
         a, b = (part.split() for part in text.removeprefix("[CLS]").split("[SEP]")[:2])
         assert (int(b[0]) == int(a[-1]) + 1) == bool(is_next), (row, a, b, is_next)
+
+
+# ---------------------------------------------------------------------------- translation
+
+
+def _translation(tmp_path: Path, **data: str) -> tuple[Translation, Spec]:
+    spec = _spec(
+        {"family": "encoder_decoder", "d_model": 16, "n_layers": 1, "n_heads": 2, "max_seq_len": 24},
+        {"path": str(MULTI30K / "val.{lang}.gz"), "tokenizer": {"type": "bpe", "vocab_size": 300}, **data},
+        {"type": "seq2seq"},
+    )
+    task = Translation(spec, tmp_path)
+    return task, _sized(spec, task.tokenizer.get_vocab_size())
+
+
+def test_translation_validation_is_the_whole_split_whatever_the_batch_size(tmp_path: Path) -> None:
+    """Validation drew eval_batches random batches (with replacement), so its loss and accuracy
+    changed with train.batch_size; now every validation pair counts once, in order."""
+    task, spec = _translation(tmp_path, val_fraction="0.05")
+    model = build_model(spec).eval()
+    draws = lambda i: torch.Generator().manual_seed(i)  # noqa: E731
+    with torch.no_grad():
+        results = [task.evaluate(model, task.eval_batches(2, size, draws)) for size in (7, 64)]
+        nll, right = 0.0, 0
+        for source, target in task.pairs["val"]:  # one pair at a time, no padding
+            logits = model(torch.tensor([source]), None, torch.tensor([target[:-1]]), None)[0].double()
+            nll -= torch.log_softmax(logits, -1).gather(1, torch.tensor(target[1:])[:, None]).sum().item()
+            right += (logits.argmax(-1) == torch.tensor(target[1:])).sum().item()
+    tokens = sum(len(target) - 1 for _, target in task.pairs["val"])
+    for got in results:
+        assert got["val_loss"] == pytest.approx(nll / tokens, rel=1e-5)
+        assert got["val_token_accuracy"] == right / tokens
+
+
+@pytest.mark.parametrize("split", ["val_path", "test_path"])
+def test_an_empty_translation_split_is_refused_before_training(tmp_path: Path, split: str) -> None:
+    """An empty validation file failed at the first evaluation (torch.randint's RuntimeError), an
+    empty test file after the last step (sacrebleu's IndexError)."""
+    for lang in ("de", "en"):
+        (tmp_path / f"empty.{lang}").write_text("" if split == "test_path" else "\n\n")
+    with pytest.raises(
+        DataError, match=rf"the (validation|test) split \(data\.{split} .*empty.*holds no sentence pair"
+    ):
+        _translation(tmp_path, **{split: str(tmp_path / "empty.{lang}")})

@@ -7,7 +7,7 @@ Data paths hold ``{lang}``, filled with the task's source and target names (Mult
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -107,6 +107,18 @@ class Translation(Task):
         self.pairs = {"train": self._encode(*train), "val": self._encode(*val)}
         self.test = read_parallel(data.test_path, task.source, task.target) if data.test_path else None
         self.val = val
+        held_out = f"data.val_path {data.val_path}" if data.val_path else f"data.val_fraction of {data.path}"
+        sizes = {
+            f"training split (data.path {data.path})": len(self.pairs["train"]),
+            f"validation split ({held_out})": len(self.pairs["val"]),
+            f"test split (data.test_path {data.test_path})": len(self.test[0]) if self.test else 1,
+        }
+        for split, size in sizes.items():
+            if not size:  # caught before training, not at the first evaluation or after the last step
+                raise DataError(
+                    f"the {split} holds no sentence pair (training and validation leave out a pair "
+                    f"whose source line is blank): give it aligned lines"
+                )
 
     def _encode(self, source: list[str], target: list[str]) -> list[tuple[list[int], list[int]]]:
         """-> (source ids and the task's source suffix up to the context, [BOS] target [EOS] up to
@@ -136,6 +148,15 @@ class Translation(Task):
         return self._collate(
             [pairs[i] for i in torch.randint(len(pairs), (size,), generator=generator).tolist()]
         )
+
+    def eval_batches(
+        self, count: int, size: int, generator_for: Callable[[int], torch.Generator]
+    ) -> Iterator[Batch]:
+        """The whole validation split, in order: the loss and token accuracy count every target
+        token once, whatever the batch size."""
+        pairs = self.pairs["val"]
+        for start in range(0, len(pairs), size):
+            yield self._collate(pairs[start : start + size])
 
     def _logits(self, model: ModelFn, batch: Batch) -> torch.Tensor:
         target_mask = (batch["targets"] != IGNORE_INDEX).long()
