@@ -9,11 +9,13 @@ from typing import Any
 import pytest
 import torch
 from helpers import SHARED_DATA
+from tokenizers import Tokenizer, models
 
 from tfcompile.data import DataError
 from tfcompile.spec import Spec
 from tfcompile.tasks import build_model
 from tfcompile.tasks.causal_lm import IGNORE_INDEX, LanguageModelling
+from tfcompile.tasks.classification import TextClassification, resolve_labels
 from tfcompile.tasks.masked_lm import MaskedLanguageModelling
 from tfcompile.tasks.seq2seq import Translation
 
@@ -150,3 +152,31 @@ def test_an_empty_translation_split_is_refused_before_training(tmp_path: Path, s
         DataError, match=rf"the (validation|test) split \(data\.{split} .*empty.*holds no sentence pair"
     ):
         _translation(tmp_path, **{split: str(tmp_path / "empty.{lang}")})
+
+
+# ---------------------------------------------------------------------------- classification
+
+
+def _table(tmp_path: Path) -> Path:
+    rows = [("a good film", "pos"), ("a bad film", "neg")] * 4
+    (tmp_path / "t.tsv").write_text("sentence\tlabel\n" + "".join(f"{s}\t{label}\n" for s, label in rows))
+    return tmp_path / "t.tsv"
+
+
+def test_a_classifier_refuses_a_parent_tokenizer_without_the_encoder_tokens(tmp_path: Path) -> None:
+    """A causal LM's tokenizer (train.init_from a decoder run) was a bare ValueError from deep in
+    the tokenizer code; now it is a DataError naming the run and the missing tokens."""
+    data = {"path": str(_table(tmp_path)), "tokenizer": "char"}
+    spec = _spec(ENCODER, data, {"type": "classification"}, init_from=str(tmp_path / "gpt"))
+    chars = Tokenizer(models.WordLevel({c: i for i, c in enumerate("abdfgilmno [UNK]")}, unk_token="[UNK]"))
+    with pytest.raises(DataError, match=r"tokenizer of train\.init_from .*gpt has no special token for pad"):
+        TextClassification(spec, tmp_path, chars)
+
+
+def test_a_label_only_in_validation_says_what_to_do_when_task_labels_is_not_set() -> None:
+    """The advice was 'leave task.labels out', which it already was."""
+    with pytest.raises(
+        DataError, match=r"outside task\.labels \['neg', 'pos'\]; task\.labels is taken from"
+    ) as e:
+        resolve_labels(None, {"training": ["pos", "neg"], "validation": ["meh"]}, "t.tsv")
+    assert "leave task.labels out" not in str(e.value)

@@ -18,9 +18,19 @@ from tfcompile.graphs.export import Graph, export_classifier
 from tfcompile.graphs.parity import check_classifier_parity
 from tfcompile.manifest import TokenizerInfo
 from tfcompile.models import Classifier
-from tfcompile.sequences import PAD, SPECIAL_TOKENS, token_ids
+from tfcompile.sequences import SPECIAL_ROLES, SPECIAL_TOKENS
 from tfcompile.spec.schema import ClassificationTask, EncoderSpec, Spec
-from tfcompile.tasks.task import Batch, DataSize, GateRule, ModelFn, Task, pad_rows, register_task, served
+from tfcompile.tasks.task import (
+    Batch,
+    DataSize,
+    GateRule,
+    ModelFn,
+    Task,
+    pad_rows,
+    register_task,
+    served,
+    special_ids,
+)
 
 if TYPE_CHECKING:
     from tfcompile.runtime import Bundle
@@ -46,9 +56,14 @@ def resolve_labels(declared: list[str] | None, splits: dict[str, list[str]], sou
         for split, found in splits.items():
             unknown = sorted(set(found) - set(labels))
             if unknown:
+                fix = (
+                    "add them to task.labels or leave task.labels out to take the training data's"
+                    if declared
+                    else "task.labels is taken from the training data, so give it rows with them, "
+                    "or list every label in task.labels"
+                )
                 raise DataError(
-                    f"the {split} data has labels {unknown[:5]} outside task.labels {labels}; "
-                    f"add them to task.labels or leave task.labels out to take the training data's"
+                    f"the {split} data has labels {unknown[:5]} outside task.labels {labels}; {fix}"
                 )
     if len(labels) < 2:
         raise DataError(f"{source}: a classifier needs at least two labels, found {labels}")
@@ -138,9 +153,11 @@ class TextClassification(Task):
         if tokenizer is None:
             texts = train.texts + (train.pairs or [])
             tokenizer = train_tokenizer(data.tokenizer, texts, SPECIAL_TOKENS)
+        # The encoder's special tokens, every one the sentence template needs (a DataError names
+        # the missing: a causal LM's tokenizer, from train.init_from, has no [CLS]).
+        self.pad_id = special_ids(spec, tokenizer, [SPECIAL_ROLES[token] for token in SPECIAL_TOKENS])["pad"]
         add_sentence_template(tokenizer, context)
         self.tokenizer: Tokenizer = tokenizer
-        self.pad_id = token_ids(tokenizer, [PAD])[PAD]
         self.examples = {"train": self._encode(train), "val": self._encode(val)}
 
     def sizes(self, spec: Spec) -> list[DataSize]:

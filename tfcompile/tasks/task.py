@@ -203,16 +203,22 @@ def build_model(spec: Spec) -> Assembly:
 def special_ids(spec: Spec, tokenizer: Tokenizer, roles: Sequence[str]) -> dict[str, int]:
     """Role (pad, cls, mask, ...) -> id of the special tokens a task needs: the spec's ``tokens:``
     strings (an imported vocabulary, BERT's [CLS] at 101), else tfcompile's own ([CLS]); a
-    DataError names the roles the tokenizer has no token for."""
+    DataError names the roles the tokenizer has no token for, and the run whose tokenizer it is
+    (train.init_from's, made for another task)."""
     own = {role: token for token, role in sequences.SPECIAL_ROLES.items()}
     strings = spec.tokens.roles() if spec.tokens is not None else own
     ids = {role: tokenizer.token_to_id(strings[role]) if role in strings else None for role in roles}
     missing = [role for role, i in ids.items() if i is None]
     if missing:
         named = ", ".join(f"{role} ({strings.get(role, 'not in tokens:')})" for role in missing)
+        parent = spec.train.init_from
+        whose, fix = (
+            (f" of train.init_from {parent}", "fine-tune from a run of a task that has them")
+            if parent is not None
+            else ("", "name them by role in the spec's tokens: section")
+        )
         raise DataError(
-            f"the tokenizer has no special token for {named}: the task needs {', '.join(roles)}; "
-            f"name them by role in the spec's tokens: section"
+            f"the tokenizer{whose} has no special token for {named}: the task needs {', '.join(roles)}; {fix}"
         )
     return {role: i for role, i in ids.items() if i is not None}
 
