@@ -23,7 +23,6 @@ from typing import Any
 import torch
 from tokenizers import Tokenizer
 
-from tfcompile.data import load_tokenizer
 from tfcompile.files import PREPROCESSING_FILE, TOKENIZER_FILE, atomic_write_text
 from tfcompile.spec import Spec, dump_spec
 from tfcompile.summary import forward_flops_per_token
@@ -56,6 +55,7 @@ from tfcompile.train.runs import (
     init_from_run,
     load_run_spec,
     load_run_tokenizer,
+    read_run_tokenizer,
     resume_differences,
     runs_folder,
 )
@@ -413,14 +413,20 @@ class Trainer:
                 raise TrainError(f"cannot resume {self.run_dir}: {_NO_TOKENIZER}")
             return tokenizer
         if init_run is not None and not resume:
-            if (init_run / TOKENIZER_FILE).exists():
-                return load_tokenizer(init_run / TOKENIZER_FILE)
-            if not (init_run / SPEC_FILE).exists():
+            try:
+                parent = load_run_spec(init_run)
+                tokenizer = read_run_tokenizer(init_run)  # checked against this spec's model
+            except TrainError as e:  # no run, or a damaged file of one
+                raise TrainError(f"train.init_from: {e}") from None
+            if parent.model.family != spec.model.family:
                 raise TrainError(
-                    f"train.init_from: {init_run} is not a run: it has no {TOKENIZER_FILE} or {SPEC_FILE}"
+                    f"train.init_from: {init_run} trained a model of family {parent.model.family} "
+                    f"(task {parent.task.type}), and this spec's is {spec.model.family}: fine-tune "
+                    f"from a run of family {spec.model.family}"
                 )
-            if _reads_ids(load_run_spec(init_run)):
+            if tokenizer is None and _reads_ids(parent):
                 raise TrainError(f"train.init_from: {init_run}: {_NO_TOKENIZER}")
+            return tokenizer
         return None
 
     def _resolved(self, spec: Spec, runs_dir: Path) -> Spec:

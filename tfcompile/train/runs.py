@@ -61,12 +61,9 @@ def load_run_tokenizer(run_dir: Path, spec: Spec) -> Tokenizer | None:
     """The run's tokenizer (None: the run has none, as an image model's), checked to fit the model
     of ``spec``, the run's."""
     path = run_dir / TOKENIZER_FILE
-    if not path.exists():
+    tokenizer = read_run_tokenizer(run_dir)
+    if tokenizer is None:
         return None
-    try:
-        tokenizer = Tokenizer.from_file(str(path))
-    except Exception as e:  # the tokenizers library raises a bare Exception
-        raise TrainError(f"{path} cannot be read: {_reason(e)}; {_RESTORE}") from None
     tokens, rows = tokenizer.get_vocab_size(), getattr(spec.model, "vocab_size", None)
     if rows is not None and tokens > rows:
         raise TrainError(
@@ -74,6 +71,17 @@ def load_run_tokenizer(run_dir: Path, spec: Spec) -> Tokenizer | None:
             f"{run_dir / SPEC_FILE}: is it another run's? {_RESTORE}"
         )
     return tokenizer
+
+
+def read_run_tokenizer(run_dir: Path) -> Tokenizer | None:
+    """The run's tokenizer as it is (None: the run has none); a damaged file is a TrainError."""
+    path = run_dir / TOKENIZER_FILE
+    if not path.exists():
+        return None
+    try:
+        return Tokenizer.from_file(str(path))
+    except Exception as e:  # the tokenizers library raises a bare Exception
+        raise TrainError(f"{path} cannot be read: {_reason(e)}; {_RESTORE}") from None
 
 
 # What to do about a damaged file of a run folder.
