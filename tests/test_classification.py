@@ -153,7 +153,11 @@ def test_init_from_a_run_that_does_not_fit_lists_what_differs(pretrained: Path, 
     assert "tensors the run lacks: blocks.2." in message
     # Dropout may change between pretraining and fine-tuning.
     spec = load_spec(ROOT / "specs" / "sst2-finetune.yaml", [*overrides, "model.dropout.residual=0.3"])
-    Trainer(spec, tmp_path / "y", show_progress=False)
+    initialised = str(Trainer(spec, tmp_path / "y", show_progress=False).initialized_from)
+    assert initialised.startswith(f"initialised from {pretrained}")  # what the log's line says
+    assert initialised.endswith(
+        "tensors of its body; new: classifier; its mlm_dense, mlm_norm, lm_head, nsp_head not used"
+    )
     spec = load_spec(ROOT / "specs" / "sst2-finetune.yaml", [*overrides, f"train.init_from={tmp_path}"])
     with pytest.raises(TrainError, match=r"train\.init_from: .* is not a run: it has no spec\.yaml"):
         Trainer(spec, tmp_path / "z", show_progress=False)

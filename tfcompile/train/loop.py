@@ -178,7 +178,7 @@ class Trainer:
             for line in self._banner():
                 progress.log(line)
             if self.initialized_from is not None:
-                progress.log(f"initialised from {self.initialized_from}")
+                progress.log(str(self.initialized_from))
             self.window.restart_clock()
             self.clock.start()
             while self.step < t.steps and not self.world.any(self.stop_requested, self.device):

@@ -4,6 +4,7 @@ start of another run (``train.init_from``), and what of its spec a resume may ch
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -131,11 +132,34 @@ def body_state(model: nn.Module) -> dict[str, torch.Tensor]:
     return {name: t for name, t in model.state_dict().items() if not name.startswith(heads)}
 
 
-def init_from_run(model: nn.Module, spec: Spec, run_dir: Path) -> Path:
+@dataclass(frozen=True)
+class Initialised:
+    """What fine-tuning took from its parent run: the checkpoint, how many tensors of its body, the
+    heads this model starts new and the parent's heads it leaves behind."""
+
+    checkpoint: Path
+    tensors: int
+    new_heads: list[str]
+    unused_heads: list[str]
+
+    def __str__(self) -> str:
+        parts = [f"initialised from {self.checkpoint}: {self.tensors} tensors of its body"]
+        parts += [f"new: {', '.join(self.new_heads)}"] if self.new_heads else []
+        parts += [f"its {', '.join(self.unused_heads)} not used"] if self.unused_heads else []
+        return "; ".join(parts)
+
+
+def _heads(model: nn.Module) -> list[str]:
+    """The model's task heads that hold tensors (a masked LM's nsp_head only with next_sentence)."""
+    names = model.state_dict()
+    return [h for h in getattr(model, "heads", ()) if any(n.startswith(f"{h}.") for n in names)]
+
+
+def init_from_run(model: nn.Module, spec: Spec, run_dir: Path) -> Initialised:
     """Load the body (everything but the task heads) of ``run_dir``'s best (else last) checkpoint
-    into ``model``: a pretraining run's encoder under a classifier, say. Returns the checkpoint
-    used. Any difference in architecture or in a tensor's shape is a TrainError that lists the
-    offending fields or tensors."""
+    into ``model``: a pretraining run's encoder under a classifier, say. Any difference in
+    architecture or in a tensor's shape is a TrainError that lists the offending fields or
+    tensors."""
     source_spec = load_run_spec(run_dir)
     if not checkpoint_folders(run_dir):
         raise TrainError(f"train.init_from: {run_dir} has no checkpoint yet")
@@ -164,7 +188,7 @@ def init_from_run(model: nn.Module, spec: Spec, run_dir: Path) -> Path:
             f"{'; '.join(f for f in found if f)}. Copy the run's model section (dropout may differ)"
         )
     model.load_state_dict({name: source[name] for name in body}, strict=False)
-    return checkpoint
+    return Initialised(checkpoint, len(body), _heads(model), _heads(source_model))
 
 
 # What a resume may change of a run that has trained: how long it trains, how often it reports, and
