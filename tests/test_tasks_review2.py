@@ -180,3 +180,12 @@ def test_a_label_only_in_validation_says_what_to_do_when_task_labels_is_not_set(
     ) as e:
         resolve_labels(None, {"training": ["pos", "neg"], "validation": ["meh"]}, "t.tsv")
     assert "leave task.labels out" not in str(e.value)
+
+
+def test_bleu_is_sacrebleu_s_corpus_bleu_with_its_13a_tokenizer() -> None:
+    """13a splits punctuation from words: the same sentence spaced otherwise scores 100 (with no
+    tokenization it would not), so runs' BLEU cannot move with a new sacrebleu default."""
+    from tfcompile.tasks.seq2seq import bleu
+
+    assert bleu(["Two dogs, running."], ["Two dogs , running ."]) == pytest.approx(100.0)
+    assert bleu(["two dogs, running."], ["Two dogs , running ."]) < 100  # case-sensitive

@@ -222,8 +222,7 @@ class Translation(Task):
         )
         n = min(len(sources), limit or 500)
         hypotheses = bundle.translate(sources[:n])
-        bleu = sacrebleu.corpus_bleu(hypotheses, [references[:n]]).score
-        return bleu, f"{n} sentences of the {split} split"
+        return bleu(hypotheses, references[:n]), f"{n} sentences of the {split} split"
 
     def test_metrics(self, model: torch.nn.Module, device: torch.device) -> dict[str, float]:
         """BLEU of the test split: sacrebleu's corpus BLEU on detokenized, case-sensitive text."""
@@ -232,7 +231,13 @@ class Translation(Task):
         assert isinstance(model, Seq2Seq)
         sources, references = self.test
         hypotheses = self.translate(model, sources, device)
-        return {"test_bleu": sacrebleu.corpus_bleu(hypotheses, [references]).score}
+        return {"test_bleu": bleu(hypotheses, references)}
+
+
+def bleu(hypotheses: list[str], references: list[str]) -> float:
+    """sacrebleu's corpus BLEU of detokenized, case-sensitive text, with its 13a tokenizer (its
+    default, named so that a new default cannot change what runs report)."""
+    return float(sacrebleu.corpus_bleu(hypotheses, [references], tokenize="13a").score)
 
 
 class TorchTranslator:
