@@ -192,3 +192,19 @@ def test_a_trial_started_again_keeps_the_files_that_are_no_run_s(tmp_path: Path)
     assert main(["sweep", str(path)]) == 0
     assert (trial / "notes.txt").read_text() == "mine"
     assert read_run(trial).state == "finished"
+
+
+def test_a_baseline_with_no_finished_trial_is_named_beside_its_stand_in(
+    study: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With the baseline's every seed failed, the first other variant became the baseline and the
+    headline did not say so."""
+    path = copy_study(study, tmp_path / "copy")
+    path.write_text(path.read_text() + "baseline: diverges\n")
+    status, _ = run_cli(["compare", str(path), "--out", str(tmp_path / "out")], capsys)
+    assert status == 0
+    report = (tmp_path / "out" / REPORT_FILE).read_text()
+    assert (
+        "baseline: sound (standing in for the study's baseline, diverges, which has no finished trial)."
+        in report
+    )

@@ -469,7 +469,8 @@ def render(rows: list[TrialRow], record: dict[str, Any], plots: Sequence[str] = 
         f"# {title}",
         "",
         f"{len(rows)} trials: {len(variants)} variants, {'/'.join(map(str, seeds))} seeds each; "
-        f"baseline: {baseline}. Losses are mean ± standard deviation over seeds (sample, n-1)."
+        f"baseline: {baseline}{_stand_in(baseline, record.get('baseline'))}. "
+        "Losses are mean ± standard deviation over seeds (sample, n-1)."
         + (
             f" {len(left_out)} {'trial is' if len(left_out) == 1 else 'trials are'} left out (below)."
             if left_out
@@ -552,6 +553,14 @@ def _code(text: str) -> str:
     text = _line(text)
     fence = "`" * (max(map(len, re.findall("`+", text)), default=0) + 1)
     return f"{fence} {text} {fence}" if "`" in text else f"{fence}{text}{fence}"
+
+
+def _stand_in(baseline: str, planned: str | None) -> str:
+    """What the headline adds when the study's own baseline has no trial to compare (its every
+    seed failed or is unfinished), and another variant stands in for it."""
+    if planned is None or planned == baseline:
+        return ""
+    return f" (standing in for the study's baseline, {planned}, which has no finished trial)"
 
 
 def _versus(variant: Spread, baseline: Spread) -> str:
