@@ -81,13 +81,18 @@ def test_f1_binary_and_macro() -> None:
     assert f1_score(three_p, three_a, 3) == pytest.approx((1 + 2 / 3 + 2 / 3) / 3)
 
 
+# The fixtures' runs are small: pretraining takes batches of 8 (not the spec's 128 sequences of 128
+# tokens), and fine-tuning reads SST-2's dev split alone (not train's 67,000 rows to encode).
+PRETRAIN = [*TINY, "train.steps=4", "train.eval_interval=4", "train.eval_batches=1", "train.batch_size=8"]
+DEV_ONLY = [f"data.path={SST2 / 'dev.tsv.gz'}", "data.val_path=null"]
+
+
 @pytest.fixture(scope="module")
 def pretrained(tmp_path_factory: pytest.TempPathFactory) -> Path:
     runs = tmp_path_factory.mktemp("runs")
     spec = load_spec(
         ROOT / "specs" / "bert-mini-shakespeare.yaml",
-        [*TINY, "train.steps=4", "train.eval_interval=4", "train.eval_batches=1", "train.batch_size=8"]
-        + [f"train.runs_dir={runs}"],
+        [*PRETRAIN, f"train.runs_dir={runs}"],
     )
     Trainer(spec, runs / "pretrain", show_progress=False).train()
     return runs / "pretrain"
@@ -97,8 +102,7 @@ def pretrained(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def finetuned(pretrained: Path) -> Path:
     spec = load_spec(
         ROOT / "specs" / "sst2-finetune.yaml",
-        [*TINY, f"train.init_from={pretrained}", "train.steps=2", "train.eval_interval=2"]
-        + [f"data.path={SST2 / 'dev.tsv.gz'}", "data.val_path=null"],  # not train's 67,000 rows to encode
+        [*TINY, f"train.init_from={pretrained}", "train.steps=2", "train.eval_interval=2", *DEV_ONLY],
     ).replace({"train": {"runs_dir": pretrained.parent}})
     Trainer(spec, pretrained.parent / "finetune", show_progress=False).train()
     return pretrained.parent / "finetune"
