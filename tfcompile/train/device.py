@@ -43,21 +43,28 @@ class Placement:
     def check_fits(self, spec: Spec) -> None:
         """Refuse a spec whose training cannot fit in the device's memory, before anything is
         allocated (the operating system would kill the process rather than raise): a lower bound
-        of what training holds, the model's state and one batch's outputs, against the memory."""
+        of what a process holds, the model's state (its shard, under FSDP) and the outputs of its
+        rows of a batch, against the memory."""
         params = spec.parameter_count() or 0
         shards = self.world.size if spec.train.parallel == "fsdp" else 1
         state = 16 * params // shards  # fp32 weights and gradients, and the optimizer's two moments
-        tokens = spec.train.batch_size * spec.context_length
+        rows = spec.train.batch_size // self.world.size
+        tokens = rows * spec.context_length
         outputs = 2 * tokens * max(spec.model.vocab_size or 0, spec.model.d_model)  # 16-bit at least
         if spec.train.cpu_offload:  # the state lives in host memory, beside the device
             state = 0
         available = self.memory()
         if too_large(state + outputs, available):
             where = f"{self.device.type} memory ({gigabytes(available)})"
+            share = (
+                f", this process's share of the {spec.train.batch_size} rows"
+                if self.world.distributed
+                else ""
+            )
             raise TrainError(
                 f"training needs at least {gigabytes(state)} for the model's {params:,} parameters (their "
                 f"gradients and optimizer state included) and {gigabytes(outputs)} for one batch's outputs "
-                f"({spec.train.batch_size} x {spec.context_length} tokens), more than the {where}: lower "
+                f"({rows} x {spec.context_length} tokens{share}), more than the {where}: lower "
                 + (
                     "model.d_model, model.n_layers or the vocabulary"
                     if state > outputs

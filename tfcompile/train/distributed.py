@@ -8,9 +8,10 @@ with a process group of its own under FSDP (which shards over a group, here of o
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -18,7 +19,16 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from tfcompile.errors import UserError
+
 T = TypeVar("T")
+# What torchrun sets for each process, beside WORLD_SIZE, and a world of several processes needs.
+TORCHRUN_VARIABLES = ("RANK", "MASTER_ADDR", "MASTER_PORT")
+
+
+class WorldError(UserError, RuntimeError):
+    """The processes of a run cannot work together: torchrun's environment is incomplete, or
+    another process of the run stopped."""
 
 
 @dataclass(frozen=True)
@@ -76,20 +86,46 @@ class World:
             raise error
         return value  # type: ignore[return-value]
 
+    @contextlib.contextmanager
+    def stops_with_others(self, then: Callable[[], str]) -> Iterator[None]:
+        """Inside: a collective that fails because another process of the run stopped (its own
+        error, a kill, the out-of-memory killer) is a WorldError saying so, then ``then()`` (which
+        checkpoint is intact), instead of the backend's traceback on every surviving process."""
+        try:
+            yield
+        except RuntimeError as e:
+            if not self.distributed or not _lost_peer(e):
+                raise
+            raise WorldError(
+                f"process {self.rank} of {self.size} stops: another process of the run stopped (the first "
+                f"failure torchrun reports says why); {then()}"
+            ) from e
+
 
 def join_world(device_type: str, group_of_one: bool = False) -> World:
     """Join the process group that torchrun describes in the environment (NCCL on CUDA, gloo on
     the CPU). Without torchrun, a world of one: with ``group_of_one``, in a process group of its
     own (an in-memory store, no port), else in none."""
     backend = "nccl" if device_type == "cuda" else "gloo"
-    size = int(os.environ.get("WORLD_SIZE", "1"))
+    size = _environment("WORLD_SIZE", "1")
     if size == 1:
         if not group_of_one:
             return World()
         if not dist.is_initialized():
             dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
         return World(joined=True)
-    world = World(int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0")), size, joined=True)
+    missing = [name for name in TORCHRUN_VARIABLES if name not in os.environ]
+    if missing:
+        raise WorldError(
+            f"WORLD_SIZE is {size} in the environment, but {', '.join(missing)} "
+            f"{'is' if len(missing) == 1 else 'are'} missing: start the processes with torchrun "
+            f"(torchrun --nproc_per_node {size} -m tfcompile train ...), which sets them all, or unset "
+            f"WORLD_SIZE to train in one process"
+        )
+    rank = _environment("RANK")
+    if rank >= size:
+        raise WorldError(f"RANK is {rank} in the environment, not below WORLD_SIZE ({size})")
+    world = World(rank, _environment("LOCAL_RANK", "0"), size, joined=True)
     if not dist.is_initialized():
         dist.init_process_group(backend)
     return world
@@ -107,6 +143,23 @@ def is_sharded(model: nn.Module) -> bool:
     except ImportError:  # a torch without FSDP2 shards nothing
         return False
     return isinstance(model, FSDPModule)
+
+
+def _environment(name: str, default: str = "0") -> int:
+    """The number in torchrun's environment variable ``name`` (WORLD_SIZE at least 1), or a WorldError."""
+    text = os.environ.get(name, default)
+    if not text.strip().isdigit() or (name == "WORLD_SIZE" and int(text) < 1):
+        raise WorldError(
+            f"{name} is {text!r} in the environment, not a number of processes or a process's index: "
+            f"torchrun sets it for the processes it starts; unset it to train in one process"
+        )
+    return int(text)
+
+
+def _lost_peer(error: RuntimeError) -> bool:
+    """Whether ``error`` is a collective failing because another process left: a c10d error
+    (NCCL's, the store's) or a broken connection of gloo's transport."""
+    return isinstance(error, dist.DistError) or "/gloo/transport/" in str(error)
 
 
 def _portable(error: Exception) -> Exception:

@@ -1,0 +1,92 @@
+"""Multi-process training under review: torchrun's environment, a process that stops, memory per
+process. The processes are simulated where a real torchrun is not needed."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from helpers import ROOT
+
+from tfcompile.spec import load_spec
+from tfcompile.train.device import Placement
+from tfcompile.train.distributed import World, WorldError, join_world
+from tfcompile.train.runs import TrainError
+
+SPEC = ROOT / "specs" / "shakespeare-char.yaml"
+# What a gloo collective raises when the process at the other end was killed.
+GLOO_LOST = (
+    "[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed by peer "
+    "[127.0.0.1]:20392. This is typically caused by a remote worker crashing."
+)
+
+
+@pytest.mark.parametrize(
+    ("environment", "message"),
+    [
+        (
+            {"WORLD_SIZE": "2"},
+            "WORLD_SIZE is 2 in the environment, but RANK, MASTER_ADDR, MASTER_PORT are missing",
+        ),
+        (
+            {"WORLD_SIZE": "2", "RANK": "0"},
+            "but MASTER_ADDR, MASTER_PORT are missing: start the processes",
+        ),
+        ({"WORLD_SIZE": "two"}, "WORLD_SIZE is 'two' in the environment, not a number of processes"),
+        ({"WORLD_SIZE": "0"}, "WORLD_SIZE is '0' in the environment"),
+        (
+            {"WORLD_SIZE": "2", "RANK": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1"},
+            "RANK is 2 in the environment, not below WORLD_SIZE (2)",
+        ),
+    ],
+)
+def test_an_environment_that_torchrun_did_not_make_is_named(
+    monkeypatch: pytest.MonkeyPatch, environment: dict[str, str], message: str
+) -> None:
+    """A WORLD_SIZE left in a shell, or set by a scheduler without the rest, was a KeyError, a
+    ValueError from the rendezvous, or a wait for processes that never come."""
+    for name in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(WorldError) as raised:
+        join_world("cpu")
+    assert message in str(raised.value)
+
+
+def test_a_collective_that_lost_another_process_is_one_named_error() -> None:
+    """A process whose partner was killed (or failed with its own error) said so in a gloo (or NCCL)
+    traceback; it now says that another process stopped, and which checkpoint is intact."""
+    world = World(rank=0, local_rank=0, size=2)
+    with (
+        pytest.raises(WorldError) as raised,
+        world.stops_with_others(lambda: "the checkpoint of step 4 is intact"),
+    ):
+        raise RuntimeError(GLOO_LOST)
+    assert str(raised.value) == (
+        "process 0 of 2 stops: another process of the run stopped (the first failure torchrun reports "
+        "says why); the checkpoint of step 4 is intact"
+    )
+    with pytest.raises(WorldError), world.stops_with_others(str):
+        raise torch.distributed.DistBackendError("NCCL communicator was aborted")
+    # Any other failure, or one in a world of one, is left as it is.
+    with pytest.raises(RuntimeError, match="shape mismatch"), world.stops_with_others(str):
+        raise RuntimeError("shape mismatch")
+    with pytest.raises(RuntimeError, match="Connection closed") as alone, World().stops_with_others(str):
+        raise RuntimeError(GLOO_LOST)
+    assert not isinstance(alone.value, WorldError)
+
+
+def test_memory_is_checked_for_the_rows_each_process_holds(monkeypatch: pytest.MonkeyPatch) -> None:
+    """train.batch_size is the global batch: a process holds 1/N of its rows, so a batch that fits
+    on each of 8 GPUs was refused as if one held it all."""
+    spec = load_spec(SPEC, ["train.batch_size=4096"])
+    state = 16 * (spec.parameter_count() or 0)
+    outputs = 2 * 4096 * spec.context_length * spec.model.d_model  # d_model exceeds the 65 characters
+    monkeypatch.setattr(Placement, "memory", lambda self: state + outputs)
+    with pytest.raises(TrainError, match=r"for one batch's outputs \(4096 x 256 tokens\)"):
+        Placement(torch.device("cpu"), World(), "fp32").check_fits(spec)
+    Placement(torch.device("cpu"), World(0, 0, 8), "fp32").check_fits(spec)  # 512 rows each: fits
+    monkeypatch.setattr(Placement, "memory", lambda self: state)
+    share = r"\(512 x 256 tokens, this process's share of the 4096 rows\)"
+    with pytest.raises(TrainError, match=share):
+        Placement(torch.device("cpu"), World(0, 0, 8), "fp32").check_fits(spec)
