@@ -27,6 +27,8 @@ class Classifier(Bundle):
     """A classifier bundle. ``classify(texts or pairs)`` -> one Prediction per text;
     ``logits(input_ids, attention_mask, token_type_ids)`` -> (batch, labels) float32."""
 
+    TASK = "classification"
+
     def __init__(
         self,
         bundle: str | Path | BundleFiles,
@@ -65,7 +67,7 @@ class Classifier(Bundle):
         (logits,) = self.run_graph("model", {name: feed[name] for name in names}, ["logits"])
         return logits
 
-    def classify(self, texts: str | Sequence[str] | Sequence[tuple[str, str]]) -> list[Prediction]:
+    def classify(self, texts: str | Sequence[str | tuple[str, str]]) -> list[Prediction]:
         """Texts, or (first, second) sentence pairs, -> the most likely label and every label's
         probability. Text longer than the model's context is truncated, as in training."""
         encodings = self.encode(inputs.texts("texts", texts, pairs=True))
@@ -119,6 +121,8 @@ class ImageClassifier(Bundle):
     per image, preprocessed as the manifest's image section says (as in training);
     ``logits(pixel_values)`` -> (batch, labels) float32 for images already preprocessed to
     (batch, channels, size, size)."""
+
+    TASK = "image_classification"
 
     def __init__(
         self,

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 
@@ -29,6 +29,8 @@ from tfcompile.sequences import pad_rows
 class LanguageModel(Bundle):
     """A decoder bundle. ``logits(input_ids, attention_mask)`` -> (batch, seq, vocab) float32;
     ``generate`` (token ids) and ``generate_text`` (strings) decode with the KV-cache graph."""
+
+    TASK = "causal_lm"
 
     def __init__(
         self,
@@ -95,6 +97,32 @@ class LanguageModel(Bundle):
         if not any(new):
             return ids
         return np.concatenate([ids, pad_rows(new, self._pad_id())], axis=1)
+
+    @overload
+    def generate_text(  # type: ignore[overload-overlap]  # a str is a Sequence[str] too
+        self,
+        prompt: str,
+        max_new_tokens: int | None = None,
+        temperature: float | None = None,
+        top_k: int | None = None,
+        top_p: float | None = None,
+        seed: int | None = None,
+        stop: bool = True,
+        use_cache: bool = True,
+    ) -> str: ...
+
+    @overload
+    def generate_text(
+        self,
+        prompt: Sequence[str],
+        max_new_tokens: int | None = None,
+        temperature: float | None = None,
+        top_k: int | None = None,
+        top_p: float | None = None,
+        seed: int | None = None,
+        stop: bool = True,
+        use_cache: bool = True,
+    ) -> list[str]: ...
 
     def generate_text(
         self,

@@ -45,6 +45,11 @@ def session_providers(providers: Sequence[str]) -> list[tuple[str, dict[str, str
         raise InputError(f"providers must be a list of execution provider names, got {providers!r}"[:200])
     available = ort.get_available_providers()
     for name in providers:
+        if not isinstance(name, str):
+            shown = repr(name)[:100]
+            raise InputError(
+                f"providers must be execution provider names (the runtime sets their options), got {shown}"
+            )
         if name not in available:
             raise InputError(
                 f"execution provider {name!r} is not available in this onnxruntime build; it has "
@@ -129,6 +134,7 @@ class Bundle:
     the checks every input goes through before onnxruntime sees it."""
 
     MAIN_GRAPH = "model"  # the graph opened here; each runtime opens the others it runs at load too
+    TASK: str | None = None  # the manifest task a runtime class serves (None: any)
 
     def __init__(
         self,
@@ -139,7 +145,13 @@ class Bundle:
         self.files = bundle_files(bundle)
         self.path = self.files.folder
         self.manifest: Manifest = self.files.manifest
+        if self.TASK is not None and self.manifest.task != self.TASK:
+            raise InputError(
+                f"{self.path} holds a {self.manifest.task} model; {type(self).__name__} serves "
+                f"{self.TASK} bundles (tfcompile.runtime.load picks the class from the manifest)"
+            )
         self._providers = session_providers(providers or default_providers())
+        self._chosen = bool(providers)  # providers the caller named must all start (open_graph)
         if not isinstance(options, SessionOptions | None):
             raise InputError(f"options must be a SessionOptions, got {type(options).__name__}")
         self._options = options or SessionOptions()
@@ -211,6 +223,18 @@ class Bundle:
             raise BundleError(
                 f"{self.path / graph.file} is not a graph onnxruntime can run: {first_line(e)}"
             ) from None
+        # onnxruntime keeps the graph's bytes, a second copy of every weight for as long as the
+        # session lives, to rebuild it on the CPU should a provider fail (at load, or later at a
+        # run); the runtime never lets it switch providers, so it keeps neither.
+        session.disable_fallback()
+        session._model_bytes = None
+        started = session.get_providers()
+        if self._chosen and (missing := [name for name, _ in self._providers if name not in started]):
+            raise InputError(
+                f"onnxruntime could not start the execution providers {missing} (it would run "
+                f"{self.path / graph.file} on {started} instead; onnxruntime's warning says why). Check "
+                f"the GPU and its CUDA libraries, or pass providers=['CPUExecutionProvider']"
+            )
         for kind, found, declared in (
             ("inputs", session.get_inputs(), graph.inputs),
             ("outputs", session.get_outputs(), graph.outputs),
@@ -395,9 +419,10 @@ class Bundle:
         ):
             return items
         keep = 2 * truncation["max_length"]
-        if self._side_tokenizer is None:
-            self._side_tokenizer = Tokenizer.from_str(tokenizer.to_str())
-            self._side_tokenizer.enable_truncation(keep + 1)  # one more: see ``cut`` below
+        if self._side_tokenizer is None:  # set up before it is shared: threads may be encoding with it
+            side_tokenizer = Tokenizer.from_str(tokenizer.to_str())
+            side_tokenizer.enable_truncation(keep + 1)  # one more: see ``cut`` below
+            self._side_tokenizer = side_tokenizer
         sides = iter(
             self._side_tokenizer.encode_batch(
                 [side for item in items if isinstance(item, tuple) for side in item], add_special_tokens=False

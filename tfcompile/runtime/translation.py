@@ -24,6 +24,7 @@ class Translator(Bundle):
     token ids. Beam size, length penalty and maximum length default to the manifest's translation
     section. A batch of sources of different lengths (right-padded) translates as each alone."""
 
+    TASK = "seq2seq"
     MAIN_GRAPH = "encoder"
 
     def __init__(
