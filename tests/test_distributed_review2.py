@@ -3,11 +3,16 @@ process. The processes are simulated where a real torchrun is not needed."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from typing import Any, cast
+
 import pytest
 import torch
 from helpers import ROOT
 
 from tfcompile.spec import load_spec
+from tfcompile.tasks.task import Batch, Task
+from tfcompile.train.batches import BatchStream
 from tfcompile.train.device import Placement
 from tfcompile.train.distributed import World, WorldError, join_world
 from tfcompile.train.runs import TrainError
@@ -90,3 +95,25 @@ def test_memory_is_checked_for_the_rows_each_process_holds(monkeypatch: pytest.M
     share = r"\(512 x 256 tokens, this process's share of the 4096 rows\)"
     with pytest.raises(TrainError, match=share):
         Placement(torch.device("cpu"), World(0, 0, 8), "fp32").check_fits(spec)
+
+
+class _Validation:
+    """A task's validation batches: 8 rows, then a last one of 3 (a split that ends there)."""
+
+    def eval_batches(self, count: int, size: int, generator_for: Callable[[int], Any]) -> Iterator[Batch]:
+        assert (count, size) == (2, 8)
+        yield {"input_ids": torch.arange(16).view(8, 2), "labels": torch.arange(8)}
+        yield {"input_ids": torch.arange(6).view(3, 2), "labels": torch.arange(8, 11)}
+
+
+def test_each_process_evaluates_every_row_in_pieces_of_its_training_share() -> None:
+    """Every process evaluated each global validation batch at once: with train.batch_size set for
+    8 GPUs, 8 times the rows one holds in training (the whole batch's logits), where training fit."""
+    train = load_spec(SPEC, ["train.batch_size=8", "train.eval_batches=2"]).train
+    task = cast(Task, _Validation())
+    pieces = list(BatchStream(task, train, World(1, 1, 2), torch.device("cpu")).validation())
+    assert [len(p["labels"]) for p in pieces] == [4, 4, 3]
+    assert torch.cat([p["labels"] for p in pieces]).tolist() == list(range(11))  # every row, once, in order
+    assert torch.equal(torch.cat([p["input_ids"] for p in pieces[:2]]), torch.arange(16).view(8, 2))
+    whole = list(BatchStream(task, train, World(), torch.device("cpu")).validation())
+    assert [len(p["labels"]) for p in whole] == [8, 3]  # one process: the batches as they are

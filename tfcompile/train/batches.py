@@ -45,12 +45,15 @@ class BatchStream:
 
     def validation(self) -> Iterator[Batch]:
         """The batches every evaluation sees (the same each time, drawn with train.eval_seed), on
-        the device."""
+        the device. Every process evaluates all of them, in pieces of the rows it trains on: a
+        global batch at once could exhaust a GPU that holds one process's share in training (the
+        tasks' metrics are sums over rows, whatever pieces they come in)."""
         seed = self.spec.eval_seed
         batches = self.task.eval_batches(
             self.spec.eval_batches, self.spec.batch_size, lambda i: self.generator("val", i, seed=seed)
         )
-        return (self.to_device(b) for b in batches)
+        share = self.world.share(self.spec.batch_size)
+        return (self.to_device(piece) for batch in batches for piece in _pieces(batch, share))
 
     def to_device(self, batch: Batch) -> Batch:
         return {name: t.to(self.device, non_blocking=True) for name, t in batch.items()}
@@ -70,3 +73,10 @@ class BatchStream:
                 batch = {name: tensor.pin_memory() for name, tensor in batch.items()}
             out.append(batch)
         return out
+
+
+def _pieces(batch: Batch, rows: int) -> Iterator[Batch]:
+    """``batch`` cut into pieces of at most ``rows`` rows, in order."""
+    count = len(next(iter(batch.values())))
+    for start in range(0, count, rows):
+        yield {name: tensor[start : start + rows] for name, tensor in batch.items()}

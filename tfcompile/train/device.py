@@ -48,7 +48,7 @@ class Placement:
         params = spec.parameter_count() or 0
         shards = self.world.size if spec.train.parallel == "fsdp" else 1
         state = 16 * params // shards  # fp32 weights and gradients, and the optimizer's two moments
-        rows = spec.train.batch_size // self.world.size
+        rows = self.world.share(spec.train.batch_size)
         tokens = rows * spec.context_length
         outputs = 2 * tokens * max(spec.model.vocab_size or 0, spec.model.d_model)  # 16-bit at least
         if spec.train.cpu_offload:  # the state lives in host memory, beside the device

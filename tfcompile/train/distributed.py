@@ -47,9 +47,13 @@ class World:
     def distributed(self) -> bool:
         return self.size > 1
 
+    def share(self, batch_size: int) -> int:
+        """How many rows of a global batch each rank takes."""
+        return batch_size // self.size
+
     def rows(self, batch_size: int) -> slice:
         """This rank's rows of a global batch: contiguous, equal shares."""
-        share = batch_size // self.size
+        share = self.share(batch_size)
         return slice(self.rank * share, (self.rank + 1) * share)
 
     def mean(self, value: float, device: torch.device) -> float:
