@@ -22,6 +22,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+import math
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -124,10 +125,15 @@ def export_bundle(
             if not report.passed:
                 measure = "relative to the outputs' scale" + ("" if report.relative else " past 1")
                 field = "export.fp16_tolerance" if report.relative else "export.tolerance"
+                how = (
+                    f"by {report.measured:.3g} ({measure}) on the {name} graph's outputs, more than "
+                    f"{field} {report.tolerance:g}"
+                    if math.isfinite(report.measured)
+                    else f"on the {name} graph's outputs: one gives a NaN or an infinity where the other "
+                    "does not"
+                )
                 raise ExportError(
-                    f"onnxruntime and PyTorch disagree by {report.measured:.3g} ({measure}) on the {name} "
-                    f"graph's outputs, more than {field} {report.tolerance:g}: "
-                    f"{json.dumps(report.to_dict()['cases'])}"
+                    f"onnxruntime and PyTorch disagree {how}: {json.dumps(report.to_dict()['cases'])}"
                 )
         if source.run is not None and (source.run / TOKENIZER_FILE).exists():
             shutil.copyfile(source.run / TOKENIZER_FILE, tmp / TOKENIZER_FILE)

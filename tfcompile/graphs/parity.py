@@ -29,11 +29,22 @@ def _run(session: Any, feed: dict[str, np.ndarray]) -> list[np.ndarray]:
     return run(session, feed)
 
 
+def _difference(actual: np.ndarray, expected: np.ndarray) -> float:
+    """max |actual - expected|, infinite where either side holds a NaN or an infinity: NaN compares
+    false, so a running max() skips it and a graph giving NaN at a step would pass."""
+    return float(np.nan_to_num(np.abs(actual - expected), nan=np.inf, posinf=np.inf).max(initial=0.0))
+
+
+def _scale(expected: np.ndarray) -> float:
+    """max |expected| over its finite values (a NaN there is a difference, not a scale)."""
+    return float(np.abs(expected[np.isfinite(expected)]).max(initial=0.0))
+
+
 @dataclass(frozen=True)
 class ParityCase:
     batch: int
     seq: int
-    padded: bool  # the last row ends in padding
+    padded: bool  # the first row starts with padding and the last ends in it (one row: neither)
     max_abs_diff: float
     max_rel_diff: float  # max |ort - torch| / max |torch|: relative to the logits' scale
 
@@ -127,10 +138,8 @@ def check_image_classifier_parity(
         with torch.no_grad():
             expected = model(torch.from_numpy(pixels)).numpy()
         (actual,) = _run(session, {"pixel_values": pixels})
-        diff = float(np.abs(actual - expected).max())
-        cases.append(
-            ParityCase(batch, s.max_seq_len, False, diff, diff / (float(np.abs(expected).max()) or 1.0))
-        )
+        diff = _difference(actual, expected)
+        cases.append(ParityCase(batch, s.max_seq_len, False, diff, diff / (_scale(expected) or 1.0)))
     return ParityReport(tolerance, cases)
 
 
@@ -143,8 +152,9 @@ def check_forward_parity(
     seed: int = 0,
 ) -> ParityReport:
     """``model(*inputs)`` against the graph that ``export_forward`` wrote, on random token ids at
-    ``shapes`` (batch, seq, padded; default ``default_shapes``): in padded cases the last row ends in
-    padding; token types mark a second segment from the middle on, as in a sentence pair."""
+    ``shapes`` (batch, seq, padded; default ``default_shapes``): in padded cases the first row starts
+    with padding and the last ends in it, as left- and right-padded batches do; token types mark a
+    second segment from the middle on, as in a sentence pair."""
     model = model.eval()
     spec = model.spec
     assert spec.vocab_size is not None
@@ -159,21 +169,23 @@ def check_forward_parity(
         }
         if padded and seq > 1:
             feed["attention_mask"][-1, rng.integers(1, seq) :] = 0
+            if batch > 1:
+                feed["attention_mask"][0, : rng.integers(1, seq)] = 0
         feed["token_type_ids"][:, seq // 2 :] = 1
         feed = {name: feed[name] for name in inputs}
         with torch.no_grad():
             expected = model(*(torch.from_numpy(v) for v in feed.values())).numpy()
         (actual,) = _run(session, feed)
-        diff = float(np.abs(actual - expected).max())
-        scale = float(np.abs(expected).max()) or 1.0
-        cases.append(ParityCase(batch, seq, padded, diff, diff / scale))
+        diff = _difference(actual, expected)
+        cases.append(ParityCase(batch, seq, padded, diff, diff / (_scale(expected) or 1.0)))
     return ParityReport(tolerance, cases)
 
 
 def check_step_parity(model: DecoderLM, onnx_path: Path, tolerance: float, seed: int = 0) -> ParityReport:
     """The incremental graph against PyTorch's cached forward: a prompt with an empty cache, then
     single tokens, at batch 1 and 3, up to the full context (up to LONGEST); ``seq`` is the final
-    length."""
+    length. At batch 3 the first row's prompt starts with padding, as generation left-pads a batch
+    of prompts."""
     model = model.eval()
     spec = model.spec
     assert spec.vocab_size is not None
@@ -186,20 +198,24 @@ def check_step_parity(model: DecoderLM, onnx_path: Path, tolerance: float, seed:
         (3, min(5, spec.max_seq_len - 1), longest(spec.max_seq_len)),
     ]:
         ids = rng.integers(0, spec.vocab_size, size=(batch, total), dtype=np.int64)
+        padded = batch > 1 and prompt > 1
+        full_mask = np.ones((batch, total), dtype=np.int64)
+        if padded:
+            full_mask[0, : rng.integers(1, prompt)] = 0
         cache = model.empty_cache(batch)
         past = [c.key.numpy() for c in cache] + [c.value.numpy() for c in cache]
         diff = scale = 0.0
         for start, end in [(0, prompt), *((t, t + 1) for t in range(prompt, total))]:
-            mask = np.ones((batch, end), dtype=np.int64)
+            mask = full_mask[:, :end]
             with torch.no_grad():
                 expected = model(
                     torch.from_numpy(ids[:, start:end]), torch.from_numpy(mask), cache=cache
                 ).numpy()
             feed = dict(zip(inputs, [ids[:, start:end], mask, *past], strict=True))
             actual, *past = _run(session, feed)
-            diff = max(diff, float(np.abs(actual - expected).max()))
-            scale = max(scale, float(np.abs(expected).max()))
-        cases.append(ParityCase(batch, total, False, diff, diff / (scale or 1.0)))
+            diff = max(diff, _difference(actual, expected))
+            scale = max(scale, _scale(expected))
+        cases.append(ParityCase(batch, total, padded, diff, diff / (scale or 1.0)))
     return ParityReport(tolerance, cases)
 
 
@@ -227,10 +243,8 @@ def check_seq2seq_encoder_parity(
         expected = [m.key.numpy() for m in memory] + [m.value.numpy() for m in memory]
         actual = _run(session, {"source_ids": ids, "source_mask": mask})
         real = mask.astype(bool)[:, None, :, None]  # padded source positions are never read
-        diff = max(
-            float(np.abs(np.where(real, a - e, 0)).max()) for a, e in zip(actual, expected, strict=True)
-        )
-        scale = max(float(np.abs(e).max()) for e in expected) or 1.0
+        diff = max(_difference(np.where(real, a, e), e) for a, e in zip(actual, expected, strict=True))
+        scale = max(_scale(e) for e in expected) or 1.0
         cases.append(ParityCase(batch, length, batch > 1, diff, diff / scale))
     return ParityReport(tolerance, cases)
 
@@ -268,7 +282,7 @@ def check_seq2seq_step_parity(
                 ).numpy()
             feed = dict(zip(inputs, [target[:, start:end], source_mask, *past, *memory_arrays], strict=True))
             actual, *past = _run(session, feed)
-            diff = max(diff, float(np.abs(actual - expected).max()))
-            scale = max(scale, float(np.abs(expected).max()))
+            diff = max(diff, _difference(actual, expected))
+            scale = max(scale, _scale(expected))
         cases.append(ParityCase(batch, total, batch > 1, diff, diff / (scale or 1.0)))
     return ParityReport(tolerance, cases)

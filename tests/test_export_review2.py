@@ -1,0 +1,91 @@
+"""Export review: parity fails on what a client would meet (a NaN at one step, left padding), and
+the bundle's manifest is what its graphs are."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+import pytest
+import torch
+from helpers import tiny_model
+from onnx import numpy_helper
+
+from tfcompile.export import (
+    ExportError,
+    Graph,
+    Source,
+    check_decoder_parity,
+    check_step_parity,
+    export_bundle,
+    export_decoder,
+    export_decoder_step,
+)
+from tfcompile.models import DecoderLM
+from tfcompile.spec import parse_spec
+from tfcompile.tasks.causal_lm import LanguageModelling
+
+SMALL = "model: {vocab_size: 20, d_model: 16, n_layers: 1, n_heads: 2, max_seq_len: 8}\n"
+
+
+Export = Callable[[Any, Path, int], onnx.ModelProto]
+
+
+def _poisoned(export: Export) -> Export:
+    """``export``, then its largest weight set to NaN in the file: a graph whose every output is NaN."""
+
+    def write(model: DecoderLM, path: Path, opset: int) -> onnx.ModelProto:
+        proto = export(model, path, opset)
+        weight = max(proto.graph.initializer, key=lambda t: np.prod(t.dims))
+        weight.CopyFrom(
+            numpy_helper.from_array(np.full_like(numpy_helper.to_array(weight), np.nan), weight.name)
+        )
+        onnx.save(proto, str(path))
+        return proto
+
+    return write
+
+
+def test_a_step_graph_giving_nan_fails_export_by_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The step check kept a running max(), which skips NaN: a decode_step graph giving NaN at
+    every step passed with a difference of 0 and was written."""
+    step = LanguageModelling.graphs["step"]  # the step graph alone: the forward check keeps NaN
+    monkeypatch.setattr(
+        LanguageModelling, "graphs", {"step": Graph(step.role, _poisoned(step.export), step.check)}
+    )
+    with pytest.raises(ExportError, match=r"disagree on the step graph's outputs: one gives a NaN"):
+        export_bundle(parse_spec(SMALL), Source(seed=0), tmp_path / "bundle")
+    assert list(tmp_path.iterdir()) == []  # neither the bundle nor its staging folder
+
+
+class _IgnoresFirstColumn(DecoderLM):
+    """A model whose mask's first column is always read as a real token: wrong only for a row that
+    starts with padding, as generation's left-padded prompts do."""
+
+    def forward(  # type: ignore[override]
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, cache: list | None = None
+    ) -> torch.Tensor:
+        mask = torch.cat([torch.ones_like(attention_mask[:, :1]), attention_mask[:, 1:]], dim=1)
+        return super().forward(input_ids, mask, cache=cache)
+
+
+@pytest.mark.slow
+def test_parity_reads_left_padded_rows_in_both_decoder_graphs(tmp_path: Path) -> None:
+    """Parity padded only the end of a row, so a graph that misread a left-padded row (what
+    generation sends the step graph for a batch of prompts) passed."""
+    spec = tiny_model()
+    model = DecoderLM(spec).eval()
+    wrong = _IgnoresFirstColumn(spec).eval()
+    wrong.load_state_dict(model.state_dict())
+    export_decoder(wrong, tmp_path / "model.onnx", opset=18)
+    export_decoder_step(wrong, tmp_path / "step.onnx", opset=18)
+    forward = check_decoder_parity(model, tmp_path / "model.onnx", tolerance=1e-4)
+    step = check_step_parity(model, tmp_path / "step.onnx", tolerance=1e-4)
+    assert not forward.passed and not step.passed
+    assert [c.padded for c in forward.cases if c.max_abs_diff > 1e-4] == [True, True]
+    assert [c.padded for c in step.cases if c.max_abs_diff > 1e-4] == [True]
