@@ -3,6 +3,8 @@ the bundle's manifest is what its graphs are."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -89,3 +91,50 @@ def test_parity_reads_left_padded_rows_in_both_decoder_graphs(tmp_path: Path) ->
     assert not forward.passed and not step.passed
     assert [c.padded for c in forward.cases if c.max_abs_diff > 1e-4] == [True, True]
     assert [c.padded for c in step.cases if c.max_abs_diff > 1e-4] == [True]
+
+
+def _assert_manifest_is_the_graphs(bundle: Path) -> None:
+    """Each graph's inputs and outputs in the manifest are the .onnx file's (names, element types,
+    symbolic or fixed dims, in order), its opset is the file's, every file is listed with its hash,
+    and a meaning that names a float type names the tensor's own."""
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    assert sorted(p.name for p in bundle.iterdir()) == sorted([*manifest["files"], "manifest.json"])
+    for name, digest in manifest["files"].items():
+        assert hashlib.sha256((bundle / name).read_bytes()).hexdigest() == digest, name
+    for entry in manifest["graphs"].values():
+        proto = onnx.load(str(bundle / entry["file"]))
+        assert {o.domain: o.version for o in proto.opset_import}[""] == manifest["opset"]
+        for recorded, values in [
+            (entry["inputs"], proto.graph.input),
+            (entry["outputs"], proto.graph.output),
+        ]:
+            actual = [
+                (
+                    v.name,
+                    onnx.helper.tensor_dtype_to_np_dtype(v.type.tensor_type.elem_type).name,
+                    [d.dim_param or d.dim_value for d in v.type.tensor_type.shape.dim],
+                )
+                for v in values
+            ]
+            assert [(t["name"], t["dtype"], t["shape"]) for t in recorded] == actual
+            assert all(d for _, _, shape in actual for d in shape), "an axis neither named nor sized"
+            for t in recorded:
+                named = {"float16", "float32"} & set(t["meaning"].replace(",", " ").split())
+                assert named <= {t["dtype"]}, (t["name"], t["meaning"])
+
+
+def test_an_fp16_image_bundle_says_what_its_graph_takes(tmp_path: Path) -> None:
+    """An fp16 ViT's pixel_values are float16, while their meaning said float32."""
+    spec = parse_spec(
+        "model: {family: vit, image_size: 8, channels: 1, patch_size: 4, d_model: 16, n_layers: 1, "
+        "n_heads: 2}\ntask: {type: image_classification, labels: [a, b]}\n"
+        "export: {precision: fp16, opset: 17}\n"
+    )
+    export_bundle(spec, Source(seed=0), tmp_path / "bundle")
+    _assert_manifest_is_the_graphs(tmp_path / "bundle")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["char_bundle", "classifier_bundle", "translator_bundle", "image_bundle"])
+def test_every_bundle_kind_says_what_its_graphs_are(kind: str, request: pytest.FixtureRequest) -> None:
+    _assert_manifest_is_the_graphs(request.getfixturevalue(kind))

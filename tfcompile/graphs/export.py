@@ -47,8 +47,8 @@ _MEANINGS = {
     "minus 1), so a padded row is read as it would be alone",
     "token_type_ids": "each token's segment: 0 for the first sentence (with [CLS] and its [SEP]), 1 for the "
     "second of a pair",
-    "pixel_values": "images (batch, channels, size, size), float32, preprocessed as the manifest's image "
-    "section says",
+    "pixel_values": "images (batch, channels, size, size) in the input's dtype (float16 in an fp16 bundle), "
+    "preprocessed as the manifest's image section says",
     "source_ids": "the source sentence's token ids (batch, source_sequence)",
     "source_mask": "1 at real source tokens, 0 at padding",
     "logits": "unnormalised scores on the last axis: of the next token at each position (vocabulary), or "
