@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from helpers import ROOT
+from helpers import ROOT, share_token_cache
 
 from tfcompile.data import DataError
 from tfcompile.spec import Spec, load_spec
@@ -26,8 +26,9 @@ SPEC = ROOT / "specs" / "shakespeare-char.yaml"
 
 
 def tiny_spec(tmp_path: Path, *overrides: str) -> Spec:
-    """The shakespeare-char spec shrunk to train in seconds on a CPU."""
-    return load_spec(
+    """The shakespeare-char spec shrunk to train in seconds on a CPU; its corpus, unless overrides
+    change data or task, tokenized once per process (share_token_cache)."""
+    spec = load_spec(
         SPEC,
         [
             "model.n_layers=2",
@@ -45,6 +46,7 @@ def tiny_spec(tmp_path: Path, *overrides: str) -> Spec:
             *overrides,
         ],
     )
+    return spec if any(o.startswith(("data.", "task.")) for o in overrides) else share_token_cache(spec)
 
 
 def run(spec: Spec, tmp_path: Path, name: str = "run", **kwargs) -> Trainer:
