@@ -3,15 +3,23 @@ process. The processes are simulated where a real torchrun is not needed."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any, cast
 
 import pytest
 import torch
 from helpers import ROOT
+from test_distributed import TINY, torchrun
 
 from tfcompile.spec import load_spec
 from tfcompile.tasks.task import Batch, Task
+from tfcompile.train import load_trained_model
 from tfcompile.train.batches import BatchStream
 from tfcompile.train.device import Placement
 from tfcompile.train.distributed import World, WorldError, join_world
@@ -117,3 +125,65 @@ def test_each_process_evaluates_every_row_in_pieces_of_its_training_share() -> N
     assert torch.equal(torch.cat([p["input_ids"] for p in pieces[:2]]), torch.arange(16).view(8, 2))
     whole = list(BatchStream(task, train, World(), torch.device("cpu")).validation())
     assert [len(p["labels"]) for p in whole] == [8, 3]  # one process: the batches as they are
+
+
+# ------------------------------------------------------------------ with loop.py's patch: slow
+
+
+def _distributed_run(tmp_path: Path, name: str, *overrides: str) -> list[str]:
+    return [
+        "train",
+        str(SPEC),
+        *(f"--set={o}" for o in [*TINY, f"train.runs_dir={tmp_path}", f"train.name={name}", *overrides]),
+    ]
+
+
+@pytest.mark.slow
+def test_a_resumed_run_draws_the_dropout_masks_of_one_that_never_stopped(tmp_path: Path) -> None:
+    """Under torchrun each process reseeded its dropout once, from the step it started at: a run
+    stopped at step 2 and resumed drew other masks than one that never stopped (weights 1e-3 apart)."""
+    dropout = ["model.dropout={embedding: 0.1, attention: 0.1, residual: 0.1}"]
+    constant = "train.schedule={type: constant, warmup_steps: 0}"
+    for name, steps in (("whole", 4), ("stopped", 2)):
+        result = torchrun(2, *_distributed_run(tmp_path, name, *dropout, constant, f"train.steps={steps}"))
+        assert result.returncode == 0, result.stderr[-3000:]
+    result = torchrun(2, "train", "--resume", str(tmp_path / "stopped"), "--set=train.steps=4")
+    assert result.returncode == 0, result.stderr[-3000:]
+    _, whole = load_trained_model(tmp_path / "whole")
+    _, resumed = load_trained_model(tmp_path / "stopped")
+    for (name, a), b in zip(whole.state_dict().items(), resumed.state_dict().values(), strict=True):
+        assert torch.equal(a, b), name
+
+
+@pytest.mark.slow
+def test_a_killed_process_stops_the_others_with_one_line(tmp_path: Path) -> None:
+    """The process left behind when another was killed printed gloo's traceback
+    ('Connection closed by peer ... GLHF!'); it now says what happened and which checkpoint is intact."""
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m"]
+    overrides = ["train.steps=100000", "train.checkpoint_interval=5", "train.eval_interval=100000"]
+    run = subprocess.Popen(
+        [*command, "tfcompile", *_distributed_run(tmp_path, "killed", *overrides)],
+        cwd=ROOT,
+        env=os.environ | {"OMP_NUM_THREADS": "1"},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        last = tmp_path / "killed" / "checkpoints" / "last"
+        deadline = time.monotonic() + 120
+        while not last.exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert last.exists()
+        workers = sorted(
+            int(p) for p in subprocess.check_output(["pgrep", "-P", str(run.pid)], text=True).split()
+        )
+        os.kill(workers[-1], signal.SIGKILL)  # one of the two; the other is left
+        _, stderr = run.communicate(timeout=120)
+    finally:
+        if run.poll() is None:
+            os.killpg(run.pid, signal.SIGKILL)
+    assert "tfcompile train: error: process " in stderr
+    assert "stops: another process of the run stopped" in stderr
+    assert "is intact" in stderr and "[rank0]: Traceback" not in stderr and "GLHF" not in stderr

@@ -106,7 +106,8 @@ class Trainer:
         self.stop_signal = signal.SIGINT  # the signal that asked to stop (another rank's: Ctrl-C)
         self.lock = RunLock(run_dir, _LOCKED_ADVICE[resume]) if self.world.is_main else None
         try:
-            self._set_up(spec, resume)
+            with self.world.stops_with_others(lambda: intact(run_dir)):
+                self._set_up(spec, resume)
         except BaseException:
             self._unlock()
             leave_world(self.world)
@@ -114,7 +115,8 @@ class Trainer:
 
     def _set_up(self, spec: Spec, resume: bool) -> None:
         """Everything but the lock: from here on the run folder is this process's to write."""
-        self.recorded = _check_run_dir(self.run_dir, spec, resume)
+        # Checked by rank 0 alone: the others could see the files it writes below as another run's.
+        self.recorded = self.world.from_main(lambda: _check_run_dir(self.run_dir, spec, resume))
         runs_dir = runs_folder(self.run_dir, spec) if resume else spec.train.runs_dir
         self.task = task_of(spec)(spec, runs_dir / ".cache", self._tokenizer(spec, resume))
         self.spec = self._resolved(spec, runs_dir)
@@ -145,8 +147,6 @@ class Trainer:
                     f"({t.steps:,}), so there is nothing to train: set train.steps above {self.step}"
                 )
             self.metrics.truncate(self.step)  # what was logged after the checkpoint is trained again
-        if self.world.distributed:  # dropout differs per rank, and a resumed run draws the same
-            torch.manual_seed(hash((t.seed, self.step, self.world.rank)) % 2**63)
         self.forward = self.placement.wrap(self.model, t)
         self.batches = BatchStream(self.task, t, self.world, self.device)
         self.train_flops_per_token = 3 * forward_flops_per_token(
@@ -162,7 +162,8 @@ class Trainer:
         """Train to ``train.steps`` (or until Ctrl-C); the run folder's lock is released and the
         process group left at the end, however it ends."""
         try:
-            return self._train()
+            with self.world.stops_with_others(lambda: intact(self.run_dir)):
+                return self._train()
         finally:
             self._unlock()
             leave_world(self.world)
@@ -240,6 +241,8 @@ class Trainer:
         every process, tokens seen, padding included)."""
         t = self.spec.train
         self.model.train()
+        if self.world.distributed:  # dropout differs per rank, and a resumed run draws the same
+            torch.manual_seed(hash((t.seed, step, self.world.rank)) % 2**63)
         losses, tokens = [], 0
         for micro, cpu_batch in enumerate(self.batches.for_step(step)):
             batch = self.batches.to_device(cpu_batch)
