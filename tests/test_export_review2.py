@@ -138,3 +138,12 @@ def test_an_fp16_image_bundle_says_what_its_graph_takes(tmp_path: Path) -> None:
 @pytest.mark.parametrize("kind", ["char_bundle", "classifier_bundle", "translator_bundle", "image_bundle"])
 def test_every_bundle_kind_says_what_its_graphs_are(kind: str, request: pytest.FixtureRequest) -> None:
     _assert_manifest_is_the_graphs(request.getfixturevalue(kind))
+
+
+def test_a_nan_or_infinity_on_one_side_only_is_an_infinite_difference() -> None:
+    from tfcompile.graphs.parity import _difference
+
+    torch_side = np.array([1.0, np.nan, np.inf, 2.0], dtype=np.float32)
+    assert _difference(torch_side.copy(), torch_side) == 0.0  # the same NaN and infinity agree
+    for broken in ([np.nan, np.nan, np.inf, 2.0], [1.0, np.nan, -np.inf, 2.0], [1.0, 0.0, np.inf, 2.0]):
+        assert _difference(np.array(broken, dtype=np.float32), torch_side) == np.inf
