@@ -82,9 +82,18 @@ def move_into_place(tmp: Path, out: Path, replacing: bool) -> None:
     """Rename the finished bundle to ``out``; an old bundle there is renamed aside first and
     removed only once the new one is in place (renamed back if the swap fails)."""
     if not replacing:
-        if out.exists():
-            out.rmdir()  # an empty folder (checked): nothing is lost
-        tmp.rename(out)
+        try:
+            if out.exists():
+                out.rmdir()  # an empty folder (checked): nothing is lost
+            tmp.rename(out)
+        except OSError:
+            if not (out.is_dir() and any(out.iterdir())):
+                raise
+            raise ExportError(
+                f"{out} was filled by something else while this command wrote it (another export at "
+                f"the same time?); it is left as it is: choose another destination, or remove it and "
+                f"run the command again"
+            ) from None
         return
     aside = make_folder_beside(out, ".old")
     os.replace(out, aside)  # aside is an empty folder: rename replaces it
