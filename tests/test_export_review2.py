@@ -141,9 +141,9 @@ def test_every_bundle_kind_says_what_its_graphs_are(kind: str, request: pytest.F
 
 
 def test_a_nan_or_infinity_on_one_side_only_is_an_infinite_difference() -> None:
-    from tfcompile.graphs.parity import _difference
+    from tfcompile.agreement import largest_difference
 
     torch_side = np.array([1.0, np.nan, np.inf, 2.0], dtype=np.float32)
-    assert _difference(torch_side.copy(), torch_side) == 0.0  # the same NaN and infinity agree
+    assert largest_difference(torch_side.copy(), torch_side) == 0.0  # the same NaN and infinity agree
     for broken in ([np.nan, np.nan, np.inf, 2.0], [1.0, np.nan, -np.inf, 2.0], [1.0, 0.0, np.inf, 2.0]):
-        assert _difference(np.array(broken, dtype=np.float32), torch_side) == np.inf
+        assert largest_difference(np.array(broken, dtype=np.float32), torch_side) == np.inf

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from tfcompile.agreement import finite_scale, largest_difference
 from tfcompile.graphs.export import CLASSIFIER_INPUTS, DECODER_INPUTS, seq2seq_names, step_names
 from tfcompile.models import Assembly, Classifier, DecoderLM, Seq2Seq, VisionTransformer
 from tfcompile.sequences import longest
@@ -27,21 +28,6 @@ def _run(session: Any, feed: dict[str, np.ndarray]) -> list[np.ndarray]:
     from tfcompile.runtime.ort import run
 
     return run(session, feed)
-
-
-def _difference(actual: np.ndarray, expected: np.ndarray) -> float:
-    """max |actual - expected|, infinite where one side holds a NaN or an infinity that the other
-    does not: NaN compares false, so a running max() skips it and a graph giving NaN at a step
-    would pass (tfcompile.optimize.parity compares its graphs alike)."""
-    same = (actual == expected) | (np.isnan(actual) & np.isnan(expected))
-    with np.errstate(invalid="ignore"):  # inf - inf, masked out by ``same`` or counted as NaN
-        difference = np.where(same, 0.0, np.abs(actual - expected))
-    return float(np.nan_to_num(difference, nan=np.inf, posinf=np.inf).max(initial=0.0))
-
-
-def _scale(expected: np.ndarray) -> float:
-    """max |expected| over its finite values (a NaN there is a difference, not a scale)."""
-    return float(np.abs(expected[np.isfinite(expected)]).max(initial=0.0))
 
 
 @dataclass(frozen=True)
@@ -142,8 +128,8 @@ def check_image_classifier_parity(
         with torch.no_grad():
             expected = model(torch.from_numpy(pixels)).numpy()
         (actual,) = _run(session, {"pixel_values": pixels})
-        diff = _difference(actual, expected)
-        cases.append(ParityCase(batch, s.max_seq_len, False, diff, diff / (_scale(expected) or 1.0)))
+        diff = largest_difference(actual, expected)
+        cases.append(ParityCase(batch, s.max_seq_len, False, diff, diff / (finite_scale(expected) or 1.0)))
     return ParityReport(tolerance, cases)
 
 
@@ -180,8 +166,8 @@ def check_forward_parity(
         with torch.no_grad():
             expected = model(*(torch.from_numpy(v) for v in feed.values())).numpy()
         (actual,) = _run(session, feed)
-        diff = _difference(actual, expected)
-        cases.append(ParityCase(batch, seq, padded, diff, diff / (_scale(expected) or 1.0)))
+        diff = largest_difference(actual, expected)
+        cases.append(ParityCase(batch, seq, padded, diff, diff / (finite_scale(expected) or 1.0)))
     return ParityReport(tolerance, cases)
 
 
@@ -217,8 +203,8 @@ def check_step_parity(model: DecoderLM, onnx_path: Path, tolerance: float, seed:
                 ).numpy()
             feed = dict(zip(inputs, [ids[:, start:end], mask, *past], strict=True))
             actual, *past = _run(session, feed)
-            diff = max(diff, _difference(actual, expected))
-            scale = max(scale, _scale(expected))
+            diff = max(diff, largest_difference(actual, expected))
+            scale = max(scale, finite_scale(expected))
         cases.append(ParityCase(batch, total, padded, diff, diff / (scale or 1.0)))
     return ParityReport(tolerance, cases)
 
@@ -247,8 +233,8 @@ def check_seq2seq_encoder_parity(
         expected = [m.key.numpy() for m in memory] + [m.value.numpy() for m in memory]
         actual = _run(session, {"source_ids": ids, "source_mask": mask})
         real = mask.astype(bool)[:, None, :, None]  # padded source positions are never read
-        diff = max(_difference(np.where(real, a, e), e) for a, e in zip(actual, expected, strict=True))
-        scale = max(_scale(e) for e in expected) or 1.0
+        diff = max(largest_difference(np.where(real, a, e), e) for a, e in zip(actual, expected, strict=True))
+        scale = max(finite_scale(e) for e in expected) or 1.0
         cases.append(ParityCase(batch, length, batch > 1, diff, diff / scale))
     return ParityReport(tolerance, cases)
 
@@ -286,7 +272,7 @@ def check_seq2seq_step_parity(
                 ).numpy()
             feed = dict(zip(inputs, [target[:, start:end], source_mask, *past, *memory_arrays], strict=True))
             actual, *past = _run(session, feed)
-            diff = max(diff, _difference(actual, expected))
-            scale = max(scale, _scale(expected))
+            diff = max(diff, largest_difference(actual, expected))
+            scale = max(scale, finite_scale(expected))
         cases.append(ParityCase(batch, total, batch > 1, diff, diff / (scale or 1.0)))
     return ParityReport(tolerance, cases)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tfcompile.agreement import finite_scale, largest_difference
 from tfcompile.manifest import Graph, Manifest
 from tfcompile.runtime.ort import ort, run
 from tfcompile.runtime.session import SessionOptions
@@ -45,18 +46,9 @@ def relative_difference(
     worst, scale = 0.0, 0.0
     for outputs in _runs(sessions, graph, manifest, rng):
         a, b = (np.asarray(o, dtype=np.float32) for o in outputs)
-        worst = max(worst, _largest_difference(a, b))
-        scale = max(scale, float(np.abs(a[np.isfinite(a)]).max(initial=0.0)))
+        worst = max(worst, largest_difference(a, b))
+        scale = max(scale, finite_scale(a))
     return worst / scale if scale else worst
-
-
-def _largest_difference(a: np.ndarray, b: np.ndarray) -> float:
-    """max |a - b|, where a value that is NaN or infinite in one and not the same in the other
-    counts as an infinite difference (a NaN would otherwise drop out of the maximum)."""
-    same = (a == b) | (np.isnan(a) & np.isnan(b))
-    with np.errstate(invalid="ignore"):  # inf - inf, masked out by ``same`` or counted as NaN
-        difference = np.where(same, 0.0, np.abs(a - b))
-    return float(np.nan_to_num(difference, nan=np.inf).max(initial=0.0))
 
 
 def _runs(
