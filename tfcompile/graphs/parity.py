@@ -17,11 +17,14 @@ from tfcompile.sequences import longest
 
 
 def _session(onnx_path: Path) -> Any:
-    """A CPU onnxruntime session: the reference PyTorch runs on the CPU too. onnxruntime is
-    imported here, not at the top, so that training needs neither of its builds."""
+    """A CPU onnxruntime session: the reference PyTorch runs on the CPU too, in turn with it, so
+    onnxruntime's threads do not spin between runs (they would take the cores from PyTorch).
+    onnxruntime is imported here, not at the top, so that training needs neither of its builds."""
     from tfcompile.runtime.ort import ort
+    from tfcompile.runtime.session import SessionOptions
 
-    return ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
+    options = SessionOptions(spin=False).to_ort()
+    return ort.InferenceSession(str(onnx_path), options, providers=["CPUExecutionProvider"])
 
 
 def _run(session: Any, feed: dict[str, np.ndarray]) -> list[np.ndarray]:
