@@ -117,3 +117,25 @@ def test_a_byte_level_bpe_smaller_than_its_bytes_is_refused_at_its_vocab_size() 
     assert issue.path == "data.tokenizer.vocab_size"
     assert "must be at least 256, found 100" in issue.message
     parse_spec(text.replace("vocab_size: 100", "vocab_size: 256"), "s.yaml")
+
+
+@pytest.mark.parametrize(
+    ("family", "task", "reserved"),
+    [
+        ("decoder", "{type: causal_lm}", 3),
+        ("encoder", "{type: masked_lm}", 5),
+        ("encoder", "{type: classification, labels: [a, b]}", 5),
+        ("encoder_decoder", "{type: seq2seq}", 4),
+    ],
+)
+def test_a_vocabulary_of_only_the_task_s_special_tokens_is_refused(
+    family: str, task: str, reserved: int
+) -> None:
+    """An encoder-decoder of vocab_size 3 validated, and its export failed with pydantic's own
+    ValidationError ('translation.stop_id is 3, outside the vocabulary of 3')."""
+    model = MODEL_YAML.replace("model:\n", f"model:\n  family: {family}\n")
+    spec = model.replace("vocab_size: 65", "vocab_size: VOCAB") + f"task: {task}\n"
+    issue = error_of(spec.replace("VOCAB", str(reserved))).issues[0]
+    assert issue.path == "model.vocab_size"
+    assert f"begins with {reserved} special tokens" in issue.message
+    parse_spec(spec.replace("VOCAB", str(reserved + 1)), "s.yaml")

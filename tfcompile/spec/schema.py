@@ -32,6 +32,7 @@ from pydantic.fields import FieldInfo
 from pydantic_core import PydanticCustomError
 
 from tfcompile.manifest import MAX_BEAM, MAX_LENGTH_PENALTY
+from tfcompile.sequences import CAUSAL_LM_TOKENS, SEQ2SEQ_TOKENS, SPECIAL_TOKENS
 from tfcompile.spec.choices import GATED, ActivationName, NormName
 
 # Integers are strict (YAML `true` or "4" is an error, not 1 or 4); floats stay lax because YAML 1.1
@@ -850,6 +851,11 @@ class TaskSection(Section):
         (train.context_length, default model.max_seq_len) must hold them."""
         return 1, "one token or image"
 
+    def reserved_tokens(self) -> tuple[str, ...]:
+        """The special tokens the task reserves at the first ids of a vocabulary it trains: the
+        model's vocab_size must hold them and a token of text."""
+        return ()
+
     def head_parameters(self, model: Any) -> int:
         """Parameters of what the task adds on top of ``model.body_parameters()``."""
         raise NotImplementedError
@@ -936,6 +942,9 @@ class CausalLMTask(TaskSection):
         "document (each file of a folder), so generation can stop. false: the corpus's symbols alone",
     )
 
+    def reserved_tokens(self) -> tuple[str, ...]:
+        return CAUSAL_LM_TOKENS if self.special_tokens else ()
+
     def head_parameters(self, model: Any) -> int:
         return model.lm_head_parameters()
 
@@ -973,6 +982,9 @@ class MaskedLMTask(TaskSection):
             return 5, "[CLS] A [SEP] B [SEP], a token to mask in each sentence"
         return 3, "[CLS] A [SEP], a token to mask in A"
 
+    def reserved_tokens(self) -> tuple[str, ...]:
+        return SPECIAL_TOKENS
+
     def check(self, model: Any, rules: Rules) -> None:
         if self.next_sentence:
             _require_pooler(model, rules, "next-sentence prediction")
@@ -1006,6 +1018,9 @@ class ClassificationTask(TaskSection):
             return 5, "[CLS] A [SEP] B [SEP], a token of each sentence"
         return 3, "[CLS] A [SEP], a token of the sentence"
 
+    def reserved_tokens(self) -> tuple[str, ...]:
+        return SPECIAL_TOKENS
+
     def check(self, model: Any, rules: Rules) -> None:
         _require_pooler(model, rules, "a sentence classifier")
         _require_segments(model, rules, "a sentence classifier's bundle")
@@ -1036,6 +1051,9 @@ class Seq2SeqTask(TaskSection):
     source_suffix: list[Literal["eos"]] = Field(
         [], description="special tokens appended to every source, by role (T5's tokenizer appends eos)"
     )
+
+    def reserved_tokens(self) -> tuple[str, ...]:
+        return SEQ2SEQ_TOKENS
 
     def resolved(self, model: Any) -> Seq2SeqTask:
         if self.max_decode_len is not None:
@@ -1383,6 +1401,15 @@ class Spec(Section):
             ("train", "context_length") if given else ("model", "max_seq_len"),
             f"a {self.task.type} example is {example}: {shortest} tokens, more than a context of {context}",
             f"raise it to {shortest} at least",
+        )
+        reserved = self.task.reserved_tokens()
+        vocab_size = getattr(self.model, "vocab_size", None)
+        rules.require(
+            vocab_size is None or vocab_size > len(reserved),
+            ("model", "vocab_size"),
+            f"a {self.task.type} vocabulary begins with {len(reserved)} special tokens "
+            f"({' '.join(reserved)}), so vocab_size {vocab_size} leaves no token of text",
+            f"raise it above {len(reserved)}, or leave it out to take it from the tokenizer",
         )
         if fits:
             self.task.check(self.model, rules)
