@@ -147,3 +147,27 @@ def test_a_nan_or_infinity_on_one_side_only_is_an_infinite_difference() -> None:
     assert largest_difference(torch_side.copy(), torch_side) == 0.0  # the same NaN and infinity agree
     for broken in ([np.nan, np.nan, np.inf, 2.0], [1.0, np.nan, -np.inf, 2.0], [1.0, 0.0, np.inf, 2.0]):
         assert largest_difference(np.array(broken, dtype=np.float32), torch_side) == np.inf
+
+
+def test_verify_reads_the_checkpoint_exported_even_after_the_run_trained_on(
+    char_bundle: Path, tmp_path: Path
+) -> None:
+    """The manifest said only 'last': a run resumed after its export moved last on, and verify
+    --run reported the export as disagreeing with PyTorch."""
+    import shutil
+
+    from tfcompile.export import verify_bundle
+    from tfcompile.spec import load_spec
+    from tfcompile.train import Trainer
+    from tfcompile.train.checkpoint import CheckpointError, checkpoint_dir
+
+    source = json.loads((char_bundle / "manifest.json").read_text())["source"]
+    assert source["checkpoint"] == "last" and source["checkpoint_folder"] == "step-000001"
+    run = tmp_path / "run"
+    shutil.copytree(char_bundle.parent / "run", run)
+    spec = load_spec(run / "spec.yaml", ["train.steps=2", f"train.runs_dir={tmp_path}"])
+    Trainer(spec, run, resume=True, show_progress=False).train()  # last is step-000002 now
+    assert all(report.passed for report in verify_bundle(char_bundle, run).values())
+    shutil.rmtree(checkpoint_dir(run) / "step-000001")
+    with pytest.raises(CheckpointError, match=r"no longer holds its checkpoint step-000001"):
+        verify_bundle(char_bundle, run)

@@ -60,7 +60,8 @@ from tfcompile.sequences import SPECIAL_ROLES
 from tfcompile.spec import Spec, dump_spec, parse_spec
 from tfcompile.spec.schema import MAX_OPSET, MIN_OPSET, OPSETS, SpecialTokens
 from tfcompile.tasks.task import build_model, task_of
-from tfcompile.train.runs import load_trained_model
+from tfcompile.train.checkpoint import FOLDER_NAME
+from tfcompile.train.runs import load_trained_checkpoint
 
 # A graph's file is its name: model.onnx, encoder.onnx, ...; "step" keeps its descriptive name.
 GRAPH_FILES = {"step": "decoder_step.onnx"}
@@ -75,21 +76,23 @@ class Source:
     """Where the weights come from: a run's checkpoint, or a spec initialised with a seed."""
 
     run: Path | None = None
-    checkpoint: str = "last"
+    checkpoint: str = "last"  # last, best, or a checkpoint folder's name
     seed: int = 0
+    folder: str | None = None  # the checkpoint folder loaded: verify reads the same one
 
-    def load(self, spec: Spec | None = None) -> tuple[Spec, nn.Module]:
+    def load(self, spec: Spec | None = None) -> tuple[Source, Spec, nn.Module]:
+        """-> this source, with the checkpoint folder it loaded; the spec; the model."""
         if self.run is not None:
-            spec, model = load_trained_model(self.run, self.checkpoint)
-        else:
-            assert spec is not None
-            torch.manual_seed(self.seed)
-            model = build_model(spec).eval()
-        return spec, model
+            spec, model, folder = load_trained_checkpoint(self.run, self.checkpoint)
+            return dataclasses.replace(self, folder=folder.name), spec, model
+        assert spec is not None
+        torch.manual_seed(self.seed)
+        return self, spec, build_model(spec).eval()
 
     def to_dict(self) -> dict[str, Any]:
         if self.run is not None:
-            return {"run": str(self.run.resolve()), "checkpoint": self.checkpoint}
+            folder = {"checkpoint_folder": self.folder} if self.folder else {}
+            return {"run": str(self.run.resolve()), "checkpoint": self.checkpoint} | folder
         return {"seed": self.seed}
 
 
@@ -110,7 +113,7 @@ def export_bundle(
     if spec is not None:
         _check_exportable(spec)
     replaced = check_destination(out, force)
-    spec, model = source.load(spec)
+    source, spec, model = source.load(spec)
     _check_exportable(spec)
     if precision is not None:
         spec = spec.replace({"export": {"precision": precision}})
@@ -154,8 +157,12 @@ def verify_bundle(bundle: Path, run: Path | None = None) -> dict[str, ParityRepo
     recorded = files.manifest.source
     spec = parse_spec(files.text(SPEC_FILE), source=str(bundle / SPEC_FILE))
     if run is not None:
-        checkpoint = recorded.get("checkpoint", "last")
-        source = Source(run=run, checkpoint=checkpoint if checkpoint in ("last", "best") else "last")
+        # The checkpoint folder exported from (a run trained on since has a newer last), else the
+        # pointer recorded (bundles exported before folders were recorded).
+        folder, checkpoint = recorded.get("checkpoint_folder"), recorded.get("checkpoint", "last")
+        if isinstance(folder, str) and FOLDER_NAME.fullmatch(folder):
+            checkpoint = folder
+        source = Source(run=run, checkpoint=checkpoint if checkpoint in ("last", "best", folder) else "last")
     elif "run" in recorded:
         raise ExportError(
             f"{bundle} was exported from the run {recorded['run']!r}: pass --run RUN to check it against "
@@ -165,7 +172,7 @@ def verify_bundle(bundle: Path, run: Path | None = None) -> dict[str, ParityRepo
         source = Source(seed=recorded["seed"])
     else:
         raise BundleError(f"{bundle / MANIFEST}: source records neither a run nor an integer seed")
-    _, model = source.load(spec)
+    _, _, model = source.load(spec)
     graphs = files.manifest.graphs
     reports = {}
     for name, g in task_of(spec).graphs.items():

@@ -17,6 +17,7 @@ from tfcompile.files import TOKENIZER_FILE
 from tfcompile.spec import Spec, parse_spec
 from tfcompile.tasks.task import build_model
 from tfcompile.train.checkpoint import (
+    FOLDER_NAME,
     SPEC_FILE,
     CheckpointError,
     checkpoint_dir,
@@ -98,24 +99,38 @@ def _reason(error: Exception) -> str:
 
 
 def load_trained_model(run_dir: Path, which: str = "last") -> tuple[Spec, nn.Module]:
-    """The run's spec and its model with the weights of the ``last`` or ``best`` checkpoint (CPU);
-    the run's tokenizer is checked too, before any command reads it."""
+    """The run's spec and its model with the weights of the ``last`` or ``best`` checkpoint, or of
+    the checkpoint folder named (``step-000600``), on the CPU; the run's tokenizer is checked too,
+    before any command reads it."""
+    spec, model, _ = load_trained_checkpoint(run_dir, which)
+    return spec, model
+
+
+def load_trained_checkpoint(run_dir: Path, which: str = "last") -> tuple[Spec, nn.Module, Path]:
+    """load_trained_model, and the checkpoint folder its weights came from."""
     spec = load_run_spec(run_dir)
     load_run_tokenizer(run_dir, spec)
     model = build_model(spec)
-    load_run_weights(model, run_dir, which)
-    return spec, model.eval()
+    folder = load_run_weights(model, run_dir, which)
+    return spec, model.eval(), folder
 
 
 def load_run_weights(model: nn.Module, run_dir: Path, which: str) -> Path:
     """The weights of the run's ``last`` checkpoint (when it is damaged, the newest that loads, with a
-    RunWarning) or ``best`` one into ``model`` -> the checkpoint's folder."""
+    RunWarning), its ``best`` one, or the checkpoint folder named, into ``model`` -> the
+    checkpoint's folder."""
 
     def load(path: Path) -> None:
         load_weights(model, path)
 
     if which == "last":
         return load_latest(run_dir, load, repair=False, resuming=False)[0]
+    if FOLDER_NAME.fullmatch(which):
+        folder = checkpoint_dir(run_dir) / which
+        if not folder.is_dir():
+            raise CheckpointError(f"{run_dir} no longer holds its checkpoint {which} (pruned or removed)")
+        load(folder)
+        return folder
     loaded = load_pointed(run_dir, which, load)
     if loaded is None:
         raise CheckpointError(f"{run_dir} has no {which} checkpoint")
