@@ -187,3 +187,16 @@ def test_a_killed_process_stops_the_others_with_one_line(tmp_path: Path) -> None
     assert "tfcompile train: error: process " in stderr
     assert "stops: another process of the run stopped" in stderr
     assert "is intact" in stderr and "[rank0]: Traceback" not in stderr and "GLHF" not in stderr
+
+
+def test_fsdp_training_does_not_warn_of_the_logits_view(tmp_path: Path) -> None:
+    """FSDP2 warned on every rank at the first step that the root returned a view (its logits);
+    no loss writes into them."""
+    import warnings
+
+    from test_fsdp import FSDP, train
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        train(tmp_path, "fsdp", FSDP, "train.steps=1")
+    assert not [w for w in caught if "returned a view tensor" in str(w.message)]
