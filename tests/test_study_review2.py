@@ -11,6 +11,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from helpers import SHARED_DATA
 from test_study import SPEC
 
 from tfcompile.cli import main
@@ -208,3 +209,20 @@ def test_a_baseline_with_no_finished_trial_is_named_beside_its_stand_in(
         "baseline: sound (standing in for the study's baseline, diverges, which has no finished trial)."
         in report
     )
+
+
+def test_a_study_moved_elsewhere_keeps_its_finished_trials(tmp_path: Path) -> None:
+    """The reuse check compared the data's absolute path, so a study copied or moved (another
+    machine, another mount point) retrained every trial; which data a trial read is its file name."""
+    (tmp_path / "a").mkdir()
+    corpus = tmp_path / "a" / "corpus.txt"
+    corpus.write_text((SHARED_DATA / "tinyshakespeare.txt").read_text()[:20_000])
+    path = write_study(tmp_path / "a", variants="  sound: {}")
+    path.write_text(path.read_text().replace("overrides:\n", f"overrides:\n  data.path: {corpus}\n"))
+    assert main(["sweep", str(path)]) == 0
+    moved = tmp_path / "b"
+    (tmp_path / "a").rename(moved)
+    study = moved / "study.yaml"
+    study.write_text(study.read_text().replace(str(tmp_path / "a"), str(moved)))
+    sweep = Sweep(plan_study(load_study(study)))
+    assert all(sweep.finished(trial) for trial in sweep.trials())

@@ -106,7 +106,7 @@ def trained_otherwise(run: Run, spec: Spec) -> list[str]:
     learning rate of the steps it took (a cosine schedule's decay). Empty: ``run`` is that trial,
     or trains on to it."""
     ignore = UNMEASURED | {"train.steps"} | set(spec.sizes_from_data())
-    changed = model_differences(run.spec.model_dump(), spec.model_dump(), "", ignore)
+    changed = model_differences(_by_name(run.spec.model_dump()), _by_name(spec.model_dump()), "", ignore)
     ours, theirs, step = spec.train, run.spec.train, run.saved_step
     if 0 < step <= ours.steps != theirs.steps:
         d_model = spec.model.d_model
@@ -119,6 +119,16 @@ def trained_otherwise(run: Run, spec: Spec) -> list[str]:
                 f"not {before:.3g})"
             )
     return changed
+
+
+def _by_name(value: Any) -> Any:
+    """A spec's dump with each path (its data, a parent run) as its file name: which data a trial
+    read, not where it lay, so that a study moved or copied elsewhere keeps its finished trials."""
+    if isinstance(value, dict):
+        return {key: _by_name(v) for key, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_by_name(v) for v in value]
+    return value.name if isinstance(value, Path) else value
 
 
 def is_run(folder: Path) -> bool:
