@@ -168,3 +168,20 @@ def test_an_imported_tokenizer_encodes_a_corpus_as_it_encodes_the_whole_text(
     monkeypatch.setattr(tokenizer_module, "ENCODE_CHARS", 3_200)  # pieces of 200 characters
     assert encode(tokenizer, text).tolist() == tokenizer.encode(text).ids
     assert len(list(tokenizer_module._pieces(text))) > 50
+
+
+def test_tables_read_from_many_threads_at_once_each_read_whole(tmp_path: Path) -> None:
+    """Each read raised the process's csv field limit and put back what it found: threads put back
+    each other's, and a read of long cells failed as 'field larger than field limit'."""
+    import csv
+    from concurrent.futures import ThreadPoolExecutor
+
+    long = tmp_path / "long.csv"
+    long.write_text("sentence,label\n" + "".join(f"{'x' * 200_000},{i % 2}\n" for i in range(4)))
+    short = tmp_path / "short.csv"
+    short.write_text("sentence,label\na,0\nb,1\n")
+    before = csv.field_size_limit()
+    with ThreadPoolExecutor(8) as pool:
+        counts = list(pool.map(lambda p: len(read_table(p, "sentence", None, "label")), [long, short] * 200))
+    assert counts == [4, 2] * 200
+    assert csv.field_size_limit() == before

@@ -7,6 +7,7 @@ import io
 import json
 import math
 import sys
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -109,10 +110,24 @@ def _delimited(path: Path, text: str, suffix: str) -> list[dict[str, Any]]:
     quoting: Literal[0, 1, 2, 3] = csv.QUOTE_NONE if suffix == ".tsv" else csv.QUOTE_MINIMAL
     reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter, quoting=quoting)
     # The csv module refuses a cell of more than 131,072 characters (a long review or article); the
-    # file is in memory already, so a cell as long as the file is allowed while it is read.
-    limit = csv.field_size_limit(max(len(text), csv.field_size_limit()))
+    # file is in memory already, so a cell as long as the file is allowed while it is read. The
+    # limit is the process's: one table at a time raises it and puts it back.
+    with _FIELD_LIMIT:
+        limit = csv.field_size_limit(min(max(len(text), csv.field_size_limit()), MAX_FIELD))
+        try:
+            return _rows(path, reader, suffix)
+        finally:
+            csv.field_size_limit(limit)
+
+
+_FIELD_LIMIT = threading.Lock()
+MAX_FIELD = (1 << 31) - 1  # the csv module's limit is a C long (32 bits on Windows)
+
+
+def _rows(path: Path, reader: Any, suffix: str) -> list[dict[str, Any]]:
+    """The rows of ``reader`` under its header's names (see _delimited)."""
     try:
-        header = next((fields for fields in reader if fields), [])  # after any blank lines
+        header: list[str] = next((fields for fields in reader if fields), [])  # after any blank lines
         twice = next((name for i, name in enumerate(header) if name in header[:i]), None)
         if twice is not None:
             raise DataError(f"{path}: the header names the column {twice!r} twice: rename one")
@@ -128,8 +143,6 @@ def _delimited(path: Path, text: str, suffix: str) -> list[dict[str, Any]]:
             rows.append(dict(zip(header, fields, strict=True)))
     except csv.Error as e:
         raise DataError(f"{path}, line {reader.line_num}: cannot read it as {suffix[1:]}: {e}") from None
-    finally:
-        csv.field_size_limit(limit)
     return rows
 
 
