@@ -162,3 +162,18 @@ def test_a_user_script_type_checks_under_mypy_strict(tmp_path: Path, monkeypatch
     options = ["--config-file", str(tmp_path / "mypy.ini"), "--cache-dir", str(tmp_path / "cache")]
     out, err, status = api.run([*options, "--strict", "--follow-imports=silent", str(script)])
     assert status == 0, out + err
+
+
+def test_a_registered_subclass_of_a_built_in_runtime_serves_its_own_task(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """It inherited its parent's TASK, so every bundle of its own task was refused at load."""
+    import tfcompile.runtime as runtime
+
+    monkeypatch.setattr(runtime, "RUNTIMES", dict(runtime.RUNTIMES))
+
+    @runtime.register_runtime("my_tagging")
+    class Tagger(runtime.Classifier):
+        pass
+
+    assert Tagger.TASK == "my_tagging" and runtime.Classifier.TASK == "classification"

@@ -30,6 +30,7 @@ def register_runtime(task: str) -> Callable[[type[Bundle]], type[Bundle]]:
         if RUNTIMES.get(task, cls) is not cls:
             raise ValueError(f"bundles of task {task!r} already have a runtime class")
         RUNTIMES[task] = cls
+        cls.TASK = task  # a subclass of a built-in class serves its own task, not its parent's
         return cls
 
     return add

@@ -227,7 +227,8 @@ class Bundle:
         # session lives, to rebuild it on the CPU should a provider fail (at load, or later at a
         # run); the runtime never lets it switch providers, so it keeps neither.
         session.disable_fallback()
-        session._model_bytes = None
+        if isinstance(getattr(session, "_model_bytes", None), bytes):  # a private name: kept only if bytes
+            session._model_bytes = None
         started = session.get_providers()
         if self._chosen and (missing := [name for name, _ in self._providers if name not in started]):
             raise InputError(
