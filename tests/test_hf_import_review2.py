@@ -185,3 +185,15 @@ def test_an_image_processor_resizing_with_another_filter_is_warned_of(
     with warnings.catch_warnings():
         warnings.simplefilter("error", HFWarning)
         _import(saved["vit"], tmp_path, "bilinear")  # ViTImageProcessor's own filter: no warning
+
+
+def test_an_image_processor_s_resample_of_another_type_is_refused_by_name(
+    saved: dict[str, Path], tmp_path: Path
+) -> None:
+    """resample and do_resize were read after the problems were raised: a resample of another JSON
+    type was recorded, never reported, and read as bilinear."""
+    folder = _copy(saved, "vit", tmp_path)
+    path = folder / "preprocessor_config.json"
+    path.write_text(json.dumps(json.loads(path.read_text()) | {"resample": "bicubic"}))
+    with pytest.raises(HFError, match="resample"):
+        _import(folder, tmp_path)

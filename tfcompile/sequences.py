@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from itertools import chain
-from typing import Any
 
 import numpy as np
 
@@ -56,15 +55,6 @@ def tidy(text: str) -> str:
     """A decoded translation without leading and trailing ASCII whitespace (as the manifest states,
     so that a client in any language strips the same characters)."""
     return text.strip(" \t\n\r\f\v")
-
-
-def token_ids(tokenizer: Any, tokens: Sequence[str]) -> dict[str, int]:
-    """The ids of ``tokens`` in a ``tokenizers.Tokenizer``; a ValueError naming the ones it lacks."""
-    ids = {token: tokenizer.token_to_id(token) for token in tokens}
-    missing = [token for token, i in ids.items() if i is None]
-    if missing:
-        raise ValueError(f"the tokenizer lacks {', '.join(missing)}")
-    return ids
 
 
 # The longest sequence a parity check runs (export's against PyTorch, optimize's against the

@@ -289,10 +289,10 @@ def preprocessing(processor: dict[str, Any], spec: Spec, where: str) -> dict[str
         f"{size} is not the model's image_size, {model.image_size} square",
         "import the processor saved with the model",
     )
+    resample, resizes = config.get("resample", BILINEAR), config.get("do_resize", True)
     if config.problems:
         raise refuse(where, config.problems)
-    resample = config.get("resample", BILINEAR)
-    if config.get("do_resize", True) and resample != BILINEAR:
+    if resizes and resample != BILINEAR:
         warnings.warn(
             HFWarning(
                 f"{where}: resample {resample!r} is not bilinear ({BILINEAR}), the filter tfcompile resizes "
