@@ -185,3 +185,20 @@ def test_tables_read_from_many_threads_at_once_each_read_whole(tmp_path: Path) -
         counts = list(pool.map(lambda p: len(read_table(p, "sentence", None, "label")), [long, short] * 200))
     assert counts == [4, 2] * 200
     assert csv.field_size_limit() == before
+
+
+def test_a_corpus_is_encoded_without_the_post_processor_s_tokens() -> None:
+    """A LLaMA tokenizer's post-processor adds <s>: every piece of a corpus got one, mid-sentence
+    (22 in 90,000 characters); the runtime adds one to a prompt, as encode does when asked."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+
+    from tfcompile.data.tokenizer import ENCODE_CHARS, encode
+
+    words = ["the", "cat", "sat", "<s>", "<unk>"]
+    tokenizer = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tokenizer.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 3)])
+    text = " ".join(["the cat sat"] * (ENCODE_CHARS // 4))
+    ids = encode(tokenizer, text)
+    assert 3 not in ids and len(ids) == 3 * (ENCODE_CHARS // 4)
+    assert encode(tokenizer, "the cat", special_tokens=True).tolist() == [3, 0, 1]

@@ -253,7 +253,7 @@ def _sample(args: argparse.Namespace) -> int:
         raise UsageError(f"{run_dir} is a {spec.task.type} run; sample generates text from decoder runs")
     tokenizer = load_tokenizer(run_dir / "tokenizer.json")
     try:
-        prompt = encode(tokenizer, args.prompt).tolist()
+        prompt = encode(tokenizer, args.prompt, special_tokens=True).tolist()  # as the runtime's
     except ValueError as e:
         raise UsageError(f"--prompt: {e}") from None
     if not prompt:

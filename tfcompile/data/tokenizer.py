@@ -115,14 +115,15 @@ SPACE_CUT = re.compile(r"(?<=\S)(?= \S)")
 CUT = re.compile(r"(?<=\S)(?= \S)|(?<=\S\n)(?=\S)")  # a SPACE_CUT or a line break's
 
 
-def encode(tokenizer: Tokenizer, text: str) -> np.ndarray:
+def encode(tokenizer: Tokenizer, text: str, special_tokens: bool = False) -> np.ndarray:
     """Token ids (int64) of ``text``, encoded about ENCODE_CHARS characters at a time, in pieces
     cut where the ids do not change (SPACE_CUT); a character the vocabulary lacks is a ValueError
-    naming it."""
+    naming it. ``special_tokens``: what the tokenizer's post-processor adds (a LLaMA tokenizer's
+    <s>), to each piece: for a prompt, which is one; a corpus is a stream of text without them."""
     chunks = [np.zeros(0, dtype=np.int64)]
     try:
         for batch in _batches(text):
-            encodings = tokenizer.encode_batch(batch)
+            encodings = tokenizer.encode_batch(batch, add_special_tokens=special_tokens)
             chunks.append(np.fromiter(itertools.chain.from_iterable(e.ids for e in encodings), np.int64))
     except Exception as e:
         unknown = sorted({c for c in text if tokenizer.token_to_id(c) is None})
