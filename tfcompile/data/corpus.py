@@ -213,8 +213,9 @@ def prepare_corpus(
 
 
 # Changed when ``encode`` gives another tokenizer's text other ids, so cached ids are not reused:
-# 2, cut between words rather than at every line (an imported GPT-2 or Metaspace tokenizer).
-IDS_VERSION = "2"
+# 2, cut between words rather than at every line (an imported GPT-2 or Metaspace tokenizer); 3,
+# without the post-processor's special tokens (an imported LLaMA tokenizer's <s>).
+IDS_VERSION = "3"
 
 
 def _cached_tokenizer(path: Path) -> Tokenizer | None:
