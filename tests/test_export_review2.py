@@ -28,6 +28,7 @@ from tfcompile.export import (
 )
 from tfcompile.models import DecoderLM
 from tfcompile.spec import parse_spec
+from tfcompile.tasks import build_model
 from tfcompile.tasks.causal_lm import LanguageModelling
 
 SMALL = "model: {vocab_size: 20, d_model: 16, n_layers: 1, n_heads: 2, max_seq_len: 8}\n"
@@ -171,3 +172,22 @@ def test_verify_reads_the_checkpoint_exported_even_after_the_run_trained_on(
     shutil.rmtree(checkpoint_dir(run) / "step-000001")
     with pytest.raises(CheckpointError, match=r"no longer holds its checkpoint step-000001"):
         verify_bundle(char_bundle, run)
+
+
+def test_a_model_whose_own_outputs_are_nan_is_not_exported(tmp_path: Path) -> None:
+    """The same NaN on both sides agrees (add162e): a NaN checkpoint exported with difference 0."""
+    import tfcompile.export.bundle as bundle
+
+    spec = parse_spec(SMALL)
+    torch.manual_seed(0)
+    model = build_model(spec).eval()
+    with torch.no_grad():
+        next(model.parameters()).fill_(float("nan"))
+
+    class NaNSource(Source):
+        def load(self, spec: Any = None) -> Any:
+            return self, spec, model
+
+    with pytest.raises(ExportError, match=r"PyTorch's own are not finite"):
+        bundle.export_bundle(spec, NaNSource(seed=0), tmp_path / "bundle")
+    assert list(tmp_path.iterdir()) == []

@@ -133,7 +133,8 @@ def export_bundle(
                     f"{field} {report.tolerance:g}"
                     if math.isfinite(report.measured)
                     else f"on the {name} graph's outputs: one gives a NaN or an infinity where the other "
-                    "does not"
+                    "does not, or PyTorch's own are not finite (weights that are not, or an fp16 graph "
+                    "past its range)"
                 )
                 raise ExportError(
                     f"onnxruntime and PyTorch disagree {how}: {json.dumps(report.to_dict()['cases'])}"
