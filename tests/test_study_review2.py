@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 from helpers import SHARED_DATA
@@ -226,3 +227,26 @@ def test_a_study_moved_elsewhere_keeps_its_finished_trials(tmp_path: Path) -> No
     study.write_text(study.read_text().replace(str(tmp_path / "a"), str(moved)))
     sweep = Sweep(plan_study(load_study(study)))
     assert all(sweep.finished(trial) for trial in sweep.trials())
+
+
+def test_a_trial_whose_model_does_not_fit_is_a_result_not_the_end_of_the_sweep(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The memory check runs as the Trainer is made, outside run_trial's try: it stopped the sweep,
+    though the README counts a model that does not fit among a trial's results."""
+    from tfcompile.train import TrainingFailed
+    from tfcompile.train.device import Placement
+
+    check_fits = Placement.check_fits
+
+    def too_big(self: Placement, spec: Any) -> None:
+        if spec.model.d_model == 32:
+            raise TrainingFailed("training needs at least 9 GB, more than the 8 GB free")
+        check_fits(self, spec)
+
+    monkeypatch.setattr(Placement, "check_fits", too_big)
+    path = write_study(tmp_path, variants="  sound: {}\n  big: {model.d_model: 32}")
+    status, err = run_cli(["sweep", str(path)], capsys)
+    assert status == 0 and "big-seed1 failed: training needs at least 9 GB" in err
+    status, err = run_cli(["compare", str(path), "--out", str(tmp_path / "out")], capsys)
+    assert status == 0 and "big-seed1 failed: training needs at least 9 GB" in err

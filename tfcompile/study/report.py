@@ -27,7 +27,7 @@ from tfcompile.errors import UserError
 from tfcompile.files import atomic_write_bytes, atomic_write_text
 from tfcompile.paths import YAML_SUFFIXES, Kind, kind_of
 from tfcompile.spec.schema import RUN_NAME, is_run_name
-from tfcompile.study.runs import MEMORY_KINDS, Run, find_runs, read_run, trained_otherwise
+from tfcompile.study.runs import MEMORY_KINDS, Run, find_runs, read_run, recorded_failure, trained_otherwise
 from tfcompile.study.sweep import STUDY_RECORD, plan_record
 from tfcompile.train.metrics import METRICS_FILE
 from tfcompile.train.runs import model_differences
@@ -144,6 +144,8 @@ def collect(sources: Sequence[Path]) -> Trials:
                     missing.append(
                         LeftOut(path, f"failed: {run.failure()}", f"run {sweep} again to try it again")
                     )
+                elif run is None and (failure := recorded_failure(path)) is not None:
+                    missing.append(LeftOut(path, f"failed: {failure}", f"run {sweep} again to try it again"))
                 elif run is None or run.state != "finished":
                     missing.append(LeftOut(path, "is not finished", f"run {sweep} again to finish it"))
                 elif steps is not None and run.planned != steps:

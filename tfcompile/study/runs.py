@@ -87,17 +87,27 @@ class Run:
 
     def trial(self) -> dict[str, Any]:
         """What the study measured of this run (empty for a run trained outside a study)."""
-        path = self.path / TRIAL_FILE
-        with contextlib.suppress(OSError, ValueError):
-            found = json.loads(path.read_text())
-            if isinstance(found, dict):
-                return found
-        return {}
+        return read_trial(self.path)
 
     def failure(self) -> str | None:
         """Why its training stopped with an error, when its study's sweep recorded that it did."""
-        failed = self.trial().get("failed")
-        return failed if isinstance(failed, str) else None
+        return recorded_failure(self.path)
+
+
+def read_trial(folder: Path) -> dict[str, Any]:
+    """RUN/trial.json, what a study measured of a trial (empty when there is none)."""
+    with contextlib.suppress(OSError, ValueError):
+        found = json.loads((folder / TRIAL_FILE).read_text())
+        if isinstance(found, dict):
+            return found
+    return {}
+
+
+def recorded_failure(folder: Path) -> str | None:
+    """Why a trial's training failed, as its sweep recorded: also of one that failed as it was set
+    up (its model does not fit), before it wrote its spec."""
+    failed = read_trial(folder).get("failed")
+    return failed if isinstance(failed, str) else None
 
 
 def trained_otherwise(run: Run, spec: Spec) -> list[str]:

@@ -35,15 +35,16 @@ def run_trial(spec_text: str, run_dir: str, show_progress: bool = True) -> dict[
     resume = bool(checkpoint_folders(folder))
     if not resume and folder.is_dir() and not is_locked(folder):
         _clear_start(folder)
-    failed = None
+    failed, trainer = None, None
     with peak_memory(spec.train.device) as peak:
-        trainer = Trainer(spec, folder, resume=resume, show_progress=show_progress)
-        try:
+        try:  # a model that does not fit fails as the Trainer is made
+            trainer = Trainer(spec, folder, resume=resume, show_progress=show_progress)
             interrupted = trainer.train().interrupted
         except TrainingFailed as e:
             interrupted, failed = False, str(e)
-    _record_peak(folder, peak, str(trainer.device), failed)
-    return {"step": trainer.step, "interrupted": interrupted, "failed": failed}
+    device = str(trainer.device) if trainer is not None else spec.train.device
+    _record_peak(folder, peak, device, failed)
+    return {"step": trainer.step if trainer is not None else 0, "interrupted": interrupted, "failed": failed}
 
 
 def _clear_start(folder: Path) -> None:
@@ -102,6 +103,7 @@ def _record_peak(folder: Path, peak: Peak, device: str, failed: str | None) -> N
     """RUN/trial.json: the largest peak over the processes that trained the run, and why the last
     one's training failed, if it did."""
     path = folder / TRIAL_FILE
+    folder.mkdir(parents=True, exist_ok=True)  # a trial that failed as it was set up may have none
     before = 0
     with contextlib.suppress(OSError, ValueError, TypeError):
         before = int(json.loads(path.read_text())["peak_memory_bytes"])

@@ -15,7 +15,7 @@ from tfcompile.memory import gigabytes, physical_memory, too_large
 from tfcompile.spec.schema import Spec, TrainSpec
 from tfcompile.train import parallel
 from tfcompile.train.distributed import World, join_world
-from tfcompile.train.runs import TrainError
+from tfcompile.train.runs import TrainError, TrainingFailed
 
 
 @dataclass(frozen=True)
@@ -61,7 +61,7 @@ class Placement:
                 if self.world.distributed
                 else ""
             )
-            raise TrainError(
+            raise TrainingFailed(
                 f"training needs at least {gigabytes(state)} for the model's {params:,} parameters (their "
                 f"gradients and optimizer state included) and {gigabytes(outputs)} for one batch's outputs "
                 f"({rows} x {spec.context_length} tokens{share}), more than the {where}: lower "

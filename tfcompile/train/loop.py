@@ -128,7 +128,8 @@ class Trainer:
             model = build_model(self.spec)
         init_run = t.init_from
         self.initialized_from = init_from_run(model, self.spec, init_run) if init_run and not resume else None
-        self.model = model.to(self.device)
+        with out_of_memory("moving the model to the device"):
+            self.model = model.to(self.device)
         parallel.prepare(self.model, t, self.device, self.placement.compiles(t))  # sharded in place (FSDP)
         self.sharded = is_sharded(self.model)
         self.optimizer = build_optimizer(self.model, t.optimizer, self.device)
