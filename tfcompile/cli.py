@@ -1145,6 +1145,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             show(message, category, *rest, **kw)
 
     warnings.showwarning = show_one_line
+    # FSDP warns on every rank that the decoder's logits (a Linear over (B, T, d)) are a view, on
+    # which an in-place op would skip its hooks; no loss writes into them.
+    warnings.filterwarnings("ignore", r"FSDP2-wrapped module \(\w+\) returned a view tensor", UserWarning)
     try:
         check_arguments(args.command, vars(args))  # a path of the wrong kind: say what would work
         return handler(args)

@@ -17,7 +17,6 @@ the step calls (``wrap``).
 from __future__ import annotations
 
 import contextlib
-import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -88,9 +87,6 @@ def shard(model: nn.Module, spec: TrainSpec, device: torch.device, compiles: boo
                 block.compile()
             fully_shard(block, **policies)
     fully_shard(model, **policies)
-    # The root returns its logits as a view (a Linear over (B, T, d)); FSDP warns on every rank
-    # that an in-place op on a view would skip its hooks, and the losses read logits out of place.
-    warnings.filterwarnings("ignore", r"FSDP2-wrapped module \(\w+\) returned a view tensor", UserWarning)
 
 
 @contextlib.contextmanager
