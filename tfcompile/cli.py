@@ -736,7 +736,7 @@ def build_parser() -> argparse.ArgumentParser:
         "runs",
         help="list runs: steps, best validation metric, state",
         description="Every run under FOLDER (default: runs): family, task, parameters, steps done of "
-        "planned, best validation metric, and state (running, finished or interrupted).",
+        "planned, best validation metric, and state (running, finished, interrupted or failed).",
     )
     runs.add_argument("folder", nargs="?", default="runs", help="a runs folder, a study's, or a run")
     runs.set_defaults(handler=_runs)
