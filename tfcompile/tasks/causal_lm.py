@@ -21,7 +21,6 @@ from tfcompile.graphs.parity import check_decoder_parity, check_step_parity
 from tfcompile.manifest import GenerationInfo, TokenizerInfo
 from tfcompile.models import DecoderLM
 from tfcompile.nn.attention import KVCache
-from tfcompile.sequences import CAUSAL_LM_TOKENS
 from tfcompile.spec.schema import CausalLMTask, DecoderSpec, Spec
 
 if TYPE_CHECKING:
@@ -119,7 +118,7 @@ class LanguageModelling(Task):
         self.task = spec.task
         self.loss_chunk = spec.train.loss_chunk_tokens
         self.context = spec.context_length
-        specials = CAUSAL_LM_TOKENS if spec.task.special_tokens else ()
+        specials = spec.task.reserved_tokens()
         self.corpus = prepare_corpus(spec.data, cache_dir, tokenizer, specials)
         self.tokenizer = self.corpus.tokenizer
         check_fits_context(self.corpus, self.context, spec.data)

@@ -18,7 +18,7 @@ from tfcompile.graphs.export import Graph, export_classifier
 from tfcompile.graphs.parity import check_classifier_parity
 from tfcompile.manifest import TokenizerInfo
 from tfcompile.models import Classifier
-from tfcompile.sequences import SPECIAL_ROLES, SPECIAL_TOKENS
+from tfcompile.sequences import SPECIAL_ROLES
 from tfcompile.spec.schema import ClassificationTask, EncoderSpec, Spec
 from tfcompile.tasks.task import (
     Batch,
@@ -152,10 +152,11 @@ class TextClassification(Task):
         self.index = label_index(self.labels, {*train.labels, *val.labels})
         if tokenizer is None:
             texts = train.texts + (train.pairs or [])
-            tokenizer = train_tokenizer(data.tokenizer, texts, SPECIAL_TOKENS)
+            tokenizer = train_tokenizer(data.tokenizer, texts, spec.task.reserved_tokens())
         # The encoder's special tokens, every one the sentence template needs (a DataError names
         # the missing: a causal LM's tokenizer, from train.init_from, has no [CLS]).
-        self.pad_id = special_ids(spec, tokenizer, [SPECIAL_ROLES[token] for token in SPECIAL_TOKENS])["pad"]
+        roles = [SPECIAL_ROLES[token] for token in spec.task.reserved_tokens()]
+        self.pad_id = special_ids(spec, tokenizer, roles)["pad"]
         add_sentence_template(tokenizer, context)
         self.tokenizer: Tokenizer = tokenizer
         self.examples = {"train": self._encode(train), "val": self._encode(val)}

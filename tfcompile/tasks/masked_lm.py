@@ -18,7 +18,6 @@ from tokenizers import Tokenizer
 
 from tfcompile.data import DataError, read_corpus, text_lines, train_tokenizer
 from tfcompile.models import MaskedLM
-from tfcompile.sequences import SPECIAL_TOKENS
 from tfcompile.spec.schema import EncoderSpec, MaskedLMTask, Spec
 from tfcompile.tasks.causal_lm import IGNORE_INDEX
 from tfcompile.tasks.task import Batch, ModelFn, Task, pad_rows, register_task, special_ids
@@ -92,7 +91,7 @@ class MaskedLanguageModelling(Task):
                 f"training and validation sentences (val_fraction {data.val_fraction})"
             )
         self.tokenizer: Tokenizer = tokenizer or train_tokenizer(
-            data.tokenizer, lines[:n_train], SPECIAL_TOKENS
+            data.tokenizer, lines[:n_train], spec.task.reserved_tokens()
         )
         # By role, wherever the vocabulary holds them (tfcompile's at 0-4, BERT's [CLS] at 101).
         self.ids = special_ids(spec, self.tokenizer, SPECIAL_ROLES)

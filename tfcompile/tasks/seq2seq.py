@@ -100,7 +100,7 @@ class Translation(Task):
             train, val = (source[:-n_val], target[:-n_val]), (source[-n_val:], target[-n_val:])
         # One vocabulary for both languages, so that the embeddings can be shared.
         self.tokenizer: Tokenizer = tokenizer or train_tokenizer(
-            data.tokenizer, train[0] + train[1], SEQ2SEQ_TOKENS
+            data.tokenizer, train[0] + train[1], spec.task.reserved_tokens()
         )
         self.ids = special_ids(spec, self.tokenizer, ("pad", "unk", "bos", "eos"))
         self.suffix = [self.ids[role] for role in task.source_suffix]
