@@ -125,12 +125,16 @@ def _translation(tmp_path: Path, **data: str) -> tuple[Translation, Spec]:
 
 def test_translation_validation_is_the_whole_split_whatever_the_batch_size(tmp_path: Path) -> None:
     """Validation drew eval_batches random batches (with replacement), so its loss and accuracy
-    changed with train.batch_size; now every validation pair counts once, in order."""
+    changed with train.batch_size; now every validation pair counts once, in order (up to
+    eval_batches batches, which hold the split here at either size)."""
     task, spec = _translation(tmp_path, val_fraction="0.05")
     model = build_model(spec).eval()
     draws = lambda i: torch.Generator().manual_seed(i)  # noqa: E731
+    count = len(task.pairs["val"]) // 7 + 1
     with torch.no_grad():
-        results = [task.evaluate(model, task.eval_batches(2, size, draws)) for size in (7, 64)]
+        results = [task.evaluate(model, task.eval_batches(count, size, draws)) for size in (7, 64)]
+        first = task.evaluate(model, task.eval_batches(1, 7, draws))  # a bounded sample: the first 7 pairs
+        assert first["val_loss"] != results[0]["val_loss"]
         nll, right = 0.0, 0
         for source, target in task.pairs["val"]:  # one pair at a time, no padding
             logits = model(torch.tensor([source]), None, torch.tensor([target[:-1]]), None)[0].double()

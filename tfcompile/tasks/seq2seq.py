@@ -152,9 +152,10 @@ class Translation(Task):
     def eval_batches(
         self, count: int, size: int, generator_for: Callable[[int], torch.Generator]
     ) -> Iterator[Batch]:
-        """The whole validation split, in order: the loss and token accuracy count every target
-        token once, whatever the batch size."""
-        pairs = self.pairs["val"]
+        """The validation split in order, its first ``count`` batches (all of it when it holds
+        fewer pairs): the loss and token accuracy count every target token of those pairs once,
+        and a split of no more than count x size pairs reads the same whatever the batch size."""
+        pairs = self.pairs["val"][: count * size]
         for start in range(0, len(pairs), size):
             yield self._collate(pairs[start : start + size])
 
