@@ -139,3 +139,12 @@ def test_a_vocabulary_of_only_the_task_s_special_tokens_is_refused(
     assert issue.path == "model.vocab_size"
     assert f"begins with {reserved} special tokens" in issue.message
     parse_spec(spec.replace("VOCAB", str(reserved + 1)), "s.yaml")
+
+
+@pytest.mark.parametrize(("text", "what"), [("=", "'value' key"), ("<<", "merge key")])
+def test_an_unquoted_yaml_key_symbol_as_a_value_gets_the_quote(text: str, what: str) -> None:
+    """`path: =` said 'unknown YAML tag' and 'remove the tag', though no tag was written."""
+    issue = error_of(MODEL_YAML + f"data:\n  path: {text}\n").issues[0]
+    assert issue.path == "data.path"
+    assert issue.message == f"an unquoted {text} is YAML 1.1's {what}, not a value"
+    assert issue.hint == f"quote it: '{text}'"

@@ -417,8 +417,16 @@ class _Reader:
         return value
 
     def _tag(self, node: yaml.Node, allowed: set[str], loc: Loc) -> None:
-        if node.tag not in allowed:
-            raise _Refused(node, f"unknown YAML tag {node.tag!r}", "remove the tag: a spec needs none", loc)
+        if node.tag in allowed:
+            return
+        if isinstance(node, yaml.ScalarNode) and node.style is None and node.tag in YAML_KEYS:
+            raise _Refused(
+                node,
+                f"an unquoted {node.value} is YAML 1.1's {YAML_KEYS[node.tag]}, not a value",
+                f"quote it: '{node.value}'",
+                loc,
+            )
+        raise _Refused(node, f"unknown YAML tag {node.tag!r}", "remove the tag: a spec needs none", loc)
 
     def _key(self, node: yaml.Node) -> str:
         key = self.loader.construct_object(node) if isinstance(node, yaml.ScalarNode) else None
@@ -451,6 +459,8 @@ NOT_TEXT = {f"tag:yaml.org,2002:{t}" for t in ("bool", "int", "float", "timestam
 # The tags of the scalars YAML 1.1 reads without a tag: a tag that names another type (!!binary,
 # !!python/object, a custom !name) is refused at the value, as on a mapping or a list.
 SCALARS = NOT_TEXT | {"tag:yaml.org,2002:str", "tag:yaml.org,2002:null"}
+# The tags YAML 1.1 gives two unquoted scalars that are no value: `=` and `<<` (merge) as values.
+YAML_KEYS = {"tag:yaml.org,2002:value": "'value' key", "tag:yaml.org,2002:merge": "merge key"}
 # Every bounded field's bound has fewer digits (seeds, the largest, 19), and a longer number is
 # cut off before Python converts it: past 4,300 digits its error is advice to Python programmers.
 MAX_DIGITS = 100
