@@ -143,6 +143,7 @@ def test_an_exception_in_on_step_leaves_the_model_usable(char_bundle: Path) -> N
     assert model.generate_prompts(prompts, [6] * 3, [GREEDY] * 3) == before
 
 
+@pytest.mark.slow  # mypy over the package: 7 s
 def test_a_user_script_type_checks_under_mypy_strict(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The documented calls, checked as an application's checker sees them: generate_text gives a
     str for a str and a list for a list (overloads), the classes built directly are typed."""
