@@ -7,13 +7,13 @@ axes too large to train is refused before it is planned."""
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
 from helpers import SHARED_DATA
 from test_study import SPEC
+from test_study_robustness import copy_study, run_cli
 
 from tfcompile.cli import main
 from tfcompile.spec import SpecError, load_spec
@@ -61,21 +61,6 @@ def study(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = write_study(tmp_path_factory.mktemp("study"))
     assert main(["sweep", str(path)]) == 0
     return path
-
-
-def copy_study(study: Path, to: Path) -> Path:
-    shutil.copytree(study.parent, to, dirs_exist_ok=True)
-    path = to / "study.yaml"
-    path.write_text(study.read_text().replace(str(study.parent), str(to)))
-    return path
-
-
-def run_cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
-    capsys.readouterr()
-    status = main(args)
-    err = capsys.readouterr().err
-    assert "Traceback" not in err
-    return status, err
 
 
 def test_a_trial_that_diverges_is_recorded_as_failed_and_the_sweep_trains_the_others(
