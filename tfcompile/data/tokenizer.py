@@ -105,9 +105,11 @@ def add_sentence_template(tokenizer: Tokenizer, max_length: int) -> None:
 ENCODE_CHARS = 1 << 16
 PIECES = 16  # a batch's pieces, which the library encodes in parallel
 # Where a text is cut into the pieces encoded apart: before a space between two other characters,
-# where every tokenizer tfcompile trains, and the byte-level BPE (GPT-2's), WordPiece and Metaspace
-# ones it imports, start a pre-token (a Metaspace piece that starts with a space gets no second
-# one), so that the ids are those of the whole text. Failing that (text without spaces, such as
+# where every tokenizer tfcompile trains, and the byte-level BPE (GPT-2's), WordPiece and splitting
+# Metaspace ones it imports, start a pre-token (a Metaspace piece that starts with a space gets no
+# second one), so that the ids are those of the whole text. A Metaspace that does not split, or a
+# normalizer that prepends a word start (LLaMA tokenizers), gives a piece one more word start: a
+# token more every ENCODE_CHARS / PIECES characters. Failing a space (text without spaces, such as
 # Chinese), after a line break between two other characters, which holds for all but Metaspace.
 # Cut at every line end, an indented line or a run of blank lines lost GPT-2's tokens for line
 # breaks with what follows ("\n   ", "\n\n"), and Metaspace began each line with a word start.
