@@ -27,8 +27,13 @@ SPEC = ROOT / "specs" / "shakespeare-char.yaml"
 TRIALS = ["post-seed1", "pre-seed1", "post-seed2", "pre-seed2"]  # seed by seed
 
 
-def write_study(folder: Path, body: str = "", steps: int = 4) -> Path:
-    """A study of the tiny char decoder: post- versus pre-norm, seeds 1 and 2."""
+POST_PRE = "  post: {model.norm.position: post}\n  pre: {model.norm.position: pre}"
+
+
+def write_study(
+    folder: Path, body: str = "", steps: int = 4, variants: str = POST_PRE, seeds: str = "[1, 2]"
+) -> Path:
+    """A study of the tiny char decoder: post- versus pre-norm, seeds 1 and 2, unless told."""
     path = folder / "study.yaml"
     path.write_text(
         f"""\
@@ -44,9 +49,8 @@ overrides:
   train.log_interval: 2
   train.checkpoint_interval: 2
 variants:
-  post: {{model.norm.position: post}}
-  pre: {{model.norm.position: pre}}
-seeds: [1, 2]
+{variants}
+seeds: {seeds}
 budget: {{steps: {steps}}}
 runs_dir: {folder / "runs"}
 {body}"""

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from helpers import SHARED_DATA
 from test_study import SPEC
+from test_study import write_study as study_file
 from test_study_robustness import copy_study, run_cli
 
 from tfcompile.cli import main
@@ -24,35 +25,12 @@ from tfcompile.study.schema import MAX_TRIALS, load_study
 from tfcompile.study.sweep import Sweep
 from tfcompile.train import Trainer, TrainError
 
+SOUND_AND_DIVERGES = "  sound: {}\n  diverges: {train.optimizer.lr: 1.0e+30, train.grad_clip: null}"
 
-def write_study(folder: Path, variants: str = "", body: str = "") -> Path:
+
+def write_study(folder: Path, variants: str = SOUND_AND_DIVERGES, body: str = "") -> Path:
     """One seed of the tiny char decoder for 2 steps: a sound variant and one that diverges."""
-    path = folder / "study.yaml"
-    path.write_text(
-        f"""\
-base: {SPEC}
-overrides:
-  model.d_model: 16
-  model.n_layers: 1
-  model.n_heads: 2
-  model.max_seq_len: 16
-  train.batch_size: 4
-  train.eval_interval: 2
-  train.eval_batches: 1
-  train.log_interval: 2
-  train.checkpoint_interval: 2
-variants:
-{
-            variants
-            or '''  sound: {}
-  diverges: {train.optimizer.lr: 1.0e+30, train.grad_clip: null}'''
-        }
-seeds: [1]
-budget: {{steps: 2}}
-runs_dir: {folder / "runs"}
-{body}"""
-    )
-    return path
+    return study_file(folder, body, steps=2, variants=variants, seeds="[1]")
 
 
 @pytest.fixture(scope="module")
