@@ -140,11 +140,8 @@ def collect(sources: Sequence[Path]) -> Trials:
                             "give the changed study another `name:` (or remove the run) and sweep it",
                         )
                     )
-                elif run is not None and run.state == "failed":
-                    missing.append(
-                        LeftOut(path, f"failed: {run.failure()}", f"run {sweep} again to try it again")
-                    )
-                elif run is None and (failure := recorded_failure(path)) is not None:
+                elif (run is None or run.state == "failed") and (failure := recorded_failure(path)):
+                    # (a trial that failed as it was set up wrote no spec: no run to read)
                     missing.append(LeftOut(path, f"failed: {failure}", f"run {sweep} again to try it again"))
                 elif run is None or run.state != "finished":
                     missing.append(LeftOut(path, "is not finished", f"run {sweep} again to finish it"))
