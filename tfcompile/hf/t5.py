@@ -1,11 +1,14 @@
-"""T5 (``T5ForConditionalGeneration``), v1.0 and v1.1 / flan: relative position buckets shared by
+"""T5 (``T5ForConditionalGeneration``), v1.0 and v1.1 / flan, and mT5: relative position buckets shared by
 the layers of each stack, RMSNorm without bias, no biases anywhere, no 1/sqrt(d_kv) in attention
 (``attention_scale: 1``), heads of ``d_kv`` whatever d_model / heads is, a feed-forward of any
 activation, gated or not (v1.0 ReLU, v1.1 gated GELU tanh). v1.0 ties its head to the embeddings
-and scales the last hidden state by d_model^-0.5 (``scale_output``); v1.1 unties it and does not."""
+and scales the last hidden state by d_model^-0.5 (``scale_output``); v1.1 unties it and does not.
+mT5 (``MT5ForConditionalGeneration``) is v1.1 with a larger vocabulary; transformers 5 never
+scales its output."""
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterator
 from typing import Any, ClassVar
 
@@ -25,7 +28,7 @@ from tfcompile.hf.architecture import (
     register,
     tied,
 )
-from tfcompile.hf.errors import Problem
+from tfcompile.hf.errors import HFWarning, Problem
 from tfcompile.spec import Spec
 from tfcompile.spec.schema import EncoderDecoderSpec, RelativePositional, Seq2SeqTask
 
@@ -40,7 +43,14 @@ BIAS = "encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight"
 DECODER_BIAS = "decoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight"
 
 
-@register("t5")
+# The classes of a T5 checkpoint by model_type (T5WithLMHeadModel: old configs).
+HEADS = {
+    "t5": ("T5ForConditionalGeneration", "T5WithLMHeadModel"),
+    "mt5": ("MT5ForConditionalGeneration",),
+}
+
+
+@register("t5", "mt5")
 class T5(Architecture):
     ignored = ("EncDecAttention.relative_attention_bias",)  # old checkpoints; cross-attention has none
     sources: ClassVar[dict[str, str]] = {
@@ -60,15 +70,28 @@ class T5(Architecture):
     }
 
     def read(self, config: Config, architecture: str, tensors: Tensors) -> Imported:
+        model_type = config.data["model_type"]
+        classes = HEADS[model_type]
         config.require(
-            architecture in ("T5ForConditionalGeneration", "T5WithLMHeadModel"),  # the latter: old configs
+            architecture in classes,
             "architectures",
             f"{architecture} is not a sequence-to-sequence model tfcompile has",
-            "import a T5ForConditionalGeneration",
+            f"import a {classes[0]}",
         )
         config.refuse_true("is_decoder", why="a T5 decoder alone is not a sequence-to-sequence model")
         # transformers 5 writes scale_decoder_outputs; 4 derives the scale from tie_word_embeddings.
         scale = config.get("scale_decoder_outputs", config.get("tie_word_embeddings", True))
+        if model_type == "mt5":
+            scale = False
+            if config.get("tie_word_embeddings", False):
+                warnings.warn(
+                    HFWarning(
+                        "tie_word_embeddings is true: transformers 5 computes this mT5 without an output "
+                        "scale, as the import does; transformers 4 multiplies the last hidden state by "
+                        "d_model^-0.5"
+                    ),
+                    stacklevel=2,
+                )
         layers = config.get("num_layers", 6)
         d, heads, d_kv = config.get("d_model", 512), config.get("num_heads", 8), config.get("d_kv", 64)
         model: dict[str, Any] = {
