@@ -9,6 +9,7 @@ Masks follow one convention everywhere: boolean, True where a query *may attend*
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -90,7 +91,10 @@ class _MultiHead(nn.Module):
     projection. n_kv_heads = n_heads is MHA, 1 is MQA, anything between that divides n_heads is
     GQA: each K/V head serves n_heads / n_kv_heads query heads. Heads are ``head_dim`` wide
     (d_model / n_heads unless given: T5's d_kv), and the scores are q.k times ``scale``
-    (1 / sqrt(head_dim) unless given). Each kind makes its input projections in ``_project``."""
+    (1 / sqrt(head_dim) unless given). With ``qk_norm`` (a norm of a given width), each head's
+    queries and keys are normalised over head_dim before RoPE (Qwen3, Gemma 3): one norm for the
+    queries and one for the keys, each shared by every head. Each kind makes its input projections
+    in ``_project``."""
 
     def __init__(
         self,
@@ -102,6 +106,7 @@ class _MultiHead(nn.Module):
         dropout: float,
         head_dim: int | None = None,
         scale: float | None = None,
+        qk_norm: Callable[[int], nn.Module] | None = None,
     ) -> None:
         super().__init__()
         self.n_heads = n_heads
@@ -109,6 +114,8 @@ class _MultiHead(nn.Module):
         self.head_dim = head_dim or d_model // n_heads
         self.scale = scale
         self.dropout = dropout
+        self.q_norm = qk_norm(self.head_dim) if qk_norm is not None else nn.Identity()
+        self.k_norm = qk_norm(self.head_dim) if qk_norm is not None else nn.Identity()
         self.out = nn.Linear(n_heads * self.head_dim, d_model, bias=out_bias)
         self._project(d_model, qkv_bias)
 
@@ -176,8 +183,8 @@ class Attention(_MultiHead):
             [self.n_heads * self.head_dim, self.n_kv_heads * self.head_dim, self.n_kv_heads * self.head_dim],
             dim=-1,
         )
-        q = self._heads(q, self.n_heads)  # (B, H, T, hd)
-        k = self._heads(k, self.n_kv_heads)  # (B, Hkv, T, hd)
+        q = self.q_norm(self._heads(q, self.n_heads))  # (B, H, T, hd)
+        k = self.k_norm(self._heads(k, self.n_kv_heads))  # (B, Hkv, T, hd)
         v = self._heads(v, self.n_kv_heads)  # (B, Hkv, T, hd)
         if rotary is not None:
             q, k = apply_rotary(q, rotary), apply_rotary(k, rotary)
@@ -201,12 +208,12 @@ class CrossAttention(_MultiHead):
         """memory (B, S, d_model) -> its keys and values (B, Hkv, S, hd): computed once per source
         sentence, reused at every decoding step."""
         k, v = halves(self.kv(memory))
-        return KVCache(self._heads(k, self.n_kv_heads), self._heads(v, self.n_kv_heads))
+        return KVCache(self.k_norm(self._heads(k, self.n_kv_heads)), self._heads(v, self.n_kv_heads))
 
     def forward(self, x: torch.Tensor, memory: KVCache, mask: torch.Tensor | None = None) -> torch.Tensor:
         """x: (B, T, d_model); memory: project_memory's keys and values; mask: bool (B, 1, 1, S),
         True at real source tokens."""
-        q = self._heads(self.q(x), self.n_heads)  # (B, H, T, hd)
+        q = self.q_norm(self._heads(self.q(x), self.n_heads))  # (B, H, T, hd)
         if mask is not None:  # a row per query: onnxruntime's Attention (opset 23) broadcasts none
             mask = mask.expand(-1, -1, q.shape[2], -1)  # (B, 1, T, S)
         return self._attend(q, memory.key, memory.value, additive_mask(mask, None, q.dtype), False)

@@ -4,6 +4,7 @@ with the norm before (pre) or after (post) it (notes: cmu-11711, "Post- vs. Pre-
 
 from __future__ import annotations
 
+from functools import partial
 from typing import TYPE_CHECKING, TypeVar
 
 import torch
@@ -26,7 +27,8 @@ Kind = TypeVar("Kind", Attention, CrossAttention)
 
 
 def build_attention(kind: type[Kind], spec: TransformerSpec) -> Kind:
-    """Self- or cross-attention with the spec's heads, biases, dropout and scale."""
+    """Self- or cross-attention with the spec's heads, biases, dropout, scale and q/k norms (the
+    norm section's kind, over head_dim)."""
     assert spec.n_kv_heads is not None  # resolved by the schema
     return kind(
         spec.d_model,
@@ -37,6 +39,7 @@ def build_attention(kind: type[Kind], spec: TransformerSpec) -> Kind:
         dropout=spec.dropout.attention,
         head_dim=spec.head_dim,
         scale=spec.attention_scale,
+        qk_norm=partial(build_norm, spec.norm) if spec.qk_norm else None,
     )
 
 

@@ -362,6 +362,12 @@ class TransformerSpec(Section):
     attention_scale: PositiveFloat | None = Field(
         None, description="what q.k is multiplied by before the softmax; default 1/sqrt(head_dim); T5: 1"
     )
+    qk_norm: bool = Field(
+        False,
+        description="normalise each head's queries and keys over head_dim after their projections and "
+        "before RoPE, with one learned scale (and shift, where the norm has one) of head_dim for q and "
+        "one for k, shared by the heads (Qwen3, Gemma 3); the norm is the norm section's type, eps and bias",
+    )
     tie_embeddings: bool = True
     scale_embeddings: bool = Field(False, description="multiply token embeddings by sqrt(d_model)")
     dropout: DropoutSpec = DropoutSpec()
@@ -448,12 +454,14 @@ class TransformerSpec(Section):
     # Parameter counts, matching tfcompile.models (tests/test_counts.py).
 
     def block_parameters(self, cross_attention: bool = False) -> int:
-        """One TransformerBlock: norms, self-attention (packed QKV), [cross-attention], feed-forward."""
+        """One TransformerBlock: norms, self-attention (packed QKV, q and k norms), [cross-attention],
+        feed-forward."""
         assert self.n_kv_heads is not None and self.d_ff is not None and self.head_dim is not None
         d, hd, bias = self.d_model, self.head_dim, self.bias
         q, kv = self.n_heads * hd, 2 * self.n_kv_heads * hd
         out = q * d + bias.attn_out * d
-        attention = d * (q + kv) + bias.qkv * (q + kv) + out
+        qk_norms = 2 * self.norm.parameters(hd) * self.qk_norm
+        attention = d * (q + kv) + bias.qkv * (q + kv) + qk_norms + out
         width = self.d_ff * (2 if self.gated else 1)
         ffn = d * width + bias.ffn * width + self.d_ff * d + bias.ffn * d
         total = 2 * self.norm.parameters(d) + attention + ffn
