@@ -1,0 +1,177 @@
+"""GPT-BigCode (``GPTBigCodeForCausalLM``: SantaCoder, StarCoder): GPT-2's blocks and config
+fields with multi-query attention (``multi_query``: one K/V head) and ``nn.Linear`` layers (no
+Conv1D transposes). Its fused ``c_attn`` is q (d rows), k and v (head_dim rows each) under MQA,
+tfcompile's packed layout; without MQA it is [q, k, v] of each head in turn, reordered to it.
+
+``attention_softmax_in_fp32`` and ``scale_attention_softmax_in_fp32`` only change the numerics
+of a half-precision softmax (transformers 4 upcasts it with them; 5 uses neither): the import
+computes in float32, where they change nothing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from tfcompile.hf.architecture import (
+    ACTIVATIONS,
+    EXPORTED_ACTIVATIONS,
+    Config,
+    Imported,
+    Needs,
+    State,
+    Tensors,
+    contiguous,
+    dropout,
+    init_std,
+    output_scale,
+    register,
+    tied,
+    zeros_if_none,
+)
+from tfcompile.hf.errors import Problem
+from tfcompile.hf.gpt2 import GPT2, LAYER
+from tfcompile.spec import Spec
+from tfcompile.spec.schema import DecoderSpec
+
+# GPT-2's names of the spec's activations, but GPT-BigCode's own for the tanh GELU (the same formula).
+ACTIVATION_NAMES = EXPORTED_ACTIVATIONS | {"gelu_tanh": "gelu_pytorch_tanh"}
+
+
+@register("gpt_bigcode")
+class GPTBigCode(GPT2):
+    """GPT-2's prefix and config field names (``sources``); its own heads, attention and layers."""
+
+    def read(self, config: Config, architecture: str, tensors: Tensors) -> Imported:
+        config.require(
+            architecture in ("GPTBigCodeForCausalLM", "GPTBigCodeModel"),
+            "architectures",
+            f"{architecture} is not a language model tfcompile has",
+            "import a GPTBigCodeForCausalLM",
+        )
+        config.refuse_true(
+            "add_cross_attention", why="a decoder with cross-attention is not a language model"
+        )
+        d, heads = config.get("n_embd", 768), config.get("n_head", 12)
+        model: dict[str, Any] = {
+            "family": "decoder",
+            "vocab_size": config.get("vocab_size", 50257),
+            "max_seq_len": config.get("n_positions", 1024),
+            "d_model": d,
+            "n_layers": config.get("n_layer", 12),
+            "n_heads": heads,
+            # num_key_value_heads, where a config.json holds it, is unread: transformers derives it
+            "n_kv_heads": 1 if config.get("multi_query", True) else heads,
+            "d_ff": config.get("n_inner", 4 * d),
+            "activation": config.choice(
+                "activation_function", "gelu_pytorch_tanh", ACTIVATIONS, "GPT-BigCode activation"
+            ),
+            "positional": "learned",
+            "norm": {"position": "pre", "type": "layernorm", "eps": config.get("layer_norm_epsilon", 1e-5)},
+            "bias": {"qkv": True, "attn_out": True, "ffn": True, "lm_head": False},
+            "tie_embeddings": tied(config, tensors, "lm_head.weight", "wte.weight", True),
+            "dropout": {
+                "embedding": dropout(config.get("embd_pdrop", 0.1)),
+                "attention": dropout(config.get("attn_pdrop", 0.1)),
+                "residual": dropout(config.get("resid_pdrop", 0.1)),
+            },
+            "init_std": init_std(config),
+        }
+        if not config.get("scale_attn_weights", True):  # q.k unscaled
+            model["attention_scale"] = 1.0
+        return Imported(model, {"type": "causal_lm", "special_tokens": False})
+
+    def to_state(self, tensors: Tensors, spec: Spec) -> State:
+        model = spec.model
+        assert isinstance(model, DecoderSpec)
+        embed = tensors.take("wte.weight")
+        state = {
+            "embed.weight": embed,
+            "positional.table.weight": tensors.take("wpe.weight"),
+            "final_norm.weight": tensors.take("ln_f.weight"),
+            "final_norm.bias": tensors.take("ln_f.bias"),
+            "lm_head.weight": embed if model.tie_embeddings else tensors.take("lm_head.weight"),
+        }
+        tensors.maybe("lm_head.weight")  # a tie saved under both names
+        for i in range(model.n_layers):
+            h, b = f"h.{i}.", f"blocks.{i}."
+            for hf, tfc in LAYER:
+                for kind in ("weight", "bias"):
+                    t = tensors.take(f"{h}{hf}.{kind}")
+                    state[f"{b}{tfc}.{kind}"] = packed(t, model) if hf == "attn.c_attn" else t
+        return state
+
+    def candidate(self, spec: Spec) -> bool:
+        """A learned-position decoder LM with one K/V head serving several query heads (MQA), which
+        GPT-2 cannot write (a GPT-2-shaped model is written as GPT-2)."""
+        model = spec.model
+        return super().candidate(spec) and model.n_kv_heads == 1 < model.n_heads
+
+    def exportable(self, spec: Spec) -> list[Problem]:
+        model = spec.model
+        need = Needs("GPT-BigCode")
+        need(
+            model.activation in ACTIVATION_NAMES,
+            "model.activation",
+            model.activation,
+            "gelu_tanh (gelu_pytorch_tanh)",
+        )
+        need(model.norm.type == "layernorm", "model.norm.type", model.norm.type, "layernorm")
+        need(model.norm.position == "pre", "model.norm.position", model.norm.position, "pre")
+        need(bool(model.norm.bias), "model.norm.bias", False, "true")
+        need(bool(model.norm.final), "model.norm.final", False, "true")
+        need.plain_attention(model, unscaled=True)  # scale_attn_weights false
+        return need.problems
+
+    def to_config(self, spec: Spec) -> dict[str, Any]:
+        model = spec.model
+        assert isinstance(model, DecoderSpec)
+        return {
+            "architectures": ["GPTBigCodeForCausalLM"],
+            "model_type": "gpt_bigcode",
+            "vocab_size": model.vocab_size,
+            "n_positions": model.max_seq_len,
+            "n_embd": model.d_model,
+            "n_layer": model.n_layers,
+            "n_head": model.n_heads,
+            "multi_query": True,
+            "scale_attn_weights": model.attention_scale != 1,
+            "n_inner": model.d_ff,
+            "activation_function": ACTIVATION_NAMES[model.activation],
+            "layer_norm_epsilon": model.norm.eps,
+            "embd_pdrop": model.dropout.embedding,
+            "attn_pdrop": model.dropout.attention,
+            "resid_pdrop": model.dropout.residual,
+            "initializer_range": model.init_std,
+            "tie_word_embeddings": model.tie_embeddings,
+        }
+
+    def from_state(self, state: State, spec: Spec) -> State:
+        model = spec.model
+        p, scale = "transformer.", output_scale(model)
+        out = {
+            f"{p}wte.weight": state["embed.weight"],
+            f"{p}wpe.weight": state["positional.table.weight"],
+            f"{p}ln_f.weight": state["final_norm.weight"] * scale,
+            f"{p}ln_f.bias": state["final_norm.bias"] * scale,
+        }
+        if not model.tie_embeddings:
+            out["lm_head.weight"] = state["lm_head.weight"]
+        for i in range(model.n_layers):
+            h, b = f"{p}h.{i}.", f"blocks.{i}."
+            for hf, tfc in LAYER:
+                weight = state[f"{b}{tfc}.weight"]
+                out[f"{h}{hf}.weight"] = weight  # MQA: c_attn is tfcompile's packed q, k, v
+                out[f"{h}{hf}.bias"] = zeros_if_none(state.get(f"{b}{tfc}.bias"), weight.shape[0])
+        return contiguous(out)
+
+
+def packed(c_attn: torch.Tensor, model: DecoderSpec) -> torch.Tensor:
+    """``c_attn``'s weight or bias with its rows as tfcompile packs them: all q, then k, then v.
+    Under MQA they are already; without it, transformers views the output as (heads, 3 x
+    head_dim), [q, k, v] of one head after another."""
+    if model.n_kv_heads != model.n_heads:
+        return c_attn
+    assert model.head_dim is not None
+    rows = c_attn.reshape(model.n_heads, 3, model.head_dim, *c_attn.shape[1:])
+    return rows.transpose(0, 1).reshape(c_attn.shape)
