@@ -126,17 +126,7 @@ class Bert(Architecture):
     def to_state(self, tensors: Tensors, spec: Spec) -> State:
         model = spec.model
         assert isinstance(model, EncoderSpec)
-        state = {tfc: tensors.take(hf) for hf, tfc in EMBEDDINGS}
-        if model.type_vocab_size:
-            state["segment_embed.weight"] = tensors.take("embeddings.token_type_embeddings.weight")
-        for i in range(model.n_layers):
-            h, b = f"encoder.layer.{i}.", f"blocks.{i}."
-            for kind in ("weight", "bias"):
-                state[f"{b}attn.qkv.{kind}"] = tensors.cat(
-                    *(f"{h}attention.self.{x}.{kind}" for x in ("query", "key", "value"))
-                )
-                for hf, tfc in LAYER:
-                    state[f"{b}{tfc}.{kind}"] = tensors.take(f"{h}{hf}.{kind}")
+        state = body_state(tensors, model)
         if model.pooler:
             state["pooler.weight"] = tensors.take("pooler.dense.weight")
             state["pooler.bias"] = tensors.take("pooler.dense.bias")
@@ -250,6 +240,22 @@ class Bert(Architecture):
             out["classifier.weight"] = state["classifier.weight"]
             out["classifier.bias"] = state["classifier.bias"]
         return contiguous(out)
+
+
+def body_state(tensors: Tensors, model: EncoderSpec) -> State:
+    """The embeddings and blocks, as BERT names them (RoBERTa's body too), -> the encoder's state."""
+    state = {tfc: tensors.take(hf) for hf, tfc in EMBEDDINGS}
+    if model.type_vocab_size:
+        state["segment_embed.weight"] = tensors.take("embeddings.token_type_embeddings.weight")
+    for i in range(model.n_layers):
+        h, b = f"encoder.layer.{i}.", f"blocks.{i}."
+        for kind in ("weight", "bias"):
+            state[f"{b}attn.qkv.{kind}"] = tensors.cat(
+                *(f"{h}attention.self.{x}.{kind}" for x in ("query", "key", "value"))
+            )
+            for hf, tfc in LAYER:
+                state[f"{b}{tfc}.{kind}"] = tensors.take(f"{h}{hf}.{kind}")
+    return state
 
 
 def head_class(spec: Spec) -> str:
