@@ -1,0 +1,131 @@
+"""DistilBERT (``DistilBertForMaskedLM``): BERT's post-LayerNorm body without segments or pooler,
+under other names (q_lin, k_lin, v_lin, out_lin; sa_layer_norm, output_layer_norm; ffn.lin1 and
+lin2), every LayerNorm's epsilon 1e-12, and the masked-LM head vocab_transform -> activation ->
+vocab_layer_norm -> vocab_projector.
+
+The position table is read as learned positions whatever ``sinusoidal_pos_embds`` says: a
+sinusoidal model saves its table too, and transformers reads the one saved. Its classifier
+(pre_classifier -> ReLU -> classifier on [CLS]) is not the spec's (tanh of the pooler), so
+``DistilBertForSequenceClassification`` is refused. export-hf writes these runs as BERT's
+``BertForMaskedLM`` (a zero segment row, no pooler), which computes them exactly."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from tfcompile.hf.architecture import (
+    ACTIVATIONS,
+    Config,
+    Imported,
+    State,
+    Tensors,
+    dropout,
+    init_std,
+    register,
+    tied,
+)
+from tfcompile.hf.bert import Bert
+from tfcompile.spec import Spec
+from tfcompile.spec.schema import EncoderSpec
+
+EPS = 1e-12  # DistilBERT's LayerNorms, fixed in its code
+LAYER = (  # DistilBERT's names within a block -> tfcompile's (post-norm)
+    ("attention.out_lin", "attn.out"),
+    ("sa_layer_norm", "attn_norm"),
+    ("ffn.lin1", "ffn.w_in"),
+    ("ffn.lin2", "ffn.w_out"),
+    ("output_layer_norm", "ffn_norm"),
+)
+EMBEDDINGS = (
+    ("embeddings.word_embeddings.weight", "embed.weight"),
+    ("embeddings.position_embeddings.weight", "positional.table.weight"),
+    ("embeddings.LayerNorm.weight", "embed_norm.weight"),
+    ("embeddings.LayerNorm.bias", "embed_norm.bias"),
+)
+DECODER = "vocab_projector.weight"
+MLM_HEAD = (
+    ("vocab_transform.weight", "mlm_dense.weight"),
+    ("vocab_transform.bias", "mlm_dense.bias"),
+    ("vocab_layer_norm.weight", "mlm_norm.weight"),
+    ("vocab_layer_norm.bias", "mlm_norm.bias"),
+    ("vocab_projector.bias", "lm_head.bias"),
+)
+HEAD = "DistilBertForMaskedLM"
+
+
+@register("distilbert")
+class DistilBert(Bert):
+    prefixes = ("distilbert.",)
+    ignored = ("embeddings.position_ids",)
+    sources: ClassVar[dict[str, str]] = {
+        "model.vocab_size": "vocab_size",
+        "model.max_seq_len": "max_position_embeddings",
+        "model.d_model": "dim",
+        "model.n_layers": "n_layers",
+        "model.n_heads": "n_heads",
+        "model.d_ff": "hidden_dim",
+        "model.activation": "activation",
+        "model.dropout.embedding": "dropout",
+        "model.dropout.residual": "dropout",
+        "model.dropout.attention": "attention_dropout",
+        "model.init_std": "initializer_range",
+    }
+
+    def read(self, config: Config, architecture: str, tensors: Tensors) -> Imported:
+        config.require(
+            architecture != "DistilBertForSequenceClassification",
+            "architectures",
+            f"{architecture}: its head is pre_classifier -> ReLU -> classifier, tfcompile's classifier "
+            f"reads tanh of its pooler",
+            f"import a {HEAD}",
+        )
+        config.require(
+            architecture in (HEAD, "DistilBertForSequenceClassification"),
+            "architectures",
+            f"{architecture} is not a DistilBERT head tfcompile has",
+            f"import a {HEAD}",
+        )
+        hidden_dropout = dropout(config.get("dropout", 0.1))
+        model = {
+            "family": "encoder",
+            "vocab_size": config.get("vocab_size", 30522),
+            "max_seq_len": config.get("max_position_embeddings", 512),
+            "d_model": config.get("dim", 768),
+            "n_layers": config.get("n_layers", 6),
+            "n_heads": config.get("n_heads", 12),
+            "d_ff": config.get("hidden_dim", 3072),
+            "activation": config.choice("activation", "gelu", ACTIVATIONS, "DistilBERT activation"),
+            "positional": "learned",
+            "norm": {"position": "post", "type": "layernorm", "eps": EPS},
+            "embedding_norm": True,
+            "type_vocab_size": 0,
+            "pooler": False,
+            "bias": {"qkv": True, "attn_out": True, "ffn": True, "lm_head": True},
+            "tie_embeddings": tied(config, tensors, DECODER, "embeddings.word_embeddings.weight", True),
+            "dropout": {
+                "embedding": hidden_dropout,
+                "residual": hidden_dropout,
+                "attention": dropout(config.get("attention_dropout", 0.1)),
+            },
+            "init_std": init_std(config),
+        }
+        return Imported(model, {"type": "masked_lm", "next_sentence": False})
+
+    def to_state(self, tensors: Tensors, spec: Spec) -> State:
+        model = spec.model
+        assert isinstance(model, EncoderSpec)
+        state = {tfc: tensors.take(hf) for hf, tfc in EMBEDDINGS + MLM_HEAD}
+        for i in range(model.n_layers):
+            h, b = f"transformer.layer.{i}.", f"blocks.{i}."
+            for kind in ("weight", "bias"):
+                state[f"{b}attn.qkv.{kind}"] = tensors.cat(
+                    *(f"{h}attention.{x}_lin.{kind}" for x in ("q", "k", "v"))
+                )
+                for hf, tfc in LAYER:
+                    state[f"{b}{tfc}.{kind}"] = tensors.take(f"{h}{hf}.{kind}")
+        state["lm_head.weight"] = tensors.take(DECODER) if not model.tie_embeddings else state["embed.weight"]
+        tensors.maybe(DECODER)  # a tie saved under both names
+        return state
+
+    def candidate(self, spec: Spec) -> bool:
+        return False  # BERT writes every spec DistilBERT could, computing the same

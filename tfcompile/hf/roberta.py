@@ -1,0 +1,119 @@
+"""RoBERTa, XLM-RoBERTa and CamemBERT (``*ForMaskedLM``, ``*ForSequenceClassification``): BERT's body
+with positions counted from past the pad id, a masked-LM head that applies GELU whatever
+``hidden_act`` says, and a classification head (tanh of a dense layer on <s>, then a projection)
+that is BERT's pooler and classifier under other names.
+
+transformers numbers the real tokens of a row padding_idx + 1, padding_idx + 2, ... (the cumsum
+of ``input_ids != pad_token_id``); the spec's learned positions start at 0, so the table is read
+from row padding_idx + 1 on and ``max_seq_len`` is max_position_embeddings - padding_idx - 1. The
+rows before are read by padding alone, which nothing attends to. A real token that is the pad id
+(the text "<pad>" itself) takes no position in transformers and the next one in tfcompile.
+
+export-hf writes these runs as BERT's classes, which compute them exactly (positions from 0, the
+MLM head's activation from ``hidden_act``): RoBERTa's offset table needs the tokenizer's pad id,
+which a spec does not hold."""
+
+from __future__ import annotations
+
+import warnings
+
+from tfcompile.hf.architecture import ACTIVATIONS, Config, Imported, State, Tensors, register, tied
+from tfcompile.hf.bert import Bert, body_state
+from tfcompile.hf.errors import HFWarning
+from tfcompile.spec import Spec
+from tfcompile.spec.schema import EncoderSpec, MaskedLMTask
+
+PREFIXES = {"roberta": "Roberta", "xlm-roberta": "XLMRoberta", "camembert": "Camembert"}
+# The head classes -> BERT's with the same task section (read by Bert.read).
+AS_BERT = {"ForMaskedLM": "BertForMaskedLM", "ForSequenceClassification": "BertForSequenceClassification"}
+MLM_HEAD = (
+    ("lm_head.dense.weight", "mlm_dense.weight"),
+    ("lm_head.dense.bias", "mlm_dense.bias"),
+    ("lm_head.layer_norm.weight", "mlm_norm.weight"),
+    ("lm_head.layer_norm.bias", "mlm_norm.bias"),
+)
+DECODER = "lm_head.decoder.weight"
+CLASSIFIER = (  # dense -> tanh on <s> is BERT's pooler; out_proj its classifier
+    ("classifier.dense.weight", "pooler.weight"),
+    ("classifier.dense.bias", "pooler.bias"),
+    ("classifier.out_proj.weight", "classifier.weight"),
+    ("classifier.out_proj.bias", "classifier.bias"),
+)
+GELU = ("gelu", "gelu_python")  # the erf GELU RoBERTa's masked-LM head applies
+
+
+@register("roberta", "xlm-roberta", "camembert")
+class Roberta(Bert):
+    prefixes = ("roberta.",)
+
+    def read(self, config: Config, architecture: str, tensors: Tensors) -> Imported:
+        model_type = str(config.get("model_type", "roberta"))
+        heads = {PREFIXES.get(model_type, "Roberta") + suffix: bert for suffix, bert in AS_BERT.items()}
+        config.require(
+            architecture in heads,
+            "architectures",
+            f"{architecture} is not a {model_type} head tfcompile has",
+            f"import one of {sorted(heads)}",
+        )
+        as_bert = heads.get(architecture, "BertForMaskedLM")
+        imported = super().read(config, as_bert, tensors)
+        mlm = as_bert == "BertForMaskedLM"
+        act = config.get("hidden_act", "gelu")
+        config.require(
+            not mlm or act in GELU or act not in ACTIVATIONS,  # (another name: refused by Bert.read)
+            "hidden_act",
+            f"{act!r}: RoBERTa's masked-LM head applies GELU whatever hidden_act says, tfcompile's the "
+            f"body's activation",
+            "import a masked LM with hidden_act gelu",
+        )
+        pad = config.get("pad_token_id", -1)
+        positions = config.get("max_position_embeddings", 512)
+        config.require(
+            isinstance(pad, int) and 0 <= pad < positions - 2,
+            "pad_token_id",
+            f"{config.data.get('pad_token_id')!r}: RoBERTa numbers positions from past the pad id, "
+            f"which must be an id below max_position_embeddings ({positions}) - 2",
+            "import a model whose config.json names its pad id",
+        )
+        segments = config.get("type_vocab_size", 2)
+        model = imported.model | {
+            "max_seq_len": positions - max(pad, 0) - 1,
+            "tie_embeddings": tied(config, tensors, DECODER, "embeddings.word_embeddings.weight", True),
+            # The spec's classifier takes a pair's second sentence as segment 1 (one row is refused);
+            # RoBERTa's tokenizers give every token segment 0, and a copy of its one row as the
+            # second answers a pair as RoBERTa does whichever segment it is given.
+            "type_vocab_size": 2 if segments == 1 and not mlm else segments,
+        }
+        return Imported(model, imported.task)
+
+    def to_state(self, tensors: Tensors, spec: Spec) -> State:
+        model = spec.model
+        assert isinstance(model, EncoderSpec)
+        state = body_state(tensors, model)
+        # positions padding_idx + 1 on, as the spec's 0 on
+        state["positional.table.weight"] = state["positional.table.weight"][-model.max_seq_len :]
+        segments = state.get("segment_embed.weight")
+        if segments is not None and len(segments) == 1:  # a classifier's second row: a copy (read)
+            state["segment_embed.weight"] = segments.expand(model.type_vocab_size, -1)
+        if isinstance(spec.task, MaskedLMTask):
+            state |= {tfc: tensors.take(hf) for hf, tfc in MLM_HEAD}
+            state["lm_head.weight"] = (
+                tensors.take(DECODER) if not model.tie_embeddings else state["embed.weight"]
+            )
+            tensors.maybe(DECODER)  # a tie saved under both names
+            # lm_head.decoder.bias is tied to lm_head.bias, unless the head is untied (transformers 5)
+            shared, own = tensors.take("lm_head.bias"), tensors.maybe("lm_head.decoder.bias")
+            state["lm_head.bias"] = own if own is not None and not model.tie_embeddings else shared
+        else:
+            state |= {tfc: tensors.take(hf) for hf, tfc in CLASSIFIER}
+        # roberta-base, a RobertaForMaskedLM, holds the pooler it was pretrained with, unread by its
+        # heads (which transformers leaves unread too)
+        unread = tensors.skip("pooler.")
+        if unread:
+            warnings.warn(
+                HFWarning(f"left out {', '.join(unread)}: a pooler no RoBERTa head reads"), stacklevel=2
+            )
+        return state
+
+    def candidate(self, spec: Spec) -> bool:
+        return False  # BERT writes every spec RoBERTa could, computing the same
