@@ -169,6 +169,24 @@ VARIANTS: dict[str, tuple[Callable[[], Any], str]] = {
         ),
         "gpt2",
     ),
+    "qwen3": (  # q/k norms, biases on q, k, v and o, heads wider than d_model / heads, untied
+        lambda: C.Qwen3ForCausalLM(
+            C.Qwen3Config(
+                vocab_size=VOCAB,
+                hidden_size=32,
+                intermediate_size=48,
+                num_hidden_layers=2,
+                num_attention_heads=4,
+                num_key_value_heads=2,
+                head_dim=16,
+                max_position_embeddings=64,
+                attention_bias=True,
+                rms_norm_eps=1e-5,
+                rope_theta=1e6,
+            )
+        ),
+        "gpt2",
+    ),
     "bert_mlm": (lambda: C.BertForMaskedLM(_bert()), "bert"),
     "bert_mlm_untied": (
         lambda: C.BertForMaskedLM(

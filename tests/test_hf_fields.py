@@ -59,6 +59,7 @@ FAMILIES = {
     "llama": Family(T.LlamaConfig, T.LlamaForCausalLM, "llama", DECODER),
     "mistral": Family(T.MistralConfig, T.MistralForCausalLM, "llama", DECODER | {"sliding_window": None}),
     "qwen2": Family(T.Qwen2Config, T.Qwen2ForCausalLM, "gpt2", DECODER),
+    "qwen3": Family(T.Qwen3Config, T.Qwen3ForCausalLM, "gpt2", DECODER | {"head_dim": 8}),  # its default: 128
     "bert": Family(T.BertConfig, T.BertForMaskedLM, "bert", BERT),
     "bert_cls": Family(
         T.BertConfig,
@@ -97,6 +98,7 @@ CLASSES = {
     "llama": ["llama"],
     "mistral": ["mistral"],
     "qwen2": ["qwen2"],
+    "qwen3": ["qwen3"],
     "bert": ["bert", "bert_cls", "bert_pretraining"],
     "t5": ["t5"],
     "vit": ["vit"],
@@ -157,7 +159,7 @@ IDS = dict(pad_token_id=3, bos_token_id=5, eos_token_id=6)
 
 
 def llama_family(f: str) -> list[Case]:
-    """The rows every LLaMA-family config shares (the three read the same fields alike)."""
+    """The rows every LLaMA-family config shares (the four read the same fields alike)."""
     slow = True  # one by one in the slow sweep; the default suite the combined row and a few
     return [
         case(  # the fields that take any value at once: each row below sets one
@@ -268,8 +270,53 @@ def llama_family(f: str) -> list[Case]:
             },
             slow=True,
         ),
-        *([case(f, json={"head_dim": None}, slow=True)] if f != "qwen2" else []),  # Qwen2's: no default
+        # Qwen2 has no head_dim; Qwen3's must be a number (it refuses null)
+        *([case(f, json={"head_dim": None}, slow=True)] if f not in ("qwen2", "qwen3") else []),
         case(f, json={"pretraining_tp": 2}, slow=True),  # transformers 4's; 5 computes as one
+    ]
+
+
+def qwen_windows(f: str) -> list[Case]:
+    """The sliding-window rows Qwen2 and Qwen3 share (their configs derive layer_types alike)."""
+    return [
+        # each slides from max_window_layers on, and only with use_sliding_window
+        case(
+            f,
+            use_sliding_window=True,
+            sliding_window=6,
+            max_window_layers=0,
+            spec={"max_seq_len": 6},
+            slow=True,
+        ),
+        case(f, use_sliding_window=True, sliding_window=6, max_window_layers=1, spec={"max_seq_len": 6}),
+        case(
+            f,
+            use_sliding_window=True,
+            sliding_window=6,
+            max_window_layers=1,
+            json={"layer_types": DELETE},
+            spec={"max_seq_len": 6},
+            slow=True,
+        ),
+        case(f, use_sliding_window=True, sliding_window=6, max_window_layers=2, spec={"max_seq_len": 32}),
+        case(f, use_sliding_window=False, sliding_window=6, max_window_layers=0, spec={"max_seq_len": 32}),
+        case(
+            f,
+            use_sliding_window=True,
+            sliding_window=6,
+            layer_types=["full_attention", "full_attention"],
+            spec={"max_seq_len": 32},
+            slow=True,
+        ),
+        case(
+            f,
+            use_sliding_window=True,
+            sliding_window=6,
+            layer_types=["full_attention", "sliding_attention"],
+            spec={"max_seq_len": 6},
+            slow=True,
+        ),
+        case(f, use_sliding_window=True, sliding_window=None, max_window_layers=0, slow=True),
     ]
 
 
@@ -346,45 +393,18 @@ CASES: list[Case] = [
     case("mistral", sliding_window=6, json={"use_sliding_window": False, "max_window_layers": 5}, slow=True),
     case("mistral", json={"attention_bias": True, "mlp_bias": True}, spec={"bias.qkv": False}, slow=True),
     *llama_family("qwen2"),
-    # Qwen2 slides from max_window_layers on, and only with use_sliding_window
-    case(
-        "qwen2",
-        use_sliding_window=True,
-        sliding_window=6,
-        max_window_layers=0,
-        spec={"max_seq_len": 6},
-        slow=True,
-    ),
-    case("qwen2", use_sliding_window=True, sliding_window=6, max_window_layers=1, spec={"max_seq_len": 6}),
-    case(
-        "qwen2",
-        use_sliding_window=True,
-        sliding_window=6,
-        max_window_layers=1,
-        json={"layer_types": DELETE},
-        spec={"max_seq_len": 6},
-        slow=True,
-    ),
-    case("qwen2", use_sliding_window=True, sliding_window=6, max_window_layers=2, spec={"max_seq_len": 32}),
-    case("qwen2", use_sliding_window=False, sliding_window=6, max_window_layers=0, spec={"max_seq_len": 32}),
-    case(
-        "qwen2",
-        use_sliding_window=True,
-        sliding_window=6,
-        layer_types=["full_attention", "full_attention"],
-        spec={"max_seq_len": 32},
-        slow=True,
-    ),
-    case(
-        "qwen2",
-        use_sliding_window=True,
-        sliding_window=6,
-        layer_types=["full_attention", "sliding_attention"],
-        spec={"max_seq_len": 6},
-        slow=True,
-    ),
-    case("qwen2", use_sliding_window=True, sliding_window=None, max_window_layers=0, slow=True),
+    *qwen_windows("qwen2"),
     case("qwen2", json={"attention_bias": False, "mlp_bias": True}, spec={"bias.qkv": True}, slow=True),
+    *llama_family("qwen3"),
+    *qwen_windows("qwen3"),
+    # Qwen3: q/k norms always; attention_bias on q, k, v and o; mlp_bias is not a Qwen3 field
+    case(
+        "qwen3",
+        attention_bias=True,
+        spec={"qk_norm": True, "bias.qkv": True, "bias.attn_out": True, "bias.ffn": False},
+    ),
+    case("qwen3", json={"mlp_bias": True}, spec={"qk_norm": True, "bias.ffn": False}, slow=True),
+    case("qwen3", head_dim=128, json={"head_dim": DELETE}, spec={"head_dim": 128}, slow=True),  # the default
     # --------------------------------------------------------------------------- BERT
     case(  # the fields that take any value at once: each row below sets one
         "bert",
@@ -671,6 +691,7 @@ ACTIVATION_FIELDS = {
     "llama": "hidden_act",
     "mistral": "hidden_act",
     "qwen2": "hidden_act",
+    "qwen3": "hidden_act",
     "bert": "hidden_act",
     "vit": "hidden_act",
     "t5": "feed_forward_proj",

@@ -1,7 +1,10 @@
-"""The LLaMA family (``LlamaForCausalLM``, ``MistralForCausalLM``, ``Qwen2ForCausalLM``): RoPE on
-the two halves of each head (``layout: halves``, so no weight is permuted), RMSNorm, a gated
-feed-forward, grouped K/V heads. Llama's ``attention_bias`` is on q, k, v and o; Qwen2's on q, k
-and v only. RoPE scaling reads both transformers 4's ``rope_scaling`` and 5's ``rope_parameters``."""
+"""The LLaMA family (``LlamaForCausalLM``, ``MistralForCausalLM``, ``Qwen2ForCausalLM``,
+``Qwen3ForCausalLM``): RoPE on the two halves of each head (``layout: halves``, so no weight is
+permuted), RMSNorm, a gated feed-forward, grouped K/V heads. Llama's and Qwen3's
+``attention_bias`` is on q, k, v and o; Qwen2's biases are on q, k and v only, whatever the config
+says. Qwen3 normalises each head's q and k (``qk_norm``), and its heads are 128 wide unless its
+config says otherwise. RoPE scaling reads both transformers 4's ``rope_scaling`` and 5's
+``rope_parameters``."""
 
 from __future__ import annotations
 
@@ -34,6 +37,8 @@ from tfcompile.spec.schema import CausalLMTask, DecoderSpec, DynamicRopeScaling,
 EXPORTED_ACTIVATIONS = {"swiglu": "silu", "geglu": "gelu", "geglu_tanh": "gelu_pytorch_tanh"}
 # The sliding window of a config that leaves it out, as its config class has it (transformers 4 and 5).
 DEFAULT_WINDOWS = {"mistral": 4096}
+# The head size of a config that leaves it out, where its config class has one (else d_model / heads).
+DEFAULT_HEAD_DIMS = {"qwen3": 128}
 # The fields of each scaling that tfcompile keeps (the rest are transformers' bookkeeping).
 SCALING_FIELDS = {
     "linear": ("factor",),
@@ -108,7 +113,7 @@ def context(config: Config) -> int:
     is shorter (within the window, sliding attention is plain causal attention). Which layers
     slide: every Mistral layer (``MistralForCausalLM`` reads no ``layer_types``: AutoModel loads
     a Mistral config that has them as Ministral, which reads them; within the window the two
-    agree); else ``layer_types``, or where a config has none, the Qwen2 layers from
+    agree); else ``layer_types``, or where a config has none, the Qwen2 and Qwen3 layers from
     ``max_window_layers`` on, as transformers derives them."""
     length = config.get("max_position_embeddings", 2048)
     # A null window is none; a missing one is the config class's default (MistralConfig's 4096).
@@ -119,7 +124,7 @@ def context(config: Config) -> int:
         windowed = True
     elif layer_types:
         windowed = "sliding_attention" in layer_types
-    elif config.data.get("model_type") == "qwen2":
+    elif config.data.get("model_type") in ("qwen2", "qwen3"):
         first = config.get("max_window_layers", 28)
         windowed = config.get("use_sliding_window", False) and first < config.get("num_hidden_layers", 32)
     else:
@@ -136,7 +141,7 @@ def context(config: Config) -> int:
     return int(length)
 
 
-@register("llama", "mistral", "qwen2")
+@register("llama", "mistral", "qwen2", "qwen3")
 class Llama(Architecture):
     prefixes = ("model.",)
     ignored = ("rotary_emb.inv_freq",)  # a buffer in old checkpoints
@@ -168,9 +173,10 @@ class Llama(Architecture):
         qwen2 = model_type == "qwen2"
         d, heads = config.get("hidden_size", 4096), config.get("num_attention_heads", 32)
         kv_heads = config.get("num_key_value_heads", heads)
-        head_dim = config.get("head_dim", d // max(heads, 1))  # 0 heads: the spec refuses them
-        # LLaMA's biases are the config's; Mistral's and Qwen2's are fixed, whatever it says.
-        attention_bias = model_type == "llama" and config.get("attention_bias", False)
+        default_head_dim = DEFAULT_HEAD_DIMS.get(str(model_type), d // max(heads, 1))  # 0 heads: refused
+        head_dim = config.get("head_dim", default_head_dim)
+        # LLaMA's and Qwen3's biases are the config's; Mistral's and Qwen2's are fixed, whatever it says.
+        attention_bias = model_type in ("llama", "qwen3") and config.get("attention_bias", False)
         tie = tied(config, tensors, "lm_head.weight", "embed_tokens.weight", False)
         config.require(
             tie or "lm_head.weight" in tensors,
@@ -213,6 +219,8 @@ class Llama(Architecture):
         }
         if head_dim * heads != d:
             model["head_dim"] = head_dim
+        if model_type == "qwen3":
+            model["qk_norm"] = True
         rope = "rope_scaling" if config.data.get("rope_scaling") else "rope_parameters"
         sources = {"model.positional.scaling": rope}
         if model["max_seq_len"] != config.get("max_position_embeddings", 2048):
@@ -245,6 +253,9 @@ class Llama(Architecture):
                 state[f"{b}attn.qkv.{kind}"] = tensors.cat(*names, rows=qkv_rows)
             if spec.model.bias.attn_out:
                 state[f"{b}attn.out.bias"] = tensors.take(f"{a}o_proj.bias")
+            if spec.model.qk_norm:
+                state[f"{b}attn.q_norm.weight"] = tensors.take(f"{a}q_norm.weight")
+                state[f"{b}attn.k_norm.weight"] = tensors.take(f"{a}k_norm.weight")
             if spec.model.bias.ffn:
                 state[f"{b}ffn.w_in.bias"] = tensors.cat(f"{m}gate_proj.bias", f"{m}up_proj.bias")
                 state[f"{b}ffn.w_out.bias"] = tensors.take(f"{m}down_proj.bias")
@@ -261,7 +272,7 @@ class Llama(Architecture):
     def exportable(self, spec: Spec) -> list[Problem]:
         model = spec.model
         assert isinstance(model, DecoderSpec) and isinstance(model.positional, RopePositional)
-        need = Needs("Llama")
+        need = Needs("Qwen3" if model.qk_norm else "Llama")
         need(model.activation in EXPORTED_ACTIVATIONS, "model.activation", model.activation, "swiglu")
         scaling = model.positional.scaling
         if isinstance(scaling, DynamicRopeScaling):
@@ -277,15 +288,15 @@ class Llama(Architecture):
         need(not model.norm.bias, "model.norm.bias", True, "false")
         need(bool(model.norm.final), "model.norm.final", False, "true")
         need.plain_scales(model)  # head_dim is free: Llama configs name it
+        if model.qk_norm:
+            need(not model.bias.ffn, "model.bias.ffn", True, "false (Qwen3's feed-forward has no biases)")
         return need.problems
 
     def to_config(self, spec: Spec) -> dict[str, Any]:
         model = spec.model
         assert isinstance(model, DecoderSpec) and isinstance(model.positional, RopePositional)
         bias = model.bias
-        # Qwen2's biases are exactly q, k and v's; Llama writes any other combination (zeros where
-        # the model has none).
-        qwen2 = bias.qkv and not bias.attn_out and not bias.ffn
+        written = written_as(model)
         rope: dict[str, Any] = {"rope_type": "default"}
         if model.positional.scaling is not None:
             scaling = model.positional.scaling.model_dump(exclude_none=True)
@@ -293,8 +304,8 @@ class Llama(Architecture):
                 del scaling["original_max_position_embeddings"]
             rope = {"rope_type": scaling.pop("type"), **scaling}
         config: dict[str, Any] = {
-            "architectures": ["Qwen2ForCausalLM" if qwen2 else "LlamaForCausalLM"],
-            "model_type": "qwen2" if qwen2 else "llama",
+            "architectures": [f"{written.capitalize()}ForCausalLM"],
+            "model_type": written,
             "vocab_size": model.vocab_size,
             "hidden_size": model.d_model,
             "intermediate_size": model.d_ff,
@@ -313,9 +324,11 @@ class Llama(Architecture):
             "attention_dropout": model.dropout.attention,
             "initializer_range": model.init_std,
         }
-        if qwen2:
-            return config | {"use_sliding_window": False, "sliding_window": None}
-        return config | {"attention_bias": bias.qkv or bias.attn_out, "mlp_bias": bias.ffn}
+        if written == "llama":
+            return config | {"attention_bias": bias.qkv or bias.attn_out, "mlp_bias": bias.ffn}
+        # Qwen2 and Qwen3 slide no layer here; Qwen3's attention_bias is on q, k, v and o, as Llama's.
+        qwen3 = {"attention_bias": bias.qkv or bias.attn_out} if written == "qwen3" else {}
+        return config | {"use_sliding_window": False, "sliding_window": None} | qwen3
 
     def from_state(self, state: State, spec: Spec) -> State:
         model = spec.model
@@ -329,7 +342,7 @@ class Llama(Architecture):
             else (None, None)
         )
         bias = model.bias
-        llama = not (bias.qkv and not bias.attn_out and not bias.ffn)
+        four_biases = written_as(model) != "qwen2"  # attention_bias: q, k, v and o, or none
         out = {
             "model.embed_tokens.weight": state["embed.weight"],
             "model.norm.weight": state["final_norm.weight"] * output_scale(model),
@@ -345,20 +358,35 @@ class Llama(Architecture):
             gate, up = state[f"{b}ffn.w_in.weight"].chunk(2)
             out |= {f"{m}gate_proj.weight": gate, f"{m}up_proj.weight": up}
             out[f"{m}down_proj.weight"] = state[f"{b}ffn.w_out.weight"]
-            kinds = ("weight", "bias") if bias.qkv or (llama and bias.attn_out) else ("weight",)
+            kinds = ("weight", "bias") if bias.qkv or (four_biases and bias.attn_out) else ("weight",)
             for kind in kinds:
                 packed = zeros_if_none(state.get(f"{b}attn.qkv.{kind}"), q_rows + 2 * kv_rows)
                 q, k, v = packed.split([q_rows, kv_rows, kv_rows])
                 if order_q is not None and order_k is not None:
                     q, k = q[order_q], k[order_k]
                 out |= {f"{a}q_proj.{kind}": q, f"{a}k_proj.{kind}": k, f"{a}v_proj.{kind}": v}
-            if llama and (bias.qkv or bias.attn_out):
+            if four_biases and (bias.qkv or bias.attn_out):
                 out[f"{a}o_proj.bias"] = zeros_if_none(state.get(f"{b}attn.out.bias"), model.d_model)
+            if model.qk_norm:  # the scale's dimensions in the order of each head's q and k rows above
+                q_norm, k_norm = state[f"{b}attn.q_norm.weight"], state[f"{b}attn.k_norm.weight"]
+                if order_q is not None:
+                    q_norm, k_norm = q_norm[order_q[:hd]], k_norm[order_q[:hd]]
+                out |= {f"{a}q_norm.weight": q_norm, f"{a}k_norm.weight": k_norm}
             if bias.ffn:
                 gate, up = state[f"{b}ffn.w_in.bias"].chunk(2)
                 out |= {f"{m}gate_proj.bias": gate, f"{m}up_proj.bias": up}
                 out[f"{m}down_proj.bias"] = state[f"{b}ffn.w_out.bias"]
         return contiguous(out)
+
+
+def written_as(model: DecoderSpec) -> str:
+    """The model_type export-hf writes a decoder as: Qwen3 where each head's q and k are normalised;
+    Qwen2 where the biases are exactly q, k and v's; Llama for any other combination (zeros where
+    the model has no bias)."""
+    if model.qk_norm:
+        return "qwen3"
+    bias = model.bias
+    return "qwen2" if bias.qkv and not bias.attn_out and not bias.ffn else "llama"
 
 
 def halves_order(n_heads: int, head_dim: int) -> torch.Tensor:
