@@ -1,0 +1,419 @@
+"""Gemma (v1) and Phi-3 imports: tiny random transformers models saved with save_pretrained,
+imported, and held to transformers' outputs (float32, padded and not) and parameter counts;
+written back with export-hf (Gemma as GemmaForCausalLM, Phi-3 as LlamaForCausalLM, the same
+computation); and every field of GemmaConfig and Phi3Config, value by value, in the field table of
+tests/test_hf_fields.py (its rows' check, on these two families)."""
+
+from __future__ import annotations
+
+import json
+import re
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from hf_models import DECODER, from_pretrained, max_difference, perturb, write
+from safetensors.torch import load_file, save_file
+from test_hf_export import _loads_alike, _problems, _run
+from test_hf_fields import (
+    DELETE,
+    FAMILIES,
+    IDS,
+    UNREAD,
+    Case,
+    Family,
+    _class_fields,
+    _pytest_cases,
+    _save,
+    case,
+    check,
+)
+
+from tfcompile.cli import main
+from tfcompile.hf import gemma, phi3  # noqa: F401 (each registers its architecture)
+from tfcompile.hf.errors import HFError, HFWarning
+from tfcompile.hf.exporter import export_hf
+from tfcompile.hf.importer import import_folder
+from tfcompile.summary import summarize
+from tfcompile.train.runs import load_trained_model
+
+transformers = pytest.importorskip("transformers")
+T = transformers
+
+GEMMA = DECODER | {"head_dim": 8}  # GemmaConfig's own default is 256
+PHI3 = DECODER | {"pad_token_id": 0, "eos_token_id": 1}  # Phi3Config's 32000 is past the vocabulary
+# test_hf_fields' check builds a row's model from its FAMILIES: these two families join them.
+FAMILIES |= {
+    "gemma": Family(T.GemmaConfig, T.GemmaForCausalLM, "llama", GEMMA),
+    "phi3": Family(T.Phi3Config, T.Phi3ForCausalLM, "llama", PHI3),
+}
+
+# name -> the model, random (its norms and biases moved off their initial values)
+VARIANTS: dict[str, Callable[[], Any]] = {
+    "gemma": lambda: T.GemmaForCausalLM(T.GemmaConfig(**GEMMA)),
+    # heads wider than hidden_size / heads, biases on q, k, v and o, a head of its own
+    "gemma_wide_bias_untied": lambda: T.GemmaForCausalLM(
+        T.GemmaConfig(**GEMMA | {"head_dim": 12}, attention_bias=True, tie_word_embeddings=False)
+    ),
+    "phi3": lambda: T.Phi3ForCausalLM(T.Phi3Config(**PHI3, resid_pdrop=0.1)),
+    "phi3_window_tied": lambda: T.Phi3ForCausalLM(
+        T.Phi3Config(**PHI3 | {"num_key_value_heads": 1}, sliding_window=12, tie_word_embeddings=True)
+    ),
+}
+
+
+class Imported:
+    """One variant saved by transformers, read back by it, and imported into tfcompile."""
+
+    def __init__(self, root: Path, name: str) -> None:
+        self.folder = root / "hf" / name
+        torch.manual_seed(0)
+        write(perturb(VARIANTS[name]()), "llama", self.folder)
+        self.hf = from_pretrained(self.folder)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", HFWarning)  # the window's cap: tested on its own
+            self.result = import_folder(self.folder, name, root / "specs", root / "runs")
+        self.spec, self.model = load_trained_model(self.result.run_dir)
+
+
+@pytest.fixture(scope="module")
+def imported(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Imported]:
+    root = tmp_path_factory.mktemp("hf")
+    return {name: Imported(root, name) for name in VARIANTS}
+
+
+@pytest.mark.parametrize("name", list(VARIANTS))
+def test_an_imported_model_gives_transformers_outputs(imported: dict[str, Imported], name: str) -> None:
+    variant = imported[name]
+    for padded in (False, True):
+        assert max_difference(variant.hf, variant.model, padded) <= 1e-5, (name, padded)
+
+
+@pytest.mark.parametrize("name", list(VARIANTS))
+def test_parameter_counts_equal_transformers(imported: dict[str, Imported], name: str) -> None:
+    variant = imported[name]
+    expected = variant.hf.num_parameters()
+    assert variant.spec.parameter_count() == expected == sum(p.numel() for p in variant.model.parameters())
+    assert summarize(variant.spec).total_params == expected
+
+
+@pytest.mark.parametrize("name", list(VARIANTS))
+def test_an_imported_run_round_trips(imported: dict[str, Imported], tmp_path: Path, name: str) -> None:
+    architecture = export_hf(imported[name].result.run_dir, tmp_path / "out")
+    assert architecture == ("GemmaForCausalLM" if name.startswith("gemma") else "LlamaForCausalLM")
+    _loads_alike(tmp_path / "out", imported[name].model)
+
+
+def test_the_specs_say_what_each_model_is(imported: dict[str, Imported]) -> None:
+    plain, wide = imported["gemma"].spec.model, imported["gemma_wide_bias_untied"].spec.model
+    assert (plain.scale_embeddings, plain.activation, plain.tie_embeddings, plain.bias.qkv) == (
+        True,
+        "geglu_tanh",
+        True,
+        False,
+    )
+    assert (wide.head_dim, wide.bias.qkv, wide.bias.attn_out, wide.bias.ffn, wide.tie_embeddings) == (
+        12,
+        True,
+        True,
+        False,
+        False,
+    )
+    # GemmaRMSNorm's (1 + weight), folded
+    hf_norm = imported["gemma"].hf.model.norm.weight
+    assert torch.equal(imported["gemma"].model.final_norm.weight, 1.0 + hf_norm)
+    fused, window = imported["phi3"].spec.model, imported["phi3_window_tied"].spec.model
+    assert (fused.max_seq_len, fused.dropout.residual, fused.tie_embeddings) == (32, 0.1, False)
+    assert (window.max_seq_len, window.n_kv_heads, window.tie_embeddings) == (12, 1, True)
+
+
+def test_phi3_slides_every_layer_so_its_context_is_capped_at_the_window(
+    imported: dict[str, Imported], tmp_path: Path
+) -> None:
+    with pytest.warns(HFWarning, match="max_seq_len is the sliding window, 12"):
+        import_folder(imported["phi3_window_tied"].folder, "w", tmp_path / "specs", tmp_path / "runs")
+
+
+@pytest.mark.parametrize(
+    ("name", "rows"),
+    [("self_attn.qkv_proj", "32 + 16 + 16 rows"), ("mlp.gate_up_proj", "48 + 48 rows")],
+)
+def test_a_fused_tensor_of_other_rows_is_refused_by_name(
+    imported: dict[str, Imported], tmp_path: Path, name: str, rows: str
+) -> None:
+    folder = tmp_path / "src"
+    write(imported["phi3"].hf, "llama", folder)
+    weights = load_file(folder / "model.safetensors")
+    fused = f"model.layers.1.{name}.weight"
+    save_file(weights | {fused: weights[fused][:-8]}, folder / "model.safetensors")
+    with pytest.raises(
+        HFError, match=re.escape(f"layers.1.{name}.weight has shape (") + r"\d+, 32\), not " + re.escape(rows)
+    ):
+        import_folder(folder, "wrong", tmp_path / "specs", tmp_path / "runs")
+    assert not (tmp_path / "runs" / "wrong").exists()
+
+
+def test_gemma_2_is_another_model_type(imported: dict[str, Imported], tmp_path: Path) -> None:
+    folder = tmp_path / "src"
+    write(imported["gemma"].hf, "llama", folder)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps(config | {"model_type": "gemma2"}))
+    with pytest.raises(HFError, match="model_type: 'gemma2' has no converter"):
+        import_folder(folder, "g2", tmp_path / "specs", tmp_path / "runs")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["gemma_wide_bias_untied", "phi3_window_tied"])
+def test_the_runtime_generates_transformers_greedy_tokens(
+    imported: dict[str, Imported], tmp_path: Path, name: str
+) -> None:
+    """Exported to ONNX with parity, then greedy decoding with the KV cache in onnxruntime against
+    transformers' generate (Phi-3's within its window of 12)."""
+    from tfcompile.runtime import load
+
+    variant = imported[name]
+    assert main(["export", str(variant.result.run_dir), "--out", str(tmp_path / "bundle")]) == 0
+    prompt = torch.tensor([[5, 9, 13, 2, 30]])
+    expected = variant.hf.generate(
+        prompt, attention_mask=torch.ones_like(prompt), do_sample=False, max_new_tokens=7
+    )
+    ours = load(tmp_path / "bundle").generate(prompt.numpy(), 7, temperature=0.0, stop=False)
+    assert ours[0].tolist() == expected[0].tolist()
+
+
+# tfcompile's own runs with scaled embeddings: written as Gemma (interleaved RoPE permuted to
+# halves, biases Gemma has and the run does not as zeros, the erf GELU as gelu_python).
+NATIVE = {
+    "interleaved, q/k/v biases": "family: decoder, vocab_size: 64, d_model: 32, n_layers: 2, n_heads: 4, "
+    "n_kv_heads: 2, max_seq_len: 16, positional: rope, norm: {type: rmsnorm}, activation: geglu_tanh, "
+    "scale_embeddings: true, bias: {qkv: true, attn_out: false, ffn: false}",
+    "erf GELU, untied, scaled output": "family: decoder, vocab_size: 64, d_model: 24, n_layers: 1, "
+    "n_heads: 2, head_dim: 16, max_seq_len: 16, positional: {type: rope, layout: halves, theta: 500}, "
+    "norm: {type: rmsnorm, eps: 1.0e-3}, activation: geglu, scale_embeddings: true, "
+    "tie_embeddings: false, scale_output: true, bias: {qkv: false, attn_out: true, ffn: false}",
+    "SwiGLU, linear RoPE": "family: decoder, vocab_size: 64, d_model: 32, n_layers: 1, n_heads: 4, "
+    "max_seq_len: 16, positional: {type: rope, scaling: {type: linear, factor: 2}}, norm: {type: rmsnorm}, "
+    "activation: swiglu, scale_embeddings: true, bias: {qkv: false, attn_out: false, ffn: false}",
+}
+
+
+@pytest.mark.parametrize("kind", list(NATIVE))
+def test_a_run_with_scaled_embeddings_is_written_as_gemma(tmp_path: Path, kind: str) -> None:
+    run = _run(tmp_path, f"model: {{{NATIVE[kind]}}}\n")
+    assert export_hf(run, tmp_path / "out") == "GemmaForCausalLM"
+    _loads_alike(tmp_path / "out", load_trained_model(run)[1])
+
+
+def test_what_gemma_cannot_express_is_refused_by_field(tmp_path: Path) -> None:
+    message = _problems(
+        tmp_path,
+        "family: decoder, vocab_size: 64, d_model: 16, n_layers: 1, n_heads: 2, max_seq_len: 8, "
+        "positional: rope, activation: gelu, scale_embeddings: true, attention_scale: 0.5, "
+        "bias: {ffn: true, lm_head: true}, qk_norm: true",
+    )
+    for field in (
+        "model.activation: 'gelu' has no Gemma equivalent",
+        "model.norm.type: 'layernorm' has no Gemma equivalent",
+        "model.norm.bias: True has no Gemma equivalent",
+        "model.bias.ffn: True has no Gemma equivalent",
+        "model.bias.lm_head: True has no Gemma equivalent",
+        "model.attention_scale: 0.5 has no Gemma equivalent",
+        "model.qk_norm: True has no Gemma equivalent",
+    ):
+        assert field in message, field
+
+
+# ------------------------------------------------------------------------------ the field table
+
+
+def rope(**fields: Any) -> dict[str, Any]:
+    return {"rope_parameters": {"rope_theta": 10000.0, **fields}}
+
+
+YARN = dict(rope_type="yarn", factor=4.0, original_max_position_embeddings=8)
+LLAMA3 = dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0)
+LONGROPE = dict(rope_type="longrope", short_factor=[1.0] * 4, long_factor=[2.0] * 4)
+
+CASES: list[Case] = [
+    # ---------------------------------------------------------------------------- Gemma
+    case(  # the fields that take any value at once: each row below sets one
+        "gemma",
+        head_dim=16,
+        num_key_value_heads=1,
+        tie_word_embeddings=False,
+        rms_norm_eps=1e-2,
+        attention_bias=True,
+        hidden_act="gelu_python",
+        initializer_range=0.5,
+        attention_dropout=0.3,
+        spec={
+            "head_dim": 16,
+            "n_kv_heads": 1,
+            "tie_embeddings": False,
+            "bias.qkv": True,
+            "bias.attn_out": True,
+            "activation": "geglu",
+            "scale_embeddings": True,
+        },
+    ),
+    case("gemma", head_dim=16, spec={"head_dim": 16}, slow=True),
+    case("gemma", head_dim=4, spec={"head_dim": 4}, slow=True),
+    case("gemma", head_dim=256, json={"head_dim": DELETE}, spec={"head_dim": 256}, slow=True),  # the default
+    case("gemma", num_key_value_heads=1, spec={"n_kv_heads": 1}, slow=True),
+    case("gemma", num_key_value_heads=4, slow=True),
+    case("gemma", outcome="num_key_value_heads", num_key_value_heads=3, slow=True),
+    case("gemma", tie_word_embeddings=False, spec={"tie_embeddings": False}, slow=True),
+    case(
+        "gemma", json={"tie_word_embeddings": DELETE}, spec={"tie_embeddings": True}, slow=True
+    ),  # its default
+    case("gemma", rms_norm_eps=1e-2, slow=True),
+    case("gemma", attention_bias=True, spec={"bias.qkv": True, "bias.attn_out": True}, slow=True),
+    case("gemma", json={"mlp_bias": True}, spec={"bias.ffn": False}, slow=True),  # Llama's; not Gemma's
+    # hidden_act: GemmaConfig reads "gelu" as the tanh GELU (the legacy value of the releases);
+    # hidden_activation, which older transformers read, is not read
+    case("gemma", spec={"activation": "geglu_tanh"}, slow=True),
+    case("gemma", json={"hidden_act": "gelu"}, spec={"activation": "geglu_tanh"}),
+    case("gemma", json={"hidden_act": DELETE}, spec={"activation": "geglu_tanh"}, slow=True),
+    case("gemma", json={"hidden_activation": "silu"}, spec={"activation": "geglu_tanh"}, slow=True),
+    case("gemma", hidden_act="gelu_python", spec={"activation": "geglu"}, slow=True),
+    case("gemma", hidden_act="gelu_new", spec={"activation": "geglu_tanh"}, slow=True),
+    case("gemma", hidden_act="silu", spec={"activation": "swiglu"}, slow=True),
+    case("gemma", outcome="hidden_act", hidden_act="relu"),
+    case("gemma", initializer_range=0.5, slow=True),
+    case("gemma", attention_dropout=0.3, slow=True),
+    case("gemma", use_cache=False, slow=True),
+    case("gemma", slow=True, **IDS),
+    case("gemma", eos_token_id=[6, 7], slow=True),
+    case("gemma", pad_token_id=None, slow=True),
+    case("gemma", max_position_embeddings=8, spec={"max_seq_len": 8}, slow=True),
+    case("gemma", num_hidden_layers=1, slow=True),
+    case("gemma", hidden_size=48, spec={"d_model": 48, "head_dim": 8}, slow=True),  # another sqrt(d)
+    case("gemma", outcome="use_bidirectional_attention", use_bidirectional_attention=True),
+    case("gemma", use_bidirectional_attention=False, slow=True),
+    case("gemma", **{"rope_parameters": {"rope_theta": 500.0, "rope_type": "default"}}, slow=True),
+    case("gemma", **rope(rope_type="linear", factor=2.0)),
+    case("gemma", **rope(rope_type="dynamic", factor=2.0), slow=True),
+    case("gemma", **rope(**YARN), slow=True),
+    case("gemma", **rope(**LLAMA3, original_max_position_embeddings=8), slow=True),
+    case("gemma", outcome="rope_parameters.rope_type", **rope(**LONGROPE), slow=True),
+    case("gemma", json={"rope_parameters": DELETE, "rope_theta": 777.0}, slow=True),  # transformers 4's keys
+    case(
+        "gemma",
+        json={"rope_parameters": DELETE, "rope_scaling": {"type": "linear", "factor": 3.0}},
+        slow=True,
+    ),
+    # Gemma's default RoPE rotates whole heads whatever it says; refused all the same
+    case("gemma", outcome="partial_rotary_factor", json={"partial_rotary_factor": 0.5}, slow=True),
+    # ---------------------------------------------------------------------------- Phi-3
+    case(  # the fields that take any value at once: each row below sets one
+        "phi3",
+        num_key_value_heads=1,
+        tie_word_embeddings=True,
+        rms_norm_eps=1e-2,
+        hidden_act="gelu",
+        resid_pdrop=0.3,
+        embd_pdrop=0.3,
+        attention_dropout=0.3,
+        initializer_range=0.5,
+        original_max_position_embeddings=8,
+        spec={"n_kv_heads": 1, "tie_embeddings": True, "activation": "geglu", "dropout.residual": 0.3},
+    ),
+    case("phi3", num_key_value_heads=1, spec={"n_kv_heads": 1}, slow=True),
+    case("phi3", num_key_value_heads=None, spec={"n_kv_heads": 4}, slow=True),  # MHA
+    case("phi3", outcome="num_key_value_heads", num_key_value_heads=3, slow=True),
+    case("phi3", tie_word_embeddings=True, spec={"tie_embeddings": True}, slow=True),
+    case("phi3", rms_norm_eps=1e-2, slow=True),
+    case("phi3", json={"rms_norm_eps": DELETE}, spec={"norm.eps": 1e-5}, slow=True),  # Phi3Config's default
+    case("phi3", hidden_act="gelu", spec={"activation": "geglu"}, slow=True),
+    case("phi3", hidden_act="gelu_pytorch_tanh", spec={"activation": "geglu_tanh"}, slow=True),
+    case("phi3", outcome="hidden_act", hidden_act="relu", slow=True),
+    case("phi3", resid_pdrop=0.3, spec={"dropout.residual": 0.3}, slow=True),  # training only
+    case("phi3", embd_pdrop=0.3, spec={"dropout.embedding": 0.0}, slow=True),  # Phi3Model applies none
+    case("phi3", attention_dropout=0.3, slow=True),
+    case("phi3", initializer_range=0.5, slow=True),
+    case("phi3", use_cache=False, slow=True),
+    case("phi3", slow=True, **IDS),
+    case("phi3", pad_token_id=None, slow=True),
+    case("phi3", max_position_embeddings=8, spec={"max_seq_len": 8}, slow=True),
+    case("phi3", num_hidden_layers=1, slow=True),
+    # Phi-3 slides every layer: the context is capped at the window (causal attention within it)
+    case("phi3", sliding_window=6, spec={"max_seq_len": 6}),
+    case("phi3", sliding_window=64, spec={"max_seq_len": 32}, slow=True),
+    case(  # none, not MistralConfig's 4096
+        "phi3",
+        max_position_embeddings=5000,
+        json={"sliding_window": DELETE},
+        spec={"max_seq_len": 5000},
+        slow=True,
+    ),
+    case("phi3", outcome="sliding_window", sliding_window=0, slow=True),
+    # RoPE: default alone (Phi3Config refuses other types, and reads su and yarn as longrope)
+    case("phi3", **{"rope_parameters": {"rope_theta": 500.0, "rope_type": "default"}}, slow=True),
+    case("phi3", json={"rope_parameters": DELETE, "rope_theta": 777.0}, slow=True),  # transformers 4's keys
+    case("phi3", original_max_position_embeddings=8, slow=True),  # longrope's alone
+    case("phi3", outcome="rope_parameters.rope_type", **rope(**LONGROPE)),
+    case("phi3", outcome="rope_parameters.rope_type", json=rope(**YARN), slow=True),
+    case("phi3", outcome="rope_parameters.rope_type", json=rope(rope_type="linear", factor=2.0), slow=True),
+    case(
+        "phi3",
+        outcome="rope_scaling.rope_type",
+        json={"rope_parameters": DELETE, "rope_scaling": {"type": "su", **LONGROPE}},
+        slow=True,
+    ),
+    # Phi3Config reads a top-level partial_rotary_factor into rope_parameters where it has none
+    case(  # Phi-4-mini's
+        "phi3",
+        outcome="partial_rotary_factor",
+        json={"partial_rotary_factor": 0.75, **rope(rope_type="default")},
+        slow=True,
+    ),
+    case("phi3", json={"partial_rotary_factor": 0.75}, slow=True),  # the saved dict's 1.0 is read
+    case("phi3", outcome="partial_rotary_factor", **rope(rope_type="default", partial_rotary_factor=0.5)),
+    case("phi3", json={"partial_rotary_factor": 1.0}, slow=True),
+]
+CLASSES = {"gemma": "gemma", "phi3": "phi3"}
+
+
+@pytest.mark.parametrize("c", _pytest_cases(CASES))
+def test_a_field_value_imports_to_transformers_outputs_or_is_refused_by_name(c: Case, tmp_path: Path) -> None:
+    check(c, tmp_path)
+
+
+@pytest.mark.parametrize("model_type", list(CLASSES))
+def test_every_config_field_has_a_case(model_type: str) -> None:
+    """A field transformers adds to GemmaConfig or Phi3Config fails this until a row of CASES says
+    what it does (or the family's tiny base sets it)."""
+    covered = set(UNREAD) | set(FAMILIES[model_type].base)
+    covered |= set().union(*(c.fields() for c in CASES if c.family == model_type))
+    assert _class_fields(model_type) - covered == set()
+
+
+def _activation_cases() -> list[Any]:
+    from transformers.activations import ACT2CLS
+
+    return [
+        pytest.param(family, act, id=f"{family}-{act}", marks=pytest.mark.slow)
+        for family in CLASSES
+        for act in sorted(ACT2CLS)
+    ]
+
+
+@pytest.mark.parametrize(("family", "value"), _activation_cases())
+def test_every_activation_name_is_computed_alike_or_refused_by_name(
+    family: str, value: str, tmp_path: Path
+) -> None:
+    try:
+        FAMILIES[family].config(**(FAMILIES[family].base | {"hidden_act": value}))
+    except Exception:  # transformers refuses it itself
+        pytest.skip(f"transformers builds no model with hidden_act={value}")
+    c = case(family, hidden_act=value)
+    _save(c, tmp_path / "hf")
+    try:
+        import_folder(tmp_path / "hf", "case", tmp_path / "specs", tmp_path / "runs")
+    except HFError as error:
+        assert "  hidden_act" in str(error)
+        return
+    check(c, tmp_path / "again")

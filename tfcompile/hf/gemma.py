@@ -1,0 +1,139 @@
+"""Gemma (``GemmaForCausalLM``, Gemma 1): LLaMA's layout with embeddings multiplied by
+sqrt(hidden_size), a gated GELU (tanh), RMSNorms that scale by (1 + weight), heads of their own
+``head_dim`` and one ``attention_bias`` for q, k, v and o. The (1 + weight) is folded into the
+spec's RMSNorm weight at import (transformers computes it in float32, as tfcompile does) and
+unfolded at export. Gemma 2 and 3 (softcapping, sandwich norms, q/k norms) are other model types."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tfcompile.hf.architecture import (
+    Config,
+    Imported,
+    Needs,
+    State,
+    Tensors,
+    register,
+    zeros_if_none,
+)
+from tfcompile.hf.errors import Problem
+from tfcompile.hf.llama import Llama
+from tfcompile.spec import Spec
+from tfcompile.spec.schema import DecoderSpec, DynamicRopeScaling, RopePositional
+
+# GemmaConfig's defaults where LlamaConfig's differ: a config.json that leaves a field out (or
+# null) is read as transformers reads it.
+DEFAULTS: dict[str, Any] = {
+    "vocab_size": 256000,
+    "hidden_size": 3072,
+    "intermediate_size": 24576,
+    "num_hidden_layers": 28,
+    "num_attention_heads": 16,
+    "head_dim": 256,
+    "hidden_act": "gelu_pytorch_tanh",
+    "max_position_embeddings": 8192,
+    "tie_word_embeddings": True,
+}
+# GemmaConfig reads the erf GELU's name as the tanh GELU that Gemma was trained with: the erf GELU
+# is written as gelu_python, which it leaves alone. Older transformers 4 releases read
+# hidden_activation instead of hidden_act: both are written, the same.
+EXPORTED_ACTIVATIONS = {"geglu_tanh": "gelu_pytorch_tanh", "geglu": "gelu_python", "swiglu": "silu"}
+
+
+def as_gemma_reads(config: Config) -> Config:
+    """``config`` with GemmaConfig's defaults where a field is missing or null, and hidden_act
+    "gelu" as the tanh GELU, as GemmaConfig reads it; its problems are ``config``'s."""
+    data = dict(config.data)
+    for name, value in DEFAULTS.items():
+        if data.get(name) is None:
+            data[name] = value
+    if data["hidden_act"] == "gelu":
+        data["hidden_act"] = "gelu_pytorch_tanh"
+    return Config(data, config.problems)
+
+
+@register("gemma")
+class Gemma(Llama):
+    def read(self, config: Config, architecture: str, tensors: Tensors) -> Imported:
+        gemma = as_gemma_reads(config)
+        imported = super().read(gemma, architecture, tensors)
+        gemma.refuse_true(
+            "use_bidirectional_attention", why="attention over every token is not a causal LM's"
+        )
+        model = imported.model
+        bias = gemma.get("attention_bias", False)  # q, k, v and o alike
+        model["bias"] |= {"qkv": bias, "attn_out": bias}
+        model["scale_embeddings"] = True
+        heads, head_dim = model["n_heads"], gemma.get("head_dim", 256)
+        model.pop("head_dim", None)
+        if head_dim * heads != model["d_model"]:
+            model["head_dim"] = head_dim
+        return imported
+
+    def to_state(self, tensors: Tensors, spec: Spec) -> State:
+        state = super().to_state(tensors, spec)
+        norms = [f"blocks.{i}.{n}_norm.weight" for i in range(spec.model.n_layers) for n in ("attn", "ffn")]
+        for name in [*norms, "final_norm.weight"]:
+            state[name] = 1.0 + state[name]  # as GemmaRMSNorm computes it, in float32
+        return state
+
+    def candidate(self, spec: Spec) -> bool:
+        """A Llama candidate whose embeddings are scaled (without, it is Llama's)."""
+        return super().candidate(spec) and spec.model.scale_embeddings
+
+    def exportable(self, spec: Spec) -> list[Problem]:
+        model = spec.model
+        assert isinstance(model, DecoderSpec) and isinstance(model.positional, RopePositional)
+        need = Needs("Gemma")
+        need(model.activation in EXPORTED_ACTIVATIONS, "model.activation", model.activation, "geglu_tanh")
+        scaling = model.positional.scaling
+        if isinstance(scaling, DynamicRopeScaling):
+            need(
+                scaling.original_max_position_embeddings >= model.max_seq_len,
+                "model.positional.scaling.original_max_position_embeddings",
+                scaling.original_max_position_embeddings,
+                f"max_seq_len ({model.max_seq_len}) or more: transformers' dynamic RoPE scales only "
+                f"past max_position_embeddings, which is max_seq_len",
+            )
+        need(model.norm.type == "rmsnorm", "model.norm.type", model.norm.type, "rmsnorm")
+        need(model.norm.position == "pre", "model.norm.position", model.norm.position, "pre")
+        need(not model.norm.bias, "model.norm.bias", True, "false")
+        need(bool(model.norm.final), "model.norm.final", False, "true")
+        need(not model.bias.ffn, "model.bias.ffn", True, "false")
+        need(not model.qk_norm, "model.qk_norm", True, "false (Gemma 1 normalises no q or k)")
+        # Gemma scales its embeddings always (the candidate's): the other scales as Llama's.
+        need.plain_scales(model.model_copy(update={"scale_embeddings": False}))
+        return need.problems
+
+    def to_config(self, spec: Spec) -> dict[str, Any]:
+        model = spec.model
+        assert isinstance(model, DecoderSpec)
+        config = super().to_config(spec)
+        for name in ("use_sliding_window", "sliding_window", "mlp_bias"):  # Qwen2's and Llama's alone
+            config.pop(name, None)
+        activation = EXPORTED_ACTIVATIONS[model.activation]
+        return config | {
+            "architectures": ["GemmaForCausalLM"],
+            "model_type": "gemma",
+            "hidden_act": activation,
+            "hidden_activation": activation,
+            "attention_bias": model.bias.qkv or model.bias.attn_out,
+        }
+
+    def from_state(self, state: State, spec: Spec) -> State:
+        model = spec.model
+        assert isinstance(model, DecoderSpec) and model.n_kv_heads is not None
+        out = super().from_state(state, spec)
+        norms = [
+            f"model.layers.{i}.{n}_layernorm.weight"
+            for i in range(model.n_layers)
+            for n in ("input", "post_attention")
+        ]
+        for name in [*norms, "model.norm.weight"]:
+            out[name] = out[name] - 1.0
+        if model.bias.qkv:  # Llama writes q, k and v's biases alone as Qwen2's
+            for i in range(model.n_layers):
+                name = f"model.layers.{i}.self_attn.o_proj.bias"
+                out[name] = zeros_if_none(out.get(name), model.d_model)
+        return out
