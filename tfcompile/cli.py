@@ -941,7 +941,12 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--max-queue", type=_positive_int, default=256, help="requests waiting per model; more get 503"
     )
-    serve.add_argument("--max-body-mb", type=_positive_int, default=16, help="largest request body")
+    serve.add_argument(
+        "--max-body-mb",
+        type=_int_from(1, 4096),
+        default=16,
+        help="largest request body, 1 to 4,096 (default 16; 413 past it)",
+    )
     serve.add_argument(
         "--max-tokens", type=_positive_int, default=1024, help="largest max_tokens a request may ask"
     )
@@ -955,19 +960,23 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--max-beam", type=_positive_int, default=8, help="widest translation beam")
     serve.add_argument(
         "--max-image-pixels",
-        type=_positive_int,
+        type=_int_from(1, 1 << 32),
         default=1 << 26,
-        help="pixels in all the images of a request, counted from their headers before decoding "
-        "(default 67,108,864: 8,192 x 8,192)",
+        help="pixels in all the images of a request, counted from their headers before decoding, "
+        "1 to 2^32 (default 67,108,864: 8,192 x 8,192; 400 past it)",
     )
     serve.add_argument(
-        "--max-head-kb", type=_positive_int, default=64, help="a request's line and headers (431 past it)"
+        "--max-head-kb",
+        type=_int_from(1, 1024),
+        default=64,
+        help="a request's line and headers, 1 to 1,024 (default 64; 431 past it)",
     )
     serve.add_argument(
         "--head-timeout",
-        type=_positive_float,
+        type=_seconds_from(0.1, 3600),
         default=20.0,
-        help="seconds from a request's first byte to its headers' end (408 past it)",
+        help="seconds from a request's first byte to its headers' end, 0.1 to 3,600 (default 20; 408 "
+        "past it)",
     )
     serve.add_argument(
         "--threads",
@@ -1047,17 +1056,33 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _int_from(low: int, high: int) -> Callable[[str], int]:
+    """A whole number from ``low`` to ``high``: a server limit past which it would bound nothing
+    (tfcompile.serve.app.BOUNDS holds the same ranges in the server's units)."""
+
+    def parse(text: str) -> int:
+        value = _int(text, f"an integer from {low:,} to {high:,}")
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"expected an integer from {low:,} to {high:,}, found {text}")
+        return value
+
+    return parse
+
+
+def _seconds_from(low: float, high: float) -> Callable[[str], float]:
+    def parse(text: str) -> float:
+        value = _float(text, f"seconds from {low:g} to {high:,g}")
+        if not low <= value <= high:  # NaN too
+            raise argparse.ArgumentTypeError(f"expected seconds from {low:g} to {high:,g}, found {text}")
+        return value
+
+    return parse
+
+
 def _non_negative_int(text: str) -> int:
     value = _int(text, "an integer >= 0")
     if value < 0:
         raise argparse.ArgumentTypeError(f"expected an integer >= 0, found {text}")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    value = _float(text, "a finite number > 0")
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a finite number > 0, found {text}")
     return value
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
+import math
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -60,6 +61,39 @@ class Settings:
     retry_after_s: int = 1
     max_head_bytes: int = 64 << 10  # a request's line and headers
     head_timeout_s: float = 20.0  # from a request's first byte (or its connection) to its headers' end
+
+    def __post_init__(self) -> None:
+        """Each limit a number in its range, refused by name: a limit of 0 refuses every request,
+        and one past its ceiling bounds nothing (``tfcompile serve``'s flags take the same ranges)."""
+        for name, (low, high) in BOUNDS.items():
+            value = getattr(self, name)
+            if value is None and name == "max_prompt_tokens":  # the model's context
+                continue
+            kinds = (int, float) if name in FRACTIONAL else (int,)
+            if isinstance(value, bool) or not isinstance(value, kinds) or not low <= value <= high:
+                kind = "a number" if name in FRACTIONAL else "an integer"
+                span = f"at least {low:,}" if high == math.inf else f"from {low:,} to {high:,}"
+                raise ValueError(f"Settings.{name} must be {kind} {span}, got {value!r}")
+
+
+# Each limit's range. The request bounds have ceilings, past which they bound nothing: a head is
+# joined in time quadratic in its size (protocol.py), a body is held in memory whole, and so are
+# an upload's decoded pixels.
+BOUNDS: dict[str, tuple[float, float]] = {
+    "max_batch": (1, math.inf),
+    "max_wait_ms": (0, 60_000),
+    "max_queue": (1, math.inf),
+    "max_body_bytes": (1, 4 << 30),
+    "max_tokens": (1, math.inf),
+    "max_prompt_tokens": (1, math.inf),
+    "max_n": (1, math.inf),
+    "max_beam": (1, math.inf),
+    "max_image_pixels": (1, 1 << 32),
+    "retry_after_s": (0, 86_400),
+    "max_head_bytes": (1 << 10, 1 << 20),
+    "head_timeout_s": (0.1, 3_600),
+}
+FRACTIONAL = frozenset({"max_wait_ms", "head_timeout_s"})  # the other limits are integers
 
 
 @dataclass
