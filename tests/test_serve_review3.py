@@ -1,5 +1,9 @@
-"""tfcompile serve's request bounds (head size and time, body, pixels) set from its flags and
-refused out of their range."""
+"""tfcompile serve as HTTP says a server answers: HEAD wherever GET is answered, a 405 that names
+the methods allowed, 501 for a method or transfer coding it does not implement, 400 for an
+HTTP/1.1 request without one Host, a connection closed (and said to close) where the client may
+not send the body it announced, every refusal in the route family's JSON shape; and the request
+bounds (head size and time, body, pixels) set from ``tfcompile serve``'s flags and refused out of
+their range."""
 
 from __future__ import annotations
 
@@ -62,6 +66,189 @@ def answer(raw: bytes) -> tuple[int, dict[str, str], Any]:
 def openai_error(body: Any) -> dict:
     assert set(body["error"]) == {"message", "type", "param", "code"}, body
     return body["error"]
+
+
+# ------------------------------------------------------------------------------------ HEAD
+
+
+def _get_routes(server: BackgroundServer) -> list[str]:
+    """Every GET route of the app (its OpenAPI schema's, and the schema's own), path parameters
+    filled in."""
+    schema = httpx.get(f"{server.url}/openapi.json", headers=AUTH).json()
+    paths = [path for path, methods in schema["paths"].items() if "get" in methods]
+    return [p.replace("{name}", "char").replace("{version}", "1") for p in [*paths, "/openapi.json", "/docs"]]
+
+
+def test_head_is_answered_wherever_get_is_with_its_status_and_headers(server: BackgroundServer) -> None:
+    """FastAPI's GET routes answered HEAD 405; RFC 9110 asks the same status and headers as GET."""
+    paths = _get_routes(server)
+    assert {"/health", "/metrics", "/v1/models/char", "/v2", "/v2/models/char/versions/1/ready"} <= set(paths)
+    with httpx.Client(base_url=server.url, headers=AUTH) as http:
+        for path in [*paths, "/v1/models/nope", "/v2/models/nope", "/v1/completions"]:
+            got, head = http.get(path), http.head(path)
+            assert (head.status_code, head.content) == (got.status_code, b""), path
+            same = {k: v for k, v in got.headers.items() if k not in ("date", "content-length")}
+            assert {k: v for k, v in head.headers.items() if k not in ("date", "content-length")} == same, (
+                path
+            )
+            if path != "/metrics":  # its counters move between the two requests
+                assert head.headers["content-length"] == got.headers["content-length"], path
+
+
+def test_head_needs_the_key_where_get_does(server: BackgroundServer) -> None:
+    assert httpx.head(f"{server.url}/v1/models").status_code == 401
+    assert httpx.head(f"{server.url}/v2/models/char").status_code == 401
+    for public in ("/health", "/v2/health/ready", "/metrics"):
+        assert httpx.head(f"{server.url}{public}").status_code == 200, public
+
+
+def test_only_the_health_and_metrics_routes_answer_without_the_key(server: BackgroundServer) -> None:
+    """Every path that began with a public route's path went past the key check (a 404 for
+    /metrics/x, where any other unknown route is 401)."""
+    for path in ("/metrics/x", "/healthz", "/health/x", "/v2/health/other"):
+        assert httpx.get(f"{server.url}{path}").status_code == 401, path
+        assert httpx.get(f"{server.url}{path}", headers=AUTH).status_code == 404, path
+
+
+# ------------------------------------------------------------------------- methods, routes
+
+
+def test_a_method_a_route_does_not_take_is_405_naming_the_allowed_ones(server: BackgroundServer) -> None:
+    """The 405 said 'Method Not Allowed' with no code and no Allow header (Starlette's, dropped)."""
+    with httpx.Client(base_url=server.url, headers=AUTH) as http:
+        r = http.options("/v1/models")
+        assert r.status_code == 405 and r.headers["Allow"] == "GET, HEAD"
+        error = openai_error(r.json())
+        assert error["code"] == "method_not_allowed" and "takes GET and HEAD, not OPTIONS" in error["message"]
+        r = http.get("/v1/completions")
+        assert r.status_code == 405 and r.headers["Allow"] == "POST"
+        assert openai_error(r.json())["message"] == "/v1/completions takes POST, not GET"
+        r = http.delete("/v2/models/char/infer")
+        assert r.status_code == 405 and r.headers["Allow"] == "POST"
+        assert r.json() == {"error": "/v2/models/char/infer takes POST, not DELETE"}  # KServe's shape
+        assert http.get("/v2").status_code == 200  # the connection is kept after each
+
+
+def test_an_unknown_route_is_404_saying_so(server: BackgroundServer) -> None:
+    r = httpx.get(f"{server.url}/v1/nope", headers=AUTH)
+    error = openai_error(r.json())
+    assert r.status_code == 404 and error["code"] == "not_found"
+    assert error["message"] == "there is no route /v1/nope on this server"
+    assert httpx.get(f"{server.url}/v2/nope", headers=AUTH).json() == {
+        "error": "there is no route /v2/nope on this server"
+    }
+
+
+def test_a_method_the_server_does_not_know_is_501(server: BackgroundServer) -> None:
+    """httptools refuses a method it does not know as it refuses bytes that are not HTTP: 400
+    "Invalid HTTP request received"; RFC 9110 asks 501."""
+    for line, shaped in ((b"BREW /v1/models", dict), (b"get /v2/models/char", str)):
+        data, closed = raw(
+            server.port, line + b" HTTP/1.1\r\nHost: x\r\n" + b"Authorization: Bearer k3y\r\n\r\n"
+        )
+        status, _, body = answer(data)
+        assert status == 501 and closed and isinstance(body["error"], shaped), body
+        assert "is not one this server knows" in str(body)
+    status, _, body = answer(raw(server.port, b"\x16\x03\x01\x00\xa5\x01\x00" + b"\0" * 64)[0])
+    assert status == 400 and "not valid HTTP" in body["error"]  # TLS to a plain port is no method
+
+
+def test_an_http_1_1_request_without_one_host_is_400(server: BackgroundServer) -> None:
+    """RFC 9112 (3.2): a server must answer 400 to an HTTP/1.1 request with no Host header or more
+    than one; it was served."""
+    for hosts in (b"", b"Host: a\r\nHost: b\r\n"):
+        data, closed = raw(
+            server.port, b"GET /v1/models HTTP/1.1\r\n" + hosts + b"Authorization: Bearer k3y\r\n\r\n"
+        )
+        status, _, body = answer(data)
+        assert status == 400 and closed and "needs one Host header" in openai_error(body)["message"]
+    data, _ = raw(server.port, b"GET /health HTTP/1.0\r\n\r\n")  # HTTP/1.0 has no Host to send
+    assert answer(data)[0] == 200
+
+
+# ------------------------------------------------------------------------------------- bodies
+
+
+def test_a_chunked_body_over_the_limit_is_413_naming_it(server: BackgroundServer) -> None:
+    """Starlette's limit, met while reading a body sent without Content-Length, said 'Content Too
+    Large' (code null) where a Content-Length over it named the limit."""
+
+    def chunks() -> Iterator[bytes]:
+        yield b'{"model": "char", "prompt": "'
+        yield from (b"a" * 1000 for _ in range(10))
+        yield b'"}'
+
+    with httpx.Client(base_url=server.url, headers={**AUTH, "Content-Type": "application/json"}) as http:
+        error = openai_error(http.post("/v1/completions", content=chunks()).json())
+        assert error["code"] == "request_too_large"
+        assert error["message"] == "the request body is over the 4,096 bytes allowed"
+        r = http.post("/v2/models/char/infer", content=chunks())
+        assert r.status_code == 413 and r.json() == {
+            "error": "the request body is over the 4,096 bytes allowed"
+        }
+        assert (
+            http.get("/v2").status_code == 200
+        )  # the rest of the body was read past: the connection serves on
+
+
+def test_a_body_in_a_transfer_coding_the_server_does_not_read_is_501(server: BackgroundServer) -> None:
+    """gzip was stripped of its chunks and handed to the route as the body: a JSON error about
+    bytes the client never meant as JSON."""
+    data, _ = raw(
+        server.port,
+        b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer k3y\r\nContent-Type: "
+        b"application/json\r\nTransfer-Encoding: gzip, chunked\r\nConnection: close\r\n\r\n"
+        b"2\r\n{}\r\n0\r\n\r\n",
+    )
+    status, _, body = answer(data)
+    assert status == 501 and openai_error(body)["code"] == "not_implemented"
+    assert "transfer coding (gzip, chunked)" in body["error"]["message"]
+
+
+def test_a_request_expecting_100_continue_answered_first_closes_its_connection(
+    server: BackgroundServer,
+) -> None:
+    """Refused before its body was asked for, the connection stayed open waiting for that body,
+    which the client need not send (RFC 9110, 10.1.1): its next request was read as the body."""
+    follow = b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
+    for head in (
+        b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 40\r\n",  # no key: 401
+        b"POST /v2/models/char/infer HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer k3y\r\n"
+        b"Content-Length: 100000\r\n",  # 413
+    ):
+        data, closed = raw(server.port, head + b"Expect: 100-continue\r\n\r\n" + follow, wait_s=5)
+        status, headers, _ = answer(data)
+        assert status in (401, 413) and headers["connection"] == "close" and closed, data
+        assert b"100 Continue" not in data and data.count(b"HTTP/1.1") == 1
+    # A body asked for is sent after 100 Continue, and the connection serves on.
+    body = json.dumps({"model": "char", "prompt": "a", "max_tokens": 1}).encode()
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as s:
+        s.sendall(
+            b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer k3y\r\nContent-Type: "
+            b"application/json\r\nContent-Length: %d\r\nExpect: 100-continue\r\n\r\n" % len(body)
+        )
+        assert s.recv(100) == b"HTTP/1.1 100 Continue\r\n\r\n"
+        s.sendall(body + follow.replace(b"\r\n\r\n", b"\r\nConnection: close\r\n\r\n"))
+        out = b""
+        while chunk := s.recv(65536):
+            out += chunk
+    assert out.count(b"HTTP/1.1 200 OK") == 2, out
+
+
+# ----------------------------------------------------------------------- the server's faults
+
+
+def test_a_500_says_the_connection_closes(server: BackgroundServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """uvicorn closes the connection after a 500 (Starlette re-raises the error); the answer said
+    keep-alive, so a client's next request could go into the closing socket."""
+
+    def broken(name: str) -> Any:
+        raise RuntimeError("a fault of the server's")
+
+    monkeypatch.setattr(server.served.models["char"], "graph", broken)
+    r = httpx.get(f"{server.url}/v2/models/char", headers=AUTH)
+    assert r.status_code == 500 and r.headers["connection"] == "close"
+    assert r.json() == {"error": "internal error: the server's log has the details"}
 
 
 # ------------------------------------------------------------------------ the request bounds

@@ -2,10 +2,10 @@
 
 Routes: OpenAI-compatible completions (openai.py), the Open Inference Protocol (kserve.py), plain
 JSON task routes (tasks.py), and here health, readiness and Prometheus metrics. Around them, pure
-ASGI layers (FastAPI's http middleware would hide client disconnects): a body-size guard that
-answers in JSON, API-key authentication, a gate that refuses new work while the server drains on
-SIGTERM, and request metrics. Errors are JSON (OpenAI's shape under /v1, KServe's under /v2);
-no traceback ever reaches a client.
+ASGI layers (FastAPI's http middleware would hide client disconnects): HTTP's own rules (HEAD,
+Host, 100-continue), a body guard that answers in JSON, API-key authentication, a gate that
+refuses new work while the server drains on SIGTERM, and request metrics. Errors are JSON
+(OpenAI's shape under /v1, KServe's under /v2); no traceback ever reaches a client.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ log = logging.getLogger("tfcompile.serve")
 
 Scope = dict[str, Any]
 ASGI = Callable[[Scope, Callable[[], Awaitable[Any]], Callable[[Any], Awaitable[None]]], Awaitable[None]]
-PUBLIC = ("/health", "/v2/health/", "/metrics")  # what answers without the API key
+PUBLIC = frozenset({"/health", "/v2/health/live", "/v2/health/ready", "/metrics"})  # no API key needed
 CHARS_PER_TOKEN = 32  # a text's characters a token of its model's context (a token holds 4 or so)
 ARRIVING = "tfcompile.arrival"  # a POST request's Arrival, in its ASGI scope
 
@@ -263,7 +263,20 @@ def create_app(served: Served) -> ASGI:
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, e: HTTPException) -> JSONResponse:
-        return JSONResponse(error_body(request.url.path, e.status_code, str(e.detail)), e.status_code)
+        """Starlette's own refusals, in the route family's shape and saying what would do."""
+        path, status, headers = request.url.path, e.status_code, dict(e.headers or {})
+        message, code = str(e.detail), None
+        if status == 404:
+            message, code = f"there is no route {path} on this server", "not_found"
+        elif status == 405:
+            allowed = headers["Allow"].split(", ")
+            allowed += ["HEAD"] if "GET" in allowed and "HEAD" not in allowed else []  # Head answers it
+            headers["Allow"] = ", ".join(allowed)
+            message = f"{path} takes {' and '.join(allowed)}, not {request.method}"
+            code = "method_not_allowed"
+        elif status == 413:  # a body without a Content-Length (chunked), found too large while read
+            message, code = too_large(None, served.settings.max_body_bytes), "request_too_large"
+        return JSONResponse(error_body(path, status, message, code), status, headers=headers)
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, e: RequestValidationError) -> JSONResponse:
@@ -307,7 +320,10 @@ def create_app(served: Served) -> ASGI:
         log.exception("internal error on %s", request.url.path)  # the traceback stays in the log
         # A constant message: the server's own errors name its files (a bundle's path), not the client's.
         message = "internal error: the server's log has the details"
-        return JSONResponse(error_body(request.url.path, 500, message, "internal_error"), 500)
+        # Starlette re-raises the error once this is sent, and uvicorn then closes the connection:
+        # the client is told so, rather than sending its next request into a closing socket.
+        body = error_body(request.url.path, 500, message, "internal_error")
+        return JSONResponse(body, 500, headers={"Connection": "close"})
 
     @app.get("/health")
     async def health() -> dict:
@@ -320,7 +336,8 @@ def create_app(served: Served) -> ASGI:
     app.include_router(openai.router)
     app.include_router(kserve.router)
     app.include_router(tasks.router)
-    return Head(BodyGuard(Metrics(Gate(Auth(app, served), served), served), served.settings.max_body_bytes))
+    guarded = BodyGuard(Metrics(Gate(Auth(app, served), served), served), served.settings.max_body_bytes)
+    return Conformance(guarded)
 
 
 # ------------------------------------------------------------------------ ASGI layers
@@ -336,37 +353,78 @@ async def _no_body() -> dict:
     return {"type": "http.request", "body": b"", "more_body": False}
 
 
-class Head:
-    """HEAD is answered as GET would be, without the body (RFC 9110: a server that answers GET
-    answers HEAD); load balancers and uptime checks send it. The routes see GET; uvicorn, which
-    holds the request's own scope, leaves the body out."""
+def _values(scope: Scope, name: bytes) -> list[bytes]:
+    """Every value of header ``name`` (lower case), in order: a header may be sent more than once."""
+    return [value for key, value in scope["headers"] if key == name]
+
+
+def too_large(size: int | None, most: int) -> str:
+    """413's message, for a body of ``size`` bytes or, where that is not known, one read to past the limit."""
+    if size is None:
+        return f"the request body is over the {most:,} bytes allowed"
+    return f"the request body is {size:,} bytes, more than the {most:,} allowed"
+
+
+class Conformance:
+    """What HTTP asks of a server whatever the route. HEAD is answered as GET would be, without
+    the body (RFC 9110, 9.3.2); load balancers and uptime checks send it: the routes see GET, and
+    uvicorn, which holds the request's own scope, leaves the body out. An HTTP/1.1 request without
+    one Host header is 400 (RFC 9112, 3.2). A request that expects ``100-continue`` and is
+    answered before its body is asked for (a 401, a 413, a 404) is answered with ``Connection:
+    close``: its client may never send the body (RFC 9110, 10.1.1), and the server would read its
+    next request as that body."""
 
     def __init__(self, app: ASGI) -> None:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
-        if scope["type"] == "http" and scope["method"] == "HEAD":
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        hosts = len(_values(scope, b"host"))
+        if scope["http_version"] == "1.1" and hosts != 1:
+            message = f"an HTTP/1.1 request needs one Host header, this one has {hosts}"
+            body = error_body(scope["path"], 400, message, "bad_http_request")
+            return await _json(send, scope, 400, body, {"Connection": "close"})
+        if scope["method"] == "HEAD":
             scope = {**scope, "method": "GET"}
-        await self.app(scope, receive, send)
+        if b"100-continue" not in (v.lower() for v in _values(scope, b"expect")):
+            return await self.app(scope, receive, send)
+        asked = False
+
+        async def receiving() -> Any:
+            nonlocal asked
+            asked = True  # uvicorn sends 100 Continue now
+            return await receive()
+
+        async def sending(message: Any) -> None:
+            headers = message.get("headers", [])
+            if message["type"] == "http.response.start" and not asked and b"connection" not in dict(headers):
+                message = {**message, "headers": [*headers, (b"connection", b"close")]}
+            await send(message)
+
+        await self.app(scope, receiving, sending)
 
 
 class BodyGuard:
     """A Content-Length over the limit is refused before the body is read, in JSON (FastAPI's own
-    limit, which catches chunked bodies, answers this case in plain text)."""
+    limit catches chunked bodies as they are read). A body in a transfer coding other than
+    chunked (gzip, ...) is refused with 501 (RFC 9112, 6.1): the routes would read its coded bytes."""
 
     def __init__(self, app: ASGI, max_bytes: int) -> None:
         self.app, self.max_bytes = app, max_bytes
 
     async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
         if scope["type"] == "http":
+            path = scope["path"]
             length = dict(scope["headers"]).get(b"content-length", b"")
             if length.isdigit() and int(length) > self.max_bytes:
-                message = (
-                    f"the request body is {int(length):,} bytes, more than the {self.max_bytes:,} allowed"
-                )
-                return await _json(
-                    send, scope, 413, error_body(scope["path"], 413, message, "request_too_large")
-                )
+                message = too_large(int(length), self.max_bytes)
+                return await _json(send, scope, 413, error_body(path, 413, message, "request_too_large"))
+            codings = [c.strip().lower() for v in _values(scope, b"transfer-encoding") for c in v.split(b",")]
+            if any(c != b"chunked" for c in codings):
+                shown = b", ".join(codings).decode("latin-1")
+                message = f"the body's transfer coding ({shown}) is not served: send it plain or chunked"
+                return await _json(send, scope, 501, error_body(path, 501, message, "not_implemented"))
         await self.app(scope, receive, send)
 
 
@@ -377,7 +435,7 @@ class Auth:
         self.app, self.key = app, served.settings.api_key
 
     async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
-        if self.key and scope["type"] == "http" and not scope["path"].startswith(PUBLIC):
+        if self.key and scope["type"] == "http" and scope["path"] not in PUBLIC:
             given = dict(scope["headers"]).get(b"authorization", b"").decode("latin-1")
             scheme, _, key = given.partition(" ")  # the scheme is case-insensitive (RFC 9110)
             if scheme.lower() != "bearer" or not hmac.compare_digest(key.encode(), self.key.encode()):
@@ -394,7 +452,7 @@ class Gate:
         self.app, self.served = app, served
 
     async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
-        if self.served.draining and scope["type"] == "http" and not scope["path"].startswith(PUBLIC):
+        if self.served.draining and scope["type"] == "http" and scope["path"] not in PUBLIC:
             body = error_body(scope["path"], 503, "the server is shutting down", "shutting_down")
             headers = {"Retry-After": str(self.served.settings.retry_after_s), "Connection": "close"}
             return await _json(send, scope, 503, body, headers)

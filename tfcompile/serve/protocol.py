@@ -4,18 +4,26 @@ httptools buffers a request line and its headers whole, however long, and joinin
 pieces costs time quadratic in its length, on the event loop: one client sending a 20 MB header
 stalls every other. Here a head may hold ``max_bytes`` and must arrive within ``timeout_s`` of
 its first byte (or of the connection opening), else the connection is answered 431 or 408 and
-closed; a request that is not HTTP gets uvicorn's 400, in the route family's JSON shape.
+closed; a request that is not HTTP gets uvicorn's 400, and one whose method the parser does not
+know (FOO, or get in lower case) 501 (RFC 9110, 9.1), in the route family's JSON shape.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import re
+import sys
 from typing import Any, ClassVar
 
+from httptools import HttpParserInvalidMethodError
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
 from tfcompile.serve.app import error_body
+
+# A request line's method and target (RFC 9110's token, then a space): what a request of a method
+# the parser does not know begins with, where bytes that are not HTTP (TLS, say) do not.
+REQUEST_LINE = re.compile(rb"([!#$%&'*+.^_`|~0-9A-Za-z-]{1,32}) (\S{0,2048})")
 
 
 class BoundedHttpToolsProtocol(HttpToolsProtocol):
@@ -28,6 +36,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         super().__init__(*args, **kwargs)
         self.head_left: int | None = self.max_bytes  # bytes the head may still take; None in a body
         self.head_timer: asyncio.TimerHandle | None = None
+        self.piece = b""  # the bytes last fed to the parser, while no request has ended in them
 
     @classmethod
     def bounded(cls, max_bytes: int, timeout_s: float) -> type[BoundedHttpToolsProtocol]:
@@ -53,6 +62,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             piece, data = data[:size], data[size:]
             if self.head_left is not None:
                 self.head_left -= len(piece)
+            self.piece = piece
             super().data_received(piece)
 
     def on_message_begin(self) -> None:
@@ -67,8 +77,15 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     def on_message_complete(self) -> None:
         super().on_message_complete()
         self.head_left = self.max_bytes  # the next request's head
+        self.piece = b""  # what follows in the piece is another request, which need not begin it
 
     def send_400_response(self, msg: str) -> None:
+        """uvicorn's answer to bytes the parser refused, called where it catches the parser's error."""
+        line = REQUEST_LINE.match(self.piece)
+        if isinstance(sys.exc_info()[1], HttpParserInvalidMethodError) and line:
+            method, path = (part.decode("latin-1") for part in line.groups())
+            message = f"the method {method} is not one this server knows: its routes take GET, HEAD and POST"
+            return self._refuse(501, message, path, "not_implemented")
         self._refuse(400, f"the request is not valid HTTP/1.1 ({msg.rstrip('.')})")
 
     def _time_head(self) -> None:
@@ -84,10 +101,12 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         if self.head_left is not None and not self.transport.is_closing():
             self._refuse(408, f"the request line and headers took over {self.timeout_s:g} s to arrive")
 
-    def _refuse(self, status: int, message: str) -> None:
+    def _refuse(
+        self, status: int, message: str, path: str | None = None, code: str = "bad_http_request"
+    ) -> None:
         """Answer ``status`` in JSON and close the connection (the parser cannot go on)."""
-        path = getattr(self, "url", b"").decode("latin-1")
-        body = json.dumps(error_body(path, status, message, "bad_http_request")).encode()
+        path = getattr(self, "url", b"").decode("latin-1") if path is None else path
+        body = json.dumps(error_body(path, status, message, code)).encode()
         head = [STATUS_LINE[status]]
         head += [name + b": " + value + b"\r\n" for name, value in self.server_state.default_headers]
         head += [
