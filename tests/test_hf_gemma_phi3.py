@@ -33,7 +33,6 @@ from test_hf_fields import (
 )
 
 from tfcompile.cli import main
-from tfcompile.hf import gemma, phi3  # noqa: F401 (each registers its architecture)
 from tfcompile.hf.errors import HFError, HFWarning
 from tfcompile.hf.exporter import export_hf
 from tfcompile.hf.importer import import_folder

@@ -18,7 +18,6 @@ from hf_models import VOCAB, from_pretrained, max_difference, perturb, random_id
 from test_hf_fields import DELETE, FAMILIES, IDS, UNREAD, Case, Family, _class_fields, case, check
 
 from tfcompile.cli import main
-from tfcompile.hf import bigcode, opt  # noqa: F401 (each registers its architecture)
 from tfcompile.hf.architecture import ARCHITECTURES
 from tfcompile.hf.errors import HFError, HFWarning
 from tfcompile.hf.exporter import architecture_for, export_hf

@@ -21,7 +21,6 @@ from hf_models import VOCAB, from_pretrained, perturb
 from test_hf_fields import DELETE, SAME, UNREAD, Case, case
 
 from tfcompile.cli import main
-from tfcompile.hf import distilbert, roberta  # noqa: F401 (each registers its architecture)
 from tfcompile.hf.errors import HFError, HFWarning
 from tfcompile.hf.exporter import export_hf
 from tfcompile.hf.importer import import_folder

@@ -1,3 +1,3 @@
 """Hugging Face folders in and out, without transformers: ``tfcompile import`` (importer.py) and
-``tfcompile export-hf`` (exporter.py), over one ``Architecture`` per model type (gpt2.py,
-llama.py, bert.py, vit.py, t5.py)."""
+``tfcompile export-hf`` (exporter.py), over one ``Architecture`` per family of model types, each
+in its own module (families.py lists them)."""

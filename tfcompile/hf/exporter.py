@@ -22,7 +22,7 @@ from tokenizers import Tokenizer, processors
 
 from tfcompile.destination import check_not_a_file, check_outside, move_into_place, staging_folder
 from tfcompile.files import PREPROCESSING_FILE, TOKENIZER_FILE, atomic_write_text
-from tfcompile.hf import bert, gpt2, llama, t5, vit  # noqa: F401 (each registers its architecture)
+from tfcompile.hf import families  # noqa: F401 (registers every architecture)
 from tfcompile.hf.architecture import ARCHITECTURES, Architecture
 from tfcompile.hf.errors import HFError, Problem, refuse
 from tfcompile.hf.folder import (
@@ -59,7 +59,8 @@ def architecture_for(spec: Spec, where: str) -> Architecture:
             Problem(
                 "model.family",
                 f"a {spec.model.family} model for {spec.task.type} has no transformers architecture here",
-                "export-hf writes GPT-2, Llama, Qwen2, BERT, ViT and T5 models",
+                "export-hf writes GPT-2, OPT, GPT-BigCode, Llama, Qwen2, Qwen3, Gemma, BERT, ViT and T5 "
+                "models",
             )
         )
     raise refuse(where, problems)

@@ -26,7 +26,7 @@ from tokenizers import Tokenizer
 
 from tfcompile.expansion import excess
 from tfcompile.files import PREPROCESSING_FILE, TOKENIZER_FILE, atomic_write_text
-from tfcompile.hf import bert, gpt2, llama, t5, vit  # noqa: F401 (each registers its architecture)
+from tfcompile.hf import families, vit  # noqa: F401 (families registers every architecture)
 from tfcompile.hf.architecture import ARCHITECTURES, Architecture, Config, Tensors, source
 from tfcompile.hf.errors import HFError, HFWarning, Problem, refuse
 from tfcompile.hf.folder import (
