@@ -222,12 +222,12 @@ def test_a_trained_model_exports_fuses_with_parity_and_generates_as_pytorch(
             )
 
 
-def _run(tmp_path: Path, model: str) -> Path:
-    """A run of a random model (its norms off 1) of the spec's ``model`` section, as training
-    writes it."""
+def _run(tmp_path: Path, model: str, task: str = "") -> Path:
+    """A run of a random model (its norms off 1) of the spec's ``model`` section (and ``task``),
+    as training writes it."""
     from tfcompile.hf.importer import write_run
 
-    spec = parse_spec(f"model: {{{model}}}\n")
+    spec = parse_spec(f"model: {{{model}}}\n{task}")
     torch.manual_seed(0)
     built = build_model(spec).eval()
     with torch.no_grad():
@@ -296,3 +296,27 @@ def test_an_imported_qwen3_generates_transformers_greedy_tokens_from_its_bundle(
     )
     ours = load(tmp_path / "bundle").generate(prompt.numpy(), 12, temperature=0.0, stop=False)
     assert ours[0].tolist() == expected[0].tolist()
+
+
+@pytest.mark.parametrize(
+    "model",
+    [
+        "family: decoder, vocab_size: 64, d_model: 16, n_layers: 1, n_heads: 2, max_seq_len: 16, "
+        "qk_norm: true",
+        "family: encoder_decoder, vocab_size: 64, d_model: 16, n_layers: 1, n_heads: 2, max_seq_len: 16, "
+        "positional: relative, norm: {type: rmsnorm}, attention_scale: 1, qk_norm: true, "
+        "bias: {qkv: false, attn_out: false, ffn: false}",
+    ],
+    ids=["gpt2", "t5"],
+)
+def test_export_hf_refuses_qk_norm_where_the_architecture_has_none(tmp_path: Path, model: str) -> None:
+    """GPT-2's or T5's config has no q/k norms: written without them, the folder would compute
+    otherwise."""
+    from tfcompile.hf.errors import HFError
+    from tfcompile.hf.exporter import export_hf
+
+    task = "task: seq2seq\n" if "encoder_decoder" in model else ""
+    run = _run(tmp_path, model, task)
+    with pytest.raises(HFError, match=r"model\.qk_norm: True has no (GPT-2|T5) equivalent"):
+        export_hf(run, tmp_path / "out")
+    assert not (tmp_path / "out").exists()

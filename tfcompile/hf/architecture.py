@@ -257,9 +257,10 @@ class Needs:
         )
         self.plain_scales(model, unscaled)
 
-    def plain_scales(self, model: Any, unscaled: bool = False) -> None:
+    def plain_scales(self, model: Any, unscaled: bool = False, qk_norm: bool = False) -> None:
         """Attention scaled by 1/sqrt(head_dim), whatever head_dim is (or by 1, where the
-        architecture can leave q.k ``unscaled``), and no extra scales."""
+        architecture can leave q.k ``unscaled``), no extra scales, and no norm of each head's q
+        and k unless the architecture has one (``qk_norm``)."""
         self(
             abs(model.attention_scale * model.head_dim**0.5 - 1) < 1e-9
             or (unscaled and model.attention_scale == 1),
@@ -269,6 +270,7 @@ class Needs:
         )
         self(not model.scale_embeddings, "model.scale_embeddings", True, "set it false")
         self(not model.bias.lm_head, "model.bias.lm_head", True, "set it false")
+        self(qk_norm or not model.qk_norm, "model.qk_norm", True, "set it false")
 
 
 def output_scale(model: Any) -> float:

@@ -18,9 +18,9 @@ from tfcompile.hf.architecture import (
     zeros_if_none,
 )
 from tfcompile.hf.errors import Problem
-from tfcompile.hf.llama import Llama
+from tfcompile.hf.llama import Llama, rope_and_norms
 from tfcompile.spec import Spec
-from tfcompile.spec.schema import DecoderSpec, DynamicRopeScaling, RopePositional
+from tfcompile.spec.schema import DecoderSpec, RopePositional
 
 # GemmaConfig's defaults where LlamaConfig's differ: a config.json that leaves a field out (or
 # null) is read as transformers reads it.
@@ -87,22 +87,10 @@ class Gemma(Llama):
         assert isinstance(model, DecoderSpec) and isinstance(model.positional, RopePositional)
         need = Needs("Gemma")
         need(model.activation in EXPORTED_ACTIVATIONS, "model.activation", model.activation, "geglu_tanh")
-        scaling = model.positional.scaling
-        if isinstance(scaling, DynamicRopeScaling):
-            need(
-                scaling.original_max_position_embeddings >= model.max_seq_len,
-                "model.positional.scaling.original_max_position_embeddings",
-                scaling.original_max_position_embeddings,
-                f"max_seq_len ({model.max_seq_len}) or more: transformers' dynamic RoPE scales only "
-                f"past max_position_embeddings, which is max_seq_len",
-            )
-        need(model.norm.type == "rmsnorm", "model.norm.type", model.norm.type, "rmsnorm")
-        need(model.norm.position == "pre", "model.norm.position", model.norm.position, "pre")
-        need(not model.norm.bias, "model.norm.bias", True, "false")
-        need(bool(model.norm.final), "model.norm.final", False, "true")
+        rope_and_norms(need, model)
         need(not model.bias.ffn, "model.bias.ffn", True, "false")
-        need(not model.qk_norm, "model.qk_norm", True, "false (Gemma 1 normalises no q or k)")
-        # Gemma scales its embeddings always (the candidate's): the other scales as Llama's.
+        # Gemma scales its embeddings always (the candidate's): the other scales, and no q/k norms,
+        # as Llama's.
         need.plain_scales(model.model_copy(update={"scale_embeddings": False}))
         return need.problems
 

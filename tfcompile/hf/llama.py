@@ -274,20 +274,8 @@ class Llama(Architecture):
         assert isinstance(model, DecoderSpec) and isinstance(model.positional, RopePositional)
         need = Needs("Qwen3" if model.qk_norm else "Llama")
         need(model.activation in EXPORTED_ACTIVATIONS, "model.activation", model.activation, "swiglu")
-        scaling = model.positional.scaling
-        if isinstance(scaling, DynamicRopeScaling):
-            need(
-                scaling.original_max_position_embeddings >= model.max_seq_len,
-                "model.positional.scaling.original_max_position_embeddings",
-                scaling.original_max_position_embeddings,
-                f"max_seq_len ({model.max_seq_len}) or more: transformers' dynamic RoPE scales only "
-                f"past max_position_embeddings, which is max_seq_len",
-            )
-        need(model.norm.type == "rmsnorm", "model.norm.type", model.norm.type, "rmsnorm")
-        need(model.norm.position == "pre", "model.norm.position", model.norm.position, "pre")
-        need(not model.norm.bias, "model.norm.bias", True, "false")
-        need(bool(model.norm.final), "model.norm.final", False, "true")
-        need.plain_scales(model)  # head_dim is free: Llama configs name it
+        rope_and_norms(need, model)
+        need.plain_scales(model, qk_norm=True)  # head_dim is free: Llama configs name it; q/k norms: Qwen3
         if model.qk_norm:
             need(not model.bias.ffn, "model.bias.ffn", True, "false (Qwen3's feed-forward has no biases)")
         return need.problems
@@ -377,6 +365,26 @@ class Llama(Architecture):
                 out |= {f"{m}gate_proj.bias": gate, f"{m}up_proj.bias": up}
                 out[f"{m}down_proj.bias"] = state[f"{b}ffn.w_out.bias"]
         return contiguous(out)
+
+
+def rope_and_norms(need: Needs, model: DecoderSpec) -> None:
+    """What every LLaMA-like architecture needs of the RoPE and norms: dynamic scaling from at
+    least max_seq_len (transformers scales only past max_position_embeddings), pre-RMSNorm without
+    bias, and a final norm."""
+    assert isinstance(model.positional, RopePositional)
+    scaling = model.positional.scaling
+    if isinstance(scaling, DynamicRopeScaling):
+        need(
+            scaling.original_max_position_embeddings >= model.max_seq_len,
+            "model.positional.scaling.original_max_position_embeddings",
+            scaling.original_max_position_embeddings,
+            f"max_seq_len ({model.max_seq_len}) or more: transformers' dynamic RoPE scales only "
+            f"past max_position_embeddings, which is max_seq_len",
+        )
+    need(model.norm.type == "rmsnorm", "model.norm.type", model.norm.type, "rmsnorm")
+    need(model.norm.position == "pre", "model.norm.position", model.norm.position, "pre")
+    need(not model.norm.bias, "model.norm.bias", True, "false")
+    need(bool(model.norm.final), "model.norm.final", False, "true")
 
 
 def written_as(model: DecoderSpec) -> str:
