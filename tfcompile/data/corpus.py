@@ -21,7 +21,6 @@ from tfcompile.errors import UserError
 from tfcompile.files import atomic_write_bytes, atomic_write_text
 from tfcompile.memory import physical_memory, too_large
 from tfcompile.paths import FOLDER, REGULAR_FILE, file_type
-from tfcompile.sequences import EOS
 from tfcompile.spec.schema import DataSpec
 
 
@@ -169,14 +168,19 @@ class TokenizedCorpus:
 
 
 def prepare_corpus(
-    spec: DataSpec, cache_dir: Path, tokenizer: Tokenizer | None = None, specials: Sequence[str] = ()
+    spec: DataSpec,
+    cache_dir: Path,
+    tokenizer: Tokenizer | None = None,
+    specials: Sequence[str] = (),
+    end: str | None = None,
 ) -> TokenizedCorpus:
     """Tokenize the corpus (or reuse the cached ids) and split it into train and validation.
 
-    ``tokenizer`` is reused when given (a resumed run); otherwise one is trained, or loaded from
-    the cache when the same corpus and tokenizer spec were seen before. ``specials`` take the
-    first ids of a new tokenizer; when they include [EOS], it ends every document (a folder's
-    files), so the model learns where a text ends.
+    ``tokenizer`` is reused when given (a resumed or imported run); otherwise one is trained, or
+    loaded from the cache when the same corpus and tokenizer spec were seen before. ``specials``
+    take the first ids of a new tokenizer. ``end``, a token of the tokenizer ([EOS], an imported
+    GPT-2's <|endoftext|>), ends every document (a folder's files), so the model learns where a
+    text ends; a tokenizer without it is a DataError.
     """
     documents = read_documents(spec)
     text = "\n".join(documents)
@@ -192,14 +196,16 @@ def prepare_corpus(
             fit_text = text if spec.tokenizer.type == "char" else text[: _split_at(len(text), spec)]
             tokenizer = train_tokenizer(spec.tokenizer, fit_text.splitlines(keepends=True), specials)
             atomic_write_text(tok_path, tokenizer.to_str())
-    eos = tokenizer.token_to_id(EOS) if EOS in specials else None
+    eos = tokenizer.token_to_id(end) if end is not None else None
+    if end is not None and eos is None:
+        raise DataError(f"the tokenizer has no {end} token to end each document with")
     ids_path = cache_dir / f"tokens-{_key(corpus_key, tokenizer.to_str(), str(eos), IDS_VERSION)}.npy"
     ids = _cached_ids(ids_path, tokenizer.get_vocab_size())
     if ids is None:
         try:
             if eos is None:  # one stream, the documents joined by newlines
                 ids = encode(tokenizer, text).astype(np.int32)
-            else:  # each document ends with [EOS]
+            else:  # each document ends with the end token
                 ends = [np.append(encode(tokenizer, d), eos) for d in documents]
                 ids = np.concatenate([np.zeros(0, dtype=np.int64), *ends]).astype(np.int32)
         except ValueError as e:

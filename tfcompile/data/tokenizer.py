@@ -2,8 +2,10 @@
 the onnxruntime side loads too: ``char`` (one token per character seen in the corpus), ``bpe``
 (byte-level BPE trained on the training text) and ``wordpiece`` (BERT's).
 
-Encoder tasks add BERT's special tokens at ids 0-4 and a template that wraps a sentence as
-``[CLS] A [SEP]`` and a pair as ``[CLS] A [SEP] B [SEP]`` with segment ids 0 and 1.
+Encoder tasks add BERT's special tokens at ids 0-4; a classifier frames a sentence and a pair as
+its tokenizer's post-processor does where that begins them with the classification token and
+ends them with the separator (an imported RoBERTa's ``<s> A </s></s> B </s>``), else with BERT's
+template, ``[CLS] A [SEP]`` and ``[CLS] A [SEP] B [SEP]`` with segment ids 0 and 1.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from pathlib import Path
 import numpy as np
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
-from tfcompile.sequences import CLS, SEP, SPECIAL_TOKENS, UNK
+from tfcompile.sequences import UNK
 from tfcompile.spec.schema import BpeTokenizer, CharTokenizer, WordPieceTokenizer
 
 
@@ -84,18 +86,24 @@ def _bert_wordpiece(lowercase: bool, vocab: dict[str, int] | None = None) -> Tok
     return tokenizer
 
 
-def add_sentence_template(tokenizer: Tokenizer, max_length: int) -> None:
-    """[CLS] A [SEP] (segment 0) and [CLS] A [SEP] B [SEP] (B's part segment 1), truncated to
-    ``max_length`` (the longer sentence first). Padding is left to the batching code."""
-    missing = [t for t in SPECIAL_TOKENS if tokenizer.token_to_id(t) is None]
-    if missing:
-        raise ValueError(f"the tokenizer lacks the special tokens {missing}: it was not made for an encoder")
-    cls, sep = tokenizer.token_to_id(CLS), tokenizer.token_to_id(SEP)
-    tokenizer.post_processor = processors.TemplateProcessing(
-        single=f"{CLS} $A {SEP}",
-        pair=f"{CLS} $A {SEP} $B:1 {SEP}:1",
-        special_tokens=[(CLS, cls), (SEP, sep)],
-    )
+def frame_sentences(tokenizer: Tokenizer, cls: int, sep: int, max_length: int) -> None:
+    """Frame a sentence and a sentence pair for a classifier, which reads the state of the first
+    token: a tokenizer whose post-processor begins both with ``cls`` and ends them with ``sep``
+    keeps it, and the segment ids it gives (BERT's [CLS] A [SEP] B [SEP], segments 0 and 1;
+    RoBERTa's <s> A </s></s> B </s>, all segment 0), so that training encodes as the exported
+    bundle's tokenizer then does; any other (none: tfcompile's own tokenizers, a masked-LM run's)
+    gets BERT's template with these tokens, ``cls A sep`` (segment 0) and ``cls A sep B sep``
+    (B's part segment 1). Truncated to ``max_length`` tokens (the longer sentence of a pair
+    first); padding is left to the batching code."""
+    tokenizer.no_padding()
+    empty = tokenizer.encode("").ids, tokenizer.encode("", "").ids  # the post-processor's tokens alone
+    if not all(ids[:1] == [cls] and ids[-1:] == [sep] for ids in empty):
+        first, last = tokenizer.id_to_token(cls), tokenizer.id_to_token(sep)
+        tokenizer.post_processor = processors.TemplateProcessing(
+            single=[f"{first}:0", "$A:0", f"{last}:0"],
+            pair=[f"{first}:0", "$A:0", f"{last}:0", "$B:1", f"{last}:1"],
+            special_tokens=[(first, cls), (last, sep)],
+        )
     tokenizer.enable_truncation(max_length)
 
 

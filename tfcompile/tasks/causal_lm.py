@@ -15,7 +15,7 @@ from tokenizers import Tokenizer
 from torch.utils.checkpoint import checkpoint
 
 from tfcompile import search
-from tfcompile.data import check_fits_context, lm_batch, prepare_corpus
+from tfcompile.data import DataError, check_fits_context, lm_batch, prepare_corpus
 from tfcompile.graphs.export import Graph, export_decoder, export_decoder_step
 from tfcompile.graphs.parity import check_decoder_parity, check_step_parity
 from tfcompile.manifest import GenerationInfo, TokenizerInfo
@@ -26,7 +26,7 @@ from tfcompile.spec.schema import CausalLMTask, DecoderSpec, Spec
 if TYPE_CHECKING:
     from tfcompile.runtime import Bundle
 
-from tfcompile.tasks.task import Batch, GateRule, ModelFn, Task, register_task, served
+from tfcompile.tasks.task import Batch, GateRule, ModelFn, Task, register_task, served, token_strings
 
 IGNORE_INDEX = -100  # targets at padded positions carry this and add nothing to the loss
 
@@ -118,8 +118,15 @@ class LanguageModelling(Task):
         self.task = spec.task
         self.loss_chunk = spec.train.loss_chunk_tokens
         self.context = spec.context_length
-        specials = spec.task.reserved_tokens()
-        self.corpus = prepare_corpus(spec.data, cache_dir, tokenizer, specials)
+        # special_tokens: each document ends with the eos token, by role (tfcompile's [EOS], an
+        # imported GPT-2's <|endoftext|>).
+        end = token_strings(spec).get("eos") if spec.task.special_tokens else None
+        if spec.task.special_tokens and end is None:
+            raise DataError(
+                "task.special_tokens ends each document with the eos token, which the spec's tokens: "
+                "section does not name: name it (tokens.eos), or set task.special_tokens: false"
+            )
+        self.corpus = prepare_corpus(spec.data, cache_dir, tokenizer, spec.task.reserved_tokens(), end)
         self.tokenizer = self.corpus.tokenizer
         check_fits_context(self.corpus, self.context, spec.data)
 

@@ -1,4 +1,5 @@
-"""Sentence and sentence-pair classification from the final [CLS] state, with accuracy and F1."""
+"""Sentence and sentence-pair classification from the final state of the first token ([CLS], or
+the imported tokenizer's own: RoBERTa's <s>), with accuracy and F1."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from tokenizers import Tokenizer
 
 from tfcompile.data import DataError, train_tokenizer
 from tfcompile.data.table import LabelledTexts, read_table
-from tfcompile.data.tokenizer import add_sentence_template
+from tfcompile.data.tokenizer import frame_sentences
 from tfcompile.graphs.export import Graph, export_classifier
 from tfcompile.graphs.parity import check_classifier_parity
 from tfcompile.manifest import TokenizerInfo
@@ -153,11 +154,12 @@ class TextClassification(Task):
         if tokenizer is None:
             texts = train.texts + (train.pairs or [])
             tokenizer = train_tokenizer(data.tokenizer, texts, spec.task.reserved_tokens())
-        # The encoder's special tokens, every one the sentence template needs (a DataError names
-        # the missing: a causal LM's tokenizer, from train.init_from, has no [CLS]).
+        # The encoder's special tokens by role, wherever the vocabulary holds them (a DataError
+        # names the missing: a causal LM's tokenizer, from train.init_from, has no [CLS]).
         roles = [SPECIAL_ROLES[token] for token in spec.task.reserved_tokens()]
-        self.pad_id = special_ids(spec, tokenizer, roles)["pad"]
-        add_sentence_template(tokenizer, context)
+        ids = special_ids(spec, tokenizer, roles)
+        self.pad_id = ids["pad"]
+        frame_sentences(tokenizer, ids["cls"], ids["sep"], context)
         self.tokenizer: Tokenizer = tokenizer
         self.examples = {"train": self._encode(train), "val": self._encode(val)}
 

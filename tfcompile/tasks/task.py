@@ -200,13 +200,20 @@ def build_model(spec: Spec) -> Assembly:
     return task.build_model(spec)
 
 
+def token_strings(spec: Spec) -> dict[str, str]:
+    """Role (pad, cls, eos, ...) -> the special token's string: the spec's ``tokens:`` (an
+    imported vocabulary's: RoBERTa's <s>, GPT-2's <|endoftext|>), else tfcompile's own ([CLS])."""
+    if spec.tokens is not None:
+        return spec.tokens.roles()
+    return {role: token for token, role in sequences.SPECIAL_ROLES.items()}
+
+
 def special_ids(spec: Spec, tokenizer: Tokenizer, roles: Sequence[str]) -> dict[str, int]:
-    """Role (pad, cls, mask, ...) -> id of the special tokens a task needs: the spec's ``tokens:``
-    strings (an imported vocabulary, BERT's [CLS] at 101), else tfcompile's own ([CLS]); a
-    DataError names the roles the tokenizer has no token for, and the run whose tokenizer it is
-    (train.init_from's, made for another task)."""
-    own = {role: token for token, role in sequences.SPECIAL_ROLES.items()}
-    strings = spec.tokens.roles() if spec.tokens is not None else own
+    """Role (pad, cls, mask, ...) -> id of the special tokens a task needs, by their strings
+    (``token_strings``: BERT's [CLS] at 101 in an imported vocabulary); a DataError names the
+    roles the tokenizer has no token for, and the run whose tokenizer it is (train.init_from's,
+    made for another task)."""
+    strings = token_strings(spec)
     ids = {role: tokenizer.token_to_id(strings[role]) if role in strings else None for role in roles}
     missing = [role for role, i in ids.items() if i is None]
     if missing:
