@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from tokenizers import Tokenizer
 
 from tfcompile.images import ImageLike, ImagePreprocessing
 from tfcompile.runtime import inputs
@@ -43,6 +44,8 @@ class Classifier(Bundle):
                 f"optionally attention_mask and token_type_ids"
             )
         _check_labels(self)
+        if self.tokenizer is not None:
+            cut_to_context(self.tokenizer, self.max_seq_len)
 
     @property
     def labels(self) -> list[str]:
@@ -69,7 +72,8 @@ class Classifier(Bundle):
 
     def classify(self, texts: str | Sequence[str | tuple[str, str]]) -> list[Prediction]:
         """Texts, or (first, second) sentence pairs, -> the most likely label and every label's
-        probability. Text longer than the model's context is truncated, as in training."""
+        probability. A text or pair longer than the model's context is cut (``cut_to_context``),
+        as in training."""
         encodings = self.encode(inputs.texts("texts", texts, pairs=True))
         out: list[Prediction] = [Prediction("", {})] * len(encodings)
         for group in length_groups([len(e.ids) for e in encodings]):  # little padding per batch
@@ -82,6 +86,21 @@ class Classifier(Bundle):
             ):
                 out[i] = prediction
         return out
+
+
+def cut_to_context(tokenizer: Tokenizer, context: int) -> None:
+    """One rule for a text or pair longer than a classifier reads, whatever tokenizer.json says:
+    it is cut as the tokenizer's truncation cuts it (the manifest's tokenizer.truncation: its
+    strategy and direction), at no more than the model's ``context`` tokens, the framing's special
+    tokens included; a tokenizer without truncation (an imported one) cuts longest-first from the
+    right at the context, as training's does (tfcompile.data.tokenizer.frame_sentences)."""
+    truncation = tokenizer.truncation or {}
+    tokenizer.enable_truncation(
+        min(truncation.get("max_length", context), context),
+        stride=truncation.get("stride", 0),
+        strategy=truncation.get("strategy", "longest_first"),
+        direction=truncation.get("direction", "right"),
+    )
 
 
 def _labels(bundle: Bundle) -> list[str]:
