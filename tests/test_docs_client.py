@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 from helpers import damaged, edited_tokenizer
+from tokenizers import Tokenizer
 
 from tfcompile.runtime import load
 
@@ -80,6 +81,31 @@ def test_the_second_of_two_equally_long_sentences_keeps_the_odd_token(classifier
     sentence = " ".join(["a"] * 3 * truncation.max_length)  # past what the runtime pre-cuts a side to
     (encoding,) = model.encode([(sentence, sentence)])
     assert (encoding.type_ids.count(0) - 2, encoding.type_ids.count(1) - 1) == (room // 2, room - room // 2)
+
+
+def test_without_truncation_a_pair_past_the_context_is_cut_longest_first_from_the_right(
+    classifier_bundle: Path, tmp_path: Path
+) -> None:
+    """Truncation: a bundle whose manifest gives none (an imported tokenizer's) cuts a text or
+    pair longest-first from the right at the context, its special tokens included."""
+
+    def untruncated(tokenizer: dict) -> None:
+        tokenizer["truncation"] = None
+
+    def no_truncation(manifest: dict) -> None:
+        manifest["tokenizer"]["truncation"] = None
+
+    tokenizer = edited_tokenizer(classifier_bundle, untruncated)
+    bundle = damaged(classifier_bundle, tmp_path, no_truncation, **{"tokenizer.json": tokenizer})
+    model = load(bundle)
+    assert model.manifest.tokenizer.truncation is None
+    context = model.manifest.model.max_seq_len
+    first, second = " ".join(["a"] * 2 * context), " ".join(["b"] * 3)
+    (encoding,) = model.encode([(first, second)])
+    whole = Tokenizer.from_file(str(bundle / "tokenizer.json")).encode(first, second)
+    assert len(encoding.ids) == context < len(whole.ids)
+    kept = encoding.type_ids.count(1) - 1  # the second sentence's tokens, less its [SEP]
+    assert kept == 3 and encoding.ids[1 : context - 5] == whole.ids[1 : context - 5]
 
 
 def test_text_that_spells_a_special_token_encodes_to_it(classifier_bundle: Path) -> None:

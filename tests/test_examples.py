@@ -316,6 +316,26 @@ def test_classifier_sentences_and_pairs(classifier_bundle: Path, client: Client)
 
 
 @pytest.mark.slow
+def test_classifier_without_truncation_cuts_as_the_runtime_does(
+    classifier_bundle: Path, client: Client, tmp_path: Path
+) -> None:
+    """A bundle whose tokenizer has no truncation (an imported one): texts and pairs past the
+    context are cut longest-first from the right at the context, as the runtime cuts them."""
+
+    def untruncated(tokenizer: dict) -> None:
+        tokenizer["truncation"] = None
+
+    def no_truncation(manifest: dict) -> None:
+        manifest["tokenizer"]["truncation"] = None
+
+    tokenizer = edited_tokenizer(classifier_bundle, untruncated)
+    bundle = damaged(classifier_bundle, tmp_path, no_truncation, **{"tokenizer.json": tokenizer})
+    served = client(bundle, "classify", *SENTENCES, *[a for p in PAIRS for a in ("--pair", *p)])
+    classifier = load(bundle, providers=["CPUExecutionProvider"])
+    assert_same_predictions(served, classifier.classify([*SENTENCES, *PAIRS]))  # type: ignore[attr-defined]
+
+
+@pytest.mark.slow
 def test_translator_greedy_batched_as_alone_and_beam_search(
     translator_bundle: Path, client: Client, tmp_path: Path
 ) -> None:

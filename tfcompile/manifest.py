@@ -111,7 +111,10 @@ class TokenizerInfo(Part):
         description="map: a character outside the vocabulary becomes the unk token; refuse: it is an error"
     )
     truncation: Truncation | None = Field(
-        None, description="applied when encoding, as in training; none: the client cuts to the context"
+        None,
+        description="applied when encoding, as in training, at no more than model.max_seq_len tokens; "
+        "none: the client cuts to the context (a classifier's text or pair as longest_first from the "
+        "right at model.max_seq_len tokens, the added special tokens included)",
     )
 
 

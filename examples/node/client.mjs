@@ -78,12 +78,14 @@ class Bundle {
     const [first, second] = Array.isArray(item) ? item : [item, null];
     let a = this.tokenizer.tokenize(first);
     let b = second === null ? null : this.tokenizer.tokenize(second);
-    // The manifest's tokenizer.truncation (classifiers: the context), which this library leaves to
-    // its caller.
-    const truncation = this.manifest.tokenizer.truncation;
+    // The manifest's tokenizer.truncation at no more than the context, which this library leaves to
+    // its caller; without one, a classifier's text is cut longest-first from the right at the context.
+    const truncation = this.manifest.tokenizer.truncation ??
+      (this.manifest.labels ? { max_length: this.context, strategy: "longest_first", direction: "right" } : null);
     if (truncation) {
       const added = addSpecialTokens ? this.postProcess([], b && []).tokens.length : 0;
-      [a, b] = truncate(truncation, a, b, added);
+      const limit = { ...truncation, max_length: Math.min(truncation.max_length, this.context) };
+      [a, b] = truncate(limit, a, b, added);
     }
     const { tokens, token_type_ids } = addSpecialTokens
       ? this.postProcess(a, b)

@@ -195,7 +195,15 @@ def classify(bundle: Bundle, items: list) -> list[dict]:
     takes the inputs the manifest lists (input_ids, attention_mask, token_type_ids)."""
     graph, session = bundle.graph("forward")
     pad_id, side = padding(bundle)
-    encodings = bundle.encode(items)  # the tokenizer truncates to the context, as in training
+    # A text or pair past the context is cut as the manifest's truncation says, at no more than
+    # the context; without one, longest-first from the right at the context.
+    cut = bundle.manifest["tokenizer"].get("truncation") or {}
+    bundle.tokenizer.enable_truncation(
+        min(cut.get("max_length", bundle.context), bundle.context),
+        strategy=cut.get("strategy", "longest_first"),
+        direction=cut.get("direction", "right"),
+    )
+    encodings = bundle.encode(items)
     feed = {
         "input_ids": pad([e.ids for e in encodings], pad_id, side),
         "attention_mask": pad([[1] * len(e.ids) for e in encodings], 0, side),
