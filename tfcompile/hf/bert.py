@@ -278,4 +278,22 @@ def labels(config: Config) -> list[str]:
     count = config.get("num_labels", len(id2label) or 2)
     names = [str(id2label.get(str(i), id2label.get(i, f"LABEL_{i}"))) for i in range(count)]
     config.require(count >= 2, "num_labels", f"is {count}: regression is not classification", "use 2 or more")
-    return names
+    return distinct(names)
+
+
+def distinct(names: list[str]) -> list[str]:
+    """Label names, each repeat of an earlier one followed by its id (google/vit-base-patch16-224
+    names two ImageNet classes "crane"): transformers keeps both outputs under one name, the spec
+    needs a name per output; the outputs are the same, the renaming is warned of."""
+    seen: set[str] = set()
+    out = []
+    for i, name in enumerate(names):
+        out.append(f"{name} ({i})" if name in seen else name)
+        seen.add(name)
+    renamed = [f"{name!r} -> {new!r}" for name, new in zip(names, out, strict=True) if name != new]
+    if renamed:
+        warnings.warn(
+            HFWarning(f"id2label names a label more than once; renamed: {', '.join(renamed)}"),
+            stacklevel=3,
+        )
+    return out
