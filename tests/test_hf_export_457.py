@@ -1,0 +1,230 @@
+"""`tfcompile export-hf` folders read by transformers 4.57, the oldest version they are written for
+(exporter.WRITTEN_BY), in a python of its own: a folder of each family loads with its Auto class
+with no missing, unexpected or mismatched tensors, computes the run's outputs in float32 (padded
+and not; an OPT left-padded too), and its tokenizer encodes a text to the run's ids, returning only
+the inputs the model reads.
+
+Slow, and run only where TFCOMPILE_TRANSFORMERS_457 names a python with transformers 4.57, torch
+and safetensors installed (the project's venv holds transformers 5), e.g.
+``python3 -m venv /tmp/tf457 && /tmp/tf457/bin/pip install torch 'transformers==4.57.*'``."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from hf_models import VOCAB, Imported, random_ids, right_padding
+from tokenizers import Tokenizer
+
+from tfcompile.hf.errors import HFWarning
+from tfcompile.hf.exporter import export_hf
+from tfcompile.train.runs import load_trained_model
+
+PYTHON = os.environ.get("TFCOMPILE_TRANSFORMERS_457")
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        not PYTHON, reason="TFCOMPILE_TRANSFORMERS_457 names no python with transformers 4.57 installed"
+    ),
+]
+TEXT = "hello, world! the cat"
+
+# Run in transformers 4.57: each folder's outputs on the saved inputs, what loading reported, and
+# what the tokenizer gives.
+CHECK = r"""
+import json, os, sys, torch, transformers
+AUTO = {"CausalLM": "AutoModelForCausalLM", "LMHeadModel": "AutoModelForCausalLM",
+        "MaskedLM": "AutoModelForMaskedLM", "PreTraining": "AutoModelForPreTraining",
+        "SequenceClassification": "AutoModelForSequenceClassification",
+        "ImageClassification": "AutoModelForImageClassification",
+        "ConditionalGeneration": "AutoModelForSeq2SeqLM"}
+results = {"version": transformers.__version__}
+text, folders = sys.argv[1], sys.argv[2:]
+for folder in folders:
+    config = json.load(open(f"{folder}/config.json"))
+    auto = next(getattr(transformers, c) for s, c in AUTO.items() if config["architectures"][0].endswith(s))
+    # transformers 4's SDPA attention ignores GPT-2's scale_attn_weights false; its eager reads it
+    eager = config["model_type"] == "gpt2" and config.get("scale_attn_weights") is False
+    model, info = auto.from_pretrained(folder, output_loading_info=True, torch_dtype=torch.float32,
+                                       **({"attn_implementation": "eager"} if eager else {}))
+    worst = 0.0
+    with torch.no_grad():
+        for call in torch.load(f"{folder}/calls.pt"):
+            got = model.eval()(**call["kwargs"])
+            for key, ref in call["refs"].items():
+                d = getattr(got, key) - ref
+                real = call["real"] is not None and d.ndim == 3
+                worst = max(worst, (d[call["real"]] if real else d).abs().max().item())
+    results[folder] = {"info": {k: list(map(str, v)) for k, v in info.items()}, "difference": worst}
+    transformers.GenerationConfig.from_pretrained(folder)
+    if os.path.exists(f"{folder}/tokenizer.json"):
+        tokenizer = transformers.AutoTokenizer.from_pretrained(folder)
+        results[folder] |= {"ids": tokenizer(text)["input_ids"],
+                            "inputs": sorted(tokenizer("a good movie", "it was fine"))}
+print(json.dumps(results))
+"""
+
+
+def _gemma_phi3(name: str) -> Callable[[Path], Path]:
+    def run(root: Path) -> Path:
+        import test_hf_gemma_phi3
+
+        return test_hf_gemma_phi3.Imported(root, name).result.run_dir
+
+    return run
+
+
+def _opt_bigcode(name: str) -> Callable[[Path], Path]:
+    def run(root: Path) -> Path:
+        import test_hf_opt_bigcode
+
+        return test_hf_opt_bigcode.Imported(root, name).result.run_dir
+
+    return run
+
+
+def _roberta(family: str) -> Callable[[Path], Path]:
+    def run(root: Path) -> Path:
+        import test_hf_roberta_distilbert
+
+        return test_hf_roberta_distilbert.Imported(root, family).result.run_dir
+
+    return run
+
+
+def _mt5(root: Path) -> Path:
+    import test_hf_mt5
+
+    test_hf_mt5.imported(root)
+    return root / "runs" / "mt5"
+
+
+def _qwen3(root: Path) -> Path:
+    import test_qk_norm
+
+    return test_qk_norm._run(root, f"{test_qk_norm.QWEN3}, bias: {{qkv: true, attn_out: false, ffn: false}}")
+
+
+def _variant(name: str) -> Callable[[Path], Path]:
+    return lambda root: Imported(root, name).result.run_dir
+
+
+# One run of each family and of each architecture export-hf writes, and the runs written as
+# another architecture (Phi-3 as Llama, mT5 as T5, XLM-RoBERTa and DistilBERT as BERT).
+RUNS: dict[str, Callable[[Path], Path]] = {
+    "gpt2": _variant("gpt2"),
+    "llama_yarn": _variant("llama_yarn"),
+    "qwen2": _variant("qwen2"),
+    "qwen3": _variant("qwen3"),
+    "qwen3 of tfcompile's own (no tokenizer)": _qwen3,
+    "bert_pretraining": _variant("bert_pretraining"),
+    "bert_cls": _variant("bert_cls"),
+    "vit": _variant("vit"),
+    "t5_v1_0": _variant("t5_v1_0"),
+    "t5_v1_1": _variant("t5_v1_1"),
+    "gemma": _gemma_phi3("gemma_wide_bias_untied"),
+    "phi3 as llama": _gemma_phi3("phi3"),
+    "opt": _opt_bigcode("opt_post"),
+    "gpt_bigcode": _opt_bigcode("bigcode"),
+    "gpt_bigcode as gpt2, unscaled": _opt_bigcode("bigcode_mha"),
+    "xlm-roberta as bert": _roberta("xlm-roberta_cls"),
+    "distilbert as bert": _roberta("distilbert"),
+    "mt5 as t5": _mt5,
+}
+
+
+def _calls(run: Path, config: dict[str, Any]) -> list[dict[str, Any]]:
+    """The inputs transformers is given, and the run's outputs on them (at real tokens)."""
+    model = load_trained_model(run)[1]
+    architecture, vocab = config["architectures"][0], config.get("vocab_size")
+    ids = random_ids(3, 12) % (vocab or VOCAB)
+    masks = [torch.ones(3, 12, dtype=torch.long), right_padding(3, 12)]
+    if architecture == "OPTForCausalLM":  # positions counted from the mask, in both
+        masks.append(right_padding(3, 12).flip(-1))
+    calls = []
+    with torch.no_grad():
+        if architecture.startswith("ViT"):
+            size = config["image_size"]
+            pixels = torch.randn(3, 3, size, size, generator=torch.Generator().manual_seed(0))
+            return [{"kwargs": {"pixel_values": pixels}, "refs": {"logits": model(pixels)}, "real": None}]
+        for mask in masks:
+            kwargs: dict[str, Any] = {"input_ids": ids, "attention_mask": mask}
+            if architecture.startswith("T5"):
+                kwargs["decoder_input_ids"] = random_ids(3, 7, 1)
+                refs = {"logits": model(ids, mask, kwargs["decoder_input_ids"])}
+                calls.append({"kwargs": kwargs, "refs": refs, "real": None})  # every target position
+                continue
+            elif architecture.startswith("Bert"):
+                outputs = model(ids, mask)
+                refs = (
+                    {"prediction_logits": outputs[0], "seq_relationship_logits": outputs[1]}
+                    if architecture == "BertForPreTraining"
+                    else {"logits": outputs[0] if isinstance(outputs, tuple) else outputs}
+                )
+            else:
+                refs = {"logits": model(ids, mask)}
+            calls.append({"kwargs": kwargs, "refs": refs, "real": mask.bool()})
+    return calls
+
+
+@pytest.fixture(scope="module")
+def read_by_457(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """Every run exported, and what transformers 4.57 makes of each folder (one process for all)."""
+    root = tmp_path_factory.mktemp("hf457")
+    folders: dict[str, Path] = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", HFWarning)  # GPT-2's unscaled q.k in transformers 4: read eager
+        for i, (name, make) in enumerate(RUNS.items()):
+            run = make(root / str(i))
+            out = folders[name] = root / str(i) / "out"
+            export_hf(run, out)
+            torch.save(_calls(run, json.loads((out / "config.json").read_text())), out / "calls.pt")
+            (out / "run_tokenizer.txt").write_text(json.dumps(_run_ids(out)))
+    assert PYTHON is not None
+    done = subprocess.run(
+        [PYTHON, "-c", CHECK, TEXT, *map(str, folders.values())],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = json.loads(done.stdout.splitlines()[-1])
+    assert results["version"].startswith("4.57"), results["version"]
+    return {name: results[str(folder)] | {"folder": folder} for name, folder in folders.items()}
+
+
+def _run_ids(out: Path) -> list[int] | None:
+    """The ids of TEXT by the tokenizer written (the run's, with a translator's suffix appended)."""
+    path = out / "tokenizer.json"
+    return Tokenizer.from_file(str(path)).encode(TEXT).ids if path.exists() else None
+
+
+@pytest.mark.parametrize("name", list(RUNS))
+def test_transformers_4_57_loads_each_folder_to_the_runs_outputs(
+    read_by_457: dict[str, Any], name: str
+) -> None:
+    result = read_by_457[name]
+    assert not any(result["info"].values()), result["info"]
+    assert result["difference"] <= 1e-5
+
+
+@pytest.mark.parametrize("name", [name for name in RUNS if name != "vit" and "no tokenizer" not in name])
+def test_transformers_4_57s_tokenizer_gives_the_runs_ids_and_the_models_inputs(
+    read_by_457: dict[str, Any], name: str
+) -> None:
+    """A pair's token_type_ids only for BERT with segments: transformers 4's PreTrainedTokenizerFast
+    returns them unless told which inputs the model reads, and GPT-2 adds them to its embeddings."""
+    result = read_by_457[name]
+    assert result["ids"] == json.loads((result["folder"] / "run_tokenizer.txt").read_text())
+    segments = name.startswith(("bert", "xlm-roberta"))
+    assert result["inputs"] == sorted(
+        ["input_ids", "attention_mask", *(["token_type_ids"] if segments else [])]
+    )
