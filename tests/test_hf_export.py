@@ -7,11 +7,12 @@ from __future__ import annotations
 import json
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 import torch
 from hf_models import VARIANTS, Imported, edited, from_pretrained, import_all, max_difference
+from tokenizers import Tokenizer
 
 from tfcompile.cli import main
 from tfcompile.hf.errors import HFError, HFWarning
@@ -45,9 +46,11 @@ def test_an_imported_run_round_trips(imported: dict[str, Imported], tmp_path: Pa
     assert main(["export-hf", str(case.result.run_dir), "--out", str(out)]) == 0
     _loads_alike(out, case.model)
     if (case.folder / "tokenizer.json").exists():
-        theirs, ours = (transformers.AutoTokenizer.from_pretrained(f) for f in (case.folder, out))
-        text = "hello, world!"
-        assert ours(text)["input_ids"] == theirs(text)["input_ids"]
+        ours = transformers.AutoTokenizer.from_pretrained(out)
+        theirs = transformers.PreTrainedTokenizerFast.from_pretrained(case.folder)  # its files' tokens
+        run = Tokenizer.from_file(str(case.result.run_dir / "tokenizer.json"))
+        text = "hello, world! the cat"
+        assert ours(text)["input_ids"] == run.encode(text).ids  # not a qwen2 folder's Qwen2Tokenizer
         assert ours.eos_token == theirs.eos_token and ours.pad_token == theirs.pad_token
     else:
         processor = transformers.AutoImageProcessor.from_pretrained(out)
@@ -55,6 +58,32 @@ def test_an_imported_run_round_trips(imported: dict[str, Imported], tmp_path: Pa
             list(processor.image_mean)
             == json.loads((case.result.run_dir / "preprocessing.json").read_text())["mean"]
         )
+
+
+class _Transformers4Tokenizer(transformers.PreTrainedTokenizerFast):
+    """PreTrainedTokenizerFast with transformers 4's default inputs (5's name no token_type_ids)."""
+
+    model_input_names: ClassVar[list[str]] = ["input_ids", "token_type_ids", "attention_mask"]
+
+
+@pytest.mark.parametrize("name", [name for name, (_, kind) in VARIANTS.items() if kind != "image"])
+def test_the_tokenizer_gives_transformers_4_the_inputs_the_model_reads(
+    imported: dict[str, Imported], tmp_path: Path, name: str
+) -> None:
+    """transformers 4's PreTrainedTokenizerFast returns token_type_ids unless tokenizer_config.json
+    names the model's inputs: GPT-2 added them through its token embeddings (logits up to 0.5
+    off), T5 and generate() refused them. Only BERT, which reads segments, is given them."""
+    out = tmp_path / "out"
+    export_hf(imported[name].result.run_dir, out)
+    encoded = _Transformers4Tokenizer.from_pretrained(out)("hello, world", "the cat", return_tensors="pt")
+    assert ("token_type_ids" in encoded) == name.startswith("bert")
+    if not name.startswith("bert"):  # what the model computes from the tokenizer's whole output
+        reloaded = from_pretrained(out)
+        target = {"decoder_input_ids": encoded["input_ids"][:, :3]} if name.startswith("t5") else {}
+        with torch.no_grad():
+            ids, mask = encoded["input_ids"], encoded["attention_mask"]
+            alone = reloaded(input_ids=ids, attention_mask=mask, **target).logits
+            assert torch.equal(reloaded(**encoded, **target).logits, alone)
 
 
 # The configs the import tests edit (as transformers saves other models): each is written back as
@@ -108,8 +137,10 @@ NATIVE = {
     "llama": "family: decoder, vocab_size: 64, d_model: 32, n_layers: 2, n_heads: 4, n_kv_heads: 2, "
     "max_seq_len: 16, positional: rope, norm: {type: rmsnorm}, activation: swiglu, "
     "bias: {qkv: true, attn_out: false, ffn: true}",
-    "qwen2": "family: decoder, vocab_size: 64, d_model: 32, n_layers: 1, n_heads: 4, max_seq_len: 16, "
-    "positional: {type: rope, theta: 500000, scaling: {type: linear, factor: 2}}, norm: {type: rmsnorm}, "
+    # Qwen2's biases, written as Llama's (zeros on o): not as a qwen2 folder (see written_as)
+    "llama qkv biases": "family: decoder, vocab_size: 64, d_model: 32, n_layers: 1, n_heads: 4, "
+    "max_seq_len: 16, positional: {type: rope, theta: 500000, scaling: {type: linear, factor: 2}}, "
+    "norm: {type: rmsnorm}, "
     "activation: geglu, bias: {qkv: true, attn_out: false, ffn: false}, tie_embeddings: false",
     "gpt2": "family: decoder, vocab_size: 64, d_model: 16, n_layers: 2, n_heads: 2, max_seq_len: 16, "
     "bias: {qkv: false, attn_out: true, ffn: false}",

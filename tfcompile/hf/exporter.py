@@ -59,8 +59,7 @@ def architecture_for(spec: Spec, where: str) -> Architecture:
             Problem(
                 "model.family",
                 f"a {spec.model.family} model for {spec.task.type} has no transformers architecture here",
-                "export-hf writes GPT-2, OPT, GPT-BigCode, Llama, Qwen2, Qwen3, Gemma, BERT, ViT and T5 "
-                "models",
+                "export-hf writes GPT-2, OPT, GPT-BigCode, Llama, Qwen3, Gemma, BERT, ViT and T5 models",
             )
         )
     raise refuse(where, problems)
@@ -207,14 +206,16 @@ def write_tokenizer(spec: Spec, run: Path, path: Path) -> None:
 
 
 def tokenizer_config(spec: Spec, run: Path) -> dict[str, Any]:
-    """What ``AutoTokenizer`` needs besides tokenizer.json: the class, and the special tokens."""
+    """What ``AutoTokenizer`` needs besides tokenizer.json: the class, the inputs the model reads,
+    and the special tokens."""
     roles = special_strings(spec, run)
-    config: dict[str, Any] = {
+    # The inputs the model reads, named: PreTrainedTokenizerFast's default is token_type_ids too in
+    # transformers 4 (GPT-2 and GPT-BigCode add them through their token embeddings; T5, a
+    # one-segment BERT's pair and generate() fail on them) and none in 5 (a sentence pair would
+    # reach BERT as one segment).
+    segments = isinstance(spec.model, EncoderSpec) and bool(spec.model.type_vocab_size)
+    return {
         "tokenizer_class": "PreTrainedTokenizerFast",
         "model_max_length": spec.model.max_seq_len,
-    }
-    if isinstance(spec.model, EncoderSpec) and spec.model.type_vocab_size:
-        # PreTrainedTokenizerFast returns no token_type_ids unless told to: a sentence pair would
-        # reach BERT as one segment.
-        config["model_input_names"] = ["input_ids", "token_type_ids", "attention_mask"]
-    return config | {f"{role}_token": token for role, token in roles.items()}
+        "model_input_names": ["input_ids", *(["token_type_ids"] if segments else []), "attention_mask"],
+    } | {f"{role}_token": token for role, token in roles.items()}

@@ -312,11 +312,10 @@ class Llama(Architecture):
             "attention_dropout": model.dropout.attention,
             "initializer_range": model.init_std,
         }
-        if written == "llama":
-            return config | {"attention_bias": bias.qkv or bias.attn_out, "mlp_bias": bias.ffn}
-        # Qwen2 and Qwen3 slide no layer here; Qwen3's attention_bias is on q, k, v and o, as Llama's.
-        qwen3 = {"attention_bias": bias.qkv or bias.attn_out} if written == "qwen3" else {}
-        return config | {"use_sliding_window": False, "sliding_window": None} | qwen3
+        config["attention_bias"] = bias.qkv or bias.attn_out  # on q, k, v and o alike, in both
+        if written == "qwen3":  # which slides no layer here, and has no feed-forward biases
+            return config | {"use_sliding_window": False, "sliding_window": None}
+        return config | {"mlp_bias": bias.ffn}
 
     def from_state(self, state: State, spec: Spec) -> State:
         model = spec.model
@@ -330,7 +329,6 @@ class Llama(Architecture):
             else (None, None)
         )
         bias = model.bias
-        four_biases = written_as(model) != "qwen2"  # attention_bias: q, k, v and o, or none
         out = {
             "model.embed_tokens.weight": state["embed.weight"],
             "model.norm.weight": state["final_norm.weight"] * output_scale(model),
@@ -346,14 +344,14 @@ class Llama(Architecture):
             gate, up = state[f"{b}ffn.w_in.weight"].chunk(2)
             out |= {f"{m}gate_proj.weight": gate, f"{m}up_proj.weight": up}
             out[f"{m}down_proj.weight"] = state[f"{b}ffn.w_out.weight"]
-            kinds = ("weight", "bias") if bias.qkv or (four_biases and bias.attn_out) else ("weight",)
+            kinds = ("weight", "bias") if bias.qkv or bias.attn_out else ("weight",)
             for kind in kinds:
                 packed = zeros_if_none(state.get(f"{b}attn.qkv.{kind}"), q_rows + 2 * kv_rows)
                 q, k, v = packed.split([q_rows, kv_rows, kv_rows])
                 if order_q is not None and order_k is not None:
                     q, k = q[order_q], k[order_k]
                 out |= {f"{a}q_proj.{kind}": q, f"{a}k_proj.{kind}": k, f"{a}v_proj.{kind}": v}
-            if four_biases and (bias.qkv or bias.attn_out):
+            if bias.qkv or bias.attn_out:
                 out[f"{a}o_proj.bias"] = zeros_if_none(state.get(f"{b}attn.out.bias"), model.d_model)
             if model.qk_norm:  # the scale's dimensions in the order of each head's q and k rows above
                 q_norm, k_norm = state[f"{b}attn.q_norm.weight"], state[f"{b}attn.k_norm.weight"]
@@ -389,12 +387,10 @@ def rope_and_norms(need: Needs, model: DecoderSpec) -> None:
 
 def written_as(model: DecoderSpec) -> str:
     """The model_type export-hf writes a decoder as: Qwen3 where each head's q and k are normalised;
-    Qwen2 where the biases are exactly q, k and v's; Llama for any other combination (zeros where
-    the model has no bias)."""
-    if model.qk_norm:
-        return "qwen3"
-    bias = model.bias
-    return "qwen2" if bias.qkv and not bias.attn_out and not bias.ffn else "llama"
+    else Llama, whatever the biases (zeros where the model has none). Not Qwen2, even for exactly
+    q, k and v biases: transformers 5's AutoTokenizer reads a qwen2 folder with Qwen2's own
+    tokenizer class, whatever its tokenizer.json holds (a character tokenizer lost its spaces)."""
+    return "qwen3" if model.qk_norm else "llama"
 
 
 def halves_order(n_heads: int, head_dim: int) -> torch.Tensor:
