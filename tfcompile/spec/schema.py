@@ -897,13 +897,13 @@ def _require_pooler(model: Any, rules: Rules, reader: str) -> None:
     )
 
 
-def _require_segments(model: Any, rules: Rules, reader: str) -> None:
+def _require_segments(model: Any, rules: Rules, reader: str, fine_tuning: str = "") -> None:
     rules.require(
         getattr(model, "type_vocab_size", 2) != 1,
         ("model", "type_vocab_size"),
         f"{reader} reads sentence pairs, the second as segment 1, but type_vocab_size 1 embeds segment 0 "
         "alone",
-        "set model.type_vocab_size: 2, or 0 for no segment embeddings",
+        f"set model.type_vocab_size: 2{fine_tuning}, or 0 for no segment embeddings",
     )
 
 
@@ -1022,6 +1022,9 @@ class ClassificationTask(TaskSection):
     label_smoothing: Probability = 0.0
 
     def shortest_example(self) -> tuple[int, str]:
+        # BERT's framing, which tfcompile's tokenizers get. An imported tokenizer keeps its own
+        # (RoBERTa's <s> A </s></s> B </s> takes 6), which the spec cannot see: the task counts it
+        # against the context when it reads the data.
         if self.pair_column:
             return 5, "[CLS] A [SEP] B [SEP], a token of each sentence"
         return 3, "[CLS] A [SEP], a token of the sentence"
@@ -1031,7 +1034,14 @@ class ClassificationTask(TaskSection):
 
     def check(self, model: Any, rules: Rules) -> None:
         _require_pooler(model, rules, "a sentence classifier")
-        _require_segments(model, rules, "a sentence classifier's bundle")
+        # Whatever its tokenizer gives (RoBERTa's puts a pair in segment 0): a bundle's
+        # token_type_ids take 0 and 1, which its graphs are checked on.
+        _require_segments(
+            model,
+            rules,
+            "a sentence classifier's bundle",
+            " (train.init_from a run with one row, an imported RoBERTa's, starts the second as a copy of it)",
+        )
 
     def head_parameters(self, model: Any) -> int:
         return _labels_head(model, self.labels)

@@ -139,6 +139,19 @@ def load_run_weights(model: nn.Module, run_dir: Path, which: str) -> Path:
 
 # Fields that may change between pretraining and fine-tuning without changing the weights' meaning.
 FINE_TUNING_FIELDS = {"dropout", "init_std"}
+# BERT's pooler: a part of the body that a masked LM has none of (one imported from BertForMaskedLM,
+# RobertaForMaskedLM or DistilBertForMaskedLM) and a classifier reads. Fine-tuning starts it new
+# where the parent has none, as it starts its heads, and leaves the parent's behind where this model
+# has none; model.pooler may differ.
+POOLER = "pooler"
+# The segment embeddings: a parent with one row (an imported RoBERTa-family masked LM, whose
+# tokenizer gives every token segment 0) starts each row of a model with more as a copy of it, so
+# that any segment is read as the parent read segment 0 (the import of a RoBERTa classifier copies
+# its one row so too); model.type_vocab_size may differ so.
+SEGMENTS = "segment_embed.weight"
+# The LM head's own fields, which may differ where this model's body holds no LM head (an
+# encoder's is one of its heads: left behind, or started new).
+LM_HEAD_FIELDS = {"model.tie_embeddings", "model.bias.lm_head"}
 
 
 def body_state(model: nn.Module) -> dict[str, torch.Tensor]:
@@ -150,31 +163,37 @@ def body_state(model: nn.Module) -> dict[str, torch.Tensor]:
 @dataclass(frozen=True)
 class Initialised:
     """What fine-tuning took from its parent run: the checkpoint, how many tensors of its body, the
-    heads this model starts new and the parent's heads it leaves behind."""
+    parts this model starts new (its heads, a pooler the parent lacks) and the parts of the parent
+    it leaves behind (its heads, a pooler this model lacks)."""
 
     checkpoint: Path
     tensors: int
-    new_heads: list[str]
-    unused_heads: list[str]
+    new_parts: list[str]
+    unused_parts: list[str]
+    copied_segments: int = 0  # the rows a parent's one segment row was copied to, if it was
 
     def __str__(self) -> str:
         parts = [f"initialised from {self.checkpoint}: {self.tensors} tensors of its body"]
-        parts += [f"new: {', '.join(self.new_heads)}"] if self.new_heads else []
-        parts += [f"its {', '.join(self.unused_heads)} not used"] if self.unused_heads else []
+        if self.copied_segments:
+            parts.append(f"its one segment row copied to each of {self.copied_segments}")
+        parts += [f"new: {', '.join(self.new_parts)}"] if self.new_parts else []
+        parts += [f"its {', '.join(self.unused_parts)} not used"] if self.unused_parts else []
         return "; ".join(parts)
 
 
-def _heads(model: nn.Module) -> list[str]:
-    """The model's task heads that hold tensors (a masked LM's nsp_head only with next_sentence)."""
-    names = model.state_dict()
-    return [h for h in getattr(model, "heads", ()) if any(n.startswith(f"{h}.") for n in names)]
+def _parts(model: nn.Module, names: tuple[str, ...]) -> list[str]:
+    """Those of ``names`` (submodules) that hold tensors in ``model`` (a masked LM's nsp_head only
+    with next_sentence; a pooler only with model.pooler)."""
+    held = model.state_dict()
+    return [part for part in names if any(name.startswith(f"{part}.") for name in held)]
 
 
 def init_from_run(model: nn.Module, spec: Spec, run_dir: Path) -> Initialised:
     """Load the body (everything but the task heads) of ``run_dir``'s best (else last) checkpoint
-    into ``model``: a pretraining run's encoder under a classifier, say. Any difference in
-    architecture or in a tensor's shape is a TrainError that lists the offending fields or
-    tensors."""
+    into ``model``: a pretraining run's encoder under a classifier, say. A pooler the run lacks
+    starts new (one this model lacks stays behind), and a run's one segment row is copied to each
+    of this model's (SEGMENTS). Any other difference in architecture or in a tensor's shape is a
+    TrainError that lists the offending fields or tensors."""
     source_spec = load_run_spec(run_dir)
     if not checkpoint_folders(run_dir):
         raise TrainError(f"train.init_from: {run_dir} has no checkpoint yet")
@@ -183,15 +202,21 @@ def init_from_run(model: nn.Module, spec: Spec, run_dir: Path) -> Initialised:
     checkpoint = load_run_weights(source_model, run_dir, "best" if best else "last")
     source = source_model.state_dict()
     body = body_state(model)
-    missing = [name for name in body if name not in source]
+    has, had = bool(_parts(model, (POOLER,))), bool(_parts(source_model, (POOLER,)))
+    fresh = [POOLER] if has and not had else []  # started new, as the heads are
+    left = [POOLER] if had and not has else []  # left behind, as the parent's heads are
+    loaded = {name: t for name, t in body.items() if not (fresh and name.startswith(f"{POOLER}."))}
+    copied = _copy_segments(source, loaded)
+    missing = [name for name in loaded if name not in source]
     mismatched = [
-        f"{name} (run: {tuple(source[name].shape)}, spec: {tuple(body[name].shape)})"
-        for name in body
-        if name in source and source[name].shape != body[name].shape
+        f"{name} (run: {tuple(source[name].shape)}, spec: {tuple(loaded[name].shape)})"
+        for name in loaded
+        if name in source and source[name].shape != loaded[name].shape
     ]
-    differences = model_differences(
-        source_spec.model.model_dump(), spec.model.model_dump(), "model", {"vocab_size", *FINE_TUNING_FIELDS}
-    )
+    free = {"vocab_size", POOLER, *FINE_TUNING_FIELDS, *(["type_vocab_size"] if copied else [])}
+    if not any(name.startswith("lm_head.") for name in body):
+        free |= LM_HEAD_FIELDS
+    differences = model_differences(source_spec.model.model_dump(), spec.model.model_dump(), "model", free)
     if missing or mismatched or differences:
         found = [
             f"fields that differ: {', '.join(differences)}" if differences else "",
@@ -200,10 +225,24 @@ def init_from_run(model: nn.Module, spec: Spec, run_dir: Path) -> Initialised:
         ]
         raise TrainError(
             f"train.init_from: the model of {run_dir} does not fit this spec's model; "
-            f"{'; '.join(f for f in found if f)}. Copy the run's model section (dropout may differ)"
+            f"{'; '.join(f for f in found if f)}. Copy the run's model section (dropout and the "
+            f"pooler may differ)"
         )
-    model.load_state_dict({name: source[name] for name in body}, strict=False)
-    return Initialised(checkpoint, len(body), _heads(model), _heads(source_model))
+    model.load_state_dict({name: source[name] for name in loaded}, strict=False)
+    new = fresh + _parts(model, getattr(model, "heads", ()))
+    return Initialised(checkpoint, len(loaded), new, left + _parts(source_model, source_model.heads), copied)
+
+
+def _copy_segments(source: dict[str, torch.Tensor], body: dict[str, torch.Tensor]) -> int:
+    """Where the run has one segment row and ``body`` more, put the row as each of them into
+    ``source`` -> how many (0: nothing copied)."""
+    if SEGMENTS not in source or SEGMENTS not in body:
+        return 0
+    rows = len(body[SEGMENTS])
+    if len(source[SEGMENTS]) != 1 or rows < 2:
+        return 0
+    source[SEGMENTS] = source[SEGMENTS].expand(rows, -1)
+    return rows
 
 
 # What a resume may change of a run that has trained: how long it trains, how often it reports, and
