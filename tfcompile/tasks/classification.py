@@ -103,6 +103,38 @@ def label_index(labels: list[str], values: set[str]) -> dict[str, int]:
     return {label: i for i, label in enumerate(labels)}
 
 
+def check_framing(spec: Spec, tokenizer: Tokenizer, text: str) -> None:
+    """The classifier's framing (``frame_sentences``) must fit the model: its special tokens and a
+    token of each sentence within the training context (RoBERTa's <s> A </s></s> B </s> takes
+    6: one fewer and its tokenizer cuts B away whole), and every segment id it gives a pair below
+    model.type_vocab_size unless that is 0 (no segment embeddings): the bundle reads pairs whatever
+    the data holds. The ids are those of ``text`` framed as both sentences of a pair, for a
+    post-processor gives each part of its template one segment id whatever the text. A DataError
+    names the field and the fix otherwise."""
+    assert isinstance(spec.model, EncoderSpec) and isinstance(spec.task, ClassificationTask)
+    pair, context = spec.task.pair_column is not None, spec.context_length
+    framing = tokenizer.num_special_tokens_to_add(is_pair=pair)
+    shortest = framing + 1 + pair
+    if context < shortest:
+        example = " ".join(tokenizer.encode("", "" if pair else None).tokens)
+        raise DataError(
+            f"train.context_length: the tokenizer frames a {'pair' if pair else 'sentence'} with "
+            f"{framing} special tokens ({example}), so an example with a token of "
+            f"{'each sentence' if pair else 'the sentence'} takes {shortest}, more than the context of "
+            f"{context}; raise train.context_length to {shortest} at least (and model.max_seq_len, where "
+            f"it is lower)"
+        )
+    rows = spec.model.type_vocab_size
+    used = max(tokenizer.encode(text, text).type_ids) + 1
+    if rows and used > rows:
+        raise DataError(
+            f"model.type_vocab_size: the tokenizer gives a sentence pair segment ids 0 to {used - 1}, but "
+            f"type_vocab_size {rows} embeds 0 to {rows - 1} (the classifier's bundle reads pairs); set "
+            f"model.type_vocab_size: {used} (with train.init_from, fine-tune from a run with as many), "
+            f"or 0 for no segment embeddings"
+        )
+
+
 def _by_index(labels: list[str], values: set[str]) -> bool:
     return (
         bool(values)
@@ -160,6 +192,7 @@ class TextClassification(Task):
         ids = special_ids(spec, tokenizer, roles)
         self.pad_id = ids["pad"]
         frame_sentences(tokenizer, ids["cls"], ids["sep"], context)
+        check_framing(spec, tokenizer, train.texts[0])
         self.tokenizer: Tokenizer = tokenizer
         self.examples = {"train": self._encode(train), "val": self._encode(val)}
 
