@@ -297,6 +297,8 @@ def test_settings_take_the_ends_of_each_range() -> None:
         "--max-body-mb=100000",
         "--max-image-pixels=0",
         "--max-image-pixels=10000000000000",
+        "--max-wait-ms=70000",
+        "--max-wait-ms=-1",
     ],
 )
 def test_serve_refuses_a_bound_out_of_its_range(flag: str, capsys: pytest.CaptureFixture[str]) -> None:

@@ -933,9 +933,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument(
         "--max-wait-ms",
-        type=_non_negative_float,
+        type=_number_from(0, 60_000, "milliseconds"),
         default=5.0,
-        help="how long a batch waits for requests the server has read and not yet queued "
+        help="how long a batch waits for requests the server has read and not yet queued, 0 to 60,000 "
         "(default 5; a lone request never waits; 0: a batch takes what is queued)",
     )
     serve.add_argument(
@@ -973,7 +973,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument(
         "--head-timeout",
-        type=_seconds_from(0.1, 3600),
+        type=_number_from(0.1, 3600, "seconds"),
         default=20.0,
         help="seconds from a request's first byte to its headers' end, 0.1 to 3,600 (default 20; 408 "
         "past it)",
@@ -1069,11 +1069,14 @@ def _int_from(low: int, high: int) -> Callable[[str], int]:
     return parse
 
 
-def _seconds_from(low: float, high: float) -> Callable[[str], float]:
+def _number_from(low: float, high: float, unit: str) -> Callable[[str], float]:
+    """A number of ``unit`` from ``low`` to ``high``, fractions allowed: a server limit, as
+    ``_int_from``'s (tfcompile.serve.app.BOUNDS holds the same ranges in the server's units)."""
+
     def parse(text: str) -> float:
-        value = _float(text, f"seconds from {low:g} to {high:,g}")
+        value = _float(text, f"{unit} from {low:g} to {high:,g}")
         if not low <= value <= high:  # NaN too
-            raise argparse.ArgumentTypeError(f"expected seconds from {low:g} to {high:,g}, found {text}")
+            raise argparse.ArgumentTypeError(f"expected {unit} from {low:g} to {high:,g}, found {text}")
         return value
 
     return parse
