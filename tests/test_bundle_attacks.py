@@ -444,6 +444,25 @@ def test_a_tokenizer_json_padding_setting_is_not_applied(
     assert padded.classify(texts) == load(classifier_bundle).classify(texts)
 
 
+@pytest.mark.parametrize(
+    ("truncation", "said"),
+    [
+        (None, "as None, but the manifest"),  # tokenizer.json cuts nothing, the manifest says it does
+        (
+            {"max_length": 9, "strategy": "OnlyFirst", "direction": "Left", "stride": 0},
+            "'max_length': 9, 'strategy': 'only_first'",
+        ),
+    ],
+)
+def test_a_tokenizer_json_that_truncates_otherwise_than_the_manifest_says_is_refused(
+    classifier_bundle: Path, tmp_path: Path, truncation: Any, said: str
+) -> None:
+    """A client cuts as the manifest says, the runtime as tokenizer.json does: the two must agree."""
+    tokenizer = edited_tokenizer(classifier_bundle, lambda t: t.update(truncation=truncation))
+    with pytest.raises(BundleError, match=said):
+        load(damaged(classifier_bundle, tmp_path, **{"tokenizer.json": tokenizer}))
+
+
 WORDS = st.sampled_from(["the", "movie", "unaffable", "is", ",", "playing", "zzqqj", "caf\u00e9", " ", "\t"])
 
 

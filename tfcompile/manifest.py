@@ -77,6 +77,10 @@ class SpecialToken(Part):
     id: TokenId
 
 
+# The tokenizers library's truncation strategies, as the manifest names them.
+STRATEGIES = {"LongestFirst": "longest_first", "OnlyFirst": "only_first", "OnlySecond": "only_second"}
+
+
 class Truncation(Part):
     """How an over-long text is cut (the tokenizers library's truncation, as tokenizer.json says):
     at most ``max_length`` tokens, the added special tokens included, cut at the end (``right``).
@@ -87,6 +91,16 @@ class Truncation(Part):
     max_length: Count
     strategy: Literal["longest_first", "only_first", "only_second"]
     direction: Literal["right", "left"]
+
+    @classmethod
+    def held_by(cls, tokenizer: dict[str, Any]) -> Truncation | None:
+        """The truncation of a tokenizer.json that the tokenizers library reads (as parsed JSON);
+        None where it has none."""
+        cut = tokenizer.get("truncation")
+        if cut is None:
+            return None
+        strategy = STRATEGIES[cut["strategy"]]
+        return cls(max_length=cut["max_length"], strategy=strategy, direction=cut["direction"].lower())
 
 
 class TokenizerInfo(Part):

@@ -283,10 +283,6 @@ def _graph_entry(name: str, graph: Graph, proto: onnx.ModelProto) -> GraphEntry:
     return GraphEntry(file=graph_file(name), role=graph.role, inputs=inputs, outputs=outputs, cache=cache)
 
 
-# The tokenizers library's truncation strategies, as the manifest names them.
-STRATEGIES = {"LongestFirst": "longest_first", "OnlyFirst": "only_first", "OnlySecond": "only_second"}
-
-
 def tokenizer_info(tokenizer: Tokenizer, tokens: SpecialTokens | None = None) -> TokenizerInfo:
     """The tokenizer's special tokens by role (the spec's ``tokens``, else tfcompile's own
     strings), the roles its post-processor adds by itself, what becomes of an unknown character,
@@ -301,20 +297,10 @@ def tokenizer_info(tokenizer: Tokenizer, tokens: SpecialTokens | None = None) ->
     processor = saved.get("post_processor") or {}
     added = [role for t in processor.get("special_tokens", {}) for role, token in roles.items() if token == t]
     byte_level = (saved.get("pre_tokenizer") or {}).get("type") == "ByteLevel"
-    cut = saved.get("truncation")
-    truncation = (
-        Truncation(
-            max_length=cut["max_length"],
-            strategy=STRATEGIES[cut["strategy"]],
-            direction=cut["direction"].lower(),
-        )
-        if cut
-        else None
-    )
     return TokenizerInfo(
         file=TOKENIZER_FILE,
         special_tokens=specials,
         added_by_tokenizer=added,
         unknown="map" if "unk" in specials or byte_level else "refuse",
-        truncation=truncation,
+        truncation=Truncation.held_by(saved),
     )

@@ -20,7 +20,7 @@ from tokenizers import Tokenizer
 
 from tfcompile.errors import first_line
 from tfcompile.expansion import excess
-from tfcompile.manifest import Graph, Manifest, Tensor
+from tfcompile.manifest import Graph, Manifest, Tensor, Truncation
 from tfcompile.runtime import inputs
 from tfcompile.runtime.bundle import BundleFiles, bundle_files
 from tfcompile.runtime.errors import BundleError, InputError
@@ -494,7 +494,8 @@ class Bundle:
 
     def _load_tokenizer(self) -> Tokenizer | None:
         """The tokenizer, checked against the manifest: no id past the model's vocabulary, each
-        special token at its id; then a text and the first ids through it, which a damaged
+        special token at its id, the truncation the manifest says (a client cuts as the manifest
+        says, the runtime as tokenizer.json does); then a text and the first ids through it, which a damaged
         tokenizer.json can make panic."""
         info = self.manifest.tokenizer
         if info is None:
@@ -506,8 +507,17 @@ class Bundle:
                 tokenizer = Tokenizer.from_str(text)
         except Exception as e:  # not JSON, or not a tokenizer
             raise BundleError(f"{where} is not a tokenizer the tokenizers library reads: {e}") from None
-        if (why := excess(json.loads(text))) is not None:
+        saved = json.loads(text)
+        if (why := excess(saved)) is not None:
             raise BundleError(f"{where}: {why}")
+        truncation = Truncation.held_by(saved)  # the library has read it: a truncation it writes
+        if truncation != info.truncation:
+            said = info.truncation.model_dump() if info.truncation else None
+            held = truncation.model_dump() if truncation else None
+            raise BundleError(
+                f"{where} truncates as {held}, but the manifest's tokenizer.truncation says {said}: "
+                f"a client that follows the manifest would cut texts otherwise"
+            )
         size = max(tokenizer.get_vocab(with_added_tokens=True).values(), default=-1) + 1
         if size == 0:
             raise BundleError(f"{where} holds no tokens")
