@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 import torch
+from hf_models import BERT as TINY_BERT
 from hf_models import VOCAB, max_difference, perturb, random_ids, right_padding, write
 from test_hf_roberta_distilbert import (
     camembert_tokenizer,
@@ -21,6 +22,7 @@ from test_hf_roberta_distilbert import (
     xlm_roberta_tokenizer,
 )
 
+from tfcompile.hf.bert import distinct
 from tfcompile.hf.errors import HFError, HFWarning
 from tfcompile.hf.importer import import_folder
 from tfcompile.train.runs import load_trained_model
@@ -220,3 +222,26 @@ def test_labels_published_twice_are_told_apart_by_id(tmp_path: Path) -> None:
         result = import_folder(tmp_path / "hf", "vit", tmp_path / "specs", tmp_path / "runs")
     labels = result.spec.task.labels
     assert (labels[134], labels[517], len(set(labels))) == ("crane", "crane (517)", 1000)
+
+
+@pytest.mark.parametrize(
+    ("names", "renamed"),
+    [
+        (["a", "a", "a (1)"], ["a", "a (1) (1)", "a (1)"]),  # "a (1)" is the third label's name
+        (["crane", "x", "crane (0)", "crane"], ["crane", "x", "crane (0)", "crane (3)"]),
+        (["a", "a", "a"], ["a", "a (1)", "a (2)"]),
+    ],
+)
+def test_a_repeated_label_is_renamed_to_a_name_no_other_label_has(
+    names: list[str], renamed: list[str]
+) -> None:
+    with pytest.warns(HFWarning, match="names a label more than once"):
+        assert distinct(names) == renamed
+
+
+def test_a_classifier_whose_renamed_label_is_another_label_imports(tmp_path: Path) -> None:
+    config = transformers.BertConfig(**TINY_BERT, id2label={0: "a", 1: "a", 2: "a (1)"}, label2id={"a": 0})
+    write(transformers.BertForSequenceClassification(config), "bert", tmp_path / "hf")
+    with pytest.warns(HFWarning, match=r"'a' -> 'a \(1\) \(1\)'"):
+        result = import_folder(tmp_path / "hf", "x", tmp_path / "specs", tmp_path / "runs")
+    assert result.spec.task.labels == ["a", "a (1) (1)", "a (1)"]

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 import torch
-from hf_models import VOCAB, from_pretrained, perturb
+from hf_models import BERT, VOCAB, from_pretrained, perturb, write
 from test_hf_fields import DELETE, SAME, UNREAD, Case, case
 
 from tfcompile.cli import main
@@ -323,6 +323,56 @@ def test_a_roberta_masked_lm_saved_with_its_pooler_leaves_it_out_with_a_warning(
     save_file(tensors, folder / "model.safetensors", metadata={"format": "pt"})
     with pytest.warns(HFWarning, match="pooler.dense.bias, pooler.dense.weight: a pooler no RoBERTa head"):
         import_folder(folder, "x", tmp_path / "specs", tmp_path / "runs")
+
+
+# The masked-LM head's bias as saved: the head's own and the decoder's, each there or not.
+HEAD_BIASES = {
+    "bert": ("cls.predictions.bias", "cls.predictions.decoder.bias"),
+    "roberta": ("lm_head.bias", "lm_head.decoder.bias"),
+}
+
+
+@pytest.mark.parametrize("family", ["bert", "roberta"])
+@pytest.mark.parametrize(
+    ("tie", "saved"),
+    [
+        (True, ("shared", "decoder")),  # different values: the decoder's, not tied (/tmp/chk4.py)
+        (False, ("shared", "decoder")),
+        (True, ("shared",)),  # the decoder's tied to the shared one
+        (False, ("shared",)),  # the decoder's missing, initialised to zeros: no bias
+        (True, ("decoder",)),  # the shared one tied to the decoder's
+    ],
+    ids=["tied-both", "untied-both", "tied-shared", "untied-shared", "tied-decoder"],
+)
+def test_a_masked_lm_head_adds_the_bias_transformers_5_adds(
+    family: str, tie: bool, saved: tuple[str, ...], tmp_path: Path
+) -> None:
+    """transformers 5 adds the decoder's bias where saved, else the head's own where
+    tie_word_embeddings is true, else none; one rule for BERT's and RoBERTa's heads."""
+    from safetensors.torch import load_file, save_file
+
+    folder = tmp_path / "hf"
+    if family == "bert":
+        torch.manual_seed(0)
+        write(perturb(T.BertForMaskedLM(T.BertConfig(**BERT, tie_word_embeddings=tie))), "bert", folder)
+    else:
+        save(family, folder, {"tie_word_embeddings": tie})
+    tensors = load_file(folder / "model.safetensors")
+    shared, decoder = HEAD_BIASES[family]
+    for name in (shared, decoder):
+        tensors.pop(name, None)
+    bias = torch.randn(VOCAB)
+    values = {"shared": (shared, bias), "decoder": (decoder, bias + 0.5)}
+    tensors |= dict(values[x] for x in saved)
+    save_file(tensors, folder / "model.safetensors", metadata={"format": "pt"})
+    hf = from_pretrained(folder)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", HFWarning)
+        result = import_folder(folder, "x", tmp_path / "specs", tmp_path / "runs")
+    unbiased = not tie and "decoder" not in saved
+    assert any("transformers 5 adds no bias" in str(w.message) for w in caught) == unbiased
+    assert result.spec.model.bias.lm_head == (not unbiased)
+    assert difference(hf, load_trained_model(result.run_dir)[1], 12) <= 1e-5
 
 
 # ------------------------------------------------------------------------- every config field

@@ -5,6 +5,7 @@ dense layer on [CLS]) under the sentence-level heads."""
 from __future__ import annotations
 
 import warnings
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
@@ -56,10 +57,47 @@ MLM_HEAD = (
 )
 
 
+@dataclass(frozen=True)
+class MLMBias:
+    """A masked-LM head's bias, saved under two names: ``shared`` (the head's own parameter) and
+    ``decoder`` (the output projection's, which computes the logits). transformers 5 applies the
+    decoder's where the checkpoint holds it, equal to the shared one or not (tie_word_embeddings
+    ties the two only where they are equal); where it does not, the shared one if
+    tie_word_embeddings is true (tied to it), else zeros (a missing parameter, initialised).
+    transformers 4 held one parameter under both names."""
+
+    shared: str
+    decoder: str
+
+    def applied(self, config: Config, tensors: Tensors) -> bool:
+        """Whether the head adds a bias (``model.bias.lm_head``): not where transformers 5 adds zeros."""
+        if self.decoder in tensors or config.get("tie_word_embeddings", True):
+            return True
+        warnings.warn(
+            HFWarning(
+                f"{self.decoder} is missing and tie_word_embeddings is false: transformers 5 adds no "
+                f"bias to the logits (zeros), as the import does; transformers 4 added {self.shared}"
+            ),
+            stacklevel=3,
+        )
+        return False
+
+    def take(self, tensors: Tensors, model: EncoderSpec) -> torch.Tensor | None:
+        """The bias transformers 5 applies (None where the head has none); both names are read."""
+        own = tensors.maybe(self.decoder)
+        tensors.maybe(self.shared)  # read, applied or not
+        if not model.bias.lm_head:
+            return None
+        return own if own is not None else tensors.take(self.shared)
+
+
 @register("bert")
 class Bert(Architecture):
     prefixes = ("bert.",)
     ignored = ("embeddings.position_ids",)  # a buffer in old checkpoints
+    # The masked-LM head's names (RoBERTa's are its own)
+    decoder: ClassVar[str] = DECODER
+    mlm_bias: ClassVar[MLMBias] = MLMBias("cls.predictions.bias", "cls.predictions.decoder.bias")
     sources: ClassVar[dict[str, str]] = {
         "model.vocab_size": "vocab_size",
         "model.max_seq_len": "max_position_embeddings",
@@ -112,8 +150,13 @@ class Bert(Architecture):
             "embedding_norm": True,
             "type_vocab_size": config.get("type_vocab_size", 2),
             "pooler": pooler,
-            "bias": {"qkv": True, "attn_out": True, "ffn": True, "lm_head": mlm},
-            "tie_embeddings": tied(config, tensors, DECODER, "embeddings.word_embeddings.weight", True),
+            "bias": {
+                "qkv": True,
+                "attn_out": True,
+                "ffn": True,
+                "lm_head": mlm and self.mlm_bias.applied(config, tensors),
+            },
+            "tie_embeddings": tied(config, tensors, self.decoder, "embeddings.word_embeddings.weight", True),
             "dropout": {
                 "embedding": hidden_dropout,
                 "residual": hidden_dropout,
@@ -136,9 +179,8 @@ class Bert(Architecture):
                 tensors.take(DECODER) if not model.tie_embeddings else state["embed.weight"]
             )
             tensors.maybe(DECODER)  # a tie saved under both names
-            # transformers 5 keeps the decoder's bias apart when untied; it is the one applied.
-            shared, own = tensors.take("cls.predictions.bias"), tensors.maybe("cls.predictions.decoder.bias")
-            state["lm_head.bias"] = own if own is not None and not model.tie_embeddings else shared
+            if (bias := self.mlm_bias.take(tensors, model)) is not None:
+                state["lm_head.bias"] = bias
             if spec.task.next_sentence:
                 state["nsp_head.weight"] = tensors.take("cls.seq_relationship.weight")
                 state["nsp_head.bias"] = tensors.take("cls.seq_relationship.bias")
@@ -242,18 +284,30 @@ class Bert(Architecture):
         return contiguous(out)
 
 
-def body_state(tensors: Tensors, model: EncoderSpec) -> State:
-    """The embeddings and blocks, as BERT names them (RoBERTa's body too), -> the encoder's state."""
+@dataclass(frozen=True)
+class Body:
+    """The names of an encoder body's blocks: where they are, their q, k and v projections, and
+    their other layers -> tfcompile's."""
+
+    blocks: str
+    qkv: tuple[str, str, str]
+    layer: tuple[tuple[str, str], ...]
+
+
+BODY = Body("encoder.layer", ("attention.self.query", "attention.self.key", "attention.self.value"), LAYER)
+
+
+def body_state(tensors: Tensors, model: EncoderSpec, body: Body = BODY) -> State:
+    """The embeddings and blocks, as BERT names them (RoBERTa's body too; DistilBERT's with its
+    ``body``), -> the encoder's state."""
     state = {tfc: tensors.take(hf) for hf, tfc in EMBEDDINGS}
     if model.type_vocab_size:
         state["segment_embed.weight"] = tensors.take("embeddings.token_type_embeddings.weight")
     for i in range(model.n_layers):
-        h, b = f"encoder.layer.{i}.", f"blocks.{i}."
+        h, b = f"{body.blocks}.{i}.", f"blocks.{i}."
         for kind in ("weight", "bias"):
-            state[f"{b}attn.qkv.{kind}"] = tensors.cat(
-                *(f"{h}attention.self.{x}.{kind}" for x in ("query", "key", "value"))
-            )
-            for hf, tfc in LAYER:
+            state[f"{b}attn.qkv.{kind}"] = tensors.cat(*(f"{h}{x}.{kind}" for x in body.qkv))
+            for hf, tfc in body.layer:
                 state[f"{b}{tfc}.{kind}"] = tensors.take(f"{h}{hf}.{kind}")
     return state
 
@@ -283,13 +337,19 @@ def labels(config: Config) -> list[str]:
 
 def distinct(names: list[str]) -> list[str]:
     """Label names, each repeat of an earlier one followed by its id (google/vit-base-patch16-224
-    names two ImageNet classes "crane"): transformers keeps both outputs under one name, the spec
-    needs a name per output; the outputs are the same, the renaming is warned of."""
+    names two ImageNet classes "crane"), again while that is another label's name: transformers
+    keeps both outputs under one name, the spec needs a name per output; the outputs are the same,
+    the renaming is warned of."""
     seen: set[str] = set()
+    taken = set(names)  # a renamed label takes no name that another label has
     out = []
     for i, name in enumerate(names):
-        out.append(f"{name} ({i})" if name in seen else name)
-        seen.add(name)
+        new = name
+        while new in seen or (new != name and new in taken):
+            new = f"{new} ({i})"
+        out.append(new)
+        seen.add(new)
+        taken.add(new)
     renamed = [f"{name!r} -> {new!r}" for name, new in zip(names, out, strict=True) if name != new]
     if renamed:
         warnings.warn(

@@ -24,7 +24,7 @@ from tfcompile.hf.architecture import (
     register,
     tied,
 )
-from tfcompile.hf.bert import Bert
+from tfcompile.hf.bert import Bert, Body, body_state
 from tfcompile.spec import Spec
 from tfcompile.spec.schema import EncoderSpec
 
@@ -36,12 +36,7 @@ LAYER = (  # DistilBERT's names within a block -> tfcompile's (post-norm)
     ("ffn.lin2", "ffn.w_out"),
     ("output_layer_norm", "ffn_norm"),
 )
-EMBEDDINGS = (
-    ("embeddings.word_embeddings.weight", "embed.weight"),
-    ("embeddings.position_embeddings.weight", "positional.table.weight"),
-    ("embeddings.LayerNorm.weight", "embed_norm.weight"),
-    ("embeddings.LayerNorm.bias", "embed_norm.bias"),
-)
+BODY = Body("transformer.layer", ("attention.q_lin", "attention.k_lin", "attention.v_lin"), LAYER)
 DECODER = "vocab_projector.weight"
 MLM_HEAD = (
     ("vocab_transform.weight", "mlm_dense.weight"),
@@ -114,15 +109,8 @@ class DistilBert(Bert):
     def to_state(self, tensors: Tensors, spec: Spec) -> State:
         model = spec.model
         assert isinstance(model, EncoderSpec)
-        state = {tfc: tensors.take(hf) for hf, tfc in EMBEDDINGS + MLM_HEAD}
-        for i in range(model.n_layers):
-            h, b = f"transformer.layer.{i}.", f"blocks.{i}."
-            for kind in ("weight", "bias"):
-                state[f"{b}attn.qkv.{kind}"] = tensors.cat(
-                    *(f"{h}attention.{x}_lin.{kind}" for x in ("q", "k", "v"))
-                )
-                for hf, tfc in LAYER:
-                    state[f"{b}{tfc}.{kind}"] = tensors.take(f"{h}{hf}.{kind}")
+        state = body_state(tensors, model, BODY)  # BERT's embeddings, without segments
+        state |= {tfc: tensors.take(hf) for hf, tfc in MLM_HEAD}
         state["lm_head.weight"] = tensors.take(DECODER) if not model.tie_embeddings else state["embed.weight"]
         tensors.maybe(DECODER)  # a tie saved under both names
         return state

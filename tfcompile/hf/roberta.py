@@ -16,9 +16,10 @@ which a spec does not hold."""
 from __future__ import annotations
 
 import warnings
+from typing import ClassVar
 
-from tfcompile.hf.architecture import ACTIVATIONS, Config, Imported, State, Tensors, register, tied
-from tfcompile.hf.bert import Bert, body_state
+from tfcompile.hf.architecture import ACTIVATIONS, Config, Imported, State, Tensors, register
+from tfcompile.hf.bert import Bert, MLMBias, body_state
 from tfcompile.hf.errors import HFWarning
 from tfcompile.spec import Spec
 from tfcompile.spec.schema import EncoderSpec, MaskedLMTask
@@ -45,10 +46,12 @@ GELU = ("gelu", "gelu_python")  # the erf GELU RoBERTa's masked-LM head applies
 @register("roberta", "xlm-roberta", "camembert")
 class Roberta(Bert):
     prefixes = ("roberta.",)
+    decoder: ClassVar[str] = DECODER
+    mlm_bias: ClassVar[MLMBias] = MLMBias("lm_head.bias", "lm_head.decoder.bias")
 
     def read(self, config: Config, architecture: str, tensors: Tensors) -> Imported:
-        model_type = str(config.get("model_type", "roberta"))
-        heads = {PREFIXES.get(model_type, "Roberta") + suffix: bert for suffix, bert in AS_BERT.items()}
+        model_type = config.data["model_type"]
+        heads = {PREFIXES[model_type] + suffix: bert for suffix, bert in AS_BERT.items()}
         config.require(
             architecture in heads,
             "architectures",
@@ -78,7 +81,6 @@ class Roberta(Bert):
         segments = config.get("type_vocab_size", 2)
         model = imported.model | {
             "max_seq_len": positions - max(pad, 0) - 1,
-            "tie_embeddings": tied(config, tensors, DECODER, "embeddings.word_embeddings.weight", True),
             # The spec's classifier takes a pair's second sentence as segment 1 (one row is refused);
             # RoBERTa's tokenizers give every token segment 0, and a copy of its one row as the
             # second answers a pair as RoBERTa does whichever segment it is given.
@@ -101,9 +103,8 @@ class Roberta(Bert):
                 tensors.take(DECODER) if not model.tie_embeddings else state["embed.weight"]
             )
             tensors.maybe(DECODER)  # a tie saved under both names
-            # lm_head.decoder.bias is tied to lm_head.bias, unless the head is untied (transformers 5)
-            shared, own = tensors.take("lm_head.bias"), tensors.maybe("lm_head.decoder.bias")
-            state["lm_head.bias"] = own if own is not None and not model.tie_embeddings else shared
+            if (bias := self.mlm_bias.take(tensors, model)) is not None:
+                state["lm_head.bias"] = bias
         else:
             state |= {tfc: tensors.take(hf) for hf, tfc in CLASSIFIER}
         # roberta-base, a RobertaForMaskedLM, holds the pooler it was pretrained with, unread by its
