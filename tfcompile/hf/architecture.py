@@ -268,6 +268,11 @@ class Needs:
             model.attention_scale,
             "leave it unset (1/sqrt(head_dim))" + (", or set it to 1" if unscaled else ""),
         )
+        self.no_extras(model, qk_norm)
+
+    def no_extras(self, model: Any, qk_norm: bool = False) -> None:
+        """No scale on the embeddings, no LM head bias, and no norm of each head's q and k unless
+        the architecture has one (``qk_norm``)."""
         self(not model.scale_embeddings, "model.scale_embeddings", True, "set it false")
         self(not model.bias.lm_head, "model.bias.lm_head", True, "set it false")
         self(qk_norm or not model.qk_norm, "model.qk_norm", True, "set it false")

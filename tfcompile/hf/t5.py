@@ -185,9 +185,8 @@ class T5(Architecture):
         need(model.share_embeddings, "model.share_embeddings", False, "true")
         need(model.n_kv_heads == model.n_heads, "model.n_kv_heads", model.n_kv_heads, "n_heads (no GQA)")
         need(model.attention_scale == 1.0, "model.attention_scale", model.attention_scale, "1")
-        need(not model.scale_embeddings, "model.scale_embeddings", True, "false")
-        need(not model.qk_norm, "model.qk_norm", True, "false")
-        for name in ("qkv", "attn_out", "ffn", "lm_head"):
+        need.no_extras(model)
+        for name in ("qkv", "attn_out", "ffn"):
             need(not getattr(model.bias, name), f"model.bias.{name}", True, "false (T5 has no biases)")
         return need.problems
 
