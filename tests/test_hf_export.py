@@ -193,15 +193,17 @@ def _problems(tmp_path: Path, model: str, task: str = "") -> str:
 
 
 def test_what_transformers_cannot_express_is_refused_by_field(tmp_path: Path) -> None:
+    """By the one architecture the spec's MQA decides (GPT-BigCode), which has MQA."""
     message = _problems(
         tmp_path,
         "family: decoder, vocab_size: 64, d_model: 16, n_layers: 1, n_heads: 2, max_seq_len: 8, "
         "norm: {type: rmsnorm}, n_kv_heads: 1, scale_embeddings: true, attention_scale: 0.5",
     )
-    scale = "model.attention_scale: 0.5 has no GPT-2 equivalent; "
+    scale = "model.attention_scale: 0.5 has no GPT-BigCode equivalent; "
     scale += "leave it unset (1/sqrt(head_dim)), or set it to 1"
-    for field in ("model.norm.type: 'rmsnorm'", "model.n_kv_heads: 1", "model.scale_embeddings", scale):
+    for field in ("model.norm.type: 'rmsnorm'", "model.norm.bias", "model.scale_embeddings", scale):
         assert field in message
+    assert "4 problems" in message and "n_kv_heads" not in message
 
 
 @pytest.mark.parametrize(

@@ -7,6 +7,7 @@ config classes (tests/test_hf_fields.py's table and check)."""
 from __future__ import annotations
 
 import json
+import re
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -22,7 +23,7 @@ from tfcompile.hf.architecture import ARCHITECTURES
 from tfcompile.hf.errors import HFError, HFWarning
 from tfcompile.hf.exporter import architecture_for, export_hf
 from tfcompile.hf.importer import import_folder
-from tfcompile.spec import Spec
+from tfcompile.spec import Spec, parse_spec
 from tfcompile.train.runs import load_trained_model
 
 transformers = pytest.importorskip("transformers")
@@ -169,14 +170,59 @@ def test_export_hf_writes_each_import_back_to_the_same_logits(
         assert max_difference(reloaded, case.model, padded) <= 1e-5, (name, padded)
 
 
-@pytest.mark.parametrize("name", list(VARIANTS))
+DECODER = "family: decoder, vocab_size: 64, d_model: 16, n_layers: 1, n_heads: 4, max_seq_len: 8"
+ROPE = (
+    f"{DECODER}, positional: rope, norm: {{type: rmsnorm}}, bias: {{qkv: false, attn_out: false, ffn: false}}"
+)
+# Hand-written specs -> the model_type of the one architecture whose candidate each is (decided by
+# a learned-position decoder's MQA and norms, a RoPE decoder's embedding scale), and the fields its
+# refusal names (none: it writes the spec).
+NATIVE: dict[str, tuple[str, str, list[str]]] = {
+    "pre-norm": (DECODER, "gpt2", []),
+    "pre-norm-gqa": (f"{DECODER}, n_kv_heads: 2", "gpt2", ["model.n_kv_heads"]),
+    "post-norm": (f"{DECODER}, norm: {{position: post}}", "opt", []),
+    "no-final-norm": (f"{DECODER}, norm: {{final: false}}", "opt", []),
+    "post-norm-gqa": (f"{DECODER}, norm: {{position: post}}, n_kv_heads: 2", "opt", ["model.n_kv_heads"]),
+    "pre-norm-mqa": (f"{DECODER}, n_kv_heads: 1", "gpt_bigcode", []),
+    "post-norm-mqa": (
+        f"{DECODER}, norm: {{position: post}}, n_kv_heads: 1",
+        "gpt_bigcode",
+        ["model.norm.position", "model.norm.final"],
+    ),
+    "rmsnorm-mqa": (
+        f"{DECODER}, norm: {{type: rmsnorm}}, n_kv_heads: 1",
+        "gpt_bigcode",
+        ["model.norm.type", "model.norm.bias"],
+    ),
+    "rope": (f"{ROPE}, activation: swiglu", "llama", []),
+    "rope-relu": (f"{ROPE}, activation: relu", "llama", ["model.activation"]),
+    "rope-scale_embeddings": (f"{ROPE}, activation: geglu_tanh, scale_embeddings: true", "gemma", []),
+    "rope-scale_embeddings-relu": (
+        f"{ROPE}, activation: relu, scale_embeddings: true",
+        "gemma",
+        ["model.activation"],
+    ),
+}
+
+
+@pytest.mark.parametrize("name", [*VARIANTS, *NATIVE])
 def test_exactly_one_architecture_writes_each_spec(imported: dict[str, Imported], name: str) -> None:
-    """So export-hf's choice does not hang on the order the architectures register in."""
-    spec = imported[name].spec
-    writers = [
-        a for a in dict.fromkeys(ARCHITECTURES.values()) if a.candidate(spec) and not a.exportable(spec)
-    ]
-    assert writers == [architecture_for(spec, "run")]
+    """So export-hf's choice does not hang on the order the architectures register in, and a
+    refusal names only the problems of the architecture the spec is a candidate of."""
+    if name in VARIANTS:
+        spec, writer, refused = imported[name].spec, None, []
+    else:
+        model, model_type, refused = NATIVE[name]
+        spec, writer = parse_spec(f"model: {{{model}}}\n"), ARCHITECTURES[model_type]
+    candidates = [a for a in dict.fromkeys(ARCHITECTURES.values()) if a.candidate(spec)]
+    assert len(candidates) == 1 and writer in (None, candidates[0])
+    if not refused:
+        assert candidates == [architecture_for(spec, "run")]
+        return
+    with pytest.raises(HFError) as error:
+        architecture_for(spec, "run")
+    named = re.findall(r"^  (\S+): ", str(error.value), re.MULTILINE)
+    assert named == refused, str(error.value)
 
 
 def test_a_gpt2_run_still_exports_as_gpt2(tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ computes in float32, where they change nothing."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
@@ -19,18 +19,14 @@ from tfcompile.hf.architecture import (
     Config,
     Imported,
     Needs,
-    State,
     Tensors,
-    contiguous,
     dropout,
     init_std,
-    output_scale,
     register,
     tied,
-    zeros_if_none,
 )
 from tfcompile.hf.errors import Problem
-from tfcompile.hf.gpt2 import GPT2, LAYER
+from tfcompile.hf.gpt2 import GPT2, learned_decoder_lm, multi_query
 from tfcompile.spec import Spec
 from tfcompile.spec.schema import DecoderSpec
 
@@ -40,7 +36,12 @@ ACTIVATION_NAMES = EXPORTED_ACTIVATIONS | {"gelu_tanh": "gelu_pytorch_tanh"}
 
 @register("gpt_bigcode")
 class GPTBigCode(GPT2):
-    """GPT-2's prefix and config field names (``sources``); its own heads, attention and layers."""
+    """GPT-2's prefix, config field names (``sources``) and tensor names; its own heads, attention
+    and layers."""
+
+    head: ClassVar[str] = "GPTBigCodeForCausalLM"
+    activation_names: ClassVar[dict[str, str]] = ACTIVATION_NAMES
+    fixed: ClassVar[dict[str, Any]] = {"multi_query": True}  # MQA: the candidate's
 
     def read(self, config: Config, architecture: str, tensors: Tensors) -> Imported:
         config.require(
@@ -81,37 +82,25 @@ class GPTBigCode(GPT2):
             model["attention_scale"] = 1.0
         return Imported(model, {"type": "causal_lm", "special_tokens": False})
 
-    def to_state(self, tensors: Tensors, spec: Spec) -> State:
-        model = spec.model
-        assert isinstance(model, DecoderSpec)
-        embed = tensors.take("wte.weight")
-        state = {
-            "embed.weight": embed,
-            "positional.table.weight": tensors.take("wpe.weight"),
-            "final_norm.weight": tensors.take("ln_f.weight"),
-            "final_norm.bias": tensors.take("ln_f.bias"),
-            "lm_head.weight": embed if model.tie_embeddings else tensors.take("lm_head.weight"),
-        }
-        tensors.maybe("lm_head.weight")  # a tie saved under both names
-        for i in range(model.n_layers):
-            h, b = f"h.{i}.", f"blocks.{i}."
-            for hf, tfc in LAYER:
-                for kind in ("weight", "bias"):
-                    t = tensors.take(f"{h}{hf}.{kind}")
-                    state[f"{b}{tfc}.{kind}"] = packed(t, model) if hf == "attn.c_attn" else t
-        return state
+    def read_layer(self, hf: str, kind: str, t: torch.Tensor, model: DecoderSpec) -> torch.Tensor:
+        """A block's tensor as tfcompile holds it: ``nn.Linear`` layers as they are, c_attn packed."""
+        return packed(t, model) if hf == "attn.c_attn" else t
+
+    def written_layer(self, hf: str, kind: str, t: torch.Tensor, model: DecoderSpec) -> torch.Tensor:
+        """A block's tensor as transformers holds it: as it is (under MQA, the candidate's, c_attn is
+        tfcompile's packed q, k, v)."""
+        return t
 
     def candidate(self, spec: Spec) -> bool:
-        """A learned-position decoder LM with one K/V head serving several query heads (MQA), which
-        GPT-2 cannot write (a GPT-2-shaped model is written as GPT-2)."""
-        model = spec.model
-        return super().candidate(spec) and model.n_kv_heads == 1 < model.n_heads
+        """A decoder LM with learned positions and MQA, whatever its norms."""
+        model = learned_decoder_lm(spec)
+        return model is not None and multi_query(model)
 
     def exportable(self, spec: Spec) -> list[Problem]:
         model = spec.model
         need = Needs("GPT-BigCode")
         need(
-            model.activation in ACTIVATION_NAMES,
+            model.activation in self.activation_names,
             "model.activation",
             model.activation,
             "gelu_tanh (gelu_pytorch_tanh)",
@@ -124,46 +113,10 @@ class GPTBigCode(GPT2):
         return need.problems
 
     def to_config(self, spec: Spec) -> dict[str, Any]:
+        """GPT-2's fields (GPT-2's warning of how transformers 4 reads scale_attn_weights is GPT-2's own)."""
         model = spec.model
         assert isinstance(model, DecoderSpec)
-        return {
-            "architectures": ["GPTBigCodeForCausalLM"],
-            "model_type": "gpt_bigcode",
-            "vocab_size": model.vocab_size,
-            "n_positions": model.max_seq_len,
-            "n_embd": model.d_model,
-            "n_layer": model.n_layers,
-            "n_head": model.n_heads,
-            "multi_query": True,
-            "scale_attn_weights": model.attention_scale != 1,
-            "n_inner": model.d_ff,
-            "activation_function": ACTIVATION_NAMES[model.activation],
-            "layer_norm_epsilon": model.norm.eps,
-            "embd_pdrop": model.dropout.embedding,
-            "attn_pdrop": model.dropout.attention,
-            "resid_pdrop": model.dropout.residual,
-            "initializer_range": model.init_std,
-            "tie_word_embeddings": model.tie_embeddings,
-        }
-
-    def from_state(self, state: State, spec: Spec) -> State:
-        model = spec.model
-        p, scale = "transformer.", output_scale(model)
-        out = {
-            f"{p}wte.weight": state["embed.weight"],
-            f"{p}wpe.weight": state["positional.table.weight"],
-            f"{p}ln_f.weight": state["final_norm.weight"] * scale,
-            f"{p}ln_f.bias": state["final_norm.bias"] * scale,
-        }
-        if not model.tie_embeddings:
-            out["lm_head.weight"] = state["lm_head.weight"]
-        for i in range(model.n_layers):
-            h, b = f"{p}h.{i}.", f"blocks.{i}."
-            for hf, tfc in LAYER:
-                weight = state[f"{b}{tfc}.weight"]
-                out[f"{h}{hf}.weight"] = weight  # MQA: c_attn is tfcompile's packed q, k, v
-                out[f"{h}{hf}.bias"] = zeros_if_none(state.get(f"{b}{tfc}.bias"), weight.shape[0])
-        return contiguous(out)
+        return self.written_config(model)
 
 
 def packed(c_attn: torch.Tensor, model: DecoderSpec) -> torch.Tensor:

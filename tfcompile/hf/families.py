@@ -1,7 +1,8 @@
 """Every Hugging Face architecture tfcompile converts, each registered by importing its module:
-the one list that ``tfcompile import`` (importer.py) and ``export-hf`` (exporter.py) read. At most
-one architecture writes a given spec (each ``candidate`` claims only what the others cannot
-write), so the order here changes nothing."""
+the one list that ``tfcompile import`` (importer.py) and ``export-hf`` (exporter.py) read. Each
+spec is the ``candidate`` of one architecture at most, chosen by what decides the architecture
+(a learned-position decoder's MQA and norms, a RoPE decoder's embedding scale), so the order here
+changes nothing and a refusal names only that architecture's problems."""
 
 from tfcompile.hf import (  # noqa: F401 (each registers its architecture)
     bert,

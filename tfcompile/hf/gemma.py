@@ -18,19 +18,18 @@ from tfcompile.hf.architecture import (
     zeros_if_none,
 )
 from tfcompile.hf.errors import Problem
-from tfcompile.hf.llama import Llama, rope_and_norms
+from tfcompile.hf.llama import Llama, rope_and_norms, rope_decoder_lm
 from tfcompile.spec import Spec
 from tfcompile.spec.schema import DecoderSpec, RopePositional
 
 # GemmaConfig's defaults where LlamaConfig's differ: a config.json that leaves a field out (or
-# null) is read as transformers reads it.
+# null) is read as transformers reads it. Its head_dim's is llama.MODEL_TYPES'.
 DEFAULTS: dict[str, Any] = {
     "vocab_size": 256000,
     "hidden_size": 3072,
     "intermediate_size": 24576,
     "num_hidden_layers": 28,
     "num_attention_heads": 16,
-    "head_dim": 256,
     "hidden_act": "gelu_pytorch_tanh",
     "max_position_embeddings": 8192,
     "tie_word_embeddings": True,
@@ -61,14 +60,6 @@ class Gemma(Llama):
         gemma.refuse_true(
             "use_bidirectional_attention", why="attention over every token is not a causal LM's"
         )
-        model = imported.model
-        bias = gemma.get("attention_bias", False)  # q, k, v and o alike
-        model["bias"] |= {"qkv": bias, "attn_out": bias}
-        model["scale_embeddings"] = True
-        heads, head_dim = model["n_heads"], gemma.get("head_dim", 256)
-        model.pop("head_dim", None)
-        if head_dim * heads != model["d_model"]:
-            model["head_dim"] = head_dim
         return imported
 
     def to_state(self, tensors: Tensors, spec: Spec) -> State:
@@ -79,8 +70,9 @@ class Gemma(Llama):
         return state
 
     def candidate(self, spec: Spec) -> bool:
-        """A Llama candidate whose embeddings are scaled (without, it is Llama's)."""
-        return super().candidate(spec) and spec.model.scale_embeddings
+        """A decoder LM with RoPE whose embeddings are scaled (without, it is Llama's)."""
+        model = rope_decoder_lm(spec)
+        return model is not None and model.scale_embeddings
 
     def exportable(self, spec: Spec) -> list[Problem]:
         model = spec.model

@@ -1,10 +1,17 @@
 """GPT-2 (``GPT2LMHeadModel``): learned positions, pre-LayerNorm blocks, a tied LM head. Its
-Conv1D layers store weights as (in, out), the transpose of ``nn.Linear``'s."""
+Conv1D layers store weights as (in, out), the transpose of ``nn.Linear``'s.
+
+export-hf writes a decoder LM with learned positions as one of three architectures, by what
+decides its blocks: GPT-BigCode where one K/V head serves several query heads (MQA); else GPT-2
+where the norms are before each sublayer with a final norm; else OPT (post-norm, or no final
+norm)."""
 
 from __future__ import annotations
 
 import warnings
 from typing import Any, ClassVar
+
+import torch
 
 from tfcompile.hf.architecture import (
     ACTIVATIONS,
@@ -28,6 +35,25 @@ from tfcompile.spec import Spec
 from tfcompile.spec.schema import CausalLMTask, DecoderSpec, LearnedPositional
 
 
+def learned_decoder_lm(spec: Spec) -> DecoderSpec | None:
+    """The spec's model where it is a decoder LM with learned positions (which GPT-2, OPT or
+    GPT-BigCode writes), else None."""
+    model = spec.model
+    if isinstance(model, DecoderSpec) and isinstance(spec.task, CausalLMTask):
+        return model if isinstance(model.positional, LearnedPositional) else None
+    return None
+
+
+def multi_query(model: DecoderSpec) -> bool:
+    """One K/V head serving several query heads (MQA): GPT-BigCode's."""
+    return model.n_kv_heads == 1 < model.n_heads
+
+
+def gpt2_norms(model: DecoderSpec) -> bool:
+    """A norm before each sublayer and one after the last block: GPT-2's (else OPT's)."""
+    return model.norm.position == "pre" and bool(model.norm.final)
+
+
 @register("gpt2")
 class GPT2(Architecture):
     prefixes = ("transformer.",)
@@ -47,6 +73,11 @@ class GPT2(Architecture):
         "model.init_std": "initializer_range",
         "model.attention_scale": "scale_attn_weights",
     }
+    # What export-hf writes: the head class, the names of the spec's activations, the config
+    # fields the architecture always has.
+    head: ClassVar[str] = "GPT2LMHeadModel"
+    activation_names: ClassVar[dict[str, str]] = EXPORTED_ACTIVATIONS
+    fixed: ClassVar[dict[str, Any]] = {}
 
     def read(self, config: Config, architecture: str, tensors: Tensors) -> Imported:
         config.require(
@@ -87,30 +118,37 @@ class GPT2(Architecture):
         return Imported(model, {"type": "causal_lm", "special_tokens": False})
 
     def to_state(self, tensors: Tensors, spec: Spec) -> State:
+        model = spec.model
+        assert isinstance(model, DecoderSpec)
         embed = tensors.take("wte.weight")
         state = {
             "embed.weight": embed,
             "positional.table.weight": tensors.take("wpe.weight"),
             "final_norm.weight": tensors.take("ln_f.weight"),
             "final_norm.bias": tensors.take("ln_f.bias"),
-            "lm_head.weight": embed if spec.model.tie_embeddings else tensors.take("lm_head.weight"),
+            "lm_head.weight": embed if model.tie_embeddings else tensors.take("lm_head.weight"),
         }
         tensors.maybe("lm_head.weight")  # a tie saved under both names
-        for i in range(spec.model.n_layers):
+        for i in range(model.n_layers):
             h, b = f"h.{i}.", f"blocks.{i}."
             for hf, tfc in LAYER:
-                weight = tensors.take(f"{h}{hf}.weight")
-                state[f"{b}{tfc}.weight"] = weight.t() if hf in CONV1D else weight
-                state[f"{b}{tfc}.bias"] = tensors.take(f"{h}{hf}.bias")
+                for kind in ("weight", "bias"):
+                    t = tensors.take(f"{h}{hf}.{kind}")
+                    state[f"{b}{tfc}.{kind}"] = self.read_layer(hf, kind, t, model)
         return state
 
+    def read_layer(self, hf: str, kind: str, t: torch.Tensor, model: DecoderSpec) -> torch.Tensor:
+        """A block's tensor (``hf``'s weight or bias) as tfcompile holds it: Conv1D weights transposed."""
+        return t.t() if kind == "weight" and hf in CONV1D else t
+
+    def written_layer(self, hf: str, kind: str, t: torch.Tensor, model: DecoderSpec) -> torch.Tensor:
+        """A block's tensor as transformers holds it (``read_layer`` undone)."""
+        return self.read_layer(hf, kind, t, model)  # a transpose is its own inverse
+
     def candidate(self, spec: Spec) -> bool:
-        model = spec.model
-        return (
-            isinstance(model, DecoderSpec)
-            and isinstance(spec.task, CausalLMTask)
-            and isinstance(model.positional, LearnedPositional)
-        )
+        """A decoder LM with learned positions, GPT-2's norms and no MQA."""
+        model = learned_decoder_lm(spec)
+        return model is not None and not multi_query(model) and gpt2_norms(model)
 
     def exportable(self, spec: Spec) -> list[Problem]:
         model = spec.model
@@ -122,9 +160,7 @@ class GPT2(Architecture):
             "gelu_tanh (gelu_new)",
         )
         need(model.norm.type == "layernorm", "model.norm.type", model.norm.type, "layernorm")
-        need(model.norm.position == "pre", "model.norm.position", model.norm.position, "pre")
         need(bool(model.norm.bias), "model.norm.bias", False, "true")
-        need(bool(model.norm.final), "model.norm.final", False, "true")
         need(model.n_kv_heads == model.n_heads, "model.n_kv_heads", model.n_kv_heads, "n_heads (no GQA)")
         need.plain_attention(model, unscaled=True)  # scale_attn_weights false
         return need.problems
@@ -141,17 +177,22 @@ class GPT2(Architecture):
                 ),
                 stacklevel=2,
             )
+        return self.written_config(model)
+
+    def written_config(self, model: DecoderSpec) -> dict[str, Any]:
+        """The config.json of GPT-2's fields (GPT-BigCode's too)."""
         return {
-            "architectures": ["GPT2LMHeadModel"],
-            "model_type": "gpt2",
+            "architectures": [self.head],
+            "model_type": self.model_types[0],
             "vocab_size": model.vocab_size,
             "n_positions": model.max_seq_len,
             "n_embd": model.d_model,
             "n_layer": model.n_layers,
             "n_head": model.n_heads,
+            **self.fixed,
             "scale_attn_weights": model.attention_scale != 1,
             "n_inner": model.d_ff,
-            "activation_function": EXPORTED_ACTIVATIONS[model.activation],
+            "activation_function": self.activation_names[model.activation],
             "layer_norm_epsilon": model.norm.eps,
             "embd_pdrop": model.dropout.embedding,
             "attn_pdrop": model.dropout.attention,
@@ -162,6 +203,7 @@ class GPT2(Architecture):
 
     def from_state(self, state: State, spec: Spec) -> State:
         model = spec.model
+        assert isinstance(model, DecoderSpec)
         p, scale = "transformer.", output_scale(model)
         out = {
             f"{p}wte.weight": state["embed.weight"],
@@ -175,8 +217,9 @@ class GPT2(Architecture):
             h, b = f"{p}h.{i}.", f"blocks.{i}."
             for hf, tfc in LAYER:
                 weight = state[f"{b}{tfc}.weight"]
-                out[f"{h}{hf}.weight"] = weight.t() if hf in CONV1D else weight
-                out[f"{h}{hf}.bias"] = zeros_if_none(state.get(f"{b}{tfc}.bias"), weight.shape[0])
+                bias = zeros_if_none(state.get(f"{b}{tfc}.bias"), weight.shape[0])
+                out[f"{h}{hf}.weight"] = self.written_layer(hf, "weight", weight, model)
+                out[f"{h}{hf}.bias"] = self.written_layer(hf, "bias", bias, model)
         return contiguous(out)
 
 

@@ -9,6 +9,7 @@ config says otherwise. RoPE scaling reads both transformers 4's ``rope_scaling``
 from __future__ import annotations
 
 import warnings
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
@@ -35,10 +36,34 @@ from tfcompile.spec import Spec
 from tfcompile.spec.schema import CausalLMTask, DecoderSpec, DynamicRopeScaling, RopePositional
 
 EXPORTED_ACTIVATIONS = {"swiglu": "silu", "geglu": "gelu", "geglu_tanh": "gelu_pytorch_tanh"}
-# The sliding window of a config that leaves it out, as its config class has it (transformers 4 and 5).
-DEFAULT_WINDOWS = {"mistral": 4096}
-# The head size of a config that leaves it out, where its config class has one (else d_model / heads).
-DEFAULT_HEAD_DIMS = {"qwen3": 128}
+
+
+@dataclass(frozen=True)
+class ModelType:
+    """What a LLaMA-like model_type computes that its config.json does not say, or says its own way."""
+
+    attention_bias: tuple[str, ...] = ()  # the spec's biases (model.bias.*) that attention_bias sets
+    fixed_bias: tuple[str, ...] = ()  # the spec's biases always there, whatever the config says
+    mlp_bias: bool = False  # whether mlp_bias is read (the feed-forward's biases)
+    qk_norm: bool = False  # each head's q and k normalised
+    scale_embeddings: bool = False  # embeddings multiplied by sqrt(hidden_size)
+    every_layer_slides: bool = False  # every layer slides (layer_types unread), where a window is set
+    window_layers: bool = False  # where no layer_types: the layers from max_window_layers on slide
+    head_dim: int | None = None  # the head size of a config that leaves it out (None: d_model / heads)
+    window: int = 0  # the sliding window of a config that leaves it out (0: none)
+
+
+# As their config and model classes have them (transformers 4 and 5). Phi-3 computes as Mistral,
+# but without a window where its config leaves it out.
+QKVO = ("qkv", "attn_out")
+MODEL_TYPES = {
+    "llama": ModelType(attention_bias=QKVO, mlp_bias=True),
+    "mistral": ModelType(every_layer_slides=True, window=4096),
+    "qwen2": ModelType(fixed_bias=("qkv",), window_layers=True),
+    "qwen3": ModelType(attention_bias=QKVO, qk_norm=True, window_layers=True, head_dim=128),
+    "gemma": ModelType(attention_bias=QKVO, scale_embeddings=True, head_dim=256),
+    "phi3": ModelType(every_layer_slides=True),
+}
 # The fields of each scaling that tfcompile keeps (the rest are transformers' bookkeeping).
 SCALING_FIELDS = {
     "linear": ("factor",),
@@ -108,23 +133,22 @@ def rope_section(config: Config, head_dim: int) -> dict[str, Any]:
     return section | {"scaling": scaling}
 
 
-def context(config: Config) -> int:
+def context(config: Config, kind: ModelType) -> int:
     """The context: ``max_position_embeddings``, or the sliding window when a layer slides and it
     is shorter (within the window, sliding attention is plain causal attention). Which layers
-    slide: every Mistral layer (``MistralForCausalLM`` reads no ``layer_types``: AutoModel loads
-    a Mistral config that has them as Ministral, which reads them; within the window the two
-    agree); else ``layer_types``, or where a config has none, the Qwen2 and Qwen3 layers from
-    ``max_window_layers`` on, as transformers derives them."""
+    slide: every Mistral (and Phi-3) layer (``MistralForCausalLM`` reads no ``layer_types``:
+    AutoModel loads a Mistral config that has them as Ministral, which reads them; within the
+    window the two agree); else ``layer_types``, or where a config has none, the Qwen2 and Qwen3
+    layers from ``max_window_layers`` on, as transformers derives them."""
     length = config.get("max_position_embeddings", 2048)
     # A null window is none; a missing one is the config class's default (MistralConfig's 4096).
-    missing = DEFAULT_WINDOWS.get(config.get("model_type", ""), 0)
-    window = config.get("sliding_window", 0) if "sliding_window" in config.data else missing
+    window = config.get("sliding_window", 0) if "sliding_window" in config.data else kind.window
     layer_types = config.get("layer_types", [])
-    if config.data.get("model_type") == "mistral":
+    if kind.every_layer_slides:
         windowed = True
     elif layer_types:
         windowed = "sliding_attention" in layer_types
-    elif config.data.get("model_type") in ("qwen2", "qwen3"):
+    elif kind.window_layers:
         first = config.get("max_window_layers", 28)
         windowed = config.get("use_sliding_window", False) and first < config.get("num_hidden_layers", 32)
     else:
@@ -169,14 +193,14 @@ class Llama(Architecture):
             f"{architecture} is not a language model tfcompile has",
             "import a *ForCausalLM model",
         )
-        model_type = config.data.get("model_type")
-        qwen2 = model_type == "qwen2"
+        kind = MODEL_TYPES[config.data["model_type"]]
         d, heads = config.get("hidden_size", 4096), config.get("num_attention_heads", 32)
         kv_heads = config.get("num_key_value_heads", heads)
-        default_head_dim = DEFAULT_HEAD_DIMS.get(str(model_type), d // max(heads, 1))  # 0 heads: refused
-        head_dim = config.get("head_dim", default_head_dim)
-        # LLaMA's and Qwen3's biases are the config's; Mistral's and Qwen2's are fixed, whatever it says.
-        attention_bias = model_type in ("llama", "qwen3") and config.get("attention_bias", False)
+        head_dim = config.get("head_dim", kind.head_dim or d // max(heads, 1))  # 0 heads: refused
+        # Only the fields the model type reads are read: another's value is ignored, as transformers does.
+        biases = set(kind.fixed_bias)
+        if kind.attention_bias and config.get("attention_bias", False):
+            biases |= set(kind.attention_bias)
         tie = tied(config, tensors, "lm_head.weight", "embed_tokens.weight", False)
         config.require(
             tie or "lm_head.weight" in tensors,
@@ -193,7 +217,7 @@ class Llama(Architecture):
         model: dict[str, Any] = {
             "family": "decoder",
             "vocab_size": config.get("vocab_size", 32000),
-            "max_seq_len": context(config),
+            "max_seq_len": context(config, kind),
             "d_model": d,
             "n_layers": config.get("num_hidden_layers", 32),
             "n_heads": heads,
@@ -208,9 +232,9 @@ class Llama(Architecture):
                 "bias": False,
             },
             "bias": {
-                "qkv": qwen2 or attention_bias,
-                "attn_out": not qwen2 and attention_bias,
-                "ffn": model_type == "llama" and config.get("mlp_bias", False),
+                "qkv": "qkv" in biases,
+                "attn_out": "attn_out" in biases,
+                "ffn": kind.mlp_bias and config.get("mlp_bias", False),
                 "lm_head": False,
             },
             "tie_embeddings": tie,
@@ -219,8 +243,10 @@ class Llama(Architecture):
         }
         if head_dim * heads != d:
             model["head_dim"] = head_dim
-        if model_type == "qwen3":
+        if kind.qk_norm:
             model["qk_norm"] = True
+        if kind.scale_embeddings:
+            model["scale_embeddings"] = True
         rope = "rope_scaling" if config.data.get("rope_scaling") else "rope_parameters"
         sources = {"model.positional.scaling": rope}
         if model["max_seq_len"] != config.get("max_position_embeddings", 2048):
@@ -262,22 +288,20 @@ class Llama(Architecture):
         return state
 
     def candidate(self, spec: Spec) -> bool:
-        model = spec.model
-        return (
-            isinstance(model, DecoderSpec)
-            and isinstance(spec.task, CausalLMTask)
-            and isinstance(model.positional, RopePositional)
-        )
+        """A decoder LM with RoPE whose embeddings are not scaled (Gemma's are)."""
+        model = rope_decoder_lm(spec)
+        return model is not None and not model.scale_embeddings
 
     def exportable(self, spec: Spec) -> list[Problem]:
         model = spec.model
         assert isinstance(model, DecoderSpec) and isinstance(model.positional, RopePositional)
-        need = Needs("Qwen3" if model.qk_norm else "Llama")
+        name = "Qwen3" if model.qk_norm else "Llama"
+        need = Needs(name)
         need(model.activation in EXPORTED_ACTIVATIONS, "model.activation", model.activation, "swiglu")
         rope_and_norms(need, model)
         need.plain_scales(model, qk_norm=True)  # head_dim is free: Llama configs name it; q/k norms: Qwen3
-        if model.qk_norm:
-            need(not model.bias.ffn, "model.bias.ffn", True, "false (Qwen3's feed-forward has no biases)")
+        if not MODEL_TYPES[written_as(model)].mlp_bias:
+            need(not model.bias.ffn, "model.bias.ffn", True, f"false ({name}'s feed-forward has no biases)")
         return need.problems
 
     def to_config(self, spec: Spec) -> dict[str, Any]:
@@ -313,9 +337,12 @@ class Llama(Architecture):
             "initializer_range": model.init_std,
         }
         config["attention_bias"] = bias.qkv or bias.attn_out  # on q, k, v and o alike, in both
-        if written == "qwen3":  # which slides no layer here, and has no feed-forward biases
-            return config | {"use_sliding_window": False, "sliding_window": None}
-        return config | {"mlp_bias": bias.ffn}
+        kind = MODEL_TYPES[written]
+        if kind.window_layers:  # which slide no layer here
+            config |= {"use_sliding_window": False, "sliding_window": None}
+        if kind.mlp_bias:
+            config["mlp_bias"] = bias.ffn
+        return config
 
     def from_state(self, state: State, spec: Spec) -> State:
         model = spec.model
@@ -363,6 +390,15 @@ class Llama(Architecture):
                 out |= {f"{m}gate_proj.bias": gate, f"{m}up_proj.bias": up}
                 out[f"{m}down_proj.bias"] = state[f"{b}ffn.w_out.bias"]
         return contiguous(out)
+
+
+def rope_decoder_lm(spec: Spec) -> DecoderSpec | None:
+    """The spec's model where it is a decoder LM with RoPE (which Llama, Qwen3 or Gemma writes),
+    else None."""
+    model = spec.model
+    if isinstance(model, DecoderSpec) and isinstance(spec.task, CausalLMTask):
+        return model if isinstance(model.positional, RopePositional) else None
+    return None
 
 
 def rope_and_norms(need: Needs, model: DecoderSpec) -> None:

@@ -32,8 +32,9 @@ from tfcompile.hf.architecture import (
     zeros_if_none,
 )
 from tfcompile.hf.errors import HFWarning, Problem
+from tfcompile.hf.gpt2 import gpt2_norms, learned_decoder_lm, multi_query
 from tfcompile.spec import Spec
-from tfcompile.spec.schema import CausalLMTask, DecoderSpec, LearnedPositional
+from tfcompile.spec.schema import DecoderSpec
 
 OFFSET = 2  # the rows of the position table before position 0's (OPTLearnedPositionalEmbedding)
 EPS = 1e-5  # OPT's LayerNorms are nn.LayerNorm's default; the config has no field for it
@@ -162,15 +163,10 @@ class OPT(Architecture):
         return state
 
     def candidate(self, spec: Spec) -> bool:
-        """A learned-position decoder LM that GPT-2 cannot write: post-norm, or pre-norm without a
-        final norm (a GPT-2-shaped model is written as GPT-2)."""
-        model = spec.model
-        return (
-            isinstance(model, DecoderSpec)
-            and isinstance(spec.task, CausalLMTask)
-            and isinstance(model.positional, LearnedPositional)
-            and not (model.norm.position == "pre" and model.norm.final)
-        )
+        """A decoder LM with learned positions and no MQA whose norms are not GPT-2's: post-norm,
+        or pre-norm without a final norm (a GPT-2-shaped model is written as GPT-2)."""
+        model = learned_decoder_lm(spec)
+        return model is not None and not multi_query(model) and not gpt2_norms(model)
 
     def exportable(self, spec: Spec) -> list[Problem]:
         model = spec.model
