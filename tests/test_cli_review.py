@@ -31,7 +31,7 @@ from tfcompile.cli import _HelpFormatter, build_parser, main
         ),
         (
             ["serve", "b", "--max-wait-ms", "5ms"],
-            "--max-wait-ms: expected a finite number >= 0, found 5ms",
+            "--max-wait-ms: expected milliseconds from 0 to 60,000, found 5ms",
         ),
         (
             ["export-triton", "b", "--out", "r", "--instances", "two"],
