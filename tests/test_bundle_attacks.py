@@ -463,6 +463,28 @@ def test_a_tokenizer_json_that_truncates_otherwise_than_the_manifest_says_is_ref
         load(damaged(classifier_bundle, tmp_path, **{"tokenizer.json": tokenizer}))
 
 
+def test_a_manifest_without_truncation_loads_and_cuts_by_the_clients_rule(
+    classifier_bundle: Path, tmp_path: Path
+) -> None:
+    """A bundle of a version before the manifest's truncation field: its tokenizer.json truncates,
+    its manifest says nothing; it loads, and a pair is cut as a client cuts it (longest-first from
+    the right at the context). A truncation saved without its direction reads as the library's."""
+    old = load(damaged(classifier_bundle, tmp_path / "old", lambda m: m["tokenizer"].update(truncation=None)))
+    context = old.manifest.model.max_seq_len
+    first, second = " ".join(["a"] * 3 * context), "b b b"
+    expected = Tokenizer.from_file(str(classifier_bundle / "tokenizer.json"))
+    expected.enable_truncation(context, strategy="longest_first", direction="right")
+    (encoding,) = old.encode([(first, second)])
+    assert encoding.ids == expected.encode(first, second).ids and len(encoding.ids) == context
+
+    def undirected(tokenizer: dict) -> None:
+        del tokenizer["truncation"]["direction"]
+
+    tokenizer = edited_tokenizer(classifier_bundle, undirected)
+    loaded = load(damaged(classifier_bundle, tmp_path / "undirected", **{"tokenizer.json": tokenizer}))
+    assert loaded.classify(["a fine film"]) == load(classifier_bundle).classify(["a fine film"])
+
+
 WORDS = st.sampled_from(["the", "movie", "unaffable", "is", ",", "playing", "zzqqj", "caf\u00e9", " ", "\t"])
 
 

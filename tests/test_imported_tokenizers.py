@@ -22,6 +22,7 @@ from tfcompile.cli import main
 from tfcompile.data import DataError
 from tfcompile.hf.errors import HFWarning
 from tfcompile.hf.importer import import_folder
+from tfcompile.manifest import Truncation
 from tfcompile.runtime.classifier import cut_to_context
 from tfcompile.spec import Spec, load_spec
 from tfcompile.tasks.causal_lm import LanguageModelling
@@ -120,27 +121,27 @@ def test_tfcompile_tokenizers_get_berts_template(kind: str, tmp_path: Path) -> N
     assert _rows(again) == _rows(task)
 
 
-def test_cut_to_context_keeps_a_tokenizers_truncation_within_the_context() -> None:
-    """None: longest-first from the right at the context; a longer max_length (a hub tokenizer's
-    512): the context, its strategy and direction kept; a shorter one (train.context_length): kept."""
+def test_cut_to_context_cuts_as_the_manifest_says_within_the_context() -> None:
+    """None: longest-first from the right at the context, whatever tokenizer.json holds; a longer
+    max_length (a hub tokenizer's 512): the context, its strategy and direction kept; a shorter one
+    (train.context_length): kept."""
     tokenizer = Tokenizer(models.WordLevel({"a": 0}, unk_token="a"))
-    cut_to_context(tokenizer, 32)
+    tokenizer.enable_truncation(8, strategy="only_first")
+    cut_to_context(tokenizer, None, 32)
     assert tokenizer.truncation == {
         "max_length": 32,
         "stride": 0,
         "strategy": "longest_first",
         "direction": "right",
     }
-    tokenizer.enable_truncation(512, strategy="only_second", direction="left")
-    cut_to_context(tokenizer, 32)
+    cut_to_context(tokenizer, Truncation(max_length=512, strategy="only_second", direction="left"), 32)
     assert tokenizer.truncation == {
         "max_length": 32,
         "stride": 0,
         "strategy": "only_second",
         "direction": "left",
     }
-    tokenizer.enable_truncation(16)
-    cut_to_context(tokenizer, 32)
+    cut_to_context(tokenizer, Truncation(max_length=16, strategy="longest_first", direction="right"), 32)
     assert tokenizer.truncation is not None and tokenizer.truncation["max_length"] == 16
 
 

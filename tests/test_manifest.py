@@ -68,6 +68,20 @@ def test_format_1_bundles_still_serve_as_their_tfcompile_served_them() -> None:
     assert translator.translate_ids(ids, beam=3, max_len=6) == expected["translator_beam"]
 
 
+def test_a_format_1_classifier_classifies_as_its_tfcompile_did() -> None:
+    """Its tokenizer.json truncates and its manifest names no truncation (no field then): it loads,
+    and texts and pairs past the context encode and classify as that version's runtime did."""
+    expected = json.loads((DATA / "format1-classifier-expected.json").read_text())
+    classifier = load(DATA / "format1-classifier")
+    items = [*expected["texts"], *map(tuple, expected["pairs"])]
+    encodings = classifier.encode(items)
+    assert [e.ids for e in encodings] == expected["ids"]
+    assert [e.type_ids for e in encodings] == expected["type_ids"]
+    for prediction, said in zip(classifier.classify(items), expected["predictions"], strict=True):
+        assert prediction.label == said["label"]
+        assert prediction.probabilities == pytest.approx(said["probabilities"], abs=1e-6)
+
+
 # ----------------------------------------------------------------- untrusted bundles
 
 

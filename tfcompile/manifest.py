@@ -77,10 +77,6 @@ class SpecialToken(Part):
     id: TokenId
 
 
-# The tokenizers library's truncation strategies, as the manifest names them.
-STRATEGIES = {"LongestFirst": "longest_first", "OnlyFirst": "only_first", "OnlySecond": "only_second"}
-
-
 class Truncation(Part):
     """How an over-long text is cut (the tokenizers library's truncation, as tokenizer.json says):
     at most ``max_length`` tokens, the added special tokens included, cut at the end (``right``).
@@ -93,14 +89,12 @@ class Truncation(Part):
     direction: Literal["right", "left"]
 
     @classmethod
-    def held_by(cls, tokenizer: dict[str, Any]) -> Truncation | None:
-        """The truncation of a tokenizer.json that the tokenizers library reads (as parsed JSON);
-        None where it has none."""
-        cut = tokenizer.get("truncation")
+    def held_by(cls, cut: dict[str, Any] | None) -> Truncation | None:
+        """A tokenizer's truncation as the tokenizers library reads it (``Tokenizer.truncation``,
+        its defaults filled in); None where it has none."""
         if cut is None:
             return None
-        strategy = STRATEGIES[cut["strategy"]]
-        return cls(max_length=cut["max_length"], strategy=strategy, direction=cut["direction"].lower())
+        return cls(max_length=cut["max_length"], strategy=cut["strategy"], direction=cut["direction"])
 
 
 class TokenizerInfo(Part):

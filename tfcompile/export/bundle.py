@@ -302,5 +302,5 @@ def tokenizer_info(tokenizer: Tokenizer, tokens: SpecialTokens | None = None) ->
         special_tokens=specials,
         added_by_tokenizer=added,
         unknown="map" if "unk" in specials or byte_level else "refuse",
-        truncation=Truncation.held_by(saved),
+        truncation=Truncation.held_by(tokenizer.truncation),
     )

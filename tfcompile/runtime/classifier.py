@@ -11,6 +11,7 @@ import numpy as np
 from tokenizers import Tokenizer
 
 from tfcompile.images import ImageLike, ImagePreprocessing
+from tfcompile.manifest import Truncation
 from tfcompile.runtime import inputs
 from tfcompile.runtime.bundle import BundleFiles
 from tfcompile.runtime.errors import BundleError, InputError
@@ -44,8 +45,9 @@ class Classifier(Bundle):
                 f"optionally attention_mask and token_type_ids"
             )
         _check_labels(self)
-        if self.tokenizer is not None:
-            cut_to_context(self.tokenizer, self.max_seq_len)
+        info = self.manifest.tokenizer  # there is a tokenizer exactly where the manifest names one
+        if self.tokenizer is not None and info is not None:
+            cut_to_context(self.tokenizer, info.truncation, self.max_seq_len)
 
     @property
     def labels(self) -> list[str]:
@@ -88,19 +90,14 @@ class Classifier(Bundle):
         return out
 
 
-def cut_to_context(tokenizer: Tokenizer, context: int) -> None:
+def cut_to_context(tokenizer: Tokenizer, truncation: Truncation | None, context: int) -> None:
     """One rule for a text or pair longer than a classifier reads, whatever tokenizer.json says:
-    it is cut as the tokenizer's truncation cuts it (the manifest's tokenizer.truncation: its
-    strategy and direction), at no more than the model's ``context`` tokens, the framing's special
-    tokens included; a tokenizer without truncation (an imported one) cuts longest-first from the
-    right at the context, as training's does (tfcompile.data.tokenizer.frame_sentences)."""
-    truncation = tokenizer.truncation or {}
-    tokenizer.enable_truncation(
-        min(truncation.get("max_length", context), context),
-        stride=truncation.get("stride", 0),
-        strategy=truncation.get("strategy", "longest_first"),
-        direction=truncation.get("direction", "right"),
-    )
+    it is cut as the manifest's tokenizer.truncation says (its strategy and direction), at no more
+    than the model's ``context`` tokens, the framing's special tokens included; a manifest without
+    one (an imported tokenizer's; a bundle of a version before the field) cuts longest-first from
+    the right at the context, as training does (tfcompile.data.tokenizer.frame_sentences)."""
+    cut = truncation or Truncation(max_length=context, strategy="longest_first", direction="right")
+    tokenizer.enable_truncation(min(cut.max_length, context), strategy=cut.strategy, direction=cut.direction)
 
 
 def _labels(bundle: Bundle) -> list[str]:

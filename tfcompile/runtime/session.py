@@ -494,8 +494,8 @@ class Bundle:
 
     def _load_tokenizer(self) -> Tokenizer | None:
         """The tokenizer, checked against the manifest: no id past the model's vocabulary, each
-        special token at its id, the truncation the manifest says (a client cuts as the manifest
-        says, the runtime as tokenizer.json does); then a text and the first ids through it, which a damaged
+        special token at its id, the truncation the manifest gives, where it gives one (a client
+        cuts as the manifest says); then a text and the first ids through it, which a damaged
         tokenizer.json can make panic."""
         info = self.manifest.tokenizer
         if info is None:
@@ -507,11 +507,12 @@ class Bundle:
                 tokenizer = Tokenizer.from_str(text)
         except Exception as e:  # not JSON, or not a tokenizer
             raise BundleError(f"{where} is not a tokenizer the tokenizers library reads: {e}") from None
-        saved = json.loads(text)
-        if (why := excess(saved)) is not None:
+        if (why := excess(json.loads(text))) is not None:
             raise BundleError(f"{where}: {why}")
-        truncation = Truncation.held_by(saved)  # the library has read it: a truncation it writes
-        if truncation != info.truncation:
+        truncation = Truncation.held_by(tokenizer.truncation)
+        # A manifest without one (format 1's; format 2's before the field) leaves the cut to the
+        # client's rule, which a classifier follows whatever tokenizer.json says (cut_to_context).
+        if info.truncation is not None and truncation != info.truncation:
             said = info.truncation.model_dump() if info.truncation else None
             held = truncation.model_dump() if truncation else None
             raise BundleError(
