@@ -336,7 +336,7 @@ HEAD_BIASES = {
 @pytest.mark.parametrize(
     ("tie", "saved"),
     [
-        (True, ("shared", "decoder")),  # different values: the decoder's, not tied (/tmp/chk4.py)
+        (True, ("shared", "decoder")),  # unequal: the decoder's (a tie joins only equal tensors)
         (False, ("shared", "decoder")),
         (True, ("shared",)),  # the decoder's tied to the shared one
         (False, ("shared",)),  # the decoder's missing, initialised to zeros: no bias

@@ -7,6 +7,7 @@ their range."""
 
 from __future__ import annotations
 
+import argparse
 import io
 import json
 import math
@@ -355,3 +356,25 @@ def test_serve_flags_set_low_make_the_server_refuse(char_bundle: Path, image_bun
         assert process.wait(30) == 0
     finally:
         process.kill()
+
+
+def test_each_serve_flags_range_is_the_servers_in_its_units() -> None:
+    """The CLI keeps the server's import lazy, so its flags restate Settings' BOUNDS in KiB, MiB,
+    ms and s: each flag's ceiling, in the server's units, is the server's ceiling."""
+    from tfcompile.cli import build_parser
+    from tfcompile.serve.app import BOUNDS
+
+    commands = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    serve = {a.dest: a.type for a in commands.choices["serve"]._actions}
+    for flag, field, unit in [
+        ("max_head_kb", "max_head_bytes", 1 << 10),
+        ("head_timeout", "head_timeout_s", 1),
+        ("max_body_mb", "max_body_bytes", 1 << 20),
+        ("max_image_pixels", "max_image_pixels", 1),
+        ("max_wait_ms", "max_wait_ms", 1),
+    ]:
+        parse, high = serve[flag], BOUNDS[field][1] / unit
+        text = str(int(high)) if high == int(high) else str(high)
+        assert parse(text) * unit == BOUNDS[field][1], flag
+        with pytest.raises(argparse.ArgumentTypeError):
+            parse(str(high * 2))

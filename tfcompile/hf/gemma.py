@@ -15,7 +15,6 @@ from tfcompile.hf.architecture import (
     State,
     Tensors,
     register,
-    zeros_if_none,
 )
 from tfcompile.hf.errors import Problem
 from tfcompile.hf.llama import Llama, rope_and_norms, rope_decoder_lm
@@ -90,15 +89,13 @@ class Gemma(Llama):
         model = spec.model
         assert isinstance(model, DecoderSpec)
         config = super().to_config(spec)
-        for name in ("use_sliding_window", "sliding_window", "mlp_bias"):  # Qwen2's and Llama's alone
-            config.pop(name, None)
+        config.pop("mlp_bias")  # Llama's alone
         activation = EXPORTED_ACTIVATIONS[model.activation]
         return config | {
             "architectures": ["GemmaForCausalLM"],
             "model_type": "gemma",
             "hidden_act": activation,
             "hidden_activation": activation,
-            "attention_bias": model.bias.qkv or model.bias.attn_out,
         }
 
     def from_state(self, state: State, spec: Spec) -> State:
@@ -112,8 +109,4 @@ class Gemma(Llama):
         ]
         for name in [*norms, "model.norm.weight"]:
             out[name] = out[name] - 1.0
-        if model.bias.qkv:  # Llama writes q, k and v's biases alone as Qwen2's
-            for i in range(model.n_layers):
-                name = f"model.layers.{i}.self_attn.o_proj.bias"
-                out[name] = zeros_if_none(out.get(name), model.d_model)
         return out

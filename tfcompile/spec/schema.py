@@ -903,7 +903,8 @@ def _require_segments(model: Any, rules: Rules, reader: str, fine_tuning: str = 
         ("model", "type_vocab_size"),
         f"{reader} reads sentence pairs, the second as segment 1, but type_vocab_size 1 embeds segment 0 "
         "alone",
-        f"set model.type_vocab_size: 2{fine_tuning}, or 0 for no segment embeddings",
+        f"set model.type_vocab_size: 2{fine_tuning}, or 0 for no segment embeddings (not with "
+        "train.init_from a run that has them)",
     )
 
 

@@ -130,7 +130,7 @@ def check_framing(spec: Spec, tokenizer: Tokenizer, text: str) -> None:
         raise DataError(
             f"model.type_vocab_size: the tokenizer gives a sentence pair segment ids 0 to {used - 1}, but "
             f"type_vocab_size {rows} embeds 0 to {rows - 1} (the classifier's bundle reads pairs); set "
-            f"model.type_vocab_size: {used} (with train.init_from, fine-tune from a run with as many), "
+            f"model.type_vocab_size: {used} (with train.init_from, a run with as many rows, or with one), "
             f"or 0 for no segment embeddings"
         )
 

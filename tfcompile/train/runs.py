@@ -239,8 +239,8 @@ def _copy_segments(source: dict[str, torch.Tensor], body: dict[str, torch.Tensor
     if SEGMENTS not in source or SEGMENTS not in body:
         return 0
     rows = len(body[SEGMENTS])
-    if len(source[SEGMENTS]) != 1 or rows < 2:
-        return 0
+    if len(source[SEGMENTS]) != 1 or rows < 2 or source[SEGMENTS].shape[1:] != body[SEGMENTS].shape[1:]:
+        return 0  # a row of another width is named as the run holds it, by the shape check
     source[SEGMENTS] = source[SEGMENTS].expand(rows, -1)
     return rows
 
