@@ -209,6 +209,9 @@ def test_what_a_fine_tune_cannot_carry_over_is_refused_by_field(imported: Path, 
         Trainer(spec, tmp_path / "b", show_progress=False)
     assert "model.type_vocab_size (run: 2, spec: 3)" in str(error.value)
     assert "segment_embed.weight (run: (2, 16), spec: (3, 16))" in str(error.value)
+    spec = _spec(imported, "roberta", table, "model.d_model=32")  # the one row, not copied, as held
+    with pytest.raises(TrainError, match=r"segment_embed\.weight \(run: \(1, 16\), spec: \(2, 32\)\)"):
+        Trainer(spec, tmp_path / "c", show_progress=False)
 
 
 def test_the_lm_heads_fields_still_bind_where_the_body_holds_the_lm_head(tmp_path: Path) -> None:
