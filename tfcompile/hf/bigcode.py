@@ -14,16 +14,10 @@ from typing import Any, ClassVar
 import torch
 
 from tfcompile.hf.architecture import (
-    ACTIVATIONS,
     EXPORTED_ACTIVATIONS,
     Config,
-    Imported,
     Needs,
-    Tensors,
-    dropout,
-    init_std,
     register,
-    tied,
 )
 from tfcompile.hf.errors import Problem
 from tfcompile.hf.gpt2 import GPT2, learned_decoder_lm, multi_query
@@ -39,48 +33,17 @@ class GPTBigCode(GPT2):
     """GPT-2's prefix, config field names (``sources``) and tensor names; its own heads, attention
     and layers."""
 
+    name: ClassVar[str] = "GPT-BigCode"
     head: ClassVar[str] = "GPTBigCodeForCausalLM"
+    body: ClassVar[str] = "GPTBigCodeModel"
+    default_activation: ClassVar[str] = "gelu_pytorch_tanh"
     activation_names: ClassVar[dict[str, str]] = ACTIVATION_NAMES
     fixed: ClassVar[dict[str, Any]] = {"multi_query": True}  # MQA: the candidate's
 
-    def read(self, config: Config, architecture: str, tensors: Tensors) -> Imported:
-        config.require(
-            architecture in ("GPTBigCodeForCausalLM", "GPTBigCodeModel"),
-            "architectures",
-            f"{architecture} is not a language model tfcompile has",
-            "import a GPTBigCodeForCausalLM",
-        )
-        config.refuse_true(
-            "add_cross_attention", why="a decoder with cross-attention is not a language model"
-        )
-        d, heads = config.get("n_embd", 768), config.get("n_head", 12)
-        model: dict[str, Any] = {
-            "family": "decoder",
-            "vocab_size": config.get("vocab_size", 50257),
-            "max_seq_len": config.get("n_positions", 1024),
-            "d_model": d,
-            "n_layers": config.get("n_layer", 12),
-            "n_heads": heads,
-            # num_key_value_heads, where a config.json holds it, is unread: transformers derives it
-            "n_kv_heads": 1 if config.get("multi_query", True) else heads,
-            "d_ff": config.get("n_inner", 4 * d),
-            "activation": config.choice(
-                "activation_function", "gelu_pytorch_tanh", ACTIVATIONS, "GPT-BigCode activation"
-            ),
-            "positional": "learned",
-            "norm": {"position": "pre", "type": "layernorm", "eps": config.get("layer_norm_epsilon", 1e-5)},
-            "bias": {"qkv": True, "attn_out": True, "ffn": True, "lm_head": False},
-            "tie_embeddings": tied(config, tensors, "lm_head.weight", "wte.weight", True),
-            "dropout": {
-                "embedding": dropout(config.get("embd_pdrop", 0.1)),
-                "attention": dropout(config.get("attn_pdrop", 0.1)),
-                "residual": dropout(config.get("resid_pdrop", 0.1)),
-            },
-            "init_std": init_std(config),
-        }
-        if not config.get("scale_attn_weights", True):  # q.k unscaled
-            model["attention_scale"] = 1.0
-        return Imported(model, {"type": "causal_lm", "special_tokens": False})
+    def kv_heads(self, config: Config, heads: int) -> int:
+        """One under ``multi_query`` (num_key_value_heads, where a config.json holds it, is unread:
+        transformers derives it), else as many as the query heads."""
+        return 1 if config.get("multi_query", True) else heads
 
     def read_layer(self, hf: str, kind: str, t: torch.Tensor, model: DecoderSpec) -> torch.Tensor:
         """A block's tensor as tfcompile holds it: ``nn.Linear`` layers as they are, c_attn packed."""
@@ -98,7 +61,7 @@ class GPTBigCode(GPT2):
 
     def exportable(self, spec: Spec) -> list[Problem]:
         model = spec.model
-        need = Needs("GPT-BigCode")
+        need = Needs(self.name)
         need(
             model.activation in self.activation_names,
             "model.activation",

@@ -73,18 +73,22 @@ class GPT2(Architecture):
         "model.init_std": "initializer_range",
         "model.attention_scale": "scale_attn_weights",
     }
-    # What export-hf writes: the head class, the names of the spec's activations, the config
-    # fields the architecture always has.
+    # What import reads and export-hf writes: the name, the head class (and the body's, which
+    # imports too), the activation a config leaves out, the names of the spec's activations, the
+    # config fields the architecture always has.
+    name: ClassVar[str] = "GPT-2"
     head: ClassVar[str] = "GPT2LMHeadModel"
+    body: ClassVar[str] = "GPT2Model"
+    default_activation: ClassVar[str] = "gelu_new"
     activation_names: ClassVar[dict[str, str]] = EXPORTED_ACTIVATIONS
     fixed: ClassVar[dict[str, Any]] = {}
 
     def read(self, config: Config, architecture: str, tensors: Tensors) -> Imported:
         config.require(
-            architecture in ("GPT2LMHeadModel", "GPT2Model"),
+            architecture in (self.head, self.body),
             "architectures",
             f"{architecture} is not a language model tfcompile has",
-            "import a GPT2LMHeadModel",
+            f"import a {self.head}",
         )
         config.refuse_true(
             "scale_attn_by_inverse_layer_idx", why="a scale per layer is not in tfcompile's blocks"
@@ -92,16 +96,18 @@ class GPT2(Architecture):
         config.refuse_true(
             "add_cross_attention", why="a decoder with cross-attention is not a language model"
         )
-        d = config.get("n_embd", 768)
+        d, heads = config.get("n_embd", 768), config.get("n_head", 12)
         model: dict[str, Any] = {
             "family": "decoder",
             "vocab_size": config.get("vocab_size", 50257),
             "max_seq_len": config.get("n_positions", 1024),
             "d_model": d,
             "n_layers": config.get("n_layer", 12),
-            "n_heads": config.get("n_head", 12),
+            "n_heads": heads,
             "d_ff": config.get("n_inner", 4 * d),
-            "activation": config.choice("activation_function", "gelu_new", ACTIVATIONS, "GPT-2 activation"),
+            "activation": config.choice(
+                "activation_function", self.default_activation, ACTIVATIONS, f"{self.name} activation"
+            ),
             "positional": "learned",
             "norm": {"position": "pre", "type": "layernorm", "eps": config.get("layer_norm_epsilon", 1e-5)},
             "bias": {"qkv": True, "attn_out": True, "ffn": True, "lm_head": False},
@@ -113,9 +119,15 @@ class GPT2(Architecture):
             },
             "init_std": init_std(config),
         }
+        if (kv_heads := self.kv_heads(config, heads)) != heads:
+            model["n_kv_heads"] = kv_heads
         if not config.get("scale_attn_weights", True):  # q.k unscaled
             model["attention_scale"] = 1.0
         return Imported(model, {"type": "causal_lm", "special_tokens": False})
+
+    def kv_heads(self, config: Config, heads: int) -> int:
+        """The K/V heads of a config of ``heads`` query heads: GPT-2's are as many."""
+        return heads
 
     def to_state(self, tensors: Tensors, spec: Spec) -> State:
         model = spec.model
@@ -152,7 +164,7 @@ class GPT2(Architecture):
 
     def exportable(self, spec: Spec) -> list[Problem]:
         model = spec.model
-        need = Needs("GPT-2")
+        need = Needs(self.name)
         need(
             model.activation in EXPORTED_ACTIVATIONS,
             "model.activation",
