@@ -43,6 +43,7 @@ from tfcompile.hf.folder import (
     write_json,
 )
 from tfcompile.images import ImagePreprocessing
+from tfcompile.memory import TooLarge
 from tfcompile.spec import Spec, SpecError, dump_spec, parse_spec
 from tfcompile.spec.schema import check_run_name
 from tfcompile.tasks.task import build_model
@@ -323,9 +324,12 @@ def readable_spec(sections: dict[str, Any], folder: Path, name: str, runs_dir: P
 
 def load_state(spec: Spec, state: dict[str, torch.Tensor], folder: Path) -> torch.nn.Module:
     """The spec's model holding ``state``; a tensor of another shape than the config implies is an
-    HFError naming it."""
-    model = build_model(spec)
-    own = model.state_dict()
+    HFError naming it, found on the meta device before anything is allocated (a config.json of
+    2^24 tokens beside a checkpoint of 64 would otherwise build gigabytes to refuse), as is a
+    model too large for this machine's memory (buffers the checkpoint does not hold, such as
+    RoPE's tables of max_position_embeddings rows)."""
+    with torch.device("meta"):
+        own = build_model(spec).state_dict()
     wrong = [
         f"{name} {tuple(tensor.shape)} (expected {tuple(own[name].shape)})"
         for name, tensor in state.items()
@@ -338,6 +342,10 @@ def load_state(spec: Spec, state: dict[str, torch.Tensor], folder: Path) -> torc
         raise HFError(
             f"{folder}: the checkpoint does not fit its config.json; {'; '.join(f for f in found if f)}"
         )
+    try:
+        model = build_model(spec)
+    except TooLarge as e:
+        raise HFError(f"{folder / CONFIG}: {e}") from None
     model.load_state_dict(state, strict=True)
     return model.eval()
 

@@ -126,7 +126,7 @@ class T5(Architecture):
                 "residual": dropout(config.get("dropout_rate", 0.1)),
                 "attention": dropout(config.get("dropout_rate", 0.1)),
             },
-            "init_std": 1.0 / d**0.5,
+            "init_std": d**-0.5 if d > 0 else 1.0,  # a width of 0 or less: the spec refuses d_model
         }
         # transformers' T5 tokenizer ends every source with </s>
         return Imported(model, {"type": "seq2seq", "source_suffix": ["eos"]})

@@ -41,17 +41,16 @@ PIXEL = 1 / 255  # transformers rescales uint8 pixels by this before normalising
 BILINEAR = 2  # Pillow's number for the filter, in preprocessor_config.json's resample
 
 
-def side(config: Config, name: str, default: int) -> int:
-    """A square size: an int, or a pair of equal ints."""
+def side(config: Config, name: str, default: int) -> Any:
+    """A square size: an int, or a pair of equal ints (any other value is left for the spec to
+    refuse by its name: int() would read 8.5 as 8, and "x" not at all)."""
     value = config.data.get(name)
-    if value is None:
-        value = default
-    elif isinstance(value, list | tuple):
+    if isinstance(value, list | tuple):
         config.require(
             len(value) == 2 and value[0] == value[1], name, f"{value} is not square", "import square images"
         )
-        value = value[0]
-    return int(value)
+        value = value[0] if value else default
+    return default if value is None else value
 
 
 @register("vit")

@@ -177,6 +177,13 @@ class LearnedPositional(Section):
 ScalingFactor = Annotated[float, Field(ge=1)]
 
 
+# The context a scaled RoPE was trained on, held to max_seq_len's bound: the tables are computed
+# with it in torch's 64-bit integers and floats.
+OriginalLength = Annotated[
+    PositiveInt, at_most(MAX_SEQ_LEN, "a context longer than max_seq_len's bound was never trained")
+]
+
+
 class LinearRopeScaling(Section):
     """Position interpolation (Chen et al. 2023): every frequency divided by ``factor``."""
 
@@ -191,7 +198,7 @@ class DynamicRopeScaling(Section):
 
     type: Literal["dynamic"] = "dynamic"
     factor: ScalingFactor
-    original_max_position_embeddings: PositiveInt = Field(description="the length trained without scaling")
+    original_max_position_embeddings: OriginalLength = Field(description="the length trained without scaling")
 
 
 class Llama3RopeScaling(Section):
@@ -202,7 +209,7 @@ class Llama3RopeScaling(Section):
     factor: ScalingFactor
     low_freq_factor: PositiveFloat
     high_freq_factor: PositiveFloat
-    original_max_position_embeddings: PositiveInt
+    original_max_position_embeddings: OriginalLength
 
     @model_validator(mode="after")
     def _rules(self) -> Llama3RopeScaling:
@@ -225,7 +232,7 @@ class YarnRopeScaling(Section):
 
     type: Literal["yarn"] = "yarn"
     factor: ScalingFactor
-    original_max_position_embeddings: PositiveInt
+    original_max_position_embeddings: OriginalLength
     beta_fast: PositiveFloat = 32.0
     beta_slow: PositiveFloat = 1.0
     mscale: PositiveFloat | None = Field(None, description="with mscale_all_dim: their ratio sets the factor")
