@@ -81,7 +81,7 @@ def check(name: str, config: dict[str, Any], changed: list[str], root: Path) -> 
 
 
 FUZZ = settings(
-    max_examples=40,
+    max_examples=25,
     derandomize=True,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
@@ -97,7 +97,7 @@ def test_a_hostile_config_imports_or_is_refused_by_name(
 
 
 @pytest.mark.slow
-@settings(FUZZ, max_examples=1500)
+@settings(FUZZ, max_examples=300)
 @given(edited())
 def test_many_hostile_configs_import_or_are_refused_by_name(
     tmp_path_factory: pytest.TempPathFactory, case: tuple[str, dict[str, Any], list[str]]
