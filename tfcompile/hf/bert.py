@@ -95,8 +95,9 @@ class MLMBias:
 class Bert(Architecture):
     prefixes = ("bert.",)
     ignored = ("embeddings.position_ids",)  # a buffer in old checkpoints
-    # The masked-LM head's names (RoBERTa's are its own)
+    # The masked-LM head's names (RoBERTa's and DistilBERT's are their own)
     decoder: ClassVar[str] = DECODER
+    mlm_head: ClassVar[tuple[tuple[str, str], ...]] = MLM_HEAD
     mlm_bias: ClassVar[MLMBias] = MLMBias("cls.predictions.bias", "cls.predictions.decoder.bias")
     sources: ClassVar[dict[str, str]] = {
         "model.vocab_size": "vocab_size",
@@ -174,13 +175,7 @@ class Bert(Architecture):
             state["pooler.weight"] = tensors.take("pooler.dense.weight")
             state["pooler.bias"] = tensors.take("pooler.dense.bias")
         if isinstance(spec.task, MaskedLMTask):
-            state |= {tfc: tensors.take(hf) for hf, tfc in MLM_HEAD}
-            state["lm_head.weight"] = (
-                tensors.take(DECODER) if not model.tie_embeddings else state["embed.weight"]
-            )
-            tensors.maybe(DECODER)  # a tie saved under both names
-            if (bias := self.mlm_bias.take(tensors, model)) is not None:
-                state["lm_head.bias"] = bias
+            state |= self.mlm_state(tensors, model, state["embed.weight"])
             if spec.task.next_sentence:
                 state["nsp_head.weight"] = tensors.take("cls.seq_relationship.weight")
                 state["nsp_head.bias"] = tensors.take("cls.seq_relationship.bias")
@@ -195,6 +190,16 @@ class Bert(Architecture):
                 HFWarning(f"left out {', '.join(unread)}: heads of another BERT class, unread by this one"),
                 stacklevel=2,
             )
+        return state
+
+    def mlm_state(self, tensors: Tensors, model: EncoderSpec, embed: torch.Tensor) -> State:
+        """The masked-LM head's tensors: its transform, the output projection (``embed``, the
+        embeddings, where tied) and the bias transformers applies."""
+        state = {tfc: tensors.take(hf) for hf, tfc in self.mlm_head}
+        state["lm_head.weight"] = tensors.take(self.decoder) if not model.tie_embeddings else embed
+        tensors.maybe(self.decoder)  # a tie saved under both names
+        if (bias := self.mlm_bias.take(tensors, model)) is not None:
+            state["lm_head.bias"] = bias
         return state
 
     def candidate(self, spec: Spec) -> bool:

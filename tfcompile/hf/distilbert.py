@@ -24,7 +24,7 @@ from tfcompile.hf.architecture import (
     register,
     tied,
 )
-from tfcompile.hf.bert import Bert, Body, body_state
+from tfcompile.hf.bert import Bert, Body, MLMBias, body_state
 from tfcompile.spec import Spec
 from tfcompile.spec.schema import EncoderSpec
 
@@ -43,7 +43,6 @@ MLM_HEAD = (
     ("vocab_transform.bias", "mlm_dense.bias"),
     ("vocab_layer_norm.weight", "mlm_norm.weight"),
     ("vocab_layer_norm.bias", "mlm_norm.bias"),
-    ("vocab_projector.bias", "lm_head.bias"),
 )
 HEAD = "DistilBertForMaskedLM"
 
@@ -52,6 +51,10 @@ HEAD = "DistilBertForMaskedLM"
 class DistilBert(Bert):
     prefixes = ("distilbert.",)
     ignored = ("embeddings.position_ids",)
+    decoder: ClassVar[str] = DECODER
+    mlm_head: ClassVar[tuple[tuple[str, str], ...]] = MLM_HEAD
+    # One bias, the projection's, under both of MLMBias's names: it is the one applied.
+    mlm_bias: ClassVar[MLMBias] = MLMBias("vocab_projector.bias", "vocab_projector.bias")
     sources: ClassVar[dict[str, str]] = {
         "model.vocab_size": "vocab_size",
         "model.max_seq_len": "max_position_embeddings",
@@ -110,10 +113,7 @@ class DistilBert(Bert):
         model = spec.model
         assert isinstance(model, EncoderSpec)
         state = body_state(tensors, model, BODY)  # BERT's embeddings, without segments
-        state |= {tfc: tensors.take(hf) for hf, tfc in MLM_HEAD}
-        state["lm_head.weight"] = tensors.take(DECODER) if not model.tie_embeddings else state["embed.weight"]
-        tensors.maybe(DECODER)  # a tie saved under both names
-        return state
+        return state | self.mlm_state(tensors, model, state["embed.weight"])
 
     def candidate(self, spec: Spec) -> bool:
         return False  # BERT writes every spec DistilBERT could, computing the same

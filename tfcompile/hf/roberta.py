@@ -47,6 +47,7 @@ GELU = ("gelu", "gelu_python")  # the erf GELU RoBERTa's masked-LM head applies
 class Roberta(Bert):
     prefixes = ("roberta.",)
     decoder: ClassVar[str] = DECODER
+    mlm_head: ClassVar[tuple[tuple[str, str], ...]] = MLM_HEAD
     mlm_bias: ClassVar[MLMBias] = MLMBias("lm_head.bias", "lm_head.decoder.bias")
 
     def read(self, config: Config, architecture: str, tensors: Tensors) -> Imported:
@@ -98,13 +99,7 @@ class Roberta(Bert):
         if segments is not None and len(segments) == 1:  # a classifier's second row: a copy (read)
             state["segment_embed.weight"] = segments.expand(model.type_vocab_size, -1)
         if isinstance(spec.task, MaskedLMTask):
-            state |= {tfc: tensors.take(hf) for hf, tfc in MLM_HEAD}
-            state["lm_head.weight"] = (
-                tensors.take(DECODER) if not model.tie_embeddings else state["embed.weight"]
-            )
-            tensors.maybe(DECODER)  # a tie saved under both names
-            if (bias := self.mlm_bias.take(tensors, model)) is not None:
-                state["lm_head.bias"] = bias
+            state |= self.mlm_state(tensors, model, state["embed.weight"])
         else:
             state |= {tfc: tensors.take(hf) for hf, tfc in CLASSIFIER}
         # roberta-base, a RobertaForMaskedLM, holds the pooler it was pretrained with, unread by its
