@@ -118,6 +118,15 @@ def edited_tokenizer(bundle: Path, change: Any) -> bytes:
     return json.dumps(tokenizer).encode()
 
 
+def without_truncation(bundle: Path, tmp_path: Path) -> Path:
+    """A copy of ``bundle`` whose tokenizer.json and manifest name no truncation, as an imported
+    tokenizer's bundle does."""
+    tokenizer = edited_tokenizer(bundle, lambda t: t.update(truncation=None))
+    return damaged(
+        bundle, tmp_path, lambda m: m["tokenizer"].update(truncation=None), **{"tokenizer.json": tokenizer}
+    )
+
+
 def json_paths(node: Any, path: tuple = ()) -> list[tuple]:
     """Every place in a JSON document, as the keys and indices that reach it (() is the whole)."""
     if isinstance(node, dict):

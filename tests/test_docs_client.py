@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from helpers import damaged, edited_tokenizer
+from helpers import damaged, edited_tokenizer, without_truncation
 from tokenizers import Tokenizer
 
 from tfcompile.runtime import load
@@ -88,15 +88,7 @@ def test_without_truncation_a_pair_past_the_context_is_cut_longest_first_from_th
 ) -> None:
     """Truncation: a bundle whose manifest gives none (an imported tokenizer's) cuts a text or
     pair longest-first from the right at the context, its special tokens included."""
-
-    def untruncated(tokenizer: dict) -> None:
-        tokenizer["truncation"] = None
-
-    def no_truncation(manifest: dict) -> None:
-        manifest["tokenizer"]["truncation"] = None
-
-    tokenizer = edited_tokenizer(classifier_bundle, untruncated)
-    bundle = damaged(classifier_bundle, tmp_path, no_truncation, **{"tokenizer.json": tokenizer})
+    bundle = without_truncation(classifier_bundle, tmp_path)
     model = load(bundle)
     assert model.manifest.tokenizer.truncation is None
     context = model.manifest.model.max_seq_len

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from helpers import ROOT, TINY, damaged, edited_tokenizer, png16
+from helpers import ROOT, TINY, damaged, edited_tokenizer, png16, without_truncation
 
 from tfcompile.export import Source, export_bundle
 from tfcompile.runtime import load
@@ -321,15 +321,7 @@ def test_classifier_without_truncation_cuts_as_the_runtime_does(
 ) -> None:
     """A bundle whose tokenizer has no truncation (an imported one): texts and pairs past the
     context are cut longest-first from the right at the context, as the runtime cuts them."""
-
-    def untruncated(tokenizer: dict) -> None:
-        tokenizer["truncation"] = None
-
-    def no_truncation(manifest: dict) -> None:
-        manifest["tokenizer"]["truncation"] = None
-
-    tokenizer = edited_tokenizer(classifier_bundle, untruncated)
-    bundle = damaged(classifier_bundle, tmp_path, no_truncation, **{"tokenizer.json": tokenizer})
+    bundle = without_truncation(classifier_bundle, tmp_path)
     served = client(bundle, "classify", *SENTENCES, *[a for p in PAIRS for a in ("--pair", *p)])
     classifier = load(bundle, providers=["CPUExecutionProvider"])
     assert_same_predictions(served, classifier.classify([*SENTENCES, *PAIRS]))  # type: ignore[attr-defined]
