@@ -566,19 +566,24 @@ def _pytest_cases(cases: list[Case]) -> list[Any]:
     ]
 
 
-def _save(c: Case, folder: Path) -> None:
-    family = FAMILIES[c.family]
-    torch.manual_seed(0)
-    config = family.config(**(family.base | c.edits))
-    write(perturb(family.model(config)), family.tokenizer, folder)
-    if c.json:
+def edit_config(folder: Path, edits: dict[str, Any]) -> None:
+    """Write ``edits`` into the folder's config.json (DELETE removes the key)."""
+    if edits:
         saved = json.loads((folder / "config.json").read_text())
-        for key, value in c.json.items():
+        for key, value in edits.items():
             if value is DELETE:
                 saved.pop(key, None)
             else:
                 saved[key] = value
         (folder / "config.json").write_text(json.dumps(saved))
+
+
+def _save(c: Case, folder: Path) -> None:
+    family = FAMILIES[c.family]
+    torch.manual_seed(0)
+    config = family.config(**(family.base | c.edits))
+    write(perturb(family.model(config)), family.tokenizer, folder)
+    edit_config(folder, c.json)
 
 
 def difference(hf: Any, ours: torch.nn.Module, length: int) -> float:
@@ -632,11 +637,17 @@ def _spec_value(spec: Any, dotted: str) -> Any:
     return value
 
 
-def check(c: Case, tmp_path: Path) -> None:
-    """The case's folder imports to transformers' outputs and exports back to them, or is refused
-    by the field the case names; nothing else."""
+def check(
+    c: Case,
+    tmp_path: Path,
+    save: Callable[[Case, Path], None] = _save,
+    compare: Callable[[Any, torch.nn.Module, int], float] = difference,
+) -> None:
+    """The case's folder (written by ``save``) imports to transformers' outputs and exports back to
+    them (as ``compare`` measures them), or is refused by the field the case names, before
+    anything is written; nothing else."""
     folder = tmp_path / "hf"
-    _save(c, folder)
+    save(c, folder)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", HFWarning)  # a capped context, heads left out: said, tested apart
         if c.outcome != SAME:
@@ -650,7 +661,7 @@ def check(c: Case, tmp_path: Path) -> None:
         for dotted, expected in c.spec.items():
             assert _spec_value(spec, dotted) == expected, dotted
         length = min(c.length, getattr(spec.model, "max_seq_len", None) or c.length)
-        assert difference(from_pretrained(folder), ours, length) <= 1e-5
+        assert compare(from_pretrained(folder), ours, length) <= 1e-5
         if not c.exported:
             with pytest.raises(HFError):
                 export_hf(result.run_dir, tmp_path / "out")
@@ -658,7 +669,7 @@ def check(c: Case, tmp_path: Path) -> None:
         export_hf(result.run_dir, tmp_path / "out")
     reloaded, info = from_pretrained(tmp_path / "out", loading_info=True)
     assert not any(info.values()), info
-    assert difference(reloaded, ours, length) <= 1e-5
+    assert compare(reloaded, ours, length) <= 1e-5
 
 
 @pytest.mark.parametrize("c", _pytest_cases(CASES))

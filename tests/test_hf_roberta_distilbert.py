@@ -7,7 +7,6 @@ the four config classes, value by value, imported alike or refused by name."""
 
 from __future__ import annotations
 
-import json
 import re
 import warnings
 from collections.abc import Callable
@@ -18,7 +17,7 @@ from typing import Any
 import pytest
 import torch
 from hf_models import BERT, VOCAB, from_pretrained, perturb, write
-from test_hf_fields import DELETE, SAME, UNREAD, Case, case
+from test_hf_fields import UNREAD, Case, case, check, edit_config
 
 from tfcompile.cli import main
 from tfcompile.hf.errors import HFError, HFWarning
@@ -467,51 +466,12 @@ def _params(cases: list[Case]) -> list[Any]:
 
 def _save_case(c: Case, folder: Path) -> None:
     save(c.family, folder, c.edits)
-    if c.json:
-        saved = json.loads((folder / "config.json").read_text())
-        for key, value in c.json.items():
-            if value is DELETE:
-                saved.pop(key, None)
-            else:
-                saved[key] = value
-        (folder / "config.json").write_text(json.dumps(saved))
-
-
-def _spec_value(spec: Any, dotted: str) -> Any:
-    value = spec.model
-    for part in dotted.split("."):
-        value = getattr(value, part)
-    return value
-
-
-def check(c: Case, tmp_path: Path) -> None:
-    """The case's folder imports to transformers' outputs and exports back to them, or is refused
-    by the field the case names, before anything is written."""
-    folder = tmp_path / "hf"
-    _save_case(c, folder)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", HFWarning)
-        if c.outcome != SAME:
-            with pytest.raises(HFError) as error:
-                import_folder(folder, "case", tmp_path / "specs", tmp_path / "runs")
-            assert f"  {c.outcome}" in str(error.value), str(error.value)
-            assert not (tmp_path / "runs" / "case").exists()
-            return
-        result = import_folder(folder, "case", tmp_path / "specs", tmp_path / "runs")
-        spec, ours = load_trained_model(result.run_dir)
-        for dotted, expected in c.spec.items():
-            assert _spec_value(spec, dotted) == expected, dotted
-        length = min(c.length, spec.model.max_seq_len)
-        assert difference(from_pretrained(folder), ours, length) <= 1e-5
-        export_hf(result.run_dir, tmp_path / "out")
-    reloaded, info = from_pretrained(tmp_path / "out", loading_info=True)
-    assert not any(info.values()), info
-    assert difference(reloaded, ours, length) <= 1e-5
+    edit_config(folder, c.json)
 
 
 @pytest.mark.parametrize("c", _params(CASES))
 def test_a_field_value_imports_to_transformers_outputs_or_is_refused_by_name(c: Case, tmp_path: Path) -> None:
-    check(c, tmp_path)
+    check(c, tmp_path, _save_case, difference)
 
 
 @pytest.mark.parametrize("model_type", list(CLASSES))
