@@ -409,7 +409,7 @@ def max_difference(hf: Any, tfc: torch.nn.Module, padded: bool, seed: int = 0) -
             size = hf.config.image_size
             pixels = torch.randn(batch, 3, size, size, generator=torch.Generator().manual_seed(seed))
             return (hf(pixel_values=pixels).logits - tfc(pixels)).abs().max().item()
-        if isinstance(hf, C.T5ForConditionalGeneration):
+        if isinstance(hf, C.T5ForConditionalGeneration | C.MT5ForConditionalGeneration):
             target = random_ids(batch, 7, seed + 1)
             theirs = hf(input_ids=ids, attention_mask=mask, decoder_input_ids=target).logits
             return (theirs - tfc(ids, mask, target)).abs().max().item()

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 import torch
-from hf_models import VOCAB, from_pretrained, perturb, random_ids, right_padding, write
+from hf_models import VOCAB, from_pretrained, max_difference, perturb, random_ids, write
 
 from tfcompile.hf.errors import HFError, HFWarning
 from tfcompile.hf.exporter import export_hf
@@ -48,14 +48,6 @@ def saved(folder: Path, untied: bool = True, **edits: Any) -> None:
     (folder / "config.json").write_text(json.dumps(config))
 
 
-def difference(hf: Any, ours: torch.nn.Module, padded: bool) -> float:
-    ids, target = random_ids(3, 12), random_ids(3, 7, seed=1)
-    mask = right_padding(3, 12) if padded else torch.ones(3, 12, dtype=torch.long)
-    with torch.no_grad():
-        theirs = hf(input_ids=ids, attention_mask=mask, decoder_input_ids=target).logits
-        return (theirs - ours(ids, mask, target)).abs().max().item()
-
-
 def imported(tmp_path: Path, **kwargs: Any) -> tuple[Any, Any, torch.nn.Module]:
     saved(tmp_path / "hf", **kwargs)
     hf = from_pretrained(tmp_path / "hf")
@@ -73,7 +65,7 @@ def test_an_imported_mt5_gives_transformers_outputs_and_parameter_count(tmp_path
         "geglu_tanh",
     )
     for padded in (False, True):
-        assert difference(hf, model, padded) <= 1e-5, padded
+        assert max_difference(hf, model, padded) <= 1e-5, padded
     assert spec.parameter_count() == hf.num_parameters() == sum(p.numel() for p in model.parameters())
 
 
@@ -83,7 +75,7 @@ def test_an_mt5_config_is_never_scaled_as_transformers_5_computes_it(tmp_path: P
     with pytest.warns(HFWarning, match="transformers 4 multiplies"):
         hf, spec, model = imported(tmp_path, untied=False, scale_decoder_outputs=True)
     assert spec.model.tie_embeddings and not spec.model.scale_output
-    assert difference(hf, model, padded=True) <= 1e-5
+    assert max_difference(hf, model, padded=True) <= 1e-5
 
 
 def test_an_imported_mt5_writes_back_as_a_t5_transformers_computes_alike(tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import torch
 from hf_models import BERT as TINY_BERT
-from hf_models import VOCAB, max_difference, perturb, random_ids, right_padding, write
+from hf_models import VOCAB, max_difference, perturb, write
 from test_hf_roberta_distilbert import (
     camembert_tokenizer,
     difference,
@@ -174,17 +174,7 @@ def gap(hf: Any, ours: torch.nn.Module, config: dict[str, Any]) -> float:
     """The largest |difference| of the two models' outputs, padded and not."""
     if config["model_type"] in TOKENIZERS:
         return difference(hf, ours, 12)
-    if config["model_type"] == "mt5":  # max_difference knows T5's class, which mT5's is not
-        return max(seq2seq_difference(hf, ours, padded) for padded in (True, False))
     return max(max_difference(hf, ours, padded) for padded in (True, False))
-
-
-def seq2seq_difference(hf: Any, ours: torch.nn.Module, padded: bool) -> float:
-    ids, target = random_ids(3, 12), random_ids(3, 7, seed=1)
-    mask = right_padding(3, 12) if padded else torch.ones(3, 12, dtype=torch.long)
-    with torch.no_grad():
-        theirs = hf(input_ids=ids, attention_mask=mask, decoder_input_ids=target).logits
-        return (theirs - ours(ids, mask, target)).abs().max().item()
 
 
 NAMES = sorted(p.stem for p in CONFIGS.glob("*.json"))
