@@ -12,8 +12,9 @@ import os
 import shutil
 import warnings
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 import torch
@@ -453,13 +454,24 @@ def from_pretrained(folder: Path, loading_info: bool = False) -> Any:
 
 
 class Imported:
-    """One variant saved by transformers, read back by it, and imported into tfcompile."""
+    """A model saved by transformers into root/hf/NAME (by ``write_to``: VARIANTS[name] by
+    default), read back by it, and imported into tfcompile as NAME; ``warnings_as``, where given,
+    is what an HFWarning of the import becomes ("ignore", "error")."""
 
-    def __init__(self, root: Path, name: str) -> None:
+    def __init__(
+        self,
+        root: Path,
+        name: str,
+        write_to: Callable[[Path], Any] | None = None,
+        warnings_as: Literal["ignore", "error"] | None = None,
+    ) -> None:
         self.folder = root / "hf" / name
-        save(name, self.folder)
+        (write_to or partial(save, name))(self.folder)
         self.hf = from_pretrained(self.folder)
-        self.result = import_folder(self.folder, name, root / "specs", root / "runs")
+        with warnings.catch_warnings():
+            if warnings_as is not None:
+                warnings.simplefilter(warnings_as, HFWarning)
+            self.result = import_folder(self.folder, name, root / "specs", root / "runs")
         self.spec, self.model = load_trained_model(self.result.run_dir)
 
 

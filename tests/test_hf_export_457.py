@@ -76,7 +76,7 @@ def _gemma_phi3(name: str) -> Callable[[Path], Path]:
     def run(root: Path) -> Path:
         import test_hf_gemma_phi3
 
-        return test_hf_gemma_phi3.Imported(root, name).result.run_dir
+        return test_hf_gemma_phi3.imported_variant(root, name).result.run_dir
 
     return run
 
@@ -85,7 +85,7 @@ def _opt_bigcode(name: str) -> Callable[[Path], Path]:
     def run(root: Path) -> Path:
         import test_hf_opt_bigcode
 
-        return test_hf_opt_bigcode.Imported(root, name).result.run_dir
+        return test_hf_opt_bigcode.imported_variant(root, name).result.run_dir
 
     return run
 
@@ -94,7 +94,7 @@ def _roberta(family: str) -> Callable[[Path], Path]:
     def run(root: Path) -> Path:
         import test_hf_roberta_distilbert
 
-        return test_hf_roberta_distilbert.Imported(root, family).result.run_dir
+        return test_hf_roberta_distilbert.imported_variant(root, family).result.run_dir
 
     return run
 

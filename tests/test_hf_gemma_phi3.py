@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import json
 import re
-import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
-from hf_models import DECODER, from_pretrained, max_difference, perturb, write
+from hf_models import DECODER, Imported, max_difference, perturb, write
 from safetensors.torch import load_file, save_file
 from test_hf_export import _loads_alike, _problems, _run
 from test_hf_fields import (
@@ -64,24 +63,20 @@ VARIANTS: dict[str, Callable[[], Any]] = {
 }
 
 
-class Imported:
-    """One variant saved by transformers, read back by it, and imported into tfcompile."""
+def imported_variant(root: Path, name: str) -> Imported:
+    """The variant saved and imported (the window's cap it warns of is tested on its own)."""
 
-    def __init__(self, root: Path, name: str) -> None:
-        self.folder = root / "hf" / name
+    def write_to(folder: Path) -> None:
         torch.manual_seed(0)
-        write(perturb(VARIANTS[name]()), "llama", self.folder)
-        self.hf = from_pretrained(self.folder)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", HFWarning)  # the window's cap: tested on its own
-            self.result = import_folder(self.folder, name, root / "specs", root / "runs")
-        self.spec, self.model = load_trained_model(self.result.run_dir)
+        write(perturb(VARIANTS[name]()), "llama", folder)
+
+    return Imported(root, name, write_to, "ignore")
 
 
 @pytest.fixture(scope="module")
 def imported(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Imported]:
     root = tmp_path_factory.mktemp("hf")
-    return {name: Imported(root, name) for name in VARIANTS}
+    return {name: imported_variant(root, name) for name in VARIANTS}
 
 
 @pytest.mark.parametrize("name", list(VARIANTS))

@@ -15,7 +15,16 @@ from typing import Any
 
 import pytest
 import torch
-from hf_models import VOCAB, from_pretrained, max_difference, perturb, random_ids, right_padding, write
+from hf_models import (
+    VOCAB,
+    Imported,
+    from_pretrained,
+    max_difference,
+    perturb,
+    random_ids,
+    right_padding,
+    write,
+)
 from test_hf_fields import DELETE, FAMILIES, IDS, UNREAD, Case, Family, _class_fields, case, check
 
 from tfcompile.cli import main
@@ -24,7 +33,6 @@ from tfcompile.hf.errors import HFError, HFWarning
 from tfcompile.hf.exporter import architecture_for, export_hf
 from tfcompile.hf.importer import import_folder
 from tfcompile.spec import Spec, parse_spec
-from tfcompile.train.runs import load_trained_model
 
 transformers = pytest.importorskip("transformers")
 T = transformers
@@ -83,22 +91,20 @@ VARIANTS: dict[str, tuple[Callable[[], Any], str]] = {
 }
 
 
-class Imported:
-    def __init__(self, root: Path, name: str) -> None:
+def imported_variant(root: Path, name: str) -> Imported:
+    """The variant saved and imported (no tokenizer_config roles, which it warns of: said elsewhere)."""
+
+    def write_to(folder: Path) -> None:
         torch.manual_seed(0)
-        self.folder = root / "hf" / name
-        write(perturb(VARIANTS[name][0]()), "gpt2", self.folder)
-        self.hf = from_pretrained(self.folder)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", HFWarning)  # no tokenizer_config roles: said elsewhere
-            self.result = import_folder(self.folder, name, root / "specs", root / "runs")
-        self.spec, self.model = load_trained_model(self.result.run_dir)
+        write(perturb(VARIANTS[name][0]()), "gpt2", folder)
+
+    return Imported(root, name, write_to, "ignore")
 
 
 @pytest.fixture(scope="module")
 def imported(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Imported]:
     root = tmp_path_factory.mktemp("hf")
-    return {name: Imported(root, name) for name in VARIANTS}
+    return {name: imported_variant(root, name) for name in VARIANTS}
 
 
 @pytest.mark.parametrize("name", list(VARIANTS))

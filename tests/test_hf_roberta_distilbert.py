@@ -11,12 +11,13 @@ import re
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
-from hf_models import BERT, VOCAB, from_pretrained, perturb, write
+from hf_models import BERT, VOCAB, Imported, from_pretrained, perturb, write
 from test_hf_fields import UNREAD, Case, case, check, edit_config
 
 from tfcompile.cli import main
@@ -176,21 +177,15 @@ def unused_rows(hf: Any) -> int:
     return (pad_id(hf) + 1 - copied) * config.hidden_size
 
 
-class Imported:
-    def __init__(self, root: Path, family: str, edits: dict[str, Any] | None = None) -> None:
-        self.folder = root / "hf" / family
-        save(family, self.folder, edits)
-        self.hf = from_pretrained(self.folder)
-        with warnings.catch_warnings():
-            warnings.simplefilter("error", HFWarning)
-            self.result = import_folder(self.folder, family, root / "specs", root / "runs")
-        self.spec, self.model = load_trained_model(self.result.run_dir)
+def imported_variant(root: Path, family: str) -> Imported:
+    """The family's tiny model saved and imported, with no warning."""
+    return Imported(root, family, partial(save, family), "error")
 
 
 @pytest.fixture(scope="module")
 def imported(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Imported]:
     root = tmp_path_factory.mktemp("imports")
-    return {family: Imported(root, family) for family in FAMILIES}
+    return {family: imported_variant(root, family) for family in FAMILIES}
 
 
 @pytest.mark.parametrize("family", list(FAMILIES))
