@@ -7,20 +7,18 @@ a text past its context by one rule whatever its tokenizer.json says about trunc
 from __future__ import annotations
 
 import json
-import warnings
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 import torch
-from hf_models import build, from_pretrained, write
-from test_hf_roberta_distilbert import Imported
+from hf_models import Imported, build, write
+from test_hf_roberta_distilbert import imported_variant
 from tokenizers import Tokenizer, models, processors
 
 from tfcompile.cli import main
 from tfcompile.data import DataError
-from tfcompile.hf.errors import HFWarning
 from tfcompile.hf.importer import import_folder
 from tfcompile.manifest import Truncation
 from tfcompile.runtime.classifier import cut_to_context
@@ -35,23 +33,14 @@ PLACED = {"[CLS]": 40, "[SEP]": 41}  # an imported BERT's [CLS] and [SEP] away f
 ROWS = [("the cat sat", "a hat", "pos"), ("that is a hit", "in a hat", "neg"), ("a", "the", "neutral")]
 
 
-class ImportedBert:
-    """A BERT classifier whose tokenizer holds [CLS] and [SEP] at the PLACED ids."""
-
-    def __init__(self, root: Path) -> None:
-        self.folder = root / "hf" / "bert_placed"
-        write(build("bert_cls"), "bert", self.folder, PLACED)
-        self.hf = from_pretrained(self.folder)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", HFWarning)
-            self.result = import_folder(self.folder, "bert_placed", root / "specs", root / "runs")
-
-
 @pytest.fixture(scope="module")
-def imported(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+def imported(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Imported]:
     root = tmp_path_factory.mktemp("imports")
-    runs: dict[str, Any] = {family: Imported(root, family) for family in ROBERTAS}
-    runs["bert_placed"] = ImportedBert(root)
+    runs = {family: imported_variant(root, family) for family in ROBERTAS}
+    # A BERT classifier whose tokenizer holds [CLS] and [SEP] at the PLACED ids.
+    runs["bert_placed"] = Imported(
+        root, "bert_placed", lambda folder: write(build("bert_cls"), "bert", folder, PLACED), "ignore"
+    )
     return runs
 
 
