@@ -189,10 +189,14 @@ def test_rope_scaling_is_checked(scaling: dict, message: str) -> None:
         tiny_model(positional={"type": "rope", "scaling": scaling})
 
 
-def test_dynamic_rope_scaling_needs_heads_wider_than_two() -> None:
+def test_dynamic_rope_scaling_needs_more_than_two_rotated_dimensions() -> None:
     scaling = {"type": "dynamic", "factor": 2, "original_max_position_embeddings": 8}
-    with pytest.raises(ValidationError, match="head size must exceed 2"):
+    message = "for the 2 rotated dimensions of a head, so they must exceed 2"
+    with pytest.raises(ValidationError, match=message):
         tiny_model(d_model=8, n_heads=4, positional={"type": "rope", "scaling": scaling})
+    with pytest.raises(ValidationError, match=message):  # heads of 8, two of them rotated
+        tiny_model(d_model=16, n_heads=2, positional={"type": "rope", "scaling": scaling, "rotary_dims": 2})
+    tiny_model(d_model=16, n_heads=2, positional={"type": "rope", "scaling": scaling, "rotary_dims": 4})
 
 
 def test_special_tokens_by_role() -> None:

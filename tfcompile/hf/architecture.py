@@ -271,11 +271,12 @@ class Needs:
         self.no_extras(model, qk_norm)
 
     def no_extras(self, model: Any, qk_norm: bool = False) -> None:
-        """No scale on the embeddings, no LM head bias, and no norm of each head's q and k unless
-        the architecture has one (``qk_norm``)."""
+        """No scale on the embeddings, no LM head bias, sequential blocks, and no norm of each
+        head's q and k unless the architecture has one (``qk_norm``)."""
         self(not model.scale_embeddings, "model.scale_embeddings", True, "set it false")
         self(not model.bias.lm_head, "model.bias.lm_head", True, "set it false")
         self(qk_norm or not model.qk_norm, "model.qk_norm", True, "set it false")
+        self(model.block.type == "sequential", "model.block", model.block.type, "sequential")
 
 
 def output_scale(model: Any) -> float:

@@ -402,9 +402,9 @@ def rope_decoder_lm(spec: Spec) -> DecoderSpec | None:
 
 
 def rope_and_norms(need: Needs, model: DecoderSpec) -> None:
-    """What every LLaMA-like architecture needs of the RoPE and norms: dynamic scaling from at
-    least max_seq_len (transformers scales only past max_position_embeddings), pre-RMSNorm without
-    bias, and a final norm."""
+    """What every LLaMA-like architecture needs of the RoPE and norms: every dimension of a head
+    rotated, dynamic scaling from at least max_seq_len (transformers scales only past
+    max_position_embeddings), pre-RMSNorm without bias, and a final norm."""
     assert isinstance(model.positional, RopePositional)
     scaling = model.positional.scaling
     if isinstance(scaling, DynamicRopeScaling):
@@ -415,6 +415,8 @@ def rope_and_norms(need: Needs, model: DecoderSpec) -> None:
             f"max_seq_len ({model.max_seq_len}) or more: transformers' dynamic RoPE scales only "
             f"past max_position_embeddings, which is max_seq_len",
         )
+    rotary = model.positional.rotary_dims
+    need(rotary == model.head_dim, "model.positional.rotary_dims", rotary, "leave it unset (all of head_dim)")
     need(model.norm.type == "rmsnorm", "model.norm.type", model.norm.type, "rmsnorm")
     need(model.norm.position == "pre", "model.norm.position", model.norm.position, "pre")
     need(not model.norm.bias, "model.norm.bias", True, "false")

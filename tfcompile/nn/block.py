@@ -14,6 +14,7 @@ from tfcompile.nn.attention import Attention, CrossAttention, KVCache
 from tfcompile.nn.feedforward import FeedForward
 from tfcompile.nn.positional import Rotary
 from tfcompile.nn.registry import NORMS
+from tfcompile.spec.schema import ParallelBlock
 
 if TYPE_CHECKING:
     from tfcompile.spec.schema import NormSpec, TransformerSpec
@@ -76,21 +77,26 @@ class TransformerBlock(nn.Module):
 
     pre-norm:  x = x + f(norm(x))          (GPT-2, LLaMA)
     post-norm: x = norm(x + f(x))          (Vaswani et al. 2017)
+    parallel:  x = x + attn(norm1(x)) + ffn(norm2(x)), norm2 = norm1 with a shared norm (GPT-J,
+               GPT-NeoX, PaLM; pre-norm only)
 
-    While training, each f's output goes through dropout and, with ``drop_path``, stochastic depth.
+    While training, each f's output (a parallel block's sum) goes through dropout and, with
+    ``drop_path``, stochastic depth.
     """
 
     def __init__(self, spec: TransformerSpec, cross_attention: bool = False, drop_path: float = 0.0) -> None:
         super().__init__()
         assert spec.n_kv_heads is not None and spec.d_ff is not None  # resolved by the schema
         self.pre_norm = spec.norm.position == "pre"
+        self.parallel = spec.block.type == "parallel"
         self.attn_norm = build_norm(spec.norm, spec.d_model)
         self.attn = build_attention(Attention, spec)
         self.cross: CrossAttention | None = None
         if cross_attention:
             self.cross_norm = build_norm(spec.norm, spec.d_model)
             self.cross = build_attention(CrossAttention, spec)
-        self.ffn_norm = build_norm(spec.norm, spec.d_model)
+        shared = isinstance(spec.block, ParallelBlock) and spec.block.shared_norm
+        self.ffn_norm = None if shared else build_norm(spec.norm, spec.d_model)
         self.ffn = FeedForward(spec.d_model, spec.d_ff, spec.activation, bias=spec.bias.ffn)
         dropout = nn.Dropout(spec.dropout.residual)
         self.drop = nn.Sequential(dropout, DropPath(drop_path)) if drop_path else dropout
@@ -110,14 +116,21 @@ class TransformerBlock(nn.Module):
         project_memory); memory_mask: bool (B, 1, 1, S), True at real source tokens."""
         if (memory is None) != (self.cross is None):
             raise ValueError("memory must be given exactly when the block has cross-attention")
+        if self.parallel:  # the schema keeps cross-attention out of parallel blocks
+            h = self.attn_norm(x)
+            attended = self.attn(h, mask, is_causal, rotary, bias, cache)
+            fed = self.ffn(h if self.ffn_norm is None else self.ffn_norm(x))
+            return x + self.drop(attended + fed)  # one dropout and stochastic depth for the block
+        ffn_norm = self.ffn_norm
+        assert ffn_norm is not None  # sequential blocks have their own
         if self.pre_norm:
             x = x + self.drop(self.attn(self.attn_norm(x), mask, is_causal, rotary, bias, cache))
             if self.cross is not None and memory is not None:
                 x = x + self.drop(self.cross(self.cross_norm(x), memory, memory_mask))
-            x = x + self.drop(self.ffn(self.ffn_norm(x)))
+            x = x + self.drop(self.ffn(ffn_norm(x)))
         else:
             x = self.attn_norm(x + self.drop(self.attn(x, mask, is_causal, rotary, bias, cache)))
             if self.cross is not None and memory is not None:
                 x = self.cross_norm(x + self.drop(self.cross(x, memory, memory_mask)))
-            x = self.ffn_norm(x + self.drop(self.ffn(x)))
+            x = ffn_norm(x + self.drop(self.ffn(x)))
         return x

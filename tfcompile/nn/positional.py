@@ -26,8 +26,9 @@ if TYPE_CHECKING:
 
 
 class Rotary(NamedTuple):
-    """RoPE's angles for the positions at hand: cos and sin (T or B, T, head_dim / 2), and which
-    dimensions rotate together (the spec's ``layout``)."""
+    """RoPE's angles for the positions at hand: cos and sin (T or B, T, rotary_dims / 2), and which
+    dimensions rotate together (the spec's ``layout``). A head's first rotary_dims dimensions
+    rotate (all of head_dim unless the spec's ``rotary_dims`` says fewer)."""
 
     cos: torch.Tensor
     sin: torch.Tensor
@@ -61,7 +62,7 @@ class PositionalEncoding(nn.Module):
         return x
 
     def rotary(self, positions: torch.Tensor) -> Rotary | None:
-        """positions: (T,) or (B, T) -> (cos, sin), each (T or B, T, head_dim / 2), or None."""
+        """positions: (T,) or (B, T) -> (cos, sin), each (T or B, T, rotary_dims / 2), or None."""
         return None
 
     def attention_bias(self, q_positions: torch.Tensor, k_positions: torch.Tensor) -> torch.Tensor | None:
@@ -140,11 +141,12 @@ class LearnedPositional(PositionalEncoding):
         return x + self.table(positions).to(x.dtype)
 
 
-def rope_frequencies(spec: schema.RopePositional, head_dim: int) -> tuple[torch.Tensor, float]:
-    """The angle per position of each rotated pair, (head_dim / 2,) float64, and the factor cos and
+def rope_frequencies(spec: schema.RopePositional, width: int) -> tuple[torch.Tensor, float]:
+    """The angle per position of each rotated pair, (width / 2,) float64, and the factor cos and
     sin are multiplied by, for a scaling that does not depend on the sequence (transformers'
-    rope_init functions, in float64). Pair i turns theta^(-2i/head_dim) per position unscaled."""
-    d = head_dim
+    rope_init functions, in float64), for RoPE over ``width`` dimensions of a head (its rotary_dims).
+    Pair i turns theta^(-2i/width) per position unscaled."""
+    d = width
     inv_freq = spec.theta ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
     scaling = spec.scaling
     if scaling is None or scaling.type == "dynamic":  # dynamic is plain up to the original length
@@ -208,12 +210,13 @@ class RotaryPositional(PositionalEncoding):
     def __init__(self, spec: schema.RopePositional, dims: PositionalDims) -> None:
         super().__init__(spec, dims)
         self.layout = spec.layout
-        inv_freq, factor = rope_frequencies(spec, dims.head_dim)
+        rotated = spec.width(dims.head_dim)
+        inv_freq, factor = rope_frequencies(spec, rotated)
         angles = torch.arange(dims.max_seq_len, dtype=torch.float64)[:, None] * inv_freq  # (T, hd/2)
         self.register_buffer("cos", (angles.cos() * factor).float(), persistent=False)
         self.register_buffer("sin", (angles.sin() * factor).float(), persistent=False)
         self.dynamic = spec.scaling if spec.scaling is not None and spec.scaling.type == "dynamic" else None
-        self.theta, self.head_dim = spec.theta, dims.head_dim
+        self.theta, self.rotated = spec.theta, rotated
 
     def rotary(self, positions: torch.Tensor) -> Rotary:
         if self.dynamic is not None:
@@ -227,7 +230,7 @@ class RotaryPositional(PositionalEncoding):
         row of (B, T) positions takes its own L, so that a padded row in a batch is encoded as it
         would be alone. Computed in float32 in the graph, as transformers computes it."""
         assert self.dynamic is not None
-        d, factor = self.head_dim, self.dynamic.factor
+        d, factor = self.rotated, self.dynamic.factor
         original = self.dynamic.original_max_position_embeddings
         length = (positions.amax(dim=-1, keepdim=True) + 1).clamp(min=original).float()  # (1,) or (B, 1)
         theta = self.theta * (factor * length / original - (factor - 1)) ** (d / (d - 2))
@@ -238,9 +241,14 @@ class RotaryPositional(PositionalEncoding):
 
 
 def apply_rotary(x: torch.Tensor, rotary: Rotary) -> torch.Tensor:
-    """x: (B, H, T, head_dim) -> each pair (x1, x2) rotated to (x1 cos - x2 sin, x2 cos + x1 sin):
-    pairs (x_{2i}, x_{2i+1}) in the interleaved layout, (x_i, x_{i+hd/2}) in halves. cos and sin
-    are (T, head_dim / 2) or, per row, (B, T, head_dim / 2)."""
+    """x: (B, H, T, head_dim) -> each pair (x1, x2) of its first r = rotary_dims dimensions rotated
+    to (x1 cos - x2 sin, x2 cos + x1 sin), the rest as they are: pairs (x_{2i}, x_{2i+1}) in the
+    interleaved layout, (x_i, x_{i+r/2}) in halves. cos and sin are (T, r / 2) or, per row,
+    (B, T, r / 2)."""
+    width = 2 * rotary.cos.shape[-1]
+    if width < x.shape[-1]:
+        head, rest = x.split([width, x.shape[-1] - width], dim=-1)
+        return torch.cat((apply_rotary(head, rotary), rest), dim=-1)
     cos, sin = (t.unsqueeze(-3) for t in rotary[:2])  # the same angles for every head
     if rotary.layout == "halves":
         x1, x2 = halves(x.float())  # (B, H, T, hd/2) each

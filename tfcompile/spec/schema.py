@@ -271,9 +271,20 @@ class RopePositional(Section):
     scaling: RopeScaling | None = Field(
         None, description="for a longer context than trained: how the frequencies change"
     )
+    rotary_dims: Annotated[int, Field(strict=True, ge=2)] | None = Field(
+        None,
+        description="partial rotary: how many of each head's dimensions rotate, the first ones, the rest "
+        "passing through unrotated (GPT-NeoX's rotary_pct, GPT-J's rotary_dim, Phi's "
+        "partial_rotary_factor); frequencies, layout and scaling are those of a head this wide; even, at "
+        "most head_dim; default: head_dim (all)",
+    )
 
     def parameters(self, model: TransformerSpec) -> int:
         return 0
+
+    def width(self, head_dim: int) -> int:
+        """The dimensions of a head that rotate."""
+        return head_dim if self.rotary_dims is None else self.rotary_dims
 
 
 class RelativePositional(Section):
@@ -315,6 +326,28 @@ class BiasSpec(Section):
     attn_out: bool = True
     ffn: bool = True
     lm_head: bool = False
+
+
+class SequentialBlock(Section):
+    type: Literal["sequential"] = Field(
+        "sequential", description="one sublayer after the other: x + attn(norm(x)), then + ffn(norm(.))"
+    )
+
+
+class ParallelBlock(Section):
+    type: Literal["parallel"] = Field(
+        "parallel",
+        description="attention and feed-forward read the same input and their outputs are added to it "
+        "together: x + attn(norm1(x)) + ffn(norm2(x)) (GPT-J, GPT-NeoX, PaLM); pre-norm only",
+    )
+    shared_norm: bool = Field(
+        False,
+        description="one norm feeds both sublayers, x + attn(norm(x)) + ffn(norm(x)) (GPT-J, Phi); "
+        "else each has its own (GPT-NeoX)",
+    )
+
+
+Block = Annotated[SequentialBlock | ParallelBlock, Field(discriminator="type")]
 
 
 class DropoutSpec(Section):
@@ -363,6 +396,7 @@ class TransformerSpec(Section):
     activation: ActivationName = "gelu"
     positional: Positional = LearnedPositional()
     bias: BiasSpec = BiasSpec()
+    block: Block = Field(SequentialBlock(), description="how a layer's sublayers meet the residual stream")
     head_dim: Width | None = Field(
         None, description="size of each attention head; default d_model / n_heads (T5 sets its own)"
     )
@@ -380,7 +414,7 @@ class TransformerSpec(Section):
     dropout: DropoutSpec = DropoutSpec()
     init_std: PositiveFloat = 0.02
 
-    _positional_shorthand = field_validator("positional", mode="before")(_type_shorthand)
+    _shorthands = field_validator("positional", "block", mode="before")(_type_shorthand)
 
     @property
     def gated(self) -> bool:
@@ -420,19 +454,37 @@ class TransformerSpec(Section):
             f"use a divisor of {self.n_heads}: {self.n_heads} for MHA, 1 for MQA, between for GQA",
         )
         if isinstance(self.positional, RopePositional) and self.head_dim is not None:
+            rotary = self.positional.width(self.head_dim)
             rules.require(
-                self.head_dim % 2 == 0,
+                self.positional.rotary_dims is not None or self.head_dim % 2 == 0,
                 ("positional",),
                 f"RoPE rotates pairs of dimensions, so the head size must be even, found {self.head_dim}",
-                "change d_model or n_heads (or model.head_dim) so that the head size is even",
+                "change d_model or n_heads (or model.head_dim) so that the head size is even, or rotate "
+                "part of each head (positional.rotary_dims)",
             )
             rules.require(
-                not isinstance(self.positional.scaling, DynamicRopeScaling) or self.head_dim > 2,
-                ("positional", "scaling"),
-                f"dynamic scaling raises theta to the power head_dim / (head_dim - 2), so the head size "
-                f"must exceed 2, found {self.head_dim}",
-                "use a larger head size, or another scaling",
+                self.positional.rotary_dims is None or (rotary % 2 == 0 and rotary <= self.head_dim),
+                ("positional", "rotary_dims"),
+                f"rotates pairs of a head's {self.head_dim} dimensions, so it must be even and at most "
+                f"{self.head_dim}, found {rotary}",
+                f"use an even number from 2 to {self.head_dim}, or leave it unset to rotate them all",
             )
+            rules.require(
+                not isinstance(self.positional.scaling, DynamicRopeScaling) or rotary > 2,
+                ("positional", "scaling"),
+                f"dynamic scaling raises theta to the power d / (d - 2) for the {rotary} rotated "
+                f"dimensions of a head, so they must exceed 2",
+                "rotate more dimensions, or use another scaling",
+            )
+            if self.positional.rotary_dims is None:
+                self._resolve(positional=self.positional.model_copy(update={"rotary_dims": rotary}))
+        rules.require(
+            self.block.type == "sequential" or self.norm.position == "pre",
+            ("block",),
+            "a parallel block normalises its sublayers' common input, x + attn(norm(x)) + ffn(norm(x)): "
+            "it has no post-norm form",
+            "set model.norm.position: pre, or use block: sequential",
+        )
         if self.positional.type == "sinusoidal":
             rules.require(
                 self.d_model % 2 == 0,
@@ -471,7 +523,8 @@ class TransformerSpec(Section):
         attention = d * (q + kv) + bias.qkv * (q + kv) + qk_norms + out
         width = self.d_ff * (2 if self.gated else 1)
         ffn = d * width + bias.ffn * width + self.d_ff * d + bias.ffn * d
-        total = 2 * self.norm.parameters(d) + attention + ffn
+        norms = 1 if isinstance(self.block, ParallelBlock) and self.block.shared_norm else 2
+        total = norms * self.norm.parameters(d) + attention + ffn
         if cross_attention:
             total += self.norm.parameters(d) + attention
         return total
@@ -603,6 +656,15 @@ class EncoderDecoderSpec(TransformerSpec):
     def _resolve_decoder_depth(self) -> EncoderDecoderSpec:
         if self.n_decoder_layers is None:
             self._resolve(n_decoder_layers=self.n_layers)
+        rules = Rules()
+        rules.require(
+            self.block.type == "sequential",
+            ("block",),
+            "the decoder's blocks attend to the encoder's output between self-attention and "
+            "feed-forward, which a parallel block has no place for",
+            "use block: sequential",
+        )
+        rules.check()
         return self
 
     def body_parameters(self) -> int:
