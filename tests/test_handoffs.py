@@ -65,6 +65,7 @@ def char_run(char_bundle: Path) -> Path:
 class Bundles(dict):
     """Bundles by kind, each built on first use (the slow-marked kinds cost most): char; bpe
     (byte-level, no special tokens); char-special ([PAD] [UNK] [EOS] at 0-2, [EOS] stops);
+    char-parallel (parallel blocks, RoPE on 4 of each head's 8 dimensions);
     char-fp16 (the char run's fp16 export); translator (encoder and decoder_step graphs) and vit
     (no tokenizer), tiny and random, exported from their specs."""
 
@@ -81,6 +82,9 @@ class Bundles(dict):
             out = out / "bundle"
         elif kind == "char-special":
             _train(out, ["task.special_tokens=true", "model.vocab_size=null"])
+            out = out / "bundle"
+        elif kind == "char-parallel":
+            _train(out, ["model.positional={type: rope, rotary_dims: 4}", "model.block=parallel"])
             out = out / "bundle"
         else:
             name, overrides = {
@@ -336,7 +340,12 @@ def valid_part(text: str) -> str:
 
 
 @pytest.mark.parametrize(
-    "kind", ["char", "char-special", *(pytest.param(k, marks=pytest.mark.slow) for k in ("bpe", "char-fp16"))]
+    "kind",
+    [
+        "char",
+        "char-special",
+        *(pytest.param(k, marks=pytest.mark.slow) for k in ("bpe", "char-fp16", "char-parallel")),
+    ],
 )
 def test_genai_greedy_generates_the_runtimes_tokens(
     og: ModuleType, bundles: Bundles, kind: str, tmp_path: Path
