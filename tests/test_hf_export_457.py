@@ -90,6 +90,24 @@ def _opt_bigcode(name: str) -> Callable[[Path], Path]:
     return run
 
 
+def _neox(name: str) -> Callable[[Path], Path]:
+    def run(root: Path) -> Path:
+        import test_hf_neox_gptj_phi
+
+        return test_hf_neox_gptj_phi.imported_variant(root, name).result.run_dir
+
+    return run
+
+
+def _neox_own(root: Path) -> Path:
+    """Interleaved RoPE on part of each head, permuted to transformers' halves."""
+    import test_hf_export
+    import test_hf_neox_gptj_phi
+
+    spec = test_hf_neox_gptj_phi.WRITTEN["interleaved partial, no biases"]
+    return test_hf_export._run(root, f"model: {{{spec}}}\n")
+
+
 def _roberta(family: str) -> Callable[[Path], Path]:
     def run(root: Path) -> Path:
         import test_hf_roberta_distilbert
@@ -134,6 +152,10 @@ RUNS: dict[str, Callable[[Path], Path]] = {
     "opt": _opt_bigcode("opt_post"),
     "gpt_bigcode": _opt_bigcode("bigcode"),
     "gpt_bigcode as gpt2, unscaled": _opt_bigcode("bigcode_mha"),
+    "gpt_neox": _neox("neox"),
+    "gpt_neox sequential, tied": _neox("neox_sequential_tied"),
+    "gpt_neox linear RoPE": _neox("neox_linear"),
+    "gpt_neox of tfcompile's own (interleaved, no tokenizer)": _neox_own,
     "xlm-roberta as bert": _roberta("xlm-roberta_cls"),
     "distilbert as bert": _roberta("distilbert"),
     "mt5 as t5": _mt5,

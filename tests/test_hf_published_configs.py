@@ -30,7 +30,9 @@ from tfcompile.train.runs import load_trained_model
 transformers = pytest.importorskip("transformers")
 T = transformers
 CONFIGS = Path(__file__).parent / "data" / "hf_configs"
-HEADS, HEAD = 4, 12  # tiny heads, and a head of this width where the config's heads are d / heads
+# Tiny heads, and a head of this width where the config's heads are d / heads: 16, of which the
+# fraction each published config rotates (a quarter, Pythia's; 0.4, Phi-2's) is an even width.
+HEADS, HEAD = 4, 16
 TOKEN_IDS = ("bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id", "sep_token_id")
 # model_type -> (the field names of its sizes: width, heads, K/V heads, head width, feed-forward,
 # layers, positions, further layers), the tokenizer its folder gets
@@ -50,6 +52,7 @@ SIZES: dict[str, tuple[tuple[str, ...], str]] = {
     ),
     "gpt2": (("n_embd", "n_head", "", "", "n_inner", "n_layer", "n_positions"), "gpt2"),
     "opt": ((*BERT[:4], "ffn_dim", "num_hidden_layers", "max_position_embeddings"), "gpt2"),
+    "gpt_neox": ((*BERT[:4], "intermediate_size", "num_hidden_layers", "max_position_embeddings"), "gpt2"),
     "gpt_bigcode": (("n_embd", "n_head", "", "", "n_inner", "n_layer", "n_positions"), "gpt2"),
     "bert": ((*BERT, "max_position_embeddings"), "bert"),
     "distilbert": (("dim", "n_heads", "", "", "hidden_dim", "n_layers", "max_position_embeddings"), "bert"),

@@ -1,8 +1,8 @@
 """Every Hugging Face architecture tfcompile converts, each registered by importing its module:
 the one list that ``tfcompile import`` (importer.py) and ``export-hf`` (exporter.py) read. Each
 spec is the ``candidate`` of one architecture at most, chosen by what decides the architecture
-(a learned-position decoder's MQA and norms, a RoPE decoder's embedding scale), so the order here
-changes nothing and a refusal names only that architecture's problems."""
+(a learned-position decoder's MQA and norms; a RoPE decoder's embedding scale, then its norms
+and blocks), so the order here changes nothing and a refusal names only that architecture's problems."""
 
 from tfcompile.hf import (  # noqa: F401 (each registers its architecture)
     bert,
@@ -10,6 +10,7 @@ from tfcompile.hf import (  # noqa: F401 (each registers its architecture)
     distilbert,
     gemma,
     gpt2,
+    gpt_neox,
     llama,
     opt,
     phi3,

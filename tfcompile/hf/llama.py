@@ -82,27 +82,47 @@ SCALING_FIELDS = {
 }
 
 
-def rope_section(config: Config, head_dim: int) -> dict[str, Any]:
+# The top-level config fields a RoPE dict's rope_theta and partial_rotary_factor fall back on:
+# LLaMA's (and Phi's); GPT-NeoX's are its own.
+FALLBACKS = ("rope_theta", "partial_rotary_factor")
+
+
+def rope_section(
+    config: Config, head_dim: int, partial: float | None = None, fallbacks: tuple[str, str] = FALLBACKS
+) -> dict[str, Any]:
     """``positional:`` from a config of either transformers version. As transformers reads it, a
-    legacy ``rope_scaling`` wins over ``rope_parameters``, and a theta inside the dict over the
-    top-level ``rope_theta``."""
+    legacy ``rope_scaling`` wins over ``rope_parameters``, and a theta (and rotated fraction)
+    inside the dict over the top-level ``fallbacks``. ``partial``: the fraction of each head that
+    rotates where the config names none (Phi's 0.5, GPT-NeoX's 0.25), read as rotary_dims,
+    int(head_dim x fraction) as transformers computes it; None: whole heads, and a config naming
+    another fraction is refused (LLaMA's, whose RoPE is not applied to part of a head)."""
     legacy = config.get("rope_scaling", {})
     name = "rope_scaling" if legacy else "rope_parameters"
     params = dict(legacy or config.get("rope_parameters", {}))
     if any(isinstance(v, dict) for v in params.values()):
         config.refuse(name, "holds a RoPE per layer type", "import a model with one RoPE for all layers")
         return {"type": "rope"}
-    theta = params.get("rope_theta", config.get("rope_theta", 10000.0))
+    theta_field, partial_field = fallbacks
+    theta = params.get("rope_theta", config.get(theta_field, 10000.0))
     kind = str(params.get("rope_type", params.get("type", "default")))
-    partial = params.get("partial_rotary_factor", config.get("partial_rotary_factor", 1.0))
-    config.require(
-        partial == 1.0,
-        "partial_rotary_factor",
-        f"is {partial}: RoPE on part of each head is not in tfcompile",
-        "import a model that rotates whole heads",
-    )
+    fraction = params.get("partial_rotary_factor", config.get(partial_field, partial or 1.0))
     number = json_type(theta) == "a number"  # else left for the spec to refuse by its name
     section: dict[str, Any] = {"type": "rope", "theta": float(theta) if number else theta, "layout": "halves"}
+    if partial is None:
+        config.require(
+            fraction == 1.0,
+            "partial_rotary_factor",
+            f"is {fraction}: RoPE on part of each head is not in tfcompile",
+            "import a model that rotates whole heads",
+        )
+    elif json_type(fraction) == "a number" and 0 < fraction <= 1:
+        section["rotary_dims"] = int(head_dim * fraction)  # an odd or too small one: refused by the spec
+    else:
+        config.refuse(
+            f"{name}.partial_rotary_factor" if "partial_rotary_factor" in params else partial_field,
+            f"{fraction!r} is not a fraction of a head",
+            "a number above 0, at most 1",
+        )
     if kind == "default":
         return section
     if kind not in SCALING_FIELDS:
@@ -288,9 +308,10 @@ class Llama(Architecture):
         return state
 
     def candidate(self, spec: Spec) -> bool:
-        """A decoder LM with RoPE whose embeddings are not scaled (Gemma's are)."""
+        """A decoder LM with RoPE whose embeddings are not scaled (Gemma's are) and whose blocks
+        are LLaMA's (not GPT-NeoX's)."""
         model = rope_decoder_lm(spec)
-        return model is not None and not model.scale_embeddings
+        return model is not None and not model.scale_embeddings and not neox_blocks(model)
 
     def exportable(self, spec: Spec) -> list[Problem]:
         model = spec.model
@@ -393,18 +414,37 @@ class Llama(Architecture):
 
 
 def rope_decoder_lm(spec: Spec) -> DecoderSpec | None:
-    """The spec's model where it is a decoder LM with RoPE (which Llama, Qwen3 or Gemma writes),
-    else None."""
+    """The spec's model where it is a decoder LM with RoPE (which Llama, Qwen3, Gemma or GPT-NeoX
+    writes), else None."""
     model = spec.model
     if isinstance(model, DecoderSpec) and isinstance(spec.task, CausalLMTask):
         return model if isinstance(model.positional, RopePositional) else None
     return None
 
 
+def neox_blocks(model: DecoderSpec) -> bool:
+    """LayerNorm or parallel blocks: a RoPE decoder's blocks as GPT-NeoX has them, where LLaMA's
+    are RMSNorm before each sublayer in turn."""
+    return model.norm.type == "layernorm" or model.block.type == "parallel"
+
+
 def rope_and_norms(need: Needs, model: DecoderSpec) -> None:
     """What every LLaMA-like architecture needs of the RoPE and norms: every dimension of a head
     rotated, dynamic scaling from at least max_seq_len (transformers scales only past
     max_position_embeddings), pre-RMSNorm without bias, and a final norm."""
+    assert isinstance(model.positional, RopePositional)
+    dynamic_from_max_seq_len(need, model)
+    rotary = model.positional.rotary_dims
+    need(rotary == model.head_dim, "model.positional.rotary_dims", rotary, "leave it unset (all of head_dim)")
+    need(model.norm.type == "rmsnorm", "model.norm.type", model.norm.type, "rmsnorm")
+    need(model.norm.position == "pre", "model.norm.position", model.norm.position, "pre")
+    need(not model.norm.bias, "model.norm.bias", True, "false")
+    need(bool(model.norm.final), "model.norm.final", False, "true")
+
+
+def dynamic_from_max_seq_len(need: Needs, model: DecoderSpec) -> None:
+    """Dynamic RoPE scaling from at least max_seq_len: transformers scales only past
+    max_position_embeddings, which export-hf writes as max_seq_len."""
     assert isinstance(model.positional, RopePositional)
     scaling = model.positional.scaling
     if isinstance(scaling, DynamicRopeScaling):
@@ -415,12 +455,6 @@ def rope_and_norms(need: Needs, model: DecoderSpec) -> None:
             f"max_seq_len ({model.max_seq_len}) or more: transformers' dynamic RoPE scales only "
             f"past max_position_embeddings, which is max_seq_len",
         )
-    rotary = model.positional.rotary_dims
-    need(rotary == model.head_dim, "model.positional.rotary_dims", rotary, "leave it unset (all of head_dim)")
-    need(model.norm.type == "rmsnorm", "model.norm.type", model.norm.type, "rmsnorm")
-    need(model.norm.position == "pre", "model.norm.position", model.norm.position, "pre")
-    need(not model.norm.bias, "model.norm.bias", True, "false")
-    need(bool(model.norm.final), "model.norm.final", False, "true")
 
 
 def written_as(model: DecoderSpec) -> str:
@@ -431,9 +465,11 @@ def written_as(model: DecoderSpec) -> str:
     return "qwen3" if model.qk_norm else "llama"
 
 
-def halves_order(n_heads: int, head_dim: int) -> torch.Tensor:
+def halves_order(n_heads: int, head_dim: int, rotary: int | None = None) -> torch.Tensor:
     """Rows of a q or k projection rotated as interleaved pairs, reordered so that transformers'
-    halves rotate the same pairs: within each head, row i of the first half is interleaved row
-    2i, row i of the second half interleaved row 2i + 1."""
-    within = torch.cat([torch.arange(0, head_dim, 2), torch.arange(1, head_dim, 2)])
+    halves rotate the same pairs: within the first ``rotary`` rows of each head (all by default),
+    row i of the first half is interleaved row 2i, row i of the second half interleaved row
+    2i + 1; the rows after them, unrotated, stay in place."""
+    r = head_dim if rotary is None else rotary
+    within = torch.cat([torch.arange(0, r, 2), torch.arange(1, r, 2), torch.arange(r, head_dim)])
     return (torch.arange(n_heads)[:, None] * head_dim + within).flatten()
