@@ -54,7 +54,11 @@ NEOX = dict(
 )
 # The gpt2 tokenizer's <|endoftext|> is id 0: generation stops there, as the bundle's does.
 TOKENS = dict(bos_token_id=0, eos_token_id=0)
-FAMILIES |= {"gpt_neox": Family(T.GPTNeoXConfig, T.GPTNeoXForCausalLM, "gpt2", NEOX)}
+PHI = NEOX | TOKENS
+FAMILIES |= {
+    "gpt_neox": Family(T.GPTNeoXConfig, T.GPTNeoXForCausalLM, "gpt2", NEOX),
+    "phi": Family(T.PhiConfig, T.PhiForCausalLM, "gpt2", PHI),
+}
 
 # name -> (the model, the head class export-hf writes its import as; None: refused)
 VARIANTS: dict[str, tuple[Callable[[], Any], str | None]] = {
@@ -91,6 +95,24 @@ VARIANTS: dict[str, tuple[Callable[[], Any], str | None]] = {
             )
         ),
         "GPTNeoXForCausalLM",
+    ),
+    "phi": (  # Phi-2's shape: one shared norm, half of each head rotated, biases on the head too
+        lambda: T.PhiForCausalLM(T.PhiConfig(**PHI)),
+        None,
+    ),
+    "phi_qk_norm_gqa_tied": (  # Phi's per-head q and k LayerNorms, grouped K/V heads, tied head
+        lambda: T.PhiForCausalLM(
+            T.PhiConfig(
+                **PHI,
+                qk_layernorm=True,
+                num_key_value_heads=2,
+                tie_word_embeddings=True,
+                hidden_act="gelu",
+                layer_norm_eps=1e-3,
+                rope_parameters={"rope_type": "default", "rope_theta": 500.0, "partial_rotary_factor": 0.75},
+            )
+        ),
+        None,
     ),
 }
 
@@ -156,6 +178,23 @@ def test_the_specs_say_what_each_model_is(imported: dict[str, Imported]) -> None
         6,
         2.0,
     )
+    phi, qk = model("phi"), model("phi_qk_norm_gqa_tied")
+    assert (phi.block.type, phi.block.shared_norm, phi.positional.rotary_dims, phi.tie_embeddings) == (
+        "parallel",
+        True,
+        4,
+        False,
+    )
+    assert (phi.bias.qkv, phi.bias.attn_out, phi.bias.ffn, phi.bias.lm_head, phi.qk_norm) == (
+        True,
+        True,
+        True,
+        True,
+        False,
+    )
+    assert (phi.activation, phi.n_kv_heads, phi.positional.layout) == ("gelu_tanh", 4, "halves")
+    assert (qk.qk_norm, qk.n_kv_heads, qk.tie_embeddings, qk.positional.rotary_dims) == (True, 2, True, 6)
+    assert (qk.positional.theta, qk.norm.eps, qk.activation) == (500.0, 1e-3, "gelu")
 
 
 @pytest.mark.parametrize("name", list(VARIANTS))
@@ -220,8 +259,16 @@ def test_the_written_rotary_pct_is_read_back_as_the_same_dimensions(head_dim: in
     assert int(head_dim * rotary_fraction(rotary, head_dim)) == rotary
 
 
+def test_phi_is_written_by_no_architecture(imported: dict[str, Imported]) -> None:
+    """Its blocks are GPT-NeoX's candidate, which has no shared norm and no LM head bias."""
+    with pytest.raises(HFError) as error:
+        architecture_for(imported["phi"].spec, "run")
+    named = re.findall(r"^  (\S+): ", str(error.value), re.MULTILINE)
+    assert named == ["model.block.shared_norm", "model.bias.lm_head"], str(error.value)
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["neox", "neox_sequential_tied"])
+@pytest.mark.parametrize("name", ["neox", "neox_sequential_tied", "phi_qk_norm_gqa_tied"])
 def test_tfcompile_generate_gives_transformers_greedy_tokens(
     imported: dict[str, Imported], name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -455,6 +502,81 @@ CASES: list[Case] = [
 ]
 
 
+def phi(**fields: Any) -> Case:
+    """A Phi row: import only, so a spec it imports to is refused by export-hf."""
+    return case("phi", exported=False, **fields)
+
+
+CASES += [
+    # ------------------------------------------------------------------------------ Phi
+    phi(  # the fields that take any value at once: each row below sets one
+        num_key_value_heads=1,
+        qk_layernorm=True,
+        tie_word_embeddings=True,
+        hidden_act="relu",
+        layer_norm_eps=1e-3,
+        resid_pdrop=0.3,
+        embd_pdrop=0.2,
+        attention_dropout=0.1,
+        initializer_range=0.5,
+        spec={
+            "n_kv_heads": 1,
+            "qk_norm": True,
+            "tie_embeddings": True,
+            "activation": "relu",
+            "dropout.embedding": 0.2,
+            "dropout.residual": 0.3,
+        },
+    ),
+    phi(qk_layernorm=True, spec={"qk_norm": True}, slow=True),
+    phi(num_key_value_heads=1, spec={"n_kv_heads": 1}, slow=True),
+    phi(num_key_value_heads=None, spec={"n_kv_heads": 4}, slow=True),
+    phi(outcome="num_key_value_heads", num_key_value_heads=3, slow=True),
+    phi(tie_word_embeddings=True, spec={"tie_embeddings": True}, slow=True),
+    phi(hidden_act="gelu", spec={"activation": "gelu"}, slow=True),
+    phi(outcome="hidden_act", hidden_act="quick_gelu"),
+    phi(layer_norm_eps=1e-3, slow=True),
+    phi(resid_pdrop=0.3, embd_pdrop=0.2, attention_dropout=0.1, slow=True),
+    phi(initializer_range=0.5, slow=True),
+    phi(use_cache=False, slow=True),
+    phi(pad_token_id=3, bos_token_id=5, eos_token_id=6, slow=True),
+    phi(max_position_embeddings=8, spec={"max_seq_len": 8}, slow=True),
+    phi(num_hidden_layers=1, slow=True),
+    # heads of their own width: the q and k LayerNorms are hidden_size / heads wide, so refused with them
+    phi(head_dim=16, spec={"head_dim": 16, "positional.rotary_dims": 8}, slow=True),
+    phi(outcome="qk_layernorm", qk_layernorm=True, head_dim=16, slow=True),
+    # RoPE: the fraction rotated (PhiConfig's 0.5 where none is named), theta, scaling
+    phi(json={"rope_parameters": DELETE}, spec={"positional.rotary_dims": 4}, slow=True),
+    phi(  # transformers 4's keys at the top level
+        json={"rope_parameters": DELETE, "partial_rotary_factor": 0.75, "rope_theta": 77.0},
+        spec={"positional.rotary_dims": 6, "positional.theta": 77.0},
+    ),
+    phi(
+        **rope(partial_rotary_factor=1.0),
+        spec={"positional.rotary_dims": 8},
+        slow=True,
+    ),
+    phi(outcome="rope_parameters.partial_rotary_factor", **rope(partial_rotary_factor=0.375)),
+    phi(outcome="rope_parameters.partial_rotary_factor", **rope(partial_rotary_factor=0.1), slow=True),
+    phi(
+        **rope(rope_type="linear", factor=2.0, partial_rotary_factor=0.5),
+        slow=True,
+    ),
+    phi(**rope(rope_type="dynamic", factor=2.0, partial_rotary_factor=0.5)),
+    phi(**rope(**YARN, partial_rotary_factor=0.75), slow=True),
+    phi(outcome="rope_parameters.rope_type", json=rope(**LONGROPE, partial_rotary_factor=0.5), slow=True),
+    phi(
+        json={
+            "rope_parameters": DELETE,
+            "rope_scaling": {"type": "linear", "factor": 3.0},
+            "rope_theta": 33.0,
+        },
+        spec={"positional.theta": 33.0, "positional.rotary_dims": 4, "positional.scaling.factor": 3.0},
+        slow=True,
+    ),
+]
+
+
 @pytest.mark.parametrize("c", _pytest_cases(CASES))
 def test_a_field_value_imports_to_transformers_outputs_or_is_refused_by_name(c: Case, tmp_path: Path) -> None:
     with warnings.catch_warnings():
@@ -462,7 +584,7 @@ def test_a_field_value_imports_to_transformers_outputs_or_is_refused_by_name(c: 
         check(c, tmp_path)
 
 
-@pytest.mark.parametrize("model_type", ["gpt_neox"])
+@pytest.mark.parametrize("model_type", ["gpt_neox", "phi"])
 def test_every_config_field_has_a_case(model_type: str) -> None:
     """A field transformers adds to one of the config classes fails this until a row of CASES says
     what it does (or the family's tiny base sets it)."""
@@ -471,7 +593,8 @@ def test_every_config_field_has_a_case(model_type: str) -> None:
     assert _class_fields(model_type) - covered == set()
 
 
-ACTIVATION_FIELDS = {"gpt_neox": "hidden_act"}
+ACTIVATION_FIELDS = {"gpt_neox": "hidden_act", "phi": "hidden_act"}
+EXPORTED = {"gpt_neox"}  # the families export-hf writes back
 
 
 def _activation_cases() -> list[Any]:
@@ -493,6 +616,6 @@ def test_every_activation_name_is_computed_alike_or_refused_by_name(
     except Exception:  # transformers refuses it itself
         pytest.skip(f"transformers builds no model with {field}={value}")
     try:
-        check(case(family, **{field: value}), tmp_path)
+        check(case(family, exported=family in EXPORTED, **{field: value}), tmp_path)
     except HFError as error:  # refused by the import, which check does not expect of a SAME row
         assert f"  {field}: " in str(error)

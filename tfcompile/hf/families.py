@@ -13,6 +13,7 @@ from tfcompile.hf import (  # noqa: F401 (each registers its architecture)
     gpt_neox,
     llama,
     opt,
+    phi,
     phi3,
     roberta,
     t5,
