@@ -271,12 +271,22 @@ class Needs:
         self.no_extras(model, qk_norm)
 
     def no_extras(self, model: Any, qk_norm: bool = False) -> None:
-        """No scale on the embeddings, no LM head bias, sequential blocks, and no norm of each
-        head's q and k unless the architecture has one (``qk_norm``)."""
+        """No scale on the embeddings, no LM head bias, sequential blocks, no sandwich norms, no
+        capped scores or logits, and no norm of each head's q and k unless the architecture has
+        one (``qk_norm``)."""
         self(not model.scale_embeddings, "model.scale_embeddings", True, "set it false")
         self(not model.bias.lm_head, "model.bias.lm_head", True, "set it false")
         self(qk_norm or not model.qk_norm, "model.qk_norm", True, "set it false")
         self(model.block.type == "sequential", "model.block", model.block.type, "sequential")
+        self(model.norm.position != "sandwich", "model.norm.position", model.norm.position, "pre or post")
+        self(
+            model.attention_softcap is None,
+            "model.attention_softcap",
+            model.attention_softcap,
+            "leave it unset",
+        )
+        cap = getattr(model, "logit_softcap", None)  # decoders only
+        self(cap is None, "model.logit_softcap", cap, "leave it unset")
 
 
 def output_scale(model: Any) -> float:

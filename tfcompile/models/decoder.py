@@ -59,9 +59,12 @@ class DecoderLM(Assembly):
         return self.head(x) if loss is None else loss(x, self.head)
 
     def head(self, x: torch.Tensor) -> torch.Tensor:
-        """Final hidden states (..., d_model) -> logits (..., vocab_size), padded rows left out."""
+        """Final hidden states (..., d_model) -> logits (..., vocab_size), padded rows left out,
+        capped to c * tanh(logits / c) where the spec has a ``logit_softcap`` c."""
         logits = self.lm_head(x)
-        return logits[..., : self.vocab_size] if self.padded else logits
+        logits = logits[..., : self.vocab_size] if self.padded else logits
+        cap = self.spec.logit_softcap
+        return logits if cap is None else cap * torch.tanh(logits / cap)
 
     def hidden(
         self,

@@ -93,8 +93,9 @@ class _MultiHead(nn.Module):
     (d_model / n_heads unless given: T5's d_kv), and the scores are q.k times ``scale``
     (1 / sqrt(head_dim) unless given). With ``qk_norm`` (a norm of a given width), each head's
     queries and keys are normalised over head_dim before RoPE (Qwen3, Gemma 3): one norm for the
-    queries and one for the keys, each shared by every head. Each kind makes its input projections
-    in ``_project``."""
+    queries and one for the keys, each shared by every head. With ``softcap`` c, the scaled scores
+    become c * tanh(scores / c) before the mask and the softmax (Gemma 2, Grok), which bounds them
+    to (-c, c). Each kind makes its input projections in ``_project``."""
 
     def __init__(
         self,
@@ -107,12 +108,14 @@ class _MultiHead(nn.Module):
         head_dim: int | None = None,
         scale: float | None = None,
         qk_norm: Callable[[int], nn.Module] | None = None,
+        softcap: float | None = None,
     ) -> None:
         super().__init__()
         self.n_heads = n_heads
         self.n_kv_heads = n_kv_heads
         self.head_dim = head_dim or d_model // n_heads
         self.scale = scale
+        self.softcap = softcap
         self.dropout = dropout
         self.q_norm = qk_norm(self.head_dim) if qk_norm is not None else nn.Identity()
         self.k_norm = qk_norm(self.head_dim) if qk_norm is not None else nn.Identity()
@@ -143,22 +146,49 @@ class _MultiHead(nn.Module):
         each K/V head is repeated for the query heads it serves."""
         B, _, T, _ = q.shape
         grouped = self.n_kv_heads != self.n_heads
-        enable_gqa = grouped and attn_mask is None and not torch.onnx.is_in_onnx_export()
+        enable_gqa = grouped and attn_mask is None and not torch.onnx.is_in_onnx_export() and not self.softcap
         if grouped and not enable_gqa:
             repeats = self.n_heads // self.n_kv_heads
             k = k.repeat_interleave(repeats, dim=1)  # (B, H, S, hd)
             v = v.repeat_interleave(repeats, dim=1)
-        y = F.scaled_dot_product_attention(
-            q,
-            k,
-            v,
-            attn_mask=attn_mask,
-            dropout_p=self.dropout if self.training else 0.0,
-            is_causal=is_causal,
-            scale=self.scale,
-            enable_gqa=enable_gqa,
-        )  # (B, H, T, hd)
+        dropout = self.dropout if self.training else 0.0
+        if self.softcap:
+            y = self._softcapped(q, k, v, attn_mask, is_causal, dropout)
+        else:
+            y = F.scaled_dot_product_attention(
+                q,
+                k,
+                v,
+                attn_mask=attn_mask,
+                dropout_p=dropout,
+                is_causal=is_causal,
+                scale=self.scale,
+                enable_gqa=enable_gqa,
+            )  # (B, H, T, hd)
         return self.out(y.transpose(1, 2).clone(memory_format=torch.contiguous_format).view(B, T, -1))
+
+    def _softcapped(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        attn_mask: torch.Tensor | None,
+        is_causal: bool,
+        dropout: float,
+    ) -> torch.Tensor:
+        """SDPA's computation written out, for the capped scores no fused kernel takes: q (B, H, T,
+        hd), k and v (B, H, S, hd) -> (B, H, T, hd). The softmax runs in float32, as transformers'."""
+        assert self.softcap is not None
+        scale = self.scale if self.scale is not None else q.shape[-1] ** -0.5
+        scores = q @ k.transpose(-1, -2) * scale  # (B, H, T, S)
+        scores = self.softcap * torch.tanh(scores / self.softcap)
+        if is_causal:  # no cache: T = S
+            causal = torch.ones(scores.shape[-2:], dtype=torch.bool, device=scores.device).tril()
+            scores = scores.masked_fill(~causal, float("-inf"))
+        if attn_mask is not None:
+            scores = scores + attn_mask
+        weights = F.dropout(scores.float().softmax(-1).to(q.dtype), dropout)
+        return weights @ v
 
 
 class Attention(_MultiHead):

@@ -41,6 +41,7 @@ def build_attention(kind: type[Kind], spec: TransformerSpec) -> Kind:
         head_dim=spec.head_dim,
         scale=spec.attention_scale,
         qk_norm=partial(build_norm, spec.norm) if spec.qk_norm else None,
+        softcap=spec.attention_softcap,
     )
 
 
@@ -77,6 +78,7 @@ class TransformerBlock(nn.Module):
 
     pre-norm:  x = x + f(norm(x))          (GPT-2, LLaMA)
     post-norm: x = norm(x + f(x))          (Vaswani et al. 2017)
+    sandwich:  x = x + norm'(f(norm(x)))   (Gemma 2 and 3: a norm on each sublayer's output too)
     parallel:  x = x + attn(norm1(x)) + ffn(norm2(x)), norm2 = norm1 with a shared norm (GPT-J,
                GPT-NeoX, PaLM; pre-norm only)
 
@@ -87,17 +89,24 @@ class TransformerBlock(nn.Module):
     def __init__(self, spec: TransformerSpec, cross_attention: bool = False, drop_path: float = 0.0) -> None:
         super().__init__()
         assert spec.n_kv_heads is not None and spec.d_ff is not None  # resolved by the schema
-        self.pre_norm = spec.norm.position == "pre"
+        self.pre_norm = spec.norm.position != "post"
         self.parallel = spec.block.type == "parallel"
+
+        def output_norm() -> nn.Module:  # sandwich norms only
+            return build_norm(spec.norm, spec.d_model) if spec.norm.position == "sandwich" else nn.Identity()
+
         self.attn_norm = build_norm(spec.norm, spec.d_model)
         self.attn = build_attention(Attention, spec)
+        self.attn_out_norm = output_norm()
         self.cross: CrossAttention | None = None
         if cross_attention:
             self.cross_norm = build_norm(spec.norm, spec.d_model)
             self.cross = build_attention(CrossAttention, spec)
+            self.cross_out_norm = output_norm()
         shared = isinstance(spec.block, ParallelBlock) and spec.block.shared_norm
         self.ffn_norm = None if shared else build_norm(spec.norm, spec.d_model)
         self.ffn = FeedForward(spec.d_model, spec.d_ff, spec.activation, bias=spec.bias.ffn)
+        self.ffn_out_norm = output_norm()
         dropout = nn.Dropout(spec.dropout.residual)
         self.drop = nn.Sequential(dropout, DropPath(drop_path)) if drop_path else dropout
 
@@ -124,10 +133,12 @@ class TransformerBlock(nn.Module):
         ffn_norm = self.ffn_norm
         assert ffn_norm is not None  # sequential blocks have their own
         if self.pre_norm:
-            x = x + self.drop(self.attn(self.attn_norm(x), mask, is_causal, rotary, bias, cache))
+            x = x + self.drop(
+                self.attn_out_norm(self.attn(self.attn_norm(x), mask, is_causal, rotary, bias, cache))
+            )
             if self.cross is not None and memory is not None:
-                x = x + self.drop(self.cross(self.cross_norm(x), memory, memory_mask))
-            x = x + self.drop(self.ffn(ffn_norm(x)))
+                x = x + self.drop(self.cross_out_norm(self.cross(self.cross_norm(x), memory, memory_mask)))
+            x = x + self.drop(self.ffn_out_norm(self.ffn(ffn_norm(x))))
         else:
             x = self.attn_norm(x + self.drop(self.attn(x, mask, is_causal, rotary, bias, cache)))
             if self.cross is not None and memory is not None:

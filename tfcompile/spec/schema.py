@@ -139,20 +139,22 @@ def _type_shorthand(value: Any) -> Any:
 
 
 class NormSpec(Section):
-    position: Literal["pre", "post"] = Field(
-        "pre", description="pre: x + f(norm(x)) (GPT-2, LLaMA); post: norm(x + f(x)) (Vaswani)"
+    position: Literal["pre", "post", "sandwich"] = Field(
+        "pre",
+        description="pre: x + f(norm(x)) (GPT-2, LLaMA); post: norm(x + f(x)) (Vaswani); sandwich: "
+        "x + norm'(f(norm(x))), a norm on each sublayer's output too (Gemma 2 and 3)",
     )
     type: NormName = "layernorm"
     eps: PositiveFloat = 1e-5
     bias: bool | None = Field(None, description="learned shift; default: on for layernorm only")
-    final: bool | None = Field(None, description="norm after the last block; default: on for pre-norm")
+    final: bool | None = Field(None, description="norm after the last block; default: off for post-norm only")
 
     @model_validator(mode="after")
     def _defaults(self) -> NormSpec:
         if self.bias is None:
             self._resolve(bias=self.type == "layernorm")
         if self.final is None:
-            self._resolve(final=self.position == "pre")
+            self._resolve(final=self.position != "post")
         return self
 
     def parameters(self, dim: int) -> int:
@@ -403,6 +405,11 @@ class TransformerSpec(Section):
     attention_scale: PositiveFloat | None = Field(
         None, description="what q.k is multiplied by before the softmax; default 1/sqrt(head_dim); T5: 1"
     )
+    attention_softcap: PositiveFloat | None = Field(
+        None,
+        description="cap the scaled scores to c * tanh(scores / c) before the mask and the softmax "
+        "(Gemma 2: 50, Grok: 30); attention then runs unfused; default none",
+    )
     qk_norm: bool = Field(
         False,
         description="normalise each head's queries and keys over head_dim after their projections and "
@@ -481,8 +488,8 @@ class TransformerSpec(Section):
         rules.require(
             self.block.type == "sequential" or self.norm.position == "pre",
             ("block",),
-            "a parallel block normalises its sublayers' common input, x + attn(norm(x)) + ffn(norm(x)): "
-            "it has no post-norm form",
+            "a parallel block normalises its sublayers' common input, x + attn(norm(x)) + ffn(norm(x)), "
+            f"and nothing else: it has no {self.norm.position}-norm form",
             "set model.norm.position: pre, or use block: sequential",
         )
         if self.positional.type == "sinusoidal":
@@ -513,8 +520,8 @@ class TransformerSpec(Section):
     # Parameter counts, matching tfcompile.models (tests/test_counts.py).
 
     def block_parameters(self, cross_attention: bool = False) -> int:
-        """One TransformerBlock: norms, self-attention (packed QKV, q and k norms), [cross-attention],
-        feed-forward."""
+        """One TransformerBlock: norms (sandwich: on each sublayer's output too), self-attention
+        (packed QKV, q and k norms), [cross-attention], feed-forward."""
         assert self.n_kv_heads is not None and self.d_ff is not None and self.head_dim is not None
         d, hd, bias = self.d_model, self.head_dim, self.bias
         q, kv = self.n_heads * hd, 2 * self.n_kv_heads * hd
@@ -524,9 +531,10 @@ class TransformerSpec(Section):
         width = self.d_ff * (2 if self.gated else 1)
         ffn = d * width + bias.ffn * width + self.d_ff * d + bias.ffn * d
         norms = 1 if isinstance(self.block, ParallelBlock) and self.block.shared_norm else 2
-        total = norms * self.norm.parameters(d) + attention + ffn
+        per_sublayer = 2 if self.norm.position == "sandwich" else 1
+        total = norms * per_sublayer * self.norm.parameters(d) + attention + ffn
         if cross_attention:
-            total += self.norm.parameters(d) + attention
+            total += per_sublayer * self.norm.parameters(d) + attention
         return total
 
     def final_norm_parameters(self) -> int:
@@ -580,6 +588,11 @@ class DecoderSpec(TransformerSpec):
 
     family: Literal["decoder"] = "decoder"
     scale_output: bool = Field(False, description=SCALE_OUTPUT)
+    logit_softcap: PositiveFloat | None = Field(
+        None,
+        description="cap the logits to c * tanh(logits / c), in training and generation (Gemma 2: 30); "
+        "default none",
+    )
     vocab_multiple_of: Annotated[
         PositiveInt,
         at_most(
