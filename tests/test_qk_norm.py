@@ -269,10 +269,10 @@ def test_export_hf_refuses_by_field_what_qwen3_cannot_express(tmp_path: Path) ->
     from tfcompile.hf.errors import HFError
     from tfcompile.hf.exporter import export_hf
 
-    run = _run(tmp_path, QWEN3.replace("rmsnorm", "layernorm") + ", bias: {ffn: true}")
+    run = _run(tmp_path, QWEN3.replace("rmsnorm", "rmsnorm, bias: true") + ", bias: {ffn: true}")
     with pytest.raises(HFError) as error:
         export_hf(run, tmp_path / "out")
-    for field in ("model.norm.type: 'layernorm' has no Qwen3", "model.bias.ffn: True has no Qwen3"):
+    for field in ("model.norm.bias: True has no Qwen3", "model.bias.ffn: True has no Qwen3"):
         assert field in str(error.value)
     assert not (tmp_path / "out").exists()
 
