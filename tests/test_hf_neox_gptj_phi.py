@@ -55,9 +55,11 @@ NEOX = dict(
 # The gpt2 tokenizer's <|endoftext|> is id 0: generation stops there, as the bundle's does.
 TOKENS = dict(bos_token_id=0, eos_token_id=0)
 PHI = NEOX | TOKENS
+GPTJ = dict(vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=4, rotary_dim=4, n_positions=32, **TOKENS)
 FAMILIES |= {
     "gpt_neox": Family(T.GPTNeoXConfig, T.GPTNeoXForCausalLM, "gpt2", NEOX),
     "phi": Family(T.PhiConfig, T.PhiForCausalLM, "gpt2", PHI),
+    "gptj": Family(T.GPTJConfig, T.GPTJForCausalLM, "gpt2", GPTJ),
 }
 
 # name -> (the model, the head class export-hf writes its import as; None: refused)
@@ -110,6 +112,23 @@ VARIANTS: dict[str, tuple[Callable[[], Any], str | None]] = {
                 hidden_act="gelu",
                 layer_norm_eps=1e-3,
                 rope_parameters={"rope_type": "default", "rope_theta": 500.0, "partial_rotary_factor": 0.75},
+            )
+        ),
+        None,
+    ),
+    "gptj": (  # GPT-J-6B's shape: one shared norm, interleaved pairs of part of each head, no
+        # attention biases, an untied head with a bias
+        lambda: T.GPTJForCausalLM(T.GPTJConfig(**GPTJ)),
+        None,
+    ),
+    "gptj_whole_tied": (
+        lambda: T.GPTJForCausalLM(
+            T.GPTJConfig(
+                **GPTJ | {"rotary_dim": 8},
+                n_inner=40,
+                tie_word_embeddings=True,
+                activation_function="gelu",
+                layer_norm_epsilon=1e-3,
             )
         ),
         None,
@@ -195,6 +214,27 @@ def test_the_specs_say_what_each_model_is(imported: dict[str, Imported]) -> None
     assert (phi.activation, phi.n_kv_heads, phi.positional.layout) == ("gelu_tanh", 4, "halves")
     assert (qk.qk_norm, qk.n_kv_heads, qk.tie_embeddings, qk.positional.rotary_dims) == (True, 2, True, 6)
     assert (qk.positional.theta, qk.norm.eps, qk.activation) == (500.0, 1e-3, "gelu")
+    gptj, whole = model("gptj"), model("gptj_whole_tied")
+    assert (gptj.block.type, gptj.block.shared_norm, gptj.positional.layout, gptj.positional.rotary_dims) == (
+        "parallel",
+        True,
+        "interleaved",
+        4,
+    )
+    assert (gptj.bias.qkv, gptj.bias.attn_out, gptj.bias.ffn, gptj.bias.lm_head, gptj.tie_embeddings) == (
+        False,
+        False,
+        True,
+        True,
+        False,
+    )
+    assert (gptj.positional.theta, gptj.activation, gptj.d_ff) == (10000.0, "gelu_tanh", 128)
+    assert (whole.positional.rotary_dims, whole.tie_embeddings, whole.d_ff, whole.norm.eps) == (
+        8,
+        True,
+        40,
+        1e-3,
+    )
 
 
 @pytest.mark.parametrize("name", list(VARIANTS))
@@ -259,16 +299,17 @@ def test_the_written_rotary_pct_is_read_back_as_the_same_dimensions(head_dim: in
     assert int(head_dim * rotary_fraction(rotary, head_dim)) == rotary
 
 
-def test_phi_is_written_by_no_architecture(imported: dict[str, Imported]) -> None:
-    """Its blocks are GPT-NeoX's candidate, which has no shared norm and no LM head bias."""
+@pytest.mark.parametrize("name", ["phi", "gptj"])
+def test_phi_and_gpt_j_are_written_by_no_architecture(imported: dict[str, Imported], name: str) -> None:
+    """Their blocks are GPT-NeoX's candidate, which has no shared norm and no LM head bias."""
     with pytest.raises(HFError) as error:
-        architecture_for(imported["phi"].spec, "run")
+        architecture_for(imported[name].spec, "run")
     named = re.findall(r"^  (\S+): ", str(error.value), re.MULTILINE)
     assert named == ["model.block.shared_norm", "model.bias.lm_head"], str(error.value)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["neox", "neox_sequential_tied", "phi_qk_norm_gqa_tied"])
+@pytest.mark.parametrize("name", ["neox", "neox_sequential_tied", "phi_qk_norm_gqa_tied", "gptj"])
 def test_tfcompile_generate_gives_transformers_greedy_tokens(
     imported: dict[str, Imported], name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -577,6 +618,55 @@ CASES += [
 ]
 
 
+def gptj(**fields: Any) -> Case:
+    """A GPT-J row: import only, so a spec it imports to is refused by export-hf."""
+    return case("gptj", exported=False, **fields)
+
+
+CASES += [
+    # ---------------------------------------------------------------------------- GPT-J
+    gptj(  # the fields that take any value at once: each row below sets one
+        rotary_dim=8,
+        n_inner=40,
+        activation_function="relu",
+        layer_norm_epsilon=1e-3,
+        tie_word_embeddings=True,
+        resid_pdrop=0.3,
+        embd_pdrop=0.2,
+        attn_pdrop=0.1,
+        initializer_range=0.5,
+        spec={
+            "positional.rotary_dims": 8,
+            "d_ff": 40,
+            "activation": "relu",
+            "tie_embeddings": True,
+            "dropout.residual": 0.3,
+        },
+    ),
+    gptj(rotary_dim=8, spec={"positional.rotary_dims": 8}, slow=True),  # the whole head
+    gptj(rotary_dim=2, spec={"positional.rotary_dims": 2}, slow=True),
+    gptj(outcome="rotary_dim", json={"rotary_dim": 3}),  # transformers fails on an odd width
+    gptj(outcome="rotary_dim", json={"rotary_dim": 16}, slow=True),  # more than a head
+    gptj(outcome="rotary_dim", json={"rotary_dim": 0}, slow=True),  # none
+    gptj(outcome="rotary_dim", json={"rotary_dim": None}, slow=True),  # transformers 5 refuses it
+    gptj(n_head=1, rotary_dim=32, spec={"positional.rotary_dims": 32}, slow=True),
+    gptj(n_inner=40, spec={"d_ff": 40}, slow=True),
+    gptj(n_inner=None, spec={"d_ff": 128}, slow=True),
+    gptj(activation_function="gelu", spec={"activation": "gelu"}, slow=True),
+    gptj(activation_function="relu", spec={"activation": "relu"}, slow=True),
+    gptj(outcome="activation_function", activation_function="quick_gelu"),
+    gptj(layer_norm_epsilon=1e-3, slow=True),
+    gptj(tie_word_embeddings=True, spec={"tie_embeddings": True}, slow=True),
+    gptj(resid_pdrop=0.3, embd_pdrop=0.2, attn_pdrop=0.1, slow=True),  # training only
+    gptj(initializer_range=0.5, slow=True),
+    gptj(use_cache=False, slow=True),
+    gptj(pad_token_id=3, bos_token_id=5, eos_token_id=6, slow=True),
+    gptj(n_positions=8, spec={"max_seq_len": 8}, slow=True),
+    gptj(n_layer=1, slow=True),
+    gptj(vocab_size=VOCAB, slow=True),
+]
+
+
 @pytest.mark.parametrize("c", _pytest_cases(CASES))
 def test_a_field_value_imports_to_transformers_outputs_or_is_refused_by_name(c: Case, tmp_path: Path) -> None:
     with warnings.catch_warnings():
@@ -584,7 +674,7 @@ def test_a_field_value_imports_to_transformers_outputs_or_is_refused_by_name(c: 
         check(c, tmp_path)
 
 
-@pytest.mark.parametrize("model_type", ["gpt_neox", "phi"])
+@pytest.mark.parametrize("model_type", ["gpt_neox", "phi", "gptj"])
 def test_every_config_field_has_a_case(model_type: str) -> None:
     """A field transformers adds to one of the config classes fails this until a row of CASES says
     what it does (or the family's tiny base sets it)."""
@@ -593,7 +683,7 @@ def test_every_config_field_has_a_case(model_type: str) -> None:
     assert _class_fields(model_type) - covered == set()
 
 
-ACTIVATION_FIELDS = {"gpt_neox": "hidden_act", "phi": "hidden_act"}
+ACTIVATION_FIELDS = {"gpt_neox": "hidden_act", "phi": "hidden_act", "gptj": "activation_function"}
 EXPORTED = {"gpt_neox"}  # the families export-hf writes back
 
 

@@ -54,6 +54,7 @@ SIZES: dict[str, tuple[tuple[str, ...], str]] = {
     "opt": ((*BERT[:4], "ffn_dim", "num_hidden_layers", "max_position_embeddings"), "gpt2"),
     "gpt_neox": ((*BERT[:4], "intermediate_size", "num_hidden_layers", "max_position_embeddings"), "gpt2"),
     "gpt_bigcode": (("n_embd", "n_head", "", "", "n_inner", "n_layer", "n_positions"), "gpt2"),
+    "gptj": (("n_embd", "n_head", "", "", "n_inner", "n_layer", "n_positions"), "gpt2"),
     "bert": ((*BERT, "max_position_embeddings"), "bert"),
     "distilbert": (("dim", "n_heads", "", "", "hidden_dim", "n_layers", "max_position_embeddings"), "bert"),
     "t5": (("d_model", "num_heads", "", "d_kv", "d_ff", "num_layers", "", "num_decoder_layers"), "t5"),
@@ -91,9 +92,10 @@ def published(name: str) -> dict[str, Any]:
 
 def shrunk(config: dict[str, Any]) -> dict[str, Any]:
     """``config`` with its sizes tiny and every other field as published: heads of HEAD wide (a
-    head_dim or d_kv in the published ratio to d / heads, rounded to even), as many K/V heads per head as
-    published (at least one), two layers, 64 positions (a RoBERTa's pad offset kept past them),
-    VOCAB tokens (token ids past them taken modulo VOCAB), 8-pixel images of 4-pixel patches."""
+    head_dim, d_kv or rotary_dim in the published ratio to d / heads, rounded to even), as many
+    K/V heads per head as published (at least one), two layers, 64 positions (a RoBERTa's pad
+    offset kept past them), VOCAB tokens (token ids past them taken modulo VOCAB), 8-pixel
+    images of 4-pixel patches."""
     names, _ = SIZES[config["model_type"]]
     width, heads, kv, head_dim, ff, layers, positions, *more = names
     out = dict(config)
@@ -104,6 +106,8 @@ def shrunk(config: dict[str, Any]) -> dict[str, Any]:
         out[kv] = max(1, HEADS * config[kv] // n)
     if head_dim and config.get(head_dim) is not None:
         out[head_dim] = 2 * round(HEAD * config[head_dim] / wide / 2)  # even, as RoPE needs
+    if isinstance(config.get("rotary_dim"), int):  # GPT-J's rotated dimensions, in the published ratio
+        out["rotary_dim"] = 2 * round(HEAD * config["rotary_dim"] / wide / 2)
     if positions and config.get(positions) is not None:
         offset = config[positions] % 512 if config[positions] in (514, 515) else 0
         out[positions] = 64 + offset

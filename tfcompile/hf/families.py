@@ -11,6 +11,7 @@ from tfcompile.hf import (  # noqa: F401 (each registers its architecture)
     gemma,
     gpt2,
     gpt_neox,
+    gptj,
     llama,
     opt,
     phi,

@@ -1,0 +1,142 @@
+"""GPT-J (``GPTJForCausalLM``): one LayerNorm (``ln_1``) feeding attention and the feed-forward
+side by side (a parallel block with a shared norm, x + attn(ln(x)) + mlp(ln(x))), RoPE of theta
+10,000 on the first ``rotary_dim`` dimensions of each head as interleaved pairs (GPT-J's
+rotate_every_two: ``layout: interleaved``), q, k, v and out projections without biases, a
+feed-forward and an untied LM head with them.
+
+``resid_pdrop`` drops out each sublayer's output in transformers, the block's sum once in
+tfcompile (``gpt_neox.parallel_dropout`` says so). export-hf does not write GPT-J: a spec of its
+blocks is GPT-NeoX's candidate, which refuses the shared norm."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from tfcompile.hf.architecture import (
+    ACTIVATIONS,
+    Architecture,
+    Config,
+    Imported,
+    State,
+    Tensors,
+    dropout,
+    init_std,
+    register,
+    tied,
+)
+from tfcompile.hf.errors import Problem
+from tfcompile.hf.gpt_neox import parallel_dropout
+from tfcompile.spec import Spec
+from tfcompile.spec.schema import DecoderSpec
+
+THETA = 10000.0  # create_sinusoidal_positions' base; the config has no field for it
+# GPT-J's names within a block -> tfcompile's (q, k and v apart), and whether each has a bias.
+LAYER = (
+    ("ln_1", "attn_norm", True),
+    ("attn.out_proj", "attn.out", False),
+    ("mlp.fc_in", "ffn.w_in", True),
+    ("mlp.fc_out", "ffn.w_out", True),
+)
+
+
+@register("gptj")
+class GPTJ(Architecture):
+    prefixes = ("transformer.",)
+    ignored = (".attn.bias", ".attn.masked_bias")  # the causal mask, buffers in older checkpoints
+    sources: ClassVar[dict[str, str]] = {
+        "model.vocab_size": "vocab_size",
+        "model.max_seq_len": "n_positions",
+        "model.d_model": "n_embd",
+        "model.n_layers": "n_layer",
+        "model.n_heads": "n_head",
+        "model.d_ff": "n_inner",
+        "model.activation": "activation_function",
+        "model.positional.rotary_dims": "rotary_dim",
+        "model.norm.eps": "layer_norm_epsilon",
+        "model.dropout.embedding": "embd_pdrop",
+        "model.dropout.attention": "attn_pdrop",
+        "model.dropout.residual": "resid_pdrop",
+        "model.init_std": "initializer_range",
+    }
+
+    def read(self, config: Config, architecture: str, tensors: Tensors) -> Imported:
+        config.require(
+            architecture in ("GPTJForCausalLM", "GPTJModel"),
+            "architectures",
+            f"{architecture} is not a language model tfcompile has",
+            "import a GPTJForCausalLM",
+        )
+        tie = tied(config, tensors, "lm_head.weight", "wte.weight", False)
+        config.require(
+            (tie or "lm_head.weight" in tensors) and "lm_head.bias" in tensors,
+            "architectures",
+            f"{architecture} holds no LM head (lm_head.weight, and lm_head.bias, which a tie leaves its own)",
+            "import the GPTJForCausalLM checkpoint",
+        )
+        d = config.get("n_embd", 4096)
+        config.require(
+            "rotary_dim" not in config.data or config.data["rotary_dim"] is not None,
+            "rotary_dim",
+            "is null: transformers 5 refuses it, and 4 rotates n_embd dimensions of each head, "
+            "which fails unless there is one head",
+            "set it to the dimensions of a head that rotate",
+        )
+        rotary = config.get("rotary_dim", 64)  # odd, or more than a head: refused by the spec
+        residual = dropout(config.get("resid_pdrop", 0.0))
+        parallel_dropout("parallel", residual, "resid_pdrop")
+        model: dict[str, Any] = {
+            "family": "decoder",
+            "vocab_size": config.get("vocab_size", 50400),
+            "max_seq_len": config.get("n_positions", 2048),
+            "d_model": d,
+            "n_layers": config.get("n_layer", 28),
+            "n_heads": config.get("n_head", 16),
+            "d_ff": config.get("n_inner", 4 * d),
+            "activation": config.choice("activation_function", "gelu_new", ACTIVATIONS, "GPT-J activation"),
+            "positional": {"type": "rope", "theta": THETA, "layout": "interleaved", "rotary_dims": rotary},
+            "norm": {"position": "pre", "type": "layernorm", "eps": config.get("layer_norm_epsilon", 1e-5)},
+            "block": {"type": "parallel", "shared_norm": True},
+            "bias": {"qkv": False, "attn_out": False, "ffn": True, "lm_head": True},
+            "tie_embeddings": tie,
+            "dropout": {
+                "embedding": dropout(config.get("embd_pdrop", 0.0)),
+                "attention": dropout(config.get("attn_pdrop", 0.0)),
+                "residual": residual,
+            },
+            "init_std": init_std(config),
+        }
+        return Imported(model, {"type": "causal_lm", "special_tokens": False})
+
+    def to_state(self, tensors: Tensors, spec: Spec) -> State:
+        model = spec.model
+        assert isinstance(model, DecoderSpec)
+        embed = tensors.take("wte.weight")
+        state = {
+            "embed.weight": embed,
+            "final_norm.weight": tensors.take("ln_f.weight"),
+            "final_norm.bias": tensors.take("ln_f.bias"),
+            "lm_head.weight": embed if model.tie_embeddings else tensors.take("lm_head.weight"),
+            "lm_head.bias": tensors.take("lm_head.bias"),
+        }
+        tensors.maybe("lm_head.weight")  # a tie saved under both names
+        for i in range(model.n_layers):
+            h, b = f"h.{i}.", f"blocks.{i}."
+            state[f"{b}attn.qkv.weight"] = tensors.cat(*(f"{h}attn.{x}_proj.weight" for x in "qkv"))
+            for hf, tfc, biased in LAYER:
+                state[f"{b}{tfc}.weight"] = tensors.take(f"{h}{hf}.weight")
+                if biased:
+                    state[f"{b}{tfc}.bias"] = tensors.take(f"{h}{hf}.bias")
+        return state
+
+    def candidate(self, spec: Spec) -> bool:
+        """Never: import only (a spec of GPT-J's blocks is GPT-NeoX's candidate, and refused there)."""
+        return False
+
+    def exportable(self, spec: Spec) -> list[Problem]:
+        raise NotImplementedError("export-hf does not write GPT-J")
+
+    def to_config(self, spec: Spec) -> dict[str, Any]:
+        raise NotImplementedError("export-hf does not write GPT-J")
+
+    def from_state(self, state: State, spec: Spec) -> State:
+        raise NotImplementedError("export-hf does not write GPT-J")
