@@ -1,8 +1,9 @@
-"""Gemma (v1) and Phi-3 imports: tiny random transformers models saved with save_pretrained,
+"""Gemma (1 and 2) and Phi-3 imports: tiny random transformers models saved with save_pretrained,
 imported, and held to transformers' outputs (float32, padded and not) and parameter counts;
-written back with export-hf (Gemma as GemmaForCausalLM, Phi-3 as LlamaForCausalLM, the same
-computation); and every field of GemmaConfig and Phi3Config, value by value, in the field table of
-tests/test_hf_fields.py (its rows' check, on these two families)."""
+written back with export-hf (Gemma as GemmaForCausalLM, Gemma 2 as Gemma2ForCausalLM, Phi-3 as
+LlamaForCausalLM, the same computation); and every field of GemmaConfig, Gemma2Config and
+Phi3Config, value by value, in the field table of tests/test_hf_fields.py (its rows' check, on
+these families)."""
 
 from __future__ import annotations
 
@@ -42,10 +43,14 @@ transformers = pytest.importorskip("transformers")
 T = transformers
 
 GEMMA = DECODER | {"head_dim": 8}  # GemmaConfig's own default is 256
+# Gemma2Config's query_pre_attn_scalar default (256) scales q.k by 1/16; its caps (50 and 30) bend
+# no score of a random model this small: the variants set smaller ones.
+GEMMA2 = GEMMA | {"query_pre_attn_scalar": 8}
 PHI3 = DECODER | {"pad_token_id": 0, "eos_token_id": 1}  # Phi3Config's 32000 is past the vocabulary
 # test_hf_fields' check builds a row's model from its FAMILIES: these two families join them.
 FAMILIES |= {
     "gemma": Family(T.GemmaConfig, T.GemmaForCausalLM, "llama", GEMMA),
+    "gemma2": Family(T.Gemma2Config, T.Gemma2ForCausalLM, "llama", GEMMA2),
     "phi3": Family(T.Phi3Config, T.Phi3ForCausalLM, "llama", PHI3),
 }
 
@@ -55,6 +60,21 @@ VARIANTS: dict[str, Callable[[], Any]] = {
     # heads wider than hidden_size / heads, biases on q, k, v and o, a head of its own
     "gemma_wide_bias_untied": lambda: T.GemmaForCausalLM(
         T.GemmaConfig(**GEMMA | {"head_dim": 12}, attention_bias=True, tie_word_embeddings=False)
+    ),
+    # capped scores and logits, sandwich norms, q.k scaled by 1/sqrt(8)
+    "gemma2": lambda: T.Gemma2ForCausalLM(
+        T.Gemma2Config(**GEMMA2, attn_logit_softcapping=0.5, final_logit_softcapping=1.5)
+    ),
+    # no caps, biases, untied, q.k by 1/sqrt(20), every other layer sliding over 12 tokens
+    "gemma2_window_bias_untied": lambda: T.Gemma2ForCausalLM(
+        T.Gemma2Config(
+            **GEMMA2 | {"query_pre_attn_scalar": 20},
+            attn_logit_softcapping=None,
+            final_logit_softcapping=None,
+            sliding_window=12,
+            attention_bias=True,
+            tie_word_embeddings=False,
+        )
     ),
     "phi3": lambda: T.Phi3ForCausalLM(T.Phi3Config(**PHI3, resid_pdrop=0.1)),
     "phi3_window_tied": lambda: T.Phi3ForCausalLM(
@@ -97,7 +117,8 @@ def test_parameter_counts_equal_transformers(imported: dict[str, Imported], name
 @pytest.mark.parametrize("name", list(VARIANTS))
 def test_an_imported_run_round_trips(imported: dict[str, Imported], tmp_path: Path, name: str) -> None:
     architecture = export_hf(imported[name].result.run_dir, tmp_path / "out")
-    assert architecture == ("GemmaForCausalLM" if name.startswith("gemma") else "LlamaForCausalLM")
+    expected = {"gemma": "GemmaForCausalLM", "gemma2": "Gemma2ForCausalLM", "phi3": "LlamaForCausalLM"}
+    assert architecture == expected[name.split("_")[0]]
     _loads_alike(tmp_path / "out", imported[name].model)
 
 
@@ -122,6 +143,18 @@ def test_the_specs_say_what_each_model_is(imported: dict[str, Imported]) -> None
     fused, window = imported["phi3"].spec.model, imported["phi3_window_tied"].spec.model
     assert (fused.max_seq_len, fused.dropout.residual, fused.tie_embeddings) == (32, 0.1, False)
     assert (window.max_seq_len, window.n_kv_heads, window.tie_embeddings) == (12, 1, True)
+    capped, sliding = imported["gemma2"].spec.model, imported["gemma2_window_bias_untied"].spec.model
+    assert (capped.norm.position, capped.attention_softcap, capped.logit_softcap) == ("sandwich", 0.5, 1.5)
+    assert (capped.attention_scale, capped.max_seq_len, capped.scale_embeddings) == (8**-0.5, 32, True)
+    assert (sliding.attention_softcap, sliding.logit_softcap, sliding.attention_scale) == (
+        None,
+        None,
+        20**-0.5,
+    )
+    assert (sliding.max_seq_len, sliding.bias.qkv, sliding.tie_embeddings) == (12, True, False)
+    # the post-feed-forward norm's (1 + weight), folded
+    hf_norm = imported["gemma2"].hf.model.layers[1].post_feedforward_layernorm.weight
+    assert torch.equal(imported["gemma2"].model.blocks[1].ffn_out_norm.weight, 1.0 + hf_norm)
 
 
 def test_phi3_slides_every_layer_so_its_context_is_capped_at_the_window(
@@ -150,22 +183,24 @@ def test_a_fused_tensor_of_other_rows_is_refused_by_name(
     assert not (tmp_path / "runs" / "wrong").exists()
 
 
-def test_gemma_2_is_another_model_type(imported: dict[str, Imported], tmp_path: Path) -> None:
+def test_gemma_3_is_another_model_type(imported: dict[str, Imported], tmp_path: Path) -> None:
     folder = tmp_path / "src"
     write(imported["gemma"].hf, "llama", folder)
     config = json.loads((folder / "config.json").read_text())
-    (folder / "config.json").write_text(json.dumps(config | {"model_type": "gemma2"}))
-    with pytest.raises(HFError, match="model_type: 'gemma2' has no converter"):
-        import_folder(folder, "g2", tmp_path / "specs", tmp_path / "runs")
+    (folder / "config.json").write_text(json.dumps(config | {"model_type": "gemma3_text"}))
+    with pytest.raises(HFError, match="model_type: 'gemma3_text' has no converter"):
+        import_folder(folder, "g3", tmp_path / "specs", tmp_path / "runs")
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["gemma_wide_bias_untied", "phi3_window_tied"])
+@pytest.mark.parametrize(
+    "name", ["gemma_wide_bias_untied", "gemma2", "gemma2_window_bias_untied", "phi3_window_tied"]
+)
 def test_the_runtime_generates_transformers_greedy_tokens(
     imported: dict[str, Imported], tmp_path: Path, name: str
 ) -> None:
     """Exported to ONNX with parity, then greedy decoding with the KV cache in onnxruntime against
-    transformers' generate (Phi-3's within its window of 12)."""
+    transformers' generate (Phi-3's and a Gemma 2's within their windows of 12)."""
     from tfcompile.runtime import load
 
     variant = imported[name]
@@ -367,8 +402,79 @@ CASES: list[Case] = [
     case("phi3", json={"partial_rotary_factor": 0.75}, slow=True),  # the saved dict's 1.0 is read
     case("phi3", outcome="partial_rotary_factor", **rope(rope_type="default", partial_rotary_factor=0.5)),
     case("phi3", json={"partial_rotary_factor": 1.0}, slow=True),
+    # ---------------------------------------------------------------------------- Gemma 2
+    case(  # the fields that take any value at once: each row below sets one
+        "gemma2",
+        head_dim=16,
+        num_key_value_heads=1,
+        tie_word_embeddings=False,
+        rms_norm_eps=1e-2,
+        attention_bias=True,
+        hidden_activation="gelu",
+        attn_logit_softcapping=0.5,
+        final_logit_softcapping=2.0,
+        query_pre_attn_scalar=3,
+        initializer_range=0.5,
+        attention_dropout=0.3,
+        spec={
+            "head_dim": 16,
+            "n_kv_heads": 1,
+            "bias.attn_out": True,
+            "activation": "geglu",
+            "attention_softcap": 0.5,
+            "logit_softcap": 2.0,
+            "attention_scale": 3**-0.5,
+            "norm.position": "sandwich",
+        },
+    ),
+    case("gemma2", head_dim=256, json={"head_dim": DELETE}, spec={"head_dim": 256}, slow=True),  # the default
+    case("gemma2", outcome="num_key_value_heads", num_key_value_heads=3, slow=True),
+    case("gemma2", json={"tie_word_embeddings": DELETE}, spec={"tie_embeddings": True}, slow=True),
+    case("gemma2", json={"mlp_bias": True}, spec={"bias.ffn": False}, slow=True),  # Llama's; not Gemma 2's
+    # hidden_activation is read, as it is (no legacy renaming); hidden_act is not
+    case("gemma2", json={"hidden_activation": DELETE}, spec={"activation": "geglu_tanh"}, slow=True),
+    case("gemma2", json={"hidden_act": "silu"}, spec={"activation": "geglu_tanh"}, slow=True),
+    case("gemma2", hidden_activation="silu", spec={"activation": "swiglu"}, slow=True),
+    case("gemma2", outcome="hidden_activation", hidden_activation="relu"),
+    # the caps: transformers' defaults where missing, none where null, refused where not positive
+    case(
+        "gemma2", attn_logit_softcapping=None, final_logit_softcapping=None, spec={"attention_softcap": None}
+    ),
+    case(
+        "gemma2",
+        json={"attn_logit_softcapping": DELETE, "final_logit_softcapping": DELETE},
+        spec={"attention_softcap": 50.0, "logit_softcap": 30.0},
+        slow=True,
+    ),
+    case("gemma2", outcome="attn_logit_softcapping", attn_logit_softcapping=0.0, slow=True),
+    case("gemma2", outcome="final_logit_softcapping", final_logit_softcapping=-1.0, slow=True),
+    case("gemma2", json={"query_pre_attn_scalar": DELETE}, spec={"attention_scale": 1 / 16}, slow=True),
+    case("gemma2", outcome="query_pre_attn_scalar", json={"query_pre_attn_scalar": 0}, slow=True),
+    case("gemma2", outcome="query_pre_attn_scalar", json={"query_pre_attn_scalar": "8"}, slow=True),
+    # every other layer slides (layer_types, or its default): the context is capped at the window
+    case("gemma2", sliding_window=6, spec={"max_seq_len": 6}),
+    case("gemma2", json={"sliding_window": DELETE}, spec={"max_seq_len": 32}, slow=True),  # 4096 > 32
+    case(
+        "gemma2",
+        sliding_window=6,
+        layer_types=["full_attention", "full_attention"],
+        spec={"max_seq_len": 32},
+        slow=True,
+    ),
+    case("gemma2", sliding_window=6, json={"layer_types": DELETE}, spec={"max_seq_len": 6}, slow=True),
+    case("gemma2", initializer_range=0.5, slow=True),
+    case("gemma2", attention_dropout=0.3, slow=True),
+    case("gemma2", use_cache=False, slow=True),
+    case("gemma2", slow=True, **IDS),
+    case("gemma2", max_position_embeddings=8, spec={"max_seq_len": 8}, slow=True),
+    case("gemma2", num_hidden_layers=1, slow=True),
+    case("gemma2", hidden_size=48, intermediate_size=40, vocab_size=80, slow=True),
+    case("gemma2", num_attention_heads=2, num_key_value_heads=2, slow=True),
+    case("gemma2", outcome="use_bidirectional_attention", use_bidirectional_attention=True),
+    case("gemma2", **{"rope_parameters": {"rope_theta": 500.0, "rope_type": "default"}}, slow=True),
+    case("gemma2", **rope(rope_type="linear", factor=2.0), slow=True),
 ]
-CLASSES = {"gemma": "gemma", "phi3": "phi3"}
+CLASSES = {"gemma": "gemma", "gemma2": "gemma2", "phi3": "phi3"}
 
 
 @pytest.mark.parametrize("c", _pytest_cases(CASES))
@@ -399,15 +505,16 @@ def _activation_cases() -> list[Any]:
 def test_every_activation_name_is_computed_alike_or_refused_by_name(
     family: str, value: str, tmp_path: Path
 ) -> None:
+    name = "hidden_activation" if family == "gemma2" else "hidden_act"  # what Gemma2Config reads
     try:
-        FAMILIES[family].config(**(FAMILIES[family].base | {"hidden_act": value}))
+        FAMILIES[family].config(**(FAMILIES[family].base | {name: value}))
     except Exception:  # transformers refuses it itself
-        pytest.skip(f"transformers builds no model with hidden_act={value}")
-    c = case(family, hidden_act=value)
+        pytest.skip(f"transformers builds no model with {name}={value}")
+    c = case(family, **{name: value})
     _save(c, tmp_path / "hf")
     try:
         import_folder(tmp_path / "hf", "case", tmp_path / "specs", tmp_path / "runs")
     except HFError as error:
-        assert "  hidden_act" in str(error)
+        assert f"  {name}" in str(error)
         return
     check(c, tmp_path / "again")

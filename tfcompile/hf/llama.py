@@ -48,9 +48,11 @@ class ModelType:
     qk_norm: bool = False  # each head's q and k normalised
     scale_embeddings: bool = False  # embeddings multiplied by sqrt(hidden_size)
     every_layer_slides: bool = False  # every layer slides (layer_types unread), where a window is set
+    alternating: bool = False  # where no layer_types: every other layer slides, the first among them
     window_layers: bool = False  # where no layer_types: the layers from max_window_layers on slide
     head_dim: int | None = None  # the head size of a config that leaves it out (None: d_model / heads)
     window: int = 0  # the sliding window of a config that leaves it out (0: none)
+    activation: str = "hidden_act"  # the field the feed-forward's activation is read from
 
 
 # As their config and model classes have them (transformers 4 and 5). Phi-3 computes as Mistral,
@@ -63,6 +65,14 @@ MODEL_TYPES = {
     "qwen3": ModelType(attention_bias=QKVO, qk_norm=True, window_layers=True, head_dim=128),
     "gemma": ModelType(attention_bias=QKVO, scale_embeddings=True, head_dim=256),
     "phi3": ModelType(every_layer_slides=True),
+    "gemma2": ModelType(
+        attention_bias=QKVO,
+        scale_embeddings=True,
+        alternating=True,
+        head_dim=256,
+        window=4096,
+        activation="hidden_activation",
+    ),
 }
 # The fields of each scaling that tfcompile keeps (the rest are transformers' bookkeeping).
 SCALING_FIELDS = {
@@ -159,7 +169,8 @@ def context(config: Config, kind: ModelType) -> int:
     slide: every Mistral (and Phi-3) layer (``MistralForCausalLM`` reads no ``layer_types``:
     AutoModel loads a Mistral config that has them as Ministral, which reads them; within the
     window the two agree); else ``layer_types``, or where a config has none, the Qwen2 and Qwen3
-    layers from ``max_window_layers`` on, as transformers derives them."""
+    layers from ``max_window_layers`` on and every other Gemma 2 layer, as transformers derives
+    them."""
     length = config.get("max_position_embeddings", 2048)
     # A null window is none; a missing one is the config class's default (MistralConfig's 4096).
     window = config.get("sliding_window", 0) if "sliding_window" in config.data else kind.window
@@ -168,6 +179,8 @@ def context(config: Config, kind: ModelType) -> int:
         windowed = True
     elif layer_types:
         windowed = "sliding_attention" in layer_types
+    elif kind.alternating:
+        windowed = True
     elif kind.window_layers:
         first = config.get("max_window_layers", 28)
         windowed = config.get("use_sliding_window", False) and first < config.get("num_hidden_layers", 32)
@@ -243,7 +256,7 @@ class Llama(Architecture):
             "n_heads": heads,
             "n_kv_heads": kv_heads,
             "d_ff": config.get("intermediate_size", 11008),
-            "activation": config.choice("hidden_act", "silu", GATED_ACTIVATIONS, "gated activation"),
+            "activation": config.choice(kind.activation, "silu", GATED_ACTIVATIONS, "gated activation"),
             "positional": rope_section(config, head_dim),
             "norm": {
                 "position": "pre",
