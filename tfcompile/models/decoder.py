@@ -11,7 +11,7 @@ from torch import nn
 
 from tfcompile.models.common import Assembly, check_token_ids, init_weights, require_vocab_size
 from tfcompile.nn.attention import KVCache, may_attend
-from tfcompile.nn.block import build_blocks, build_final_norm
+from tfcompile.nn.block import build_blocks, build_final_norm, build_norm
 from tfcompile.nn.positional import build_positional, positions_from_mask
 from tfcompile.spec.schema import DecoderSpec
 
@@ -36,6 +36,7 @@ class DecoderLM(Assembly):
         self.embed = nn.Embedding(spec.vocab_rows, spec.d_model)
         self.embed_scale = math.sqrt(spec.d_model)
         self.positional = build_positional(spec, bidirectional=False)
+        self.embed_norm = build_norm(spec.norm, spec.d_model) if spec.embedding_norm else nn.Identity()
         self.drop = nn.Dropout(spec.dropout.embedding)
         self.blocks = build_blocks(spec, spec.n_layers)
         self.final_norm = build_final_norm(spec)
@@ -86,7 +87,7 @@ class DecoderLM(Assembly):
         x = self.embed(input_ids)  # (B, T, d)
         if self.spec.scale_embeddings:
             x = x * self.embed_scale
-        x = self.drop(self.positional.embed(x, positions))
+        x = self.drop(self.embed_norm(self.positional.embed(x, positions)))
         rotary = self.positional.rotary(positions)
         bias = self.positional.attention_bias(positions, k_positions)  # (1 or B, H, T, P + T) or None
         padding = attention_mask.bool() if attention_mask is not None else None

@@ -294,3 +294,35 @@ class RelativePositional(PositionalEncoding):
         relative = k[:, None, :] - q[:, :, None]  # (1 or B, Tq, Tk)
         buckets = relative_position_bucket(relative, self.bidirectional, self.num_buckets, self.max_distance)
         return self.bias(buckets).permute(0, 3, 1, 2)  # (1 or B, H, Tq, Tk)
+
+
+def alibi_slopes(n_heads: int) -> torch.Tensor:
+    """ALiBi's slope per head, (n_heads,) float64: 2^(-8h/n), h = 1..n, for n a power of two; for
+    other counts those of the power of two below, then every other slope of the one above (Press
+    et al. 2021's code, and BLOOM's)."""
+    below = 2 ** math.floor(math.log2(n_heads))
+    slopes = 2.0 ** (-8.0 * torch.arange(1, below + 1, dtype=torch.float64) / below)
+    odd = torch.arange(1, 2 * (n_heads - below) + 1, 2, dtype=torch.float64)  # empty for a power of two
+    extra = 2.0 ** (-8.0 * odd / (2 * below))
+    return torch.cat((slopes, extra))
+
+
+@POSITIONAL.register("alibi")
+class AlibiPositional(PositionalEncoding):
+    """ALiBi (Press et al. 2021): a fixed bias on each head's scores, -m_h times the distance from
+    the query back to the key (causal stacks; later keys are masked) or, looking both ways, its
+    absolute value; nothing is added to the tokens and nothing is learned."""
+
+    slopes: torch.Tensor
+
+    def __init__(self, spec: schema.AlibiPositional, dims: PositionalDims) -> None:
+        super().__init__(spec, dims)
+        self.bidirectional = dims.bidirectional
+        self.register_buffer("slopes", alibi_slopes(dims.n_heads).float(), persistent=False)
+
+    def attention_bias(self, q_positions: torch.Tensor, k_positions: torch.Tensor) -> torch.Tensor:
+        q, k = q_positions.reshape(-1, q_positions.shape[-1]), k_positions.reshape(-1, k_positions.shape[-1])
+        distance = (q[:, :, None] - k[:, None, :]).float()  # (1 or B, Tq, Tk)
+        if self.bidirectional:
+            distance = distance.abs()
+        return -self.slopes[:, None, None] * distance[:, None]  # (1 or B, H, Tq, Tk)

@@ -310,6 +310,19 @@ class RelativePositional(Section):
         return self.num_buckets * model.n_heads  # a scalar bias per bucket and head
 
 
+class AlibiPositional(Section):
+    type: Literal["alibi"] = Field(
+        "alibi",
+        description="ALiBi (Press et al. 2021): no position added to the tokens; each head's scores get "
+        "-m_h * distance (query position - key position; its absolute value where the stack looks "
+        "both ways), m_h = 2^(-8h/n) for n heads, a power of two (other counts: BLOOM's interleaved "
+        "slopes); nothing learned",
+    )
+
+    def parameters(self, model: TransformerSpec) -> int:
+        return 0
+
+
 class NoPositional(Section):
     type: Literal["none"] = "none"
 
@@ -318,7 +331,12 @@ class NoPositional(Section):
 
 
 Positional = Annotated[
-    SinusoidalPositional | LearnedPositional | RopePositional | RelativePositional | NoPositional,
+    SinusoidalPositional
+    | LearnedPositional
+    | RopePositional
+    | RelativePositional
+    | AlibiPositional
+    | NoPositional,
     Field(discriminator="type"),
 ]
 
@@ -578,6 +596,8 @@ def _nearest_divisor(n: int, near: int, reach: int = 10_000) -> int:
     return 1
 
 
+EMBEDDING_NORM = "a norm after the summed embeddings (BERT, BLOOM)"
+
 # T5 v1.0 multiplies the final hidden state by d_model^-0.5 before its LM head, which is tied to the
 # embeddings (whose scale is that of the inputs).
 SCALE_OUTPUT = "multiply the last hidden state by d_model^-0.5 before the LM head (T5 with a tied head)"
@@ -588,6 +608,7 @@ class DecoderSpec(TransformerSpec):
 
     family: Literal["decoder"] = "decoder"
     scale_output: bool = Field(False, description=SCALE_OUTPUT)
+    embedding_norm: bool = Field(False, description=EMBEDDING_NORM)
     logit_softcap: PositiveFloat | None = Field(
         None,
         description="cap the logits to c * tanh(logits / c), in training and generation (Gemma 2: 30); "
@@ -620,6 +641,7 @@ class DecoderSpec(TransformerSpec):
         return (
             self.vocab_rows * self.d_model
             + self.positional.parameters(self)
+            + (self.norm.parameters(self.d_model) if self.embedding_norm else 0)
             + self.n_layers * self.block_parameters()
             + self.final_norm_parameters()
         )
@@ -632,7 +654,7 @@ class EncoderSpec(TransformerSpec):
     type_vocab_size: Annotated[int, Field(strict=True, ge=0), at_most(MAX_VOCAB, VOCABULARIES)] = Field(
         2, description="segment (token type) embeddings: 2 for sentence pairs, 0 for none"
     )
-    embedding_norm: bool = Field(False, description="a norm after the summed embeddings (BERT)")
+    embedding_norm: bool = Field(False, description=EMBEDDING_NORM)
     pooler: bool = Field(
         True,
         description="BERT's pooler, tanh(dense) of the final [CLS] state, which classification and "
