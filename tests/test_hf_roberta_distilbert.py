@@ -2,8 +2,9 @@
 each with a tokenizer of its own kind (byte-level BPE, Unigram, WordPiece) built without downloads:
 transformers' logits in float32, padded and not; the parameters transformers counts, less the
 position rows RoBERTa never reads; export-hf back to a folder transformers reads to the same
-outputs; a classifier's bundle answering a sentence pair as transformers does; and every field of
-the four config classes, value by value, imported alike or refused by name."""
+outputs (a DistilBERT classifier, whose ReLU pooler BERT has not, refused by field); a
+classifier's bundle answering a sentence pair as transformers does; and every field of the four
+config classes, value by value, imported alike or refused by name."""
 
 from __future__ import annotations
 
@@ -114,13 +115,19 @@ FAMILIES = {
         ROBERTA | dict(bos_token_id=5, eos_token_id=6) | LABELS,
     ),
     "distilbert": Family(T.DistilBertConfig, T.DistilBertForMaskedLM, wordpiece_tokenizer, DISTILBERT),
+    "distilbert_cls": Family(
+        T.DistilBertConfig, T.DistilBertForSequenceClassification, wordpiece_tokenizer, DISTILBERT | LABELS
+    ),
 }
 CLASSES = {
     "roberta": ["roberta", "roberta_cls"],
     "xlm-roberta": ["xlm-roberta", "xlm-roberta_cls"],
     "camembert": ["camembert", "camembert_cls"],
-    "distilbert": ["distilbert"],
+    "distilbert": ["distilbert", "distilbert_cls"],
 }
+# The families export-hf writes (as BERT's classes): not DistilBERT's classifier, whose ReLU
+# pooler BERT has not.
+EXPORTED = [family for family in FAMILIES if family != "distilbert_cls"]
 
 
 def save(family: str, folder: Path, edits: dict[str, Any] | None = None) -> Any:
@@ -208,17 +215,17 @@ def test_parameter_counts_are_transformers_less_the_unread_position_rows(
 
 def test_the_specs_say_what_each_model_is(imported: dict[str, Imported]) -> None:
     """Positions from past the pad id (RoBERTa's 34 rows, pad 1: 32 positions; XLM-R's 37, pad 4:
-    32); a RoBERTa classifier's one segment row as two; DistilBERT without segments or pooler."""
+    32); a RoBERTa classifier's one segment row as two; DistilBERT without segments, its masked LM
+    without pooler, its classifier's pre_classifier as a ReLU pooler."""
     model = {name: case_.spec.model for name, case_ in imported.items()}
     assert {name: m.max_seq_len for name, m in model.items()} == dict.fromkeys(FAMILIES, 32)
-    assert [model[n].type_vocab_size for n in ("roberta", "roberta_cls", "distilbert")] == [1, 2, 0]
-    assert (model["roberta"].pooler, model["roberta_cls"].pooler, model["distilbert"].pooler) == (
-        False,
-        True,
-        False,
-    )
+    names = ("roberta", "roberta_cls", "distilbert", "distilbert_cls")
+    assert [model[n].type_vocab_size for n in names] == [1, 2, 0, 0]
+    assert [model[n].pooler for n in names] == [False, True, False, True]
+    assert [model[n].pooler_activation for n in names] == ["tanh", "tanh", "tanh", "relu"]
     assert model["distilbert"].norm.eps == 1e-12 and model["distilbert"].positional.type == "learned"
     assert imported["roberta_cls"].spec.task.labels == ["neg", "pos", "neutral"]
+    assert imported["distilbert_cls"].spec.task.labels == ["neg", "pos", "neutral"]
     second = imported["roberta_cls"].model.segment_embed.weight
     assert torch.equal(second[0], second[1])
 
@@ -237,10 +244,10 @@ def test_a_masked_lm_run_frames_a_sentence_as_the_imported_tokenizer_does(
     ids = special_ids(case_.spec, tokenizer, ("cls", "sep", "pad", "mask"))
     encoded = tokenizer.encode("the cat").ids
     assert (ids["cls"], ids["sep"], ids["pad"]) == (encoded[0], encoded[-1], pad_id(case_.hf))
-    assert ids["mask"] == VOCAB - 1 if family != "distilbert" else ids["mask"] == 4
+    assert ids["mask"] == (4 if family.startswith("distilbert") else VOCAB - 1)
 
 
-@pytest.mark.parametrize("family", list(FAMILIES))
+@pytest.mark.parametrize("family", EXPORTED)
 def test_export_hf_writes_a_folder_transformers_reads_to_the_same_logits(
     imported: dict[str, Imported], family: str, tmp_path: Path
 ) -> None:
@@ -255,6 +262,14 @@ def test_export_hf_writes_a_folder_transformers_reads_to_the_same_logits(
     assert difference(reloaded, case_.hf, case_.spec.model.max_seq_len) <= 1e-5
 
 
+def test_export_hf_refuses_a_relu_pooler_by_field(imported: dict[str, Imported], tmp_path: Path) -> None:
+    """DistilBERT's classifier reads ReLU of its pooler; BERT's pooler is tanh, and export-hf writes
+    no DistilBERT class: refused at model.pooler_activation, nothing written."""
+    with pytest.raises(HFError, match=r"model\.pooler_activation: 'relu' has no BERT equivalent; tanh"):
+        export_hf(imported["distilbert_cls"].result.run_dir, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
 def _probabilities(hf: Any, folder: Path, first: str, second: str) -> list[float]:
     encoded = T.AutoTokenizer.from_pretrained(folder)(first, second, return_tensors="pt")
     with torch.no_grad():
@@ -262,13 +277,14 @@ def _probabilities(hf: Any, folder: Path, first: str, second: str) -> list[float
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("family", ["roberta_cls", "xlm-roberta_cls", "camembert_cls"])
+@pytest.mark.parametrize("family", ["roberta_cls", "xlm-roberta_cls", "camembert_cls", "distilbert_cls"])
 def test_a_classifier_bundle_answers_a_pair_as_transformers_does(
     imported: dict[str, Imported], family: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Exported with parity, its tokenizer frames the pair <s> A </s></s> B </s>, every token
-    segment 0, padded with <pad>: the runtime's and `tfcompile classify`'s probabilities are
-    transformers' for the pair, and for pairs of several lengths in one batch."""
+    """Exported with parity, its tokenizer frames the pair as transformers' does (<s> A </s></s> B
+    </s>, every token segment 0, padded with <pad>; DistilBERT's [CLS] A [SEP] B [SEP], without
+    segments): the runtime's and `tfcompile classify`'s probabilities are transformers' for the
+    pair, and for pairs of several lengths in one batch."""
     from tfcompile.runtime import load
 
     case_ = imported[family]
@@ -297,14 +313,15 @@ def test_what_cannot_be_expressed_is_refused_by_name(tmp_path: Path) -> None:
         assert not (tmp_path / "runs" / "x").exists()
         return str(error.value)
 
-    assert "pre_classifier -> ReLU" in refused("distilbert", T.DistilBertForSequenceClassification)
+    assert "  architectures" in refused("distilbert", T.DistilBertForQuestionAnswering)
     assert "  architectures" in refused("roberta", T.RobertaForTokenClassification)
     assert "  hidden_act" in refused("roberta", hidden_act="relu")
     assert "  is_decoder" in refused("roberta", T.RobertaForCausalLM, is_decoder=True)
 
 
 def test_a_roberta_masked_lm_saved_with_its_pooler_leaves_it_out_with_a_warning(tmp_path: Path) -> None:
-    """roberta-base holds the pooler it was pretrained with; RobertaForMaskedLM leaves it unread."""
+    """roberta-base holds a pooler that no RoBERTa head reads (its classifier's dense layer is its
+    own): left out, unlike BERT's, which BERT's classifier reads."""
     from safetensors.torch import load_file, save_file
 
     folder = tmp_path / "hf"
@@ -316,7 +333,8 @@ def test_a_roberta_masked_lm_saved_with_its_pooler_leaves_it_out_with_a_warning(
     }
     save_file(tensors, folder / "model.safetensors", metadata={"format": "pt"})
     with pytest.warns(HFWarning, match="pooler.dense.bias, pooler.dense.weight: a pooler no RoBERTa head"):
-        import_folder(folder, "x", tmp_path / "specs", tmp_path / "runs")
+        result = import_folder(folder, "x", tmp_path / "specs", tmp_path / "runs")
+    assert result.spec.model.pooler is False
 
 
 # The masked-LM head's bias as saved: the head's own and the decoder's, each there or not.
@@ -452,6 +470,20 @@ CASES: list[Case] = [
     case("distilbert", pad_token_id=3, bos_token_id=2, eos_token_id=3, slow=True),
     case("distilbert", n_layers=1, n_heads=4, hidden_dim=24, slow=True),
     case("distilbert", max_position_embeddings=12, spec={"max_seq_len": 12}, slow=True),
+    # DistilBERT's classifier: the body's rows are the masked LM's; export-hf refuses its ReLU pooler.
+    case(
+        "distilbert_cls",
+        activation="relu",
+        dropout=0.3,
+        seq_classif_dropout=0.3,  # the head's dropout, while training
+        spec={"activation": "relu", "pooler": True, "pooler_activation": "relu"},
+        exported=False,
+    ),
+    case("distilbert_cls", num_labels=5, exported=False, slow=True),
+    case("distilbert_cls", outcome="num_labels", id2label={0: "only"}, label2id={"only": 0}, slow=True),
+    case("distilbert_cls", outcome="problem_type", problem_type="regression"),
+    case("distilbert_cls", outcome="problem_type", problem_type="multi_label_classification", slow=True),
+    case("distilbert_cls", problem_type="single_label_classification", exported=False, slow=True),
 ]
 
 

@@ -225,6 +225,13 @@ class Bert(Architecture):
         )
         need(model.n_kv_heads == model.n_heads, "model.n_kv_heads", model.n_kv_heads, "n_heads (no GQA)")
         need.plain_attention(model)
+        unread = head_class(spec) == "BertForMaskedLM"  # a pooler BertForMaskedLM is written without
+        need(
+            unread or model.pooler_activation == "tanh",
+            "model.pooler_activation",
+            model.pooler_activation,
+            "tanh (BERT's pooler)",
+        )
         return [p for p in need.problems if p.field != "model.bias.lm_head"]  # BERT's head has a bias
 
     def to_config(self, spec: Spec) -> dict[str, Any]:
@@ -335,6 +342,9 @@ def labels(config: Config) -> list[str]:
     )
     id2label = config.get("id2label", {})
     count = config.get("num_labels", len(id2label) or 2)
+    if not isinstance(count, int):  # 1.5 passes as a number
+        config.refuse("num_labels", f"{count!r} is not a whole number of labels", "fix the file")
+        count = 2
     names = [str(id2label.get(str(i), id2label.get(i, f"LABEL_{i}"))) for i in range(count)]
     config.require(count >= 2, "num_labels", f"is {count}: regression is not classification", "use 2 or more")
     return distinct(names)

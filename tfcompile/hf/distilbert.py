@@ -1,17 +1,18 @@
-"""DistilBERT (``DistilBertForMaskedLM``): BERT's post-LayerNorm body without segments or pooler,
-under other names (q_lin, k_lin, v_lin, out_lin; sa_layer_norm, output_layer_norm; ffn.lin1 and
-lin2), every LayerNorm's epsilon 1e-12, and the masked-LM head vocab_transform -> activation ->
-vocab_layer_norm -> vocab_projector.
+"""DistilBERT (``DistilBertForMaskedLM``, ``DistilBertForSequenceClassification``): BERT's
+post-LayerNorm body without segments, under other names (q_lin, k_lin, v_lin, out_lin;
+sa_layer_norm, output_layer_norm; ffn.lin1 and lin2), every LayerNorm's epsilon 1e-12; the
+masked-LM head vocab_transform -> activation -> vocab_layer_norm -> vocab_projector, and the
+classifier pre_classifier -> ReLU -> classifier on [CLS], which is BERT's pooler (with ReLU for its
+tanh: ``model.pooler_activation: relu``) and classifier.
 
 The position table is read as learned positions whatever ``sinusoidal_pos_embds`` says: a
-sinusoidal model saves its table too, and transformers reads the one saved. Its classifier
-(pre_classifier -> ReLU -> classifier on [CLS]) is not the spec's (tanh of the pooler), so
-``DistilBertForSequenceClassification`` is refused. export-hf writes these runs as BERT's
-``BertForMaskedLM`` (a zero segment row, no pooler), which computes them exactly."""
+sinusoidal model saves its table too, and transformers reads the one saved. export-hf writes a
+masked LM as BERT's ``BertForMaskedLM`` (a zero segment row, no pooler), which computes it exactly;
+a classifier it refuses (BERT's pooler is tanh), as it writes no DistilBERT class."""
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from tfcompile.hf.architecture import (
     ACTIVATIONS,
@@ -24,9 +25,9 @@ from tfcompile.hf.architecture import (
     register,
     tied,
 )
-from tfcompile.hf.bert import Bert, Body, MLMBias, body_state
+from tfcompile.hf.bert import Bert, Body, MLMBias, body_state, labels
 from tfcompile.spec import Spec
-from tfcompile.spec.schema import EncoderSpec
+from tfcompile.spec.schema import EncoderSpec, MaskedLMTask
 
 EPS = 1e-12  # DistilBERT's LayerNorms, fixed in its code
 LAYER = (  # DistilBERT's names within a block -> tfcompile's (post-norm)
@@ -45,6 +46,13 @@ MLM_HEAD = (
     ("vocab_layer_norm.bias", "mlm_norm.bias"),
 )
 HEAD = "DistilBertForMaskedLM"
+CLASSIFIER = "DistilBertForSequenceClassification"
+CLASSIFIER_HEAD = (  # pre_classifier -> ReLU on [CLS] is the pooler (pooler_activation: relu)
+    ("pre_classifier.weight", "pooler.weight"),
+    ("pre_classifier.bias", "pooler.bias"),
+    ("classifier.weight", "classifier.weight"),
+    ("classifier.bias", "classifier.bias"),
+)
 
 
 @register("distilbert")
@@ -67,21 +75,21 @@ class DistilBert(Bert):
         "model.dropout.residual": "dropout",
         "model.dropout.attention": "attention_dropout",
         "model.init_std": "initializer_range",
+        "task.labels": "id2label",
     }
 
     def read(self, config: Config, architecture: str, tensors: Tensors) -> Imported:
         config.require(
-            architecture != "DistilBertForSequenceClassification",
-            "architectures",
-            f"{architecture}: its head is pre_classifier -> ReLU -> classifier, tfcompile's classifier "
-            f"reads tanh of its pooler",
-            f"import a {HEAD}",
-        )
-        config.require(
-            architecture in (HEAD, "DistilBertForSequenceClassification"),
+            architecture in (HEAD, CLASSIFIER),
             "architectures",
             f"{architecture} is not a DistilBERT head tfcompile has",
-            f"import a {HEAD}",
+            f"import one of {sorted((HEAD, CLASSIFIER))}",
+        )
+        classifier = architecture == CLASSIFIER
+        task: dict[str, Any] = (
+            {"type": "classification", "labels": labels(config)}
+            if classifier
+            else {"type": "masked_lm", "next_sentence": False}
         )
         hidden_dropout = dropout(config.get("dropout", 0.1))
         model = {
@@ -97,8 +105,9 @@ class DistilBert(Bert):
             "norm": {"position": "post", "type": "layernorm", "eps": EPS},
             "embedding_norm": True,
             "type_vocab_size": 0,
-            "pooler": False,
-            "bias": {"qkv": True, "attn_out": True, "ffn": True, "lm_head": True},
+            "pooler": classifier,
+            **({"pooler_activation": "relu"} if classifier else {}),
+            "bias": {"qkv": True, "attn_out": True, "ffn": True, "lm_head": not classifier},
             "tie_embeddings": tied(config, tensors, DECODER, "embeddings.word_embeddings.weight", True),
             "dropout": {
                 "embedding": hidden_dropout,
@@ -107,13 +116,15 @@ class DistilBert(Bert):
             },
             "init_std": init_std(config),
         }
-        return Imported(model, {"type": "masked_lm", "next_sentence": False})
+        return Imported(model, task)
 
     def to_state(self, tensors: Tensors, spec: Spec) -> State:
         model = spec.model
         assert isinstance(model, EncoderSpec)
         state = body_state(tensors, model, BODY)  # BERT's embeddings, without segments
-        return state | self.mlm_state(tensors, model, state["embed.weight"])
+        if isinstance(spec.task, MaskedLMTask):
+            return state | self.mlm_state(tensors, model, state["embed.weight"])
+        return state | {tfc: tensors.take(hf) for hf, tfc in CLASSIFIER_HEAD}
 
     def candidate(self, spec: Spec) -> bool:
         return False  # BERT writes every spec DistilBERT could, computing the same

@@ -7,6 +7,7 @@ pretraining run by loading every tensor the body has (see ``train.init.init_from
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
 
 import torch
@@ -18,6 +19,12 @@ from tfcompile.nn.block import build_blocks, build_final_norm, build_norm
 from tfcompile.nn.positional import build_positional, positions_from_mask
 from tfcompile.nn.registry import ACTIVATIONS
 from tfcompile.spec.schema import EncoderSpec
+
+# model.pooler_activation -> what follows the pooler's dense layer: BERT's tanh, DistilBERT's ReLU.
+POOLER_ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "tanh": torch.tanh,
+    "relu": torch.relu,
+}
 
 
 class Encoder(Assembly):
@@ -36,7 +43,8 @@ class Encoder(Assembly):
         self.drop = nn.Dropout(spec.dropout.embedding)
         self.blocks = build_blocks(spec, spec.n_layers)
         self.final_norm = build_final_norm(spec)
-        # BERT's pooler: the [CLS] state through a dense layer and tanh, for the sentence-level heads.
+        # BERT's pooler: the [CLS] state through a dense layer and tanh (DistilBERT's classifier:
+        # ReLU), for the sentence-level heads.
         self.pooler = nn.Linear(spec.d_model, spec.d_model) if spec.pooler else None
 
     def encode(
@@ -68,10 +76,10 @@ class Encoder(Assembly):
         return (torch.zeros(batch, self.spec.max_seq_len, dtype=torch.long, device=self.embed.weight.device),)
 
     def pool(self, hidden: torch.Tensor) -> torch.Tensor:
-        """(B, T, d) -> (B, d): the [CLS] state through the pooler."""
+        """(B, T, d) -> (B, d): the [CLS] state through the pooler and its activation."""
         if self.pooler is None:
             raise ValueError("the model has no pooler (model.pooler: false) to pool the [CLS] state with")
-        return torch.tanh(self.pooler(hidden[:, 0]))
+        return POOLER_ACTIVATIONS[self.spec.pooler_activation](self.pooler(hidden[:, 0]))
 
     def _check_inputs(
         self,

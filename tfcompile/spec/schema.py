@@ -660,6 +660,11 @@ class EncoderSpec(TransformerSpec):
         description="BERT's pooler, tanh(dense) of the final [CLS] state, which classification and "
         "next-sentence prediction read; a masked LM alone needs none",
     )
+    pooler_activation: Literal["tanh", "relu"] = Field(
+        "tanh",
+        description="what follows the pooler's dense layer: tanh (BERT's pooler) or relu (DistilBERT's "
+        "classifier head, pre_classifier and ReLU); the parameters are the same",
+    )
 
     @property
     def causal(self) -> bool:

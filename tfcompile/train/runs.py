@@ -139,11 +139,13 @@ def load_run_weights(model: nn.Module, run_dir: Path, which: str) -> Path:
 
 # Fields that may change between pretraining and fine-tuning without changing the weights' meaning.
 FINE_TUNING_FIELDS = {"dropout", "init_std"}
-# BERT's pooler: a part of the body that a masked LM has none of (one imported from BertForMaskedLM,
-# RobertaForMaskedLM or DistilBertForMaskedLM) and a classifier reads. Fine-tuning starts it new
-# where the parent has none, as it starts its heads, and leaves the parent's behind where this model
-# has none; model.pooler may differ.
+# BERT's pooler: a part of the body that a masked LM may have none of (one imported from
+# RobertaForMaskedLM or DistilBertForMaskedLM, or from a BertForMaskedLM saved without it) and a
+# classifier reads. Fine-tuning starts it new where the parent has none, as it starts its heads, and
+# leaves the parent's behind where this model has none; model.pooler may differ, and so may its
+# activation where one of the two has no pooler (a pooler carried over keeps what it was trained with).
 POOLER = "pooler"
+POOLER_ACTIVATION = "pooler_activation"
 # The segment embeddings: a parent with one row (an imported RoBERTa-family masked LM, whose
 # tokenizer gives every token segment 0) starts each row of a model with more as a copy of it, so
 # that any segment is read as the parent read segment 0 (the import of a RoBERTa classifier copies
@@ -214,6 +216,8 @@ def init_from_run(model: nn.Module, spec: Spec, run_dir: Path) -> Initialised:
         if name in source and source[name].shape != loaded[name].shape
     ]
     free = {"vocab_size", POOLER, *FINE_TUNING_FIELDS, *(["type_vocab_size"] if copied else [])}
+    if not (has and had):
+        free.add(POOLER_ACTIVATION)
     if not any(name.startswith("lm_head.") for name in body):
         free |= LM_HEAD_FIELDS
     differences = model_differences(source_spec.model.model_dump(), spec.model.model_dump(), "model", free)

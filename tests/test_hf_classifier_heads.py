@@ -1,0 +1,126 @@
+"""The sentence classifier heads of imported encoders.
+
+DistilBERT's classifier (pre_classifier -> ReLU -> classifier on [CLS]) is BERT's pooler with ReLU
+for tanh (``model.pooler_activation: relu``): it imports to transformers' logits, trains, exports
+with parity and classifies as transformers does; export-hf refuses it by field."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from pydantic import ValidationError
+from test_hf_fields import edit_config
+from test_hf_roberta_distilbert import save as save_family
+
+from tfcompile.cli import main
+from tfcompile.hf.errors import HFError
+from tfcompile.hf.importer import ImportResult, import_folder
+from tfcompile.models import Classifier
+from tfcompile.spec import EncoderSpec, Spec, load_spec
+from tfcompile.train import Trainer, load_trained_model
+
+transformers = pytest.importorskip("transformers")
+T = transformers
+
+ROWS = [("the cat sat", "pos"), ("that is a hit", "neg"), ("a hat", "neutral")]
+
+
+def _table(folder: Path) -> Path:
+    path = folder / "rows.tsv"
+    path.write_text("sentence\tlabel\n" + "".join(f"{text}\t{label}\n" for text, label in ROWS))
+    return path
+
+
+def _fine_tune(imported: ImportResult, tmp_path: Path, *more: str) -> Spec:
+    """The imported masked LM's spec as a classifier of ROWS that starts from its run."""
+    table = _table(tmp_path)
+    overrides = ["task={type: classification}", f"data.path={table}", f"data.val_path={table}"]
+    overrides += [f"train.init_from={imported.run_dir}", f"train.runs_dir={tmp_path}", "train.device=cpu"]
+    return load_spec(imported.spec_path, [*overrides, *more])
+
+
+def _classifier(**model: Any) -> Spec:
+    base = {
+        "family": "encoder",
+        "vocab_size": 40,
+        "d_model": 16,
+        "n_layers": 1,
+        "n_heads": 2,
+        "max_seq_len": 8,
+    }
+    task = {"type": "classification", "labels": ["a", "b"]}
+    return Spec.model_validate({"model": base | model, "task": task})
+
+
+def test_a_relu_pooler_is_relu_of_the_dense_layer_on_cls_with_tanhs_parameters() -> None:
+    relu, tanh = _classifier(pooler_activation="relu"), _classifier()
+    assert tanh.model.pooler_activation == "tanh" and relu.parameter_count() == tanh.parameter_count()
+    assert isinstance(relu.model, EncoderSpec)
+    torch.manual_seed(0)
+    model = Classifier(relu.model, 2).eval()
+    hidden = torch.randn(3, 5, 16)
+    pooled = torch.relu(hidden[:, 0] @ model.pooler.weight.T + model.pooler.bias)
+    assert torch.equal(model.pool(hidden), pooled) and (pooled == 0).any()
+    with pytest.raises(ValidationError, match="pooler_activation"):
+        _classifier(pooler_activation="gelu")
+
+
+# ------------------------------------------------------------------- DistilBERT's classifier
+
+
+def _import_distilbert(root: Path, family: str) -> ImportResult:
+    save_family(family, root / "hf" / family)
+    return import_folder(root / "hf" / family, family, root / "specs", root / "runs")
+
+
+@pytest.mark.slow
+def test_a_distilbert_classifier_trains_exports_and_classifies_as_its_weights_say(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """import -> train (train.init_from: the pooler, ReLU and all, trains) -> export (ONNX parity)
+    -> the bundle's probabilities are the trained model's on the ids transformers' tokenizer
+    gives each text."""
+    from tfcompile.runtime import load
+
+    monkeypatch.chdir(tmp_path)
+    result = _import_distilbert(tmp_path, "distilbert_cls")
+    table = _table(tmp_path)
+    sets = [f"data.path={table}", f"data.val_path={table}", "train.init_from=runs/distilbert_cls"]
+    sets += ["train.name=tuned", "train.steps=2", "train.batch_size=3", "train.device=cpu"]
+    sets += ["train.optimizer.lr=0.01"]
+    assert main(["train", str(result.spec_path), *(a for s in sets for a in ("--set", s))]) == 0
+    log = capsys.readouterr()
+    assert "new: classifier;" in log.out + log.err  # the pooler is the import's
+    _, parent = load_trained_model(result.run_dir)
+    spec, tuned = load_trained_model(Path("runs/tuned"))
+    assert spec.model.pooler_activation == "relu"
+    assert not torch.equal(tuned.pooler.weight, parent.pooler.weight)
+
+    assert main(["export", "runs/tuned", "--out", "bundle"]) == 0
+    texts = [text for text, _ in ROWS]
+    tokenizer = T.AutoTokenizer.from_pretrained(tmp_path / "hf" / "distilbert_cls")
+    for text, prediction in zip(texts, load("bundle").classify(texts), strict=True):
+        encoded = tokenizer(text, return_tensors="pt")
+        with torch.no_grad():
+            expected = tuned(encoded["input_ids"], encoded["attention_mask"]).softmax(-1)[0]
+        assert list(prediction.probabilities.values()) == pytest.approx(expected.tolist(), abs=1e-5)
+
+
+def test_a_fractional_num_labels_is_refused_by_name(tmp_path: Path) -> None:
+    """A number of labels that is not whole is refused at num_labels, not a traceback."""
+    save_family("distilbert_cls", tmp_path / "hf")
+    edit_config(tmp_path / "hf", {"num_labels": 1.5})
+    with pytest.raises(HFError, match=r"  num_labels: 1\.5 is not a whole number of labels"):
+        import_folder(tmp_path / "hf", "x", tmp_path / "specs", tmp_path / "runs")
+
+
+def test_a_relu_classifier_fine_tunes_from_a_masked_lm_without_a_pooler(tmp_path: Path) -> None:
+    """DistilBertForMaskedLM has no pooler: a classifier with a ReLU pooler starts it new, so its
+    activation may differ from the run's (tanh, unused)."""
+    result = _import_distilbert(tmp_path, "distilbert")
+    spec = _fine_tune(result, tmp_path, "model.pooler=true", "model.pooler_activation=relu")
+    trainer = Trainer(spec, tmp_path / "tuned", show_progress=False)
+    assert "new: pooler, classifier" in str(trainer.initialized_from)
