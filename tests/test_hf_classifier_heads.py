@@ -1,26 +1,34 @@
-"""The sentence classifier heads of imported encoders.
+"""The sentence classifier heads of imported encoders, and the pooler a classifier starts from.
 
 DistilBERT's classifier (pre_classifier -> ReLU -> classifier on [CLS]) is BERT's pooler with ReLU
 for tanh (``model.pooler_activation: relu``): it imports to transformers' logits, trains, exports
-with parity and classifies as transformers does; export-hf refuses it by field."""
+with parity and classifies as transformers does; export-hf refuses it by field. bert-base-uncased,
+a BertForMaskedLM, holds the pooler it was pretrained with: the import keeps it, so that a
+classifier fine-tuned from the import starts from it, as transformers'
+``BertForSequenceClassification.from_pretrained`` does; RoBERTa's classifier reads no pooler, and
+roberta-base's stays out (tests/test_hf_roberta_distilbert.py)."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
+from hf_models import BERT, from_pretrained, max_difference, perturb, write
 from pydantic import ValidationError
+from safetensors.torch import load_file
 from test_hf_fields import edit_config
 from test_hf_roberta_distilbert import save as save_family
 
 from tfcompile.cli import main
-from tfcompile.hf.errors import HFError
+from tfcompile.hf.errors import HFError, HFWarning
+from tfcompile.hf.exporter import export_hf
 from tfcompile.hf.importer import ImportResult, import_folder
 from tfcompile.models import Classifier
 from tfcompile.spec import EncoderSpec, Spec, load_spec
-from tfcompile.train import Trainer, load_trained_model
+from tfcompile.train import Trainer, TrainError, load_trained_model
 
 transformers = pytest.importorskip("transformers")
 T = transformers
@@ -124,3 +132,86 @@ def test_a_relu_classifier_fine_tunes_from_a_masked_lm_without_a_pooler(tmp_path
     spec = _fine_tune(result, tmp_path, "model.pooler=true", "model.pooler_activation=relu")
     trainer = Trainer(spec, tmp_path / "tuned", show_progress=False)
     assert "new: pooler, classifier" in str(trainer.initialized_from)
+
+
+# ------------------------------------------------------- bert-base-uncased's pretrained pooler
+
+
+def _bert_with_pooler(folder: Path) -> Any:
+    """As bert-base-uncased is saved: a BertForMaskedLM whose checkpoint holds the pooler and the
+    next-sentence head it was pretrained with (a BertForPreTraining's tensors)."""
+    torch.manual_seed(0)
+    model = write(perturb(T.BertForPreTraining(T.BertConfig(**BERT))), "bert", folder)
+    edit_config(folder, {"architectures": ["BertForMaskedLM"]})
+    return model
+
+
+@pytest.fixture(scope="module")
+def bert(tmp_path_factory: pytest.TempPathFactory) -> ImportResult:
+    root = tmp_path_factory.mktemp("bert")
+    _bert_with_pooler(root / "hf")
+    with pytest.warns(
+        HFWarning, match=r"left out cls\.seq_relationship\.bias, cls\.seq_relationship\.weight:"
+    ):
+        return import_folder(root / "hf", "bert", root / "specs", root / "runs")
+
+
+def _folder(bert: ImportResult) -> Path:
+    return bert.run_dir.parent.parent / "hf"
+
+
+def test_a_masked_lm_keeps_the_pooler_its_checkpoint_holds(bert: ImportResult) -> None:
+    """The masked LM's logits are transformers' (it reads no pooler); the pooler is the saved one,
+    counted beside transformers' BertForMaskedLM, which does not build it."""
+    spec, model = load_trained_model(bert.run_dir)
+    assert spec.model.pooler and spec.model.pooler_activation == "tanh" and not spec.task.next_sentence
+    hf = from_pretrained(_folder(bert))
+    for padded in (False, True):
+        assert max_difference(hf, model, padded) <= 1e-5
+    saved = load_file(_folder(bert) / "model.safetensors")
+    assert torch.equal(model.pooler.weight, saved["bert.pooler.dense.weight"])
+    assert torch.equal(model.pooler.bias, saved["bert.pooler.dense.bias"])
+    d = spec.model.d_model
+    assert spec.parameter_count() == hf.num_parameters() + d * d + d
+
+
+def test_a_classifier_fine_tuned_from_it_starts_from_the_pretrained_pooler(
+    bert: ImportResult, tmp_path: Path
+) -> None:
+    """As transformers' BertForSequenceClassification.from_pretrained of the same folder: the body
+    and the pooler the checkpoint's, the head alone new (the spec needs no model.pooler edit)."""
+    trainer = Trainer(_fine_tune(bert, tmp_path), tmp_path / "tuned", show_progress=False)
+    assert str(trainer.initialized_from).endswith(
+        "tensors of its body; new: classifier; its mlm_dense, mlm_norm, lm_head not used"
+    )
+    theirs = T.BertForSequenceClassification.from_pretrained(_folder(bert), dtype=torch.float32)
+    assert torch.equal(trainer.model.pooler.weight, theirs.bert.pooler.dense.weight)
+    assert torch.equal(trainer.model.pooler.bias, theirs.bert.pooler.dense.bias)
+    assert torch.equal(trainer.model.embed.weight, theirs.bert.embeddings.word_embeddings.weight)
+
+
+def test_a_pretrained_tanh_pooler_is_not_fine_tuned_as_relu(bert: ImportResult, tmp_path: Path) -> None:
+    """A pooler carried over keeps the activation it was trained with."""
+    spec = _fine_tune(bert, tmp_path, "model.pooler_activation=relu")
+    with pytest.raises(TrainError, match=re.escape("model.pooler_activation (run: 'tanh', spec: 'relu')")):
+        Trainer(spec, tmp_path / "tuned", show_progress=False)
+
+
+def test_export_hf_writes_the_masked_lm_without_the_pooler_it_does_not_build(
+    bert: ImportResult, tmp_path: Path
+) -> None:
+    """BertForMaskedLM loads the folder with nothing missing or unexpected, to the same logits."""
+    assert export_hf(bert.run_dir, tmp_path / "out") == "BertForMaskedLM"
+    assert not any("pooler" in name for name in load_file(tmp_path / "out" / "model.safetensors"))
+    reloaded, info = from_pretrained(tmp_path / "out", loading_info=True)
+    assert not any(info.values()), info
+    model = load_trained_model(bert.run_dir)[1]
+    for padded in (False, True):
+        assert max_difference(reloaded, model, padded) <= 1e-5
+
+
+def test_a_bert_masked_lm_saved_without_a_pooler_imports_without_one(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    write(perturb(T.BertForMaskedLM(T.BertConfig(**BERT))), "bert", tmp_path / "hf")
+    result = import_folder(tmp_path / "hf", "bert", tmp_path / "specs", tmp_path / "runs")
+    assert result.spec.model.pooler is False

@@ -1,6 +1,9 @@
 """BERT (``BertForMaskedLM``, ``BertForPreTraining``, ``BertForSequenceClassification``): summed
 token, position and segment embeddings with a norm, post-LayerNorm blocks, the pooler (tanh of a
-dense layer on [CLS]) under the sentence-level heads."""
+dense layer on [CLS]) under the sentence-level heads, and under a masked LM whose checkpoint holds
+it (bert-base-uncased's, pretrained with next-sentence prediction): the masked LM does not read it,
+and a classifier fine-tuned from the import starts from it, as transformers'
+``BertForSequenceClassification.from_pretrained`` does."""
 
 from __future__ import annotations
 
@@ -99,6 +102,9 @@ class Bert(Architecture):
     decoder: ClassVar[str] = DECODER
     mlm_head: ClassVar[tuple[tuple[str, str], ...]] = MLM_HEAD
     mlm_bias: ClassVar[MLMBias] = MLMBias("cls.predictions.bias", "cls.predictions.decoder.bias")
+    # Whether a masked LM's checkpoint's pooler is kept (model.pooler: true): BERT's classifier
+    # reads the body's pooler, so transformers fine-tunes it from the one saved.
+    keeps_pooler: ClassVar[bool] = True
     sources: ClassVar[dict[str, str]] = {
         "model.vocab_size": "vocab_size",
         "model.max_seq_len": "max_position_embeddings",
@@ -118,8 +124,9 @@ class Bert(Architecture):
 
     def read(self, config: Config, architecture: str, tensors: Tensors) -> Imported:
         task, mlm = HEADS.get(architecture, HEADS["BertForMaskedLM"])
-        # A pooler under the sentence-level heads; BertForMaskedLM builds none.
-        pooler = architecture != "BertForMaskedLM"
+        # A pooler under the sentence-level heads; BertForMaskedLM builds none, but keeps the one
+        # its checkpoint holds where a classifier fine-tuned from it would read it (keeps_pooler).
+        pooler = architecture != "BertForMaskedLM" or (self.keeps_pooler and "pooler.dense.weight" in tensors)
         config.require(
             architecture in HEADS,
             "architectures",
@@ -182,9 +189,9 @@ class Bert(Architecture):
         else:
             state["classifier.weight"] = tensors.take("classifier.weight")
             state["classifier.bias"] = tensors.take("classifier.bias")
-        # bert-base-uncased, a BertForMaskedLM, holds the pooler and next-sentence head it was
-        # pretrained with; transformers leaves a head its class does not build unread.
-        unread = tensors.skip("pooler.", "cls.")
+        # bert-base-uncased, a BertForMaskedLM, holds the next-sentence head it was pretrained with
+        # (its pooler is kept); transformers leaves a head its class does not build unread.
+        unread = tensors.skip("cls.")
         if unread:
             warnings.warn(
                 HFWarning(f"left out {', '.join(unread)}: heads of another BERT class, unread by this one"),
@@ -277,7 +284,9 @@ class Bert(Architecture):
                 for hf, tfc in LAYER:
                     rows = state[f"{b}{tfc}.weight"].shape[0]
                     out[f"{h}{hf}.{kind}"] = zeros_if_none(state.get(f"{b}{tfc}.{kind}"), rows)
-        if head_class(spec) != "BertForMaskedLM":  # its body has no pooler
+        # BertForMaskedLM's body builds no pooler: one the run has (kept from bert-base-uncased) is
+        # not written, which transformers would load as an unexpected tensor.
+        if head_class(spec) != "BertForMaskedLM":
             out["bert.pooler.dense.weight"] = state["pooler.weight"]
             out["bert.pooler.dense.bias"] = state["pooler.bias"]
         if isinstance(task, MaskedLMTask):

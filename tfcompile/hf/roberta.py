@@ -49,6 +49,10 @@ class Roberta(Bert):
     decoder: ClassVar[str] = DECODER
     mlm_head: ClassVar[tuple[tuple[str, str], ...]] = MLM_HEAD
     mlm_bias: ClassVar[MLMBias] = MLMBias("lm_head.bias", "lm_head.decoder.bias")
+    # roberta-base's checkpoint holds a pooler that no RoBERTa head reads: the classifier's dense
+    # layer is its own, which transformers' RobertaForSequenceClassification.from_pretrained starts
+    # new, and so does a classifier fine-tuned from the import (the pooler is left out).
+    keeps_pooler: ClassVar[bool] = False
 
     def read(self, config: Config, architecture: str, tensors: Tensors) -> Imported:
         model_type = config.data["model_type"]
@@ -102,8 +106,8 @@ class Roberta(Bert):
             state |= self.mlm_state(tensors, model, state["embed.weight"])
         else:
             state |= {tfc: tensors.take(hf) for hf, tfc in CLASSIFIER}
-        # roberta-base, a RobertaForMaskedLM, holds the pooler it was pretrained with, unread by its
-        # heads (which transformers leaves unread too)
+        # roberta-base, a RobertaForMaskedLM, holds a pooler, unread by every RoBERTa head
+        # (keeps_pooler), which transformers leaves unread too
         unread = tensors.skip("pooler.")
         if unread:
             warnings.warn(
