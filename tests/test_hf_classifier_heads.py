@@ -19,7 +19,7 @@ import torch
 from hf_models import BERT, from_pretrained, max_difference, perturb, write
 from pydantic import ValidationError
 from safetensors.torch import load_file
-from test_hf_fields import edit_config
+from test_hf_fields import DELETE, edit_config
 from test_hf_roberta_distilbert import save as save_family
 
 from tfcompile.cli import main
@@ -215,3 +215,22 @@ def test_a_bert_masked_lm_saved_without_a_pooler_imports_without_one(tmp_path: P
     write(perturb(T.BertForMaskedLM(T.BertConfig(**BERT))), "bert", tmp_path / "hf")
     result = import_folder(tmp_path / "hf", "bert", tmp_path / "specs", tmp_path / "runs")
     assert result.spec.model.pooler is False
+
+
+def test_a_num_labels_past_any_classifier_is_refused_before_its_labels_are_named(tmp_path: Path) -> None:
+    """2^30 labels were named one by one (gigabytes) before the checkpoint's head was compared."""
+    save_family("distilbert_cls", tmp_path / "hf")
+    edit_config(tmp_path / "hf", {"num_labels": 1 << 30, "id2label": DELETE, "label2id": DELETE})
+    with pytest.raises(HFError, match=r"  num_labels: is 1,073,741,824, more than 1,048,576 labels"):
+        import_folder(tmp_path / "hf", "x", tmp_path / "specs", tmp_path / "runs")
+
+
+def test_a_num_labels_other_than_id2labels_names_every_label_as_transformers_does(tmp_path: Path) -> None:
+    """transformers builds num_labels outputs and names them LABEL_i, id2label's three names
+    dropped: the checkpoint's head of three rows is then refused by its shape."""
+    save_family("distilbert_cls", tmp_path / "hf")
+    edit_config(tmp_path / "hf", {"num_labels": 2})
+    with pytest.raises(HFError, match=r"classifier\.weight \(3, 16\) \(expected \(2, 16\)\)"):
+        import_folder(tmp_path / "hf", "x", tmp_path / "specs", tmp_path / "runs")
+    config = T.AutoConfig.from_pretrained(tmp_path / "hf")
+    assert list(config.id2label.values()) == ["LABEL_0", "LABEL_1"]

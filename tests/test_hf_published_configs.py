@@ -55,6 +55,18 @@ SIZES: dict[str, tuple[tuple[str, ...], str]] = {
     "gpt_neox": ((*BERT[:4], "intermediate_size", "num_hidden_layers", "max_position_embeddings"), "gpt2"),
     "gpt_bigcode": (("n_embd", "n_head", "", "", "n_inner", "n_layer", "n_positions"), "gpt2"),
     "gptj": (("n_embd", "n_head", "", "", "n_inner", "n_layer", "n_positions"), "gpt2"),
+    "falcon": (
+        (
+            "hidden_size",
+            "num_attention_heads",
+            "num_kv_heads",
+            "",
+            "ffn_hidden_size",
+            "num_hidden_layers",
+            "",
+        ),
+        "gpt2",
+    ),
     "bert": ((*BERT, "max_position_embeddings"), "bert"),
     "distilbert": (("dim", "n_heads", "", "", "hidden_dim", "n_layers", "max_position_embeddings"), "bert"),
     "t5": (("d_model", "num_heads", "", "d_kv", "d_ff", "num_layers", "", "num_decoder_layers"), "t5"),
@@ -81,7 +93,6 @@ AUTO = {
 # name -> the config field its refusal names (the README says each is refused)
 REFUSED = {
     "opt-350m": "word_embed_proj_dim",
-    "distilbert-base-uncased-finetuned-sst-2-english": "architectures",
     "distilbert-base-uncased-distilled-squad": "architectures",
 }
 

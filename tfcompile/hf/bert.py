@@ -340,6 +340,9 @@ def head_class(spec: Spec) -> str:
     return "BertForPreTraining" if spec.task.next_sentence else "BertForMaskedLM"
 
 
+MAX_LABELS = 1 << 20  # ImageNet-21k has 21,843 classes
+
+
 def labels(config: Config) -> list[str]:
     """``task.labels`` from ``id2label``, in id order; single-label classification only."""
     problem = config.get("problem_type", "single_label_classification")
@@ -354,6 +357,11 @@ def labels(config: Config) -> list[str]:
     if not isinstance(count, int):  # 1.5 passes as a number
         config.refuse("num_labels", f"{count!r} is not a whole number of labels", "fix the file")
         count = 2
+    if count > MAX_LABELS:  # each would be named before the checkpoint's head is compared
+        config.refuse("num_labels", f"is {count:,}, more than {MAX_LABELS:,} labels", "fix the file")
+        count = 2
+    if count != len(id2label):  # transformers then names every label LABEL_i
+        id2label = {}
     names = [str(id2label.get(str(i), id2label.get(i, f"LABEL_{i}"))) for i in range(count)]
     config.require(count >= 2, "num_labels", f"is {count}: regression is not classification", "use 2 or more")
     return distinct(names)
