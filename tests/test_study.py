@@ -317,7 +317,8 @@ def test_trials_of_different_seeds_evaluate_on_the_same_batches(tmp_path: Path) 
     assert not all(torch.equal(a, b) for a, b in zip(same, validation(2, 2), strict=True))
 
 
-def test_the_committed_report_is_its_committed_csv(tmp_path: Path) -> None:
-    report = ROOT / "reports" / "vaswani-to-llama"
+@pytest.mark.parametrize("name", ["vaswani-to-llama", "positions"])
+def test_the_committed_report_is_its_committed_csv(tmp_path: Path, name: str) -> None:
+    report = ROOT / "reports" / name
     assert main(["compare", "--from-csv", str(report / CSV_FILE), "--out", str(tmp_path)]) == 0
     assert (tmp_path / REPORT_FILE).read_text() == (report / REPORT_FILE).read_text()
