@@ -8,6 +8,7 @@ from tfcompile.hf import (  # noqa: F401 (each registers its architecture)
     bert,
     bigcode,
     distilbert,
+    falcon,
     gemma,
     gpt2,
     gpt_neox,

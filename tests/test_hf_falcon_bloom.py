@@ -1,0 +1,431 @@
+"""Falcon: tiny random transformers models saved with save_pretrained, imported, and held to
+transformers' logits (float32, rows padded on the right and not), its parameter counts and greedy
+generation; those of GPT-NeoX's blocks written back by export-hf as GPT-NeoX, the rest refused
+by field; and a row for every field of FalconConfig (tests/test_hf_fields.py's table and check)."""
+
+from __future__ import annotations
+
+import re
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from hf_models import VOCAB, Imported, max_difference, perturb, write
+from safetensors.torch import load_file, save_file
+from test_hf_export import _loads_alike
+from test_hf_fields import (
+    DELETE,
+    FAMILIES,
+    IDS,
+    UNREAD,
+    Case,
+    Family,
+    _class_fields,
+    _pytest_cases,
+    case,
+    check,
+)
+
+from tfcompile.cli import main
+from tfcompile.hf.errors import HFError, HFWarning
+from tfcompile.hf.exporter import export_hf
+from tfcompile.hf.importer import import_folder
+from tfcompile.summary import summarize
+
+transformers = pytest.importorskip("transformers")
+T = transformers
+
+# The gpt2 tokenizer's <|endoftext|> is id 0: generation stops there, as the bundle's does.
+TOKENS = dict(bos_token_id=0, eos_token_id=0)
+FALCON = dict(
+    vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, max_position_embeddings=32
+)
+FAMILIES |= {
+    "falcon": Family(T.FalconConfig, T.FalconForCausalLM, "gpt2", FALCON | TOKENS),
+}
+
+
+def falcon(**fields: Any) -> Any:
+    return T.FalconForCausalLM(T.FalconConfig(**FALCON, **TOKENS, **fields))
+
+
+# name -> (the model, the head class export-hf writes its import as; None: refused)
+VARIANTS: dict[str, tuple[Callable[[], Any], str | None]] = {
+    # Falcon-7B's shape: one K/V head, a parallel block of one shared norm, no biases, tied
+    "falcon": (lambda: falcon(), None),
+    # Falcon-40B's: grouped K/V heads (2 of 4) in its grouped fused layout, a parallel block of two
+    # norms (ln_attn, ln_mlp); biases, untied, linear RoPE scaling, a narrower feed-forward
+    "falcon_new_gqa_bias_untied": (
+        lambda: falcon(
+            new_decoder_architecture=True,
+            num_kv_heads=2,
+            bias=True,
+            tie_word_embeddings=False,
+            ffn_hidden_size=40,
+            activation="gelu_new",
+            layer_norm_epsilon=1e-3,
+            rope_parameters={"rope_type": "linear", "factor": 2.0, "rope_theta": 500.0},
+        ),
+        None,
+    ),
+    # the new architecture with one norm shared by both sublayers (num_ln_in_parallel_attn 1)
+    "falcon_new_one_norm": (
+        lambda: falcon(new_decoder_architecture=True, num_kv_heads=1, num_ln_in_parallel_attn=1),
+        None,
+    ),
+    # a K/V head per head and two norms: GPT-NeoX's blocks, written as GPT-NeoX
+    "falcon_new_mha": (
+        lambda: falcon(new_decoder_architecture=True, activation="relu"),
+        "GPTNeoXForCausalLM",
+    ),
+    # sublayers in turn, a K/V head per head (per-head fused layout), biases: written as GPT-NeoX
+    "falcon_sequential_mha_bias": (
+        lambda: falcon(multi_query=False, parallel_attn=False, bias=True, tie_word_embeddings=False),
+        "GPTNeoXForCausalLM",
+    ),
+    # sublayers in turn with one K/V head, dynamic RoPE scaling
+    "falcon_sequential_mqa_dynamic": (
+        lambda: falcon(parallel_attn=False, rope_parameters={"rope_type": "dynamic", "factor": 2.0}),
+        None,
+    ),
+}
+FALCONS = [name for name in VARIANTS if name.startswith("falcon")]
+
+
+def imported_variant(root: Path, name: str) -> Imported:
+    """The variant saved and imported."""
+
+    def write_to(folder: Path) -> None:
+        torch.manual_seed(0)
+        write(perturb(VARIANTS[name][0]()), "gpt2", folder)
+
+    return Imported(root, name, write_to, "error")
+
+
+@pytest.fixture(scope="module")
+def imported(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Imported]:
+    root = tmp_path_factory.mktemp("hf")
+    return {name: imported_variant(root, name) for name in VARIANTS}
+
+
+@pytest.mark.parametrize("name", list(VARIANTS))
+def test_an_imported_model_gives_transformers_logits(imported: dict[str, Imported], name: str) -> None:
+    variant = imported[name]
+    for padded in (False, True):
+        assert max_difference(variant.hf, variant.model, padded) <= 1e-5, (name, padded)
+
+
+@pytest.mark.parametrize("name", list(VARIANTS))
+def test_parameter_counts_equal_transformers(imported: dict[str, Imported], name: str) -> None:
+    variant = imported[name]
+    expected = variant.hf.num_parameters()
+    assert variant.spec.parameter_count() == expected == sum(p.numel() for p in variant.model.parameters())
+    assert summarize(variant.spec).total_params == expected
+
+
+def test_the_falcon_specs_say_what_each_model_is(imported: dict[str, Imported]) -> None:
+    def model(name: str) -> Any:
+        return imported[name].spec.model
+
+    seven = model("falcon")
+    assert (seven.n_kv_heads, seven.block.type, seven.block.shared_norm, seven.tie_embeddings) == (
+        1,
+        "parallel",
+        True,
+        True,
+    )
+    assert (seven.bias.qkv, seven.bias.attn_out, seven.bias.ffn, seven.bias.lm_head) == (False,) * 4
+    assert (seven.positional.layout, seven.positional.rotary_dims, seven.positional.theta) == (
+        "halves",
+        8,
+        10000.0,
+    )
+    assert (seven.d_ff, seven.activation, seven.norm.type, seven.norm.bias) == (
+        128,
+        "gelu",
+        "layernorm",
+        True,
+    )
+    forty = model("falcon_new_gqa_bias_untied")
+    assert (forty.n_kv_heads, forty.block.type, forty.block.shared_norm, forty.tie_embeddings) == (
+        2,
+        "parallel",
+        False,
+        False,
+    )
+    assert (forty.bias.qkv, forty.bias.attn_out, forty.bias.ffn, forty.bias.lm_head) == (
+        True,
+        True,
+        True,
+        False,
+    )
+    assert (forty.d_ff, forty.activation, forty.norm.eps) == (40, "gelu_tanh", 1e-3)
+    assert (forty.positional.theta, forty.positional.scaling.type, forty.positional.scaling.factor) == (
+        500.0,
+        "linear",
+        2.0,
+    )
+    one = model("falcon_new_one_norm")
+    assert (one.n_kv_heads, one.block.shared_norm) == (1, True)
+    assert (model("falcon_new_mha").n_kv_heads, model("falcon_new_mha").block.shared_norm) == (4, False)
+    sequential, dynamic = model("falcon_sequential_mha_bias"), model("falcon_sequential_mqa_dynamic")
+    assert (sequential.block.type, sequential.n_kv_heads, sequential.bias.ffn) == ("sequential", 4, True)
+    assert (dynamic.block.type, dynamic.n_kv_heads, dynamic.positional.scaling.type) == (
+        "sequential",
+        1,
+        "dynamic",
+    )
+
+
+@pytest.mark.parametrize("name", FALCONS)
+def test_export_hf_writes_gpt_neox_blocks_back_and_refuses_the_rest_by_field(
+    imported: dict[str, Imported], name: str, tmp_path: Path
+) -> None:
+    """A Falcon of a K/V head per head and no shared norm is GPT-NeoX's computation (its missing
+    biases written as zeros); the others are refused by the fields GPT-NeoX lacks."""
+    variant, written = imported[name], VARIANTS[name][1]
+    if written is None:
+        with pytest.raises(HFError) as error:
+            export_hf(variant.result.run_dir, tmp_path / "out")
+        named = set(re.findall(r"^  (\S+): ", str(error.value), re.MULTILINE))
+        assert named and named <= {"model.n_kv_heads", "model.block.shared_norm"}, str(error.value)
+        return
+    assert export_hf(variant.result.run_dir, tmp_path / "out") == written
+    _loads_alike(tmp_path / "out", variant.model)
+    again = import_folder(tmp_path / "out", "again", tmp_path / "specs", tmp_path / "runs")
+    if variant.spec.model.bias.ffn:  # else GPT-NeoX's feed-forward biases, as zeros
+        assert again.spec.model == variant.spec.model
+
+
+def test_each_fused_layout_is_reordered_to_tfcompiles(imported: dict[str, Imported]) -> None:
+    """q, k and v of each head as transformers splits them: one K/V head after the queries
+    (multi_query), each group's queries then its key and value (new architecture), [q, k, v] of
+    each head in turn (neither)."""
+    for name in ("falcon", "falcon_new_gqa_bias_untied", "falcon_sequential_mha_bias"):
+        variant = imported[name]
+        spec, attention = variant.spec.model, variant.hf.transformer.h[0].self_attention
+        x = torch.randn(1, 3, spec.d_model)
+        with torch.no_grad():
+            q, k, v = attention._split_heads(attention.query_key_value(x))
+            ours = variant.model.blocks[0].attn.qkv(x)
+        kv = spec.n_kv_heads * spec.head_dim
+        q_rows, k_rows, v_rows = ours.split([spec.d_model, kv, kv], dim=-1)
+        torch.testing.assert_close(q.flatten(2), q_rows)
+        groups = spec.n_heads // spec.n_kv_heads if spec.n_kv_heads > 1 else 1  # broadcast in transformers
+        torch.testing.assert_close(k[:, :, ::groups].flatten(2), k_rows)
+        torch.testing.assert_close(v[:, :, ::groups].flatten(2), v_rows)
+
+
+def test_a_fused_qkv_of_other_rows_is_refused_by_name(imported: dict[str, Imported], tmp_path: Path) -> None:
+    folder = tmp_path / "src"
+    write(imported["falcon_new_gqa_bias_untied"].hf, "gpt2", folder)
+    weights = load_file(folder / "model.safetensors")
+    fused = "transformer.h.1.self_attention.query_key_value.weight"
+    save_file(weights | {fused: weights[fused][:-8]}, folder / "model.safetensors")
+    with pytest.raises(HFError, match=re.escape("query_key_value.weight has shape (56, 32), not 64 rows")):
+        import_folder(folder, "wrong", tmp_path / "specs", tmp_path / "runs")
+    assert not (tmp_path / "runs" / "wrong").exists()
+
+
+def test_a_sequential_blocks_attention_dropout_is_said_to_be_the_residuals(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    model = falcon(parallel_attn=False, attention_dropout=0.1, hidden_dropout=0.2)
+    write(model, "gpt2", tmp_path / "hf")
+    with pytest.warns(HFWarning, match="attention_dropout 0.1: Falcon drops out a sequential block's"):
+        result = import_folder(tmp_path / "hf", "drop", tmp_path / "specs", tmp_path / "runs")
+    assert (result.spec.model.dropout.residual, result.spec.model.dropout.attention) == (0.2, 0.0)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["falcon", "falcon_new_gqa_bias_untied", "falcon_sequential_mqa_dynamic"])
+def test_tfcompile_generate_gives_transformers_greedy_tokens(
+    imported: dict[str, Imported], name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two prompts of different lengths, one left-padded batch in the bundle (ONNX, KV cache),
+    each as transformers generates it alone."""
+    from tokenizers import Tokenizer
+
+    variant = imported[name]
+    bundle = str(tmp_path / "bundle")
+    assert main(["export", str(variant.result.run_dir), "--out", bundle]) == 0
+    prompts = ["the cat sat", "hi"]
+    capsys.readouterr()
+    arguments = ["--max-new-tokens", "12", "--temperature", "0"]
+    assert main(["generate", bundle, *(a for p in prompts for a in ("--prompt", p)), *arguments]) == 0
+    tokenizer = Tokenizer.from_file(str(variant.result.run_dir / "tokenizer.json"))
+    expected = []
+    for prompt in prompts:
+        ids = torch.tensor([tokenizer.encode(prompt).ids])
+        with torch.no_grad():
+            out = variant.hf.generate(
+                ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=12
+            )
+        expected.append(tokenizer.decode(out[0].tolist()))
+    assert capsys.readouterr().out == "\n\n".join(expected) + "\n"
+
+
+# ------------------------------------------------------------------ every config field, by value
+
+
+def rope(**fields: Any) -> dict[str, Any]:
+    return {"rope_parameters": {"rope_theta": 10000.0, **fields}}
+
+
+YARN = dict(rope_type="yarn", factor=4.0, original_max_position_embeddings=8)
+LLAMA3 = dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0)
+LONGROPE = dict(rope_type="longrope", short_factor=[1.0] * 4, long_factor=[2.0] * 4)
+NEW = dict(new_decoder_architecture=True)
+
+
+def row(exported: bool = False, **fields: Any) -> Case:
+    """A Falcon row: export-hf writes it (as GPT-NeoX) only where ``exported`` says."""
+    return case("falcon", exported=exported, **fields)
+
+
+CASES: list[Case] = [
+    row(  # the fields that take any value at once: each row below sets one
+        **NEW,
+        num_kv_heads=2,
+        bias=True,
+        tie_word_embeddings=False,
+        activation="relu",
+        layer_norm_epsilon=1e-3,
+        ffn_hidden_size=40,
+        hidden_dropout=0.2,
+        attention_dropout=0.3,
+        initializer_range=0.5,
+        spec={
+            "n_kv_heads": 2,
+            "block.shared_norm": False,
+            "bias.qkv": True,
+            "bias.ffn": True,
+            "tie_embeddings": False,
+            "activation": "relu",
+            "d_ff": 40,
+            "dropout.residual": 0.2,
+            "dropout.attention": 0.0,
+        },
+    ),
+    # the attention: one K/V head (multi_query), one per head, or num_kv_heads (new architecture)
+    row(multi_query=True, spec={"n_kv_heads": 1, "block.shared_norm": True}, slow=True),
+    row(multi_query=False, spec={"n_kv_heads": 4, "block.shared_norm": True}),
+    row(multi_query=True, num_kv_heads=2, spec={"n_kv_heads": 1}, slow=True),  # unread with multi_query
+    row(outcome="num_kv_heads", multi_query=False, num_kv_heads=2),  # transformers fails
+    row(multi_query=False, num_kv_heads=4, spec={"n_kv_heads": 4}, slow=True),
+    row(multi_query=False, num_kv_heads=None, spec={"n_kv_heads": 4}, slow=True),
+    row(exported=True, **NEW, spec={"n_kv_heads": 4, "block.shared_norm": False}),
+    row(**NEW, num_kv_heads=1, spec={"n_kv_heads": 1}, slow=True),
+    row(**NEW, num_kv_heads=2, multi_query=False, spec={"n_kv_heads": 2}, slow=True),
+    row(outcome="num_kv_heads", **NEW, num_kv_heads=3),  # not a divisor of the heads
+    # the blocks: parallel_attn, and the new architecture's norms
+    row(parallel_attn=False, spec={"block.type": "sequential", "n_kv_heads": 1}, slow=True),
+    row(exported=True, parallel_attn=False, multi_query=False, spec={"block.type": "sequential"}),
+    row(**NEW, num_ln_in_parallel_attn=1, spec={"block.shared_norm": True}, slow=True),
+    row(exported=True, **NEW, num_ln_in_parallel_attn=2, spec={"block.shared_norm": False}, slow=True),
+    row(outcome="num_ln_in_parallel_attn", **NEW, num_ln_in_parallel_attn=3, slow=True),
+    row(outcome="parallel_attn", **NEW, parallel_attn=False),  # transformers fails
+    row(outcome="parallel_attn", **NEW, parallel_attn=False, num_ln_in_parallel_attn=1, slow=True),
+    row(outcome="num_ln_in_parallel_attn", num_ln_in_parallel_attn=2),  # transformers fails
+    row(num_ln_in_parallel_attn=1, spec={"block.shared_norm": True}, slow=True),
+    row(num_ln_in_parallel_attn=3, spec={"block.shared_norm": True}, slow=True),  # unread
+    row(parallel_attn=False, num_ln_in_parallel_attn=2, spec={"block.type": "sequential"}, slow=True),
+    row(bias=True, spec={"bias.qkv": True, "bias.attn_out": True, "bias.ffn": True}, slow=True),
+    row(tie_word_embeddings=False, spec={"tie_embeddings": False}, slow=True),
+    row(json={"tie_word_embeddings": DELETE}, spec={"tie_embeddings": True}, slow=True),  # the default
+    row(activation="gelu_new", spec={"activation": "gelu_tanh"}, slow=True),
+    row(activation="silu", spec={"activation": "silu"}, slow=True),
+    row(outcome="activation", activation="quick_gelu"),
+    row(ffn_hidden_size=40, spec={"d_ff": 40}, slow=True),
+    row(ffn_hidden_size=None, spec={"d_ff": 128}, slow=True),
+    row(layer_norm_epsilon=1e-3, spec={"norm.eps": 1e-3}, slow=True),
+    row(
+        hidden_dropout=0.2, attention_dropout=0.3, spec={"dropout.residual": 0.2}, slow=True
+    ),  # training only
+    row(initializer_range=0.5, slow=True),
+    row(use_cache=False, slow=True),
+    row(slow=True, **IDS),
+    row(pad_token_id=None, slow=True),
+    row(max_position_embeddings=8, spec={"max_seq_len": 8}, slow=True),
+    row(num_hidden_layers=1, slow=True),
+    row(num_attention_heads=1, spec={"n_kv_heads": 1}, slow=True),
+    # FalconConfig reads a legacy n_embed over hidden_size
+    row(hidden_size=48, json={"n_embed": 48, "hidden_size": 16}, spec={"d_model": 48}, slow=True),
+    row(outcome="alibi", alibi=True),
+    row(alibi=False, slow=True),
+    # in published configs, for the RefinedWeb code; transformers reads none
+    row(
+        outcome="apply_residual_connection_post_layernorm",
+        json={"apply_residual_connection_post_layernorm": True},
+    ),
+    row(json={"apply_residual_connection_post_layernorm": False}, slow=True),
+    # RoPE on whole heads: theta, each scaling, transformers 5's dict and 4's keys
+    row(**rope(rope_theta=500.0, rope_type="default"), spec={"positional.theta": 500.0}, slow=True),
+    row(**rope(rope_type="linear", factor=2.0), slow=True),
+    row(**rope(rope_type="dynamic", factor=2.0)),
+    row(**rope(**YARN), slow=True),
+    row(**rope(**LLAMA3, original_max_position_embeddings=8), slow=True),
+    row(outcome="rope_parameters.rope_type", **rope(**LONGROPE), slow=True),
+    row(json={"rope_parameters": DELETE, "rope_theta": 777.0}, spec={"positional.theta": 777.0}, slow=True),
+    row(
+        json={
+            "rope_parameters": DELETE,
+            "rope_scaling": {"type": "linear", "factor": 3.0},
+            "rope_theta": 33.0,
+        },
+        spec={"positional.theta": 33.0, "positional.scaling.factor": 3.0},
+        slow=True,
+    ),
+    # Falcon's own default RoPE turns whole heads, whatever the fraction; a scaled one fails on part
+    row(json=rope(partial_rotary_factor=0.5), spec={"positional.rotary_dims": 8}),
+    row(json={"partial_rotary_factor": 0.5}, spec={"positional.rotary_dims": 8}, slow=True),
+    row(
+        outcome="partial_rotary_factor", json=rope(rope_type="linear", factor=2.0, partial_rotary_factor=0.5)
+    ),
+    row(json=rope(rope_type="linear", factor=2.0, partial_rotary_factor=1.0), slow=True),
+]
+
+
+@pytest.mark.parametrize("c", _pytest_cases(CASES))
+def test_a_field_value_imports_to_transformers_outputs_or_is_refused_by_name(c: Case, tmp_path: Path) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", HFWarning)  # a sequential block's dropout: said, tested apart
+        check(c, tmp_path)
+
+
+@pytest.mark.parametrize("model_type", ["falcon"])
+def test_every_config_field_has_a_case(model_type: str) -> None:
+    """A field transformers adds to the config class fails this until a row of CASES says what it
+    does (or the family's tiny base sets it)."""
+    covered = set(UNREAD) | set(FAMILIES[model_type].base)
+    covered |= set().union(*(c.fields() for c in CASES if c.family == model_type))
+    assert _class_fields(model_type) - covered == set()
+
+
+ACTIVATION_FIELDS = {"falcon": "activation"}
+
+
+def _activation_cases() -> list[Any]:
+    from transformers.activations import ACT2CLS
+
+    return [
+        pytest.param(family, field, act, id=f"{family}-{act}", marks=pytest.mark.slow)
+        for family, field in ACTIVATION_FIELDS.items()
+        for act in sorted(ACT2CLS)
+    ]
+
+
+@pytest.mark.parametrize(("family", "field", "value"), _activation_cases())
+def test_every_activation_name_is_computed_alike_or_refused_by_name(
+    family: str, field: str, value: str, tmp_path: Path
+) -> None:
+    try:
+        FAMILIES[family].config(**(FAMILIES[family].base | {field: value}))
+    except Exception:  # transformers refuses it itself
+        pytest.skip(f"transformers builds no model with {field}={value}")
+    try:
+        check(case(family, exported=False, **{field: value}), tmp_path)
+    except HFError as error:  # refused by the import, which check does not expect of a SAME row
+        assert f"  {field}: " in str(error)
