@@ -1,7 +1,9 @@
-"""Falcon: tiny random transformers models saved with save_pretrained, imported, and held to
-transformers' logits (float32, rows padded on the right and not), its parameter counts and greedy
-generation; those of GPT-NeoX's blocks written back by export-hf as GPT-NeoX, the rest refused
-by field; and a row for every field of FalconConfig (tests/test_hf_fields.py's table and check)."""
+"""Falcon and BLOOM: tiny random transformers models saved with save_pretrained, imported, and
+held to transformers' logits (float32, rows padded on the right and not; BLOOM's ALiBi on the left
+too), its parameter counts and greedy generation; Falcons of GPT-NeoX's blocks written back by
+export-hf as GPT-NeoX, the rest refused by field; BLOOM's slopes against transformers' for every
+head count to 256; and a row for every field of FalconConfig and BloomConfig
+(tests/test_hf_fields.py's table and check)."""
 
 from __future__ import annotations
 
@@ -43,13 +45,19 @@ TOKENS = dict(bos_token_id=0, eos_token_id=0)
 FALCON = dict(
     vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, max_position_embeddings=32
 )
+BLOOM = dict(vocab_size=VOCAB, hidden_size=32, n_layer=2, n_head=4)
 FAMILIES |= {
     "falcon": Family(T.FalconConfig, T.FalconForCausalLM, "gpt2", FALCON | TOKENS),
+    "bloom": Family(T.BloomConfig, T.BloomForCausalLM, "gpt2", BLOOM | TOKENS),
 }
 
 
 def falcon(**fields: Any) -> Any:
     return T.FalconForCausalLM(T.FalconConfig(**FALCON, **TOKENS, **fields))
+
+
+def bloom(**fields: Any) -> Any:
+    return T.BloomForCausalLM(T.BloomConfig(**BLOOM | TOKENS | fields))
 
 
 # name -> (the model, the head class export-hf writes its import as; None: refused)
@@ -91,8 +99,18 @@ VARIANTS: dict[str, tuple[Callable[[], Any], str | None]] = {
         lambda: falcon(parallel_attn=False, rope_parameters={"rope_type": "dynamic", "factor": 2.0}),
         None,
     ),
+    # BLOOM: ALiBi of 4 heads (a power of two), its embedding LayerNorm, tied
+    "bloom": (lambda: bloom(), None),
+    # 6 heads (slopes of 4, then every other of 8), untied, another epsilon
+    "bloom_6_heads_untied": (
+        lambda: bloom(hidden_size=48, n_head=6, tie_word_embeddings=False, layer_norm_epsilon=1e-3),
+        None,
+    ),
+    # 3 heads, 3 layers, pretraining_tp (unread without slow_but_exact)
+    "bloom_3_heads_tp": (lambda: bloom(hidden_size=24, n_head=3, n_layer=3, pretraining_tp=2), None),
 }
 FALCONS = [name for name in VARIANTS if name.startswith("falcon")]
+BLOOMS = [name for name in VARIANTS if name.startswith("bloom")]
 
 
 def imported_variant(root: Path, name: str) -> Imported:
@@ -240,7 +258,9 @@ def test_a_sequential_blocks_attention_dropout_is_said_to_be_the_residuals(tmp_p
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["falcon", "falcon_new_gqa_bias_untied", "falcon_sequential_mqa_dynamic"])
+@pytest.mark.parametrize(
+    "name", ["falcon", "falcon_new_gqa_bias_untied", "falcon_sequential_mqa_dynamic", *BLOOMS]
+)
 def test_tfcompile_generate_gives_transformers_greedy_tokens(
     imported: dict[str, Imported], name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -265,6 +285,66 @@ def test_tfcompile_generate_gives_transformers_greedy_tokens(
             )
         expected.append(tokenizer.decode(out[0].tolist()))
     assert capsys.readouterr().out == "\n\n".join(expected) + "\n"
+
+
+# ----------------------------------------------------------------------------- BLOOM
+
+
+@pytest.mark.parametrize("name", BLOOMS)
+def test_bloom_gives_transformers_logits_on_left_padded_rows(
+    imported: dict[str, Imported], name: str
+) -> None:
+    """ALiBi counts the positions of a left-padded row's real tokens from its first, as BLOOM's
+    build_alibi_tensor does."""
+    variant = imported[name]
+    ids = torch.randint(0, VOCAB, (3, 12), generator=torch.Generator().manual_seed(1))
+    mask = torch.ones(3, 12, dtype=torch.long)
+    mask[1, :3], mask[2, :7] = 0, 0
+    with torch.no_grad():
+        theirs, ours = variant.hf(input_ids=ids, attention_mask=mask).logits, variant.model(ids, mask)
+    assert (theirs - ours)[mask.bool()].abs().max().item() <= 1e-5
+
+
+@pytest.mark.parametrize("heads", range(1, 257))
+def test_the_alibi_slopes_are_blooms_for_every_head_count(heads: int) -> None:
+    """transformers' float32 powers of a float32 base, within their rounding (2.3e-6 of the
+    slope at 256 heads, which are exact in float64 here)."""
+    from transformers.models.bloom.modeling_bloom import _get_alibi_slopes
+
+    from tfcompile.nn.positional import alibi_slopes
+
+    theirs = _get_alibi_slopes(heads, torch.device("cpu")).double()
+    torch.testing.assert_close(alibi_slopes(heads), theirs, rtol=3e-6, atol=0)
+
+
+@pytest.mark.parametrize("name", BLOOMS)
+def test_the_bloom_specs_say_what_each_model_is(imported: dict[str, Imported], name: str) -> None:
+    model, config = imported[name].spec.model, imported[name].hf.config
+    assert (model.positional.type, model.embedding_norm, model.block.type, model.activation) == (
+        "alibi",
+        True,
+        "sequential",
+        "gelu_tanh",
+    )
+    assert (model.n_heads, model.n_kv_heads, model.d_ff, model.tie_embeddings) == (
+        config.n_head,
+        config.n_head,
+        4 * config.hidden_size,
+        config.tie_word_embeddings,
+    )
+    assert (model.bias.qkv, model.bias.attn_out, model.bias.ffn, model.bias.lm_head) == (
+        True,
+        True,
+        True,
+        False,
+    )
+    assert (model.norm.eps, model.max_seq_len) == (config.layer_norm_epsilon, 2048)
+
+
+@pytest.mark.parametrize("name", BLOOMS)
+def test_export_hf_does_not_write_bloom(imported: dict[str, Imported], name: str, tmp_path: Path) -> None:
+    with pytest.raises(HFError, match="has no transformers architecture here"):
+        export_hf(imported[name].result.run_dir, tmp_path / "out")
 
 
 # ------------------------------------------------------------------ every config field, by value
@@ -388,14 +468,84 @@ CASES: list[Case] = [
 ]
 
 
+def bloom_row(**fields: Any) -> Case:
+    """A BLOOM row: import only."""
+    return case("bloom", exported=False, **fields)
+
+
+CASES += [
+    bloom_row(  # the fields that take any value at once: each row below sets one
+        n_head=8,
+        tie_word_embeddings=False,
+        layer_norm_epsilon=1e-3,
+        hidden_dropout=0.2,
+        attention_dropout=0.3,
+        pretraining_tp=2,
+        initializer_range=0.5,
+        spec={
+            "n_heads": 8,
+            "tie_embeddings": False,
+            "norm.eps": 1e-3,
+            "dropout.residual": 0.2,
+            "dropout.attention": 0.3,
+            "positional.type": "alibi",
+            "embedding_norm": True,
+        },
+    ),
+    # ALiBi's slopes: head counts that are and are not powers of two
+    bloom_row(n_head=1, spec={"n_heads": 1}, slow=True),
+    bloom_row(hidden_size=24, n_head=3, spec={"n_heads": 3}, slow=True),
+    bloom_row(hidden_size=48, n_head=6, spec={"n_heads": 6}),
+    bloom_row(hidden_size=40, n_head=10, spec={"n_heads": 10}, slow=True),
+    bloom_row(n_head=16, spec={"n_heads": 16}, slow=True),
+    bloom_row(outcome="n_head", json={"n_head": 5}),  # transformers fails: 32 is not 5 heads
+    bloom_row(tie_word_embeddings=False, spec={"tie_embeddings": False}, slow=True),
+    bloom_row(json={"tie_word_embeddings": DELETE}, spec={"tie_embeddings": True}, slow=True),  # the default
+    bloom_row(layer_norm_epsilon=1e-3, spec={"norm.eps": 1e-3}, slow=True),
+    bloom_row(hidden_dropout=0.2, attention_dropout=0.3, slow=True),  # training only
+    bloom_row(
+        outcome="apply_residual_connection_post_layernorm", apply_residual_connection_post_layernorm=True
+    ),
+    bloom_row(apply_residual_connection_post_layernorm=False, slow=True),
+    # with slow_but_exact, transformers sums the output projections in slices without their biases
+    bloom_row(outcome="slow_but_exact", pretraining_tp=2, slow_but_exact=True),
+    bloom_row(outcome="slow_but_exact", pretraining_tp=3, slow_but_exact=True, slow=True),
+    bloom_row(pretraining_tp=4, slow=True),  # unread without slow_but_exact
+    bloom_row(pretraining_tp=1, slow_but_exact=True, slow=True),  # one slice: nothing left out
+    bloom_row(initializer_range=0.5, slow=True),
+    bloom_row(use_cache=False, slow=True),
+    bloom_row(slow=True, **IDS),
+    bloom_row(pad_token_id=None, slow=True),
+    bloom_row(n_layer=1, spec={"n_layers": 1}, slow=True),
+    # BloomConfig reads num_hidden_layers and num_attention_heads over n_layer and n_head, and a
+    # legacy n_embed over hidden_size
+    bloom_row(n_layer=1, json={"n_layer": 2, "num_hidden_layers": 1}, spec={"n_layers": 1}, slow=True),
+    bloom_row(n_head=2, json={"n_head": 4, "num_attention_heads": 2}, spec={"n_heads": 2}),
+    bloom_row(hidden_size=48, json={"hidden_size": 16, "n_embed": 48}, spec={"d_model": 48}, slow=True),
+    bloom_row(  # bigscience/bloom-560m's Megatron-DeepSpeed fields, which transformers does not read
+        json={
+            "attention_softmax_in_fp32": True,
+            "bias_dropout_fusion": True,
+            "masked_softmax_fusion": True,
+            "n_inner": None,
+            "offset_alibi": 100,
+            "skip_bias_add": True,
+            "skip_bias_add_qkv": False,
+            "unk_token_id": 0,
+        },
+        slow=True,
+    ),
+]
+
+
 @pytest.mark.parametrize("c", _pytest_cases(CASES))
 def test_a_field_value_imports_to_transformers_outputs_or_is_refused_by_name(c: Case, tmp_path: Path) -> None:
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", HFWarning)  # a sequential block's dropout: said, tested apart
+        warnings.simplefilter("ignore", HFWarning)  # a Falcon sequential block's dropout: said, tested apart
         check(c, tmp_path)
 
 
-@pytest.mark.parametrize("model_type", ["falcon"])
+@pytest.mark.parametrize("model_type", ["falcon", "bloom"])
 def test_every_config_field_has_a_case(model_type: str) -> None:
     """A field transformers adds to the config class fails this until a row of CASES says what it
     does (or the family's tiny base sets it)."""

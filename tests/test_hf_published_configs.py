@@ -67,18 +67,7 @@ SIZES: dict[str, tuple[tuple[str, ...], str]] = {
         ),
         "gpt2",
     ),
-    "falcon": (
-        (
-            "hidden_size",
-            "num_attention_heads",
-            "num_kv_heads",
-            "",
-            "ffn_hidden_size",
-            "num_hidden_layers",
-            "",
-        ),
-        "gpt2",
-    ),
+    "bloom": (("hidden_size", "n_head", "", "", "", "n_layer", ""), "gpt2"),  # 4 x hidden_size wide
     "bert": ((*BERT, "max_position_embeddings"), "bert"),
     "distilbert": (("dim", "n_heads", "", "", "hidden_dim", "n_layers", "max_position_embeddings"), "bert"),
     "t5": (("d_model", "num_heads", "", "d_kv", "d_ff", "num_layers", "", "num_decoder_layers"), "t5"),

@@ -7,6 +7,7 @@ and blocks), so the order here changes nothing and a refusal names only that arc
 from tfcompile.hf import (  # noqa: F401 (each registers its architecture)
     bert,
     bigcode,
+    bloom,
     distilbert,
     falcon,
     gemma,

@@ -1,0 +1,156 @@
+"""BLOOM (``BloomForCausalLM``): ALiBi (``positional: alibi``; transformers adds m_h times each key's
+position among the real tokens to every score of a row, tfcompile -m_h times the query-to-key
+distance: the same softmax, with the same slopes), a LayerNorm after the embeddings
+(``word_embeddings_layernorm``: the decoder's ``embedding_norm``), pre-LayerNorm blocks in turn,
+one fused ``query_key_value`` of [q, k, v] of each head in turn (GPT-NeoX's layout), biases on
+every projection, a feed-forward 4 x hidden_size wide with the tanh GELU (``gelu_tanh``), and an
+LM head tied to the embeddings unless the config says otherwise.
+
+``pretraining_tp`` alone is not read. With ``slow_but_exact`` transformers sums the output
+projections over ``pretraining_tp`` slices and adds none of their biases: refused, as is
+``apply_residual_connection_post_layernorm`` (each sublayer's normalised input as its
+residual). BLOOM has no position table: the context is 2048, its training sequence length, and
+any other computes alike. export-hf does not write BLOOM."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from tfcompile.hf.architecture import (
+    Architecture,
+    Config,
+    Imported,
+    State,
+    Tensors,
+    dropout,
+    init_std,
+    register,
+    tied,
+)
+from tfcompile.hf.errors import Problem
+from tfcompile.hf.gpt_neox import per_head
+from tfcompile.spec import Spec
+from tfcompile.spec.schema import DecoderSpec
+
+CONTEXT = 2048  # BLOOM's training sequence length; ALiBi holds no table of positions
+# BLOOM's names within a block -> tfcompile's (the fused q, k, v apart); each has a bias.
+LAYER = (
+    ("input_layernorm", "attn_norm"),
+    ("post_attention_layernorm", "ffn_norm"),
+    ("self_attention.dense", "attn.out"),
+    ("mlp.dense_h_to_4h", "ffn.w_in"),
+    ("mlp.dense_4h_to_h", "ffn.w_out"),
+)
+QKV = "self_attention.query_key_value"
+# BloomConfig's names of its sizes, and the names it reads over them: num_hidden_layers and
+# num_attention_heads (its attribute_map's) and a legacy n_embed.
+ALIASES = {"hidden_size": "n_embed", "n_layer": "num_hidden_layers", "n_head": "num_attention_heads"}
+
+
+def named(config: Config, name: str) -> str:
+    """The field BloomConfig reads ``name``'s value from: its alias where the config sets one."""
+    alias = ALIASES[name]
+    return alias if config.data.get(alias) is not None else name
+
+
+@register("bloom")
+class Bloom(Architecture):
+    prefixes = ("transformer.",)
+    sources: ClassVar[dict[str, str]] = {
+        "model.vocab_size": "vocab_size",
+        "model.norm.eps": "layer_norm_epsilon",
+        "model.dropout.attention": "attention_dropout",
+        "model.dropout.residual": "hidden_dropout",
+        "model.init_std": "initializer_range",
+    }
+
+    def read(self, config: Config, architecture: str, tensors: Tensors) -> Imported:
+        config.require(
+            architecture in ("BloomForCausalLM", "BloomModel"),
+            "architectures",
+            f"{architecture} is not a language model tfcompile has",
+            "import a BloomForCausalLM",
+        )
+        tie = tied(config, tensors, "lm_head.weight", "word_embeddings.weight", True)
+        config.require(
+            tie or "lm_head.weight" in tensors,
+            "architectures",
+            f"{architecture} holds no LM head (lm_head.weight) and does not tie one to its embeddings",
+            "import the BloomForCausalLM checkpoint",
+        )
+        config.refuse_true(
+            "apply_residual_connection_post_layernorm",
+            why="each sublayer adds its normalised input to its output, which no norm position of "
+            "tfcompile's does",
+        )
+        tp = config.get("pretraining_tp", 1)
+        config.require(
+            not (config.get("slow_but_exact", False) and tp > 1),
+            "slow_but_exact",
+            f"is true with pretraining_tp {tp}: transformers then sums the attention's and the "
+            f"feed-forward's output projections in slices and adds neither one's bias",
+            "set it false (the same sums, with the biases)",
+        )
+        width, layers, heads = (named(config, n) for n in ("hidden_size", "n_layer", "n_head"))
+        d = config.get(width, 64)
+        model: dict[str, Any] = {
+            "family": "decoder",
+            "vocab_size": config.get("vocab_size", 250880),
+            "max_seq_len": CONTEXT,
+            "d_model": d,
+            "n_layers": config.get(layers, 2),
+            "n_heads": config.get(heads, 8),
+            "d_ff": 4 * d,
+            "activation": "gelu_tanh",  # bloom_gelu_forward's tanh formula
+            "positional": {"type": "alibi"},
+            "norm": {"position": "pre", "type": "layernorm", "eps": config.get("layer_norm_epsilon", 1e-5)},
+            "embedding_norm": True,
+            "bias": {"qkv": True, "attn_out": True, "ffn": True, "lm_head": False},
+            "tie_embeddings": tie,
+            "dropout": {
+                "attention": dropout(config.get("attention_dropout", 0.0)),
+                "residual": dropout(config.get("hidden_dropout", 0.0)),
+            },
+            "init_std": init_std(config),
+        }
+        sources = {
+            "model.d_model": width,
+            "model.d_ff": width,
+            "model.n_layers": layers,
+            "model.n_heads": heads,
+        }
+        return Imported(model, {"type": "causal_lm", "special_tokens": False}, sources=sources)
+
+    def to_state(self, tensors: Tensors, spec: Spec) -> State:
+        model = spec.model
+        assert isinstance(model, DecoderSpec)
+        embed = tensors.take("word_embeddings.weight")
+        state = {
+            "embed.weight": embed,
+            "embed_norm.weight": tensors.take("word_embeddings_layernorm.weight"),
+            "embed_norm.bias": tensors.take("word_embeddings_layernorm.bias"),
+            "final_norm.weight": tensors.take("ln_f.weight"),
+            "final_norm.bias": tensors.take("ln_f.bias"),
+            "lm_head.weight": embed if model.tie_embeddings else tensors.take("lm_head.weight"),
+        }
+        tensors.maybe("lm_head.weight")  # a tie saved under both names
+        for i in range(model.n_layers):
+            h, b = f"h.{i}.", f"blocks.{i}."
+            for kind in ("weight", "bias"):
+                state[f"{b}attn.qkv.{kind}"] = per_head(tensors, f"{h}{QKV}.{kind}", model)
+                for hf, tfc in LAYER:
+                    state[f"{b}{tfc}.{kind}"] = tensors.take(f"{h}{hf}.{kind}")
+        return state
+
+    def candidate(self, spec: Spec) -> bool:
+        """Never: import only."""
+        return False
+
+    def exportable(self, spec: Spec) -> list[Problem]:
+        raise NotImplementedError("export-hf does not write BLOOM")
+
+    def to_config(self, spec: Spec) -> dict[str, Any]:
+        raise NotImplementedError("export-hf does not write BLOOM")
+
+    def from_state(self, state: State, spec: Spec) -> State:
+        raise NotImplementedError("export-hf does not write BLOOM")
