@@ -113,7 +113,7 @@ def shrunk(config: dict[str, Any]) -> dict[str, Any]:
     out = dict(config)
     n = config.get(heads, 0)
     wide = config.get(width, 0) / max(n, 1)
-    out |= {width: HEADS * HEAD, heads: HEADS, ff: 64, layers: 2}
+    out |= {width: HEADS * HEAD, heads: HEADS, layers: 2} | ({ff: 64} if ff else {})
     if kv and config.get(kv) is not None:
         out[kv] = max(1, HEADS * config[kv] // n)
     if head_dim and config.get(head_dim) is not None:
