@@ -28,7 +28,7 @@ from tfcompile.hf.architecture import (
     tied,
 )
 from tfcompile.hf.errors import Problem
-from tfcompile.hf.gpt_neox import per_head
+from tfcompile.hf.gpt_neox import grouped
 from tfcompile.spec import Spec
 from tfcompile.spec.schema import DecoderSpec
 
@@ -137,7 +137,7 @@ class Bloom(Architecture):
         for i in range(model.n_layers):
             h, b = f"h.{i}.", f"blocks.{i}."
             for kind in ("weight", "bias"):
-                state[f"{b}attn.qkv.{kind}"] = per_head(tensors, f"{h}{QKV}.{kind}", model)
+                state[f"{b}attn.qkv.{kind}"] = grouped(tensors, f"{h}{QKV}.{kind}", model)
                 for hf, tfc in LAYER:
                     state[f"{b}{tfc}.{kind}"] = tensors.take(f"{h}{hf}.{kind}")
         return state

@@ -23,8 +23,6 @@ from __future__ import annotations
 import warnings
 from typing import Any, ClassVar
 
-import torch
-
 from tfcompile.hf.architecture import (
     ACTIVATIONS,
     Architecture,
@@ -37,8 +35,8 @@ from tfcompile.hf.architecture import (
     register,
     tied,
 )
-from tfcompile.hf.errors import HFError, HFWarning, Problem
-from tfcompile.hf.gpt_neox import rope_sources
+from tfcompile.hf.errors import HFWarning, Problem
+from tfcompile.hf.gpt_neox import grouped, rope_sources
 from tfcompile.hf.llama import FALLBACKS, rope_section
 from tfcompile.spec import Spec
 from tfcompile.spec.schema import DecoderSpec, ParallelBlock
@@ -56,25 +54,6 @@ NORMS = {
     "shared": (("input_layernorm", "attn_norm"),),
     "parallel": (("ln_attn", "attn_norm"), ("ln_mlp", "ffn_norm")),
 }
-
-
-def grouped(tensors: Tensors, name: str, model: DecoderSpec) -> torch.Tensor:
-    """The fused q, k, v weight or bias (transformers views its rows as (kv_heads, heads / kv_heads
-    + 2, head_dim): each group's queries, then its key and value) with its rows as tfcompile packs
-    them: all q, then k, then v."""
-    assert model.head_dim is not None and model.n_kv_heads is not None
-    kv, hd = model.n_kv_heads, model.head_dim
-    fused = tensors.take(name)
-    rows = (model.n_heads + 2 * kv) * hd
-    if fused.ndim == 0 or fused.shape[0] != rows:
-        raise HFError(
-            f"{tensors.where}: the tensor {name} has shape {tuple(fused.shape)}, not {rows} rows; "
-            f"is config.json the checkpoint's own?"
-        )
-    rest = fused.shape[1:]
-    split = fused.reshape(kv, model.n_heads // kv + 2, hd, *rest)
-    q, k, v = split[:, :-2], split[:, -2], split[:, -1]
-    return torch.cat([q.reshape(-1, *rest), k.reshape(-1, *rest), v.reshape(-1, *rest)])
 
 
 def whole_heads(config: Config) -> Config:

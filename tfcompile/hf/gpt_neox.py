@@ -92,23 +92,29 @@ def parallel_dropout(block: str, rate: float, field: str) -> None:
         )
 
 
-def per_head(tensors: Tensors, name: str, model: DecoderSpec) -> torch.Tensor:
-    """The fused q, k, v weight or bias (transformers views its rows as (heads, 3, head_dim), [q,
-    k, v] of one head after another) with its rows as tfcompile packs them: all q, then k, then v."""
-    assert model.head_dim is not None
+def grouped(tensors: Tensors, name: str, model: DecoderSpec) -> torch.Tensor:
+    """The fused q, k, v weight or bias (transformers views its rows as (kv_heads, heads / kv_heads
+    + 2, head_dim): each group's queries, then its key and value; GPT-NeoX's and BLOOM's [q, k, v]
+    of one head after another where every head has its own K/V head) with its rows as tfcompile
+    packs them: all q, then k, then v."""
+    assert model.head_dim is not None and model.n_kv_heads is not None
+    kv, hd = model.n_kv_heads, model.head_dim
     fused = tensors.take(name)
-    rows = 3 * model.n_heads * model.head_dim
+    rows = (model.n_heads + 2 * kv) * hd
     if fused.ndim == 0 or fused.shape[0] != rows:
         raise HFError(
             f"{tensors.where}: the tensor {name} has shape {tuple(fused.shape)}, not {rows} rows; "
             f"is config.json the checkpoint's own?"
         )
-    split = fused.reshape(model.n_heads, 3, model.head_dim, *fused.shape[1:])
-    return split.transpose(0, 1).reshape(fused.shape)
+    rest = fused.shape[1:]
+    split = fused.reshape(kv, model.n_heads // kv + 2, hd, *rest)
+    q, k, v = split[:, :-2], split[:, -2], split[:, -1]
+    return torch.cat([q.reshape(-1, *rest), k.reshape(-1, *rest), v.reshape(-1, *rest)])
 
 
 def fused(packed: torch.Tensor, model: DecoderSpec) -> torch.Tensor:
-    """``per_head`` undone: tfcompile's packed q, k, v rows as [q, k, v] of each head in turn."""
+    """``grouped`` undone for a K/V head per head: tfcompile's packed q, k, v rows as [q, k, v] of
+    each head in turn."""
     assert model.head_dim is not None
     split = packed.reshape(3, model.n_heads, model.head_dim, *packed.shape[1:])
     return split.transpose(0, 1).reshape(packed.shape)
@@ -207,7 +213,7 @@ class GPTNeoX(Architecture):
         for i in range(model.n_layers):
             h, b = f"layers.{i}.", f"blocks.{i}."
             for kind in ("weight", "bias") if biased else ("weight",):
-                state[f"{b}attn.qkv.{kind}"] = per_head(tensors, f"{h}{QKV}.{kind}", model)
+                state[f"{b}attn.qkv.{kind}"] = grouped(tensors, f"{h}{QKV}.{kind}", model)
             for hf, tfc in LAYER:
                 state[f"{b}{tfc}.weight"] = tensors.take(f"{h}{hf}.weight")
                 if hf not in ATTENTION or biased:
