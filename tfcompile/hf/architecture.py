@@ -220,6 +220,30 @@ def tied(config: Config, tensors: Tensors, head: str, embeddings: str, default: 
     )
 
 
+def lm_head(
+    config: Config,
+    tensors: Tensors,
+    architecture: str,
+    names: tuple[str, str],
+    default: bool,
+    checkpoint: str,
+    bias: str | None = None,
+) -> bool:
+    """Whether a causal LM's head (``names``: the head's tensor and the embeddings') is tied, as
+    ``tied`` decides with the config class's ``default``; a checkpoint that holds no head it does
+    not tie (or no ``bias``, which a tie leaves the head's own) is a problem at architectures."""
+    head, embeddings = names
+    tie = tied(config, tensors, head, embeddings, default)
+    held = head if bias is None else f"{head}, and {bias}, which a tie leaves its own"
+    config.require(
+        (tie or head in tensors) and (bias is None or bias in tensors),
+        "architectures",
+        f"{architecture} holds no LM head ({held}) and does not tie one to its embeddings",
+        f"import the {checkpoint} checkpoint",
+    )
+    return tie
+
+
 def dropout(p: Any) -> float:
     """A dropout probability from a config (null: none)."""
     return float(p) if p is not None and 0 <= float(p) < 1 else 0.0

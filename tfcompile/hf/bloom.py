@@ -24,8 +24,8 @@ from tfcompile.hf.architecture import (
     Tensors,
     dropout,
     init_std,
+    lm_head,
     register,
-    tied,
 )
 from tfcompile.hf.errors import Problem
 from tfcompile.hf.gpt_neox import grouped
@@ -71,12 +71,13 @@ class Bloom(Architecture):
             f"{architecture} is not a language model tfcompile has",
             "import a BloomForCausalLM",
         )
-        tie = tied(config, tensors, "lm_head.weight", "word_embeddings.weight", True)
-        config.require(
-            tie or "lm_head.weight" in tensors,
-            "architectures",
-            f"{architecture} holds no LM head (lm_head.weight) and does not tie one to its embeddings",
-            "import the BloomForCausalLM checkpoint",
+        tie = lm_head(
+            config,
+            tensors,
+            architecture,
+            ("lm_head.weight", "word_embeddings.weight"),
+            True,
+            "BloomForCausalLM",
         )
         config.refuse_true(
             "apply_residual_connection_post_layernorm",

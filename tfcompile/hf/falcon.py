@@ -32,8 +32,8 @@ from tfcompile.hf.architecture import (
     Tensors,
     dropout,
     init_std,
+    lm_head,
     register,
-    tied,
 )
 from tfcompile.hf.errors import HFWarning, Problem
 from tfcompile.hf.gpt_neox import grouped, rope_sources
@@ -157,12 +157,13 @@ class Falcon(Architecture):
             f"{architecture} is not a language model tfcompile has",
             "import a FalconForCausalLM",
         )
-        tie = tied(config, tensors, "lm_head.weight", "word_embeddings.weight", True)
-        config.require(
-            tie or "lm_head.weight" in tensors,
-            "architectures",
-            f"{architecture} holds no LM head (lm_head.weight) and does not tie one to its embeddings",
-            "import the FalconForCausalLM checkpoint",
+        tie = lm_head(
+            config,
+            tensors,
+            architecture,
+            ("lm_head.weight", "word_embeddings.weight"),
+            True,
+            "FalconForCausalLM",
         )
         config.refuse_true(
             "alibi",

@@ -32,9 +32,9 @@ from tfcompile.hf.architecture import (
     contiguous,
     dropout,
     init_std,
+    lm_head,
     output_scale,
     register,
-    tied,
     zeros_if_none,
 )
 from tfcompile.hf.errors import HFError, HFWarning, Problem
@@ -159,13 +159,7 @@ class GPTNeoX(Architecture):
             "import a GPTNeoXForCausalLM",
         )
         head = next((name for name in HEADS if name in tensors), HEADS[0])
-        tie = tied(config, tensors, head, "embed_in.weight", False)
-        config.require(
-            tie or head in tensors,
-            "architectures",
-            f"{architecture} holds no LM head (embed_out.weight) and does not tie one to its embeddings",
-            "import the GPTNeoXForCausalLM checkpoint",
-        )
+        tie = lm_head(config, tensors, architecture, (head, "embed_in.weight"), False, "GPTNeoXForCausalLM")
         d, heads = config.get("hidden_size", 6144), config.get("num_attention_heads", 64)
         # RoPE's width is head_dim's where the config names one (the attention's is d / heads)
         rotated = config.get("head_dim", 0) or d // max(heads, 1)  # 0 heads: refused by the spec

@@ -21,8 +21,8 @@ from tfcompile.hf.architecture import (
     Tensors,
     dropout,
     init_std,
+    lm_head,
     register,
-    tied,
 )
 from tfcompile.hf.errors import Problem
 from tfcompile.hf.gpt_neox import parallel_dropout
@@ -66,12 +66,14 @@ class GPTJ(Architecture):
             f"{architecture} is not a language model tfcompile has",
             "import a GPTJForCausalLM",
         )
-        tie = tied(config, tensors, "lm_head.weight", "wte.weight", False)
-        config.require(
-            (tie or "lm_head.weight" in tensors) and "lm_head.bias" in tensors,
-            "architectures",
-            f"{architecture} holds no LM head (lm_head.weight, and lm_head.bias, which a tie leaves its own)",
-            "import the GPTJForCausalLM checkpoint",
+        tie = lm_head(
+            config,
+            tensors,
+            architecture,
+            ("lm_head.weight", "wte.weight"),
+            False,
+            "GPTJForCausalLM",
+            bias="lm_head.bias",
         )
         d = config.get("n_embd", 4096)
         config.require(

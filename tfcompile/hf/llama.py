@@ -26,9 +26,9 @@ from tfcompile.hf.architecture import (
     dropout,
     init_std,
     json_type,
+    lm_head,
     output_scale,
     register,
-    tied,
     zeros_if_none,
 )
 from tfcompile.hf.errors import HFWarning, Problem
@@ -234,12 +234,8 @@ class Llama(Architecture):
         biases = set(kind.fixed_bias)
         if kind.attention_bias and config.get("attention_bias", False):
             biases |= set(kind.attention_bias)
-        tie = tied(config, tensors, "lm_head.weight", "embed_tokens.weight", False)
-        config.require(
-            tie or "lm_head.weight" in tensors,
-            "architectures",
-            f"{architecture} holds no LM head (lm_head.weight) and does not tie one to its embeddings",
-            "import the *ForCausalLM checkpoint",
+        tie = lm_head(
+            config, tensors, architecture, ("lm_head.weight", "embed_tokens.weight"), False, "*ForCausalLM"
         )
         config.require(
             config.get("pretraining_tp", 1) >= 1,

@@ -26,9 +26,9 @@ from tfcompile.hf.architecture import (
     contiguous,
     dropout,
     init_std,
+    lm_head,
     output_scale,
     register,
-    tied,
     zeros_if_none,
 )
 from tfcompile.hf.errors import HFWarning, Problem
@@ -96,12 +96,8 @@ class OPT(Architecture):
                 ),
                 stacklevel=2,
             )
-        tie = tied(config, tensors, "lm_head.weight", "embed_tokens.weight", True)
-        config.require(
-            tie or "lm_head.weight" in tensors,
-            "architectures",
-            f"{architecture} holds no LM head (lm_head.weight) and does not tie one to its embeddings",
-            "import the OPTForCausalLM checkpoint",
+        tie = lm_head(
+            config, tensors, architecture, ("lm_head.weight", "embed_tokens.weight"), True, "OPTForCausalLM"
         )
         pre = config.get("do_layer_norm_before", True)
         bias = config.get("enable_bias", True)

@@ -22,8 +22,8 @@ from tfcompile.hf.architecture import (
     Tensors,
     dropout,
     init_std,
+    lm_head,
     register,
-    tied,
 )
 from tfcompile.hf.errors import Problem
 from tfcompile.hf.gpt_neox import parallel_dropout, rope_sources
@@ -69,12 +69,14 @@ class Phi(Architecture):
             f"{architecture} is not a language model tfcompile has",
             "import a PhiForCausalLM",
         )
-        tie = tied(config, tensors, "lm_head.weight", "embed_tokens.weight", False)
-        config.require(
-            (tie or "lm_head.weight" in tensors) and "lm_head.bias" in tensors,
-            "architectures",
-            f"{architecture} holds no LM head (lm_head.weight, and lm_head.bias, which a tie leaves its own)",
-            "import the PhiForCausalLM checkpoint",
+        tie = lm_head(
+            config,
+            tensors,
+            architecture,
+            ("lm_head.weight", "embed_tokens.weight"),
+            False,
+            "PhiForCausalLM",
+            bias="lm_head.bias",
         )
         d, heads = config.get("hidden_size", 2048), config.get("num_attention_heads", 32)
         head_dim = config.get("head_dim", d // max(heads, 1))  # 0 heads: refused by the spec
