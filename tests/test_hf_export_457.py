@@ -1,8 +1,8 @@
 """`tfcompile export-hf` folders read by transformers 4.57, the oldest version they are written for
 (exporter.WRITTEN_BY), in a python of its own: a folder of each family loads with its Auto class
 with no missing, unexpected or mismatched tensors, computes the run's outputs in float32 (padded
-and not; an OPT left-padded too), and its tokenizer encodes a text to the run's ids, returning only
-the inputs the model reads.
+and not; an OPT and a BLOOM left-padded too), and its tokenizer encodes a text to the run's ids,
+returning only the inputs the model reads.
 
 Slow, and run only where TFCOMPILE_TRANSFORMERS_457 names a python with transformers 4.57, torch
 and safetensors installed (the project's venv holds transformers 5), e.g.
@@ -108,6 +108,24 @@ def _neox_own(root: Path) -> Path:
     return test_hf_export._run(root, f"model: {{{spec}}}\n")
 
 
+def _bloom(name: str) -> Callable[[Path], Path]:
+    def run(root: Path) -> Path:
+        import test_hf_falcon_bloom
+
+        return test_hf_falcon_bloom.imported_variant(root, name).result.run_dir
+
+    return run
+
+
+def _bloom_own(root: Path) -> Path:
+    """ALiBi of 6 heads, no biases: zeros in BLOOM's."""
+    import test_hf_export
+    import test_hf_falcon_bloom
+
+    spec = test_hf_falcon_bloom.WRITTEN["6 heads, untied, no biases"]
+    return test_hf_export._run(root, f"model: {{{spec}}}\n")
+
+
 def _roberta(family: str) -> Callable[[Path], Path]:
     def run(root: Path) -> Path:
         import test_hf_roberta_distilbert
@@ -156,6 +174,8 @@ RUNS: dict[str, Callable[[Path], Path]] = {
     "gpt_neox sequential, tied": _neox("neox_sequential_tied"),
     "gpt_neox linear RoPE": _neox("neox_linear"),
     "gpt_neox of tfcompile's own (interleaved, no tokenizer)": _neox_own,
+    "bloom": _bloom("bloom_6_heads_untied"),
+    "bloom of tfcompile's own (no tokenizer)": _bloom_own,
     "xlm-roberta as bert": _roberta("xlm-roberta_cls"),
     "distilbert as bert": _roberta("distilbert"),
     "mt5 as t5": _mt5,
@@ -168,7 +188,7 @@ def _calls(run: Path, config: dict[str, Any]) -> list[dict[str, Any]]:
     architecture, vocab = config["architectures"][0], config.get("vocab_size")
     ids = random_ids(3, 12) % (vocab or VOCAB)
     masks = [torch.ones(3, 12, dtype=torch.long), right_padding(3, 12)]
-    if architecture == "OPTForCausalLM":  # positions counted from the mask, in both
+    if architecture in ("OPTForCausalLM", "BloomForCausalLM"):  # positions counted from the mask, in both
         masks.append(right_padding(3, 12).flip(-1))
     calls = []
     with torch.no_grad():

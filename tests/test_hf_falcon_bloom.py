@@ -1,7 +1,8 @@
 """Falcon and BLOOM: tiny random transformers models saved with save_pretrained, imported, and
 held to transformers' logits (float32, rows padded on the right and not; BLOOM's ALiBi on the left
 too), its parameter counts and greedy generation; Falcons of GPT-NeoX's blocks written back by
-export-hf as GPT-NeoX, the rest refused by field; BLOOM's slopes against transformers' for every
+export-hf as GPT-NeoX, the rest refused by field; BLOOM written back as BLOOM, and tfcompile's own
+ALiBi decoders written as BLOOM or refused by field; BLOOM's slopes against transformers' for every
 head count to 256; and a row for every field of FalconConfig and BloomConfig
 (tests/test_hf_fields.py's table and check)."""
 
@@ -15,9 +16,9 @@ from typing import Any
 
 import pytest
 import torch
-from hf_models import VOCAB, Imported, max_difference, perturb, write
+from hf_models import VOCAB, Imported, from_pretrained, max_difference, perturb, write
 from safetensors.torch import load_file, save_file
-from test_hf_export import _loads_alike
+from test_hf_export import _loads_alike, _run
 from test_hf_fields import (
     DELETE,
     FAMILIES,
@@ -32,10 +33,13 @@ from test_hf_fields import (
 )
 
 from tfcompile.cli import main
+from tfcompile.hf.architecture import ARCHITECTURES
 from tfcompile.hf.errors import HFError, HFWarning
-from tfcompile.hf.exporter import export_hf
+from tfcompile.hf.exporter import architecture_for, export_hf
 from tfcompile.hf.importer import import_folder
+from tfcompile.spec import parse_spec
 from tfcompile.summary import summarize
+from tfcompile.train.runs import load_trained_model
 
 transformers = pytest.importorskip("transformers")
 T = transformers
@@ -100,14 +104,17 @@ VARIANTS: dict[str, tuple[Callable[[], Any], str | None]] = {
         None,
     ),
     # BLOOM: ALiBi of 4 heads (a power of two), its embedding LayerNorm, tied
-    "bloom": (lambda: bloom(), None),
+    "bloom": (lambda: bloom(), "BloomForCausalLM"),
     # 6 heads (slopes of 4, then every other of 8), untied, another epsilon
     "bloom_6_heads_untied": (
         lambda: bloom(hidden_size=48, n_head=6, tie_word_embeddings=False, layer_norm_epsilon=1e-3),
-        None,
+        "BloomForCausalLM",
     ),
     # 3 heads, 3 layers, pretraining_tp (unread without slow_but_exact)
-    "bloom_3_heads_tp": (lambda: bloom(hidden_size=24, n_head=3, n_layer=3, pretraining_tp=2), None),
+    "bloom_3_heads_tp": (
+        lambda: bloom(hidden_size=24, n_head=3, n_layer=3, pretraining_tp=2),
+        "BloomForCausalLM",
+    ),
 }
 FALCONS = [name for name in VARIANTS if name.startswith("falcon")]
 BLOOMS = [name for name in VARIANTS if name.startswith("bloom")]
@@ -290,6 +297,16 @@ def test_tfcompile_generate_gives_transformers_greedy_tokens(
 # ----------------------------------------------------------------------------- BLOOM
 
 
+def left_padded_difference(hf: Any, model: torch.nn.Module) -> float:
+    """The largest difference of the logits at the real tokens of rows padded on the left."""
+    ids = torch.randint(0, VOCAB, (3, 12), generator=torch.Generator().manual_seed(1))
+    mask = torch.ones(3, 12, dtype=torch.long)
+    mask[1, :3], mask[2, :7] = 0, 0
+    with torch.no_grad():
+        theirs, ours = hf(input_ids=ids, attention_mask=mask).logits, model(ids, mask)
+    return (theirs - ours)[mask.bool()].abs().max().item()
+
+
 @pytest.mark.parametrize("name", BLOOMS)
 def test_bloom_gives_transformers_logits_on_left_padded_rows(
     imported: dict[str, Imported], name: str
@@ -297,12 +314,7 @@ def test_bloom_gives_transformers_logits_on_left_padded_rows(
     """ALiBi counts the positions of a left-padded row's real tokens from its first, as BLOOM's
     build_alibi_tensor does."""
     variant = imported[name]
-    ids = torch.randint(0, VOCAB, (3, 12), generator=torch.Generator().manual_seed(1))
-    mask = torch.ones(3, 12, dtype=torch.long)
-    mask[1, :3], mask[2, :7] = 0, 0
-    with torch.no_grad():
-        theirs, ours = variant.hf(input_ids=ids, attention_mask=mask).logits, variant.model(ids, mask)
-    assert (theirs - ours)[mask.bool()].abs().max().item() <= 1e-5
+    assert left_padded_difference(variant.hf, variant.model) <= 1e-5
 
 
 @pytest.mark.parametrize("heads", range(1, 257))
@@ -342,9 +354,87 @@ def test_the_bloom_specs_say_what_each_model_is(imported: dict[str, Imported], n
 
 
 @pytest.mark.parametrize("name", BLOOMS)
-def test_export_hf_does_not_write_bloom(imported: dict[str, Imported], name: str, tmp_path: Path) -> None:
-    with pytest.raises(HFError, match="has no transformers architecture here"):
-        export_hf(imported[name].result.run_dir, tmp_path / "out")
+def test_export_hf_writes_bloom_back(imported: dict[str, Imported], name: str, tmp_path: Path) -> None:
+    """With no missing or unexpected tensors, to the run's logits (rows padded on the left too),
+    and imported again to the same model."""
+    variant, out = imported[name], tmp_path / "out"
+    assert export_hf(variant.result.run_dir, out) == VARIANTS[name][1]
+    _loads_alike(out, variant.model)
+    assert left_padded_difference(from_pretrained(out), variant.model) <= 1e-5
+    again = import_folder(out, "again", tmp_path / "specs", tmp_path / "runs")
+    assert again.spec.model == variant.spec.model
+
+
+ALIBI = "family: decoder, vocab_size: 64, n_layers: 2, max_seq_len: 16, positional: alibi"
+BLOOMS_OWN = f"{ALIBI}, d_model: 32, n_heads: 4, embedding_norm: true, activation: gelu_tanh"
+# tfcompile's own ALiBi decoders that BLOOM computes: written as it, biases it has and the run
+# does not as zeros, scale_output folded into ln_f.
+WRITTEN = {
+    "bloom's": BLOOMS_OWN,
+    "6 heads, untied, no biases": f"{ALIBI}, d_model: 48, n_heads: 6, embedding_norm: true, "
+    "activation: gelu_tanh, bias: {qkv: false, attn_out: false, ffn: false}, "
+    "norm: {bias: false, eps: 0.001}, tie_embeddings: false",
+    "q, k, v biases alone, scaled output, padded vocabulary": f"{BLOOMS_OWN}, "
+    "bias: {qkv: true, attn_out: false, ffn: false}, scale_output: true, vocab_multiple_of: 48",
+}
+
+
+@pytest.mark.parametrize("name", list(WRITTEN))
+def test_a_run_of_tfcompiles_own_with_alibi_is_written_as_bloom(tmp_path: Path, name: str) -> None:
+    run = _run(tmp_path, f"model: {{{WRITTEN[name]}}}\n")
+    assert export_hf(run, tmp_path / "out") == "BloomForCausalLM"
+    model = load_trained_model(run)[1]
+    _loads_alike(tmp_path / "out", model)
+    assert left_padded_difference(from_pretrained(tmp_path / "out"), model) <= 1e-5
+
+
+# ALiBi decoders BLOOM does not compute -> the fields its refusal names, each once.
+REFUSED: dict[str, tuple[str, list[str]]] = {
+    "no embedding norm": (
+        f"{ALIBI}, d_model: 32, n_heads: 4, activation: gelu_tanh",
+        ["model.embedding_norm"],
+    ),
+    "swiglu": (
+        f"{ALIBI}, d_model: 32, n_heads: 4, embedding_norm: true, activation: swiglu",
+        ["model.activation"],  # 8/3 x d_model rounded up to a multiple of 64: 4 x d_model
+    ),
+    "erf gelu, narrow": (
+        f"{ALIBI}, d_model: 32, n_heads: 4, embedding_norm: true, activation: gelu, d_ff: 64",
+        ["model.activation", "model.d_ff"],
+    ),
+    "post-norm rmsnorm gqa": (
+        f"{BLOOMS_OWN}, norm: {{type: rmsnorm, position: post}}, n_kv_heads: 2",
+        ["model.norm.type", "model.norm.position", "model.norm.final", "model.n_kv_heads"],
+    ),
+    "sandwich": (f"{BLOOMS_OWN}, norm: {{position: sandwich}}", ["model.norm.position"]),
+    "no final norm": (f"{BLOOMS_OWN}, norm: {{final: false}}", ["model.norm.final"]),
+    "extras": (
+        f"{BLOOMS_OWN}, block: parallel, qk_norm: true, bias: {{lm_head: true}}, head_dim: 4, "
+        "attention_softcap: 50, logit_softcap: 30, scale_embeddings: true",
+        [
+            "model.head_dim",
+            "model.scale_embeddings",
+            "model.bias.lm_head",
+            "model.qk_norm",
+            "model.block",
+            "model.attention_softcap",
+            "model.logit_softcap",
+        ],
+    ),
+    "attention scale": (f"{BLOOMS_OWN}, attention_scale: 1", ["model.attention_scale"]),
+}
+
+
+@pytest.mark.parametrize("name", list(REFUSED))
+def test_an_alibi_decoder_bloom_does_not_compute_is_refused_by_field(name: str) -> None:
+    """By BLOOM, the one architecture whose candidate an ALiBi decoder LM is."""
+    model, refused = REFUSED[name]
+    spec = parse_spec(f"model: {{{model}}}\n")
+    candidates = [a for a in dict.fromkeys(ARCHITECTURES.values()) if a.candidate(spec)]
+    assert candidates == [ARCHITECTURES["bloom"]]
+    with pytest.raises(HFError) as error:
+        architecture_for(spec, "run")
+    assert re.findall(r"^  (\S+): ", str(error.value), re.MULTILINE) == refused, str(error.value)
 
 
 # ------------------------------------------------------------------ every config field, by value
@@ -469,8 +559,8 @@ CASES: list[Case] = [
 
 
 def bloom_row(**fields: Any) -> Case:
-    """A BLOOM row: import only."""
-    return case("bloom", exported=False, **fields)
+    """A BLOOM row: export-hf writes each import back as BLOOM."""
+    return case("bloom", **fields)
 
 
 CASES += [

@@ -10,7 +10,14 @@ LM head tied to the embeddings unless the config says otherwise.
 projections over ``pretraining_tp`` slices and adds none of their biases: refused, as is
 ``apply_residual_connection_post_layernorm`` (each sublayer's normalised input as its
 residual). BLOOM has no position table: the context is 2048, its training sequence length, and
-any other computes alike. export-hf does not write BLOOM."""
+any other computes alike.
+
+export-hf writes a decoder LM with ALiBi as BLOOM, which nothing else writes: pre-LayerNorm
+blocks in turn with a final norm and one after the embeddings, a K/V head per head, the tanh GELU
+4 x d_model wide. Biases the model lacks are written as zeros (exact); ``max_seq_len`` is not
+(BLOOM has no limit), and tokenizer_config.json's ``model_max_length`` keeps it. transformers
+computes the slopes as float32 powers of a float32 base: those of 1 to 10 heads are tfcompile's
+float32 slopes exactly, more heads' up to 2.3e-6 of a slope apart."""
 
 from __future__ import annotations
 
@@ -20,17 +27,21 @@ from tfcompile.hf.architecture import (
     Architecture,
     Config,
     Imported,
+    Needs,
     State,
     Tensors,
+    contiguous,
     dropout,
     init_std,
     lm_head,
+    output_scale,
     register,
+    zeros_if_none,
 )
 from tfcompile.hf.errors import Problem
-from tfcompile.hf.gpt_neox import grouped
+from tfcompile.hf.gpt_neox import fused, grouped
 from tfcompile.spec import Spec
-from tfcompile.spec.schema import DecoderSpec
+from tfcompile.spec.schema import AlibiPositional, CausalLMTask, DecoderSpec
 
 CONTEXT = 2048  # BLOOM's training sequence length; ALiBi holds no table of positions
 # BLOOM's names within a block -> tfcompile's (the fused q, k, v apart); each has a bias.
@@ -144,14 +155,69 @@ class Bloom(Architecture):
         return state
 
     def candidate(self, spec: Spec) -> bool:
-        """Never: import only."""
-        return False
+        """A decoder LM with ALiBi."""
+        model = spec.model
+        return (
+            isinstance(model, DecoderSpec)
+            and isinstance(spec.task, CausalLMTask)
+            and isinstance(model.positional, AlibiPositional)
+        )
 
     def exportable(self, spec: Spec) -> list[Problem]:
-        raise NotImplementedError("export-hf does not write BLOOM")
+        model = spec.model
+        assert isinstance(model, DecoderSpec)
+        need = Needs("BLOOM")
+        need(model.activation == "gelu_tanh", "model.activation", model.activation, "gelu_tanh")
+        need(model.d_ff == 4 * model.d_model, "model.d_ff", model.d_ff, f"{4 * model.d_model} (4 x d_model)")
+        need(model.norm.type == "layernorm", "model.norm.type", model.norm.type, "layernorm")
+        need(model.norm.position == "pre", "model.norm.position", model.norm.position, "pre")
+        need(bool(model.norm.final), "model.norm.final", False, "true")
+        need(model.embedding_norm, "model.embedding_norm", False, "true (BLOOM normalises its embeddings)")
+        need(model.n_kv_heads == model.n_heads, "model.n_kv_heads", model.n_kv_heads, "n_heads (no GQA)")
+        # The norms are checked above (one problem each): the other scales and extras as GPT-2's.
+        pre = model.norm.model_copy(update={"position": "pre"})
+        need.plain_attention(model.model_copy(update={"embedding_norm": False, "norm": pre}))
+        return need.problems
 
     def to_config(self, spec: Spec) -> dict[str, Any]:
-        raise NotImplementedError("export-hf does not write BLOOM")
+        model = spec.model
+        assert isinstance(model, DecoderSpec)
+        return {
+            "architectures": ["BloomForCausalLM"],
+            "model_type": "bloom",
+            "vocab_size": model.vocab_size,
+            "hidden_size": model.d_model,
+            "n_layer": model.n_layers,
+            "n_head": model.n_heads,
+            "layer_norm_epsilon": model.norm.eps,
+            "apply_residual_connection_post_layernorm": False,
+            "hidden_dropout": model.dropout.residual,
+            "attention_dropout": model.dropout.attention,
+            "pretraining_tp": 1,
+            "slow_but_exact": False,
+            "tie_word_embeddings": model.tie_embeddings,
+            "initializer_range": model.init_std,
+        }
 
     def from_state(self, state: State, spec: Spec) -> State:
-        raise NotImplementedError("export-hf does not write BLOOM")
+        model = spec.model
+        assert isinstance(model, DecoderSpec)
+        p, d, scale = "transformer.", model.d_model, output_scale(model)
+        out = {
+            f"{p}word_embeddings.weight": state["embed.weight"],
+            f"{p}word_embeddings_layernorm.weight": state["embed_norm.weight"],
+            f"{p}word_embeddings_layernorm.bias": zeros_if_none(state.get("embed_norm.bias"), d),
+            f"{p}ln_f.weight": state["final_norm.weight"] * scale,
+            f"{p}ln_f.bias": zeros_if_none(state.get("final_norm.bias"), d) * scale,
+        }
+        if not model.tie_embeddings:
+            out["lm_head.weight"] = state["lm_head.weight"]
+        for i in range(model.n_layers):
+            h, b = f"{p}h.{i}.", f"blocks.{i}."
+            out[f"{h}{QKV}.weight"] = fused(state[f"{b}attn.qkv.weight"], model)
+            out[f"{h}{QKV}.bias"] = fused(zeros_if_none(state.get(f"{b}attn.qkv.bias"), 3 * d), model)
+            for hf, tfc in LAYER:
+                weight = state[f"{b}{tfc}.weight"]
+                out[f"{h}{hf}.weight"] = weight
+                out[f"{h}{hf}.bias"] = zeros_if_none(state.get(f"{b}{tfc}.bias"), weight.shape[0])
+        return contiguous(out)
