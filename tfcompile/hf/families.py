@@ -2,7 +2,8 @@
 the one list that ``tfcompile import`` (importer.py) and ``export-hf`` (exporter.py) read. Each
 spec is the ``candidate`` of one architecture at most, chosen by what decides the architecture
 (a learned-position decoder's MQA and norms; a RoPE decoder's embedding scale, then its norms
-and blocks), so the order here changes nothing and a refusal names only that architecture's problems."""
+and blocks; an ALiBi decoder is BLOOM's), so the order here changes nothing and a refusal names
+only that architecture's problems."""
 
 from tfcompile.hf import (  # noqa: F401 (each registers its architecture)
     bert,
