@@ -260,3 +260,28 @@ def test_export_hf_refuses_them_by_field(tmp_path: Path, model: str, field: str)
         export_hf(run, tmp_path / "out")
     assert field in str(error.value)
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    ("model", "hint"),
+    [
+        ("positional: rope, norm: {position: sandwich}", "has no GPT-NeoX equivalent; pre"),
+        (
+            "positional: rope, norm: {type: rmsnorm, bias: false, position: sandwich}, activation: swiglu",
+            "has no Llama equivalent; pre",
+        ),
+        ("norm: {position: sandwich, final: false}", "has no OPT equivalent; pre or post"),
+    ],
+)
+def test_export_hf_names_a_sandwich_norm_once_with_the_architectures_own_hint(
+    tmp_path: Path, model: str, hint: str
+) -> None:
+    """no_extras named it a second time, with OPT's hint (pre or post) for every architecture."""
+    from tfcompile.hf.errors import HFError
+    from tfcompile.hf.exporter import export_hf
+
+    run = _run(tmp_path, f"vocab_size: 64, d_model: 16, n_layers: 1, n_heads: 2, max_seq_len: 16, {model}")
+    with pytest.raises(HFError) as error:
+        export_hf(run, tmp_path / "out")
+    lines = [line for line in str(error.value).splitlines() if "model.norm.position" in line]
+    assert len(lines) == 1 and lines[0].endswith(f"'sandwich' {hint}"), lines

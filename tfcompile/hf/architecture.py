@@ -302,7 +302,9 @@ class Needs:
         self(not model.bias.lm_head, "model.bias.lm_head", True, "set it false")
         self(qk_norm or not model.qk_norm, "model.qk_norm", True, "set it false")
         self(model.block.type == "sequential", "model.block", model.block.type, "sequential")
-        self(model.norm.position != "sandwich", "model.norm.position", model.norm.position, "pre or post")
+        # An architecture that holds the position to its own (pre or post) has named it already.
+        if not any(problem.field == "model.norm.position" for problem in self.problems):
+            self(model.norm.position != "sandwich", "model.norm.position", model.norm.position, "pre or post")
         self(
             model.attention_softcap is None,
             "model.attention_softcap",

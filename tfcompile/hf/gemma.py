@@ -183,6 +183,13 @@ class Gemma2(Gemma):
         model["attention_softcap"] = gemma2.data["attn_logit_softcapping"]  # a bad cap: the spec refuses it
         model["logit_softcap"] = gemma2.data["final_logit_softcapping"]
         model["norm"]["position"] = "sandwich"
+        gemma2.require(
+            gemma2.data["sliding_window"] is not None,
+            "sliding_window",
+            "is null: transformers' Gemma 2 builds its sliding layers' mask from a window, even where "
+            "no layer slides, and fails without one",
+            "give a window (at least max_position_embeddings where no layer should slide)",
+        )
         return imported
 
     def to_state(self, tensors: Tensors, spec: Spec) -> State:

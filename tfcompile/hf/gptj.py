@@ -2,7 +2,7 @@
 side by side (a parallel block with a shared norm, x + attn(ln(x)) + mlp(ln(x))), RoPE of theta
 10,000 on the first ``rotary_dim`` dimensions of each head as interleaved pairs (GPT-J's
 rotate_every_two: ``layout: interleaved``), q, k, v and out projections without biases, a
-feed-forward and an untied LM head with them.
+feed-forward with them and an LM head with a bias (untied unless the config ties it).
 
 ``resid_pdrop`` drops out each sublayer's output in transformers, the block's sum once in
 tfcompile (``gpt_neox.parallel_dropout`` says so). export-hf does not write GPT-J: a spec of its

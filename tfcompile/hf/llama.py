@@ -122,8 +122,9 @@ def rope_section(
         config.require(
             fraction == 1.0,
             "partial_rotary_factor",
-            f"is {fraction}: RoPE on part of each head is not in tfcompile",
-            "import a model that rotates whole heads",
+            f"is {fraction}: this model type turns whole heads (transformers ignores the fraction for "
+            f"default RoPE and fails with a scaled one)",
+            "remove it, or set it to 1",
         )
     elif json_type(fraction) == "a number" and 0 < fraction <= 1:
         section["rotary_dims"] = int(head_dim * fraction)  # an odd or too small one: refused by the spec
