@@ -32,6 +32,7 @@ from test_hf_fields import (
 )
 
 from tfcompile.cli import main
+from tfcompile.hf import exporter
 from tfcompile.hf.architecture import ARCHITECTURES
 from tfcompile.hf.errors import HFError, HFWarning
 from tfcompile.hf.exporter import architecture_for, export_hf
@@ -379,7 +380,7 @@ NATIVE: dict[str, tuple[str, str, list[str]]] = {
 def test_exactly_one_architecture_writes_each_spec(name: str) -> None:
     model, model_type, refused = NATIVE[name]
     spec = parse_spec(f"model: {{{model}}}\n")
-    candidates = [a for a in dict.fromkeys(ARCHITECTURES.values()) if a.candidate(spec)]
+    candidates = exporter.candidates(spec)
     assert candidates == [ARCHITECTURES[model_type]]
     if not refused:
         assert architecture_for(spec, "run") is candidates[0]

@@ -28,6 +28,7 @@ from hf_models import (
 from test_hf_fields import DELETE, FAMILIES, IDS, UNREAD, Case, Family, _class_fields, case, check
 
 from tfcompile.cli import main
+from tfcompile.hf import exporter
 from tfcompile.hf.architecture import ARCHITECTURES
 from tfcompile.hf.errors import HFError, HFWarning
 from tfcompile.hf.exporter import architecture_for, export_hf
@@ -220,7 +221,7 @@ def test_exactly_one_architecture_writes_each_spec(imported: dict[str, Imported]
     else:
         model, model_type, refused = NATIVE[name]
         spec, writer = parse_spec(f"model: {{{model}}}\n"), ARCHITECTURES[model_type]
-    candidates = [a for a in dict.fromkeys(ARCHITECTURES.values()) if a.candidate(spec)]
+    candidates = exporter.candidates(spec)
     assert len(candidates) == 1 and writer in (None, candidates[0])
     if not refused:
         assert candidates == [architecture_for(spec, "run")]

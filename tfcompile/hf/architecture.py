@@ -146,7 +146,7 @@ class Imported:
 
 class Architecture(ABC):
     """One Hugging Face model type (and the head classes of it that tfcompile has): config.json to
-    spec sections, checkpoint to state dict, and back for ``export-hf``."""
+    spec sections, checkpoint to state dict (``Writable``: and back, for ``export-hf``)."""
 
     model_types: ClassVar[tuple[str, ...]]
     # Names accepted in a checkpoint before the body's tensor names (saved from a head class, or not).
@@ -165,6 +165,11 @@ class Architecture(ABC):
     @abstractmethod
     def to_state(self, tensors: Tensors, spec: Spec) -> State:
         """The checkpoint's tensors (names without the body's prefix) -> the model's state dict."""
+
+
+class Writable(Architecture):
+    """An architecture ``export-hf`` also writes: which specs are its to write, why one cannot be,
+    and its config.json and tensors. The others are import only."""
 
     @abstractmethod
     def candidate(self, spec: Spec) -> bool:

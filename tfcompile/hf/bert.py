@@ -16,12 +16,12 @@ import torch
 from tfcompile.hf.architecture import (
     ACTIVATIONS,
     EXPORTED_ACTIVATIONS,
-    Architecture,
     Config,
     Imported,
     Needs,
     State,
     Tensors,
+    Writable,
     contiguous,
     dropout,
     init_std,
@@ -95,7 +95,7 @@ class MLMBias:
 
 
 @register("bert")
-class Bert(Architecture):
+class Bert(Writable):
     prefixes = ("bert.",)
     ignored = ("embeddings.position_ids",)  # a buffer in old checkpoints
     # The masked-LM head's names (RoBERTa's and DistilBERT's are their own)

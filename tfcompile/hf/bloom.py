@@ -24,12 +24,12 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from tfcompile.hf.architecture import (
-    Architecture,
     Config,
     Imported,
     Needs,
     State,
     Tensors,
+    Writable,
     contiguous,
     dropout,
     init_std,
@@ -65,7 +65,7 @@ def named(config: Config, name: str) -> str:
 
 
 @register("bloom")
-class Bloom(Architecture):
+class Bloom(Writable):
     prefixes = ("transformer.",)
     sources: ClassVar[dict[str, str]] = {
         "model.vocab_size": "vocab_size",

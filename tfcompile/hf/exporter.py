@@ -23,7 +23,7 @@ from tokenizers import Tokenizer, processors
 from tfcompile.destination import check_not_a_file, check_outside, move_into_place, staging_folder
 from tfcompile.files import PREPROCESSING_FILE, TOKENIZER_FILE, atomic_write_text
 from tfcompile.hf import families  # noqa: F401 (registers every architecture)
-from tfcompile.hf.architecture import ARCHITECTURES, Architecture
+from tfcompile.hf.architecture import ARCHITECTURES, Writable
 from tfcompile.hf.errors import HFError, Problem, refuse
 from tfcompile.hf.folder import (
     CONFIG,
@@ -45,16 +45,22 @@ MAX_SHARD_BYTES = 5 * 1024**3  # as save_pretrained shards
 WRITTEN_BY = "4.57.0"  # the oldest transformers the folders are tested with
 
 
-def architecture_for(spec: Spec, where: str) -> Architecture:
+def candidates(spec: Spec) -> list[Writable]:
+    """The architectures whose to write the spec is (one at most: families.py)."""
+    writers = [a for a in dict.fromkeys(ARCHITECTURES.values()) if isinstance(a, Writable)]
+    return [a for a in writers if a.candidate(spec)]
+
+
+def architecture_for(spec: Spec, where: str) -> Writable:
     """The architecture that writes the spec's model; an HFError lists why none can."""
-    candidates = [a for a in dict.fromkeys(ARCHITECTURES.values()) if a.candidate(spec)]
+    found_candidates = candidates(spec)
     problems: list[Problem] = []
-    for candidate in candidates:
+    for candidate in found_candidates:
         found = candidate.exportable(spec)
         if not found:
             return candidate
         problems += found
-    if not candidates:
+    if not found_candidates:
         problems.append(
             Problem(
                 "model.family",

@@ -35,7 +35,7 @@ from tfcompile.hf.architecture import (
     lm_head,
     register,
 )
-from tfcompile.hf.errors import HFWarning, Problem
+from tfcompile.hf.errors import HFWarning
 from tfcompile.hf.gpt_neox import grouped, rope_sources
 from tfcompile.hf.llama import FALLBACKS, rope_section
 from tfcompile.spec import Spec
@@ -239,16 +239,3 @@ class Falcon(Architecture):
                 for kind in ("weight", "bias"):
                     state[f"{b}{tfc}.{kind}"] = tensors.take(f"{h}{hf}.{kind}")
         return state
-
-    def candidate(self, spec: Spec) -> bool:
-        """Never: import only (a spec of Falcon's blocks is GPT-NeoX's candidate)."""
-        return False
-
-    def exportable(self, spec: Spec) -> list[Problem]:
-        raise NotImplementedError("export-hf does not write Falcon")
-
-    def to_config(self, spec: Spec) -> dict[str, Any]:
-        raise NotImplementedError("export-hf does not write Falcon")
-
-    def from_state(self, state: State, spec: Spec) -> State:
-        raise NotImplementedError("export-hf does not write Falcon")

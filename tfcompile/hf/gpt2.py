@@ -16,12 +16,12 @@ import torch
 from tfcompile.hf.architecture import (
     ACTIVATIONS,
     EXPORTED_ACTIVATIONS,
-    Architecture,
     Config,
     Imported,
     Needs,
     State,
     Tensors,
+    Writable,
     contiguous,
     dropout,
     init_std,
@@ -55,7 +55,7 @@ def gpt2_norms(model: DecoderSpec) -> bool:
 
 
 @register("gpt2")
-class GPT2(Architecture):
+class GPT2(Writable):
     prefixes = ("transformer.",)
     ignored = (".attn.bias", ".attn.masked_bias")  # the causal mask, a buffer
     sources: ClassVar[dict[str, str]] = {

@@ -23,12 +23,12 @@ import torch
 from tfcompile.hf.architecture import (
     ACTIVATIONS,
     EXPORTED_ACTIVATIONS,
-    Architecture,
     Config,
     Imported,
     Needs,
     State,
     Tensors,
+    Writable,
     contiguous,
     dropout,
     init_std,
@@ -131,7 +131,7 @@ def rotary_fraction(rotary: int, head_dim: int) -> float:
 
 
 @register("gpt_neox")
-class GPTNeoX(Architecture):
+class GPTNeoX(Writable):
     prefixes = ("gpt_neox.",)
     # the causal mask and RoPE's frequencies: buffers in checkpoints saved by older transformers
     ignored = (".attention.bias", ".attention.masked_bias", "rotary_emb.inv_freq")

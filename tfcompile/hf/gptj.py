@@ -24,7 +24,6 @@ from tfcompile.hf.architecture import (
     lm_head,
     register,
 )
-from tfcompile.hf.errors import Problem
 from tfcompile.hf.gpt_neox import parallel_dropout
 from tfcompile.spec import Spec
 from tfcompile.spec.schema import DecoderSpec
@@ -129,16 +128,3 @@ class GPTJ(Architecture):
                 if biased:
                     state[f"{b}{tfc}.bias"] = tensors.take(f"{h}{hf}.bias")
         return state
-
-    def candidate(self, spec: Spec) -> bool:
-        """Never: import only (a spec of GPT-J's blocks is GPT-NeoX's candidate, and refused there)."""
-        return False
-
-    def exportable(self, spec: Spec) -> list[Problem]:
-        raise NotImplementedError("export-hf does not write GPT-J")
-
-    def to_config(self, spec: Spec) -> dict[str, Any]:
-        raise NotImplementedError("export-hf does not write GPT-J")
-
-    def from_state(self, state: State, spec: Spec) -> State:
-        raise NotImplementedError("export-hf does not write GPT-J")

@@ -16,12 +16,12 @@ import torch
 
 from tfcompile.hf.architecture import (
     GATED_ACTIVATIONS,
-    Architecture,
     Config,
     Imported,
     Needs,
     State,
     Tensors,
+    Writable,
     contiguous,
     dropout,
     init_std,
@@ -200,7 +200,7 @@ def context(config: Config, kind: ModelType) -> int:
 
 
 @register("llama", "mistral", "qwen2", "qwen3")
-class Llama(Architecture):
+class Llama(Writable):
     prefixes = ("model.",)
     ignored = ("rotary_emb.inv_freq",)  # a buffer in old checkpoints
     sources: ClassVar[dict[str, str]] = {

@@ -17,12 +17,12 @@ import torch
 from tfcompile.hf.architecture import (
     ACTIVATIONS,
     EXPORTED_ACTIVATIONS,
-    Architecture,
     Config,
     Imported,
     Needs,
     State,
     Tensors,
+    Writable,
     contiguous,
     dropout,
     init_std,
@@ -50,7 +50,7 @@ NORMS = {"self_attn_layer_norm", "final_layer_norm"}
 
 
 @register("opt")
-class OPT(Architecture):
+class OPT(Writable):
     # OPTForCausalLM saves model.decoder.*; checkpoints saved from OPTModel (the hub's originals), decoder.*
     prefixes = ("model.decoder.", "decoder.")
     sources: ClassVar[dict[str, str]] = {

@@ -25,7 +25,6 @@ from tfcompile.hf.architecture import (
     lm_head,
     register,
 )
-from tfcompile.hf.errors import Problem
 from tfcompile.hf.gpt_neox import parallel_dropout, rope_sources
 from tfcompile.hf.llama import FALLBACKS, rope_section
 from tfcompile.spec import Spec
@@ -140,16 +139,3 @@ class Phi(Architecture):
                 for hf, tfc in LAYER + (QK_NORMS if model.qk_norm else ()):
                     state[f"{b}{tfc}.{kind}"] = tensors.take(f"{h}{hf}.{kind}")
         return state
-
-    def candidate(self, spec: Spec) -> bool:
-        """Never: import only (a spec of Phi's blocks is GPT-NeoX's candidate, and refused there)."""
-        return False
-
-    def exportable(self, spec: Spec) -> list[Problem]:
-        raise NotImplementedError("export-hf does not write Phi")
-
-    def to_config(self, spec: Spec) -> dict[str, Any]:
-        raise NotImplementedError("export-hf does not write Phi")
-
-    def from_state(self, state: State, spec: Spec) -> State:
-        raise NotImplementedError("export-hf does not write Phi")

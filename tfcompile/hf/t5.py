@@ -16,12 +16,12 @@ from tfcompile.hf.architecture import (
     ACTIVATIONS,
     EXPORTED_ACTIVATIONS,
     GATED_ACTIVATIONS,
-    Architecture,
     Config,
     Imported,
     Needs,
     State,
     Tensors,
+    Writable,
     contiguous,
     dropout,
     output_scale,
@@ -51,7 +51,7 @@ HEADS = {
 
 
 @register("t5", "mt5")
-class T5(Architecture):
+class T5(Writable):
     ignored = ("EncDecAttention.relative_attention_bias",)  # old checkpoints; cross-attention has none
     sources: ClassVar[dict[str, str]] = {
         "model.vocab_size": "vocab_size",

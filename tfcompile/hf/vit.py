@@ -11,12 +11,12 @@ from typing import Any, ClassVar
 from tfcompile.hf.architecture import (
     ACTIVATIONS,
     EXPORTED_ACTIVATIONS,
-    Architecture,
     Config,
     Imported,
     Needs,
     State,
     Tensors,
+    Writable,
     contiguous,
     dropout,
     init_std,
@@ -54,7 +54,7 @@ def side(config: Config, name: str, default: int) -> Any:
 
 
 @register("vit")
-class ViT(Architecture):
+class ViT(Writable):
     prefixes = ("vit.",)
     ignored = ("pooler.dense.",)  # ViTForImageClassification builds no pooler; a ViTModel's is unused
     sources: ClassVar[dict[str, str]] = {
