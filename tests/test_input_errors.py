@@ -425,10 +425,11 @@ def test_a_label_outside_task_labels_names_its_row_and_value(tmp_path: Path) -> 
 @pytest.mark.parametrize(
     ("german", "expected"),
     [
-        (gzip.compress(b"\xff\xfe not text\n"), "not UTF-8 text"),
+        (gzip.compress(b"\xff\xfe not text\n", mtime=0), "not UTF-8 text"),
         (b"plain text, not gzip\n", "not a gzip file"),
-        (gzip.compress(b"Ein Satz.\n" * 100)[:-10], "ends too early"),
+        (gzip.compress(b"Ein Satz.\n" * 100, mtime=0)[:-10], "ends too early"),
     ],
+    ids=["not UTF-8", "not gzip", "truncated"],  # the same on every xdist worker: no time stamp
 )
 def test_damaged_translation_data_is_a_data_error(tmp_path: Path, german: bytes, expected: str) -> None:
     from tfcompile.tasks.seq2seq import read_parallel
