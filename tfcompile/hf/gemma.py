@@ -47,8 +47,8 @@ DEFAULTS: dict[str, Any] = {
 EXPORTED_ACTIVATIONS = {"geglu_tanh": "gelu_pytorch_tanh", "geglu": "gelu_python", "swiglu": "silu"}
 
 
-# Gemma2Config's defaults where GemmaConfig's differ. A cap or window that is null is none (not
-# the default): Gemma2Config keeps the null.
+# Gemma2Config's defaults where GemmaConfig's differ. A null cap is none, not the default:
+# Gemma2Config keeps the null (a null window, which transformers fails on, is refused in read).
 GEMMA2_DEFAULTS: dict[str, Any] = {
     "hidden_size": 2304,
     "intermediate_size": 9216,
