@@ -152,3 +152,37 @@ def mutate_json(
             parent.pop(path[-1])
         else:
             parent[path[-1]] = data.draw(junk)
+
+
+def trained_decoder_generates_as_pytorch(tmp_path: Path, overrides: list[str]) -> Any:
+    """specs/shakespeare-char-llama.yaml, tiny, with ``overrides``, trained one step, exported and
+    fused by `tfcompile optimize` with parity; both bundles generate PyTorch's greedy tokens with
+    the KV cache, and a left-padded row what it would alone. -> the optimize result."""
+    import numpy as np
+    import torch
+
+    from tfcompile.export import Source, export_bundle
+    from tfcompile.optimize import Plan, optimize_bundle
+    from tfcompile.runtime import load
+    from tfcompile.spec import load_spec
+    from tfcompile.tasks.causal_lm import generate
+    from tfcompile.train import Trainer
+    from tfcompile.train.runs import load_trained_model
+
+    sets = [*TINY, "model.d_model=32", "model.max_seq_len=32", *overrides, *ONE_STEP]
+    spec = load_spec(ROOT / "specs" / "shakespeare-char-llama.yaml", [*sets, f"train.runs_dir={tmp_path}"])
+    Trainer(spec, tmp_path / "run", show_progress=False).train()
+    export_bundle(None, Source(run=tmp_path / "run"), tmp_path / "bundle")
+    done = optimize_bundle(tmp_path / "bundle", tmp_path / "fused", Plan(fuse=True), None)
+    assert done.parity and max(done.parity.values()) <= 1e-4
+    _, model = load_trained_model(tmp_path / "run")
+    prompt = np.array([[5, 9, 13, 2], [7, 1, 30, 4]])
+    expected = generate(model, torch.from_numpy(prompt), 12, temperature=0).numpy()
+    for bundle in ("bundle", "fused"):
+        runtime = load(tmp_path / bundle)
+        np.testing.assert_array_equal(runtime.generate(prompt, 12, temperature=0), expected)
+        mask = np.array([[1, 1, 1, 1], [0, 0, 1, 1]])
+        ragged = runtime.generate(prompt, 6, temperature=0, attention_mask=mask, stop=False)
+        alone = runtime.generate(prompt[1:, 2:], 6, temperature=0, stop=False)
+        np.testing.assert_array_equal(ragged[1, 4:], alone[0, 2:])
+    return done

@@ -9,23 +9,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import ONE_STEP, ROOT, TINY, tiny_model
+from helpers import tiny_model, trained_decoder_generates_as_pytorch
 
 from tfcompile.export import Source, export_bundle
 from tfcompile.models import DecoderLM
 from tfcompile.nn.attention import may_attend
 from tfcompile.nn.positional import alibi_slopes
-from tfcompile.optimize import Plan, optimize_bundle
-from tfcompile.runtime import load
-from tfcompile.spec import Spec, load_spec, parse_spec
+from tfcompile.spec import Spec, parse_spec
 from tfcompile.tasks import build_model
-from tfcompile.tasks.causal_lm import generate
-from tfcompile.train import Trainer
-from tfcompile.train.runs import load_trained_model
 
 
 def test_the_slopes_are_the_papers_and_blooms() -> None:
@@ -156,30 +150,7 @@ def test_every_graph_exports_with_parity(text: str, tmp_path: Path) -> None:
 def test_a_trained_alibi_decoder_fuses_with_parity_and_generates_as_pytorch(tmp_path: Path) -> None:
     """Trained, exported, fused with parity; the bundles generate PyTorch's greedy tokens with the
     KV cache, and a left-padded row generates what it would alone."""
-    overrides = [
-        *TINY,
-        "model.d_model=32",
-        "model.max_seq_len=32",
-        "model.positional=alibi",
-        "model.embedding_norm=true",
-    ]
-    spec = load_spec(
-        ROOT / "specs" / "shakespeare-char-llama.yaml", [*overrides, *ONE_STEP, f"train.runs_dir={tmp_path}"]
-    )
-    Trainer(spec, tmp_path / "run", show_progress=False).train()
-    export_bundle(None, Source(run=tmp_path / "run"), tmp_path / "bundle")
-    done = optimize_bundle(tmp_path / "bundle", tmp_path / "fused", Plan(fuse=True), None)
-    assert done.parity and max(done.parity.values()) <= 1e-4
-    _, model = load_trained_model(tmp_path / "run")
-    prompt = np.array([[5, 9, 13, 2], [7, 1, 30, 4]])
-    expected = generate(model, torch.from_numpy(prompt), 12, temperature=0).numpy()
-    for bundle in ("bundle", "fused"):
-        runtime = load(tmp_path / bundle)
-        np.testing.assert_array_equal(runtime.generate(prompt, 12, temperature=0), expected)
-        mask = np.array([[1, 1, 1, 1], [0, 0, 1, 1]])
-        ragged = runtime.generate(prompt, 6, temperature=0, attention_mask=mask, stop=False)
-        alone = runtime.generate(prompt[1:, 2:], 6, temperature=0, stop=False)
-        np.testing.assert_array_equal(ragged[1, 4:], alone[0, 2:])
+    trained_decoder_generates_as_pytorch(tmp_path, ["model.positional=alibi", "model.embedding_norm=true"])
 
 
 def test_export_hf_refuses_a_decoders_embedding_norm_by_field(tmp_path: Path) -> None:

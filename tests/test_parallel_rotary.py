@@ -11,24 +11,18 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import ONE_STEP, ROOT, TINY, tiny_model
+from helpers import tiny_model, trained_decoder_generates_as_pytorch
 from pydantic import ValidationError
 
 from tfcompile.export import Source, export_bundle
 from tfcompile.models import DecoderLM
 from tfcompile.nn.block import TransformerBlock
-from tfcompile.optimize import Plan, optimize_bundle
-from tfcompile.runtime import load
-from tfcompile.spec import Spec, load_spec, parse_spec
+from tfcompile.spec import Spec, parse_spec
 from tfcompile.spec.errors import SpecError
 from tfcompile.tasks import build_model
-from tfcompile.tasks.causal_lm import generate
-from tfcompile.train import Trainer
-from tfcompile.train.runs import load_trained_model
 
 
 def _randomised(module: torch.nn.Module) -> torch.nn.Module:
@@ -239,28 +233,9 @@ def test_a_trained_parallel_partial_rotary_decoder_fuses_with_parity_and_generat
     operators, parity kept); the bundles, source and fused, generate PyTorch's greedy tokens with
     the KV cache, prompts of two lengths left-padded in one batch."""
     overrides = [
-        *TINY,
-        "model.d_model=32",
-        "model.max_seq_len=32",
         "model.block=parallel",
         "model.positional.rotary_dims=6",
         f"model.positional.layout={layout}",
     ]
-    spec = load_spec(
-        ROOT / "specs" / "shakespeare-char-llama.yaml", [*overrides, *ONE_STEP, f"train.runs_dir={tmp_path}"]
-    )
-    Trainer(spec, tmp_path / "run", show_progress=False).train()
-    export_bundle(None, Source(run=tmp_path / "run"), tmp_path / "bundle")
-    done = optimize_bundle(tmp_path / "bundle", tmp_path / "fused", Plan(fuse=True), None)
-    assert done.parity and max(done.parity.values()) <= 1e-4
+    done = trained_decoder_generates_as_pytorch(tmp_path, overrides)
     assert any(op.startswith("com.microsoft::") for step in done.steps for op in step.operators), done.steps
-    _, model = load_trained_model(tmp_path / "run")
-    prompt = np.array([[5, 9, 13, 2], [7, 1, 30, 4]])
-    expected = generate(model, torch.from_numpy(prompt), 12, temperature=0).numpy()
-    for bundle in ("bundle", "fused"):
-        np.testing.assert_array_equal(load(tmp_path / bundle).generate(prompt, 12, temperature=0), expected)
-        runtime = load(tmp_path / bundle)
-        mask = np.array([[1, 1, 1, 1], [0, 0, 1, 1]])
-        ragged = runtime.generate(prompt, 6, temperature=0, attention_mask=mask, stop=False)
-        alone = runtime.generate(prompt[1:, 2:], 6, temperature=0, stop=False)
-        np.testing.assert_array_equal(ragged[1, 4:], alone[0, 2:])

@@ -10,24 +10,18 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import ONE_STEP, ROOT, TINY, tiny_model
+from helpers import tiny_model, trained_decoder_generates_as_pytorch
 
 from tfcompile.export import Source, export_bundle
 from tfcompile.models import DecoderLM
 from tfcompile.nn.attention import may_attend
 from tfcompile.nn.block import TransformerBlock
-from tfcompile.optimize import Plan, optimize_bundle
-from tfcompile.runtime import load
-from tfcompile.spec import Spec, load_spec, parse_spec
+from tfcompile.spec import Spec, parse_spec
 from tfcompile.spec.errors import SpecError
 from tfcompile.tasks import build_model
-from tfcompile.tasks.causal_lm import generate
-from tfcompile.train import Trainer
-from tfcompile.train.runs import load_trained_model
 
 
 def _randomised(module: torch.nn.Module) -> torch.nn.Module:
@@ -202,31 +196,12 @@ def test_a_trained_gemma2_shaped_decoder_fuses_with_parity_and_generates_as_pyto
     """Trained through capped logits, exported, optimized with parity; the bundles generate
     PyTorch's greedy tokens with the KV cache, a left-padded row as it would alone."""
     overrides = [
-        *TINY,
-        "model.d_model=32",
-        "model.max_seq_len=32",
         "model.n_kv_heads=1",
         "model.norm.position=sandwich",
         "model.attention_softcap=2.0",
         "model.logit_softcap=5.0",
     ]
-    spec = load_spec(
-        ROOT / "specs" / "shakespeare-char-llama.yaml", [*overrides, *ONE_STEP, f"train.runs_dir={tmp_path}"]
-    )
-    Trainer(spec, tmp_path / "run", show_progress=False).train()
-    export_bundle(None, Source(run=tmp_path / "run"), tmp_path / "bundle")
-    done = optimize_bundle(tmp_path / "bundle", tmp_path / "fused", Plan(fuse=True), None)
-    assert done.parity and max(done.parity.values()) <= 1e-4
-    _, model = load_trained_model(tmp_path / "run")
-    prompt = np.array([[5, 9, 13, 2], [7, 1, 30, 4]])
-    expected = generate(model, torch.from_numpy(prompt), 12, temperature=0).numpy()
-    for bundle in ("bundle", "fused"):
-        runtime = load(tmp_path / bundle)
-        np.testing.assert_array_equal(runtime.generate(prompt, 12, temperature=0), expected)
-        mask = np.array([[1, 1, 1, 1], [0, 0, 1, 1]])
-        ragged = runtime.generate(prompt, 6, temperature=0, attention_mask=mask, stop=False)
-        alone = runtime.generate(prompt[1:, 2:], 6, temperature=0, stop=False)
-        np.testing.assert_array_equal(ragged[1, 4:], alone[0, 2:])
+    trained_decoder_generates_as_pytorch(tmp_path, overrides)
 
 
 def _run(tmp_path: Path, model: str) -> Path:
