@@ -186,3 +186,24 @@ def trained_decoder_generates_as_pytorch(tmp_path: Path, overrides: list[str]) -
         alone = runtime.generate(prompt[1:, 2:], 6, temperature=0, stop=False)
         np.testing.assert_array_equal(ragged[1, 4:], alone[0, 2:])
     return done
+
+
+def random_run(tmp_path: Path, text: str) -> Path:
+    """A run of the spec ``text``'s random model (seed 0, every bias and norm shift moved off its
+    initial value so that a misplaced one shows), as training writes it (no tokenizer): tmp_path/run."""
+    import torch
+
+    from tfcompile.hf.importer import write_run
+    from tfcompile.spec import parse_spec
+    from tfcompile.tasks import build_model
+
+    spec = parse_spec(text)
+    torch.manual_seed(0)
+    model = build_model(spec).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.ndim == 1:
+                p.add_(torch.randn_like(p) * 0.1)
+    run = tmp_path / "run"
+    write_run(run, spec, model, tmp_path, None)
+    return run

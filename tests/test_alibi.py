@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import tiny_model, trained_decoder_generates_as_pytorch
+from helpers import random_run, tiny_model, trained_decoder_generates_as_pytorch
 
 from tfcompile.export import Source, export_bundle
 from tfcompile.models import DecoderLM
@@ -156,21 +156,13 @@ def test_a_trained_alibi_decoder_fuses_with_parity_and_generates_as_pytorch(tmp_
 def test_export_hf_refuses_a_decoders_embedding_norm_by_field(tmp_path: Path) -> None:
     from tfcompile.hf.errors import HFError
     from tfcompile.hf.exporter import export_hf
-    from tfcompile.hf.importer import write_run
 
-    spec = parse_spec(
-        "model: {vocab_size: 64, d_model: 16, n_layers: 1, n_heads: 2, max_seq_len: 16, "
-        "embedding_norm: true}\n"
-    )
-    write_run(tmp_path / "run", spec, build_model(spec).eval(), tmp_path, None)
+    model = "vocab_size: 64, d_model: 16, n_layers: 1, n_heads: 2, max_seq_len: 16"
+    run = random_run(tmp_path / "gpt2", f"model: {{{model}, embedding_norm: true}}\n")
     with pytest.raises(HFError, match=r"model\.embedding_norm: True has no GPT-2 equivalent"):
-        export_hf(tmp_path / "run", tmp_path / "out")
+        export_hf(run, tmp_path / "out")
     # an ALiBi decoder is BLOOM's to write, which normalises its embeddings
-    alibi = parse_spec(
-        "model: {vocab_size: 64, d_model: 16, n_layers: 1, n_heads: 2, max_seq_len: 16, positional: alibi, "
-        "activation: gelu_tanh}\n"
-    )
-    write_run(tmp_path / "alibi", alibi, build_model(alibi).eval(), tmp_path, None)
+    alibi = random_run(tmp_path / "alibi", f"model: {{{model}, positional: alibi, activation: gelu_tanh}}\n")
     with pytest.raises(HFError, match=r"1 problem:\n  model\.embedding_norm: False has no BLOOM equivalent"):
-        export_hf(tmp_path / "alibi", tmp_path / "out")
+        export_hf(alibi, tmp_path / "out")
     assert not (tmp_path / "out").exists()

@@ -11,16 +11,15 @@ from typing import Any, ClassVar
 
 import pytest
 import torch
+from helpers import random_run
 from hf_models import VARIANTS, Imported, edited, from_pretrained, import_all, max_difference
 from tokenizers import Tokenizer
 
 from tfcompile.cli import main
 from tfcompile.hf.errors import HFError, HFWarning
 from tfcompile.hf.exporter import export_hf
-from tfcompile.hf.importer import import_folder, write_run
-from tfcompile.spec import parse_spec
+from tfcompile.hf.importer import import_folder
 from tfcompile.spec.choices import ACTIVATIONS
-from tfcompile.tasks import build_model
 from tfcompile.train.runs import load_trained_model
 
 transformers = pytest.importorskip("transformers")
@@ -119,20 +118,6 @@ def test_an_edited_import_round_trips(
     _loads_alike(tmp_path / "out", load_trained_model(result.run_dir)[1])
 
 
-def _run(tmp_path: Path, text: str) -> Path:
-    """A run of a spec's random model, as training writes it (no tokenizer)."""
-    spec = parse_spec(text)
-    torch.manual_seed(0)
-    model = build_model(spec).eval()
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.ndim == 1:
-                p.add_(torch.randn_like(p) * 0.1)
-    run = tmp_path / "run"
-    write_run(run, spec, model, tmp_path, None)
-    return run
-
-
 NATIVE = {
     "llama": "family: decoder, vocab_size: 64, d_model: 32, n_layers: 2, n_heads: 4, n_kv_heads: 2, "
     "max_seq_len: 16, positional: rope, norm: {type: rmsnorm}, activation: swiglu, "
@@ -159,7 +144,7 @@ NATIVE = {
 def test_a_run_of_tfcompiles_own_loads_in_transformers(tmp_path: Path, kind: str) -> None:
     """Interleaved RoPE pairs become transformers' halves by a permutation of the q and k rows;
     biases transformers has and the model does not are written as zeros."""
-    run = _run(tmp_path, f"model: {{{NATIVE[kind]}}}\n")
+    run = random_run(tmp_path, f"model: {{{NATIVE[kind]}}}\n")
     architecture = export_hf(run, tmp_path / "out")
     assert architecture.lower().startswith(kind.split()[0])
     _loads_alike(tmp_path / "out", load_trained_model(run)[1])
@@ -176,7 +161,7 @@ T5 = (
 def test_every_activation_is_a_t5_feed_forward(tmp_path: Path, activation: str) -> None:
     """feed_forward_proj ACT or gated-ACT, with the dense_act_fn and is_gated_act transformers
     derives from it and reads over it."""
-    run = _run(tmp_path, f"model: {{{T5}, activation: {activation}}}\ntask: {{type: seq2seq}}\n")
+    run = random_run(tmp_path, f"model: {{{T5}, activation: {activation}}}\ntask: {{type: seq2seq}}\n")
     export_hf(run, tmp_path / "out")
     _loads_alike(tmp_path / "out", load_trained_model(run)[1])
     config = json.loads((tmp_path / "out" / "config.json").read_text())
@@ -185,7 +170,7 @@ def test_every_activation_is_a_t5_feed_forward(tmp_path: Path, activation: str) 
 
 
 def _problems(tmp_path: Path, model: str, task: str = "") -> str:
-    run = _run(tmp_path, f"model: {{{model}}}\n{task}")
+    run = random_run(tmp_path, f"model: {{{model}}}\n{task}")
     with pytest.raises(HFError) as error:
         export_hf(run, tmp_path / "out")
     assert not (tmp_path / "out").exists()
@@ -277,7 +262,7 @@ def test_the_config_is_read_by_transformers_4_as_well(imported: dict[str, Import
 def test_an_unscaled_gpt2_warns_of_transformers_4s_sdpa_attention(tmp_path: Path) -> None:
     """transformers 4.57's GPT-2 passes no scale to SDPA, its default attention, which then scales
     q.k by 1/sqrt(head_dim) whatever scale_attn_weights says; its eager attention reads it."""
-    run = _run(tmp_path, f"model: {{{NATIVE['gpt2 unscaled']}}}\n")
+    run = random_run(tmp_path, f"model: {{{NATIVE['gpt2 unscaled']}}}\n")
     with pytest.warns(HFWarning, match="transformers 4's default SDPA attention ignores it"):
         export_hf(run, tmp_path / "out")
     assert json.loads((tmp_path / "out" / "config.json").read_text())["scale_attn_weights"] is False

@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 import torch
+from helpers import random_run
 from hf_models import VOCAB, Imported, random_ids, right_padding
 from tokenizers import Tokenizer
 
@@ -101,11 +102,10 @@ def _neox(name: str) -> Callable[[Path], Path]:
 
 def _neox_own(root: Path) -> Path:
     """Interleaved RoPE on part of each head, permuted to transformers' halves."""
-    import test_hf_export
     import test_hf_neox_gptj_phi
 
     spec = test_hf_neox_gptj_phi.WRITTEN["interleaved partial, no biases"]
-    return test_hf_export._run(root, f"model: {{{spec}}}\n")
+    return random_run(root, f"model: {{{spec}}}\n")
 
 
 def _bloom(name: str) -> Callable[[Path], Path]:
@@ -119,11 +119,10 @@ def _bloom(name: str) -> Callable[[Path], Path]:
 
 def _bloom_own(root: Path) -> Path:
     """ALiBi of 6 heads, no biases: zeros in BLOOM's."""
-    import test_hf_export
     import test_hf_falcon_bloom
 
     spec = test_hf_falcon_bloom.WRITTEN["6 heads, untied, no biases"]
-    return test_hf_export._run(root, f"model: {{{spec}}}\n")
+    return random_run(root, f"model: {{{spec}}}\n")
 
 
 def _roberta(family: str) -> Callable[[Path], Path]:
@@ -145,7 +144,9 @@ def _mt5(root: Path) -> Path:
 def _qwen3(root: Path) -> Path:
     import test_qk_norm
 
-    return test_qk_norm._run(root, f"{test_qk_norm.QWEN3}, bias: {{qkv: true, attn_out: false, ffn: false}}")
+    return random_run(
+        root, f"model: {{{test_qk_norm.QWEN3}, bias: {{qkv: true, attn_out: false, ffn: false}}}}\n"
+    )
 
 
 def _variant(name: str) -> Callable[[Path], Path]:

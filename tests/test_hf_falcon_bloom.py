@@ -16,9 +16,10 @@ from typing import Any
 
 import pytest
 import torch
+from helpers import random_run
 from hf_models import VOCAB, Imported, from_pretrained, max_difference, perturb, write
 from safetensors.torch import load_file, save_file
-from test_hf_export import _loads_alike, _run
+from test_hf_export import _loads_alike
 from test_hf_fields import (
     DELETE,
     FAMILIES,
@@ -382,7 +383,7 @@ WRITTEN = {
 
 @pytest.mark.parametrize("name", list(WRITTEN))
 def test_a_run_of_tfcompiles_own_with_alibi_is_written_as_bloom(tmp_path: Path, name: str) -> None:
-    run = _run(tmp_path, f"model: {{{WRITTEN[name]}}}\n")
+    run = random_run(tmp_path, f"model: {{{WRITTEN[name]}}}\n")
     assert export_hf(run, tmp_path / "out") == "BloomForCausalLM"
     model = load_trained_model(run)[1]
     _loads_alike(tmp_path / "out", model)

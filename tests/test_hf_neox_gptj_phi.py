@@ -15,9 +15,10 @@ from typing import Any
 
 import pytest
 import torch
+from helpers import random_run
 from hf_models import VOCAB, Imported, max_difference, perturb, write
 from safetensors.torch import load_file, save_file
-from test_hf_export import _loads_alike, _problems, _run
+from test_hf_export import _loads_alike, _problems
 from test_hf_fields import (
     DELETE,
     FAMILIES,
@@ -408,7 +409,7 @@ WRITTEN = {
 def test_a_run_with_layernorm_or_parallel_blocks_and_rope_is_written_as_gpt_neox(
     tmp_path: Path, kind: str
 ) -> None:
-    run = _run(tmp_path, f"model: {{{WRITTEN[kind]}}}\n")
+    run = random_run(tmp_path, f"model: {{{WRITTEN[kind]}}}\n")
     assert export_hf(run, tmp_path / "out") == "GPTNeoXForCausalLM"
     _loads_alike(tmp_path / "out", load_trained_model(run)[1])
 

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import ONE_STEP, ROOT, SHARED_DATA, TINY, tiny_model
+from helpers import ONE_STEP, ROOT, SHARED_DATA, TINY, random_run, tiny_model
 
 from tfcompile.export import Source, export_bundle
 from tfcompile.models import DecoderLM
@@ -222,22 +222,6 @@ def test_a_trained_model_exports_fuses_with_parity_and_generates_as_pytorch(
             )
 
 
-def _run(tmp_path: Path, model: str, task: str = "") -> Path:
-    """A run of a random model (its norms off 1) of the spec's ``model`` section (and ``task``),
-    as training writes it."""
-    from tfcompile.hf.importer import write_run
-
-    spec = parse_spec(f"model: {{{model}}}\n{task}")
-    torch.manual_seed(0)
-    built = build_model(spec).eval()
-    with torch.no_grad():
-        for p in built.parameters():
-            if p.ndim == 1:
-                p.add_(torch.randn_like(p) * 0.1)
-    write_run(tmp_path / "run", spec, built, tmp_path, None)
-    return tmp_path / "run"
-
-
 QWEN3 = (
     "family: decoder, vocab_size: 64, d_model: 32, n_layers: 2, n_heads: 4, n_kv_heads: 2, max_seq_len: 16, "
     "positional: rope, norm: {type: rmsnorm}, activation: swiglu, qk_norm: true"
@@ -257,7 +241,7 @@ def test_export_hf_writes_qwen3_that_transformers_loads_to_the_same_outputs(
 
     from tfcompile.hf.exporter import export_hf
 
-    run = _run(tmp_path, f"{QWEN3}, bias: {bias}")
+    run = random_run(tmp_path, f"model: {{{QWEN3}, bias: {bias}}}\n")
     assert export_hf(run, tmp_path / "out") == "Qwen3ForCausalLM"
     reloaded, info = from_pretrained(tmp_path / "out", loading_info=True)
     assert not any(info.values()), info
@@ -269,7 +253,8 @@ def test_export_hf_refuses_by_field_what_qwen3_cannot_express(tmp_path: Path) ->
     from tfcompile.hf.errors import HFError
     from tfcompile.hf.exporter import export_hf
 
-    run = _run(tmp_path, QWEN3.replace("rmsnorm", "rmsnorm, bias: true") + ", bias: {ffn: true}")
+    model = QWEN3.replace("rmsnorm", "rmsnorm, bias: true") + ", bias: {ffn: true}"
+    run = random_run(tmp_path, f"model: {{{model}}}\n")
     with pytest.raises(HFError) as error:
         export_hf(run, tmp_path / "out")
     for field in ("model.norm.bias: True has no Qwen3", "model.bias.ffn: True has no Qwen3"):
@@ -316,7 +301,7 @@ def test_export_hf_refuses_qk_norm_where_the_architecture_has_none(tmp_path: Pat
     from tfcompile.hf.exporter import export_hf
 
     task = "task: seq2seq\n" if "encoder_decoder" in model else ""
-    run = _run(tmp_path, model, task)
+    run = random_run(tmp_path, f"model: {{{model}}}\n{task}")
     with pytest.raises(HFError, match=r"model\.qk_norm: True has no (GPT-2|T5) equivalent"):
         export_hf(run, tmp_path / "out")
     assert not (tmp_path / "out").exists()

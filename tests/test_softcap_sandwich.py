@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import tiny_model, trained_decoder_generates_as_pytorch
+from helpers import random_run, tiny_model, trained_decoder_generates_as_pytorch
 
 from tfcompile.export import Source, export_bundle
 from tfcompile.models import DecoderLM
@@ -169,6 +169,7 @@ def test_only_a_decoder_caps_its_logits() -> None:
     assert error.value.issues[0].path == "model.logit_softcap"
 
 
+TINY_DECODER = "vocab_size: 64, d_model: 16, n_layers: 1, n_heads: 2, max_seq_len: 16"  # for export-hf
 TINY_MODEL = "vocab_size: 20, d_model: 16, n_layers: 2, n_heads: 2, max_seq_len: 8"
 BUNDLES = {
     "decoder, opset 17": f"model: {{{TINY_MODEL}, attention_softcap: 1.5, logit_softcap: 2.0, "
@@ -204,14 +205,6 @@ def test_a_trained_gemma2_shaped_decoder_fuses_with_parity_and_generates_as_pyto
     trained_decoder_generates_as_pytorch(tmp_path, overrides)
 
 
-def _run(tmp_path: Path, model: str) -> Path:
-    from tfcompile.hf.importer import write_run
-
-    spec = parse_spec(f"model: {{{model}}}\n")
-    write_run(tmp_path / "run", spec, build_model(spec).eval(), tmp_path, None)
-    return tmp_path / "run"
-
-
 @pytest.mark.parametrize(
     ("model", "field"),
     [
@@ -230,7 +223,10 @@ def test_export_hf_refuses_them_by_field(tmp_path: Path, model: str, field: str)
     from tfcompile.hf.errors import HFError
     from tfcompile.hf.exporter import export_hf
 
-    run = _run(tmp_path, f"vocab_size: 64, d_model: 16, n_layers: 1, n_heads: 2, max_seq_len: 16, {model}")
+    run = random_run(
+        tmp_path,
+        f"model: {{vocab_size: 64, d_model: 16, n_layers: 1, n_heads: 2, max_seq_len: 16, {model}}}\n",
+    )
     with pytest.raises(HFError) as error:
         export_hf(run, tmp_path / "out")
     assert field in str(error.value)
@@ -255,7 +251,10 @@ def test_export_hf_names_a_sandwich_norm_once_with_the_architectures_own_hint(
     from tfcompile.hf.errors import HFError
     from tfcompile.hf.exporter import export_hf
 
-    run = _run(tmp_path, f"vocab_size: 64, d_model: 16, n_layers: 1, n_heads: 2, max_seq_len: 16, {model}")
+    run = random_run(
+        tmp_path,
+        f"model: {{vocab_size: 64, d_model: 16, n_layers: 1, n_heads: 2, max_seq_len: 16, {model}}}\n",
+    )
     with pytest.raises(HFError) as error:
         export_hf(run, tmp_path / "out")
     lines = [line for line in str(error.value).splitlines() if "model.norm.position" in line]
