@@ -174,9 +174,9 @@ class Bloom(Writable):
         need(bool(model.norm.final), "model.norm.final", False, "true")
         need(model.embedding_norm, "model.embedding_norm", False, "true (BLOOM normalises its embeddings)")
         need(model.n_kv_heads == model.n_heads, "model.n_kv_heads", model.n_kv_heads, "n_heads (no GQA)")
-        # The norms are checked above (one problem each): the other scales and extras as GPT-2's.
-        pre = model.norm.model_copy(update={"position": "pre"})
-        need.plain_attention(model.model_copy(update={"embedding_norm": False, "norm": pre}))
+        # The embedding norm is checked above (BLOOM's, where no_extras refuses a decoder's): the
+        # other scales and extras as GPT-2's.
+        need.plain_attention(model.model_copy(update={"embedding_norm": False}))
         return need.problems
 
     def to_config(self, spec: Spec) -> dict[str, Any]:

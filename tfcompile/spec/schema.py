@@ -693,7 +693,7 @@ class EncoderDecoderSpec(TransformerSpec):
     scale_output: bool = Field(False, description=SCALE_OUTPUT)
 
     @model_validator(mode="after")
-    def _resolve_decoder_depth(self) -> EncoderDecoderSpec:
+    def _resolve_depth_and_check_blocks(self) -> EncoderDecoderSpec:
         if self.n_decoder_layers is None:
             self._resolve(n_decoder_layers=self.n_layers)
         rules = Rules()
