@@ -25,6 +25,7 @@ from tokenizers import Regex, Tokenizer, models, normalizers, pre_tokenizers, pr
 
 from tfcompile.hf.errors import HFWarning  # noqa: E402
 from tfcompile.hf.importer import import_folder  # noqa: E402
+from tfcompile.summary import summarize  # noqa: E402
 from tfcompile.train.runs import load_trained_model  # noqa: E402
 
 CHARS = list("abcdefghijklmnopqrstuvwxyz .,!?")
@@ -465,7 +466,7 @@ class Imported:
         write_to: Callable[[Path], Any] | None = None,
         warnings_as: Literal["ignore", "error"] | None = None,
     ) -> None:
-        self.folder = root / "hf" / name
+        self.name, self.folder = name, root / "hf" / name
         (write_to or partial(save, name))(self.folder)
         self.hf = from_pretrained(self.folder)
         with warnings.catch_warnings():
@@ -473,6 +474,18 @@ class Imported:
                 warnings.simplefilter(warnings_as, HFWarning)
             self.result = import_folder(self.folder, name, root / "specs", root / "runs")
         self.spec, self.model = load_trained_model(self.result.run_dir)
+
+    def assert_outputs_match(self) -> None:
+        """tfcompile's model gives transformers' outputs in float32, padded and not."""
+        for padded in (False, True):
+            assert max_difference(self.hf, self.model, padded) <= 1e-5, (self.name, padded)
+
+    def assert_counts_match(self, unread: int = 0) -> None:
+        """The spec, the model and the summary count transformers' parameters, less ``unread``
+        ones transformers keeps and tfcompile does not."""
+        expected = self.hf.num_parameters() - unread
+        assert self.spec.parameter_count() == expected == sum(p.numel() for p in self.model.parameters())
+        assert summarize(self.spec).total_params == expected
 
 
 def copied(imported: dict[str, Imported], name: str, tmp_path: Path) -> Path:

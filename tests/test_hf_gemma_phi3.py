@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import torch
 from helpers import random_run
-from hf_models import DECODER, Imported, max_difference, perturb, write
+from hf_models import DECODER, Imported, perturb, write
 from safetensors.torch import load_file, save_file
 from test_hf_export import _loads_alike, _problems
 from test_hf_fields import (
@@ -37,7 +37,6 @@ from tfcompile.cli import main
 from tfcompile.hf.errors import HFError, HFWarning
 from tfcompile.hf.exporter import export_hf
 from tfcompile.hf.importer import import_folder
-from tfcompile.summary import summarize
 from tfcompile.train.runs import load_trained_model
 
 transformers = pytest.importorskip("transformers")
@@ -102,17 +101,12 @@ def imported(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Imported]:
 
 @pytest.mark.parametrize("name", list(VARIANTS))
 def test_an_imported_model_gives_transformers_outputs(imported: dict[str, Imported], name: str) -> None:
-    variant = imported[name]
-    for padded in (False, True):
-        assert max_difference(variant.hf, variant.model, padded) <= 1e-5, (name, padded)
+    imported[name].assert_outputs_match()
 
 
 @pytest.mark.parametrize("name", list(VARIANTS))
 def test_parameter_counts_equal_transformers(imported: dict[str, Imported], name: str) -> None:
-    variant = imported[name]
-    expected = variant.hf.num_parameters()
-    assert variant.spec.parameter_count() == expected == sum(p.numel() for p in variant.model.parameters())
-    assert summarize(variant.spec).total_params == expected
+    imported[name].assert_counts_match()
 
 
 @pytest.mark.parametrize("name", list(VARIANTS))

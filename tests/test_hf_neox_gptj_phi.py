@@ -40,7 +40,6 @@ from tfcompile.hf.exporter import architecture_for, export_hf
 from tfcompile.hf.gpt_neox import rotary_fraction
 from tfcompile.hf.importer import import_folder
 from tfcompile.spec import parse_spec
-from tfcompile.summary import summarize
 from tfcompile.train.runs import load_trained_model
 
 transformers = pytest.importorskip("transformers")
@@ -156,17 +155,12 @@ def imported(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Imported]:
 
 @pytest.mark.parametrize("name", list(VARIANTS))
 def test_an_imported_model_gives_transformers_logits(imported: dict[str, Imported], name: str) -> None:
-    variant = imported[name]
-    for padded in (False, True):
-        assert max_difference(variant.hf, variant.model, padded) <= 1e-5, (name, padded)
+    imported[name].assert_outputs_match()
 
 
 @pytest.mark.parametrize("name", list(VARIANTS))
 def test_parameter_counts_equal_transformers(imported: dict[str, Imported], name: str) -> None:
-    variant = imported[name]
-    expected = variant.hf.num_parameters()
-    assert variant.spec.parameter_count() == expected == sum(p.numel() for p in variant.model.parameters())
-    assert summarize(variant.spec).total_params == expected
+    imported[name].assert_counts_match()
 
 
 def test_the_specs_say_what_each_model_is(imported: dict[str, Imported]) -> None:

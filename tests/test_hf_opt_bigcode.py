@@ -110,9 +110,7 @@ def imported(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Imported]:
 
 @pytest.mark.parametrize("name", list(VARIANTS))
 def test_an_imported_model_gives_transformers_logits(imported: dict[str, Imported], name: str) -> None:
-    case = imported[name]
-    for padded in (False, True):
-        assert max_difference(case.hf, case.model, padded) <= 1e-5, (name, padded)
+    imported[name].assert_outputs_match()
 
 
 @pytest.mark.parametrize("name", ["opt", "opt_post"])
@@ -131,10 +129,7 @@ def test_left_padded_opt_rows_give_transformers_logits(imported: dict[str, Impor
 def test_parameter_counts_equal_transformers(imported: dict[str, Imported], name: str) -> None:
     """Less OPT's two position rows before position 0's: only padding reads them (position -1)."""
     case = imported[name]
-    expected = case.hf.num_parameters()
-    if name.startswith("opt"):
-        expected -= 2 * case.hf.config.hidden_size
-    assert case.spec.parameter_count() == expected == sum(p.numel() for p in case.model.parameters())
+    case.assert_counts_match(2 * case.hf.config.hidden_size if name.startswith("opt") else 0)
 
 
 def test_the_specs_say_what_each_model_is(imported: dict[str, Imported]) -> None:
