@@ -121,6 +121,7 @@ ABSENT = {
     "train.init_from",
     "tokens",  # the tokenizer's special tokens are tfcompile's own strings
     "model.positional.scaling",  # RoPE's frequencies as trained
+    "model.positional.local",  # null: every layer turns at positional.theta
     "model.attention_softcap",  # null: scores uncapped, as its description says
     "model.logit_softcap",  # null: logits uncapped
     "train.loss_chunk_tokens",  # null: the loss over all logits at once, as its description says

@@ -42,6 +42,7 @@ from tfcompile.hf.llama import (
     dynamic_from_max_seq_len,
     halves_order,
     neox_blocks,
+    one_rope,
     rope_decoder_lm,
     rope_section,
 )
@@ -238,6 +239,7 @@ class GPTNeoX(Writable):
         shared = isinstance(model.block, ParallelBlock) and model.block.shared_norm
         need(not shared, "model.block.shared_norm", True, "false (GPT-NeoX normalises each sublayer's input)")
         dynamic_from_max_seq_len(need, model)
+        one_rope(need, model)
         # The block is GPT-NeoX's either way: the other scales and extras are checked as GPT-2's.
         need.plain_attention(model.model_copy(update={"block": SequentialBlock()}))
         return need.problems

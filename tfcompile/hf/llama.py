@@ -444,12 +444,21 @@ def rope_and_norms(need: Needs, model: DecoderSpec) -> None:
     max_position_embeddings), pre-RMSNorm without bias, and a final norm."""
     assert isinstance(model.positional, RopePositional)
     dynamic_from_max_seq_len(need, model)
+    one_rope(need, model)
     rotary = model.positional.rotary_dims
     need(rotary == model.head_dim, "model.positional.rotary_dims", rotary, "leave it unset (all of head_dim)")
     need(model.norm.type == "rmsnorm", "model.norm.type", model.norm.type, "rmsnorm")
     need(model.norm.position == "pre", "model.norm.position", model.norm.position, "pre")
     need(not model.norm.bias, "model.norm.bias", True, "false")
     need(bool(model.norm.final), "model.norm.final", False, "true")
+
+
+def one_rope(need: Needs, model: DecoderSpec) -> None:
+    """Every layer turning at one theta: the architectures whose configs have one RoPE."""
+    assert isinstance(model.positional, RopePositional)
+    local = model.positional.local
+    found = local.model_dump(exclude_none=True) if local is not None else None
+    need(local is None, "model.positional.local", found, "leave it unset (every layer at positional.theta)")
 
 
 def dynamic_from_max_seq_len(need: Needs, model: DecoderSpec) -> None:

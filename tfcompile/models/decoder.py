@@ -88,14 +88,14 @@ class DecoderLM(Assembly):
         if self.spec.scale_embeddings:
             x = x * self.embed_scale
         x = self.drop(self.embed_norm(self.positional.embed(x, positions)))
-        rotary = self.positional.rotary(positions)
+        rotaries = self.positional.layer_rotaries(positions, len(self.blocks))
         bias = self.positional.attention_bias(positions, k_positions)  # (1 or B, H, T, P + T) or None
         padding = attention_mask.bool() if attention_mask is not None else None
         # Without padding, a score bias or a cache, the fused causal kernel needs no T x T mask.
         use_kernel_causal = padding is None and bias is None and cache is None
         mask = None if use_kernel_causal else may_attend(index[past:], index, True, padding)
         for i, block in enumerate(self.blocks):
-            x = block(x, mask, use_kernel_causal, rotary, bias, cache[i] if cache else None)
+            x = block(x, mask, use_kernel_causal, rotaries[i], bias, cache[i] if cache else None)
         return self.final_norm(x) * self.output_scale  # (B, T, d)
 
     def example_inputs(self, batch: int = 1) -> tuple[torch.Tensor, ...]:

@@ -63,11 +63,11 @@ class Encoder(Assembly):
             types = torch.zeros_like(input_ids) if token_type_ids is None else token_type_ids
             x = x + self.segment_embed(types)
         x = self.drop(self.embed_norm(self.positional.embed(x, positions)))
-        rotary = self.positional.rotary(positions)
+        rotaries = self.positional.layer_rotaries(positions, len(self.blocks))
         bias = self.positional.attention_bias(positions, positions)  # (1 or B, H, T, T) or None
         padding = attention_mask.bool() if attention_mask is not None else None
         mask = may_attend(index, index, False, padding)  # (B, 1, T, T) or None
-        for block in self.blocks:
+        for block, rotary in zip(self.blocks, rotaries, strict=True):
             x = block(x, mask, False, rotary, bias)
         return self.final_norm(x)
 

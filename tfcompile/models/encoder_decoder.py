@@ -60,11 +60,11 @@ class Seq2Seq(Assembly):
         index = torch.arange(source_ids.shape[1], device=source_ids.device)
         positions = index if source_mask is None else positions_from_mask(source_mask)  # (B?, S)
         x = self.drop(self.encoder_positional.embed(self.embed(source_ids) * self.embed_scale, positions))
-        rotary = self.encoder_positional.rotary(positions)
+        rotaries = self.encoder_positional.layer_rotaries(positions, len(self.encoder_blocks))
         bias = self.encoder_positional.attention_bias(positions, positions)
         padding = source_mask.bool() if source_mask is not None else None
         mask = may_attend(index, index, False, padding)
-        for block in self.encoder_blocks:
+        for block, rotary in zip(self.encoder_blocks, rotaries, strict=True):
             x = block(x, mask, False, rotary, bias)
         return self.encoder_norm(x)
 
@@ -91,13 +91,13 @@ class Seq2Seq(Assembly):
         positions = k_positions[..., past:]
         x = self.target_embed(target_ids) * self.embed_scale
         x = self.drop(self.decoder_positional.embed(x, positions))
-        rotary = self.decoder_positional.rotary(positions)
+        rotaries = self.decoder_positional.layer_rotaries(positions, len(self.decoder_blocks))
         bias = self.decoder_positional.attention_bias(positions, k_positions)
         padding = target_mask.bool() if target_mask is not None else None
         mask = may_attend(index[past:], index, True, padding)
         source = source_mask.bool()[:, None, None, :] if source_mask is not None else None  # (B, 1, 1, S)
         for i, block in enumerate(self.decoder_blocks):
-            x = block(x, mask, False, rotary, bias, cache[i] if cache else None, memory[i], source)
+            x = block(x, mask, False, rotaries[i], bias, cache[i] if cache else None, memory[i], source)
         return self.lm_head(self.decoder_norm(x) * self.output_scale)  # (B, T, vocab)
 
     def example_inputs(self, batch: int = 1) -> tuple[torch.Tensor | None, ...]:

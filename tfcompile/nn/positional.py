@@ -3,7 +3,8 @@
 Schemes act in different places, so each overrides one of three hooks and inherits no-ops for the
 others: ``embed`` adds to the token embeddings (sinusoidal, learned), ``rotary`` rotates queries and
 keys inside attention (RoPE), ``attention_bias`` adds to the attention scores (relative).
-The model calls all three once per forward and hands the results to every layer.
+The model calls all three once per forward and hands the results to every layer (``layer_rotaries``:
+each layer its RoPE, where some layers turn at their own theta).
 
 Positions are (T,) or, per row, (B, T): a token's position is the number of real tokens before
 it (``positions_from_mask``), so a left-padded row is encoded as it would be alone.
@@ -64,6 +65,10 @@ class PositionalEncoding(nn.Module):
     def rotary(self, positions: torch.Tensor) -> Rotary | None:
         """positions: (T,) or (B, T) -> (cos, sin), each (T or B, T, rotary_dims / 2), or None."""
         return None
+
+    def layer_rotaries(self, positions: torch.Tensor, n_layers: int) -> list[Rotary | None]:
+        """The rotary of each of a stack's ``n_layers`` layers: ``rotary``'s, the same for all."""
+        return [self.rotary(positions)] * n_layers
 
     def attention_bias(self, q_positions: torch.Tensor, k_positions: torch.Tensor) -> torch.Tensor | None:
         """(Tq,), (Tk,) or (B, Tq), (B, Tk) -> additive score bias (1 or B, n_heads, Tq, Tk), or None."""
@@ -201,7 +206,9 @@ def _yarn_frequencies(
 class RotaryPositional(PositionalEncoding):
     """RoPE (Su et al. 2021): rotate each pair of dimensions by the angle m * theta^(-2i/d) at
     position m, the pairs (x_{2i}, x_{2i+1}) or, with ``layout: halves``, (x_i, x_{i+d/2}); with
-    ``scaling``, the frequencies (and a factor on cos and sin) of a longer context."""
+    ``scaling``, the frequencies (and a factor on cos and sin) of a longer context. The layers that
+    ``local`` lists turn at its theta and scaling instead (a second RoPE of the same layout and
+    width)."""
 
     cos: torch.Tensor
     sin: torch.Tensor
@@ -217,12 +224,28 @@ class RotaryPositional(PositionalEncoding):
         self.register_buffer("sin", (angles.sin() * factor).float(), persistent=False)
         self.dynamic = spec.scaling if spec.scaling is not None and spec.scaling.type == "dynamic" else None
         self.theta, self.rotated = spec.theta, rotated
+        local = spec.local
+        self.local = (
+            RotaryPositional(
+                spec.model_copy(update={"theta": local.theta, "scaling": local.scaling, "local": None}), dims
+            )
+            if local is not None
+            else None
+        )
+        self.local_layers = frozenset(local.layers) if local is not None else frozenset()
 
     def rotary(self, positions: torch.Tensor) -> Rotary:
         if self.dynamic is not None:
             cos, sin = self._dynamic_angles(positions)
             return Rotary(cos, sin, self.layout)
         return Rotary(self.cos[positions], self.sin[positions], self.layout)
+
+    def layer_rotaries(self, positions: torch.Tensor, n_layers: int) -> list[Rotary | None]:
+        shared = self.rotary(positions)
+        if self.local is None:
+            return [shared] * n_layers
+        local = self.local.rotary(positions)
+        return [local if i in self.local_layers else shared for i in range(n_layers)]
 
     def _dynamic_angles(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """NTK-aware scaling by the row's sequence, L = max(positions) + 1 but at least the

@@ -262,6 +262,31 @@ RopeScaling = Annotated[
 ]
 
 
+class LocalRope(Section):
+    """A second RoPE for some layers: Gemma 3's sliding-window layers turn at a base of 10,000,
+    unscaled, where its other layers turn at 1,000,000 (scaled in the larger models)."""
+
+    theta: PositiveFloat = Field(description="the base of these layers' frequencies")
+    scaling: RopeScaling | None = Field(None, description="these layers' own scaling; default: none")
+    layers: Annotated[list[Annotated[int, Field(strict=True, ge=0)]], Field(min_length=1)] = Field(
+        description="the layers (counted from 0, in each stack) that turn at this theta; the others "
+        "turn at positional.theta with positional.scaling"
+    )
+
+    @model_validator(mode="after")
+    def _rules(self) -> LocalRope:
+        rules = Rules()
+        repeated = sorted({i for i in self.layers if self.layers.count(i) > 1})
+        rules.require(
+            not repeated,
+            ("layers",),
+            f"names layer{'s' if len(repeated) > 1 else ''} {', '.join(map(str, repeated))} more than once",
+            "list each layer once",
+        )
+        rules.check()
+        return self
+
+
 class RopePositional(Section):
     type: Literal["rope"] = "rope"
     theta: PositiveFloat = 10000.0
@@ -279,6 +304,11 @@ class RopePositional(Section):
         "passing through unrotated (GPT-NeoX's rotary_pct, GPT-J's rotary_dim, Phi's "
         "partial_rotary_factor); frequencies, layout and scaling are those of a head this wide; even, at "
         "most head_dim; default: head_dim (all)",
+    )
+    local: LocalRope | None = Field(
+        None,
+        description="another theta (and scaling) for the layers it lists, the layout and rotated "
+        "width shared (Gemma 3's sliding-window layers); default: every layer alike",
     )
 
     def parameters(self, model: TransformerSpec) -> int:
@@ -501,6 +531,23 @@ class TransformerSpec(Section):
                 f"dimensions of a head, so they must exceed 2",
                 "rotate more dimensions, or use another scaling",
             )
+            local = self.positional.local
+            if local is not None:
+                rules.require(
+                    not isinstance(local.scaling, DynamicRopeScaling) or rotary > 2,
+                    ("positional", "local", "scaling"),
+                    f"dynamic scaling raises theta to the power d / (d - 2) for the {rotary} rotated "
+                    f"dimensions of a head, so they must exceed 2",
+                    "rotate more dimensions, or use another scaling",
+                )
+                beyond = [i for i in local.layers if i >= self.n_layers]
+                rules.require(
+                    not beyond,
+                    ("positional", "local", "layers"),
+                    f"counts layers from 0 of the model's {self.n_layers}, found "
+                    f"{', '.join(map(str, beyond))}",
+                    f"list layers from 0 to {self.n_layers - 1}",
+                )
             if self.positional.rotary_dims is None:
                 self._resolve(positional=self.positional.model_copy(update={"rotary_dims": rotary}))
         rules.require(
@@ -693,7 +740,7 @@ class EncoderDecoderSpec(TransformerSpec):
     scale_output: bool = Field(False, description=SCALE_OUTPUT)
 
     @model_validator(mode="after")
-    def _resolve_depth_and_check_blocks(self) -> EncoderDecoderSpec:
+    def _resolve_depth_and_check_stacks(self) -> EncoderDecoderSpec:
         if self.n_decoder_layers is None:
             self._resolve(n_decoder_layers=self.n_layers)
         rules = Rules()
@@ -703,6 +750,15 @@ class EncoderDecoderSpec(TransformerSpec):
             "the decoder's blocks attend to the encoder's output between self-attention and "
             "feed-forward, which a parallel block has no place for",
             "use block: sequential",
+        )
+        local = self.positional.local if isinstance(self.positional, RopePositional) else None
+        beyond = [i for i in local.layers if i >= self.n_decoder_layers] if local is not None else []
+        rules.require(
+            not beyond,
+            ("positional", "local", "layers"),
+            f"counts layers from 0 in each stack, and the decoder has {self.n_decoder_layers}, found "
+            f"{', '.join(map(str, beyond))}",
+            f"list layers from 0 to {self.n_decoder_layers - 1}, or give the decoder more (n_decoder_layers)",
         )
         rules.check()
         return self
