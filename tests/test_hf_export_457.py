@@ -82,6 +82,22 @@ def _gemma_phi3(name: str) -> Callable[[Path], Path]:
     return run
 
 
+def _gemma3(name: str) -> Callable[[Path], Path]:
+    def run(root: Path) -> Path:
+        import test_hf_gemma3
+
+        return test_hf_gemma3.imported_variant(root, name).result.run_dir
+
+    return run
+
+
+def _gemma3_own(root: Path) -> Path:
+    """Local layers at their own theta, interleaved RoPE permuted to halves."""
+    import test_hf_gemma3
+
+    return random_run(root, f"model: {{{test_hf_gemma3.WRITTEN['local layers, interleaved']}}}\n")
+
+
 def _opt_bigcode(name: str) -> Callable[[Path], Path]:
     def run(root: Path) -> Path:
         import test_hf_opt_bigcode
@@ -168,6 +184,8 @@ RUNS: dict[str, Callable[[Path], Path]] = {
     "t5_v1_1": _variant("t5_v1_1"),
     "gemma": _gemma_phi3("gemma_wide_bias_untied"),
     "phi3 as llama": _gemma_phi3("phi3"),
+    "gemma3": _gemma3("gemma3_scaled_window_bias_untied"),
+    "gemma3 of tfcompile's own (no tokenizer)": _gemma3_own,
     "opt": _opt_bigcode("opt_post"),
     "gpt_bigcode": _opt_bigcode("bigcode"),
     "gpt_bigcode as gpt2, unscaled": _opt_bigcode("bigcode_mha"),

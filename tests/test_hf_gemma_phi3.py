@@ -7,7 +7,6 @@ these families)."""
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -176,15 +175,6 @@ def test_a_fused_tensor_of_other_rows_is_refused_by_name(
     ):
         import_folder(folder, "wrong", tmp_path / "specs", tmp_path / "runs")
     assert not (tmp_path / "runs" / "wrong").exists()
-
-
-def test_gemma_3_is_another_model_type(imported: dict[str, Imported], tmp_path: Path) -> None:
-    folder = tmp_path / "src"
-    write(imported["gemma"].hf, "llama", folder)
-    config = json.loads((folder / "config.json").read_text())
-    (folder / "config.json").write_text(json.dumps(config | {"model_type": "gemma3_text"}))
-    with pytest.raises(HFError, match="model_type: 'gemma3_text' has no converter"):
-        import_folder(folder, "g3", tmp_path / "specs", tmp_path / "runs")
 
 
 @pytest.mark.slow

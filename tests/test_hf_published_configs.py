@@ -73,7 +73,9 @@ SIZES: dict[str, tuple[tuple[str, ...], str]] = {
     "t5": (("d_model", "num_heads", "", "d_kv", "d_ff", "num_layers", "", "num_decoder_layers"), "t5"),
     "vit": ((*BERT, ""), "image"),
 }
-SIZES |= dict.fromkeys(("mistral", "qwen2", "qwen3", "gemma", "gemma2", "phi3", "phi"), SIZES["llama"])
+SIZES |= dict.fromkeys(
+    ("mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "phi3", "phi"), SIZES["llama"]
+)
 SIZES |= dict.fromkeys(("roberta", "xlm-roberta", "camembert"), SIZES["bert"])
 SIZES["mt5"] = SIZES["t5"]
 TOKENIZERS = {

@@ -7,11 +7,17 @@ unfolded at export.
 Gemma 2 (``Gemma2ForCausalLM``) adds a norm on each sublayer's output (``norm.position:
 sandwich``), attention scores and logits capped by c * tanh(x / c) (``attention_softcap``,
 ``logit_softcap``), q.k scaled by query_pre_attn_scalar^-0.5 (``attention_scale``) and a sliding
-window on every other layer (the context is the window where it is shorter). Gemma 3, with a RoPE
-per layer type, is another model type."""
+window on every other layer (the context is the window where it is shorter).
+
+Gemma 3 (``Gemma3ForCausalLM``, model type ``gemma3_text``) is Gemma 2 with each head's q and k
+normalised (``qk_norm``, RMSNorms of (1 + weight) folded as the others), no caps by default, five
+sliding-window layers to each global one (``layer_types``, or ``sliding_window_pattern``), and a
+RoPE per layer type: the sliding layers turn at ``rope_local_base_freq`` (10,000), unscaled, the
+global ones at ``rope_theta`` (1,000,000) with ``rope_scaling`` (``positional.local``)."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any, ClassVar
 
@@ -25,9 +31,9 @@ from tfcompile.hf.architecture import (
     register,
 )
 from tfcompile.hf.errors import Problem
-from tfcompile.hf.llama import Llama, rope_and_norms, rope_decoder_lm
+from tfcompile.hf.llama import Llama, rope_and_norms, rope_decoder_lm, rope_section
 from tfcompile.spec import Spec
-from tfcompile.spec.schema import DecoderSpec, RopePositional
+from tfcompile.spec.schema import MAX_LAYERS, DecoderSpec, RopePositional
 
 # GemmaConfig's defaults where LlamaConfig's differ: a config.json that leaves a field out (or
 # null) is read as transformers reads it. Its head_dim's is llama.MODEL_TYPES'.
@@ -65,6 +71,13 @@ GEMMA2_NULLABLE: dict[str, Any] = {
 }
 
 
+# Gemma3TextConfig's defaults where Gemma2Config's differ (its caps are none: null or missing).
+GEMMA3_DEFAULTS: dict[str, Any] = {"vocab_size": 262208, "max_position_embeddings": 131072}
+SLIDING, FULL = "sliding_attention", "full_attention"
+# Each layer type's theta where its rope_parameters name none: transformers 4's field, its default.
+GEMMA3_THETAS = {FULL: ("rope_theta", 1_000_000.0), SLIDING: ("rope_local_base_freq", 10_000.0)}
+
+
 def as_gemma_reads(config: Config) -> Config:
     """``config`` with GemmaConfig's defaults where a field is missing or null, and hidden_act
     "gelu" as the tanh GELU, as GemmaConfig reads it; its problems are ``config``'s."""
@@ -88,6 +101,33 @@ def as_gemma2_reads(config: Config) -> Config:
     for name, value in GEMMA2_NULLABLE.items():
         data.setdefault(name, value)
     return Config(data, config.problems)
+
+
+def as_gemma3_reads(config: Config) -> Config:
+    """``config`` with Gemma3TextConfig's defaults where a field is missing or null (the window:
+    missing only), and its ``layer_types`` where it has none: every ``sliding_window_pattern``-th
+    layer (6th) global, the others sliding, as Gemma3TextConfig derives them."""
+    data = dict(config.data)
+    for name, value in (DEFAULTS | GEMMA2_DEFAULTS | GEMMA3_DEFAULTS).items():
+        if data.get(name) is None:
+            data[name] = value
+    data.setdefault("sliding_window", GEMMA2_NULLABLE["sliding_window"])
+    for cap in ("attn_logit_softcapping", "final_logit_softcapping"):
+        data.setdefault(cap, None)
+    # Read here without problems (this is read more than once); Gemma3.rope names a bad pattern.
+    pattern, layers = data.get("sliding_window_pattern", 6), data["num_hidden_layers"]
+    if data.get("layer_types") is None and _whole(pattern) and pattern >= 1 and _depth(layers):
+        data["layer_types"] = [SLIDING if (i + 1) % pattern else FULL for i in range(int(layers))]
+    return Config(data, config.problems)
+
+
+def _whole(value: Any) -> bool:
+    return json_type(value) == "a number" and math.isfinite(value) and value == int(value)
+
+
+def _depth(value: Any) -> bool:
+    """A layer count the spec takes (another is refused there, by its field)."""
+    return _whole(value) and 1 <= value <= MAX_LAYERS
 
 
 @register("gemma")
@@ -204,9 +244,14 @@ class Gemma2(Gemma):
         return state
 
     def candidate(self, spec: Spec) -> bool:
-        """A decoder LM with RoPE, scaled embeddings and sandwich norms."""
+        """A decoder LM with RoPE, scaled embeddings and sandwich norms, and no q/k norms (Gemma 3's)."""
         model = rope_decoder_lm(spec)
-        return model is not None and model.scale_embeddings and model.norm.position == "sandwich"
+        return (
+            model is not None
+            and model.scale_embeddings
+            and model.norm.position == "sandwich"
+            and not model.qk_norm
+        )
 
     def exportable(self, spec: Spec) -> list[Problem]:
         """Gemma's needs of the model with Gemma 2's own four taken out: sandwich norms (the
@@ -259,3 +304,166 @@ class Gemma2(Gemma):
 def query_pre_attn_scalar(scale: float) -> int:
     """The whole n nearest to the one whose n^-0.5 is ``scale``."""
     return round(scale**-2)
+
+
+@register("gemma3_text")
+class Gemma3(Gemma2):
+    title = "Gemma 3"
+    sources: ClassVar[dict[str, str]] = Gemma2.sources | {
+        "model.positional.local.theta": "rope_local_base_freq",
+        "model.positional.local.scaling": "rope_parameters.sliding_attention",
+        "model.positional.local.layers": "layer_types",
+    }
+
+    def reads(self, config: Config) -> Config:
+        return as_gemma3_reads(config)
+
+    def rope(self, config: Config, head_dim: int) -> dict[str, Any]:
+        """Each layer type's RoPE, as Gemma3TextConfig reads them: its dict in rope_parameters
+        (transformers 5), else rope_theta with rope_scaling for the global layers and
+        rope_local_base_freq, unscaled, for the sliding ones (transformers 4). The global layers'
+        is the model's, the sliding layers' ``local`` (or the model's, where every layer slides)."""
+        n_layers = config.get("num_hidden_layers", 26)
+        if config.data.get("layer_types") is None:  # not derived: no pattern, or no layer count, to take
+            if _depth(n_layers):
+                pattern = config.data.get("sliding_window_pattern")
+                config.refuse(
+                    "sliding_window_pattern", f"{pattern!r} is not a positive whole number", "fix it"
+                )
+            return {"type": "rope"}
+        types = config.get("layer_types", [])
+        if len(types) != n_layers or not all(t in (SLIDING, FULL) for t in types):
+            config.refuse(
+                "layer_types",
+                f"is not one of {SLIDING!r} or {FULL!r} for each of the {n_layers} layers",
+                "fix it",
+            )
+            return {"type": "rope"}
+        params = config.get("rope_parameters", {})
+        if params and not all(isinstance(params.get(t), dict) for t in (SLIDING, FULL)):
+            config.refuse(
+                "rope_parameters",
+                f"is not a RoPE for each layer type ({SLIDING!r} and {FULL!r})",
+                "give both, as transformers 5 saves them",
+            )
+            return {"type": "rope"}
+        section = {}
+        for kind, (theta, default) in GEMMA3_THETAS.items():
+            legacy = config.data.get("rope_scaling") if kind == FULL else None
+            one = Config(
+                {
+                    "rope_parameters": params.get(kind, {}),
+                    "rope_scaling": legacy,
+                    "rope_theta": config.get(theta, default),
+                }
+                | {
+                    k: config.data[k]
+                    for k in ("max_position_embeddings", "partial_rotary_factor")
+                    if k in config.data
+                },
+                config.problems,
+            )
+            section[kind] = rope_section(one, head_dim, called=f"rope_parameters.{kind}")
+        sliding = [i for i, t in enumerate(types) if t == SLIDING]
+        if not sliding:
+            return section[FULL]
+        if len(sliding) == n_layers:
+            return section[SLIDING]
+        local = {"theta": section[SLIDING]["theta"], "layers": sliding}
+        if "scaling" in section[SLIDING]:
+            local["scaling"] = section[SLIDING]["scaling"]
+        return section[FULL] | {"local": local}
+
+    def to_state(self, tensors: Tensors, spec: Spec) -> State:
+        """Gemma 2's, each head's q and k norm scaling by (1 + weight) too."""
+        state = super().to_state(tensors, spec)
+        for i in range(spec.model.n_layers):
+            for name in ("q_norm", "k_norm"):
+                state[f"blocks.{i}.attn.{name}.weight"] = 1.0 + state[f"blocks.{i}.attn.{name}.weight"]
+        return state
+
+    def read(self, config: Config, architecture: str, tensors: Tensors) -> Imported:
+        """Gemma 2's, without the attention cap (transformers' Gemma 3 keeps attn_logit_softcapping
+        and caps no score with it), the RoPE fields named where this config holds them."""
+        imported = super().read(config, architecture, tensors)
+        imported.model["attention_softcap"] = None
+        if config.data.get("rope_scaling") or not isinstance(config.data.get("rope_parameters"), dict):
+            return imported
+        named = {
+            "model.positional.theta": f"rope_parameters.{FULL}.rope_theta",
+            "model.positional.scaling": f"rope_parameters.{FULL}",
+            "model.positional.local.theta": f"rope_parameters.{SLIDING}.rope_theta",
+        }
+        return dataclasses.replace(imported, sources=imported.sources | named)
+
+    def candidate(self, spec: Spec) -> bool:
+        """A decoder LM with RoPE, scaled embeddings, sandwich norms and q/k norms."""
+        model = rope_decoder_lm(spec)
+        return (
+            model is not None
+            and model.scale_embeddings
+            and model.norm.position == "sandwich"
+            and model.qk_norm
+        )
+
+    def exportable(self, spec: Spec) -> list[Problem]:
+        """Gemma 2's needs of the model without its q/k norms and local RoPE (the candidate's and
+        Gemma 3's own), local layers unscaled (transformers 4 scales none of them) and attention
+        scores uncapped."""
+        model = spec.model
+        assert isinstance(model, DecoderSpec) and isinstance(model.positional, RopePositional)
+        need = Needs(self.title)
+        need(
+            model.attention_softcap is None,
+            "model.attention_softcap",
+            model.attention_softcap,
+            "leave it unset (transformers' Gemma 3 caps no attention score)",
+        )
+        local = model.positional.local
+        if local is not None and local.scaling is not None:
+            scaling = local.scaling.model_dump(exclude_none=True)
+            need(
+                False,
+                "model.positional.local.scaling",
+                scaling,
+                "leave it unset (sliding layers turn unscaled)",
+            )
+        return need.problems + super().exportable(as_gemma2(spec))
+
+    def to_config(self, spec: Spec) -> dict[str, Any]:
+        """Gemma 2's, with each layer type's RoPE in both transformers' fields, the local layers
+        as the sliding ones (over a window of the whole context: none slides)."""
+        model = spec.model
+        assert isinstance(model, DecoderSpec) and isinstance(model.positional, RopePositional)
+        config = super().to_config(as_gemma2(spec))
+        local = model.positional.local
+        theta = local.theta if local is not None else model.positional.theta
+        sliding = set(local.layers) if local is not None else set()
+        return config | {
+            "architectures": ["Gemma3ForCausalLM"],
+            "model_type": "gemma3_text",
+            "rope_parameters": {
+                FULL: config["rope_parameters"],
+                SLIDING: {"rope_type": "default", "rope_theta": theta},
+            },
+            "rope_local_base_freq": theta,
+            "layer_types": [SLIDING if i in sliding else FULL for i in range(model.n_layers)],
+        }
+
+    def from_state(self, state: State, spec: Spec) -> State:
+        out = super().from_state(state, spec)
+        for i in range(spec.model.n_layers):
+            for name in ("q_norm", "k_norm"):
+                key = f"model.layers.{i}.self_attn.{name}.weight"
+                out[key] = out[key] - 1.0  # a new tensor: the run's own is not changed
+        return out
+
+
+def as_gemma2(spec: Spec) -> Spec:
+    """The spec without what Gemma 3 adds to Gemma 2: q/k norms and a local RoPE."""
+    model = spec.model
+    assert isinstance(model, DecoderSpec) and isinstance(model.positional, RopePositional)
+    positional = model.positional.model_copy(update={"local": None})
+    return spec.model_copy(
+        update={"model": model.model_copy(update={"qk_norm": False, "positional": positional})}
+    )

@@ -73,6 +73,15 @@ MODEL_TYPES = {
         window=4096,
         activation="hidden_activation",
     ),
+    # Its layer_types are always there as read: gemma.as_gemma3_reads derives them as Gemma3TextConfig does.
+    "gemma3_text": ModelType(
+        attention_bias=QKVO,
+        qk_norm=True,
+        scale_embeddings=True,
+        head_dim=256,
+        window=4096,
+        activation="hidden_activation",
+    ),
 }
 # The fields of each scaling that tfcompile keeps (the rest are transformers' bookkeeping).
 SCALING_FIELDS = {
@@ -98,16 +107,21 @@ FALLBACKS = ("rope_theta", "partial_rotary_factor")
 
 
 def rope_section(
-    config: Config, head_dim: int, partial: float | None = None, fallbacks: tuple[str, str] = FALLBACKS
+    config: Config,
+    head_dim: int,
+    partial: float | None = None,
+    fallbacks: tuple[str, str] = FALLBACKS,
+    called: str = "rope_parameters",
 ) -> dict[str, Any]:
     """``positional:`` from a config of either transformers version. As transformers reads it, a
     legacy ``rope_scaling`` wins over ``rope_parameters``, and a theta (and rotated fraction)
     inside the dict over the top-level ``fallbacks``. ``partial``: the fraction of each head that
     rotates where the config names none (Phi's 0.5, GPT-NeoX's 0.25), read as rotary_dims,
     int(head_dim x fraction) as transformers computes it; None: whole heads, and a config naming
-    another fraction is refused (LLaMA's, whose RoPE is not applied to part of a head)."""
+    another fraction is refused (LLaMA's, whose RoPE is not applied to part of a head).
+    ``called``: what problems call rope_parameters (one layer type's dict of it, say)."""
     legacy = config.get("rope_scaling", {})
-    name = "rope_scaling" if legacy else "rope_parameters"
+    name = "rope_scaling" if legacy else called
     params = dict(legacy or config.get("rope_parameters", {}))
     if any(isinstance(v, dict) for v in params.values()):
         config.refuse(name, "holds a RoPE per layer type", "import a model with one RoPE for all layers")
@@ -254,7 +268,7 @@ class Llama(Writable):
             "n_kv_heads": kv_heads,
             "d_ff": config.get("intermediate_size", 11008),
             "activation": config.choice(kind.activation, "silu", GATED_ACTIVATIONS, "gated activation"),
-            "positional": rope_section(config, head_dim),
+            "positional": self.rope(config, head_dim),
             "norm": {
                 "position": "pre",
                 "type": "rmsnorm",
@@ -282,6 +296,10 @@ class Llama(Writable):
         if model["max_seq_len"] != config.get("max_position_embeddings", 2048):
             sources["model.max_seq_len"] = "sliding_window"
         return Imported(model, {"type": "causal_lm", "special_tokens": False}, sources=sources)
+
+    def rope(self, config: Config, head_dim: int) -> dict[str, Any]:
+        """``positional:``, one RoPE for every layer."""
+        return rope_section(config, head_dim)
 
     def to_state(self, tensors: Tensors, spec: Spec) -> State:
         model = spec.model

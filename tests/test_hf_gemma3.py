@@ -1,0 +1,356 @@
+"""Gemma 3 (``Gemma3ForCausalLM``, model type ``gemma3_text``): tiny random transformers models
+saved with save_pretrained, imported, and held to transformers' outputs (float32, padded and not)
+and parameter counts; written back with export-hf as Gemma3ForCausalLM; tfcompile's own runs with
+q/k norms and sandwich norms written as Gemma 3 or refused by field; and every field of
+Gemma3TextConfig, value by value, in the field table of tests/test_hf_fields.py."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from helpers import random_run
+from hf_models import DECODER, Imported, perturb, write
+from test_hf_export import _loads_alike, _problems
+from test_hf_fields import (
+    DELETE,
+    FAMILIES,
+    IDS,
+    UNREAD,
+    Case,
+    Family,
+    _class_fields,
+    _pytest_cases,
+    case,
+    check,
+)
+
+from tfcompile.cli import main
+from tfcompile.hf.errors import HFError
+from tfcompile.hf.exporter import export_hf
+from tfcompile.hf.importer import import_folder
+from tfcompile.train.runs import load_trained_model
+
+transformers = pytest.importorskip("transformers")
+T = transformers
+
+S, F = "sliding_attention", "full_attention"
+# Gemma3TextConfig's own defaults are 26 layers of 256-wide heads scaled by 1/16: three layers,
+# the middle one global (every 2nd), heads of 8 scaled by 1/sqrt(8).
+GEMMA3 = DECODER | {
+    "head_dim": 8,
+    "query_pre_attn_scalar": 8,
+    "num_hidden_layers": 3,
+    "sliding_window_pattern": 2,
+}
+FAMILIES["gemma3_text"] = Family(T.Gemma3TextConfig, T.Gemma3ForCausalLM, "llama", GEMMA3)
+
+
+def rope(full: dict[str, Any], sliding: dict[str, Any]) -> dict[str, Any]:
+    return {"rope_parameters": {F: {"rope_type": "default", **full}, S: {"rope_type": "default", **sliding}}}
+
+
+# name -> the model, random (its norms and biases moved off their initial values)
+VARIANTS: dict[str, Callable[[], Any]] = {
+    # layers 0 and 2 slide (theta 10,000), layer 1 is global (1,000,000); the attention cap is
+    # stored and unused by transformers, the logit cap applied
+    "gemma3": lambda: T.Gemma3ForCausalLM(
+        T.Gemma3TextConfig(**GEMMA3, attn_logit_softcapping=0.5, final_logit_softcapping=1.5)
+    ),
+    # the global layer linearly scaled, the sliding ones at 100 over a window of 12, biases, untied
+    "gemma3_scaled_window_bias_untied": lambda: T.Gemma3ForCausalLM(
+        T.Gemma3TextConfig(
+            **GEMMA3 | rope({"rope_type": "linear", "factor": 4.0, "rope_theta": 1e6}, {"rope_theta": 100.0}),
+            layer_types=[S, F, S],
+            sliding_window=12,
+            attention_bias=True,
+            tie_word_embeddings=False,
+        )
+    ),
+    # every layer slides (the pattern's 6th layer is past the model): one RoPE, at 10,000
+    "gemma3_all_sliding": lambda: T.Gemma3ForCausalLM(
+        T.Gemma3TextConfig(**GEMMA3 | {"sliding_window_pattern": 6})
+    ),
+}
+
+
+def imported_variant(root: Path, name: str) -> Imported:
+    def write_to(folder: Path) -> None:
+        torch.manual_seed(0)
+        write(perturb(VARIANTS[name]()), "llama", folder)
+
+    return Imported(root, name, write_to, "ignore")
+
+
+@pytest.fixture(scope="module")
+def imported(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Imported]:
+    root = tmp_path_factory.mktemp("hf")
+    return {name: imported_variant(root, name) for name in VARIANTS}
+
+
+@pytest.mark.parametrize("name", list(VARIANTS))
+def test_an_imported_model_gives_transformers_outputs(imported: dict[str, Imported], name: str) -> None:
+    imported[name].assert_outputs_match()
+
+
+@pytest.mark.parametrize("name", list(VARIANTS))
+def test_parameter_counts_equal_transformers(imported: dict[str, Imported], name: str) -> None:
+    imported[name].assert_counts_match()
+
+
+@pytest.mark.parametrize("name", list(VARIANTS))
+def test_an_imported_run_round_trips(imported: dict[str, Imported], tmp_path: Path, name: str) -> None:
+    assert export_hf(imported[name].result.run_dir, tmp_path / "out") == "Gemma3ForCausalLM"
+    _loads_alike(tmp_path / "out", imported[name].model)
+
+
+def test_the_specs_say_what_each_model_is(imported: dict[str, Imported]) -> None:
+    plain = imported["gemma3"].spec.model
+    assert (plain.norm.position, plain.qk_norm, plain.scale_embeddings, plain.activation) == (
+        "sandwich",
+        True,
+        True,
+        "geglu_tanh",
+    )
+    assert (plain.attention_softcap, plain.logit_softcap, plain.attention_scale) == (None, 1.5, 8**-0.5)
+    positional = plain.positional
+    assert positional.theta == 1e6 and positional.scaling is None and positional.local is not None
+    assert (positional.local.theta, positional.local.scaling, positional.local.layers) == (
+        10000.0,
+        None,
+        [0, 2],
+    )
+    scaled = imported["gemma3_scaled_window_bias_untied"].spec.model
+    assert scaled.positional.scaling is not None and scaled.positional.scaling.type == "linear"
+    assert scaled.positional.local is not None and scaled.positional.local.theta == 100.0
+    assert (scaled.max_seq_len, scaled.bias.qkv, scaled.tie_embeddings) == (12, True, False)
+    alike = imported["gemma3_all_sliding"].spec.model.positional
+    assert (alike.theta, alike.local) == (10000.0, None)
+    # Gemma3RMSNorm's (1 + weight) on each head's q, folded
+    hf_norm = imported["gemma3"].hf.model.layers[1].self_attn.q_norm.weight
+    assert torch.equal(imported["gemma3"].model.blocks[1].attn.q_norm.weight, 1.0 + hf_norm)
+
+
+def test_the_multimodal_gemma_3_is_another_model_type(imported: dict[str, Imported], tmp_path: Path) -> None:
+    folder = tmp_path / "src"
+    write(imported["gemma3"].hf, "llama", folder)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps(config | {"model_type": "gemma3"}))
+    with pytest.raises(HFError, match="model_type: 'gemma3' has no converter"):
+        import_folder(folder, "g3", tmp_path / "specs", tmp_path / "runs")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(VARIANTS))
+def test_the_runtime_generates_transformers_greedy_tokens(
+    imported: dict[str, Imported], tmp_path: Path, name: str
+) -> None:
+    """Exported to ONNX with parity, then greedy decoding with the KV cache in onnxruntime against
+    transformers' generate (within the window of 12, where there is one)."""
+    from tfcompile.runtime import load
+
+    variant = imported[name]
+    assert main(["export", str(variant.result.run_dir), "--out", str(tmp_path / "bundle")]) == 0
+    prompt = torch.tensor([[5, 9, 13, 2, 30]])
+    expected = variant.hf.generate(
+        prompt, attention_mask=torch.ones_like(prompt), do_sample=False, max_new_tokens=7
+    )
+    ours = load(tmp_path / "bundle").generate(prompt.numpy(), 7, temperature=0.0, stop=False)
+    assert ours[0].tolist() == expected[0].tolist()
+
+
+# tfcompile's own runs with scaled embeddings, sandwich norms and q/k norms: written as Gemma 3
+# (interleaved RoPE permuted to halves, the local layers as the sliding ones).
+GEMMA3_OWN = (
+    "family: decoder, vocab_size: 64, d_model: 32, n_layers: 3, n_heads: 4, n_kv_heads: 2, "
+    "max_seq_len: 16, norm: {type: rmsnorm, position: sandwich}, activation: geglu_tanh, "
+    "scale_embeddings: true, qk_norm: true, bias: {qkv: false, attn_out: false, ffn: false}, "
+    "logit_softcap: 3.0"
+)
+WRITTEN = {
+    "local layers, interleaved": f"{GEMMA3_OWN}, positional: {{type: rope, theta: 50000, "
+    "local: {theta: 100, layers: [0, 2]}}",
+    "one RoPE, linear, halves": f"{GEMMA3_OWN}, positional: {{type: rope, layout: halves, "
+    "scaling: {type: linear, factor: 2}}",
+}
+
+
+@pytest.mark.parametrize("kind", list(WRITTEN))
+def test_a_run_with_sandwich_and_q_k_norms_is_written_as_gemma_3(tmp_path: Path, kind: str) -> None:
+    run = random_run(tmp_path, f"model: {{{WRITTEN[kind]}}}\n")
+    assert export_hf(run, tmp_path / "out") == "Gemma3ForCausalLM"
+    config = json.loads((tmp_path / "out" / "config.json").read_text())
+    local = "local" in WRITTEN[kind]
+    assert config["layer_types"] == ([S, F, S] if local else [F, F, F])
+    assert config["rope_parameters"][S]["rope_theta"] == (100.0 if local else 10000.0)
+    _loads_alike(tmp_path / "out", load_trained_model(run)[1])
+
+
+def test_what_gemma_3_cannot_express_is_refused_by_field(tmp_path: Path) -> None:
+    message = _problems(
+        tmp_path,
+        f"{GEMMA3_OWN}, attention_softcap: 20.0, positional: {{type: rope, "
+        "local: {theta: 100, layers: [1], scaling: {type: linear, factor: 2}}}",
+    )
+    for field in (
+        "model.attention_softcap: 20.0 has no Gemma 3 equivalent",
+        "model.positional.local.scaling: {'type': 'linear', 'factor': 2.0} has no Gemma 3 equivalent",
+    ):
+        assert field in message, message
+
+
+# ------------------------------------------------------------------------------ the field table
+
+CASES: list[Case] = [
+    case(  # the fields that take any value at once: each row below sets one
+        "gemma3_text",
+        head_dim=16,
+        num_key_value_heads=1,
+        tie_word_embeddings=False,
+        rms_norm_eps=1e-2,
+        attention_bias=True,
+        hidden_activation="gelu",
+        final_logit_softcapping=2.0,
+        query_pre_attn_scalar=3,
+        initializer_range=0.5,
+        attention_dropout=0.3,
+        spec={
+            "head_dim": 16,
+            "n_kv_heads": 1,
+            "bias.attn_out": True,
+            "activation": "geglu",
+            "logit_softcap": 2.0,
+            "attention_scale": 3**-0.5,
+            "norm.position": "sandwich",
+            "qk_norm": True,
+            "positional.local.layers": [0, 2],
+        },
+    ),
+    case("gemma3_text", head_dim=256, json={"head_dim": DELETE}, spec={"head_dim": 256}, slow=True),
+    case("gemma3_text", outcome="num_key_value_heads", num_key_value_heads=3, slow=True),
+    case("gemma3_text", json={"tie_word_embeddings": DELETE}, spec={"tie_embeddings": True}, slow=True),
+    case("gemma3_text", json={"hidden_activation": DELETE}, spec={"activation": "geglu_tanh"}, slow=True),
+    case("gemma3_text", json={"hidden_act": "silu"}, spec={"activation": "geglu_tanh"}, slow=True),
+    case("gemma3_text", hidden_activation="silu", spec={"activation": "swiglu"}, slow=True),
+    case("gemma3_text", outcome="hidden_activation", hidden_activation="relu"),
+    # the caps: none where missing; the attention cap is stored and never applied by transformers
+    case("gemma3_text", attn_logit_softcapping=0.5, spec={"attention_softcap": None}),
+    case(
+        "gemma3_text",
+        json={"attn_logit_softcapping": DELETE, "final_logit_softcapping": DELETE},
+        spec={"attention_softcap": None, "logit_softcap": None},
+        slow=True,
+    ),
+    case("gemma3_text", outcome="final_logit_softcapping", final_logit_softcapping=-1.0, slow=True),
+    case("gemma3_text", json={"query_pre_attn_scalar": DELETE}, spec={"attention_scale": 1 / 16}, slow=True),
+    case("gemma3_text", outcome="query_pre_attn_scalar", json={"query_pre_attn_scalar": 0}, slow=True),
+    # which layers slide: layer_types, else every sliding_window_pattern-th layer is global (6th)
+    case("gemma3_text", sliding_window=6, spec={"max_seq_len": 6}),
+    case("gemma3_text", json={"sliding_window": DELETE}, spec={"max_seq_len": 32}, slow=True),  # 4096 > 32
+    case("gemma3_text", outcome="sliding_window", json={"sliding_window": None}),
+    case(
+        "gemma3_text",
+        sliding_window=6,
+        layer_types=[F, F, F],
+        spec={"max_seq_len": 32, "positional.local": None, "positional.theta": 1e6},
+        slow=True,
+    ),
+    case("gemma3_text", layer_types=[F, S, S], spec={"positional.local.layers": [1, 2]}, slow=True),
+    case(
+        "gemma3_text",
+        json={"layer_types": DELETE, "sliding_window_pattern": 3},
+        spec={"positional.local.layers": [0, 1]},
+        slow=True,
+    ),
+    case(  # 6: every one of the three layers slides, at 10,000
+        "gemma3_text",
+        json={"layer_types": DELETE, "sliding_window_pattern": DELETE},
+        spec={"positional.local": None, "positional.theta": 10000.0},
+        slow=True,
+    ),
+    case(  # transformers' own field for the pattern it read, never read back
+        "gemma3_text",
+        json={"layer_types": DELETE, "sliding_window_pattern": DELETE, "_sliding_window_pattern": 2},
+        spec={"positional.local": None},
+        slow=True,
+    ),
+    case(
+        "gemma3_text",
+        outcome="sliding_window_pattern",
+        json={"layer_types": DELETE, "sliding_window_pattern": 0},
+    ),
+    case("gemma3_text", outcome="layer_types", json={"layer_types": [S, F]}, slow=True),
+    case("gemma3_text", outcome="layer_types", json={"layer_types": [S, "chunked_attention", S]}, slow=True),
+    # a RoPE per layer type: transformers 5's rope_parameters, or 4's fields (the scaling the global layers')
+    case(
+        "gemma3_text",
+        **rope({"rope_theta": 500.0}, {"rope_theta": 50.0}),
+        spec={"positional.theta": 500.0, "positional.local.theta": 50.0},
+    ),
+    case(
+        "gemma3_text", **rope({"rope_type": "linear", "factor": 8.0, "rope_theta": 1e6}, {"rope_theta": 1e4})
+    ),
+    case(
+        "gemma3_text",
+        **rope(
+            {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 8, "rope_theta": 1e4}, {}
+        ),
+        slow=True,
+    ),
+    case(  # transformers 5 scales a sliding layer too; export-hf writes no such thing
+        "gemma3_text",
+        **rope({"rope_theta": 1e4}, {"rope_type": "linear", "factor": 2.0, "rope_theta": 100.0}),
+        spec={"positional.local.scaling.factor": 2.0},
+        exported=False,
+        slow=True,
+    ),
+    case(
+        "gemma3_text",
+        json={
+            "rope_parameters": DELETE,
+            "rope_theta": 777.0,
+            "rope_local_base_freq": 77.0,
+            "rope_scaling": {"rope_type": "linear", "factor": 3.0},
+        },
+        spec={"positional.theta": 777.0, "positional.local.theta": 77.0, "positional.scaling.factor": 3.0},
+        slow=True,
+    ),
+    case(
+        "gemma3_text",
+        json={"rope_parameters": DELETE},
+        spec={"positional.theta": 1e6, "positional.local.theta": 1e4},
+        slow=True,
+    ),
+    case("gemma3_text", outcome="rope_parameters", json={"rope_parameters": {"rope_theta": 5.0}}, slow=True),
+    case(
+        "gemma3_text",
+        outcome="rope_parameters.full_attention.rope_type",
+        **rope({"rope_type": "longrope", "short_factor": [1.0] * 4, "long_factor": [2.0] * 4}, {}),
+        slow=True,
+    ),
+    case("gemma3_text", outcome="use_bidirectional_attention", use_bidirectional_attention=True),
+    case("gemma3_text", initializer_range=0.5, slow=True),
+    case("gemma3_text", attention_dropout=0.3, slow=True),
+    case("gemma3_text", use_cache=False, slow=True),
+    case("gemma3_text", slow=True, **IDS),
+    case("gemma3_text", max_position_embeddings=8, spec={"max_seq_len": 8}, slow=True),
+    case("gemma3_text", num_hidden_layers=1, slow=True),
+    case("gemma3_text", hidden_size=48, intermediate_size=40, vocab_size=80, slow=True),
+]
+
+
+@pytest.mark.parametrize("c", _pytest_cases(CASES))
+def test_a_field_value_imports_to_transformers_outputs_or_is_refused_by_name(c: Case, tmp_path: Path) -> None:
+    check(c, tmp_path)
+
+
+def test_every_config_field_has_a_case() -> None:
+    """A field transformers adds to Gemma3TextConfig fails this until a row of CASES says what
+    it does (or the family's tiny base sets it)."""
+    covered = set(UNREAD) | set(FAMILIES["gemma3_text"].base)
+    covered |= set().union(*(c.fields() for c in CASES))
+    assert _class_fields("gemma3_text") - covered == set()
