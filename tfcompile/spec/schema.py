@@ -743,6 +743,7 @@ class EncoderDecoderSpec(TransformerSpec):
     def _resolve_depth_and_check_stacks(self) -> EncoderDecoderSpec:
         if self.n_decoder_layers is None:
             self._resolve(n_decoder_layers=self.n_layers)
+        assert self.n_decoder_layers is not None
         rules = Rules()
         rules.require(
             self.block.type == "sequential",
