@@ -136,6 +136,11 @@ MODEL = "vocab_size: 20, d_model: 16, n_layers: 3, n_heads: 2, max_seq_len: 8"
             "at least 1",
         ),
         (
+            "positional: {type: rope, local: {theta: 10, layers: [" + ", ".join(["0"] * 1025) + "]}}",
+            "model.positional.local.layers",
+            "at most 1024",
+        ),
+        (
             "positional: {type: rope, local: {theta: 10, layers: [-1]}}",
             "model.positional.local.layers.0",
             "greater than or equal to 0",

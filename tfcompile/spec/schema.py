@@ -12,6 +12,7 @@ module imports no torch, so that checking a spec is fast.
 
 from __future__ import annotations
 
+import collections
 import math
 import re
 from collections.abc import Callable, Iterable
@@ -268,15 +269,17 @@ class LocalRope(Section):
 
     theta: PositiveFloat = Field(description="the base of these layers' frequencies")
     scaling: RopeScaling | None = Field(None, description="these layers' own scaling; default: none")
-    layers: Annotated[list[Annotated[int, Field(strict=True, ge=0)]], Field(min_length=1)] = Field(
+    layers: Annotated[
+        list[Annotated[int, Field(strict=True, ge=0)]], Field(min_length=1, max_length=MAX_LAYERS)
+    ] = Field(
         description="the layers (counted from 0, in each stack) that turn at this theta; the others "
-        "turn at positional.theta with positional.scaling"
+        f"turn at positional.theta with positional.scaling; at most {MAX_LAYERS:,}"
     )
 
     @model_validator(mode="after")
     def _rules(self) -> LocalRope:
         rules = Rules()
-        repeated = sorted({i for i in self.layers if self.layers.count(i) > 1})
+        repeated = sorted(i for i, n in collections.Counter(self.layers).items() if n > 1)
         rules.require(
             not repeated,
             ("layers",),
