@@ -20,6 +20,7 @@ from tfcompile.hf import (  # noqa: F401 (each registers its architecture)
     phi,
     phi3,
     roberta,
+    stablelm,
     t5,
     vit,
 )
