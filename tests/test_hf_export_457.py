@@ -141,6 +141,23 @@ def _bloom_own(root: Path) -> Path:
     return random_run(root, f"model: {{{spec}}}\n")
 
 
+def _starcoder2(name: str) -> Callable[[Path], Path]:
+    def run(root: Path) -> Path:
+        import test_hf_starcoder2
+
+        return test_hf_starcoder2.imported_variant(root, name).result.run_dir
+
+    return run
+
+
+def _starcoder2_own(root: Path) -> Path:
+    """Grouped K/V heads, interleaved RoPE permuted to halves, missing biases as zeros."""
+    import test_hf_starcoder2
+
+    spec = test_hf_starcoder2.WRITTEN["interleaved, some biases, untied, scaled output"]
+    return random_run(root, f"model: {{{spec}}}\n")
+
+
 def _roberta(family: str) -> Callable[[Path], Path]:
     def run(root: Path) -> Path:
         import test_hf_roberta_distilbert
@@ -170,7 +187,8 @@ def _variant(name: str) -> Callable[[Path], Path]:
 
 
 # One run of each family and of each architecture export-hf writes, and the runs written as
-# another architecture (Phi-3 as Llama, mT5 as T5, XLM-RoBERTa and DistilBERT as BERT).
+# another architecture (Phi-3 as Llama, mT5 as T5, XLM-RoBERTa and DistilBERT as BERT, a Falcon of
+# sublayers in turn with one K/V head as Starcoder2).
 RUNS: dict[str, Callable[[Path], Path]] = {
     "gpt2": _variant("gpt2"),
     "llama_yarn": _variant("llama_yarn"),
@@ -193,6 +211,11 @@ RUNS: dict[str, Callable[[Path], Path]] = {
     "gpt_neox sequential, tied": _neox("neox_sequential_tied"),
     "gpt_neox linear RoPE": _neox("neox_linear"),
     "gpt_neox of tfcompile's own (interleaved, no tokenizer)": _neox_own,
+    "starcoder2": _starcoder2("starcoder2"),
+    "starcoder2 window": _starcoder2("starcoder2_window"),
+    "starcoder2 linear RoPE, head_dim, MQA": _starcoder2("starcoder2_linear"),
+    "starcoder2 of tfcompile's own (interleaved, no tokenizer)": _starcoder2_own,
+    "falcon sequential MQA as starcoder2": _bloom("falcon_sequential_mqa_dynamic"),
     "bloom": _bloom("bloom_6_heads_untied"),
     "bloom of tfcompile's own (no tokenizer)": _bloom_own,
     "xlm-roberta as bert": _roberta("xlm-roberta_cls"),

@@ -99,10 +99,11 @@ VARIANTS: dict[str, tuple[Callable[[], Any], str | None]] = {
         lambda: falcon(multi_query=False, parallel_attn=False, bias=True, tie_word_embeddings=False),
         "GPTNeoXForCausalLM",
     ),
-    # sublayers in turn with one K/V head, dynamic RoPE scaling
+    # sublayers in turn with one K/V head, dynamic RoPE scaling: Starcoder2's blocks (its missing
+    # biases written as zeros), written as Starcoder2
     "falcon_sequential_mqa_dynamic": (
         lambda: falcon(parallel_attn=False, rope_parameters={"rope_type": "dynamic", "factor": 2.0}),
-        None,
+        "Starcoder2ForCausalLM",
     ),
     # BLOOM: ALiBi of 4 heads (a power of two), its embedding LayerNorm, tied
     "bloom": (lambda: bloom(), "BloomForCausalLM"),
@@ -205,8 +206,9 @@ def test_the_falcon_specs_say_what_each_model_is(imported: dict[str, Imported]) 
 def test_export_hf_writes_gpt_neox_blocks_back_and_refuses_the_rest_by_field(
     imported: dict[str, Imported], name: str, tmp_path: Path
 ) -> None:
-    """A Falcon of a K/V head per head and no shared norm is GPT-NeoX's computation (its missing
-    biases written as zeros); the others are refused by the fields GPT-NeoX lacks."""
+    """A Falcon of a K/V head per head and no shared norm is GPT-NeoX's computation, one of
+    sublayers in turn with fewer K/V heads Starcoder2's (their missing biases written as zeros);
+    the others are refused by the fields GPT-NeoX lacks."""
     variant, written = imported[name], VARIANTS[name][1]
     if written is None:
         with pytest.raises(HFError) as error:
@@ -487,7 +489,7 @@ CASES: list[Case] = [
     row(**NEW, num_kv_heads=2, multi_query=False, spec={"n_kv_heads": 2}, slow=True),
     row(outcome="num_kv_heads", **NEW, num_kv_heads=3),  # not a divisor of the heads
     # the blocks: parallel_attn, and the new architecture's norms
-    row(parallel_attn=False, spec={"block.type": "sequential", "n_kv_heads": 1}, slow=True),
+    row(exported=True, parallel_attn=False, spec={"block.type": "sequential", "n_kv_heads": 1}, slow=True),
     row(exported=True, parallel_attn=False, multi_query=False, spec={"block.type": "sequential"}),
     row(**NEW, num_ln_in_parallel_attn=1, spec={"block.shared_norm": True}, slow=True),
     row(exported=True, **NEW, num_ln_in_parallel_attn=2, spec={"block.shared_norm": False}, slow=True),
@@ -497,7 +499,13 @@ CASES: list[Case] = [
     row(outcome="num_ln_in_parallel_attn", num_ln_in_parallel_attn=2),  # transformers fails
     row(num_ln_in_parallel_attn=1, spec={"block.shared_norm": True}, slow=True),
     row(num_ln_in_parallel_attn=3, spec={"block.shared_norm": True}, slow=True),  # unread
-    row(parallel_attn=False, num_ln_in_parallel_attn=2, spec={"block.type": "sequential"}, slow=True),
+    row(
+        exported=True,
+        parallel_attn=False,
+        num_ln_in_parallel_attn=2,
+        spec={"block.type": "sequential"},
+        slow=True,
+    ),
     row(bias=True, spec={"bias.qkv": True, "bias.attn_out": True, "bias.ffn": True}, slow=True),
     row(tie_word_embeddings=False, spec={"tie_embeddings": False}, slow=True),
     row(json={"tie_word_embeddings": DELETE}, spec={"tie_embeddings": True}, slow=True),  # the default

@@ -364,8 +364,8 @@ NATIVE: dict[str, tuple[str, str, list[str]]] = {
     "post-norm gqa qk_norm": (
         f"{ROPE}, positional: rope, norm: {{position: post}}, n_kv_heads: 2, qk_norm: true, "
         "activation: swiglu",
-        "gpt_neox",
-        ["model.activation", "model.norm.position", "model.norm.final", "model.n_kv_heads", "model.qk_norm"],
+        "starcoder2",
+        ["model.activation", "model.norm.position", "model.norm.final", "model.qk_norm"],
     ),
     "parallel learned": (f"{ROPE}, block: parallel", "gpt2", ["model.block"]),
 }

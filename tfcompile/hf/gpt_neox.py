@@ -46,6 +46,7 @@ from tfcompile.hf.llama import (
     rope_decoder_lm,
     rope_section,
 )
+from tfcompile.hf.starcoder2 import starcoder2_blocks
 from tfcompile.spec import Spec
 from tfcompile.spec.schema import DecoderSpec, ParallelBlock, RopePositional, SequentialBlock
 
@@ -223,9 +224,15 @@ class GPTNeoX(Writable):
 
     def candidate(self, spec: Spec) -> bool:
         """A decoder LM with RoPE whose embeddings are not scaled (Gemma's are, whatever its
-        blocks) and whose norms are LayerNorms or blocks parallel (else it is Llama's or Qwen3's)."""
+        blocks) and whose norms are LayerNorms or blocks parallel (else it is Llama's or Qwen3's),
+        but for LayerNorm blocks in turn with grouped K/V heads (Starcoder2's)."""
         model = rope_decoder_lm(spec)
-        return model is not None and not model.scale_embeddings and neox_blocks(model)
+        return (
+            model is not None
+            and not model.scale_embeddings
+            and neox_blocks(model)
+            and not starcoder2_blocks(model)
+        )
 
     def exportable(self, spec: Spec) -> list[Problem]:
         model = spec.model
