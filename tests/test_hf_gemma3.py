@@ -326,6 +326,23 @@ CASES: list[Case] = [
         slow=True,
     ),
     case("gemma3_text", outcome="rope_parameters", json={"rope_parameters": {"rope_theta": 5.0}}, slow=True),
+    case(  # transformers 5 updates the global layers' dict with rope_scaling, keeping its theta
+        "gemma3_text",
+        **rope({"rope_theta": 500.0}, {"rope_theta": 50.0}),
+        json={"rope_scaling": {"rope_type": "linear", "factor": 2.0}},
+        spec={"positional.theta": 500.0, "positional.scaling.factor": 2.0, "positional.local.theta": 50.0},
+    ),
+    case(  # transformers 5 leaves the global layers unscaled, transformers 4 fails
+        "gemma3_text",
+        outcome="rope_scaling.type",
+        json={"rope_parameters": DELETE, "rope_scaling": {"type": "linear", "factor": 2.0}},
+    ),
+    case(
+        "gemma3_text",
+        outcome="rope_parameters.sliding_attention",
+        json={"rope_parameters": {F: {"rope_type": "default"}, S: {"rope_type": "default", "x": {"a": 1}}}},
+    ),
+    case("gemma3_text", outcome="max_position_embeddings", json={"max_position_embeddings": float("inf")}),
     case(
         "gemma3_text",
         outcome="rope_parameters.full_attention.rope_type",

@@ -199,12 +199,22 @@ def test_every_graph_exports_with_parity(text: str, tmp_path: Path) -> None:
     assert all(r.passed for r in reports.values()), {n: r.to_dict() for n, r in reports.items()}
 
 
+DYNAMIC = "{type: dynamic, factor: 4, original_max_position_embeddings: 4}"
+
+
 @pytest.mark.slow
+@pytest.mark.parametrize(
+    "local",
+    ["{theta: 10, layers: [0, 2]}", f"{{theta: 10, layers: [0, 2], scaling: {DYNAMIC}}}"],
+    ids=["plain", "dynamic local scaling"],
+)
 def test_a_trained_decoder_with_local_layers_fuses_with_parity_and_generates_as_pytorch(
-    tmp_path: Path,
+    local: str, tmp_path: Path
 ) -> None:
+    """Three layers, the first and last local: the graphs mix both RoPEs (a left-padded row's
+    dynamic angles from its own length)."""
     done = trained_decoder_generates_as_pytorch(
-        tmp_path, ["model.positional.theta=1000000", "model.positional.local={theta: 10, layers: [0]}"]
+        tmp_path, ["model.n_layers=3", "model.positional.theta=1000000", f"model.positional.local={local}"]
     )
     assert any(op.startswith("com.microsoft::") for step in done.steps for op in step.operators), done.steps
 

@@ -226,7 +226,7 @@ class Gemma2(Gemma):
         gemma2.require(
             gemma2.data["sliding_window"] is not None,
             "sliding_window",
-            "is null: transformers' Gemma 2 builds its sliding layers' mask from a window, even where "
+            f"is null: transformers' {self.title} builds its sliding layers' mask from a window, even where "
             "no layer slides, and fails without one",
             "give a window (at least max_position_embeddings where no layer should slide)",
         )
@@ -347,13 +347,23 @@ class Gemma3(Gemma2):
                 "give both, as transformers 5 saves them",
             )
             return {"type": "rope"}
+        legacy = config.get("rope_scaling", {})
+        if legacy and "rope_type" not in legacy and "type" in legacy:
+            config.refuse(
+                "rope_scaling.type",
+                "is not read by transformers 5 here (it updates the global layers' RoPE, whose rope_type "
+                "stays 'default'), and transformers 4 fails on it",
+                "name it rope_type",
+            )
+            return {"type": "rope"}
         section = {}
         for kind, (theta, default) in GEMMA3_THETAS.items():
-            legacy = config.data.get("rope_scaling") if kind == FULL else None
+            own = params.get(kind, {})
+            if kind == FULL and legacy:  # Gemma3TextConfig updates the global layers' dict with it
+                own = {"rope_type": "default"} | own | legacy
             one = Config(
                 {
-                    "rope_parameters": params.get(kind, {}),
-                    "rope_scaling": legacy,
+                    "rope_parameters": own,
                     "rope_theta": config.get(theta, default),
                 }
                 | {
@@ -363,7 +373,10 @@ class Gemma3(Gemma2):
                 },
                 config.problems,
             )
-            section[kind] = rope_section(one, head_dim, called=f"rope_parameters.{kind}")
+            called = "rope_scaling" if kind == FULL and legacy else f"rope_parameters.{kind}"
+            section[kind] = rope_section(one, head_dim, called=called)
+        if any("theta" not in s for s in section.values()):  # refused by rope_section
+            return {"type": "rope"}
         sliding = [i for i, t in enumerate(types) if t == SLIDING]
         if not sliding:
             return section[FULL]

@@ -8,6 +8,7 @@ config says otherwise. RoPE scaling reads both transformers 4's ``rope_scaling``
 
 from __future__ import annotations
 
+import math
 import warnings
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -124,7 +125,10 @@ def rope_section(
     name = "rope_scaling" if legacy else called
     params = dict(legacy or config.get("rope_parameters", {}))
     if any(isinstance(v, dict) for v in params.values()):
-        config.refuse(name, "holds a RoPE per layer type", "import a model with one RoPE for all layers")
+        if name == called == "rope_parameters":
+            config.refuse(name, "holds a RoPE per layer type", "import a model with one RoPE for all layers")
+        else:
+            config.refuse(name, "holds an object where a number or a name belongs", "fix the file")
         return {"type": "rope"}
     theta_field, partial_field = fallbacks
     theta = params.get("rope_theta", config.get(theta_field, 10000.0))
@@ -187,6 +191,9 @@ def context(config: Config, kind: ModelType) -> int:
     layers from ``max_window_layers`` on and every other Gemma 2 layer, as transformers derives
     them."""
     length = config.get("max_position_embeddings", 2048)
+    if not math.isfinite(length):
+        config.refuse("max_position_embeddings", f"{length!r} is not a finite number", "fix the file")
+        return 2048
     # A null window is none; a missing one is the config class's default (MistralConfig's 4096).
     window = config.get("sliding_window", 0) if "sliding_window" in config.data else kind.window
     layer_types = config.get("layer_types", [])
