@@ -344,6 +344,14 @@ CASES: list[Case] = [
     ),
     case("gemma3_text", outcome="max_position_embeddings", json={"max_position_embeddings": float("inf")}),
     case(
+        "gemma3_text", outcome="sliding_window", json={"sliding_window": float("nan")}
+    ),  # transformers 5 refuses it
+    case(  # every layer slides: the model's RoPE is the sliding layers', named as theirs
+        "gemma3_text",
+        outcome="rope_local_base_freq",
+        json={"rope_parameters": DELETE, "layer_types": [S, S, S], "rope_local_base_freq": -5.0},
+    ),
+    case(
         "gemma3_text",
         outcome="rope_parameters.full_attention.rope_type",
         **rope({"rope_type": "longrope", "short_factor": [1.0] * 4, "long_factor": [2.0] * 4}, {}),

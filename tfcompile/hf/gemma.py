@@ -400,13 +400,21 @@ class Gemma3(Gemma2):
         and caps no score with it), the RoPE fields named where this config holds them."""
         imported = super().read(config, architecture, tensors)
         imported.model["attention_softcap"] = None
-        if config.data.get("rope_scaling") or not isinstance(config.data.get("rope_parameters"), dict):
-            return imported
-        named = {
-            "model.positional.theta": f"rope_parameters.{FULL}.rope_theta",
-            "model.positional.scaling": f"rope_parameters.{FULL}",
-            "model.positional.local.theta": f"rope_parameters.{SLIDING}.rope_theta",
-        }
+        per_type = isinstance(config.data.get("rope_parameters"), dict)
+        named: dict[str, str] = {}
+        if per_type and not config.data.get("rope_scaling"):
+            named = {
+                "model.positional.theta": f"rope_parameters.{FULL}.rope_theta",
+                "model.positional.scaling": f"rope_parameters.{FULL}",
+                "model.positional.local.theta": f"rope_parameters.{SLIDING}.rope_theta",
+            }
+        types = self.reads(config).data.get("layer_types")
+        if isinstance(types, list) and types and FULL not in types:  # the model's RoPE: the sliding one
+            theta = f"rope_parameters.{SLIDING}.rope_theta" if per_type else "rope_local_base_freq"
+            named = {
+                "model.positional.theta": theta,
+                "model.positional.scaling": f"rope_parameters.{SLIDING}",
+            }
         return dataclasses.replace(imported, sources=imported.sources | named)
 
     def candidate(self, spec: Spec) -> bool:

@@ -196,6 +196,9 @@ def context(config: Config, kind: ModelType) -> int:
         return 2048
     # A null window is none; a missing one is the config class's default (MistralConfig's 4096).
     window = config.get("sliding_window", 0) if "sliding_window" in config.data else kind.window
+    if not math.isfinite(window):
+        config.refuse("sliding_window", f"{window!r} is not a finite number", "fix the file")
+        return int(length)
     layer_types = config.get("layer_types", [])
     if kind.every_layer_slides:
         windowed = True
