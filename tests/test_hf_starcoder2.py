@@ -298,9 +298,9 @@ REFUSED = {
         "scaling: {type: dynamic, factor: 2, original_max_position_embeddings: 8}, "
         "local: {theta: 100, layers: [1]}}",
         [
-            "model.positional.rotary_dims",
             "model.positional.scaling.original_max_position_embeddings",
             "model.positional.local",
+            "model.positional.rotary_dims",
         ],
     ),
     "post-norm": (

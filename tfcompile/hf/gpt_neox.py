@@ -44,6 +44,7 @@ from tfcompile.hf.llama import (
     neox_blocks,
     one_rope,
     rope_decoder_lm,
+    rope_dict,
     rope_section,
 )
 from tfcompile.hf.starcoder2 import starcoder2_blocks
@@ -257,12 +258,7 @@ class GPTNeoX(Writable):
         positional = model.positional
         assert model.head_dim is not None and positional.rotary_dims is not None
         fraction = rotary_fraction(positional.rotary_dims, model.head_dim)
-        rope: dict[str, Any] = {"rope_type": "default"}
-        if positional.scaling is not None:
-            scaling = positional.scaling.model_dump(exclude_none=True)
-            if scaling["type"] == "dynamic":  # unread: transformers scales past max_position_embeddings
-                del scaling["original_max_position_embeddings"]
-            rope = {"rope_type": scaling.pop("type"), **scaling}
+        rope = rope_dict(positional)
         return {
             "architectures": ["GPTNeoXForCausalLM"],
             "model_type": "gpt_neox",

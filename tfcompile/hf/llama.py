@@ -223,6 +223,30 @@ def context(config: Config, kind: ModelType) -> int:
     return int(length)
 
 
+def scaling_and_context_sources(config: Config, max_seq_len: int) -> dict[str, str]:
+    """The config fields the spec's RoPE scaling and context were read from: the RoPE dict as
+    transformers reads it, and the sliding window where ``context`` capped max_position_embeddings
+    with it."""
+    sources = {
+        "model.positional.scaling": "rope_scaling" if config.data.get("rope_scaling") else "rope_parameters"
+    }
+    if max_seq_len != config.get("max_position_embeddings", 2048):
+        sources["model.max_seq_len"] = "sliding_window"
+    return sources
+
+
+def rope_dict(positional: RopePositional) -> dict[str, Any]:
+    """The spec's RoPE kind as transformers' rope_scaling (4) and rope_parameters (5) name it,
+    without theta: ``{"rope_type": "default"}``, or the scaling's type and fields (a dynamic
+    scaling's original length left out: transformers scales past max_position_embeddings)."""
+    if positional.scaling is None:
+        return {"rope_type": "default"}
+    scaling = positional.scaling.model_dump(exclude_none=True)
+    if scaling["type"] == "dynamic":
+        del scaling["original_max_position_embeddings"]
+    return {"rope_type": scaling.pop("type"), **scaling}
+
+
 @register("llama", "mistral", "qwen2", "qwen3")
 class Llama(Writable):
     prefixes = ("model.",)
@@ -301,10 +325,7 @@ class Llama(Writable):
             model["qk_norm"] = True
         if kind.scale_embeddings:
             model["scale_embeddings"] = True
-        rope = "rope_scaling" if config.data.get("rope_scaling") else "rope_parameters"
-        sources = {"model.positional.scaling": rope}
-        if model["max_seq_len"] != config.get("max_position_embeddings", 2048):
-            sources["model.max_seq_len"] = "sliding_window"
+        sources = scaling_and_context_sources(config, model["max_seq_len"])
         return Imported(model, {"type": "causal_lm", "special_tokens": False}, sources=sources)
 
     def rope(self, config: Config, head_dim: int) -> dict[str, Any]:
@@ -368,12 +389,7 @@ class Llama(Writable):
         assert isinstance(model, DecoderSpec) and isinstance(model.positional, RopePositional)
         bias = model.bias
         written = written_as(model)
-        rope: dict[str, Any] = {"rope_type": "default"}
-        if model.positional.scaling is not None:
-            scaling = model.positional.scaling.model_dump(exclude_none=True)
-            if scaling["type"] == "dynamic":  # unread: transformers scales past max_position_embeddings
-                del scaling["original_max_position_embeddings"]
-            rope = {"rope_type": scaling.pop("type"), **scaling}
+        rope = rope_dict(model.positional)
         config: dict[str, Any] = {
             "architectures": [f"{written.capitalize()}ForCausalLM"],
             "model_type": written,
@@ -467,18 +483,23 @@ def neox_blocks(model: DecoderSpec) -> bool:
 
 
 def rope_and_norms(need: Needs, model: DecoderSpec) -> None:
-    """What every LLaMA-like architecture needs of the RoPE and norms: every dimension of a head
-    rotated, dynamic scaling from at least max_seq_len (transformers scales only past
-    max_position_embeddings), pre-RMSNorm without bias, and a final norm."""
+    """What every LLaMA-like architecture needs of the RoPE and norms: a RoPE on whole heads
+    (``whole_head_rope``), pre-RMSNorm without bias, and a final norm."""
+    whole_head_rope(need, model)
+    need(model.norm.type == "rmsnorm", "model.norm.type", model.norm.type, "rmsnorm")
+    need(model.norm.position == "pre", "model.norm.position", model.norm.position, "pre")
+    need(not model.norm.bias, "model.norm.bias", True, "false")
+    need(bool(model.norm.final), "model.norm.final", False, "true")
+
+
+def whole_head_rope(need: Needs, model: DecoderSpec) -> None:
+    """What a RoPE of transformers' default kind on whole heads needs: every dimension of a head
+    rotated, one theta for every layer, dynamic scaling from at least max_seq_len."""
     assert isinstance(model.positional, RopePositional)
     dynamic_from_max_seq_len(need, model)
     one_rope(need, model)
     rotary = model.positional.rotary_dims
     need(rotary == model.head_dim, "model.positional.rotary_dims", rotary, "leave it unset (all of head_dim)")
-    need(model.norm.type == "rmsnorm", "model.norm.type", model.norm.type, "rmsnorm")
-    need(model.norm.position == "pre", "model.norm.position", model.norm.position, "pre")
-    need(not model.norm.bias, "model.norm.bias", True, "false")
-    need(bool(model.norm.final), "model.norm.final", False, "true")
 
 
 def one_rope(need: Needs, model: DecoderSpec) -> None:

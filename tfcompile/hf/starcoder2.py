@@ -39,11 +39,12 @@ from tfcompile.hf.errors import Problem
 from tfcompile.hf.llama import (
     ModelType,
     context,
-    dynamic_from_max_seq_len,
     halves_order,
-    one_rope,
     rope_decoder_lm,
+    rope_dict,
     rope_section,
+    scaling_and_context_sources,
+    whole_head_rope,
 )
 from tfcompile.spec import Spec
 from tfcompile.spec.schema import DecoderSpec, RopePositional
@@ -135,10 +136,7 @@ class Starcoder2(Writable):
         }
         if head_dim * heads != d:
             model["head_dim"] = head_dim
-        rope = "rope_scaling" if config.data.get("rope_scaling") else "rope_parameters"
-        sources = {"model.positional.scaling": rope}
-        if model["max_seq_len"] != config.get("max_position_embeddings", 4096):
-            sources["model.max_seq_len"] = "sliding_window"
+        sources = scaling_and_context_sources(config, model["max_seq_len"])
         return Imported(model, {"type": "causal_lm", "special_tokens": False}, sources=sources)
 
     def to_state(self, tensors: Tensors, spec: Spec) -> State:
@@ -179,15 +177,7 @@ class Starcoder2(Writable):
         need(model.activation in EXPORTED_ACTIVATIONS, "model.activation", model.activation, "gelu_tanh")
         need(model.norm.position == "pre", "model.norm.position", model.norm.position, "pre")
         need(bool(model.norm.final), "model.norm.final", False, "true")
-        rotary = model.positional.rotary_dims
-        need(
-            rotary == model.head_dim,
-            "model.positional.rotary_dims",
-            rotary,
-            "leave it unset (all of head_dim)",
-        )
-        dynamic_from_max_seq_len(need, model)
-        one_rope(need, model)
+        whole_head_rope(need, model)
         need.plain_scales(model)  # head_dim is free: written as config.json's, which transformers reads
         return need.problems
 
@@ -195,12 +185,7 @@ class Starcoder2(Writable):
         model = spec.model
         assert isinstance(model, DecoderSpec) and isinstance(model.positional, RopePositional)
         bias = model.bias
-        rope: dict[str, Any] = {"rope_type": "default"}
-        if model.positional.scaling is not None:
-            scaling = model.positional.scaling.model_dump(exclude_none=True)
-            if scaling["type"] == "dynamic":  # unread: transformers scales past max_position_embeddings
-                del scaling["original_max_position_embeddings"]
-            rope = {"rope_type": scaling.pop("type"), **scaling}
+        rope = rope_dict(model.positional)
         return {
             "architectures": ["Starcoder2ForCausalLM"],
             "model_type": "starcoder2",
