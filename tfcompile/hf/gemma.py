@@ -73,18 +73,33 @@ GEMMA2_NULLABLE: dict[str, Any] = {
 
 # Gemma3TextConfig's defaults where Gemma2Config's differ (its caps are none: null or missing).
 GEMMA3_DEFAULTS: dict[str, Any] = {"vocab_size": 262208, "max_position_embeddings": 131072}
+GEMMA3_NULLABLE: dict[str, Any] = GEMMA2_NULLABLE | {
+    "attn_logit_softcapping": None,
+    "final_logit_softcapping": None,
+}
 SLIDING, FULL = "sliding_attention", "full_attention"
 # Each layer type's theta where its rope_parameters name none: transformers 4's field, its default.
 GEMMA3_THETAS = {FULL: ("rope_theta", 1_000_000.0), SLIDING: ("rope_local_base_freq", 10_000.0)}
 
 
+def filled(
+    config: Config, defaults: dict[str, Any], nullable: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """``config``'s fields with ``defaults`` where a field is missing or null, and ``nullable``'s
+    where it is missing only (the config class keeps a null there)."""
+    data = dict(config.data)
+    for name, value in defaults.items():
+        if data.get(name) is None:
+            data[name] = value
+    for name, value in (nullable or {}).items():
+        data.setdefault(name, value)
+    return data
+
+
 def as_gemma_reads(config: Config) -> Config:
     """``config`` with GemmaConfig's defaults where a field is missing or null, and hidden_act
     "gelu" as the tanh GELU, as GemmaConfig reads it; its problems are ``config``'s."""
-    data = dict(config.data)
-    for name, value in DEFAULTS.items():
-        if data.get(name) is None:
-            data[name] = value
+    data = filled(config, DEFAULTS)
     if data["hidden_act"] == "gelu":
         data["hidden_act"] = "gelu_pytorch_tanh"
     return Config(data, config.problems)
@@ -94,26 +109,15 @@ def as_gemma2_reads(config: Config) -> Config:
     """``config`` with Gemma2Config's defaults where a field is missing or null (a cap or the
     window: missing only), as Gemma2Config reads it; its problems are ``config``'s. Its activation
     is hidden_activation's (hidden_act is unread), with no legacy renaming."""
-    data = dict(config.data)
-    for name, value in (DEFAULTS | GEMMA2_DEFAULTS).items():
-        if data.get(name) is None:
-            data[name] = value
-    for name, value in GEMMA2_NULLABLE.items():
-        data.setdefault(name, value)
-    return Config(data, config.problems)
+    return Config(filled(config, DEFAULTS | GEMMA2_DEFAULTS, GEMMA2_NULLABLE), config.problems)
 
 
 def as_gemma3_reads(config: Config) -> Config:
-    """``config`` with Gemma3TextConfig's defaults where a field is missing or null (the window:
-    missing only), and its ``layer_types`` where it has none: every ``sliding_window_pattern``-th
-    layer (6th) global, the others sliding, as Gemma3TextConfig derives them."""
-    data = dict(config.data)
-    for name, value in (DEFAULTS | GEMMA2_DEFAULTS | GEMMA3_DEFAULTS).items():
-        if data.get(name) is None:
-            data[name] = value
-    data.setdefault("sliding_window", GEMMA2_NULLABLE["sliding_window"])
-    for cap in ("attn_logit_softcapping", "final_logit_softcapping"):
-        data.setdefault(cap, None)
+    """``config`` with Gemma3TextConfig's defaults where a field is missing or null (the window
+    and the caps, none: missing only), and its ``layer_types`` where it has none: every
+    ``sliding_window_pattern``-th layer (6th) global, the others sliding, as Gemma3TextConfig
+    derives them."""
+    data = filled(config, DEFAULTS | GEMMA2_DEFAULTS | GEMMA3_DEFAULTS, GEMMA3_NULLABLE)
     # Read here without problems (this is read more than once); Gemma3.rope names a bad pattern.
     pattern, layers = data.get("sliding_window_pattern", 6), data["num_hidden_layers"]
     if data.get("layer_types") is None and _whole(pattern) and pattern >= 1 and _depth(layers):
