@@ -480,6 +480,45 @@ class Imported:
         for padded in (False, True):
             assert max_difference(self.hf, self.model, padded) <= 1e-5, (self.name, padded)
 
+    def assert_generates_as_transformers(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str], new_tokens: int = 12
+    ) -> None:
+        """`tfcompile export`, then `tfcompile generate` of two prompts of different lengths, one
+        left-padded batch in the bundle (ONNX, KV cache), each as transformers generates it alone
+        (greedy)."""
+        from tfcompile.cli import main
+
+        bundle = str(tmp_path / "bundle")
+        assert main(["export", str(self.result.run_dir), "--out", bundle]) == 0
+        prompts = ["the cat sat", "hi"]
+        capsys.readouterr()
+        arguments = ["--max-new-tokens", str(new_tokens), "--temperature", "0"]
+        assert main(["generate", bundle, *(a for p in prompts for a in ("--prompt", p)), *arguments]) == 0
+        tokenizer = Tokenizer.from_file(str(self.result.run_dir / "tokenizer.json"))
+        expected = []
+        for prompt in prompts:
+            ids = torch.tensor([tokenizer.encode(prompt).ids])
+            with torch.no_grad():
+                out = self.hf.generate(
+                    ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=new_tokens
+                )
+            expected.append(tokenizer.decode(out[0].tolist()))
+        assert capsys.readouterr().out == "\n\n".join(expected) + "\n"
+
+    def assert_runtime_generates_as_transformers(self, tmp_path: Path) -> None:
+        """`tfcompile export` (parity checked), then greedy decoding of ids with the KV cache in
+        tfcompile.runtime against transformers' generate."""
+        from tfcompile.cli import main
+        from tfcompile.runtime import load
+
+        assert main(["export", str(self.result.run_dir), "--out", str(tmp_path / "bundle")]) == 0
+        prompt = torch.tensor([[5, 9, 13, 2, 30]])
+        expected = self.hf.generate(
+            prompt, attention_mask=torch.ones_like(prompt), do_sample=False, max_new_tokens=7
+        )
+        ours = load(tmp_path / "bundle").generate(prompt.numpy(), 7, temperature=0.0, stop=False)
+        assert ours[0].tolist() == expected[0].tolist()
+
     def assert_counts_match(self, unread: int = 0) -> None:
         """The spec, the model and the summary count transformers' parameters, less ``unread``
         ones transformers keeps and tfcompile does not."""

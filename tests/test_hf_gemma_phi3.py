@@ -32,7 +32,6 @@ from test_hf_fields import (
     check,
 )
 
-from tfcompile.cli import main
 from tfcompile.hf.errors import HFError, HFWarning
 from tfcompile.hf.exporter import export_hf
 from tfcompile.hf.importer import import_folder
@@ -186,16 +185,7 @@ def test_the_runtime_generates_transformers_greedy_tokens(
 ) -> None:
     """Exported to ONNX with parity, then greedy decoding with the KV cache in onnxruntime against
     transformers' generate (Phi-3's and a Gemma 2's within their windows of 12)."""
-    from tfcompile.runtime import load
-
-    variant = imported[name]
-    assert main(["export", str(variant.result.run_dir), "--out", str(tmp_path / "bundle")]) == 0
-    prompt = torch.tensor([[5, 9, 13, 2, 30]])
-    expected = variant.hf.generate(
-        prompt, attention_mask=torch.ones_like(prompt), do_sample=False, max_new_tokens=7
-    )
-    ours = load(tmp_path / "bundle").generate(prompt.numpy(), 7, temperature=0.0, stop=False)
-    assert ours[0].tolist() == expected[0].tolist()
+    imported[name].assert_runtime_generates_as_transformers(tmp_path)
 
 
 # tfcompile's own runs with scaled embeddings: written as Gemma (interleaved RoPE permuted to

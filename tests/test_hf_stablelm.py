@@ -28,7 +28,6 @@ from test_hf_fields import (
     check,
 )
 
-from tfcompile.cli import main
 from tfcompile.hf.errors import HFError, HFWarning
 from tfcompile.hf.exporter import architecture_for, export_hf
 from tfcompile.hf.importer import import_folder
@@ -187,25 +186,7 @@ def test_tfcompile_generate_gives_transformers_greedy_tokens(
 ) -> None:
     """Two prompts of different lengths, one left-padded batch in the bundle (ONNX, KV cache),
     each as transformers generates it alone."""
-    from tokenizers import Tokenizer
-
-    variant = imported[name]
-    bundle = str(tmp_path / "bundle")
-    assert main(["export", str(variant.result.run_dir), "--out", bundle]) == 0
-    prompts = ["the cat sat", "hi"]
-    capsys.readouterr()
-    arguments = ["--max-new-tokens", "12", "--temperature", "0"]
-    assert main(["generate", bundle, *(a for p in prompts for a in ("--prompt", p)), *arguments]) == 0
-    tokenizer = Tokenizer.from_file(str(variant.result.run_dir / "tokenizer.json"))
-    expected = []
-    for prompt in prompts:
-        ids = torch.tensor([tokenizer.encode(prompt).ids])
-        with torch.no_grad():
-            out = variant.hf.generate(
-                ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=12
-            )
-        expected.append(tokenizer.decode(out[0].tolist()))
-    assert capsys.readouterr().out == "\n\n".join(expected) + "\n"
+    imported[name].assert_generates_as_transformers(tmp_path, capsys)
 
 
 # ------------------------------------------------------------------ every config field, by value
