@@ -32,6 +32,11 @@ def device_name(device: torch.device) -> str:
     return platform.processor() or "cpu"
 
 
+def device_slug(name: str) -> str:
+    """A device's name as results files name it: lower case, each other character a dash."""
+    return "".join(c if c.isalnum() else "-" for c in name.lower()).strip("-")
+
+
 def write_results(name: str, table: str, device: str) -> Path:
     """Print ``table`` and write it to benchmarks/results/NAME.md under a header saying how it was
     made: the command, the commit (and whether the tree had changes), the device and the date."""

@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 import torch
-from common import device_name
+from common import device_name, device_slug
 from runtime_latency import median_ms, torch_generate
 
 from tfcompile.export import Source, export_bundle
@@ -181,7 +181,7 @@ def main() -> None:
     ]
     table = "\n".join(lines)
     print(table)
-    slug = "".join(c if c.isalnum() else "-" for c in device_name(device).lower()).strip("-")
+    slug = device_slug(device_name(device))
     out = ROOT / "benchmarks" / "results" / f"runtime_gpu-{name}-{slug[:40]}.md"
     out.write_text(table + "\n")
     print(f"\nwritten to {out.relative_to(ROOT)}")

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from common import device_name, write_results
+from common import device_name, device_slug, write_results
 
 from tfcompile.errors import first_line
 from tfcompile.spec import load_spec
@@ -89,7 +89,7 @@ def main() -> None:
         f"\n{args.steps} steps a row, the median of steps 2 to {args.steps - 1} timed; parameters, "
         "tokens a step and precision as the spec says."
     )
-    write_results(f"train_large-{Path(args.spec).stem}-{_slug(device)}", "\n".join(lines), device)
+    write_results(f"train_large-{Path(args.spec).stem}-{device_slug(device)}", "\n".join(lines), device)
 
 
 def _row(path: str, overrides: list[str], steps: int, gpu_memory_gib: float | None) -> dict[str, Any]:
@@ -122,10 +122,6 @@ def _row(path: str, overrides: list[str], steps: int, gpu_memory_gib: float | No
         "gpu_reserved": torch.cuda.max_memory_reserved() if cuda else None,
         "host_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
     }
-
-
-def _slug(text: str) -> str:
-    return "-".join("".join(c if c.isalnum() else " " for c in text.lower()).split())
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from common import device_name, write_results
+from common import device_name, device_slug, write_results
 from torch import nn
 
 from tfcompile.models import DecoderLM
@@ -278,7 +278,7 @@ def main() -> None:
         median = statistics.median(r)
         mfu = f"{median * train_flops / peak:.1%}" if peak else "-"
         lines.append(f"| {name} | {median:,.0f} | {mfu} | {median / baseline:.3f}x |")
-    slug = "".join(c if c.isalnum() else "-" for c in device_name(device).lower()).strip("-")
+    slug = device_slug(device_name(device))
     suffix = (
         f"{mode.replace('.', '')}-{args.precision}" if args.precision != "fp32" else mode.replace(".", "")
     )
