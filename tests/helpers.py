@@ -207,3 +207,13 @@ def random_run(tmp_path: Path, text: str) -> Path:
     run = tmp_path / "run"
     write_run(run, spec, model, tmp_path, None)
     return run
+
+
+def assert_exports_with_parity(text: str, folder: Path) -> None:
+    """The spec ``text``'s random model (seed 0) exports into ``folder`` with every graph's parity
+    check passed."""
+    from tfcompile.export import Source, export_bundle
+    from tfcompile.spec import parse_spec
+
+    reports = export_bundle(parse_spec(text), Source(seed=0), folder)
+    assert all(r.passed for r in reports.values()), {n: r.to_dict() for n, r in reports.items()}

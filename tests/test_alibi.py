@@ -12,13 +12,12 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import random_run, tiny_model, trained_decoder_generates_as_pytorch
+from helpers import assert_exports_with_parity, random_run, tiny_model, trained_decoder_generates_as_pytorch
 
-from tfcompile.export import Source, export_bundle
 from tfcompile.models import DecoderLM
 from tfcompile.nn.attention import may_attend
 from tfcompile.nn.positional import alibi_slopes
-from tfcompile.spec import Spec, parse_spec
+from tfcompile.spec import Spec
 from tfcompile.tasks import build_model
 
 
@@ -142,8 +141,7 @@ BUNDLES = {
 @pytest.mark.slow
 @pytest.mark.parametrize("text", BUNDLES.values(), ids=BUNDLES)
 def test_every_graph_exports_with_parity(text: str, tmp_path: Path) -> None:
-    reports = export_bundle(parse_spec(text), Source(seed=0), tmp_path / "bundle")
-    assert all(r.passed for r in reports.values()), {n: r.to_dict() for n, r in reports.items()}
+    assert_exports_with_parity(text, tmp_path / "bundle")
 
 
 @pytest.mark.slow

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import onnx
 import pytest
-from helpers import tiny_model
+from helpers import assert_exports_with_parity, tiny_model
 
 from tfcompile.export import (
     ExportError,
@@ -123,8 +123,7 @@ BUNDLES = {
 
 @pytest.mark.parametrize("text", BUNDLES.values(), ids=BUNDLES)
 def test_every_graph_of_a_valid_spec_exports_with_parity(text: str, tmp_path: Path) -> None:
-    reports = export_bundle(parse_spec(text), Source(seed=0), tmp_path / "bundle")
-    assert all(r.passed for r in reports.values()), {n: r.to_dict() for n, r in reports.items()}
+    assert_exports_with_parity(text, tmp_path / "bundle")
 
 
 def test_fp32_parity_is_absolute_within_a_scale_of_1_and_relative_past_it() -> None:

@@ -12,9 +12,8 @@ from typing import Any
 
 import pytest
 import torch
-from helpers import random_run, tiny_model, trained_decoder_generates_as_pytorch
+from helpers import assert_exports_with_parity, random_run, tiny_model, trained_decoder_generates_as_pytorch
 
-from tfcompile.export import Source, export_bundle
 from tfcompile.hf.errors import HFError
 from tfcompile.hf.exporter import export_hf
 from tfcompile.models import DecoderLM
@@ -195,8 +194,7 @@ BUNDLES = {
 @pytest.mark.slow
 @pytest.mark.parametrize("text", BUNDLES.values(), ids=BUNDLES)
 def test_every_graph_exports_with_parity(text: str, tmp_path: Path) -> None:
-    reports = export_bundle(parse_spec(text), Source(seed=0), tmp_path / "bundle")
-    assert all(r.passed for r in reports.values()), {n: r.to_dict() for n, r in reports.items()}
+    assert_exports_with_parity(text, tmp_path / "bundle")
 
 
 DYNAMIC = "{type: dynamic, factor: 4, original_max_position_embeddings: 4}"

@@ -14,10 +14,9 @@ from typing import Any
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import tiny_model, trained_decoder_generates_as_pytorch
+from helpers import assert_exports_with_parity, tiny_model, trained_decoder_generates_as_pytorch
 from pydantic import ValidationError
 
-from tfcompile.export import Source, export_bundle
 from tfcompile.models import DecoderLM
 from tfcompile.nn.block import TransformerBlock
 from tfcompile.spec import Spec, parse_spec
@@ -220,8 +219,7 @@ BUNDLES = {
 @pytest.mark.slow
 @pytest.mark.parametrize("text", BUNDLES.values(), ids=BUNDLES)
 def test_every_graph_exports_with_parity(text: str, tmp_path: Path) -> None:
-    reports = export_bundle(parse_spec(text), Source(seed=0), tmp_path / "bundle")
-    assert all(r.passed for r in reports.values()), {n: r.to_dict() for n, r in reports.items()}
+    assert_exports_with_parity(text, tmp_path / "bundle")
 
 
 @pytest.mark.slow

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import ONE_STEP, ROOT, SHARED_DATA, TINY, random_run, tiny_model
+from helpers import ONE_STEP, ROOT, SHARED_DATA, TINY, assert_exports_with_parity, random_run, tiny_model
 
 from tfcompile.export import Source, export_bundle
 from tfcompile.models import DecoderLM
@@ -21,7 +21,7 @@ from tfcompile.nn.attention import CrossAttention
 from tfcompile.nn.block import build_attention
 from tfcompile.optimize import Plan, optimize_bundle
 from tfcompile.runtime import load
-from tfcompile.spec import Spec, load_spec, parse_spec
+from tfcompile.spec import Spec, load_spec
 from tfcompile.tasks import build_model
 from tfcompile.tasks.causal_lm import generate
 from tfcompile.train import Trainer
@@ -158,8 +158,7 @@ BUNDLES = {
 @pytest.mark.slow
 @pytest.mark.parametrize("text", BUNDLES.values(), ids=BUNDLES)
 def test_every_graph_exports_with_parity(text: str, tmp_path: Path) -> None:
-    reports = export_bundle(parse_spec(text), Source(seed=0), tmp_path / "bundle")
-    assert all(r.passed for r in reports.values()), {n: r.to_dict() for n, r in reports.items()}
+    assert_exports_with_parity(text, tmp_path / "bundle")
 
 
 # Each family's bundle, trained one step from a committed spec with q/k norms added.
