@@ -205,6 +205,37 @@ def test_rope_yarn_attention_factor_from_mscale_and_given_outright() -> None:
     assert rope_frequencies(given, 16)[1] == 0.7
 
 
+def test_rope_yarn_turn_bounds_at_the_ends_of_the_floats_give_the_clamped_ramp() -> None:
+    """A beta_fast so large that beta_fast x 2 pi overflows, and a beta_slow so small that the
+    original length over it overflows, are valid spec values: the ramp's ends are computed from
+    logarithms (where the quotients overflowed: ValueError, OverflowError) and clamped to the
+    pairs, as those of a less extreme value past the same clamp."""
+    base = {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 1024}
+    for extreme, moderate in (
+        ({"beta_fast": 1e308}, {"beta_fast": 1e100}),
+        ({"beta_slow": 1e-308}, {"beta_slow": 1e-100}),
+    ):
+        for truncate in (False, True):
+            frequencies = [
+                rope_frequencies(
+                    RopePositional.model_validate({"scaling": base | betas | {"truncate": truncate}}), 16
+                )
+                for betas in (extreme, moderate)
+            ]
+            assert torch.isfinite(frequencies[0][0]).all()
+            torch.testing.assert_close(frequencies[0], frequencies[1])
+
+
+def test_rope_theta_must_exceed_one() -> None:
+    """theta 1 turns every pair at one frequency, and YaRN divides by log(theta): refused by name."""
+    import pytest
+    from pydantic import ValidationError
+
+    for theta in (1.0, 0.5):
+        with pytest.raises(ValidationError, match="theta"):
+            RopePositional(theta=theta)
+
+
 def test_rope_dynamic_scaling_is_plain_within_the_original_length_and_ntk_beyond() -> None:
     """NTK-aware: past the original length L0, theta becomes theta (f L / L0 - (f - 1))^(d / (d - 2))
     for a sequence of L positions."""

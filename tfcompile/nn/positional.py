@@ -189,8 +189,9 @@ def _yarn_frequencies(
             attention_factor = m_scale(factor)
 
     def pair_turning(turns: float) -> float:
-        """The (fractional) pair index that turns ``turns`` times over the original context."""
-        return d * math.log(original / (turns * 2 * math.pi)) / (2 * math.log(theta))
+        """The (fractional) pair index that turns ``turns`` times over the original context (a
+        difference of logarithms: finite for any positive float, where a quotient overflows)."""
+        return d * (math.log(original / (2 * math.pi)) - math.log(turns)) / (2 * math.log(theta))
 
     low, high = pair_turning(scaling.beta_fast), pair_turning(scaling.beta_slow)
     if scaling.truncate:

@@ -179,6 +179,9 @@ class LearnedPositional(Section):
 
 ScalingFactor = Annotated[float, Field(ge=1)]
 
+# A RoPE base above 1: frequencies fall from pair to pair, and YaRN divides by its logarithm.
+RopeBase = Annotated[float, Field(gt=1)]
+
 
 # The context a scaled RoPE was trained on, held to max_seq_len's bound: the tables are computed
 # with it in torch's 64-bit integers and floats.
@@ -267,7 +270,7 @@ class LocalRope(Section):
     """A second RoPE for some layers: Gemma 3's sliding-window layers turn at a base of 10,000,
     unscaled, where its other layers turn at 1,000,000 (scaled in the larger models)."""
 
-    theta: PositiveFloat = Field(description="the base of these layers' frequencies")
+    theta: RopeBase = Field(description="the base of these layers' frequencies")
     scaling: RopeScaling | None = Field(None, description="these layers' own scaling; default: none")
     layers: Annotated[
         list[Annotated[int, Field(strict=True, ge=0)]], Field(min_length=1, max_length=MAX_LAYERS)
@@ -292,7 +295,7 @@ class LocalRope(Section):
 
 class RopePositional(Section):
     type: Literal["rope"] = "rope"
-    theta: PositiveFloat = 10000.0
+    theta: RopeBase = 10000.0
     layout: Literal["interleaved", "halves"] = Field(
         "interleaved",
         description="which dimensions rotate together: interleaved pairs (x_2i, x_2i+1), as in the RoPE "
