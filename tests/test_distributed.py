@@ -28,6 +28,7 @@ TINY = [
     "train.grad_accum=2",
     "train.steps=2",
     "train.optimizer.lr=1.0e-2",
+    "train.schedule={type: constant}",  # two steps at the full rate: the weights must move
     "train.eval_interval=100",
     "train.eval_batches=2",
     "train.log_interval=1",

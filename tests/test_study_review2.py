@@ -71,7 +71,7 @@ def test_a_finished_trial_trained_with_another_learning_rate_is_refused_not_reus
     path.write_text(path.read_text().replace("  sound: {}", "  sound: {train.optimizer.lr: 0.01}"))
     status, err = run_cli(["sweep", str(path)], capsys)
     assert status == 1 and "sound-seed1 was trained otherwise than the study now gives it" in err
-    assert "train.optimizer.lr (run: 0.0003, spec: 0.01)" in err and "another `name:`" in err
+    assert "train.optimizer.lr (run: 0.001, spec: 0.01)" in err and "another `name:`" in err
     assert (tmp_path / "runs" / "study" / "study.json").read_text() == record  # still the trained plan
     status, err = run_cli(["compare", str(path), "--out", str(tmp_path / "out")], capsys)
     assert status == 1 and "sound-seed1 was trained otherwise than the study gives it" in err

@@ -237,7 +237,7 @@ def test_resume_switching_to_fp16_starts_a_fresh_loss_scaler(root: Path, run_dir
         ("data.val_fraction=0.2", "data.val_fraction (run: 0.1, spec: 0.2)"),
         ("train.optimizer.lr=0.01", "train.optimizer.lr (run: 0.003, spec: 0.01)"),
         ("task.label_smoothing=0.1", "task.label_smoothing (run: 0.0, spec: 0.1)"),
-        ("model.dropout.residual=0.5", "model.dropout.residual (run: 0.2, spec: 0.5)"),
+        ("model.dropout.residual=0.5", "model.dropout.residual (run: 0.3, spec: 0.5)"),
     ],
 )
 def test_resume_refuses_settings_that_change_what_is_trained(
