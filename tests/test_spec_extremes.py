@@ -5,11 +5,18 @@ a model that runs a forward pass (its outputs may be anything: a useless value i
 choose, a crash deep inside the build is not). The RoPE scalings are added to a RoPE spec, so
 that their fields are swept too. Before this sweep a YaRN beta_fast of 1e308 or beta_slow of
 1e-308 validated and then failed building (math domain error, OverflowError), as did a YaRN
-theta of 1 (ZeroDivisionError)."""
+theta of 1 (ZeroDivisionError).
+
+The floats of the train, task, data and export sections are swept the same way through two
+steps of training: a learning rate past float32's range failed in the optimizer (RuntimeError),
+and a ViT test fraction that left nothing to split the validation set from failed in numpy
+(ValueError), before this sweep."""
 
 from __future__ import annotations
 
+import contextlib
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,10 +24,12 @@ import torch
 from helpers import ROOT, TINY
 from pydantic import ValidationError
 
+from tfcompile.errors import UserError
 from tfcompile.models import Assembly, Classifier, DecoderLM, MaskedLM, Seq2Seq, VisionTransformer
 from tfcompile.spec import load_spec
 from tfcompile.spec.errors import SpecError
 from tfcompile.tasks.task import build_model
+from tfcompile.train import Trainer
 
 EXTREMES = [
     0.0,
@@ -121,3 +130,61 @@ def test_the_sweep_reaches_every_scaling_field() -> None:
     assert {"model.positional.scaling.beta_fast", "model.positional.scaling.mscale_all_dim"} <= names
     assert "model.positional.scaling.low_freq_factor" in names
     assert {"model.norm.eps", "model.init_std", "model.positional.theta"} <= names
+
+
+# What the training sweep trains: each shipped spec's data and task, tiny, for two steps.
+TRAINED = {
+    "shakespeare-char": (ROOT / "specs" / "shakespeare-char.yaml", []),
+    "vaswani-schedule": (
+        ROOT / "specs" / "shakespeare-char.yaml",
+        ["train.schedule={type: vaswani, warmup_steps: 2}"],
+    ),
+    "vit-digits": (ROOT / "specs" / "vit-digits.yaml", []),
+    "bert-mini-shakespeare": (ROOT / "specs" / "bert-mini-shakespeare.yaml", ["model.vocab_size=256"]),
+}
+TWO_STEPS = [
+    *TINY,
+    "model.max_seq_len=16",
+    "train.steps=2",
+    "train.batch_size=2",
+    "train.eval_interval=1",
+    "train.eval_batches=1",
+    "train.checkpoint_interval=1",
+]
+SECTIONS = ("train", "task", "data", "export")
+TRAINED_CASES = [
+    (base, name)
+    for base, (path, sets) in TRAINED.items()
+    for section in SECTIONS
+    for name in _floats(getattr(load_spec(path, [*TWO_STEPS, *sets]), section).model_dump(), section)
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("base", "name"), TRAINED_CASES)
+def test_a_training_float_at_the_ends_of_the_floats_is_refused_or_trains_or_fails_by_name(
+    base: str, name: str, tmp_path: Path
+) -> None:
+    """Two steps of training with the value: the run ends, or stops with one of tfcompile's named
+    errors (a loss turned NaN, a split left empty), never another exception."""
+    path, sets = TRAINED[base]
+    for i, value in enumerate(EXTREMES):
+        overrides = [*TWO_STEPS, *sets, f"{name}={_yaml(value)}", f"train.runs_dir={tmp_path / str(i)}"]
+        try:
+            spec = load_spec(path, overrides)
+        except (SpecError, ValidationError):
+            continue
+        with contextlib.suppress(UserError):
+            Trainer(spec, tmp_path / str(i) / "run", show_progress=False).train()
+
+
+def test_a_rate_float32_cannot_hold_is_refused_by_field() -> None:
+    """A learning rate (or Vaswani scale) past float32's range failed in the optimizer's first step
+    (RuntimeError: value cannot be converted to type float without overflow)."""
+    path = ROOT / "specs" / "shakespeare-char.yaml"
+    for overrides in (
+        ["train.optimizer.lr=1e300"],
+        ["train.schedule={type: vaswani, warmup_steps: 2}", "train.schedule.scale=1e300"],
+    ):
+        with pytest.raises(SpecError, match=r"must be at most 1e\+38"):
+            load_spec(path, overrides)

@@ -128,5 +128,5 @@ def stratified_split(labels: list[str], fraction: float, seed: int = 0) -> tuple
         rng.permutation(rows)[: round(len(rows) * fraction)]
         for rows in (np.flatnonzero(names == name) for name in sorted(set(labels)))
     ]
-    held_rows = np.sort(np.concatenate(held))
+    held_rows = np.sort(np.concatenate([np.zeros(0, dtype=np.int64), *held]))  # no rows: none held
     return np.setdiff1d(np.arange(len(labels)), held_rows), held_rows

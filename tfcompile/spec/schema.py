@@ -44,16 +44,19 @@ Probability = Annotated[float, Field(ge=0, lt=1)]
 # Choices that building blocks register: adding one to its registry makes it valid here.
 
 
-def at_most(bound: int, why: str) -> AfterValidator:
-    """An integer field's upper bound: a larger value is a ``spec_bound`` error, which the loader
+def at_most(bound: float, why: str) -> AfterValidator:
+    """A number field's upper bound: a larger value is a ``spec_bound`` error, which the loader
     reports at the value with ``why`` (what the bound is for) as the hint."""
 
-    def check(value: int) -> int:
+    def shown(number: float) -> str:
+        return f"{number:,}" if isinstance(number, int) else f"{number:g}"
+
+    def check(value: float) -> float:
         if value > bound:
             raise PydanticCustomError(
                 "spec_bound",
                 "must be at most {bound}, found {found}",
-                {"bound": f"{bound:,}", "found": f"{value:,}", "hint": why},
+                {"bound": shown(bound), "found": shown(value), "hint": why},
             )
         return value
 
@@ -1302,9 +1305,16 @@ class ImageClassificationTask(TaskSection):
 # ---------------------------------------------------------------------------- train
 
 
+# A learning rate (or what scales one) that float32 holds, with room for the schedule's factors.
+Rate = Annotated[
+    PositiveFloat,
+    at_most(1e38, "the optimizer steps in float32, whose largest number is 3.4e38; Adam's rates are below 1"),
+]
+
+
 class OptimizerSpec(Section):
     type: Literal["adam", "adamw"] = "adamw"
-    lr: PositiveFloat = Field(3e-4, description="peak learning rate (constant and cosine schedules)")
+    lr: Rate = Field(3e-4, description="peak learning rate (constant and cosine schedules)")
     betas: tuple[Probability, Probability] = (0.9, 0.95)
     eps: PositiveFloat = 1e-8
     weight_decay: Annotated[float, Field(ge=0)] = Field(
@@ -1328,7 +1338,7 @@ class VaswaniSchedule(Section):
 
     type: Literal["vaswani"] = "vaswani"
     warmup_steps: PositiveInt = 4000
-    scale: PositiveFloat = 1.0
+    scale: Rate = 1.0
 
 
 Schedule = Annotated[ConstantSchedule | CosineSchedule | VaswaniSchedule, Field(discriminator="type")]
