@@ -440,6 +440,9 @@ AUTO = {
     "ImageClassification": "AutoModelForImageClassification",
     "ConditionalGeneration": "AutoModelForSeq2SeqLM",
 }
+# Head classes whose names end as another kind's (a multimodal model's ForConditionalGeneration is
+# no sequence-to-sequence model): loaded by their own class.
+OWN_CLASSES = ("Gemma3ForConditionalGeneration",)
 
 
 def from_pretrained(folder: Path, loading_info: bool = False) -> Any:
@@ -447,7 +450,11 @@ def from_pretrained(folder: Path, loading_info: bool = False) -> Any:
     imports it whatever config.json's dtype says; with ``loading_info``, also the tensors it found
     missing, unexpected or mismatched."""
     architecture = json.loads((folder / "config.json").read_text())["architectures"][0]
-    auto = next(getattr(transformers, cls) for suffix, cls in AUTO.items() if architecture.endswith(suffix))
+    auto = (
+        getattr(transformers, architecture)
+        if architecture in OWN_CLASSES
+        else next(getattr(transformers, cls) for suffix, cls in AUTO.items() if architecture.endswith(suffix))
+    )
     if loading_info:
         model, info = auto.from_pretrained(folder, output_loading_info=True, dtype=torch.float32)
         return model.eval(), info

@@ -2,11 +2,21 @@
 saved with save_pretrained, imported, and held to transformers' outputs (float32, padded and not)
 and parameter counts; written back with export-hf as Gemma3ForCausalLM; tfcompile's own runs with
 q/k norms and sandwich norms written as Gemma 3 or refused by field; and every field of
-Gemma3TextConfig, value by value, in the field table of tests/test_hf_fields.py."""
+Gemma3TextConfig, value by value, in the field table of tests/test_hf_fields.py.
+
+The multimodal Gemma 3 (``Gemma3ForConditionalGeneration``, model type ``gemma3``) imports as its
+language model: transformers' logits on text, the language model's parameter count, the spec and
+weights a Gemma3ForCausalLM of them imports to, greedy generation, the image path's tensors left
+out with a warning (nothing else), its config's fields by a table of their own, and a folder
+saved by transformers 4.57 (where TFCOMPILE_TRANSFORMERS_457 names its python)."""
 
 from __future__ import annotations
 
+import copy
 import json
+import os
+import subprocess
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -14,7 +24,8 @@ from typing import Any
 import pytest
 import torch
 from helpers import random_run
-from hf_models import DECODER, Imported, perturb, write
+from hf_models import DECODER, Imported, copied, perturb, random_ids, right_padding, write
+from safetensors.torch import load_file, save_file
 from test_hf_export import _loads_alike, _problems
 from test_hf_fields import (
     DELETE,
@@ -29,7 +40,7 @@ from test_hf_fields import (
     check,
 )
 
-from tfcompile.hf.errors import HFError
+from tfcompile.hf.errors import HFError, HFWarning
 from tfcompile.hf.exporter import export_hf
 from tfcompile.hf.importer import import_folder
 from tfcompile.train.runs import load_trained_model
@@ -132,15 +143,6 @@ def test_the_specs_say_what_each_model_is(imported: dict[str, Imported]) -> None
     # Gemma3RMSNorm's (1 + weight) on each head's q, folded
     hf_norm = imported["gemma3"].hf.model.layers[1].self_attn.q_norm.weight
     assert torch.equal(imported["gemma3"].model.blocks[1].attn.q_norm.weight, 1.0 + hf_norm)
-
-
-def test_the_multimodal_gemma_3_is_another_model_type(imported: dict[str, Imported], tmp_path: Path) -> None:
-    folder = tmp_path / "src"
-    write(imported["gemma3"].hf, "llama", folder)
-    config = json.loads((folder / "config.json").read_text())
-    (folder / "config.json").write_text(json.dumps(config | {"model_type": "gemma3"}))
-    with pytest.raises(HFError, match="model_type: 'gemma3' has no converter"):
-        import_folder(folder, "g3", tmp_path / "specs", tmp_path / "runs")
 
 
 @pytest.mark.slow
@@ -322,6 +324,36 @@ CASES: list[Case] = [
         json={"rope_scaling": {"rope_type": "linear", "factor": 2.0}},
         spec={"positional.theta": 500.0, "positional.scaling.factor": 2.0, "positional.local.theta": 50.0},
     ),
+    # a layer type without its dict (or with a null one) turns unscaled at its theta field's value,
+    # as transformers 5 fills it in
+    case(
+        "gemma3_text",
+        json={
+            "rope_parameters": {F: {"rope_type": "linear", "factor": 2.0, "rope_theta": 500.0}},
+            "rope_local_base_freq": 77.0,
+        },
+        spec={"positional.theta": 500.0, "positional.scaling.factor": 2.0, "positional.local.theta": 77.0},
+    ),
+    case(
+        "gemma3_text",
+        json={"rope_parameters": {F: {"rope_type": "default", "rope_theta": 500.0}, S: None}},
+        spec={"positional.theta": 500.0, "positional.local.theta": 1e4},
+        slow=True,
+    ),
+    case(
+        "gemma3_text",
+        json={"rope_parameters": {S: {"rope_type": "default", "rope_theta": 50.0}}, "rope_theta": 700.0},
+        spec={"positional.theta": 700.0, "positional.scaling": None, "positional.local.theta": 50.0},
+        slow=True,
+    ),
+    case(  # transformers 5 updates a global layers' dict that is not there, and fails
+        "gemma3_text",
+        outcome="rope_scaling",
+        json={
+            "rope_parameters": {S: {"rope_type": "default"}},
+            "rope_scaling": {"rope_type": "linear", "factor": 2.0},
+        },
+    ),
     case(  # transformers 5 leaves the global layers unscaled, transformers 4 fails
         "gemma3_text",
         outcome="rope_scaling.type",
@@ -369,3 +401,300 @@ def test_every_config_field_has_a_case() -> None:
     covered = set(UNREAD) | set(FAMILIES["gemma3_text"].base)
     covered |= set().union(*(c.fields() for c in CASES))
     assert _class_fields("gemma3_text") - covered == set()
+
+
+# ---------------------------------------------------- the multimodal Gemma 3 (model type gemma3)
+
+# A SigLIP tower of one layer over 8-pixel images of 4-pixel patches, pooled to 4 image tokens.
+VISION = dict(
+    hidden_size=16,
+    intermediate_size=32,
+    num_hidden_layers=1,
+    num_attention_heads=2,
+    image_size=8,
+    patch_size=4,
+)
+MULTIMODAL = {"vision_config": VISION, "mm_tokens_per_image": 4}
+FAMILIES["gemma3"] = Family(
+    T.Gemma3Config, T.Gemma3ForConditionalGeneration, "llama", MULTIMODAL | {"text_config": GEMMA3}
+)
+
+
+def multimodal(text: dict[str, Any] | None = None, **fields: Any) -> Any:
+    """A Gemma3ForConditionalGeneration of GEMMA3's language model (``text`` changed)."""
+    config = T.Gemma3Config(text_config=GEMMA3 | (text or {}), **MULTIMODAL | fields)
+    return T.Gemma3ForConditionalGeneration(config)
+
+
+MULTIMODAL_VARIANTS: dict[str, Callable[[], Any]] = {
+    "gemma3_mm": multimodal,
+    # (its greedy tokens are 1, Gemma3TextConfig's eos: another eos, so that generate goes on)
+    "gemma3_mm_scaled_window_bias_untied": lambda: multimodal(
+        rope({"rope_type": "linear", "factor": 4.0, "rope_theta": 1e6}, {"rope_theta": 100.0})
+        | {"layer_types": [S, F, S], "sliding_window": 12, "attention_bias": True, "eos_token_id": 63},
+        tie_word_embeddings=False,
+    ),
+}
+# transformers 5.24 saves the names transformers 4 reads; its own, which it reads too, are these.
+FIVE = "_5_names"
+OWN_NAMES = {
+    "language_model.model.": "model.language_model.",
+    "language_model.lm_head.": "lm_head.",
+    "vision_tower.": "model.vision_tower.",
+    "multi_modal_projector.": "model.multi_modal_projector.",
+}
+MULTIMODAL_NAMES = [*MULTIMODAL_VARIANTS, *(name + FIVE for name in MULTIMODAL_VARIANTS)]
+
+
+def own_names(folder: Path) -> None:
+    """The folder's checkpoint under transformers 5's own names."""
+    path = folder / "model.safetensors"
+    renamed = {}
+    for name, tensor in load_file(path).items():
+        old = next(prefix for prefix in OWN_NAMES if name.startswith(prefix))
+        renamed[OWN_NAMES[old] + name[len(old) :]] = tensor
+    save_file(renamed, path, metadata={"format": "pt"})
+
+
+def image_path(hf: Any) -> int:
+    """The parameters of the vision tower and the projector."""
+    return sum(
+        p.numel() for m in (hf.model.vision_tower, hf.model.multi_modal_projector) for p in m.parameters()
+    )
+
+
+@pytest.fixture(scope="module")
+def multimodal_imported(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Imported]:
+    root = tmp_path_factory.mktemp("hf")
+
+    def imported(name: str) -> Imported:
+        def write_to(folder: Path) -> None:
+            torch.manual_seed(0)
+            write(perturb(MULTIMODAL_VARIANTS[name.removesuffix(FIVE)]()), "llama", folder)
+            if name.endswith(FIVE):
+                own_names(folder)
+
+        return Imported(root, name, write_to, "ignore")
+
+    return {name: imported(name) for name in MULTIMODAL_NAMES}
+
+
+@pytest.mark.parametrize("name", MULTIMODAL_NAMES)
+def test_the_multimodal_gemma_3_imports_as_its_language_model(
+    multimodal_imported: dict[str, Imported], name: str
+) -> None:
+    """transformers' logits on text (padded and not), and the language model's parameters
+    (the LM head's counted once where tied)."""
+    imported = multimodal_imported[name]
+    imported.assert_outputs_match()
+    imported.assert_counts_match(unread=image_path(imported.hf))
+
+
+@pytest.mark.parametrize("name", list(MULTIMODAL_VARIANTS))
+def test_its_spec_and_weights_are_its_language_models_as_gemma3_text(
+    multimodal_imported: dict[str, Imported], tmp_path: Path, name: str
+) -> None:
+    hf = multimodal_imported[name].hf
+    config = copy.deepcopy(hf.config.text_config)
+    config.tie_word_embeddings = hf.config.tie_word_embeddings
+    text = T.Gemma3ForCausalLM(config)
+    language_model = {f"model.{k}": v for k, v in hf.model.language_model.state_dict().items()}
+    text.load_state_dict(language_model | {"lm_head.weight": hf.lm_head.weight})
+    write(text, "llama", tmp_path / "text")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", HFWarning)
+        result = import_folder(tmp_path / "text", "text", tmp_path / "specs", tmp_path / "runs")
+    assert result.spec.model == multimodal_imported[name].spec.model
+    ours = multimodal_imported[name].model.state_dict()
+    assert all(torch.equal(t, ours[k]) for k, t in load_trained_model(result.run_dir)[1].state_dict().items())
+
+
+@pytest.mark.parametrize("name", list(MULTIMODAL_VARIANTS))
+def test_an_imported_multimodal_run_is_written_as_gemma3_for_causal_lm(
+    multimodal_imported: dict[str, Imported], tmp_path: Path, name: str
+) -> None:
+    assert export_hf(multimodal_imported[name].result.run_dir, tmp_path / "out") == "Gemma3ForCausalLM"
+    _loads_alike(tmp_path / "out", multimodal_imported[name].model)
+
+
+def test_the_import_says_the_image_path_is_left_out(
+    multimodal_imported: dict[str, Imported], tmp_path: Path
+) -> None:
+    folder = multimodal_imported["gemma3_mm"].folder
+    n = sum(
+        name.startswith(("vision_tower.", "multi_modal_projector."))
+        for name in load_file(folder / "model.safetensors")
+    )
+    expected = (
+        rf"language model is imported alone \(text only\): its vision tower and projector \({n} tensors\) "
+        r"are left out, .* export-hf writes the run as Gemma3ForCausalLM"
+    )
+    with pytest.warns(HFWarning, match=expected):
+        import_folder(folder, "again", tmp_path / "specs", tmp_path / "runs")
+
+
+@pytest.mark.parametrize("extra", ["language_model.model.layers.0.extra.weight", "vision.weight"])
+def test_only_the_image_path_is_left_out(
+    multimodal_imported: dict[str, Imported], tmp_path: Path, extra: str
+) -> None:
+    folder = copied(multimodal_imported, "gemma3_mm", tmp_path)
+    tensors = load_file(folder / "model.safetensors") | {extra: torch.zeros(2)}
+    save_file(tensors, folder / "model.safetensors", metadata={"format": "pt"})
+    with (
+        warnings.catch_warnings(),
+        pytest.raises(HFError, match="holds tensors a Gemma3ForConditionalGeneration does not read"),
+    ):
+        warnings.simplefilter("ignore", HFWarning)
+        import_folder(folder, "extra", tmp_path / "specs", tmp_path / "runs")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(MULTIMODAL_VARIANTS))
+def test_the_runtime_generates_the_multimodal_models_greedy_tokens(
+    multimodal_imported: dict[str, Imported], tmp_path: Path, name: str
+) -> None:
+    multimodal_imported[name].assert_runtime_generates_as_transformers(tmp_path)
+
+
+@pytest.mark.slow
+def test_the_bundle_generates_the_multimodal_models_greedy_text(
+    multimodal_imported: dict[str, Imported], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    multimodal_imported["gemma3_mm"].assert_generates_as_transformers(tmp_path, capsys)
+
+
+def _save_multimodal(c: Case, folder: Path) -> None:
+    """The case's model saved: ``text_config`` (class arguments) changes GEMMA3's, and a ``json``
+    key ``text_config.NAME`` is the text config's field NAME."""
+    edits = dict(c.edits)
+    torch.manual_seed(0)
+    write(perturb(multimodal(edits.pop("text_config", {}), **edits)), "llama", folder)
+    saved = json.loads((folder / "config.json").read_text())
+    for key, value in c.json.items():
+        inner = key.startswith("text_config.")
+        place, name = (saved["text_config"], key.removeprefix("text_config.")) if inner else (saved, key)
+        if value is DELETE:
+            place.pop(name, None)
+        else:
+            place[name] = value
+    (folder / "config.json").write_text(json.dumps(saved))
+
+
+MULTIMODAL_CASES: list[Case] = [
+    case("gemma3", tie_word_embeddings=False, spec={"tie_embeddings": False}),
+    case("gemma3", json={"tie_word_embeddings": DELETE}, spec={"tie_embeddings": True}, slow=True),
+    case(  # transformers 5 ties the head as the top level says (transformers 4: as text_config says)
+        "gemma3",
+        json={"tie_word_embeddings": DELETE, "text_config.tie_word_embeddings": False},
+        spec={"tie_embeddings": True},
+    ),
+    case("gemma3", outcome="architectures", json={"tie_word_embeddings": None}),  # no head, none tied
+    case("gemma3", outcome="tie_word_embeddings", json={"tie_word_embeddings": "yes"}),
+    case("gemma3", outcome="architectures", json={"architectures": ["Gemma3ForSequenceClassification"]}),
+    case("gemma3", outcome="text_config", json={"text_config": 5}),
+    # the language model's fields, read as Gemma3Config builds a Gemma3TextConfig of them
+    case(
+        "gemma3",
+        json={"text_config.query_pre_attn_scalar": DELETE, "text_config.model_type": DELETE},
+        spec={"attention_scale": 1 / 16},
+    ),
+    case("gemma3", text_config={"sliding_window": 6}, spec={"max_seq_len": 6}, slow=True),
+    case(  # the multimodal model caps no logit, whatever its text config says
+        "gemma3", text_config={"final_logit_softcapping": 2.0}, spec={"logit_softcap": None}
+    ),
+    case("gemma3", outcome="text_config.num_key_value_heads", json={"text_config.num_key_value_heads": 3}),
+    case(
+        "gemma3",
+        outcome="text_config.rope_scaling.type",
+        json={
+            "text_config.rope_parameters": DELETE,
+            "text_config.rope_scaling": {"type": "linear", "factor": 2.0},
+        },
+    ),
+    case(
+        "gemma3",
+        outcome="text_config.rope_parameters.sliding_attention.rope_type",
+        json={"text_config.rope_parameters": {S: {"rope_type": "longrope"}}},
+        slow=True,
+    ),
+    case(
+        "gemma3",
+        outcome="text_config.use_bidirectional_attention",
+        json={"text_config.use_bidirectional_attention": True},
+    ),
+    # the image path's fields: an image token in a text is a token as any other
+    case("gemma3", image_token_index=5, boi_token_index=6, eoi_token_index=7),
+    case("gemma3", mm_tokens_per_image=1, initializer_range=0.5, slow=True),
+]
+
+
+@pytest.mark.parametrize("c", _pytest_cases(MULTIMODAL_CASES))
+def test_a_multimodal_field_value_imports_to_transformers_outputs_or_is_refused_by_name(
+    c: Case, tmp_path: Path
+) -> None:
+    check(c, tmp_path, save=_save_multimodal)
+
+
+def test_every_multimodal_config_field_has_a_case() -> None:
+    covered = set(UNREAD) | set(FAMILIES["gemma3"].base)
+    covered |= set().union(*(c.fields() for c in MULTIMODAL_CASES))
+    assert _class_fields("gemma3") - covered == set()
+
+
+PYTHON_457 = os.environ.get("TFCOMPILE_TRANSFORMERS_457")  # as tests/test_hf_export_457.py runs it
+# Run in transformers 4.57: a Gemma3ForConditionalGeneration (its head tied as text_config says, 4's
+# field, and the top level alike) saved into a folder, its logits on the saved inputs and its
+# language model's parameter count written beside it.
+SAVE_457 = r"""
+import json, sys, torch, transformers as T
+folder, io, text, vision, tie = sys.argv[1], sys.argv[2], *map(json.loads, sys.argv[3:6])
+torch.manual_seed(0)
+config = T.Gemma3Config(text_config=text | {"tie_word_embeddings": tie}, vision_config=vision,
+                        mm_tokens_per_image=4, tie_word_embeddings=tie)
+model = T.Gemma3ForConditionalGeneration(config).eval()
+with torch.no_grad():
+    for name, p in model.named_parameters():
+        if p.ndim == 1:
+            p.add_(torch.randn_like(p) * 0.1)
+        elif "lm_head" in name:
+            p.normal_(0, 0.5)
+model.save_pretrained(folder)
+inputs = torch.load(io)
+with torch.no_grad():
+    logits = [model(input_ids=inputs["ids"], attention_mask=mask).logits for mask in inputs["masks"]]
+count = model.model.language_model.num_parameters() + (0 if tie else model.lm_head.weight.numel())
+torch.save(inputs | {"logits": logits, "count": count, "version": T.__version__}, io)
+"""
+# transformers 4's RoPE fields, a window shorter than the inputs, biases
+LEGACY_WINDOW = {
+    "rope_scaling": {"rope_type": "linear", "factor": 2.0},
+    "sliding_window": 6,
+    "attention_bias": True,
+}
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    not PYTHON_457, reason="TFCOMPILE_TRANSFORMERS_457 names no python with transformers 4.57"
+)
+@pytest.mark.parametrize("tie", [True, False])
+def test_a_multimodal_gemma_3_saved_by_transformers_4_57_gives_its_logits(tmp_path: Path, tie: bool) -> None:
+    assert PYTHON_457 is not None
+    folder, io = tmp_path / "hf", tmp_path / "io.pt"
+    masks = [torch.ones(3, 12, dtype=torch.long), right_padding(3, 12)]
+    torch.save({"ids": random_ids(3, 12), "masks": masks}, io)
+    text = GEMMA3 | ({} if tie else LEGACY_WINDOW)
+    arguments = [str(folder), str(io), *(json.dumps(x) for x in (text, VISION, tie))]
+    subprocess.run([PYTHON_457, "-c", SAVE_457, *arguments], check=True, capture_output=True)
+    saved = torch.load(io)
+    assert saved["version"].startswith("4.57")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", HFWarning)
+        result = import_folder(folder, "g", tmp_path / "specs", tmp_path / "runs")
+    spec, ours = load_trained_model(result.run_dir)
+    assert (spec.model.tie_embeddings, spec.parameter_count()) == (tie, saved["count"])
+    n = spec.model.max_seq_len  # the window, where shorter (within it, sliding is causal attention)
+    with torch.no_grad():
+        for mask, theirs in zip(masks, saved["logits"], strict=True):
+            mask = mask[:, :n]
+            assert (theirs[:, :n] - ours(saved["ids"][:, :n], mask))[mask.bool()].abs().max() <= 1e-5

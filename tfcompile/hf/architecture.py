@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
 import torch
@@ -36,6 +36,39 @@ class Config:
 
     data: dict[str, Any]
     problems: list[Problem] = field(default_factory=list)
+    # Where ``data`` lies in config.json ("text_config." for a multimodal model's language model),
+    # so that each problem names the field as the file has it; ``top``: the fields read from the
+    # top level all the same (the head class, a tie transformers reads there).
+    prefix: str = ""
+    top: tuple[str, ...] = ()
+
+    def within(self, name: str, top: tuple[str, ...] = ()) -> Config:
+        """The config nested in the field ``name`` (a JSON object; missing or null: none, the
+        config class's defaults; another value is a problem, and reads as none), with the ``top``
+        fields this config holds in place of its own, as transformers reads them; its problems
+        are this config's, named as the file has them."""
+        inner = self.data.get(name)
+        inner = {} if inner is None else inner
+        if not isinstance(inner, dict):
+            self.refuse(name, f"{inner!r} is not a JSON object", "fix the file")
+            inner = {}
+        data = {k: v for k, v in inner.items() if k not in top} | {
+            k: self.data[k] for k in top if k in self.data
+        }
+        return Config(data, self.problems, f"{self.prefix}{name}.", top)
+
+    def over(self, data: dict[str, Any]) -> Config:
+        """This config's problems and names over ``data`` (its fields as a config class reads them)."""
+        return replace(self, data=data)
+
+    def named(self, sources: dict[str, str]) -> dict[str, str]:
+        """``sources`` (spec fields -> the fields of ``data`` they were read from) naming each field
+        as the file has it."""
+        return {spec: self.name(read) for spec, read in sources.items()}
+
+    def name(self, path: str) -> str:
+        """A field of ``data`` (dotted into nested ones) as config.json names it."""
+        return path if path.split(".")[0] in self.top else self.prefix + path
 
     def get(self, name: str, default: Any = None) -> Any:
         """The field's value (``default`` where it is missing or null); a value of another JSON
@@ -49,7 +82,7 @@ class Config:
         return value
 
     def refuse(self, name: str, message: str, hint: str) -> None:
-        self.problems.append(Problem(name, message, hint))
+        self.problems.append(Problem(self.name(name), message, hint))
 
     def require(self, ok: bool, name: str, message: str, hint: str) -> None:
         if not ok:

@@ -13,15 +13,20 @@ Gemma 3 (``Gemma3ForCausalLM``, model type ``gemma3_text``) is Gemma 2 with each
 normalised (``qk_norm``, RMSNorms of (1 + weight) folded as the others), no caps by default, five
 sliding-window layers to each global one (``layer_types``, or ``sliding_window_pattern``), and a
 RoPE per layer type: the sliding layers turn at ``rope_local_base_freq`` (10,000), unscaled, the
-global ones at ``rope_theta`` (1,000,000) with ``rope_scaling`` (``positional.local``)."""
+global ones at ``rope_theta`` (1,000,000) with ``rope_scaling`` (``positional.local``).
+
+Gemma 3's multimodal model (``Gemma3ForConditionalGeneration``, model type ``gemma3``: Gemma 3
+4B, 12B, 27B) is imported as its language model alone, a Gemma 3 of its ``text_config``."""
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import warnings
 from typing import Any, ClassVar
 
 from tfcompile.hf.architecture import (
+    Architecture,
     Config,
     Imported,
     Needs,
@@ -30,7 +35,7 @@ from tfcompile.hf.architecture import (
     json_type,
     register,
 )
-from tfcompile.hf.errors import Problem
+from tfcompile.hf.errors import HFWarning, Problem
 from tfcompile.hf.llama import Llama, rope_and_norms, rope_decoder_lm, rope_section
 from tfcompile.spec import Spec
 from tfcompile.spec.schema import MAX_LAYERS, DecoderSpec, RopePositional
@@ -102,14 +107,14 @@ def as_gemma_reads(config: Config) -> Config:
     data = filled(config, DEFAULTS)
     if data["hidden_act"] == "gelu":
         data["hidden_act"] = "gelu_pytorch_tanh"
-    return Config(data, config.problems)
+    return config.over(data)
 
 
 def as_gemma2_reads(config: Config) -> Config:
     """``config`` with Gemma2Config's defaults where a field is missing or null (a cap or the
     window: missing only), as Gemma2Config reads it; its problems are ``config``'s. Its activation
     is hidden_activation's (hidden_act is unread), with no legacy renaming."""
-    return Config(filled(config, DEFAULTS | GEMMA2_DEFAULTS, GEMMA2_NULLABLE), config.problems)
+    return config.over(filled(config, DEFAULTS | GEMMA2_DEFAULTS, GEMMA2_NULLABLE))
 
 
 def as_gemma3_reads(config: Config) -> Config:
@@ -122,7 +127,7 @@ def as_gemma3_reads(config: Config) -> Config:
     pattern, layers = data.get("sliding_window_pattern", 6), data["num_hidden_layers"]
     if data.get("layer_types") is None and _whole(pattern) and pattern >= 1 and _depth(layers):
         data["layer_types"] = [SLIDING if (i + 1) % pattern else FULL for i in range(int(layers))]
-    return Config(data, config.problems)
+    return config.over(data)
 
 
 def _whole(value: Any) -> bool:
@@ -343,12 +348,16 @@ class Gemma3(Gemma2):
                 "fix it",
             )
             return {"type": "rope"}
+        # A layer type without its dict (or with a null one) turns unscaled at its theta field's
+        # value (its default), as Gemma3TextConfig fills it in.
         params = config.get("rope_parameters", {})
-        if params and not all(isinstance(params.get(t), dict) for t in (SLIDING, FULL)):
+        if set(params) - {SLIDING, FULL} or not all(
+            params.get(t) is None or isinstance(params[t], dict) for t in (SLIDING, FULL)
+        ):
             config.refuse(
                 "rope_parameters",
-                f"is not a RoPE for each layer type ({SLIDING!r} and {FULL!r})",
-                "give both, as transformers 5 saves them",
+                f"is not a RoPE for each layer type ({SLIDING!r} and {FULL!r}, each one or neither)",
+                "give them as transformers 5 saves them",
             )
             return {"type": "rope"}
         legacy = config.get("rope_scaling", {})
@@ -360,12 +369,19 @@ class Gemma3(Gemma2):
                 "name it rope_type",
             )
             return {"type": "rope"}
+        if legacy and params and params.get(FULL) is None:
+            config.refuse(
+                "rope_scaling",
+                f"updates rope_parameters.{FULL}, which is not there: transformers 5 fails on it",
+                f"move it into rope_parameters.{FULL}",
+            )
+            return {"type": "rope"}
         section = {}
         for kind, (theta, default) in GEMMA3_THETAS.items():
-            own = params.get(kind, {})
+            own = params.get(kind) or {}
             if kind == FULL and legacy:  # Gemma3TextConfig updates the global layers' dict with it
                 own = {"rope_type": "default"} | own | legacy
-            one = Config(
+            one = config.over(
                 {
                     "rope_parameters": own,
                     "rope_theta": config.get(theta, default),
@@ -374,8 +390,7 @@ class Gemma3(Gemma2):
                     k: config.data[k]
                     for k in ("max_position_embeddings", "partial_rotary_factor")
                     if k in config.data
-                },
-                config.problems,
+                }
             )
             called = "rope_scaling" if kind == FULL and legacy else f"rope_parameters.{kind}"
             section[kind] = rope_section(one, head_dim, called=called)
@@ -404,19 +419,27 @@ class Gemma3(Gemma2):
         and caps no score with it), the RoPE fields named where this config holds them."""
         imported = super().read(config, architecture, tensors)
         imported.model["attention_softcap"] = None
-        per_type = isinstance(config.data.get("rope_parameters"), dict)
-        named: dict[str, str] = {}
-        if per_type and not config.data.get("rope_scaling"):
-            named = {
-                "model.positional.theta": f"rope_parameters.{FULL}.rope_theta",
+        params = config.data.get("rope_parameters")
+        params = params if isinstance(params, dict) else {}
+
+        def theta(kind: str) -> str:
+            own = params.get(kind)
+            return (
+                f"rope_parameters.{kind}.rope_theta"
+                if isinstance(own, dict) and "rope_theta" in own
+                else GEMMA3_THETAS[kind][0]
+            )
+
+        named = {"model.positional.local.theta": theta(SLIDING)}
+        if params and not config.data.get("rope_scaling"):
+            named |= {
+                "model.positional.theta": theta(FULL),
                 "model.positional.scaling": f"rope_parameters.{FULL}",
-                "model.positional.local.theta": f"rope_parameters.{SLIDING}.rope_theta",
             }
         types = self.reads(config).data.get("layer_types")
         if isinstance(types, list) and types and FULL not in types:  # the model's RoPE: the sliding one
-            theta = f"rope_parameters.{SLIDING}.rope_theta" if per_type else "rope_local_base_freq"
             named = {
-                "model.positional.theta": theta,
+                "model.positional.theta": theta(SLIDING),
                 "model.positional.scaling": f"rope_parameters.{SLIDING}",
             }
         return dataclasses.replace(imported, sources=imported.sources | named)
@@ -492,3 +515,57 @@ def as_gemma2(spec: Spec) -> Spec:
     return spec.model_copy(
         update={"model": model.model_copy(update={"qk_norm": False, "positional": positional})}
     )
+
+
+# The tensors of the multimodal Gemma 3's image path, under the names its checkpoints give them
+# (transformers 5's model. prefix taken off).
+IMAGE_TENSORS = ("vision_tower.", "multi_modal_projector.")
+
+
+@register("gemma3")
+class Gemma3Multimodal(Architecture):
+    """Gemma 3's multimodal model (``Gemma3ForConditionalGeneration``, model type ``gemma3``): a
+    SigLIP vision tower and a projector whose image embeddings take the place of the image
+    tokens, then a Gemma 3 language model. Its language model is imported alone, as a
+    gemma3_text folder of its weights would be: the config is ``text_config`` (Gemma3Config builds
+    a Gemma3TextConfig of it, its defaults filling what it leaves out), the head tied as the top
+    level's ``tie_word_embeddings`` says (transformers 5 reads it there, 4 in text_config), and
+    the logits uncapped (the multimodal model applies no final_logit_softcapping). The image
+    path's tensors are left out, said in a warning; export-hf writes the run as Gemma3ForCausalLM.
+    Import only: the language model is Gemma 3's to write."""
+
+    # transformers 5 saves model.language_model.* and lm_head.weight; 4 (and 5, to stay readable
+    # by 4) language_model.model.* and language_model.lm_head.weight
+    prefixes = ("model.language_model.", "language_model.model.", "language_model.", "model.")
+    ignored = Gemma3.ignored
+    language_model: ClassVar[Gemma3] = Gemma3()
+
+    def read(self, config: Config, architecture: str, tensors: Tensors) -> Imported:
+        config.require(
+            architecture == "Gemma3ForConditionalGeneration",
+            "architectures",
+            f"{architecture} is not a language model tfcompile has",
+            "import a Gemma3ForConditionalGeneration",
+        )
+        text = config.within("text_config", top=("architectures", "tie_word_embeddings"))
+        text.data["model_type"] = "gemma3_text"  # Gemma3Config's class for it, whatever the dict says
+        if "tie_word_embeddings" in config.data and config.data["tie_word_embeddings"] is None:
+            text.data["tie_word_embeddings"] = False  # Gemma3Config keeps the null, which ties nothing
+        imported = self.language_model.read(text, "Gemma3ForCausalLM", tensors)
+        imported.model["logit_softcap"] = None
+        sources = text.named(self.language_model.sources | imported.sources)
+        return dataclasses.replace(imported, sources=sources)
+
+    def to_state(self, tensors: Tensors, spec: Spec) -> State:
+        state = self.language_model.to_state(tensors, spec)
+        left_out = tensors.skip(*IMAGE_TENSORS)
+        warnings.warn(
+            HFWarning(
+                f"{tensors.where}: the Gemma3ForConditionalGeneration's language model is imported alone "
+                f"(text only): its vision tower and projector ({len(left_out)} tensors) are left out, so "
+                f"the run reads no images (an image token is embedded as any other token); export-hf "
+                f"writes the run as Gemma3ForCausalLM"
+            ),
+            stacklevel=3,
+        )
+        return state
