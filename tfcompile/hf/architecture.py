@@ -61,6 +61,17 @@ class Config:
         """This config's problems and names over ``data`` (its fields as a config class reads them)."""
         return replace(self, data=data)
 
+    def filled(self, defaults: dict[str, Any], nullable: dict[str, Any] | None = None) -> Config:
+        """This config as its config class reads it: ``defaults`` where a field is missing or null,
+        ``nullable`` where it is missing only (the class keeps a null there)."""
+        data = dict(self.data)
+        for name, value in defaults.items():
+            if data.get(name) is None:
+                data[name] = value
+        for name, value in (nullable or {}).items():
+            data.setdefault(name, value)
+        return self.over(data)
+
     def named(self, sources: dict[str, str]) -> dict[str, str]:
         """``sources`` (spec fields -> the fields of ``data`` they were read from) naming each field
         as the file has it."""

@@ -48,6 +48,7 @@ DEFAULTS: dict[str, Any] = {
     "intermediate_size": 24576,
     "num_hidden_layers": 28,
     "num_attention_heads": 16,
+    "num_key_value_heads": 16,  # whatever num_attention_heads is
     "hidden_act": "gelu_pytorch_tanh",
     "max_position_embeddings": 8192,
     "tie_word_embeddings": True,
@@ -87,34 +88,20 @@ SLIDING, FULL = "sliding_attention", "full_attention"
 GEMMA3_THETAS = {FULL: ("rope_theta", 1_000_000.0), SLIDING: ("rope_local_base_freq", 10_000.0)}
 
 
-def filled(
-    config: Config, defaults: dict[str, Any], nullable: dict[str, Any] | None = None
-) -> dict[str, Any]:
-    """``config``'s fields with ``defaults`` where a field is missing or null, and ``nullable``'s
-    where it is missing only (the config class keeps a null there)."""
-    data = dict(config.data)
-    for name, value in defaults.items():
-        if data.get(name) is None:
-            data[name] = value
-    for name, value in (nullable or {}).items():
-        data.setdefault(name, value)
-    return data
-
-
 def as_gemma_reads(config: Config) -> Config:
     """``config`` with GemmaConfig's defaults where a field is missing or null, and hidden_act
     "gelu" as the tanh GELU, as GemmaConfig reads it; its problems are ``config``'s."""
-    data = filled(config, DEFAULTS)
-    if data["hidden_act"] == "gelu":
-        data["hidden_act"] = "gelu_pytorch_tanh"
-    return config.over(data)
+    read = config.filled(DEFAULTS)
+    if read.data["hidden_act"] == "gelu":
+        read.data["hidden_act"] = "gelu_pytorch_tanh"
+    return read
 
 
 def as_gemma2_reads(config: Config) -> Config:
     """``config`` with Gemma2Config's defaults where a field is missing or null (a cap or the
     window: missing only), as Gemma2Config reads it; its problems are ``config``'s. Its activation
     is hidden_activation's (hidden_act is unread), with no legacy renaming."""
-    return config.over(filled(config, DEFAULTS | GEMMA2_DEFAULTS, GEMMA2_NULLABLE))
+    return config.filled(DEFAULTS | GEMMA2_DEFAULTS, GEMMA2_NULLABLE)
 
 
 def as_gemma3_reads(config: Config) -> Config:
@@ -122,12 +109,13 @@ def as_gemma3_reads(config: Config) -> Config:
     and the caps, none: missing only), and its ``layer_types`` where it has none: every
     ``sliding_window_pattern``-th layer (6th) global, the others sliding, as Gemma3TextConfig
     derives them."""
-    data = filled(config, DEFAULTS | GEMMA2_DEFAULTS | GEMMA3_DEFAULTS, GEMMA3_NULLABLE)
+    read = config.filled(DEFAULTS | GEMMA2_DEFAULTS | GEMMA3_DEFAULTS, GEMMA3_NULLABLE)
+    data = read.data
     # Read here without problems (this is read more than once); Gemma3.rope names a bad pattern.
     pattern, layers = data.get("sliding_window_pattern", 6), data["num_hidden_layers"]
     if data.get("layer_types") is None and _whole(pattern) and pattern >= 1 and _depth(layers):
         data["layer_types"] = [SLIDING if (i + 1) % pattern else FULL for i in range(int(layers))]
-    return config.over(data)
+    return read
 
 
 def _whole(value: Any) -> bool:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import torch
@@ -51,27 +51,67 @@ class ModelType:
     every_layer_slides: bool = False  # every layer slides (layer_types unread), where a window is set
     alternating: bool = False  # where no layer_types: every other layer slides, the first among them
     window_layers: bool = False  # where no layer_types: the layers from max_window_layers on slide
-    head_dim: int | None = None  # the head size of a config that leaves it out (None: d_model / heads)
-    window: int = 0  # the sliding window of a config that leaves it out (0: none)
+    # The config class's defaults where LlamaConfig's differ: ``defaults`` read where config.json
+    # leaves the field out or null (a head_dim left out: d_model / heads, as LlamaConfig has it),
+    # ``nullable`` where it leaves it out (the class keeps a null: no window, no pad id).
+    defaults: dict[str, Any] = field(default_factory=dict)
+    nullable: dict[str, Any] = field(default_factory=dict)
     activation: str = "hidden_act"  # the field the feed-forward's activation is read from
+
+    def reads(self, config: Config) -> Config:
+        """``config`` as this model type's config class reads it; its problems are ``config``'s."""
+        return config.filled(self.defaults, self.nullable)
 
 
 # As their config and model classes have them (transformers 4 and 5). Phi-3 computes as Mistral,
-# but without a window where its config leaves it out.
+# but without a window where its config leaves it out. Qwen2's and Qwen3's window of 4096 slides
+# only with use_sliding_window.
 QKVO = ("qkv", "attn_out")
+WINDOW = {"sliding_window": 4096}
+QWEN = {  # K/V heads: 32, whatever num_attention_heads is
+    "vocab_size": 151936,
+    "intermediate_size": 22016,
+    "num_key_value_heads": 32,
+    "max_position_embeddings": 32768,
+}
 MODEL_TYPES = {
     "llama": ModelType(attention_bias=QKVO, mlp_bias=True),
-    "mistral": ModelType(every_layer_slides=True, window=4096),
-    "qwen2": ModelType(fixed_bias=("qkv",), window_layers=True),
-    "qwen3": ModelType(attention_bias=QKVO, qk_norm=True, window_layers=True, head_dim=128),
-    "gemma": ModelType(attention_bias=QKVO, scale_embeddings=True, head_dim=256),
-    "phi3": ModelType(every_layer_slides=True),
+    "mistral": ModelType(
+        every_layer_slides=True,
+        defaults={"intermediate_size": 14336, "num_key_value_heads": 8, "max_position_embeddings": 131072},
+        nullable=WINDOW,
+    ),
+    "qwen2": ModelType(
+        fixed_bias=("qkv",),
+        window_layers=True,
+        defaults=QWEN,
+        nullable=WINDOW,
+    ),
+    "qwen3": ModelType(
+        attention_bias=QKVO,
+        qk_norm=True,
+        window_layers=True,
+        defaults=QWEN | {"head_dim": 128},
+        nullable=WINDOW,
+    ),
+    "gemma": ModelType(attention_bias=QKVO, scale_embeddings=True, defaults={"head_dim": 256}),
+    "phi3": ModelType(
+        every_layer_slides=True,
+        defaults={
+            "vocab_size": 32064,
+            "hidden_size": 3072,
+            "intermediate_size": 8192,
+            "rms_norm_eps": 1e-5,
+            "max_position_embeddings": 4096,
+        },
+        nullable={"pad_token_id": 32000},
+    ),
     "gemma2": ModelType(
         attention_bias=QKVO,
         scale_embeddings=True,
         alternating=True,
-        head_dim=256,
-        window=4096,
+        defaults={"head_dim": 256},
+        nullable=WINDOW,
         activation="hidden_activation",
     ),
     # Its layer_types are always there as read: gemma.as_gemma3_reads derives them as Gemma3TextConfig does.
@@ -79,8 +119,8 @@ MODEL_TYPES = {
         attention_bias=QKVO,
         qk_norm=True,
         scale_embeddings=True,
-        head_dim=256,
-        window=4096,
+        defaults={"head_dim": 256},
+        nullable=WINDOW,
         activation="hidden_activation",
     ),
 }
@@ -194,8 +234,8 @@ def context(config: Config, kind: ModelType) -> int:
     if not math.isfinite(length):
         config.refuse("max_position_embeddings", f"{length!r} is not a finite number", "fix the file")
         return 2048
-    # A null window is none; a missing one is the config class's default (MistralConfig's 4096).
-    window = config.get("sliding_window", 0) if "sliding_window" in config.data else kind.window
+    # A null window is none; a missing one is the config class's (ModelType.nullable).
+    window = config.get("sliding_window", 0)
     if not math.isfinite(window):
         config.refuse("sliding_window", f"{window!r} is not a finite number", "fix the file")
         return int(length)
@@ -276,9 +316,10 @@ class Llama(Writable):
             "import a *ForCausalLM model",
         )
         kind = MODEL_TYPES[config.data["model_type"]]
+        config = kind.reads(config)
         d, heads = config.get("hidden_size", 4096), config.get("num_attention_heads", 32)
         kv_heads = config.get("num_key_value_heads", heads)
-        head_dim = config.get("head_dim", kind.head_dim or d // max(heads, 1))  # 0 heads: refused
+        head_dim = config.get("head_dim", d // max(heads, 1))  # 0 heads: refused by the spec
         # Only the fields the model type reads are read: another's value is ignored, as transformers does.
         biases = set(kind.fixed_bias)
         if kind.attention_bias and config.get("attention_bias", False):
@@ -292,9 +333,16 @@ class Llama(Writable):
             "must be a positive integer",
             "set it to 1",
         )
+        vocab, pad = config.get("vocab_size", 32000), config.get("pad_token_id")
+        config.require(
+            not (isinstance(vocab, int) and isinstance(pad, int)) or -vocab <= pad < vocab,
+            "pad_token_id",
+            f"{pad} is past the vocabulary ({vocab} tokens): transformers' embedding fails on it",
+            "set it to a token id below vocab_size, or null",
+        )
         model: dict[str, Any] = {
             "family": "decoder",
-            "vocab_size": config.get("vocab_size", 32000),
+            "vocab_size": vocab,
             "max_seq_len": context(config, kind),
             "d_model": d,
             "n_layers": config.get("num_hidden_layers", 32),

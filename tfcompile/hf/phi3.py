@@ -8,7 +8,7 @@ computation, which every transformers version reads."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import torch
 
@@ -17,26 +17,6 @@ from tfcompile.hf.errors import HFError
 from tfcompile.hf.llama import Llama
 from tfcompile.spec import Spec
 from tfcompile.spec.schema import DecoderSpec
-
-# Phi3Config's defaults where LlamaConfig's differ: a config.json that leaves a field out (or null)
-# is read as transformers reads it.
-DEFAULTS: dict[str, Any] = {
-    "vocab_size": 32064,
-    "hidden_size": 3072,
-    "intermediate_size": 8192,
-    "rms_norm_eps": 1e-5,
-    "max_position_embeddings": 4096,
-}
-
-
-def as_phi3_reads(config: Config) -> Config:
-    """``config`` with Phi3Config's defaults where a field is missing or null; its problems are
-    ``config``'s."""
-    data = dict(config.data)
-    for name, value in DEFAULTS.items():
-        if data.get(name) is None:
-            data[name] = value
-    return Config(data, config.problems)
 
 
 def split(tensors: Tensors, name: str, rows: Sequence[int]) -> tuple[torch.Tensor, ...]:
@@ -55,23 +35,24 @@ class Phi3(Llama):
     sources: ClassVar[dict[str, str]] = Llama.sources | {"model.dropout.residual": "resid_pdrop"}
 
     def read(self, config: Config, architecture: str, tensors: Tensors) -> Imported:
-        phi3 = as_phi3_reads(config)
-        imported = super().read(phi3, architecture, tensors)
+        """Llama's, with Phi3Config's defaults (llama.MODEL_TYPES'), RoPE unscaled, and dropout on
+        each sublayer's output."""
+        imported = super().read(config, architecture, tensors)
         scaling = imported.model["positional"].get("scaling")
         if scaling is not None:
-            name = "rope_scaling" if phi3.data.get("rope_scaling") else "rope_parameters"
+            name = "rope_scaling" if config.data.get("rope_scaling") else "rope_parameters"
             config.refuse(
                 f"{name}.rope_type",
                 f"{scaling['type']!r}: Phi-3 computes default RoPE, or longrope (as it reads su and yarn)",
                 "import a model with default RoPE",
             )
         config.require(
-            phi3.data.get("sliding_window") != 0,
+            config.data.get("sliding_window") != 0,
             "sliding_window",
             "is 0: a window of no tokens attends to nothing",
             "leave it null (no window), or set a positive number",
         )
-        imported.model["dropout"]["residual"] = dropout(phi3.get("resid_pdrop", 0.0))
+        imported.model["dropout"]["residual"] = dropout(config.get("resid_pdrop", 0.0))
         return imported
 
     def to_state(self, tensors: Tensors, spec: Spec) -> State:

@@ -34,6 +34,7 @@ MLM_HEAD = (
     ("lm_head.layer_norm.bias", "mlm_norm.bias"),
 )
 DECODER = "lm_head.decoder.weight"
+SEGMENTS = "embeddings.token_type_embeddings.weight"
 CLASSIFIER = (  # dense -> tanh on <s> is BERT's pooler; out_proj its classifier
     ("classifier.dense.weight", "pooler.weight"),
     ("classifier.dense.bias", "pooler.bias"),
@@ -74,18 +75,27 @@ class Roberta(Bert):
             f"body's activation",
             "import a masked LM with hidden_act gelu",
         )
-        pad = config.get("pad_token_id", -1)
+        pad = config.data.get("pad_token_id", 1)  # left out: the config classes' 1; null: none
         positions = config.get("max_position_embeddings", 512)
         config.require(
             isinstance(pad, int) and 0 <= pad < positions - 2,
             "pad_token_id",
-            f"{config.data.get('pad_token_id')!r}: RoBERTa numbers positions from past the pad id, "
+            f"{pad!r}: RoBERTa numbers positions from past the pad id, "
             f"which must be an id below max_position_embeddings ({positions}) - 2",
             "import a model whose config.json names its pad id",
         )
         segments = config.get("type_vocab_size", 2)
+        # to_state copies a one-row table for a classifier whose config says one segment: rows of
+        # another count than the config's are not the checkpoint's, which transformers fails on.
+        table = tensors.tensors.get(SEGMENTS)
+        config.require(
+            table is None or len(table) == segments,
+            "type_vocab_size",
+            f"is {segments}, but {SEGMENTS} has {0 if table is None else len(table)} rows",
+            "set it to the checkpoint's",
+        )
         model = imported.model | {
-            "max_seq_len": positions - max(pad, 0) - 1,
+            "max_seq_len": positions - (max(pad, 0) if isinstance(pad, int) else 0) - 1,  # else refused
             # The spec's classifier takes a pair's second sentence as segment 1 (one row is refused);
             # RoBERTa's tokenizers give every token segment 0, and a copy of its one row as the
             # second answers a pair as RoBERTa does whichever segment it is given.

@@ -36,6 +36,9 @@ from tfcompile.spec import Spec
 from tfcompile.spec.schema import DecoderSpec
 
 PARTIAL = 0.25  # the fraction of each head StableLmConfig rotates where the config names none
+# StableLmConfig's context where config.json leaves it out: the spec's, and what a dynamic or YaRN
+# RoPE scaling (rope_section) scales from.
+DEFAULTS = {"max_position_embeddings": 4096}
 # StableLM's names within a block -> tfcompile's (q, k and v, and the gate and up projections, apart).
 LAYER = (("self_attn.o_proj", "attn.out"), ("mlp.down_proj", "ffn.w_out"))
 NORMS = (("input_layernorm", "attn_norm"), ("post_attention_layernorm", "ffn_norm"))
@@ -99,6 +102,7 @@ class StableLm(Architecture):
             f"{architecture} is not a language model tfcompile has",
             "import a StableLmForCausalLM",
         )
+        config = config.filled(DEFAULTS)
         tie = lm_head(
             config,
             tensors,
@@ -128,7 +132,7 @@ class StableLm(Architecture):
         model: dict[str, Any] = {
             "family": "decoder",
             "vocab_size": config.get("vocab_size", 50304),
-            "max_seq_len": config.get("max_position_embeddings", 4096),
+            "max_seq_len": config.get("max_position_embeddings"),
             "d_model": d,
             "n_layers": config.get("num_hidden_layers", 32),
             "n_heads": heads,

@@ -49,9 +49,12 @@ from tfcompile.hf.llama import (
 from tfcompile.spec import Spec
 from tfcompile.spec.schema import DecoderSpec, RopePositional
 
-# As Starcoder2Model reads its config: every layer slides where a window is set, none where it is
-# null or left out.
-WINDOWS = ModelType(every_layer_slides=True)
+# As Starcoder2Config and Starcoder2Model read a config: every layer slides where a window is set,
+# none where it is null or left out; the class's defaults where LlamaConfig's (which llama.py's
+# helpers read) differ.
+MODEL_TYPE = ModelType(
+    every_layer_slides=True, defaults={"max_position_embeddings": 4096, "initializer_range": 0.018042}
+)
 # The spec's activations -> hidden_act: GELU's tanh form under Starcoder2's own name for it
 # (torch's tanh GELU, which tfcompile's gelu_tanh is).
 EXPORTED_ACTIVATIONS = PLAIN | {"gelu_tanh": "gelu_pytorch_tanh"}
@@ -102,6 +105,7 @@ class Starcoder2(Writable):
             f"{architecture} is not a language model tfcompile has",
             "import a Starcoder2ForCausalLM",
         )
+        config = MODEL_TYPE.reads(config)
         names = ("lm_head.weight", "embed_tokens.weight")
         tie = lm_head(config, tensors, architecture, names, True, "Starcoder2ForCausalLM")
         d, heads = config.get("hidden_size", 3072), config.get("num_attention_heads", 24)
@@ -116,7 +120,7 @@ class Starcoder2(Writable):
         model: dict[str, Any] = {
             "family": "decoder",
             "vocab_size": config.get("vocab_size", 49152),
-            "max_seq_len": context(config, WINDOWS),
+            "max_seq_len": context(config, MODEL_TYPE),
             "d_model": d,
             "n_layers": config.get("num_hidden_layers", 30),
             "n_heads": heads,

@@ -48,6 +48,15 @@ HEADS = {
     "t5": ("T5ForConditionalGeneration", "T5WithLMHeadModel"),
     "mt5": ("MT5ForConditionalGeneration",),
 }
+# MT5Config's defaults where T5Config's (read below) differ: a config.json that leaves the
+# feed-forward out is mT5's gated GELU, not T5's ReLU.
+MT5_DEFAULTS = {
+    "vocab_size": 250112,
+    "d_ff": 1024,
+    "num_layers": 8,
+    "num_heads": 6,
+    "feed_forward_proj": "gated-gelu",
+}
 
 
 @register("t5", "mt5")
@@ -82,6 +91,7 @@ class T5(Writable):
         # transformers 5 writes scale_decoder_outputs; 4 derives the scale from tie_word_embeddings.
         scale = config.get("scale_decoder_outputs", config.get("tie_word_embeddings", True))
         if model_type == "mt5":
+            config = config.filled(MT5_DEFAULTS)
             scale = False
             if config.get("tie_word_embeddings", False):
                 warnings.warn(

@@ -1,0 +1,298 @@
+"""A config.json that leaves a field out, for every model_type tfcompile imports: transformers reads
+the config class's default there, and so must the import, or a folder saved without the field (by
+an older transformers, by hand, trimmed) imports as another model or with another context.
+
+Each field of the config class (less bookkeeping and the token ids, which compute nothing) is
+deleted in turn from a tiny model's saved config.json. Then either transformers loads the folder,
+every tensor fitting, and runs it: the import gives transformers' logits in float32 and its
+parameter count, and the spec it gives the folder with the field written as transformers read it
+(the context above all, which short inputs do not show); or transformers cannot load or run it
+(a hidden_size of 4096 over tensors of 32), and the import is an HFError, never another exception.
+
+The default suite deletes max_position_embeddings from each LLaMA-like model type; ``-m slow``
+sweeps every field of every model type. The tiny models are the family test files' own."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import test_hf_falcon_bloom  # noqa: F401 (each of these adds its families to test_hf_fields.FAMILIES)
+import test_hf_gemma3  # noqa: F401
+import test_hf_gemma_phi3  # noqa: F401
+import test_hf_neox_gptj_phi  # noqa: F401
+import test_hf_opt_bigcode  # noqa: F401
+import test_hf_roberta_distilbert as roberta
+import test_hf_stablelm  # noqa: F401
+import test_hf_starcoder2  # noqa: F401
+import torch
+from hf_models import from_pretrained, max_difference, random_ids
+from test_hf_fields import DELETE, Case, _pytest_cases, _save, case, check, difference, edit_config
+from test_hf_mt5 import saved as save_mt5
+
+from tfcompile.hf.architecture import ARCHITECTURES
+from tfcompile.hf.errors import HFError, HFWarning
+from tfcompile.hf.importer import import_folder
+from tfcompile.train.runs import load_trained_model
+
+transformers = pytest.importorskip("transformers")
+T = transformers
+
+Compare = Callable[[Any, torch.nn.Module, int], float]
+
+
+@dataclass(frozen=True)
+class Source:
+    """How a model type's tiny folder is saved, its logits compared, and how many of transformers'
+    parameters its import leaves out (RoBERTa's position rows up to the pad id, OPT's offset rows)."""
+
+    save: Callable[[Path], Any]
+    compare: Compare = difference
+    unread: Callable[[Any], int] = lambda hf: 0
+
+
+def from_fields(family: str) -> Source:
+    """A family of test_hf_fields.FAMILIES (where the family test files add theirs)."""
+    return Source(lambda folder: _save(case(family), folder))
+
+
+def from_roberta(family: str) -> Source:
+    return Source(lambda folder: roberta.save(family, folder), roberta.difference, roberta.unused_rows)
+
+
+def mt5_difference(hf: Any, ours: torch.nn.Module, length: int) -> float:
+    return max(max_difference(hf, ours, padded) for padded in (False, True))
+
+
+SOURCES: dict[str, Source] = {
+    name: from_fields(name)
+    for name in (
+        "gpt2",
+        "llama",
+        "mistral",
+        "qwen2",
+        "qwen3",
+        "gemma",
+        "gemma2",
+        "gemma3_text",
+        "phi3",
+        "starcoder2",
+        "stablelm",
+        "gpt_neox",
+        "phi",
+        "gptj",
+        "falcon",
+        "bloom",
+        "gpt_bigcode",
+        "bert",
+        "t5",
+        "vit",
+    )
+}
+SOURCES |= {name: from_roberta(name) for name in ("roberta", "xlm-roberta", "camembert", "distilbert")}
+SOURCES["opt"] = Source(
+    lambda folder: _save(case("opt"), folder), unread=lambda hf: 2 * hf.config.hidden_size
+)
+SOURCES["mt5"] = Source(save_mt5, mt5_difference)
+
+# Fields that say nothing about the computation: names, output switches, the special tokens' ids.
+BOOKKEEPING = {
+    "model_type",
+    "architectures",
+    "transformers_version",
+    "dtype",
+    "torch_dtype",
+    "_name_or_path",
+    "output_attentions",
+    "output_hidden_states",
+    "return_dict",
+    "bos_token_id",
+    "eos_token_id",
+    "decoder_start_token_id",
+}
+# Model types whose config nests another's: the multimodal Gemma 3's language model is a
+# gemma3_text config in text_config, which Gemma3Config fills with Gemma3TextConfig's defaults.
+NESTED = {"gemma3": "gemma3_text"}
+LLAMA_LIKE = ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "phi3", "starcoder2")
+
+
+def fields(model_type: str) -> list[str]:
+    """The fields the installed config class of ``model_type`` writes, less bookkeeping."""
+    return sorted(set(T.AutoConfig.for_model(model_type).to_dict()) - BOOKKEEPING)
+
+
+def _cases() -> list[Any]:
+    return [
+        pytest.param(
+            model_type,
+            name,
+            id=f"{model_type}-{name}",
+            marks=[]
+            if name == "max_position_embeddings" and model_type in LLAMA_LIKE
+            else [pytest.mark.slow],
+        )
+        for model_type in SOURCES
+        for name in fields(model_type)
+    ]
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
+    """Each model type's tiny folder, saved once."""
+    root, folders = tmp_path_factory.mktemp("defaults"), dict[str, Path]()
+
+    def folder(model_type: str) -> Path:
+        if model_type not in folders:
+            folders[model_type] = root / model_type
+            SOURCES[model_type].save(folders[model_type])
+        return folders[model_type]
+
+    return folder
+
+
+def transformers_reads(folder: Path) -> Any:
+    """The folder as transformers loads it, where every tensor fits and the model runs; else None."""
+    try:
+        hf, info = from_pretrained(folder, loading_info=True)
+        if any(info.values()):
+            return None
+        config, ids = hf.config, random_ids(2, 8)
+        with torch.no_grad():
+            if config.model_type == "vit":
+                hf(pixel_values=torch.zeros(1, config.num_channels, config.image_size, config.image_size))
+            elif config.is_encoder_decoder:
+                hf(input_ids=ids, decoder_input_ids=ids)
+            else:
+                hf(input_ids=ids)
+    except Exception:
+        return None
+    return hf
+
+
+def imported(folder: Path, root: Path) -> tuple[Any, torch.nn.Module]:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", HFWarning)  # a capped context, heads left out: said, tested apart
+        result = import_folder(folder, "case", root / "specs", root / "runs")
+    return load_trained_model(result.run_dir)
+
+
+def test_every_model_type_tfcompile_imports_has_a_source() -> None:
+    assert set(SOURCES) == set(ARCHITECTURES) - set(NESTED)
+
+
+def check_left_out(model_type: str, names: tuple[str, ...], folder: Path, tmp_path: Path) -> None:
+    """Delete ``names`` from the folder's config.json; then transformers loads and runs it and the
+    import computes as it does, or it cannot and the import is an HFError."""
+    edit_config(folder, dict.fromkeys(names, DELETE))
+    hf = transformers_reads(folder)
+    if hf is None:
+        with pytest.raises(HFError), warnings.catch_warnings():
+            warnings.simplefilter("ignore", HFWarning)
+            import_folder(folder, "case", tmp_path / "specs", tmp_path / "runs")
+        assert not (tmp_path / "runs" / "case").exists()
+        return
+    spec, ours = imported(folder, tmp_path / "a")
+    source = SOURCES[model_type]
+    length = min(20, getattr(spec.model, "max_seq_len", None) or 20)
+    assert source.compare(hf, ours, length) <= 1e-5
+    expected = hf.num_parameters() - source.unread(hf)
+    assert spec.parameter_count() == expected == sum(p.numel() for p in ours.parameters())
+    # The same spec as the folder with the field as transformers read it: the context, the RoPE
+    # scaling computed from it, everything short inputs do not show.
+    written = tmp_path / "written"
+    shutil.copytree(folder, written)
+    read = hf.config.to_dict()
+    edit_config(
+        written, {name: json.loads(json.dumps(read.get(name))) for name in names}
+    )  # label ids: strings
+    assert imported(written, tmp_path / "b")[0].model.model_dump() == spec.model.model_dump()
+
+
+@pytest.mark.parametrize(("model_type", "name"), _cases())
+def test_a_field_left_out_imports_as_transformers_reads_it_or_is_an_hf_error(
+    model_type: str, name: str, saved: Callable[[str], Path], tmp_path: Path
+) -> None:
+    folder = tmp_path / "left_out"
+    shutil.copytree(saved(model_type), folder)
+    check_left_out(model_type, (name,), folder, tmp_path)
+
+
+# Fields that say one thing together, left out together: a feed-forward of neither a
+# feed_forward_proj nor what transformers derives from it is mT5's gated GELU (T5's is a ReLU).
+TOGETHER = [("mt5", ("feed_forward_proj", "dense_act_fn", "is_gated_act"))]
+
+
+@pytest.mark.parametrize(
+    ("model_type", "names"), [pytest.param(*t, id="-".join([t[0], *t[1]])) for t in TOGETHER]
+)
+def test_fields_left_out_together_import_as_transformers_reads_them(
+    model_type: str, names: tuple[str, ...], saved: Callable[[str], Path], tmp_path: Path
+) -> None:
+    folder = tmp_path / "left_out"
+    shutil.copytree(saved(model_type), folder)
+    check_left_out(model_type, names, folder, tmp_path)
+
+
+# The model types that read a RoPE scaling: dynamic scales past max_position_embeddings, YaRN from
+# it where the dict names no original length.
+SCALED = ("llama", "mistral", "qwen2", "qwen3", "starcoder2", "stablelm", "gpt_neox", "phi", "falcon")
+
+
+@pytest.mark.parametrize(
+    ("model_type", "scaling"),
+    [
+        pytest.param(t, s, marks=[] if (t, s) == ("qwen2", "yarn") else [pytest.mark.slow])
+        for t in SCALED
+        for s in ("dynamic", "yarn")
+    ],
+)
+def test_a_scaling_of_a_context_left_out_scales_from_the_config_class_default(
+    model_type: str, scaling: str, saved: Callable[[str], Path], tmp_path: Path
+) -> None:
+    folder = tmp_path / "left_out"
+    shutil.copytree(saved(model_type), folder)
+    rope = json.loads((folder / "config.json").read_text())["rope_parameters"]
+    edit_config(folder, {"rope_parameters": rope | {"rope_type": scaling, "factor": 4.0}})
+    check_left_out(model_type, ("max_position_embeddings",), folder, tmp_path)
+
+
+# A window left out is the config class's, where the config slides a layer: Mistral's every layer,
+# Qwen's from max_window_layers on with use_sliding_window. The context is capped at it.
+WINDOWS = [
+    case(
+        "mistral",
+        json={"sliding_window": DELETE, "max_position_embeddings": DELETE},
+        spec={"max_seq_len": 4096},
+    ),
+    *(
+        case(
+            f,
+            use_sliding_window=True,
+            max_window_layers=1,
+            max_position_embeddings=8192,
+            json={"sliding_window": DELETE},
+            spec={"max_seq_len": 4096},
+            slow=f != "qwen2",
+        )
+        for f in ("qwen2", "qwen3")
+    ),
+]
+
+
+@pytest.mark.parametrize("c", _pytest_cases(WINDOWS))
+def test_a_window_left_out_caps_the_context_at_the_config_class_default(c: Case, tmp_path: Path) -> None:
+    check(c, tmp_path)
+
+
+def test_a_gemma_of_more_heads_reads_its_k_v_heads_left_out_as_gemma_configs_16(tmp_path: Path) -> None:
+    """GemmaConfig's 16 K/V heads whatever num_attention_heads is (LlamaConfig's: one per head),
+    which a tiny model of 4 heads cannot show: 32 heads of 4 in 16 groups."""
+    folder = tmp_path / "left_out"
+    _save(case("gemma", num_attention_heads=32, num_key_value_heads=16, head_dim=4), folder)
+    check_left_out("gemma", ("num_key_value_heads",), folder, tmp_path)
