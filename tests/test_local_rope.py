@@ -145,9 +145,9 @@ MODEL = "vocab_size: 20, d_model: 16, n_layers: 3, n_heads: 2, max_seq_len: 8"
             "greater than or equal to 0",
         ),
         (
-            "positional: {type: rope, local: {theta: 0, layers: [0]}}",
+            "positional: {type: rope, local: {theta: 1, layers: [0]}}",
             "model.positional.local.theta",
-            "greater than 0",
+            "greater than 1",
         ),
         ("positional: {type: rope, local: {layers: [0]}}", "model.positional.local.theta", ""),
         ("positional: {type: learned, local: {theta: 10, layers: [0]}}", "model.positional.local", ""),
