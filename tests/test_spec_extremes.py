@@ -188,3 +188,10 @@ def test_a_rate_float32_cannot_hold_is_refused_by_field() -> None:
     ):
         with pytest.raises(SpecError, match=r"must be at most 1e\+38"):
             load_spec(path, overrides)
+
+
+def test_an_adam_eps_float32_holds_as_zero_is_refused_by_field() -> None:
+    """An eps of 1e-300 is 0 in float32: a weight without gradients divided 0 by 0, and the run
+    stopped at its second step with a NaN loss that named the learning rate."""
+    with pytest.raises(SpecError, match=r"must be at least 1e-38"):
+        load_spec(ROOT / "specs" / "shakespeare-char.yaml", ["train.optimizer.eps=1e-300"])

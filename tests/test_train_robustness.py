@@ -504,6 +504,24 @@ def test_a_nan_loss_suggests_fp32_only_when_not_already_fp32(
     assert ("train.precision=fp32" in str(e.value)) == (precision != "fp32")
 
 
+def test_a_nan_loss_names_a_weight_decay_that_moves_weights_by_more_than_themselves(
+    root: Path, tmp_path: Path
+) -> None:
+    """AdamW moves each weight by lr x weight_decay times itself a step: at 1 or more the weights
+    blow up, and the advice names the decay beside the learning rate (and only then)."""
+    with pytest.raises(TrainError) as e:
+        trainer(small_spec(root, "train.optimizer.weight_decay=1e300"), tmp_path / "runs" / "decay").train()
+    assert (
+        "lower the learning rate (train.optimizer.lr) or train.optimizer.weight_decay (the learning "
+        in str(e.value)
+    )
+    nan = trainer(small_spec(root), tmp_path / "runs" / "plain")
+    nan.task.loss = lambda forward, batch: torch.tensor(float("nan"), requires_grad=True)
+    with pytest.raises(TrainError) as e:
+        nan.train()
+    assert "weight_decay" not in str(e.value)
+
+
 def test_gradients_that_turn_nan_under_a_finite_loss_never_reach_a_checkpoint(
     root: Path, tmp_path: Path
 ) -> None:

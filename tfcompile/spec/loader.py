@@ -607,7 +607,7 @@ def _issues(
         return [_issue(loc, marks, f"expected a mapping of fields, found {_shown(found)}", hint, preset)]
     if kind == "value_error":  # a field validator's own message says what was found
         return [_issue(loc, marks, str(error["ctx"]["error"]), None, preset)]
-    if kind == "spec_bound":  # schema.at_most: the hint says what the bound is for
+    if kind == "spec_bound":  # schema.at_most, at_least: the hint says what the bound is for
         return [_issue(loc, marks, error["msg"], error["ctx"]["hint"], preset)]
     message = (
         PLAIN[kind].format(**error.get("ctx", {}))

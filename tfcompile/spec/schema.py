@@ -44,23 +44,31 @@ Probability = Annotated[float, Field(ge=0, lt=1)]
 # Choices that building blocks register: adding one to its registry makes it valid here.
 
 
-def at_most(bound: float, why: str) -> AfterValidator:
-    """A number field's upper bound: a larger value is a ``spec_bound`` error, which the loader
+def _bound(outside: Callable[[float], bool], words: str, bound: float, why: str) -> AfterValidator:
+    """A number field's bound: a value ``outside`` it is a ``spec_bound`` error, which the loader
     reports at the value with ``why`` (what the bound is for) as the hint."""
 
     def shown(number: float) -> str:
         return f"{number:,}" if isinstance(number, int) else f"{number:g}"
 
     def check(value: float) -> float:
-        if value > bound:
+        if outside(value):
             raise PydanticCustomError(
                 "spec_bound",
-                "must be at most {bound}, found {found}",
+                f"must be {words} {{bound}}, found {{found}}",
                 {"bound": shown(bound), "found": shown(value), "hint": why},
             )
         return value
 
     return AfterValidator(check)
+
+
+def at_most(bound: float, why: str) -> AfterValidator:
+    return _bound(lambda value: value > bound, "at most", bound, why)
+
+
+def at_least(bound: float, why: str) -> AfterValidator:
+    return _bound(lambda value: value < bound, "at least", bound, why)
 
 
 # Sizes far past any model trained today (Llama 3.1 405B: d_model 16,384, d_ff 53,248, 126 layers,
@@ -1316,7 +1324,14 @@ class OptimizerSpec(Section):
     type: Literal["adam", "adamw"] = "adamw"
     lr: Rate = Field(3e-4, description="peak learning rate (constant and cosine schedules)")
     betas: tuple[Probability, Probability] = (0.9, 0.95)
-    eps: PositiveFloat = 1e-8
+    eps: Annotated[
+        float,
+        at_least(
+            1e-38,
+            "float32's smallest normal number: a smaller eps is 0 or a subnormal there, and Adam divides "
+            "a weight's first gradients by it (0 / 0 where a weight has none yet)",
+        ),
+    ] = Field(1e-8, description="added to Adam's divisor; at least 1e-38")
     weight_decay: Annotated[float, Field(ge=0)] = Field(
         0.1, description="matrices only, never norms or biases"
     )

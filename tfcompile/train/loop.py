@@ -284,8 +284,16 @@ class Trainer:
     def _not_finite_advice(self) -> str:
         """What to do when training turns NaN or infinite, and which checkpoint is intact."""
         fp32 = ", or resume with --set train.precision=fp32" if self.spec.train.precision != "fp32" else ""
+        optimizer = self.spec.train.optimizer
+        shrink = optimizer.lr * optimizer.weight_decay
+        decay = (
+            f" or train.optimizer.weight_decay (the learning rate times it is {shrink:g}: a step moves each "
+            f"weight by that multiple of itself)"
+            if shrink >= 1
+            else ""
+        )
         return (
-            f"lower the learning rate (train.optimizer.lr) in a new run with --set train.name=NAME (a "
+            f"lower the learning rate (train.optimizer.lr){decay} in a new run with --set train.name=NAME (a "
             f"resume keeps the run's){fp32}; {intact(self.run_dir)}"
         )
 
