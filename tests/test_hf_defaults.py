@@ -14,6 +14,7 @@ sweeps every field of every model type. The tiny models are the family test file
 
 from __future__ import annotations
 
+import inspect
 import json
 import shutil
 import warnings
@@ -166,7 +167,7 @@ def transformers_reads(folder: Path) -> Any:
         with torch.no_grad():
             if config.model_type == "vit":
                 hf(pixel_values=torch.zeros(1, config.num_channels, config.image_size, config.image_size))
-            elif config.is_encoder_decoder:
+            elif "decoder_input_ids" in inspect.signature(hf.forward).parameters:
                 hf(input_ids=ids, decoder_input_ids=ids)
             else:
                 hf(input_ids=ids)
@@ -186,10 +187,13 @@ def test_every_model_type_tfcompile_imports_has_a_source() -> None:
     assert set(SOURCES) == set(ARCHITECTURES) - set(NESTED)
 
 
-def check_left_out(model_type: str, names: tuple[str, ...], folder: Path, tmp_path: Path) -> None:
-    """Delete ``names`` from the folder's config.json; then transformers loads and runs it and the
-    import computes as it does, or it cannot and the import is an HFError."""
-    edit_config(folder, dict.fromkeys(names, DELETE))
+def check_left_out(
+    model_type: str, names: tuple[str, ...], folder: Path, tmp_path: Path, value: Any = DELETE
+) -> None:
+    """Delete ``names`` from the folder's config.json (or set them to ``value``); then transformers
+    loads and runs it and the import computes as it does, or it cannot and the import is an
+    HFError."""
+    edit_config(folder, dict.fromkeys(names, value))
     hf = transformers_reads(folder)
     if hf is None:
         with pytest.raises(HFError), warnings.catch_warnings():
@@ -221,6 +225,67 @@ def test_a_field_left_out_imports_as_transformers_reads_it_or_is_an_hf_error(
     folder = tmp_path / "left_out"
     shutil.copytree(saved(model_type), folder)
     check_left_out(model_type, (name,), folder, tmp_path)
+
+
+def _null_cases() -> list[Any]:
+    return [
+        pytest.param(
+            model_type,
+            name,
+            id=f"{model_type}-{name}",
+            marks=[] if (model_type, name) in NULL_SAMPLES else [pytest.mark.slow],
+        )
+        for model_type in SOURCES
+        for name in fields(model_type)
+    ]
+
+
+# A null transformers keeps (no window), one it fills (the K/V heads), ones it refuses (a size, a
+# flag whose default is true).
+NULL_SAMPLES = {
+    ("mistral", "sliding_window"),
+    ("llama", "num_key_value_heads"),
+    ("llama", "rms_norm_eps"),
+    ("gpt2", "tie_word_embeddings"),
+}
+
+
+# Nulls that transformers 5 computes with and 4 otherwise: T5's output scale is scale_decoder_outputs'
+# (a null: none) in 5, tie_word_embeddings' in 4 (a null tie: none, and no tie; 5 ties and scales).
+VERSIONS_DIFFER = {("t5", "scale_decoder_outputs"), ("t5", "tie_word_embeddings")}
+
+
+@pytest.mark.parametrize(("model_type", "name"), _null_cases())
+def test_a_null_field_imports_as_transformers_reads_it_or_is_an_hf_error(
+    model_type: str, name: str, saved: Callable[[str], Path], tmp_path: Path
+) -> None:
+    """Where transformers 5 computes with a null, the import computes as it does. Elsewhere (it
+    refuses the null, a flag, a size, an epsilon, or cannot run with it) transformers 4 kept it
+    for each model class to read: a flag as false, so the import computes as transformers with the
+    flag false, or is an HFError; another field as good as none, so the import reads it as if
+    left out, or is an HFError."""
+    folder, other = tmp_path / "null", tmp_path / "other"
+    shutil.copytree(saved(model_type), folder)
+    shutil.copytree(saved(model_type), other)
+    edit_config(folder, {name: None})
+    if (model_type, name) in VERSIONS_DIFFER:
+        with pytest.raises(HFError, match=name):
+            imported(folder, tmp_path / "a")
+        return
+    if transformers_reads(folder) is not None:
+        check_left_out(model_type, (name,), folder, tmp_path, value=None)
+        return
+    flag = isinstance(getattr(T.AutoConfig.for_model(model_type), name, None), bool)
+    edit_config(other, {name: False if flag else DELETE})
+    try:
+        ours = imported(folder, tmp_path / "a")
+    except HFError:
+        return
+    if flag:
+        hf = transformers_reads(other)
+        assert hf is not None and SOURCES[model_type].compare(hf, ours[1], 8) <= 1e-5
+    else:
+        assert ours[0].model_dump() == imported(other, tmp_path / "b")[0].model_dump()
 
 
 # Fields that say one thing together, left out together: a feed-forward of neither a

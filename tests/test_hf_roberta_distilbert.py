@@ -142,7 +142,8 @@ def save(family: str, folder: Path, edits: dict[str, Any] | None = None) -> Any:
 
 
 def pad_id(hf: Any) -> int:
-    return int(hf.config.pad_token_id)
+    """The pad id (a DistilBERT's may be null: it numbers no positions from it)."""
+    return int(hf.config.pad_token_id or 0)
 
 
 def inputs(hf: Any, length: int, padded: bool) -> tuple[torch.Tensor, torch.Tensor]:

@@ -62,11 +62,13 @@ class Config:
         return replace(self, data=data)
 
     def filled(self, defaults: dict[str, Any], nullable: dict[str, Any] | None = None) -> Config:
-        """This config as its config class reads it: ``defaults`` where a field is missing or null,
-        ``nullable`` where it is missing only (the class keeps a null there)."""
+        """This config as its config class reads it: ``defaults`` where a field is missing or null
+        (but for a flag: _null_flag), ``nullable`` where it is missing only (the class keeps a null
+        there)."""
         data = dict(self.data)
         for name, value in defaults.items():
             if data.get(name) is None:
+                self._null_flag(name, value)
                 data[name] = value
         for name, value in (nullable or {}).items():
             data.setdefault(name, value)
@@ -82,18 +84,29 @@ class Config:
         return path if path.split(".")[0] in self.top else self.prefix + path
 
     def get(self, name: str, default: Any = None) -> Any:
-        """The field's value (``default`` where it is missing or null); a value of another JSON
-        type than ``default``'s is a problem, and reads as ``default``."""
+        """The field's value (``default`` where it is missing or null, but for a flag: _null_flag);
+        a value of another JSON type than ``default``'s is a problem, and reads as ``default``."""
         value = self.data.get(name, default)
         if value is None:
+            self._null_flag(name, default)
             return default
         if default is not None and json_type(value) != json_type(default):
             self.refuse(name, f"{value!r} is not {json_type(default)}", "fix the file")
             return default
         return value
 
+    def _null_flag(self, name: str, default: Any) -> None:
+        """A null flag whose default is true is a problem: transformers 4 reads it as false, and 5
+        refuses it (any other null reads as the default, as a field left out)."""
+        if default is True and name in self.data and self.data[name] is None:
+            self.refuse(
+                name, "is null: transformers 4 reads it as false, and 5 refuses it", "write true or false"
+            )
+
     def refuse(self, name: str, message: str, hint: str) -> None:
-        self.problems.append(Problem(self.name(name), message, hint))
+        problem = Problem(self.name(name), message, hint)
+        if problem not in self.problems:  # a field read twice is one problem
+            self.problems.append(problem)
 
     def require(self, ok: bool, name: str, message: str, hint: str) -> None:
         if not ok:

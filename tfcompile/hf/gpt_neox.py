@@ -166,12 +166,6 @@ class GPTNeoX(Writable):
         d, heads = config.get("hidden_size", 6144), config.get("num_attention_heads", 64)
         # RoPE's width is head_dim's where the config names one (the attention's is d / heads)
         rotated = config.get("head_dim", 0) or d // max(heads, 1)  # 0 heads: refused by the spec
-        config.require(
-            config.data.get("use_parallel_residual", True) is not None,
-            "use_parallel_residual",
-            "is null: transformers 5 refuses it, and 4 reads it as false (the sublayers in turn)",
-            "set it true or false",
-        )
         block = "parallel" if config.get("use_parallel_residual", True) else "sequential"
         biased = config.get("attention_bias", True)
         residual = dropout(config.get("hidden_dropout", 0.0))

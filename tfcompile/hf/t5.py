@@ -88,6 +88,13 @@ class T5(Writable):
             f"import a {classes[0]}",
         )
         config.refuse_true("is_decoder", why="a T5 decoder alone is not a sequence-to-sequence model")
+        config.require(
+            config.get("is_encoder_decoder", True),
+            "is_encoder_decoder",
+            "is false: transformers then masks the decoder's attention as a decoder-only model's, "
+            "which fails on sources and targets of different lengths",
+            "set it true",
+        )
         # transformers 5 writes scale_decoder_outputs; 4 derives the scale from tie_word_embeddings.
         scale = config.get("scale_decoder_outputs", config.get("tie_word_embeddings", True))
         if model_type == "mt5":
