@@ -399,10 +399,10 @@ def right_padding(batch: int, length: int) -> torch.Tensor:
     return mask
 
 
-def max_difference(hf: Any, tfc: torch.nn.Module, padded: bool, seed: int = 0) -> float:
-    """The largest |difference| between the two models' outputs on random inputs (rows of several
-    lengths when ``padded``), at the positions of real tokens."""
-    batch, length = 3, 12
+def max_difference(hf: Any, tfc: torch.nn.Module, padded: bool, seed: int = 0, length: int = 12) -> float:
+    """The largest |difference| between the two models' outputs on random inputs of ``length``
+    (rows of several lengths when ``padded``), at the positions of real tokens."""
+    batch = 3
     ids = random_ids(batch, length, seed)
     mask = right_padding(batch, length) if padded else torch.ones(batch, length, dtype=torch.long)
     real = mask.bool()
@@ -512,18 +512,18 @@ class Imported:
             expected.append(tokenizer.decode(out[0].tolist()))
         assert capsys.readouterr().out == "\n\n".join(expected) + "\n"
 
-    def assert_runtime_generates_as_transformers(self, tmp_path: Path) -> None:
-        """`tfcompile export` (parity checked), then greedy decoding of ids with the KV cache in
-        tfcompile.runtime against transformers' generate."""
+    def assert_runtime_generates_as_transformers(self, tmp_path: Path, new: int = 7) -> None:
+        """`tfcompile export` (parity checked), then greedy decoding of ``new`` ids after 5 with the
+        KV cache in tfcompile.runtime against transformers' generate."""
         from tfcompile.cli import main
         from tfcompile.runtime import load
 
         assert main(["export", str(self.result.run_dir), "--out", str(tmp_path / "bundle")]) == 0
         prompt = torch.tensor([[5, 9, 13, 2, 30]])
         expected = self.hf.generate(
-            prompt, attention_mask=torch.ones_like(prompt), do_sample=False, max_new_tokens=7
+            prompt, attention_mask=torch.ones_like(prompt), do_sample=False, max_new_tokens=new
         )
-        ours = load(tmp_path / "bundle").generate(prompt.numpy(), 7, temperature=0.0, stop=False)
+        ours = load(tmp_path / "bundle").generate(prompt.numpy(), new, temperature=0.0, stop=False)
         assert ours[0].tolist() == expected[0].tolist()
 
     def assert_counts_match(self, unread: int = 0) -> None:

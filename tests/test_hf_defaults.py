@@ -328,12 +328,12 @@ def test_a_scaling_of_a_context_left_out_scales_from_the_config_class_default(
 
 
 # A window left out is the config class's, where the config slides a layer: Mistral's every layer,
-# Qwen's from max_window_layers on with use_sliding_window. The context is capped at it.
+# Qwen's from max_window_layers on with use_sliding_window.
 WINDOWS = [
     case(
         "mistral",
         json={"sliding_window": DELETE, "max_position_embeddings": DELETE},
-        spec={"max_seq_len": 4096},
+        spec={"max_seq_len": 131072, "window.size": 4096, "window.layers": None},
     ),
     *(
         case(
@@ -342,7 +342,7 @@ WINDOWS = [
             max_window_layers=1,
             max_position_embeddings=8192,
             json={"sliding_window": DELETE},
-            spec={"max_seq_len": 4096},
+            spec={"max_seq_len": 8192, "window.size": 4096, "window.layers": [1]},
             slow=f != "qwen2",
         )
         for f in ("qwen2", "qwen3")
@@ -351,7 +351,7 @@ WINDOWS = [
 
 
 @pytest.mark.parametrize("c", _pytest_cases(WINDOWS))
-def test_a_window_left_out_caps_the_context_at_the_config_class_default(c: Case, tmp_path: Path) -> None:
+def test_a_window_left_out_is_the_config_class_default(c: Case, tmp_path: Path) -> None:
     check(c, tmp_path)
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import test_sliding_window
 import torch
 from helpers import random_run
 from hf_models import VOCAB, Imported, random_ids, right_padding
@@ -182,6 +183,17 @@ def _qwen3(root: Path) -> Path:
     )
 
 
+def _windowed(architecture: str) -> Callable[[Path], Path]:
+    """A run of tfcompile's own with a window shorter than the 12 tokens compared."""
+
+    def run(root: Path) -> Path:
+        import test_sliding_window
+
+        return test_sliding_window.random_window_run(root, architecture)
+
+    return run
+
+
 def _variant(name: str) -> Callable[[Path], Path]:
     return lambda root: Imported(root, name).result.run_dir
 
@@ -221,6 +233,7 @@ RUNS: dict[str, Callable[[Path], Path]] = {
     "xlm-roberta as bert": _roberta("xlm-roberta_cls"),
     "distilbert as bert": _roberta("distilbert"),
     "mt5 as t5": _mt5,
+    **{f"{name} window (no tokenizer)": _windowed(name) for name in test_sliding_window.WRITTEN},
 }
 
 

@@ -276,36 +276,33 @@ def llama_family(f: str) -> list[Case]:
     ]
 
 
+EVERY_LAYER_6 = {"window.size": 6, "window.layers": None}  # a window of 6 on every layer
+
+
 def qwen_windows(f: str) -> list[Case]:
     """The sliding-window rows Qwen2 and Qwen3 share (their configs derive layer_types alike)."""
+    every, second = EVERY_LAYER_6, {"window.size": 6, "window.layers": [1]}
     return [
         # each slides from max_window_layers on, and only with use_sliding_window
-        case(
-            f,
-            use_sliding_window=True,
-            sliding_window=6,
-            max_window_layers=0,
-            spec={"max_seq_len": 6},
-            slow=True,
-        ),
-        case(f, use_sliding_window=True, sliding_window=6, max_window_layers=1, spec={"max_seq_len": 6}),
+        case(f, use_sliding_window=True, sliding_window=6, max_window_layers=0, spec=every, slow=True),
+        case(f, use_sliding_window=True, sliding_window=6, max_window_layers=1, spec=second),
         case(
             f,
             use_sliding_window=True,
             sliding_window=6,
             max_window_layers=1,
             json={"layer_types": DELETE},
-            spec={"max_seq_len": 6},
+            spec=second,
             slow=True,
         ),
-        case(f, use_sliding_window=True, sliding_window=6, max_window_layers=2, spec={"max_seq_len": 32}),
-        case(f, use_sliding_window=False, sliding_window=6, max_window_layers=0, spec={"max_seq_len": 32}),
+        case(f, use_sliding_window=True, sliding_window=6, max_window_layers=2, spec={"window": None}),
+        case(f, use_sliding_window=False, sliding_window=6, max_window_layers=0, spec={"window": None}),
         case(
             f,
             use_sliding_window=True,
             sliding_window=6,
             layer_types=["full_attention", "full_attention"],
-            spec={"max_seq_len": 32},
+            spec={"window": None},
             slow=True,
         ),
         case(
@@ -313,7 +310,7 @@ def qwen_windows(f: str) -> list[Case]:
             use_sliding_window=True,
             sliding_window=6,
             layer_types=["full_attention", "sliding_attention"],
-            spec={"max_seq_len": 6},
+            spec=second | {"max_seq_len": 32},
             slow=True,
         ),
         case(f, use_sliding_window=True, sliding_window=None, max_window_layers=0, slow=True),
@@ -380,16 +377,19 @@ CASES: list[Case] = [
     case("llama", outcome="pretraining_tp", json={"pretraining_tp": 0}, slow=True),
     case("llama", json={"sliding_window": 6}, spec={"max_seq_len": 32}, slow=True),  # unread by Llama
     *llama_family("mistral"),
-    # Mistral slides every layer: the context is capped at the window (causal attention within it)
-    case("mistral", sliding_window=6, spec={"max_seq_len": 6}, slow=True),
-    case("mistral", sliding_window=64, spec={"max_seq_len": 32}, slow=True),
-    # MistralForCausalLM reads no layer_types (AutoModel reads them as Ministral): capped either way
+    # Mistral slides every layer (a window of the whole context or more is none)
+    case("mistral", sliding_window=6, spec={"max_seq_len": 32, **EVERY_LAYER_6}, slow=True),
+    case("mistral", sliding_window=64, spec={"max_seq_len": 32, "window": None}, slow=True),
+    # MistralForCausalLM reads no layer_types, AutoModel reads them as Ministral: refused where the two
+    # differ, past the window
     case(
         "mistral",
+        outcome="layer_types",
         sliding_window=6,
-        json={"layer_types": ["full_attention", "full_attention"]},
-        spec={"max_seq_len": 6},
+        json={"layer_types": ["full_attention", "sliding_attention"]},
     ),
+    case("mistral", sliding_window=6, json={"layer_types": ["sliding_attention"] * 2}, spec=EVERY_LAYER_6),
+    case("mistral", sliding_window=64, json={"layer_types": ["full_attention"] * 2}, slow=True),
     case("mistral", sliding_window=6, json={"use_sliding_window": False, "max_window_layers": 5}, slow=True),
     case("mistral", json={"attention_bias": True, "mlp_bias": True}, spec={"bias.qkv": False}, slow=True),
     *llama_family("qwen2"),

@@ -43,6 +43,7 @@ from test_hf_fields import (
 from tfcompile.hf.errors import HFError, HFWarning
 from tfcompile.hf.exporter import export_hf
 from tfcompile.hf.importer import import_folder
+from tfcompile.spec.schema import SlidingWindow
 from tfcompile.train.runs import load_trained_model
 
 transformers = pytest.importorskip("transformers")
@@ -57,6 +58,7 @@ GEMMA3 = DECODER | {
     "num_hidden_layers": 3,
     "sliding_window_pattern": 2,
 }
+WINDOW_6 = {"window.size": 6, "window.layers": [0, 2]}  # a window of 6 on GEMMA3's sliding layers
 FAMILIES["gemma3_text"] = Family(T.Gemma3TextConfig, T.Gemma3ForCausalLM, "llama", GEMMA3)
 
 
@@ -137,7 +139,8 @@ def test_the_specs_say_what_each_model_is(imported: dict[str, Imported]) -> None
     scaled = imported["gemma3_scaled_window_bias_untied"].spec.model
     assert scaled.positional.scaling is not None and scaled.positional.scaling.type == "linear"
     assert scaled.positional.local is not None and scaled.positional.local.theta == 100.0
-    assert (scaled.max_seq_len, scaled.bias.qkv, scaled.tie_embeddings) == (12, True, False)
+    assert (scaled.max_seq_len, scaled.bias.qkv, scaled.tie_embeddings) == (32, True, False)
+    assert scaled.window == SlidingWindow(size=12, layers=[0, 2])  # the local RoPE's layers
     alike = imported["gemma3_all_sliding"].spec.model.positional
     assert (alike.theta, alike.local) == (10000.0, None)
     # Gemma3RMSNorm's (1 + weight) on each head's q, folded
@@ -151,8 +154,8 @@ def test_the_runtime_generates_transformers_greedy_tokens(
     imported: dict[str, Imported], tmp_path: Path, name: str
 ) -> None:
     """Exported to ONNX with parity, then greedy decoding with the KV cache in onnxruntime against
-    transformers' generate (within the window of 12, where there is one)."""
-    imported[name].assert_runtime_generates_as_transformers(tmp_path)
+    transformers' generate (20 tokens past the window of 12, where there is one)."""
+    imported[name].assert_runtime_generates_as_transformers(tmp_path, 20 if "window" in name else 7)
 
 
 # tfcompile's own runs with scaled embeddings, sandwich norms and q/k norms: written as Gemma 3
@@ -241,14 +244,14 @@ CASES: list[Case] = [
     case("gemma3_text", json={"query_pre_attn_scalar": DELETE}, spec={"attention_scale": 1 / 16}, slow=True),
     case("gemma3_text", outcome="query_pre_attn_scalar", json={"query_pre_attn_scalar": 0}, slow=True),
     # which layers slide: layer_types, else every sliding_window_pattern-th layer is global (6th)
-    case("gemma3_text", sliding_window=6, spec={"max_seq_len": 6}),
-    case("gemma3_text", json={"sliding_window": DELETE}, spec={"max_seq_len": 32}, slow=True),  # 4096 > 32
+    case("gemma3_text", sliding_window=6, spec={"max_seq_len": 32, **WINDOW_6}),
+    case("gemma3_text", json={"sliding_window": DELETE}, spec={"window": None}, slow=True),  # 4096 > 32
     case("gemma3_text", outcome="sliding_window", json={"sliding_window": None}),
     case(
         "gemma3_text",
         sliding_window=6,
         layer_types=[F, F, F],
-        spec={"max_seq_len": 32, "positional.local": None, "positional.theta": 1e6},
+        spec={"window": None, "positional.local": None, "positional.theta": 1e6},
         slow=True,
     ),
     case("gemma3_text", layer_types=[F, S, S], spec={"positional.local.layers": [1, 2]}, slow=True),
@@ -598,7 +601,7 @@ MULTIMODAL_CASES: list[Case] = [
         json={"text_config.query_pre_attn_scalar": DELETE, "text_config.model_type": DELETE},
         spec={"attention_scale": 1 / 16},
     ),
-    case("gemma3", text_config={"sliding_window": 6}, spec={"max_seq_len": 6}, slow=True),
+    case("gemma3", text_config={"sliding_window": 6}, spec=WINDOW_6, slow=True),
     case(  # the multimodal model caps no logit, whatever its text config says
         "gemma3", text_config={"final_logit_softcapping": 2.0}, spec={"logit_softcap": None}
     ),
@@ -693,7 +696,7 @@ def test_a_multimodal_gemma_3_saved_by_transformers_4_57_gives_its_logits(tmp_pa
         result = import_folder(folder, "g", tmp_path / "specs", tmp_path / "runs")
     spec, ours = load_trained_model(result.run_dir)
     assert (spec.model.tie_embeddings, spec.parameter_count()) == (tie, saved["count"])
-    n = spec.model.max_seq_len  # the window, where shorter (within it, sliding is causal attention)
+    n = spec.model.max_seq_len  # past the window of 6
     with torch.no_grad():
         for mask, theirs in zip(masks, saved["logits"], strict=True):
             mask = mask[:, :n]

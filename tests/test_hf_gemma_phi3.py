@@ -32,9 +32,10 @@ from test_hf_fields import (
     check,
 )
 
-from tfcompile.hf.errors import HFError, HFWarning
+from tfcompile.hf.errors import HFError
 from tfcompile.hf.exporter import export_hf
 from tfcompile.hf.importer import import_folder
+from tfcompile.spec.schema import SlidingWindow
 from tfcompile.train.runs import load_trained_model
 
 transformers = pytest.importorskip("transformers")
@@ -82,7 +83,7 @@ VARIANTS: dict[str, Callable[[], Any]] = {
 
 
 def imported_variant(root: Path, name: str) -> Imported:
-    """The variant saved and imported (the window's cap it warns of is tested on its own)."""
+    """The variant saved and imported."""
 
     def write_to(folder: Path) -> None:
         torch.manual_seed(0)
@@ -111,7 +112,8 @@ def test_parameter_counts_equal_transformers(imported: dict[str, Imported], name
 def test_an_imported_run_round_trips(imported: dict[str, Imported], tmp_path: Path, name: str) -> None:
     architecture = export_hf(imported[name].result.run_dir, tmp_path / "out")
     expected = {"gemma": "GemmaForCausalLM", "gemma2": "Gemma2ForCausalLM", "phi3": "LlamaForCausalLM"}
-    assert architecture == expected[name.split("_")[0]]
+    expected["phi3_window_tied"] = "MistralForCausalLM"  # a window on every layer, no attention biases
+    assert architecture == expected.get(name, expected[name.split("_")[0]])
     _loads_alike(tmp_path / "out", imported[name].model)
 
 
@@ -135,7 +137,8 @@ def test_the_specs_say_what_each_model_is(imported: dict[str, Imported]) -> None
     assert torch.equal(imported["gemma"].model.final_norm.weight, 1.0 + hf_norm)
     fused, window = imported["phi3"].spec.model, imported["phi3_window_tied"].spec.model
     assert (fused.max_seq_len, fused.dropout.residual, fused.tie_embeddings) == (32, 0.1, False)
-    assert (window.max_seq_len, window.n_kv_heads, window.tie_embeddings) == (12, 1, True)
+    assert (window.max_seq_len, window.n_kv_heads, window.tie_embeddings) == (32, 1, True)
+    assert window.window == SlidingWindow(size=12)  # every Phi-3 layer slides
     capped, sliding = imported["gemma2"].spec.model, imported["gemma2_window_bias_untied"].spec.model
     assert (capped.norm.position, capped.attention_softcap, capped.logit_softcap) == ("sandwich", 0.5, 1.5)
     assert (capped.attention_scale, capped.max_seq_len, capped.scale_embeddings) == (8**-0.5, 32, True)
@@ -144,17 +147,11 @@ def test_the_specs_say_what_each_model_is(imported: dict[str, Imported]) -> None
         None,
         20**-0.5,
     )
-    assert (sliding.max_seq_len, sliding.bias.qkv, sliding.tie_embeddings) == (12, True, False)
+    assert (sliding.max_seq_len, sliding.bias.qkv, sliding.tie_embeddings) == (32, True, False)
+    assert sliding.window == SlidingWindow(size=12, layers=[0])  # every other layer, the first included
     # the post-feed-forward norm's (1 + weight), folded
     hf_norm = imported["gemma2"].hf.model.layers[1].post_feedforward_layernorm.weight
     assert torch.equal(imported["gemma2"].model.blocks[1].ffn_out_norm.weight, 1.0 + hf_norm)
-
-
-def test_phi3_slides_every_layer_so_its_context_is_capped_at_the_window(
-    imported: dict[str, Imported], tmp_path: Path
-) -> None:
-    with pytest.warns(HFWarning, match="max_seq_len is the sliding window, 12"):
-        import_folder(imported["phi3_window_tied"].folder, "w", tmp_path / "specs", tmp_path / "runs")
 
 
 @pytest.mark.parametrize(
@@ -184,8 +181,8 @@ def test_the_runtime_generates_transformers_greedy_tokens(
     imported: dict[str, Imported], tmp_path: Path, name: str
 ) -> None:
     """Exported to ONNX with parity, then greedy decoding with the KV cache in onnxruntime against
-    transformers' generate (Phi-3's and a Gemma 2's within their windows of 12)."""
-    imported[name].assert_runtime_generates_as_transformers(tmp_path)
+    transformers' generate (Phi-3's and a Gemma 2's 20 tokens past their windows of 12)."""
+    imported[name].assert_runtime_generates_as_transformers(tmp_path, 20 if "window" in name else 7)
 
 
 # tfcompile's own runs with scaled embeddings: written as Gemma (interleaved RoPE permuted to
@@ -343,14 +340,14 @@ CASES: list[Case] = [
     case("phi3", pad_token_id=None, slow=True),
     case("phi3", max_position_embeddings=8, spec={"max_seq_len": 8}, slow=True),
     case("phi3", num_hidden_layers=1, slow=True),
-    # Phi-3 slides every layer: the context is capped at the window (causal attention within it)
-    case("phi3", sliding_window=6, spec={"max_seq_len": 6}),
-    case("phi3", sliding_window=64, spec={"max_seq_len": 32}, slow=True),
+    # Phi-3 slides every layer (a window of the whole context or more is none)
+    case("phi3", sliding_window=6, spec={"max_seq_len": 32, "window.size": 6, "window.layers": None}),
+    case("phi3", sliding_window=64, spec={"max_seq_len": 32, "window": None}, slow=True),
     case(  # none, not MistralConfig's 4096
         "phi3",
         max_position_embeddings=5000,
         json={"sliding_window": DELETE},
-        spec={"max_seq_len": 5000},
+        spec={"max_seq_len": 5000, "window": None},
         slow=True,
     ),
     case("phi3", outcome="sliding_window", sliding_window=0, slow=True),
@@ -426,18 +423,18 @@ CASES: list[Case] = [
     case("gemma2", json={"query_pre_attn_scalar": DELETE}, spec={"attention_scale": 1 / 16}, slow=True),
     case("gemma2", outcome="query_pre_attn_scalar", json={"query_pre_attn_scalar": 0}, slow=True),
     case("gemma2", outcome="query_pre_attn_scalar", json={"query_pre_attn_scalar": "8"}, slow=True),
-    # every other layer slides (layer_types, or its default): the context is capped at the window
-    case("gemma2", sliding_window=6, spec={"max_seq_len": 6}),
-    case("gemma2", json={"sliding_window": DELETE}, spec={"max_seq_len": 32}, slow=True),  # 4096 > 32
+    # every other layer slides (layer_types, or its default), the first included
+    case("gemma2", sliding_window=6, spec={"max_seq_len": 32, "window.size": 6, "window.layers": [0]}),
+    case("gemma2", json={"sliding_window": DELETE}, spec={"window": None}, slow=True),  # 4096 > 32
     case("gemma2", outcome="sliding_window", json={"sliding_window": None}),  # transformers fails on it
     case(
         "gemma2",
         sliding_window=6,
         layer_types=["full_attention", "full_attention"],
-        spec={"max_seq_len": 32},
+        spec={"window": None},
         slow=True,
     ),
-    case("gemma2", sliding_window=6, json={"layer_types": DELETE}, spec={"max_seq_len": 6}, slow=True),
+    case("gemma2", sliding_window=6, json={"layer_types": DELETE}, spec={"window.layers": [0]}, slow=True),
     case("gemma2", initializer_range=0.5, slow=True),
     case("gemma2", attention_dropout=0.3, slow=True),
     case("gemma2", use_cache=False, slow=True),

@@ -18,6 +18,7 @@ from tfcompile.cli import main
 from tfcompile.hf.errors import HFError, HFWarning
 from tfcompile.hf.importer import import_folder
 from tfcompile.spec import Spec, load_spec
+from tfcompile.spec.schema import SlidingWindow
 from tfcompile.train.runs import load_trained_model
 
 
@@ -65,7 +66,8 @@ def test_the_specs_say_what_each_model_is(imported: dict[str, Imported]) -> None
         True,
         1e6,
     )
-    assert specs["mistral"].model.max_seq_len == 40  # within its sliding window, attention is causal
+    mistral = specs["mistral"].model
+    assert (mistral.max_seq_len, mistral.window) == (64, SlidingWindow(size=40))  # every layer slides
     t5, t5_1 = specs["t5_v1_0"].model, specs["t5_v1_1"].model
     assert (t5.head_dim, t5.attention_scale, t5.scale_output, t5.tie_embeddings) == (4, 1.0, True, True)
     assert (t5_1.activation, t5_1.scale_output, t5_1.tie_embeddings) == ("geglu_tanh", False, False)
@@ -77,24 +79,18 @@ def test_the_specs_say_what_each_model_is(imported: dict[str, Imported]) -> None
     assert preprocessing["mean"] == [0.4, 0.5, 0.6] and preprocessing["image_size"] == 8
 
 
-def test_a_context_capped_at_the_sliding_window_is_said(
-    imported: dict[str, Imported], tmp_path: Path
-) -> None:
-    with pytest.warns(HFWarning, match="max_seq_len is the sliding window, 40"):
-        import_folder(imported["mistral"].folder, "mistral", tmp_path / "specs", tmp_path / "runs")
-
-
 def test_qwen2_without_layer_types_slides_from_max_window_layers_on(
     imported: dict[str, Imported], tmp_path: Path
 ) -> None:
     """As transformers derives layer_types for a config saved without them: a window that no
-    layer reaches leaves the context whole."""
+    layer reaches is none; one the last layer reaches slides it, past the window as transformers."""
     fields: dict[str, Any] = {"use_sliding_window": True, "sliding_window": 8, "layer_types": None}
     folder = edited(imported, "qwen2", tmp_path / "none", max_window_layers=2, **fields)
-    assert _matches_transformers(folder, tmp_path / "none").model.max_seq_len == 64
+    spec = _matches_transformers(folder, tmp_path / "none")
+    assert (spec.model.max_seq_len, spec.model.window) == (64, None)
     folder = edited(imported, "qwen2", tmp_path / "last", max_window_layers=1, **fields)
-    with pytest.warns(HFWarning, match="max_seq_len is the sliding window, 8"):
-        import_folder(folder, "last", tmp_path / "specs", tmp_path / "runs")
+    spec = _matches_transformers(folder, tmp_path / "last")  # 12 tokens past a window of 8
+    assert (spec.model.max_seq_len, spec.model.window) == (64, SlidingWindow(size=8, layers=[1]))
 
 
 def test_the_run_holds_the_tokenizer_and_where_it_came_from(imported: dict[str, Imported]) -> None:

@@ -161,14 +161,13 @@ def test_mistral_without_a_sliding_window_slides_as_its_config_class_says(
     folder = _copy(saved, "mistral", tmp_path, sliding_window=None, max_position_embeddings=8192)
     hf = from_pretrained(folder)
     assert hf.config.sliding_window == 4096
-    with pytest.warns(HFWarning, match="max_seq_len is the sliding window, 4096"):
-        spec, model = load_trained_model(_import(folder, tmp_path).run_dir)
-    assert spec.model.max_seq_len == 4096
+    spec, model = load_trained_model(_import(folder, tmp_path).run_dir)
+    assert (spec.model.max_seq_len, spec.model.window.size, spec.model.window.layers) == (8192, 4096, None)
     assert max_difference(hf, model, padded=True) <= 1e-5
     null = _copy(saved, "mistral", tmp_path / "null", max_position_embeddings=8192)
     null_config = json.loads((null / "config.json").read_text()) | {"sliding_window": None}
     (null / "config.json").write_text(json.dumps(null_config))
-    assert _import(null, tmp_path / "null").spec.model.max_seq_len == 8192
+    assert _import(null, tmp_path / "null").spec.model.window is None
 
 
 def test_an_image_processor_resizing_with_another_filter_is_warned_of(

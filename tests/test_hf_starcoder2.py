@@ -33,10 +33,11 @@ from test_hf_fields import (
 
 from tfcompile.hf import exporter
 from tfcompile.hf.architecture import ARCHITECTURES
-from tfcompile.hf.errors import HFError, HFWarning
+from tfcompile.hf.errors import HFError
 from tfcompile.hf.exporter import export_hf
 from tfcompile.hf.importer import import_folder
 from tfcompile.spec import parse_spec
+from tfcompile.spec.schema import SlidingWindow
 from tfcompile.train.runs import load_trained_model
 
 transformers = pytest.importorskip("transformers")
@@ -76,7 +77,7 @@ VARIANTS: dict[str, tuple[Callable[[], Any], str]] = {
         ),
         "GPTNeoXForCausalLM",
     ),
-    # every layer slides over 12 positions of 32: the context is capped at the window
+    # every layer slides over 12 positions of 32
     "starcoder2_window": (lambda: starcoder2(sliding_window=12), "Starcoder2ForCausalLM"),
     # linear RoPE scaling at a theta of its own, heads wider than hidden_size / heads, one K/V head
     "starcoder2_linear": (
@@ -91,13 +92,13 @@ VARIANTS: dict[str, tuple[Callable[[], Any], str]] = {
 
 
 def imported_variant(root: Path, name: str) -> Imported:
-    """The variant saved and imported (a capped context's warning is tested on its own)."""
+    """The variant saved and imported."""
 
     def write_to(folder: Path) -> None:
         torch.manual_seed(0)
         write(perturb(VARIANTS[name][0]()), "gpt2", folder)
 
-    return Imported(root, name, write_to, "ignore" if name == "starcoder2_window" else "error")
+    return Imported(root, name, write_to, "error")
 
 
 @pytest.fixture(scope="module")
@@ -148,7 +149,7 @@ def test_the_specs_say_what_each_model_is(imported: dict[str, Imported]) -> None
     assert (plain.max_seq_len, plain.d_ff) == (32, 48)
     assert (mha.bias.qkv, mha.bias.attn_out, mha.bias.ffn, mha.tie_embeddings) == (False, False, False, False)
     assert (mha.n_kv_heads, mha.activation, mha.norm.eps) == (4, "gelu", 1e-3)
-    assert window.max_seq_len == 12
+    assert (window.max_seq_len, window.window) == (32, SlidingWindow(size=12))
     assert (
         linear.head_dim,
         linear.n_kv_heads,
@@ -160,14 +161,6 @@ def test_the_specs_say_what_each_model_is(imported: dict[str, Imported]) -> None
         500.0,
         2.0,
     )
-
-
-def test_a_window_shorter_than_the_positions_caps_the_context(tmp_path: Path) -> None:
-    torch.manual_seed(0)
-    write(starcoder2(sliding_window=12), "gpt2", tmp_path / "hf")
-    with pytest.warns(HFWarning, match="max_seq_len is the sliding window, 12"):
-        result = import_folder(tmp_path / "hf", "window", tmp_path / "specs", tmp_path / "runs")
-    assert result.spec.model.max_seq_len == 12
 
 
 @pytest.mark.parametrize("name", list(VARIANTS))
@@ -182,14 +175,17 @@ def test_export_hf_writes_each_import_back_to_the_same_logits(
         assert again.spec.model == variant.spec.model
 
 
-def test_the_written_window_slides_no_layer_within_the_context(
+def test_the_window_is_written_back_and_a_run_without_one_slides_no_layer_within_its_context(
     imported: dict[str, Imported], tmp_path: Path
 ) -> None:
-    """Both the window and the positions are max_seq_len: the folder computes the run's causal
-    attention over every length the run has, whatever the window it was imported from."""
+    """A run without a window is written with one of max_seq_len: the folder computes the run's
+    causal attention over every length the run has."""
+    export_hf(imported["starcoder2"].result.run_dir, tmp_path / "plain")
+    config = json.loads((tmp_path / "plain" / "config.json").read_text())
+    assert (config["sliding_window"], config["max_position_embeddings"]) == (32, 32)
     export_hf(imported["starcoder2_window"].result.run_dir, tmp_path / "out")
     config = json.loads((tmp_path / "out" / "config.json").read_text())
-    assert (config["sliding_window"], config["max_position_embeddings"]) == (12, 12)
+    assert (config["sliding_window"], config["max_position_embeddings"]) == (12, 32)
     assert (config["use_bias"], config["hidden_act"], config["rope_theta"]) == (
         True,
         "gelu_pytorch_tanh",
@@ -398,12 +394,12 @@ CASES: list[Case] = [
     row(num_hidden_layers=1, slow=True),
     row(hidden_size=64, intermediate_size=40, spec={"d_model": 64, "d_ff": 40}, slow=True),
     row(vocab_size=VOCAB, slow=True),
-    # every layer slides over sliding_window: the context is capped where the window is shorter
-    row(sliding_window=6, spec={"max_seq_len": 6}),
-    row(sliding_window=32, spec={"max_seq_len": 32}, slow=True),
-    row(sliding_window=40, spec={"max_seq_len": 32}, slow=True),
-    row(sliding_window=None, spec={"max_seq_len": 32}, slow=True),
-    row(json={"sliding_window": DELETE}, spec={"max_seq_len": 32}, slow=True),
+    # every layer slides over sliding_window (a window of the whole context or more is none)
+    row(sliding_window=6, spec={"max_seq_len": 32, "window.size": 6, "window.layers": None}),
+    row(sliding_window=32, spec={"window": None}, slow=True),
+    row(sliding_window=40, spec={"window": None}, slow=True),
+    row(sliding_window=None, spec={"window": None}, slow=True),
+    row(json={"sliding_window": DELETE}, spec={"window": None}, slow=True),
     row(outcome="sliding_window", json={"sliding_window": 0}),  # transformers fails on it
     # unread by Starcoder2, which slides every layer: Mistral's and Qwen2's switches
     row(

@@ -70,14 +70,17 @@ def summarize(spec: Spec) -> Summary:
 def forward_flops_per_token(model: nn.Module, spec: TransformerSpec, context: int | None = None) -> int:
     """2 FLOPs per multiply-add: every Linear once per token, plus the attention scores and the
     weighted sum over a full ``context`` (default max_seq_len; QK^T and AV: 2 * 2 * n_layers *
-    context * n_heads * head_dim), as in PaLM's MFU accounting. Embedding lookups and norms are
-    not counted."""
+    context * n_heads * head_dim), as in PaLM's MFU accounting; a sliding layer's over its window
+    where that is shorter. Embedding lookups and norms are not counted."""
     matmul = sum(2 * m.in_features * m.out_features for m in model.modules() if isinstance(m, nn.Linear))
     # An encoder-decoder's decoder attends twice per block (to itself and to the source).
     attending = spec.n_layers + 2 * getattr(spec, "n_decoder_layers", 0)
     assert spec.head_dim is not None  # resolved by the schema
-    attention = 4 * attending * (context or spec.max_seq_len or 0) * spec.n_heads * spec.head_dim
-    return matmul + attention
+    context = context or spec.max_seq_len or 0
+    window = getattr(spec, "window", None)
+    sliding = len(getattr(spec, "sliding_layers", ()))
+    keys = attending * context - (sliding * max(0, context - window.size) if window is not None else 0)
+    return matmul + 4 * keys * spec.n_heads * spec.head_dim
 
 
 def _row_modules(model: nn.Module) -> list[tuple[str, nn.Module, str]]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import torch
 
@@ -224,9 +224,15 @@ class Architecture(ABC):
         """The checkpoint's tensors (names without the body's prefix) -> the model's state dict."""
 
 
+Windows = Literal["none", "every", "any"]
+
+
 class Writable(Architecture):
     """An architecture ``export-hf`` also writes: which specs are its to write, why one cannot be,
     and its config.json and tensors. The others are import only."""
+
+    # The sliding windows its config.json says: none, one over every layer, or one over any layers.
+    windows: ClassVar[Windows] = "none"
 
     @abstractmethod
     def candidate(self, spec: Spec) -> bool:

@@ -38,7 +38,7 @@ from tfcompile.hf.folder import (
 from tfcompile.hf.importer import appended
 from tfcompile.sequences import SPECIAL_ROLES
 from tfcompile.spec import Spec
-from tfcompile.spec.schema import EncoderSpec, Seq2SeqTask
+from tfcompile.spec.schema import DecoderSpec, EncoderSpec, Seq2SeqTask
 from tfcompile.train.runs import load_trained_model
 
 MAX_SHARD_BYTES = 5 * 1024**3  # as save_pretrained shards
@@ -56,7 +56,7 @@ def architecture_for(spec: Spec, where: str) -> Writable:
     found_candidates = candidates(spec)
     problems: list[Problem] = []
     for candidate in found_candidates:
-        found = candidate.exportable(spec)
+        found = window_problems(candidate, spec) + candidate.exportable(spec)
         if not found:
             return candidate
         problems += found
@@ -70,6 +70,20 @@ def architecture_for(spec: Spec, where: str) -> Writable:
             )
         )
     raise refuse(where, problems)
+
+
+def window_problems(architecture: Writable, spec: Spec) -> list[Problem]:
+    """The spec's sliding window, where the architecture's config.json cannot say it."""
+    model = spec.model
+    if not isinstance(model, DecoderSpec) or model.window is None or architecture.windows == "any":
+        return []
+    name = type(architecture).__name__
+    if architecture.windows == "every":
+        if model.sliding_layers == set(range(model.n_layers)):
+            return []
+        message = f"{model.window.layers}: {name} slides every layer"
+        return [Problem("model.window.layers", message, "every layer")]
+    return [Problem("model.window", f"{name} has no sliding window", "leave it unset")]
 
 
 def export_hf(run: Path, out: Path, which: str = "best", force: bool = False) -> str:

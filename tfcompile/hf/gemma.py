@@ -32,11 +32,12 @@ from tfcompile.hf.architecture import (
     Needs,
     State,
     Tensors,
+    Windows,
     json_type,
     register,
 )
 from tfcompile.hf.errors import HFWarning, Problem
-from tfcompile.hf.llama import Llama, rope_and_norms, rope_decoder_lm, rope_section
+from tfcompile.hf.llama import Llama, rope_and_norms, rope_decoder_lm, rope_section, windowless
 from tfcompile.spec import Spec
 from tfcompile.spec.schema import MAX_LAYERS, DecoderSpec, RopePositional
 
@@ -129,6 +130,7 @@ def _depth(value: Any) -> bool:
 
 @register("gemma")
 class Gemma(Llama):
+    windows: ClassVar[Windows] = "none"
     title = "Gemma"
 
     def reads(self, config: Config) -> Config:
@@ -171,8 +173,8 @@ class Gemma(Llama):
     def to_config(self, spec: Spec) -> dict[str, Any]:
         model = spec.model
         assert isinstance(model, DecoderSpec)
-        config = super().to_config(spec)
-        config.pop("mlp_bias")  # Llama's alone
+        config = super().to_config(windowless(spec))
+        config.pop("mlp_bias")  # Llama's alone (Gemma 2 and 3 write their windows themselves)
         activation = EXPORTED_ACTIVATIONS[model.activation]
         return config | {
             "architectures": ["GemmaForCausalLM"],
@@ -184,7 +186,7 @@ class Gemma(Llama):
     def from_state(self, state: State, spec: Spec) -> State:
         model = spec.model
         assert isinstance(model, DecoderSpec) and model.n_kv_heads is not None
-        out = super().from_state(state, spec)
+        out = super().from_state(state, windowless(spec))
         norms = [
             f"model.layers.{i}.{n}_layernorm.weight"
             for i in range(model.n_layers)
@@ -197,6 +199,7 @@ class Gemma(Llama):
 
 @register("gemma2")
 class Gemma2(Gemma):
+    windows: ClassVar[Windows] = "any"
     title = "Gemma 2"
     sources: ClassVar[dict[str, str]] = Gemma.sources | {
         "model.activation": "hidden_activation",
@@ -283,9 +286,9 @@ class Gemma2(Gemma):
             "query_pre_attn_scalar": query_pre_attn_scalar(model.attention_scale),
             "attn_logit_softcapping": model.attention_softcap,  # null: none (missing: 50)
             "final_logit_softcapping": model.logit_softcap,
-            # no layer slides (transformers wants a window all the same: one of the whole context)
-            "sliding_window": model.max_seq_len,
-            "layer_types": ["full_attention"] * model.n_layers,
+            # without a window, one of the whole context (transformers wants one all the same)
+            "sliding_window": model.max_seq_len if model.window is None else model.window.size,
+            "layer_types": [SLIDING if i in model.sliding_layers else FULL for i in range(model.n_layers)],
         }
 
     def from_state(self, state: State, spec: Spec) -> State:
@@ -464,17 +467,25 @@ class Gemma3(Gemma2):
                 scaling,
                 "leave it unset (sliding layers turn unscaled)",
             )
+        if local is not None and model.window is not None:
+            need(
+                model.sliding_layers == set(local.layers),
+                "model.window.layers",
+                model.window.layers,
+                f"the local RoPE's layers, {local.layers} (Gemma 3's sliding layers turn at its theta)",
+            )
         return need.problems + super().exportable(as_gemma2(spec))
 
     def to_config(self, spec: Spec) -> dict[str, Any]:
-        """Gemma 2's, with each layer type's RoPE in both transformers' fields, the local layers
-        as the sliding ones (over a window of the whole context: none slides)."""
+        """Gemma 2's, with each layer type's RoPE in both transformers' fields, the sliding layers
+        those of the window or of the local RoPE (where there is no window, over one of the whole
+        context: none slides), which turn at the local theta."""
         model = spec.model
         assert isinstance(model, DecoderSpec) and isinstance(model.positional, RopePositional)
         config = super().to_config(as_gemma2(spec))
         local = model.positional.local
         theta = local.theta if local is not None else model.positional.theta
-        sliding = set(local.layers) if local is not None else set()
+        sliding = set(local.layers) if local is not None else model.sliding_layers
         return config | {
             "architectures": ["Gemma3ForCausalLM"],
             "model_type": "gemma3_text",

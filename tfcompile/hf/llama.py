@@ -9,7 +9,6 @@ config says otherwise. RoPE scaling reads both transformers 4's ``rope_scaling``
 from __future__ import annotations
 
 import math
-import warnings
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -22,6 +21,7 @@ from tfcompile.hf.architecture import (
     Needs,
     State,
     Tensors,
+    Windows,
     Writable,
     contiguous,
     dropout,
@@ -32,7 +32,7 @@ from tfcompile.hf.architecture import (
     register,
     zeros_if_none,
 )
-from tfcompile.hf.errors import HFWarning, Problem
+from tfcompile.hf.errors import Problem
 from tfcompile.spec import Spec
 from tfcompile.spec.schema import CausalLMTask, DecoderSpec, DynamicRopeScaling, RopePositional
 
@@ -49,6 +49,9 @@ class ModelType:
     qk_norm: bool = False  # each head's q and k normalised
     scale_embeddings: bool = False  # embeddings multiplied by sqrt(hidden_size)
     every_layer_slides: bool = False  # every layer slides (layer_types unread), where a window is set
+    # AutoModel reads a config with layer_types as another class, which follows them (a Mistral's:
+    # Ministral), where the model type's own class slides every layer: they differ past the window.
+    layer_types_elsewhere: bool = False
     alternating: bool = False  # where no layer_types: every other layer slides, the first among them
     window_layers: bool = False  # where no layer_types: the layers from max_window_layers on slide
     # The config class's defaults where LlamaConfig's differ: ``defaults`` read where config.json
@@ -78,6 +81,7 @@ MODEL_TYPES = {
     "llama": ModelType(attention_bias=QKVO, mlp_bias=True),
     "mistral": ModelType(
         every_layer_slides=True,
+        layer_types_elsewhere=True,
         defaults={"intermediate_size": 14336, "num_key_value_heads": 8, "max_position_embeddings": 131072},
         nullable=WINDOW,
     ),
@@ -222,57 +226,76 @@ def rope_section(
     return section | {"scaling": scaling}
 
 
-def context(config: Config, kind: ModelType) -> int:
-    """The context: ``max_position_embeddings``, or the sliding window when a layer slides and it
-    is shorter (within the window, sliding attention is plain causal attention). Which layers
-    slide: every Mistral (and Phi-3) layer (``MistralForCausalLM`` reads no ``layer_types``:
-    AutoModel loads a Mistral config that has them as Ministral, which reads them; within the
-    window the two agree); else ``layer_types``, or where a config has none, the Qwen2 and Qwen3
-    layers from ``max_window_layers`` on and every other Gemma 2 layer, as transformers derives
-    them."""
+def context(config: Config) -> int:
+    """The context: ``max_position_embeddings``."""
     length = config.get("max_position_embeddings", 2048)
     if not math.isfinite(length):
         config.refuse("max_position_embeddings", f"{length!r} is not a finite number", "fix the file")
         return 2048
-    # A null window is none; a missing one is the config class's (ModelType.nullable).
-    window = config.get("sliding_window", 0)
-    if not math.isfinite(window):
-        config.refuse("sliding_window", f"{window!r} is not a finite number", "fix the file")
-        return int(length)
-    layer_types = config.get("layer_types", [])
-    if kind.every_layer_slides:
-        windowed = True
-    elif layer_types:
-        windowed = "sliding_attention" in layer_types
-    elif kind.alternating:
-        windowed = True
-    elif kind.window_layers:
-        first = config.get("max_window_layers", 28)
-        windowed = config.get("use_sliding_window", False) and first < config.get("num_hidden_layers", 32)
-    else:
-        windowed = False
-    if windowed and window and window < length:
-        warnings.warn(
-            HFWarning(
-                f"max_seq_len is the sliding window, {window} (within it, sliding attention is causal "
-                f"attention), not max_position_embeddings {length}"
-            ),
-            stacklevel=2,
-        )
-        return int(window)
     return int(length)
 
 
-def scaling_and_context_sources(config: Config, max_seq_len: int) -> dict[str, str]:
-    """The config fields the spec's RoPE scaling and context were read from: the RoPE dict as
-    transformers reads it, and the sliding window where ``context`` capped max_position_embeddings
-    with it."""
-    sources = {
+def window(config: Config, kind: ModelType) -> dict[str, Any] | None:
+    """The spec's ``window``: ``sliding_window`` over the layers that slide, or None where none
+    does or the window holds the whole context. Which layers slide: every Mistral (and Phi-3)
+    layer (``MistralForCausalLM`` reads no ``layer_types``, and one whose layer_types slide fewer
+    is refused: AutoModel loads it as Ministral, which reads them); else ``layer_types``, or
+    where a config has none, the Qwen2 and Qwen3 layers from ``max_window_layers`` on and every
+    other Gemma 2 layer (the first, third, ...), as transformers derives them."""
+    # A null window is none; a missing one is the config class's (ModelType.nullable).
+    size = config.get("sliding_window", 0)
+    if not math.isfinite(size):
+        config.refuse("sliding_window", f"{size!r} is not a finite number", "fix the file")
+        return None
+    n_layers = config.get("num_hidden_layers", 32)
+    layer_types = config.get("layer_types", [])
+    layers: list[int] | None
+    if kind.every_layer_slides:
+        layers = None
+    elif layer_types:
+        layers = [i for i, t in enumerate(layer_types) if t == "sliding_attention"]
+    elif kind.alternating:
+        layers = list(range(0, n_layers, 2)) if isinstance(n_layers, int) else None
+    elif kind.window_layers and config.get("use_sliding_window", False):
+        first = config.get("max_window_layers", 28)
+        layers = (
+            list(range(max(first, 0), n_layers))
+            if isinstance(first, int) and isinstance(n_layers, int)
+            else []
+        )
+    else:
+        layers = []
+    if kind.layer_types_elsewhere and layer_types and size and size < context(config):
+        config.require(
+            all(t == "sliding_attention" for t in layer_types),
+            "layer_types",
+            f"{layer_types!r}: AutoModel reads a config with layer_types as a model that follows them "
+            f"(MinistralForCausalLM), {config.data.get('architectures')} slides every layer, and the "
+            "two differ past the window",
+            "leave layer_types out, or list every layer as sliding_attention",
+        )
+    if not size or layers == [] or size >= context(config):
+        return None
+    every = layers is None or (isinstance(n_layers, int) and layers == list(range(n_layers)))
+    return {"size": int(size)} if every else {"size": int(size), "layers": layers}
+
+
+def window_sources(config: Config, kind: ModelType) -> dict[str, str]:
+    """The config fields the spec's window was read from."""
+    if kind.every_layer_slides:
+        layers = "sliding_window"
+    elif config.data.get("layer_types"):
+        layers = "layer_types"
+    else:
+        layers = "max_window_layers" if kind.window_layers else "num_hidden_layers"
+    return {"model.window.size": "sliding_window", "model.window.layers": layers}
+
+
+def scaling_sources(config: Config) -> dict[str, str]:
+    """The config field the spec's RoPE scaling was read from: the RoPE dict transformers reads."""
+    return {
         "model.positional.scaling": "rope_scaling" if config.data.get("rope_scaling") else "rope_parameters"
     }
-    if max_seq_len != config.get("max_position_embeddings", 2048):
-        sources["model.max_seq_len"] = "sliding_window"
-    return sources
 
 
 def rope_dict(positional: RopePositional) -> dict[str, Any]:
@@ -289,6 +312,7 @@ def rope_dict(positional: RopePositional) -> dict[str, Any]:
 
 @register("llama", "mistral", "qwen2", "qwen3")
 class Llama(Writable):
+    windows: ClassVar[Windows] = "any"  # as Mistral, Qwen2 or Qwen3 (written_as says which)
     prefixes = ("model.",)
     ignored = ("rotary_emb.inv_freq",)  # a buffer in old checkpoints
     sources: ClassVar[dict[str, str]] = {
@@ -343,7 +367,7 @@ class Llama(Writable):
         model: dict[str, Any] = {
             "family": "decoder",
             "vocab_size": vocab,
-            "max_seq_len": context(config, kind),
+            "max_seq_len": context(config),
             "d_model": d,
             "n_layers": config.get("num_hidden_layers", 32),
             "n_heads": heads,
@@ -373,7 +397,9 @@ class Llama(Writable):
             model["qk_norm"] = True
         if kind.scale_embeddings:
             model["scale_embeddings"] = True
-        sources = scaling_and_context_sources(config, model["max_seq_len"])
+        if (slides := window(config, kind)) is not None:
+            model["window"] = slides
+        sources = scaling_sources(config) | window_sources(config, kind)
         return Imported(model, {"type": "causal_lm", "special_tokens": False}, sources=sources)
 
     def rope(self, config: Config, head_dim: int) -> dict[str, Any]:
@@ -430,6 +456,14 @@ class Llama(Writable):
         need.plain_scales(model, qk_norm=True)  # head_dim is free: Llama configs name it; q/k norms: Qwen3
         if not MODEL_TYPES[written_as(model)].mlp_bias:
             need(not model.bias.ffn, "model.bias.ffn", True, f"false ({name}'s feed-forward has no biases)")
+        if written_as(model) == "qwen2":
+            need(
+                not model.bias.attn_out,
+                "model.bias.attn_out",
+                True,
+                "false (a sliding window on some layers, or beside q/k/v biases, is written as Qwen2's, "
+                "which has no output projection bias)",
+            )
         return need.problems
 
     def to_config(self, spec: Spec) -> dict[str, Any]:
@@ -459,10 +493,23 @@ class Llama(Writable):
             "attention_dropout": model.dropout.attention,
             "initializer_range": model.init_std,
         }
-        config["attention_bias"] = bias.qkv or bias.attn_out  # on q, k, v and o alike, in both
         kind = MODEL_TYPES[written]
-        if kind.window_layers:  # which slide no layer here
+        if kind.attention_bias:  # on q, k, v and o alike, in both; Mistral has none, Qwen2 q, k and v's
+            config["attention_bias"] = bias.qkv or bias.attn_out
+        window = model.window
+        if kind.every_layer_slides:  # Mistral
+            assert window is not None
+            config |= {"sliding_window": window.size}
+        elif kind.window_layers and window is None:
             config |= {"use_sliding_window": False, "sliding_window": None}
+        elif kind.window_layers and window is not None:
+            sliding = model.sliding_layers
+            types = ["sliding_attention" if i in sliding else "full_attention" for i in range(model.n_layers)]
+            config |= {
+                "use_sliding_window": True,
+                "sliding_window": window.size,
+                "layer_types": types,
+            }
         if kind.mlp_bias:
             config["mlp_bias"] = bias.ffn
         return config
@@ -478,7 +525,7 @@ class Llama(Writable):
             if model.positional.layout == "interleaved"
             else (None, None)
         )
-        bias = model.bias
+        bias, qwen2 = model.bias, written_as(model) == "qwen2"  # q, k and v biases always, no o bias
         out = {
             "model.embed_tokens.weight": state["embed.weight"],
             "model.norm.weight": state["final_norm.weight"] * output_scale(model),
@@ -494,14 +541,14 @@ class Llama(Writable):
             gate, up = state[f"{b}ffn.w_in.weight"].chunk(2)
             out |= {f"{m}gate_proj.weight": gate, f"{m}up_proj.weight": up}
             out[f"{m}down_proj.weight"] = state[f"{b}ffn.w_out.weight"]
-            kinds = ("weight", "bias") if bias.qkv or bias.attn_out else ("weight",)
+            kinds = ("weight", "bias") if bias.qkv or bias.attn_out or qwen2 else ("weight",)
             for kind in kinds:
                 packed = zeros_if_none(state.get(f"{b}attn.qkv.{kind}"), q_rows + 2 * kv_rows)
                 q, k, v = packed.split([q_rows, kv_rows, kv_rows])
                 if order_q is not None and order_k is not None:
                     q, k = q[order_q], k[order_k]
                 out |= {f"{a}q_proj.{kind}": q, f"{a}k_proj.{kind}": k, f"{a}v_proj.{kind}": v}
-            if bias.qkv or bias.attn_out:
+            if (bias.qkv or bias.attn_out) and not qwen2:
                 out[f"{a}o_proj.bias"] = zeros_if_none(state.get(f"{b}attn.out.bias"), model.d_model)
             if model.qk_norm:  # the scale's dimensions in the order of each head's q and k rows above
                 q_norm, k_norm = state[f"{b}attn.q_norm.weight"], state[f"{b}attn.k_norm.weight"]
@@ -577,8 +624,21 @@ def written_as(model: DecoderSpec) -> str:
     """The model_type export-hf writes a decoder as: Qwen3 where each head's q and k are normalised;
     else Llama, whatever the biases (zeros where the model has none). Not Qwen2, even for exactly
     q, k and v biases: transformers 5's AutoTokenizer reads a qwen2 folder with Qwen2's own
-    tokenizer class, whatever its tokenizer.json holds (a character tokenizer lost its spaces)."""
-    return "qwen3" if model.qk_norm else "llama"
+    tokenizer class, whatever its tokenizer.json holds (a character tokenizer lost its spaces).
+    A sliding window is Mistral's where it covers every layer of a model without attention biases,
+    else Qwen2's (on any layers, with q, k and v biases, zeros where the model has none), or
+    Qwen3's with q/k norms."""
+    if model.qk_norm:
+        return "qwen3"
+    if model.window is None:
+        return "llama"
+    every = model.sliding_layers == set(range(model.n_layers))
+    return "mistral" if every and not (model.bias.qkv or model.bias.attn_out) else "qwen2"
+
+
+def windowless(spec: Spec) -> Spec:
+    """The spec without its window (Gemma 2 and 3 write theirs themselves)."""
+    return spec.model_copy(update={"model": spec.model.model_copy(update={"window": None})})
 
 
 def halves_order(n_heads: int, head_dim: int, rotary: int | None = None) -> torch.Tensor:

@@ -25,6 +25,7 @@ from tfcompile.hf.architecture import (
     Needs,
     State,
     Tensors,
+    Windows,
     Writable,
     contiguous,
     dropout,
@@ -43,8 +44,10 @@ from tfcompile.hf.llama import (
     rope_decoder_lm,
     rope_dict,
     rope_section,
-    scaling_and_context_sources,
+    scaling_sources,
     whole_head_rope,
+    window,
+    window_sources,
 )
 from tfcompile.spec import Spec
 from tfcompile.spec.schema import DecoderSpec, RopePositional
@@ -78,6 +81,7 @@ def starcoder2_blocks(model: DecoderSpec) -> bool:
 
 @register("starcoder2")
 class Starcoder2(Writable):
+    windows: ClassVar[Windows] = "every"
     prefixes = ("model.",)
     ignored = ("rotary_emb.inv_freq",)  # a buffer in old checkpoints
     sources: ClassVar[dict[str, str]] = {
@@ -120,7 +124,7 @@ class Starcoder2(Writable):
         model: dict[str, Any] = {
             "family": "decoder",
             "vocab_size": config.get("vocab_size", 49152),
-            "max_seq_len": context(config, MODEL_TYPE),
+            "max_seq_len": context(config),
             "d_model": d,
             "n_layers": config.get("num_hidden_layers", 30),
             "n_heads": heads,
@@ -140,7 +144,9 @@ class Starcoder2(Writable):
         }
         if head_dim * heads != d:
             model["head_dim"] = head_dim
-        sources = scaling_and_context_sources(config, model["max_seq_len"])
+        if (slides := window(config, MODEL_TYPE)) is not None:
+            model["window"] = slides
+        sources = scaling_sources(config) | window_sources(config, MODEL_TYPE)
         return Imported(model, {"type": "causal_lm", "special_tokens": False}, sources=sources)
 
     def to_state(self, tensors: Tensors, spec: Spec) -> State:
@@ -202,9 +208,8 @@ class Starcoder2(Writable):
             "head_dim": model.head_dim,
             "hidden_act": EXPORTED_ACTIVATIONS[model.activation],
             "max_position_embeddings": model.max_seq_len,
-            # Within max_seq_len no layer slides; past it (where tfcompile computes nothing, and
-            # transformers goes on) an imported Starcoder2 slides over its own window again.
-            "sliding_window": model.max_seq_len,
+            # Without a window, one of the whole context: no layer slides within max_seq_len.
+            "sliding_window": model.max_seq_len if model.window is None else model.window.size,
             "norm_epsilon": model.norm.eps,
             # transformers 4 reads these two; 5 reads rope_parameters (and these, first).
             "rope_theta": model.positional.theta,

@@ -91,11 +91,15 @@ class DecoderLM(Assembly):
         rotaries = self.positional.layer_rotaries(positions, len(self.blocks))
         bias = self.positional.attention_bias(positions, k_positions)  # (1 or B, H, T, P + T) or None
         padding = attention_mask.bool() if attention_mask is not None else None
-        # Without padding, a score bias or a cache, the fused causal kernel needs no T x T mask.
-        use_kernel_causal = padding is None and bias is None and cache is None
+        # Without padding, a score bias, a cache or a window, the fused causal kernel needs no T x T mask.
+        window = self.spec.window
+        use_kernel_causal = padding is None and bias is None and cache is None and window is None
         mask = None if use_kernel_causal else may_attend(index[past:], index, True, padding)
+        local = None if window is None else may_attend(index[past:], index, True, padding, window.size)
+        sliding = self.spec.sliding_layers
         for i, block in enumerate(self.blocks):
-            x = block(x, mask, use_kernel_causal, rotaries[i], bias, cache[i] if cache else None)
+            layer_mask = local if i in sliding else mask
+            x = block(x, layer_mask, use_kernel_causal, rotaries[i], bias, cache[i] if cache else None)
         return self.final_norm(x) * self.output_scale  # (B, T, d)
 
     def example_inputs(self, batch: int = 1) -> tuple[torch.Tensor, ...]:

@@ -25,15 +25,19 @@ def may_attend(
     k_positions: torch.Tensor,
     causal: bool,
     key_padding: torch.Tensor | None,
+    window: int | None = None,
 ) -> torch.Tensor | None:
-    """Combine the causal rule and key padding into one may-attend mask.
+    """Combine the causal rule, a sliding window and key padding into one may-attend mask.
 
-    q_positions: (Tq,), k_positions: (Tk,), key_padding: (B, Tk) bool, True for real tokens.
+    q_positions: (Tq,), k_positions: (Tk,), key_padding: (B, Tk) bool, True for real tokens;
+    window: a causal query at i attends to the keys at i - window + 1 .. i only.
     Returns (B or 1, 1, Tq, Tk) bool, or None when every query may attend to every key.
     """
     mask = None
     if causal:
         mask = (k_positions[None, :] <= q_positions[:, None])[None, None]  # (1, 1, Tq, Tk)
+        if window is not None:
+            mask = mask & (k_positions[None, :] > q_positions[:, None] - window)[None, None]
     if key_padding is not None:
         padding = key_padding[:, None, None, :]  # (B, 1, 1, Tk)
         mask = padding if mask is None else mask & padding

@@ -15,7 +15,7 @@ from __future__ import annotations
 import collections
 import math
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, Union
 
@@ -140,6 +140,28 @@ class Rules:
         if self.violations:
             summary = "; ".join(f"{'.'.join(f)}: {m}" for f, m, _ in self.violations)
             raise PydanticCustomError("spec_rule", summary, {"violations": self.violations})
+
+
+def require_distinct(rules: Rules, layers: Sequence[int], field: tuple[str, ...]) -> None:
+    """Each layer of a list of layers named once."""
+    repeated = sorted(i for i, n in collections.Counter(layers).items() if n > 1)
+    rules.require(
+        not repeated,
+        field,
+        f"names layer{'s' if len(repeated) > 1 else ''} {', '.join(map(str, repeated))} more than once",
+        "list each layer once",
+    )
+
+
+def require_within(rules: Rules, layers: Sequence[int], n_layers: int, field: tuple[str, ...]) -> None:
+    """Each layer of a list of layers one of the model's ``n_layers``."""
+    beyond = [i for i in layers if i >= n_layers]
+    rules.require(
+        not beyond,
+        field,
+        f"counts layers from 0 of the model's {n_layers}, found {', '.join(map(str, beyond))}",
+        f"list layers from 0 to {n_layers - 1}",
+    )
 
 
 def _type_shorthand(value: Any) -> Any:
@@ -293,13 +315,7 @@ class LocalRope(Section):
     @model_validator(mode="after")
     def _rules(self) -> LocalRope:
         rules = Rules()
-        repeated = sorted(i for i, n in collections.Counter(self.layers).items() if n > 1)
-        rules.require(
-            not repeated,
-            ("layers",),
-            f"names layer{'s' if len(repeated) > 1 else ''} {', '.join(map(str, repeated))} more than once",
-            "list each layer once",
-        )
+        require_distinct(rules, self.layers, ("layers",))
         rules.check()
         return self
 
@@ -557,14 +573,7 @@ class TransformerSpec(Section):
                     f"dimensions of a head, so they must exceed 2",
                     "rotate more dimensions, or use another scaling",
                 )
-                beyond = [i for i in local.layers if i >= self.n_layers]
-                rules.require(
-                    not beyond,
-                    ("positional", "local", "layers"),
-                    f"counts layers from 0 of the model's {self.n_layers}, found "
-                    f"{', '.join(map(str, beyond))}",
-                    f"list layers from 0 to {self.n_layers - 1}",
-                )
+                require_within(rules, local.layers, self.n_layers, ("positional", "local", "layers"))
             if self.positional.rotary_dims is None:
                 self._resolve(positional=self.positional.model_copy(update={"rotary_dims": rotary}))
         rules.require(
@@ -660,6 +669,27 @@ def _nearest_divisor(n: int, near: int, reach: int = 10_000) -> int:
     return 1
 
 
+class SlidingWindow(Section):
+    """Local attention (Mistral, Gemma 2 and 3, Qwen2 from a layer on): in the layers it lists, a
+    query attends to itself and the ``size`` - 1 positions before it, no further back; the other
+    layers attend to every position before. Within the window both are causal attention."""
+
+    size: Annotated[int, Field(strict=True, ge=1), at_most(MAX_SEQ_LEN, "a longer window is no window")] = (
+        Field(description="the positions a query attends to, its own included")
+    )
+    layers: (
+        Annotated[list[Annotated[int, Field(strict=True, ge=0)]], Field(min_length=1, max_length=MAX_LAYERS)]
+        | None
+    ) = Field(None, description="the layers (counted from 0) that slide; default: every layer")
+
+    @model_validator(mode="after")
+    def _rules(self) -> SlidingWindow:
+        rules = Rules()
+        require_distinct(rules, self.layers or [], ("layers",))
+        rules.check()
+        return self
+
+
 EMBEDDING_NORM = "a norm after the summed embeddings (BERT, BLOOM)"
 
 # T5 v1.0 multiplies the final hidden state by d_model^-0.5 before its LM head, which is tied to the
@@ -678,6 +708,9 @@ class DecoderSpec(TransformerSpec):
         description="cap the logits to c * tanh(logits / c), in training and generation (Gemma 2: 30); "
         "default none",
     )
+    window: SlidingWindow | None = Field(
+        None, description="sliding-window attention in some or every layer; default: none"
+    )
     vocab_multiple_of: Annotated[
         PositiveInt,
         at_most(
@@ -692,9 +725,24 @@ class DecoderSpec(TransformerSpec):
         f"have vocab_size columns) and exports drop them; at most {MAX_VOCAB_MULTIPLE:,}",
     )
 
+    @model_validator(mode="after")
+    def _window_layers(self) -> DecoderSpec:
+        rules = Rules()
+        if self.window is not None:
+            require_within(rules, self.window.layers or [], self.n_layers, ("window", "layers"))
+        rules.check()
+        return self
+
     @property
     def causal(self) -> bool:
         return True
+
+    @property
+    def sliding_layers(self) -> frozenset[int]:
+        """The layers whose attention slides over ``window.size`` positions."""
+        if self.window is None:
+            return frozenset()
+        return frozenset(range(self.n_layers) if self.window.layers is None else self.window.layers)
 
     @property
     def vocab_rows(self) -> int:
