@@ -511,15 +511,40 @@ def test_a_nan_loss_names_a_weight_decay_that_moves_weights_by_more_than_themsel
     blow up, and the advice names the decay beside the learning rate (and only then)."""
     with pytest.raises(TrainError) as e:
         trainer(small_spec(root, "train.optimizer.weight_decay=1e300"), tmp_path / "runs" / "decay").train()
-    assert (
-        "lower the learning rate (train.optimizer.lr) or train.optimizer.weight_decay (the learning "
-        in str(e.value)
-    )
+    assert re.search(
+        r"lower the learning rate \(train\.optimizer\.lr\) or train\.optimizer\.weight_decay \(the "
+        r"learning rate at its peak times it is \d(\.\d+)?e\+29\d: a step",
+        str(e.value),
+    ), e.value
     nan = trainer(small_spec(root), tmp_path / "runs" / "plain")
     nan.task.loss = lambda forward, batch: torch.tensor(float("nan"), requires_grad=True)
     with pytest.raises(TrainError) as e:
         nan.train()
     assert "weight_decay" not in str(e.value)
+
+
+@pytest.mark.parametrize(
+    ("sets", "decay"),
+    [
+        # a peak of 1000 / sqrt(d_model 32 x 1 warmup step) = 176.8, times 0.5: named
+        (["train.schedule={type: vaswani, warmup_steps: 1, scale: 1000}"], "88.3883"),
+        # a peak of 1 / sqrt(32 x 4000) = 0.0028, times 0.5, whatever optimizer.lr (ignored) says
+        (["train.schedule={type: vaswani}", "train.optimizer.lr=10"], None),
+    ],
+    ids=["high peak", "low peak"],
+)
+def test_a_nan_loss_under_vaswani_s_schedule_names_its_scale_and_its_peak(
+    root: Path, tmp_path: Path, sets: list[str], decay: str | None
+) -> None:
+    """The Vaswani schedule ignores optimizer.lr: the advice names the field that sets its rate,
+    and weighs the decay against the rate at its peak."""
+    spec = small_spec(root, *sets, "train.optimizer.weight_decay=0.5")
+    nan = trainer(spec, tmp_path / "runs" / "vaswani")
+    nan.task.loss = lambda forward, batch: torch.tensor(float("nan"), requires_grad=True)
+    with pytest.raises(TrainError, match=r"lower the learning rate \(train\.schedule\.scale\)") as e:
+        nan.train()
+    assert ("weight_decay" in str(e.value)) == (decay is not None)
+    assert decay is None or f"at its peak times it is {decay}:" in str(e.value)
 
 
 def test_gradients_that_turn_nan_under_a_finite_loss_never_reach_a_checkpoint(

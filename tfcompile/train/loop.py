@@ -59,7 +59,7 @@ from tfcompile.train.runs import (
     resume_differences,
     runs_folder,
 )
-from tfcompile.train.schedule import learning_rate
+from tfcompile.train.schedule import learning_rate, peak
 from tfcompile.train.speed import peak_flops
 
 # What makes a folder a run's: a new run refuses to write into a folder that holds any of them.
@@ -284,17 +284,18 @@ class Trainer:
     def _not_finite_advice(self) -> str:
         """What to do when training turns NaN or infinite, and which checkpoint is intact."""
         fp32 = ", or resume with --set train.precision=fp32" if self.spec.train.precision != "fp32" else ""
-        optimizer = self.spec.train.optimizer
-        shrink = optimizer.lr * optimizer.weight_decay
+        t = self.spec.train
+        lr, field = peak(t.schedule, t.optimizer, self.spec.model.d_model)
+        shrink = lr * t.optimizer.weight_decay
         decay = (
-            f" or train.optimizer.weight_decay (the learning rate times it is {shrink:g}: a step moves each "
-            f"weight by that multiple of itself)"
+            f" or train.optimizer.weight_decay (the learning rate at its peak times it is {shrink:g}: a "
+            f"step moves each weight by that multiple of itself)"
             if shrink >= 1
             else ""
         )
         return (
-            f"lower the learning rate (train.optimizer.lr){decay} in a new run with --set train.name=NAME (a "
-            f"resume keeps the run's){fp32}; {intact(self.run_dir)}"
+            f"lower the learning rate ({field}){decay} in a new run with --set train.name=NAME (a resume "
+            f"keeps the run's){fp32}; {intact(self.run_dir)}"
         )
 
     @torch.no_grad()

@@ -23,3 +23,11 @@ def learning_rate(
     progress = (step - schedule.warmup_steps) / max(total_steps - schedule.warmup_steps, 1)
     floor = peak * schedule.min_lr_ratio
     return floor + (peak - floor) * 0.5 * (1 + math.cos(math.pi * min(progress, 1.0)))
+
+
+def peak(schedule: Schedule, optimizer: OptimizerSpec, d_model: int) -> tuple[float, str]:
+    """The highest learning rate the schedule reaches, and the spec field that sets it: Vaswani's
+    at the end of its warmup, scale * (d_model * warmup_steps)^-0.5; the others' optimizer.lr."""
+    if isinstance(schedule, VaswaniSchedule):
+        return schedule.scale * (d_model * schedule.warmup_steps) ** -0.5, "train.schedule.scale"
+    return optimizer.lr, "train.optimizer.lr"
