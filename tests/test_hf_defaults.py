@@ -361,3 +361,19 @@ def test_a_gemma_of_more_heads_reads_its_k_v_heads_left_out_as_gemma_configs_16(
     folder = tmp_path / "left_out"
     _save(case("gemma", num_attention_heads=32, num_key_value_heads=16, head_dim=4), folder)
     check_left_out("gemma", ("num_key_value_heads",), folder, tmp_path)
+
+
+@pytest.mark.parametrize(
+    "model_type",
+    [pytest.param(t, marks=[] if t == "bert" else [pytest.mark.slow]) for t in SOURCES if t != "vit"],
+)  # ViT reads pixels, no tokens
+def test_a_pad_id_past_the_vocabulary_imports_as_transformers_reads_it_or_is_an_hf_error(
+    model_type: str, saved: Callable[[str], Path], tmp_path: Path
+) -> None:
+    """transformers' embeddings take the pad id as their padding_idx, which must be a row of
+    theirs: past the vocabulary, a model that builds computes as transformers does, and one that
+    does not is an HFError."""
+    folder = tmp_path / "pad"
+    shutil.copytree(saved(model_type), folder)
+    config = json.loads((folder / "config.json").read_text())
+    check_left_out(model_type, ("pad_token_id",), folder, tmp_path, value=config["vocab_size"] + 5)

@@ -312,6 +312,18 @@ def lm_head(
     return tie
 
 
+def pad_within(config: Config, vocab: Any) -> None:
+    """transformers' token embedding takes the pad id as its padding_idx, which must be one of its
+    rows (a negative one counted from the end): past the vocabulary the model fails to build."""
+    pad = config.get("pad_token_id")
+    config.require(
+        not (isinstance(vocab, int) and isinstance(pad, int)) or -vocab <= pad < vocab,
+        "pad_token_id",
+        f"{pad} is past the vocabulary ({vocab} tokens): transformers' embedding fails on it",
+        "set it to a token id below vocab_size, or null",
+    )
+
+
 def dropout(p: Any) -> float:
     """A dropout probability from a config (null: none)."""
     return float(p) if p is not None and 0 <= float(p) < 1 else 0.0

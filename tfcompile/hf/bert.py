@@ -25,6 +25,7 @@ from tfcompile.hf.architecture import (
     contiguous,
     dropout,
     init_std,
+    pad_within,
     register,
     tied,
     zeros_if_none,
@@ -144,6 +145,7 @@ class Bert(Writable):
         if architecture == "BertForSequenceClassification":
             task = task | {"labels": labels(config)}
         hidden_dropout = dropout(config.get("hidden_dropout_prob", 0.1))
+        pad_within(config, config.get("vocab_size", 30522))
         model = {
             "family": "encoder",
             "vocab_size": config.get("vocab_size", 30522),

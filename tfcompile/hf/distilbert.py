@@ -22,6 +22,7 @@ from tfcompile.hf.architecture import (
     Tensors,
     dropout,
     init_std,
+    pad_within,
     register,
     tied,
 )
@@ -92,6 +93,7 @@ class DistilBert(Bert):
             else {"type": "masked_lm", "next_sentence": False}
         )
         hidden_dropout = dropout(config.get("dropout", 0.1))
+        pad_within(config, config.get("vocab_size", 30522))
         model = {
             "family": "encoder",
             "vocab_size": config.get("vocab_size", 30522),

@@ -29,6 +29,7 @@ from tfcompile.hf.architecture import (
     json_type,
     lm_head,
     output_scale,
+    pad_within,
     register,
     zeros_if_none,
 )
@@ -357,13 +358,8 @@ class Llama(Writable):
             "must be a positive integer",
             "set it to 1",
         )
-        vocab, pad = config.get("vocab_size", 32000), config.get("pad_token_id")
-        config.require(
-            not (isinstance(vocab, int) and isinstance(pad, int)) or -vocab <= pad < vocab,
-            "pad_token_id",
-            f"{pad} is past the vocabulary ({vocab} tokens): transformers' embedding fails on it",
-            "set it to a token id below vocab_size, or null",
-        )
+        vocab = config.get("vocab_size", 32000)
+        pad_within(config, vocab)
         model: dict[str, Any] = {
             "family": "decoder",
             "vocab_size": vocab,

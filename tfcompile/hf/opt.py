@@ -28,6 +28,7 @@ from tfcompile.hf.architecture import (
     init_std,
     lm_head,
     output_scale,
+    pad_within,
     register,
     zeros_if_none,
 )
@@ -101,6 +102,7 @@ class OPT(Writable):
         )
         pre = config.get("do_layer_norm_before", True)
         bias = config.get("enable_bias", True)
+        pad_within(config, config.get("vocab_size", 50272))
         model: dict[str, Any] = {
             "family": "decoder",
             "vocab_size": config.get("vocab_size", 50272),

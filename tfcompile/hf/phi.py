@@ -23,6 +23,7 @@ from tfcompile.hf.architecture import (
     dropout,
     init_std,
     lm_head,
+    pad_within,
     register,
 )
 from tfcompile.hf.gpt_neox import parallel_dropout, rope_sources
@@ -89,6 +90,7 @@ class Phi(Architecture):
         )
         residual = dropout(config.get("resid_pdrop", 0.0))
         parallel_dropout("parallel", residual, "resid_pdrop")
+        pad_within(config, config.get("vocab_size", 51200))
         model: dict[str, Any] = {
             "family": "decoder",
             "vocab_size": config.get("vocab_size", 51200),

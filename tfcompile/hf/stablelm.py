@@ -27,6 +27,7 @@ from tfcompile.hf.architecture import (
     dropout,
     init_std,
     lm_head,
+    pad_within,
     register,
 )
 from tfcompile.hf.errors import HFWarning
@@ -129,6 +130,7 @@ class StableLm(Architecture):
         parallel = config.get("use_parallel_residual", False)
         residual = dropout(config.get("hidden_dropout", 0.0))
         dropout_placement(residual)
+        pad_within(config, config.get("vocab_size", 50304))
         model: dict[str, Any] = {
             "family": "decoder",
             "vocab_size": config.get("vocab_size", 50304),

@@ -32,6 +32,7 @@ from tfcompile.hf.architecture import (
     init_std,
     lm_head,
     output_scale,
+    pad_within,
     register,
     zeros_if_none,
 )
@@ -121,6 +122,7 @@ class Starcoder2(Writable):
             "is 0: transformers' Starcoder2 fails on it (a window of no key)",
             "set it null (no window) or to a positive length",
         )
+        pad_within(config, config.get("vocab_size", 49152))
         model: dict[str, Any] = {
             "family": "decoder",
             "vocab_size": config.get("vocab_size", 49152),
