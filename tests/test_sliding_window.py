@@ -4,7 +4,9 @@ i - size + 1 .. i only. Held to that formula (a one-layer RoPE model's logits at
 windowless model's on the last ``size`` tokens alone), the whole model to its blocks run by hand
 with masks built here, the KV cache to the full forward past the window; refused where it has no
 meaning; exported with parity past the window (step graphs too), fused, and generated in
-onnxruntime as PyTorch does, a left-padded row as it would alone."""
+onnxruntime as PyTorch does, a left-padded row as it would alone; counted in FLOPs by its window;
+written by export-hf as each architecture that has one, to transformers' logits past the window,
+and refused by field by the others. (Imports: the Hugging Face family tests.)"""
 
 from __future__ import annotations
 
@@ -241,3 +243,18 @@ def test_a_sliding_layer_counts_the_attention_flops_of_its_window() -> None:
     assert forward_flops_per_token(DecoderLM(windowed), windowed, context=3) == forward_flops_per_token(
         DecoderLM(plain), plain, context=3
     )
+
+
+def test_the_summary_notes_each_sliding_layer() -> None:
+    from tfcompile.spec import Spec
+    from tfcompile.summary import summarize
+
+    spec = Spec.model_validate(
+        {"model": tiny_model(n_layers=3, window={"size": 5, "layers": [0, 2]}).model_dump()}
+    )
+    notes = {row.name: row.note for row in summarize(spec).rows if row.name.endswith(".attn")}
+    assert notes == {
+        "blocks.0.attn": "slides over 5 positions",
+        "blocks.1.attn": "",
+        "blocks.2.attn": "slides over 5 positions",
+    }

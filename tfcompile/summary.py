@@ -51,6 +51,8 @@ def summarize(spec: Spec) -> Summary:
     for hook in hooks:
         hook.remove()
 
+    window = getattr(spec.model, "window", None)  # a decoder's sliding layers, named by their attention
+    sliding = {f"blocks.{i}.attn" for i in getattr(spec.model, "sliding_layers", ())}
     seen: dict[int, str] = {}
     rows = []
     for name, module, shape_of in rows_modules:
@@ -62,6 +64,8 @@ def summarize(spec: Spec) -> Summary:
                 seen[id(p)] = name
                 own += p.numel()
         note = f"weight tied to {tied[0]}" if tied else ""
+        if name in sliding and window is not None:
+            note = f"slides over {window.size:,} positions"
         rows.append(ModuleRow(name, type(module).__name__, own, shapes.get(shape_of), note))
     total = sum(p.numel() for p in model.parameters())
     return Summary(rows, total, forward_flops_per_token(model, spec.model), spec.context_length)
