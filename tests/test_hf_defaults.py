@@ -9,8 +9,10 @@ parameter count, and the spec it gives the folder with the field written as tran
 (the context above all, which short inputs do not show); or transformers cannot load or run it
 (a hidden_size of 4096 over tensors of 32), and the import is an HFError, never another exception.
 
-The default suite deletes max_position_embeddings from each LLaMA-like model type; ``-m slow``
-sweeps every field of every model type. The tiny models are the family test files' own."""
+The same for a field set to null (test_a_null_field...: its docstring says what each outcome
+means) and for a pad id past the vocabulary. The default suite deletes max_position_embeddings
+from each LLaMA-like model type and nulls a few fields; ``-m slow`` sweeps every field of every
+model type. The tiny models are the family test files' own."""
 
 from __future__ import annotations
 
