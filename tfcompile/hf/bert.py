@@ -145,10 +145,11 @@ class Bert(Writable):
         if architecture == "BertForSequenceClassification":
             task = task | {"labels": labels(config)}
         hidden_dropout = dropout(config.get("hidden_dropout_prob", 0.1))
-        pad_within(config, config.get("vocab_size", 30522))
+        vocab = config.get("vocab_size", 30522)
+        pad_within(config, vocab)
         model = {
             "family": "encoder",
-            "vocab_size": config.get("vocab_size", 30522),
+            "vocab_size": vocab,
             "max_seq_len": config.get("max_position_embeddings", 512),
             "d_model": config.get("hidden_size", 768),
             "n_layers": config.get("num_hidden_layers", 12),

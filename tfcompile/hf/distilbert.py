@@ -93,10 +93,11 @@ class DistilBert(Bert):
             else {"type": "masked_lm", "next_sentence": False}
         )
         hidden_dropout = dropout(config.get("dropout", 0.1))
-        pad_within(config, config.get("vocab_size", 30522))
+        vocab = config.get("vocab_size", 30522)
+        pad_within(config, vocab)
         model = {
             "family": "encoder",
-            "vocab_size": config.get("vocab_size", 30522),
+            "vocab_size": vocab,
             "max_seq_len": config.get("max_position_embeddings", 512),
             "d_model": config.get("dim", 768),
             "n_layers": config.get("n_layers", 6),

@@ -266,7 +266,8 @@ def window(config: Config, kind: ModelType) -> dict[str, Any] | None:
         )
     else:
         layers = []
-    if kind.layer_types_elsewhere and layer_types and size and size < context(config):
+    length = context(config)
+    if kind.layer_types_elsewhere and layer_types and size and size < length:
         config.require(
             all(t == "sliding_attention" for t in layer_types),
             "layer_types",
@@ -275,7 +276,7 @@ def window(config: Config, kind: ModelType) -> dict[str, Any] | None:
             "two differ past the window",
             "leave layer_types out, or list every layer as sliding_attention",
         )
-    if not size or layers == [] or size >= context(config):
+    if not size or layers == [] or size >= length:
         return None
     every = layers is None or (isinstance(n_layers, int) and layers == list(range(n_layers)))
     return {"size": int(size)} if every else {"size": int(size), "layers": layers}

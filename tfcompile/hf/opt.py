@@ -102,10 +102,11 @@ class OPT(Writable):
         )
         pre = config.get("do_layer_norm_before", True)
         bias = config.get("enable_bias", True)
-        pad_within(config, config.get("vocab_size", 50272))
+        vocab = config.get("vocab_size", 50272)
+        pad_within(config, vocab)
         model: dict[str, Any] = {
             "family": "decoder",
-            "vocab_size": config.get("vocab_size", 50272),
+            "vocab_size": vocab,
             "max_seq_len": config.get("max_position_embeddings", 2048),
             "d_model": d,
             "n_layers": config.get("num_hidden_layers", 12),

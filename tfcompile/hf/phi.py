@@ -90,10 +90,11 @@ class Phi(Architecture):
         )
         residual = dropout(config.get("resid_pdrop", 0.0))
         parallel_dropout("parallel", residual, "resid_pdrop")
-        pad_within(config, config.get("vocab_size", 51200))
+        vocab = config.get("vocab_size", 51200)
+        pad_within(config, vocab)
         model: dict[str, Any] = {
             "family": "decoder",
-            "vocab_size": config.get("vocab_size", 51200),
+            "vocab_size": vocab,
             "max_seq_len": config.get("max_position_embeddings", 2048),
             "d_model": d,
             "n_layers": config.get("num_hidden_layers", 24),

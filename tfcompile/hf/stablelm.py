@@ -130,10 +130,11 @@ class StableLm(Architecture):
         parallel = config.get("use_parallel_residual", False)
         residual = dropout(config.get("hidden_dropout", 0.0))
         dropout_placement(residual)
-        pad_within(config, config.get("vocab_size", 50304))
+        vocab = config.get("vocab_size", 50304)
+        pad_within(config, vocab)
         model: dict[str, Any] = {
             "family": "decoder",
-            "vocab_size": config.get("vocab_size", 50304),
+            "vocab_size": vocab,
             "max_seq_len": config.get("max_position_embeddings"),
             "d_model": d,
             "n_layers": config.get("num_hidden_layers", 32),

@@ -122,10 +122,11 @@ class Starcoder2(Writable):
             "is 0: transformers' Starcoder2 fails on it (a window of no key)",
             "set it null (no window) or to a positive length",
         )
-        pad_within(config, config.get("vocab_size", 49152))
+        vocab = config.get("vocab_size", 49152)
+        pad_within(config, vocab)
         model: dict[str, Any] = {
             "family": "decoder",
-            "vocab_size": config.get("vocab_size", 49152),
+            "vocab_size": vocab,
             "max_seq_len": context(config),
             "d_model": d,
             "n_layers": config.get("num_hidden_layers", 30),

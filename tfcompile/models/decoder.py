@@ -39,6 +39,7 @@ class DecoderLM(Assembly):
         self.embed_norm = build_norm(spec.norm, spec.d_model) if spec.embedding_norm else nn.Identity()
         self.drop = nn.Dropout(spec.dropout.embedding)
         self.blocks = build_blocks(spec, spec.n_layers)
+        self.sliding = spec.sliding_layers  # the blocks whose attention reads spec.window only
         self.final_norm = build_final_norm(spec)
         self.output_scale = spec.d_model**-0.5 if spec.scale_output else 1.0
         self.lm_head = nn.Linear(spec.d_model, spec.vocab_rows, bias=spec.bias.lm_head)
@@ -96,9 +97,8 @@ class DecoderLM(Assembly):
         use_kernel_causal = padding is None and bias is None and cache is None and window is None
         mask = None if use_kernel_causal else may_attend(index[past:], index, True, padding)
         local = None if window is None else may_attend(index[past:], index, True, padding, window.size)
-        sliding = self.spec.sliding_layers
         for i, block in enumerate(self.blocks):
-            layer_mask = local if i in sliding else mask
+            layer_mask = local if i in self.sliding else mask
             x = block(x, layer_mask, use_kernel_causal, rotaries[i], bias, cache[i] if cache else None)
         return self.final_norm(x) * self.output_scale  # (B, T, d)
 

@@ -153,14 +153,22 @@ def require_distinct(rules: Rules, layers: Sequence[int], field: tuple[str, ...]
     )
 
 
-def require_within(rules: Rules, layers: Sequence[int], n_layers: int, field: tuple[str, ...]) -> None:
-    """Each layer of a list of layers one of the model's ``n_layers``."""
+def require_within(
+    rules: Rules,
+    layers: Sequence[int],
+    n_layers: int,
+    field: tuple[str, ...],
+    counts: str = "of the model's {n}",
+    more: str = "",
+) -> None:
+    """Each layer of a list of layers one of the stack's ``n_layers`` (``counts`` says which
+    stack, ``more`` what else would do)."""
     beyond = [i for i in layers if i >= n_layers]
     rules.require(
         not beyond,
         field,
-        f"counts layers from 0 of the model's {n_layers}, found {', '.join(map(str, beyond))}",
-        f"list layers from 0 to {n_layers - 1}",
+        f"counts layers from 0 {counts.format(n=n_layers)}, found {', '.join(map(str, beyond))}",
+        f"list layers from 0 to {n_layers - 1}{more}",
     )
 
 
@@ -818,14 +826,15 @@ class EncoderDecoderSpec(TransformerSpec):
             "use block: sequential",
         )
         local = self.positional.local if isinstance(self.positional, RopePositional) else None
-        beyond = [i for i in local.layers if i >= self.n_decoder_layers] if local is not None else []
-        rules.require(
-            not beyond,
-            ("positional", "local", "layers"),
-            f"counts layers from 0 in each stack, and the decoder has {self.n_decoder_layers}, found "
-            f"{', '.join(map(str, beyond))}",
-            f"list layers from 0 to {self.n_decoder_layers - 1}, or give the decoder more (n_decoder_layers)",
-        )
+        if local is not None:
+            require_within(
+                rules,
+                local.layers,
+                self.n_decoder_layers,
+                ("positional", "local", "layers"),
+                counts="in each stack, and the decoder has {n}",
+                more=", or give the decoder more (n_decoder_layers)",
+            )
         rules.check()
         return self
 
