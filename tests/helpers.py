@@ -6,7 +6,7 @@ import hashlib
 import json
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from hypothesis import strategies as st
 
@@ -52,6 +52,25 @@ def share_token_cache(spec: Spec) -> Spec:
         if not (cache / file.name).exists():
             shutil.copyfile(file, cache / file.name)
     return spec
+
+
+if TYPE_CHECKING:  # torch is imported where it is used: helpers serves torch-free tests too
+    import torch
+
+Module = TypeVar("Module", bound="torch.nn.Module")
+
+
+def randomised(module: Module) -> Module:
+    """The module in float64 and eval mode, every weight drawn from N(0, 0.3^2) (seed 0): norm
+    scales and biases too, so that a misplaced one shows."""
+    import torch
+
+    module = module.double().eval()
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for p in module.parameters():
+            p.copy_(torch.randn(p.shape, generator=generator, dtype=p.dtype) * 0.3)
+    return module
 
 
 def tiny_model(**overrides: Any) -> DecoderSpec:

@@ -130,15 +130,14 @@ def fields(model_type: str) -> list[str]:
     return sorted(set(T.AutoConfig.for_model(model_type).to_dict()) - BOOKKEEPING)
 
 
-def _cases() -> list[Any]:
+def field_cases(in_default_suite: Callable[[str, str], bool]) -> list[Any]:
+    """Every (model type, field), slow but for the pairs ``in_default_suite``."""
     return [
         pytest.param(
             model_type,
             name,
             id=f"{model_type}-{name}",
-            marks=[]
-            if name == "max_position_embeddings" and model_type in LLAMA_LIKE
-            else [pytest.mark.slow],
+            marks=[] if in_default_suite(model_type, name) else [pytest.mark.slow],
         )
         for model_type in SOURCES
         for name in fields(model_type)
@@ -220,26 +219,16 @@ def check_left_out(
     assert imported(written, tmp_path / "b")[0].model.model_dump() == spec.model.model_dump()
 
 
-@pytest.mark.parametrize(("model_type", "name"), _cases())
+@pytest.mark.parametrize(
+    ("model_type", "name"),
+    field_cases(lambda model_type, name: name == "max_position_embeddings" and model_type in LLAMA_LIKE),
+)
 def test_a_field_left_out_imports_as_transformers_reads_it_or_is_an_hf_error(
     model_type: str, name: str, saved: Callable[[str], Path], tmp_path: Path
 ) -> None:
     folder = tmp_path / "left_out"
     shutil.copytree(saved(model_type), folder)
     check_left_out(model_type, (name,), folder, tmp_path)
-
-
-def _null_cases() -> list[Any]:
-    return [
-        pytest.param(
-            model_type,
-            name,
-            id=f"{model_type}-{name}",
-            marks=[] if (model_type, name) in NULL_SAMPLES else [pytest.mark.slow],
-        )
-        for model_type in SOURCES
-        for name in fields(model_type)
-    ]
 
 
 # A null transformers keeps (no window), one it fills (the K/V heads), ones it refuses (a size, a
@@ -257,7 +246,9 @@ NULL_SAMPLES = {
 VERSIONS_DIFFER = {("t5", "scale_decoder_outputs"), ("t5", "tie_word_embeddings")}
 
 
-@pytest.mark.parametrize(("model_type", "name"), _null_cases())
+@pytest.mark.parametrize(
+    ("model_type", "name"), field_cases(lambda model_type, name: (model_type, name) in NULL_SAMPLES)
+)
 def test_a_null_field_imports_as_transformers_reads_it_or_is_an_hf_error(
     model_type: str, name: str, saved: Callable[[str], Path], tmp_path: Path
 ) -> None:
@@ -268,7 +259,6 @@ def test_a_null_field_imports_as_transformers_reads_it_or_is_an_hf_error(
     left out, or is an HFError."""
     folder, other = tmp_path / "null", tmp_path / "other"
     shutil.copytree(saved(model_type), folder)
-    shutil.copytree(saved(model_type), other)
     edit_config(folder, {name: None})
     if (model_type, name) in VERSIONS_DIFFER:
         with pytest.raises(HFError, match=name):
@@ -278,6 +268,7 @@ def test_a_null_field_imports_as_transformers_reads_it_or_is_an_hf_error(
         check_left_out(model_type, (name,), folder, tmp_path, value=None)
         return
     flag = isinstance(getattr(T.AutoConfig.for_model(model_type), name, None), bool)
+    shutil.copytree(saved(model_type), other)
     edit_config(other, {name: False if flag else DELETE})
     try:
         ours = imported(folder, tmp_path / "a")

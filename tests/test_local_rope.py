@@ -12,7 +12,13 @@ from typing import Any
 
 import pytest
 import torch
-from helpers import assert_exports_with_parity, random_run, tiny_model, trained_decoder_generates_as_pytorch
+from helpers import (
+    assert_exports_with_parity,
+    random_run,
+    randomised,
+    tiny_model,
+    trained_decoder_generates_as_pytorch,
+)
 
 from tfcompile.hf.errors import HFError
 from tfcompile.hf.exporter import export_hf
@@ -64,19 +70,11 @@ def test_a_local_scaling_is_the_listed_layers_own() -> None:
     assert not torch.equal(second.cos[0, -1], second.cos[1, -3])  # each row its own length, as alone
 
 
-def _randomised(model: DecoderLM) -> DecoderLM:
-    model = model.double().eval()
-    with torch.no_grad():
-        for p in model.parameters():
-            p.normal_(0, 0.3)
-    return model
-
-
 def test_the_model_runs_each_block_with_its_layer_s_rope_and_the_cache_agrees() -> None:
     spec = tiny_model(
         n_layers=3, n_kv_heads=2, positional={"type": "rope", "layout": "halves", "local": LOCAL}
     )
-    model = _randomised(DecoderLM(spec))
+    model = randomised(DecoderLM(spec))
     ids = torch.randint(0, 50, (2, 7))
     positions = torch.arange(7)
     with torch.no_grad():

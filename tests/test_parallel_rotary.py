@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import assert_exports_with_parity, tiny_model, trained_decoder_generates_as_pytorch
+from helpers import assert_exports_with_parity, randomised, tiny_model, trained_decoder_generates_as_pytorch
 from pydantic import ValidationError
 
 from tfcompile.models import DecoderLM
@@ -24,19 +24,10 @@ from tfcompile.spec.errors import SpecError
 from tfcompile.tasks import build_model
 
 
-def _randomised(module: torch.nn.Module) -> torch.nn.Module:
-    """float64, eval, every weight random: norm scales and biases too, so that their places show."""
-    module = module.double().eval()
-    with torch.no_grad():
-        for p in module.parameters():
-            p.normal_(0, 0.3)
-    return module
-
-
 @pytest.mark.parametrize("shared", [False, True], ids=["two norms", "shared norm"])
 def test_a_parallel_block_adds_attention_and_feed_forward_of_the_same_input(shared: bool) -> None:
     spec = tiny_model(block={"type": "parallel", "shared_norm": shared}, positional="rope")
-    block = _randomised(TransformerBlock(spec))
+    block = randomised(TransformerBlock(spec))
     assert (block.ffn_norm is None) == shared
     ffn_norm = block.attn_norm if shared else block.ffn_norm
     x = torch.randn(2, 5, spec.d_model, dtype=torch.float64)
@@ -49,7 +40,7 @@ def test_a_parallel_block_adds_attention_and_feed_forward_of_the_same_input(shar
 def test_a_parallel_block_drops_the_sum_of_its_sublayers_once() -> None:
     """While training, one dropout over attn + ffn (GPT-J's and timm's parallel blocks), not one each."""
     spec = tiny_model(block="parallel", dropout={"residual": 0.5})
-    block = _randomised(TransformerBlock(spec)).train()
+    block = randomised(TransformerBlock(spec)).train()
     x = torch.randn(2, 5, spec.d_model, dtype=torch.float64)
     with torch.no_grad():
         both = block.attn(block.attn_norm(x), is_causal=True) + block.ffn(block.ffn_norm(x))
@@ -81,7 +72,7 @@ def test_partial_rotary_turns_the_first_dimensions_of_each_head_and_passes_the_r
     spec = tiny_model(
         d_model=40, n_heads=4, n_kv_heads=2, positional={"type": "rope", "rotary_dims": 4, "layout": layout}
     )
-    model = _randomised(DecoderLM(spec))
+    model = randomised(DecoderLM(spec))
     attn, hd = model.blocks[0].attn, spec.head_dim
     assert spec.n_kv_heads is not None and hd == 10 and spec.attention_scale is not None
     x = torch.randn(2, 6, spec.d_model, dtype=torch.float64)

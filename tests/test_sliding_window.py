@@ -15,7 +15,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import assert_exports_with_parity, random_run, tiny_model, trained_decoder_generates_as_pytorch
+from helpers import (
+    assert_exports_with_parity,
+    random_run,
+    randomised,
+    tiny_model,
+    trained_decoder_generates_as_pytorch,
+)
 
 from tfcompile.models import DecoderLM
 from tfcompile.spec import parse_spec
@@ -24,21 +30,13 @@ from tfcompile.spec.errors import SpecError
 MODEL = "vocab_size: 20, d_model: 16, n_layers: 3, n_heads: 2, max_seq_len: 12"
 
 
-def _randomised(model: DecoderLM) -> DecoderLM:
-    torch.manual_seed(0)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.copy_(torch.randn_like(p) * 0.3)
-    return model.eval()
-
-
 @pytest.mark.parametrize("size", [1, 3, 5])
 def test_a_sliding_layer_reads_its_window_and_nothing_before(size: int) -> None:
     """One RoPE layer (scores depend on relative positions only): the logits at each position i
     are the windowless model's at the last position of tokens i - size + 1 .. i run alone."""
     rope = {"type": "rope", "layout": "halves"}
-    windowed = _randomised(DecoderLM(tiny_model(n_layers=1, positional=rope, window={"size": size})))
-    plain = DecoderLM(tiny_model(n_layers=1, positional=rope)).eval()
+    windowed = randomised(DecoderLM(tiny_model(n_layers=1, positional=rope, window={"size": size})))
+    plain = DecoderLM(tiny_model(n_layers=1, positional=rope)).double().eval()
     plain.load_state_dict(windowed.state_dict())
     ids = torch.randint(0, 50, (2, 16), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
@@ -59,11 +57,12 @@ def _masks(T: int, size: int) -> tuple[torch.Tensor, torch.Tensor]:
 def test_the_model_runs_each_listed_layer_over_the_window_and_the_cache_agrees() -> None:
     spec = tiny_model(n_layers=3, n_kv_heads=2, positional="rope", window={"size": 4, "layers": [0, 2]})
     assert spec.sliding_layers == {0, 2}
-    model = _randomised(DecoderLM(spec))
+    model = randomised(DecoderLM(spec))
     ids = torch.randint(0, 50, (2, 11))
     causal, sliding = _masks(11, 4)
     with torch.no_grad():
         rotary = model.positional.rotary(torch.arange(11))
+        rotary = rotary._replace(cos=rotary.cos.double(), sin=rotary.sin.double())
         x = model.embed(ids)
         for block, mask in zip(model.blocks, (sliding, causal, sliding), strict=True):
             x = block(x, mask, False, rotary)
@@ -85,7 +84,7 @@ def test_every_layer_slides_where_the_window_lists_none() -> None:
 
 
 def test_a_left_padded_row_reads_the_window_it_would_alone() -> None:
-    model = _randomised(DecoderLM(tiny_model(positional="rope", window={"size": 3})))
+    model = randomised(DecoderLM(tiny_model(positional="rope", window={"size": 3})))
     ids = torch.randint(1, 50, (1, 7))
     padded = torch.cat([torch.zeros(1, 4, dtype=torch.long), ids], 1)
     mask = torch.cat([torch.zeros(1, 4, dtype=torch.long), torch.ones(1, 7, dtype=torch.long)], 1)
