@@ -123,6 +123,7 @@ ABSENT = {
     "model.positional.scaling",  # RoPE's frequencies as trained
     "model.positional.local",  # null: every layer turns at positional.theta
     "model.attention_softcap",  # null: scores uncapped, as its description says
+    "model.qkv_clip",  # null: q, k and v unclamped
     "model.logit_softcap",  # null: logits uncapped
     "model.window",  # null: every layer attends to every earlier position
     "train.loss_chunk_tokens",  # null: the loss over all logits at once, as its description says

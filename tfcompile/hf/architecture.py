@@ -376,8 +376,9 @@ class Needs:
 
     def no_extras(self, model: Any, qk_norm: bool = False) -> None:
         """No scale on the embeddings, no LM head bias, sequential blocks, no sandwich norms, no
-        capped scores or logits, no decoder's embedding norm, and no norm of each head's
-        q and k unless the architecture has one (``qk_norm``)."""
+        capped scores or logits, no decoder's embedding norm, norms with a learned scale, no
+        clipped q, k and v, and no norm of each head's q and k unless the architecture has one
+        (``qk_norm``)."""
         self(not model.scale_embeddings, "model.scale_embeddings", True, "set it false")
         self(not model.bias.lm_head, "model.bias.lm_head", True, "set it false")
         self(qk_norm or not model.qk_norm, "model.qk_norm", True, "set it false")
@@ -396,6 +397,8 @@ class Needs:
         # BERT's encoder has a norm after its embeddings (bert.py requires it); no decoder here has
         embedding_norm = getattr(model, "embedding_norm", False)  # decoders' and encoders' only
         self(not embedding_norm or not model.causal, "model.embedding_norm", True, "false")
+        self(model.norm.scale, "model.norm.scale", False, "true (every norm written has a learned scale)")
+        self(model.qkv_clip is None, "model.qkv_clip", model.qkv_clip, "leave it unset")
 
 
 def output_scale(model: Any) -> float:

@@ -99,7 +99,8 @@ class _MultiHead(nn.Module):
     queries and keys are normalised over head_dim before RoPE (Qwen3, Gemma 3): one norm for the
     queries and one for the keys, each shared by every head. With ``softcap`` c, the scaled scores
     become c * tanh(scores / c) before the mask and the softmax (Gemma 2, Grok), which bounds them
-    to (-c, c). Each kind makes its input projections in ``_project``."""
+    to (-c, c). With ``clip`` c, the projected queries, keys and values are clamped to [-c, c]
+    before any norm or rotation (OLMo, MPT). Each kind makes its input projections in ``_project``."""
 
     def __init__(
         self,
@@ -113,6 +114,7 @@ class _MultiHead(nn.Module):
         scale: float | None = None,
         qk_norm: Callable[[int], nn.Module] | None = None,
         softcap: float | None = None,
+        clip: float | None = None,
     ) -> None:
         super().__init__()
         self.n_heads = n_heads
@@ -120,6 +122,7 @@ class _MultiHead(nn.Module):
         self.head_dim = head_dim or d_model // n_heads
         self.scale = scale
         self.softcap = softcap
+        self.clip = clip
         self.dropout = dropout
         self.q_norm = qk_norm(self.head_dim) if qk_norm is not None else nn.Identity()
         self.k_norm = qk_norm(self.head_dim) if qk_norm is not None else nn.Identity()
@@ -128,6 +131,10 @@ class _MultiHead(nn.Module):
 
     def _project(self, d_model: int, bias: bool) -> None:
         raise NotImplementedError
+
+    def _clipped(self, x: torch.Tensor) -> torch.Tensor:
+        """A projection's queries, keys or values clamped to [-clip, clip], where there is a clip."""
+        return x if self.clip is None else x.clamp(-self.clip, self.clip)
 
     def _heads(self, x: torch.Tensor, n: int) -> torch.Tensor:
         """(B, T, n * hd) -> (B, n, T, hd)"""
@@ -213,7 +220,7 @@ class Attention(_MultiHead):
         """x: (B, T, d_model); mask: bool (B|1, 1, T, S) may-attend, S = cached + T; is_causal: use
         the causal kernel instead of a mask; rotary: RoPE (cos, sin) for the new positions; bias:
         (1, H, T, S) added to scores; cache: past keys and values, extended in place."""
-        q, k, v = self.qkv(x).split(
+        q, k, v = self._clipped(self.qkv(x)).split(
             [self.n_heads * self.head_dim, self.n_kv_heads * self.head_dim, self.n_kv_heads * self.head_dim],
             dim=-1,
         )
@@ -241,13 +248,13 @@ class CrossAttention(_MultiHead):
     def project_memory(self, memory: torch.Tensor) -> KVCache:
         """memory (B, S, d_model) -> its keys and values (B, Hkv, S, hd): computed once per source
         sentence, reused at every decoding step."""
-        k, v = halves(self.kv(memory))
+        k, v = halves(self._clipped(self.kv(memory)))
         return KVCache(self.k_norm(self._heads(k, self.n_kv_heads)), self._heads(v, self.n_kv_heads))
 
     def forward(self, x: torch.Tensor, memory: KVCache, mask: torch.Tensor | None = None) -> torch.Tensor:
         """x: (B, T, d_model); memory: project_memory's keys and values; mask: bool (B, 1, 1, S),
         True at real source tokens."""
-        q = self.q_norm(self._heads(self.q(x), self.n_heads))  # (B, H, T, hd)
+        q = self.q_norm(self._heads(self._clipped(self.q(x)), self.n_heads))  # (B, H, T, hd)
         if mask is not None:  # a row per query: onnxruntime's Attention (opset 23) broadcasts none
             mask = mask.expand(-1, -1, q.shape[2], -1)  # (B, 1, T, S)
         return self._attend(q, memory.key, memory.value, additive_mask(mask, None, q.dtype), False)

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 
 def build_norm(spec: NormSpec, dim: int) -> nn.Module:
-    return NORMS[spec.type](dim, eps=spec.eps, bias=spec.bias)
+    return NORMS[spec.type](dim, eps=spec.eps, bias=spec.bias, scale=spec.scale)
 
 
 Kind = TypeVar("Kind", Attention, CrossAttention)
@@ -42,6 +42,7 @@ def build_attention(kind: type[Kind], spec: TransformerSpec) -> Kind:
         scale=spec.attention_scale,
         qk_norm=partial(build_norm, spec.norm) if spec.qk_norm else None,
         softcap=spec.attention_softcap,
+        clip=spec.qkv_clip,
     )
 
 

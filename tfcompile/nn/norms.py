@@ -1,6 +1,7 @@
 """Normalisation layers (notes: cmu-11711-transformers.txt, "Layer Normalization", "RMSNorm").
 
-Every norm takes ``(dim, eps, bias)`` and maps ``(..., dim) -> (..., dim)``.
+Every norm takes ``(dim, eps, bias, scale)`` and maps ``(..., dim) -> (..., dim)``; without
+``scale`` it has no g (OLMo's), without ``bias`` no b.
 """
 
 from __future__ import annotations
@@ -16,14 +17,15 @@ from tfcompile.nn.registry import NORMS
 class LayerNorm(nn.Module):
     """LayerNorm(x) = g * (x - mean(x)) / sqrt(var(x) + eps) + b  (Ba et al. 2016)."""
 
-    def __init__(self, dim: int, eps: float = 1e-5, bias: bool = True) -> None:
+    def __init__(self, dim: int, eps: float = 1e-5, bias: bool = True, scale: bool = True) -> None:
         super().__init__()
         self.eps = eps
-        self.weight = nn.Parameter(torch.ones(dim))
+        self.dim = dim
+        self.weight = nn.Parameter(torch.ones(dim)) if scale else None
         self.bias = nn.Parameter(torch.zeros(dim)) if bias else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.layer_norm(x, self.weight.shape, self.weight, self.bias, self.eps)
+        return F.layer_norm(x, (self.dim,), self.weight, self.bias, self.eps)
 
 
 @NORMS.register("rmsnorm")
@@ -36,14 +38,14 @@ class RMSNorm(nn.Module):
     into one RMSNormalization, mixed an fp16 input with a float32 scale, which onnx rejects.)
     """
 
-    def __init__(self, dim: int, eps: float = 1e-6, bias: bool = False) -> None:
+    def __init__(self, dim: int, eps: float = 1e-6, bias: bool = False, scale: bool = True) -> None:
         super().__init__()
         self.eps = eps
-        self.weight = nn.Parameter(torch.ones(dim))
+        self.weight = nn.Parameter(torch.ones(dim)) if scale else None
         self.bias = nn.Parameter(torch.zeros(dim)) if bias else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x32 = x.float()
         out = (x32 * torch.rsqrt(x32.pow(2).mean(dim=-1, keepdim=True) + self.eps)).type_as(x)
-        out = out * self.weight.type_as(x)
+        out = out if self.weight is None else out * self.weight.type_as(x)
         return out if self.bias is None else out + self.bias.type_as(x)

@@ -188,6 +188,9 @@ class NormSpec(Section):
     )
     type: NormName = "layernorm"
     eps: PositiveFloat = 1e-5
+    scale: bool = Field(
+        True, description="learned scale; false: the norm only normalises (and shifts, where bias), as OLMo's"
+    )
     bias: bool | None = Field(None, description="learned shift; default: on for layernorm only")
     final: bool | None = Field(None, description="norm after the last block; default: off for post-norm only")
 
@@ -200,7 +203,7 @@ class NormSpec(Section):
         return self
 
     def parameters(self, dim: int) -> int:
-        return dim * (1 + bool(self.bias))
+        return dim * (self.scale + bool(self.bias))
 
 
 class SinusoidalPositional(Section):
@@ -498,6 +501,11 @@ class TransformerSpec(Section):
         None,
         description="cap the scaled scores to c * tanh(scores / c) before the mask and the softmax "
         "(Gemma 2: 50, Grok: 30); attention then runs unfused; default none",
+    )
+    qkv_clip: PositiveFloat | None = Field(
+        None,
+        description="clamp every query, key and value to [-c, c] after their projections (OLMo's and "
+        "MPT's clip_qkv); default none",
     )
     qk_norm: bool = Field(
         False,
