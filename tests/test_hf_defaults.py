@@ -30,6 +30,7 @@ import test_hf_falcon_bloom  # noqa: F401 (each of these adds its families to te
 import test_hf_gemma3  # noqa: F401
 import test_hf_gemma_phi3  # noqa: F401
 import test_hf_neox_gptj_phi  # noqa: F401
+import test_hf_olmo  # noqa: F401
 import test_hf_opt_bigcode  # noqa: F401
 import test_hf_roberta_distilbert as roberta
 import test_hf_stablelm  # noqa: F401
@@ -85,6 +86,7 @@ SOURCES: dict[str, Source] = {
         "gemma2",
         "gemma3_text",
         "phi3",
+        "olmo",
         "starcoder2",
         "stablelm",
         "gpt_neox",

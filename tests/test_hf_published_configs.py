@@ -74,7 +74,7 @@ SIZES: dict[str, tuple[tuple[str, ...], str]] = {
     "vit": ((*BERT, ""), "image"),
 }
 SIZES |= dict.fromkeys(
-    ("mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "phi3", "phi", "starcoder2"),
+    ("mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "phi3", "phi", "starcoder2", "olmo"),
     SIZES["llama"],
 )
 SIZES |= dict.fromkeys(("roberta", "xlm-roberta", "camembert"), SIZES["bert"])

@@ -1,10 +1,12 @@
 """The LLaMA family (``LlamaForCausalLM``, ``MistralForCausalLM``, ``Qwen2ForCausalLM``,
-``Qwen3ForCausalLM``): RoPE on the two halves of each head (``layout: halves``, so no weight is
-permuted), RMSNorm, a gated feed-forward, grouped K/V heads. Llama's and Qwen3's
-``attention_bias`` is on q, k, v and o; Qwen2's biases are on q, k and v only, whatever the config
-says. Qwen3 normalises each head's q and k (``qk_norm``), and its heads are 128 wide unless its
-config says otherwise. RoPE scaling reads both transformers 4's ``rope_scaling`` and 5's
-``rope_parameters``."""
+``Qwen3ForCausalLM``, ``OlmoForCausalLM``): RoPE on the two halves of each head (``layout:
+halves``, so no weight is permuted), RMSNorm, a gated feed-forward, grouped K/V heads. Llama's,
+Qwen3's and OLMo's ``attention_bias`` is on q, k, v and o; Qwen2's biases are on q, k and v only,
+whatever the config says. Qwen3 normalises each head's q and k (``qk_norm``), and its heads are 128
+wide unless its config says otherwise. OLMo's norms are LayerNorms of epsilon 1e-5 with nothing
+learned (``norm: {scale: false, bias: false}``), and its ``clip_qkv`` clamps q, k and v
+(``qkv_clip``); export-hf writes no OLMo (such norms are refused by field). RoPE scaling reads both
+transformers 4's ``rope_scaling`` and 5's ``rope_parameters``."""
 
 from __future__ import annotations
 
@@ -61,6 +63,9 @@ class ModelType:
     defaults: dict[str, Any] = field(default_factory=dict)
     nullable: dict[str, Any] = field(default_factory=dict)
     activation: str = "hidden_act"  # the field the feed-forward's activation is read from
+    # The blocks' norm where it is not an RMSNorm of rms_norm_eps (which is then not read).
+    norm: dict[str, Any] | None = None
+    clip_qkv: bool = False  # whether clip_qkv is read (q, k and v clamped to it)
 
     def reads(self, config: Config) -> Config:
         """``config`` as this model type's config class reads it; its problems are ``config``'s."""
@@ -100,6 +105,13 @@ MODEL_TYPES = {
         nullable=WINDOW,
     ),
     "gemma": ModelType(attention_bias=QKVO, scale_embeddings=True, defaults={"head_dim": 256}),
+    "olmo": ModelType(
+        attention_bias=QKVO,
+        norm={"type": "layernorm", "eps": 1e-5, "scale": False, "bias": False},  # OlmoLayerNorm's
+        clip_qkv=True,
+        defaults={"vocab_size": 50304},
+        nullable={"pad_token_id": 1},
+    ),
     "phi3": ModelType(
         every_layer_slides=True,
         defaults={
@@ -312,7 +324,7 @@ def rope_dict(positional: RopePositional) -> dict[str, Any]:
     return {"rope_type": scaling.pop("type"), **scaling}
 
 
-@register("llama", "mistral", "qwen2", "qwen3")
+@register("llama", "mistral", "qwen2", "qwen3", "olmo")
 class Llama(Writable):
     windows: ClassVar[Windows] = "any"  # as Mistral, Qwen2 or Qwen3 (written_as says which)
     prefixes = ("model.",)
@@ -330,6 +342,7 @@ class Llama(Writable):
         "model.positional.theta": "rope_theta",
         "model.norm.eps": "rms_norm_eps",
         "model.dropout.attention": "attention_dropout",
+        "model.qkv_clip": "clip_qkv",
         "model.init_std": "initializer_range",
     }
 
@@ -372,12 +385,8 @@ class Llama(Writable):
             "d_ff": config.get("intermediate_size", 11008),
             "activation": config.choice(kind.activation, "silu", GATED_ACTIVATIONS, "gated activation"),
             "positional": self.rope(config, head_dim),
-            "norm": {
-                "position": "pre",
-                "type": "rmsnorm",
-                "eps": config.get("rms_norm_eps", 1e-6),
-                "bias": False,
-            },
+            "norm": {"position": "pre"}
+            | (kind.norm or {"type": "rmsnorm", "eps": config.get("rms_norm_eps", 1e-6), "bias": False}),
             "bias": {
                 "qkv": "qkv" in biases,
                 "attn_out": "attn_out" in biases,
@@ -394,6 +403,8 @@ class Llama(Writable):
             model["qk_norm"] = True
         if kind.scale_embeddings:
             model["scale_embeddings"] = True
+        if kind.clip_qkv and (clip := config.get("clip_qkv")) is not None:
+            model["qkv_clip"] = clip  # not above 0: refused by the spec
         if (slides := window(config, kind)) is not None:
             model["window"] = slides
         sources = scaling_sources(config) | window_sources(config, kind)
@@ -410,15 +421,18 @@ class Llama(Writable):
         embed = tensors.take("embed_tokens.weight")
         state = {
             "embed.weight": embed,
-            "final_norm.weight": tensors.take("norm.weight"),
             "lm_head.weight": embed if spec.model.tie_embeddings else tensors.take("lm_head.weight"),
         }
         tensors.maybe("lm_head.weight")  # a tie saved under both names
+        norms = model.norm.scale  # OLMo's learn nothing
+        if norms:
+            state["final_norm.weight"] = tensors.take("norm.weight")
         for i in range(spec.model.n_layers):
             h, b = f"layers.{i}.", f"blocks.{i}."
             a, m = f"{h}self_attn.", f"{h}mlp."
-            state[f"{b}attn_norm.weight"] = tensors.take(f"{h}input_layernorm.weight")
-            state[f"{b}ffn_norm.weight"] = tensors.take(f"{h}post_attention_layernorm.weight")
+            if norms:
+                state[f"{b}attn_norm.weight"] = tensors.take(f"{h}input_layernorm.weight")
+                state[f"{b}ffn_norm.weight"] = tensors.take(f"{h}post_attention_layernorm.weight")
             state[f"{b}attn.out.weight"] = tensors.take(f"{a}o_proj.weight")
             state[f"{b}ffn.w_in.weight"] = tensors.cat(
                 f"{m}gate_proj.weight", f"{m}up_proj.weight"

@@ -1,0 +1,228 @@
+"""OLMo (``OlmoForCausalLM``): LLaMA's blocks with LayerNorms that learn nothing (``norm: {type:
+layernorm, scale: false, bias: false}``, epsilon 1e-5 whatever the config says) and ``clip_qkv``
+as ``qkv_clip``. Tiny random transformers models saved with save_pretrained, imported, and held to
+transformers' logits (float32, rows padded on the right and not), its parameter counts and greedy
+generation through the ONNX bundle; export-hf refuses them by field (no architecture it writes has
+such norms); and a row for every field of OlmoConfig (tests/test_hf_fields.py's table and check)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from hf_models import VOCAB, Imported, perturb, write
+from test_hf_fields import (
+    DELETE,
+    FAMILIES,
+    IDS,
+    UNREAD,
+    YARN,
+    Case,
+    Family,
+    _class_fields,
+    _pytest_cases,
+    case,
+    check,
+    rope,
+)
+
+from tfcompile.hf.errors import HFError
+from tfcompile.hf.exporter import export_hf
+from tfcompile.hf.importer import import_folder
+
+transformers = pytest.importorskip("transformers")
+T = transformers
+
+TOKENS = dict(bos_token_id=0, eos_token_id=0, pad_token_id=1)
+OLMO = dict(
+    vocab_size=VOCAB,
+    hidden_size=32,
+    intermediate_size=48,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=32,
+)
+FAMILIES["olmo"] = Family(T.OlmoConfig, T.OlmoForCausalLM, "gpt2", OLMO | TOKENS)
+
+
+def olmo(**fields: Any) -> Any:
+    return T.OlmoForCausalLM(T.OlmoConfig(**OLMO | TOKENS | fields))
+
+
+VARIANTS: dict[str, Callable[[], Any]] = {
+    # OLMo-1B's shape: a K/V head per head, no biases, an untied head
+    "olmo": lambda: olmo(num_key_value_heads=4),
+    # OLMo 1.7's clip_qkv at a value that clamps some of the tiny model's q, k and v
+    "olmo_clipped": lambda: olmo(clip_qkv=0.05, attention_bias=True, tie_word_embeddings=True),
+}
+
+
+@pytest.fixture(scope="module")
+def imported(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Imported]:
+    root = tmp_path_factory.mktemp("hf")
+
+    def writer(name: str) -> Callable[[Path], None]:
+        def write_to(folder: Path) -> None:
+            torch.manual_seed(0)
+            write(perturb(VARIANTS[name]()), "gpt2", folder)
+
+        return write_to
+
+    return {name: Imported(root, name, writer(name), "error") for name in VARIANTS}
+
+
+@pytest.mark.parametrize("name", list(VARIANTS))
+def test_an_imported_model_gives_transformers_logits(imported: dict[str, Imported], name: str) -> None:
+    imported[name].assert_outputs_match()
+
+
+@pytest.mark.parametrize("name", list(VARIANTS))
+def test_parameter_counts_equal_transformers(imported: dict[str, Imported], name: str) -> None:
+    imported[name].assert_counts_match()
+
+
+def test_the_specs_say_what_each_model_is(imported: dict[str, Imported]) -> None:
+    plain, clipped = imported["olmo"].spec.model, imported["olmo_clipped"].spec.model
+    assert plain.norm.model_dump() == {
+        "position": "pre",
+        "type": "layernorm",
+        "eps": 1e-5,
+        "scale": False,
+        "bias": False,
+        "final": True,
+    }
+    assert (plain.qkv_clip, plain.n_kv_heads, plain.tie_embeddings, plain.activation) == (
+        None,
+        4,
+        False,
+        "swiglu",
+    )
+    assert (plain.bias.qkv, plain.bias.attn_out, plain.bias.ffn) == (False, False, False)
+    assert (clipped.qkv_clip, clipped.bias.qkv, clipped.bias.attn_out, clipped.tie_embeddings) == (
+        0.05,
+        True,
+        True,
+        True,
+    )
+
+
+def test_the_clip_is_what_makes_the_clipped_model_agree(imported: dict[str, Imported]) -> None:
+    """The clip of 0.05 changes the tiny model's logits: without it the import would differ."""
+    variant = imported["olmo_clipped"]
+    ids = torch.randint(2, VOCAB, (2, 12), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        clipped = variant.model(ids)
+        for module in variant.model.modules():
+            if hasattr(module, "clip"):
+                module.clip = None
+        unclipped = variant.model(ids)
+    assert (clipped - unclipped).abs().max() > 1e-3
+
+
+@pytest.mark.parametrize("name", list(VARIANTS))
+def test_export_hf_refuses_an_olmo_by_its_norms(
+    imported: dict[str, Imported], name: str, tmp_path: Path
+) -> None:
+    with pytest.raises(HFError, match=r"\n  model\.norm\.scale: ") as error:
+        export_hf(imported[name].result.run_dir, tmp_path / "out")
+    assert ("  model.qkv_clip: " in str(error.value)) == (name == "olmo_clipped")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(VARIANTS))
+def test_the_bundle_generates_transformers_greedy_tokens(
+    imported: dict[str, Imported], name: str, tmp_path: Path
+) -> None:
+    imported[name].assert_runtime_generates_as_transformers(tmp_path, new=12)
+
+
+def test_a_classifier_head_is_refused_by_architectures(imported: dict[str, Imported], tmp_path: Path) -> None:
+    folder = tmp_path / "src"
+    write(imported["olmo"].hf, "gpt2", folder)
+    config = json.loads((folder / "config.json").read_text())
+    config["architectures"] = ["OlmoForSequenceClassification"]
+    (folder / "config.json").write_text(json.dumps(config))
+    with pytest.raises(HFError, match=r"  architectures: OlmoForSequenceClassification is not a language"):
+        import_folder(folder, "cls", tmp_path / "specs", tmp_path / "runs")
+
+
+# ------------------------------------------------------------------ every config field, by value
+
+
+def row(**fields: Any) -> Case:
+    return case("olmo", exported=False, **fields)
+
+
+CASES: list[Case] = [
+    row(  # the fields that take any value at once: each row below sets one
+        num_key_value_heads=1,
+        attention_bias=True,
+        tie_word_embeddings=True,
+        hidden_act="gelu",
+        clip_qkv=0.1,
+        attention_dropout=0.3,
+        initializer_range=0.5,
+        spec={
+            "n_kv_heads": 1,
+            "bias.qkv": True,
+            "bias.attn_out": True,
+            "tie_embeddings": True,
+            "activation": "geglu",
+            "qkv_clip": 0.1,
+            "dropout.attention": 0.3,
+        },
+    ),
+    row(num_key_value_heads=1, spec={"n_kv_heads": 1}, slow=True),
+    row(num_key_value_heads=4, spec={"n_kv_heads": 4}, slow=True),
+    row(outcome="num_key_value_heads", num_key_value_heads=3),
+    row(num_key_value_heads=None, spec={"n_kv_heads": 4}, slow=True),  # OlmoConfig: as many as heads
+    row(num_key_value_heads=4, json={"num_key_value_heads": DELETE}, spec={"n_kv_heads": 4}, slow=True),
+    row(attention_bias=True, spec={"bias.qkv": True, "bias.attn_out": True, "bias.ffn": False}, slow=True),
+    row(tie_word_embeddings=True, spec={"tie_embeddings": True}, slow=True),
+    row(hidden_act="gelu_pytorch_tanh", spec={"activation": "geglu_tanh"}, slow=True),
+    row(outcome="hidden_act", hidden_act="quick_gelu"),
+    row(clip_qkv=0.02, spec={"qkv_clip": 0.02}),
+    row(clip_qkv=None, spec={"qkv_clip": None}, slow=True),
+    row(outcome="clip_qkv", json={"clip_qkv": 0}),  # transformers clamps everything to 0
+    row(outcome="clip_qkv", json={"clip_qkv": -1.0}, slow=True),
+    # a head_dim in config.json, which OlmoConfig does not name and transformers reads
+    row(head_dim=16, spec={"head_dim": 16}, slow=True),
+    # epsilons OlmoLayerNorm does not read (its 1e-5 is fixed)
+    row(json={"rms_norm_eps": 0.5, "layer_norm_eps": 0.5}, spec={"norm.eps": 1e-5}),
+    row(attention_dropout=0.3, slow=True),  # training only
+    row(initializer_range=0.5, slow=True),
+    row(use_cache=False, slow=True),
+    row(slow=True, **IDS),
+    row(pad_token_id=None, slow=True),
+    row(json={"pad_token_id": DELETE}, slow=True),  # the class's 1
+    row(max_position_embeddings=8, spec={"max_seq_len": 8}, slow=True),
+    row(num_hidden_layers=1, slow=True),
+    row(hidden_size=64, intermediate_size=40, spec={"d_model": 64, "d_ff": 40}, slow=True),
+    row(vocab_size=VOCAB, slow=True),
+    # RoPE: theta, each scaling type, as transformers 5 writes it and 4 (legacy keys)
+    row(rope_parameters={"rope_type": "default", "rope_theta": 500.0}, spec={"positional.theta": 500.0}),
+    row(**rope(rope_type="linear", factor=2.0), spec={"positional.scaling.factor": 2.0}, slow=True),
+    row(**rope(rope_type="dynamic", factor=2.0), slow=True),
+    row(**rope(**YARN), slow=True),
+    row(json={"rope_parameters": DELETE, "rope_theta": 777.0}, spec={"positional.theta": 777.0}, slow=True),
+    row(outcome="architectures", json={"architectures": ["OlmoForTokenClassification"]}, slow=True),
+]
+
+
+@pytest.mark.parametrize("c", _pytest_cases(CASES))
+def test_a_field_value_imports_to_transformers_outputs_or_is_refused_by_name(c: Case, tmp_path: Path) -> None:
+    check(c, tmp_path)
+
+
+def test_every_config_field_has_a_case() -> None:
+    """A field transformers adds to OlmoConfig fails this until a row of CASES says what it does
+    (or the family's tiny base sets it)."""
+    covered = set(UNREAD) | set(FAMILIES["olmo"].base)
+    covered |= set().union(*(c.fields() for c in CASES))
+    assert _class_fields("olmo") - covered == set()
