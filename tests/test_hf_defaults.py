@@ -87,6 +87,7 @@ SOURCES: dict[str, Source] = {
         "gemma3_text",
         "phi3",
         "olmo",
+        "olmo2",
         "starcoder2",
         "stablelm",
         "gpt_neox",

@@ -183,6 +183,17 @@ def _qwen3(root: Path) -> Path:
     )
 
 
+def _olmo2(kind: str) -> Callable[[Path], Path]:
+    """A run of OLMo 2's blocks (test_hf_olmo.WRITTEN's)."""
+
+    def run(root: Path) -> Path:
+        import test_hf_olmo
+
+        return random_run(root, f"model: {{{test_hf_olmo.WRITTEN[kind]}}}\n")
+
+    return run
+
+
 def _windowed(architecture: str) -> Callable[[Path], Path]:
     """A run of tfcompile's own with a window shorter than the 12 tokens compared."""
 
@@ -207,6 +218,8 @@ RUNS: dict[str, Callable[[Path], Path]] = {
     "qwen2": _variant("qwen2"),
     "qwen3": _variant("qwen3"),
     "qwen3 of tfcompile's own (no tokenizer)": _qwen3,
+    "olmo2 of tfcompile's own (interleaved, no tokenizer)": _olmo2("interleaved, grouped, q/k/v biases"),
+    "olmo2 of tfcompile's own (halves, untied, no tokenizer)": _olmo2("halves, one K/V head, untied, no biases"),
     "bert_pretraining": _variant("bert_pretraining"),
     "bert_cls": _variant("bert_cls"),
     "vit": _variant("vit"),

@@ -1,20 +1,27 @@
 """OLMo (``OlmoForCausalLM``): LLaMA's blocks with LayerNorms that learn nothing (``norm: {type:
 layernorm, scale: false, bias: false}``, epsilon 1e-5 whatever the config says) and ``clip_qkv``
-as ``qkv_clip``. Tiny random transformers models saved with save_pretrained, imported, and held to
-transformers' logits (float32, rows padded on the right and not), its parameter counts and greedy
-generation through the ONNX bundle; export-hf refuses them by field (no architecture it writes has
-such norms); and a row for every field of OlmoConfig (tests/test_hf_fields.py's table and check)."""
+as ``qkv_clip``; OLMo 2 (``Olmo2ForCausalLM``): RMSNorms on each sublayer's output only (``norm:
+{position: output}``) and q and k each normalised over all heads at once (``qk_norm_over:
+all_heads``). Tiny random transformers models saved with save_pretrained, imported, and held to
+transformers' logits (float32, rows padded on the right and not), their parameter counts and
+greedy generation through the ONNX bundle; export-hf writes OLMo 2 back (tfcompile's own runs of
+its blocks too, or refuses them by field) and refuses OLMo by field (no architecture it writes has
+such norms); a row for every field of OlmoConfig and Olmo2Config (tests/test_hf_fields.py's table
+and check)."""
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
-from hf_models import VOCAB, Imported, perturb, write
+from helpers import random_run
+from hf_models import VOCAB, Imported, max_difference, perturb, write
+from test_hf_export import _loads_alike
 from test_hf_fields import (
     DELETE,
     FAMILIES,
@@ -30,9 +37,13 @@ from test_hf_fields import (
     rope,
 )
 
+from tfcompile.hf import exporter
+from tfcompile.hf.architecture import ARCHITECTURES
 from tfcompile.hf.errors import HFError
 from tfcompile.hf.exporter import export_hf
 from tfcompile.hf.importer import import_folder
+from tfcompile.spec import parse_spec
+from tfcompile.train.runs import load_trained_model
 
 transformers = pytest.importorskip("transformers")
 T = transformers
@@ -48,10 +59,15 @@ OLMO = dict(
     max_position_embeddings=32,
 )
 FAMILIES["olmo"] = Family(T.OlmoConfig, T.OlmoForCausalLM, "gpt2", OLMO | TOKENS)
+FAMILIES["olmo2"] = Family(T.Olmo2Config, T.Olmo2ForCausalLM, "gpt2", OLMO | TOKENS)
 
 
 def olmo(**fields: Any) -> Any:
     return T.OlmoForCausalLM(T.OlmoConfig(**OLMO | TOKENS | fields))
+
+
+def olmo2(**fields: Any) -> Any:
+    return T.Olmo2ForCausalLM(T.Olmo2Config(**OLMO | TOKENS | fields))
 
 
 VARIANTS: dict[str, Callable[[], Any]] = {
@@ -59,6 +75,12 @@ VARIANTS: dict[str, Callable[[], Any]] = {
     "olmo": lambda: olmo(num_key_value_heads=4),
     # OLMo 1.7's clip_qkv at a value that clamps some of the tiny model's q, k and v
     "olmo_clipped": lambda: olmo(clip_qkv=0.05, attention_bias=True, tie_word_embeddings=True),
+    # OLMo 2's shape: a K/V head per head, no biases, tied (the 1B's)
+    "olmo2": lambda: olmo2(num_key_value_heads=4, tie_word_embeddings=True, rms_norm_eps=1e-6),
+    # grouped K/V heads (the k norm narrower than the q norm), biases, untied, a RoPE theta of its own
+    "olmo2_gqa": lambda: olmo2(
+        attention_bias=True, rope_parameters={"rope_type": "default", "rope_theta": 500000.0}
+    ),
 }
 
 
@@ -88,6 +110,30 @@ def test_parameter_counts_equal_transformers(imported: dict[str, Imported], name
 
 def test_the_specs_say_what_each_model_is(imported: dict[str, Imported]) -> None:
     plain, clipped = imported["olmo"].spec.model, imported["olmo_clipped"].spec.model
+    second, grouped = imported["olmo2"].spec.model, imported["olmo2_gqa"].spec.model
+    assert second.norm.model_dump() == {
+        "position": "output",
+        "type": "rmsnorm",
+        "eps": 1e-6,
+        "scale": True,
+        "bias": False,
+        "final": True,
+    }
+    assert (second.qk_norm, second.qk_norm_over, second.tie_embeddings, grouped.norm.eps) == (
+        True,
+        "all_heads",
+        True,
+        1e-5,  # Olmo2Config's
+    )
+    assert (grouped.n_kv_heads, grouped.bias.qkv, grouped.bias.attn_out, grouped.positional.theta) == (
+        2,
+        True,
+        True,
+        500000.0,
+    )
+    q_norm = imported["olmo2_gqa"].model.blocks[0].attn.q_norm.weight
+    k_norm = imported["olmo2_gqa"].model.blocks[0].attn.k_norm.weight
+    assert (q_norm.numel(), k_norm.numel()) == (32, 16)
     assert plain.norm.model_dump() == {
         "position": "pre",
         "type": "layernorm",
@@ -124,7 +170,18 @@ def test_the_clip_is_what_makes_the_clipped_model_agree(imported: dict[str, Impo
     assert (clipped - unclipped).abs().max() > 1e-3
 
 
-@pytest.mark.parametrize("name", list(VARIANTS))
+@pytest.mark.parametrize("name", ["olmo2", "olmo2_gqa"])
+def test_export_hf_writes_each_olmo_2_back_to_the_same_logits(
+    imported: dict[str, Imported], name: str, tmp_path: Path
+) -> None:
+    variant = imported[name]
+    assert export_hf(variant.result.run_dir, tmp_path / "out") == "Olmo2ForCausalLM"
+    _loads_alike(tmp_path / "out", variant.model)
+    again = import_folder(tmp_path / "out", "again", tmp_path / "specs", tmp_path / "runs")
+    assert again.spec.model == variant.spec.model
+
+
+@pytest.mark.parametrize("name", ["olmo", "olmo_clipped"])
 def test_export_hf_refuses_an_olmo_by_its_norms(
     imported: dict[str, Imported], name: str, tmp_path: Path
 ) -> None:
@@ -150,6 +207,58 @@ def test_a_classifier_head_is_refused_by_architectures(imported: dict[str, Impor
     (folder / "config.json").write_text(json.dumps(config))
     with pytest.raises(HFError, match=r"  architectures: OlmoForSequenceClassification is not a language"):
         import_folder(folder, "cls", tmp_path / "specs", tmp_path / "runs")
+
+
+# ----------------------------------------------------------- tfcompile's own runs written as OLMo 2
+
+ROPE = "family: decoder, vocab_size: 64, d_model: 32, n_heads: 4, max_seq_len: 16, n_layers: 2"
+OUTPUT = f"{ROPE}, norm: {{type: rmsnorm, position: output}}, activation: swiglu"
+# Runs with OLMo 2's blocks: RoPE interleaved (permuted to transformers' halves, the q and k norms'
+# dimensions with them) or in halves, grouped K/V heads, q/k biases as zeros where the run has none.
+WRITTEN = {
+    "interleaved, grouped, q/k/v biases": f"{OUTPUT}, positional: rope, n_kv_heads: 2, qk_norm: true, "
+    "qk_norm_over: all_heads, bias: {qkv: true, attn_out: false, ffn: false}",
+    "halves, one K/V head, untied, no biases": f"{OUTPUT}, positional: {{type: rope, layout: halves}}, "
+    "n_kv_heads: 1, qk_norm: true, qk_norm_over: all_heads, tie_embeddings: false, "
+    "bias: {qkv: false, attn_out: false, ffn: false}",
+}
+
+
+@pytest.mark.parametrize("kind", list(WRITTEN))
+def test_a_run_of_olmo_2_blocks_is_written_as_olmo_2(kind: str, tmp_path: Path) -> None:
+    run = random_run(tmp_path, f"model: {{{WRITTEN[kind]}}}\n")
+    assert exporter.candidates(parse_spec(f"model: {{{WRITTEN[kind]}}}\n")) == [ARCHITECTURES["olmo2"]]
+    assert export_hf(run, tmp_path / "out") == "Olmo2ForCausalLM"
+    hf = T.AutoModelForCausalLM.from_pretrained(tmp_path / "out", dtype=torch.float32).eval()
+    for padded in (False, True):
+        assert max_difference(hf, load_trained_model(run)[1], padded, length=16) <= 1e-5
+
+
+# Runs of output norms with what OLMo 2 cannot compute -> the fields its refusal names.
+REFUSED = {
+    "no q/k norms": (f"{OUTPUT}, positional: rope, bias: {{ffn: false}}", ["model.qk_norm"]),
+    "each head's q/k norms, ffn biases": (
+        f"{OUTPUT}, positional: rope, qk_norm: true",
+        ["model.qk_norm_over", "model.bias.ffn"],
+    ),
+    "a window, a final norm of none": (
+        f"{ROPE}, norm: {{type: rmsnorm, position: output, final: false}}, activation: swiglu, "
+        "positional: rope, qk_norm: true, qk_norm_over: all_heads, window: {size: 4}, bias: {ffn: false}",
+        ["model.window", "model.norm.final"],
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(REFUSED))
+def test_what_olmo_2_cannot_compute_is_refused_by_field(name: str, tmp_path: Path) -> None:
+    model, refused = REFUSED[name]
+    run = random_run(tmp_path, f"model: {{{model}}}\n")
+    with pytest.raises(HFError) as error:
+        export_hf(run, tmp_path / "out")
+    fields = re.findall(r"^  (\S+): ", str(error.value), re.MULTILINE)
+    assert fields == refused, str(error.value)
+    assert "OLMo 2" in str(error.value)
+    assert not (tmp_path / "out").exists()
 
 
 # ------------------------------------------------------------------ every config field, by value
@@ -215,14 +324,70 @@ CASES: list[Case] = [
 ]
 
 
-@pytest.mark.parametrize("c", _pytest_cases(CASES))
+def row2(**fields: Any) -> Case:
+    return case("olmo2", **fields)
+
+
+CASES2: list[Case] = [
+    row2(  # the fields that take any value at once: each row below sets one
+        num_key_value_heads=1,
+        attention_bias=True,
+        tie_word_embeddings=True,
+        hidden_act="gelu",
+        rms_norm_eps=1e-2,
+        attention_dropout=0.3,
+        initializer_range=0.5,
+        spec={
+            "n_kv_heads": 1,
+            "bias.qkv": True,
+            "bias.attn_out": True,
+            "tie_embeddings": True,
+            "activation": "geglu",
+            "norm.eps": 1e-2,
+            "dropout.attention": 0.3,
+        },
+    ),
+    row2(num_key_value_heads=1, spec={"n_kv_heads": 1}, slow=True),
+    row2(num_key_value_heads=4, spec={"n_kv_heads": 4}, slow=True),
+    row2(outcome="num_key_value_heads", num_key_value_heads=3),
+    row2(num_key_value_heads=None, spec={"n_kv_heads": 4}, slow=True),
+    row2(attention_bias=True, spec={"bias.qkv": True, "bias.attn_out": True}, slow=True),
+    row2(tie_word_embeddings=True, spec={"tie_embeddings": True}, slow=True),
+    row2(hidden_act="gelu_pytorch_tanh", spec={"activation": "geglu_tanh"}, slow=True),
+    row2(outcome="hidden_act", hidden_act="quick_gelu"),
+    row2(rms_norm_eps=1e-6, spec={"norm.eps": 1e-6}, slow=True),
+    row2(json={"rms_norm_eps": DELETE}, spec={"norm.eps": 1e-5}),  # Olmo2Config's, not LlamaConfig's
+    row2(outcome="rms_norm_eps", json={"rms_norm_eps": 0}, slow=True),
+    row2(head_dim=16, spec={"head_dim": 16}, slow=True),
+    # OLMo's clip_qkv, which OLMo 2 does not read
+    row2(json={"clip_qkv": 0.01}, spec={"qkv_clip": None}, slow=True),
+    row2(attention_dropout=0.3, slow=True),
+    row2(initializer_range=0.5, slow=True),
+    row2(use_cache=False, slow=True),
+    row2(slow=True, **IDS),
+    row2(pad_token_id=None, slow=True),
+    row2(max_position_embeddings=8, spec={"max_seq_len": 8}, slow=True),
+    row2(num_hidden_layers=1, slow=True),
+    row2(hidden_size=64, intermediate_size=40, spec={"d_model": 64, "d_ff": 40}, slow=True),
+    row2(vocab_size=VOCAB, slow=True),
+    row2(rope_parameters={"rope_type": "default", "rope_theta": 500.0}, spec={"positional.theta": 500.0}),
+    row2(**rope(rope_type="linear", factor=2.0), spec={"positional.scaling.factor": 2.0}, slow=True),
+    row2(**rope(rope_type="dynamic", factor=2.0), slow=True),
+    row2(**rope(**YARN), slow=True),
+    row2(json={"rope_parameters": DELETE, "rope_theta": 777.0}, spec={"positional.theta": 777.0}, slow=True),
+    row2(outcome="architectures", json={"architectures": ["Olmo2ForTokenClassification"]}, slow=True),
+]
+
+
+@pytest.mark.parametrize("c", _pytest_cases(CASES + CASES2))
 def test_a_field_value_imports_to_transformers_outputs_or_is_refused_by_name(c: Case, tmp_path: Path) -> None:
     check(c, tmp_path)
 
 
-def test_every_config_field_has_a_case() -> None:
-    """A field transformers adds to OlmoConfig fails this until a row of CASES says what it does
-    (or the family's tiny base sets it)."""
-    covered = set(UNREAD) | set(FAMILIES["olmo"].base)
-    covered |= set().union(*(c.fields() for c in CASES))
-    assert _class_fields("olmo") - covered == set()
+@pytest.mark.parametrize(("model_type", "cases"), [("olmo", CASES), ("olmo2", CASES2)])
+def test_every_config_field_has_a_case(model_type: str, cases: list[Case]) -> None:
+    """A field transformers adds to OlmoConfig or Olmo2Config fails this until a row says what it
+    does (or the family's tiny base sets it)."""
+    covered = set(UNREAD) | set(FAMILIES[model_type].base)
+    covered |= set().union(*(c.fields() for c in cases))
+    assert _class_fields(model_type) - covered == set()

@@ -74,9 +74,10 @@ SIZES: dict[str, tuple[tuple[str, ...], str]] = {
     "vit": ((*BERT, ""), "image"),
 }
 SIZES |= dict.fromkeys(
-    ("mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "phi3", "phi", "starcoder2", "olmo"),
+    ("mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "phi3", "phi", "starcoder2"),
     SIZES["llama"],
 )
+SIZES |= dict.fromkeys(("olmo", "olmo2"), SIZES["llama"])
 SIZES |= dict.fromkeys(("roberta", "xlm-roberta", "camembert"), SIZES["bert"])
 SIZES["mt5"] = SIZES["t5"]
 TOKENIZERS = {

@@ -375,17 +375,24 @@ class Needs:
         self.no_extras(model, qk_norm)
 
     def no_extras(self, model: Any, qk_norm: bool = False) -> None:
-        """No scale on the embeddings, no LM head bias, sequential blocks, no sandwich norms, no
-        capped scores or logits, no decoder's embedding norm, norms with a learned scale, no
-        clipped q, k and v, and no norm of each head's q and k unless the architecture has one
-        (``qk_norm``)."""
+        """No scale on the embeddings, no LM head bias, sequential blocks, no sandwich or output
+        norms, no capped scores or logits, no decoder's embedding norm, norms with a learned scale,
+        no clipped q, k and v, and no norm of each head's q and k unless the architecture has one
+        (``qk_norm``), and then over each head."""
         self(not model.scale_embeddings, "model.scale_embeddings", True, "set it false")
         self(not model.bias.lm_head, "model.bias.lm_head", True, "set it false")
         self(qk_norm or not model.qk_norm, "model.qk_norm", True, "set it false")
+        over = model.qk_norm_over
+        self(not model.qk_norm or over == "head", "model.qk_norm_over", over, "head (each head's q and k)")
         self(model.block.type == "sequential", "model.block", model.block.type, "sequential")
         # An architecture that holds the position to its own (pre or post) has named it already.
         if not any(problem.field == "model.norm.position" for problem in self.problems):
-            self(model.norm.position != "sandwich", "model.norm.position", model.norm.position, "pre or post")
+            self(
+                model.norm.position in ("pre", "post"),
+                "model.norm.position",
+                model.norm.position,
+                "pre or post",
+            )
         self(
             model.attention_softcap is None,
             "model.attention_softcap",

@@ -63,8 +63,9 @@ class ModelType:
     defaults: dict[str, Any] = field(default_factory=dict)
     nullable: dict[str, Any] = field(default_factory=dict)
     activation: str = "hidden_act"  # the field the feed-forward's activation is read from
-    # The blocks' norm where it is not an RMSNorm of rms_norm_eps (which is then not read).
-    norm: dict[str, Any] | None = None
+    # The blocks' norm where it is not a pre-RMSNorm of rms_norm_eps (an eps here: that one unread).
+    norm: dict[str, Any] = field(default_factory=dict)
+    qk_norm_over: str = "head"  # what the q and k norms normalise over (model.qk_norm_over)
     clip_qkv: bool = False  # whether clip_qkv is read (q, k and v clamped to it)
 
     def reads(self, config: Config) -> Config:
@@ -110,6 +111,14 @@ MODEL_TYPES = {
         norm={"type": "layernorm", "eps": 1e-5, "scale": False, "bias": False},  # OlmoLayerNorm's
         clip_qkv=True,
         defaults={"vocab_size": 50304},
+        nullable={"pad_token_id": 1},
+    ),
+    "olmo2": ModelType(
+        attention_bias=QKVO,
+        qk_norm=True,
+        qk_norm_over="all_heads",
+        norm={"position": "output"},
+        defaults={"vocab_size": 50304, "rms_norm_eps": 1e-5},
         nullable={"pad_token_id": 1},
     ),
     "phi3": ModelType(
@@ -324,7 +333,7 @@ def rope_dict(positional: RopePositional) -> dict[str, Any]:
     return {"rope_type": scaling.pop("type"), **scaling}
 
 
-@register("llama", "mistral", "qwen2", "qwen3", "olmo")
+@register("llama", "mistral", "qwen2", "qwen3", "olmo", "olmo2")
 class Llama(Writable):
     windows: ClassVar[Windows] = "any"  # as Mistral, Qwen2 or Qwen3 (written_as says which)
     prefixes = ("model.",)
@@ -385,8 +394,9 @@ class Llama(Writable):
             "d_ff": config.get("intermediate_size", 11008),
             "activation": config.choice(kind.activation, "silu", GATED_ACTIVATIONS, "gated activation"),
             "positional": self.rope(config, head_dim),
-            "norm": {"position": "pre"}
-            | (kind.norm or {"type": "rmsnorm", "eps": config.get("rms_norm_eps", 1e-6), "bias": False}),
+            "norm": {"position": "pre", "type": "rmsnorm", "bias": False}
+            | ({} if "eps" in kind.norm else {"eps": config.get("rms_norm_eps", 1e-6)})
+            | kind.norm,
             "bias": {
                 "qkv": "qkv" in biases,
                 "attn_out": "attn_out" in biases,
@@ -401,6 +411,8 @@ class Llama(Writable):
             model["head_dim"] = head_dim
         if kind.qk_norm:
             model["qk_norm"] = True
+            if kind.qk_norm_over != "head":
+                model["qk_norm_over"] = kind.qk_norm_over
         if kind.scale_embeddings:
             model["scale_embeddings"] = True
         if kind.clip_qkv and (clip := config.get("clip_qkv")) is not None:
@@ -424,15 +436,13 @@ class Llama(Writable):
             "lm_head.weight": embed if spec.model.tie_embeddings else tensors.take("lm_head.weight"),
         }
         tensors.maybe("lm_head.weight")  # a tie saved under both names
-        norms = model.norm.scale  # OLMo's learn nothing
-        if norms:
+        if model.norm.scale:  # OLMo's norms learn nothing
             state["final_norm.weight"] = tensors.take("norm.weight")
         for i in range(spec.model.n_layers):
             h, b = f"layers.{i}.", f"blocks.{i}."
             a, m = f"{h}self_attn.", f"{h}mlp."
-            if norms:
-                state[f"{b}attn_norm.weight"] = tensors.take(f"{h}input_layernorm.weight")
-                state[f"{b}ffn_norm.weight"] = tensors.take(f"{h}post_attention_layernorm.weight")
+            for hf, tfc in layer_norms(model):
+                state[f"{b}{tfc}.weight"] = tensors.take(f"{h}{hf}.weight")
             state[f"{b}attn.out.weight"] = tensors.take(f"{a}o_proj.weight")
             state[f"{b}ffn.w_in.weight"] = tensors.cat(
                 f"{m}gate_proj.weight", f"{m}up_proj.weight"
@@ -460,9 +470,18 @@ class Llama(Writable):
     def exportable(self, spec: Spec) -> list[Problem]:
         model = spec.model
         assert isinstance(model, DecoderSpec) and isinstance(model.positional, RopePositional)
-        name = "Qwen3" if model.qk_norm else "Llama"
+        olmo2 = written_as(model) == "olmo2"
+        name = "OLMo 2" if olmo2 else "Qwen3" if model.qk_norm else "Llama"
         need = Needs(name)
         need(model.activation in EXPORTED_ACTIVATIONS, "model.activation", model.activation, "swiglu")
+        if olmo2:  # its norms on each sublayer's output, and over all heads' q and all heads' k
+            need(model.qk_norm, "model.qk_norm", False, "true (OLMo 2 normalises q and k)")
+            over = model.qk_norm_over
+            need(not model.qk_norm or over == "all_heads", "model.qk_norm_over", over, "all_heads")
+            need(model.window is None, "model.window", model.window, "leave it unset (OLMo 2 has none)")
+            model = model.model_copy(
+                update={"norm": model.norm.model_copy(update={"position": "pre"}), "qk_norm_over": "head"}
+            )
         rope_and_norms(need, model)
         need.plain_scales(model, qk_norm=True)  # head_dim is free: Llama configs name it; q/k norms: Qwen3
         if not MODEL_TYPES[written_as(model)].mlp_bias:
@@ -546,8 +565,8 @@ class Llama(Writable):
         for i in range(model.n_layers):
             h, b = f"model.layers.{i}.", f"blocks.{i}."
             a, m = f"{h}self_attn.", f"{h}mlp."
-            out[f"{h}input_layernorm.weight"] = state[f"{b}attn_norm.weight"]
-            out[f"{h}post_attention_layernorm.weight"] = state[f"{b}ffn_norm.weight"]
+            for hf, tfc in layer_norms(model):
+                out[f"{h}{hf}.weight"] = state[f"{b}{tfc}.weight"]
             out[f"{a}o_proj.weight"] = state[f"{b}attn.out.weight"]
             gate, up = state[f"{b}ffn.w_in.weight"].chunk(2)
             out |= {f"{m}gate_proj.weight": gate, f"{m}up_proj.weight": up}
@@ -561,9 +580,11 @@ class Llama(Writable):
                 out |= {f"{a}q_proj.{kind}": q, f"{a}k_proj.{kind}": k, f"{a}v_proj.{kind}": v}
             if (bias.qkv or bias.attn_out) and not qwen2:
                 out[f"{a}o_proj.bias"] = zeros_if_none(state.get(f"{b}attn.out.bias"), model.d_model)
-            if model.qk_norm:  # the scale's dimensions in the order of each head's q and k rows above
+            if model.qk_norm:  # the scale's dimensions in the order of the q and k rows above
                 q_norm, k_norm = state[f"{b}attn.q_norm.weight"], state[f"{b}attn.k_norm.weight"]
-                if order_q is not None:
+                if order_q is not None and order_k is not None and model.qk_norm_over == "all_heads":
+                    q_norm, k_norm = q_norm[order_q], k_norm[order_k]
+                elif order_q is not None:  # each head's
                     q_norm, k_norm = q_norm[order_q[:hd]], k_norm[order_q[:hd]]
                 out |= {f"{a}q_norm.weight": q_norm, f"{a}k_norm.weight": k_norm}
             if bias.ffn:
@@ -571,6 +592,17 @@ class Llama(Writable):
                 out |= {f"{m}gate_proj.bias": gate, f"{m}up_proj.bias": up}
                 out[f"{m}down_proj.bias"] = state[f"{b}ffn.w_out.bias"]
         return contiguous(out)
+
+
+def layer_norms(model: DecoderSpec) -> tuple[tuple[str, str], ...]:
+    """Each layer's norms, transformers' names -> tfcompile's: LLaMA's before each sublayer (its
+    post_attention_layernorm is the feed-forward's), OLMo 2's on each sublayer's output, none
+    where they learn nothing (OLMo's)."""
+    if not model.norm.scale:
+        return ()
+    if model.norm.position == "output":
+        return (("post_attention_layernorm", "attn_out_norm"), ("post_feedforward_layernorm", "ffn_out_norm"))
+    return (("input_layernorm", "attn_norm"), ("post_attention_layernorm", "ffn_norm"))
 
 
 def rope_decoder_lm(spec: Spec) -> DecoderSpec | None:
@@ -632,13 +664,16 @@ def dynamic_from_max_seq_len(need: Needs, model: DecoderSpec) -> None:
 
 
 def written_as(model: DecoderSpec) -> str:
-    """The model_type export-hf writes a decoder as: Qwen3 where each head's q and k are normalised;
-    else Llama, whatever the biases (zeros where the model has none). Not Qwen2, even for exactly
-    q, k and v biases: transformers 5's AutoTokenizer reads a qwen2 folder with Qwen2's own
-    tokenizer class, whatever its tokenizer.json holds (a character tokenizer lost its spaces).
+    """The model_type export-hf writes a decoder as: OLMo 2 where its norms are on each sublayer's
+    output; Qwen3 where each head's q and k are normalised; else Llama, whatever the biases (zeros
+    where the model has none). Not Qwen2, even for exactly q, k and v biases: transformers 5's
+    AutoTokenizer reads a qwen2 folder with Qwen2's own tokenizer class, whatever its
+    tokenizer.json holds (a character tokenizer lost its spaces).
     A sliding window is Mistral's where it covers every layer of a model without attention biases,
     else Qwen2's (on any layers, with q, k and v biases, zeros where the model has none), or
     Qwen3's with q/k norms."""
+    if model.norm.position == "output":
+        return "olmo2"
     if model.qk_norm:
         return "qwen3"
     if model.window is None:

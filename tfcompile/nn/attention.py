@@ -97,7 +97,8 @@ class _MultiHead(nn.Module):
     (d_model / n_heads unless given: T5's d_kv), and the scores are q.k times ``scale``
     (1 / sqrt(head_dim) unless given). With ``qk_norm`` (a norm of a given width), each head's
     queries and keys are normalised over head_dim before RoPE (Qwen3, Gemma 3): one norm for the
-    queries and one for the keys, each shared by every head. With ``softcap`` c, the scaled scores
+    queries and one for the keys, each shared by every head; ``qk_norm_over_heads``, all the
+    queries at once and all the keys at once (OLMo 2). With ``softcap`` c, the scaled scores
     become c * tanh(scores / c) before the mask and the softmax (Gemma 2, Grok), which bounds them
     to (-c, c). With ``clip`` c, the projected queries, keys and values are clamped to [-c, c]
     before any norm or rotation (OLMo, MPT). Each kind makes its input projections in ``_project``."""
@@ -115,6 +116,7 @@ class _MultiHead(nn.Module):
         qk_norm: Callable[[int], nn.Module] | None = None,
         softcap: float | None = None,
         clip: float | None = None,
+        qk_norm_over_heads: bool = False,
     ) -> None:
         super().__init__()
         self.n_heads = n_heads
@@ -124,8 +126,10 @@ class _MultiHead(nn.Module):
         self.softcap = softcap
         self.clip = clip
         self.dropout = dropout
-        self.q_norm = qk_norm(self.head_dim) if qk_norm is not None else nn.Identity()
-        self.k_norm = qk_norm(self.head_dim) if qk_norm is not None else nn.Identity()
+        self.over_heads = qk_norm_over_heads
+        q_width, k_width = (n_heads, n_kv_heads) if qk_norm_over_heads else (1, 1)
+        self.q_norm = qk_norm(q_width * self.head_dim) if qk_norm is not None else nn.Identity()
+        self.k_norm = qk_norm(k_width * self.head_dim) if qk_norm is not None else nn.Identity()
         self.out = nn.Linear(n_heads * self.head_dim, d_model, bias=out_bias)
         self._project(d_model, qkv_bias)
 
@@ -140,6 +144,11 @@ class _MultiHead(nn.Module):
         """(B, T, n * hd) -> (B, n, T, hd)"""
         B, T, _ = x.shape
         return x.view(B, T, n, self.head_dim).transpose(1, 2)
+
+    def _normed_heads(self, x: torch.Tensor, norm: nn.Module, n: int) -> torch.Tensor:
+        """Projected queries or keys (B, T, n * hd) -> normed heads (B, n, T, hd): the norm over
+        all n heads at once, or over each head's hd."""
+        return self._heads(norm(x), n) if self.over_heads else norm(self._heads(x, n))
 
     def _attend(
         self,
@@ -224,8 +233,8 @@ class Attention(_MultiHead):
             [self.n_heads * self.head_dim, self.n_kv_heads * self.head_dim, self.n_kv_heads * self.head_dim],
             dim=-1,
         )
-        q = self.q_norm(self._heads(q, self.n_heads))  # (B, H, T, hd)
-        k = self.k_norm(self._heads(k, self.n_kv_heads))  # (B, Hkv, T, hd)
+        q = self._normed_heads(q, self.q_norm, self.n_heads)  # (B, H, T, hd)
+        k = self._normed_heads(k, self.k_norm, self.n_kv_heads)  # (B, Hkv, T, hd)
         v = self._heads(v, self.n_kv_heads)  # (B, Hkv, T, hd)
         if rotary is not None:
             q, k = apply_rotary(q, rotary), apply_rotary(k, rotary)
@@ -249,12 +258,12 @@ class CrossAttention(_MultiHead):
         """memory (B, S, d_model) -> its keys and values (B, Hkv, S, hd): computed once per source
         sentence, reused at every decoding step."""
         k, v = halves(self._clipped(self.kv(memory)))
-        return KVCache(self.k_norm(self._heads(k, self.n_kv_heads)), self._heads(v, self.n_kv_heads))
+        return KVCache(self._normed_heads(k, self.k_norm, self.n_kv_heads), self._heads(v, self.n_kv_heads))
 
     def forward(self, x: torch.Tensor, memory: KVCache, mask: torch.Tensor | None = None) -> torch.Tensor:
         """x: (B, T, d_model); memory: project_memory's keys and values; mask: bool (B, 1, 1, S),
         True at real source tokens."""
-        q = self.q_norm(self._heads(self._clipped(self.q(x)), self.n_heads))  # (B, H, T, hd)
+        q = self._normed_heads(self._clipped(self.q(x)), self.q_norm, self.n_heads)  # (B, H, T, hd)
         if mask is not None:  # a row per query: onnxruntime's Attention (opset 23) broadcasts none
             mask = mask.expand(-1, -1, q.shape[2], -1)  # (B, 1, T, S)
         return self._attend(q, memory.key, memory.value, additive_mask(mask, None, q.dtype), False)

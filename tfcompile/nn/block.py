@@ -20,6 +20,9 @@ if TYPE_CHECKING:
     from tfcompile.spec.schema import NormSpec, TransformerSpec
 
 
+OUTPUT_NORMS = ("sandwich", "output")  # the positions with a norm on each sublayer's output
+
+
 def build_norm(spec: NormSpec, dim: int) -> nn.Module:
     return NORMS[spec.type](dim, eps=spec.eps, bias=spec.bias, scale=spec.scale)
 
@@ -41,6 +44,7 @@ def build_attention(kind: type[Kind], spec: TransformerSpec) -> Kind:
         head_dim=spec.head_dim,
         scale=spec.attention_scale,
         qk_norm=partial(build_norm, spec.norm) if spec.qk_norm else None,
+        qk_norm_over_heads=spec.qk_norm_over == "all_heads",
         softcap=spec.attention_softcap,
         clip=spec.qkv_clip,
     )
@@ -80,6 +84,7 @@ class TransformerBlock(nn.Module):
     pre-norm:  x = x + f(norm(x))          (GPT-2, LLaMA)
     post-norm: x = norm(x + f(x))          (Vaswani et al. 2017)
     sandwich:  x = x + norm'(f(norm(x)))   (Gemma 2 and 3: a norm on each sublayer's output too)
+    output:    x = x + norm(f(x))          (OLMo 2: on each sublayer's output only)
     parallel:  x = x + attn(norm1(x)) + ffn(norm2(x)), norm2 = norm1 with a shared norm (GPT-J,
                GPT-NeoX, PaLM; pre-norm only)
 
@@ -90,22 +95,26 @@ class TransformerBlock(nn.Module):
     def __init__(self, spec: TransformerSpec, cross_attention: bool = False, drop_path: float = 0.0) -> None:
         super().__init__()
         assert spec.n_kv_heads is not None and spec.d_ff is not None  # resolved by the schema
-        self.pre_norm = spec.norm.position != "post"
+        position = spec.norm.position
+        self.pre_norm = position != "post"
         self.parallel = spec.block.type == "parallel"
 
-        def output_norm() -> nn.Module:  # sandwich norms only
-            return build_norm(spec.norm, spec.d_model) if spec.norm.position == "sandwich" else nn.Identity()
+        def output_norm() -> nn.Module:  # sandwich and output norms only
+            return build_norm(spec.norm, spec.d_model) if position in OUTPUT_NORMS else nn.Identity()
 
-        self.attn_norm = build_norm(spec.norm, spec.d_model)
+        def input_norm() -> nn.Module:  # all but output norms
+            return nn.Identity() if position == "output" else build_norm(spec.norm, spec.d_model)
+
+        self.attn_norm = input_norm()
         self.attn = build_attention(Attention, spec)
         self.attn_out_norm = output_norm()
         self.cross: CrossAttention | None = None
         if cross_attention:
-            self.cross_norm = build_norm(spec.norm, spec.d_model)
+            self.cross_norm = input_norm()
             self.cross = build_attention(CrossAttention, spec)
             self.cross_out_norm = output_norm()
         shared = isinstance(spec.block, ParallelBlock) and spec.block.shared_norm
-        self.ffn_norm = None if shared else build_norm(spec.norm, spec.d_model)
+        self.ffn_norm = None if shared else input_norm()
         self.ffn = FeedForward(spec.d_model, spec.d_ff, spec.activation, bias=spec.bias.ffn)
         self.ffn_out_norm = output_norm()
         dropout = nn.Dropout(spec.dropout.residual)

@@ -181,10 +181,11 @@ def _type_shorthand(value: Any) -> Any:
 
 
 class NormSpec(Section):
-    position: Literal["pre", "post", "sandwich"] = Field(
+    position: Literal["pre", "post", "sandwich", "output"] = Field(
         "pre",
         description="pre: x + f(norm(x)) (GPT-2, LLaMA); post: norm(x + f(x)) (Vaswani); sandwich: "
-        "x + norm'(f(norm(x))), a norm on each sublayer's output too (Gemma 2 and 3)",
+        "x + norm'(f(norm(x))), a norm on each sublayer's output too (Gemma 2 and 3); output: "
+        "x + norm(f(x)), on each sublayer's output only (OLMo 2)",
     )
     type: NormName = "layernorm"
     eps: PositiveFloat = 1e-5
@@ -513,6 +514,11 @@ class TransformerSpec(Section):
         "before RoPE, with one learned scale (and shift, where the norm has one) of head_dim for q and "
         "one for k, shared by the heads (Qwen3, Gemma 3); the norm is the norm section's type, eps and bias",
     )
+    qk_norm_over: Literal["head", "all_heads"] = Field(
+        "head",
+        description="what qk_norm normalises over: head, each head's head_dim (Qwen3, Gemma 3); all_heads, "
+        "all the queries' n_heads x head_dim at once and all the keys' n_kv_heads x head_dim (OLMo 2)",
+    )
     tie_embeddings: bool = True
     scale_embeddings: bool = Field(False, description="multiply token embeddings by sqrt(d_model)")
     dropout: DropoutSpec = DropoutSpec()
@@ -593,6 +599,12 @@ class TransformerSpec(Section):
             if self.positional.rotary_dims is None:
                 self._resolve(positional=self.positional.model_copy(update={"rotary_dims": rotary}))
         rules.require(
+            self.qk_norm or self.qk_norm_over == "head",
+            ("qk_norm_over",),
+            "says what qk_norm normalises over, and qk_norm is false",
+            "set model.qk_norm: true, or leave qk_norm_over out",
+        )
+        rules.require(
             self.block.type == "sequential" or self.norm.position == "pre",
             ("block",),
             "a parallel block normalises its sublayers' common input, x + attn(norm(x)) + ffn(norm(x)), "
@@ -627,13 +639,14 @@ class TransformerSpec(Section):
     # Parameter counts, matching tfcompile.models (tests/test_counts.py).
 
     def block_parameters(self, cross_attention: bool = False) -> int:
-        """One TransformerBlock: norms (sandwich: on each sublayer's output too), self-attention
-        (packed QKV, q and k norms), [cross-attention], feed-forward."""
+        """One TransformerBlock: norms (sandwich: on each sublayer's output too; output: there
+        only), self-attention (packed QKV, q and k norms), [cross-attention], feed-forward."""
         assert self.n_kv_heads is not None and self.d_ff is not None and self.head_dim is not None
         d, hd, bias = self.d_model, self.head_dim, self.bias
         q, kv = self.n_heads * hd, 2 * self.n_kv_heads * hd
         out = q * d + bias.attn_out * d
-        qk_norms = 2 * self.norm.parameters(hd) * self.qk_norm
+        widths = (hd, hd) if self.qk_norm_over == "head" else (q, self.n_kv_heads * hd)
+        qk_norms = sum(self.norm.parameters(width) for width in widths) * self.qk_norm
         attention = d * (q + kv) + bias.qkv * (q + kv) + qk_norms + out
         width = self.d_ff * (2 if self.gated else 1)
         ffn = d * width + bias.ffn * width + self.d_ff * d + bias.ffn * d
