@@ -29,6 +29,7 @@ import pytest
 import test_hf_falcon_bloom  # noqa: F401 (each of these adds its families to test_hf_fields.FAMILIES)
 import test_hf_gemma3  # noqa: F401
 import test_hf_gemma_phi3  # noqa: F401
+import test_hf_gpt_neo  # noqa: F401
 import test_hf_neox_gptj_phi  # noqa: F401
 import test_hf_olmo  # noqa: F401
 import test_hf_opt_bigcode  # noqa: F401
@@ -78,6 +79,7 @@ SOURCES: dict[str, Source] = {
     name: from_fields(name)
     for name in (
         "gpt2",
+        "gpt_neo",
         "llama",
         "mistral",
         "qwen2",

@@ -55,6 +55,8 @@ SIZES: dict[str, tuple[tuple[str, ...], str]] = {
     "gpt_neox": ((*BERT[:4], "intermediate_size", "num_hidden_layers", "max_position_embeddings"), "gpt2"),
     "gpt_bigcode": (("n_embd", "n_head", "", "", "n_inner", "n_layer", "n_positions"), "gpt2"),
     "gptj": (("n_embd", "n_head", "", "", "n_inner", "n_layer", "n_positions"), "gpt2"),
+    # intermediate_size left null (4 x hidden_size); the window in shrunk
+    "gpt_neo": (("hidden_size", "num_heads", "", "", "", "num_layers", "max_position_embeddings"), "gpt2"),
     "falcon": (
         (
             "hidden_size",
@@ -139,6 +141,10 @@ def shrunk(config: dict[str, Any]) -> dict[str, Any]:
             out[name] = value % VOCAB
         elif isinstance(value, list):
             out[name] = [v % VOCAB for v in value]
+    if config["model_type"] == "gpt_neo":  # the first two layers, the window in its ratio to the context
+        out["attention_types"] = [[config["attention_layers"][:2], 1]]
+        out["attention_layers"] = config["attention_layers"][:2]
+        out["window_size"] = 64 * config["window_size"] // config["max_position_embeddings"]
     if config["model_type"] == "vit":
         out |= {"image_size": 8, "patch_size": 4}
         if "encoder_stride" in config:

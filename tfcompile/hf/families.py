@@ -13,6 +13,7 @@ from tfcompile.hf import (  # noqa: F401 (each registers its architecture)
     falcon,
     gemma,
     gpt2,
+    gpt_neo,
     gpt_neox,
     gptj,
     llama,
