@@ -30,6 +30,7 @@ import test_hf_falcon_bloom  # noqa: F401 (each of these adds its families to te
 import test_hf_gemma3  # noqa: F401
 import test_hf_gemma_phi3  # noqa: F401
 import test_hf_gpt_neo  # noqa: F401
+import test_hf_mpt  # noqa: F401
 import test_hf_neox_gptj_phi  # noqa: F401
 import test_hf_olmo  # noqa: F401
 import test_hf_opt_bigcode  # noqa: F401
@@ -97,6 +98,7 @@ SOURCES: dict[str, Source] = {
         "gptj",
         "falcon",
         "bloom",
+        "mpt",
         "gpt_bigcode",
         "bert",
         "t5",

@@ -70,6 +70,7 @@ SIZES: dict[str, tuple[tuple[str, ...], str]] = {
         "gpt2",
     ),
     "bloom": (("hidden_size", "n_head", "", "", "", "n_layer", ""), "gpt2"),  # 4 x hidden_size wide
+    "mpt": (("d_model", "n_heads", "", "", "", "n_layers", "max_seq_len"), "gpt2"),  # 4 x d_model wide
     "bert": ((*BERT, "max_position_embeddings"), "bert"),
     "distilbert": (("dim", "n_heads", "", "", "hidden_dim", "n_layers", "max_position_embeddings"), "bert"),
     "t5": (("d_model", "num_heads", "", "d_kv", "d_ff", "num_layers", "", "num_decoder_layers"), "t5"),

@@ -17,6 +17,7 @@ from tfcompile.hf import (  # noqa: F401 (each registers its architecture)
     gpt_neox,
     gptj,
     llama,
+    mpt,
     opt,
     phi,
     phi3,
