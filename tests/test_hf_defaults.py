@@ -35,6 +35,7 @@ import test_hf_neox_gptj_phi  # noqa: F401
 import test_hf_olmo  # noqa: F401
 import test_hf_opt_bigcode  # noqa: F401
 import test_hf_roberta_distilbert as roberta
+import test_hf_smollm3  # noqa: F401
 import test_hf_stablelm  # noqa: F401
 import test_hf_starcoder2  # noqa: F401
 import torch
@@ -91,6 +92,7 @@ SOURCES: dict[str, Source] = {
         "phi3",
         "olmo",
         "olmo2",
+        "smollm3",
         "starcoder2",
         "stablelm",
         "gpt_neox",

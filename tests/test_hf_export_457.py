@@ -194,6 +194,17 @@ def _olmo2(kind: str) -> Callable[[Path], Path]:
     return run
 
 
+def _smollm3(kind: str) -> Callable[[Path], Path]:
+    """A run with NoPE layers (test_hf_smollm3.WRITTEN's)."""
+
+    def run(root: Path) -> Path:
+        import test_hf_smollm3
+
+        return random_run(root, f"model: {{{test_hf_smollm3.WRITTEN[kind]}}}\n")
+
+    return run
+
+
 def _windowed(architecture: str) -> Callable[[Path], Path]:
     """A run of tfcompile's own with a window shorter than the 12 tokens compared."""
 
@@ -219,7 +230,15 @@ RUNS: dict[str, Callable[[Path], Path]] = {
     "qwen3": _variant("qwen3"),
     "qwen3 of tfcompile's own (no tokenizer)": _qwen3,
     "olmo2 of tfcompile's own (interleaved, no tokenizer)": _olmo2("interleaved, grouped, q/k/v biases"),
-    "olmo2 of tfcompile's own (halves, untied, no tokenizer)": _olmo2("halves, one K/V head, untied, no biases"),
+    "olmo2 of tfcompile's own (halves, untied, no tokenizer)": _olmo2(
+        "halves, one K/V head, untied, no biases"
+    ),
+    "smollm3 of tfcompile's own (a window, no tokenizer)": _smollm3(
+        "interleaved, grouped, a window on a RoPE layer"
+    ),
+    "smollm3 of tfcompile's own (halves, untied, no tokenizer)": _smollm3(
+        "halves, one K/V head, untied, no biases"
+    ),
     "bert_pretraining": _variant("bert_pretraining"),
     "bert_cls": _variant("bert_cls"),
     "vit": _variant("vit"),

@@ -80,7 +80,7 @@ SIZES |= dict.fromkeys(
     ("mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "phi3", "phi", "starcoder2"),
     SIZES["llama"],
 )
-SIZES |= dict.fromkeys(("olmo", "olmo2"), SIZES["llama"])
+SIZES |= dict.fromkeys(("olmo", "olmo2", "smollm3"), SIZES["llama"])
 SIZES |= dict.fromkeys(("roberta", "xlm-roberta", "camembert"), SIZES["bert"])
 SIZES["mt5"] = SIZES["t5"]
 TOKENIZERS = {
@@ -146,6 +146,8 @@ def shrunk(config: dict[str, Any]) -> dict[str, Any]:
         out["attention_types"] = [[config["attention_layers"][:2], 1]]
         out["attention_layers"] = config["attention_layers"][:2]
         out["window_size"] = 64 * config["window_size"] // config["max_position_embeddings"]
+    if config["model_type"] == "smollm3":  # two layers of the published pattern, one of them NoPE
+        out["no_rope_layers"] = config["no_rope_layers"][2:4]
     if config["model_type"] == "vit":
         out |= {"image_size": 8, "patch_size": 4}
         if "encoder_stride" in config:

@@ -124,6 +124,7 @@ ABSENT = {
     "model.positional.local",  # null: every layer turns at positional.theta
     "model.attention_softcap",  # null: scores uncapped, as its description says
     "model.qkv_clip",  # null: q, k and v unclamped
+    "model.positional.nope_layers",  # null: every layer turns RoPE
     "model.logit_softcap",  # null: logits uncapped
     "model.window",  # null: every layer attends to every earlier position
     "train.loss_chunk_tokens",  # null: the loss over all logits at once, as its description says

@@ -65,8 +65,8 @@ def architecture_for(spec: Spec, where: str) -> Writable:
             Problem(
                 "model.family",
                 f"a {spec.model.family} model for {spec.task.type} has no transformers architecture here",
-                "export-hf writes GPT-2, OPT, GPT-BigCode, Llama, Qwen3, OLMo 2, Gemma, Gemma 2, Gemma 3, "
-                "GPT-NeoX, Starcoder2, BLOOM, BERT, ViT and T5 models",
+                "export-hf writes GPT-2, OPT, GPT-BigCode, Llama, Mistral, Qwen2, Qwen3, OLMo 2, SmolLM3, "
+                "Gemma, Gemma 2, Gemma 3, GPT-NeoX, Starcoder2, BLOOM, BERT, ViT and T5 models",
             )
         )
     raise refuse(where, problems)
@@ -96,8 +96,9 @@ def export_hf(run: Path, out: Path, which: str = "best", force: bool = False) ->
     state = without_vocabulary_padding({name: t.detach() for name, t in model.state_dict().items()}, spec)
     tensors = architecture.from_state(state, spec)
     tokens = token_ids(spec, run)
-    if (run / TOKENIZER_FILE).exists():  # a role it lacks is null, not the config class's default id
-        config |= {f"{role}_token_id": tokens.get(role) for role in ("bos", "eos", "pad")}
+    # A role the run lacks (every role, without a tokenizer) is null, not the config class's default
+    # id, which may lie past the vocabulary (SmolLM3's pad id, 128004).
+    config |= {f"{role}_token_id": tokens.get(role) for role in ("bos", "eos", "pad")}
     if config.get("is_encoder_decoder") and "bos" in tokens:  # the decoder's first input
         config["decoder_start_token_id"] = tokens["bos"]
     tmp = staging_folder(out)

@@ -57,6 +57,9 @@ class ModelType:
     layer_types_elsewhere: bool = False
     alternating: bool = False  # where no layer_types: every other layer slides, the first among them
     window_layers: bool = False  # where no layer_types: the layers from max_window_layers on slide
+    # no_rope_layers read (a 0 per layer that turns no RoPE; where none, every no_rope_layer_interval-th
+    # layer), and where no layer_types those layers slide, with use_sliding_window
+    nope: bool = False
     # The config class's defaults where LlamaConfig's differ: ``defaults`` read where config.json
     # leaves the field out or null (a head_dim left out: d_model / heads, as LlamaConfig has it),
     # ``nullable`` where it leaves it out (the class keeps a null: no window, no pad id).
@@ -113,6 +116,20 @@ MODEL_TYPES = {
         defaults={"vocab_size": 50304},
         nullable={"pad_token_id": 1},
     ),
+    "smollm3": ModelType(
+        attention_bias=QKVO,
+        mlp_bias=True,
+        nope=True,
+        defaults={
+            "vocab_size": 128256,
+            "intermediate_size": 11008,
+            "num_key_value_heads": 4,
+            "max_position_embeddings": 32768,
+            "rope_theta": 2000000.0,
+            "tie_word_embeddings": True,
+        },
+        nullable=WINDOW | {"pad_token_id": 128004},
+    ),
     "olmo2": ModelType(
         attention_bias=QKVO,
         qk_norm=True,
@@ -150,6 +167,8 @@ MODEL_TYPES = {
         activation="hidden_activation",
     ),
 }
+# The head classes whose names are not the model type's capitalised (export-hf writes them).
+HEADS = {"smollm3": "SmolLM3ForCausalLM"}
 # The fields of each scaling that tfcompile keeps (the rest are transformers' bookkeeping).
 SCALING_FIELDS = {
     "linear": ("factor",),
@@ -278,6 +297,8 @@ def window(config: Config, kind: ModelType) -> dict[str, Any] | None:
         layers = [i for i, t in enumerate(layer_types) if t == "sliding_attention"]
     elif kind.alternating:
         layers = list(range(0, n_layers, 2)) if isinstance(n_layers, int) else None
+    elif kind.nope and config.get("use_sliding_window", False):
+        layers = nope_layers(config)
     elif kind.window_layers and config.get("use_sliding_window", False):
         first = config.get("max_window_layers", 28)
         layers = (
@@ -303,6 +324,31 @@ def window(config: Config, kind: ModelType) -> dict[str, Any] | None:
     return {"size": int(size)} if every else {"size": int(size), "layers": layers}
 
 
+def nope_layers(config: Config) -> list[int]:
+    """The layers that turn no RoPE: the 0s of ``no_rope_layers`` (a 0 or 1 for each layer, those
+    past the last layer unread, as transformers reads them), or where it is left out every
+    ``no_rope_layer_interval``-th layer (4th), as SmolLM3Config derives them."""
+    n_layers = config.get("num_hidden_layers", 36)
+    given = config.data.get("no_rope_layers")
+    if given is None:
+        interval = config.get("no_rope_layer_interval", 4)
+        config.require(
+            isinstance(interval, int) and interval >= 1,
+            "no_rope_layer_interval",
+            f"{interval!r} is not a positive whole number",
+            "set it to the interval between layers that turn no RoPE, e.g. 4",
+        )
+        return [i for i in range(n_layers) if (i + 1) % max(int(interval), 1) == 0]
+    read = given[:n_layers] if isinstance(given, list) else []
+    config.require(
+        len(read) == n_layers and all(json_type(v) == "a number" and v in (0, 1) for v in read),
+        "no_rope_layers",
+        f"{given!r} is not a 0 or 1 for each of the {n_layers} layers",
+        "list 1 for a layer that turns RoPE, 0 for one that does not",
+    )
+    return [i for i, v in enumerate(read) if v == 0]
+
+
 def window_sources(config: Config, kind: ModelType) -> dict[str, str]:
     """The config fields the spec's window was read from."""
     if kind.every_layer_slides:
@@ -310,7 +356,13 @@ def window_sources(config: Config, kind: ModelType) -> dict[str, str]:
     elif config.data.get("layer_types"):
         layers = "layer_types"
     else:
-        layers = "max_window_layers" if kind.window_layers else "num_hidden_layers"
+        layers = (
+            "max_window_layers"
+            if kind.window_layers
+            else "no_rope_layers"
+            if kind.nope
+            else "num_hidden_layers"
+        )
     return {"model.window.size": "sliding_window", "model.window.layers": layers}
 
 
@@ -333,7 +385,7 @@ def rope_dict(positional: RopePositional) -> dict[str, Any]:
     return {"rope_type": scaling.pop("type"), **scaling}
 
 
-@register("llama", "mistral", "qwen2", "qwen3", "olmo", "olmo2")
+@register("llama", "mistral", "qwen2", "qwen3", "olmo", "olmo2", "smollm3")
 class Llama(Writable):
     windows: ClassVar[Windows] = "any"  # as Mistral, Qwen2 or Qwen3 (written_as says which)
     prefixes = ("model.",)
@@ -352,6 +404,7 @@ class Llama(Writable):
         "model.norm.eps": "rms_norm_eps",
         "model.dropout.attention": "attention_dropout",
         "model.qkv_clip": "clip_qkv",
+        "model.positional.nope_layers": "no_rope_layers",
         "model.init_std": "initializer_range",
     }
 
@@ -415,6 +468,8 @@ class Llama(Writable):
                 model["qk_norm_over"] = kind.qk_norm_over
         if kind.scale_embeddings:
             model["scale_embeddings"] = True
+        if kind.nope and (nope := nope_layers(config)):
+            model["positional"]["nope_layers"] = nope
         if kind.clip_qkv and (clip := config.get("clip_qkv")) is not None:
             model["qkv_clip"] = clip  # not above 0: refused by the spec
         if (slides := window(config, kind)) is not None:
@@ -470,8 +525,9 @@ class Llama(Writable):
     def exportable(self, spec: Spec) -> list[Problem]:
         model = spec.model
         assert isinstance(model, DecoderSpec) and isinstance(model.positional, RopePositional)
-        olmo2 = written_as(model) == "olmo2"
-        name = "OLMo 2" if olmo2 else "Qwen3" if model.qk_norm else "Llama"
+        written = written_as(model)
+        olmo2, smollm3 = written == "olmo2", written == "smollm3"
+        name = "OLMo 2" if olmo2 else "SmolLM3" if smollm3 else "Qwen3" if model.qk_norm else "Llama"
         need = Needs(name)
         need(model.activation in EXPORTED_ACTIVATIONS, "model.activation", model.activation, "swiglu")
         if olmo2:  # its norms on each sublayer's output, and over all heads' q and all heads' k
@@ -482,11 +538,16 @@ class Llama(Writable):
             model = model.model_copy(
                 update={"norm": model.norm.model_copy(update={"position": "pre"}), "qk_norm_over": "head"}
             )
+        if smollm3:  # its layers without RoPE, and no q/k norms
+            need(not model.qk_norm, "model.qk_norm", True, "false (SmolLM3 has no q/k norms)")
+            model = model.model_copy(
+                update={"positional": model.positional.model_copy(update={"nope_layers": None})}
+            )
         rope_and_norms(need, model)
         need.plain_scales(model, qk_norm=True)  # head_dim is free: Llama configs name it; q/k norms: Qwen3
-        if not MODEL_TYPES[written_as(model)].mlp_bias:
+        if not MODEL_TYPES[written].mlp_bias:
             need(not model.bias.ffn, "model.bias.ffn", True, f"false ({name}'s feed-forward has no biases)")
-        if written_as(model) == "qwen2":
+        if written == "qwen2":
             need(
                 not model.bias.attn_out,
                 "model.bias.attn_out",
@@ -503,7 +564,7 @@ class Llama(Writable):
         written = written_as(model)
         rope = rope_dict(model.positional)
         config: dict[str, Any] = {
-            "architectures": [f"{written.capitalize()}ForCausalLM"],
+            "architectures": [HEADS.get(written, f"{written.capitalize()}ForCausalLM")],
             "model_type": written,
             "vocab_size": model.vocab_size,
             "hidden_size": model.d_model,
@@ -530,6 +591,16 @@ class Llama(Writable):
         if kind.every_layer_slides:  # Mistral
             assert window is not None
             config |= {"sliding_window": window.size}
+        elif kind.nope:  # SmolLM3: the layers without RoPE, the sliding ones as layer_types
+            nope, sliding = set(model.positional.nope_layers or ()), model.sliding_layers
+            config |= {
+                "no_rope_layers": [int(i not in nope) for i in range(model.n_layers)],
+                "use_sliding_window": window is not None,
+                "sliding_window": None if window is None else window.size,
+                "layer_types": [
+                    "sliding_attention" if i in sliding else "full_attention" for i in range(model.n_layers)
+                ],
+            }
         elif kind.window_layers and window is None:
             config |= {"use_sliding_window": False, "sliding_window": None}
         elif kind.window_layers and window is not None:
@@ -646,6 +717,8 @@ def one_rope(need: Needs, model: DecoderSpec) -> None:
     local = model.positional.local
     found = local.model_dump(exclude_none=True) if local is not None else None
     need(local is None, "model.positional.local", found, "leave it unset (every layer at positional.theta)")
+    nope = model.positional.nope_layers
+    need(nope is None, "model.positional.nope_layers", nope, "leave it unset (every layer turns RoPE)")
 
 
 def dynamic_from_max_seq_len(need: Needs, model: DecoderSpec) -> None:
@@ -665,15 +738,17 @@ def dynamic_from_max_seq_len(need: Needs, model: DecoderSpec) -> None:
 
 def written_as(model: DecoderSpec) -> str:
     """The model_type export-hf writes a decoder as: OLMo 2 where its norms are on each sublayer's
-    output; Qwen3 where each head's q and k are normalised; else Llama, whatever the biases (zeros
-    where the model has none). Not Qwen2, even for exactly q, k and v biases: transformers 5's
-    AutoTokenizer reads a qwen2 folder with Qwen2's own tokenizer class, whatever its
-    tokenizer.json holds (a character tokenizer lost its spaces).
+    output; SmolLM3 where some layers turn no RoPE; Qwen3 where each head's q and k are
+    normalised; else Llama, whatever the biases (zeros where the model has none). Not Qwen2, even
+    for exactly q, k and v biases: transformers 5's AutoTokenizer reads a qwen2 folder with Qwen2's
+    own tokenizer class, whatever its tokenizer.json holds (a character tokenizer lost its spaces).
     A sliding window is Mistral's where it covers every layer of a model without attention biases,
     else Qwen2's (on any layers, with q, k and v biases, zeros where the model has none), or
     Qwen3's with q/k norms."""
     if model.norm.position == "output":
         return "olmo2"
+    if isinstance(model.positional, RopePositional) and model.positional.nope_layers:
+        return "smollm3"
     if model.qk_norm:
         return "qwen3"
     if model.window is None:

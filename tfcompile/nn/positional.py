@@ -234,6 +234,7 @@ class RotaryPositional(PositionalEncoding):
             else None
         )
         self.local_layers = frozenset(local.layers) if local is not None else frozenset()
+        self.nope_layers = frozenset(spec.nope_layers or ())
 
     def rotary(self, positions: torch.Tensor) -> Rotary:
         if self.dynamic is not None:
@@ -242,11 +243,14 @@ class RotaryPositional(PositionalEncoding):
         return Rotary(self.cos[positions], self.sin[positions], self.layout)
 
     def layer_rotaries(self, positions: torch.Tensor, n_layers: int) -> list[Rotary | None]:
+        """positional.theta's rotary for each layer; local.theta's for local.layers, none for
+        nope_layers."""
         shared = self.rotary(positions)
-        if self.local is None:
-            return [shared] * n_layers
-        local = self.local.rotary(positions)
-        return [local if i in self.local_layers else shared for i in range(n_layers)]
+        local = self.local.rotary(positions) if self.local is not None else None
+        return [
+            None if i in self.nope_layers else local if i in self.local_layers else shared
+            for i in range(n_layers)
+        ]
 
     def _dynamic_angles(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """NTK-aware scaling by the row's sequence, L = max(positions) + 1 but at least the

@@ -355,9 +355,39 @@ class RopePositional(Section):
         description="another theta (and scaling) for the layers it lists, the layout and rotated "
         "width shared (Gemma 3's sliding-window layers); default: every layer alike",
     )
+    nope_layers: (
+        Annotated[list[Annotated[int, Field(strict=True, ge=0)]], Field(min_length=1, max_length=MAX_LAYERS)]
+        | None
+    ) = Field(
+        None,
+        description="the layers (counted from 0, in each stack) whose queries and keys turn no RoPE "
+        "(NoPE: they attend by content and the mask alone, as SmolLM3's every fourth); default: none",
+    )
+
+    @model_validator(mode="after")
+    def _rules(self) -> RopePositional:
+        rules = Rules()
+        nope = self.nope_layers or []
+        require_distinct(rules, nope, ("nope_layers",))
+        both = sorted(set(nope) & set(self.local.layers if self.local is not None else []))
+        rules.require(
+            not both,
+            ("nope_layers",),
+            f"lists layers local.layers turns at a theta of their own: {', '.join(map(str, both))}",
+            "list each layer in one of the two",
+        )
+        rules.check()
+        return self
 
     def parameters(self, model: TransformerSpec) -> int:
         return 0
+
+    def layer_lists(self) -> dict[tuple[str, ...], list[int]]:
+        """The lists of layers it names, by field: local.layers, nope_layers."""
+        lists: dict[tuple[str, ...], list[int]] = {("positional", "nope_layers"): self.nope_layers or []}
+        if self.local is not None:
+            lists[("positional", "local", "layers")] = self.local.layers
+        return lists
 
     def width(self, head_dim: int) -> int:
         """The dimensions of a head that rotate."""
@@ -595,7 +625,8 @@ class TransformerSpec(Section):
                     f"dimensions of a head, so they must exceed 2",
                     "rotate more dimensions, or use another scaling",
                 )
-                require_within(rules, local.layers, self.n_layers, ("positional", "local", "layers"))
+            for field, layers in self.positional.layer_lists().items():
+                require_within(rules, layers, self.n_layers, field)
             if self.positional.rotary_dims is None:
                 self._resolve(positional=self.positional.model_copy(update={"rotary_dims": rotary}))
         rules.require(
@@ -846,13 +877,13 @@ class EncoderDecoderSpec(TransformerSpec):
             "feed-forward, which a parallel block has no place for",
             "use block: sequential",
         )
-        local = self.positional.local if isinstance(self.positional, RopePositional) else None
-        if local is not None:
+        lists = self.positional.layer_lists() if isinstance(self.positional, RopePositional) else {}
+        for field, layers in lists.items():
             require_within(
                 rules,
-                local.layers,
+                layers,
                 self.n_decoder_layers,
-                ("positional", "local", "layers"),
+                field,
                 counts="in each stack, and the decoder has {n}",
                 more=", or give the decoder more (n_decoder_layers)",
             )
