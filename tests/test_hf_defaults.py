@@ -30,6 +30,7 @@ import test_hf_falcon_bloom  # noqa: F401 (each of these adds its families to te
 import test_hf_gemma3  # noqa: F401
 import test_hf_gemma_phi3  # noqa: F401
 import test_hf_gpt_neo  # noqa: F401
+import test_hf_granite  # noqa: F401
 import test_hf_mpt  # noqa: F401
 import test_hf_neox_gptj_phi  # noqa: F401
 import test_hf_olmo  # noqa: F401
@@ -93,6 +94,7 @@ SOURCES: dict[str, Source] = {
         "olmo",
         "olmo2",
         "smollm3",
+        "granite",
         "starcoder2",
         "stablelm",
         "gpt_neox",

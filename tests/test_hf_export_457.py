@@ -205,6 +205,17 @@ def _smollm3(kind: str) -> Callable[[Path], Path]:
     return run
 
 
+def _granite(kind: str) -> Callable[[Path], Path]:
+    """A run with multipliers (test_hf_granite.WRITTEN's)."""
+
+    def run(root: Path) -> Path:
+        import test_hf_granite
+
+        return random_run(root, f"model: {{{test_hf_granite.WRITTEN[kind]}}}\n")
+
+    return run
+
+
 def _windowed(architecture: str) -> Callable[[Path], Path]:
     """A run of tfcompile's own with a window shorter than the 12 tokens compared."""
 
@@ -238,6 +249,12 @@ RUNS: dict[str, Callable[[Path], Path]] = {
     ),
     "smollm3 of tfcompile's own (halves, untied, no tokenizer)": _smollm3(
         "halves, one K/V head, untied, no biases"
+    ),
+    "granite of tfcompile's own (multipliers, no tokenizer)": _granite(
+        "interleaved, grouped, multipliers, q/k/v biases"
+    ),
+    "granite of tfcompile's own (an attention scale, no tokenizer)": _granite(
+        "halves, an attention scale of its own, untied"
     ),
     "bert_pretraining": _variant("bert_pretraining"),
     "bert_cls": _variant("bert_cls"),

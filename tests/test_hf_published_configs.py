@@ -80,7 +80,7 @@ SIZES |= dict.fromkeys(
     ("mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "phi3", "phi", "starcoder2"),
     SIZES["llama"],
 )
-SIZES |= dict.fromkeys(("olmo", "olmo2", "smollm3"), SIZES["llama"])
+SIZES |= dict.fromkeys(("olmo", "olmo2", "smollm3", "granite"), SIZES["llama"])
 SIZES |= dict.fromkeys(("roberta", "xlm-roberta", "camembert"), SIZES["bert"])
 SIZES["mt5"] = SIZES["t5"]
 TOKENIZERS = {

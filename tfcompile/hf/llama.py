@@ -18,6 +18,7 @@ import torch
 
 from tfcompile.hf.architecture import (
     GATED_ACTIVATIONS,
+    MULTIPLIERS,
     Config,
     Imported,
     Needs,
@@ -60,6 +61,9 @@ class ModelType:
     # no_rope_layers read (a 0 per layer that turns no RoPE; where none, every no_rope_layer_interval-th
     # layer), and where no layer_types those layers slide, with use_sliding_window
     nope: bool = False
+    # embedding_multiplier, residual_multiplier, logits_scaling (the logits divided by it) and
+    # attention_multiplier (the attention scale) read
+    multipliers: bool = False
     # The config class's defaults where LlamaConfig's differ: ``defaults`` read where config.json
     # leaves the field out or null (a head_dim left out: d_model / heads, as LlamaConfig has it),
     # ``nullable`` where it leaves it out (the class keeps a null: no window, no pad id).
@@ -130,6 +134,7 @@ MODEL_TYPES = {
         },
         nullable=WINDOW | {"pad_token_id": 128004},
     ),
+    "granite": ModelType(attention_bias=QKVO, mlp_bias=True, multipliers=True),
     "olmo2": ModelType(
         attention_bias=QKVO,
         qk_norm=True,
@@ -324,6 +329,25 @@ def window(config: Config, kind: ModelType) -> dict[str, Any] | None:
     return {"size": int(size)} if every else {"size": int(size), "layers": layers}
 
 
+def multipliers(config: Config) -> dict[str, Any]:
+    """Granite's multipliers as the spec's fields (one not above 0 refused by the spec, by the
+    field it was read from); ``logits_scaling`` divides the logits: the spec multiplies them by
+    its inverse."""
+    scaling = config.get("logits_scaling", 1.0)
+    config.require(
+        scaling > 0 and math.isfinite(scaling),
+        "logits_scaling",
+        f"is {scaling!r}: the logits are divided by it, so it must be a positive number",
+        "set it above 0 (1: the logits as the head computes them)",
+    )
+    return {
+        "embedding_multiplier": config.get("embedding_multiplier", 1.0),
+        "residual_multiplier": config.get("residual_multiplier", 1.0),
+        "logit_multiplier": 1 / scaling if scaling > 0 and math.isfinite(scaling) else 1.0,
+        "attention_scale": config.get("attention_multiplier", 1.0),
+    }
+
+
 def nope_layers(config: Config) -> list[int]:
     """The layers that turn no RoPE: the 0s of ``no_rope_layers`` (a 0 or 1 for each layer, those
     past the last layer unread, as transformers reads them), or where it is left out every
@@ -385,7 +409,7 @@ def rope_dict(positional: RopePositional) -> dict[str, Any]:
     return {"rope_type": scaling.pop("type"), **scaling}
 
 
-@register("llama", "mistral", "qwen2", "qwen3", "olmo", "olmo2", "smollm3")
+@register("llama", "mistral", "qwen2", "qwen3", "olmo", "olmo2", "smollm3", "granite")
 class Llama(Writable):
     windows: ClassVar[Windows] = "any"  # as Mistral, Qwen2 or Qwen3 (written_as says which)
     prefixes = ("model.",)
@@ -405,6 +429,9 @@ class Llama(Writable):
         "model.dropout.attention": "attention_dropout",
         "model.qkv_clip": "clip_qkv",
         "model.positional.nope_layers": "no_rope_layers",
+        "model.embedding_multiplier": "embedding_multiplier",
+        "model.residual_multiplier": "residual_multiplier",
+        "model.attention_scale": "attention_multiplier",
         "model.init_std": "initializer_range",
     }
 
@@ -468,6 +495,8 @@ class Llama(Writable):
                 model["qk_norm_over"] = kind.qk_norm_over
         if kind.scale_embeddings:
             model["scale_embeddings"] = True
+        if kind.multipliers:
+            model |= multipliers(config)
         if kind.nope and (nope := nope_layers(config)):
             model["positional"]["nope_layers"] = nope
         if kind.clip_qkv and (clip := config.get("clip_qkv")) is not None:
@@ -526,8 +555,10 @@ class Llama(Writable):
         model = spec.model
         assert isinstance(model, DecoderSpec) and isinstance(model.positional, RopePositional)
         written = written_as(model)
-        olmo2, smollm3 = written == "olmo2", written == "smollm3"
-        name = "OLMo 2" if olmo2 else "SmolLM3" if smollm3 else "Qwen3" if model.qk_norm else "Llama"
+        olmo2, smollm3, granite = (written == kind for kind in ("olmo2", "smollm3", "granite"))
+        name = {"olmo2": "OLMo 2", "smollm3": "SmolLM3", "granite": "Granite", "qwen3": "Qwen3"}.get(
+            written, "Llama"
+        )
         need = Needs(name)
         need(model.activation in EXPORTED_ACTIVATIONS, "model.activation", model.activation, "swiglu")
         if olmo2:  # its norms on each sublayer's output, and over all heads' q and all heads' k
@@ -538,6 +569,12 @@ class Llama(Writable):
             model = model.model_copy(
                 update={"norm": model.norm.model_copy(update={"position": "pre"}), "qk_norm_over": "head"}
             )
+        if granite:  # its multipliers and attention scale, no window, no q/k norms
+            need(not model.qk_norm, "model.qk_norm", True, "false (Granite has no q/k norms)")
+            need(model.window is None, "model.window", model.window, "leave it unset (Granite has none)")
+            assert model.head_dim is not None
+            plain = dict.fromkeys(MULTIPLIERS, 1.0) | {"attention_scale": model.head_dim**-0.5}
+            model = model.model_copy(update=plain)
         if smollm3:  # its layers without RoPE, and no q/k norms
             need(not model.qk_norm, "model.qk_norm", True, "false (SmolLM3 has no q/k norms)")
             model = model.model_copy(
@@ -613,6 +650,13 @@ class Llama(Writable):
             }
         if kind.mlp_bias:
             config["mlp_bias"] = bias.ffn
+        if kind.multipliers:
+            config |= {
+                "embedding_multiplier": model.embedding_multiplier,
+                "residual_multiplier": model.residual_multiplier,
+                "logits_scaling": 1 / model.logit_multiplier,
+                "attention_multiplier": model.attention_scale,
+            }
         return config
 
     def from_state(self, state: State, spec: Spec) -> State:
@@ -738,10 +782,11 @@ def dynamic_from_max_seq_len(need: Needs, model: DecoderSpec) -> None:
 
 def written_as(model: DecoderSpec) -> str:
     """The model_type export-hf writes a decoder as: OLMo 2 where its norms are on each sublayer's
-    output; SmolLM3 where some layers turn no RoPE; Qwen3 where each head's q and k are
-    normalised; else Llama, whatever the biases (zeros where the model has none). Not Qwen2, even
-    for exactly q, k and v biases: transformers 5's AutoTokenizer reads a qwen2 folder with Qwen2's
-    own tokenizer class, whatever its tokenizer.json holds (a character tokenizer lost its spaces).
+    output; SmolLM3 where some layers turn no RoPE; Granite where it has multipliers or another
+    attention scale; Qwen3 where each head's q and k are normalised; else Llama, whatever the
+    biases (zeros where the model has none). Not Qwen2, even for exactly q, k and v biases:
+    transformers 5's AutoTokenizer reads a qwen2 folder with Qwen2's own tokenizer class, whatever
+    its tokenizer.json holds (a character tokenizer lost its spaces).
     A sliding window is Mistral's where it covers every layer of a model without attention biases,
     else Qwen2's (on any layers, with q, k and v biases, zeros where the model has none), or
     Qwen3's with q/k norms."""
@@ -749,12 +794,21 @@ def written_as(model: DecoderSpec) -> str:
         return "olmo2"
     if isinstance(model.positional, RopePositional) and model.positional.nope_layers:
         return "smollm3"
+    if granite_scales(model):
+        return "granite"
     if model.qk_norm:
         return "qwen3"
     if model.window is None:
         return "llama"
     every = model.sliding_layers == set(range(model.n_layers))
     return "mistral" if every and not (model.bias.qkv or model.bias.attn_out) else "qwen2"
+
+
+def granite_scales(model: DecoderSpec) -> bool:
+    """Multipliers, or an attention scale other than 1/sqrt(head_dim): Granite's fields."""
+    assert model.head_dim is not None
+    default = math.isclose(model.attention_scale or 0.0, model.head_dim**-0.5, rel_tol=1e-12)
+    return not default or any(getattr(model, name) != 1.0 for name in MULTIPLIERS)
 
 
 def windowless(spec: Spec) -> Spec:

@@ -34,7 +34,8 @@ class DecoderLM(Assembly):
         self.padded = spec.vocab_rows > self.vocab_size
         self.spec = spec
         self.embed = nn.Embedding(spec.vocab_rows, spec.d_model)
-        self.embed_scale = math.sqrt(spec.d_model)
+        root = math.sqrt(spec.d_model) if spec.scale_embeddings else 1.0
+        self.embed_scale = root * spec.embedding_multiplier
         self.positional = build_positional(spec, bidirectional=False)
         self.embed_norm = build_norm(spec.norm, spec.d_model) if spec.embedding_norm else nn.Identity()
         self.drop = nn.Dropout(spec.dropout.embedding)
@@ -62,9 +63,12 @@ class DecoderLM(Assembly):
 
     def head(self, x: torch.Tensor) -> torch.Tensor:
         """Final hidden states (..., d_model) -> logits (..., vocab_size), padded rows left out,
-        capped to c * tanh(logits / c) where the spec has a ``logit_softcap`` c."""
+        times ``logit_multiplier``, capped to c * tanh(logits / c) where the spec has a
+        ``logit_softcap`` c."""
         logits = self.lm_head(x)
         logits = logits[..., : self.vocab_size] if self.padded else logits
+        if self.spec.logit_multiplier != 1.0:
+            logits = logits * self.spec.logit_multiplier
         cap = self.spec.logit_softcap
         return logits if cap is None else cap * torch.tanh(logits / cap)
 
@@ -86,7 +90,7 @@ class DecoderLM(Assembly):
         k_positions = index if attention_mask is None else positions_from_mask(attention_mask)  # (B?, P + T)
         positions = k_positions[..., past:]  # of the new tokens
         x = self.embed(input_ids)  # (B, T, d)
-        if self.spec.scale_embeddings:
+        if self.embed_scale != 1.0:
             x = x * self.embed_scale
         x = self.drop(self.embed_norm(self.positional.embed(x, positions)))
         rotaries = self.positional.layer_rotaries(positions, len(self.blocks))

@@ -57,6 +57,17 @@ def build_blocks(spec: TransformerSpec, count: int, cross_attention: bool = Fals
     return nn.ModuleList(TransformerBlock(spec, cross_attention, drop_path=rate) for rate in rates)
 
 
+class Scale(nn.Module):
+    """x -> x times a constant."""
+
+    def __init__(self, factor: float) -> None:
+        super().__init__()
+        self.factor = factor
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * self.factor
+
+
 class DropPath(nn.Module):
     """Stochastic depth: while training, each example's branch is zeroed with probability ``p``
     and the kept ones scaled by 1 / (1 - p), so that the expectation is the branch itself; the
@@ -88,8 +99,9 @@ class TransformerBlock(nn.Module):
     parallel:  x = x + attn(norm1(x)) + ffn(norm2(x)), norm2 = norm1 with a shared norm (GPT-J,
                GPT-NeoX, PaLM; pre-norm only)
 
-    While training, each f's output (a parallel block's sum) goes through dropout and, with
-    ``drop_path``, stochastic depth.
+    Each f's output (a parallel block's sum) is multiplied by the spec's ``residual_multiplier``
+    (Granite's; 1 by default) and, while training, goes through dropout and, with ``drop_path``,
+    stochastic depth.
     """
 
     def __init__(self, spec: TransformerSpec, cross_attention: bool = False, drop_path: float = 0.0) -> None:
@@ -118,7 +130,9 @@ class TransformerBlock(nn.Module):
         self.ffn = FeedForward(spec.d_model, spec.d_ff, spec.activation, bias=spec.bias.ffn)
         self.ffn_out_norm = output_norm()
         dropout = nn.Dropout(spec.dropout.residual)
-        self.drop = nn.Sequential(dropout, DropPath(drop_path)) if drop_path else dropout
+        dropped = nn.Sequential(dropout, DropPath(drop_path)) if drop_path else dropout
+        multiplier = spec.residual_multiplier
+        self.drop = dropped if multiplier == 1.0 else nn.Sequential(dropped, Scale(multiplier))
 
     def forward(
         self,

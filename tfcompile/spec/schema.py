@@ -551,6 +551,11 @@ class TransformerSpec(Section):
     )
     tie_embeddings: bool = True
     scale_embeddings: bool = Field(False, description="multiply token embeddings by sqrt(d_model)")
+    residual_multiplier: PositiveFloat = Field(
+        1.0,
+        description="each sublayer's output (a parallel block's sum) times this as it joins the residual "
+        "stream (Granite's residual_multiplier)",
+    )
     dropout: DropoutSpec = DropoutSpec()
     init_std: PositiveFloat = 0.02
 
@@ -767,6 +772,16 @@ class DecoderSpec(TransformerSpec):
         None,
         description="cap the logits to c * tanh(logits / c), in training and generation (Gemma 2: 30); "
         "default none",
+    )
+    embedding_multiplier: PositiveFloat = Field(
+        1.0,
+        description="the token embeddings times this (after scale_embeddings' sqrt(d_model)), before "
+        "positions are added (Granite's embedding_multiplier)",
+    )
+    logit_multiplier: PositiveFloat = Field(
+        1.0,
+        description="the logits times this, before logit_softcap, in training and generation (Cohere's "
+        "logit_scale, Granite's 1 / logits_scaling)",
     )
     window: SlidingWindow | None = Field(
         None, description="sliding-window attention in some or every layer; default: none"
