@@ -24,6 +24,7 @@ from tfcompile.hf.exporter import export_hf
 from tfcompile.models import DecoderLM
 from tfcompile.spec import parse_spec
 from tfcompile.spec.errors import SpecError
+from tfcompile.summary import summarize
 
 MODEL = "vocab_size: 20, d_model: 16, n_layers: 3, n_heads: 2, max_seq_len: 12"
 
@@ -138,3 +139,25 @@ def test_export_hf_refuses_nope_layers_by_field(model: str, tmp_path: Path) -> N
     with pytest.raises(HFError, match=r"\n  model\.positional\.nope_layers: "):
         export_hf(run, tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+def test_the_summary_notes_each_layer_that_turns_no_rope_in_every_stack() -> None:
+    spec = parse_spec(
+        f"model: {{family: encoder_decoder, {MODEL}, positional: {{type: rope, nope_layers: [1]}}}}\n"
+        "task: seq2seq\n"
+    )
+    notes = {row.name: row.note for row in summarize(spec).rows if row.name.endswith(".attn")}
+    assert notes == {
+        "encoder_blocks.0.attn": "",
+        "encoder_blocks.1.attn": "turns no RoPE",
+        "encoder_blocks.2.attn": "",
+        "decoder_blocks.0.attn": "",
+        "decoder_blocks.1.attn": "turns no RoPE",
+        "decoder_blocks.2.attn": "",
+    }
+    windowed = parse_spec(
+        f"model: {{{MODEL}, positional: {{type: rope, nope_layers: [1]}}, "
+        "window: {size: 4, layers: [1, 2]}}\n"
+    )
+    notes = {row.name: row.note for row in summarize(windowed).rows if row.name.endswith(".attn")}
+    assert notes["blocks.1.attn"] == "slides over 4 positions; turns no RoPE"

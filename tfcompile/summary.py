@@ -8,6 +8,7 @@ that the forward pass costs one block's time however deep the model.
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -40,6 +41,10 @@ class Summary:
         return 3 * self.forward_flops_per_token
 
 
+# A block's self-attention in any stack (blocks, encoder_blocks, decoder_blocks), its layer's index.
+ATTENTION = re.compile(r"\w*blocks\.(\d+)\.attn")
+
+
 def summarize(spec: Spec) -> Summary:
     with torch.device("meta"):
         model = build_model(spec)
@@ -53,6 +58,7 @@ def summarize(spec: Spec) -> Summary:
 
     window = getattr(spec.model, "window", None)  # a decoder's sliding layers, named by their attention
     sliding = {f"blocks.{i}.attn" for i in getattr(spec.model, "sliding_layers", ())}
+    nope = set(getattr(spec.model.positional, "nope_layers", None) or ())  # in each stack
     seen: dict[int, str] = {}
     rows = []
     for name, module, shape_of in rows_modules:
@@ -66,6 +72,8 @@ def summarize(spec: Spec) -> Summary:
         note = f"weight tied to {tied[0]}" if tied else ""
         if name in sliding and window is not None:
             note = f"slides over {window.size:,} positions"
+        if (layer := ATTENTION.fullmatch(name)) and int(layer[1]) in nope:
+            note = "; ".join(filter(None, [note, "turns no RoPE"]))
         rows.append(ModuleRow(name, type(module).__name__, own, shapes.get(shape_of), note))
     total = sum(p.numel() for p in model.parameters())
     return Summary(rows, total, forward_flops_per_token(model, spec.model), spec.context_length)

@@ -57,17 +57,6 @@ def build_blocks(spec: TransformerSpec, count: int, cross_attention: bool = Fals
     return nn.ModuleList(TransformerBlock(spec, cross_attention, drop_path=rate) for rate in rates)
 
 
-class Scale(nn.Module):
-    """x -> x times a constant."""
-
-    def __init__(self, factor: float) -> None:
-        super().__init__()
-        self.factor = factor
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x * self.factor
-
-
 class DropPath(nn.Module):
     """Stochastic depth: while training, each example's branch is zeroed with probability ``p``
     and the kept ones scaled by 1 / (1 - p), so that the expectation is the branch itself; the
@@ -130,9 +119,14 @@ class TransformerBlock(nn.Module):
         self.ffn = FeedForward(spec.d_model, spec.d_ff, spec.activation, bias=spec.bias.ffn)
         self.ffn_out_norm = output_norm()
         dropout = nn.Dropout(spec.dropout.residual)
-        dropped = nn.Sequential(dropout, DropPath(drop_path)) if drop_path else dropout
-        multiplier = spec.residual_multiplier
-        self.drop = dropped if multiplier == 1.0 else nn.Sequential(dropped, Scale(multiplier))
+        self.drop = nn.Sequential(dropout, DropPath(drop_path)) if drop_path else dropout
+        self.multiplier = spec.residual_multiplier
+
+    def _branch(self, h: torch.Tensor) -> torch.Tensor:
+        """A sublayer's output as it joins the residual stream: dropped out (and stochastic
+        depth) while training, times the residual multiplier."""
+        h = self.drop(h)
+        return h if self.multiplier == 1.0 else h * self.multiplier
 
     def forward(
         self,
@@ -153,19 +147,19 @@ class TransformerBlock(nn.Module):
             h = self.attn_norm(x)
             attended = self.attn(h, mask, is_causal, rotary, bias, cache)
             fed = self.ffn(h if self.ffn_norm is None else self.ffn_norm(x))
-            return x + self.drop(attended + fed)  # one dropout and stochastic depth for the block
+            return x + self._branch(attended + fed)  # one dropout and stochastic depth for the block
         ffn_norm = self.ffn_norm
         assert ffn_norm is not None  # sequential blocks have their own
         if self.pre_norm:
-            x = x + self.drop(
+            x = x + self._branch(
                 self.attn_out_norm(self.attn(self.attn_norm(x), mask, is_causal, rotary, bias, cache))
             )
             if self.cross is not None and memory is not None:
-                x = x + self.drop(self.cross_out_norm(self.cross(self.cross_norm(x), memory, memory_mask)))
-            x = x + self.drop(self.ffn_out_norm(self.ffn(ffn_norm(x))))
+                x = x + self._branch(self.cross_out_norm(self.cross(self.cross_norm(x), memory, memory_mask)))
+            x = x + self._branch(self.ffn_out_norm(self.ffn(ffn_norm(x))))
         else:
-            x = self.attn_norm(x + self.drop(self.attn(x, mask, is_causal, rotary, bias, cache)))
+            x = self.attn_norm(x + self._branch(self.attn(x, mask, is_causal, rotary, bias, cache)))
             if self.cross is not None and memory is not None:
-                x = self.cross_norm(x + self.drop(self.cross(x, memory, memory_mask)))
-            x = ffn_norm(x + self.drop(self.ffn(x)))
+                x = self.cross_norm(x + self._branch(self.cross(x, memory, memory_mask)))
+            x = ffn_norm(x + self._branch(self.ffn(x)))
         return x
