@@ -1,9 +1,10 @@
 """GPT-Neo (``GPTNeoForCausalLM``): tiny random transformers models saved with save_pretrained,
 imported, and held to transformers' logits (float32, rows padded on the right and not, sequences
 past the local layers' window), its parameter counts and greedy generation past the window; its
-local layers' mask as the spec's window; export-hf writing an import without a window within its
-context as GPT-2 and refusing one with a window by field; and a row for every field of
-GPTNeoConfig (tests/test_hf_fields.py's table and check)."""
+local layers' mask as the spec's window; export-hf writing an import back as GPT-Neo (as GPT-2
+where no layer slides within its context), tfcompile's own windowed runs of learned positions too,
+or refusing them by field; and a row for every field of GPTNeoConfig (tests/test_hf_fields.py's
+table and check)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from typing import Any
 
 import pytest
 import torch
+from helpers import random_run
 from hf_models import VOCAB, Imported, perturb, write
 from safetensors.torch import load_file, save_file
 from test_hf_export import _loads_alike, _problems
@@ -38,6 +40,7 @@ from tfcompile.hf.exporter import export_hf
 from tfcompile.hf.importer import import_folder
 from tfcompile.spec import parse_spec
 from tfcompile.spec.schema import SlidingWindow
+from tfcompile.train.runs import load_trained_model
 
 transformers = pytest.importorskip("transformers")
 T = transformers
@@ -64,9 +67,9 @@ def gpt_neo(**fields: Any) -> Any:
 
 
 # name -> (the model, the head class export-hf writes its import as; None: refused at model.window)
-VARIANTS: dict[str, tuple[Callable[[], Any], str | None]] = {
+VARIANTS: dict[str, tuple[Callable[[], Any], str]] = {
     # GPT-Neo's shape: global and local in turn, here a window of 4, tied, gelu_new
-    "gpt_neo": (lambda: gpt_neo(window_size=4), None),
+    "gpt_neo": (lambda: gpt_neo(window_size=4), "GPTNeoForCausalLM"),
     # every layer local, an untied head, ReLU, a feed-forward of its own width
     "gpt_neo_local_untied_relu": (
         lambda: gpt_neo(
@@ -76,7 +79,7 @@ VARIANTS: dict[str, tuple[Callable[[], Any], str | None]] = {
             intermediate_size=40,
             layer_norm_epsilon=1e-3,
         ),
-        None,
+        "GPTNeoForCausalLM",
     ),
     # no local layer: GPT-2's blocks with q.k unscaled, written as GPT-2
     "gpt_neo_global": (lambda: gpt_neo(attention_types=[[["global"], 2]]), "GPT2LMHeadModel"),
@@ -143,32 +146,58 @@ def test_a_local_layer_attends_to_the_window_as_transformers_mask_says(imported:
 
 
 @pytest.mark.parametrize("name", list(VARIANTS))
-def test_export_hf_writes_an_import_without_a_window_as_gpt2_and_refuses_one_with_a_window(
+def test_export_hf_writes_each_import_back_as_gpt_neo_or_without_a_window_as_gpt2(
     imported: dict[str, Imported], name: str, tmp_path: Path
 ) -> None:
     variant, written = imported[name], VARIANTS[name][1]
-    if written is None:
-        with pytest.raises(HFError, match=r"  model\.window: GPT2 has no sliding window"):
-            export_hf(variant.result.run_dir, tmp_path / "out")
-        return
-    with pytest.warns(HFWarning, match="scale_attn_weights is false"):  # transformers 4's SDPA scales
+    if written == "GPT2LMHeadModel":
+        with pytest.warns(HFWarning, match="scale_attn_weights is false"):  # transformers 4's SDPA scales
+            assert export_hf(variant.result.run_dir, tmp_path / "out") == written
+        config = json.loads((tmp_path / "out" / "config.json").read_text())
+        assert config["scale_attn_weights"] is False
+    else:
         assert export_hf(variant.result.run_dir, tmp_path / "out") == written
+        again = import_folder(tmp_path / "out", "again", tmp_path / "specs", tmp_path / "runs")
+        assert again.spec.model == variant.spec.model
     _loads_alike(tmp_path / "out", variant.model)
-    config = json.loads((tmp_path / "out" / "config.json").read_text())
-    assert config["scale_attn_weights"] is False
 
 
-def test_a_run_with_a_window_and_learned_positions_stays_gpt2s_and_is_refused_by_its_window(
-    tmp_path: Path,
-) -> None:
-    """GPT-Neo is import only: a spec of its blocks is GPT-2's candidate, refused at its window."""
+MODEL = "family: decoder, vocab_size: 64, d_model: 32, n_heads: 4, max_seq_len: 24"
+# tfcompile's own windowed runs of learned positions: local layers as the window's, biases GPT-Neo
+# has and the run does not (LayerNorm shifts included) as zeros.
+WRITTEN = {
+    "some layers local, no biases, untied": f"{MODEL}, n_layers: 3, attention_scale: 1, "
+    "window: {size: 4, layers: [0, 2]}, norm: {bias: false}, tie_embeddings: false, "
+    "bias: {qkv: false, attn_out: false, ffn: false}",
+    "every layer local, ffn and output biases, relu": f"{MODEL}, n_layers: 2, attention_scale: 1, "
+    "window: {size: 5}, activation: relu, bias: {qkv: false}",
+}
+
+
+@pytest.mark.parametrize("kind", list(WRITTEN))
+def test_a_windowed_run_of_learned_positions_is_written_as_gpt_neo(kind: str, tmp_path: Path) -> None:
+    text = f"model: {{{WRITTEN[kind]}}}\n"
+    assert exporter.candidates(parse_spec(text)) == [ARCHITECTURES["gpt_neo"]]
+    run = random_run(tmp_path, text)
+    assert export_hf(run, tmp_path / "out") == "GPTNeoForCausalLM"
+    _loads_alike(tmp_path / "out", load_trained_model(run)[1])
+
+
+def test_what_gpt_neo_cannot_compute_is_refused_by_field(tmp_path: Path) -> None:
+    """q.k scaled, q/k/v biases, grouped K/V heads, a gated activation: none is GPT-Neo's."""
     model = (
-        "family: decoder, vocab_size: 64, d_model: 32, n_layers: 2, n_heads: 4, max_seq_len: 16, "
-        "attention_scale: 1, bias: {qkv: false}, window: {size: 4, layers: [1]}"
+        f"{MODEL}, n_layers: 2, n_kv_heads: 2, window: {{size: 4, layers: [1]}}, activation: swiglu, "
+        "bias: {qkv: true}"
     )
-    assert exporter.candidates(parse_spec(f"model: {{{model}}}\n")) == [ARCHITECTURES["gpt2"]]
+    assert exporter.candidates(parse_spec(f"model: {{{model}}}\n")) == [ARCHITECTURES["gpt_neo"]]
     message = _problems(tmp_path, model)
-    assert re.findall(r"^  (\S+): ", message, re.MULTILINE) == ["model.window"], message
+    assert re.findall(r"^  (\S+): ", message, re.MULTILINE) == [
+        "model.activation",
+        "model.n_kv_heads",
+        "model.bias.qkv",
+        "model.attention_scale",
+    ], message
+    assert "has no GPT-Neo equivalent" in message
 
 
 @pytest.mark.slow
@@ -219,10 +248,10 @@ def test_a_classifier_head_is_refused_by_architectures(imported: dict[str, Impor
 # ------------------------------------------------------------------ every config field, by value
 
 
-def row(exported: bool = False, **fields: Any) -> Case:
-    """A case on the tiny GPT-Neo, whose local layer export-hf refuses (``exported``: none slides
-    within the context, and it is written as GPT-2)."""
-    return case("gpt_neo", exported=exported, **fields)
+def row(**fields: Any) -> Case:
+    """A case on the tiny GPT-Neo (written back as GPT-Neo, or as GPT-2 where none of its layers
+    slides within the context)."""
+    return case("gpt_neo", **fields)
 
 
 GLOBAL = [[["global"], 2]]
@@ -274,7 +303,7 @@ CASES: list[Case] = [
     row(num_heads=1, slow=True),  # one head of 32, q.k unscaled
     # which layers are local: attention_types expanded, item by item
     row(attention_types=[[["local"], 2]], spec={"window.size": 6, "window.layers": None}),
-    row(attention_types=GLOBAL, spec=NO_WINDOW, exported=True),  # written as GPT-2
+    row(attention_types=GLOBAL, spec=NO_WINDOW),  # written as GPT-2
     row(attention_types=[[["local", "global"], 1]], spec={"window.layers": [0]}, slow=True),
     row(attention_types=[[["global"], 1], [["local"], 1]], spec={"window.layers": [1]}, slow=True),
     row(num_layers=4, attention_types=[[["global", "local"], 2]], spec={"window.layers": [1, 3]}, slow=True),
@@ -289,7 +318,7 @@ CASES: list[Case] = [
     row(json={"attention_layers": ["local", "local"]}, spec={"window.layers": None}, slow=True),
     row(json={"attention_layers": ["local", "global"]}, spec={"window.layers": [0]}, slow=True),
     row(json={"attention_layers": DELETE}, spec={"window.layers": [1]}, slow=True),
-    row(json={"attention_layers": ["global", "global"]}, spec=NO_WINDOW, exported=True, slow=True),
+    row(json={"attention_layers": ["global", "global"]}, spec=NO_WINDOW, slow=True),
     row(outcome="attention_layers", json={"attention_layers": ["global", "sparse"]}),
     row(outcome="attention_layers", json={"attention_layers": ["local"]}, slow=True),
     row(outcome="attention_layers", json={"attention_layers": "gl"}, slow=True),
@@ -309,12 +338,12 @@ CASES: list[Case] = [
     row(window_size=4, spec={"window.size": 4}, slow=True),
     row(window_size=1, spec={"window.size": 1}, slow=True),  # the query's own position alone
     row(window_size=31, spec={"window.size": 31}, length=32, slow=True),
-    row(window_size=32, spec=NO_WINDOW, exported=True, slow=True),
-    row(window_size=40, spec=NO_WINDOW, exported=True, slow=True),
-    row(json={"window_size": DELETE}, spec=NO_WINDOW, exported=True, slow=True),  # GPTNeoConfig's 256
+    row(window_size=32, spec=NO_WINDOW, slow=True),
+    row(window_size=40, spec=NO_WINDOW, slow=True),
+    row(json={"window_size": DELETE}, spec=NO_WINDOW, slow=True),  # GPTNeoConfig's 256
     row(outcome="window_size", window_size=0),  # transformers computes even attention over every key
     row(outcome="window_size", window_size=-2, slow=True),
-    row(attention_types=GLOBAL, window_size=0, spec=NO_WINDOW, exported=True, slow=True),  # unread
+    row(attention_types=GLOBAL, window_size=0, spec=NO_WINDOW, slow=True),  # unread
     row(outcome="window_size", json={"window_size": 2.5}, slow=True),  # transformers 5 refuses it
     # the published configs' fields no transformers' GPT-Neo reads (GPT-2's summary head's)
     row(

@@ -175,6 +175,9 @@ WRITTEN = {
     "Gemma2ForCausalLM": "n_layers: 3, positional: {type: rope, layout: halves}, "
     "norm: {type: rmsnorm, position: sandwich}, activation: geglu_tanh, scale_embeddings: true, "
     "bias: {qkv: false, attn_out: false, ffn: false}, window: {size: 3, layers: [0, 2]}",
+    # learned positions, q.k unscaled: GPT-Neo's attention_layers
+    "GPTNeoForCausalLM": "n_layers: 2, attention_scale: 1, bias: {qkv: false}, "
+    "window: {size: 5, layers: [1]}",
     # LayerNorm blocks with grouped K/V heads: Starcoder2's sliding_window, every layer
     "Starcoder2ForCausalLM": "n_layers: 2, n_kv_heads: 2, positional: {type: rope, layout: halves}, "
     "activation: gelu_tanh, window: {size: 6}",
@@ -205,7 +208,7 @@ def test_export_hf_writes_the_window_that_transformers_computes_past(
 @pytest.mark.parametrize(
     ("model", "field"),
     [
-        ("n_layers: 1, window: {size: 4}", "model.window"),  # GPT-2 (learned positions)
+        ("n_layers: 1, norm: {position: post}, window: {size: 4}", "model.window"),  # OPT
         (  # Starcoder2, which slides every layer
             "n_layers: 2, n_kv_heads: 2, positional: rope, activation: gelu_tanh, "
             "window: {size: 4, layers: [1]}",
@@ -217,7 +220,7 @@ def test_export_hf_writes_the_window_that_transformers_computes_past(
             "model.bias.attn_out",
         ),  # Qwen2
     ],
-    ids=["gpt2", "starcoder2", "qwen2"],
+    ids=["opt", "starcoder2", "qwen2"],
 )
 def test_export_hf_refuses_a_window_it_cannot_write_by_field(model: str, field: str, tmp_path: Path) -> None:
     from tfcompile.hf.errors import HFError

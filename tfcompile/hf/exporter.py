@@ -65,8 +65,9 @@ def architecture_for(spec: Spec, where: str) -> Writable:
             Problem(
                 "model.family",
                 f"a {spec.model.family} model for {spec.task.type} has no transformers architecture here",
-                "export-hf writes GPT-2, OPT, GPT-BigCode, Llama, Mistral, Qwen2, Qwen3, OLMo 2, SmolLM3, "
-                "Granite, Gemma, Gemma 2, Gemma 3, GPT-NeoX, Starcoder2, BLOOM, BERT, ViT and T5 models",
+                "export-hf writes GPT-2, GPT-Neo, OPT, GPT-BigCode, Llama, Mistral, Qwen2, Qwen3, OLMo 2, "
+                "SmolLM3, Granite, Gemma, Gemma 2, Gemma 3, GPT-NeoX, Starcoder2, BLOOM, BERT, ViT and T5 "
+                "models",
             )
         )
     raise refuse(where, problems)

@@ -158,9 +158,9 @@ class GPT2(Writable):
         return self.read_layer(hf, kind, t, model)  # a transpose is its own inverse
 
     def candidate(self, spec: Spec) -> bool:
-        """A decoder LM with learned positions, GPT-2's norms and no MQA."""
+        """A decoder LM with learned positions, GPT-2's norms, no MQA and no window (GPT-Neo's)."""
         model = learned_decoder_lm(spec)
-        return model is not None and not multi_query(model) and gpt2_norms(model)
+        return model is not None and not multi_query(model) and gpt2_norms(model) and model.window is None
 
     def exportable(self, spec: Spec) -> list[Problem]:
         model = spec.model

@@ -5,26 +5,39 @@ q, k and v projections without biases (an output projection and a feed-forward w
 layers are ``local``: those attend to the ``window_size`` positions up to the query's own
 (transformers' tril(-window_size) mask), the spec's ``window`` over those layers.
 
-export-hf does not write GPT-Neo: a spec of its blocks is GPT-2's candidate (learned positions,
-pre-norm with a final norm), which refuses a window; an import none of whose layers slides within
-its context is written as GPT-2 (``scale_attn_weights: false``), which computes it exactly."""
+export-hf writes a decoder LM of learned positions, GPT-2's norms and a window as GPT-Neo: its
+window as ``window_size`` over the local layers (``attention_layers`` and ``attention_types``), the
+feed-forward's and output projection's biases, LayerNorm shifts and the head's tie as the run has
+them (zeros where it has none); it needs q.k unscaled and q, k and v without biases. An import
+none of whose layers slides within its context is written as GPT-2 (``scale_attn_weights:
+false``), which computes it exactly."""
 
 from __future__ import annotations
 
 from typing import Any, ClassVar
 
+import torch
+
 from tfcompile.hf.architecture import (
     ACTIVATIONS,
-    Architecture,
+    EXPORTED_ACTIVATIONS,
     Config,
     Imported,
+    Needs,
     State,
     Tensors,
+    Windows,
+    Writable,
+    contiguous,
     dropout,
     init_std,
     lm_head,
+    output_scale,
     register,
+    zeros_if_none,
 )
+from tfcompile.hf.errors import Problem
+from tfcompile.hf.gpt2 import gpt2_norms, learned_decoder_lm, multi_query
 from tfcompile.hf.llama import context
 from tfcompile.spec import Spec
 from tfcompile.spec.schema import DecoderSpec
@@ -121,7 +134,8 @@ def window(config: Config, layers: list[str]) -> dict[str, Any] | None:
 
 
 @register("gpt_neo")
-class GPTNeo(Architecture):
+class GPTNeo(Writable):
+    windows: ClassVar[Windows] = "any"  # attention_layers says which layers are local
     prefixes = ("transformer.",)
     # the causal and local masks, buffers in older checkpoints (EleutherAI's)
     ignored = (".attn.attention.bias", ".attn.attention.masked_bias")
@@ -198,3 +212,77 @@ class GPTNeo(Architecture):
                 for kind in ("weight", "bias"):
                     state[f"{b}{tfc}.{kind}"] = tensors.take(f"{h}{hf}.{kind}")
         return state
+
+    def candidate(self, spec: Spec) -> bool:
+        """A decoder LM with learned positions, GPT-2's norms, no MQA, and a window."""
+        model = learned_decoder_lm(spec)
+        return model is not None and not multi_query(model) and gpt2_norms(model) and model.window is not None
+
+    def exportable(self, spec: Spec) -> list[Problem]:
+        model = spec.model
+        need = Needs("GPT-Neo")
+        need(
+            model.activation in EXPORTED_ACTIVATIONS,
+            "model.activation",
+            model.activation,
+            "gelu_tanh (gelu_new)",
+        )
+        need(model.norm.type == "layernorm", "model.norm.type", model.norm.type, "layernorm")
+        need(model.n_kv_heads == model.n_heads, "model.n_kv_heads", model.n_kv_heads, "n_heads (no GQA)")
+        need(not model.bias.qkv, "model.bias.qkv", True, "false (GPT-Neo's q, k and v have no biases)")
+        need(
+            model.attention_scale == 1,
+            "model.attention_scale",
+            model.attention_scale,
+            "1 (GPT-Neo does not scale q.k)",
+        )
+        need.plain_attention(model, unscaled=True)
+        return need.problems
+
+    def to_config(self, spec: Spec) -> dict[str, Any]:
+        model = spec.model
+        assert isinstance(model, DecoderSpec) and model.window is not None
+        sliding = model.sliding_layers
+        layers = ["local" if i in sliding else "global" for i in range(model.n_layers)]
+        return {
+            "architectures": ["GPTNeoForCausalLM"],
+            "model_type": "gpt_neo",
+            "vocab_size": model.vocab_size,
+            "max_position_embeddings": model.max_seq_len,
+            "hidden_size": model.d_model,
+            "num_layers": model.n_layers,
+            "num_heads": model.n_heads,
+            "intermediate_size": model.d_ff,
+            "attention_types": [[[kind], 1] for kind in layers],
+            "attention_layers": layers,
+            "window_size": model.window.size,
+            "activation_function": EXPORTED_ACTIVATIONS[model.activation],
+            "layer_norm_epsilon": model.norm.eps,
+            "embed_dropout": model.dropout.embedding,
+            "attention_dropout": model.dropout.attention,
+            "resid_dropout": model.dropout.residual,
+            "initializer_range": model.init_std,
+            "tie_word_embeddings": model.tie_embeddings,
+        }
+
+    def from_state(self, state: State, spec: Spec) -> State:
+        model = spec.model
+        assert isinstance(model, DecoderSpec)
+        p, d, scale = "transformer.", model.d_model, output_scale(model)
+        out = {
+            f"{p}wte.weight": state["embed.weight"],
+            f"{p}wpe.weight": state["positional.table.weight"],
+            f"{p}ln_f.weight": state["final_norm.weight"] * scale,
+            f"{p}ln_f.bias": zeros_if_none(state.get("final_norm.bias"), d) * scale,
+        }
+        if not model.tie_embeddings:
+            out["lm_head.weight"] = state["lm_head.weight"]
+        for i in range(model.n_layers):
+            h, b = f"{p}h.{i}.", f"blocks.{i}."
+            q, k, v = state[f"{b}attn.qkv.weight"].chunk(3)
+            out |= {f"{h}attn.attention.{x}_proj.weight": t for x, t in zip("qkv", (q, k, v), strict=True)}
+            for hf, tfc in LAYER:
+                weight: torch.Tensor = state[f"{b}{tfc}.weight"]
+                out[f"{h}{hf}.weight"] = weight
+                out[f"{h}{hf}.bias"] = zeros_if_none(state.get(f"{b}{tfc}.bias"), weight.shape[0])
+        return contiguous(out)
