@@ -381,3 +381,66 @@ def test_a_pad_id_past_the_vocabulary_imports_as_transformers_reads_it_or_is_an_
     shutil.copytree(saved(model_type), folder)
     config = json.loads((folder / "config.json").read_text())
     check_left_out(model_type, ("pad_token_id",), folder, tmp_path, value=config["vocab_size"] + 5)
+
+
+def attribute_map(model_type: str) -> dict[str, str]:
+    """The installed config class's attribute_map (another name -> the field it sets), its own and
+    its bases', less the ids of a multimodal model's image tokens."""
+    aliases: dict[str, str] = {}
+    for cls in reversed(type(T.AutoConfig.for_model(model_type)).__mro__):
+        aliases |= vars(cls).get("attribute_map") or {}
+    return {alias: name for alias, name in aliases.items() if not alias.endswith("token_id")}
+
+
+ALIASED = [(model_type, alias) for model_type in SOURCES for alias in attribute_map(model_type)]
+
+
+def test_every_model_type_reads_its_config_class_attribute_map() -> None:
+    """An alias transformers reads over a field (GPT-2's num_attention_heads over n_head) is read by
+    the import too: a config.json may hold either name."""
+    for model_type in SOURCES:
+        assert ARCHITECTURES[model_type].aliases == attribute_map(model_type) | LEGACY.get(model_type, {})
+
+
+LEGACY = {"bloom": {"n_embed": "hidden_size"}}  # BloomConfig's legacy keyword for hidden_size
+
+
+def check_aliased(model_type: str, edits: dict[str, Any], folder: Path, tmp_path: Path) -> None:
+    """The folder with ``edits`` in config.json computes as transformers reads it."""
+    edit_config(folder, edits)
+    hf = transformers_reads(folder)
+    assert hf is not None, "transformers builds and runs the edited folder"
+    spec, ours = imported(folder, tmp_path)
+    length = min(20, getattr(spec.model, "max_seq_len", None) or 20)
+    assert SOURCES[model_type].compare(hf, ours, length) <= 1e-5
+    assert spec.parameter_count() == hf.num_parameters() - SOURCES[model_type].unread(hf)
+
+
+@pytest.mark.parametrize(("model_type", "alias"), [pytest.param(*c, id="-".join(c)) for c in ALIASED])
+def test_a_field_under_its_alias_imports_as_transformers_reads_it(
+    model_type: str, alias: str, saved: Callable[[str], Path], tmp_path: Path
+) -> None:
+    """The field written under its alias alone."""
+    folder = tmp_path / "aliased"
+    shutil.copytree(saved(model_type), folder)
+    name = attribute_map(model_type)[alias]
+    value = json.loads((folder / "config.json").read_text()).get(name)
+    check_aliased(model_type, {alias: value, name: DELETE}, folder, tmp_path / "run")
+
+
+# Where the head count sets no tensor's shape (T5's sets its widths, multi-query GPT-BigCode's K/V's).
+HEAD_ALIASES = [
+    (m, a) for m, a in ALIASED if a == "num_attention_heads" and m not in ("t5", "mt5", "gpt_bigcode")
+]
+
+
+@pytest.mark.parametrize(("model_type", "alias"), [pytest.param(*c, id="-".join(c)) for c in HEAD_ALIASES])
+def test_a_head_count_under_its_alias_is_read_over_the_fields_own(
+    model_type: str, alias: str, saved: Callable[[str], Path], tmp_path: Path
+) -> None:
+    """Twice the heads under the alias beside the field's own count: transformers reads the alias
+    (the tensors' shapes are the same, so only the outputs tell)."""
+    folder = tmp_path / "aliased"
+    shutil.copytree(saved(model_type), folder)
+    heads = json.loads((folder / "config.json").read_text())[attribute_map(model_type)[alias]]
+    check_aliased(model_type, {alias: 2 * heads}, folder, tmp_path / "run")

@@ -245,6 +245,12 @@ CASES: list[Case] = [
     row(outcome="hidden_act", hidden_act="quick_gelu"),
     row(rms_norm_eps=1e-5, spec={"norm.eps": 1e-5}, slow=True),
     row(head_dim=16, spec={"head_dim": 16}, slow=True),
+    # a window and layer_types in config.json, which GraniteConfig does not read: no layer slides
+    row(
+        json={"sliding_window": 4, "layer_types": ["sliding_attention"] * 2, "use_sliding_window": True},
+        spec={"window": None},
+        slow=True,
+    ),
     # the multipliers: each alone, GraniteConfig's 1s, values the spec cannot hold
     row(embedding_multiplier=12.0, spec={"embedding_multiplier": 12.0}, slow=True),
     row(residual_multiplier=0.22, spec={"residual_multiplier": 0.22}, slow=True),

@@ -311,6 +311,12 @@ CASES: list[Case] = [
         json={"ffn_config": {"ffn_type": "mptmlp", "ffn_act_fn": {"name": "gelu", "approximate": "none"}}},
         slow=True,
     ),
+    row(json={"ffn_config": {"ffn_act_fn": {"name": "gelu"}}}, slow=True),  # torch's GELU: the erf one
+    row(
+        outcome="ffn_config.ffn_act_fn",
+        json={"ffn_config": {"ffn_act_fn": {"name": "gelu", "approximate": "tanh"}}},
+        slow=True,
+    ),
     row(json={"verbose": 0, "init_config": {"name": "kaiming_normal_"}, "tokenizer_name": "gpt2"}, slow=True),
     # MosaicML's remote-code class (the published checkpoints' name); MPT's other heads
     row(json={"architectures": ["MPTForCausalLM"]}),

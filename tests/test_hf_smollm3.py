@@ -229,6 +229,7 @@ CASES: list[Case] = [
     row(num_key_value_heads=4, spec={"n_kv_heads": 4}, slow=True),
     row(outcome="num_key_value_heads", num_key_value_heads=3),
     row(num_key_value_heads=None, spec={"n_kv_heads": 4}, slow=True),
+    row(json={"num_key_value_heads": DELETE}, num_key_value_heads=4, spec={"n_kv_heads": 4}, slow=True),
     row(attention_bias=True, spec={"bias.qkv": True, "bias.attn_out": True}, slow=True),
     row(mlp_bias=True, spec={"bias.ffn": True}, slow=True),
     row(tie_word_embeddings=False, spec={"tie_embeddings": False}, slow=True),
@@ -280,6 +281,15 @@ CASES: list[Case] = [
         sliding_window=6,
         json={"layer_types": DELETE},
         spec={"window.layers": [1, 3]},
+        slow=True,
+    ),
+    # SmolLM3Config's window where the config leaves it out: none (not Qwen2's 4096)
+    row(
+        use_sliding_window=True,
+        max_position_embeddings=8192,
+        json={"sliding_window": DELETE, "layer_types": DELETE},
+        spec={"window": None},
+        length=12,
         slow=True,
     ),
     row(json={"max_window_layers": 1}, slow=True),  # Qwen2's, which SmolLM3 does not read

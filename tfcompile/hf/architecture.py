@@ -41,6 +41,8 @@ class Config:
     # top level all the same (the head class, a tie transformers reads there).
     prefix: str = ""
     top: tuple[str, ...] = ()
+    # The fields read under another name the file sets (``aliased``): field -> that name.
+    renamed: dict[str, str] = field(default_factory=dict)
 
     def within(self, name: str, top: tuple[str, ...] = ()) -> Config:
         """The config nested in the field ``name`` (a JSON object; missing or null: none, the
@@ -56,6 +58,17 @@ class Config:
             k: self.data[k] for k in top if k in self.data
         }
         return Config(data, self.problems, f"{self.prefix}{name}.", top)
+
+    def aliased(self, aliases: dict[str, str]) -> Config:
+        """This config as its class reads ``aliases`` (another name -> the field it sets, as
+        transformers' attribute_map and a class's legacy keywords have them): where the file sets
+        the other name (not null), its value is the field's, and problems name it as the file does."""
+        data, renamed = dict(self.data), {}
+        for alias, name in aliases.items():
+            if self.data.get(alias) is not None:
+                data[name] = self.data[alias]
+                renamed[name] = alias
+        return replace(self, data=data, renamed=renamed)
 
     def over(self, data: dict[str, Any]) -> Config:
         """This config's problems and names over ``data`` (its fields as a config class reads them)."""
@@ -81,7 +94,9 @@ class Config:
 
     def name(self, path: str) -> str:
         """A field of ``data`` (dotted into nested ones) as config.json names it."""
-        return path if path.split(".")[0] in self.top else self.prefix + path
+        head, dot, rest = path.partition(".")
+        path = self.renamed.get(head, head) + dot + rest
+        return path if head in self.top else self.prefix + path
 
     def get(self, name: str, default: Any = None) -> Any:
         """The field's value (``default`` where it is missing or null, but for a flag: _null_flag);
@@ -212,6 +227,8 @@ class Architecture(ABC):
     # Spec fields (dotted, from ``model.`` or ``task.``) -> the config.json field each is read
     # from, so that a value the spec's rules refuse is named as the config says it.
     sources: ClassVar[dict[str, str]] = {}
+    # Other names of config fields the config class reads over them (its attribute_map): name -> field.
+    aliases: ClassVar[dict[str, str]] = {}
 
     @abstractmethod
     def read(self, config: Config, architecture: str, tensors: Tensors) -> Imported:
@@ -382,8 +399,8 @@ class Needs:
         self(not model.scale_embeddings, "model.scale_embeddings", True, "set it false")
         self(not model.bias.lm_head, "model.bias.lm_head", True, "set it false")
         self(qk_norm or not model.qk_norm, "model.qk_norm", True, "set it false")
-        over = model.qk_norm_over
-        self(not model.qk_norm or over == "head", "model.qk_norm_over", over, "head (each head's q and k)")
+        over = model.qk_norm_over  # named where the q/k norms are the architecture's
+        self(not qk_norm or over == "head", "model.qk_norm_over", over, "head (each head's q and k)")
         self(model.block.type == "sequential", "model.block", model.block.type, "sequential")
         # An architecture that holds the position to its own (pre or post) has named it already.
         if not any(problem.field == "model.norm.position" for problem in self.problems):

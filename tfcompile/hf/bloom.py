@@ -53,22 +53,23 @@ LAYER = (
     ("mlp.dense_4h_to_h", "ffn.w_out"),
 )
 QKV = "self_attention.query_key_value"
-# BloomConfig's names of its sizes, and the names it reads over them: num_hidden_layers and
-# num_attention_heads (its attribute_map's) and a legacy n_embed.
-ALIASES = {"hidden_size": "n_embed", "n_layer": "num_hidden_layers", "n_head": "num_attention_heads"}
-
-
-def named(config: Config, name: str) -> str:
-    """The field BloomConfig reads ``name``'s value from: its alias where the config sets one."""
-    alias = ALIASES[name]
-    return alias if config.data.get(alias) is not None else name
 
 
 @register("bloom")
 class Bloom(Writable):
     prefixes = ("transformer.",)
+    # num_hidden_layers and num_attention_heads (its attribute_map's) and a legacy n_embed
+    aliases: ClassVar[dict[str, str]] = {
+        "n_embed": "hidden_size",
+        "num_hidden_layers": "n_layer",
+        "num_attention_heads": "n_head",
+    }
     sources: ClassVar[dict[str, str]] = {
         "model.vocab_size": "vocab_size",
+        "model.d_model": "hidden_size",
+        "model.d_ff": "hidden_size",
+        "model.n_layers": "n_layer",
+        "model.n_heads": "n_head",
         "model.norm.eps": "layer_norm_epsilon",
         "model.dropout.attention": "attention_dropout",
         "model.dropout.residual": "hidden_dropout",
@@ -103,15 +104,14 @@ class Bloom(Writable):
             f"feed-forward's output projections in slices and adds neither one's bias",
             "set it false (the same sums, with the biases)",
         )
-        width, layers, heads = (named(config, n) for n in ("hidden_size", "n_layer", "n_head"))
-        d = config.get(width, 64)
+        d = config.get("hidden_size", 64)
         model: dict[str, Any] = {
             "family": "decoder",
             "vocab_size": config.get("vocab_size", 250880),
             "max_seq_len": CONTEXT,
             "d_model": d,
-            "n_layers": config.get(layers, 2),
-            "n_heads": config.get(heads, 8),
+            "n_layers": config.get("n_layer", 2),
+            "n_heads": config.get("n_head", 8),
             "d_ff": 4 * d,
             "activation": "gelu_tanh",  # bloom_gelu_forward's tanh formula
             "positional": {"type": "alibi"},
@@ -125,13 +125,7 @@ class Bloom(Writable):
             },
             "init_std": init_std(config),
         }
-        sources = {
-            "model.d_model": width,
-            "model.d_ff": width,
-            "model.n_layers": layers,
-            "model.n_heads": heads,
-        }
-        return Imported(model, {"type": "causal_lm", "special_tokens": False}, sources=sources)
+        return Imported(model, {"type": "causal_lm", "special_tokens": False})
 
     def to_state(self, tensors: Tensors, spec: Spec) -> State:
         model = spec.model

@@ -59,6 +59,12 @@ CLASSIFIER_HEAD = (  # pre_classifier -> ReLU on [CLS] is the pooler (pooler_act
 @register("distilbert")
 class DistilBert(Bert):
     prefixes = ("distilbert.",)
+    # DistilBertConfig's attribute_map: the names it reads its sizes under, over its own
+    aliases: ClassVar[dict[str, str]] = {
+        "hidden_size": "dim",
+        "num_attention_heads": "n_heads",
+        "num_hidden_layers": "n_layers",
+    }
     ignored = ("embeddings.position_ids",)
     decoder: ClassVar[str] = DECODER
     mlm_head: ClassVar[tuple[tuple[str, str], ...]] = MLM_HEAD

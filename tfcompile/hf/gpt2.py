@@ -57,6 +57,13 @@ def gpt2_norms(model: DecoderSpec) -> bool:
 @register("gpt2")
 class GPT2(Writable):
     prefixes = ("transformer.",)
+    # GPT2Config's attribute_map: the names it reads its sizes under, over its own
+    aliases: ClassVar[dict[str, str]] = {
+        "hidden_size": "n_embd",
+        "max_position_embeddings": "n_positions",
+        "num_attention_heads": "n_head",
+        "num_hidden_layers": "n_layer",
+    }
     ignored = (".attn.bias", ".attn.masked_bias")  # the causal mask, a buffer
     sources: ClassVar[dict[str, str]] = {
         "model.vocab_size": "vocab_size",

@@ -137,6 +137,11 @@ def window(config: Config, layers: list[str]) -> dict[str, Any] | None:
 class GPTNeo(Writable):
     windows: ClassVar[Windows] = "any"  # attention_layers says which layers are local
     prefixes = ("transformer.",)
+    # GPTNeoConfig's attribute_map: the names it reads its head and layer counts under, over its own
+    aliases: ClassVar[dict[str, str]] = {
+        "num_attention_heads": "num_heads",
+        "num_hidden_layers": "num_layers",
+    }
     # the causal and local masks, buffers in older checkpoints (EleutherAI's)
     ignored = (".attn.attention.bias", ".attn.attention.masked_bias")
     sources: ClassVar[dict[str, str]] = {

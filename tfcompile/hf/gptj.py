@@ -41,6 +41,13 @@ LAYER = (
 @register("gptj")
 class GPTJ(Architecture):
     prefixes = ("transformer.",)
+    # GPTJConfig's attribute_map: the names it reads its sizes under, over its own
+    aliases: ClassVar[dict[str, str]] = {
+        "hidden_size": "n_embd",
+        "max_position_embeddings": "n_positions",
+        "num_attention_heads": "n_head",
+        "num_hidden_layers": "n_layer",
+    }
     ignored = (".attn.bias", ".attn.masked_bias")  # the causal mask, buffers in older checkpoints
     sources: ClassVar[dict[str, str]] = {
         "model.vocab_size": "vocab_size",

@@ -85,7 +85,7 @@ def import_folder(folder: Path, name: str, specs_dir: Path, runs_dir: Path) -> I
     model_type = str(data.get("model_type"))
     converter = ARCHITECTURES[model_type]
     tensors = Tensors(normalise(read_weights(folder), converter), str(folder))
-    config = Config(data)
+    config = Config(data).aliased(converter.aliases)
     imported = converter.read(config, head_class, tensors)
     if config.problems:
         raise refuse(str(folder / CONFIG), config.problems)
@@ -101,7 +101,8 @@ def import_folder(folder: Path, name: str, specs_dir: Path, runs_dir: Path) -> I
     try:
         spec = parse_spec(text, source=str(spec_path))
     except SpecError as e:  # sizes transformers accepts and the spec's rules do not
-        raise refuse(str(folder / CONFIG), spec_problems(e, converter.sources | imported.sources)) from None
+        sources = config.named(converter.sources | imported.sources)
+        raise refuse(str(folder / CONFIG), spec_problems(e, sources)) from None
     preprocessing = image_preprocessing(folder, spec)
     if preprocessing is None and not (folder / TOKENIZER_FILE).exists():
         warn_without_tokenizer(folder)

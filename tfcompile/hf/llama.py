@@ -1,16 +1,22 @@
 """The LLaMA family (``LlamaForCausalLM``, ``MistralForCausalLM``, ``Qwen2ForCausalLM``,
-``Qwen3ForCausalLM``, ``OlmoForCausalLM``): RoPE on the two halves of each head (``layout:
-halves``, so no weight is permuted), RMSNorm, a gated feed-forward, grouped K/V heads. Llama's,
-Qwen3's and OLMo's ``attention_bias`` is on q, k, v and o; Qwen2's biases are on q, k and v only,
-whatever the config says. Qwen3 normalises each head's q and k (``qk_norm``), and its heads are 128
-wide unless its config says otherwise. OLMo's norms are LayerNorms of epsilon 1e-5 with nothing
-learned (``norm: {scale: false, bias: false}``), and its ``clip_qkv`` clamps q, k and v
-(``qkv_clip``); export-hf writes no OLMo (such norms are refused by field). RoPE scaling reads both
+``Qwen3ForCausalLM``, ``OlmoForCausalLM``, ``Olmo2ForCausalLM``, ``SmolLM3ForCausalLM``,
+``GraniteForCausalLM``): RoPE on the two halves of each head (``layout: halves``, so no weight is
+permuted), RMSNorm, a gated feed-forward, grouped K/V heads; what each model type computes that
+its config does not say, in MODEL_TYPES. Qwen2's biases are on q, k and v only, whatever the config
+says; the others' ``attention_bias`` is on q, k, v and o. Qwen3 normalises each head's q and k
+(``qk_norm``), and its heads are 128 wide unless its config says otherwise. OLMo's norms are
+LayerNorms of epsilon 1e-5 that learn nothing (``norm: {scale: false, bias: false}``), and its
+``clip_qkv`` clamps q, k and v (``qkv_clip``): export-hf writes no OLMo (such norms are refused
+by field). OLMo 2's norms are on each sublayer's output (``norm.position: output``), its q and k
+normalised over all heads (``qk_norm_over: all_heads``); SmolLM3 turns no RoPE in some layers
+(``positional.nope_layers``); Granite multiplies embeddings, residual branches and logits (the
+spec's multipliers) and scales q.k by its own ``attention_multiplier``. RoPE scaling reads both
 transformers 4's ``rope_scaling`` and 5's ``rope_parameters``."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -56,10 +62,11 @@ class ModelType:
     # AutoModel reads a config with layer_types as another class, which follows them (a Mistral's:
     # Ministral), where the model type's own class slides every layer: they differ past the window.
     layer_types_elsewhere: bool = False
+    layer_types: bool = False  # layer_types read: the sliding layers it names (where a window is set)
     alternating: bool = False  # where no layer_types: every other layer slides, the first among them
     window_layers: bool = False  # where no layer_types: the layers from max_window_layers on slide
     # no_rope_layers read (a 0 per layer that turns no RoPE; where none, every no_rope_layer_interval-th
-    # layer), and where no layer_types those layers slide, with use_sliding_window
+    # layer), and where no layer_types those layers slide, with use_sliding_window and a sliding_window
     nope: bool = False
     # embedding_multiplier, residual_multiplier, logits_scaling (the logits divided by it) and
     # attention_multiplier (the attention scale) read
@@ -74,10 +81,56 @@ class ModelType:
     norm: dict[str, Any] = field(default_factory=dict)
     qk_norm_over: str = "head"  # what the q and k norms normalise over (model.qk_norm_over)
     clip_qkv: bool = False  # whether clip_qkv is read (q, k and v clamped to it)
+    # What export-hf calls it and the head class it writes, and what writing a model as it needs of
+    # the model type's own features: their problems, and the model without them (then held to
+    # Llama's needs).
+    title: str = "Llama"
+    head: str = "LlamaForCausalLM"
+    own: Callable[[Needs, DecoderSpec], DecoderSpec] | None = None
 
     def reads(self, config: Config) -> Config:
         """``config`` as this model type's config class reads it; its problems are ``config``'s."""
         return config.filled(self.defaults, self.nullable)
+
+
+def qwen2_own(need: Needs, model: DecoderSpec) -> DecoderSpec:
+    """Qwen2 has q, k and v biases (zeros where the model has none) and no output bias."""
+    need(
+        not model.bias.attn_out,
+        "model.bias.attn_out",
+        True,
+        "false (a sliding window on some layers, or beside q/k/v biases, is written as Qwen2's, "
+        "which has no output projection bias)",
+    )
+    return model
+
+
+def olmo2_own(need: Needs, model: DecoderSpec) -> DecoderSpec:
+    """OLMo 2's norms are on each sublayer's output and its q and k normalised over all heads;
+    it has no window."""
+    need(model.qk_norm, "model.qk_norm", False, "true (OLMo 2 normalises q and k)")
+    over = model.qk_norm_over
+    need(not model.qk_norm or over == "all_heads", "model.qk_norm_over", over, "all_heads")
+    need(model.window is None, "model.window", model.window, "leave it unset (OLMo 2 has none)")
+    norm = model.norm.model_copy(update={"position": "pre"})
+    return model.model_copy(update={"norm": norm, "qk_norm_over": "head"})
+
+
+def smollm3_own(need: Needs, model: DecoderSpec) -> DecoderSpec:
+    """SmolLM3 turns no RoPE in some layers and has no q/k norms."""
+    need(not model.qk_norm, "model.qk_norm", True, "false (SmolLM3 has no q/k norms)")
+    assert isinstance(model.positional, RopePositional)
+    return model.model_copy(update={"positional": model.positional.model_copy(update={"nope_layers": None})})
+
+
+def granite_own(need: Needs, model: DecoderSpec) -> DecoderSpec:
+    """Granite has multipliers and an attention scale of its own; no window, no q/k norms."""
+    need(not model.qk_norm, "model.qk_norm", True, "false (Granite has no q/k norms)")
+    need(model.window is None, "model.window", model.window, "leave it unset (Granite has none)")
+    assert model.head_dim is not None
+    return model.model_copy(
+        update=dict.fromkeys(MULTIPLIERS, 1.0) | {"attention_scale": model.head_dim**-0.5}
+    )
 
 
 # As their config and model classes have them (transformers 4 and 5). Phi-3 computes as Mistral,
@@ -98,19 +151,28 @@ MODEL_TYPES = {
         layer_types_elsewhere=True,
         defaults={"intermediate_size": 14336, "num_key_value_heads": 8, "max_position_embeddings": 131072},
         nullable=WINDOW,
+        title="Mistral",
+        head="MistralForCausalLM",
     ),
     "qwen2": ModelType(
         fixed_bias=("qkv",),
+        layer_types=True,
         window_layers=True,
         defaults=QWEN,
         nullable=WINDOW,
+        title="Qwen2",
+        head="Qwen2ForCausalLM",
+        own=qwen2_own,
     ),
     "qwen3": ModelType(
         attention_bias=QKVO,
+        layer_types=True,
         qk_norm=True,
         window_layers=True,
         defaults=QWEN | {"head_dim": 128},
         nullable=WINDOW,
+        title="Qwen3",
+        head="Qwen3ForCausalLM",
     ),
     "gemma": ModelType(attention_bias=QKVO, scale_embeddings=True, defaults={"head_dim": 256}),
     "olmo": ModelType(
@@ -124,17 +186,31 @@ MODEL_TYPES = {
         attention_bias=QKVO,
         mlp_bias=True,
         nope=True,
+        layer_types=True,
         defaults={
             "vocab_size": 128256,
+            "hidden_size": 2048,
             "intermediate_size": 11008,
-            "num_key_value_heads": 4,
+            "num_hidden_layers": 36,
+            "num_attention_heads": 16,
             "max_position_embeddings": 32768,
             "rope_theta": 2000000.0,
             "tie_word_embeddings": True,
         },
-        nullable=WINDOW | {"pad_token_id": 128004},
+        # K/V heads: 4 where left out, as many as the heads where null
+        nullable={"num_key_value_heads": 4, "pad_token_id": 128004},
+        title="SmolLM3",
+        head="SmolLM3ForCausalLM",
+        own=smollm3_own,
     ),
-    "granite": ModelType(attention_bias=QKVO, mlp_bias=True, multipliers=True),
+    "granite": ModelType(
+        attention_bias=QKVO,
+        mlp_bias=True,
+        multipliers=True,
+        title="Granite",
+        head="GraniteForCausalLM",
+        own=granite_own,
+    ),
     "olmo2": ModelType(
         attention_bias=QKVO,
         qk_norm=True,
@@ -142,6 +218,9 @@ MODEL_TYPES = {
         norm={"position": "output"},
         defaults={"vocab_size": 50304, "rms_norm_eps": 1e-5},
         nullable={"pad_token_id": 1},
+        title="OLMo 2",
+        head="Olmo2ForCausalLM",
+        own=olmo2_own,
     ),
     "phi3": ModelType(
         every_layer_slides=True,
@@ -156,6 +235,7 @@ MODEL_TYPES = {
     ),
     "gemma2": ModelType(
         attention_bias=QKVO,
+        layer_types=True,
         scale_embeddings=True,
         alternating=True,
         defaults={"head_dim": 256},
@@ -165,6 +245,7 @@ MODEL_TYPES = {
     # Its layer_types are always there as read: gemma.as_gemma3_reads derives them as Gemma3TextConfig does.
     "gemma3_text": ModelType(
         attention_bias=QKVO,
+        layer_types=True,
         qk_norm=True,
         scale_embeddings=True,
         defaults={"head_dim": 256},
@@ -172,8 +253,6 @@ MODEL_TYPES = {
         activation="hidden_activation",
     ),
 }
-# The head classes whose names are not the model type's capitalised (export-hf writes them).
-HEADS = {"smollm3": "SmolLM3ForCausalLM"}
 # The fields of each scaling that tfcompile keeps (the rest are transformers' bookkeeping).
 SCALING_FIELDS = {
     "linear": ("factor",),
@@ -298,7 +377,7 @@ def window(config: Config, kind: ModelType) -> dict[str, Any] | None:
     layers: list[int] | None
     if kind.every_layer_slides:
         layers = None
-    elif layer_types:
+    elif layer_types and kind.layer_types:
         layers = [i for i, t in enumerate(layer_types) if t == "sliding_attention"]
     elif kind.alternating:
         layers = list(range(0, n_layers, 2)) if isinstance(n_layers, int) else None
@@ -554,43 +633,19 @@ class Llama(Writable):
     def exportable(self, spec: Spec) -> list[Problem]:
         model = spec.model
         assert isinstance(model, DecoderSpec) and isinstance(model.positional, RopePositional)
-        written = written_as(model)
-        olmo2, smollm3, granite = (written == kind for kind in ("olmo2", "smollm3", "granite"))
-        name = {"olmo2": "OLMo 2", "smollm3": "SmolLM3", "granite": "Granite", "qwen3": "Qwen3"}.get(
-            written, "Llama"
-        )
-        need = Needs(name)
+        kind = MODEL_TYPES[written_as(model)]
+        need = Needs(kind.title)
         need(model.activation in EXPORTED_ACTIVATIONS, "model.activation", model.activation, "swiglu")
-        if olmo2:  # its norms on each sublayer's output, and over all heads' q and all heads' k
-            need(model.qk_norm, "model.qk_norm", False, "true (OLMo 2 normalises q and k)")
-            over = model.qk_norm_over
-            need(not model.qk_norm or over == "all_heads", "model.qk_norm_over", over, "all_heads")
-            need(model.window is None, "model.window", model.window, "leave it unset (OLMo 2 has none)")
-            model = model.model_copy(
-                update={"norm": model.norm.model_copy(update={"position": "pre"}), "qk_norm_over": "head"}
-            )
-        if granite:  # its multipliers and attention scale, no window, no q/k norms
-            need(not model.qk_norm, "model.qk_norm", True, "false (Granite has no q/k norms)")
-            need(model.window is None, "model.window", model.window, "leave it unset (Granite has none)")
-            assert model.head_dim is not None
-            plain = dict.fromkeys(MULTIPLIERS, 1.0) | {"attention_scale": model.head_dim**-0.5}
-            model = model.model_copy(update=plain)
-        if smollm3:  # its layers without RoPE, and no q/k norms
-            need(not model.qk_norm, "model.qk_norm", True, "false (SmolLM3 has no q/k norms)")
-            model = model.model_copy(
-                update={"positional": model.positional.model_copy(update={"nope_layers": None})}
-            )
+        if kind.own is not None:
+            model = kind.own(need, model)
         rope_and_norms(need, model)
         need.plain_scales(model, qk_norm=True)  # head_dim is free: Llama configs name it; q/k norms: Qwen3
-        if not MODEL_TYPES[written].mlp_bias:
-            need(not model.bias.ffn, "model.bias.ffn", True, f"false ({name}'s feed-forward has no biases)")
-        if written == "qwen2":
+        if not kind.mlp_bias:
             need(
-                not model.bias.attn_out,
-                "model.bias.attn_out",
+                not model.bias.ffn,
+                "model.bias.ffn",
                 True,
-                "false (a sliding window on some layers, or beside q/k/v biases, is written as Qwen2's, "
-                "which has no output projection bias)",
+                f"false ({kind.title}'s feed-forward has no biases)",
             )
         return need.problems
 
@@ -601,7 +656,7 @@ class Llama(Writable):
         written = written_as(model)
         rope = rope_dict(model.positional)
         config: dict[str, Any] = {
-            "architectures": [HEADS.get(written, f"{written.capitalize()}ForCausalLM")],
+            "architectures": [MODEL_TYPES[written].head],
             "model_type": written,
             "vocab_size": model.vocab_size,
             "hidden_size": model.d_model,

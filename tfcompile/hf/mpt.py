@@ -44,10 +44,9 @@ from tfcompile.spec import Spec
 from tfcompile.spec.schema import DecoderSpec
 
 CODE = "the MosaicML code the checkpoint was trained with"
-# MptConfig's names of its sizes, and the names of its attribute_map it reads over them.
-ALIASES = {"d_model": "hidden_size", "n_heads": "num_attention_heads", "n_layers": "num_hidden_layers"}
 NORMS = ("low_precision_layernorm", "layernorm")  # a LayerNorm in the MosaicML code, in float32
-GELU = {"name": "gelu", "approximate": "none"}  # the MosaicML code's feed-forward activation
+# The MosaicML code's feed-forward activation, torch's GELU: the erf one unless "approximate" says tanh
+GELU = ({"name": "gelu"}, {"name": "gelu", "approximate": "none"})
 # MPT's names within a block -> tfcompile's; none has a bias.
 LAYER = (
     ("norm_1", "attn_norm"),
@@ -57,12 +56,6 @@ LAYER = (
     ("ffn.up_proj", "ffn.w_in"),
     ("ffn.down_proj", "ffn.w_out"),
 )
-
-
-def named(config: Config, name: str) -> str:
-    """The field MptConfig reads ``name``'s value from: its alias where the config sets one."""
-    alias = ALIASES[name]
-    return alias if config.data.get(alias) is not None else name
 
 
 def attention(config: Config) -> dict[str, Any]:
@@ -135,7 +128,7 @@ def feed_forward(config: Config) -> None:
     )
     act = ffn.data.get("ffn_act_fn")
     ffn.require(
-        act is None or act == GELU,
+        act is None or act in GELU,
         "ffn_act_fn",
         f"is {act!r}: {CODE} computes it, transformers' MPT the erf GELU",
         "import a model of the erf GELU",
@@ -145,9 +138,19 @@ def feed_forward(config: Config) -> None:
 @register("mpt")
 class Mpt(Architecture):
     prefixes = ("transformer.",)
+    # MptConfig's attribute_map: the names it reads its sizes under, over its own
+    aliases: ClassVar[dict[str, str]] = {
+        "hidden_size": "d_model",
+        "num_attention_heads": "n_heads",
+        "num_hidden_layers": "n_layers",
+    }
     sources: ClassVar[dict[str, str]] = {
         "model.vocab_size": "vocab_size",
         "model.max_seq_len": "max_seq_len",
+        "model.d_model": "d_model",
+        "model.d_ff": "d_model",
+        "model.n_layers": "n_layers",
+        "model.n_heads": "n_heads",
         "model.norm.eps": "layer_norm_epsilon",
         "model.attention_scale": "attn_config.softmax_scale",
         "model.qkv_clip": "attn_config.clip_qkv",
@@ -192,15 +195,14 @@ class Mpt(Architecture):
             f"import a model of one of {list(NORMS)}",
         )
         feed_forward(config)
-        width, layers, heads = (named(config, n) for n in ("d_model", "n_layers", "n_heads"))
-        d = config.get(width, 2048)
+        d = config.get("d_model", 2048)
         model: dict[str, Any] = {
             "family": "decoder",
             "vocab_size": config.get("vocab_size", 50368),
             "max_seq_len": config.get("max_seq_len", 2048),
             "d_model": d,
-            "n_layers": config.get(layers, 24),
-            "n_heads": config.get(heads, 16),
+            "n_layers": config.get("n_layers", 24),
+            "n_heads": config.get("n_heads", 16),
             "d_ff": 4 * d,
             "activation": "gelu",  # nn.GELU(approximate="none")
             "positional": {"type": "alibi"},
@@ -214,13 +216,7 @@ class Mpt(Architecture):
             "tie_embeddings": tie,
             "init_std": init_std(config),
         } | attention(config)
-        sources = {
-            "model.d_model": width,
-            "model.d_ff": width,
-            "model.n_layers": layers,
-            "model.n_heads": heads,
-        }
-        return Imported(model, {"type": "causal_lm", "special_tokens": False}, sources=sources)
+        return Imported(model, {"type": "causal_lm", "special_tokens": False})
 
     def to_state(self, tensors: Tensors, spec: Spec) -> State:
         model = spec.model

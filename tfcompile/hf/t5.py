@@ -62,6 +62,13 @@ MT5_DEFAULTS = {
 @register("t5", "mt5")
 class T5(Writable):
     ignored = ("EncDecAttention.relative_attention_bias",)  # old checkpoints; cross-attention has none
+    # T5Config's attribute_map: the names it reads its sizes under, over its own
+    aliases: ClassVar[dict[str, str]] = {
+        "hidden_size": "d_model",
+        "num_attention_heads": "num_heads",
+        "num_hidden_layers": "num_layers",
+        "head_dim": "d_kv",
+    }
     sources: ClassVar[dict[str, str]] = {
         "model.vocab_size": "vocab_size",
         "model.max_seq_len": "n_positions",
