@@ -300,6 +300,8 @@ CASES: list[Case] = [
     row(pad_token_id=None, slow=True),
     row(max_position_embeddings=8, spec={"max_seq_len": 8}, slow=True),
     row(num_hidden_layers=2, no_rope_layers=[1, 0], slow=True),
+    # more layers than the spec takes: refused by the field, no list of them made first
+    row(outcome="num_hidden_layers", json={"num_hidden_layers": 2**40, "no_rope_layers": None}),
     row(hidden_size=64, intermediate_size=40, spec={"d_model": 64, "d_ff": 40}, slow=True),
     row(vocab_size=VOCAB, slow=True),
     row(rope_parameters={"rope_type": "default", "rope_theta": 500.0}, spec={"positional.theta": 500.0}),

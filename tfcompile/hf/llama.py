@@ -44,7 +44,7 @@ from tfcompile.hf.architecture import (
 )
 from tfcompile.hf.errors import Problem
 from tfcompile.spec import Spec
-from tfcompile.spec.schema import CausalLMTask, DecoderSpec, DynamicRopeScaling, RopePositional
+from tfcompile.spec.schema import MAX_LAYERS, CausalLMTask, DecoderSpec, DynamicRopeScaling, RopePositional
 
 EXPORTED_ACTIVATIONS = {"swiglu": "silu", "geglu": "gelu", "geglu_tanh": "gelu_pytorch_tanh"}
 
@@ -430,8 +430,11 @@ def multipliers(config: Config) -> dict[str, Any]:
 def nope_layers(config: Config) -> list[int]:
     """The layers that turn no RoPE: the 0s of ``no_rope_layers`` (a 0 or 1 for each layer, those
     past the last layer unread, as transformers reads them), or where it is left out every
-    ``no_rope_layer_interval``-th layer (4th), as SmolLM3Config derives them."""
+    ``no_rope_layer_interval``-th layer (4th), as SmolLM3Config derives them. None for a layer
+    count the spec refuses (by its field), which may be too many to list."""
     n_layers = config.get("num_hidden_layers", 36)
+    if isinstance(n_layers, bool) or not isinstance(n_layers, int) or not 1 <= n_layers <= MAX_LAYERS:
+        return []
     given = config.data.get("no_rope_layers")
     if given is None:
         interval = config.get("no_rope_layer_interval", 4)
