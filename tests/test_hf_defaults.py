@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import test_hf_cohere  # noqa: F401
 import test_hf_falcon_bloom  # noqa: F401 (each of these adds its families to test_hf_fields.FAMILIES)
 import test_hf_gemma3  # noqa: F401
 import test_hf_gemma_phi3  # noqa: F401
@@ -102,6 +103,8 @@ SOURCES: dict[str, Source] = {
         "gptj",
         "falcon",
         "bloom",
+        "cohere",
+        "cohere2",
         "mpt",
         "gpt_bigcode",
         "bert",

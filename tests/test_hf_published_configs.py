@@ -81,6 +81,7 @@ SIZES |= dict.fromkeys(
     SIZES["llama"],
 )
 SIZES |= dict.fromkeys(("olmo", "olmo2", "smollm3", "granite"), SIZES["llama"])
+SIZES |= dict.fromkeys(("cohere", "cohere2"), SIZES["llama"])
 SIZES |= dict.fromkeys(("roberta", "xlm-roberta", "camembert"), SIZES["bert"])
 SIZES["mt5"] = SIZES["t5"]
 TOKENIZERS = {
@@ -148,6 +149,8 @@ def shrunk(config: dict[str, Any]) -> dict[str, Any]:
         out["window_size"] = 64 * config["window_size"] // config["max_position_embeddings"]
     if config["model_type"] == "smollm3":  # two layers of the published pattern, one of them NoPE
         out["no_rope_layers"] = config["no_rope_layers"][2:4]
+    if config["model_type"] == "cohere2":  # a sliding layer and a full (NoPE) one, a window the inputs pass
+        out |= {"sliding_window_pattern": 2, "sliding_window": 8}
     if config["model_type"] == "vit":
         out |= {"image_size": 8, "patch_size": 4}
         if "encoder_stride" in config:

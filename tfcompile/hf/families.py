@@ -9,6 +9,7 @@ from tfcompile.hf import (  # noqa: F401 (each registers its architecture)
     bert,
     bigcode,
     bloom,
+    cohere,
     distilbert,
     falcon,
     gemma,
