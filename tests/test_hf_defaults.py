@@ -447,3 +447,27 @@ def test_a_head_count_under_its_alias_is_read_over_the_fields_own(
     shutil.copytree(saved(model_type), folder)
     heads = json.loads((folder / "config.json").read_text())[attribute_map(model_type)[alias]]
     check_aliased(model_type, {alias: 2 * heads}, folder, tmp_path / "run")
+
+
+@pytest.mark.parametrize("model_type", list(SOURCES))
+def test_a_layer_count_past_the_specs_bound_is_an_hf_error_not_a_list_of_its_layers(
+    model_type: str, saved: Callable[[str], Path], tmp_path: Path
+) -> None:
+    """2^40 layers (num_hidden_layers, every class's name or alias for it) with a window of every
+    kind: refused by name before any list of the layers is made (a MemoryError before)."""
+    folder = tmp_path / "deep"
+    shutil.copytree(saved(model_type), folder)
+    config = json.loads((folder / "config.json").read_text())
+    deep = {
+        "num_hidden_layers": 2**40,
+        "sliding_window": 4,
+        "use_sliding_window": True,
+        "layer_types": DELETE,
+    }
+    if isinstance(config.get("text_config"), dict):  # a multimodal model's language model
+        config["text_config"] |= {k: v for k, v in deep.items() if v is not DELETE}
+        (folder / "config.json").write_text(json.dumps(config))
+    edit_config(folder, deep)
+    with pytest.raises(HFError), warnings.catch_warnings():
+        warnings.simplefilter("ignore", HFWarning)
+        import_folder(folder, "deep", tmp_path / "specs", tmp_path / "runs")

@@ -373,6 +373,8 @@ def window(config: Config, kind: ModelType) -> dict[str, Any] | None:
         config.refuse("sliding_window", f"{size!r} is not a finite number", "fix the file")
         return None
     n_layers = config.get("num_hidden_layers", 32)
+    if not listable(n_layers):
+        return None
     layer_types = config.get("layer_types", [])
     layers: list[int] | None
     if kind.every_layer_slides:
@@ -427,13 +429,19 @@ def multipliers(config: Config) -> dict[str, Any]:
     }
 
 
+def listable(n_layers: Any) -> bool:
+    """A layer count the spec takes, whose layers may be listed: another (refused by the spec, by
+    its field) may be too many to list."""
+    return isinstance(n_layers, int) and not isinstance(n_layers, bool) and 1 <= n_layers <= MAX_LAYERS
+
+
 def nope_layers(config: Config) -> list[int]:
     """The layers that turn no RoPE: the 0s of ``no_rope_layers`` (a 0 or 1 for each layer, those
     past the last layer unread, as transformers reads them), or where it is left out every
-    ``no_rope_layer_interval``-th layer (4th), as SmolLM3Config derives them. None for a layer
-    count the spec refuses (by its field), which may be too many to list."""
+    ``no_rope_layer_interval``-th layer (4th), as SmolLM3Config derives them; none for a layer
+    count that is not ``listable``."""
     n_layers = config.get("num_hidden_layers", 36)
-    if isinstance(n_layers, bool) or not isinstance(n_layers, int) or not 1 <= n_layers <= MAX_LAYERS:
+    if not listable(n_layers):
         return []
     given = config.data.get("no_rope_layers")
     if given is None:
