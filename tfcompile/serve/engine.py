@@ -176,9 +176,9 @@ class Worker:
                 for failed in rows.jobs():
                     failed.finish(error=e)
                 return
+            self.observe(self.name, len(stepped), len(stepped))  # counted before its answers go out
             for done, result in rows.collect(batch.finished):
                 done.finish(result)
-            self.observe(self.name, len(stepped), len(stepped))
             while (joining := self._joining(len(batch))) is not None:
                 self._join(model, batch, rows, joining)
 
@@ -238,8 +238,6 @@ class Worker:
             for job in jobs:
                 self._run_batch([job])
         else:
-            for job, result in zip(jobs, results, strict=True):
-                job.finish(result)
             tokens = sum(
                 len(f.tokens)
                 for result in results
@@ -247,7 +245,9 @@ class Worker:
                 for f in result
                 if isinstance(f, Finished)
             )
-            self.observe(self.name, sum(len(job.rows) for job in jobs), tokens)
+            self.observe(self.name, sum(len(job.rows) for job in jobs), tokens)  # before the answers
+            for job, result in zip(jobs, results, strict=True):
+                job.finish(result)
 
     def _next_batch(self) -> list[Job] | None:
         """The next job and every job that may share its batch, up to ``max_batch`` rows. While
