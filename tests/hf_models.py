@@ -23,7 +23,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 transformers = pytest.importorskip("transformers")
 from tokenizers import Regex, Tokenizer, models, normalizers, pre_tokenizers, processors  # noqa: E402
 
-from tfcompile.hf.errors import HFWarning  # noqa: E402
+from tfcompile.hf.errors import HFError, HFWarning  # noqa: E402
 from tfcompile.hf.importer import import_folder  # noqa: E402
 from tfcompile.summary import summarize  # noqa: E402
 from tfcompile.train.runs import load_trained_model  # noqa: E402
@@ -555,3 +555,28 @@ def import_all(root: Path) -> dict[str, Imported]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", HFWarning)
         return {name: Imported(root, name) for name in VARIANTS}
+
+
+def imported_variants(
+    root: Path, variants: dict[str, Callable[[], Any]], tokenizer: str = "gpt2"
+) -> dict[str, Imported]:
+    """Each of a family file's ``variants`` (name -> model builder): built with seed 0, its weights
+    perturbed, saved with a ``tokenizer`` (``write``'s kind) and imported (an HFWarning an error)."""
+
+    def writer(name: str) -> Callable[[Path], None]:
+        def write_to(folder: Path) -> None:
+            torch.manual_seed(0)
+            write(perturb(variants[name]()), tokenizer, folder)
+
+        return write_to
+
+    return {name: Imported(root, name, writer(name), "error") for name in variants}
+
+
+def assert_head_refused(variant: Imported, head: str, tmp_path: Path) -> None:
+    """The variant's folder saved under another head class of its model type (``head``) is
+    refused by ``architectures``, before anything is written."""
+    folder = edited({variant.name: variant}, variant.name, tmp_path, architectures=[head])
+    with pytest.raises(HFError, match=rf"  architectures: {head} is not a language"):
+        import_folder(folder, "head", tmp_path / "specs", tmp_path / "runs")
+    assert not (tmp_path / "runs" / "head").exists()

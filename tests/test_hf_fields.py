@@ -684,6 +684,15 @@ def _class_fields(model_type: str) -> set[str]:
     return set(transformers.AutoConfig.for_model(model_type).to_dict()) - common
 
 
+def uncovered(model_type: str, cases: list[Case]) -> set[str]:
+    """The fields of ``model_type``'s installed config class that none of a family file's
+    ``cases`` (on families of that model type) sets, nor their tiny bases."""
+    covered = set(UNREAD)
+    for c in cases:
+        covered |= c.fields() | set(FAMILIES[c.family].base)
+    return _class_fields(model_type) - covered
+
+
 @pytest.mark.parametrize("model_type", list(CLASSES))
 def test_every_config_field_has_a_case(model_type: str) -> None:
     """A field transformers adds to a supported config class fails this until a row of CASES says

@@ -10,7 +10,6 @@ row for every field of GraniteConfig (tests/test_hf_fields.py's table and check)
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -19,21 +18,20 @@ from typing import Any
 import pytest
 import torch
 from helpers import random_run
-from hf_models import VOCAB, Imported, max_difference, perturb, write
+from hf_models import VOCAB, Imported, assert_head_refused, imported_variants, max_difference
 from test_hf_export import _loads_alike
 from test_hf_fields import (
     DELETE,
     FAMILIES,
     IDS,
-    UNREAD,
     YARN,
     Case,
     Family,
-    _class_fields,
     _pytest_cases,
     case,
     check,
     rope,
+    uncovered,
 )
 
 from tfcompile.hf import exporter
@@ -85,16 +83,7 @@ VARIANTS: dict[str, Callable[[], Any]] = {
 
 @pytest.fixture(scope="module")
 def imported(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Imported]:
-    root = tmp_path_factory.mktemp("hf")
-
-    def writer(name: str) -> Callable[[Path], None]:
-        def write_to(folder: Path) -> None:
-            torch.manual_seed(0)
-            write(perturb(VARIANTS[name]()), "gpt2", folder)
-
-        return write_to
-
-    return {name: Imported(root, name, writer(name), "error") for name in VARIANTS}
+    return imported_variants(tmp_path_factory.mktemp("hf"), VARIANTS)
 
 
 @pytest.mark.parametrize("name", list(VARIANTS))
@@ -157,13 +146,7 @@ def test_the_bundle_generates_transformers_greedy_tokens(
 
 
 def test_a_classifier_head_is_refused_by_architectures(imported: dict[str, Imported], tmp_path: Path) -> None:
-    folder = tmp_path / "src"
-    write(imported["granite"].hf, "gpt2", folder)
-    config = json.loads((folder / "config.json").read_text())
-    config["architectures"] = ["GraniteForSequenceClassification"]
-    (folder / "config.json").write_text(json.dumps(config))
-    with pytest.raises(HFError, match=r"  architectures: GraniteForSequenceClassification is not a language"):
-        import_folder(folder, "cls", tmp_path / "specs", tmp_path / "runs")
+    assert_head_refused(imported["granite"], "GraniteForSequenceClassification", tmp_path)
 
 
 # ----------------------------------------------------------- tfcompile's own runs written as Granite
@@ -296,6 +279,4 @@ def test_a_field_value_imports_to_transformers_outputs_or_is_refused_by_name(c: 
 def test_every_config_field_has_a_case() -> None:
     """A field transformers adds to GraniteConfig fails this until a row of CASES says what it
     does (or the family's tiny base sets it)."""
-    covered = set(UNREAD) | set(FAMILIES["granite"].base)
-    covered |= set().union(*(c.fields() for c in CASES))
-    assert _class_fields("granite") - covered == set()
+    assert uncovered("granite", CASES) == set()

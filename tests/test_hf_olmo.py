@@ -11,7 +11,6 @@ and check)."""
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -20,21 +19,20 @@ from typing import Any
 import pytest
 import torch
 from helpers import random_run
-from hf_models import VOCAB, Imported, max_difference, perturb, write
+from hf_models import VOCAB, Imported, assert_head_refused, imported_variants, max_difference
 from test_hf_export import _loads_alike
 from test_hf_fields import (
     DELETE,
     FAMILIES,
     IDS,
-    UNREAD,
     YARN,
     Case,
     Family,
-    _class_fields,
     _pytest_cases,
     case,
     check,
     rope,
+    uncovered,
 )
 
 from tfcompile.hf import exporter
@@ -86,16 +84,7 @@ VARIANTS: dict[str, Callable[[], Any]] = {
 
 @pytest.fixture(scope="module")
 def imported(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Imported]:
-    root = tmp_path_factory.mktemp("hf")
-
-    def writer(name: str) -> Callable[[Path], None]:
-        def write_to(folder: Path) -> None:
-            torch.manual_seed(0)
-            write(perturb(VARIANTS[name]()), "gpt2", folder)
-
-        return write_to
-
-    return {name: Imported(root, name, writer(name), "error") for name in VARIANTS}
+    return imported_variants(tmp_path_factory.mktemp("hf"), VARIANTS)
 
 
 @pytest.mark.parametrize("name", list(VARIANTS))
@@ -200,13 +189,7 @@ def test_the_bundle_generates_transformers_greedy_tokens(
 
 
 def test_a_classifier_head_is_refused_by_architectures(imported: dict[str, Imported], tmp_path: Path) -> None:
-    folder = tmp_path / "src"
-    write(imported["olmo"].hf, "gpt2", folder)
-    config = json.loads((folder / "config.json").read_text())
-    config["architectures"] = ["OlmoForSequenceClassification"]
-    (folder / "config.json").write_text(json.dumps(config))
-    with pytest.raises(HFError, match=r"  architectures: OlmoForSequenceClassification is not a language"):
-        import_folder(folder, "cls", tmp_path / "specs", tmp_path / "runs")
+    assert_head_refused(imported["olmo"], "OlmoForSequenceClassification", tmp_path)
 
 
 # ----------------------------------------------------------- tfcompile's own runs written as OLMo 2
@@ -400,6 +383,4 @@ def test_a_field_value_imports_to_transformers_outputs_or_is_refused_by_name(c: 
 def test_every_config_field_has_a_case(model_type: str, cases: list[Case]) -> None:
     """A field transformers adds to OlmoConfig or Olmo2Config fails this until a row says what it
     does (or the family's tiny base sets it)."""
-    covered = set(UNREAD) | set(FAMILIES[model_type].base)
-    covered |= set().union(*(c.fields() for c in cases))
-    assert _class_fields(model_type) - covered == set()
+    assert uncovered(model_type, cases) == set()

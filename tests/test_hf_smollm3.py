@@ -18,21 +18,20 @@ from typing import Any
 import pytest
 import torch
 from helpers import random_run
-from hf_models import VOCAB, Imported, max_difference, perturb, write
+from hf_models import VOCAB, Imported, assert_head_refused, imported_variants, max_difference
 from test_hf_export import _loads_alike
 from test_hf_fields import (
     DELETE,
     FAMILIES,
     IDS,
-    UNREAD,
     YARN,
     Case,
     Family,
-    _class_fields,
     _pytest_cases,
     case,
     check,
     rope,
+    uncovered,
 )
 
 from tfcompile.hf import exporter
@@ -82,16 +81,7 @@ VARIANTS: dict[str, Callable[[], Any]] = {
 
 @pytest.fixture(scope="module")
 def imported(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Imported]:
-    root = tmp_path_factory.mktemp("hf")
-
-    def writer(name: str) -> Callable[[Path], None]:
-        def write_to(folder: Path) -> None:
-            torch.manual_seed(0)
-            write(perturb(VARIANTS[name]()), "gpt2", folder)
-
-        return write_to
-
-    return {name: Imported(root, name, writer(name), "error") for name in VARIANTS}
+    return imported_variants(tmp_path_factory.mktemp("hf"), VARIANTS)
 
 
 @pytest.mark.parametrize("name", list(VARIANTS))
@@ -146,13 +136,7 @@ def test_the_bundle_generates_transformers_greedy_tokens(
 
 
 def test_a_classifier_head_is_refused_by_architectures(imported: dict[str, Imported], tmp_path: Path) -> None:
-    folder = tmp_path / "src"
-    write(imported["smollm3"].hf, "gpt2", folder)
-    config = json.loads((folder / "config.json").read_text())
-    config["architectures"] = ["SmolLM3ForSequenceClassification"]
-    (folder / "config.json").write_text(json.dumps(config))
-    with pytest.raises(HFError, match=r"  architectures: SmolLM3ForSequenceClassification is not a language"):
-        import_folder(folder, "cls", tmp_path / "specs", tmp_path / "runs")
+    assert_head_refused(imported["smollm3"], "SmolLM3ForSequenceClassification", tmp_path)
 
 
 # ----------------------------------------------------------- tfcompile's own runs written as SmolLM3
@@ -322,6 +306,4 @@ def test_a_field_value_imports_to_transformers_outputs_or_is_refused_by_name(c: 
 def test_every_config_field_has_a_case() -> None:
     """A field transformers adds to SmolLM3Config fails this until a row of CASES says what it
     does (or the family's tiny base sets it)."""
-    covered = set(UNREAD) | set(FAMILIES["smollm3"].base)
-    covered |= set().union(*(c.fields() for c in CASES))
-    assert _class_fields("smollm3") - covered == set()
+    assert uncovered("smollm3", CASES) == set()
