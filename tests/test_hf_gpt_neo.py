@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import torch
 from helpers import random_run
-from hf_models import VOCAB, Imported, perturb, write
+from hf_models import VOCAB, Imported, assert_head_refused, imported_variants, write
 from safetensors.torch import load_file, save_file
 from test_hf_export import _loads_alike, _problems
 from test_hf_fields import (
@@ -86,20 +86,10 @@ VARIANTS: dict[str, tuple[Callable[[], Any], str]] = {
 }
 
 
-def imported_variant(root: Path, name: str) -> Imported:
-    """The variant saved and imported."""
-
-    def write_to(folder: Path) -> None:
-        torch.manual_seed(0)
-        write(perturb(VARIANTS[name][0]()), "gpt2", folder)
-
-    return Imported(root, name, write_to, "error")
-
-
 @pytest.fixture(scope="module")
 def imported(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Imported]:
-    root = tmp_path_factory.mktemp("hf")
-    return {name: imported_variant(root, name) for name in VARIANTS}
+    builders = {name: build for name, (build, _) in VARIANTS.items()}
+    return imported_variants(tmp_path_factory.mktemp("hf"), builders)
 
 
 @pytest.mark.parametrize("name", list(VARIANTS))
@@ -236,13 +226,7 @@ def test_the_mask_buffers_of_older_checkpoints_are_not_weights(
 
 
 def test_a_classifier_head_is_refused_by_architectures(imported: dict[str, Imported], tmp_path: Path) -> None:
-    folder = tmp_path / "src"
-    write(imported["gpt_neo"].hf, "gpt2", folder)
-    config = json.loads((folder / "config.json").read_text())
-    config["architectures"] = ["GPTNeoForSequenceClassification"]
-    (folder / "config.json").write_text(json.dumps(config))
-    with pytest.raises(HFError, match=r"  architectures: GPTNeoForSequenceClassification is not a language"):
-        import_folder(folder, "cls", tmp_path / "specs", tmp_path / "runs")
+    assert_head_refused(imported["gpt_neo"], "GPTNeoForSequenceClassification", tmp_path)
 
 
 # ------------------------------------------------------------------ every config field, by value

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 import torch
-from hf_models import VOCAB, Imported, perturb, write
+from hf_models import VOCAB, Imported, imported_variants, perturb, write
 from safetensors.torch import load_file, save_file
 from test_hf_falcon_bloom import left_padded_difference
 from test_hf_fields import (
@@ -69,20 +69,9 @@ VARIANTS: dict[str, Callable[[], Any]] = {
 }
 
 
-def imported_variant(root: Path, name: str) -> Imported:
-    """The variant saved and imported."""
-
-    def write_to(folder: Path) -> None:
-        torch.manual_seed(0)
-        write(perturb(VARIANTS[name]()), "gpt2", folder)
-
-    return Imported(root, name, write_to, "error")
-
-
 @pytest.fixture(scope="module")
 def imported(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Imported]:
-    root = tmp_path_factory.mktemp("hf")
-    return {name: imported_variant(root, name) for name in VARIANTS}
+    return imported_variants(tmp_path_factory.mktemp("hf"), VARIANTS)
 
 
 @pytest.mark.parametrize("name", list(VARIANTS))
