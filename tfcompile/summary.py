@@ -56,8 +56,8 @@ def summarize(spec: Spec) -> Summary:
     for hook in hooks:
         hook.remove()
 
-    window = getattr(spec.model, "window", None)  # a decoder's sliding layers, named by their attention
-    sliding = {f"blocks.{i}.attn" for i in getattr(spec.model, "sliding_layers", ())}
+    window = getattr(spec.model, "window", None)  # a decoder's sliding layers
+    sliding: frozenset[int] = getattr(spec.model, "sliding_layers", frozenset())
     nope = set(getattr(spec.model.positional, "nope_layers", None) or ())  # in each stack
     seen: dict[int, str] = {}
     rows = []
@@ -70,10 +70,10 @@ def summarize(spec: Spec) -> Summary:
                 seen[id(p)] = name
                 own += p.numel()
         note = f"weight tied to {tied[0]}" if tied else ""
-        if name in sliding and window is not None:
-            note = f"slides over {window.size:,} positions"
-        if (layer := ATTENTION.fullmatch(name)) and int(layer[1]) in nope:
-            note = "; ".join(filter(None, [note, "turns no RoPE"]))
+        if layer := ATTENTION.fullmatch(name):  # a block's self-attention: its layer's notes
+            i = int(layer[1])
+            slides = f"slides over {window.size:,} positions" if window is not None and i in sliding else ""
+            note = "; ".join(filter(None, [slides, "turns no RoPE" if i in nope else ""]))
         rows.append(ModuleRow(name, type(module).__name__, own, shapes.get(shape_of), note))
     total = sum(p.numel() for p in model.parameters())
     return Summary(rows, total, forward_flops_per_token(model, spec.model), spec.context_length)

@@ -40,9 +40,9 @@ from tfcompile.hf.architecture import (
     register,
 )
 from tfcompile.hf.gpt_neox import rope_sources
-from tfcompile.hf.llama import FALLBACKS, context, rope_section
+from tfcompile.hf.llama import FALLBACKS, context, listable, rope_section
 from tfcompile.spec import Spec
-from tfcompile.spec.schema import MAX_LAYERS, DecoderSpec
+from tfcompile.spec.schema import DecoderSpec
 
 # The config classes' defaults for the fields the reads below fall back on (both classes alike;
 # their RoPE thetas differ: each class's ``theta``).
@@ -190,8 +190,8 @@ class Cohere2(Cohere):
             "model.window.layers": named,
             "model.positional.nope_layers": named,
         }
-        if isinstance(n_layers, bool) or not isinstance(n_layers, int) or not 1 <= n_layers <= MAX_LAYERS:
-            return sources  # a layer count the spec refuses, by its field: no layers to list
+        if not listable(n_layers):
+            return sources
         if named == "layer_types":
             config.require(
                 len(given) == n_layers and all(isinstance(t, str) and t in LAYER_TYPES for t in given),
