@@ -41,6 +41,7 @@ TASKS = [
     ({"family": "encoder"}, {"type": "classification", "labels": ["a", "b", "c"]}),
     ({"family": "encoder_decoder", "n_decoder_layers": 3}, {"type": "seq2seq"}),
     ({"family": "encoder_decoder", "share_embeddings": False}, {"type": "seq2seq"}),
+    ({"family": "encoder_decoder", "embedding_norm": True}, {"type": "seq2seq"}),
     (
         {"family": "vit", "image_size": 8, "patch_size": 2, "channels": 3, "pooling": "cls"},
         {"type": "image_classification", "labels": ["x", "y"]},

@@ -26,6 +26,38 @@ def test_sinusoidal_values_match_formula() -> None:
             assert math.isclose(table[t, 2 * k + 1].item(), math.cos(w * t), abs_tol=1e-6)
 
 
+def test_sinusoidal_halves_holds_the_sines_then_the_cosines_as_marian() -> None:
+    """Marian's table (transformers' create_weight, written out): position / 10000^(2 (j // 2) / d)
+    for each feature j, the sines of the even js in the first half, the cosines of the odd ones in
+    the second."""
+    d, length = 12, 30
+    table = sinusoidal_table(length, d, "halves")
+    angles = [[t / 10000 ** (2 * (j // 2) / d) for j in range(d)] for t in range(length)]
+    expected = torch.tensor(
+        [[math.sin(a) for a in row[0::2]] + [math.cos(a) for a in row[1::2]] for row in angles]
+    )
+    assert torch.allclose(table, expected, atol=1e-6)
+    interleaved = sinusoidal_table(length, d)
+    assert torch.equal(table, torch.cat((interleaved[:, 0::2], interleaved[:, 1::2]), dim=-1))
+
+
+def test_sinusoidal_layout_reaches_the_model_and_a_vit_grid() -> None:
+    """The spec's layout builds its table in the text families and in each half of a ViT's 2-D one."""
+    from tfcompile.spec.schema import SinusoidalPositional as Spec
+
+    text = PositionalDims(d_model=8, n_heads=2, head_dim=4, max_seq_len=6, bidirectional=True)
+    grid = PositionalDims(
+        d_model=8, n_heads=2, head_dim=4, max_seq_len=5, bidirectional=True, grid=2, prefix=1
+    )
+    module = POSITIONAL["sinusoidal"]
+    assert torch.equal(module(Spec(layout="halves"), text).table, sinusoidal_table(6, 8, "halves"))
+    halves, interleaved = module(Spec(layout="halves"), grid).table, module(Spec(), grid).table
+    axis = sinusoidal_table(2, 4, "halves")
+    assert torch.equal(halves[1:, :4], axis.repeat_interleave(2, dim=0))  # the row's half
+    assert torch.equal(halves[1:, 4:], axis.repeat(2, 1))  # the column's
+    assert not torch.equal(halves, interleaved) and torch.equal(halves[0], torch.zeros(8))
+
+
 def _rope(head_dim: int = 8, max_len: int = 64, theta: float = 10000.0) -> RotaryPositional:
     dims = PositionalDims(
         d_model=head_dim * 2, n_heads=2, head_dim=head_dim, max_seq_len=max_len, bidirectional=False

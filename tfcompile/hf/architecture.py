@@ -418,9 +418,10 @@ class Needs:
         )
         cap = getattr(model, "logit_softcap", None)  # decoders only
         self(cap is None, "model.logit_softcap", cap, "leave it unset")
-        # BERT's encoder has a norm after its embeddings (bert.py requires it); no decoder here has
-        embedding_norm = getattr(model, "embedding_norm", False)  # decoders' and encoders' only
-        self(not embedding_norm or not model.causal, "model.embedding_norm", True, "false")
+        # BERT's encoder has a norm after its embeddings (bert.py requires it); a decoder's (BLOOM's)
+        # and a translator's (BART's) are for their writers to allow
+        embedding_norm = getattr(model, "embedding_norm", False)  # a ViT has none
+        self(not embedding_norm or model.family == "encoder", "model.embedding_norm", True, "false")
         self(model.norm.scale, "model.norm.scale", False, "true (every norm written has a learned scale)")
         self(model.qkv_clip is None, "model.qkv_clip", model.qkv_clip, "leave it unset")
         for name in MULTIPLIERS:  # the last two decoders' only

@@ -10,7 +10,7 @@ from torch import nn
 
 from tfcompile.models.common import Assembly, check_token_ids, init_weights, require_vocab_size
 from tfcompile.nn.attention import KVCache, may_attend
-from tfcompile.nn.block import TransformerBlock, build_blocks, build_final_norm
+from tfcompile.nn.block import TransformerBlock, build_blocks, build_final_norm, build_norm
 from tfcompile.nn.positional import build_positional, positions_from_mask
 from tfcompile.spec.schema import EncoderDecoderSpec
 
@@ -31,6 +31,10 @@ class Seq2Seq(Assembly):
         # in the decoder; a learned table is learned per side.
         self.encoder_positional = build_positional(spec, bidirectional=True)
         self.decoder_positional = build_positional(spec, bidirectional=False)
+        # BART's norm after the summed embeddings, one per stack
+        self.encoder_embed_norm, self.decoder_embed_norm = (
+            build_norm(spec.norm, spec.d_model) if spec.embedding_norm else nn.Identity() for _ in range(2)
+        )
         self.drop = nn.Dropout(spec.dropout.embedding)
         self.encoder_blocks = build_blocks(spec, spec.n_layers)
         self.encoder_norm = build_final_norm(spec)
@@ -59,7 +63,8 @@ class Seq2Seq(Assembly):
         check_token_ids(source_ids, "source_ids", self.spec.max_seq_len)
         index = torch.arange(source_ids.shape[1], device=source_ids.device)
         positions = index if source_mask is None else positions_from_mask(source_mask)  # (B?, S)
-        x = self.drop(self.encoder_positional.embed(self.embed(source_ids) * self.embed_scale, positions))
+        x = self.encoder_positional.embed(self.embed(source_ids) * self.embed_scale, positions)
+        x = self.drop(self.encoder_embed_norm(x))
         rotaries = self.encoder_positional.layer_rotaries(positions, len(self.encoder_blocks))
         bias = self.encoder_positional.attention_bias(positions, positions)
         padding = source_mask.bool() if source_mask is not None else None
@@ -90,7 +95,7 @@ class Seq2Seq(Assembly):
         k_positions = index if target_mask is None else positions_from_mask(target_mask)  # (B?, P + T)
         positions = k_positions[..., past:]
         x = self.target_embed(target_ids) * self.embed_scale
-        x = self.drop(self.decoder_positional.embed(x, positions))
+        x = self.drop(self.decoder_embed_norm(self.decoder_positional.embed(x, positions)))
         rotaries = self.decoder_positional.layer_rotaries(positions, len(self.decoder_blocks))
         bias = self.decoder_positional.attention_bias(positions, k_positions)
         padding = target_mask.bool() if target_mask is not None else None

@@ -209,6 +209,12 @@ class NormSpec(Section):
 
 class SinusoidalPositional(Section):
     type: Literal["sinusoidal"] = "sinusoidal"
+    layout: Literal["interleaved", "halves"] = Field(
+        "interleaved",
+        description="where the sines and cosines lie: interleaved, PE[t, 2k] = sin(t w_k) and PE[t, 2k+1] = "
+        "cos(t w_k), as in Vaswani et al.; or halves, the sines in the first half of the features and the "
+        "cosines in the second (Marian, Pegasus); the frequencies w_k = 10000^(-2k/d) are the same",
+    )
 
     def parameters(self, model: TransformerSpec) -> int:
         return 0
@@ -878,6 +884,9 @@ class EncoderDecoderSpec(TransformerSpec):
     n_decoder_layers: Depth | None = Field(None, description=f"default: n_layers; at most {MAX_LAYERS:,}")
     share_embeddings: bool = Field(True, description="one embedding table for source and target")
     scale_output: bool = Field(False, description=SCALE_OUTPUT)
+    embedding_norm: bool = Field(
+        False, description="a norm after the summed embeddings, one in each stack (BART, mBART)"
+    )
 
     @model_validator(mode="after")
     def _resolve_depth_and_check_stacks(self) -> EncoderDecoderSpec:
@@ -910,6 +919,7 @@ class EncoderDecoderSpec(TransformerSpec):
         return (
             self._vocab() * self.d_model * (1 if self.share_embeddings else 2)
             + 2 * self.positional.parameters(self)  # the encoder's and the decoder's
+            + 2 * (self.norm.parameters(self.d_model) if self.embedding_norm else 0)
             + self.n_layers * self.block_parameters()
             + self.n_decoder_layers * self.block_parameters(cross_attention=True)
             + 2 * self.final_norm_parameters()
