@@ -25,6 +25,7 @@ from tokenizers import Regex, Tokenizer, models, normalizers, pre_tokenizers, pr
 
 from tfcompile.hf.errors import HFError, HFWarning  # noqa: E402
 from tfcompile.hf.importer import import_folder  # noqa: E402
+from tfcompile.models import Seq2Seq  # noqa: E402
 from tfcompile.summary import summarize  # noqa: E402
 from tfcompile.train.runs import load_trained_model  # noqa: E402
 
@@ -411,7 +412,7 @@ def max_difference(hf: Any, tfc: torch.nn.Module, padded: bool, seed: int = 0, l
             size = hf.config.image_size
             pixels = torch.randn(batch, 3, size, size, generator=torch.Generator().manual_seed(seed))
             return (hf(pixel_values=pixels).logits - tfc(pixels)).abs().max().item()
-        if isinstance(hf, C.T5ForConditionalGeneration | C.MT5ForConditionalGeneration):
+        if isinstance(tfc, Seq2Seq):
             target = random_ids(batch, 7, seed + 1)
             theirs = hf(input_ids=ids, attention_mask=mask, decoder_input_ids=target).logits
             return (theirs - tfc(ids, mask, target)).abs().max().item()
@@ -439,6 +440,7 @@ AUTO = {
     "SequenceClassification": "AutoModelForSequenceClassification",
     "ImageClassification": "AutoModelForImageClassification",
     "ConditionalGeneration": "AutoModelForSeq2SeqLM",
+    "MTModel": "AutoModelForSeq2SeqLM",  # Marian's
 }
 # Head classes whose names end as another kind's (a multimodal model's ForConditionalGeneration is
 # no sequence-to-sequence model): loaded by their own class.

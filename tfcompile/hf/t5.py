@@ -30,7 +30,13 @@ from tfcompile.hf.architecture import (
 )
 from tfcompile.hf.errors import HFWarning, Problem
 from tfcompile.spec import Spec
-from tfcompile.spec.schema import EncoderDecoderSpec, RelativePositional, Seq2SeqTask
+from tfcompile.spec.schema import (
+    EncoderDecoderSpec,
+    LearnedPositional,
+    RelativePositional,
+    Seq2SeqTask,
+    SinusoidalPositional,
+)
 
 # The spec's activation -> feed_forward_proj: ACT or gated-ACT, ACT as the other families write
 # it; but transformers reads gated-gelu as gelu_new's (T5 v1.1's), so the gated erf GELU is gelu_python.
@@ -190,7 +196,12 @@ class T5(Writable):
         return state
 
     def candidate(self, spec: Spec) -> bool:
-        return isinstance(spec.model, EncoderDecoderSpec) and isinstance(spec.task, Seq2SeqTask)
+        """A translator of any positions but sinusoidal or learned ones (bart.py writes those)."""
+        return (
+            isinstance(spec.model, EncoderDecoderSpec)
+            and isinstance(spec.task, Seq2SeqTask)
+            and not isinstance(spec.model.positional, SinusoidalPositional | LearnedPositional)
+        )
 
     def exportable(self, spec: Spec) -> list[Problem]:
         model = spec.model

@@ -1,0 +1,464 @@
+"""BART's encoder-decoder and the model types on its code (tfcompile/hf/bart.py): Marian
+(``MarianMTModel``, the Opus-MT translators: sinusoidal positions in the halves layout,
+post-norm), Pegasus (the same positions, pre-norm with a final norm per stack), BART (learned
+positions after two unused rows, post-norm, a norm after the embeddings) and mBART (BART's
+positions and embedding norms, pre-norm). Tiny random transformers models saved with
+save_pretrained, imported, and held to transformers' logits (float32, sources padded on the
+right and not), their parameter counts and greedy translation through the ONNX bundle; written
+back by export-hf (tfcompile's own translators of these choices too, or refused by field); a row
+for every field of the four config classes (tests/test_hf_fields.py's table and check)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from helpers import random_run
+from hf_models import VOCAB, Imported, copied, edited, from_pretrained, imported_variants, max_difference
+from safetensors.torch import load_file, save_file
+from test_hf_export import _loads_alike
+from test_hf_fields import FAMILIES, Case, Family, _pytest_cases, case, check, uncovered
+from test_hf_paths import SENTENCES
+
+from tfcompile.cli import main
+from tfcompile.hf.errors import HFError, HFWarning
+from tfcompile.hf.exporter import export_hf
+from tfcompile.hf.importer import import_folder
+from tfcompile.runtime import Translator
+from tfcompile.sequences import tidy
+from tfcompile.spec.schema import SinusoidalPositional
+from tfcompile.train.runs import load_trained_model
+
+transformers = pytest.importorskip("transformers")
+T = transformers
+
+# hf_models' "t5" tokenizer: <pad> 0, </s> 1, <unk> 2, sources ending with </s>
+TINY = dict(
+    vocab_size=VOCAB,
+    d_model=16,
+    encoder_layers=2,
+    decoder_layers=2,
+    encoder_attention_heads=4,
+    decoder_attention_heads=4,
+    encoder_ffn_dim=32,
+    decoder_ffn_dim=32,
+    max_position_embeddings=32,
+    pad_token_id=0,
+    eos_token_id=1,
+    decoder_start_token_id=0,
+    forced_eos_token_id=None,
+    init_std=0.5,  # weights wide enough that each source translates otherwise
+)
+CLASSES = {
+    "marian": (T.MarianConfig, T.MarianMTModel),
+    "pegasus": (T.PegasusConfig, T.PegasusForConditionalGeneration),
+    "bart": (T.BartConfig, T.BartForConditionalGeneration),
+    "mbart": (T.MBartConfig, T.MBartForConditionalGeneration),
+}
+FAMILIES.update({name: Family(config, model, "t5", TINY) for name, (config, model) in CLASSES.items()})
+
+
+def built(model_type: str, **fields: Any) -> Any:
+    """A tiny model of ``model_type`` with a final_logits_bias of its own (as converted Marian
+    models have)."""
+    config, head = CLASSES[model_type]
+    model = head(config(**TINY | fields))
+    with torch.no_grad():
+        model.final_logits_bias.normal_(std=0.1)
+    return model
+
+
+VARIANTS: dict[str, Callable[[], Any]] = {
+    # Opus-MT's shape: swish, embeddings scaled, one table for source, target and head
+    "marian": lambda: built("marian", activation_function="swish", scale_embedding=True),
+    # a table per stack (the head tied to the decoder's), one decoder layer, gelu_new
+    "marian_unshared": lambda: built(
+        "marian",
+        share_encoder_decoder_embeddings=False,
+        decoder_layers=1,
+        activation_function="gelu_new",
+        scale_embedding=True,
+    ),
+    # pegasus-xsum's ReLU and scale
+    "pegasus": lambda: built("pegasus", activation_function="relu", scale_embedding=True),
+    # BART's decoder starts with </s>
+    "bart": lambda: built("bart", decoder_start_token_id=1),
+    "mbart": lambda: built("mbart", encoder_layers=1, scale_embedding=True),
+}
+HEADS = {
+    "marian": "MarianMTModel",
+    "marian_unshared": "MarianMTModel",
+    "pegasus": "PegasusForConditionalGeneration",
+    "bart": "BartForConditionalGeneration",
+    "mbart": "MBartForConditionalGeneration",
+}
+
+
+@pytest.fixture(scope="module")
+def imported(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Imported]:
+    return imported_variants(tmp_path_factory.mktemp("hf"), VARIANTS, tokenizer="t5")
+
+
+@pytest.mark.parametrize("name", list(VARIANTS))
+def test_an_imported_model_gives_transformers_logits(imported: dict[str, Imported], name: str) -> None:
+    imported[name].assert_outputs_match()
+
+
+def unread(hf: Any) -> int:
+    """transformers' parameters the import leaves out, less the one it adds: Marian's and Pegasus's
+    fixed position tables (parameters transformers never trains) or BART's two unused position rows,
+    in each stack, and a shared table neither stack reads (tie_word_embeddings false); the
+    final_logits_bias, a buffer there, is the spec's LM head bias."""
+    config = hf.config
+    rows = 2 if config.model_type in ("bart", "mbart") else config.max_position_embeddings
+    unused = hasattr(hf.model, "shared") and not config.tie_word_embeddings
+    return (2 * rows + config.vocab_size * unused) * config.d_model - config.vocab_size
+
+
+@pytest.mark.parametrize("name", list(VARIANTS))
+def test_parameter_counts_equal_transformers(imported: dict[str, Imported], name: str) -> None:
+    imported[name].assert_counts_match(unread(imported[name].hf))
+
+
+def test_the_specs_say_what_each_model_is(imported: dict[str, Imported]) -> None:
+    def said(name: str) -> tuple[Any, ...]:
+        model = imported[name].spec.model
+        positional = model.positional
+        layout = positional.layout if isinstance(positional, SinusoidalPositional) else None
+        return (
+            positional.type,
+            layout,
+            model.norm.position,
+            model.norm.final,
+            model.embedding_norm,
+            model.scale_embeddings,
+            model.share_embeddings,
+            model.tie_embeddings,
+            model.activation,
+        )
+
+    assert said("marian") == ("sinusoidal", "halves", "post", False, False, True, True, True, "silu")
+    assert said("marian_unshared") == (
+        "sinusoidal",
+        "halves",
+        "post",
+        False,
+        False,
+        True,
+        False,
+        True,
+        "gelu_tanh",
+    )
+    assert said("pegasus") == ("sinusoidal", "halves", "pre", True, False, True, True, True, "relu")
+    assert said("bart") == ("learned", None, "post", False, True, False, True, True, "gelu")
+    assert said("mbart") == ("learned", None, "pre", True, True, True, True, True, "gelu")
+    for variant in imported.values():
+        model = variant.spec.model
+        assert (model.norm.eps, model.bias.lm_head, model.bias.qkv) == (1e-5, True, True)
+        assert variant.spec.task.source_suffix == ["eos"]
+    assert imported["marian_unshared"].spec.model.n_decoder_layers == 1
+
+
+def test_a_translators_bos_is_the_token_its_decoder_starts_with(
+    imported: dict[str, Imported], tmp_path: Path
+) -> None:
+    """Marian's decoder starts with <pad>, BART's with </s>: decoder_start_token_id, over a bos_token
+    the tokenizer names (BART's is <s>, which its decoder never starts with)."""
+    assert imported["marian"].spec.tokens is not None and imported["marian"].spec.tokens.bos == "<pad>"
+    assert imported["bart"].spec.tokens is not None and imported["bart"].spec.tokens.bos == "</s>"
+    folder = copied(imported, "bart", tmp_path)
+    saved = json.loads((folder / "tokenizer_config.json").read_text())
+    (folder / "tokenizer_config.json").write_text(json.dumps(saved | {"bos_token": "a"}))
+    result = import_folder(folder, "named", tmp_path / "specs", tmp_path / "runs")
+    assert result.spec.tokens is not None and result.spec.tokens.bos == "</s>"
+
+
+@pytest.mark.parametrize("model_type", list(CLASSES))
+def test_tables_of_their_own_are_computed_as_transformers_5_computes_them(
+    model_type: str, tmp_path: Path
+) -> None:
+    """tie_word_embeddings false: transformers 5 ties no table to another, so each stack reads its
+    own and the head is its own (the shared table of three of the types is read by nothing);
+    transformers 4 reads the shared one in both stacks, which the import warns of. export-hf
+    writes such a model as Marian only, which has a table per stack in both versions."""
+    from hf_models import perturb, write
+
+    torch.manual_seed(0)
+    model = perturb(built(model_type, tie_word_embeddings=False))
+    write(model, "t5", tmp_path / "hf")
+    hf = from_pretrained(tmp_path / "hf")
+    with pytest.warns(HFWarning, match="transformers 4 with the shared table"):
+        result = import_folder(tmp_path / "hf", "own", tmp_path / "specs", tmp_path / "runs")
+    spec, ours = load_trained_model(result.run_dir)
+    assert (spec.model.share_embeddings, spec.model.tie_embeddings) == (False, False)
+    for padded in (False, True):
+        assert max_difference(hf, ours, padded) <= 1e-5
+    assert spec.parameter_count() == hf.num_parameters() - unread(hf)
+    if model_type == "marian":
+        assert export_hf(result.run_dir, tmp_path / "out") == "MarianMTModel"
+        _loads_alike(tmp_path / "out", ours)
+    else:
+        with pytest.raises(HFError, match=r"  model.share_embeddings: False has no"):
+            export_hf(result.run_dir, tmp_path / "out")
+
+
+def test_tie_word_embeddings_false_without_a_table_is_refused(
+    imported: dict[str, Imported], tmp_path: Path
+) -> None:
+    """A tied checkpoint saves one table; read untied, transformers 5 draws the others at random."""
+    folder = edited(imported, "bart", tmp_path, tie_word_embeddings=False)
+    with pytest.raises(HFError, match=r"  tie_word_embeddings: is false and the checkpoint holds no encoder"):
+        import_folder(folder, "untied", tmp_path / "specs", tmp_path / "runs")
+
+
+@pytest.mark.parametrize("name", list(VARIANTS))
+def test_export_hf_writes_each_import_back_to_the_same_logits(
+    imported: dict[str, Imported], name: str, tmp_path: Path
+) -> None:
+    variant = imported[name]
+    assert export_hf(variant.result.run_dir, tmp_path / "out") == HEADS[name]
+    _loads_alike(tmp_path / "out", variant.model)
+    again = import_folder(tmp_path / "out", "again", tmp_path / "specs", tmp_path / "runs")
+    assert again.spec.model == variant.spec.model
+
+
+TRANSLATOR = (
+    f"model: {{family: encoder_decoder, vocab_size: {VOCAB}, d_model: 16, n_layers: 2, n_heads: 4, "
+    "max_seq_len: 16"
+)
+# tfcompile's own translators of the four types' choices (biases and norm shifts it lacks are
+# written as zeros)
+NATIVE = {
+    "MarianMTModel": f"{TRANSLATOR}, norm: {{position: post}}, positional: {{type: sinusoidal, layout: "
+    "halves}, scale_embeddings: true, bias: {lm_head: true}, share_embeddings: false, activation: silu}",
+    "PegasusForConditionalGeneration": f"{TRANSLATOR}, n_decoder_layers: 1, positional: {{type: sinusoidal, "
+    "layout: halves}, tie_embeddings: false, activation: relu, bias: {qkv: false}}",
+    "BartForConditionalGeneration": f"{TRANSLATOR}, norm: {{position: post}}, positional: learned, "
+    "embedding_norm: true, activation: gelu_tanh}",
+    "MBartForConditionalGeneration": f"{TRANSLATOR}, positional: learned, embedding_norm: true, "
+    "norm: {bias: false}, bias: {ffn: false, lm_head: true}}",
+}
+
+
+@pytest.mark.parametrize("head", list(NATIVE))
+def test_export_hf_writes_tfcompiles_translators_as_the_type_of_their_choices(
+    head: str, tmp_path: Path
+) -> None:
+    run = random_run(tmp_path, NATIVE[head] + "\ntask: seq2seq\n")
+    assert export_hf(run, tmp_path / "out") == head
+    _loads_alike(tmp_path / "out", load_trained_model(run)[1])
+
+
+MARIAN = NATIVE["MarianMTModel"][: -len("}")]
+REFUSED = [
+    # Vaswani's interleaved sines and cosines: transformers' Marian computes the halves layout
+    (MARIAN.replace("layout: halves", "layout: interleaved") + "}", "model.positional.layout"),
+    (MARIAN + ", embedding_norm: true}", "model.embedding_norm"),
+    (MARIAN.replace("norm: {position: post}", "norm: {position: post, eps: 1.0e-6}") + "}", "model.norm.eps"),
+    (
+        MARIAN.replace("norm: {position: post}", "norm: {position: post, type: rmsnorm}") + "}",
+        "model.norm.type",
+    ),
+    (
+        MARIAN.replace("norm: {position: post}", "norm: {position: post, final: true}") + "}",
+        "model.norm.final",
+    ),
+    (MARIAN.replace("activation: silu", "activation: swiglu") + "}", "model.activation"),
+    (MARIAN + ", n_kv_heads: 2}", "model.n_kv_heads"),
+    (MARIAN + ", attention_scale: 1.0}", "model.attention_scale"),
+    (MARIAN + ", qkv_clip: 8.0}", "model.qkv_clip"),
+    # BART's learned positions: an embedding norm, and one table for source and target
+    (f"{TRANSLATOR}, norm: {{position: post}}, positional: learned}}", "model.embedding_norm"),
+    (
+        f"{TRANSLATOR}, positional: learned, embedding_norm: true, share_embeddings: false}}",
+        "model.share_embeddings",
+    ),
+]
+
+
+@pytest.mark.parametrize(("text", "field"), REFUSED, ids=[field for _, field in REFUSED])
+def test_export_hf_refuses_what_the_four_types_cannot_compute_by_field(
+    text: str, field: str, tmp_path: Path
+) -> None:
+    run = random_run(tmp_path, text + "\ntask: seq2seq\n")
+    with pytest.raises(HFError, match=rf"  {field}: "):
+        export_hf(run, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_t5_still_writes_translators_of_other_positions(tmp_path: Path) -> None:
+    run = random_run(tmp_path, f"{TRANSLATOR}, positional: rope}}\ntask: seq2seq\n")
+    with pytest.raises(HFError, match=r"  model.positional: 'rope' has no T5 equivalent"):
+        export_hf(run, tmp_path / "out")
+
+
+@pytest.mark.parametrize(
+    ("name", "head"),
+    [
+        ("marian", "MarianModel"),
+        ("marian", "MarianForCausalLM"),
+        ("bart", "BartForSequenceClassification"),
+        ("bart", "MarianMTModel"),  # another type's head
+        ("pegasus", "PegasusForCausalLM"),
+    ],
+)
+def test_another_head_class_is_refused_by_architectures(
+    imported: dict[str, Imported], name: str, head: str, tmp_path: Path
+) -> None:
+    folder = edited(imported, name, tmp_path, architectures=[head])
+    with pytest.raises(HFError, match=rf"  architectures: {head} is not a sequence-to-sequence model"):
+        import_folder(folder, "head", tmp_path / "specs", tmp_path / "runs")
+    assert not (tmp_path / "runs" / "head").exists()
+
+
+def with_position_tables(folder: Path, hf: Any, change: float = 0.0) -> None:
+    """Save transformers' position tables into the folder's weights, as older Marian and Pegasus
+    checkpoints hold them (save_pretrained now leaves them out), the encoder's moved by ``change``
+    at one place."""
+    path = folder / "model.safetensors"
+    tensors = load_file(path)
+    for stack in ("encoder", "decoder"):
+        tensors[f"model.{stack}.embed_positions.weight"] = getattr(
+            hf.model, stack
+        ).embed_positions.weight.clone()
+    tensors["model.encoder.embed_positions.weight"][3, 5] += change
+    save_file(tensors, path, metadata={"format": "pt"})
+
+
+@pytest.mark.parametrize("name", ["marian", "pegasus"])
+def test_a_saved_sinusoidal_table_is_read_and_must_be_the_formula(
+    imported: dict[str, Imported], name: str, tmp_path: Path
+) -> None:
+    """transformers computes with a saved table (one that is not the formula's changes its
+    outputs), so the import reads it: the formula's imports as the folder without it, another is
+    refused naming the tensor, before anything is written."""
+    variant = imported[name]
+    formula = copied(imported, name, tmp_path / "formula")
+    with_position_tables(formula, variant.hf)
+    result = import_folder(formula, "formula", tmp_path / "specs", tmp_path / "runs")
+    assert result.spec.model == variant.spec.model
+    changed = copied(imported, name, tmp_path / "changed")
+    with_position_tables(changed, variant.hf, change=0.5)
+    assert (
+        from_pretrained(changed).model.encoder.embed_positions.weight[3, 5]
+        != (variant.hf.model.encoder.embed_positions.weight[3, 5])
+    )
+    with pytest.raises(HFError, match=r"encoder.embed_positions.weight is not the sinusoidal table"):
+        import_folder(changed, "changed", tmp_path / "specs", tmp_path / "runs")
+    assert not (tmp_path / "runs" / "changed").exists()
+
+
+def test_learned_positions_of_other_rows_than_the_config_says_are_refused(
+    imported: dict[str, Imported], tmp_path: Path
+) -> None:
+    folder = copied(imported, "bart", tmp_path)
+    path = folder / "model.safetensors"
+    tensors = load_file(path)
+    table = tensors["model.decoder.embed_positions.weight"]
+    tensors["model.decoder.embed_positions.weight"] = table[:-2].clone()  # no offset rows
+    save_file(tensors, path, metadata={"format": "pt"})
+    with pytest.raises(HFError, match=r"decoder.embed_positions.weight has shape \(32, 16\)"):
+        import_folder(folder, "rows", tmp_path / "specs", tmp_path / "runs")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(VARIANTS))
+def test_the_bundle_translates_as_transformers_greedy_generate(
+    imported: dict[str, Imported], name: str, tmp_path: Path
+) -> None:
+    """`tfcompile export` (parity checked), then greedy translation in onnxruntime of sources the
+    folder's tokenizer ends with </s>, as transformers' generate translates them."""
+    variant = imported[name]
+    assert main(["export", str(variant.result.run_dir), "--out", str(tmp_path / "bundle")]) == 0
+    tokenizer = T.AutoTokenizer.from_pretrained(variant.folder)
+    ours = Translator(tmp_path / "bundle").translate(SENTENCES, beam=1, max_len=10)
+    theirs = []
+    for sentence in SENTENCES:
+        ids = tokenizer(sentence, return_tensors="pt")["input_ids"]
+        generated = variant.hf.generate(ids, do_sample=False, num_beams=1, max_new_tokens=10)
+        theirs.append(tidy(tokenizer.decode(generated[0], skip_special_tokens=True)))
+    assert ours == theirs and len(set(ours)) > 1
+
+
+# ---------------------------------------------------------------- every field of the four classes
+
+IDS = dict(pad_token_id=3, eos_token_id=4, decoder_start_token_id=3, forced_eos_token_id=4)
+
+
+def family_rows(f: str) -> list[Case]:
+    """The rows the four share (their configs hold the same fields, read alike)."""
+    return [
+        case(  # the fields that take any value at once: each row below sets one
+            f,
+            activation_function="relu",
+            scale_embedding=True,
+            dropout=0.3,
+            attention_dropout=0.2,
+            activation_dropout=0.4,
+            encoder_layerdrop=0.2,
+            decoder_layerdrop=0.2,
+            init_std=0.5,
+            use_cache=False,
+            spec={"activation": "relu", "scale_embeddings": True, "dropout.residual": 0.3},
+        ),
+        case(f, activation_function="gelu_new", spec={"activation": "gelu_tanh"}, slow=True),
+        case(f, activation_function="swish", spec={"activation": "silu"}, slow=True),
+        case(f, outcome="activation_function", activation_function="quick_gelu", slow=f != "marian"),
+        case(f, scale_embedding=True, spec={"scale_embeddings": True}, slow=True),
+        case(f, dropout=0.5, attention_dropout=0.1, spec={"dropout.attention": 0.1}, slow=True),
+        case(f, activation_dropout=0.5, slow=True),  # training only, not read
+        case(f, encoder_layerdrop=0.5, decoder_layerdrop=0.5, slow=True),  # training only, not read
+        case(f, init_std=0.0, slow=True),  # initialisation only
+        case(f, encoder_layers=1, spec={"n_layers": 1}, slow=True),
+        case(f, decoder_layers=1, spec={"n_decoder_layers": 1}, slow=f != "bart"),
+        case(f, decoder_layers=3, spec={"n_decoder_layers": 3}, slow=True),
+        case(f, outcome="decoder_attention_heads", decoder_attention_heads=2, slow=f != "pegasus"),
+        case(f, outcome="decoder_ffn_dim", decoder_ffn_dim=48, slow=f != "mbart"),
+        case(f, encoder_attention_heads=2, decoder_attention_heads=2, spec={"n_heads": 2}, slow=True),
+        case(f, max_position_embeddings=16, spec={"max_seq_len": 16}, length=16, slow=True),
+        # a table per stack and a head of its own (only Marian's writer has them)
+        case(f, tie_word_embeddings=False, spec={"tie_embeddings": False}, exported=f == "marian", slow=True),
+        case(f, use_cache=False, slow=True),
+        case(f, slow=True, **IDS),
+        case(f, outcome="is_decoder", json={"is_decoder": True}, slow=True),
+        case(f, json={"is_encoder_decoder": False}, slow=f != "marian"),  # generate() alone reads it
+    ]
+
+
+CASES: list[Case] = [
+    *(row for f in CLASSES for row in family_rows(f)),
+    case("marian", bos_token_id=5, slow=True),
+    case("bart", bos_token_id=5, classifier_dropout=0.3, slow=True),
+    case("mbart", bos_token_id=5, classifier_dropout=0.3, slow=True),
+    # a table per stack of one vocabulary; one of another size (the target's) is refused
+    case(
+        "marian",
+        share_encoder_decoder_embeddings=False,
+        decoder_vocab_size=VOCAB,
+        spec={"share_embeddings": False},
+    ),
+    case(
+        "marian",
+        outcome="decoder_vocab_size",
+        share_encoder_decoder_embeddings=False,
+        decoder_vocab_size=48,
+        slow=True,
+    ),
+    case("marian", share_encoder_decoder_embeddings=False, spec={"share_embeddings": False}, slow=True),
+    case("marian", decoder_vocab_size=48, slow=True),  # a shared table: the decoder's size is not read
+    case("marian", outcome="pad_token_id", json={"pad_token_id": VOCAB}, slow=True),  # past the vocabulary
+]
+
+
+@pytest.mark.parametrize("c", _pytest_cases(CASES))
+def test_a_field_value_imports_to_transformers_outputs_or_is_refused_by_name(c: Case, tmp_path: Path) -> None:
+    check(c, tmp_path)
+
+
+@pytest.mark.parametrize("model_type", list(CLASSES))
+def test_every_config_field_has_a_case(model_type: str) -> None:
+    assert uncovered(model_type, [c for c in CASES if c.family == model_type]) == set()

@@ -1,0 +1,420 @@
+"""BART's encoder-decoder and the model types built on its code: Marian (``MarianMTModel``, the
+Opus-MT translators), Pegasus (``PegasusForConditionalGeneration``), BART
+(``BartForConditionalGeneration``) and mBART (``MBartForConditionalGeneration``). Each is one
+encoder-decoder of LayerNorms (epsilon 1e-5, a config has no field for it) and biases on every
+projection, whose head is tied to the embeddings and adds ``final_logits_bias`` (the spec's
+``bias.lm_head``); the four differ in three choices, which the model type fixes:
+
+============  ==========================================  ====================  ==============
+model type    positions                                   norms                 embedding norm
+============  ==========================================  ====================  ==============
+marian        sinusoidal, sines then cosines (``halves``)  post                  none
+pegasus       sinusoidal, ``halves``                       pre, a final norm     none
+bart          learned, two unused rows in front            post                  one per stack
+mbart         learned, two unused rows in front            pre, a final norm     one per stack
+============  ==========================================  ====================  ==============
+
+The rest is the config's: sizes (the encoder's and the decoder's heads and feed-forward width must
+agree: the spec's stacks share them), ``activation_function``, ``scale_embedding`` (sqrt(d_model)),
+Marian's ``share_encoder_decoder_embeddings``. Layer drop and the dropout inside the feed-forward
+act in training only and are not read. export-hf writes each of the four from a translator with
+these choices (the sinusoidal ones in the halves layout)."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
+
+import torch
+
+from tfcompile.hf.architecture import (
+    ACTIVATIONS,
+    EXPORTED_ACTIVATIONS,
+    Config,
+    Imported,
+    Needs,
+    State,
+    Tensors,
+    Writable,
+    contiguous,
+    dropout,
+    pad_within,
+    register,
+    zeros_if_none,
+)
+from tfcompile.hf.errors import HFError, HFWarning, Problem
+from tfcompile.nn.positional import sinusoidal_table
+from tfcompile.spec import Spec
+from tfcompile.spec.schema import EncoderDecoderSpec, LearnedPositional, Seq2SeqTask, SinusoidalPositional
+
+EPS = 1e-5  # nn.LayerNorm's default, every norm's
+OFFSET = 2  # BART's learned positions start at this row
+BIAS = "final_logits_bias"
+SHARED = "shared.weight"  # the table the stacks and the head tie to (but Marian's without one)
+STACK_TABLES = ("encoder.embed_tokens.weight", "decoder.embed_tokens.weight")
+
+
+@dataclass(frozen=True)
+class Kind:
+    """What a model type fixes: its head class, positions, norm position and embedding norms."""
+
+    head: str
+    positions: Literal["sinusoidal", "learned"]
+    norm: Literal["pre", "post"]
+    embedding_norm: bool
+    vocab_size: int  # the config class's defaults
+    pad_token_id: int
+
+
+KINDS = {
+    "marian": Kind("MarianMTModel", "sinusoidal", "post", False, 58101, 58100),
+    "pegasus": Kind("PegasusForConditionalGeneration", "sinusoidal", "pre", False, 50265, 0),
+    "bart": Kind("BartForConditionalGeneration", "learned", "post", True, 50265, 1),
+    "mbart": Kind("MBartForConditionalGeneration", "learned", "pre", True, 50265, 1),
+}
+# tfcompile's names within a block -> transformers' (each a weight and a bias)
+ATTENTION = (("q", "q_proj"), ("k", "k_proj"), ("v", "v_proj"))
+LAYER = (
+    ("attn_norm", "self_attn_layer_norm"),
+    ("attn.out", "self_attn.out_proj"),
+    ("ffn_norm", "final_layer_norm"),
+    ("ffn.w_in", "fc1"),
+    ("ffn.w_out", "fc2"),
+)
+CROSS = (("cross_norm", "encoder_attn_layer_norm"), ("cross.out", "encoder_attn.out_proj"))
+
+
+@register("marian", "pegasus", "bart", "mbart")
+class Bart(Writable):
+    prefixes = ("model.",)
+    ignored = (".version",)  # fairseq's, in older BART checkpoints
+    # the attribute_map the four config classes share
+    aliases: ClassVar[dict[str, str]] = {
+        "num_attention_heads": "encoder_attention_heads",
+        "hidden_size": "d_model",
+        "num_hidden_layers": "encoder_layers",
+    }
+    sources: ClassVar[dict[str, str]] = {
+        "model.vocab_size": "vocab_size",
+        "model.max_seq_len": "max_position_embeddings",
+        "model.d_model": "d_model",
+        "model.n_layers": "encoder_layers",
+        "model.n_decoder_layers": "decoder_layers",
+        "model.n_heads": "encoder_attention_heads",
+        "model.d_ff": "encoder_ffn_dim",
+        "model.activation": "activation_function",
+        "model.dropout.embedding": "dropout",
+        "model.dropout.residual": "dropout",
+        "model.dropout.attention": "attention_dropout",
+        "model.init_std": "init_std",
+    }
+
+    def read(self, config: Config, architecture: str, tensors: Tensors) -> Imported:
+        model_type = config.data["model_type"]
+        kind = KINDS[model_type]
+        config.require(
+            architecture == kind.head,
+            "architectures",
+            f"{architecture} is not a sequence-to-sequence model tfcompile has",
+            f"import a {kind.head}",
+        )
+        # is_encoder_decoder changes generate() alone: the four classes compute the same without it
+        config.refuse_true("is_decoder", why="a decoder alone is not a sequence-to-sequence model")
+        vocab = config.get("vocab_size", kind.vocab_size)
+        pad_within(config.filled({}, nullable={"pad_token_id": kind.pad_token_id}), vocab)
+        heads, d_ff = config.get("encoder_attention_heads", 16), config.get("encoder_ffn_dim", 4096)
+        for field, value, default in (
+            ("decoder_attention_heads", heads, 16),
+            ("decoder_ffn_dim", d_ff, 4096),
+        ):
+            found = config.get(field, default)
+            config.require(
+                found == value,
+                field,
+                f"{found!r} differs from the encoder's {value!r}: tfcompile's encoder and decoder have the "
+                "same heads and feed-forward width",
+                "import a model whose two stacks have the same sizes",
+            )
+        if model_type == "marian" and not config.get("share_encoder_decoder_embeddings", True):
+            decoder_vocab = config.get("decoder_vocab_size", vocab)  # the decoder's own table's rows
+            config.require(
+                decoder_vocab == vocab,
+                "decoder_vocab_size",
+                f"{decoder_vocab!r} differs from vocab_size {vocab!r}: tfcompile's source and target "
+                "share one vocabulary",
+                "import a model of one vocabulary",
+            )
+        if not config.get("tie_word_embeddings", True):  # transformers 5 then ties no table to another
+            for name in (*STACK_TABLES, "lm_head.weight"):
+                config.require(
+                    name in tensors,
+                    "tie_word_embeddings",
+                    f"is false and the checkpoint holds no {name}: transformers 5 draws it at random",
+                    "import the checkpoint its config.json came with",
+                )
+        source, target, head = tables(tensors)
+        if SHARED in tensors and not source == target == SHARED:
+            warnings.warn(
+                HFWarning(
+                    f"the checkpoint's {'encoder' if source != SHARED else 'decoder'} embeddings are not its "
+                    "shared table: transformers 5 computes with them, as the import does, and transformers 4 "
+                    "with the shared table"
+                ),
+                stacklevel=2,
+            )
+        model: dict[str, Any] = {
+            "family": "encoder_decoder",
+            "vocab_size": vocab,
+            "max_seq_len": config.get("max_position_embeddings", 1024),
+            "d_model": config.get("d_model", 1024),
+            "n_layers": config.get("encoder_layers", 12),
+            "n_decoder_layers": config.get("decoder_layers", 12),
+            "n_heads": heads,
+            "d_ff": d_ff,
+            "activation": config.choice("activation_function", "gelu", ACTIVATIONS, "activation"),
+            "positional": {"type": "sinusoidal", "layout": "halves"}
+            if kind.positions == "sinusoidal"
+            else {"type": "learned"},
+            "norm": {"position": kind.norm, "type": "layernorm", "eps": EPS},
+            "embedding_norm": kind.embedding_norm,
+            "bias": {"qkv": True, "attn_out": True, "ffn": True, "lm_head": BIAS in tensors},
+            "share_embeddings": source == target or tensors.same(source, target),
+            "tie_embeddings": head == target or tensors.same(head, target),
+            "scale_embeddings": config.get("scale_embedding", False),
+            "dropout": {
+                "embedding": dropout(config.get("dropout", 0.1)),
+                "residual": dropout(config.get("dropout", 0.1)),
+                "attention": dropout(config.get("attention_dropout", 0.0)),
+            },
+            "init_std": init_std(config),
+        }
+        # every tokenizer of the four ends a source with </s> (mBART's then adds a language code)
+        return Imported(model, {"type": "seq2seq", "source_suffix": ["eos"]})
+
+    def to_state(self, tensors: Tensors, spec: Spec) -> State:
+        model = spec.model
+        assert isinstance(model, EncoderDecoderSpec)
+        source, target, head = tables(tensors)
+        state = {
+            "embed.weight": tensors.take(source),
+            "target_embed.weight": tensors.take(target),
+            "lm_head.weight": tensors.take(head),
+        }
+        for name in (SHARED, *STACK_TABLES, "lm_head.weight"):
+            tensors.maybe(name)  # copies of those, or a shared table no stack reads
+        if model.bias.lm_head:
+            state["lm_head.bias"] = tensors.take(BIAS).reshape(-1)
+        for stack in ("encoder", "decoder"):
+            state |= positions(tensors, stack, model)
+            if model.embedding_norm:
+                for kind in ("weight", "bias"):
+                    state[f"{stack}_embed_norm.{kind}"] = tensors.take(f"{stack}.layernorm_embedding.{kind}")
+            if model.norm.final:
+                for kind in ("weight", "bias"):
+                    state[f"{stack}_norm.{kind}"] = tensors.take(f"{stack}.layer_norm.{kind}")
+        for h, b, cross in _layers(model):
+            for kind in ("weight", "bias"):
+                names = (f"{h}self_attn.{hf}.{kind}" for _, hf in ATTENTION)
+                state[f"{b}attn.qkv.{kind}"] = tensors.cat(*names)
+                for tfc, hf in LAYER + (CROSS if cross else ()):
+                    state[f"{b}{tfc}.{kind}"] = tensors.take(f"{h}{hf}.{kind}")
+                if cross:
+                    state[f"{b}cross.q.{kind}"] = tensors.take(f"{h}encoder_attn.q_proj.{kind}")
+                    kv = (f"{h}encoder_attn.{x}_proj.{kind}" for x in "kv")
+                    state[f"{b}cross.kv.{kind}"] = tensors.cat(*kv)
+        return state
+
+    def candidate(self, spec: Spec) -> bool:
+        """A translator of sinusoidal or learned positions (T5 writes the others)."""
+        return (
+            isinstance(spec.model, EncoderDecoderSpec)
+            and isinstance(spec.task, Seq2SeqTask)
+            and isinstance(spec.model.positional, SinusoidalPositional | LearnedPositional)
+        )
+
+    def exportable(self, spec: Spec) -> list[Problem]:
+        model = spec.model
+        assert isinstance(model, EncoderDecoderSpec)
+        model_type = kind_of(model)
+        kind = KINDS[model_type]
+        need = Needs(kind.head)
+        positional = model.positional
+        if isinstance(positional, SinusoidalPositional):
+            need(positional.layout == "halves", "model.positional.layout", positional.layout, "halves")
+        need(
+            model.embedding_norm == kind.embedding_norm,
+            "model.embedding_norm",
+            model.embedding_norm,
+            f"{str(kind.embedding_norm).lower()}, as {kind.head} ({positional.type} positions, "
+            f"{kind.norm}-norm) has it",
+        )
+        need(model.norm.type == "layernorm", "model.norm.type", model.norm.type, "layernorm")
+        need(model.norm.eps == EPS, "model.norm.eps", model.norm.eps, f"{EPS} (nn.LayerNorm's)")
+        need(
+            model.norm.final == (kind.norm == "pre"),
+            "model.norm.final",
+            model.norm.final,
+            f"{str(kind.norm == 'pre').lower()}: {kind.head} ({kind.norm}-norm)",
+        )
+        need(model.n_kv_heads == model.n_heads, "model.n_kv_heads", model.n_kv_heads, "n_heads (no GQA)")
+        need(
+            model.activation in EXPORTED_ACTIVATIONS,
+            "model.activation",
+            model.activation,
+            f"one of {sorted(EXPORTED_ACTIVATIONS)} (no gated feed-forward)",
+        )
+        need(
+            model.share_embeddings or model_type == "marian",
+            "model.share_embeddings",
+            False,
+            "true (only Marian has a table per stack, and Marian's positions are sinusoidal)",
+        )
+        # the head's bias (final_logits_bias), the embeddings' scale and norm are written as they are
+        written = {"bias": model.bias.model_copy(update={"lm_head": False}), "scale_embeddings": False}
+        need.plain_attention(model.model_copy(update=written | {"embedding_norm": False}))
+        return need.problems
+
+    def to_config(self, spec: Spec) -> dict[str, Any]:
+        model = spec.model
+        assert isinstance(model, EncoderDecoderSpec)
+        model_type = kind_of(model)
+        config = {
+            "architectures": [KINDS[model_type].head],
+            "model_type": model_type,
+            "vocab_size": model.vocab_size,
+            "max_position_embeddings": model.max_seq_len,
+            "d_model": model.d_model,
+            "encoder_layers": model.n_layers,
+            "decoder_layers": model.n_decoder_layers,
+            "encoder_attention_heads": model.n_heads,
+            "decoder_attention_heads": model.n_heads,
+            "encoder_ffn_dim": model.d_ff,
+            "decoder_ffn_dim": model.d_ff,
+            "activation_function": EXPORTED_ACTIVATIONS[model.activation],
+            "scale_embedding": model.scale_embeddings,
+            "dropout": model.dropout.residual,
+            "attention_dropout": model.dropout.attention,
+            "activation_dropout": 0.0,
+            "init_std": model.init_std,
+            "tie_word_embeddings": model.tie_embeddings,
+            "is_encoder_decoder": True,
+        }
+        if model_type == "marian":
+            config["decoder_vocab_size"] = model.vocab_size
+            config["share_encoder_decoder_embeddings"] = model.share_embeddings
+        return config
+
+    def from_state(self, state: State, spec: Spec) -> State:
+        model = spec.model
+        assert isinstance(model, EncoderDecoderSpec)
+        p = "model."
+        if model.share_embeddings:
+            out = {f"{p}shared.weight": state["embed.weight"]}
+            if not model.tie_embeddings:  # transformers 5 then ties no table to another: each stack's too
+                out |= {f"{p}{name}": state["embed.weight"].clone() for name in STACK_TABLES}
+        else:
+            out = {
+                f"{p}encoder.embed_tokens.weight": state["embed.weight"],
+                f"{p}decoder.embed_tokens.weight": state["target_embed.weight"],
+            }
+        if not model.tie_embeddings:
+            out["lm_head.weight"] = state["lm_head.weight"]
+        out[BIAS] = part(state, "lm_head", "bias")[None, :]
+        for stack in ("encoder", "decoder"):
+            if isinstance(model.positional, LearnedPositional):
+                table = state[f"{stack}_positional.table.weight"]  # after BART's two unused rows
+                unused = torch.zeros(OFFSET, model.d_model)
+                out[f"{p}{stack}.embed_positions.weight"] = torch.cat((unused, table))
+            else:  # the fixed table, which Pegasus's loading reports missing where it is not saved
+                out[f"{p}{stack}.embed_positions.weight"] = sinusoidal_table(
+                    model.max_seq_len, model.d_model, "halves"
+                )
+            for kind in ("weight", "bias"):
+                if model.embedding_norm:
+                    out[f"{p}{stack}.layernorm_embedding.{kind}"] = part(state, f"{stack}_embed_norm", kind)
+                if model.norm.final:
+                    out[f"{p}{stack}.layer_norm.{kind}"] = part(state, f"{stack}_norm", kind)
+        for h, b, cross in _layers(model, p):
+            for kind in ("weight", "bias"):
+                qkv = part(state, f"{b}attn.qkv", kind).chunk(3)
+                out |= {f"{h}self_attn.{hf}.{kind}": t for (_, hf), t in zip(ATTENTION, qkv, strict=True)}
+                for tfc, hf in LAYER + (CROSS if cross else ()):
+                    out[f"{h}{hf}.{kind}"] = part(state, f"{b}{tfc}", kind)
+                if cross:
+                    out[f"{h}encoder_attn.q_proj.{kind}"] = part(state, f"{b}cross.q", kind)
+                    k, v = part(state, f"{b}cross.kv", kind).chunk(2)
+                    out |= {f"{h}encoder_attn.k_proj.{kind}": k, f"{h}encoder_attn.v_proj.{kind}": v}
+        return contiguous(out)
+
+
+def tables(tensors: Tensors) -> tuple[str, str, str]:
+    """The tensors transformers 5 computes with as the encoder's embeddings, the decoder's and the
+    head. Each is tied to the shared table (Marian's head without one: to the decoder's) unless the
+    checkpoint holds one of its own that differs from it: transformers then unties the pair (and
+    with tie_word_embeddings false ties nothing: ``read`` refuses a table missing then)."""
+    source, target = (own(tensors, name, SHARED) for name in STACK_TABLES)
+    return source, target, own(tensors, "lm_head.weight", SHARED if SHARED in tensors else target)
+
+
+def own(tensors: Tensors, name: str, tied_to: str) -> str:
+    """``name`` where the checkpoint holds it and it differs from ``tied_to``, else ``tied_to``
+    (``name`` where neither is held: a missing tensor)."""
+    if name in tensors and not tensors.same(name, tied_to):
+        return name
+    return tied_to if tied_to in tensors else name
+
+
+def kind_of(model: EncoderDecoderSpec) -> str:
+    """The model type export-hf writes a translator as: its positions and norm position decide."""
+    sinusoidal = isinstance(model.positional, SinusoidalPositional)
+    pre = model.norm.position == "pre"
+    return {(True, False): "marian", (True, True): "pegasus", (False, False): "bart", (False, True): "mbart"}[
+        (sinusoidal, pre)
+    ]
+
+
+def positions(tensors: Tensors, stack: str, model: EncoderDecoderSpec) -> State:
+    """A stack's position table: BART's learned rows after its two unused ones; Marian's and
+    Pegasus's fixed table, which older checkpoints saved (transformers then computes with the
+    saved one, which must be the formula's)."""
+    name = f"{stack}.embed_positions.weight"
+    if isinstance(model.positional, LearnedPositional):
+        table = tensors.take(name)
+        if table.shape != (model.max_seq_len + OFFSET, model.d_model):
+            raise HFError(
+                f"{tensors.where}: {name} has shape {tuple(table.shape)}, not max_position_embeddings + "
+                f"{OFFSET} rows of d_model: is config.json the checkpoint's own?"
+            )
+        return {f"{stack}_positional.table.weight": table[OFFSET:]}
+    saved = tensors.maybe(name)
+    if saved is not None:
+        table = sinusoidal_table(model.max_seq_len, model.d_model, "halves")
+        if saved.shape != table.shape or not torch.allclose(saved.float(), table, atol=1e-6, rtol=0):
+            raise HFError(
+                f"{tensors.where}: {name} is not the sinusoidal table of max_position_embeddings "
+                f"({model.max_seq_len}) x d_model ({model.d_model}) that transformers computes, and "
+                "transformers reads the one saved: tfcompile's table is fixed"
+            )
+    return {}
+
+
+def init_std(config: Config) -> float:
+    """``model.init_std`` from ``init_std`` (initialisation only: one the spec cannot hold is 0.02)."""
+    value = config.get("init_std", 0.02)
+    return float(value) if isinstance(value, int | float) and value > 0 else 0.02
+
+
+def part(state: State, name: str, kind: str) -> torch.Tensor:
+    """A layer's weight, or its bias: zeros where the run has none, which is exact."""
+    weight = state[f"{name}.weight"]
+    return weight if kind == "weight" else zeros_if_none(state.get(f"{name}.bias"), weight.shape[0])
+
+
+def _layers(model: EncoderDecoderSpec, prefix: str = "") -> Iterator[tuple[str, str, bool]]:
+    """Each block's prefix in transformers' names (after ``prefix``) and in tfcompile's, and
+    whether it cross-attends (the decoder's)."""
+    for stack, count in (("encoder", model.n_layers), ("decoder", model.n_decoder_layers or 0)):
+        for i in range(count):
+            yield f"{prefix}{stack}.layers.{i}.", f"{stack}_blocks.{i}.", stack == "decoder"
