@@ -19,10 +19,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import test_hf_bart
 import test_sliding_window
 import torch
 from helpers import random_run
-from hf_models import VOCAB, Imported, random_ids, right_padding
+from hf_models import VOCAB, Imported, imported_variants, random_ids, right_padding
 from tokenizers import Tokenizer
 
 from tfcompile.hf.errors import HFWarning
@@ -46,7 +47,7 @@ AUTO = {"CausalLM": "AutoModelForCausalLM", "LMHeadModel": "AutoModelForCausalLM
         "MaskedLM": "AutoModelForMaskedLM", "PreTraining": "AutoModelForPreTraining",
         "SequenceClassification": "AutoModelForSequenceClassification",
         "ImageClassification": "AutoModelForImageClassification",
-        "ConditionalGeneration": "AutoModelForSeq2SeqLM"}
+        "ConditionalGeneration": "AutoModelForSeq2SeqLM", "MTModel": "AutoModelForSeq2SeqLM"}
 results = {"version": transformers.__version__}
 text, folders = sys.argv[1], sys.argv[2:]
 for folder in folders:
@@ -227,6 +228,18 @@ def _windowed(architecture: str) -> Callable[[Path], Path]:
     return run
 
 
+def _bart(name: str) -> Callable[[Path], Path]:
+    """An import of test_hf_bart's variant, or a translator of tfcompile's own (its NATIVE's)."""
+
+    def run(root: Path) -> Path:
+        if name in test_hf_bart.NATIVE:
+            return random_run(root, test_hf_bart.NATIVE[name] + "\ntask: seq2seq\n")
+        variants = {name: test_hf_bart.VARIANTS[name]}
+        return imported_variants(root, variants, tokenizer="t5")[name].result.run_dir
+
+    return run
+
+
 def _variant(name: str) -> Callable[[Path], Path]:
     return lambda root: Imported(root, name).result.run_dir
 
@@ -282,6 +295,8 @@ RUNS: dict[str, Callable[[Path], Path]] = {
     "xlm-roberta as bert": _roberta("xlm-roberta_cls"),
     "distilbert as bert": _roberta("distilbert"),
     "mt5 as t5": _mt5,
+    **{name: _bart(name) for name in ("marian", "marian_unshared", "pegasus", "bart", "mbart")},
+    **{f"{head} of tfcompile's own (no tokenizer)": _bart(head) for head in test_hf_bart.NATIVE},
     **{f"{name} window (no tokenizer)": _windowed(name) for name in test_sliding_window.WRITTEN},
 }
 
@@ -302,7 +317,7 @@ def _calls(run: Path, config: dict[str, Any]) -> list[dict[str, Any]]:
             return [{"kwargs": {"pixel_values": pixels}, "refs": {"logits": model(pixels)}, "real": None}]
         for mask in masks:
             kwargs: dict[str, Any] = {"input_ids": ids, "attention_mask": mask}
-            if architecture.startswith("T5"):
+            if config.get("is_encoder_decoder"):
                 kwargs["decoder_input_ids"] = random_ids(3, 7, 1)
                 refs = {"logits": model(ids, mask, kwargs["decoder_input_ids"])}
                 calls.append({"kwargs": kwargs, "refs": refs, "real": None})  # every target position

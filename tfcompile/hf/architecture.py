@@ -13,6 +13,7 @@ import torch
 
 from tfcompile.hf.errors import HFError, Problem
 from tfcompile.spec import Spec
+from tfcompile.spec.schema import EncoderSpec
 
 # Hugging Face's names of the plain (ungated) activations -> the spec's, and back for export-hf:
 # GPT-2 (activation_function), BERT and ViT (hidden_act) share them. Every name transformers
@@ -214,6 +215,9 @@ class Imported:
     # Spec fields -> the config.json fields this config gave them from, where they differ from the
     # architecture's ``sources`` (a RoPE dict saved as rope_scaling or as rope_parameters).
     sources: dict[str, str] = field(default_factory=dict)
+    # A translator's: its decoder starts with decoder_start_token_id, the spec's bos whatever the
+    # tokenizer calls its bos (T5's <pad>, BART's </s>).
+    decoder_start: bool = False
 
 
 class Architecture(ABC):
@@ -421,7 +425,7 @@ class Needs:
         # BERT's encoder has a norm after its embeddings (bert.py requires it); a decoder's (BLOOM's)
         # and a translator's (BART's) are for their writers to allow
         embedding_norm = getattr(model, "embedding_norm", False)  # a ViT has none
-        self(not embedding_norm or model.family == "encoder", "model.embedding_norm", True, "false")
+        self(not embedding_norm or isinstance(model, EncoderSpec), "model.embedding_norm", True, "false")
         self(model.norm.scale, "model.norm.scale", False, "true (every norm written has a learned scale)")
         self(model.qkv_clip is None, "model.qkv_clip", model.qkv_clip, "leave it unset")
         for name in MULTIPLIERS:  # the last two decoders' only

@@ -191,7 +191,7 @@ class Bart(Writable):
             "init_std": init_std(config),
         }
         # every tokenizer of the four ends a source with </s> (mBART's then adds a language code)
-        return Imported(model, {"type": "seq2seq", "source_suffix": ["eos"]})
+        return Imported(model, {"type": "seq2seq", "source_suffix": ["eos"]}, decoder_start=True)
 
     def to_state(self, tensors: Tensors, spec: Spec) -> State:
         model = spec.model
@@ -415,6 +415,7 @@ def part(state: State, name: str, kind: str) -> torch.Tensor:
 def _layers(model: EncoderDecoderSpec, prefix: str = "") -> Iterator[tuple[str, str, bool]]:
     """Each block's prefix in transformers' names (after ``prefix``) and in tfcompile's, and
     whether it cross-attends (the decoder's)."""
-    for stack, count in (("encoder", model.n_layers), ("decoder", model.n_decoder_layers or 0)):
+    stacks = (("encoder", model.n_layers, False), ("decoder", model.n_decoder_layers or 0, True))
+    for stack, count, cross in stacks:
         for i in range(count):
-            yield f"{prefix}{stack}.layers.{i}.", f"{stack}_blocks.{i}.", stack == "decoder"
+            yield f"{prefix}{stack}.layers.{i}.", f"{stack}_blocks.{i}.", cross

@@ -92,7 +92,7 @@ def import_folder(folder: Path, name: str, specs_dir: Path, runs_dir: Path) -> I
     sections: dict[str, Any] = {"model": imported.model, "task": imported.task}
     check_tokenizer(folder)
     warn_of_half_precision(data)
-    tokens = special_tokens(folder, data, imported.task["type"] == "seq2seq")
+    tokens = special_tokens(folder, data, imported.decoder_start)
     if tokens:
         sections["tokens"] = tokens
     if "source_suffix" in imported.task and (suffix := source_suffix(folder, tokens)) is not None:
@@ -192,11 +192,11 @@ def normalise(tensors: dict[str, torch.Tensor], converter: Architecture) -> dict
     return out
 
 
-def special_tokens(folder: Path, config: dict[str, Any], seq2seq: bool) -> dict[str, str]:
+def special_tokens(folder: Path, config: dict[str, Any], decoder_start: bool) -> dict[str, str]:
     """The special tokens by role, as the tokenizer's files say (and, for a role they leave
-    out, the config's token ids); a translator's bos is what its decoder starts with,
-    ``decoder_start_token_id`` where the config has one (T5's pad, BART's </s>), whatever the
-    tokenizer calls its bos."""
+    out, the config's token ids); with ``decoder_start`` (a translator's) the bos is what its
+    decoder starts with, ``decoder_start_token_id`` where the config has one (T5's pad, BART's
+    </s>), whatever the tokenizer calls its bos."""
     tokenizer = read_optional_json(folder / TOKENIZER_CONFIG) | read_optional_json(
         folder / SPECIAL_TOKENS_MAP
     )
@@ -207,7 +207,7 @@ def special_tokens(folder: Path, config: dict[str, Any], seq2seq: bool) -> dict[
     for role in ROLES:
         value = tokenizer.get(f"{role}_token")
         token = value.get("content") if isinstance(value, dict) else value
-        if role == "bos" and seq2seq and isinstance(start, int):
+        if role == "bos" and decoder_start and isinstance(start, int):
             token = vocabulary.get(start)
         elif token is None:
             token_id = generation.get(f"{role}_token_id", config.get(f"{role}_token_id"))

@@ -159,7 +159,7 @@ class T5(Writable):
             "init_std": d**-0.5 if d > 0 else 1.0,  # a width of 0 or less: the spec refuses d_model
         }
         # transformers' T5 tokenizer ends every source with </s>
-        return Imported(model, {"type": "seq2seq", "source_suffix": ["eos"]})
+        return Imported(model, {"type": "seq2seq", "source_suffix": ["eos"]}, decoder_start=True)
 
     def to_state(self, tensors: Tensors, spec: Spec) -> State:
         model = spec.model
