@@ -35,6 +35,11 @@ TASKS = [
     ({"family": "decoder"}, {"type": "causal_lm"}),
     ({"family": "encoder", "embedding_norm": True}, {"type": "masked_lm", "next_sentence": True}),
     ({"family": "encoder", "type_vocab_size": 0}, {"type": "masked_lm"}),
+    ({"family": "encoder", "embedding_size": 12, "embedding_norm": True}, {"type": "masked_lm"}),
+    (
+        {"family": "encoder", "embedding_size": 40, "pooler_activation": "gelu"},
+        {"type": "classification", "labels": ["a", "b"]},
+    ),
     ({"family": "encoder", "pooler": False, "head_dim": 6}, {"type": "masked_lm"}),
     ({"family": "decoder", "head_dim": 10, "scale_output": True}, {"type": "causal_lm"}),
     ({"family": "encoder_decoder", "head_dim": 6, "attention_scale": 1.0}, {"type": "seq2seq"}),

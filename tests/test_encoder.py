@@ -160,3 +160,46 @@ def test_sentence_heads_need_the_pooler() -> None:
     )
     with pytest.raises(SpecError, match="pooler"):
         parse_spec(text)
+
+
+def test_factorized_embeddings_are_projected_to_d_model_and_the_head_projects_back() -> None:
+    """embedding_size (ALBERT, ELECTRA): tables, positions and their norm that wide, a projection to
+    d_model after them, a masked-LM head back to that width; as wide as d_model, no projection."""
+    model = MaskedLM(tiny_encoder(embedding_size=8, embedding_norm=True), next_sentence=False).eval()
+    widths = {
+        name: tuple(t.shape)
+        for name, t in model.state_dict().items()
+        if name.startswith(("embed", "segment", "positional", "mlm", "lm_head"))
+    }
+    assert widths == {
+        "embed.weight": (50, 8),
+        "segment_embed.weight": (2, 8),
+        "positional.table.weight": (16, 8),
+        "embed_norm.weight": (8,),
+        "embed_norm.bias": (8,),
+        "embed_project.weight": (32, 8),
+        "embed_project.bias": (32,),
+        "mlm_dense.weight": (8, 32),
+        "mlm_dense.bias": (8,),
+        "mlm_norm.weight": (8,),
+        "mlm_norm.bias": (8,),
+        "lm_head.weight": (50, 8),
+    }
+    ids = torch.randint(0, 50, (2, 7))
+    changed = MaskedLM(tiny_encoder(embedding_size=8, embedding_norm=True), next_sentence=False).eval()
+    changed.load_state_dict(model.state_dict())
+    with torch.no_grad():
+        changed.embed_project.weight.mul_(2)  # the projection is on the path
+        assert not torch.allclose(changed(ids)[0], model(ids)[0])
+    same = MaskedLM(tiny_encoder(embedding_size=32), next_sentence=False)
+    assert isinstance(same.embed_project, torch.nn.Identity)
+    assert set(same.state_dict()) == set(MaskedLM(tiny_encoder(), next_sentence=False).state_dict())
+
+
+def test_the_gelu_pooler_is_electras_classifier_head() -> None:
+    spec = tiny_encoder(pooler_activation="gelu")
+    model = Classifier(spec, num_labels=3).eval()
+    hidden = torch.randn(2, 5, 32)
+    dense = model.pooler
+    assert dense is not None
+    torch.testing.assert_close(model.pool(hidden), torch.nn.functional.gelu(dense(hidden[:, 0])))

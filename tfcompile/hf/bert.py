@@ -226,6 +226,12 @@ class Bert(Writable):
         need(model.norm.position == "post", "model.norm.position", model.norm.position, "post")
         need(bool(model.norm.bias), "model.norm.bias", False, "true")
         need(model.embedding_norm, "model.embedding_norm", False, "true")
+        need(
+            not model.projects_embeddings,
+            "model.embedding_size",
+            model.embedding_size,
+            "leave it unset (BERT's embeddings are d_model wide)",
+        )
         need(not model.norm.final, "model.norm.final", True, "false (BERT has none after its last block)")
         need(
             isinstance(model.positional, LearnedPositional),

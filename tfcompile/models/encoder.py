@@ -11,6 +11,7 @@ from collections.abc import Callable
 from functools import partial
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from tfcompile.models.common import Assembly, check_token_ids, init_weights, require_vocab_size
@@ -20,10 +21,12 @@ from tfcompile.nn.positional import build_positional, positions_from_mask
 from tfcompile.nn.registry import ACTIVATIONS
 from tfcompile.spec.schema import EncoderSpec
 
-# model.pooler_activation -> what follows the pooler's dense layer: BERT's tanh, DistilBERT's ReLU.
+# model.pooler_activation -> what follows the pooler's dense layer: BERT's tanh, DistilBERT's ReLU,
+# ELECTRA's (erf) GELU.
 POOLER_ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "tanh": torch.tanh,
     "relu": torch.relu,
+    "gelu": F.gelu,
 }
 
 
@@ -34,13 +37,13 @@ class Encoder(Assembly):
     def __init__(self, spec: EncoderSpec) -> None:
         super().__init__()
         self.spec = spec
-        self.embed = nn.Embedding(require_vocab_size(spec), spec.d_model)
-        self.segment_embed = (
-            nn.Embedding(spec.type_vocab_size, spec.d_model) if spec.type_vocab_size else None
-        )
+        width = spec.embedding_width  # d_model, or a narrower embedding_size (ALBERT, ELECTRA)
+        self.embed = nn.Embedding(require_vocab_size(spec), width)
+        self.segment_embed = nn.Embedding(spec.type_vocab_size, width) if spec.type_vocab_size else None
         self.positional = build_positional(spec, bidirectional=True)
-        self.embed_norm = build_norm(spec.norm, spec.d_model) if spec.embedding_norm else nn.Identity()
+        self.embed_norm = build_norm(spec.norm, width) if spec.embedding_norm else nn.Identity()
         self.drop = nn.Dropout(spec.dropout.embedding)
+        self.embed_project = nn.Linear(width, spec.d_model) if spec.projects_embeddings else nn.Identity()
         self.blocks = build_blocks(spec, spec.n_layers)
         self.final_norm = build_final_norm(spec)
         # BERT's pooler: the [CLS] state through a dense layer and tanh (DistilBERT's classifier:
@@ -56,13 +59,14 @@ class Encoder(Assembly):
         self._check_inputs(input_ids, attention_mask, token_type_ids)
         index = torch.arange(input_ids.shape[1], device=input_ids.device)
         positions = index if attention_mask is None else positions_from_mask(attention_mask)  # (B?, T)
-        x = self.embed(input_ids)  # (B, T, d)
+        x = self.embed(input_ids)  # (B, T, embedding width)
         if self.spec.scale_embeddings:
             x = x * self.spec.d_model**0.5
         if self.segment_embed is not None:
             types = torch.zeros_like(input_ids) if token_type_ids is None else token_type_ids
             x = x + self.segment_embed(types)
-        x = self.drop(self.embed_norm(self.positional.embed(x, positions)))
+        x = self.drop(self.embed_norm(self.positional.embed(x, positions)))  # (B, T, embedding width)
+        x = self.embed_project(x)  # (B, T, d)
         rotaries = self.positional.layer_rotaries(positions, len(self.blocks))
         bias = self.positional.attention_bias(positions, positions)  # (1 or B, H, T, T) or None
         padding = attention_mask.bool() if attention_mask is not None else None
@@ -108,10 +112,11 @@ class MaskedLM(Encoder):
     def __init__(self, spec: EncoderSpec, next_sentence: bool) -> None:
         super().__init__(spec)
         assert spec.vocab_size is not None
-        self.mlm_dense = nn.Linear(spec.d_model, spec.d_model)
+        width = spec.embedding_width  # the head maps back to the embeddings' width
+        self.mlm_dense = nn.Linear(spec.d_model, width)
         self.mlm_activation = ACTIVATIONS[spec.activation]  # a gated name's nonlinearity, ungated
-        self.mlm_norm = build_norm(spec.norm, spec.d_model)
-        self.lm_head = nn.Linear(spec.d_model, spec.vocab_size, bias=spec.bias.lm_head)
+        self.mlm_norm = build_norm(spec.norm, width)
+        self.lm_head = nn.Linear(width, spec.vocab_size, bias=spec.bias.lm_head)
         self.nsp_head = nn.Linear(spec.d_model, 2) if next_sentence else None
         self.apply(partial(init_weights, std=spec.init_std))
         if spec.tie_embeddings:

@@ -38,7 +38,7 @@ class Rotary(NamedTuple):
 
 @dataclass(frozen=True)
 class PositionalDims:
-    d_model: int
+    d_model: int  # the embeddings' width, which added positions take (an encoder's embedding_size)
     n_heads: int
     head_dim: int
     max_seq_len: int
@@ -83,7 +83,7 @@ def build_positional(
     ``grid`` and the ``prefix`` tokens before it."""
     assert spec.max_seq_len is not None and spec.head_dim is not None  # every family resolves them
     dims = PositionalDims(
-        spec.d_model, spec.n_heads, spec.head_dim, spec.max_seq_len, bidirectional, grid, prefix
+        spec.embedding_width, spec.n_heads, spec.head_dim, spec.max_seq_len, bidirectional, grid, prefix
     )
     return POSITIONAL[spec.positional.type](spec.positional, dims)
 

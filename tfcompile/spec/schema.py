@@ -225,7 +225,7 @@ class LearnedPositional(Section):
 
     def parameters(self, model: TransformerSpec) -> int:
         assert model.max_seq_len is not None
-        return model.max_seq_len * model.d_model  # one vector per position
+        return model.max_seq_len * model.embedding_width  # one vector per position
 
 
 ScalingFactor = Annotated[float, Field(ge=1)]
@@ -571,6 +571,12 @@ class TransformerSpec(Section):
     def gated(self) -> bool:
         return self.activation in GATED
 
+    @property
+    def embedding_width(self) -> int:
+        """The width of the token embeddings, of the positions added to them and of an LM head tied
+        to them: d_model (an encoder may set its own, embedding_size)."""
+        return self.d_model
+
     @model_validator(mode="after")
     def _resolve_and_check(self) -> TransformerSpec:
         if self.n_kv_heads is None:
@@ -654,11 +660,13 @@ class TransformerSpec(Section):
             "set model.norm.position: pre, or use block: sequential",
         )
         if self.positional.type == "sinusoidal":
+            width = self.embedding_width
             rules.require(
-                self.d_model % 2 == 0,
+                width % 2 == 0,
                 ("positional",),
-                f"sinusoidal encodings pair sin and cos, so d_model must be even, found {self.d_model}",
-                "use an even d_model",
+                f"sinusoidal encodings pair sin and cos, so the embeddings' width (d_model, or an "
+                f"encoder's embedding_size) must be even, found {width}",
+                "use an even width",
             )
         if self.max_seq_len is not None:  # a ViT's follows from its sizes (VitSpec checks it there)
             self._require_scores_fit(rules, self.max_seq_len, ("max_seq_len",))
@@ -705,7 +713,7 @@ class TransformerSpec(Section):
     def lm_head_parameters(self) -> int:
         """The projection to the vocabulary: free unless tied to the embedding, plus its bias."""
         rows = self.vocab_rows
-        return rows * self.d_model * (not self.tie_embeddings) + rows * self.bias.lm_head
+        return rows * self.embedding_width * (not self.tie_embeddings) + rows * self.bias.lm_head
 
     @property
     def vocab_rows(self) -> int:
@@ -848,27 +856,44 @@ class EncoderSpec(TransformerSpec):
         2, description="segment (token type) embeddings: 2 for sentence pairs, 0 for none"
     )
     embedding_norm: bool = Field(False, description=EMBEDDING_NORM)
+    embedding_size: Width | None = Field(
+        None,
+        description="factorized embeddings (ALBERT, ELECTRA): the token, position and segment embeddings "
+        "and their norm are this wide, and a linear layer projects them to d_model; a masked LM's head "
+        "projects back to it before the vocabulary; default d_model (no projection)",
+    )
     pooler: bool = Field(
         True,
         description="BERT's pooler, tanh(dense) of the final [CLS] state, which classification and "
         "next-sentence prediction read; a masked LM alone needs none",
     )
-    pooler_activation: Literal["tanh", "relu"] = Field(
+    pooler_activation: Literal["tanh", "relu", "gelu"] = Field(
         "tanh",
-        description="what follows the pooler's dense layer: tanh (BERT's pooler) or relu (DistilBERT's "
-        "classifier head, pre_classifier and ReLU); the parameters are the same",
+        description="what follows the pooler's dense layer: tanh (BERT's pooler), relu (DistilBERT's "
+        "classifier head, pre_classifier and ReLU) or gelu (ELECTRA's classifier head, its erf GELU); "
+        "the parameters are the same",
     )
 
     @property
     def causal(self) -> bool:
         return False
 
+    @property
+    def embedding_width(self) -> int:
+        return self.embedding_size or self.d_model
+
+    @property
+    def projects_embeddings(self) -> bool:
+        """Whether a linear layer takes the embeddings (embedding_size wide) to d_model."""
+        return self.embedding_width != self.d_model
+
     def body_parameters(self) -> int:
-        d = self.d_model
+        d, e = self.d_model, self.embedding_width
         return (
-            (self._vocab() + self.type_vocab_size) * d
+            (self._vocab() + self.type_vocab_size) * e
             + self.positional.parameters(self)
-            + (self.norm.parameters(d) if self.embedding_norm else 0)
+            + (self.norm.parameters(e) if self.embedding_norm else 0)
+            + (e * d + d) * self.projects_embeddings
             + self.n_layers * self.block_parameters()
             + self.final_norm_parameters()
             + (d * d + d) * self.pooler
@@ -1317,8 +1342,8 @@ class MaskedLMTask(TaskSection):
             _require_segments(model, rules, "next-sentence prediction")
 
     def head_parameters(self, model: Any) -> int:
-        d = model.d_model
-        transform = d * d + d + model.norm.parameters(d)  # dense + norm before the vocabulary
+        d, e = model.d_model, model.embedding_width
+        transform = d * e + e + model.norm.parameters(e)  # dense to the embeddings' width + norm
         return transform + model.lm_head_parameters() + (2 * d + 2 if self.next_sentence else 0)
 
 
