@@ -25,7 +25,7 @@ from tokenizers import Regex, Tokenizer, models, normalizers, pre_tokenizers, pr
 
 from tfcompile.hf.errors import HFError, HFWarning  # noqa: E402
 from tfcompile.hf.importer import import_folder  # noqa: E402
-from tfcompile.models import Seq2Seq  # noqa: E402
+from tfcompile.models import Encoder, Seq2Seq  # noqa: E402
 from tfcompile.summary import summarize  # noqa: E402
 from tfcompile.train.runs import load_trained_model  # noqa: E402
 
@@ -416,13 +416,13 @@ def max_difference(hf: Any, tfc: torch.nn.Module, padded: bool, seed: int = 0, l
             target = random_ids(batch, 7, seed + 1)
             theirs = hf(input_ids=ids, attention_mask=mask, decoder_input_ids=target).logits
             return (theirs - tfc(ids, mask, target)).abs().max().item()
-        if hf.config.model_type == "bert":
+        if isinstance(tfc, Encoder):  # BERT's and ELECTRA's heads, reading segments
             types = (torch.arange(length) >= length // 2).long().expand(batch, -1)
             theirs = hf(input_ids=ids, attention_mask=mask, token_type_ids=types)
             ours = tfc(ids, mask, types)
-            if isinstance(hf, C.BertForSequenceClassification):
+            if not isinstance(ours, tuple):  # a classifier's logits
                 return (theirs.logits - ours).abs().max().item()
-            if isinstance(hf, C.BertForPreTraining):
+            if ours[1] is not None:  # BertForPreTraining's
                 nsp = (theirs.seq_relationship_logits - ours[1]).abs().max().item()
                 return max(nsp, (theirs.prediction_logits - ours[0])[real].abs().max().item())
             return (theirs.logits - ours[0])[real].abs().max().item()

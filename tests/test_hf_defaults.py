@@ -28,6 +28,7 @@ from typing import Any
 import pytest
 import test_hf_bart
 import test_hf_cohere  # noqa: F401
+import test_hf_electra  # noqa: F401
 import test_hf_falcon_bloom  # noqa: F401 (each of these adds its families to test_hf_fields.FAMILIES)
 import test_hf_gemma3  # noqa: F401
 import test_hf_gemma_phi3  # noqa: F401
@@ -109,6 +110,7 @@ SOURCES: dict[str, Source] = {
         "mpt",
         "gpt_bigcode",
         "bert",
+        "electra",
         "t5",
         "vit",
     )

@@ -83,6 +83,7 @@ SIZES |= dict.fromkeys(
 SIZES |= dict.fromkeys(("olmo", "olmo2", "smollm3", "granite"), SIZES["llama"])
 SIZES |= dict.fromkeys(("cohere", "cohere2"), SIZES["llama"])
 SIZES |= dict.fromkeys(("roberta", "xlm-roberta", "camembert"), SIZES["bert"])
+SIZES["electra"] = ((*BERT, "max_position_embeddings", "embedding_size"), "bert")  # embeddings: 32 wide
 SIZES["mt5"] = SIZES["t5"]
 # BART's and the model types on its code: the encoder's sizes (the decoder's are set alike in shrunk)
 BART = (
@@ -105,6 +106,7 @@ AUTO = {
     "CausalLM": T.AutoModelForCausalLM,
     "LMHeadModel": T.AutoModelForCausalLM,
     "MaskedLM": T.AutoModelForMaskedLM,
+    "PreTraining": T.AutoModelForPreTraining,
     "SequenceClassification": T.AutoModelForSequenceClassification,
     "ImageClassification": T.AutoModelForImageClassification,
     "ConditionalGeneration": T.AutoModelForSeq2SeqLM,
@@ -115,6 +117,7 @@ AUTO = {
 REFUSED = {
     "opt-350m": "word_embed_proj_dim",
     "distilbert-base-uncased-distilled-squad": "architectures",
+    "electra-small-discriminator": "architectures",  # ElectraForPreTraining: a replaced-token head
 }
 
 

@@ -213,34 +213,26 @@ class Bert(Writable):
         return state
 
     def candidate(self, spec: Spec) -> bool:
-        return isinstance(spec.model, EncoderSpec) and isinstance(
-            spec.task, MaskedLMTask | ClassificationTask
+        """An encoder LM or classifier, but for factorized embeddings or a GELU pooler (ELECTRA's)."""
+        model = spec.model
+        return (
+            isinstance(model, EncoderSpec)
+            and isinstance(spec.task, MaskedLMTask | ClassificationTask)
+            and not model.projects_embeddings
+            and model.pooler_activation != "gelu"
         )
 
     def exportable(self, spec: Spec) -> list[Problem]:
         model = spec.model
         assert isinstance(model, EncoderSpec)
         need = Needs("BERT")
-        need(model.activation in EXPORTED_ACTIVATIONS, "model.activation", model.activation, "gelu")
-        need(model.norm.type == "layernorm", "model.norm.type", model.norm.type, "layernorm")
-        need(model.norm.position == "post", "model.norm.position", model.norm.position, "post")
-        need(bool(model.norm.bias), "model.norm.bias", False, "true")
-        need(model.embedding_norm, "model.embedding_norm", False, "true")
+        body_needs(need, model)
         need(
             not model.projects_embeddings,
             "model.embedding_size",
             model.embedding_size,
             "leave it unset (BERT's embeddings are d_model wide)",
         )
-        need(not model.norm.final, "model.norm.final", True, "false (BERT has none after its last block)")
-        need(
-            isinstance(model.positional, LearnedPositional),
-            "model.positional",
-            model.positional.type,
-            "learned",
-        )
-        need(model.n_kv_heads == model.n_heads, "model.n_kv_heads", model.n_kv_heads, "n_heads (no GQA)")
-        need.plain_attention(model)
         unread = head_class(spec) == "BertForMaskedLM"  # a pooler BertForMaskedLM is written without
         need(
             unread or model.pooler_activation == "tanh",
@@ -281,18 +273,7 @@ class Bert(Writable):
     def from_state(self, state: State, spec: Spec) -> State:
         model, task = spec.model, spec.task
         assert isinstance(model, EncoderSpec)
-        out = {f"bert.{hf}": state[tfc] for hf, tfc in EMBEDDINGS}
-        segments = state.get("segment_embed.weight", torch.zeros(1, model.d_model))  # none: one zero row
-        out["bert.embeddings.token_type_embeddings.weight"] = segments
-        for i in range(model.n_layers):
-            h, b = f"bert.encoder.layer.{i}.", f"blocks.{i}."
-            for kind in ("weight", "bias"):
-                packed = zeros_if_none(state.get(f"{b}attn.qkv.{kind}"), 3 * model.d_model)
-                for name, part in zip(("query", "key", "value"), packed.chunk(3), strict=True):
-                    out[f"{h}attention.self.{name}.{kind}"] = part
-                for hf, tfc in LAYER:
-                    rows = state[f"{b}{tfc}.weight"].shape[0]
-                    out[f"{h}{hf}.{kind}"] = zeros_if_none(state.get(f"{b}{tfc}.{kind}"), rows)
+        out = body_tensors(state, model, "bert.")
         # BertForMaskedLM's body builds no pooler: one the run has (kept from bert-base-uncased) is
         # not written, which transformers would load as an unexpected tensor.
         if head_class(spec) != "BertForMaskedLM":
@@ -340,6 +321,52 @@ def body_state(tensors: Tensors, model: EncoderSpec, body: Body = BODY) -> State
             for hf, tfc in body.layer:
                 state[f"{b}{tfc}.{kind}"] = tensors.take(f"{h}{hf}.{kind}")
     return state
+
+
+def body_needs(need: Needs, model: EncoderSpec) -> None:
+    """What export-hf requires of an encoder's body written as BERT's (and ELECTRA's)."""
+    need(model.activation in EXPORTED_ACTIVATIONS, "model.activation", model.activation, "gelu")
+    need(model.norm.type == "layernorm", "model.norm.type", model.norm.type, "layernorm")
+    need(model.norm.position == "post", "model.norm.position", model.norm.position, "post")
+    need(bool(model.norm.bias), "model.norm.bias", False, "true")
+    need(model.embedding_norm, "model.embedding_norm", False, "true")
+    need(not model.norm.final, "model.norm.final", True, "false (BERT has none after its last block)")
+    need(
+        isinstance(model.positional, LearnedPositional), "model.positional", model.positional.type, "learned"
+    )
+    need(model.n_kv_heads == model.n_heads, "model.n_kv_heads", model.n_kv_heads, "n_heads (no GQA)")
+    need.plain_attention(model)
+
+
+def body_tensors(state: State, model: EncoderSpec, prefix: str) -> State:
+    """The encoder's embeddings and blocks under BERT's names after ``prefix`` (ELECTRA's too):
+    biases the run lacks as zeros, a missing segment table as one zero row."""
+    out = {f"{prefix}{hf}": state[tfc] for hf, tfc in EMBEDDINGS}
+    segments = state.get("segment_embed.weight", torch.zeros(1, model.embedding_width))
+    out[f"{prefix}embeddings.token_type_embeddings.weight"] = segments
+    for i in range(model.n_layers):
+        h, b = f"{prefix}encoder.layer.{i}.", f"blocks.{i}."
+        for kind in ("weight", "bias"):
+            packed = zeros_if_none(state.get(f"{b}attn.qkv.{kind}"), 3 * model.d_model)
+            for name, part in zip(("query", "key", "value"), packed.chunk(3), strict=True):
+                out[f"{h}attention.self.{name}.{kind}"] = part
+            for hf, tfc in LAYER:
+                rows = state[f"{b}{tfc}.weight"].shape[0]
+                out[f"{h}{hf}.{kind}"] = zeros_if_none(state.get(f"{b}{tfc}.{kind}"), rows)
+    return out
+
+
+def erf_gelu_head(config: Config, mlm: bool, head: str) -> None:
+    """A masked-LM head that applies the erf GELU whatever ``hidden_act`` says (RoBERTa's,
+    ELECTRA's): the spec's applies the body's activation, so another is a problem (a name
+    tfcompile has not is Bert.read's)."""
+    act = config.get("hidden_act", "gelu")
+    config.require(
+        not mlm or act in ("gelu", "gelu_python") or act not in ACTIVATIONS,
+        "hidden_act",
+        f"{act!r}: {head} applies GELU whatever hidden_act says, tfcompile's the body's activation",
+        "import a masked LM with hidden_act gelu",
+    )
 
 
 def head_class(spec: Spec) -> str:

@@ -12,6 +12,7 @@ from tfcompile.hf import (  # noqa: F401 (each registers its architecture)
     bloom,
     cohere,
     distilbert,
+    electra,
     falcon,
     gemma,
     gpt2,

@@ -18,8 +18,8 @@ from __future__ import annotations
 import warnings
 from typing import ClassVar
 
-from tfcompile.hf.architecture import ACTIVATIONS, Config, Imported, State, Tensors, register
-from tfcompile.hf.bert import Bert, MLMBias, body_state
+from tfcompile.hf.architecture import Config, Imported, State, Tensors, register
+from tfcompile.hf.bert import Bert, MLMBias, body_state, erf_gelu_head
 from tfcompile.hf.errors import HFWarning
 from tfcompile.spec import Spec
 from tfcompile.spec.schema import EncoderSpec, MaskedLMTask
@@ -41,7 +41,6 @@ CLASSIFIER = (  # dense -> tanh on <s> is BERT's pooler; out_proj its classifier
     ("classifier.out_proj.weight", "classifier.weight"),
     ("classifier.out_proj.bias", "classifier.bias"),
 )
-GELU = ("gelu", "gelu_python")  # the erf GELU RoBERTa's masked-LM head applies
 
 
 @register("roberta", "xlm-roberta", "camembert")
@@ -67,14 +66,7 @@ class Roberta(Bert):
         as_bert = heads.get(architecture, "BertForMaskedLM")
         imported = super().read(config, as_bert, tensors)
         mlm = as_bert == "BertForMaskedLM"
-        act = config.get("hidden_act", "gelu")
-        config.require(
-            not mlm or act in GELU or act not in ACTIVATIONS,  # (another name: refused by Bert.read)
-            "hidden_act",
-            f"{act!r}: RoBERTa's masked-LM head applies GELU whatever hidden_act says, tfcompile's the "
-            f"body's activation",
-            "import a masked LM with hidden_act gelu",
-        )
+        erf_gelu_head(config, mlm, "RoBERTa's masked-LM head")
         pad = config.data.get("pad_token_id", 1)  # left out: the config classes' 1; null: none
         positions = config.get("max_position_embeddings", 512)
         config.require(
