@@ -36,6 +36,7 @@ TASKS = [
     ({"family": "encoder", "embedding_norm": True}, {"type": "masked_lm", "next_sentence": True}),
     ({"family": "encoder", "type_vocab_size": 0}, {"type": "masked_lm"}),
     ({"family": "encoder", "embedding_size": 12, "embedding_norm": True}, {"type": "masked_lm"}),
+    ({"family": "encoder", "embedding_size": 12, "share_layers": True}, {"type": "masked_lm"}),
     (
         {"family": "encoder", "embedding_size": 40, "pooler_activation": "gelu"},
         {"type": "classification", "labels": ["a", "b"]},

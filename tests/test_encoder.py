@@ -203,3 +203,33 @@ def test_the_gelu_pooler_is_electras_classifier_head() -> None:
     dense = model.pooler
     assert dense is not None
     torch.testing.assert_close(model.pool(hidden), torch.nn.functional.gelu(dense(hidden[:, 0])))
+
+
+def test_shared_layers_apply_one_blocks_weights_in_every_layer() -> None:
+    """ALBERT's sharing: n_layers applications of one block, counted once; its FLOPs are those of
+    every application, as unshared layers'; stochastic depth, a rate per layer, is refused."""
+    from tfcompile.spec import SpecError, parse_spec
+    from tfcompile.summary import forward_flops_per_token
+
+    spec, plain = tiny_encoder(share_layers=True, n_layers=3), tiny_encoder(n_layers=3)
+    model, unshared = MaskedLM(spec, next_sentence=False).eval(), MaskedLM(plain, next_sentence=False).eval()
+    assert model.blocks[0] is model.blocks[2] and len(model.blocks) == 3
+    assert spec.body_parameters() == plain.body_parameters() - 2 * plain.block_parameters()
+    assert sum(p.numel() for p in model.parameters()) == sum(p.numel() for p in unshared.parameters()) - (
+        2 * plain.block_parameters()
+    )
+    assert forward_flops_per_token(model, spec) == forward_flops_per_token(unshared, plain)
+    state = {k: v for k, v in model.state_dict().items()}
+    for i in (1, 2):  # the unshared model with every block a copy of the first computes the same
+        state |= {
+            k.replace("blocks.0.", f"blocks.{i}."): v for k, v in state.items() if k.startswith("blocks.0.")
+        }
+    unshared.load_state_dict(state)
+    ids = torch.randint(0, 50, (2, 7))
+    with torch.no_grad():
+        assert torch.equal(model(ids)[0], unshared(ids)[0])
+    with pytest.raises(SpecError, match=r"dropout\.path"):
+        parse_spec(
+            "model: {family: encoder, vocab_size: 50, d_model: 32, n_layers: 2, n_heads: 4, max_seq_len: 16, "
+            "share_layers: true, dropout: {path: 0.1}}\ntask: masked_lm\n"
+        )

@@ -116,6 +116,9 @@ BUNDLES = {
     "classifier of factorized embeddings and a GELU pooler": "model: {family: encoder, vocab_size: 20, "
     "d_model: 16, n_layers: 1, n_heads: 2, max_seq_len: 8, embedding_size: 6, embedding_norm: true, "
     "pooler_activation: gelu}\ntask: {type: classification, labels: [a, b]}\n",
+    "classifier of shared layers (ALBERT)": "model: {family: encoder, vocab_size: 20, d_model: 16, "
+    "n_layers: 3, n_heads: 2, max_seq_len: 8, embedding_size: 6, share_layers: true}\n"
+    "task: {type: classification, labels: [a, b]}\n",
     "opset 23, fp16 RMSNorm": "model: {vocab_size: 20, d_model: 16, n_layers: 1, n_heads: 2, max_seq_len: 8, "
     "norm: {type: rmsnorm, bias: true}}\nexport: {opset: 23, precision: fp16}\n",
     "translator with a context of 3": "model: {family: encoder_decoder, vocab_size: 20, d_model: 16, "

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import test_hf_albert  # noqa: F401
 import test_hf_bart
 import test_hf_cohere  # noqa: F401
 import test_hf_electra  # noqa: F401
@@ -111,6 +112,7 @@ SOURCES: dict[str, Source] = {
         "gpt_bigcode",
         "bert",
         "electra",
+        "albert",
         "t5",
         "vit",
     )

@@ -84,7 +84,9 @@ def forward_flops_per_token(model: nn.Module, spec: TransformerSpec, context: in
     weighted sum over a full ``context`` (default max_seq_len; QK^T and AV: 2 * 2 * n_layers *
     context * n_heads * head_dim), as in PaLM's MFU accounting; a sliding layer's over its window
     where that is shorter. Embedding lookups and norms are not counted."""
-    matmul = sum(2 * m.in_features * m.out_features for m in model.modules() if isinstance(m, nn.Linear))
+    # each use of a module: a block that several layers share (ALBERT's) is computed in each
+    layers = (m for _, m in model.named_modules(remove_duplicate=False))
+    matmul = sum(2 * m.in_features * m.out_features for m in layers if isinstance(m, nn.Linear))
     # An encoder-decoder's decoder attends twice per block (to itself and to the source).
     attending = spec.n_layers + 2 * getattr(spec, "n_decoder_layers", 0)
     assert spec.head_dim is not None  # resolved by the schema

@@ -213,13 +213,15 @@ class Bert(Writable):
         return state
 
     def candidate(self, spec: Spec) -> bool:
-        """An encoder LM or classifier, but for factorized embeddings or a GELU pooler (ELECTRA's)."""
+        """An encoder LM or classifier, but for factorized embeddings or a GELU pooler (ELECTRA's) and
+        shared layers (ALBERT's)."""
         model = spec.model
         return (
             isinstance(model, EncoderSpec)
             and isinstance(spec.task, MaskedLMTask | ClassificationTask)
             and not model.projects_embeddings
             and model.pooler_activation != "gelu"
+            and not model.share_layers
         )
 
     def exportable(self, spec: Spec) -> list[Problem]:
@@ -335,6 +337,7 @@ def body_needs(need: Needs, model: EncoderSpec) -> None:
         isinstance(model.positional, LearnedPositional), "model.positional", model.positional.type, "learned"
     )
     need(model.n_kv_heads == model.n_heads, "model.n_kv_heads", model.n_kv_heads, "n_heads (no GQA)")
+    need(not model.share_layers, "model.share_layers", True, "false (ALBERT's)")
     need.plain_attention(model)
 
 

@@ -100,6 +100,7 @@ class Electra(Bert):
             isinstance(model, EncoderSpec)
             and isinstance(spec.task, MaskedLMTask | ClassificationTask)
             and (model.projects_embeddings or model.pooler_activation == "gelu")
+            and not model.share_layers  # ALBERT's
         )
 
     def exportable(self, spec: Spec) -> list[Problem]:

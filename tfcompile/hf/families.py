@@ -6,6 +6,7 @@ blocks and K/V heads; an ALiBi decoder is BLOOM's), so the order here changes no
 refusal names only that architecture's problems."""
 
 from tfcompile.hf import (  # noqa: F401 (each registers its architecture)
+    albert,
     bart,
     bert,
     bigcode,

@@ -44,7 +44,9 @@ class Encoder(Assembly):
         self.embed_norm = build_norm(spec.norm, width) if spec.embedding_norm else nn.Identity()
         self.drop = nn.Dropout(spec.dropout.embedding)
         self.embed_project = nn.Linear(width, spec.d_model) if spec.projects_embeddings else nn.Identity()
-        self.blocks = build_blocks(spec, spec.n_layers)
+        self.blocks = build_blocks(spec, 1 if spec.share_layers else spec.n_layers)
+        if spec.share_layers:  # ALBERT: one block's weights in every layer
+            self.blocks = nn.ModuleList([self.blocks[0]] * spec.n_layers)
         self.final_norm = build_final_norm(spec)
         # BERT's pooler: the [CLS] state through a dense layer and tanh (DistilBERT's classifier:
         # ReLU), for the sentence-level heads.

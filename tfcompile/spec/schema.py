@@ -862,6 +862,11 @@ class EncoderSpec(TransformerSpec):
         "and their norm are this wide, and a linear layer projects them to d_model; a masked LM's head "
         "projects back to it before the vocabulary; default d_model (no projection)",
     )
+    share_layers: bool = Field(
+        False,
+        description="cross-layer sharing (ALBERT): every one of the n_layers layers applies the same block's "
+        "weights, so the blocks count once; no stochastic depth (dropout.path) with it",
+    )
     pooler: bool = Field(
         True,
         description="BERT's pooler, tanh(dense) of the final [CLS] state, which classification and "
@@ -887,6 +892,18 @@ class EncoderSpec(TransformerSpec):
         """Whether a linear layer takes the embeddings (embedding_size wide) to d_model."""
         return self.embedding_width != self.d_model
 
+    @model_validator(mode="after")
+    def _shared_layers_take_no_path_dropout(self) -> EncoderSpec:
+        rules = Rules()
+        rules.require(
+            not self.share_layers or self.dropout.path == 0,
+            ("dropout", "path"),
+            "stochastic depth drops each layer at its own rate, and shared layers are one block",
+            "set model.dropout.path: 0, or model.share_layers: false",
+        )
+        rules.check()
+        return self
+
     def body_parameters(self) -> int:
         d, e = self.d_model, self.embedding_width
         return (
@@ -894,7 +911,7 @@ class EncoderSpec(TransformerSpec):
             + self.positional.parameters(self)
             + (self.norm.parameters(e) if self.embedding_norm else 0)
             + (e * d + d) * self.projects_embeddings
-            + self.n_layers * self.block_parameters()
+            + (1 if self.share_layers else self.n_layers) * self.block_parameters()
             + self.final_norm_parameters()
             + (d * d + d) * self.pooler
         )
