@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import test_hf_albert
 import test_hf_bart
 import test_hf_electra
 import test_sliding_window
@@ -241,13 +242,14 @@ def _bart(name: str) -> Callable[[Path], Path]:
     return run
 
 
-def _electra(name: str) -> Callable[[Path], Path]:
-    """An import of test_hf_electra's variant, or an encoder of tfcompile's own (its NATIVE's)."""
+def _encoder(module: Any, name: str) -> Callable[[Path], Path]:
+    """An import of an encoder family file's variant (test_hf_electra's, test_hf_albert's), or an
+    encoder of tfcompile's own (its NATIVE's)."""
 
     def run(root: Path) -> Path:
-        if name in test_hf_electra.NATIVE:
-            return random_run(root, test_hf_electra.NATIVE[name])
-        variants = {name: test_hf_electra.VARIANTS[name]}
+        if name in module.NATIVE:
+            return random_run(root, module.NATIVE[name])
+        variants = {name: module.VARIANTS[name]}
         return imported_variants(root, variants, tokenizer="bert")[name].result.run_dir
 
     return run
@@ -310,9 +312,18 @@ RUNS: dict[str, Callable[[Path], Path]] = {
     "mt5 as t5": _mt5,
     **{name: _bart(name) for name in ("marian", "marian_unshared", "pegasus", "bart", "mbart")},
     **{f"{head} of tfcompile's own (no tokenizer)": _bart(head) for head in test_hf_bart.NATIVE},
-    **{name: _electra(name) for name in ("electra_cls", "electra_generator", "electra_generator_untied")},
     **{
-        f"electra {name} of tfcompile's own (no tokenizer)": _electra(name) for name in test_hf_electra.NATIVE
+        name: _encoder(test_hf_electra, name)
+        for name in ("electra_cls", "electra_generator", "electra_generator_untied")
+    },
+    **{
+        f"electra {name} of tfcompile's own (no tokenizer)": _encoder(test_hf_electra, name)
+        for name in test_hf_electra.NATIVE
+    },
+    **{name: _encoder(test_hf_albert, name) for name in ("albert", "albert_cls", "albert_untied_wide")},
+    **{
+        f"albert {name} of tfcompile's own (no tokenizer)": _encoder(test_hf_albert, name)
+        for name in test_hf_albert.NATIVE
     },
     **{f"{name} window (no tokenizer)": _windowed(name) for name in test_sliding_window.WRITTEN},
 }
@@ -339,7 +350,7 @@ def _calls(run: Path, config: dict[str, Any]) -> list[dict[str, Any]]:
                 refs = {"logits": model(ids, mask, kwargs["decoder_input_ids"])}
                 calls.append({"kwargs": kwargs, "refs": refs, "real": None})  # every target position
                 continue
-            elif architecture.startswith(("Bert", "Electra")):
+            elif architecture.startswith(("Bert", "Electra", "Albert")):
                 outputs = model(ids, mask)
                 refs = (
                     {"prediction_logits": outputs[0], "seq_relationship_logits": outputs[1]}
@@ -402,7 +413,7 @@ def test_transformers_4_57s_tokenizer_gives_the_runs_ids_and_the_models_inputs(
     returns them unless told which inputs the model reads, and GPT-2 adds them to its embeddings."""
     result = read_by_457[name]
     assert result["ids"] == json.loads((result["folder"] / "run_tokenizer.txt").read_text())
-    segments = name.startswith(("bert", "xlm-roberta", "electra_"))
+    segments = name.startswith(("bert", "xlm-roberta", "electra_", "albert"))
     assert result["inputs"] == sorted(
         ["input_ids", "attention_mask", *(["token_type_ids"] if segments else [])]
     )
