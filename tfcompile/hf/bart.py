@@ -2,8 +2,8 @@
 Opus-MT translators), Pegasus (``PegasusForConditionalGeneration``), BART
 (``BartForConditionalGeneration``) and mBART (``MBartForConditionalGeneration``). Each is one
 encoder-decoder of LayerNorms (epsilon 1e-5, a config has no field for it) and biases on every
-projection, whose head is tied to the embeddings and adds ``final_logits_bias`` (the spec's
-``bias.lm_head``); the four differ in three choices, which the model type fixes:
+projection, whose head adds ``final_logits_bias`` (the spec's ``bias.lm_head``); the four differ
+in three choices, which the model type fixes:
 
 ============  ==========================================  ====================  ==============
 model type    positions                                   norms                 embedding norm
@@ -16,8 +16,9 @@ mbart         learned, two unused rows in front            pre, a final norm    
 
 The rest is the config's: sizes (the encoder's and the decoder's heads and feed-forward width must
 agree: the spec's stacks share them), ``activation_function``, ``scale_embedding`` (sqrt(d_model)),
-Marian's ``share_encoder_decoder_embeddings``. Layer drop and the dropout inside the feed-forward
-act in training only and are not read. export-hf writes each of the four from a translator with
+Marian's ``share_encoder_decoder_embeddings``; each stack's table and the head are the ones
+transformers 5 ties as ``tables`` says. Layer drop and the dropout inside the feed-forward act in
+training only and are not read. export-hf writes each of the four from a translator with
 these choices (the sinusoidal ones in the halves layout)."""
 
 from __future__ import annotations
@@ -74,8 +75,9 @@ KINDS = {
     "bart": Kind("BartForConditionalGeneration", "learned", "post", True, 50265, 1),
     "mbart": Kind("MBartForConditionalGeneration", "learned", "pre", True, 50265, 1),
 }
+# transformers' q, k and v projections (tfcompile's packed qkv, and cross-attention's q and kv)
+QKV = ("q_proj", "k_proj", "v_proj")
 # tfcompile's names within a block -> transformers' (each a weight and a bias)
-ATTENTION = (("q", "q_proj"), ("k", "k_proj"), ("v", "v_proj"))
 LAYER = (
     ("attn_norm", "self_attn_layer_norm"),
     ("attn.out", "self_attn.out_proj"),
@@ -216,7 +218,7 @@ class Bart(Writable):
                     state[f"{stack}_norm.{kind}"] = tensors.take(f"{stack}.layer_norm.{kind}")
         for h, b, cross in _layers(model):
             for kind in ("weight", "bias"):
-                names = (f"{h}self_attn.{hf}.{kind}" for _, hf in ATTENTION)
+                names = (f"{h}self_attn.{x}.{kind}" for x in QKV)
                 state[f"{b}attn.qkv.{kind}"] = tensors.cat(*names)
                 for tfc, hf in LAYER + (CROSS if cross else ()):
                     state[f"{b}{tfc}.{kind}"] = tensors.take(f"{h}{hf}.{kind}")
@@ -339,7 +341,7 @@ class Bart(Writable):
         for h, b, cross in _layers(model, p):
             for kind in ("weight", "bias"):
                 qkv = part(state, f"{b}attn.qkv", kind).chunk(3)
-                out |= {f"{h}self_attn.{hf}.{kind}": t for (_, hf), t in zip(ATTENTION, qkv, strict=True)}
+                out |= {f"{h}self_attn.{x}.{kind}": t for x, t in zip(QKV, qkv, strict=True)}
                 for tfc, hf in LAYER + (CROSS if cross else ()):
                     out[f"{h}{hf}.{kind}"] = part(state, f"{b}{tfc}", kind)
                 if cross:
