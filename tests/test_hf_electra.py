@@ -77,10 +77,10 @@ def test_the_specs_say_what_each_model_is(imported: dict[str, Imported]) -> None
         return model.embedding_size, model.pooler, model.pooler_activation, model.tie_embeddings
 
     assert said("electra_cls") == (8, True, "gelu", True)
-    assert said("electra_cls_wide") == (None, True, "gelu", True)
+    assert said("electra_cls_wide") == (16, True, "gelu", True)  # as wide as d_model: no projection
     assert said("electra_generator") == (24, False, "tanh", True)
     assert said("electra_generator_untied") == (8, False, "tanh", False)
-    assert said("electra_generator_wide") == (None, False, "tanh", True)
+    assert said("electra_generator_wide") == (16, False, "tanh", True)
     assert imported["electra_cls"].spec.task.labels == ["neg", "pos", "neutral"]
 
 
@@ -176,7 +176,7 @@ CASES: list[Case] = [
         use_cache=False,
         spec={"activation": "relu", "norm.eps": 1e-3, "pooler_activation": "gelu"},
     ),
-    case("electra", embedding_size=16, spec={"embedding_size": None}, exported=True),  # BERT writes it
+    case("electra", embedding_size=16, spec={"embedding_size": 16}, exported=True),  # BERT writes it
     case("electra", embedding_size=32, spec={"embedding_size": 32}, slow=True),
     case("electra_cls", embedding_size=4, spec={"embedding_size": 4}, slow=True),
     case("electra", hidden_act="gelu_python", slow=True),

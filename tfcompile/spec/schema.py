@@ -893,7 +893,9 @@ class EncoderSpec(TransformerSpec):
         return self.embedding_width != self.d_model
 
     @model_validator(mode="after")
-    def _shared_layers_take_no_path_dropout(self) -> EncoderSpec:
+    def _resolve_embeddings_and_check_sharing(self) -> EncoderSpec:
+        if self.embedding_size is None:
+            self._resolve(embedding_size=self.d_model)
         rules = Rules()
         rules.require(
             not self.share_layers or self.dropout.path == 0,
