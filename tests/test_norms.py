@@ -1,5 +1,7 @@
 """Norms against their formulas (notes: cmu-11711-transformers.txt, "Layer Normalization", "RMSNorm")."""
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -47,3 +49,20 @@ def test_rmsnorm_keeps_low_precision_dtype() -> None:
 def test_every_registered_norm_builds_and_keeps_shape(name: str) -> None:
     norm = NORMS[name](16, eps=1e-5, bias=False)
     assert norm(torch.randn(2, 3, 16)).shape == (2, 3, 16)
+
+
+@pytest.mark.parametrize("eps", [1e-8, 1e-12])
+def test_an_rmsnorm_of_a_tiny_epsilon_keeps_it_in_onnx(eps: float, tmp_path: Path) -> None:
+    """The exporter's optimizer drops the addition of a scalar within 1e-8 of 0 (Helium's epsilon is
+    1e-8): a zero row (a pad token's embedding) then normalised to 0 / 0. The graph keeps it."""
+    import onnxruntime
+
+    norm = RMSNorm(16, eps=eps).eval()
+    x = torch.zeros(1, 3, 16)
+    x[0, 1] = torch.randn(16)
+    path = tmp_path / "norm.onnx"
+    torch.onnx.export(norm, (x,), str(path), opset_version=18, dynamo=True, verbose=False)
+    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    (out,) = session.run(None, {session.get_inputs()[0].name: x.numpy()})
+    with torch.no_grad():
+        assert torch.allclose(torch.from_numpy(out), norm(x), atol=1e-6)

@@ -46,6 +46,9 @@ class RMSNorm(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x32 = x.float()
-        out = (x32 * torch.rsqrt(x32.pow(2).mean(dim=-1, keepdim=True) + self.eps)).type_as(x)
+        # eps as a one-element tensor: the ONNX exporter's optimizer removes the addition of a scalar
+        # it finds close to 0 (within 1e-8), which left Helium's 1e-8 out and made a zero row inf
+        eps = x32.new_full((1,), self.eps)
+        out = (x32 * torch.rsqrt(x32.pow(2).mean(dim=-1, keepdim=True) + eps)).type_as(x)
         out = out if self.weight is None else out * self.weight.type_as(x)
         return out if self.bias is None else out + self.bias.type_as(x)
