@@ -30,16 +30,20 @@ import test_hf_albert  # noqa: F401
 import test_hf_bart
 import test_hf_cohere  # noqa: F401
 import test_hf_electra  # noqa: F401
+import test_hf_ernie4_5  # noqa: F401
 import test_hf_falcon_bloom  # noqa: F401 (each of these adds its families to test_hf_fields.FAMILIES)
 import test_hf_gemma3  # noqa: F401
 import test_hf_gemma_phi3  # noqa: F401
 import test_hf_gpt_neo  # noqa: F401
 import test_hf_granite  # noqa: F401
+import test_hf_helium  # noqa: F401
+import test_hf_ministral  # noqa: F401
 import test_hf_mpt  # noqa: F401
 import test_hf_neox_gptj_phi  # noqa: F401
 import test_hf_olmo  # noqa: F401
 import test_hf_opt_bigcode  # noqa: F401
 import test_hf_roberta_distilbert as roberta
+import test_hf_seed_oss  # noqa: F401
 import test_hf_smollm3  # noqa: F401
 import test_hf_stablelm  # noqa: F401
 import test_hf_starcoder2  # noqa: F401
@@ -99,6 +103,10 @@ SOURCES: dict[str, Source] = {
         "olmo2",
         "smollm3",
         "granite",
+        "ministral",
+        "helium",
+        "seed_oss",
+        "ernie4_5",
         "starcoder2",
         "stablelm",
         "gpt_neox",

@@ -1,6 +1,7 @@
 """The LLaMA family (``LlamaForCausalLM``, ``MistralForCausalLM``, ``Qwen2ForCausalLM``,
 ``Qwen3ForCausalLM``, ``OlmoForCausalLM``, ``Olmo2ForCausalLM``, ``SmolLM3ForCausalLM``,
-``GraniteForCausalLM``): RoPE on the two halves of each head (``layout: halves``, so no weight is
+``GraniteForCausalLM``, ``MinistralForCausalLM``, ``HeliumForCausalLM``, ``SeedOssForCausalLM``,
+``Ernie4_5ForCausalLM``): RoPE on the two halves of each head (``layout: halves``, so no weight is
 permuted), RMSNorm, a gated feed-forward, grouped K/V heads; what each model type computes that
 its config does not say, in MODEL_TYPES. Qwen2's biases are on q, k and v only, whatever the config
 says; the others' ``attention_bias`` is on q, k, v and o. Qwen3 normalises each head's q and k
@@ -10,8 +11,14 @@ LayerNorms of epsilon 1e-5 that learn nothing (``norm: {scale: false, bias: fals
 by field). OLMo 2's norms are on each sublayer's output (``norm.position: output``), its q and k
 normalised over all heads (``qk_norm_over: all_heads``); SmolLM3 turns no RoPE in some layers
 (``positional.nope_layers``); Granite multiplies embeddings, residual branches and logits (the
-spec's multipliers) and scales q.k by its own ``attention_multiplier``. RoPE scaling reads both
-transformers 4's ``rope_scaling`` and 5's ``rope_parameters``."""
+spec's multipliers) and scales q.k by its own ``attention_multiplier``. Ministral is Mistral
+sliding only the layers its ``layer_types`` name (every layer where it has none). Helium and
+ERNIE 4.5 turn interleaved pairs (``layout: interleaved``, the rows as saved); Helium's
+``attention_bias`` is on q, k and v only, ERNIE 4.5's ``use_bias`` on q, k, v, o and the
+feed-forward, and Seed-OSS reads its output projection's bias apart (``attention_out_bias``).
+export-hf writes none of these four: their models are written as Llama, Mistral or Qwen2, which
+compute the same. RoPE scaling reads both transformers 4's ``rope_scaling`` and 5's
+``rope_parameters``."""
 
 from __future__ import annotations
 
@@ -81,6 +88,16 @@ class ModelType:
     norm: dict[str, Any] = field(default_factory=dict)
     qk_norm_over: str = "head"  # what the q and k norms normalise over (model.qk_norm_over)
     clip_qkv: bool = False  # whether clip_qkv is read (q, k and v clamped to it)
+    # where no layer_types: every layer slides (MinistralConfig derives them so), where a window is set
+    slides_by_default: bool = False
+    layout: str = "halves"  # which dimensions RoPE turns together: interleaved pairs for Helium and ERNIE 4.5
+    bias_field: str = "attention_bias"  # the field attention_bias is read from (ERNIE 4.5's use_bias)
+    mlp_bias_field: str = "mlp_bias"  # the field the feed-forward's biases are read from, where mlp_bias
+    out_bias_field: str | None = None  # the field the output projection's bias is read from apart (Seed-OSS)
+    # whether attention_dropout is read (ERNIE 4.5 drops none, whatever it says)
+    attention_dropout: bool = True
+    # What the model type's config must say that LlamaConfig's need not (transformers fails otherwise).
+    requires: Callable[[Config], None] | None = None
     # What export-hf calls it and the head class it writes, and what writing a model as it needs of
     # the model type's own features: their problems, and the model without them (then held to
     # Llama's needs).
@@ -130,6 +147,37 @@ def granite_own(need: Needs, model: DecoderSpec) -> DecoderSpec:
     assert model.head_dim is not None
     return model.model_copy(
         update=dict.fromkeys(MULTIPLIERS, 1.0) | {"attention_scale": model.head_dim**-0.5}
+    )
+
+
+def ministral_requires(config: Config) -> None:
+    """MinistralConfig derives no head_dim (MinistralAttention fails without one), and
+    MinistralModel builds the sliding layers' mask from sliding_window for every model (failing on
+    a null one, whatever its layer_types say)."""
+    config.require(
+        config.get("head_dim") is not None,
+        "head_dim",
+        "is missing or null: MinistralConfig derives none, and MinistralAttention fails without it",
+        "set it to hidden_size / num_attention_heads, or the heads' own width",
+    )
+    config.require(
+        config.data.get("sliding_window", 0) is not None,
+        "sliding_window",
+        "is null: MinistralModel builds a sliding mask from it for every model, and fails without one",
+        "set it (to max_position_embeddings or more for no window)",
+    )
+
+
+def helium_requires(config: Config) -> None:
+    """HeliumAttention's output projection reads hidden_size features: heads of another total width
+    fail transformers' forward."""
+    d, heads, head_dim = (config.get(n, 0) for n in ("hidden_size", "num_attention_heads", "head_dim"))
+    config.require(
+        heads * head_dim == d,
+        "head_dim",
+        f"x num_attention_heads is {heads * head_dim}, not hidden_size ({d}): HeliumAttention's output "
+        "projection reads hidden_size features, and transformers' forward fails",
+        "set it to hidden_size / num_attention_heads",
     )
 
 
@@ -251,6 +299,74 @@ MODEL_TYPES = {
         defaults={"head_dim": 256},
         nullable=WINDOW,
         activation="hidden_activation",
+    ),
+    # Qwen2's blocks without biases, sliding as layer_types say; a head_dim and a window must be set.
+    "ministral": ModelType(
+        layer_types=True,
+        slides_by_default=True,
+        defaults={"intermediate_size": 14336, "num_key_value_heads": 8, "max_position_embeddings": 131072},
+        nullable=WINDOW,
+        requires=ministral_requires,
+    ),
+    # Interleaved RoPE; attention_bias on q, k and v (HeliumAttention's o_proj has none).
+    "helium": ModelType(
+        attention_bias=("qkv",),
+        mlp_bias=True,
+        layout="interleaved",
+        defaults={
+            "vocab_size": 48000,
+            "hidden_size": 2560,
+            "intermediate_size": 7040,
+            "num_hidden_layers": 24,
+            "num_attention_heads": 20,
+            "num_key_value_heads": 20,
+            "head_dim": 128,
+            "max_position_embeddings": 4096,
+            "rms_norm_eps": 1e-8,
+            "rope_theta": 100000.0,  # HeliumConfig's default_theta
+        },
+        nullable={"pad_token_id": 3},
+        requires=helium_requires,
+    ),
+    # attention_bias on q, k and v (on by default), attention_out_bias on o. Its residual_dropout
+    # (training only) is not read.
+    "seed_oss": ModelType(
+        attention_bias=("qkv",),
+        out_bias_field="attention_out_bias",
+        mlp_bias=True,
+        defaults={
+            "vocab_size": 155136,
+            "hidden_size": 4096,
+            "intermediate_size": 27648,
+            "num_hidden_layers": 64,
+            "num_attention_heads": 80,
+            "max_position_embeddings": 524288,
+            "attention_bias": True,
+            "attention_dropout": 0.1,
+        },
+        # K/V heads: 8 where left out, as many as the heads where null; head_dim: d_model / heads where null
+        nullable={"num_key_value_heads": 8, "head_dim": 128, "pad_token_id": 1},
+    ),
+    # Interleaved RoPE; use_bias on q, k, v, o and the feed-forward.
+    "ernie4_5": ModelType(
+        attention_bias=QKVO,
+        mlp_bias=True,
+        bias_field="use_bias",
+        mlp_bias_field="use_bias",
+        layout="interleaved",
+        attention_dropout=False,
+        defaults={
+            "vocab_size": 103424,
+            "hidden_size": 1024,
+            "intermediate_size": 3072,
+            "num_hidden_layers": 18,
+            "num_attention_heads": 16,
+            "max_position_embeddings": 131072,
+            "rms_norm_eps": 1e-5,
+            "rope_theta": 500000.0,  # Ernie4_5Config's default_theta
+            "tie_word_embeddings": True,
+        },
+        nullable={"num_key_value_heads": 2, "head_dim": 128, "pad_token_id": 0},
     ),
 }
 # The fields of each scaling that tfcompile keeps (the rest are transformers' bookkeeping).
@@ -381,6 +497,8 @@ def window(config: Config, kind: ModelType) -> dict[str, Any] | None:
         layers = None
     elif layer_types and kind.layer_types:
         layers = [i for i, t in enumerate(layer_types) if t == "sliding_attention"]
+    elif kind.slides_by_default:
+        layers = None
     elif kind.alternating:
         layers = list(range(0, n_layers, 2)) if isinstance(n_layers, int) else None
     elif kind.nope and config.get("use_sliding_window", False):
@@ -469,6 +587,8 @@ def window_sources(config: Config, kind: ModelType) -> dict[str, str]:
         layers = "sliding_window"
     elif config.data.get("layer_types"):
         layers = "layer_types"
+    elif kind.slides_by_default:
+        layers = "sliding_window"
     else:
         layers = (
             "max_window_layers"
@@ -499,7 +619,20 @@ def rope_dict(positional: RopePositional) -> dict[str, Any]:
     return {"rope_type": scaling.pop("type"), **scaling}
 
 
-@register("llama", "mistral", "qwen2", "qwen3", "olmo", "olmo2", "smollm3", "granite")
+@register(
+    "llama",
+    "mistral",
+    "qwen2",
+    "qwen3",
+    "olmo",
+    "olmo2",
+    "smollm3",
+    "granite",
+    "ministral",
+    "helium",
+    "seed_oss",
+    "ernie4_5",
+)
 class Llama(Writable):
     windows: ClassVar[Windows] = "any"  # as Mistral, Qwen2 or Qwen3 (written_as says which)
     prefixes = ("model.",)
@@ -535,13 +668,17 @@ class Llama(Writable):
         )
         kind = MODEL_TYPES[config.data["model_type"]]
         config = kind.reads(config)
+        if kind.requires is not None:
+            kind.requires(config)
         d, heads = config.get("hidden_size", 4096), config.get("num_attention_heads", 32)
         kv_heads = config.get("num_key_value_heads", heads)
         head_dim = config.get("head_dim", d // max(heads, 1))  # 0 heads: refused by the spec
         # Only the fields the model type reads are read: another's value is ignored, as transformers does.
         biases = set(kind.fixed_bias)
-        if kind.attention_bias and config.get("attention_bias", False):
+        if kind.attention_bias and config.get(kind.bias_field, False):
             biases |= set(kind.attention_bias)
+        if kind.out_bias_field is not None and config.get(kind.out_bias_field, False):
+            biases.add("attn_out")
         tie = lm_head(
             config, tensors, architecture, ("lm_head.weight", "embed_tokens.weight"), False, "*ForCausalLM"
         )
@@ -570,15 +707,19 @@ class Llama(Writable):
             "bias": {
                 "qkv": "qkv" in biases,
                 "attn_out": "attn_out" in biases,
-                "ffn": kind.mlp_bias and config.get("mlp_bias", False),
+                "ffn": kind.mlp_bias and config.get(kind.mlp_bias_field, False),
                 "lm_head": False,
             },
             "tie_embeddings": tie,
-            "dropout": {"attention": dropout(config.get("attention_dropout", 0.0))},
+            "dropout": {
+                "attention": dropout(config.get("attention_dropout", 0.0)) if kind.attention_dropout else 0.0
+            },
             "init_std": init_std(config),
         }
         if head_dim * heads != d:
             model["head_dim"] = head_dim
+        if kind.layout != "halves":  # the q and k rows as saved: no permutation
+            model["positional"]["layout"] = kind.layout
         if kind.qk_norm:
             model["qk_norm"] = True
             if kind.qk_norm_over != "head":
