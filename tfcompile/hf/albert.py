@@ -75,9 +75,9 @@ class Albert(Bert):
         config.require(
             architecture in AS_BERT,
             "architectures",
-            f"{architecture} is not an ALBERT head tfcompile has (the pretraining head's sentence-order "
-            "prediction is no task of tfcompile's)",
-            f"import one of {sorted(AS_BERT)}",
+            f"{architecture} is not an ALBERT head tfcompile has",
+            f"import one of {sorted(AS_BERT)} (AlbertForPreTraining's sentence-order head is no task of "
+            "tfcompile's)",
         )
         config = config.filled(DEFAULTS)
         imported = super().read(config, AS_BERT.get(architecture, "BertForMaskedLM"), tensors)

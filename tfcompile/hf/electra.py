@@ -66,9 +66,9 @@ class Electra(Bert):
         config.require(
             architecture in AS_BERT,
             "architectures",
-            f"{architecture} is not an ELECTRA head tfcompile has (the discriminator's replaced-token "
-            "head is no task of tfcompile's)",
-            f"import one of {sorted(AS_BERT)}",
+            f"{architecture} is not an ELECTRA head tfcompile has",
+            f"import one of {sorted(AS_BERT)} (ElectraForPreTraining's replaced-token head is no task of "
+            "tfcompile's; a classifier fine-tuned from it imports)",
         )
         as_bert = AS_BERT.get(architecture, "BertForMaskedLM")
         config = config.filled(DEFAULTS)
