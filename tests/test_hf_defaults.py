@@ -41,6 +41,7 @@ import test_hf_ministral  # noqa: F401
 import test_hf_mpt  # noqa: F401
 import test_hf_neox_gptj_phi  # noqa: F401
 import test_hf_olmo  # noqa: F401
+import test_hf_olmo3  # noqa: F401
 import test_hf_opt_bigcode  # noqa: F401
 import test_hf_roberta_distilbert as roberta
 import test_hf_seed_oss  # noqa: F401
@@ -101,6 +102,7 @@ SOURCES: dict[str, Source] = {
         "phi3",
         "olmo",
         "olmo2",
+        "olmo3",
         "smollm3",
         "granite",
         "ministral",

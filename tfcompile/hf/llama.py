@@ -1,5 +1,5 @@
 """The LLaMA family (``LlamaForCausalLM``, ``MistralForCausalLM``, ``Qwen2ForCausalLM``,
-``Qwen3ForCausalLM``, ``OlmoForCausalLM``, ``Olmo2ForCausalLM``, ``SmolLM3ForCausalLM``,
+``Qwen3ForCausalLM``, ``OlmoForCausalLM``, ``Olmo2ForCausalLM``, ``Olmo3ForCausalLM``, ``SmolLM3ForCausalLM``,
 ``GraniteForCausalLM``, ``MinistralForCausalLM``, ``HeliumForCausalLM``, ``SeedOssForCausalLM``,
 ``Ernie4_5ForCausalLM``): RoPE on the two halves of each head (``layout: halves``, so no weight is
 permuted), RMSNorm, a gated feed-forward, grouped K/V heads; what each model type computes that
@@ -9,7 +9,12 @@ says; the others' ``attention_bias`` is on q, k, v and o. Qwen3 normalises each 
 LayerNorms of epsilon 1e-5 that learn nothing (``norm: {scale: false, bias: false}``), and its
 ``clip_qkv`` clamps q, k and v (``qkv_clip``): export-hf writes no OLMo (such norms are refused
 by field). OLMo 2's norms are on each sublayer's output (``norm.position: output``), its q and k
-normalised over all heads (``qk_norm_over: all_heads``); SmolLM3 turns no RoPE in some layers
+normalised over all heads (``qk_norm_over: all_heads``). OLMo 3 is OLMo 2 sliding the layers its
+``layer_types`` name (three of every four where it has none, as Olmo3Config derives them) with a
+RoPE per layer type (``rope_parameters`` keyed by layer type): the sliding layers' is
+``positional.local`` where it differs from the full layers'. export-hf writes an OLMo 3 as OLMo 2
+only where OLMo 2 computes it (no window, one RoPE); else it refuses it by field
+(``model.window``, ``model.positional.local``). SmolLM3 turns no RoPE in some layers
 (``positional.nope_layers``); Granite multiplies embeddings, residual branches and logits (the
 spec's multipliers) and scales q.k by its own ``attention_multiplier``. Ministral is Mistral
 sliding only the layers its ``layer_types`` name (every layer where it has none). Helium and
@@ -90,6 +95,10 @@ class ModelType:
     clip_qkv: bool = False  # whether clip_qkv is read (q, k and v clamped to it)
     # where no layer_types: every layer slides (MinistralConfig derives them so), where a window is set
     slides_by_default: bool = False
+    # where no layer_types: every full_every-th layer full, the others sliding (Olmo3Config derives them so)
+    full_every: int | None = None
+    # a RoPE per layer type, rope_parameters keyed by it (layer_type_rope): OLMo 3's
+    rope_per_layer_type: bool = False
     layout: str = "halves"  # which dimensions RoPE turns together: interleaved pairs for Helium and ERNIE 4.5
     bias_field: str = "attention_bias"  # the field attention_bias is read from (ERNIE 4.5's use_bias)
     mlp_bias_field: str = "mlp_bias"  # the field the feed-forward's biases are read from, where mlp_bias
@@ -106,8 +115,14 @@ class ModelType:
     own: Callable[[Needs, DecoderSpec], DecoderSpec] | None = None
 
     def reads(self, config: Config) -> Config:
-        """``config`` as this model type's config class reads it; its problems are ``config``'s."""
-        return config.filled(self.defaults, self.nullable)
+        """``config`` as this model type's config class reads it, ``layer_types`` derived where it
+        has none and ``full_every`` says how; its problems are ``config``'s."""
+        read = config.filled(self.defaults, self.nullable)
+        n_layers: Any = read.data.get("num_hidden_layers")
+        if self.full_every and read.data.get("layer_types") is None and listable(n_layers):
+            every = self.full_every
+            read.data["layer_types"] = [FULL if (i + 1) % every == 0 else SLIDING for i in range(n_layers)]
+        return read
 
 
 def qwen2_own(need: Needs, model: DecoderSpec) -> DecoderSpec:
@@ -168,6 +183,17 @@ def ministral_requires(config: Config) -> None:
     )
 
 
+def olmo3_requires(config: Config) -> None:
+    """Olmo3Model builds the sliding layers' mask from sliding_window for every model (failing on a
+    null one, whatever its layer_types say)."""
+    config.require(
+        config.data.get("sliding_window", 0) is not None,
+        "sliding_window",
+        "is null: Olmo3Model builds a sliding mask from it for every model, and fails without one",
+        "set it (to max_position_embeddings or more for no window)",
+    )
+
+
 def helium_requires(config: Config) -> None:
     """HeliumAttention's output projection reads hidden_size features: heads of another total width
     fail transformers' forward."""
@@ -186,6 +212,8 @@ def helium_requires(config: Config) -> None:
 # only with use_sliding_window.
 QKVO = ("qkv", "attn_out")
 WINDOW = {"sliding_window": 4096}
+SLIDING, FULL = "sliding_attention", "full_attention"
+OLMO3_THETA = 500000.0  # Olmo3Config's default_theta
 QWEN = {  # K/V heads: 32, whatever num_attention_heads is
     "vocab_size": 151936,
     "intermediate_size": 22016,
@@ -269,6 +297,20 @@ MODEL_TYPES = {
         title="OLMo 2",
         head="Olmo2ForCausalLM",
         own=olmo2_own,
+    ),
+    # OLMo 2 sliding the layers layer_types names (three of four where none), a RoPE per layer type;
+    # a window must be set.
+    "olmo3": ModelType(
+        attention_bias=QKVO,
+        qk_norm=True,
+        qk_norm_over="all_heads",
+        norm={"position": "output"},
+        layer_types=True,
+        full_every=4,
+        rope_per_layer_type=True,
+        defaults={"vocab_size": 50304, "num_hidden_layers": 32, "rms_norm_eps": 1e-5},
+        nullable={"pad_token_id": 1} | WINDOW,
+        requires=olmo3_requires,
     ),
     "phi3": ModelType(
         every_layer_slides=True,
@@ -467,6 +509,89 @@ def rope_section(
     return section | {"scaling": scaling}
 
 
+def layer_type_rope(config: Config, head_dim: int) -> dict[str, Any]:
+    """``positional:`` of a RoPE per layer type, as Olmo3Config reads it: each type's dict in
+    ``rope_parameters`` (transformers 5; one left out or null: unscaled), its theta where the dict
+    names none the full layers' ``rope_theta`` and the sliding layers' 500,000; a legacy
+    ``rope_scaling`` updates the full layers' dict. The full layers' RoPE is the model's, the
+    sliding layers' ``local`` where it differs (the model's where every layer slides). Refused:
+    what transformers 5 fails on or ignores, and a ``rope_theta`` other than 500,000 where the
+    sliding layers' dict names none (transformers 4 turned them at rope_theta, 5 at 500,000)."""
+    types = config.data.get("layer_types")
+    if types is None:  # not derived: a layer count the spec refuses by its field
+        return {"type": "rope"}
+    n_layers = config.get("num_hidden_layers", 32)
+    if not isinstance(types, list) or len(types) != n_layers or not all(t in (SLIDING, FULL) for t in types):
+        config.refuse(
+            "layer_types", f"is not {SLIDING!r} or {FULL!r} for each of the {n_layers} layers", "fix it"
+        )
+        return {"type": "rope"}
+    given = config.data.get("rope_parameters") is not None
+    params = config.get("rope_parameters", {})
+    if set(params) - {SLIDING, FULL} or not all(
+        params.get(t) is None or isinstance(params[t], dict) for t in (SLIDING, FULL)
+    ):
+        config.refuse(
+            "rope_parameters",
+            f"is not a RoPE for each layer type ({SLIDING!r} and {FULL!r}, each one or neither): "
+            "transformers 5 reads no other",
+            "give them as transformers 5 saves them",
+        )
+        return {"type": "rope"}
+    legacy = config.get("rope_scaling", {})
+    if legacy and "rope_type" not in legacy and "type" in legacy:
+        config.refuse(
+            "rope_scaling.type",
+            "is not read by transformers 5 here (it updates the full layers' RoPE, whose rope_type stays "
+            "'default')",
+            "name it rope_type",
+        )
+        return {"type": "rope"}
+    if legacy and given and params.get(FULL) is None:
+        config.refuse(
+            "rope_scaling",
+            f"updates rope_parameters.{FULL}, which is not there: transformers 5 fails on it",
+            f"move it into rope_parameters.{FULL}",
+        )
+        return {"type": "rope"}
+    top = config.data.get("rope_theta")
+    config.require(
+        top is None
+        or json_type(top) != "a number"  # refused by the spec, by its name
+        or top == OLMO3_THETA
+        or "rope_theta" in (params.get(SLIDING) or {})
+        or SLIDING not in types,
+        "rope_theta",
+        f"is {top!r}: transformers 5 turns the full layers at it and the sliding ones at {OLMO3_THETA:,} "
+        "(Olmo3Config's default), transformers 4 every layer at it",
+        f"name each layer type's rope_theta in rope_parameters ({SLIDING!r} and {FULL!r})",
+    )
+    section = {}
+    for kind, theta in ((FULL, config.get("rope_theta", OLMO3_THETA)), (SLIDING, OLMO3_THETA)):
+        own = params.get(kind) or {}
+        if kind == FULL and legacy:
+            own = {"rope_type": "default"} | own | legacy
+        one = config.over(
+            {"rope_parameters": own, "rope_theta": theta}
+            | {
+                k: config.data[k]
+                for k in ("max_position_embeddings", "partial_rotary_factor")
+                if k in config.data
+            }
+        )
+        called = "rope_scaling" if kind == FULL and legacy else f"rope_parameters.{kind}"
+        section[kind] = rope_section(one, head_dim, called=called)
+    sliding = [i for i, t in enumerate(types) if t == SLIDING]
+    if not sliding or section[SLIDING] == section[FULL]:
+        return section[FULL]
+    if len(sliding) == n_layers:
+        return section[SLIDING]
+    local = {"theta": section[SLIDING]["theta"], "layers": sliding}
+    if "scaling" in section[SLIDING]:
+        local["scaling"] = section[SLIDING]["scaling"]
+    return section[FULL] | {"local": local}
+
+
 def context(config: Config) -> int:
     """The context: ``max_position_embeddings``."""
     length = config.get("max_position_embeddings", 2048)
@@ -626,6 +751,7 @@ def rope_dict(positional: RopePositional) -> dict[str, Any]:
     "qwen3",
     "olmo",
     "olmo2",
+    "olmo3",
     "smollm3",
     "granite",
     "ministral",
@@ -700,7 +826,9 @@ class Llama(Writable):
             "n_kv_heads": kv_heads,
             "d_ff": config.get("intermediate_size", 11008),
             "activation": config.choice(kind.activation, "silu", GATED_ACTIVATIONS, "gated activation"),
-            "positional": self.rope(config, head_dim),
+            "positional": layer_type_rope(config, head_dim)
+            if kind.rope_per_layer_type
+            else self.rope(config, head_dim),
             "norm": {"position": "pre", "type": "rmsnorm", "bias": False}
             | ({} if "eps" in kind.norm else {"eps": config.get("rms_norm_eps", 1e-6)})
             | kind.norm,
@@ -735,6 +863,14 @@ class Llama(Writable):
         if (slides := window(config, kind)) is not None:
             model["window"] = slides
         sources = scaling_sources(config) | window_sources(config, kind)
+        if kind.rope_per_layer_type:
+            sources |= {
+                "model.positional.theta": f"rope_parameters.{FULL}",
+                "model.positional.scaling": f"rope_parameters.{FULL}",
+                "model.positional.local.theta": f"rope_parameters.{SLIDING}",
+                "model.positional.local.scaling": f"rope_parameters.{SLIDING}",
+                "model.positional.local.layers": "layer_types",
+            }
         return Imported(model, {"type": "causal_lm", "special_tokens": False}, sources=sources)
 
     def rope(self, config: Config, head_dim: int) -> dict[str, Any]:
