@@ -47,8 +47,9 @@ class RMSNorm(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x32 = x.float()
         # eps as a one-element tensor: the ONNX exporter's optimizer removes the addition of a scalar
-        # it finds close to 0 (within 1e-8), which left Helium's 1e-8 out and made a zero row inf
-        eps = x32.new_full((1,), self.eps)
+        # it finds close to 0 (within 1e-8), which left Helium's 1e-8 out and made a zero row inf;
+        # made in float64 and cast, as a Python float is added, so that one past float32's range is inf
+        eps = x32.new_tensor([self.eps], dtype=torch.float64).float()
         out = (x32 * torch.rsqrt(x32.pow(2).mean(dim=-1, keepdim=True) + eps)).type_as(x)
         out = out if self.weight is None else out * self.weight.type_as(x)
         return out if self.bias is None else out + self.bias.type_as(x)
