@@ -205,3 +205,24 @@ def test_a_field_value_imports_to_transformers_outputs_or_is_refused_by_name(c: 
 
 def test_every_config_field_has_a_case() -> None:
     assert uncovered("albert", CASES) == set()
+
+
+def test_a_masked_lm_holding_a_pooler_keeps_it_for_a_classifier(
+    imported: dict[str, Imported], tmp_path: Path
+) -> None:
+    """albert-base-v2, an AlbertForMaskedLM, holds the pooler it was pretrained with: unread by the
+    masked LM (its logits are transformers'), kept (model.pooler: true) for the classifier
+    AlbertForSequenceClassification.from_pretrained would start from it; not an unread tensor."""
+    import torch
+    from hf_models import copied, max_difference
+    from safetensors.torch import load_file, save_file
+
+    folder = copied(imported, "albert", tmp_path)
+    tensors = load_file(folder / "model.safetensors")
+    pooler = {"albert.pooler.weight": torch.randn(16, 16), "albert.pooler.bias": torch.randn(16)}
+    save_file(tensors | pooler, folder / "model.safetensors", metadata={"format": "pt"})
+    result = import_folder(folder, "pooled", tmp_path / "specs", tmp_path / "runs")
+    spec, model = load_trained_model(result.run_dir)
+    assert spec.model.pooler and torch.equal(model.pooler.weight, pooler["albert.pooler.weight"])
+    for padded in (False, True):
+        assert max_difference(imported["albert"].hf, model, padded) <= 1e-5

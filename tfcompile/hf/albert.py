@@ -68,7 +68,9 @@ class Albert(Bert):
     decoder: ClassVar[str] = "predictions.decoder.weight"
     mlm_head: ClassVar[tuple[tuple[str, str], ...]] = ALBERT_MLM
     mlm_bias: ClassVar[MLMBias] = MLMBias("predictions.bias", "predictions.decoder.bias")
-    keeps_pooler: ClassVar[bool] = False  # AlbertForMaskedLM builds none
+    # AlbertForMaskedLM builds no pooler, but keeps the one its checkpoint holds (albert-base-v2's), which
+    # AlbertForSequenceClassification reads, as BERT does
+    pooler_dense: ClassVar[str] = "pooler"
     sources: ClassVar[dict[str, str]] = Bert.sources | {"model.embedding_size": "embedding_size"}
 
     def read(self, config: Config, architecture: str, tensors: Tensors) -> Imported:
@@ -119,10 +121,7 @@ class Albert(Bert):
                 for hf, tfc in BLOCK:
                     state[f"{b}{tfc}.{kind}"] = tensors.take(f"{h}{hf}.{kind}")
         if model.pooler:
-            state |= {
-                "pooler.weight": tensors.take("pooler.weight"),
-                "pooler.bias": tensors.take("pooler.bias"),
-            }
+            state |= {f"pooler.{kind}": tensors.take(f"pooler.{kind}") for kind in ("weight", "bias")}
         if isinstance(spec.task, MaskedLMTask):
             state |= self.mlm_state(tensors, model, state["embed.weight"])
         else:

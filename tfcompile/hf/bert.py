@@ -106,6 +106,7 @@ class Bert(Writable):
     # Whether a masked LM's checkpoint's pooler is kept (model.pooler: true): BERT's classifier
     # reads the body's pooler, so transformers fine-tunes it from the one saved.
     keeps_pooler: ClassVar[bool] = True
+    pooler_dense: ClassVar[str] = "pooler.dense"  # the pooler's layer (ALBERT's: pooler)
     sources: ClassVar[dict[str, str]] = {
         "model.vocab_size": "vocab_size",
         "model.max_seq_len": "max_position_embeddings",
@@ -127,7 +128,8 @@ class Bert(Writable):
         task, mlm = HEADS.get(architecture, HEADS["BertForMaskedLM"])
         # A pooler under the sentence-level heads; BertForMaskedLM builds none, but keeps the one
         # its checkpoint holds where a classifier fine-tuned from it would read it (keeps_pooler).
-        pooler = architecture != "BertForMaskedLM" or (self.keeps_pooler and "pooler.dense.weight" in tensors)
+        held = f"{self.pooler_dense}.weight" in tensors
+        pooler = architecture != "BertForMaskedLM" or (self.keeps_pooler and held)
         config.require(
             architecture in HEADS,
             "architectures",
@@ -182,8 +184,8 @@ class Bert(Writable):
         assert isinstance(model, EncoderSpec)
         state = body_state(tensors, model)
         if model.pooler:
-            state["pooler.weight"] = tensors.take("pooler.dense.weight")
-            state["pooler.bias"] = tensors.take("pooler.dense.bias")
+            state["pooler.weight"] = tensors.take(f"{self.pooler_dense}.weight")
+            state["pooler.bias"] = tensors.take(f"{self.pooler_dense}.bias")
         if isinstance(spec.task, MaskedLMTask):
             state |= self.mlm_state(tensors, model, state["embed.weight"])
             if spec.task.next_sentence:
