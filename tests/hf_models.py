@@ -362,6 +362,16 @@ def tokenizer(kind: str, placed: dict[str, int] | None = None) -> Any:
             "mask_token": "[MASK]",
         },
         "t5": {"pad_token": "<pad>", "eos_token": "</s>", "unk_token": "<unk>"},
+        # BART's: <s> its bos and cls, </s> its eos and sep; sources <s> ... </s>
+        "bart": {
+            "bos_token": "<s>",
+            "pad_token": "<pad>",
+            "eos_token": "</s>",
+            "unk_token": "<unk>",
+            "cls_token": "<s>",
+            "sep_token": "</s>",
+            "mask_token": "<mask>",
+        },
     }[kind]
     tokens = list(dict.fromkeys(specials.values()))
     fillers = [f"<unused{i}>" for i in range(VOCAB - len(tokens) - len(CHARS))]  # as many ids as the model
@@ -384,6 +394,8 @@ def tokenizer(kind: str, placed: dict[str, int] | None = None) -> Any:
         model.post_processor = processors.TemplateProcessing(
             single="$A </s>", pair="$A </s> $B </s>", special_tokens=[("</s>", vocab["</s>"])]
         )
+    elif kind == "bart":
+        model.post_processor = processors.RobertaProcessing(("</s>", vocab["</s>"]), ("<s>", vocab["<s>"]))
     return C.PreTrainedTokenizerFast(tokenizer_object=model, **specials)
 
 

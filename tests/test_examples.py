@@ -356,6 +356,22 @@ def test_translator_greedy_batched_as_alone_and_beam_search(
     assert [s["ids"] for s in client(bundle, "translate", *SOURCES)] == beams  # hypotheses that finish
 
 
+@pytest.mark.slow
+def test_both_clients_frame_a_source_as_the_runtime_does(
+    translator_bundle: Path, client: Client, tmp_path: Path
+) -> None:
+    """A manifest's source_prefix_ids and source_suffix_ids (BART's <s> ... </s>): each client's
+    source rows are the runtime's, so its translations are, and the prefix steers them."""
+    framed = _with_manifest(
+        translator_bundle, tmp_path / "framed", "translation", source_prefix_ids=[2], source_suffix_ids=[3]
+    )
+    expected = load(framed, providers=["CPUExecutionProvider"]).translate(SOURCES, beam=1)  # type: ignore[attr-defined]
+    plain = load(translator_bundle, providers=["CPUExecutionProvider"]).translate(SOURCES, beam=1)  # type: ignore[attr-defined]
+    assert expected != plain
+    assert [s["text"] for s in client(framed, "translate", *SOURCES, "--beam", "1")] == expected
+    assert [s["text"] for s in client(framed, "translate", *SOURCES)] == load(framed).translate(SOURCES)  # type: ignore[attr-defined]
+
+
 def _source(translator: Any, text: str) -> tuple[np.ndarray, np.ndarray]:
     ids = translator.encode([text], add_special_tokens=False)[0].ids[: translator.max_seq_len]
     return np.array([ids]), np.ones((1, len(ids)), dtype=np.int64)

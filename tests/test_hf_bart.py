@@ -384,6 +384,54 @@ def test_the_bundle_translates_as_transformers_greedy_generate(
     assert ours == theirs and len(set(ours)) > 1
 
 
+def saved_with_bart_tokenizer(folder: Path) -> Any:
+    """A BART saved with BART's tokenizer: <s> 0, <pad> 1, </s> 2 (its eos and its decoder's start),
+    sources <s> ... </s> (RobertaProcessing)."""
+    from hf_models import perturb, write
+
+    torch.manual_seed(0)
+    ids = dict(pad_token_id=1, bos_token_id=0, eos_token_id=2, decoder_start_token_id=2)
+    return write(perturb(built("bart", **ids)), "bart", folder)
+
+
+def test_a_source_between_bart_tokenizers_s_and_eos_is_the_specs_prefix_and_suffix(tmp_path: Path) -> None:
+    """BART's tokenizer puts <s> (its cls) before a source and </s> after it: the spec's
+    source_prefix and source_suffix, which export-hf writes back into the tokenizer."""
+    saved_with_bart_tokenizer(tmp_path / "hf")
+    result = import_folder(tmp_path / "hf", "bart", tmp_path / "specs", tmp_path / "runs")
+    task, tokens = result.spec.task, result.spec.tokens
+    assert (task.source_prefix, task.source_suffix) == (["cls"], ["eos"])
+    assert tokens is not None and (tokens.bos, tokens.cls, tokens.eos) == ("</s>", "<s>", "</s>")
+    export_hf(result.run_dir, tmp_path / "out")
+    text = "the cat sat"
+    ours, theirs = (
+        T.AutoTokenizer.from_pretrained(f)(text)["input_ids"] for f in (tmp_path / "out", tmp_path / "hf")
+    )
+    assert ours == theirs and theirs[0] == 0 and theirs[-1] == 2
+
+
+@pytest.mark.slow
+def test_the_bundle_translates_a_bart_source_as_transformers_with_its_tokenizer(tmp_path: Path) -> None:
+    """`tfcompile translate`'s rows are <s> text </s>, as transformers' tokenizer encodes a source:
+    the greedy translations are generate's."""
+    hf = saved_with_bart_tokenizer(tmp_path / "hf").eval()
+    result = import_folder(tmp_path / "hf", "bart", tmp_path / "specs", tmp_path / "runs")
+    assert main(["export", str(result.run_dir), "--out", str(tmp_path / "bundle")]) == 0
+    bundle = Translator(tmp_path / "bundle")
+    assert bundle.manifest.translation is not None and bundle.manifest.translation.source_prefix_ids == [0]
+    tokenizer = T.AutoTokenizer.from_pretrained(tmp_path / "hf")
+    theirs = []
+    for sentence in SENTENCES:
+        generated = hf.generate(
+            tokenizer(sentence, return_tensors="pt")["input_ids"],
+            do_sample=False,
+            num_beams=1,
+            max_new_tokens=10,
+        )
+        theirs.append(tidy(tokenizer.decode(generated[0], skip_special_tokens=True)))
+    assert bundle.translate(SENTENCES, beam=1, max_len=10) == theirs and len(set(theirs)) > 1
+
+
 # ---------------------------------------------------------------- every field of the four classes
 
 IDS = dict(pad_token_id=3, eos_token_id=4, decoder_start_token_id=3, forced_eos_token_id=4)

@@ -20,7 +20,7 @@ from tokenizers import Tokenizer, models, processors
 from tfcompile.cli import main
 from tfcompile.hf.errors import HFWarning
 from tfcompile.hf.exporter import export_hf
-from tfcompile.hf.importer import ImportResult, import_folder, source_suffix
+from tfcompile.hf.importer import ImportResult, import_folder, source_affixes
 from tfcompile.runtime import Classifier, ImageClassifier, LanguageModel, Translator
 from tfcompile.sequences import tidy
 from tfcompile.spec import load_spec
@@ -185,34 +185,46 @@ def _hf_tokenizer(folder: Path) -> Any:
     return C.AutoTokenizer.from_pretrained(folder)
 
 
-# --------------------------------------------------------------------------- T5's source </s>
+# ------------------------------------------------------------- T5's source </s>, BART's <s> ... </s>
 
 
 @pytest.mark.parametrize(
-    ("processor", "suffix"),
+    ("processor", "around"),
     [
-        (processors.TemplateProcessing(single="$A </s>", special_tokens=[("</s>", 1)]), ["eos"]),
+        (processors.TemplateProcessing(single="$A </s>", special_tokens=[("</s>", 1)]), ([], ["eos"])),
         (
             processors.TemplateProcessing(single="$A </s> <pad>", special_tokens=[("</s>", 1), ("<pad>", 0)]),
-            ["eos", "pad"],
+            ([], ["eos", "pad"]),
         ),
-        (None, []),  # a T5 trained without a source suffix, exported, then imported again: it gained [eos]
-        (processors.TemplateProcessing(single="</s> $A", special_tokens=[("</s>", 1)]), None),  # a prefix
+        (
+            None,
+            ([], []),
+        ),  # a T5 trained without a source suffix, exported, then imported again: it gained [eos]
+        # BART's: <s> is its cls (its bos is the decoder's start, </s>), and </s> its eos and sep
+        (
+            processors.TemplateProcessing(single="<s> $A </s>", special_tokens=[("<s>", 5), ("</s>", 1)]),
+            (["cls"], ["eos"]),
+        ),
+        (processors.RobertaProcessing(("</s>", 1), ("<s>", 5)), (["cls"], ["eos"])),
+        (processors.BertProcessing(("</s>", 1), ("<s>", 5)), (["cls"], ["eos"])),
         (processors.TemplateProcessing(single="$A <x>", special_tokens=[("<x>", 3)]), None),  # no role
+        (processors.TemplateProcessing(single="<x> $A", special_tokens=[("<x>", 3)]), None),
+        (processors.TemplateProcessing(single="$A $B", pair="$A $B"), None),  # not one text
         (processors.ByteLevel(), None),
     ],
 )
-def test_a_translators_source_suffix_is_what_its_tokenizer_appends(
-    tmp_path: Path, processor: Any, suffix: list[str] | None
+def test_a_translators_source_affixes_are_what_its_tokenizer_puts_around_a_text(
+    tmp_path: Path, processor: Any, around: tuple[list[str], list[str]] | None
 ) -> None:
     tokenizer = Tokenizer(
-        models.WordLevel({"<pad>": 0, "</s>": 1, "<unk>": 2, "<x>": 3, "a": 4}, unk_token="<unk>")
+        models.WordLevel({"<pad>": 0, "</s>": 1, "<unk>": 2, "<x>": 3, "a": 4, "<s>": 5}, unk_token="<unk>")
     )
     if processor is not None:
         tokenizer.post_processor = processor
     tokenizer.save(str(tmp_path / "tokenizer.json"))
-    assert source_suffix(tmp_path, {"pad": "<pad>", "eos": "</s>", "unk": "<unk>"}) == suffix
-    assert source_suffix(tmp_path / "none", {"eos": "</s>"}) is None  # no tokenizer.json: T5's convention
+    roles = {"pad": "<pad>", "bos": "</s>", "eos": "</s>", "unk": "<unk>", "cls": "<s>", "sep": "</s>"}
+    assert source_affixes(tmp_path, roles) == around
+    assert source_affixes(tmp_path / "none", {"eos": "</s>"}) is None  # no tokenizer.json: T5's convention
 
 
 @pytest.mark.slow

@@ -356,7 +356,19 @@ DAMAGE: dict[str, tuple[str, Any, dict[str, Any], str]] = {
         "translator",
         lambda m: m["translation"].update(source_suffix_ids=[3] * 48),
         {},
-        r"source_suffix_ids leaves no room for a source",
+        r"source_prefix_ids and source_suffix_ids leave no room for a source",
+    ),
+    "a source prefix and suffix filling the context": (
+        "translator",
+        lambda m: m["translation"].update(source_prefix_ids=[2] * 24, source_suffix_ids=[3] * 24),
+        {},
+        r"source_prefix_ids and source_suffix_ids leave no room for a source",
+    ),
+    "a source prefix id past the vocabulary": (
+        "translator",
+        lambda m: m["translation"].update(source_prefix_ids=[10**6]),
+        {},
+        r"translation.source_prefix_ids is 1000000, outside the vocabulary",
     ),
     "a length penalty that overflows": (
         "translator",

@@ -81,6 +81,21 @@ def test_batches_shift_the_target_and_pad_outside_the_loss(tmp_path: Path) -> No
     assert torch.equal(batch["source_mask"].bool(), batch["source_ids"] != pad)
 
 
+def test_a_source_prefix_and_suffix_frame_every_source_and_reach_the_manifest(tmp_path: Path) -> None:
+    """task.source_prefix (BART's <s>: its cls) and source_suffix (T5's </s>): a tokenizer trained
+    here reserves [CLS] after [EOS]; every source row starts with it and ends with [EOS], cut to
+    the context with both; the bundle's manifest names both ids for the runtime and the clients."""
+    spec = _spec(tmp_path).replace({"task": {"source_prefix": ["cls"], "source_suffix": ["eos"]}})
+    objective = Translation(spec, tmp_path)
+    cls, eos = objective.ids["cls"], objective.ids["eos"]
+    assert objective.tokenizer.id_to_token(cls) == "[CLS]" and cls == 4
+    rows = [source for source, _ in objective.pairs["train"]]
+    assert all(row[0] == cls and row[-1] == eos and len(row) <= spec.model.max_seq_len for row in rows)
+    assert max(len(row) for row in rows) == spec.model.max_seq_len  # long sources cut with both
+    info = Translation.manifest(spec, None, None)["translation"]
+    assert (info.source_prefix_ids, info.source_suffix_ids) == ([4], [3])
+
+
 def test_greedy_decoding_with_the_cache_equals_rerunning_the_decoder(tmp_path: Path) -> None:
     spec = _spec(tmp_path).replace({"model": {"vocab_size": 500}})
     torch.manual_seed(0)
@@ -198,3 +213,14 @@ def test_the_bundle_translates_exactly_as_pytorch_does(translator_bundle: Path) 
     for row in range(4):
         alone = translator.translate_ids(ids[row : row + 1, mask[row] == 1], beam=1, max_len=30)
         assert alone == [expected_greedy[row]]
+
+
+def test_a_source_prefix_and_suffix_that_fill_the_context_are_refused_by_field() -> None:
+    from tfcompile.spec import SpecError, parse_spec
+
+    with pytest.raises(SpecError, match=r"task\.source_prefix") as error:
+        parse_spec(
+            "model: {family: encoder_decoder, vocab_size: 20, d_model: 16, n_layers: 1, n_heads: 2, "
+            "max_seq_len: 2}\ntask: {type: seq2seq, source_prefix: [cls], source_suffix: [eos]}\n"
+        )
+    assert "leaves no room for a source in model.max_seq_len (2)" in str(error.value)

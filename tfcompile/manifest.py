@@ -173,10 +173,11 @@ class GenerationInfo(Part):
 
 
 class TranslationInfo(Part):
-    """Translation (encoder-decoder). A source (encoded without the tokenizer's special tokens,
-    cut to model.max_seq_len - len(source_suffix_ids) tokens, an empty one read as the unk token,
-    then ``source_suffix_ids`` appended) goes once through the encoder graph; its memory_key_i and
-    memory_value_i outputs feed the decoder step's inputs of the same names at every step. The
+    """Translation (encoder-decoder). A source (``source_prefix_ids``, then the text encoded
+    without the tokenizer's special tokens and cut to model.max_seq_len - len(source_prefix_ids) -
+    len(source_suffix_ids) tokens, an empty one read as the unk token, then ``source_suffix_ids``)
+    goes once through the encoder graph; its memory_key_i and memory_value_i outputs feed the
+    decoder step's inputs of the same names at every step. The
     decoder starts from ``start_id``; a translation ends at ``stop_id`` or after ``max_decode_len``
     tokens (at most model.max_seq_len - 1). Each step reads the logits of the last position over
     the tokenizer's ids only (see tokenizer): the log-softmax below covers those ids alone. The
@@ -203,6 +204,9 @@ class TranslationInfo(Part):
     beam: Annotated[StrictInt, Field(gt=0, le=MAX_BEAM)]
     length_penalty: Annotated[float, Field(ge=0, le=MAX_LENGTH_PENALTY)]
     max_decode_len: Count
+    source_prefix_ids: list[TokenId] = Field(
+        [], description="special tokens every source starts with (BART: its <s>); none by default"
+    )
     source_suffix_ids: list[TokenId] = Field(
         [], description="special tokens every source ends with (T5: its </s>); none by default"
     )
@@ -339,10 +343,11 @@ class Manifest(Part):
             raise ValueError(f"tokenizer.file {self.tokenizer.file!r} is not listed in files")
         if self.labels is not None and (not all(self.labels) or len(set(self.labels)) != len(self.labels)):
             raise ValueError(f"labels must be distinct names, found {self.labels}")
-        if self.translation is not None and len(self.translation.source_suffix_ids) >= self.model.max_seq_len:
+        t = self.translation
+        if t is not None and len(t.source_prefix_ids) + len(t.source_suffix_ids) >= self.model.max_seq_len:
             raise ValueError(
-                f"translation.source_suffix_ids leaves no room for a source in model.max_seq_len "
-                f"({self.model.max_seq_len})"
+                f"translation.source_prefix_ids and source_suffix_ids leave no room for a source in "
+                f"model.max_seq_len ({self.model.max_seq_len})"
             )
         if self.model.vocab_size is not None:
             for field, i in self._token_ids():
@@ -362,6 +367,7 @@ class Manifest(Part):
         if self.translation is not None:
             t = self.translation
             ids += [("translation.start_id", t.start_id), ("translation.stop_id", t.stop_id)]
+            ids += [("translation.source_prefix_ids", i) for i in t.source_prefix_ids]
             ids += [("translation.source_suffix_ids", i) for i in t.source_suffix_ids]
         return ids
 

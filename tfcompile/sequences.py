@@ -44,11 +44,13 @@ def length_groups(lengths: Sequence[int], waste: float = 1.25, slack: int = 32) 
     return [sorted(group) for group in groups]
 
 
-def source_row(ids: Sequence[int], length: int, suffix: Sequence[int], unk: int) -> list[int]:
-    """A translation source as the encoder reads it: its ids cut so that, with ``suffix`` (the
-    special tokens every source ends with, T5's </s>), it holds at most ``length`` tokens; an empty
-    source is the unk token."""
-    return [*(list(ids[: length - len(suffix)]) or [unk]), *suffix]
+def source_row(
+    ids: Sequence[int], length: int, prefix: Sequence[int], suffix: Sequence[int], unk: int
+) -> list[int]:
+    """A translation source as the encoder reads it: ``prefix`` (the special tokens every source
+    starts with, BART's <s>), its ids cut so that the row holds at most ``length`` tokens, then
+    ``suffix`` (those it ends with, T5's </s>); an empty source is the unk token."""
+    return [*prefix, *(list(ids[: length - len(prefix) - len(suffix)]) or [unk]), *suffix]
 
 
 def tidy(text: str) -> str:

@@ -339,11 +339,13 @@ async function translate(bundle, texts, beam) {
   const t = bundle.manifest.translation;
   beam ??= t.beam;
   const limit = Math.min(t.max_decode_len, bundle.context - 1); // the start token takes a position too
-  // Sources are cut to leave room for the suffix (T5's </s>); an empty one reads as [UNK].
+  // Sources are cut to leave room for the prefix (BART's <s>) and the suffix (T5's </s>); an empty
+  // one reads as [UNK].
+  const prefix = t.source_prefix_ids ?? [];
   const suffix = t.source_suffix_ids ?? [];
   const sources = texts
-    .map((text) => bundle.encode(text, false).ids.slice(0, bundle.context - suffix.length))
-    .map((s) => [...(s.length ? s : [bundle.specialId("unk")]), ...suffix]);
+    .map((text) => bundle.encode(text, false).ids.slice(0, bundle.context - prefix.length - suffix.length))
+    .map((s) => [...prefix, ...(s.length ? s : [bundle.specialId("unk")]), ...suffix]);
   if (beam > 1) {
     // one sentence at a time, unpadded
     const results = [];

@@ -249,10 +249,11 @@ def translate(bundle: Bundle, texts: list[str], beam: int | None = None) -> list
     t = bundle.manifest["translation"]
     beam = t["beam"] if beam is None else beam
     limit = min(t["max_decode_len"], bundle.context - 1)  # the start token takes a position too
-    # Sources are cut to leave room for the suffix (T5's </s>); an empty one reads as [UNK].
-    suffix = t.get("source_suffix_ids", [])
+    # Sources are cut to leave room for the prefix (BART's <s>) and the suffix (T5's </s>); an empty
+    # one reads as [UNK].
+    prefix, suffix = t.get("source_prefix_ids", []), t.get("source_suffix_ids", [])
     sources = [
-        (e.ids[: bundle.context - len(suffix)] or [bundle.special_id("unk")]) + suffix
+        prefix + (e.ids[: bundle.context - len(prefix) - len(suffix)] or [bundle.special_id("unk")]) + suffix
         for e in bundle.encode(texts, False)
     ]
     if beam > 1:  # one sentence at a time, unpadded

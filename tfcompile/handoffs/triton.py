@@ -56,7 +56,8 @@ without a cache (scoring, or a client that re-runs the prompt each step).
 section defines it:
 
 1. Encode each source without special tokens, cut it to ``model.max_seq_len`` less
-   ``len(source_suffix_ids)`` ids (an empty one is the unk token), append ``source_suffix_ids``, and
+   ``len(source_prefix_ids) + len(source_suffix_ids)`` ids (an empty one is the unk token), put
+   ``source_prefix_ids`` before it and ``source_suffix_ids`` after it, and
    **right-pad** the batch with ``padding.pad_id``; ``source_mask`` is 1 at real tokens.
 2. One ``NAME-encoder`` request: ``source_ids``, ``source_mask`` -> every ``memory_*`` output.
 3. ``NAME-step`` requests: ``input_ids`` = (batch, 1) tokens, ``translation.start_id`` first, then

@@ -35,7 +35,7 @@ from tfcompile.hf.folder import (
     write_json,
     write_weights,
 )
-from tfcompile.hf.importer import appended
+from tfcompile.hf.importer import affixes
 from tfcompile.sequences import SPECIAL_ROLES
 from tfcompile.spec import Spec
 from tfcompile.spec.schema import DecoderSpec, EncoderSpec, Seq2SeqTask
@@ -196,28 +196,30 @@ def token_ids(spec: Spec, run: Path) -> dict[str, int]:
 
 
 def write_tokenizer(spec: Spec, run: Path, path: Path) -> None:
-    """The run's tokenizer.json; a translator's made to append to a text what the run appends to
-    a source (``task.source_suffix``), so that a transformers user encodes a source with the
-    tokenizer alone (T5's appends </s>)."""
+    """The run's tokenizer.json; a translator's made to put around a text what the run puts around
+    a source (``task.source_prefix`` and ``source_suffix``), so that a transformers user encodes a
+    source with the tokenizer alone (T5's appends </s>, BART's puts <s> before it)."""
     roles = special_strings(spec, run)
     saved = json.loads((run / TOKENIZER_FILE).read_text(encoding="utf-8"))
-    if not isinstance(spec.task, Seq2SeqTask) or appended(saved, roles) == spec.task.source_suffix:
+    task = spec.task
+    if not isinstance(task, Seq2SeqTask) or affixes(saved, roles) == (task.source_prefix, task.source_suffix):
         shutil.copyfile(run / TOKENIZER_FILE, path)
         return
-    suffix = spec.task.source_suffix
+    prefix: list[str] = list(task.source_prefix)
+    suffix: list[str] = list(task.source_suffix)
     # Its post-processor adds what the run does not (an edited T5 spec, BERT's [CLS]) or not what it
-    # does: the run's suffix replaces it, after a ByteLevel one (which only trims offsets).
+    # does: the run's prefix and suffix replace it, after a ByteLevel one (which only trims offsets).
     tokenizer = Tokenizer.from_str(json.dumps(saved))
-    tail = " ".join(roles[role] for role in suffix)
+    head, tail = (" ".join(roles[role] for role in side) for side in (prefix, suffix))
     template = (
         processors.TemplateProcessing(
-            single=f"$A {tail}",
-            pair=f"$A {tail} $B {tail}",
+            single=f"{head} $A {tail}".strip(),
+            pair=f"{head} $A {tail} $B {tail}".strip(),
             special_tokens=[
-                (roles[role], tokenizer.token_to_id(roles[role])) for role in dict.fromkeys(suffix)
+                (roles[role], tokenizer.token_to_id(roles[role])) for role in dict.fromkeys(prefix + suffix)
             ],
         )
-        if suffix
+        if prefix or suffix
         else None
     )
     kept = (

@@ -95,8 +95,13 @@ def import_folder(folder: Path, name: str, specs_dir: Path, runs_dir: Path) -> I
     tokens = special_tokens(folder, data, imported.decoder_start)
     if tokens:
         sections["tokens"] = tokens
-    if "source_suffix" in imported.task and (suffix := source_suffix(folder, tokens)) is not None:
-        sections["task"] = {**imported.task, "source_suffix": suffix}
+    if "source_suffix" in imported.task and (around := source_affixes(folder, tokens)) is not None:
+        prefix, suffix = around
+        sections["task"] = {
+            **imported.task,
+            **({"source_prefix": prefix} if prefix else {}),
+            "source_suffix": suffix,
+        }
     text = readable_spec(sections, folder, name, runs_dir)
     try:
         spec = parse_spec(text, source=str(spec_path))
@@ -217,40 +222,63 @@ def special_tokens(folder: Path, config: dict[str, Any], decoder_start: bool) ->
     return roles
 
 
-def source_suffix(folder: Path, tokens: dict[str, str]) -> list[str] | None:
-    """The roles of the special tokens the folder's tokenizer appends to one text, which a
-    translator appends to every source (``appended``); None (the architecture's convention) when
-    there is no tokenizer.json."""
+def source_affixes(folder: Path, tokens: dict[str, str]) -> Affixes | None:
+    """The roles of the special tokens the folder's tokenizer puts before and after one text,
+    which a translator puts around every source (``affixes``); None (the architecture's
+    convention) when there is no tokenizer.json."""
     path = folder / TOKENIZER_FILE
-    return appended(read_json(path), tokens) if path.exists() else None
+    return affixes(read_json(path), tokens) if path.exists() else None
 
 
-def appended(saved: dict[str, Any], tokens: dict[str, str]) -> list[str] | None:
-    """The roles (``tokens``: role -> token) of the special tokens a tokenizer's post-processor
-    appends to one text: its single template's tokens after the text (T5's "$A </s>" is ["eos"]);
-    [] when it has no post-processor; None when it has another, or a template that is not the text
-    followed by tokens of those roles."""
+Affixes = tuple[list[str], list[str]]  # the roles before a text, and after it
+# The role a special token plays before a text (BART's <s> is its cls) and after it (its </s>,
+# also its sep and its decoder's start, is its eos): the first of these whose token it is.
+BEFORE = ("cls", "bos", "sep", "eos", "pad", "unk", "mask")
+AFTER = ("eos", "sep", "bos", "cls", "pad", "unk", "mask")
+# Post-processors of one form, [cls] $A [sep], by the fields naming their two tokens.
+FIXED_AROUND = {"RobertaProcessing": ("cls", "sep"), "BertProcessing": ("cls", "sep")}
+
+
+def affixes(saved: dict[str, Any], tokens: dict[str, str]) -> Affixes | None:
+    """The roles (``tokens``: role -> token) of the special tokens a tokenizer's post-processor puts
+    before one text and after it: its single template's tokens around the text (T5's "$A </s>" is
+    ([], ["eos"]), BART's "<s> $A </s>" (["cls"], ["eos"])), or RoBERTa's and BERT's processors'
+    cls and sep; ([], []) when it has no post-processor; None when it has another, or tokens of no
+    role."""
     processor = saved.get("post_processor")
     if processor is None:
-        return []
-    if not isinstance(processor, dict) or processor.get("type") != "TemplateProcessing":
+        return [], []
+    if not isinstance(processor, dict):
         return None
-    single = processor.get("single")
-    if (
-        not isinstance(single, list)
-        or not single
-        or not isinstance(single[0], dict)
-        or "Sequence" not in single[0]
-    ):
-        return None  # nothing, or tokens before the text: not a suffix
-    roles = {token: role for role, token in tokens.items()}
-    suffix = []
-    for piece in single[1:]:
-        token = piece.get("SpecialToken", {}).get("id") if isinstance(piece, dict) else None
-        if not isinstance(token, str) or token not in roles:
-            return None
-        suffix.append(roles[token])
-    return suffix
+    if processor.get("type") in FIXED_AROUND:
+        # each field a [token, id] pair: [cls] $A [sep], as a template
+        fields = FIXED_AROUND[processor["type"]]
+        around = [processor.get(field) for field in fields]
+        before, after = (
+            {"SpecialToken": {"id": t[0]}} if isinstance(t, list) and t else None for t in around
+        )
+        single: Any = [before, {"Sequence": {"id": "A"}}, after]
+    elif processor.get("type") == "TemplateProcessing":
+        single = processor.get("single")
+    else:
+        return None
+    if not isinstance(single, list):
+        return None
+    text = [i for i, piece in enumerate(single) if isinstance(piece, dict) and "Sequence" in piece]
+    if len(text) != 1:
+        return None  # no text, or a pair's two
+    sides = ((single[: text[0]], BEFORE), (single[text[0] + 1 :], AFTER))
+    roles: list[list[str]] = []
+    for side, order in sides:
+        found = []
+        for piece in side:
+            token = piece.get("SpecialToken", {}).get("id") if isinstance(piece, dict) else None
+            role = next((r for r in order if token is not None and tokens.get(r) == token), None)
+            if role is None:
+                return None
+            found.append(role)
+        roles.append(found)
+    return roles[0], roles[1]
 
 
 def warn_of_half_precision(config: dict[str, Any]) -> None:

@@ -65,8 +65,11 @@ class Translator(Bundle):
     ) -> list[str]:
         """Sentences -> their translations (detokenized)."""
         encodings = self.encode(inputs.texts("texts", texts), add_special_tokens=False)
-        suffix, unk = self.translation.source_suffix_ids, self.special_id("unk")
-        rows = [source_row(e.ids, self.max_seq_len, suffix, unk) for e in encodings]
+        t, unk = self.translation, self.special_id("unk")
+        rows = [
+            source_row(e.ids, self.max_seq_len, t.source_prefix_ids, t.source_suffix_ids, unk)
+            for e in encodings
+        ]
         ids = pad_rows(rows, self.manifest.padding.pad_id)
         mask = pad_rows([[1] * len(row) for row in rows], 0)
         tokens = self.translate_ids(ids, mask, beam, length_penalty, max_len)

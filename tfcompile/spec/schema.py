@@ -33,7 +33,7 @@ from pydantic.fields import FieldInfo
 from pydantic_core import PydanticCustomError
 
 from tfcompile.manifest import MAX_BEAM, MAX_LENGTH_PENALTY
-from tfcompile.sequences import CAUSAL_LM_TOKENS, SEQ2SEQ_TOKENS, SPECIAL_TOKENS
+from tfcompile.sequences import CAUSAL_LM_TOKENS, CLS, SEQ2SEQ_TOKENS, SPECIAL_TOKENS
 from tfcompile.spec.choices import GATED, ActivationName, NormName
 
 # Integers are strict (YAML `true` or "4" is an error, not 1 or 4); floats stay lax because YAML 1.1
@@ -1431,9 +1431,14 @@ class Seq2SeqTask(TaskSection):
     source_suffix: list[Literal["eos"]] = Field(
         [], description="special tokens appended to every source, by role (T5's tokenizer appends eos)"
     )
+    source_prefix: list[Literal["cls"]] = Field(
+        [],
+        description="special tokens put before every source, by role (BART's tokenizer puts its <s>, "
+        "its cls token); a tokenizer trained here then reserves [CLS] after [EOS]",
+    )
 
     def reserved_tokens(self) -> tuple[str, ...]:
-        return SEQ2SEQ_TOKENS
+        return SEQ2SEQ_TOKENS + ((CLS,) if self.source_prefix else ())
 
     def resolved(self, model: Any) -> Seq2SeqTask:
         if self.max_decode_len is not None:
@@ -1447,6 +1452,14 @@ class Seq2SeqTask(TaskSection):
             ("task", "max_decode_len"),
             f"must be at most model.max_seq_len - 1 = {longest}, found {self.max_decode_len}",
             f"lower it to {longest} or raise model.max_seq_len",
+        )
+        special = len(self.source_prefix) + len(self.source_suffix)
+        rules.require(
+            special < model.max_seq_len,
+            ("task", "source_prefix"),
+            f"with source_suffix puts {special} special tokens in every source, which leaves no room for "
+            f"a source in model.max_seq_len ({model.max_seq_len})",
+            "put fewer, or raise model.max_seq_len",
         )
 
     def head_parameters(self, model: Any) -> int:

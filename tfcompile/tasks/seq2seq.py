@@ -24,7 +24,7 @@ from tfcompile.graphs.export import Graph, export_seq2seq_encoder, export_seq2se
 from tfcompile.graphs.parity import check_seq2seq_encoder_parity, check_seq2seq_step_parity
 from tfcompile.manifest import TokenizerInfo, TranslationInfo
 from tfcompile.models import Seq2Seq
-from tfcompile.sequences import BOS, EOS, SEQ2SEQ_TOKENS, source_row, tidy
+from tfcompile.sequences import BOS, CLS, EOS, SEQ2SEQ_TOKENS, source_row, tidy
 from tfcompile.spec.schema import EncoderDecoderSpec, Seq2SeqTask, Spec
 from tfcompile.tasks.causal_lm import IGNORE_INDEX
 from tfcompile.tasks.task import Batch, GateRule, ModelFn, Task, pad_rows, register_task, special_ids
@@ -75,13 +75,17 @@ class Translation(Task):
         specials = tokenizer.special_tokens if tokenizer is not None else {}
         start = specials["bos"].id if "bos" in specials else SEQ2SEQ_TOKENS.index(BOS)
         stop = specials["eos"].id if "eos" in specials else SEQ2SEQ_TOKENS.index(EOS)
+        roles = {"bos": start, "eos": stop}
+        if task.source_prefix:  # its cls: where there are no specials, tfcompile's reserved [CLS]
+            roles["cls"] = specials["cls"].id if "cls" in specials else task.reserved_tokens().index(CLS)
         translation = TranslationInfo(
             start_id=start,
             stop_id=stop,
             beam=task.beam,
             length_penalty=task.length_penalty,
             max_decode_len=task.max_decode_len,
-            source_suffix_ids=[{"bos": start, "eos": stop}[role] for role in task.source_suffix],
+            source_prefix_ids=[roles[role] for role in task.source_prefix],
+            source_suffix_ids=[roles[role] for role in task.source_suffix],
         )
         return {"translation": translation}
 
@@ -102,7 +106,8 @@ class Translation(Task):
         self.tokenizer: Tokenizer = tokenizer or train_tokenizer(
             data.tokenizer, train[0] + train[1], spec.task.reserved_tokens()
         )
-        self.ids = special_ids(spec, self.tokenizer, ("pad", "unk", "bos", "eos"))
+        self.ids = special_ids(spec, self.tokenizer, ("pad", "unk", "bos", "eos", *task.source_prefix))
+        self.prefix = [self.ids[role] for role in task.source_prefix]
         self.suffix = [self.ids[role] for role in task.source_suffix]
         self.pairs = {"train": self._encode(*train), "val": self._encode(*val)}
         self.test = read_parallel(data.test_path, task.source, task.target) if data.test_path else None
@@ -133,7 +138,7 @@ class Translation(Task):
         ]
 
     def _source(self, ids: list[int]) -> list[int]:
-        return source_row(ids, self.context, self.suffix, self.ids["unk"])
+        return source_row(ids, self.context, self.prefix, self.suffix, self.ids["unk"])
 
     def _collate(self, pairs: list[tuple[list[int], list[int]]]) -> Batch:
         return {
