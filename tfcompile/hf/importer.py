@@ -252,8 +252,7 @@ def affixes(saved: dict[str, Any], tokens: dict[str, str]) -> Affixes | None:
         return None
     if processor.get("type") in FIXED_AROUND:
         # each field a [token, id] pair: [cls] $A [sep], as a template
-        fields = FIXED_AROUND[processor["type"]]
-        around = [processor.get(field) for field in fields]
+        around = [processor.get(field) for field in FIXED_AROUND[processor["type"]]]
         before, after = (
             {"SpecialToken": {"id": t[0]}} if isinstance(t, list) and t else None for t in around
         )
