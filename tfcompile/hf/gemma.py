@@ -37,7 +37,14 @@ from tfcompile.hf.architecture import (
     register,
 )
 from tfcompile.hf.errors import HFWarning, Problem
-from tfcompile.hf.llama import Llama, rope_and_norms, rope_decoder_lm, rope_section, windowless
+from tfcompile.hf.llama import (
+    Llama,
+    layer_type_dicts,
+    rope_and_norms,
+    rope_decoder_lm,
+    rope_section,
+    windowless,
+)
 from tfcompile.spec import Spec
 from tfcompile.spec.schema import MAX_LAYERS, DecoderSpec, RopePositional
 
@@ -341,32 +348,10 @@ class Gemma3(Gemma2):
             return {"type": "rope"}
         # A layer type without its dict (or with a null one) turns unscaled at its theta field's
         # value (its default), as Gemma3TextConfig fills it in.
-        params = config.get("rope_parameters", {})
-        if set(params) - {SLIDING, FULL} or not all(
-            params.get(t) is None or isinstance(params[t], dict) for t in (SLIDING, FULL)
-        ):
-            config.refuse(
-                "rope_parameters",
-                f"is not a RoPE for each layer type ({SLIDING!r} and {FULL!r}, each one or neither)",
-                "give them as transformers 5 saves them",
-            )
+        dicts = layer_type_dicts(config, given=bool(config.data.get("rope_parameters")))
+        if dicts is None:
             return {"type": "rope"}
-        legacy = config.get("rope_scaling", {})
-        if legacy and "rope_type" not in legacy and "type" in legacy:
-            config.refuse(
-                "rope_scaling.type",
-                "is not read by transformers 5 here (it updates the global layers' RoPE, whose rope_type "
-                "stays 'default'), and transformers 4 fails on it",
-                "name it rope_type",
-            )
-            return {"type": "rope"}
-        if legacy and params and params.get(FULL) is None:
-            config.refuse(
-                "rope_scaling",
-                f"updates rope_parameters.{FULL}, which is not there: transformers 5 fails on it",
-                f"move it into rope_parameters.{FULL}",
-            )
-            return {"type": "rope"}
+        params, legacy = dicts
         section = {}
         for kind, (theta, default) in GEMMA3_THETAS.items():
             own = params.get(kind) or {}

@@ -509,6 +509,41 @@ def rope_section(
     return section | {"scaling": scaling}
 
 
+def layer_type_dicts(config: Config, given: bool) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """A RoPE per layer type as transformers 5 reads it (Gemma 3's, OLMo 3's): ``rope_parameters``
+    keyed by layer type (each a dict, null or left out) and a legacy ``rope_scaling``, which updates
+    the full layers' dict and so needs one where the config's rope_parameters is ``given``; None,
+    with a problem, where it is another shape (transformers 5 reads no other, or fails)."""
+    params = config.get("rope_parameters", {})
+    if set(params) - {SLIDING, FULL} or not all(
+        params.get(t) is None or isinstance(params[t], dict) for t in (SLIDING, FULL)
+    ):
+        config.refuse(
+            "rope_parameters",
+            f"is not a RoPE for each layer type ({SLIDING!r} and {FULL!r}, each one or neither): "
+            "transformers 5 reads no other",
+            "give them as transformers 5 saves them",
+        )
+        return None
+    legacy = config.get("rope_scaling", {})
+    if legacy and "rope_type" not in legacy and "type" in legacy:
+        config.refuse(
+            "rope_scaling.type",
+            "is not read by transformers 5 here (it updates the full layers' RoPE, whose rope_type stays "
+            "'default')",
+            "name it rope_type",
+        )
+        return None
+    if legacy and given and params.get(FULL) is None:
+        config.refuse(
+            "rope_scaling",
+            f"updates rope_parameters.{FULL}, which is not there: transformers 5 fails on it",
+            f"move it into rope_parameters.{FULL}",
+        )
+        return None
+    return params, legacy
+
+
 def layer_type_rope(config: Config, head_dim: int) -> dict[str, Any]:
     """``positional:`` of a RoPE per layer type, as Olmo3Config reads it: each type's dict in
     ``rope_parameters`` (transformers 5; one left out or null: unscaled), its theta where the dict
@@ -526,34 +561,10 @@ def layer_type_rope(config: Config, head_dim: int) -> dict[str, Any]:
             "layer_types", f"is not {SLIDING!r} or {FULL!r} for each of the {n_layers} layers", "fix it"
         )
         return {"type": "rope"}
-    given = config.data.get("rope_parameters") is not None
-    params = config.get("rope_parameters", {})
-    if set(params) - {SLIDING, FULL} or not all(
-        params.get(t) is None or isinstance(params[t], dict) for t in (SLIDING, FULL)
-    ):
-        config.refuse(
-            "rope_parameters",
-            f"is not a RoPE for each layer type ({SLIDING!r} and {FULL!r}, each one or neither): "
-            "transformers 5 reads no other",
-            "give them as transformers 5 saves them",
-        )
+    dicts = layer_type_dicts(config, given=config.data.get("rope_parameters") is not None)
+    if dicts is None:
         return {"type": "rope"}
-    legacy = config.get("rope_scaling", {})
-    if legacy and "rope_type" not in legacy and "type" in legacy:
-        config.refuse(
-            "rope_scaling.type",
-            "is not read by transformers 5 here (it updates the full layers' RoPE, whose rope_type stays "
-            "'default')",
-            "name it rope_type",
-        )
-        return {"type": "rope"}
-    if legacy and given and params.get(FULL) is None:
-        config.refuse(
-            "rope_scaling",
-            f"updates rope_parameters.{FULL}, which is not there: transformers 5 fails on it",
-            f"move it into rope_parameters.{FULL}",
-        )
-        return {"type": "rope"}
+    params, legacy = dicts
     top = config.data.get("rope_theta")
     config.require(
         top is None
