@@ -14,8 +14,6 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-import torch
-
 from tfcompile.hf.architecture import (
     Config,
     Imported,
@@ -26,7 +24,7 @@ from tfcompile.hf.architecture import (
     register,
     zeros_if_none,
 )
-from tfcompile.hf.bert import EMBEDDINGS, MLM_HEAD, Bert, MLMBias, body_needs, head_class
+from tfcompile.hf.bert import MLM_HEAD, Bert, Body, MLMBias, body_needs, body_state, body_tensors, head_class
 from tfcompile.hf.errors import Problem
 from tfcompile.spec import Spec
 from tfcompile.spec.schema import ClassificationTask, EncoderSpec, MaskedLMTask
@@ -48,16 +46,19 @@ DEFAULTS = {
     "embedding_size": 128,
 }
 PROJECT = "encoder.embedding_hidden_mapping_in"
-LAYER = "encoder.albert_layer_groups.{group}.albert_layers.0."
-# ALBERT's names within its block -> tfcompile's (post-norm: attn_norm follows attention)
-BLOCK = (
-    ("attention.dense", "attn.out"),
-    ("attention.LayerNorm", "attn_norm"),
-    ("ffn", "ffn.w_in"),
-    ("ffn_output", "ffn.w_out"),
-    ("full_layer_layer_norm", "ffn_norm"),
+# Each group's one block (a shared stack's all read group 0): its q, k and v, and ALBERT's names
+# within it -> tfcompile's (post-norm: attn_norm follows attention)
+BODY = Body(
+    "encoder.albert_layer_groups.{}.albert_layers.0",
+    ("attention.query", "attention.key", "attention.value"),
+    (
+        ("attention.dense", "attn.out"),
+        ("attention.LayerNorm", "attn_norm"),
+        ("ffn", "ffn.w_in"),
+        ("ffn_output", "ffn.w_out"),
+        ("full_layer_layer_norm", "ffn_norm"),
+    ),
 )
-QKV = ("attention.query", "attention.key", "attention.value")
 # BERT's masked-LM head under ALBERT's names
 ALBERT_MLM = tuple((hf.replace("cls.predictions.transform.", "predictions."), tfc) for hf, tfc in MLM_HEAD)
 
@@ -109,17 +110,9 @@ class Albert(Bert):
     def to_state(self, tensors: Tensors, spec: Spec) -> State:
         model = spec.model
         assert isinstance(model, EncoderSpec)
-        state = {tfc: tensors.take(hf) for hf, tfc in EMBEDDINGS}
-        if model.type_vocab_size:
-            state["segment_embed.weight"] = tensors.take("embeddings.token_type_embeddings.weight")
+        state = body_state(tensors, model, BODY)
         for kind in ("weight", "bias"):
             state[f"embed_project.{kind}"] = tensors.take(f"{PROJECT}.{kind}")
-        for i in range(model.n_layers):
-            h, b = LAYER.format(group=0 if model.share_layers else i), f"blocks.{i}."
-            for kind in ("weight", "bias"):
-                state[f"{b}attn.qkv.{kind}"] = tensors.cat(*(f"{h}{x}.{kind}" for x in QKV))
-                for hf, tfc in BLOCK:
-                    state[f"{b}{tfc}.{kind}"] = tensors.take(f"{h}{hf}.{kind}")
         if model.pooler:
             state |= {f"pooler.{kind}": tensors.take(f"pooler.{kind}") for kind in ("weight", "bias")}
         if isinstance(spec.task, MaskedLMTask):
@@ -172,25 +165,9 @@ class Albert(Bert):
     def from_state(self, state: State, spec: Spec) -> State:
         model = spec.model
         assert isinstance(model, EncoderSpec)
-        out = {f"albert.{hf}": state[tfc] for hf, tfc in EMBEDDINGS}
-        segments = state.get(
-            "segment_embed.weight", torch.zeros(1, model.embedding_width)
-        )  # none: a zero row
-        out["albert.embeddings.token_type_embeddings.weight"] = segments
+        out = body_tensors(state, model, "albert.", BODY)  # a shared stack: group 0's block
         for kind in ("weight", "bias"):
             out[f"albert.{PROJECT}.{kind}"] = state[f"embed_project.{kind}"]
-            h = "albert." + LAYER.format(group=0)
-            qkv = state.get(f"blocks.0.attn.qkv.{kind}")
-            rows = state["blocks.0.attn.qkv.weight"].shape[0]
-            for name, part in zip(QKV, zeros_if_none(qkv, rows).chunk(3), strict=True):
-                out[f"{h}{name}.{kind}"] = part
-            for hf, tfc in BLOCK:
-                weight = state[f"blocks.0.{tfc}.weight"]
-                out[f"{h}{hf}.{kind}"] = (
-                    weight
-                    if kind == "weight"
-                    else zeros_if_none(state.get(f"blocks.0.{tfc}.bias"), weight.shape[0])
-                )
         if head_class(spec) != "BertForMaskedLM":
             out |= {
                 "albert.pooler.weight": state["pooler.weight"],

@@ -301,25 +301,26 @@ class Bert(Writable):
 
 @dataclass(frozen=True)
 class Body:
-    """The names of an encoder body's blocks: where they are, their q, k and v projections, and
-    their other layers -> tfcompile's."""
+    """The names of an encoder body's blocks: where each is (``blocks``, formatted with its index;
+    a shared stack's all read the first), their q, k and v projections, and their other layers ->
+    tfcompile's."""
 
     blocks: str
     qkv: tuple[str, str, str]
     layer: tuple[tuple[str, str], ...]
 
 
-BODY = Body("encoder.layer", ("attention.self.query", "attention.self.key", "attention.self.value"), LAYER)
+BODY = Body("encoder.layer.{}", ("attention.self.query", "attention.self.key", "attention.self.value"), LAYER)
 
 
 def body_state(tensors: Tensors, model: EncoderSpec, body: Body = BODY) -> State:
-    """The embeddings and blocks, as BERT names them (RoBERTa's body too; DistilBERT's with its
-    ``body``), -> the encoder's state."""
+    """The embeddings and blocks, as BERT names them (RoBERTa's and ELECTRA's body too; DistilBERT's
+    and ALBERT's with their ``body``), -> the encoder's state."""
     state = {tfc: tensors.take(hf) for hf, tfc in EMBEDDINGS}
     if model.type_vocab_size:
         state["segment_embed.weight"] = tensors.take("embeddings.token_type_embeddings.weight")
     for i in range(model.n_layers):
-        h, b = f"{body.blocks}.{i}.", f"blocks.{i}."
+        h, b = f"{body.blocks.format(0 if model.share_layers else i)}.", f"blocks.{i}."
         for kind in ("weight", "bias"):
             state[f"{b}attn.qkv.{kind}"] = tensors.cat(*(f"{h}{x}.{kind}" for x in body.qkv))
             for hf, tfc in body.layer:
@@ -343,19 +344,20 @@ def body_needs(need: Needs, model: EncoderSpec) -> None:
     need.plain_attention(model)
 
 
-def body_tensors(state: State, model: EncoderSpec, prefix: str) -> State:
-    """The encoder's embeddings and blocks under BERT's names after ``prefix`` (ELECTRA's too):
-    biases the run lacks as zeros, a missing segment table as one zero row."""
+def body_tensors(state: State, model: EncoderSpec, prefix: str, body: Body = BODY) -> State:
+    """The encoder's embeddings and blocks under BERT's names after ``prefix`` (ELECTRA's too;
+    ALBERT's with its ``body``, a shared stack's one block): biases the run lacks as zeros, a
+    missing segment table as one zero row."""
     out = {f"{prefix}{hf}": state[tfc] for hf, tfc in EMBEDDINGS}
     segments = state.get("segment_embed.weight", torch.zeros(1, model.embedding_width))
     out[f"{prefix}embeddings.token_type_embeddings.weight"] = segments
-    for i in range(model.n_layers):
-        h, b = f"{prefix}encoder.layer.{i}.", f"blocks.{i}."
+    for i in range(1 if model.share_layers else model.n_layers):
+        h, b = f"{prefix}{body.blocks.format(i)}.", f"blocks.{i}."
         for kind in ("weight", "bias"):
             packed = zeros_if_none(state.get(f"{b}attn.qkv.{kind}"), 3 * model.d_model)
-            for name, part in zip(("query", "key", "value"), packed.chunk(3), strict=True):
-                out[f"{h}attention.self.{name}.{kind}"] = part
-            for hf, tfc in LAYER:
+            for name, part in zip(body.qkv, packed.chunk(3), strict=True):
+                out[f"{h}{name}.{kind}"] = part
+            for hf, tfc in body.layer:
                 rows = state[f"{b}{tfc}.weight"].shape[0]
                 out[f"{h}{hf}.{kind}"] = zeros_if_none(state.get(f"{b}{tfc}.{kind}"), rows)
     return out

@@ -38,7 +38,7 @@ LAYER = (  # DistilBERT's names within a block -> tfcompile's (post-norm)
     ("ffn.lin2", "ffn.w_out"),
     ("output_layer_norm", "ffn_norm"),
 )
-BODY = Body("transformer.layer", ("attention.q_lin", "attention.k_lin", "attention.v_lin"), LAYER)
+BODY = Body("transformer.layer.{}", ("attention.q_lin", "attention.k_lin", "attention.v_lin"), LAYER)
 DECODER = "vocab_projector.weight"
 MLM_HEAD = (
     ("vocab_transform.weight", "mlm_dense.weight"),

@@ -30,6 +30,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, ClassVar
 
 import torch
@@ -166,30 +167,24 @@ def granite_own(need: Needs, model: DecoderSpec) -> DecoderSpec:
 
 
 def ministral_requires(config: Config) -> None:
-    """MinistralConfig derives no head_dim (MinistralAttention fails without one), and
-    MinistralModel builds the sliding layers' mask from sliding_window for every model (failing on
-    a null one, whatever its layer_types say)."""
+    """MinistralConfig derives no head_dim (MinistralAttention fails without one), and needs a
+    window (window_required)."""
     config.require(
         config.get("head_dim") is not None,
         "head_dim",
         "is missing or null: MinistralConfig derives none, and MinistralAttention fails without it",
         "set it to hidden_size / num_attention_heads, or the heads' own width",
     )
+    window_required(config, "MinistralModel")
+
+
+def window_required(config: Config, model: str) -> None:
+    """``model`` (Ministral's, OLMo 3's) builds the sliding layers' mask from sliding_window for
+    every model, failing on a null one, whatever its layer_types say."""
     config.require(
         config.data.get("sliding_window", 0) is not None,
         "sliding_window",
-        "is null: MinistralModel builds a sliding mask from it for every model, and fails without one",
-        "set it (to max_position_embeddings or more for no window)",
-    )
-
-
-def olmo3_requires(config: Config) -> None:
-    """Olmo3Model builds the sliding layers' mask from sliding_window for every model (failing on a
-    null one, whatever its layer_types say)."""
-    config.require(
-        config.data.get("sliding_window", 0) is not None,
-        "sliding_window",
-        "is null: Olmo3Model builds a sliding mask from it for every model, and fails without one",
+        f"is null: {model} builds a sliding mask from it for every model, and fails without one",
         "set it (to max_position_embeddings or more for no window)",
     )
 
@@ -310,7 +305,7 @@ MODEL_TYPES = {
         rope_per_layer_type=True,
         defaults={"vocab_size": 50304, "num_hidden_layers": 32, "rms_norm_eps": 1e-5},
         nullable={"pad_token_id": 1} | WINDOW,
-        requires=olmo3_requires,
+        requires=partial(window_required, model="Olmo3Model"),
     ),
     "phi3": ModelType(
         every_layer_slides=True,
