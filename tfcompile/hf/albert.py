@@ -24,7 +24,17 @@ from tfcompile.hf.architecture import (
     register,
     zeros_if_none,
 )
-from tfcompile.hf.bert import MLM_HEAD, Bert, Body, MLMBias, body_needs, body_state, body_tensors, head_class
+from tfcompile.hf.bert import (
+    MLM_HEAD,
+    Bert,
+    Body,
+    MLMBias,
+    as_bert,
+    body_needs,
+    body_state,
+    body_tensors,
+    head_class,
+)
 from tfcompile.hf.errors import Problem
 from tfcompile.spec import Spec
 from tfcompile.spec.schema import ClassificationTask, EncoderSpec, MaskedLMTask
@@ -75,15 +85,10 @@ class Albert(Bert):
     sources: ClassVar[dict[str, str]] = Bert.sources | {"model.embedding_size": "embedding_size"}
 
     def read(self, config: Config, architecture: str, tensors: Tensors) -> Imported:
-        config.require(
-            architecture in AS_BERT,
-            "architectures",
-            f"{architecture} is not an ALBERT head tfcompile has",
-            f"import one of {sorted(AS_BERT)} (AlbertForPreTraining's sentence-order head is no task of "
-            "tfcompile's)",
-        )
+        why = " (AlbertForPreTraining's sentence-order head is no task of tfcompile's)"
+        bert = as_bert(config, architecture, AS_BERT, "an ALBERT", why)
         config = config.filled(DEFAULTS)
-        imported = super().read(config, AS_BERT.get(architecture, "BertForMaskedLM"), tensors)
+        imported = super().read(config, bert, tensors)
         layers, groups = config.get("num_hidden_layers", 12), config.get("num_hidden_groups", 1)
         config.require(
             groups in (1, layers),

@@ -363,6 +363,19 @@ def body_tensors(state: State, model: EncoderSpec, prefix: str, body: Body = BOD
     return out
 
 
+def as_bert(config: Config, architecture: str, heads: dict[str, str], family: str, why: str = "") -> str:
+    """The BERT head class the head class ``architecture`` computes as (``heads``: RoBERTa's,
+    ELECTRA's, ALBERT's, each its ``family``'s); another is a problem at architectures (``why``
+    added to its hint), read as BertForMaskedLM."""
+    config.require(
+        architecture in heads,
+        "architectures",
+        f"{architecture} is not {family} head tfcompile has",
+        f"import one of {sorted(heads)}{why}",
+    )
+    return heads.get(architecture, "BertForMaskedLM")
+
+
 def erf_gelu_head(config: Config, mlm: bool, head: str) -> None:
     """A masked-LM head that applies the erf GELU whatever ``hidden_act`` says (RoBERTa's,
     ELECTRA's): the spec's applies the body's activation, so another is a problem (a name

@@ -27,7 +27,7 @@ from tfcompile.hf.architecture import (
     register,
     zeros_if_none,
 )
-from tfcompile.hf.bert import Bert, MLMBias, body_needs, body_state, body_tensors, erf_gelu_head
+from tfcompile.hf.bert import Bert, MLMBias, as_bert, body_needs, body_state, body_tensors, erf_gelu_head
 from tfcompile.hf.errors import Problem
 from tfcompile.hf.roberta import CLASSIFIER
 from tfcompile.spec import Spec
@@ -63,17 +63,14 @@ class Electra(Bert):
     sources: ClassVar[dict[str, str]] = Bert.sources | {"model.embedding_size": "embedding_size"}
 
     def read(self, config: Config, architecture: str, tensors: Tensors) -> Imported:
-        config.require(
-            architecture in AS_BERT,
-            "architectures",
-            f"{architecture} is not an ELECTRA head tfcompile has",
-            f"import one of {sorted(AS_BERT)} (ElectraForPreTraining's replaced-token head is no task of "
-            "tfcompile's; a classifier fine-tuned from it imports)",
+        why = (
+            " (ElectraForPreTraining's replaced-token head is no task of tfcompile's; a classifier "
+            "fine-tuned from it imports)"
         )
-        as_bert = AS_BERT.get(architecture, "BertForMaskedLM")
+        bert = as_bert(config, architecture, AS_BERT, "an ELECTRA", why)
         config = config.filled(DEFAULTS)
-        imported = super().read(config, as_bert, tensors)
-        mlm = as_bert == "BertForMaskedLM"
+        imported = super().read(config, bert, tensors)
+        mlm = bert == "BertForMaskedLM"
         erf_gelu_head(config, mlm, "ELECTRA's generator head")
         width = config.get("embedding_size", 128)
         model = imported.model | ({"embedding_size": width} if width != imported.model["d_model"] else {})

@@ -19,7 +19,7 @@ import warnings
 from typing import ClassVar
 
 from tfcompile.hf.architecture import Config, Imported, State, Tensors, register
-from tfcompile.hf.bert import Bert, MLMBias, body_state, erf_gelu_head
+from tfcompile.hf.bert import Bert, MLMBias, as_bert, body_state, erf_gelu_head
 from tfcompile.hf.errors import HFWarning
 from tfcompile.spec import Spec
 from tfcompile.spec.schema import EncoderSpec, MaskedLMTask
@@ -57,15 +57,9 @@ class Roberta(Bert):
     def read(self, config: Config, architecture: str, tensors: Tensors) -> Imported:
         model_type = config.data["model_type"]
         heads = {PREFIXES[model_type] + suffix: bert for suffix, bert in AS_BERT.items()}
-        config.require(
-            architecture in heads,
-            "architectures",
-            f"{architecture} is not a {model_type} head tfcompile has",
-            f"import one of {sorted(heads)}",
-        )
-        as_bert = heads.get(architecture, "BertForMaskedLM")
-        imported = super().read(config, as_bert, tensors)
-        mlm = as_bert == "BertForMaskedLM"
+        bert = as_bert(config, architecture, heads, f"a {model_type}")
+        imported = super().read(config, bert, tensors)
+        mlm = bert == "BertForMaskedLM"
         erf_gelu_head(config, mlm, "RoBERTa's masked-LM head")
         pad = config.data.get("pad_token_id", 1)  # left out: the config classes' 1; null: none
         positions = config.get("max_position_embeddings", 512)
