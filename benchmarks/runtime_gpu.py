@@ -1,14 +1,15 @@
 """GPU inference: onnxruntime-gpu against PyTorch CUDA, in one run.
 
-Exports the spec's model (random weights: speed does not depend on them) to an fp32 and an fp16
-bundle, serves both with the CUDA execution provider (the KV cache stays on the GPU between
-steps through I/O binding), and times, against PyTorch CUDA eager and torch.compile, a forward
-pass and greedy generation of 256 tokens with the cache, at batch 1 and 16. Also measures parity
-on the GPU: each bundle's logits against PyTorch fp32 (TF32 off on both sides), and whether
-greedy generation gives PyTorch's tokens. Prints a table and writes it to benchmarks/results/.
+Exports the spec's model to fp32 and fp16 bundles with the fixed-shape step graph
+(export.cuda_graphs), serves each with the CUDA execution provider two ways: the step graph with
+the KV cache bound on the GPU (I/O binding), and after the prompt the fixed step replayed as CUDA
+graphs. Times, against PyTorch CUDA eager and torch.compile, a forward pass and greedy generation
+of 256 tokens with the cache, at batch 1 and 16. Also measures parity on the GPU: each bundle's
+logits against PyTorch fp32 (TF32 off on both sides), and whether greedy generation gives
+PyTorch's tokens, both ways. Prints a table and writes it to benchmarks/results/.
 
     python benchmarks/runtime_gpu.py                      # specs/shakespeare-char.yaml, context 512
-    python benchmarks/runtime_gpu.py --spec specs/gpt2.yaml --context 1024
+    python benchmarks/runtime_gpu.py --spec specs/gpt2.yaml --context 1024 --precisions fp16
     python benchmarks/runtime_gpu.py --run runs/NAME      # a trained run: greedy tokens mean something
 
 With random weights the logits are nearly flat, so greedy decoding meets near-ties that any
@@ -25,12 +26,12 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 import torch
-from common import device_name, device_slug
+from common import device_name, device_slug, write_results
 from runtime_latency import median_ms, torch_generate
 
 from tfcompile.export import Source, export_bundle
 from tfcompile.models import DecoderLM
-from tfcompile.runtime import LanguageModel, load
+from tfcompile.runtime import LanguageModel, SessionOptions, load
 from tfcompile.spec import load_spec
 from tfcompile.train import load_trained_model
 
@@ -64,6 +65,7 @@ def main() -> None:
     parser.add_argument("--context", type=int, default=512, help="model.max_seq_len for the benchmark")
     parser.add_argument("--seq", type=int, default=256, help="forward-pass length")
     parser.add_argument("--new-tokens", type=int, default=256)
+    parser.add_argument("--precisions", default="fp32,fp16", help="the bundles' precisions, comma-separated")
     parser.add_argument("--repeats", type=int, default=8)
     args = parser.parse_args()
     if not torch.cuda.is_available() or "CUDAExecutionProvider" not in ort.get_available_providers():
@@ -90,26 +92,31 @@ def main() -> None:
     compiled = torch.compile(model)
     compiled_dynamic = torch.compile(model, dynamic=True)  # the cache grows every step
     rng = np.random.default_rng(0)
+    precisions = args.precisions.split(",")
     with tempfile.TemporaryDirectory() as tmp:
+        # Each bundle served two ways: the step graph throughout, and the fixed step as CUDA graphs.
         bundles: dict[str, LanguageModel] = {}
-        for precision in ("fp32", "fp16"):
+        for precision in precisions:
             out = Path(tmp) / precision
-            export_bundle(None if args.run else spec, source, out, precision=precision)
-            served = load(out, providers=PROVIDERS)
-            assert isinstance(served, LanguageModel) and served.providers[0] == "CUDAExecutionProvider"
-            bundles[precision] = served
+            export_bundle(None if args.run else spec, source, out, precision=precision, cuda_graphs=True)
+            for graphs in (False, True):
+                served = load(out, providers=PROVIDERS, options=SessionOptions(fixed_step=graphs))
+                assert isinstance(served, LanguageModel) and served.providers[0] == "CUDAExecutionProvider"
+                assert served.fixed == graphs
+                bundles[precision + (", CUDA graphs" if graphs else "")] = served
+        ways = list(bundles)
 
         ids = rng.integers(0, vocab, size=(4, args.seq))
         with torch.no_grad():
             reference = model(torch.from_numpy(ids).to(device)).float().cpu().numpy()
         scale = float(np.abs(reference).max())
-        parity = {p: float(np.abs(b.logits(ids) - reference).max()) for p, b in bundles.items()}
+        parity = {p: float(np.abs(bundles[p].logits(ids) - reference).max()) for p in precisions}
         prompt = rng.integers(0, vocab, size=(1, prompt_len))
         with torch.no_grad():
             torch_tokens = torch_generate(model, torch.from_numpy(prompt).to(device), args.new_tokens).cpu()
         same = {
-            p: agreeing(b.generate(prompt, args.new_tokens, temperature=0), torch_tokens.numpy(), prompt_len)
-            for p, b in bundles.items()
+            w: agreeing(b.generate(prompt, args.new_tokens, temperature=0), torch_tokens.numpy(), prompt_len)
+            for w, b in bundles.items()
         }
 
         try:  # dynamo may not trace the cache's in-place growth on every torch version
@@ -130,11 +137,12 @@ def main() -> None:
                     [
                         synced(lambda xt=xt: model(xt)),
                         synced(lambda xt=xt: compiled(xt)),
-                        lambda x=x: bundles["fp32"].logits(x),
-                        lambda x=x: bundles["fp16"].logits(x),
+                        *(lambda x=x, p=p: bundles[p].logits(x) for p in precisions),
                     ],
                     args.repeats,
                 )
+            forward = dict(zip(precisions, times[2:], strict=True))  # a forward has no steps to replay
+            times = times[:2] + [forward.get(w, float("nan")) for w in ways]
             rows.append((f"forward, batch {batch} x {args.seq}", times, None))
         for batch in (1, 16):
             p = rng.integers(0, vocab, size=(batch, prompt_len))
@@ -145,8 +153,7 @@ def main() -> None:
                     [
                         synced(lambda pt=pt, n=n: torch_generate(model, pt, n)),
                         synced(lambda pt=pt, n=n: torch_generate(generator, pt, n)),
-                        lambda p=p, n=n: bundles["fp32"].generate(p, n, temperature=0),
-                        lambda p=p, n=n: bundles["fp16"].generate(p, n, temperature=0),
+                        *(lambda p=p, n=n, w=w: bundles[w].generate(p, n, temperature=0) for w in ways),
                     ],
                     max(args.repeats // 2, 2),
                 )
@@ -154,37 +161,36 @@ def main() -> None:
                 times[1] = float("nan")
             rows.append((f"generate {n} tokens, KV cache, batch {batch}", times, batch * n))
 
-    columns = ["PyTorch eager", "torch.compile", "onnxruntime fp32", "onnxruntime fp16"]
+    columns = ["PyTorch eager", "torch.compile", *(f"onnxruntime {w}" for w in ways)]
     lines = [
-        f"device: {device_name(device)}; torch {torch.__version__}; onnxruntime {ort.__version__} "
-        f"CUDAExecutionProvider (I/O binding for the cache); {name} at context "
-        f"{spec.model.max_seq_len}, {sum(p.numel() for p in model.parameters()):,} parameters, "
-        f"{'trained weights' if args.run else 'random weights'}; "
-        "PyTorch in fp32 (TF32 off); medians, taken in turns",
-        "",
-        f"| workload | {' | '.join(columns)} | fp16 vs eager |",
+        f"| workload | {' | '.join(columns)} | fastest onnxruntime vs torch.compile |",
         f"| --- | {' | '.join('---:' for _ in columns)} | ---: |",
     ]
     for workload, times, tokens in rows:
         cells = [
-            "failed" if t != t else f"{t:,.2f} ms" + (f" ({1000 * tokens / t:,.0f} tok/s)" if tokens else "")
+            "-" if t != t else f"{t:,.2f} ms" + (f" ({1000 * tokens / t:,.0f} tok/s)" if tokens else "")
             for t in times
         ]
-        lines.append(f"| {workload} | {' | '.join(cells)} | {times[0] / times[3]:.2f}x |")
+        fastest = min(t for t in times[2:] if t == t)
+        lines.append(f"| {workload} | {' | '.join(cells)} | {times[1] / fastest:.2f}x |")
+    agreement = "; ".join(f"{w}: the first {k} of {args.new_tokens}" for w, k in same.items())
+    differences = "; ".join(
+        f"{p} bundle max |diff| {d:.2e} ({d / scale:.2e} of the scale)" for p, d in parity.items()
+    )
     lines += [
         "",
         f"Parity on the GPU, logits of 4 x {args.seq} tokens against PyTorch fp32 (max |logit| {scale:.2f}): "
-        f"fp32 bundle max |diff| {parity['fp32']:.2e}; fp16 bundle max |diff| {parity['fp16']:.2e} "
-        f"({parity['fp16'] / scale:.2e} of the scale). Greedy generation of {args.new_tokens} tokens: "
-        f"the fp32 bundle gives PyTorch's first {same['fp32']} of {args.new_tokens} tokens, the fp16 "
-        f"bundle its first {same['fp16']}.",
+        f"{differences}. Greedy generation of {args.new_tokens} tokens, PyTorch's tokens given: {agreement}.",
     ]
-    table = "\n".join(lines)
-    print(table)
+    described = (
+        f"{device_name(device)}; torch {torch.__version__}; onnxruntime {ort.__version__} "
+        f"CUDAExecutionProvider (I/O binding for the cache; CUDA graphs: the fixed step after the prompt); "
+        f"{name} at context {spec.model.max_seq_len}, {sum(p.numel() for p in model.parameters()):,} "
+        f"parameters, {'trained weights' if args.run else 'random weights'}; PyTorch in fp32 (TF32 off); "
+        "medians, taken in turns"
+    )
     slug = device_slug(device_name(device))
-    out = ROOT / "benchmarks" / "results" / f"runtime_gpu-{name}-{slug[:40]}.md"
-    out.write_text(table + "\n")
-    print(f"\nwritten to {out.relative_to(ROOT)}")
+    write_results(f"runtime_gpu-{name}-{slug[:40]}", "\n".join(lines), described)
 
 
 if __name__ == "__main__":

@@ -308,7 +308,9 @@ def _export(args: argparse.Namespace) -> int:
     doing = f"exporting {target} to {out}: tracing each graph, then checking it against PyTorch"
     if plan is None:
         with working(doing):
-            reports = export_bundle(spec, source, out, args.opset, args.precision, args.force)
+            reports = export_bundle(
+                spec, source, out, args.opset, args.precision, args.force, args.cuda_graphs or None
+            )
         for name, report in reports.items():
             _print_parity(name, report)
         print(f"bundle: {out}")
@@ -317,7 +319,9 @@ def _export(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(dir=out.parent if out.parent.exists() else None) as staging:
         exported = Path(staging) / out.name
         with working(doing):
-            reports = export_bundle(spec, source, exported, args.opset, args.precision)
+            reports = export_bundle(
+                spec, source, exported, args.opset, args.precision, cuda_graphs=args.cuda_graphs or None
+            )
         for name, report in reports.items():
             _print_parity(name, report)
         _optimize_into(exported, out, plan, gate, args.force)
@@ -773,6 +777,12 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--opset", type=_positive_int, help="ONNX opset (default: export.opset)")
     export.add_argument(
         "--precision", choices=["fp32", "fp16"], help="graph precision (default: export.precision)"
+    )
+    export.add_argument(
+        "--cuda-graphs",
+        action="store_true",
+        help="decoders: also write the decode step at fixed shapes, which the runtime replays as CUDA "
+        "graphs on a GPU (default: export.cuda_graphs)",
     )
     export.add_argument(
         "--checkpoint", choices=["last", "best"], help="for a run: which checkpoint (default: last)"

@@ -65,7 +65,11 @@ class Graph(Part):
         description="forward: one pass over whole sequences; decode_step: new tokens with a "
         "key/value cache (a prompt first, from an empty cache, then one token per step); encoder: "
         "a source to the decoder's cross-attention keys and values; decoder_step: target tokens "
-        "with a cache and the encoder's outputs"
+        "with a cache and the encoder's outputs; decode_step_fixed (optional, for CUDA graphs): "
+        "decode_step at fixed shapes, one token per step with a window of the last "
+        "max_seq_len - 1 positions' keys and values (after a prompt read by decode_step, its "
+        "present tensors left-padded with zeros), which it returns slid by one position; a client "
+        "may ignore it"
     )
     inputs: list[Tensor]
     outputs: list[Tensor]

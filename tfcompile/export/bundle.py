@@ -103,27 +103,31 @@ def export_bundle(
     opset: int | None = None,
     precision: str | None = None,
     force: bool = False,
+    cuda_graphs: bool | None = None,
 ) -> dict[str, ParityReport]:
     """Export, check parity of every graph, and write the bundle; returns the parity reports.
-    ``opset`` and ``precision`` (fp32, fp16) override the spec's export.opset and export.precision.
+    ``opset``, ``precision`` (fp32, fp16) and ``cuda_graphs`` override the spec's export.opset,
+    export.precision and export.cuda_graphs.
     An fp16 graph is checked against the fp32 PyTorch model, with its outputs read as float32.
     ``force`` replaces an existing bundle at ``out``; nothing else there is ever replaced."""
     if opset is not None and not MIN_OPSET <= opset <= MAX_OPSET:
         raise ExportError(f"opset {opset}: {OPSETS}")
+    overrides = {"precision": precision, "cuda_graphs": cuda_graphs}
+    overrides = {field: value for field, value in overrides.items() if value is not None}
     if spec is not None:
+        spec = spec.replace({"export": overrides}) if overrides else spec
         _check_exportable(spec)
     replaced = check_destination(out, force)
     source, spec, model = source.load(spec)
+    spec = spec.replace({"export": overrides}) if overrides else spec
     _check_exportable(spec)
-    if precision is not None:
-        spec = spec.replace({"export": {"precision": precision}})
-    task = task_of(spec)
+    graphs = bundle_graphs(spec)
     exported = copy.deepcopy(model).half() if spec.export.precision == "fp16" else model
     opset = opset or spec.export.opset
     tmp = staging_folder(out)
     try:
-        protos = {name: g.export(exported, tmp / graph_file(name), opset) for name, g in task.graphs.items()}
-        reports = {name: _check(g, model, tmp / graph_file(name), spec) for name, g in task.graphs.items()}
+        protos = {name: g.export(exported, tmp / graph_file(name), opset) for name, g in graphs.items()}
+        reports = {name: _check(g, model, tmp / graph_file(name), spec) for name, g in graphs.items()}
         for name, report in reports.items():
             if not report.passed:
                 measure = "relative to the outputs' scale" + ("" if report.relative else " past 1")
@@ -176,7 +180,7 @@ def verify_bundle(bundle: Path, run: Path | None = None) -> dict[str, ParityRepo
     _, _, model = source.load(spec)
     graphs = files.manifest.graphs
     reports = {}
-    for name, g in task_of(spec).graphs.items():
+    for name, g in bundle_graphs(spec).items():
         if name not in graphs:
             raise BundleError(
                 f"{bundle}: the manifest has no {name!r} graph, which a {spec.task.type} bundle holds"
@@ -206,10 +210,27 @@ def _check(graph: Graph, model: nn.Module, path: Path, spec: Spec, seed: int = 0
     return dataclasses.replace(report, relative=spec.export.precision == "fp16")
 
 
+def bundle_graphs(spec: Spec) -> dict[str, Graph]:
+    """The graphs a bundle of ``spec`` holds, by name: its task's, those for CUDA graphs where
+    export.cuda_graphs asks for them."""
+    graphs = task_of(spec).graphs
+    return {name: g for name, g in graphs.items() if spec.export.cuda_graphs or not g.cuda_graphs}
+
+
 def _check_exportable(spec: Spec) -> None:
     task = task_of(spec)
     if not task.graphs:
         raise ExportError(f"a {spec.task.type} model is not exported: {task.not_served}")
+    if spec.export.cuda_graphs and not any(g.cuda_graphs for g in task.graphs.values()):
+        raise ExportError(
+            f"export.cuda_graphs: a {spec.task.type} bundle has no graph of fixed shapes to replay as a "
+            "CUDA graph (decoders have: a causal_lm spec's fixed_step); leave it false"
+        )
+    if spec.export.cuda_graphs and (spec.model.max_seq_len or 0) < 2:
+        raise ExportError(
+            "export.cuda_graphs: a context of one token leaves the fixed step no cached position; "
+            "set model.max_seq_len to 2 or more, or leave export.cuda_graphs false"
+        )
     missing = spec.sizes_from_data()
     if missing:
         them = "it" if len(missing) == 1 else "them"

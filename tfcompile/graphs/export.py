@@ -37,6 +37,7 @@ class Graph:
     role: str
     export: Callable[[Any, Path, int], onnx.ModelProto]
     check: Callable[..., ParityReport]
+    cuda_graphs: bool = False  # written only where the spec asks (export.cuda_graphs)
 
 
 # What each graph input and output holds, as the manifest explains it to a client.
@@ -58,6 +59,11 @@ _CACHE_MEANINGS = {
     "past": "layer {i}'s cached {kv}s (batch, n_kv_heads, past_sequence, head_dim): empty (past_sequence 0) "
     "at the first step, then the present_{kv}_{i} output of the previous step",
     "present": "layer {i}'s {kv}s of the cached and the new tokens: the next step's past_{kv}_{i}",
+    "window": "layer {i}'s {kv}s of the last max_seq_len - 1 positions (batch, n_kv_heads, max_seq_len - 1, "
+    "head_dim), left-padded with zeros where attention_mask is 0: zeros at the first step after a "
+    "prompt but for the prompt's present_{kv}_{i} at the right",
+    "next_window": "layer {i}'s window_{kv}_{i} slid by one position: its first column dropped, the new "
+    "token's {kv} appended; the next step's window_{kv}_{i}",
     "memory": "decoder layer {i}'s cross-attention {kv}s of the source (batch, n_kv_heads, source_sequence, "
     "head_dim), computed once by the encoder graph",
 }
@@ -65,7 +71,7 @@ _CACHE_MEANINGS = {
 
 def tensor_meaning(name: str) -> str:
     """The manifest's explanation of a graph input or output, by its name."""
-    match = re.fullmatch(r"(past|present|memory)_(key|value)_(\d+)", name)
+    match = re.fullmatch(r"(past|present|memory|window|next_window)_(key|value)_(\d+)", name)
     if match:
         kind, kv, i = match.groups()
         return _CACHE_MEANINGS[kind].format(i=i, kv=kv)
@@ -182,6 +188,63 @@ def export_decoder_step(model: DecoderLM, path: Path, opset: int) -> onnx.ModelP
     for i in range(n):
         names |= {(f"past_{kv}_{i}", 2): "past_sequence" for kv in ("key", "value")}
     return _save(program, path, names)
+
+
+class FixedDecoderStep(nn.Module):
+    """The decode step at fixed shapes, which a GPU captures once and replays as a CUDA graph: one
+    new token (B, 1) and each layer's window of the last max_seq_len - 1 positions' keys and
+    values, left-padded (attention_mask 0 where empty), in; logits and the window slid by one
+    position out. The window is a left-padded cache, read as DecoderLM reads any padded batch."""
+
+    def __init__(self, model: DecoderLM) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        window_keys: list[torch.Tensor],
+        window_values: list[torch.Tensor],
+    ) -> tuple[torch.Tensor, list[torch.Tensor], list[torch.Tensor]]:
+        cache = [KVCache(k, v) for k, v in zip(window_keys, window_values, strict=True)]
+        logits = self.model(input_ids, attention_mask, cache=cache)  # (B, 1, V)
+        return logits, [c.key[:, :, 1:] for c in cache], [c.value[:, :, 1:] for c in cache]
+
+
+def fixed_step_names(n_layers: int) -> tuple[list[str], list[str]]:
+    """Input and output names of the fixed-shape step graph, per layer."""
+    layers = range(n_layers)
+    window = [f"window_{kv}_{i}" for kv in ("key", "value") for i in layers]
+    return ["input_ids", "attention_mask", *window], ["logits", *(f"next_{w}" for w in window)]
+
+
+def export_decoder_fixed_step(model: DecoderLM, path: Path, opset: int) -> onnx.ModelProto:
+    """Write the fixed-shape step graph: ``input_ids`` (B, 1), ``attention_mask`` (B, max_seq_len)
+    over the window and the new token, ``window_key_i``/``window_value_i`` (B, n_kv_heads,
+    max_seq_len - 1, head_dim) -> ``logits`` (B, 1, V), ``next_window_key_i``/``next_window_value_i``
+    of the window's shape. Only the batch axis is dynamic (a runtime fixes it per CUDA graph)."""
+    model = model.eval()
+    spec = model.spec
+    assert spec.n_kv_heads is not None
+    n, window = spec.n_layers, spec.max_seq_len - 1
+    kv_shape = (2, spec.n_kv_heads, window, spec.head_dim)
+    example = (
+        torch.zeros(2, 1, dtype=torch.long),
+        torch.ones(2, window + 1, dtype=torch.long),
+        [torch.zeros(kv_shape, dtype=_dtype(model)) for _ in range(n)],
+        [torch.zeros(kv_shape, dtype=_dtype(model)) for _ in range(n)],
+    )
+    batch = torch.export.Dim("batch", min=1, max=4096)
+    dynamic = {
+        "input_ids": {0: batch},
+        "attention_mask": {0: batch},
+        "window_keys": [{0: batch}] * n,
+        "window_values": [{0: batch}] * n,
+    }
+    inputs, outputs = fixed_step_names(n)
+    program = _export(FixedDecoderStep(model), example, inputs, outputs, dynamic, opset)
+    return _save(program, path, {})
 
 
 class Seq2SeqEncoder(nn.Module):

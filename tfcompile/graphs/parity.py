@@ -11,7 +11,13 @@ import numpy as np
 import torch
 
 from tfcompile.agreement import finite_scale, largest_difference
-from tfcompile.graphs.export import CLASSIFIER_INPUTS, DECODER_INPUTS, seq2seq_names, step_names
+from tfcompile.graphs.export import (
+    CLASSIFIER_INPUTS,
+    DECODER_INPUTS,
+    fixed_step_names,
+    seq2seq_names,
+    step_names,
+)
 from tfcompile.models import Assembly, Classifier, DecoderLM, Seq2Seq, VisionTransformer
 from tfcompile.sequences import longest
 
@@ -216,6 +222,60 @@ def check_step_parity(model: DecoderLM, onnx_path: Path, tolerance: float, seed:
             scale = max(scale, finite_scale(expected))
         cases.append(ParityCase(batch, total, padded, diff, diff / (scale or 1.0)))
     return ParityReport(tolerance, cases)
+
+
+def check_fixed_step_parity(
+    model: DecoderLM, onnx_path: Path, tolerance: float, seed: int = 0
+) -> ParityReport:
+    """The fixed-shape step graph against PyTorch's cached forward, fed as the runtime feeds it: a
+    prompt read by PyTorch, its cache left-padded with zeros into the window, then single tokens,
+    each step's window the last's output; the logits and, at the end, the window's real columns
+    compared. At batch 1 the window fills up (the last step reads the full context); at batch 3
+    the first row's prompt starts with padding. ``seq`` is the final length."""
+    model = model.eval()
+    spec = model.spec
+    assert spec.vocab_size is not None
+    session = _session(onnx_path)
+    inputs, _ = fixed_step_names(spec.n_layers)
+    window = spec.max_seq_len - 1
+    rng = np.random.default_rng(seed)
+    cases = []
+    for batch, prompt, total in [
+        (1, max(window - 2, 1), spec.max_seq_len),
+        (3, min(5, window), min(9, spec.max_seq_len)),
+    ]:
+        ids = rng.integers(0, spec.vocab_size, size=(batch, total), dtype=np.int64)
+        padded = batch > 1 and prompt > 1
+        full_mask = np.ones((batch, total), dtype=np.int64)
+        if padded:
+            full_mask[0, : rng.integers(1, prompt)] = 0
+        cache = model.empty_cache(batch)
+        with torch.no_grad():
+            model(torch.from_numpy(ids[:, :prompt]), torch.from_numpy(full_mask[:, :prompt]), cache=cache)
+        held = [_left_pad(c.key.numpy(), window) for c in cache] + [
+            _left_pad(c.value.numpy(), window) for c in cache
+        ]
+        diff = scale = 0.0
+        for t in range(prompt, total):
+            mask = np.pad(full_mask[:, : t + 1], [(0, 0), (window - t, 0)])
+            with torch.no_grad():
+                expected = model(
+                    torch.from_numpy(ids[:, t : t + 1]), torch.from_numpy(full_mask[:, : t + 1]), cache=cache
+                ).numpy()
+            actual, *held = _run(session, dict(zip(inputs, [ids[:, t : t + 1], mask, *held], strict=True)))
+            diff = max(diff, _difference(actual, expected))
+            scale = max(scale, finite_scale(expected))
+        kept = [c.key.numpy() for c in cache] + [c.value.numpy() for c in cache]
+        real = min(total, window)  # the window's last columns, the cache's last positions
+        for actual, expected in zip(held, kept, strict=True):
+            diff = max(diff, _difference(actual[:, :, window - real :], expected[:, :, total - real :]))
+        cases.append(ParityCase(batch, total, padded, diff, diff / (scale or 1.0)))
+    return ParityReport(tolerance, cases)
+
+
+def _left_pad(cache: np.ndarray, width: int) -> np.ndarray:
+    """(B, H, P, D) -> (B, H, width, D), zeros before the P positions."""
+    return np.pad(cache, [(0, 0), (0, 0), (width - cache.shape[2], 0), (0, 0)])
 
 
 def _source(spec: Any, rng: np.random.Generator, batch: int, length: int) -> tuple[np.ndarray, np.ndarray]:

@@ -6,10 +6,17 @@ manifest's stop tokens, with the KV-cache graph (one token per step) or the full
 With the cache, the keys and values stay where the execution provider keeps them between steps:
 on the GPU, onnxruntime's I/O binding hands each step's outputs to the next step without a copy
 and only the logits come back; on the CPU, each step's numpy outputs are the next step's inputs.
-Past the context, each step re-reads the last context tokens."""
+Past the context, each step re-reads the last context tokens.
+
+A bundle exported with export.cuda_graphs also holds the step at fixed shapes (the fixed_step
+graph: one token, a window of the last max_seq_len - 1 positions). Where the step graph runs on
+CUDA, the tokens after a prompt go through it: bound once per batch size, two sets of window
+buffers taken in turn, each step a replay of one of two CUDA graphs that onnxruntime captured,
+with the token and the mask copied in and the logits out."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, overload
@@ -17,11 +24,11 @@ from typing import Any, overload
 import numpy as np
 
 from tfcompile import search
-from tfcompile.manifest import GenerationInfo
+from tfcompile.manifest import GenerationInfo, Tensor
 from tfcompile.runtime import inputs
 from tfcompile.runtime.bundle import BundleFiles
 from tfcompile.runtime.errors import BundleError, InputError
-from tfcompile.runtime.ort import failures
+from tfcompile.runtime.ort import failures, ort
 from tfcompile.runtime.session import Bundle, SessionOptions
 from tfcompile.sequences import pad_rows
 
@@ -54,6 +61,48 @@ class LanguageModel(Bundle):
         self.step = self.open_graph("step")  # the incremental graph's session
         # Format 1 step graphs count positions from the cache, not from the mask: no padding.
         self.pads = self.files.format_version >= 2
+        self.fixed = self._uses_fixed_step()  # whether single tokens go through FIXED_STEP
+        self._windows: dict[int, _Window] = {}  # FIXED_STEP bound for each batch size it ran at
+        self._opening = threading.Lock()  # one thread opens windows at a time
+
+    def _uses_fixed_step(self) -> bool:
+        """Whether the fixed-shape step graph generates the tokens after a prompt (SessionOptions
+        .fixed_step), checked to read and write a window shaped as the step graph's cache at the
+        full context: its buffers are allocated from these shapes."""
+        wanted = self._options.fixed_step
+        if FIXED_STEP not in self.manifest.graphs:
+            if wanted:
+                raise InputError(
+                    f"{self.path} has no {FIXED_STEP} graph (fixed_step=True): export it with "
+                    "--cuda-graphs (export.cuda_graphs: true)"
+                )
+            return False
+        on_cuda = self.step.get_providers()[0] == "CUDAExecutionProvider"
+        if not (wanted or (wanted is None and on_cuda)):
+            return False
+        step = self.graph("step")
+        assert step.cache is not None
+        window = [f"window_{name.removeprefix('past_')}" for name in step.cache.past]
+        graph = self.expect(
+            FIXED_STEP, ["input_ids", "attention_mask", *window], ["logits", *(f"next_{w}" for w in window)]
+        )
+        self.expect_vocabulary_logits(FIXED_STEP)
+        shapes = {t.name: t.shape for t in [*graph.inputs, *graph.outputs]}
+        past = {t.name: t.shape for t in step.inputs}
+        expected: dict[str, list[int | str]] = {
+            "input_ids": ["batch", 1],
+            "attention_mask": ["batch", self.max_seq_len],
+        }
+        for name, step_name in zip(window, step.cache.past, strict=True):
+            full = [self.max_seq_len - 1 if d == step.cache.axis else d for d in past[step_name]]
+            expected |= {name: full, f"next_{name}": full}
+        for name, shape in expected.items():
+            if shapes[name] != shape:
+                raise BundleError(
+                    f"{self.path}: the {FIXED_STEP} graph's {name} has the shape {shapes[name]}, not "
+                    f"{shape}: a window of the step graph's cache at the full context"
+                )
+        return True
 
     def warm_up(self) -> None:
         super().warm_up()
@@ -249,8 +298,31 @@ class LanguageModel(Bundle):
                 )[0]
                 for r in range(len(ids))
             ]
-        decoder = _StepDecoder(self) if use_cache else _FullDecoder(self)
-        return search.generate(decoder, ids, limits, sampling, stops, self.max_seq_len, mask, on_step)
+        if not use_cache:
+            return search.generate(
+                _FullDecoder(self), ids, limits, sampling, stops, self.max_seq_len, mask, on_step
+            )
+        if not self.fixed:
+            return search.generate(
+                _StepDecoder(self), ids, limits, sampling, stops, self.max_seq_len, mask, on_step
+            )
+        decoder = _FixedStepDecoder(self)
+        try:
+            return search.generate(decoder, ids, limits, sampling, stops, self.max_seq_len, mask, on_step)
+        finally:
+            decoder.release()
+
+    def window(self, batch: int) -> _Window:
+        """The fixed step graph bound for ``batch`` rows, opened (and on CUDA captured) at first use."""
+        with self._opening:
+            if batch not in self._windows:
+                while len(self._windows) >= MAX_WINDOWS:  # the oldest batch size's session goes
+                    oldest = next(iter(self._windows))
+                    if not self._windows[oldest].lock.acquire(blocking=False):
+                        break  # generating: it stays
+                    del self._windows[oldest]
+                self._windows[batch] = _Window(self, batch)
+            return self._windows[batch]
 
     def _pad_id(self) -> int:
         """What fills padding (the mask hides it)."""
@@ -347,6 +419,154 @@ class _StepDecoder:
     def _host(self) -> list[np.ndarray]:
         """The cache as numpy arrays (copied from the device when bound there)."""
         return [p if isinstance(p, np.ndarray) else p.numpy() for p in self.past]
+
+
+FIXED_STEP = "fixed_step"
+MAX_WINDOWS = 4  # batch sizes whose fixed step graph stays bound (each a session and two windows)
+
+
+class _Window:
+    """The fixed step graph opened for one batch size, every input and output bound once where it
+    runs: the token, the mask, the logits, and two sets of window buffers that the steps take in
+    turn (each reads one and writes the other), so that each step runs on the same addresses and
+    the CUDA provider replays one of two captured CUDA graphs. One generation holds it at a time
+    (``lock``)."""
+
+    def __init__(self, model: LanguageModel, batch: int) -> None:
+        self.model, self.batch = model, batch
+        graph = model.graph(FIXED_STEP)
+        self.session = model.open_graph(FIXED_STEP, batch)
+        cuda = self.session.get_providers()[0] == "CUDAExecutionProvider"
+
+        def bound(tensor: Tensor) -> Any:
+            shape = [batch if d == "batch" else d for d in tensor.shape]
+            return ort.OrtValue.ortvalue_from_shape_and_type(
+                shape, np.dtype(tensor.dtype).type, "cuda" if cuda else "cpu", 0
+            )
+
+        self.names = [t.name for t in graph.inputs[2:]], [t.name for t in graph.outputs[1:]]
+        self.ids, self.mask = (bound(t) for t in graph.inputs[:2])
+        self.logits = bound(graph.outputs[0])
+        self.windows = [[bound(t) for t in graph.inputs[2:]] for _ in range(2)]
+        self.bindings, self.run_options = [], []
+        for turn in (0, 1):
+            binding = self.session.io_binding()
+            binding.bind_ortvalue_input("input_ids", self.ids)
+            binding.bind_ortvalue_input("attention_mask", self.mask)
+            binding.bind_ortvalue_output("logits", self.logits)
+            for name, value in zip(self.names[0], self.windows[turn], strict=True):
+                binding.bind_ortvalue_input(name, value)
+            for name, value in zip(self.names[1], self.windows[1 - turn], strict=True):
+                binding.bind_ortvalue_output(name, value)
+            options = ort.RunOptions()
+            options.add_run_config_entry("gpu_graph_id", str(turn + 1))  # a CUDA graph for each turn
+            self.bindings.append(binding)
+            self.run_options.append(options)
+        self.turn = 0  # the buffers that hold the window now
+        self.lock = threading.Lock()
+
+    def load(self, window: list[np.ndarray]) -> None:
+        """Copy a window (numpy, each of its input's shape and type) into the buffers the next step
+        reads."""
+        for value, array in zip(self.windows[self.turn], window, strict=True):
+            value.update_inplace(np.ascontiguousarray(array))
+
+    def host(self) -> list[np.ndarray]:
+        """The window now held, as numpy arrays."""
+        return [value.numpy() for value in self.windows[self.turn]]
+
+    def step(self, tokens: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        """tokens (B, 1) and the mask (B, max_seq_len) over the window and them -> the logits
+        (B, 1, V); the window slides by one."""
+        self.ids.update_inplace(np.ascontiguousarray(tokens, dtype=np.int64))
+        self.mask.update_inplace(np.ascontiguousarray(mask, dtype=np.int64))
+        with failures():
+            self.session.run_with_iobinding(self.bindings[self.turn], self.run_options[self.turn])
+        self.turn = 1 - self.turn
+        logits = self.logits.numpy()
+        feed = {"input_ids": tokens, "attention_mask": mask} | dict(
+            zip(self.names[0], self.windows[1 - self.turn], strict=True)
+        )
+        self.model.check_outputs(FIXED_STEP, feed, [logits, *self.windows[self.turn]])
+        return logits
+
+
+class _FixedStepDecoder:
+    """A _StepDecoder whose single-token steps go through the fixed step graph: a prompt (and
+    anything after a reset) reads through the step graph, whose cache then moves into the window,
+    left-padded; the window's steps follow. Reordering, joining or trimming rows moves the cache
+    back to the step graph's form first (a window is bound to its batch size). Where another
+    generation holds the window of a batch size, steps stay on the step graph."""
+
+    def __init__(self, model: LanguageModel) -> None:
+        self.model = model
+        self.inner = _StepDecoder(model)
+        self.window: _Window | None = None  # while the window holds the cache
+        self.length = 0  # tokens in the cache while the window holds it
+
+    def step(self, tokens: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
+        if tokens.shape[1] != 1:  # a prompt
+            self._leave()
+            return self.inner.step(tokens, mask)
+        if self.window is None and not (self.inner.length and self._enter(len(tokens))):
+            return self.inner.step(tokens, mask)
+        assert self.window is not None
+        width = self.model.max_seq_len
+        full = np.zeros((len(tokens), width), dtype=np.int64)
+        full[:, width - self.length - 1 :] = 1 if mask is None else mask
+        logits = self.window.step(tokens, full)
+        self.length += 1
+        return logits[:, -1, : self.model.emitted].astype(np.float32, copy=False)
+
+    def _enter(self, batch: int) -> bool:
+        """Move the step graph's cache into the window of ``batch`` rows -> whether it could (no
+        other generation holds that window)."""
+        window = self.model.window(batch)
+        if not window.lock.acquire(blocking=False):
+            return False
+        empty = self.model.max_seq_len - 1 - self.inner.length
+        window.load(
+            [
+                _left_pad(p, p.shape[axis] + empty, axis)
+                for p, (_, axis) in zip(self.inner._host(), self.inner.axes, strict=True)
+            ]
+        )
+        self.window, self.length = window, self.inner.length
+        return True
+
+    def _leave(self) -> None:
+        """Move the window's cache back into the step graph's form (its last ``length`` positions)."""
+        if self.window is not None:
+            self.inner.past = [
+                np.take(p, range(p.shape[axis] - self.length, p.shape[axis]), axis=axis)
+                for p, (_, axis) in zip(self.window.host(), self.inner.axes, strict=True)
+            ]
+            self.inner.length = self.length
+            self.release()
+
+    def release(self) -> None:
+        """Let the window go (its cache is dropped), for another generation."""
+        if self.window is not None:
+            self.window.lock.release()
+            self.window = None
+
+    def reorder(self, rows: np.ndarray) -> None:
+        self._leave()
+        self.inner.reorder(rows)
+
+    def reset(self) -> None:
+        self.release()
+        self.inner.reset()
+
+    def join(self, other: search.Decoder, columns: int) -> None:
+        assert isinstance(other, _FixedStepDecoder)
+        self._leave()
+        other._leave()
+        self.inner.join(other.inner, columns)
+
+    def trim(self, columns: int) -> None:
+        self._leave()
+        self.inner.trim(columns)
 
 
 def _left_pad(a: np.ndarray, size: int, axis: int) -> np.ndarray:

@@ -29,6 +29,7 @@ from tfcompile.runtime.ort import ort, run
 # Bundles are checked against PyTorch's fp32 logits. The CUDA provider's default TF32 matmuls
 # move those logits by about 1e-3 (measured on an H100), enough to change greedy tokens.
 PROVIDER_OPTIONS: dict[str, dict[str, str]] = {"CUDAExecutionProvider": {"use_tf32": "0"}}
+CUDA_GRAPH = {"enable_cuda_graph": "1"}  # the provider's options for a graph replayed as a CUDA graph
 MAX_THREADS = 1024  # onnxruntime takes a C int
 MAX_NODES = 1 << 16  # a graph's (tfcompile's one-layer exports hold 64 to 72)
 
@@ -80,15 +81,22 @@ class SessionOptions:
     token at a time). ``spin``: whether idle threads spin, waiting for the next run; that shaves
     latency off back-to-back calls from one caller, but the spinning threads take the cores from
     everything else in the process, so a server, whose event loop needs them between runs, turns
-    it off. ``threads`` 0 is onnxruntime's default, one per core."""
+    it off. ``threads`` 0 is onnxruntime's default, one per core. ``fixed_step``: whether a
+    decoder bundle's fixed-shape step graph (exported with export.cuda_graphs) generates the tokens
+    after a prompt: None, where the step graph runs on CUDA, which replays it as a CUDA graph;
+    True, wherever it runs (on the CPU it attends over the whole window at every step, so it is
+    slower there: for checking it); False, never."""
 
     threads: int | None = None
     spin: bool = True
+    fixed_step: bool | None = None
 
     def __post_init__(self) -> None:
         if self.threads is not None and inputs.count("threads", self.threads) > MAX_THREADS:
             raise InputError(f"threads must be at most {MAX_THREADS:,}, got {self.threads:,}")
         inputs.switch("spin", self.spin)
+        if self.fixed_step is not None:
+            inputs.switch("fixed_step", self.fixed_step)
 
     def to_ort(self, one_token: bool = False) -> Any:
         """onnxruntime's options for a graph; ``one_token``: a step graph, with a cache."""
@@ -210,15 +218,22 @@ class Bundle:
                 f"{self.vocab_size}) for the manifest's model.vocab_size"
             )
 
-    def open_graph(self, name: str) -> Any:
+    def open_graph(self, name: str, batch: int | None = None) -> Any:
         """An onnxruntime session on the graph, from the bytes whose sha256 was checked; a graph that
-        onnxruntime cannot load, or whose inputs and outputs are not the manifest's, is a BundleError."""
+        onnxruntime cannot load, or whose inputs and outputs are not the manifest's, is a BundleError.
+        With ``batch``, the graph's batch axis is that size, so that onnxruntime folds every shape
+        computation, and the CUDA provider captures the graph as a CUDA graph (its caller binds
+        every input and output on the device); the caller keeps that session."""
         graph = self.graph(name)
         data = self.files.read(graph.file)
         _check_graph(self.path / graph.file, data)
-        options = self._options.to_ort(one_token=graph.cache is not None)
+        options = self._options.to_ort(one_token=graph.cache is not None or batch is not None)
+        providers = self._providers
+        if batch is not None:
+            options.add_free_dimension_override_by_name("batch", batch)
+            providers = [(p, o | CUDA_GRAPH if p == "CUDAExecutionProvider" else o) for p, o in providers]
         try:
-            session = ort.InferenceSession(data, options, providers=self._providers)
+            session = ort.InferenceSession(data, options, providers=providers)
         except Exception as e:  # onnxruntime's own errors: InvalidProtobuf, Fail, InvalidGraph
             raise BundleError(
                 f"{self.path / graph.file} is not a graph onnxruntime can run: {first_line(e)}"
@@ -251,7 +266,8 @@ class Bundle:
                         f"{self.path / graph.file}: {f.name} is {f.type} of shape {f.shape}, but the "
                         f"manifest says {t.dtype} of shape {t.shape}"
                     )
-        self.sessions[name] = session
+        if batch is None:
+            self.sessions[name] = session
         self._checks[name] = _OutputChecks.of(graph)
         return session
 

@@ -1680,6 +1680,12 @@ class ExportSpec(Section):
         description="fp16 graphs: the bound on max |difference| / max |torch output| (half precision "
         "keeps about three significant digits whatever the magnitude)",
     )
+    cuda_graphs: bool = Field(
+        False,
+        description="decoders: also write fixed_step.onnx, the decode step at fixed shapes (one token, "
+        "a cache of max_seq_len - 1 positions that slides), which the runtime captures once and "
+        "replays as a CUDA graph for every token on a GPU",
+    )
     out: Path | None = Field(None, description="bundle folder; default exported/NAME")
 
     @field_validator("tolerance", mode="before")

@@ -16,8 +16,8 @@ from torch.utils.checkpoint import checkpoint
 
 from tfcompile import search
 from tfcompile.data import DataError, check_fits_context, lm_batch, prepare_corpus
-from tfcompile.graphs.export import Graph, export_decoder, export_decoder_step
-from tfcompile.graphs.parity import check_decoder_parity, check_step_parity
+from tfcompile.graphs.export import Graph, export_decoder, export_decoder_fixed_step, export_decoder_step
+from tfcompile.graphs.parity import check_decoder_parity, check_fixed_step_parity, check_step_parity
 from tfcompile.manifest import GenerationInfo, TokenizerInfo
 from tfcompile.models import DecoderLM
 from tfcompile.nn.attention import KVCache
@@ -93,10 +93,14 @@ class LanguageModelling(Task):
     """Random windows of the context's length; each position predicts the next token."""
 
     section = CausalLMTask
-    # The full forward, and the incremental form with the KV cache that generation steps through.
+    # The full forward, the incremental form with the KV cache that generation steps through, and
+    # (export.cuda_graphs) that step at fixed shapes, for a GPU to replay as a CUDA graph.
     graphs: ClassVar[dict[str, Graph]] = {
         "model": Graph("forward", export_decoder, check_decoder_parity),
         "step": Graph("decode_step", export_decoder_step, check_step_parity),
+        "fixed_step": Graph(
+            "decode_step_fixed", export_decoder_fixed_step, check_fixed_step_parity, cuda_graphs=True
+        ),
     }
 
     @staticmethod
