@@ -84,3 +84,26 @@ def test_onnxruntime_cuda_generation_keeps_pytorch_tokens(tmp_path: Path) -> Non
         assert np.abs(gpu.logits(prompt) - reference).max() <= bound
     fp32 = load(tmp_path / "fp32")
     assert np.array_equal(fp32.generate(prompt, 40, temperature=0), cpu.generate(prompt, 40, temperature=0))
+
+
+def test_the_fixed_step_replays_as_cuda_graphs_with_the_step_graphs_tokens(tmp_path: Path) -> None:
+    ort = pytest.importorskip("onnxruntime")
+    if "CUDAExecutionProvider" not in ort.get_available_providers():
+        pytest.skip("needs onnxruntime-gpu (tfcompile[gpu])")
+    from tfcompile.export import Source, export_bundle
+    from tfcompile.runtime import LanguageModel, SessionOptions, load
+
+    spec = spec_on_own_text(tmp_path)
+    run = Trainer(spec, tmp_path / "run", show_progress=False).train().run_dir
+    export_bundle(None, Source(run=run), tmp_path / "bundle", cuda_graphs=True)
+    graphed, plain = (
+        load(tmp_path / "bundle"),
+        load(tmp_path / "bundle", options=SessionOptions(fixed_step=False)),
+    )
+    assert isinstance(graphed, LanguageModel) and graphed.fixed  # on CUDA by default
+    prompt = np.random.default_rng(0).integers(0, graphed.vocab_size, size=(2, 6))
+    for _ in range(2):  # captured at the first steps, replayed after
+        np.testing.assert_array_equal(
+            graphed.generate(prompt, 80, temperature=0), plain.generate(prompt, 80, temperature=0)
+        )
+    assert graphed.window(2).session.get_providers()[0] == "CUDAExecutionProvider"

@@ -223,13 +223,8 @@ def _check_exportable(spec: Spec) -> None:
         raise ExportError(f"a {spec.task.type} model is not exported: {task.not_served}")
     if spec.export.cuda_graphs and not any(g.cuda_graphs for g in task.graphs.values()):
         raise ExportError(
-            f"export.cuda_graphs: a {spec.task.type} bundle has no graph of fixed shapes to replay as a "
-            "CUDA graph (decoders have: a causal_lm spec's fixed_step); leave it false"
-        )
-    if spec.export.cuda_graphs and (spec.model.max_seq_len or 0) < 2:
-        raise ExportError(
-            "export.cuda_graphs: a context of one token leaves the fixed step no cached position; "
-            "set model.max_seq_len to 2 or more, or leave export.cuda_graphs false"
+            f"export.cuda_graphs asks for a graph of fixed shapes to replay as CUDA graphs, which "
+            f"{spec.task.type} bundles do not have (causal_lm bundles do: fixed_step); leave it false"
         )
     missing = spec.sizes_from_data()
     if missing:

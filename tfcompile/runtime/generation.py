@@ -87,20 +87,22 @@ class LanguageModel(Bundle):
             FIXED_STEP, ["input_ids", "attention_mask", *window], ["logits", *(f"next_{w}" for w in window)]
         )
         self.expect_vocabulary_logits(FIXED_STEP)
-        shapes = {t.name: t.shape for t in [*graph.inputs, *graph.outputs]}
-        past = {t.name: t.shape for t in step.inputs}
-        expected: dict[str, list[int | str]] = {
-            "input_ids": ["batch", 1],
-            "attention_mask": ["batch", self.max_seq_len],
+        found = {t.name: (t.shape, t.dtype) for t in [*graph.inputs, *graph.outputs]}
+        past = {t.name: (t.shape, t.dtype) for t in step.inputs}
+        expected: dict[str, tuple[list[int | str], str]] = {
+            "input_ids": (["batch", 1], "int64"),
+            "attention_mask": (["batch", self.max_seq_len], "int64"),
         }
         for name, step_name in zip(window, step.cache.past, strict=True):
-            full = [self.max_seq_len - 1 if d == step.cache.axis else d for d in past[step_name]]
-            expected |= {name: full, f"next_{name}": full}
-        for name, shape in expected.items():
-            if shapes[name] != shape:
+            shape, dtype = past[step_name]
+            full = [self.max_seq_len - 1 if d == step.cache.axis else d for d in shape]
+            expected |= {name: (full, dtype), f"next_{name}": (full, dtype)}
+        for name, (shape, dtype) in expected.items():
+            if found[name] != (shape, dtype):
                 raise BundleError(
-                    f"{self.path}: the {FIXED_STEP} graph's {name} has the shape {shapes[name]}, not "
-                    f"{shape}: a window of the step graph's cache at the full context"
+                    f"{self.path}: the {FIXED_STEP} graph's {name} is {found[name][1]} of the shape "
+                    f"{found[name][0]}, not {dtype} of the shape {shape}: a window of the step graph's "
+                    "cache at the full context"
                 )
         return True
 
