@@ -94,15 +94,15 @@ class LanguageModel(Bundle):
             "attention_mask": (["batch", self.max_seq_len], "int64"),
         }
         for name, step_name in zip(window, step.cache.past, strict=True):
-            shape, dtype = past[step_name]
-            full = [self.max_seq_len - 1 if d == step.cache.axis else d for d in shape]
-            expected |= {name: (full, dtype), f"next_{name}": (full, dtype)}
-        for name, (shape, dtype) in expected.items():
-            if found[name] != (shape, dtype):
+            cache_shape, cache_dtype = past[step_name]
+            full = [self.max_seq_len - 1 if d == step.cache.axis else d for d in cache_shape]
+            expected |= {name: (full, cache_dtype), f"next_{name}": (full, cache_dtype)}
+        for name, required in expected.items():
+            if found[name] != required:
                 raise BundleError(
                     f"{self.path}: the {FIXED_STEP} graph's {name} is {found[name][1]} of the shape "
-                    f"{found[name][0]}, not {dtype} of the shape {shape}: a window of the step graph's "
-                    "cache at the full context"
+                    f"{found[name][0]}, not {required[1]} of the shape {required[0]}: a window of the step "
+                    "graph's cache at the full context"
                 )
         return True
 
