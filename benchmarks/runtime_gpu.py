@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -48,6 +49,14 @@ def synced(fn: Callable[[], object]) -> Callable[[], object]:
         return result
 
     return run
+
+
+START = time.perf_counter()
+
+
+def progress(done: str) -> None:
+    """A line as each phase ends, so that a run stopped at its time limit says where it was."""
+    print(f"[{time.perf_counter() - START:6.1f} s] {done}", flush=True)
 
 
 def agreeing(a: np.ndarray, b: np.ndarray, prompt_len: int) -> int:
@@ -99,6 +108,7 @@ def main() -> None:
         for precision in precisions:
             out = Path(tmp) / precision
             export_bundle(None if args.run else spec, source, out, precision=precision, cuda_graphs=True)
+            progress(f"exported the {precision} bundle")
             for graphs in (False, True):
                 served = load(out, providers=PROVIDERS, options=SessionOptions(fixed_step=graphs))
                 assert isinstance(served, LanguageModel) and served.providers[0] == "CUDAExecutionProvider"
@@ -128,6 +138,9 @@ def main() -> None:
             compiled_generates = False
         generator = compiled_dynamic if compiled_generates else model
 
+        progress(
+            "parity, greedy tokens" + ("" if compiled_generates else "; torch.compile could not generate")
+        )
         rows = []
         for batch in (1, 16):
             x = rng.integers(0, vocab, size=(batch, args.seq))
@@ -144,6 +157,7 @@ def main() -> None:
             forward = dict(zip(precisions, times[2:], strict=True))  # a forward has no steps to replay
             times = times[:2] + [forward.get(w, float("nan")) for w in ways]
             rows.append((f"forward, batch {batch} x {args.seq}", times, None))
+            progress(rows[-1][0])
         for batch in (1, 16):
             p = rng.integers(0, vocab, size=(batch, prompt_len))
             pt = torch.from_numpy(p).to(device)
@@ -160,6 +174,7 @@ def main() -> None:
             if not compiled_generates:
                 times[1] = float("nan")
             rows.append((f"generate {n} tokens, KV cache, batch {batch}", times, batch * n))
+            progress(rows[-1][0])
 
     columns = ["PyTorch eager", "torch.compile", *(f"onnxruntime {w}" for w in ways)]
     lines = [
