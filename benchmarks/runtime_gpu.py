@@ -3,14 +3,17 @@
 Exports the spec's model to fp32 and fp16 bundles with the fixed-shape step graph
 (export.cuda_graphs), serves each with the CUDA execution provider two ways: the step graph with
 the KV cache bound on the GPU (I/O binding), and after the prompt the fixed step replayed as CUDA
-graphs. Times, against PyTorch CUDA eager and torch.compile, a forward pass and greedy generation
-of 256 tokens with the cache, at batch 1 and 16. Also measures parity on the GPU: each bundle's
-logits against PyTorch fp32 (TF32 off on both sides), and whether greedy generation gives
-PyTorch's tokens, both ways. Prints a table and writes it to benchmarks/results/.
+graphs; with --fused, a fused copy of each too (tfcompile optimize --fuse: MultiHeadAttention and
+skip-norm contrib operators), the second way. Times, against PyTorch CUDA eager and torch.compile, a
+forward pass and greedy generation of 256 tokens with the cache, at batch 1 and 16. Also
+measures parity on the GPU: each bundle's logits against PyTorch fp32 (TF32 off on both sides),
+and whether greedy generation gives PyTorch's tokens, every way. Prints a table and writes it to
+benchmarks/results/.
 
     python benchmarks/runtime_gpu.py                      # specs/shakespeare-char.yaml, context 512
     python benchmarks/runtime_gpu.py --spec specs/gpt2.yaml --context 1024 --precisions fp16
     python benchmarks/runtime_gpu.py --run runs/NAME      # a trained run: greedy tokens mean something
+    python benchmarks/runtime_gpu.py --run runs/NAME --fused   # fused copies too
 
 With random weights the logits are nearly flat, so greedy decoding meets near-ties that any
 rounding breaks; token agreement is meaningful with a trained run.
@@ -32,6 +35,7 @@ from runtime_latency import median_ms, torch_generate
 
 from tfcompile.export import Source, export_bundle
 from tfcompile.models import DecoderLM
+from tfcompile.optimize import Plan, optimize_bundle
 from tfcompile.runtime import LanguageModel, SessionOptions, load
 from tfcompile.spec import load_spec
 from tfcompile.train import load_trained_model
@@ -74,6 +78,7 @@ def main() -> None:
     parser.add_argument("--context", type=int, default=512, help="model.max_seq_len for the benchmark")
     parser.add_argument("--seq", type=int, default=256, help="forward-pass length")
     parser.add_argument("--new-tokens", type=int, default=256)
+    parser.add_argument("--fused", action="store_true", help="also a fused copy of each bundle")
     parser.add_argument("--precisions", default="fp32,fp16", help="the bundles' precisions, comma-separated")
     parser.add_argument("--repeats", type=int, default=8)
     args = parser.parse_args()
@@ -103,17 +108,27 @@ def main() -> None:
     rng = np.random.default_rng(0)
     precisions = args.precisions.split(",")
     with tempfile.TemporaryDirectory() as tmp:
-        # Each bundle served two ways: the step graph throughout, and the fixed step as CUDA graphs.
+        # Each bundle served two ways, the step graph throughout and the fixed step as CUDA graphs,
+        # and its fused copy (--fused) the second.
         bundles: dict[str, LanguageModel] = {}
+        forwards: list[str] = []  # the ways whose forward graphs differ
         for precision in precisions:
             out = Path(tmp) / precision
             export_bundle(None if args.run else spec, source, out, precision=precision, cuda_graphs=True)
             progress(f"exported the {precision} bundle")
-            for graphs in (False, True):
-                served = load(out, providers=PROVIDERS, options=SessionOptions(fixed_step=graphs))
+            served_ways = [(precision, out, False), (f"{precision}, CUDA graphs", out, True)]
+            forwards.append(precision)
+            if args.fused:
+                fused = Path(tmp) / f"{precision}-fused"
+                optimize_bundle(out, fused, Plan(fuse=True), None)
+                progress(f"fused the {precision} bundle")
+                served_ways.append((f"{precision} fused, CUDA graphs", fused, True))
+                forwards.append(f"{precision} fused, CUDA graphs")
+            for way, folder, graphs in served_ways:
+                served = load(folder, providers=PROVIDERS, options=SessionOptions(fixed_step=graphs))
                 assert isinstance(served, LanguageModel) and served.providers[0] == "CUDAExecutionProvider"
                 assert served.fixed == graphs
-                bundles[precision + (", CUDA graphs" if graphs else "")] = served
+                bundles[way] = served
         ways = list(bundles)
 
         ids = rng.integers(0, vocab, size=(4, args.seq))
@@ -150,11 +165,11 @@ def main() -> None:
                     [
                         synced(lambda xt=xt: model(xt)),
                         synced(lambda xt=xt: compiled(xt)),
-                        *(lambda x=x, p=p: bundles[p].logits(x) for p in precisions),
+                        *(lambda x=x, w=w: bundles[w].logits(x) for w in forwards),
                     ],
                     args.repeats,
                 )
-            forward = dict(zip(precisions, times[2:], strict=True))  # a forward has no steps to replay
+            forward = dict(zip(forwards, times[2:], strict=True))  # the same graphs elsewhere
             times = times[:2] + [forward.get(w, float("nan")) for w in ways]
             rows.append((f"forward, batch {batch} x {args.seq}", times, None))
             progress(rows[-1][0])
