@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 from helpers import ROOT, assert_follows_schema
-from test_handoff_inputs import copy_bundle, edit_manifest
+from test_handoff_inputs import copy_bundle, edit_manifest, replace_file
 
 from tfcompile.cli import main
 from tfcompile.errors import ExportError
@@ -200,3 +200,12 @@ def test_an_optimized_bundle_keeps_a_fused_fixed_step(bundle: Path, tmp_path: Pa
     np.testing.assert_array_equal(
         served(tmp_path / "fused", True).generate(prompt, 20, temperature=0), expected
     )
+
+
+def test_a_broken_fixed_step_fails_at_load(bundle: Path, tmp_path: Path) -> None:
+    """The graph is opened at load (batch 1) wherever it is used, as every graph the runtime runs."""
+    damaged = copy_bundle(bundle, tmp_path / "damaged")
+    replace_file(damaged, "fixed_step.onnx", (bundle / "decoder_step.onnx").read_bytes())
+    with pytest.raises(BundleError, match=r"fixed_step\.onnx has inputs"):
+        load(damaged, options=SessionOptions(fixed_step=True))
+    assert not served(damaged, False).fixed

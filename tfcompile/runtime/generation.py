@@ -64,6 +64,8 @@ class LanguageModel(Bundle):
         self.fixed = self._uses_fixed_step()  # whether single tokens go through FIXED_STEP
         self._windows: dict[int, _Window] = {}  # FIXED_STEP bound for each batch size it ran at
         self._opening = threading.Lock()  # one thread opens windows at a time
+        if self.fixed:
+            self.window(1)  # opened at load, as every graph the runtime runs: a broken one fails here
 
     def _uses_fixed_step(self) -> bool:
         """Whether the fixed-shape step graph generates the tokens after a prompt (SessionOptions
