@@ -20,7 +20,7 @@ from tfcompile.export import Source, export_bundle, verify_bundle
 from tfcompile.graphs import export as graph_export
 from tfcompile.runtime import InputError, LanguageModel, SessionOptions, load
 from tfcompile.runtime.errors import BundleError
-from tfcompile.runtime.generation import _Window
+from tfcompile.runtime.generation import _FixedStepDecoder, _Window
 from tfcompile.spec import Spec, load_spec
 
 CONTEXT = 16
@@ -128,20 +128,19 @@ def test_generation_through_the_fixed_step_gives_the_step_graphs_tokens(
     got = fixed.generate_prompts(prompts, limits, fixed.sampling(len(prompts), temperature, seed=3))
     assert got == expected
     assert len(steps) == window_steps if window_steps is not None else len(set(steps)) > 1  # batch sizes
-    assert all(not w.lock.locked() for w in fixed._windows.values())  # released at the end
+    assert not any(w.held for w in fixed._windows.values())  # given back at the end
 
 
 def test_a_window_another_generation_holds_leaves_the_steps_on_the_step_graph(bundle: Path) -> None:
     plain, fixed = served(bundle, False), served(bundle, True)
-    window = fixed.window(1)
-    window.lock.acquire()
-    try:
-        prompt = np.array([[5, 9, 13]])
-        np.testing.assert_array_equal(
-            fixed.generate(prompt, 10, temperature=0), plain.generate(prompt, 10, temperature=0)
-        )
-    finally:
-        window.lock.release()
+    window, other = fixed.window(1), _FixedStepDecoder(fixed)
+    assert window is not None and window.take(other)
+    prompt = np.array([[5, 9, 13]])
+    expected = plain.generate(prompt, 10, temperature=0)
+    np.testing.assert_array_equal(fixed.generate(prompt, 10, temperature=0), expected)
+    assert window.held  # still the other's
+    del other  # a decoder dropped without giving its window back holds it no more
+    assert not window.held and window.take(_FixedStepDecoder(fixed))
 
 
 def test_fixed_step_options_are_checked(bundle: Path, char_bundle: Path) -> None:
@@ -209,3 +208,38 @@ def test_a_broken_fixed_step_fails_at_load(bundle: Path, tmp_path: Path) -> None
     with pytest.raises(BundleError, match=r"fixed_step\.onnx has inputs"):
         load(damaged, options=SessionOptions(fixed_step=True))
     assert not served(damaged, False).fixed
+
+
+def test_a_server_batch_steps_through_the_windows_already_open(
+    bundle: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Continuous batching: a lone stream steps through batch 1's window (opened at load); a
+    request joining it makes a batch of 2, whose steps stay on the step graph (the server opens
+    no window: each would be a session), and when it ends the stream is back in the window. Every
+    row gets the tokens it generates alone."""
+    import asyncio
+
+    from tfcompile.search import GREEDY
+    from tfcompile.serve.engine import GenerationRow, Job, Worker
+
+    plain, fixed = served(bundle, False), served(bundle, True)
+    steps = []
+    window_step = _Window.step
+    monkeypatch.setattr(_Window, "step", lambda self, *a: steps.append(self.batch) or window_step(self, *a))
+    worker = Worker("m", fixed, max_batch=8, max_wait=0.05, max_queue=64, arriving=lambda: 0)
+    worker.start()
+    assert worker.ready.wait(5)
+    long_prompt, short_prompt = [5, 9, 13], [2, 7]
+
+    async def main() -> tuple[list, list]:
+        long = worker.submit(Job("generate", [GenerationRow(long_prompt, 12, GREEDY)], stream=True))
+        await long.events.get()  # its first token: it runs
+        short = worker.submit(Job("generate", [GenerationRow(short_prompt, 4, GREEDY)]))
+        return await short.result, await long.result
+
+    (short,), (long,) = asyncio.run(main())
+    worker.stop()
+    assert short.tokens == plain.generate_prompts([short_prompt], [4], [GREEDY])[0]
+    assert long.tokens == plain.generate_prompts([long_prompt], [12], [GREEDY])[0]
+    assert steps and set(steps) == {1} and list(fixed._windows) == [1]
+    assert not fixed._windows[1].held  # the finished batch's decoder is gone

@@ -17,6 +17,7 @@ with the token and the mask copied in and the logits out."""
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, overload
@@ -256,7 +257,10 @@ class LanguageModel(Bundle):
         """Prompts of token ids join a running ``batch`` (left-padded, as in generate_prompts) ->
         their rows' keys in it."""
         ids, mask = self._left_padded(prompts)
-        return batch.join(_StepDecoder(self), ids, mask, limits, sampling)
+        # A server's batch changes size as requests come and go: its steps take the fixed step's
+        # windows already open (batch 1's from the load), and open none (each would be a session).
+        decoder = _FixedStepDecoder(self, open_windows=False) if self.fixed else _StepDecoder(self)
+        return batch.join(decoder, ids, mask, limits, sampling)
 
     def _left_padded(self, prompts: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray | None]:
         """Prompts of token ids -> checked ids (B, longest), left-padded, and their mask (None
@@ -316,17 +320,18 @@ class LanguageModel(Bundle):
         finally:
             decoder.release()
 
-    def window(self, batch: int) -> _Window:
-        """The fixed step graph bound for ``batch`` rows, opened (and on CUDA captured) at first use."""
+    def window(self, batch: int, open_new: bool = True) -> _Window | None:
+        """The fixed step graph bound for ``batch`` rows, opened (and on CUDA captured) at first use;
+        with ``open_new`` False, None where it is not open yet."""
         with self._opening:
-            if batch not in self._windows:
+            if batch not in self._windows and open_new:
                 while len(self._windows) >= MAX_WINDOWS:  # the oldest batch size's session goes
                     oldest = next(iter(self._windows))
-                    if not self._windows[oldest].lock.acquire(blocking=False):
+                    if self._windows[oldest].held:
                         break  # generating: it stays
                     del self._windows[oldest]
                 self._windows[batch] = _Window(self, batch)
-            return self._windows[batch]
+            return self._windows.get(batch)
 
     def _pad_id(self) -> int:
         """What fills padding (the mask hides it)."""
@@ -433,8 +438,9 @@ class _Window:
     """The fixed step graph opened for one batch size, every input and output bound once where it
     runs: the token, the mask, the logits, and two sets of window buffers that the steps take in
     turn (each reads one and writes the other), so that each step runs on the same addresses and
-    the CUDA provider replays one of two captured CUDA graphs. One generation holds it at a time
-    (``lock``)."""
+    the CUDA provider replays one of two captured CUDA graphs. One generation's decoder holds it at
+    a time (``take``, ``give``); a decoder dropped without giving it back (a finished running batch)
+    holds it no more."""
 
     def __init__(self, model: LanguageModel, batch: int) -> None:
         self.model, self.batch = model, batch
@@ -467,7 +473,26 @@ class _Window:
             self.bindings.append(binding)
             self.run_options.append(options)
         self.turn = 0  # the buffers that hold the window now
-        self.lock = threading.Lock()
+        self._holder: weakref.ref[_FixedStepDecoder] | None = None
+        self._guard = threading.Lock()
+
+    @property
+    def held(self) -> bool:
+        return self._holder is not None and self._holder() is not None
+
+    def take(self, decoder: _FixedStepDecoder) -> bool:
+        """Hold the window for ``decoder`` -> whether it could (no other decoder alive holds it)."""
+        with self._guard:
+            holder = self._holder() if self._holder is not None else None
+            if holder is not None and holder is not decoder:
+                return False
+            self._holder = weakref.ref(decoder)
+            return True
+
+    def give(self, decoder: _FixedStepDecoder) -> None:
+        with self._guard:
+            if self._holder is not None and self._holder() is decoder:
+                self._holder = None
 
     def load(self, window: list[np.ndarray]) -> None:
         """Copy a window (numpy, each of its input's shape and type) into the buffers the next step
@@ -500,10 +525,11 @@ class _FixedStepDecoder:
     anything after a reset) reads through the step graph, whose cache then moves into the window,
     left-padded; the window's steps follow. Reordering, joining or trimming rows moves the cache
     back to the step graph's form first (a window is bound to its batch size). Where another
-    generation holds the window of a batch size, steps stay on the step graph."""
+    generation holds the window of a batch size, or (``open_windows`` False) none is open, steps
+    stay on the step graph."""
 
-    def __init__(self, model: LanguageModel) -> None:
-        self.model = model
+    def __init__(self, model: LanguageModel, open_windows: bool = True) -> None:
+        self.model, self.open_windows = model, open_windows
         self.inner = _StepDecoder(model)
         self.window: _Window | None = None  # while the window holds the cache
         self.length = 0  # tokens in the cache while the window holds it
@@ -525,8 +551,8 @@ class _FixedStepDecoder:
     def _enter(self, batch: int) -> bool:
         """Move the step graph's cache into the window of ``batch`` rows -> whether it could (no
         other generation holds that window)."""
-        window = self.model.window(batch)
-        if not window.lock.acquire(blocking=False):
+        window = self.model.window(batch, self.open_windows)
+        if window is None or not window.take(self):
             return False
         empty = self.model.max_seq_len - 1 - self.inner.length
         window.load(
@@ -551,7 +577,7 @@ class _FixedStepDecoder:
     def release(self) -> None:
         """Let the window go (its cache is dropped), for another generation."""
         if self.window is not None:
-            self.window.lock.release()
+            self.window.give(self)
             self.window = None
 
     def reorder(self, rows: np.ndarray) -> None:
@@ -563,7 +589,7 @@ class _FixedStepDecoder:
         self.inner.reset()
 
     def join(self, other: search.Decoder, columns: int) -> None:
-        assert isinstance(other, _FixedStepDecoder)
+        assert isinstance(other, _FixedStepDecoder)  # both made by LanguageModel.join
         self._leave()
         other._leave()
         self.inner.join(other.inner, columns)
