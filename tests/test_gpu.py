@@ -63,15 +63,19 @@ def test_generate_takes_a_prompt_on_the_gpu() -> None:
     assert on_gpu.device.type == "cuda" and torch.equal(on_gpu.cpu(), on_cpu)
 
 
-def test_onnxruntime_cuda_generation_keeps_pytorch_tokens(tmp_path: Path) -> None:
+def run_for_onnxruntime_gpu(tmp_path: Path) -> Path:
+    """A run of the shrunk char recipe trained on the GPU, where onnxruntime-gpu can serve it."""
     ort = pytest.importorskip("onnxruntime")
     if "CUDAExecutionProvider" not in ort.get_available_providers():
         pytest.skip("needs onnxruntime-gpu (tfcompile[gpu])")
+    return Trainer(spec_on_own_text(tmp_path), tmp_path / "run", show_progress=False).train().run_dir
+
+
+def test_onnxruntime_cuda_generation_keeps_pytorch_tokens(tmp_path: Path) -> None:
     from tfcompile.export import Source, export_bundle
     from tfcompile.runtime import LanguageModel, load
 
-    spec = spec_on_own_text(tmp_path)
-    run = Trainer(spec, tmp_path / "run", show_progress=False).train().run_dir
+    run = run_for_onnxruntime_gpu(tmp_path)
     for precision in ("fp32", "fp16"):
         export_bundle(None, Source(run=run), tmp_path / precision, precision=precision)
     cpu = load(tmp_path / "fp32", providers=["CPUExecutionProvider"])
@@ -87,14 +91,10 @@ def test_onnxruntime_cuda_generation_keeps_pytorch_tokens(tmp_path: Path) -> Non
 
 
 def test_the_fixed_step_replays_as_cuda_graphs_with_the_step_graphs_tokens(tmp_path: Path) -> None:
-    ort = pytest.importorskip("onnxruntime")
-    if "CUDAExecutionProvider" not in ort.get_available_providers():
-        pytest.skip("needs onnxruntime-gpu (tfcompile[gpu])")
     from tfcompile.export import Source, export_bundle
     from tfcompile.runtime import LanguageModel, SessionOptions, load
 
-    spec = spec_on_own_text(tmp_path)
-    run = Trainer(spec, tmp_path / "run", show_progress=False).train().run_dir
+    run = run_for_onnxruntime_gpu(tmp_path)
     export_bundle(None, Source(run=run), tmp_path / "bundle", cuda_graphs=True)
     graphed, plain = (
         load(tmp_path / "bundle"),

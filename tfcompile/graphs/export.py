@@ -190,26 +190,21 @@ def export_decoder_step(model: DecoderLM, path: Path, opset: int) -> onnx.ModelP
     return _save(program, path, names)
 
 
-class FixedDecoderStep(nn.Module):
+class FixedDecoderStep(DecoderStep):
     """The decode step at fixed shapes, which a GPU captures once and replays as a CUDA graph: one
     new token (B, 1) and each layer's window of the last max_seq_len - 1 positions' keys and
     values, left-padded (attention_mask 0 where empty), in; logits and the window slid by one
     position out. The window is a left-padded cache, read as DecoderLM reads any padded batch."""
 
-    def __init__(self, model: DecoderLM) -> None:
-        super().__init__()
-        self.model = model
-
-    def forward(
+    def forward(  # its inputs named as the export names them
         self,
         input_ids: torch.Tensor,
         attention_mask: torch.Tensor,
         window_keys: list[torch.Tensor],
         window_values: list[torch.Tensor],
     ) -> tuple[torch.Tensor, list[torch.Tensor], list[torch.Tensor]]:
-        cache = [KVCache(k, v) for k, v in zip(window_keys, window_values, strict=True)]
-        logits = self.model(input_ids, attention_mask, cache=cache)  # (B, 1, V)
-        return logits, [c.key[:, :, 1:] for c in cache], [c.value[:, :, 1:] for c in cache]
+        logits, keys, values = super().forward(input_ids, attention_mask, window_keys, window_values)
+        return logits, [k[:, :, 1:] for k in keys], [v[:, :, 1:] for v in values]  # the oldest out
 
 
 def fixed_step_names(n_layers: int) -> tuple[list[str], list[str]]:

@@ -202,11 +202,7 @@ def check_step_parity(model: DecoderLM, onnx_path: Path, tolerance: float, seed:
         (1, 1, min(3, spec.max_seq_len)),
         (3, min(5, spec.max_seq_len - 1), longest(spec.max_seq_len)),
     ]:
-        ids = rng.integers(0, spec.vocab_size, size=(batch, total), dtype=np.int64)
-        padded = batch > 1 and prompt > 1
-        full_mask = np.ones((batch, total), dtype=np.int64)
-        if padded:
-            full_mask[0, : rng.integers(1, prompt)] = 0
+        ids, full_mask, padded = _token_rows(spec, rng, batch, prompt, total)
         cache = model.empty_cache(batch)
         past = [c.key.numpy() for c in cache] + [c.value.numpy() for c in cache]
         diff = scale = 0.0
@@ -244,11 +240,7 @@ def check_fixed_step_parity(
         (1, max(window - 2, 1), spec.max_seq_len),
         (3, min(5, window), min(9, spec.max_seq_len)),
     ]:
-        ids = rng.integers(0, spec.vocab_size, size=(batch, total), dtype=np.int64)
-        padded = batch > 1 and prompt > 1
-        full_mask = np.ones((batch, total), dtype=np.int64)
-        if padded:
-            full_mask[0, : rng.integers(1, prompt)] = 0
+        ids, full_mask, padded = _token_rows(spec, rng, batch, prompt, total)
         cache = model.empty_cache(batch)
         with torch.no_grad():
             model(torch.from_numpy(ids[:, :prompt]), torch.from_numpy(full_mask[:, :prompt]), cache=cache)
@@ -271,6 +263,20 @@ def check_fixed_step_parity(
             diff = max(diff, _difference(actual[:, :, window - real :], expected[:, :, total - real :]))
         cases.append(ParityCase(batch, total, padded, diff, diff / (scale or 1.0)))
     return ParityReport(tolerance, cases)
+
+
+def _token_rows(
+    spec: Any, rng: np.random.Generator, batch: int, prompt: int, total: int
+) -> tuple[np.ndarray, np.ndarray, bool]:
+    """Random token ids (B, total) and their mask, whose first row's prompt starts with padding
+    when B > 1 and the prompt is longer than a token, as generation left-pads a batch of prompts;
+    and whether it does."""
+    ids = rng.integers(0, spec.vocab_size, size=(batch, total), dtype=np.int64)
+    padded = batch > 1 and prompt > 1
+    mask = np.ones((batch, total), dtype=np.int64)
+    if padded:
+        mask[0, : rng.integers(1, prompt)] = 0
+    return ids, mask, padded
 
 
 def _left_pad(cache: np.ndarray, width: int) -> np.ndarray:
