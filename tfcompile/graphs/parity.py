@@ -96,6 +96,9 @@ class ParityReport:
         }
 
 
+STEPS = 8  # single-token steps after a batch of prompts, in check_step_parity
+
+
 def default_shapes(max_seq_len: int) -> list[tuple[int, int, bool]]:
     """Batch 1 and > 1; sequence 1, short, and the full context (up to LONGEST); padding where it
     can occur."""
@@ -188,9 +191,12 @@ def check_forward_parity(
 
 def check_step_parity(model: DecoderLM, onnx_path: Path, tolerance: float, seed: int = 0) -> ParityReport:
     """The incremental graph against PyTorch's cached forward: a prompt with an empty cache, then
-    single tokens, at batch 1 and 3, up to the full context (up to LONGEST); ``seq`` is the final
-    length. At batch 3 the first row's prompt starts with padding, as generation left-pads a batch
-    of prompts."""
+    single tokens: at batch 1 from one token; at batch 3 from a short prompt, and from a prompt
+    that leaves STEPS tokens to the full context (up to LONGEST), so that the steps read the
+    shortest and the longest caches (a step costs a pass over the cache: walking a 1,024-token
+    context one token at a time took 5 minutes for GPT-2 on 2 cores). ``seq`` is the final length.
+    At batch 3 the first row's prompt starts with padding, as generation left-pads a batch of
+    prompts."""
     model = model.eval()
     spec = model.spec
     assert spec.vocab_size is not None
@@ -198,10 +204,13 @@ def check_step_parity(model: DecoderLM, onnx_path: Path, tolerance: float, seed:
     inputs, _ = step_names(spec.n_layers)
     rng = np.random.default_rng(seed)
     cases = []
-    for batch, prompt, total in [
+    context = longest(spec.max_seq_len)
+    walks = [
         (1, 1, min(3, spec.max_seq_len)),
-        (3, min(5, spec.max_seq_len - 1), longest(spec.max_seq_len)),
-    ]:
+        (3, min(5, spec.max_seq_len - 1), min(5 + STEPS, context)),
+        (3, max(context - STEPS, 1), context),
+    ]
+    for batch, prompt, total in dict.fromkeys(walks):  # a short context walks one way once
         ids, full_mask, padded = _token_rows(spec, rng, batch, prompt, total)
         cache = model.empty_cache(batch)
         past = [c.key.numpy() for c in cache] + [c.value.numpy() for c in cache]
