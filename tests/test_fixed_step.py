@@ -243,3 +243,15 @@ def test_a_server_batch_steps_through_the_windows_already_open(
     assert long.tokens == plain.generate_prompts([long_prompt], [12], [GREEDY])[0]
     assert steps and set(steps) == {1} and list(fixed._windows) == [1]
     assert not fixed._windows[1].held  # the finished batch's decoder is gone
+
+
+def test_warming_up_runs_both_turns_of_batch_1s_window_twice(
+    bundle: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """So that a server's first request finds both CUDA graphs captured (each a regular run, then
+    the capture)."""
+    turns = []
+    window_step = _Window.step
+    monkeypatch.setattr(_Window, "step", lambda self, *a: turns.append(self.turn) or window_step(self, *a))
+    served(bundle, True).warm_up()
+    assert turns == [0, 1, 0, 1]

@@ -111,7 +111,10 @@ class LanguageModel(Bundle):
 
     def warm_up(self) -> None:
         super().warm_up()
-        self.generate(np.zeros((1, 1), dtype=np.int64), 1, temperature=0)  # the step graph too
+        # The step graph too; where the fixed step runs, 4 steps of batch 1's window after it, so
+        # that onnxruntime has captured both of its CUDA graphs (each a regular run, then the capture).
+        tokens = 5 if self.fixed else 1
+        self.generate(np.zeros((1, 1), dtype=np.int64), tokens, temperature=0, stop=False)
 
     def logits(self, input_ids: Any, attention_mask: Any | None = None) -> np.ndarray:
         ids = self._token_ids(input_ids)
