@@ -12,6 +12,8 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from tfcompile.sequences import left_pad
+
 
 class Decoder(Protocol):
     """A model with a cache. ``step`` reads the next tokens of every row and returns the logits
@@ -211,9 +213,9 @@ class Batch:
         ids, width = self.ids, max(self.width, prompt.shape[1])
         self.decoder.join(decoder, self._cached(width))
         self.mask = np.concatenate(
-            [_left_pad(_real(self.mask, ids.shape), width), _left_pad(_real(mask, prompt.shape), width)]
+            [left_pad(_real(self.mask, ids.shape), width, 1), left_pad(_real(mask, prompt.shape), width, 1)]
         )
-        self._ids = np.concatenate([_left_pad(ids, width), _left_pad(prompt, width)])
+        self._ids = np.concatenate([left_pad(ids, width, 1), left_pad(prompt, width, 1)])
         self.logits = np.concatenate([self.logits, logits])
         self.rows += rows
         self._trim()
@@ -295,12 +297,6 @@ class Batch:
 def _real(mask: np.ndarray | None, shape: tuple[int, ...]) -> np.ndarray:
     """A mask, ones where None."""
     return np.ones(shape, dtype=np.int64) if mask is None else mask
-
-
-def _left_pad(a: np.ndarray, width: int) -> np.ndarray:
-    """(B, W) -> (B, width), zeros in the new columns on the left (padding: masked, and the id 0
-    is in every vocabulary)."""
-    return np.pad(a, ((0, 0), (width - a.shape[1], 0)))
 
 
 def strip_stop(tokens: list[int], stop: Sequence[int]) -> list[int]:

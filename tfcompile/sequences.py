@@ -26,6 +26,14 @@ def pad_rows(rows: Sequence[Sequence[int]], value: int) -> np.ndarray:
     return out
 
 
+def left_pad(a: np.ndarray, size: int, axis: int) -> np.ndarray:
+    """``a`` with zeros before its entries along ``axis``, to ``size`` there (padding: masked, and
+    the id 0 is in every vocabulary)."""
+    widths = [(0, 0)] * a.ndim
+    widths[axis] = (size - a.shape[axis], 0)
+    return np.pad(a, widths)
+
+
 def length_groups(lengths: Sequence[int], waste: float = 1.25, slack: int = 32) -> list[list[int]]:
     """Row indices grouped by length so that each group, padded to its longest row, holds at most
     ``waste`` times its real tokens plus ``slack`` (a run's fixed cost is worth some padding): a

@@ -19,7 +19,7 @@ from tfcompile.graphs.export import (
     step_names,
 )
 from tfcompile.models import Assembly, Classifier, DecoderLM, Seq2Seq, VisionTransformer
-from tfcompile.sequences import longest
+from tfcompile.sequences import left_pad, longest
 
 
 def _session(onnx_path: Path) -> Any:
@@ -253,12 +253,12 @@ def check_fixed_step_parity(
         cache = model.empty_cache(batch)
         with torch.no_grad():
             model(torch.from_numpy(ids[:, :prompt]), torch.from_numpy(full_mask[:, :prompt]), cache=cache)
-        held = [_left_pad(c.key.numpy(), window) for c in cache] + [
-            _left_pad(c.value.numpy(), window) for c in cache
+        held = [left_pad(c.key.numpy(), window, 2) for c in cache] + [
+            left_pad(c.value.numpy(), window, 2) for c in cache
         ]
         diff = scale = 0.0
         for t in range(prompt, total):
-            mask = np.pad(full_mask[:, : t + 1], [(0, 0), (window - t, 0)])
+            mask = left_pad(full_mask[:, : t + 1], window + 1, 1)
             with torch.no_grad():
                 expected = model(
                     torch.from_numpy(ids[:, t : t + 1]), torch.from_numpy(full_mask[:, : t + 1]), cache=cache
@@ -286,11 +286,6 @@ def _token_rows(
     if padded:
         mask[0, : rng.integers(1, prompt)] = 0
     return ids, mask, padded
-
-
-def _left_pad(cache: np.ndarray, width: int) -> np.ndarray:
-    """(B, H, P, D) -> (B, H, width, D), zeros before the P positions."""
-    return np.pad(cache, [(0, 0), (0, 0), (width - cache.shape[2], 0), (0, 0)])
 
 
 def _source(spec: Any, rng: np.random.Generator, batch: int, length: int) -> tuple[np.ndarray, np.ndarray]:

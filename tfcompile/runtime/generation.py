@@ -31,7 +31,7 @@ from tfcompile.runtime.bundle import BundleFiles
 from tfcompile.runtime.errors import BundleError, InputError
 from tfcompile.runtime.ort import failures, ort
 from tfcompile.runtime.session import Bundle, SessionOptions
-from tfcompile.sequences import pad_rows
+from tfcompile.sequences import left_pad, pad_rows
 
 
 class LanguageModel(Bundle):
@@ -309,19 +309,14 @@ class LanguageModel(Bundle):
                 )[0]
                 for r in range(len(ids))
             ]
-        if not use_cache:
-            return search.generate(
-                _FullDecoder(self), ids, limits, sampling, stops, self.max_seq_len, mask, on_step
-            )
-        if not self.fixed:
-            return search.generate(
-                _StepDecoder(self), ids, limits, sampling, stops, self.max_seq_len, mask, on_step
-            )
-        decoder = _FixedStepDecoder(self)
+        decoder: search.Decoder = _FullDecoder(self)
+        if use_cache:
+            decoder = _FixedStepDecoder(self) if self.fixed else _StepDecoder(self)
         try:
             return search.generate(decoder, ids, limits, sampling, stops, self.max_seq_len, mask, on_step)
         finally:
-            decoder.release()
+            if isinstance(decoder, _FixedStepDecoder):
+                decoder.release()  # its window, for the next generation
 
     def window(self, batch: int, open_new: bool = True) -> _Window | None:
         """The fixed step graph bound for ``batch`` rows, opened (and on CUDA captured) at first use;
@@ -415,7 +410,7 @@ class _StepDecoder:
     def join(self, other: search.Decoder, columns: int) -> None:
         assert isinstance(other, _StepDecoder)
         self.past = [
-            np.concatenate([_left_pad(a, columns, cache), _left_pad(b, columns, cache)], axis=batch)
+            np.concatenate([left_pad(a, columns, cache), left_pad(b, columns, cache)], axis=batch)
             for a, b, (batch, cache) in zip(self._host(), other._host(), self.axes, strict=True)
         ]
         self.length = columns
@@ -560,7 +555,7 @@ class _FixedStepDecoder:
         empty = self.model.max_seq_len - 1 - self.inner.length
         window.load(
             [
-                _left_pad(p, p.shape[axis] + empty, axis)
+                left_pad(p, p.shape[axis] + empty, axis)
                 for p, (_, axis) in zip(self.inner._host(), self.inner.axes, strict=True)
             ]
         )
@@ -600,13 +595,6 @@ class _FixedStepDecoder:
     def trim(self, columns: int) -> None:
         self._leave()
         self.inner.trim(columns)
-
-
-def _left_pad(a: np.ndarray, size: int, axis: int) -> np.ndarray:
-    """``a`` with zeros before its entries along ``axis``, to ``size`` there."""
-    widths = [(0, 0)] * a.ndim
-    widths[axis] = (size - a.shape[axis], 0)
-    return np.pad(a, widths)
 
 
 class _FullDecoder:
