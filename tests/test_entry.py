@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.abc
+import os
 import shutil
 import subprocess
 import sys
@@ -30,6 +31,54 @@ def test_ctrl_c_while_loading_is_one_line_and_130(
     monkeypatch.setattr(sys, "meta_path", [InterruptedImport(), *sys.meta_path])
     assert run() == 130
     assert capsys.readouterr().err == "tfcompile: interrupted\n"
+
+
+# A process that joined a process group: its command prints without a newline (held in stdout's
+# buffer, a pipe's) and returns 3; the entry point's status is printed on a normal exit.
+GROUPED = """
+import sys
+import tfcompile.cli
+from tfcompile.__main__ import run
+from tfcompile.train import distributed
+
+distributed._grouped = {grouped}
+tfcompile.cli.main = lambda: print("finished at step 4", end="") or 3
+status = run()
+print(" and returned", status)
+"""
+
+
+@pytest.mark.parametrize(
+    ("grouped", "out"), [(False, "finished at step 4 and returned 3\n"), (True, "finished at step 4")]
+)
+def test_a_process_that_joined_a_process_group_ends_without_finalizing(grouped: bool, out: str) -> None:
+    """A gloo worker thread could drop a collective's tensor while the interpreter finalized, and
+    take the GIL: std::terminate, SIGABRT after a run that had finished (end_process says how). A
+    process that created a process group now ends in run() with os._exit, its output flushed."""
+    environment = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}  # stdout buffered
+    command = [sys.executable, "-c", GROUPED.format(grouped=grouped)]
+    done = subprocess.run(command, capture_output=True, text=True, env=environment, check=False)
+    assert (done.returncode, done.stdout, done.stderr) == (3 if grouped else 0, out, "")
+
+
+def test_every_way_of_joining_a_process_group_is_remembered(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tfcompile.train import distributed
+
+    monkeypatch.setattr(distributed, "_grouped", False)
+    monkeypatch.setattr(distributed.dist, "is_initialized", lambda: False)
+    monkeypatch.setattr(distributed.dist, "init_process_group", lambda *a, **k: None)
+    for name in ("WORLD_SIZE", "RANK", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(name, raising=False)
+    distributed.join_world("cpu")  # a world of one without a group
+    assert not distributed._grouped
+    distributed.join_world("cpu", group_of_one=True)  # FSDP's group of one
+    assert distributed._grouped
+    monkeypatch.setattr(distributed, "_grouped", False)
+    environment = {"WORLD_SIZE": "2", "RANK": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1"}
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    distributed.join_world("cpu")  # torchrun's world
+    assert distributed._grouped
 
 
 def test_the_installed_command_enters_through_run() -> None:

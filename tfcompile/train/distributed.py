@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import pickle
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TypeVar
@@ -22,6 +23,8 @@ from torch import nn
 from tfcompile.errors import UserError
 
 T = TypeVar("T")
+# Whether this process created a process group, whose threads outlive leave_world (see end_process).
+_grouped = False
 # What torchrun sets for each process, beside WORLD_SIZE, and a world of several processes needs.
 TORCHRUN_VARIABLES = ("RANK", "MASTER_ADDR", "MASTER_PORT")
 
@@ -110,6 +113,7 @@ def join_world(device_type: str, group_of_one: bool = False) -> World:
     """Join the process group that torchrun describes in the environment (NCCL on CUDA, gloo on
     the CPU). Without torchrun, a world of one: with ``group_of_one``, in a process group of its
     own (an in-memory store, no port), else in none."""
+    global _grouped
     backend = "nccl" if device_type == "cuda" else "gloo"
     size = _environment("WORLD_SIZE", "1")
     if size == 1:
@@ -117,6 +121,7 @@ def join_world(device_type: str, group_of_one: bool = False) -> World:
             return World()
         if not dist.is_initialized():
             dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
+            _grouped = True
         return World(joined=True)
     missing = [name for name in TORCHRUN_VARIABLES if name not in os.environ]
     if missing:
@@ -132,12 +137,33 @@ def join_world(device_type: str, group_of_one: bool = False) -> World:
     world = World(rank, _environment("LOCAL_RANK", "0"), size, joined=True)
     if not dist.is_initialized():
         dist.init_process_group(backend)
+        _grouped = True
     return world
 
 
 def leave_world(world: World) -> None:
     if world.joined and dist.is_initialized():
         dist.destroy_process_group()
+
+
+def end_process(status: int) -> int:
+    """``status``, where this process created no process group; where it did, the process ends
+    here with ``status`` (os._exit, its output flushed) instead of finalizing the interpreter.
+
+    A gloo worker thread drops its reference to a collective's tensors after the collective has
+    returned (it still held them when all_reduce returned in 3% to 13% of 2,000 calls per process,
+    measured under torchrun on a 2-core machine), and destroy_process_group stops no thread while
+    DDP or FSDP still holds the group. When the worker's reference is the last one to a tensor
+    Python created, dropping it takes the GIL, and CPython ends a thread that takes the GIL while
+    the interpreter finalizes with pthread_exit, which unwinds through gloo's noexcept destructor:
+    std::terminate, SIGABRT, and torchrun reports a run that finished as failed. By the time the
+    command returns, the run's files are written and closed and its lock released: no finalizer is
+    left that the run needs."""
+    if not _grouped:
+        return status
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
 
 
 def is_sharded(model: nn.Module) -> bool:
