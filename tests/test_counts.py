@@ -30,6 +30,11 @@ CHOICES = {
     ],
     "tie_embeddings": [True, False],
     "n_kv_heads": [4, 2, 1],
+    "moe": [
+        None,
+        {"experts": 3, "top_k": 1},
+        {"experts": 4, "d_ff": 24, "shared_d_ff": 16, "shared_gate": True, "dense_layers": [1]},
+    ],
 }
 TASKS = [
     ({"family": "decoder"}, {"type": "causal_lm"}),

@@ -127,6 +127,9 @@ ABSENT = {
     "model.positional.nope_layers",  # null: every layer turns RoPE
     "model.logit_softcap",  # null: logits uncapped
     "model.window",  # null: every layer attends to every earlier position
+    "model.moe",  # null: each layer's feed-forward is one dense one
+    "model.moe.shared_d_ff",  # null: no shared expert
+    "model.moe.dense_layers",  # null: every layer routes
     "train.loss_chunk_tokens",  # null: the loss over all logits at once, as its description says
     "train.threads",  # null: torch's own count, one per core
 }
@@ -139,7 +142,8 @@ def _nulls(node: object, prefix: str = "") -> set[str]:
 
 
 @pytest.mark.parametrize(
-    "name", ["shakespeare-char", "llama", "multi30k-de-en", "vit-digits", "sst2-finetune"]
+    "name",
+    ["shakespeare-char", "llama", "multi30k-de-en", "vit-digits", "sst2-finetune", "shakespeare-char-moe"],
 )
 def test_a_resolved_spec_fills_in_every_default(name: str) -> None:
     spec = load_spec(ROOT / "specs" / f"{name}.yaml")

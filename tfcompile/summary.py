@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from tfcompile.nn.moe import MoE
 from tfcompile.spec.schema import Spec, TransformerSpec
 from tfcompile.tasks.task import build_model
 
@@ -74,6 +75,11 @@ def summarize(spec: Spec) -> Summary:
             i = int(layer[1])
             slides = f"slides over {window.size:,} positions" if window is not None and i in sliding else ""
             note = "; ".join(filter(None, [slides, "turns no RoPE" if i in nope else ""]))
+        if isinstance(module, MoE):
+            note = (
+                f"{module.top_k} of {len(module.experts)} experts per token: "
+                f"{module.active_parameters():,} parameters active"
+            )
         rows.append(ModuleRow(name, type(module).__name__, own, shapes.get(shape_of), note))
     total = sum(p.numel() for p in model.parameters())
     return Summary(rows, total, forward_flops_per_token(model, spec.model), spec.context_length)
@@ -83,10 +89,13 @@ def forward_flops_per_token(model: nn.Module, spec: TransformerSpec, context: in
     """2 FLOPs per multiply-add: every Linear once per token, plus the attention scores and the
     weighted sum over a full ``context`` (default max_seq_len; QK^T and AV: 2 * 2 * n_layers *
     context * n_heads * head_dim), as in PaLM's MFU accounting; a sliding layer's over its window
-    where that is shorter. Embedding lookups and norms are not counted."""
+    where that is shorter; a mixture of experts' router, shared expert and the top_k experts a token
+    chooses. Embedding lookups and norms are not counted."""
     # each use of a module: a block that several layers share (ALBERT's) is computed in each
     layers = (m for _, m in model.named_modules(remove_duplicate=False))
-    matmul = sum(2 * m.in_features * m.out_features for m in layers if isinstance(m, nn.Linear))
+    modules = list(layers)
+    matmul = sum(2 * m.in_features * m.out_features for m in modules if isinstance(m, nn.Linear))
+    matmul -= sum(m.idle_flops_per_token() for m in modules if isinstance(m, MoE))  # its chosen experts only
     # An encoder-decoder's decoder attends twice per block (to itself and to the source).
     attending = spec.n_layers + 2 * getattr(spec, "n_decoder_layers", 0)
     assert spec.head_dim is not None  # resolved by the schema

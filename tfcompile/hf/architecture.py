@@ -398,8 +398,8 @@ class Needs:
     def no_extras(self, model: Any, qk_norm: bool = False) -> None:
         """No scale on the embeddings, no LM head bias, sequential blocks, no sandwich or output
         norms, no capped scores or logits, no decoder's embedding norm, norms with a learned scale,
-        no clipped q, k and v, no multipliers (Granite's), and no norm of each head's q and k unless
-        the architecture has one (``qk_norm``), and then over each head."""
+        no clipped q, k and v, no multipliers (Granite's), no mixture of experts, and no norm of
+        each head's q and k unless the architecture has one (``qk_norm``), and then over each head."""
         self(not model.scale_embeddings, "model.scale_embeddings", True, "set it false")
         self(not model.bias.lm_head, "model.bias.lm_head", True, "set it false")
         self(qk_norm or not model.qk_norm, "model.qk_norm", True, "set it false")
@@ -428,6 +428,8 @@ class Needs:
         self(not embedding_norm or isinstance(model, EncoderSpec), "model.embedding_norm", True, "false")
         self(model.norm.scale, "model.norm.scale", False, "true (every norm written has a learned scale)")
         self(model.qkv_clip is None, "model.qkv_clip", model.qkv_clip, "leave it unset")
+        moe = model.moe.model_dump() if model.moe is not None else None
+        self(moe is None, "model.moe", moe, "leave it unset (export-hf writes no mixture of experts)")
         for name in MULTIPLIERS:  # the last two decoders' only
             value = getattr(model, name, 1.0)
             self(value == 1.0, f"model.{name}", value, "1")

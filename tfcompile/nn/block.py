@@ -12,6 +12,7 @@ from torch import nn
 
 from tfcompile.nn.attention import Attention, CrossAttention, KVCache
 from tfcompile.nn.feedforward import FeedForward
+from tfcompile.nn.moe import MoE
 from tfcompile.nn.positional import Rotary
 from tfcompile.nn.registry import NORMS
 from tfcompile.spec.schema import ParallelBlock
@@ -54,7 +55,11 @@ def build_blocks(spec: TransformerSpec, count: int, cross_attention: bool = Fals
     """``count`` blocks whose stochastic-depth rates rise linearly from 0 at the first block to
     ``spec.dropout.path`` at the last (Huang et al. 2016, as DeiT and timm schedule it)."""
     rates = [spec.dropout.path * i / max(count - 1, 1) for i in range(count)]
-    return nn.ModuleList(TransformerBlock(spec, cross_attention, drop_path=rate) for rate in rates)
+    routed = spec.routed_layers(count)
+    return nn.ModuleList(
+        TransformerBlock(spec, cross_attention, drop_path=rate, routed=i in routed)
+        for i, rate in enumerate(rates)
+    )
 
 
 class DropPath(nn.Module):
@@ -88,12 +93,19 @@ class TransformerBlock(nn.Module):
     parallel:  x = x + attn(norm1(x)) + ffn(norm2(x)), norm2 = norm1 with a shared norm (GPT-J,
                GPT-NeoX, PaLM; pre-norm only)
 
-    Each f's output (a parallel block's sum) is multiplied by the spec's ``residual_multiplier``
+    The feed-forward is a mixture of experts (tfcompile.nn.moe) where ``routed``. Each f's output
+    (a parallel block's sum) is multiplied by the spec's ``residual_multiplier``
     (Granite's; 1 by default) and, while training, goes through dropout and, with ``drop_path``,
     stochastic depth.
     """
 
-    def __init__(self, spec: TransformerSpec, cross_attention: bool = False, drop_path: float = 0.0) -> None:
+    def __init__(
+        self,
+        spec: TransformerSpec,
+        cross_attention: bool = False,
+        drop_path: float = 0.0,
+        routed: bool = False,
+    ) -> None:
         super().__init__()
         assert spec.n_kv_heads is not None and spec.d_ff is not None  # resolved by the schema
         position = spec.norm.position
@@ -116,7 +128,11 @@ class TransformerBlock(nn.Module):
             self.cross_out_norm = output_norm()
         shared = isinstance(spec.block, ParallelBlock) and spec.block.shared_norm
         self.ffn_norm = None if shared else input_norm()
-        self.ffn = FeedForward(spec.d_model, spec.d_ff, spec.activation, bias=spec.bias.ffn)
+        self.ffn: nn.Module = (
+            MoE(spec.d_model, spec.moe, spec.activation, bias=spec.bias.ffn)
+            if routed and spec.moe is not None
+            else FeedForward(spec.d_model, spec.d_ff, spec.activation, bias=spec.bias.ffn)
+        )
         self.ffn_out_norm = output_norm()
         dropout = nn.Dropout(spec.dropout.residual)
         self.drop = nn.Sequential(dropout, DropPath(drop_path)) if drop_path else dropout

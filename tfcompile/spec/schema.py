@@ -492,6 +492,70 @@ class DropoutSpec(Section):
     )
 
 
+MAX_EXPERTS = 1024
+
+
+class MoESpec(Section):
+    """Mixture-of-experts feed-forward (Shazeer et al. 2017; Switch, Fedus et al. 2021; Mixtral): a
+    router sends each token to the ``top_k`` of ``experts`` feed-forwards with the highest softmax
+    probability and sums their outputs weighted by those probabilities."""
+
+    experts: Annotated[
+        int, Field(strict=True, ge=2), at_most(MAX_EXPERTS, "the largest MoE models in use route among 512")
+    ] = Field(description=f"feed-forwards per MoE layer; at least 2, at most {MAX_EXPERTS:,}")
+    top_k: PositiveInt = Field(2, description="experts each token goes through; at most experts")
+    d_ff: FeedForward | None = Field(
+        None, description="each expert's hidden width (moe_intermediate_size); default: model.d_ff"
+    )
+    normalize: bool = Field(
+        True,
+        description="rescale the chosen experts' probabilities to sum to 1 (Mixtral, Qwen3-MoE); false: "
+        "use them as the softmax over every expert gave them (Qwen2-MoE, OLMoE)",
+    )
+    shared_d_ff: FeedForward | None = Field(
+        None,
+        description="the hidden width of a shared expert that every token goes through beside its "
+        "routed ones (Qwen2-MoE's shared_expert_intermediate_size); default: none",
+    )
+    shared_gate: bool = Field(
+        False,
+        description="multiply the shared expert's output by sigmoid(x . w), a learned gate per token "
+        "(Qwen2-MoE); needs shared_d_ff",
+    )
+    dense_layers: (
+        Annotated[list[Annotated[int, Field(strict=True, ge=0)]], Field(max_length=MAX_LAYERS)] | None
+    ) = Field(
+        None,
+        description="layers (counted from 0, in each stack) that keep the plain feed-forward of "
+        "model.d_ff (Qwen2-MoE's mlp_only_layers); default: none, every layer routes",
+    )
+    balance_loss: Annotated[float, Field(ge=0)] = Field(
+        0.01,
+        description="while training, this times the load-balancing loss, E * sum_e f_e P_e (f_e: the "
+        "share of the tokens' choices that went to expert e; P_e: e's mean router probability), "
+        "averaged over the MoE layers, is added to the task's loss (Switch: 0.01; Mixtral: 0.02); 0: none",
+    )
+
+    @model_validator(mode="after")
+    def _rules(self) -> MoESpec:
+        rules = Rules()
+        rules.require(
+            self.top_k <= self.experts,
+            ("top_k",),
+            f"chooses {self.top_k} of {self.experts} experts",
+            f"use at most {self.experts}, or more experts",
+        )
+        rules.require(
+            not self.shared_gate or self.shared_d_ff is not None,
+            ("shared_gate",),
+            "gates the shared expert, and there is none",
+            "set model.moe.shared_d_ff, or leave shared_gate out",
+        )
+        require_distinct(rules, self.dense_layers or [], ("dense_layers",))
+        rules.check()
+        return self
+
+
 class TransformerSpec(Section):
     """The choices every family shares: sizes, norms, activation, positions, biases, dropout.
 
@@ -528,6 +592,9 @@ class TransformerSpec(Section):
     positional: Positional = LearnedPositional()
     bias: BiasSpec = BiasSpec()
     block: Block = Field(SequentialBlock(), description="how a layer's sublayers meet the residual stream")
+    moe: MoESpec | None = Field(
+        None, description="a mixture of experts in place of each layer's feed-forward; default: none"
+    )
     head_dim: Width | None = Field(
         None, description="size of each attention head; default d_model / n_heads (T5 sets its own)"
     )
@@ -646,6 +713,10 @@ class TransformerSpec(Section):
                 require_within(rules, layers, self.n_layers, field)
             if self.positional.rotary_dims is None:
                 self._resolve(positional=self.positional.model_copy(update={"rotary_dims": rotary}))
+        if self.moe is not None:
+            if self.moe.d_ff is None:
+                self._resolve(moe=self.moe.model_copy(update={"d_ff": self.d_ff}))
+            require_within(rules, self.moe.dense_layers or [], self.n_layers, ("moe", "dense_layers"))
         rules.require(
             self.qk_norm or self.qk_norm_over == "head",
             ("qk_norm_over",),
@@ -688,9 +759,22 @@ class TransformerSpec(Section):
 
     # Parameter counts, matching tfcompile.models (tests/test_counts.py).
 
-    def block_parameters(self, cross_attention: bool = False) -> int:
+    def routed_layers(self, count: int) -> frozenset[int]:
+        """The layers of a stack of ``count`` whose feed-forward is a mixture of experts."""
+        if self.moe is None:
+            return frozenset()
+        return frozenset(range(count)) - set(self.moe.dense_layers or ())
+
+    def stack_parameters(self, count: int, cross_attention: bool = False) -> int:
+        """A stack of ``count`` TransformerBlocks."""
+        routed = len(self.routed_layers(count))
+        dense = (count - routed) * self.block_parameters(cross_attention)
+        return dense + (routed and routed * self.block_parameters(cross_attention, routed=True))
+
+    def block_parameters(self, cross_attention: bool = False, routed: bool = False) -> int:
         """One TransformerBlock: norms (sandwich: on each sublayer's output too; output: there
-        only), self-attention (packed QKV, q and k norms), [cross-attention], feed-forward."""
+        only), self-attention (packed QKV, q and k norms), [cross-attention], feed-forward (where
+        ``routed``, the mixture of experts: router, experts, shared expert and its gate)."""
         assert self.n_kv_heads is not None and self.d_ff is not None and self.head_dim is not None
         d, hd, bias = self.d_model, self.head_dim, self.bias
         q, kv = self.n_heads * hd, 2 * self.n_kv_heads * hd
@@ -698,14 +782,23 @@ class TransformerSpec(Section):
         widths = (hd, hd) if self.qk_norm_over == "head" else (q, self.n_kv_heads * hd)
         qk_norms = sum(self.norm.parameters(width) for width in widths) * self.qk_norm
         attention = d * (q + kv) + bias.qkv * (q + kv) + qk_norms + out
-        width = self.d_ff * (2 if self.gated else 1)
-        ffn = d * width + bias.ffn * width + self.d_ff * d + bias.ffn * d
+        ffn = self.ffn_parameters(self.d_ff)
+        if routed:
+            moe = self.moe
+            assert moe is not None and moe.d_ff is not None  # resolved above
+            shared = self.ffn_parameters(moe.shared_d_ff) if moe.shared_d_ff is not None else 0
+            ffn = d * moe.experts + moe.experts * self.ffn_parameters(moe.d_ff) + shared + d * moe.shared_gate
         norms = 1 if isinstance(self.block, ParallelBlock) and self.block.shared_norm else 2
         per_sublayer = 2 if self.norm.position == "sandwich" else 1
         total = norms * per_sublayer * self.norm.parameters(d) + attention + ffn
         if cross_attention:
             total += per_sublayer * self.norm.parameters(d) + attention
         return total
+
+    def ffn_parameters(self, d_ff: int) -> int:
+        """One feed-forward of hidden width ``d_ff`` (a gated one's input projection twice as wide)."""
+        width = d_ff * (2 if self.gated else 1)
+        return (self.d_model + self.bias.ffn) * width + (d_ff + self.bias.ffn) * self.d_model
 
     def final_norm_parameters(self) -> int:
         return self.norm.parameters(self.d_model) if self.norm.final else 0
@@ -843,7 +936,7 @@ class DecoderSpec(TransformerSpec):
             self.vocab_rows * self.d_model
             + self.positional.parameters(self)
             + (self.norm.parameters(self.d_model) if self.embedding_norm else 0)
-            + self.n_layers * self.block_parameters()
+            + self.stack_parameters(self.n_layers)
             + self.final_norm_parameters()
         )
 
@@ -913,7 +1006,7 @@ class EncoderSpec(TransformerSpec):
             + self.positional.parameters(self)
             + (self.norm.parameters(e) if self.embedding_norm else 0)
             + (e * d + d) * self.projects_embeddings
-            + (1 if self.share_layers else self.n_layers) * self.block_parameters()
+            + self.stack_parameters(1 if self.share_layers else self.n_layers)
             + self.final_norm_parameters()
             + (d * d + d) * self.pooler
         )
@@ -964,8 +1057,8 @@ class EncoderDecoderSpec(TransformerSpec):
             self._vocab() * self.d_model * (1 if self.share_embeddings else 2)
             + 2 * self.positional.parameters(self)  # the encoder's and the decoder's
             + 2 * (self.norm.parameters(self.d_model) if self.embedding_norm else 0)
-            + self.n_layers * self.block_parameters()
-            + self.n_decoder_layers * self.block_parameters(cross_attention=True)
+            + self.stack_parameters(self.n_layers)
+            + self.stack_parameters(self.n_decoder_layers, cross_attention=True)
             + 2 * self.final_norm_parameters()
         )
 
@@ -1073,7 +1166,7 @@ class VitSpec(TransformerSpec):
             (self.channels * self.patch_size**2 + 1) * d  # the patch projection and its bias
             + self.prefix_tokens * d  # the [CLS] token
             + self.positional.parameters(self)
-            + self.n_layers * self.block_parameters()
+            + self.stack_parameters(self.n_layers)
             + self.final_norm_parameters()
         )
 

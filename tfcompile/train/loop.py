@@ -24,6 +24,7 @@ import torch
 from tokenizers import Tokenizer
 
 from tfcompile.files import PREPROCESSING_FILE, TOKENIZER_FILE, atomic_write_text
+from tfcompile.nn.moe import balance_loss
 from tfcompile.spec import Spec, dump_spec
 from tfcompile.summary import forward_flops_per_token
 from tfcompile.tasks.task import Task, build_model, task_of
@@ -252,7 +253,10 @@ class Trainer:
             with parallel.gradient_sync(self.forward, self.world, sync=last):
                 with self.placement.autocast():
                     loss = self.task.loss(self.forward, batch) / t.grad_accum
-                self.scaler.scale(loss).backward()
+                # An MoE's load balancing joins the gradient; the loss reported is the task's.
+                balance = balance_loss(self.model)
+                objective = loss if balance is None else loss + balance / t.grad_accum
+                self.scaler.scale(objective).backward()
             losses.append(loss.detach())
             tokens += self.task.tokens(batch) * self.world.size
         loss_sum = self.world.mean(torch.stack(losses).sum().item(), self.device)

@@ -1,0 +1,265 @@
+"""``model.moe``: a mixture of experts in place of each layer's feed-forward. The layer held to its
+formula written out token by token, the load-balancing loss to Switch's and Mixtral's, the trainer
+to adding it to the gradient and not to the loss it reports, the spec's rules and counts to the
+built models, the KV cache to the full forward, the FLOP count to the chosen experts, and every
+family's graphs to ONNX Runtime. (Hugging Face's MoE models: tests/test_hf_moe.py.)"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from pathlib import Path
+
+import pytest
+import torch
+from helpers import ONE_STEP, ROOT, TINY, assert_exports_with_parity, random_run, randomised, tiny_model
+
+from tfcompile.models import DecoderLM
+from tfcompile.nn.feedforward import FeedForward
+from tfcompile.nn.moe import MoE, balance_loss
+from tfcompile.spec import load_spec, parse_spec
+from tfcompile.spec.errors import SpecError
+from tfcompile.spec.schema import MoESpec
+from tfcompile.summary import forward_flops_per_token
+from tfcompile.tasks import build_model
+
+MODEL = "vocab_size: 20, d_model: 16, n_layers: 2, n_heads: 2, max_seq_len: 12"
+
+
+def _layer(activation: str = "swiglu", bias: bool = False, **moe: object) -> MoE:
+    spec = MoESpec.model_validate({"experts": 4, "top_k": 2, "d_ff": 8} | moe)
+    return randomised(MoE(6, spec, activation, bias))
+
+
+def _by_token(layer: MoE, x: torch.Tensor) -> torch.Tensor:
+    """The formula for one token at a time: its top_k experts by router probability, their
+    outputs weighted by those probabilities (rescaled to sum to 1 where normalize), plus the
+    shared expert (times its sigmoid gate)."""
+    out = torch.empty_like(x)
+    for index in itertools.product(*map(range, x.shape[:-1])):
+        token = x[index]
+        probs = torch.softmax(layer.router.weight @ token, dim=-1)
+        chosen = sorted(range(len(probs)), key=lambda e: -float(probs[e]))[: layer.top_k]
+        weights = probs[chosen] / (probs[chosen].sum() if layer.normalize else 1)
+        y = sum(w * layer.experts[e](token) for w, e in zip(weights, chosen, strict=True))
+        if layer.shared is not None:
+            gate = 1 if layer.shared_gate is None else torch.sigmoid(layer.shared_gate.weight @ token)
+            y = y + gate * layer.shared(token)
+        out[index] = y
+    return out
+
+
+@pytest.mark.parametrize(
+    ("activation", "bias", "moe"),
+    [
+        ("swiglu", False, {}),
+        ("swiglu", False, {"normalize": False}),
+        ("gelu", True, {"top_k": 1}),
+        ("geglu", False, {"shared_d_ff": 5}),
+        ("swiglu", False, {"shared_d_ff": 5, "shared_gate": True, "normalize": False, "top_k": 3}),
+    ],
+    ids=["mixtral", "qwen3 unnormalised", "switch top-1 with biases", "shared expert", "qwen2-moe"],
+)
+def test_a_layer_is_its_formula_token_by_token(activation: str, bias: bool, moe: dict) -> None:
+    layer = _layer(activation, bias, **moe)
+    x = torch.randn(2, 5, 6, dtype=torch.float64)
+    with torch.no_grad():
+        torch.testing.assert_close(layer(x), _by_token(layer, x))
+
+
+def test_an_expert_no_token_chose_changes_nothing_and_one_that_was_chosen_does() -> None:
+    layer = _layer()
+    x = torch.randn(1, 1, 6, dtype=torch.float64)
+    with torch.no_grad():
+        before = layer(x)
+        chosen = layer.router(x).topk(2, dim=-1).indices.flatten().tolist()
+        idle = next(e for e in range(4) if e not in chosen)
+        expert = layer.experts[idle]
+        assert isinstance(expert, FeedForward)
+        expert.w_out.weight.mul_(3)
+        torch.testing.assert_close(layer(x), before)
+        expert = layer.experts[chosen[0]]
+        assert isinstance(expert, FeedForward)
+        expert.w_out.weight.mul_(3)
+        assert not torch.allclose(layer(x), before)
+
+
+def test_the_balance_loss_is_switch_and_mixtrals() -> None:
+    layer = _layer(balance_loss=0.5).train()
+    x = torch.randn(3, 4, 6, dtype=torch.float64)
+    layer(x)
+    probs = torch.softmax(layer.router(x), dim=-1).reshape(-1, 4)
+    chosen = probs.topk(2, dim=-1).indices  # (N, k)
+    share = torch.stack([(chosen == e).sum() / len(probs) for e in range(4)])  # sums to k
+    assert layer.balance is not None
+    torch.testing.assert_close(layer.balance, 4 * (share * probs.mean(0)).sum())
+    model = torch.nn.Sequential(layer, _layer(balance_loss=0.5).train())
+    model(x)
+    expected = 0.5 * torch.stack([m.balance for m in model if isinstance(m, MoE) and m.balance is not None])
+    torch.testing.assert_close(balance_loss(model), expected.mean())
+
+
+def test_uniform_routing_balances_at_k_and_evaluation_keeps_no_loss() -> None:
+    layer = _layer(top_k=3)
+    with torch.no_grad():
+        layer.router.weight.zero_()
+    layer.eval()(torch.randn(2, 3, 6, dtype=torch.float64))
+    assert layer.balance is None and balance_loss(layer) is None
+    layer.train()(torch.randn(2, 3, 6, dtype=torch.float64))
+    assert layer.balance is not None and layer.balance.item() == pytest.approx(3.0)
+    unweighted = _layer(balance_loss=0).train()
+    unweighted(torch.randn(2, 3, 6, dtype=torch.float64))
+    assert balance_loss(unweighted) is None
+
+
+def _moe_trainer(tmp_path: Path, weight: float) -> object:
+    from tfcompile.train import Trainer
+
+    sets = [*TINY, "model.d_model=32", "model.max_seq_len=32", *ONE_STEP, f"train.runs_dir={tmp_path}"]
+    moe = f"model.moe={{experts: 4, top_k: 2, balance_loss: {weight}}}"
+    spec = load_spec(ROOT / "specs" / "shakespeare-char-llama.yaml", [*sets, moe, "model.dropout.residual=0"])
+    return Trainer(spec, tmp_path / f"run{weight}", show_progress=False)
+
+
+def test_the_trainer_adds_the_balance_loss_to_the_gradient_not_to_the_loss_it_reports(tmp_path: Path) -> None:
+    grads, losses = [], []
+    for weight in (0.0, 10.0):
+        trainer = _moe_trainer(tmp_path, weight)
+        loss, _ = trainer._forward_backward(1)  # type: ignore[attr-defined]
+        losses.append(loss)
+        router = trainer.model.blocks[0].ffn.router  # type: ignore[attr-defined]
+        grads.append(router.weight.grad.clone())
+        trainer.lock.release()  # type: ignore[attr-defined]
+    assert losses[0] == pytest.approx(losses[1], rel=1e-6)
+    assert not torch.allclose(grads[0], grads[1])
+
+
+@pytest.mark.parametrize(
+    ("moe", "field"),
+    [
+        ("{experts: 4, top_k: 5}", "model.moe.top_k"),
+        ("{experts: 1}", "model.moe.experts"),
+        ("{experts: 2000}", "model.moe.experts"),
+        ("{experts: 4, shared_gate: true}", "model.moe.shared_gate"),
+        ("{experts: 4, dense_layers: [2]}", "model.moe.dense_layers"),
+        ("{experts: 4, dense_layers: [1, 1]}", "model.moe.dense_layers"),
+        ("{experts: 4, balance_loss: -1}", "model.moe.balance_loss"),
+        ("{experts: 4, top_k: 2.5}", "model.moe.top_k"),
+        ("{experts: 4, router: noisy}", "model.moe.router"),
+    ],
+)
+def test_the_schema_refuses_what_has_no_meaning_at_its_field(moe: str, field: str) -> None:
+    with pytest.raises(SpecError) as error:
+        parse_spec(f"model: {{{MODEL}, moe: {moe}}}\n")
+    assert [issue.path for issue in error.value.issues] == [field], error.value
+
+
+def test_the_experts_width_defaults_to_the_models() -> None:
+    spec = tiny_model(activation="swiglu", moe={"experts": 4})
+    assert spec.moe is not None and spec.moe.d_ff == spec.d_ff and spec.moe.top_k == 2
+    assert spec.routed_layers(spec.n_layers) == {0, 1}
+    dense = tiny_model(moe={"experts": 4, "dense_layers": [0]})
+    assert dense.routed_layers(2) == {1}
+    model = DecoderLM(dense)
+    assert isinstance(model.blocks[0].ffn, FeedForward) and isinstance(model.blocks[1].ffn, MoE)
+
+
+FAMILIES = {
+    "decoder": f"model: {{{MODEL}, moe: {{experts: 3, shared_d_ff: 8, shared_gate: true}}}}\n",
+    "encoder shared layers": f"model: {{{MODEL}, family: encoder, share_layers: true, moe: {{experts: 4}}}}\n"
+    "task: {type: classification, labels: [a, b]}\n",
+    "encoder_decoder": f"model: {{{MODEL}, family: encoder_decoder, n_decoder_layers: 3, "
+    "moe: {experts: 4, top_k: 1, d_ff: 24, dense_layers: [0]}}\ntask: seq2seq\n",
+    "vit": "model: {family: vit, image_size: 8, patch_size: 4, channels: 1, d_model: 16, n_layers: 2, "
+    "n_heads: 2, moe: {experts: 2, top_k: 1}}\ntask: {type: image_classification, labels: [a, b]}\n",
+}
+
+
+@pytest.mark.parametrize("text", FAMILIES.values(), ids=FAMILIES)
+def test_every_family_counts_what_it_builds_and_trains_its_router(text: str) -> None:
+    spec = parse_spec(text)
+    model = build_model(spec).train()
+    assert spec.parameter_count() == sum(p.numel() for p in model.parameters())
+    layers = [m for m in model.modules() if isinstance(m, MoE)]
+    assert layers
+    example = model.example_inputs(2)  # type: ignore[operator]
+    out = model(*example)
+    loss = (out if isinstance(out, torch.Tensor) else out[0]).float().square().mean()
+    balance = balance_loss(model)
+    assert balance is not None
+    (loss + balance).backward()
+    assert all(m.router.weight.grad is not None and m.router.weight.grad.abs().sum() > 0 for m in layers)
+
+
+def test_a_decoder_of_experts_agrees_with_its_kv_cache() -> None:
+    model = randomised(DecoderLM(tiny_model(positional="rope", activation="swiglu", moe={"experts": 4})))
+    ids = torch.randint(0, 50, (2, 9), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        expected = model(ids)
+        cache = model.empty_cache(2)
+        steps = [model(ids[:, :4], cache=cache)]
+        steps += [model(ids[:, t : t + 1], cache=cache) for t in range(4, 9)]
+        torch.testing.assert_close(torch.cat(steps, 1), expected)
+
+
+def test_the_flops_count_the_chosen_experts_and_the_router() -> None:
+    dense = tiny_model(activation="swiglu", d_ff=64)
+    moe = tiny_model(activation="swiglu", d_ff=64, moe={"experts": 8, "top_k": 3, "dense_layers": [1]})
+    assert dense.d_ff == 64
+    ffn = 2 * (32 * 2 * 64 + 64 * 32)  # a gated feed-forward's two matmuls per token
+    extra = 2 * 32 * 8 + (3 - 1) * ffn  # one routed layer: its router and two more experts
+    counts = [forward_flops_per_token(DecoderLM(s), s) for s in (dense, moe)]
+    assert counts[1] - counts[0] == extra
+
+
+def test_the_summary_notes_each_layers_experts_and_the_parameters_a_token_reaches() -> None:
+    from tfcompile.summary import summarize
+
+    spec = load_spec(ROOT / "specs" / "shakespeare-char-moe.yaml")
+    rows = [row for row in summarize(spec).rows if row.kind == "MoE"]
+    router, expert = 384 * 8, 3 * 384 * 512
+    assert len(rows) == 6 and rows[0].params == router + 8 * expert
+    assert rows[0].note == f"2 of 8 experts per token: {router + 2 * expert:,} parameters active"
+
+
+BUNDLES = {
+    "decoder, RoPE, shared gated expert": f"model: {{{MODEL}, positional: rope, activation: swiglu, "
+    "moe: {experts: 4, shared_d_ff: 8, shared_gate: true, normalize: false}}\n",
+    "encoder classifier": f"model: {{{MODEL}, family: encoder, moe: {{experts: 3, top_k: 1}}}}\n"
+    "task: {type: classification, labels: [a, b]}\n",
+    "encoder-decoder": f"model: {{{MODEL}, family: encoder_decoder, "
+    "moe: {experts: 4, dense_layers: [1]}}\ntask: seq2seq\n",
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("text", BUNDLES.values(), ids=BUNDLES)
+def test_every_graph_exports_with_parity(text: str, tmp_path: Path) -> None:
+    assert_exports_with_parity(text, tmp_path / "bundle")
+
+
+@pytest.mark.slow
+def test_a_trained_decoder_of_experts_fuses_and_generates_as_pytorch(tmp_path: Path) -> None:
+    from helpers import trained_decoder_generates_as_pytorch
+
+    trained_decoder_generates_as_pytorch(tmp_path, ["model.moe={experts: 4, top_k: 2, shared_d_ff: 16}"])
+
+
+def test_export_hf_refuses_a_mixture_of_experts_by_field(tmp_path: Path) -> None:
+    from tfcompile.hf.errors import HFError
+    from tfcompile.hf.exporter import export_hf
+
+    run = random_run(
+        tmp_path,
+        "model: {vocab_size: 64, d_model: 32, n_heads: 4, n_layers: 1, max_seq_len: 24, positional: rope, "
+        "norm: {type: rmsnorm}, activation: swiglu, bias: {qkv: false, attn_out: false, ffn: false}, "
+        "moe: {experts: 4}}\n",
+    )
+    with pytest.raises(HFError, match=rf"\n  {re.escape('model.moe')}: "):
+        export_hf(run, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_layer_keeps_the_activations_dtype() -> None:
+    layer = MoE(6, MoESpec(experts=3, d_ff=4), "swiglu", False).to(torch.bfloat16)
+    assert layer(torch.randn(2, 3, 6, dtype=torch.bfloat16)).dtype == torch.bfloat16

@@ -1,0 +1,91 @@
+"""Mixture-of-experts feed-forward (Shazeer et al. 2017; Switch, Fedus et al. 2021; Mixtral, Jiang
+et al. 2024).
+
+A router scores each token x against the E experts, p = softmax(x W_r); the token goes through the
+k experts of highest p, whose outputs are summed weighted by their p (rescaled to sum to 1 where
+``normalize``), beside a shared expert that every token goes through (gated by sigmoid(x w_s)
+where ``shared_gate``):
+
+    MoE(x) = sum_{e in topk(p)} w_e FFN_e(x)  [+ sigmoid(x w_s) FFN_s(x)]
+
+Each expert is a FeedForward of its own. Every expert reads every token and the ones a token did
+not choose are weighted 0: the output is exact, the shapes never depend on the routing (so the
+ONNX graph has none that do, and every expert's weights get a gradient, as DDP requires), at E / k
+times the FLOPs of dispatching each token to its k experts alone.
+
+While training, each layer keeps the load-balancing loss of Switch (k = 1) and Mixtral (k > 1) in
+``balance``: E * sum_e f_e P_e, where f_e is the share of the tokens' choices that went to expert
+e (f sums to k) and P_e the mean of e's router probability; uniform routing makes it k.
+``balance_loss`` averages it over a model's MoE layers, times the spec's ``balance_loss``, for the
+trainer to add to the task's loss.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from tfcompile.nn.feedforward import FeedForward
+from tfcompile.spec.schema import MoESpec
+
+
+class MoE(nn.Module):
+    """(batch, seq, d_model) -> (batch, seq, d_model)."""
+
+    def __init__(self, d_model: int, spec: MoESpec, activation: str, bias: bool) -> None:
+        super().__init__()
+        assert spec.d_ff is not None  # resolved by the schema
+        self.top_k, self.normalize = spec.top_k, spec.normalize
+        self.router = nn.Linear(d_model, spec.experts, bias=False)
+        self.experts = nn.ModuleList(
+            FeedForward(d_model, spec.d_ff, activation, bias) for _ in range(spec.experts)
+        )
+        shared = spec.shared_d_ff
+        self.shared = None if shared is None else FeedForward(d_model, shared, activation, bias)
+        self.shared_gate = nn.Linear(d_model, 1, bias=False) if spec.shared_gate else None
+        self.balance_weight = spec.balance_loss
+        self.balance: torch.Tensor | None = None  # the last training forward's load-balancing loss
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        logits = self.router(x)  # (B, T, E)
+        # in float32 at least, as Mixtral's
+        probs = F.softmax(logits, dim=-1, dtype=torch.promote_types(logits.dtype, torch.float32))
+        top, chosen = probs.topk(self.top_k, dim=-1)  # (B, T, k)
+        if self.normalize:
+            top = top / top.sum(dim=-1, keepdim=True)
+        weights = torch.zeros_like(probs).scatter(-1, chosen, top).to(x.dtype)  # (B, T, E), 0 if unchosen
+        if self.training and self.balance_weight > 0:
+            chosen_share = F.one_hot(chosen, len(self.experts)).float().mean(dim=(0, 1)).sum(dim=0)  # (E,)
+            self.balance = len(self.experts) * (chosen_share * probs.mean(dim=(0, 1))).sum()
+        out = torch.zeros_like(x)
+        for e, expert in enumerate(self.experts):
+            out = out + weights[..., e, None] * expert(x)
+        if self.shared is not None:
+            shared = self.shared(x)
+            out = out + (shared if self.shared_gate is None else torch.sigmoid(self.shared_gate(x)) * shared)
+        return out
+
+    def active_parameters(self) -> int:
+        """The parameters one token computes with: the router, its top_k experts', the shared
+        expert and its gate."""
+        expert = sum(p.numel() for p in self.experts[0].parameters())
+        idle = (len(self.experts) - self.top_k) * expert
+        return sum(p.numel() for p in self.parameters()) - idle
+
+    def idle_flops_per_token(self) -> int:
+        """The FLOPs per token of the experts a token did not choose (computed and weighted 0):
+        what a count of every Linear's takes back to count the active ones."""
+        expert = self.experts[0]
+        assert isinstance(expert, FeedForward)
+        per_expert = sum(2 * m.in_features * m.out_features for m in (expert.w_in, expert.w_out))
+        return (len(self.experts) - self.top_k) * per_expert
+
+
+def balance_loss(model: nn.Module) -> torch.Tensor | None:
+    """The mean over the model's MoE layers of the load-balancing losses they kept in their last
+    training forward, times the spec's balance_loss; None where it has none."""
+    layers = [m for m in model.modules() if isinstance(m, MoE) and m.balance is not None]
+    if not layers:
+        return None
+    return torch.stack([m.balance_weight * m.balance for m in layers if m.balance is not None]).mean()
