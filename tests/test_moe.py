@@ -26,9 +26,17 @@ from tfcompile.tasks import build_model
 MODEL = "vocab_size: 20, d_model: 16, n_layers: 2, n_heads: 2, max_seq_len: 12"
 
 
-def _layer(activation: str = "swiglu", bias: bool = False, **moe: object) -> MoE:
+class EveryExpert(MoE):
+    """A layer computing as the ONNX exporter traces it: every expert through every token."""
+
+    @property
+    def dispatch(self) -> bool:
+        return False
+
+
+def _layer(activation: str = "swiglu", bias: bool = False, dispatch: bool = True, **moe: object) -> MoE:
     spec = MoESpec.model_validate({"experts": 4, "top_k": 2, "d_ff": 8} | moe)
-    return randomised(MoE(6, spec, activation, bias))
+    return randomised((MoE if dispatch else EveryExpert)(6, spec, activation, bias))
 
 
 def _by_token(layer: MoE, x: torch.Tensor) -> torch.Tensor:
@@ -60,11 +68,23 @@ def _by_token(layer: MoE, x: torch.Tensor) -> torch.Tensor:
     ],
     ids=["mixtral", "qwen3 unnormalised", "switch top-1 with biases", "shared expert", "qwen2-moe"],
 )
-def test_a_layer_is_its_formula_token_by_token(activation: str, bias: bool, moe: dict) -> None:
-    layer = _layer(activation, bias, **moe)
+@pytest.mark.parametrize("dispatch", [True, False], ids=["dispatched", "every expert"])
+def test_a_layer_is_its_formula_token_by_token(
+    activation: str, bias: bool, moe: dict, dispatch: bool
+) -> None:
+    layer = _layer(activation, bias, dispatch, **moe)
     x = torch.randn(2, 5, 6, dtype=torch.float64)
     with torch.no_grad():
         torch.testing.assert_close(layer(x), _by_token(layer, x))
+
+
+def test_every_expert_gets_a_gradient_where_no_token_chose_it() -> None:
+    layer = _layer(top_k=1).train()
+    x = torch.randn(1, 1, 6, dtype=torch.float64)
+    layer(x).sum().backward()
+    grads = [expert.w_in.weight.grad for expert in layer.experts]  # type: ignore[union-attr]
+    assert all(g is not None for g in grads)
+    assert sorted(bool(g.abs().sum() > 0) for g in grads if g is not None) == [False, False, False, True]
 
 
 def test_an_expert_no_token_chose_changes_nothing_and_one_that_was_chosen_does() -> None:

@@ -8,10 +8,11 @@ where ``shared_gate``):
 
     MoE(x) = sum_{e in topk(p)} w_e FFN_e(x)  [+ sigmoid(x w_s) FFN_s(x)]
 
-Each expert is a FeedForward of its own. Every expert reads every token and the ones a token did
-not choose are weighted 0: the output is exact, the shapes never depend on the routing (so the
-ONNX graph has none that do, and every expert's weights get a gradient, as DDP requires), at E / k
-times the FLOPs of dispatching each token to its k experts alone.
+Each expert is a FeedForward of its own. In PyTorch each expert reads the tokens that chose it
+(``dispatch``), every expert even where none did (a batch of 0 rows), so that every expert's
+weights get a gradient, as DDP requires. The graphs the ONNX exporter traces keep one shape for
+every input instead: every expert reads every token and the ones a token did not choose are
+weighted 0, exact at E / k times the FLOPs (benchmarks/moe_dispatch.py measures both).
 
 While training, each layer keeps the load-balancing loss of Switch (k = 1) and Mixtral (k > 1) in
 ``balance``: E * sum_e f_e P_e, where f_e is the share of the tokens' choices that went to expert
@@ -54,17 +55,41 @@ class MoE(nn.Module):
         top, chosen = probs.topk(self.top_k, dim=-1)  # (B, T, k)
         if self.normalize:
             top = top / top.sum(dim=-1, keepdim=True)
-        weights = torch.zeros_like(probs).scatter(-1, chosen, top).to(x.dtype)  # (B, T, E), 0 if unchosen
         if self.training and self.balance_weight > 0:
             chosen_share = F.one_hot(chosen, len(self.experts)).float().mean(dim=(0, 1)).sum(dim=0)  # (E,)
             self.balance = len(self.experts) * (chosen_share * probs.mean(dim=(0, 1))).sum()
-        out = torch.zeros_like(x)
-        for e, expert in enumerate(self.experts):
-            out = out + weights[..., e, None] * expert(x)
+        if self.dispatch and not x.is_meta:
+            out = self._dispatched(x, top.to(x.dtype), chosen)
+        else:
+            weights = torch.zeros_like(probs).scatter(-1, chosen, top).to(x.dtype)  # (B, T, E), 0 if unchosen
+            out = torch.zeros_like(x)
+            for e, expert in enumerate(self.experts):
+                out = out + weights[..., e, None] * expert(x)
         if self.shared is not None:
             shared = self.shared(x)
             out = out + (shared if self.shared_gate is None else torch.sigmoid(self.shared_gate(x)) * shared)
         return out
+
+    @property
+    def dispatch(self) -> bool:
+        """Whether each token goes through its chosen experts only: everywhere but in the graphs the
+        ONNX exporter traces, which keep one shape for every input (torch.compile breaks its graph
+        where the experts' token counts are read)."""
+        return not torch.onnx.is_in_onnx_export()
+
+    def _dispatched(self, x: torch.Tensor, top: torch.Tensor, chosen: torch.Tensor) -> torch.Tensor:
+        """The routed experts' weighted sum, each expert reading the tokens that chose it: the
+        (token, choice) pairs sorted by expert, each expert's run through it, and each output
+        added to its token's row."""
+        d = x.shape[-1]
+        flat, choices = x.reshape(-1, d), chosen.flatten()  # (N, d), (N * k,)
+        order = choices.argsort(stable=True)
+        rows = order // self.top_k  # the token of each sorted choice
+        counts = torch.bincount(choices, minlength=len(self.experts)).tolist()
+        inputs = flat[rows].split(counts)
+        outputs = torch.cat([expert(chunk) for expert, chunk in zip(self.experts, inputs, strict=True)])
+        weighted = outputs * top.flatten()[order, None]
+        return torch.zeros_like(flat).index_add(0, rows, weighted).view_as(x)
 
     def active_parameters(self) -> int:
         """The parameters one token computes with: the router, its top_k experts', the shared
