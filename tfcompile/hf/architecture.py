@@ -234,6 +234,10 @@ class Architecture(ABC):
     # Other names of config fields the config class reads over them (its attribute_map): name -> field.
     aliases: ClassVar[dict[str, str]] = {}
 
+    def aliases_for(self, model_type: str) -> dict[str, str]:
+        """The other names of config fields that ``model_type``'s config class reads over them."""
+        return self.aliases
+
     @abstractmethod
     def read(self, config: Config, architecture: str, tensors: Tensors) -> Imported:
         """The spec's sections for ``config`` saved from the head class ``architecture`` (with

@@ -85,7 +85,7 @@ def import_folder(folder: Path, name: str, specs_dir: Path, runs_dir: Path) -> I
     model_type = str(data.get("model_type"))
     converter = ARCHITECTURES[model_type]
     tensors = Tensors(normalise(read_weights(folder), converter), str(folder))
-    config = Config(data).aliased(converter.aliases)
+    config = Config(data).aliased(converter.aliases_for(model_type))
     imported = converter.read(config, head_class, tensors)
     if config.problems:
         raise refuse(str(folder / CONFIG), config.problems)

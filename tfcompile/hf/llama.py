@@ -1,29 +1,45 @@
 """The LLaMA family (``LlamaForCausalLM``, ``MistralForCausalLM``, ``Qwen2ForCausalLM``,
-``Qwen3ForCausalLM``, ``OlmoForCausalLM``, ``Olmo2ForCausalLM``, ``Olmo3ForCausalLM``, ``SmolLM3ForCausalLM``,
-``GraniteForCausalLM``, ``MinistralForCausalLM``, ``HeliumForCausalLM``, ``SeedOssForCausalLM``,
-``Ernie4_5ForCausalLM``): RoPE on the two halves of each head (``layout: halves``, so no weight is
-permuted), RMSNorm, a gated feed-forward, grouped K/V heads; what each model type computes that
-its config does not say, in MODEL_TYPES. Qwen2's biases are on q, k and v only, whatever the config
-says; the others' ``attention_bias`` is on q, k, v and o. Qwen3 normalises each head's q and k
-(``qk_norm``), and its heads are 128 wide unless its config says otherwise. OLMo's norms are
-LayerNorms of epsilon 1e-5 that learn nothing (``norm: {scale: false, bias: false}``), and its
-``clip_qkv`` clamps q, k and v (``qkv_clip``): export-hf writes no OLMo (such norms are refused
-by field). OLMo 2's norms are on each sublayer's output (``norm.position: output``), its q and k
-normalised over all heads (``qk_norm_over: all_heads``). OLMo 3 is OLMo 2 sliding the layers its
-``layer_types`` name (three of every four where it has none, as Olmo3Config derives them) with a
-RoPE per layer type (``rope_parameters`` keyed by layer type): the sliding layers' is
-``positional.local`` where it differs from the full layers'. export-hf writes an OLMo 3 as OLMo 2
-only where OLMo 2 computes it (no window, one RoPE); else it refuses it by field
-(``model.window``, ``model.positional.local``). SmolLM3 turns no RoPE in some layers
-(``positional.nope_layers``); Granite multiplies embeddings, residual branches and logits (the
-spec's multipliers) and scales q.k by its own ``attention_multiplier``. Ministral is Mistral
-sliding only the layers its ``layer_types`` name (every layer where it has none). Helium and
-ERNIE 4.5 turn interleaved pairs (``layout: interleaved``, the rows as saved); Helium's
-``attention_bias`` is on q, k and v only, ERNIE 4.5's ``use_bias`` on q, k, v, o and the
-feed-forward, and Seed-OSS reads its output projection's bias apart (``attention_out_bias``).
-export-hf writes none of these four: their models are written as Llama, Mistral or Qwen2, which
-compute the same. RoPE scaling reads both transformers 4's ``rope_scaling`` and 5's
-``rope_parameters``."""
+``Qwen3ForCausalLM``, ``OlmoForCausalLM``, ``Olmo2ForCausalLM``, ``Olmo3ForCausalLM``,
+``SmolLM3ForCausalLM``, ``GraniteForCausalLM``, ``MinistralForCausalLM``, ``HeliumForCausalLM``,
+``SeedOssForCausalLM``, ``Ernie4_5ForCausalLM``, and the mixtures of experts ``MixtralForCausalLM``,
+``Qwen2MoeForCausalLM``, ``Qwen3MoeForCausalLM``, ``OlmoeForCausalLM``): RoPE on the two halves of
+each head (``layout: halves``, so no weight is permuted), RMSNorm, a gated feed-forward, grouped K/V
+heads; what each model type computes that its config does not say, in MODEL_TYPES. Qwen2's biases
+are on q, k and v only, whatever the config says; the others' ``attention_bias`` is on q, k, v and
+o. Qwen3 normalises each head's q and k (``qk_norm``), and its heads are 128 wide unless its config
+says otherwise. OLMo's norms are LayerNorms of epsilon 1e-5 that learn nothing
+(``norm: {scale: false, bias: false}``), and its ``clip_qkv`` clamps q, k and v (``qkv_clip``):
+export-hf writes no OLMo (such norms are refused by field). OLMo 2's norms are on each sublayer's
+output (``norm.position: output``), its q and k normalised over all heads
+(``qk_norm_over: all_heads``). OLMo 3 is OLMo 2 sliding the layers its ``layer_types`` name (three
+of every four where it has none, as Olmo3Config derives them) with a RoPE per layer type
+(``rope_parameters`` keyed by layer type): the sliding layers' is ``positional.local`` where it
+differs from the full layers'. export-hf writes an OLMo 3 as OLMo 2 only where OLMo 2 computes it
+(no window, one RoPE); else it refuses it by field (``model.window``, ``model.positional.local``).
+SmolLM3 turns no RoPE in some layers (``positional.nope_layers``); Granite multiplies embeddings,
+residual branches and logits (the spec's multipliers) and scales q.k by its own
+``attention_multiplier``. Ministral is Mistral sliding only the layers its ``layer_types`` name
+(every layer where it has none). Helium and ERNIE 4.5 turn interleaved pairs
+(``layout: interleaved``, the rows as saved); Helium's ``attention_bias`` is on q, k and v only,
+ERNIE 4.5's ``use_bias`` on q, k, v, o and the feed-forward, and Seed-OSS reads its output
+projection's bias apart (``attention_out_bias``). export-hf writes none of these four: their models
+are written as Llama, Mistral or Qwen2, which compute the same. RoPE scaling reads both transformers
+4's ``rope_scaling`` and 5's ``rope_parameters``.
+
+The mixtures of experts are ``model.moe`` (MODEL_TYPES' ``moe``, MoEType): a router's softmax over
+every expert in float32, the top ``num_experts_per_tok``. Mixtral is Mistral's attention, every
+layer routed among experts of ``intermediate_size``, the top k renormalised; Qwen2-MoE is Qwen2's
+attention (``qkv_bias``) with experts of ``moe_intermediate_size``, ``norm_topk_prob``, and a
+shared expert gated by sigmoid(x . w), in the layers ``decoder_sparse_step`` and
+``mlp_only_layers`` leave routed (the others keep a dense feed-forward of ``intermediate_size``:
+``moe.dense_layers``; none routed is a dense model); Qwen3-MoE is Qwen3's attention (heads of
+hidden_size / heads where no head_dim) with Qwen2-MoE's experts but the shared one; OLMoE is OLMo
+2's q and k norms over all heads in pre-norm blocks, every layer routed, its ``clip_qkv`` refused
+(it clamps q and k after their norms, the spec's qkv_clip before). ``router_aux_loss_coef`` is
+``moe.balance_loss``. Their checkpoints name each expert's tensors (``w1``, ``w3``, ``w2`` under
+Mixtral's ``block_sparse_moe``; ``gate_proj``, ``up_proj``, ``down_proj`` under the others'
+``mlp``), or hold transformers 5's stacked ``experts.gate_up_proj`` and ``experts.down_proj``.
+export-hf writes no mixture of experts (``Needs.no_extras`` refuses ``model.moe``)."""
 
 from __future__ import annotations
 
@@ -55,7 +71,7 @@ from tfcompile.hf.architecture import (
     register,
     zeros_if_none,
 )
-from tfcompile.hf.errors import Problem
+from tfcompile.hf.errors import HFError, Problem
 from tfcompile.spec import Spec
 from tfcompile.spec.schema import MAX_LAYERS, CausalLMTask, DecoderSpec, DynamicRopeScaling, RopePositional
 
@@ -114,16 +130,45 @@ class ModelType:
     title: str = "Llama"
     head: str = "LlamaForCausalLM"
     own: Callable[[Needs, DecoderSpec], DecoderSpec] | None = None
+    # Other names of config fields the config class reads over them (a name that is no field of
+    # the class, set after its fields: Mixtral's num_experts, OLMoE's and Qwen3-MoE's num_local_experts).
+    aliases: dict[str, str] = field(default_factory=dict)
+    # where no layer_types: the layer types the config class derives (Qwen2-MoE's), for a listable count
+    derive_layer_types: Callable[[Config, int], list[str]] | None = None
+    # sliding_window read only with use_sliding_window (the config class drops it otherwise)
+    window_flag: bool = False
+    # A mixture of experts in the feed-forwards (model.moe), as its config says it (its tensors'
+    # names: Llama's and Mixtral's moe_prefixes and expert_names).
+    moe: MoEType | None = None
 
     def reads(self, config: Config) -> Config:
         """``config`` as this model type's config class reads it, ``layer_types`` derived where it
-        has none and ``full_every`` says how; its problems are ``config``'s."""
+        has none and ``full_every`` or ``derive_layer_types`` says how; its problems are ``config``'s."""
         read = config.filled(self.defaults, self.nullable)
         n_layers: Any = read.data.get("num_hidden_layers")
         if self.full_every and read.data.get("layer_types") is None and listable(n_layers):
             every = self.full_every
             read.data["layer_types"] = [FULL if (i + 1) % every == 0 else SLIDING for i in range(n_layers)]
+        if self.derive_layer_types and read.data.get("layer_types") is None and listable(n_layers):
+            read.data["layer_types"] = self.derive_layer_types(read, n_layers)
+        if self.window_flag and not read.get("use_sliding_window", False):
+            read.data["sliding_window"] = None
         return read
+
+
+@dataclass(frozen=True)
+class MoEType:
+    """How a model type's config says its mixture of experts (model.moe): a softmax over every
+    expert in float32, the top ``num_experts_per_tok``, as transformers' Mixtral, Qwen2-MoE,
+    Qwen3-MoE and OLMoE route; the config class's defaults are the model type's ``defaults``."""
+
+    experts: str  # the field of the expert count
+    d_ff: str = "intermediate_size"  # the field of each expert's hidden width (model.d_ff where this)
+    normalize: str | None = "norm_topk_prob"  # the field that renormalises the top k; None: always
+    shared: bool = False  # a shared expert of shared_expert_intermediate_size, sigmoid-gated (Qwen2-MoE)
+    # decoder_sparse_step and mlp_only_layers read: which layers route (the others a dense feed-forward
+    # of intermediate_size); else every layer routes
+    sparse_layers: bool = False
 
 
 def qwen2_own(need: Needs, model: DecoderSpec) -> DecoderSpec:
@@ -200,6 +245,118 @@ def helium_requires(config: Config) -> None:
         "projection reads hidden_size features, and transformers' forward fails",
         "set it to hidden_size / num_attention_heads",
     )
+
+
+def mixtral_requires(config: Config) -> None:
+    """MixtralConfig derives no head_dim, and transformers' dynamic and YaRN RoPE read it without
+    a fallback (its default RoPE falls back on hidden_size / heads): they fail without one."""
+    legacy = config.data.get("rope_scaling")
+    params = legacy if isinstance(legacy, dict) and legacy else config.data.get("rope_parameters")
+    kind = params.get("rope_type", params.get("type")) if isinstance(params, dict) else None
+    config.require(
+        kind not in ("dynamic", "yarn") or config.data.get("head_dim") is not None,
+        "head_dim",
+        f"is missing or null: MixtralConfig derives none, and transformers' {kind} RoPE fails without it",
+        "set it to hidden_size / num_attention_heads, or the heads' own width",
+    )
+
+
+def qwen2_moe_layer_types(config: Config, n_layers: int) -> list[str]:
+    """Qwen2MoeConfig's layer types where it has none: with use_sliding_window, every other layer
+    (the first, third, ...) below max_window_layers slides."""
+    first = config.get("max_window_layers", 28)
+    slides = config.get("use_sliding_window", False)
+    return [SLIDING if slides and i % 2 == 0 and i < first else FULL for i in range(n_layers)]
+
+
+def qwen2_moe_requires(config: Config) -> None:
+    """Qwen2MoeConfig sets the window to 0 without use_sliding_window, and a sliding layer's mask of
+    0 positions fails transformers' forward."""
+    types = config.data.get("layer_types")
+    config.require(
+        not isinstance(types, list) or SLIDING not in types or bool(config.get("use_sliding_window", False)),
+        "layer_types",
+        f"names {SLIDING} layers while use_sliding_window is false: Qwen2MoeConfig sets their window "
+        "to 0, and transformers' forward fails",
+        "set use_sliding_window true, or list every layer as full_attention",
+    )
+
+
+def olmoe_requires(config: Config) -> None:
+    """OlmoeAttention normalises q over hidden_size features (heads of another total width fail
+    transformers' forward), and clamps q, k and v after the q and k norms, where the spec's
+    qkv_clip clamps them before."""
+    d, heads = config.get("hidden_size", 2048), config.get("num_attention_heads", 16)
+    head_dim = config.get("head_dim", d // max(heads, 1))
+    config.require(
+        heads * head_dim == d,
+        "head_dim",
+        f"x num_attention_heads is {heads * head_dim}, not hidden_size ({d}): OlmoeAttention's q norm "
+        "reads hidden_size features, and transformers' forward fails",
+        "set it to hidden_size / num_attention_heads, or leave it out",
+    )
+    clip = config.data.get("clip_qkv")
+    config.require(
+        clip is None,
+        "clip_qkv",
+        f"is {clip!r}: OLMoE clamps q and k after their norms, and tfcompile's qkv_clip clamps them "
+        "before (OLMo's order)",
+        "import a model without it (null)",
+    )
+
+
+def moe_section(config: Config, kind: MoEType, n_layers: Any) -> tuple[dict[str, Any] | None, dict[str, str]]:
+    """``model.moe`` as the model type's config class and decoder layers read it, and the config
+    fields each of its fields was read from: none where no layer routes (a Qwen2-MoE or Qwen3-MoE
+    of no experts, or whose every layer mlp_only_layers or decoder_sparse_step leaves dense, is a
+    dense model). A layer routes where it is not in mlp_only_layers, num_experts is above 0 and
+    decoder_sparse_step divides its number counted from 1, as Qwen2MoeDecoderLayer decides."""
+    experts = config.get(kind.experts, 8)
+    sources = {
+        "model.moe.experts": config.name(kind.experts),
+        "model.moe.top_k": "num_experts_per_tok",
+        "model.moe.balance_loss": "router_aux_loss_coef",
+    }
+    if kind.d_ff != "intermediate_size":
+        sources["model.moe.d_ff"] = kind.d_ff
+    moe: dict[str, Any] = {
+        "experts": experts,
+        "top_k": config.get("num_experts_per_tok", 2),
+        "normalize": True if kind.normalize is None else bool(config.get(kind.normalize, False)),
+    }
+    if kind.d_ff != "intermediate_size":
+        moe["d_ff"] = config.get(kind.d_ff, 1408)
+    if kind.shared:
+        moe["shared_d_ff"] = config.get("shared_expert_intermediate_size", 5632)
+        moe["shared_gate"] = True
+        sources["model.moe.shared_d_ff"] = "shared_expert_intermediate_size"
+    moe["balance_loss"] = config.get("router_aux_loss_coef", 0.001)
+    if not kind.sparse_layers:
+        return moe, sources
+    step = config.get("decoder_sparse_step", 1)
+    config.require(
+        isinstance(step, int) and step != 0,
+        "decoder_sparse_step",
+        f"{step!r} is not a whole number other than 0 (every step-th layer routes)",
+        "set it to 1 for every layer, 2 for every other, ...",
+    )
+    dense = config.get("mlp_only_layers", [])
+    config.require(
+        isinstance(dense, list) and all(json_type(i) == "a number" for i in dense),
+        "mlp_only_layers",
+        f"{dense!r} is not a list of layer numbers",
+        "list the layers, counted from 0, that keep the dense feed-forward",
+    )
+    if not (listable(n_layers) and isinstance(step, int) and step != 0 and isinstance(dense, list)):
+        return moe, sources  # refused above, or a layer count the spec refuses by its field
+    some = json_type(experts) == "a number" and experts > 0
+    routed = [i for i in range(n_layers) if some and i not in dense and (i + 1) % step == 0]
+    if not routed:
+        return None, {}
+    if len(routed) < n_layers:
+        moe["dense_layers"] = [i for i in range(n_layers) if i not in routed]
+        sources["model.moe.dense_layers"] = "mlp_only_layers" if dense else "decoder_sparse_step"
+    return moe, sources
 
 
 # As their config and model classes have them (transformers 4 and 5). Phi-3 computes as Mistral,
@@ -404,6 +561,95 @@ MODEL_TYPES = {
             "tie_word_embeddings": True,
         },
         nullable={"num_key_value_heads": 2, "head_dim": 128, "pad_token_id": 0},
+    ),
+    # Mistral's attention (no biases; every layer slides, where sliding_window is set) with a
+    # mixture of intermediate_size experts in every layer, the top k renormalised (MixtralTopKRouter).
+    "mixtral": ModelType(
+        every_layer_slides=True,
+        defaults={
+            "intermediate_size": 14336,
+            "max_position_embeddings": 131072,
+            "rms_norm_eps": 1e-5,
+            "rope_theta": 1000000.0,  # MixtralConfig's default_theta
+            "num_local_experts": 8,
+            "num_experts_per_tok": 2,
+        },
+        nullable={"num_key_value_heads": 8},  # null: as many as the heads
+        aliases={"num_experts": "num_local_experts"},
+        requires=mixtral_requires,
+        moe=MoEType(experts="num_local_experts", normalize=None),
+    ),
+    # Qwen2's attention (q, k and v biases, with qkv_bias), sliding as layer_types say (or every other
+    # layer below max_window_layers, with use_sliding_window); experts of moe_intermediate_size and a
+    # sigmoid-gated shared expert in the layers decoder_sparse_step and mlp_only_layers leave routed.
+    "qwen2_moe": ModelType(
+        attention_bias=("qkv",),
+        bias_field="qkv_bias",
+        layer_types=True,
+        derive_layer_types=qwen2_moe_layer_types,
+        window_flag=True,
+        defaults={
+            "vocab_size": 151936,
+            "hidden_size": 2048,
+            "intermediate_size": 5632,
+            "num_hidden_layers": 24,
+            "num_attention_heads": 16,
+            "max_position_embeddings": 32768,
+            "qkv_bias": True,
+            "max_window_layers": 28,
+            "num_experts": 60,
+            "num_experts_per_tok": 4,
+            "moe_intermediate_size": 1408,
+            "shared_expert_intermediate_size": 5632,
+        },
+        nullable={"num_key_value_heads": 16} | WINDOW,
+        requires=qwen2_moe_requires,
+        moe=MoEType(experts="num_experts", d_ff="moe_intermediate_size", shared=True, sparse_layers=True),
+    ),
+    # Qwen3's attention (each head's q and k normalised, attention_bias on q, k, v and o; heads of
+    # hidden_size / heads where no head_dim), every layer sliding with use_sliding_window; experts of
+    # moe_intermediate_size in the layers decoder_sparse_step and mlp_only_layers leave routed.
+    "qwen3_moe": ModelType(
+        attention_bias=QKVO,
+        qk_norm=True,
+        every_layer_slides=True,
+        window_flag=True,
+        defaults={
+            "vocab_size": 151936,
+            "hidden_size": 2048,
+            "intermediate_size": 6144,
+            "num_hidden_layers": 24,
+            "max_position_embeddings": 32768,
+            "num_experts": 128,
+            "num_experts_per_tok": 8,
+            "moe_intermediate_size": 768,
+        },
+        nullable={"num_key_value_heads": 4} | WINDOW,
+        aliases={"num_local_experts": "num_experts"},
+        moe=MoEType(experts="num_experts", d_ff="moe_intermediate_size", sparse_layers=True),
+    ),
+    # OLMo 2's q and k norms over all heads in pre-norm blocks, attention_bias on q, k, v and o, a
+    # mixture of intermediate_size experts in every layer.
+    "olmoe": ModelType(
+        attention_bias=QKVO,
+        qk_norm=True,
+        qk_norm_over="all_heads",
+        defaults={
+            "vocab_size": 50304,
+            "hidden_size": 2048,
+            "intermediate_size": 2048,
+            "num_hidden_layers": 16,
+            "num_attention_heads": 16,
+            "max_position_embeddings": 4096,
+            "rms_norm_eps": 1e-5,
+            "num_experts": 64,
+            "num_experts_per_tok": 8,
+            "router_aux_loss_coef": 0.01,
+        },
+        nullable={"pad_token_id": 1},
+        aliases={"num_local_experts": "num_experts"},
+        requires=olmoe_requires,
+        moe=MoEType(experts="num_experts"),
     ),
 }
 # The fields of each scaling that tfcompile keeps (the rest are transformers' bookkeeping).
@@ -764,11 +1010,19 @@ def rope_dict(positional: RopePositional) -> dict[str, Any]:
     "helium",
     "seed_oss",
     "ernie4_5",
+    "qwen2_moe",
+    "qwen3_moe",
+    "olmoe",
 )
 class Llama(Writable):
     windows: ClassVar[Windows] = "any"  # as Mistral, Qwen2 or Qwen3 (written_as says which)
     prefixes = ("model.",)
     ignored = ("rotary_emb.inv_freq",)  # a buffer in old checkpoints
+    # Where a routed layer's router and experts lie (the first prefix holding a router), and each
+    # expert's gate, up and down projections as save_pretrained and the Hub name them one expert at
+    # a time (Qwen2-MoE's, Qwen3-MoE's, OLMoE's; transformers 5 stacks them in memory).
+    moe_prefixes: ClassVar[tuple[str, ...]] = ("mlp.",)
+    expert_names: ClassVar[tuple[str, str, str]] = ("gate_proj", "up_proj", "down_proj")
     sources: ClassVar[dict[str, str]] = {
         "model.vocab_size": "vocab_size",
         "model.max_seq_len": "max_position_embeddings",
@@ -789,6 +1043,9 @@ class Llama(Writable):
         "model.attention_scale": "attention_multiplier",
         "model.init_std": "initializer_range",
     }
+
+    def aliases_for(self, model_type: str) -> dict[str, str]:
+        return MODEL_TYPES[model_type].aliases
 
     def read(self, config: Config, architecture: str, tensors: Tensors) -> Imported:
         config.require(
@@ -869,6 +1126,11 @@ class Llama(Writable):
         if (slides := window(config, kind)) is not None:
             model["window"] = slides
         sources = scaling_sources(config) | window_sources(config, kind)
+        if kind.moe is not None:
+            moe, moe_sources = moe_section(config, kind.moe, model["n_layers"])
+            if moe is not None:
+                model["moe"] = moe
+                sources |= moe_sources
         if kind.rope_per_layer_type:
             sources |= {
                 "model.positional.theta": f"rope_parameters.{FULL}",
@@ -878,6 +1140,38 @@ class Llama(Writable):
                 "model.positional.local.layers": "layer_types",
             }
         return Imported(model, {"type": "causal_lm", "special_tokens": False}, sources=sources)
+
+    def experts_state(self, tensors: Tensors, layer: str, ffn: str, spec: Spec) -> State:
+        """A routed layer's (``layer``: its tensors' prefix) router, experts and shared expert as
+        the MoE at ``ffn`` names them: each expert's gate and up rows one after the other, gate
+        first (the dense feed-forward's w_in), from the tensors of each expert (``expert_names``)
+        or from transformers 5's stacked ``experts.gate_up_proj`` (experts x (gate; up) x d) and
+        ``experts.down_proj``, as it holds them in memory and loads them too."""
+        moe = spec.model.moe
+        assert moe is not None
+        held = [f"{layer}{p}" for p in self.moe_prefixes if f"{layer}{p}gate.weight" in tensors]
+        m = held[0] if held else f"{layer}{self.moe_prefixes[0]}"  # none: missing, said by take
+        state = {f"{ffn}router.weight": tensors.take(f"{m}gate.weight")}
+        if f"{m}experts.gate_up_proj" in tensors:
+            gate_up = stacked(tensors, f"{m}experts.gate_up_proj", moe.experts)
+            down = stacked(tensors, f"{m}experts.down_proj", moe.experts)
+            for e in range(moe.experts):
+                state[f"{ffn}experts.{e}.w_in.weight"] = gate_up[e]
+                state[f"{ffn}experts.{e}.w_out.weight"] = down[e]
+        else:
+            gate_name, up_name, down_name = self.expert_names
+            for e in range(moe.experts):
+                x = f"{m}experts.{e}."
+                w_in = tensors.cat(f"{x}{gate_name}.weight", f"{x}{up_name}.weight")  # gate first
+                state[f"{ffn}experts.{e}.w_in.weight"] = w_in
+                state[f"{ffn}experts.{e}.w_out.weight"] = tensors.take(f"{x}{down_name}.weight")
+        if moe.shared_d_ff is not None:
+            x = f"{m}shared_expert."
+            state[f"{ffn}shared.w_in.weight"] = tensors.cat(f"{x}gate_proj.weight", f"{x}up_proj.weight")
+            state[f"{ffn}shared.w_out.weight"] = tensors.take(f"{x}down_proj.weight")
+        if moe.shared_gate:
+            state[f"{ffn}shared_gate.weight"] = tensors.take(f"{m}shared_expert_gate.weight")
+        return state
 
     def rope(self, config: Config, head_dim: int) -> dict[str, Any]:
         """``positional:``, one RoPE for every layer."""
@@ -895,16 +1189,20 @@ class Llama(Writable):
         tensors.maybe("lm_head.weight")  # a tie saved under both names
         if model.norm.scale:  # OLMo's norms learn nothing
             state["final_norm.weight"] = tensors.take("norm.weight")
+        routed = model.routed_layers(model.n_layers)
         for i in range(spec.model.n_layers):
             h, b = f"layers.{i}.", f"blocks.{i}."
             a, m = f"{h}self_attn.", f"{h}mlp."
             for hf, tfc in layer_norms(model):
                 state[f"{b}{tfc}.weight"] = tensors.take(f"{h}{hf}.weight")
             state[f"{b}attn.out.weight"] = tensors.take(f"{a}o_proj.weight")
-            state[f"{b}ffn.w_in.weight"] = tensors.cat(
-                f"{m}gate_proj.weight", f"{m}up_proj.weight"
-            )  # gate first
-            state[f"{b}ffn.w_out.weight"] = tensors.take(f"{m}down_proj.weight")
+            if i in routed:
+                state |= self.experts_state(tensors, h, f"{b}ffn.", spec)
+            else:
+                state[f"{b}ffn.w_in.weight"] = tensors.cat(
+                    f"{m}gate_proj.weight", f"{m}up_proj.weight"
+                )  # gate first
+                state[f"{b}ffn.w_out.weight"] = tensors.take(f"{m}down_proj.weight")
             for kind in ("weight", "bias") if spec.model.bias.qkv else ("weight",):
                 names = (f"{a}{x}_proj.{kind}" for x in "qkv")
                 state[f"{b}attn.qkv.{kind}"] = tensors.cat(*names, rows=qkv_rows)
@@ -1056,6 +1354,33 @@ class Llama(Writable):
                 out |= {f"{m}gate_proj.bias": gate, f"{m}up_proj.bias": up}
                 out[f"{m}down_proj.bias"] = state[f"{b}ffn.w_out.bias"]
         return contiguous(out)
+
+
+@register("mixtral")
+class Mixtral(Llama):
+    """Mixtral: Llama's reading (MODEL_TYPES["mixtral"]) of a checkpoint whose routed layers lie
+    under ``block_sparse_moe`` (the Hub's and save_pretrained's; transformers 5 loads them as
+    ``mlp``, and so may a checkpoint hold them), each expert's gate, up and down projections named
+    ``w1``, ``w3`` and ``w2``."""
+
+    moe_prefixes = ("block_sparse_moe.", "mlp.")
+    expert_names = ("w1", "w3", "w2")
+
+    def candidate(self, spec: Spec) -> bool:
+        """Never: export-hf writes no mixture of experts (Llama refuses it by field)."""
+        return False
+
+
+def stacked(tensors: Tensors, name: str, experts: int) -> torch.Tensor:
+    """A tensor of every expert's weights stacked along its first dimension; an HFError where it
+    holds another number of experts."""
+    tensor = tensors.take(name)
+    if tensor.ndim != 3 or tensor.shape[0] != experts:
+        raise HFError(
+            f"{tensors.where}: the tensor {name} has shape {tuple(tensor.shape)}, not {experts} experts' "
+            "matrices; is config.json the checkpoint's own?"
+        )
+    return tensor
 
 
 def layer_norms(model: DecoderSpec) -> tuple[tuple[str, str], ...]:
