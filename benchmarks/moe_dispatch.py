@@ -105,7 +105,7 @@ def main() -> None:
 
     moe = spec.moe
     lines = [
-        f"{Path(args.spec).name} {' '.join(args.set)}: {moe.experts} experts, {moe.top_k} per token, batch "
+        f"{' '.join([Path(args.spec).name, *args.set])}: {moe.experts} experts, {moe.top_k} per token, batch "
         f"{args.batch_size} x {T} tokens, {args.precision}, forward + backward + AdamW step; median of "
         f"{args.rounds} rounds of {args.steps} steps, rounds alternating",
         "",
