@@ -38,8 +38,8 @@ import test_hf_gpt_neo  # noqa: F401
 import test_hf_granite  # noqa: F401
 import test_hf_helium  # noqa: F401
 import test_hf_ministral  # noqa: F401
-import test_hf_mpt  # noqa: F401
 import test_hf_moe  # noqa: F401
+import test_hf_mpt  # noqa: F401
 import test_hf_neox_gptj_phi  # noqa: F401
 import test_hf_olmo  # noqa: F401
 import test_hf_olmo3  # noqa: F401

@@ -231,6 +231,7 @@ def test_the_run_records_its_spec_with_every_default_filled_in(tmp_path: Path) -
         "data.val_path",
         "model.attention_softcap",
         "model.logit_softcap",
+        "model.moe",
         "model.qkv_clip",
         "model.window",
         "train.init_from",

@@ -89,7 +89,7 @@ class MoE(nn.Module):
         inputs = flat[rows].split(counts)
         outputs = torch.cat([expert(chunk) for expert, chunk in zip(self.experts, inputs, strict=True)])
         weighted = outputs * top.flatten()[order, None]
-        return torch.zeros_like(flat).index_add(0, rows, weighted).view_as(x)
+        return torch.zeros_like(flat).index_add(0, rows, weighted.to(flat.dtype)).view_as(x)
 
     def active_parameters(self) -> int:
         """The parameters one token computes with: the router, its top_k experts', the shared
@@ -99,8 +99,8 @@ class MoE(nn.Module):
         return sum(p.numel() for p in self.parameters()) - idle
 
     def idle_flops_per_token(self) -> int:
-        """The FLOPs per token of the experts a token did not choose (computed and weighted 0):
-        what a count of every Linear's takes back to count the active ones."""
+        """The FLOPs per token of the experts a token does not choose: what a count of every
+        Linear's takes back to count the ones a token computes with."""
         expert = self.experts[0]
         assert isinstance(expert, FeedForward)
         per_expert = sum(2 * m.in_features * m.out_features for m in (expert.w_in, expert.w_out))

@@ -533,7 +533,8 @@ class MoESpec(Section):
         0.01,
         description="while training, this times the load-balancing loss, E * sum_e f_e P_e (f_e: the "
         "share of the tokens' choices that went to expert e; P_e: e's mean router probability), "
-        "averaged over the MoE layers, is added to the task's loss (Switch: 0.01; Mixtral: 0.02); 0: none",
+        "averaged over the MoE layers, is added to the task's loss (Switch: 0.01; MixtralConfig: 0.001); "
+        "0: none",
     )
 
     @model_validator(mode="after")
@@ -769,7 +770,7 @@ class TransformerSpec(Section):
         """A stack of ``count`` TransformerBlocks."""
         routed = len(self.routed_layers(count))
         dense = (count - routed) * self.block_parameters(cross_attention)
-        return dense + (routed and routed * self.block_parameters(cross_attention, routed=True))
+        return dense + (routed * self.block_parameters(cross_attention, routed=True) if routed else 0)
 
     def block_parameters(self, cross_attention: bool = False, routed: bool = False) -> int:
         """One TransformerBlock: norms (sandwich: on each sublayer's output too; output: there
