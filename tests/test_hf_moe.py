@@ -15,12 +15,15 @@ name, as the Hub's checkpoints hold them: ``block_sparse_moe.experts.{e}.w1/w3/w
 the right and not), parameter counts and greedy generation through the ONNX bundle; a checkpoint
 of transformers 5's stacked experts (``mlp.experts.gate_up_proj``) imports alike; export-hf
 refuses each import at ``model.moe``; a row for every field of the four config classes
-(tests/test_hf_fields.py's table and check)."""
+(tests/test_hf_fields.py's table and check); folders transformers 4.57 saved import to its logits
+(slow, where TFCOMPILE_TRANSFORMERS_457 names a python with it)."""
 
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -547,3 +550,56 @@ def test_every_config_field_has_a_case(model_type: str) -> None:
     """A field transformers adds to one of the four config classes fails this until a row of CASES
     says what it does (or the family's tiny base sets it)."""
     assert uncovered(model_type, [c for c in CASES if c.family == model_type]) == set()
+
+
+# Run in transformers 4.57: a tiny model of each type, its weights moved off their initial values,
+# saved as 4.57 saves it, with its logits on the saved ids.
+SAVE_457 = r"""
+import json, sys, torch, transformers as T
+out = sys.argv[1]
+torch.manual_seed(0)
+base = dict(vocab_size=64, hidden_size=32, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
+            max_position_embeddings=32, bos_token_id=0, eos_token_id=0, pad_token_id=1, num_experts_per_tok=2)
+models = {
+    "mixtral": (T.MixtralConfig, T.MixtralForCausalLM,
+                dict(intermediate_size=16, num_local_experts=4, sliding_window=6)),
+    "qwen2_moe": (T.Qwen2MoeConfig, T.Qwen2MoeForCausalLM,
+                  dict(intermediate_size=48, moe_intermediate_size=16, shared_expert_intermediate_size=24,
+                       num_experts=4, decoder_sparse_step=2, mlp_only_layers=[2], num_hidden_layers=4)),
+    "qwen3_moe": (T.Qwen3MoeConfig, T.Qwen3MoeForCausalLM,
+                  dict(intermediate_size=48, moe_intermediate_size=16, num_experts=4, norm_topk_prob=True)),
+    "olmoe": (T.OlmoeConfig, T.OlmoeForCausalLM, dict(intermediate_size=16, num_experts=4)),
+}
+ids = torch.randint(2, 64, (2, 12))
+results = {"version": T.__version__, "ids": ids.tolist()}
+for name, (config, cls, fields) in models.items():
+    model = cls(config(**(base | fields))).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+        results[name] = model(ids).logits.tolist()
+    model.save_pretrained(f"{out}/{name}")
+json.dump(results, open(f"{out}/logits.json", "w"))
+"""
+PYTHON_457 = os.environ.get("TFCOMPILE_TRANSFORMERS_457")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    not PYTHON_457, reason="TFCOMPILE_TRANSFORMERS_457 names no python with transformers 4.57 installed"
+)
+def test_folders_transformers_4_57_saved_import_to_its_logits(tmp_path: Path) -> None:
+    """Published checkpoints were saved by transformers 4: its config.json (Qwen3-MoE's num_experts,
+    Qwen2-MoE's sparse steps) and tensors import to the logits 4.57 computes."""
+    assert PYTHON_457 is not None
+    subprocess.run([PYTHON_457, "-c", SAVE_457, str(tmp_path / "saved")], check=True)
+    saved = json.loads((tmp_path / "saved" / "logits.json").read_text())
+    assert saved["version"].startswith("4.57")
+    ids = torch.tensor(saved["ids"])
+    for name in MODEL_TYPES:
+        import_folder(tmp_path / "saved" / name, name, tmp_path / "specs", tmp_path / "runs")
+        spec, model = load_trained_model(tmp_path / "runs" / name)
+        assert spec.model.moe is not None
+        with torch.no_grad():
+            logits = model.eval()(ids)
+        torch.testing.assert_close(logits, torch.tensor(saved[name]), atol=1e-5, rtol=1e-5, msg=name)
