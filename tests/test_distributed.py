@@ -43,9 +43,20 @@ def torchrun(nproc: int, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_two_ranks_take_the_same_steps_as_one_process_over_the_whole_batch(tmp_path: Path) -> None:
+# 16 experts, one per token (its weight its router probability): on each rank's 4 x 32 tokens some
+# expert has none, and DDP still needs its gradient. No load balancing: each rank's is of its own
+# tokens, which one process's is not.
+MIXTURE = ["model.moe={experts: 16, top_k: 1, d_ff: 16, balance_loss: 0}"]
+
+
+@pytest.mark.parametrize(
+    "model", [[], pytest.param(MIXTURE, marks=pytest.mark.slow)], ids=["dense", "mixture of experts"]
+)
+def test_two_ranks_take_the_same_steps_as_one_process_over_the_whole_batch(
+    model: list[str], tmp_path: Path
+) -> None:
     runs = tmp_path / "runs"
-    overrides = [*TINY, f"train.runs_dir={runs}"]
+    overrides = [*TINY, *model, f"train.runs_dir={runs}"]
     result = torchrun(2, "train", str(SPEC), *(f"--set={o}" for o in overrides), "--set=train.name=two")
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.count("finished at step 2") == 1  # rank 0 alone reports

@@ -174,9 +174,14 @@ def test_the_schema_refuses_what_has_no_meaning_at_its_field(moe: str, field: st
     assert [issue.path for issue in error.value.issues] == [field], error.value
 
 
-def test_the_experts_width_defaults_to_the_models() -> None:
+def test_the_experts_width_defaults_to_the_models_and_one_expert_is_weighted_by_its_probability() -> None:
     spec = tiny_model(activation="swiglu", moe={"experts": 4})
-    assert spec.moe is not None and spec.moe.d_ff == spec.d_ff and spec.moe.top_k == 2
+    assert spec.moe is not None and spec.moe.d_ff == spec.d_ff and spec.moe.top_k == 2 and spec.moe.normalize
+    switch = tiny_model(moe={"experts": 4, "top_k": 1}).moe
+    assert switch is not None and switch.normalize is False
+    layer = MoE(6, switch.model_copy(update={"balance_loss": 0}), "gelu", False).train()
+    layer(torch.randn(2, 3, 6)).sum().backward()
+    assert layer.router.weight.grad is not None and layer.router.weight.grad.abs().sum() > 1e-3  # 1e-7 if 1
     assert spec.routed_layers(spec.n_layers) == {0, 1}
     dense = tiny_model(moe={"experts": 4, "dense_layers": [0]})
     assert dense.routed_layers(2) == {1}

@@ -37,7 +37,7 @@ class MoE(nn.Module):
     def __init__(self, d_model: int, spec: MoESpec, activation: str, bias: bool) -> None:
         super().__init__()
         assert spec.d_ff is not None  # resolved by the schema
-        self.top_k, self.normalize = spec.top_k, spec.normalize
+        self.top_k, self.normalize = spec.top_k, bool(spec.normalize)  # resolved by the schema
         self.router = nn.Linear(d_model, spec.experts, bias=False)
         self.experts = nn.ModuleList(
             FeedForward(d_model, spec.d_ff, activation, bias) for _ in range(spec.experts)

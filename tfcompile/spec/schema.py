@@ -507,10 +507,12 @@ class MoESpec(Section):
     d_ff: FeedForward | None = Field(
         None, description="each expert's hidden width (moe_intermediate_size); default: model.d_ff"
     )
-    normalize: bool = Field(
-        True,
+    normalize: bool | None = Field(
+        None,
         description="rescale the chosen experts' probabilities to sum to 1 (Mixtral, Qwen3-MoE); false: "
-        "use them as the softmax over every expert gave them (Qwen2-MoE, OLMoE)",
+        "use them as the softmax over every expert gave them (Switch, Qwen2-MoE, OLMoE); default: true "
+        "where top_k > 1 (one chosen expert's weight would always be 1, and the router would learn from "
+        "the load-balancing loss alone)",
     )
     shared_d_ff: FeedForward | None = Field(
         None,
@@ -539,6 +541,8 @@ class MoESpec(Section):
 
     @model_validator(mode="after")
     def _rules(self) -> MoESpec:
+        if self.normalize is None:
+            self._resolve(normalize=self.top_k > 1)
         rules = Rules()
         rules.require(
             self.top_k <= self.experts,
