@@ -14,9 +14,10 @@ name, as the Hub's checkpoints hold them: ``block_sparse_moe.experts.{e}.w1/w3/w
 ``mlp.gate`` for the others), imported, and held to transformers' logits (float32, rows padded on
 the right and not), parameter counts and greedy generation through the ONNX bundle; a checkpoint
 of transformers 5's stacked experts (``mlp.experts.gate_up_proj``) imports alike; export-hf
-refuses each import at ``model.moe``; a row for every field of the four config classes
-(tests/test_hf_fields.py's table and check); folders transformers 4.57 saved import to its logits
-(slow, where TFCOMPILE_TRANSFORMERS_457 names a python with it)."""
+writes the Mixtral, Qwen2-MoE and Qwen3-MoE imports back (and tfcompile's own MoE runs as the
+type their features pick), refuses OLMoE's and what no MoE type computes by field; a row for every
+field of the four config classes (tests/test_hf_fields.py's table and check); folders transformers
+4.57 saved import to its logits (slow, where TFCOMPILE_TRANSFORMERS_457 names a python with it)."""
 
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ from typing import Any
 
 import pytest
 import torch
+from helpers import random_run
 from hf_models import VOCAB, Imported, assert_head_refused, from_pretrained, imported_variants, max_difference
 from safetensors import safe_open
 from safetensors.torch import save_file
@@ -234,12 +236,191 @@ def test_stacked_experts_of_another_count_are_an_hf_error(
     assert not (tmp_path / "runs" / "wrong").exists()
 
 
-@pytest.mark.parametrize("name", list(VARIANTS))
-def test_export_hf_refuses_each_import_at_model_moe(
+def _loads_alike(out: Path, model: torch.nn.Module) -> None:
+    """transformers loads ``out`` with no missing, unexpected or mismatched tensors, and its
+    logits are ``model``'s, with and without padding."""
+    reloaded, info = from_pretrained(out, loading_info=True)
+    assert not any(info.values()), info
+    for padded in (False, True):
+        assert max_difference(reloaded, model, padded) <= 1e-5, padded
+
+
+WRITTEN = {
+    "mixtral": "mixtral",
+    "mixtral_window": "mixtral",
+    "qwen2_moe": "qwen2_moe",
+    "qwen2_moe_sparse": "qwen2_moe",
+    "qwen3_moe": "qwen3_moe",
+    "qwen3_moe_dense_first": "qwen3_moe",
+}
+
+
+@pytest.mark.parametrize("name", list(WRITTEN))
+def test_an_imported_mixture_of_experts_round_trips(
     imported: dict[str, Imported], name: str, tmp_path: Path
 ) -> None:
+    """Written as the model type it was read from, each expert's tensors by name as save_pretrained
+    writes them; transformers computes the import's logits, and the folder imports to its spec."""
+    variant, out = imported[name], tmp_path / "out"
+    export_hf(variant.result.run_dir, out)
+    config = json.loads((out / "config.json").read_text())
+    assert config["model_type"] == WRITTEN[name]
+    assert saved_names(out) == saved_names(variant.folder)
+    _loads_alike(out, variant.model)
+    again = import_folder(out, "again", tmp_path / "specs", tmp_path / "runs")
+    assert again.spec.model == variant.spec.model
+
+
+@pytest.mark.parametrize("name", ["olmoe", "olmoe_gqa"])
+def test_export_hf_refuses_olmoe_by_its_q_and_k_norms_over_all_heads(
+    imported: dict[str, Imported], name: str, tmp_path: Path
+) -> None:
+    """OLMoE is import only: its q and k norms over all heads are written as nothing's (Qwen3-MoE,
+    which a mixture of experts with q/k norms is written as, normalises each head's)."""
     with pytest.raises(HFError) as error:
         export_hf(imported[name].result.run_dir, tmp_path / "out")
+    assert re.findall(r"^  (\S+): ", str(error.value), re.MULTILINE) == ["model.qk_norm_over"]
+    assert "Qwen3-MoE" in str(error.value)
+    assert not (tmp_path / "out").exists()
+
+
+LLAMA_LIKE = (
+    "family: decoder, vocab_size: 64, d_model: 32, n_layers: 3, n_heads: 4, n_kv_heads: 2, max_seq_len: 24, "
+    "positional: rope, norm: {type: rmsnorm}, activation: swiglu, d_ff: 48"
+)
+NO_BIASES = "bias: {qkv: false, attn_out: false, ffn: false}"
+OWN = {
+    # every layer routed among experts of d_ff, renormalised, a window over every layer
+    "mixtral": f"{LLAMA_LIKE}, {NO_BIASES}, window: {{size: 6}}, moe: {{experts: 4, balance_loss: 0.02}}",
+    # no window, experts of their own width, top 1
+    "mixtral top 1": f"{LLAMA_LIKE}, {NO_BIASES}, moe: {{experts: 3, top_k: 1, d_ff: 48, normalize: true}}",
+    # q/k norms, biases on q, k, v and o, the first layer dense, the top k as the softmax gave it
+    "qwen3_moe": f"{LLAMA_LIKE}, qk_norm: true, bias: {{qkv: true, attn_out: true, ffn: false}}, "
+    "moe: {experts: 4, d_ff: 16, normalize: false, dense_layers: [0]}",
+    # q/k norms, no biases (written as zeros), a window over every layer, heads of 16
+    "qwen3_moe window": f"{LLAMA_LIKE}, head_dim: 16, qk_norm: true, {NO_BIASES}, window: {{size: 6}}, "
+    "moe: {experts: 4, d_ff: 16, top_k: 3}",
+    # a gated shared expert, q, k and v biases, the middle layer dense, a window on layers 0 and 2
+    "qwen2_moe": f"{LLAMA_LIKE}, bias: {{qkv: true, attn_out: false, ffn: false}}, "
+    "window: {size: 6, layers: [0, 2]}, "
+    "moe: {experts: 4, d_ff: 16, shared_d_ff: 24, shared_gate: true, dense_layers: [1], normalize: true}",
+    # without biases, every layer routed, unnormalised
+    "qwen2_moe plain": f"{LLAMA_LIKE}, {NO_BIASES}, "
+    "moe: {experts: 3, d_ff: 16, shared_d_ff: 8, shared_gate: true, normalize: false, balance_loss: 0}",
+}
+
+
+@pytest.mark.parametrize("name", list(OWN))
+def test_a_run_of_tfcompiles_own_mixture_of_experts_loads_in_transformers(name: str, tmp_path: Path) -> None:
+    """A random MoE run is written as the model type its features pick, with the fields its config
+    class reads, and transformers computes its logits; the folder imports back to the spec."""
+    run = random_run(tmp_path, f"model: {{{OWN[name]}}}\n")
+    spec, model = load_trained_model(run)
+    assert spec.model.moe is not None
+    architecture = export_hf(run, tmp_path / "out")
+    written = name.split()[0]
+    config = json.loads((tmp_path / "out" / "config.json").read_text())
+    assert config["model_type"] == written
+    assert architecture == config["architectures"][0]
+    moe = spec.model.moe
+    assert (config["num_experts_per_tok"], config["router_aux_loss_coef"]) == (moe.top_k, moe.balance_loss)
+    assert config["num_local_experts" if written == "mixtral" else "num_experts"] == moe.experts
+    if written != "mixtral":
+        assert config["norm_topk_prob"] == moe.normalize
+        assert config["mlp_only_layers"] == (moe.dense_layers or [])
+        assert (config["intermediate_size"], config["moe_intermediate_size"]) == (spec.model.d_ff, moe.d_ff)
+    _loads_alike(tmp_path / "out", model)
+    again = import_folder(tmp_path / "out", "again", tmp_path / "specs", tmp_path / "runs").spec.model
+    assert again.moe == moe and again.window == spec.model.window
+    assert again.qk_norm == spec.model.qk_norm and again.head_dim == spec.model.head_dim
+    assert (again.bias.qkv, again.bias.attn_out) == (
+        spec.model.bias.qkv or (written == "qwen3_moe" and spec.model.bias.attn_out),
+        spec.model.bias.attn_out or (written == "qwen3_moe" and spec.model.bias.qkv),
+    )
+
+
+@pytest.mark.parametrize(
+    ("model", "fields", "written"),
+    [
+        # no q/k norms, no shared expert: Mixtral, which routes every layer
+        (
+            f"{LLAMA_LIKE}, {NO_BIASES}, moe: {{experts: 4, dense_layers: [0]}}",
+            ["model.moe.dense_layers"],
+            "Mixtral",
+        ),
+        (
+            f"{LLAMA_LIKE}, {NO_BIASES}, moe: {{experts: 4, normalize: false}}",
+            ["model.moe.normalize"],
+            "Mixtral",
+        ),
+        (
+            f"{LLAMA_LIKE}, bias: {{qkv: true, attn_out: true, ffn: false}}, moe: {{experts: 4}}",
+            ["model.bias.qkv", "model.bias.attn_out"],
+            "Mixtral",
+        ),
+        (
+            f"{LLAMA_LIKE}, {NO_BIASES}, window: {{size: 6, layers: [0]}}, moe: {{experts: 4}}",
+            ["model.window.layers"],
+            "Mixtral",
+        ),
+        # q/k norms: Qwen3-MoE, which slides every layer or none
+        (
+            f"{LLAMA_LIKE}, qk_norm: true, {NO_BIASES}, window: {{size: 6, layers: [1]}}, "
+            "moe: {experts: 4}",
+            ["model.window.layers"],
+            "Qwen3-MoE",
+        ),
+        # a shared expert: Qwen2-MoE, whose shared expert is gated, with no q/k norms or output bias
+        (
+            f"{LLAMA_LIKE}, qk_norm: true, bias: {{qkv: true, attn_out: true, ffn: false}}, "
+            "moe: {experts: 4, shared_d_ff: 8}",
+            ["model.qk_norm", "model.bias.attn_out", "model.moe.shared_gate"],
+            "Qwen2-MoE",
+        ),
+        # the experts' biases: no MoE type has them
+        (
+            f"{LLAMA_LIKE}, bias: {{qkv: false, attn_out: false, ffn: true}}, moe: {{experts: 4}}",
+            ["model.bias.ffn"],
+            "Mixtral",
+        ),
+        # a writer of no mixture of experts: Granite's multipliers
+        (
+            f"{LLAMA_LIKE}, {NO_BIASES}, residual_multiplier: 0.5, moe: {{experts: 4}}",
+            ["model.moe"],
+            "Granite",
+        ),
+    ],
+    ids=[
+        "mixtral-dense-layers",
+        "mixtral-unnormalised",
+        "mixtral-biases",
+        "mixtral-window-on-some-layers",
+        "qwen3_moe-window-on-some-layers",
+        "qwen2_moe-ungated",
+        "expert-biases",
+        "granite",
+    ],
+)
+def test_a_mixture_of_experts_no_moe_type_computes_is_refused_by_field(
+    model: str, fields: list[str], written: str, tmp_path: Path
+) -> None:
+    run = random_run(tmp_path, f"model: {{{model}}}\n")
+    with pytest.raises(HFError) as error:
+        export_hf(run, tmp_path / "out")
+    assert re.findall(r"^  (\S+): ", str(error.value), re.MULTILINE) == fields
+    assert f"{written} equivalent" in str(error.value)
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_gpt2_like_mixture_of_experts_is_refused_at_model_moe(tmp_path: Path) -> None:
+    """Only the LLaMA family's MoE types are written: GPT-2's writer refuses model.moe."""
+    run = random_run(
+        tmp_path,
+        "model: {family: decoder, vocab_size: 64, d_model: 32, n_layers: 1, n_heads: 4, max_seq_len: 24, "
+        "moe: {experts: 4}}\n",
+    )
+    with pytest.raises(HFError) as error:
+        export_hf(run, tmp_path / "out")
     assert "model.moe" in re.findall(r"^  (\S+): ", str(error.value), re.MULTILINE)
     assert "export-hf writes no mixture of experts" in str(error.value)
     assert not (tmp_path / "out").exists()
@@ -283,12 +464,14 @@ def test_a_classifier_head_is_refused_by_architectures(
 # ------------------------------------------------------------------ every config field, by value
 
 EVERY_LAYER_6 = {"window.size": 6, "window.layers": None}
-NOT_EXPORTED = {"exported": False}  # export-hf refuses model.moe (each SAME row checks it)
+NOT_EXPORTED = {"exported": False}  # export-hf refuses OLMoE (each SAME row checks it)
 
 
 def rows(family: str) -> Callable[..., Case]:
+    """Cases of ``family``: each SAME row written back by export-hf (OLMoE's: refused)."""
+
     def row(**fields: Any) -> Case:
-        return case(family, **(NOT_EXPORTED | fields))
+        return case(family, **((NOT_EXPORTED if family == "olmoe" else {}) | fields))
 
     return row
 

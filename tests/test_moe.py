@@ -270,18 +270,24 @@ def test_a_trained_decoder_of_experts_fuses_and_generates_as_pytorch(tmp_path: P
     trained_decoder_generates_as_pytorch(tmp_path, ["model.moe={experts: 4, top_k: 2, shared_d_ff: 16}"])
 
 
-def test_export_hf_refuses_a_mixture_of_experts_by_field(tmp_path: Path) -> None:
+def test_export_hf_writes_a_llama_of_experts_as_mixtral_and_refuses_what_mixtral_lacks_by_field(
+    tmp_path: Path,
+) -> None:
     from tfcompile.hf.errors import HFError
     from tfcompile.hf.exporter import export_hf
 
-    run = random_run(
-        tmp_path,
-        "model: {vocab_size: 64, d_model: 32, n_heads: 4, n_layers: 1, max_seq_len: 24, positional: rope, "
-        "norm: {type: rmsnorm}, activation: swiglu, bias: {qkv: false, attn_out: false, ffn: false}, "
-        "moe: {experts: 4}}\n",
-    )
-    with pytest.raises(HFError, match=rf"\n  {re.escape('model.moe')}: "):
-        export_hf(run, tmp_path / "out")
+    def run(moe: str, name: str) -> Path:
+        return random_run(
+            tmp_path / name,
+            "model: {vocab_size: 64, d_model: 32, n_heads: 4, n_layers: 1, max_seq_len: 24, "
+            "positional: rope, norm: {type: rmsnorm}, activation: swiglu, "
+            "bias: {qkv: false, attn_out: false, ffn: false}, "
+            f"moe: {moe}}}\n",
+        )
+
+    assert export_hf(run("{experts: 4}", "a"), tmp_path / "mixtral") == "MixtralForCausalLM"
+    with pytest.raises(HFError, match=rf"\n  {re.escape('model.moe.normalize')}: "):
+        export_hf(run("{experts: 4, normalize: false}", "b"), tmp_path / "out")
     assert not (tmp_path / "out").exists()
 
 

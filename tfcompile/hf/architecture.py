@@ -386,10 +386,13 @@ class Needs:
         )
         self.plain_scales(model, unscaled)
 
-    def plain_scales(self, model: Any, unscaled: bool = False, qk_norm: bool = False) -> None:
+    def plain_scales(
+        self, model: Any, unscaled: bool = False, qk_norm: bool = False, moe: bool = False
+    ) -> None:
         """Attention scaled by 1/sqrt(head_dim), whatever head_dim is (or by 1, where the
-        architecture can leave q.k ``unscaled``), no extra scales, and no norm of each head's q
-        and k unless the architecture has one (``qk_norm``)."""
+        architecture can leave q.k ``unscaled``), no extra scales, no norm of each head's q
+        and k unless the architecture has one (``qk_norm``), and no mixture of experts unless the
+        architecture writes this one (``moe``: it has checked model.moe itself)."""
         self(
             abs(model.attention_scale * model.head_dim**0.5 - 1) < 1e-9
             or (unscaled and model.attention_scale == 1),
@@ -397,13 +400,14 @@ class Needs:
             model.attention_scale,
             "leave it unset (1/sqrt(head_dim))" + (", or set it to 1" if unscaled else ""),
         )
-        self.no_extras(model, qk_norm)
+        self.no_extras(model, qk_norm, moe)
 
-    def no_extras(self, model: Any, qk_norm: bool = False) -> None:
+    def no_extras(self, model: Any, qk_norm: bool = False, moe: bool = False) -> None:
         """No scale on the embeddings, no LM head bias, sequential blocks, no sandwich or output
         norms, no capped scores or logits, no decoder's embedding norm, norms with a learned scale,
-        no clipped q, k and v, no multipliers (Granite's), no mixture of experts, and no norm of
-        each head's q and k unless the architecture has one (``qk_norm``), and then over each head."""
+        no clipped q, k and v, no multipliers (Granite's), no mixture of experts unless the
+        architecture writes this one (``moe``), and no norm of each head's q and k unless the
+        architecture has one (``qk_norm``), and then over each head."""
         self(not model.scale_embeddings, "model.scale_embeddings", True, "set it false")
         self(not model.bias.lm_head, "model.bias.lm_head", True, "set it false")
         self(qk_norm or not model.qk_norm, "model.qk_norm", True, "set it false")
@@ -432,8 +436,13 @@ class Needs:
         self(not embedding_norm or isinstance(model, EncoderSpec), "model.embedding_norm", True, "false")
         self(model.norm.scale, "model.norm.scale", False, "true (every norm written has a learned scale)")
         self(model.qkv_clip is None, "model.qkv_clip", model.qkv_clip, "leave it unset")
-        moe = model.moe.model_dump() if model.moe is not None else None
-        self(moe is None, "model.moe", moe, "leave it unset (export-hf writes no mixture of experts)")
+        experts = model.moe.model_dump() if model.moe is not None else None
+        self(
+            moe or experts is None,
+            "model.moe",
+            experts,
+            f"leave it unset (export-hf writes no mixture of experts as {self.architecture})",
+        )
         for name in MULTIPLIERS:  # the last two decoders' only
             value = getattr(model, name, 1.0)
             self(value == 1.0, f"model.{name}", value, "1")

@@ -39,7 +39,11 @@ hidden_size / heads where no head_dim) with Qwen2-MoE's experts but the shared o
 ``moe.balance_loss``. Their checkpoints name each expert's tensors (``w1``, ``w3``, ``w2`` under
 Mixtral's ``block_sparse_moe``; ``gate_proj``, ``up_proj``, ``down_proj`` under the others'
 ``mlp``), or hold transformers 5's stacked ``experts.gate_up_proj`` and ``experts.down_proj``.
-export-hf writes no mixture of experts (``Needs.no_extras`` refuses ``model.moe``)."""
+export-hf writes a mixture of experts as Mixtral (no q/k norms, no shared expert, every layer routed,
+the top k renormalised, no attention biases), Qwen3-MoE (each head's q and k normalised) or
+Qwen2-MoE (a sigmoid-gated shared expert), which ``written_as`` picks by the spec's features and
+each model type's ``own`` holds to what it computes; OLMoE is import only, and every other writer
+refuses ``model.moe`` (``Needs.no_extras``)."""
 
 from __future__ import annotations
 
@@ -209,6 +213,66 @@ def granite_own(need: Needs, model: DecoderSpec) -> DecoderSpec:
     return model.model_copy(
         update=dict.fromkeys(MULTIPLIERS, 1.0) | {"attention_scale": model.head_dim**-0.5}
     )
+
+
+def moe_window(need: Needs, model: DecoderSpec, title: str) -> None:
+    """A window over every layer or none: Mixtral's and Qwen3-MoE's slide every layer alike."""
+    every = model.sliding_layers == set(range(model.n_layers))
+    layers = model.window.layers if model.window is not None else None
+    need(
+        model.window is None or every,
+        "model.window.layers",
+        layers,
+        f"every layer ({title} slides all or none)",
+    )
+
+
+def mixtral_own(need: Needs, model: DecoderSpec) -> DecoderSpec:
+    """Mixtral (a mixture of experts without q/k norms or a shared expert): Mistral's attention
+    without biases, every layer routed, the top k renormalised, a window on every layer or none."""
+    moe = model.moe
+    assert moe is not None
+    hint = "false (Mixtral's attention has no biases; Qwen2-MoE's, with a shared expert, has q, k and v's)"
+    need(not model.bias.qkv, "model.bias.qkv", True, hint)
+    need(not model.bias.attn_out, "model.bias.attn_out", True, hint)
+    need(
+        not moe.dense_layers,
+        "model.moe.dense_layers",
+        moe.dense_layers,
+        "leave it unset (Mixtral routes every layer; Qwen3-MoE, with q/k norms, and Qwen2-MoE, with a "
+        "shared expert, have dense layers)",
+    )
+    need(bool(moe.normalize), "model.moe.normalize", False, "true (Mixtral renormalises the top k)")
+    moe_window(need, model, "Mixtral")
+    return model
+
+
+def qwen3_moe_own(need: Needs, model: DecoderSpec) -> DecoderSpec:
+    """Qwen3-MoE (a mixture of experts with each head's q and k normalised, no shared expert):
+    a window on every layer or none."""
+    moe_window(need, model, "Qwen3-MoE")
+    return model
+
+
+def qwen2_moe_own(need: Needs, model: DecoderSpec) -> DecoderSpec:
+    """Qwen2-MoE (a mixture of experts with a shared expert): Qwen2's attention (q, k and v biases,
+    no output bias, no q/k norms), the shared expert gated by sigmoid(x . w)."""
+    moe = model.moe
+    assert moe is not None
+    need(
+        not model.qk_norm,
+        "model.qk_norm",
+        True,
+        "false (Qwen2-MoE, written for a shared expert, has no q/k norms)",
+    )
+    need(
+        not model.bias.attn_out,
+        "model.bias.attn_out",
+        True,
+        "false (Qwen2-MoE, written for a shared expert, has no output projection bias)",
+    )
+    need(moe.shared_gate, "model.moe.shared_gate", False, "true (Qwen2-MoE gates its shared expert)")
+    return model.model_copy(update={"qk_norm": False})
 
 
 def ministral_requires(config: Config) -> None:
@@ -578,6 +642,9 @@ MODEL_TYPES = {
         aliases={"num_experts": "num_local_experts"},
         requires=mixtral_requires,
         moe=MoEType(experts="num_local_experts", normalize=None),
+        title="Mixtral",
+        head="MixtralForCausalLM",
+        own=mixtral_own,
     ),
     # Qwen2's attention (q, k and v biases, with qkv_bias), sliding as layer_types say (or every other
     # layer below max_window_layers, with use_sliding_window); experts of moe_intermediate_size and a
@@ -605,6 +672,9 @@ MODEL_TYPES = {
         nullable={"num_key_value_heads": 16} | WINDOW,
         requires=qwen2_moe_requires,
         moe=MoEType(experts="num_experts", d_ff="moe_intermediate_size", shared=True, sparse_layers=True),
+        title="Qwen2-MoE",
+        head="Qwen2MoeForCausalLM",
+        own=qwen2_moe_own,
     ),
     # Qwen3's attention (each head's q and k normalised, attention_bias on q, k, v and o; heads of
     # hidden_size / heads where no head_dim), every layer sliding with use_sliding_window; experts of
@@ -627,6 +697,9 @@ MODEL_TYPES = {
         nullable={"num_key_value_heads": 4} | WINDOW,
         aliases={"num_local_experts": "num_experts"},
         moe=MoEType(experts="num_experts", d_ff="moe_intermediate_size", sparse_layers=True),
+        title="Qwen3-MoE",
+        head="Qwen3MoeForCausalLM",
+        own=qwen3_moe_own,
     ),
     # OLMo 2's q and k norms over all heads in pre-norm blocks, attention_bias on q, k, v and o, a
     # mixture of intermediate_size experts in every layer.
@@ -1231,7 +1304,9 @@ class Llama(Writable):
         if kind.own is not None:
             model = kind.own(need, model)
         rope_and_norms(need, model)
-        need.plain_scales(model, qk_norm=True)  # head_dim is free: Llama configs name it; q/k norms: Qwen3
+        # head_dim is free: Llama configs name it; q/k norms: Qwen3's; a mixture of experts: the MoE
+        # types' (their ``own`` checked it)
+        need.plain_scales(model, qk_norm=True, moe=kind.moe is not None)
         if not kind.mlp_bias:
             need(
                 not model.bias.ffn,
@@ -1269,12 +1344,16 @@ class Llama(Writable):
             "initializer_range": model.init_std,
         }
         kind = MODEL_TYPES[written]
-        if kind.attention_bias:  # on q, k, v and o alike, in both; Mistral has none, Qwen2 q, k and v's
+        if kind.attention_bias and kind.bias_field == "qkv_bias":  # Qwen2-MoE: q, k and v's, or none
+            config["qkv_bias"] = bias.qkv
+        elif kind.attention_bias:  # on q, k, v and o alike, in both; Mistral has none, Qwen2 q, k and v's
             config["attention_bias"] = bias.qkv or bias.attn_out
         window = model.window
-        if kind.every_layer_slides:  # Mistral
-            assert window is not None
-            config |= {"sliding_window": window.size}
+        if kind.every_layer_slides and kind.window_flag:  # Qwen3-MoE: every layer or none
+            size = None if window is None else window.size
+            config |= {"use_sliding_window": window is not None, "sliding_window": size}
+        elif kind.every_layer_slides:  # Mistral (always a window), Mixtral (where one is set)
+            config |= {"sliding_window": None if window is None else window.size}
         elif kind.nope:  # SmolLM3: the layers without RoPE, the sliding ones as layer_types
             nope, sliding = set(model.positional.nope_layers or ()), model.sliding_layers
             config |= {
@@ -1285,9 +1364,9 @@ class Llama(Writable):
                     "sliding_attention" if i in sliding else "full_attention" for i in range(model.n_layers)
                 ],
             }
-        elif kind.window_layers and window is None:
+        elif (kind.window_layers or kind.window_flag) and window is None:
             config |= {"use_sliding_window": False, "sliding_window": None}
-        elif kind.window_layers and window is not None:
+        elif (kind.window_layers or kind.window_flag) and window is not None:  # Qwen2, Qwen3, Qwen2-MoE
             sliding = model.sliding_layers
             types = ["sliding_attention" if i in sliding else "full_attention" for i in range(model.n_layers)]
             config |= {
@@ -1297,6 +1376,8 @@ class Llama(Writable):
             }
         if kind.mlp_bias:
             config["mlp_bias"] = bias.ffn
+        if kind.moe is not None:
+            config |= moe_config(model, written)
         if kind.multipliers:
             config |= {
                 "embedding_multiplier": model.embedding_multiplier,
@@ -1317,7 +1398,9 @@ class Llama(Writable):
             if model.positional.layout == "interleaved"
             else (None, None)
         )
-        bias, qwen2 = model.bias, written_as(model) == "qwen2"  # q, k and v biases always, no o bias
+        written = written_as(model)
+        bias, qwen2 = model.bias, written == "qwen2"  # q, k and v biases always, no o bias
+        routed = model.routed_layers(model.n_layers)
         out = {
             "model.embed_tokens.weight": state["embed.weight"],
             "model.norm.weight": state["final_norm.weight"] * output_scale(model),
@@ -1330,9 +1413,12 @@ class Llama(Writable):
             for hf, tfc in layer_norms(model):
                 out[f"{h}{hf}.weight"] = state[f"{b}{tfc}.weight"]
             out[f"{a}o_proj.weight"] = state[f"{b}attn.out.weight"]
-            gate, up = state[f"{b}ffn.w_in.weight"].chunk(2)
-            out |= {f"{m}gate_proj.weight": gate, f"{m}up_proj.weight": up}
-            out[f"{m}down_proj.weight"] = state[f"{b}ffn.w_out.weight"]
+            if i in routed:
+                out |= experts_tensors(state, f"{b}ffn.", h, written)
+            else:
+                gate, up = state[f"{b}ffn.w_in.weight"].chunk(2)
+                out |= {f"{m}gate_proj.weight": gate, f"{m}up_proj.weight": up}
+                out[f"{m}down_proj.weight"] = state[f"{b}ffn.w_out.weight"]
             kinds = ("weight", "bias") if bias.qkv or bias.attn_out or qwen2 else ("weight",)
             for kind in kinds:
                 packed = zeros_if_none(state.get(f"{b}attn.qkv.{kind}"), q_rows + 2 * kv_rows)
@@ -1340,7 +1426,7 @@ class Llama(Writable):
                 if order_q is not None and order_k is not None:
                     q, k = q[order_q], k[order_k]
                 out |= {f"{a}q_proj.{kind}": q, f"{a}k_proj.{kind}": k, f"{a}v_proj.{kind}": v}
-            if (bias.qkv or bias.attn_out) and not qwen2:
+            if (bias.qkv or bias.attn_out) and written not in ("qwen2", "qwen2_moe"):  # no o bias there
                 out[f"{a}o_proj.bias"] = zeros_if_none(state.get(f"{b}attn.out.bias"), model.d_model)
             if model.qk_norm:  # the scale's dimensions in the order of the q and k rows above
                 q_norm, k_norm = state[f"{b}attn.q_norm.weight"], state[f"{b}attn.k_norm.weight"]
@@ -1367,8 +1453,61 @@ class Mixtral(Llama):
     expert_names = ("w1", "w3", "w2")
 
     def candidate(self, spec: Spec) -> bool:
-        """Never: export-hf writes no mixture of experts (Llama refuses it by field)."""
+        """Never: Llama writes every LLaMA-family model, Mixtral's too (``written_as``)."""
         return False
+
+
+def moe_config(model: DecoderSpec, written: str) -> dict[str, Any]:
+    """A mixture of experts as the MoE model type ``written`` says it: the expert count in the
+    field its config class reads (Qwen3-MoE's under both names: 4.57 reads num_experts, 5 reads
+    num_local_experts over it), the experts' width, renormalisation, dense layers and shared expert."""
+    moe = model.moe
+    assert moe is not None and moe.d_ff is not None
+    config: dict[str, Any] = {
+        "num_experts_per_tok": moe.top_k,
+        "router_aux_loss_coef": moe.balance_loss,
+        "output_router_logits": False,
+    }
+    if written == "mixtral":  # experts of intermediate_size, always renormalised, every layer routed
+        return config | {"num_local_experts": moe.experts, "intermediate_size": moe.d_ff}
+    config |= {
+        "num_experts": moe.experts,
+        "moe_intermediate_size": moe.d_ff,
+        "norm_topk_prob": bool(moe.normalize),
+        "decoder_sparse_step": 1,
+        "mlp_only_layers": sorted(moe.dense_layers or ()),
+    }
+    if written == "qwen3_moe":
+        config["num_local_experts"] = moe.experts
+    if written == "qwen2_moe":
+        config["shared_expert_intermediate_size"] = moe.shared_d_ff
+    return config
+
+
+def experts_tensors(state: State, ffn: str, layer: str, written: str) -> State:
+    """A routed layer's router, experts and shared expert (the MoE at ``ffn``) as save_pretrained
+    writes them for ``written``, one expert at a time: Mixtral's ``block_sparse_moe.experts.{e}.w1``
+    (gate), ``w3`` (up) and ``w2`` (down), the others' ``mlp.experts.{e}.gate_proj``, ``up_proj`` and
+    ``down_proj``, Qwen2-MoE's ``mlp.shared_expert`` and ``mlp.shared_expert_gate``."""
+    cls = Mixtral if written == "mixtral" else Llama
+    m = f"{layer}{cls.moe_prefixes[0]}"
+    gate_name, up_name, down_name = cls.expert_names
+    out = {f"{m}gate.weight": state[f"{ffn}router.weight"]}
+    e = 0
+    while f"{ffn}experts.{e}.w_in.weight" in state:
+        gate, up = state[f"{ffn}experts.{e}.w_in.weight"].chunk(2)
+        x = f"{m}experts.{e}."
+        out |= {f"{x}{gate_name}.weight": gate, f"{x}{up_name}.weight": up}
+        out[f"{x}{down_name}.weight"] = state[f"{ffn}experts.{e}.w_out.weight"]
+        e += 1
+    if f"{ffn}shared.w_in.weight" in state:
+        gate, up = state[f"{ffn}shared.w_in.weight"].chunk(2)
+        x = f"{m}shared_expert."
+        out |= {f"{x}gate_proj.weight": gate, f"{x}up_proj.weight": up}
+        out[f"{x}down_proj.weight"] = state[f"{ffn}shared.w_out.weight"]
+    if f"{ffn}shared_gate.weight" in state:
+        out[f"{m}shared_expert_gate.weight"] = state[f"{ffn}shared_gate.weight"]
+    return out
 
 
 def stacked(tensors: Tensors, name: str, experts: int) -> torch.Tensor:
@@ -1463,13 +1602,19 @@ def written_as(model: DecoderSpec) -> str:
     its tokenizer.json holds (a character tokenizer lost its spaces).
     A sliding window is Mistral's where it covers every layer of a model without attention biases,
     else Qwen2's (on any layers, with q, k and v biases, zeros where the model has none), or
-    Qwen3's with q/k norms."""
+    Qwen3's with q/k norms.
+    A mixture of experts (but in OLMo 2's, SmolLM3's and Granite's, which refuse it) is Qwen2-MoE's
+    where it has a shared expert, else Qwen3-MoE's with q/k norms, else Mixtral's."""
     if model.norm.position == "output":
         return "olmo2"
     if isinstance(model.positional, RopePositional) and model.positional.nope_layers:
         return "smollm3"
     if granite_scales(model):
         return "granite"
+    if model.moe is not None and model.moe.shared_d_ff is not None:
+        return "qwen2_moe"
+    if model.moe is not None:
+        return "qwen3_moe" if model.qk_norm else "mixtral"
     if model.qk_norm:
         return "qwen3"
     if model.window is None:
