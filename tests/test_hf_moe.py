@@ -786,3 +786,55 @@ def test_folders_transformers_4_57_saved_import_to_its_logits(tmp_path: Path) ->
         with torch.no_grad():
             logits = model.eval()(ids)
         torch.testing.assert_close(logits, torch.tensor(saved[name]), atol=1e-5, rtol=1e-5, msg=name)
+
+
+# Run in transformers 4.57: each export-hf folder's logits on the given ids, and what loading reported.
+LOAD_457 = r"""
+import json, sys, torch, transformers as T
+ids, results = torch.tensor(json.loads(sys.argv[1])), {}
+for folder in sys.argv[2:]:
+    model, info = T.AutoModelForCausalLM.from_pretrained(
+        folder, output_loading_info=True, torch_dtype=torch.float32)
+    with torch.no_grad():
+        results[folder] = [model.eval()(ids).logits.tolist(), {k: list(v) for k, v in info.items() if v}]
+print(json.dumps(results))
+"""
+WRITTEN = (
+    "vocab_size: 64, d_model: 32, n_heads: 4, n_kv_heads: 2, n_layers: 3, max_seq_len: 24, positional: rope, "
+)
+WRITTEN += "norm: {type: rmsnorm}, activation: swiglu, tie_embeddings: false"
+NO_BIAS = "bias: {qkv: false, attn_out: false, ffn: false}"
+WRITTEN_AS = {
+    "MixtralForCausalLM": f"{NO_BIAS}, moe: {{experts: 4, d_ff: 16}}",
+    "Qwen3MoeForCausalLM": f"{NO_BIAS}, qk_norm: true, "
+    "moe: {experts: 4, d_ff: 16, normalize: false, dense_layers: [1]}",
+    "Qwen2MoeForCausalLM": "bias: {qkv: true, attn_out: false, ffn: false}, "
+    "moe: {experts: 4, d_ff: 16, shared_d_ff: 24, shared_gate: true}",
+}
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    not PYTHON_457, reason="TFCOMPILE_TRANSFORMERS_457 names no python with transformers 4.57 installed"
+)
+def test_transformers_4_57_loads_each_written_mixture_of_experts_to_the_runs_logits(tmp_path: Path) -> None:
+    assert PYTHON_457 is not None
+    ids = torch.randint(0, 64, (2, 10), generator=torch.Generator().manual_seed(1))
+    expected, folders = {}, []
+    for head, fields in WRITTEN_AS.items():
+        run = random_run(tmp_path / head, f"model: {{{WRITTEN}, {fields}}}\n")
+        assert export_hf(run, tmp_path / head / "hf") == head
+        _, model = load_trained_model(run)
+        with torch.no_grad():
+            expected[str(tmp_path / head / "hf")] = model.eval()(ids)
+        folders.append(str(tmp_path / head / "hf"))
+    result = subprocess.run(
+        [PYTHON_457, "-c", LOAD_457, json.dumps(ids.tolist()), *folders],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    read = json.loads(result.stdout.strip().splitlines()[-1])
+    for folder, logits in expected.items():
+        assert read[folder][1] == {}, read[folder][1]  # no missing, unexpected or mismatched tensors
+        torch.testing.assert_close(torch.tensor(read[folder][0]), logits, atol=1e-5, rtol=1e-5, msg=folder)
