@@ -799,12 +799,12 @@ for folder in sys.argv[2:]:
         results[folder] = [model.eval()(ids).logits.tolist(), {k: list(v) for k, v in info.items() if v}]
 print(json.dumps(results))
 """
-WRITTEN = (
+BODY_457 = (
     "vocab_size: 64, d_model: 32, n_heads: 4, n_kv_heads: 2, n_layers: 3, max_seq_len: 24, positional: rope, "
 )
-WRITTEN += "norm: {type: rmsnorm}, activation: swiglu, tie_embeddings: false"
+BODY_457 += "norm: {type: rmsnorm}, activation: swiglu, tie_embeddings: false"
 NO_BIAS = "bias: {qkv: false, attn_out: false, ffn: false}"
-WRITTEN_AS = {
+HEADS_457 = {
     "MixtralForCausalLM": f"{NO_BIAS}, moe: {{experts: 4, d_ff: 16}}",
     "Qwen3MoeForCausalLM": f"{NO_BIAS}, qk_norm: true, "
     "moe: {experts: 4, d_ff: 16, normalize: false, dense_layers: [1]}",
@@ -821,8 +821,8 @@ def test_transformers_4_57_loads_each_written_mixture_of_experts_to_the_runs_log
     assert PYTHON_457 is not None
     ids = torch.randint(0, 64, (2, 10), generator=torch.Generator().manual_seed(1))
     expected, folders = {}, []
-    for head, fields in WRITTEN_AS.items():
-        run = random_run(tmp_path / head, f"model: {{{WRITTEN}, {fields}}}\n")
+    for head, fields in HEADS_457.items():
+        run = random_run(tmp_path / head, f"model: {{{BODY_457}, {fields}}}\n")
         assert export_hf(run, tmp_path / head / "hf") == head
         _, model = load_trained_model(run)
         with torch.no_grad():
