@@ -92,8 +92,7 @@ def forward_flops_per_token(model: nn.Module, spec: TransformerSpec, context: in
     where that is shorter; a mixture of experts' router, shared expert and the top_k experts a token
     chooses. Embedding lookups and norms are not counted."""
     # each use of a module: a block that several layers share (ALBERT's) is computed in each
-    layers = (m for _, m in model.named_modules(remove_duplicate=False))
-    modules = list(layers)
+    modules = [m for _, m in model.named_modules(remove_duplicate=False)]
     matmul = sum(2 * m.in_features * m.out_features for m in modules if isinstance(m, nn.Linear))
     matmul -= sum(m.idle_flops_per_token() for m in modules if isinstance(m, MoE))  # its chosen experts only
     # An encoder-decoder's decoder attends twice per block (to itself and to the source).

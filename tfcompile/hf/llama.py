@@ -56,6 +56,7 @@ from typing import Any, ClassVar
 import torch
 
 from tfcompile.hf.architecture import (
+    ARCHITECTURES,
     GATED_ACTIVATIONS,
     MULTIPLIERS,
     Config,
@@ -381,15 +382,14 @@ def moe_section(config: Config, kind: MoEType, n_layers: Any) -> tuple[dict[str,
         "model.moe.top_k": "num_experts_per_tok",
         "model.moe.balance_loss": "router_aux_loss_coef",
     }
-    if kind.d_ff != "intermediate_size":
-        sources["model.moe.d_ff"] = kind.d_ff
     moe: dict[str, Any] = {
         "experts": experts,
         "top_k": config.get("num_experts_per_tok", 2),
         "normalize": True if kind.normalize is None else bool(config.get(kind.normalize, False)),
     }
-    if kind.d_ff != "intermediate_size":
+    if kind.d_ff != "intermediate_size":  # else the experts are model.d_ff wide
         moe["d_ff"] = config.get(kind.d_ff, 1408)
+        sources["model.moe.d_ff"] = kind.d_ff
     if kind.shared:
         moe["shared_d_ff"] = config.get("shared_expert_intermediate_size", 5632)
         moe["shared_gate"] = True
@@ -1414,7 +1414,7 @@ class Llama(Writable):
                 out[f"{h}{hf}.weight"] = state[f"{b}{tfc}.weight"]
             out[f"{a}o_proj.weight"] = state[f"{b}attn.out.weight"]
             if i in routed:
-                out |= experts_tensors(state, f"{b}ffn.", h, written)
+                out |= experts_tensors(state, f"{b}ffn.", h, model, written)
             else:
                 gate, up = state[f"{b}ffn.w_in.weight"].chunk(2)
                 out |= {f"{m}gate_proj.weight": gate, f"{m}up_proj.weight": up}
@@ -1484,28 +1484,30 @@ def moe_config(model: DecoderSpec, written: str) -> dict[str, Any]:
     return config
 
 
-def experts_tensors(state: State, ffn: str, layer: str, written: str) -> State:
+def experts_tensors(state: State, ffn: str, layer: str, model: DecoderSpec, written: str) -> State:
     """A routed layer's router, experts and shared expert (the MoE at ``ffn``) as save_pretrained
-    writes them for ``written``, one expert at a time: Mixtral's ``block_sparse_moe.experts.{e}.w1``
-    (gate), ``w3`` (up) and ``w2`` (down), the others' ``mlp.experts.{e}.gate_proj``, ``up_proj`` and
+    writes them for ``written``, one expert at a time, under the names its converter reads
+    (``moe_prefixes``, ``expert_names``): Mixtral's ``block_sparse_moe.experts.{e}.w1`` (gate),
+    ``w3`` (up) and ``w2`` (down), the others' ``mlp.experts.{e}.gate_proj``, ``up_proj`` and
     ``down_proj``, Qwen2-MoE's ``mlp.shared_expert`` and ``mlp.shared_expert_gate``."""
-    cls = Mixtral if written == "mixtral" else Llama
-    m = f"{layer}{cls.moe_prefixes[0]}"
-    gate_name, up_name, down_name = cls.expert_names
+    moe = model.moe
+    assert moe is not None
+    converter = ARCHITECTURES[written]
+    assert isinstance(converter, Llama)
+    m = f"{layer}{converter.moe_prefixes[0]}"
+    gate_name, up_name, down_name = converter.expert_names
     out = {f"{m}gate.weight": state[f"{ffn}router.weight"]}
-    e = 0
-    while f"{ffn}experts.{e}.w_in.weight" in state:
+    for e in range(moe.experts):
         gate, up = state[f"{ffn}experts.{e}.w_in.weight"].chunk(2)
         x = f"{m}experts.{e}."
         out |= {f"{x}{gate_name}.weight": gate, f"{x}{up_name}.weight": up}
         out[f"{x}{down_name}.weight"] = state[f"{ffn}experts.{e}.w_out.weight"]
-        e += 1
-    if f"{ffn}shared.w_in.weight" in state:
+    if moe.shared_d_ff is not None:
         gate, up = state[f"{ffn}shared.w_in.weight"].chunk(2)
         x = f"{m}shared_expert."
         out |= {f"{x}gate_proj.weight": gate, f"{x}up_proj.weight": up}
         out[f"{x}down_proj.weight"] = state[f"{ffn}shared.w_out.weight"]
-    if f"{ffn}shared_gate.weight" in state:
+    if moe.shared_gate:
         out[f"{m}shared_expert_gate.weight"] = state[f"{ffn}shared_gate.weight"]
     return out
 

@@ -110,7 +110,7 @@ class MoE(nn.Module):
 def balance_loss(model: nn.Module) -> torch.Tensor | None:
     """The mean over the model's MoE layers of the load-balancing losses they kept in their last
     training forward, times the spec's balance_loss; None where it has none."""
-    layers = [m for m in model.modules() if isinstance(m, MoE) and m.balance is not None]
-    if not layers:
-        return None
-    return torch.stack([m.balance_weight * m.balance for m in layers if m.balance is not None]).mean()
+    losses = [
+        m.balance_weight * m.balance for m in model.modules() if isinstance(m, MoE) and m.balance is not None
+    ]
+    return torch.stack(losses).mean() if losses else None
