@@ -491,6 +491,13 @@ SCALINGS = [
         "mscale": 1.0,
         "mscale_all_dim": 0.5,
     },
+    {  # 16 pairs of the test's heads of 32
+        "type": "longrope",
+        "factor": 4.0,
+        "original_max_position_embeddings": 512,
+        "short_factor": [1.0 + i / 10 for i in range(16)],
+        "long_factor": [2.0 + i for i in range(16)],
+    },
 ]
 
 
@@ -511,7 +518,11 @@ def test_rope_scalings_are_the_frequencies_transformers_computes(scaling: dict[s
             max_position_embeddings=4 * 512,
             rope_parameters={**rope, "rope_theta": theta},
         )
-        inv_freq, factor = ROPE_INIT_FUNCTIONS[scaling["type"]](config, "cpu")
-        ours, our_factor = rope_frequencies(RopePositional(theta=theta, scaling=scaling), head_dim)
-        torch.testing.assert_close(ours.float(), inv_freq.float(), rtol=1e-6, atol=0)
-        assert our_factor == pytest.approx(factor, rel=1e-12)
+        # LongRoPE's long factors: those of a sequence past the original length
+        lengths = (None, 513) if scaling["type"] == "longrope" else (None,)
+        for length, long in zip(lengths, (False, True), strict=False):
+            inv_freq, factor = ROPE_INIT_FUNCTIONS[scaling["type"]](config, "cpu", seq_len=length)
+            spec = RopePositional(theta=theta, scaling=scaling)
+            ours, our_factor = rope_frequencies(spec, head_dim, long)
+            torch.testing.assert_close(ours.float(), inv_freq.float(), rtol=1e-6, atol=0)
+            assert our_factor == pytest.approx(factor, rel=1e-12)

@@ -291,6 +291,7 @@ RUNS: dict[str, Callable[[Path], Path]] = {
     "t5_v1_1": _variant("t5_v1_1"),
     "gemma": _gemma_phi3("gemma_wide_bias_untied"),
     "phi3 as llama": _gemma_phi3("phi3"),
+    "phi3 of LongRoPE as llama": _gemma_phi3("phi3_longrope"),
     "gemma3": _gemma3("gemma3_scaled_window_bias_untied"),
     "gemma3 of tfcompile's own (no tokenizer)": _gemma3_own,
     "opt": _opt_bigcode("opt_post"),

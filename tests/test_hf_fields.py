@@ -155,6 +155,23 @@ def rope(**fields: Any) -> dict[str, Any]:
 
 LLAMA3 = dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0)
 YARN = dict(rope_type="yarn", factor=4.0, original_max_position_embeddings=8)
+
+
+def longrope(pairs: int = 4, **fields: Any) -> dict[str, Any]:
+    """A LongRoPE dict of ``pairs`` rotated pairs, each pair's factors their own, whose original
+    length (8) the tables' rows of 15 to 20 tokens pass: they turn at the long factors."""
+    short = [1.0 + i / 2 for i in range(pairs)]
+    return (
+        dict(
+            rope_type="longrope",
+            short_factor=short,
+            long_factor=[3.0 + f for f in short],
+            original_max_position_embeddings=8,
+        )
+        | fields
+    )
+
+
 # A token id in range that is not 0 (the special tokens' ids do not change the computation).
 IDS = dict(pad_token_id=3, bos_token_id=5, eos_token_id=6)
 
@@ -220,12 +237,19 @@ def llama_family(f: str) -> list[Case]:
             **rope(rope_type="llama3", factor=8.0, low_freq_factor=4.0, high_freq_factor=4.0),
             slow=True,
         ),
+        # LongRoPE: within the original length (32 here) at the short factors, past it at the long ones
+        case(f, **rope(**longrope(original_max_position_embeddings=32)), slow=True),
+        case(f, **rope(**longrope()), slow=f != "llama"),
+        case(f, **rope(**longrope(factor=2.0)), slow=True),  # the attention factor from it
+        case(f, **rope(**longrope(attention_factor=0.5)), slow=True),
         case(
             f,
-            outcome="rope_parameters.rope_type",
-            **rope(rope_type="longrope", short_factor=[1.0] * 4, long_factor=[2.0] * 4),
-            slow=f != "llama",
+            json={"original_max_position_embeddings": 8},
+            **rope(**longrope(original_max_position_embeddings=99)),
+            slow=True,
         ),
+        case(f, outcome="rope_parameters.short_factor", json=rope(**longrope(short_factor=None)), slow=True),
+        case(f, outcome="rope_parameters", json=rope(**longrope(pairs=3)), slow=True),
         # a top-level original_max_position_embeddings (Phi-3's way) is read over the dict's
         case(f, json={"original_max_position_embeddings": 4}, **rope(**LLAMA3), slow=f != "llama"),
         case(  # (1000 in the dict, 4 read: another ramp)

@@ -30,6 +30,7 @@ from test_hf_fields import (
     _save,
     case,
     check,
+    longrope,
 )
 
 from tfcompile.hf.errors import HFError
@@ -46,6 +47,7 @@ GEMMA = DECODER | {"head_dim": 8}  # GemmaConfig's own default is 256
 # no score of a random model this small: the variants set smaller ones.
 GEMMA2 = GEMMA | {"query_pre_attn_scalar": 8}
 PHI3 = DECODER | {"pad_token_id": 0, "eos_token_id": 1}  # Phi3Config's 32000 is past the vocabulary
+LONGROPE_FROM = 6  # the phi3_longrope variant's original length
 # test_hf_fields' check builds a row's model from its FAMILIES: these two families join them.
 FAMILIES |= {
     "gemma": Family(T.GemmaConfig, T.GemmaForCausalLM, "llama", GEMMA),
@@ -78,6 +80,11 @@ VARIANTS: dict[str, Callable[[], Any]] = {
     "phi3": lambda: T.Phi3ForCausalLM(T.Phi3Config(**PHI3, resid_pdrop=0.1)),
     "phi3_window_tied": lambda: T.Phi3ForCausalLM(
         T.Phi3Config(**PHI3 | {"num_key_value_heads": 1}, sliding_window=12, tie_word_embeddings=True)
+    ),
+    # Phi-3.5-mini's LongRoPE: rows of 7 tokens and more (the padded tables' all) turn at the long
+    # factors, fewer at the short ones; cos and sin times sqrt(1 + ln(32 / 6) / ln 6)
+    "phi3_longrope": lambda: T.Phi3ForCausalLM(
+        T.Phi3Config(**PHI3, original_max_position_embeddings=LONGROPE_FROM, rope_scaling=longrope())
     ),
 }
 
@@ -152,6 +159,32 @@ def test_the_specs_say_what_each_model_is(imported: dict[str, Imported]) -> None
     # the post-feed-forward norm's (1 + weight), folded
     hf_norm = imported["gemma2"].hf.model.layers[1].post_feedforward_layernorm.weight
     assert torch.equal(imported["gemma2"].model.blocks[1].ffn_out_norm.weight, 1.0 + hf_norm)
+
+
+def test_longrope_turns_at_the_long_factors_from_one_past_the_original_length(
+    imported: dict[str, Imported],
+) -> None:
+    """transformers turns a sequence at the long factors where its length exceeds the original
+    (LONGROPE_FROM): the logits of sequences of that length and one more, both sides of the switch,
+    as transformers'; the import's attention factor is transformers'."""
+    variant = imported["phi3_longrope"]
+    scaling = variant.spec.model.positional.scaling
+    assert scaling is not None and scaling.type == "longrope"
+    assert scaling.attention_factor == variant.hf.model.rotary_emb.attention_scaling
+    ids = torch.randint(2, 64, (1, LONGROPE_FROM + 1), generator=torch.Generator().manual_seed(3))
+    for length in (LONGROPE_FROM, LONGROPE_FROM + 1):
+        with torch.no_grad():
+            theirs, ours = variant.hf(ids[:, :length]).logits, variant.model(ids[:, :length])
+        torch.testing.assert_close(ours, theirs, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.slow
+def test_the_bundle_generates_transformers_tokens_across_the_longrope_switch(
+    imported: dict[str, Imported], tmp_path: Path
+) -> None:
+    """A prompt of 5 tokens turns at the short factors, the tokens from the 7th on at the long
+    ones, in the KV cache of the exported graphs as in transformers' generate."""
+    imported["phi3_longrope"].assert_runtime_generates_as_transformers(tmp_path, new=12)
 
 
 @pytest.mark.parametrize(
@@ -236,7 +269,12 @@ def rope(**fields: Any) -> dict[str, Any]:
 
 YARN = dict(rope_type="yarn", factor=4.0, original_max_position_embeddings=8)
 LLAMA3 = dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0)
-LONGROPE = dict(rope_type="longrope", short_factor=[1.0] * 4, long_factor=[2.0] * 4)
+
+
+def su(**fields: Any) -> dict[str, Any]:
+    """LongRoPE's dict as the first Phi-3 128k checkpoints named it."""
+    return {k: v for k, v in longrope(**fields).items() if k != "rope_type"} | {"type": "su"}
+
 
 CASES: list[Case] = [
     # ---------------------------------------------------------------------------- Gemma
@@ -299,7 +337,7 @@ CASES: list[Case] = [
     case("gemma", **rope(rope_type="dynamic", factor=2.0), slow=True),
     case("gemma", **rope(**YARN), slow=True),
     case("gemma", **rope(**LLAMA3, original_max_position_embeddings=8), slow=True),
-    case("gemma", outcome="rope_parameters.rope_type", **rope(**LONGROPE), slow=True),
+    case("gemma", **rope(**longrope()), slow=True),
     case("gemma", json={"rope_parameters": DELETE, "rope_theta": 777.0}, slow=True),  # transformers 4's keys
     case(
         "gemma",
@@ -351,28 +389,76 @@ CASES: list[Case] = [
         slow=True,
     ),
     case("phi3", outcome="sliding_window", sliding_window=0, slow=True),
-    # RoPE: default alone (Phi3Config refuses other types, and reads su and yarn as longrope)
+    # RoPE: default or LongRoPE (Phi3Config refuses other types, and reads su and yarn as longrope),
+    # the original length from the top level (Phi3Config's 4096 where it is left out), over the dict's
     case("phi3", **{"rope_parameters": {"rope_theta": 500.0, "rope_type": "default"}}, slow=True),
     case("phi3", json={"rope_parameters": DELETE, "rope_theta": 777.0}, slow=True),  # transformers 4's keys
     case("phi3", original_max_position_embeddings=8, slow=True),  # longrope's alone
-    case("phi3", outcome="rope_parameters.rope_type", **rope(**LONGROPE)),
-    case("phi3", outcome="rope_parameters.rope_type", json=rope(**YARN), slow=True),
+    case("phi3", original_max_position_embeddings=8, **rope(**longrope())),  # Phi-3.5-mini's way
+    case(  # within the original length: the short factors, an attention factor of 1 (32 / 4096 < 1)
+        "phi3",
+        json={"original_max_position_embeddings": DELETE},
+        **rope(**longrope()),
+        spec={"positional.scaling.original_max_position_embeddings": 4096},
+        slow=True,
+    ),
+    case(  # transformers 5 reads the dict's factor, 4 the ratio: warned
+        "phi3", json={"original_max_position_embeddings": 8, **rope(**longrope(factor=2.0))}, slow=True
+    ),
+    case("phi3", original_max_position_embeddings=8, **rope(**longrope(attention_factor=0.5)), slow=True),
+    case(
+        "phi3",
+        outcome="rope_parameters.long_factor",
+        json={"original_max_position_embeddings": 8, **rope(**longrope(long_factor=None))},
+        slow=True,
+    ),
+    case("phi3", outcome="rope_parameters.short_factor", json=rope(**YARN), slow=True),  # read as longrope
+    case(
+        "phi3", json={"original_max_position_embeddings": 8, **rope(**longrope(rope_type="yarn"))}, slow=True
+    ),
     case("phi3", outcome="rope_parameters.rope_type", json=rope(rope_type="linear", factor=2.0), slow=True),
     case(
         "phi3",
-        outcome="rope_scaling.rope_type",
-        json={"rope_parameters": DELETE, "rope_scaling": {"type": "su", **LONGROPE}},
+        json={
+            "original_max_position_embeddings": 8,
+            "rope_parameters": DELETE,
+            "rope_scaling": su(),
+        },
+        slow=True,
+    ),
+    case(  # transformers 5 fails on su without the original length in its dict
+        "phi3",
+        outcome="rope_scaling.original_max_position_embeddings",
+        json={
+            "original_max_position_embeddings": 8,
+            "rope_parameters": DELETE,
+            "rope_scaling": su(original_max_position_embeddings=None),
+        },
         slow=True,
     ),
     # Phi3Config reads a top-level partial_rotary_factor into rope_parameters where it has none
     case(  # Phi-4-mini's
         "phi3",
-        outcome="partial_rotary_factor",
         json={"partial_rotary_factor": 0.75, **rope(rope_type="default")},
+        spec={"positional.rotary_dims": 6},
+        exported=False,
         slow=True,
     ),
     case("phi3", json={"partial_rotary_factor": 0.75}, slow=True),  # the saved dict's 1.0 is read
-    case("phi3", outcome="partial_rotary_factor", **rope(rope_type="default", partial_rotary_factor=0.5)),
+    case(
+        "phi3",
+        **rope(rope_type="default", partial_rotary_factor=0.5),
+        spec={"positional.rotary_dims": 4},
+        exported=False,
+    ),
+    case(  # Phi-4-mini's RoPE: LongRoPE on three quarters of each head
+        "phi3",
+        original_max_position_embeddings=8,
+        **rope(**longrope(3), partial_rotary_factor=0.75),
+        spec={"positional.rotary_dims": 6, "positional.scaling.factor": 4.0},
+        exported=False,
+    ),
+    case("phi3", outcome="rope_parameters", json=rope(**longrope(3))),  # 3 factors for 4 pairs
     case("phi3", json={"partial_rotary_factor": 1.0}, slow=True),
     # ---------------------------------------------------------------------------- Gemma 2
     case(  # the fields that take any value at once: each row below sets one

@@ -202,7 +202,7 @@ def test_a_tie_saved_under_both_names_and_half_precision(
         (
             "llama",
             {"rope_parameters": {"rope_type": "longrope", "rope_theta": 1e4}, "partial_rotary_factor": 0.5},
-            ["rope_parameters.rope_type: 'longrope'", "partial_rotary_factor"],
+            ["rope_parameters.short_factor: is missing", "partial_rotary_factor"],
         ),
         ("llama", {"hidden_act": "relu2"}, ["hidden_act: 'relu2'"]),
         ("vit", {"image_size": [8, 16]}, ["image_size: [8, 16] is not square"]),

@@ -30,6 +30,7 @@ from test_hf_fields import (
     _pytest_cases,
     case,
     check,
+    longrope,
 )
 
 from tfcompile.hf import exporter
@@ -416,7 +417,6 @@ def rope(**fields: Any) -> dict[str, Any]:
 
 YARN = dict(rope_type="yarn", factor=4.0, original_max_position_embeddings=8)
 LLAMA3 = dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0)
-LONGROPE = dict(rope_type="longrope", short_factor=[1.0] * 4, long_factor=[2.0] * 4)
 
 CASES: list[Case] = [
     # ------------------------------------------------------------------------- GPT-NeoX
@@ -502,12 +502,8 @@ CASES: list[Case] = [
     case(
         "gpt_neox", **rope(**LLAMA3, original_max_position_embeddings=8, partial_rotary_factor=0.5), slow=True
     ),
-    case(
-        "gpt_neox",
-        outcome="rope_parameters.rope_type",
-        **rope(**LONGROPE, partial_rotary_factor=1.0),
-        slow=True,
-    ),
+    case("gpt_neox", **rope(**longrope(), partial_rotary_factor=1.0), slow=True),
+    case("gpt_neox", **rope(**longrope(2), partial_rotary_factor=0.5), slow=True),
     case(  # transformers 4's legacy dict, over rope_parameters, theta and fraction from the top level
         "gpt_neox",
         json={
@@ -584,7 +580,7 @@ CASES += [
     ),
     phi(**rope(rope_type="dynamic", factor=2.0, partial_rotary_factor=0.5)),
     phi(**rope(**YARN, partial_rotary_factor=0.75), slow=True),
-    phi(outcome="rope_parameters.rope_type", json=rope(**LONGROPE, partial_rotary_factor=0.5), slow=True),
+    phi(json=rope(**longrope(2), partial_rotary_factor=0.5), slow=True),
     phi(
         json={
             "rope_parameters": DELETE,

@@ -295,7 +295,7 @@ CASES: list[Case] = [
     # one RoPE for every layer: transformers 5 reads none but the per-type dicts
     row(outcome="rope_parameters", json={"rope_parameters": {"rope_type": "default", "rope_theta": 100.0}}),
     row(
-        outcome="rope_parameters.full_attention.rope_type",
+        outcome="rope_parameters.full_attention.short_factor",
         json=ropes({"rope_type": "longrope"}, {}),
         slow=True,
     ),

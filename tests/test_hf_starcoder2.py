@@ -29,6 +29,7 @@ from test_hf_fields import (
     _pytest_cases,
     case,
     check,
+    longrope,
 )
 
 from tfcompile.hf import exporter
@@ -334,7 +335,6 @@ def rope(**fields: Any) -> dict[str, Any]:
 
 YARN = dict(rope_type="yarn", factor=4.0, original_max_position_embeddings=8)
 LLAMA3 = dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0)
-LONGROPE = dict(rope_type="longrope", short_factor=[1.0] * 4, long_factor=[2.0] * 4)
 
 
 def row(**fields: Any) -> Case:
@@ -413,7 +413,7 @@ CASES: list[Case] = [
     row(**rope(rope_type="dynamic", factor=2.0), sliding_window=6, slow=True),  # scales past 32, unseen
     row(**rope(**YARN), slow=True),
     row(**rope(**LLAMA3, original_max_position_embeddings=8), slow=True),
-    row(outcome="rope_parameters.rope_type", **rope(**LONGROPE)),
+    row(**rope(**longrope())),
     row(outcome="partial_rotary_factor", **rope(rope_type="default", partial_rotary_factor=0.5)),
     row(outcome="partial_rotary_factor", json={"partial_rotary_factor": 0.5}, slow=True),
     row(json={"rope_parameters": DELETE, "rope_theta": 777.0}, spec={"positional.theta": 777.0}, slow=True),

@@ -2,6 +2,7 @@
 
 import math
 
+import pytest
 import torch
 
 from tfcompile.nn import POSITIONAL
@@ -283,16 +284,52 @@ def test_rope_dynamic_scaling_is_plain_within_the_original_length_and_ntk_beyond
     torch.testing.assert_close((cos, sin), (angles.cos().float(), angles.sin().float()), atol=1e-5, rtol=1e-4)
 
 
-def test_rope_dynamic_scaling_encodes_a_padded_row_as_it_would_be_alone() -> None:
-    """The scaled theta follows each row's own length: taken from the longest row of the batch, a
-    short left-padded row (a prompt in a batch, a generation step) got other logits than alone."""
+def test_rope_longrope_turns_a_sequence_at_the_long_factors_once_it_passes_the_original_length() -> None:
+    """LongRoPE (Ding et al. 2024): pair i turns theta^(-2i/d) / short_factor[i] per position while
+    the sequence fits the original length, / long_factor[i] at every position of a longer one; cos
+    and sin times sqrt(1 + ln(factor) / ln(original))."""
+    d, original, factor = 8, 6, 4.0
+    short, long = [1.0, 1.5, 2.0, 2.5], [3.0, 5.0, 7.0, 9.0]
+    scaling = {
+        "type": "longrope",
+        "factor": factor,
+        "original_max_position_embeddings": original,
+        "short_factor": short,
+        "long_factor": long,
+    }
+    rope = _scaled_rope(scaling, head_dim=d)
+    attention = math.sqrt(1 + math.log(factor) / math.log(original))
+    for length, factors in ((original, short), (original + 1, long), (40, long)):
+        inv_freq = 10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d) / torch.tensor(factors)
+        angles = torch.arange(length, dtype=torch.float64)[:, None] * inv_freq
+        expected = ((angles.cos() * attention).float(), (angles.sin() * attention).float())
+        torch.testing.assert_close(_angles(rope, torch.arange(length)), expected)
+    # rows of a batch (B, T) each by its own longest position
+    rows = torch.stack([torch.arange(8), torch.arange(8).clamp(max=original - 1)])
+    cos, _ = _angles(rope, rows)
+    torch.testing.assert_close(cos[0], _angles(rope, torch.arange(8))[0])
+    torch.testing.assert_close(cos[1, :original], _angles(rope, torch.arange(original))[0])
+
+
+@pytest.mark.parametrize(
+    "scaling",
+    [
+        "{type: dynamic, factor: 4.0, original_max_position_embeddings: 4}",
+        "{type: longrope, factor: 4.0, original_max_position_embeddings: 8, short_factor: [1, 2, 3, 4, 5, 6, "
+        "7, 8], long_factor: [9, 8, 7, 6, 5, 4, 3, 2]}",
+    ],
+    ids=["dynamic", "longrope"],
+)
+def test_rope_scaling_by_length_encodes_a_padded_row_as_it_would_be_alone(scaling: str) -> None:
+    """The scaled frequencies follow each row's own length: taken from the longest row of the
+    batch, a short left-padded row (a prompt in a batch, a generation step) got other logits than
+    alone."""
     from tfcompile.models import DecoderLM
     from tfcompile.spec import parse_spec
 
     spec = parse_spec(
         "model: {vocab_size: 20, d_model: 32, n_layers: 1, n_heads: 2, max_seq_len: 16, init_std: 0.5, "
-        "positional: {type: rope, scaling: {type: dynamic, factor: 4.0, "
-        "original_max_position_embeddings: 4}}}\n"
+        f"positional: {{type: rope, scaling: {scaling}}}}}\n"
     )
     model = DecoderLM(spec.model).eval()
     ids = torch.randint(0, 20, (2, 16))

@@ -176,6 +176,9 @@ def test_heads_that_do_not_divide_d_model_need_a_head_dim() -> None:
         parse_spec("model: {vocab_size: 10, d_model: 30, n_layers: 1, n_heads: 4, max_seq_len: 8}\n")
 
 
+ORIGINAL = {"original_max_position_embeddings": 8}
+
+
 @pytest.mark.parametrize(
     ("scaling", "message"),
     [
@@ -191,7 +194,30 @@ def test_heads_that_do_not_divide_d_model_need_a_head_dim() -> None:
         ),
         ({"type": "linear", "factor": 0.5}, "greater than or equal to 1"),
         ({"type": "yarn", "factor": 2}, "original_max_position_embeddings"),
-        ({"type": "longrope", "factor": 2}, "longrope"),
+        ({"type": "longrope", "factor": 2, "original_max_position_embeddings": 8}, "short_factor"),
+        (
+            {"type": "longrope", "factor": 2, "short_factor": [1, 1], "long_factor": [1], **ORIGINAL},
+            "must have as many factors as short_factor",
+        ),
+        (
+            {"type": "longrope", "factor": 2, "short_factor": [1] * 2, "long_factor": [1] * 2, **ORIGINAL},
+            "holds 2 factors where a head's 8 rotated dimensions make 4 pairs",
+        ),
+        (
+            {"type": "longrope", "factor": 2, "short_factor": [1] * 4, "long_factor": [1e4] * 4, **ORIGINAL},
+            "at most 1000",
+        ),
+        ({"type": "longrope", "short_factor": [1] * 4, "long_factor": [1] * 4, **ORIGINAL}, "factor"),
+        (
+            {
+                "type": "longrope",
+                "factor": 2,
+                "short_factor": [1] * 4,
+                "long_factor": [1] * 4,
+                "original_max_position_embeddings": 1,
+            },
+            "whose logarithm",
+        ),
     ],
 )
 def test_rope_scaling_is_checked(scaling: dict, message: str) -> None:

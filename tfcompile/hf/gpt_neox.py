@@ -46,6 +46,7 @@ from tfcompile.hf.llama import (
     rope_decoder_lm,
     rope_dict,
     rope_section,
+    rope_top_level,
 )
 from tfcompile.hf.starcoder2 import starcoder2_blocks
 from tfcompile.spec import Spec
@@ -271,6 +272,7 @@ class GPTNeoX(Writable):
             "rotary_emb_base": positional.theta,
             "rope_scaling": rope if positional.scaling is not None else None,
             "rope_parameters": {"rope_theta": positional.theta, "partial_rotary_factor": fraction, **rope},
+            **rope_top_level(positional),
             "tie_word_embeddings": model.tie_embeddings,
             "hidden_dropout": model.dropout.residual,
             "attention_dropout": model.dropout.attention,

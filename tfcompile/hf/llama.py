@@ -48,6 +48,7 @@ refuses ``model.moe`` (``Needs.no_extras``)."""
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
@@ -76,7 +77,7 @@ from tfcompile.hf.architecture import (
     register,
     zeros_if_none,
 )
-from tfcompile.hf.errors import HFError, Problem
+from tfcompile.hf.errors import HFError, HFWarning, Problem
 from tfcompile.spec import Spec
 from tfcompile.spec.schema import MAX_LAYERS, CausalLMTask, DecoderSpec, DynamicRopeScaling, RopePositional
 
@@ -536,6 +537,7 @@ MODEL_TYPES = {
             "intermediate_size": 8192,
             "rms_norm_eps": 1e-5,
             "max_position_embeddings": 4096,
+            "original_max_position_embeddings": 4096,
         },
         nullable={"pad_token_id": 32000},
     ),
@@ -740,6 +742,13 @@ SCALING_FIELDS = {
         "attention_factor",
         "truncate",
     ),
+    "longrope": (
+        "short_factor",
+        "long_factor",
+        "original_max_position_embeddings",
+        "factor",
+        "attention_factor",
+    ),
 }
 
 
@@ -806,11 +815,13 @@ def rope_section(
     if kind == "dynamic":  # transformers scales from max_position_embeddings, whatever else is said
         params["original_max_position_embeddings"] = max_positions
     top = config.get("original_max_position_embeddings")
-    if kind in ("llama3", "yarn") and top is not None:  # Phi-3's place for it, read over the dict's
+    if kind in ("llama3", "yarn", "longrope") and top is not None:  # Phi-3's place for it, read first
         params["original_max_position_embeddings"] = top
     params.setdefault("original_max_position_embeddings", max_positions)
     if kind == "yarn" and params.get("factor") is None:
         params["factor"] = max_positions / params["original_max_position_embeddings"]
+    if kind == "longrope":
+        longrope_factor(config, params, name, max_positions, top is not None)
     for key in (
         "mscale",
         "mscale_all_dim",
@@ -821,6 +832,43 @@ def rope_section(
             params.pop(key, None)
     scaling = {"type": kind} | {k: params[k] for k in SCALING_FIELDS[kind] if params.get(k) is not None}
     return section | {"scaling": scaling}
+
+
+def longrope_factor(
+    config: Config, params: dict[str, Any], name: str, max_positions: Any, top_level: bool
+) -> None:
+    """LongRoPE's ``factor`` in ``params``, which sets its attention factor where the dict gives
+    none, as transformers 5 reads it: the dict's, else max_position_embeddings over the original
+    length; at least 1 (the attention factor is 1 at or below it). Refused: a dict without its
+    factors (transformers fails). Warned: what transformers 4 reads otherwise (the original length
+    from a top-level ``original_max_position_embeddings`` alone, and then the factor as the ratio)."""
+    for key in ("short_factor", "long_factor"):
+        config.require(
+            params.get(key) is not None,
+            f"{name}.{key}",
+            "is missing or null: transformers' LongRoPE fails without it",
+            "give one factor for each pair of rotated dimensions",
+        )
+    original, factor = params["original_max_position_embeddings"], params.get("factor")
+    if not all(json_type(v) == "a number" and v > 0 for v in (original, max_positions)):
+        return  # refused by the spec, by its name
+    ratio = max_positions / original
+    if factor is None:
+        factor = ratio
+    differs = not top_level and original != max_positions
+    differs |= top_level and factor != ratio and params.get("attention_factor") is None
+    if differs:
+        warnings.warn(
+            HFWarning(
+                f"{name}: transformers 4 reads LongRoPE's original length from a top-level "
+                f"original_max_position_embeddings alone (else max_position_embeddings), and then its "
+                f"factor as max_position_embeddings over it, where transformers 5, as the import, reads "
+                f"an original length of {original} and a factor of {factor}"
+            ),
+            stacklevel=3,
+        )
+    if json_type(factor) == "a number":
+        params["factor"] = max(factor, 1.0)
 
 
 def layer_type_dicts(config: Config, given: bool) -> tuple[dict[str, Any], dict[str, Any]] | None:
@@ -1067,6 +1115,15 @@ def rope_dict(positional: RopePositional) -> dict[str, Any]:
     if scaling["type"] == "dynamic":
         del scaling["original_max_position_embeddings"]
     return {"rope_type": scaling.pop("type"), **scaling}
+
+
+def rope_top_level(positional: RopePositional) -> dict[str, Any]:
+    """The top-level config fields a RoPE kind needs besides its dict: LongRoPE's original length,
+    which transformers 4 reads there alone (and 5 there first)."""
+    scaling = positional.scaling
+    if scaling is None or scaling.type != "longrope":
+        return {}
+    return {"original_max_position_embeddings": scaling.original_max_position_embeddings}
 
 
 @register(
@@ -1339,6 +1396,7 @@ class Llama(Writable):
             "rope_theta": model.positional.theta,
             "rope_scaling": rope if model.positional.scaling is not None else None,
             "rope_parameters": {"rope_theta": model.positional.theta, **rope},
+            **rope_top_level(model.positional),
             "tie_word_embeddings": model.tie_embeddings,
             "attention_dropout": model.dropout.attention,
             "initializer_range": model.init_std,

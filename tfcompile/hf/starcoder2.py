@@ -45,6 +45,7 @@ from tfcompile.hf.llama import (
     rope_decoder_lm,
     rope_dict,
     rope_section,
+    rope_top_level,
     scaling_sources,
     whole_head_rope,
     window,
@@ -218,6 +219,7 @@ class Starcoder2(Writable):
             "rope_theta": model.positional.theta,
             "rope_scaling": rope if model.positional.scaling is not None else None,
             "rope_parameters": {"rope_theta": model.positional.theta, **rope},
+            **rope_top_level(model.positional),
             "use_bias": bias.qkv or bias.attn_out or bias.ffn,  # on every projection: zeros where none
             "tie_word_embeddings": model.tie_embeddings,
             "embedding_dropout": model.dropout.embedding,

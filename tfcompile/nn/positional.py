@@ -146,16 +146,23 @@ class LearnedPositional(PositionalEncoding):
         return x + self.table(positions).to(x.dtype)
 
 
-def rope_frequencies(spec: schema.RopePositional, width: int) -> tuple[torch.Tensor, float]:
+def rope_frequencies(
+    spec: schema.RopePositional, width: int, long: bool = False
+) -> tuple[torch.Tensor, float]:
     """The angle per position of each rotated pair, (width / 2,) float64, and the factor cos and
     sin are multiplied by, for a scaling that does not depend on the sequence (transformers'
     rope_init functions, in float64), for RoPE over ``width`` dimensions of a head (its rotary_dims).
-    Pair i turns theta^(-2i/width) per position unscaled."""
+    Pair i turns theta^(-2i/width) per position unscaled. LongRoPE's: its short factors', or with
+    ``long`` its long factors' (a sequence past the original length)."""
     d = width
     inv_freq = spec.theta ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
     scaling = spec.scaling
     if scaling is None or scaling.type == "dynamic":  # dynamic is plain up to the original length
         return inv_freq, 1.0
+    if scaling.type == "longrope":
+        factors = torch.tensor(scaling.long_factor if long else scaling.short_factor, dtype=torch.float64)
+        assert scaling.attention_factor is not None  # the section resolves it
+        return inv_freq / factors, scaling.attention_factor
     if scaling.type == "linear":
         return inv_freq / scaling.factor, 1.0
     if scaling.type == "llama3":
@@ -207,23 +214,28 @@ def _yarn_frequencies(
 class RotaryPositional(PositionalEncoding):
     """RoPE (Su et al. 2021): rotate each pair of dimensions by the angle m * theta^(-2i/d) at
     position m, the pairs (x_{2i}, x_{2i+1}) or, with ``layout: halves``, (x_i, x_{i+d/2}); with
-    ``scaling``, the frequencies (and a factor on cos and sin) of a longer context. The layers that
+    ``scaling``, the frequencies (and a factor on cos and sin) of a longer context (LongRoPE's
+    two sets: a table of each, and a choice per row). The layers that
     ``local`` lists turn at its theta and scaling instead (a second RoPE of the same layout and
     width)."""
 
     cos: torch.Tensor
     sin: torch.Tensor
-    inv_freq: torch.Tensor
+    cos_long: torch.Tensor  # LongRoPE's, at its long factors
+    sin_long: torch.Tensor
 
     def __init__(self, spec: schema.RopePositional, dims: PositionalDims) -> None:
         super().__init__(spec, dims)
         self.layout = spec.layout
         rotated = spec.width(dims.head_dim)
-        inv_freq, factor = rope_frequencies(spec, rotated)
-        angles = torch.arange(dims.max_seq_len, dtype=torch.float64)[:, None] * inv_freq  # (T, hd/2)
-        self.register_buffer("cos", (angles.cos() * factor).float(), persistent=False)
-        self.register_buffer("sin", (angles.sin() * factor).float(), persistent=False)
         self.dynamic = spec.scaling if spec.scaling is not None and spec.scaling.type == "dynamic" else None
+        self.longrope = spec.scaling if spec.scaling is not None and spec.scaling.type == "longrope" else None
+        positions = torch.arange(dims.max_seq_len, dtype=torch.float64)[:, None]
+        for suffix, long in [("", False)] + [("_long", True)] * (self.longrope is not None):
+            inv_freq, factor = rope_frequencies(spec, rotated, long)
+            angles = positions * inv_freq  # (T, hd/2)
+            self.register_buffer(f"cos{suffix}", (angles.cos() * factor).float(), persistent=False)
+            self.register_buffer(f"sin{suffix}", (angles.sin() * factor).float(), persistent=False)
         self.theta, self.rotated = spec.theta, rotated
         local = spec.local
         self.local = (
@@ -239,6 +251,14 @@ class RotaryPositional(PositionalEncoding):
     def rotary(self, positions: torch.Tensor) -> Rotary:
         if self.dynamic is not None:
             cos, sin = self._dynamic_angles(positions)
+            return Rotary(cos, sin, self.layout)
+        if self.longrope is not None:
+            # A row whose last position is past the original length turns at the long factors
+            # throughout, as transformers turns a call's positions by its largest.
+            original = self.longrope.original_max_position_embeddings
+            long = (positions.amax(dim=-1, keepdim=True) >= original)[..., None]  # (1, 1) or (B, 1, 1)
+            cos = torch.where(long, self.cos_long[positions], self.cos[positions])
+            sin = torch.where(long, self.sin_long[positions], self.sin[positions])
             return Rotary(cos, sin, self.layout)
         return Rotary(self.cos[positions], self.sin[positions], self.layout)
 

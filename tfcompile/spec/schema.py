@@ -312,8 +312,60 @@ class YarnRopeScaling(Section):
         return self
 
 
+# A LongRoPE factor divides one pair's frequency: past 1,000 either way a pair would turn a thousand
+# times faster or slower than RoPE's own, which no trained model does (Phi-3's lie in 1 to 100).
+PairFactor = Annotated[
+    float,
+    at_least(1e-3, "a pair would turn a thousand times faster than RoPE's own"),
+    at_most(1e3, "a pair would turn a thousand times slower than RoPE's own"),
+]
+PairFactors = Annotated[list[PairFactor], Field(min_length=1, max_length=MAX_WIDTH // 2)]
+
+
+class LongRopeScaling(Section):
+    """LongRoPE (Ding et al. 2024; Phi-3, Phi-3.5, Phi-4-mini): pair i's frequency divided by
+    ``short_factor[i]`` while a sequence lies within original_max_position_embeddings, and by
+    ``long_factor[i]`` for the whole sequence once its last position is past it (chosen per row by
+    its longest position, as transformers chooses per call); cos and sin are multiplied by the
+    attention factor, sqrt(1 + ln(factor) / ln(original_max_position_embeddings)) unless given."""
+
+    type: Literal["longrope"] = "longrope"
+    short_factor: PairFactors = Field(description="one per rotated pair: rotary_dims / 2 of them")
+    long_factor: PairFactors = Field(description="one per rotated pair, past the original length")
+    original_max_position_embeddings: OriginalLength = Field(
+        description="the length trained with the short factors"
+    )
+    factor: ScalingFactor = Field(description="how much longer the context is than the original")
+    attention_factor: PositiveFloat | None = Field(
+        None, description="given outright instead of computed from factor"
+    )
+
+    @model_validator(mode="after")
+    def _resolve_and_check(self) -> LongRopeScaling:
+        rules = Rules()
+        rules.require(
+            len(self.long_factor) == len(self.short_factor),
+            ("long_factor",),
+            f"must have as many factors as short_factor ({len(self.short_factor)}), found "
+            f"{len(self.long_factor)}: one for each rotated pair",
+            "give one long and one short factor for each pair of rotated dimensions",
+        )
+        original = self.original_max_position_embeddings
+        rules.require(
+            self.attention_factor is not None or original > 1,
+            ("original_max_position_embeddings",),
+            "is 1, whose logarithm (0) the attention factor's formula divides by",
+            "give attention_factor, or the length the short factors were trained on",
+        )
+        rules.check()
+        if self.attention_factor is None:
+            self._resolve(attention_factor=math.sqrt(1 + math.log(self.factor) / math.log(original)))
+        return self
+
+
 RopeScaling = Annotated[
-    LinearRopeScaling | DynamicRopeScaling | Llama3RopeScaling | YarnRopeScaling, Field(discriminator="type")
+    LinearRopeScaling | DynamicRopeScaling | Llama3RopeScaling | YarnRopeScaling | LongRopeScaling,
+    Field(discriminator="type"),
 ]
 
 
@@ -698,22 +750,28 @@ class TransformerSpec(Section):
                 f"{self.head_dim}, found {rotary}",
                 f"use an even number from 2 to {self.head_dim}, or leave it unset to rotate them all",
             )
-            rules.require(
-                not isinstance(self.positional.scaling, DynamicRopeScaling) or rotary > 2,
-                ("positional", "scaling"),
-                f"dynamic scaling raises theta to the power d / (d - 2) for the {rotary} rotated "
-                f"dimensions of a head, so they must exceed 2",
-                "rotate more dimensions, or use another scaling",
-            )
             local = self.positional.local
+            scalings: dict[tuple[str, ...], RopeScaling | None] = {
+                ("positional", "scaling"): self.positional.scaling
+            }
             if local is not None:
+                scalings[("positional", "local", "scaling")] = local.scaling
+            for where, scaling in scalings.items():
                 rules.require(
-                    not isinstance(local.scaling, DynamicRopeScaling) or rotary > 2,
-                    ("positional", "local", "scaling"),
+                    not isinstance(scaling, DynamicRopeScaling) or rotary > 2,
+                    where,
                     f"dynamic scaling raises theta to the power d / (d - 2) for the {rotary} rotated "
                     f"dimensions of a head, so they must exceed 2",
                     "rotate more dimensions, or use another scaling",
                 )
+                if isinstance(scaling, LongRopeScaling):
+                    rules.require(
+                        len(scaling.short_factor) == rotary // 2,
+                        (*where, "short_factor"),
+                        f"holds {len(scaling.short_factor)} factors where a head's {rotary} rotated "
+                        f"dimensions make {rotary // 2} pairs, one factor each",
+                        f"give {rotary // 2} short and {rotary // 2} long factors",
+                    )
             for field, layers in self.positional.layer_lists().items():
                 require_within(rules, layers, self.n_layers, field)
             if self.positional.rotary_dims is None:
