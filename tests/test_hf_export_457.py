@@ -292,6 +292,7 @@ RUNS: dict[str, Callable[[Path], Path]] = {
     "gemma": _gemma_phi3("gemma_wide_bias_untied"),
     "phi3 as llama": _gemma_phi3("phi3"),
     "phi3 of LongRoPE as llama": _gemma_phi3("phi3_longrope"),
+    "phi3 of LongRoPE on part of each head": _gemma_phi3("phi3_partial_longrope"),
     "gemma3": _gemma3("gemma3_scaled_window_bias_untied"),
     "gemma3 of tfcompile's own (no tokenizer)": _gemma3_own,
     "opt": _opt_bigcode("opt_post"),

@@ -7,6 +7,7 @@ these families)."""
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -86,6 +87,16 @@ VARIANTS: dict[str, Callable[[], Any]] = {
     "phi3_longrope": lambda: T.Phi3ForCausalLM(
         T.Phi3Config(**PHI3, original_max_position_embeddings=LONGROPE_FROM, rope_scaling=longrope())
     ),
+    # Phi-4-mini's RoPE: LongRoPE on three quarters of each head (6 of 8 dimensions, 3 pairs)
+    "phi3_partial_longrope": lambda: T.Phi3ForCausalLM(
+        T.Phi3Config(
+            **PHI3,
+            partial_rotary_factor=0.75,
+            original_max_position_embeddings=LONGROPE_FROM,
+            rope_scaling=longrope(3),
+            sliding_window=12,
+        )
+    ),
 }
 
 
@@ -120,6 +131,7 @@ def test_an_imported_run_round_trips(imported: dict[str, Imported], tmp_path: Pa
     architecture = export_hf(imported[name].result.run_dir, tmp_path / "out")
     expected = {"gemma": "GemmaForCausalLM", "gemma2": "Gemma2ForCausalLM", "phi3": "LlamaForCausalLM"}
     expected["phi3_window_tied"] = "MistralForCausalLM"  # a window on every layer, no attention biases
+    expected["phi3_partial_longrope"] = "Phi3ForCausalLM"  # part of each head turns
     assert architecture == expected.get(name, expected[name.split("_")[0]])
     _loads_alike(tmp_path / "out", imported[name].model)
 
@@ -258,6 +270,54 @@ def test_what_gemma_cannot_express_is_refused_by_field(tmp_path: Path) -> None:
         "model.qk_norm: True has no Gemma equivalent",
     ):
         assert field in message, field
+
+
+# tfcompile's own decoders that turn part of each head: written as Phi-3
+NO_BIAS = "bias: {qkv: false, attn_out: false, ffn: false}"
+PARTIAL = {
+    "interleaved, grouped, a window, LongRoPE": "family: decoder, vocab_size: 64, d_model: 32, n_layers: 2, "
+    f"n_heads: 4, n_kv_heads: 2, max_seq_len: 24, norm: {{type: rmsnorm}}, activation: swiglu, {NO_BIAS}, "
+    "window: {size: 5}, positional: {type: rope, rotary_dims: 4, scaling: {type: longrope, factor: 4, "
+    "original_max_position_embeddings: 6, short_factor: [1, 2], long_factor: [3, 5]}}",
+    "halves, one K/V head, untied, tanh GELU": "family: decoder, vocab_size: 64, d_model: 32, n_layers: 1, "
+    "n_heads: 2, n_kv_heads: 1, max_seq_len: 16, norm: {type: rmsnorm, eps: 1.0e-3}, activation: geglu_tanh, "
+    f"tie_embeddings: false, {NO_BIAS}, "
+    "positional: {type: rope, layout: halves, theta: 500, rotary_dims: 10}",
+}
+
+
+@pytest.mark.parametrize("kind", list(PARTIAL))
+def test_a_run_that_turns_part_of_each_head_is_written_as_phi3(tmp_path: Path, kind: str) -> None:
+    run = random_run(tmp_path, f"model: {{{PARTIAL[kind]}}}\n")
+    assert export_hf(run, tmp_path / "out") == "Phi3ForCausalLM"
+    _loads_alike(tmp_path / "out", load_trained_model(run)[1])
+
+
+def test_what_phi3_cannot_express_is_refused_by_field(tmp_path: Path) -> None:
+    message = _problems(
+        tmp_path,
+        "family: decoder, vocab_size: 64, d_model: 16, n_layers: 1, n_heads: 2, max_seq_len: 8, "
+        "norm: {type: rmsnorm}, activation: swiglu, bias: {qkv: true, ffn: true}, qk_norm: true, "
+        "positional: {type: rope, rotary_dims: 4, scaling: {type: linear, factor: 2}}",
+    )
+    for field in (
+        "model.bias.qkv: True has no Phi-3 equivalent",
+        "model.bias.ffn: True has no Phi-3 equivalent",
+        "model.qk_norm: True has no Phi-3 equivalent",
+        "model.positional.scaling.type: 'linear' has no Phi-3 equivalent",
+    ):
+        assert field in message, field
+    # Phi-3's LongRoPE: the attention factor of max_seq_len over the original length, 32 / 8 here
+    message = _problems(
+        tmp_path / "longrope",
+        f"family: decoder, vocab_size: 64, d_model: 16, n_layers: 1, n_heads: 2, max_seq_len: 32, {NO_BIAS}, "
+        "norm: {type: rmsnorm}, activation: swiglu, positional: {type: rope, rotary_dims: 4, scaling: "
+        "{type: longrope, factor: 2, original_max_position_embeddings: 8, short_factor: [1, 1], "
+        "long_factor: [2, 2]}}",
+    )
+    expected = (1 + math.log(4) / math.log(8)) ** 0.5
+    assert f"model.positional.scaling.attention_factor: {(1 + math.log(2) / math.log(8)) ** 0.5}" in message
+    assert f"{expected} (Phi-3 computes it from max_seq_len" in message
 
 
 # ------------------------------------------------------------------------------ the field table
@@ -441,7 +501,6 @@ CASES: list[Case] = [
         "phi3",
         json={"partial_rotary_factor": 0.75, **rope(rope_type="default")},
         spec={"positional.rotary_dims": 6},
-        exported=False,
         slow=True,
     ),
     case("phi3", json={"partial_rotary_factor": 0.75}, slow=True),  # the saved dict's 1.0 is read
@@ -449,14 +508,12 @@ CASES: list[Case] = [
         "phi3",
         **rope(rope_type="default", partial_rotary_factor=0.5),
         spec={"positional.rotary_dims": 4},
-        exported=False,
     ),
     case(  # Phi-4-mini's RoPE: LongRoPE on three quarters of each head
         "phi3",
         original_max_position_embeddings=8,
         **rope(**longrope(3), partial_rotary_factor=0.75),
         spec={"positional.rotary_dims": 6, "positional.scaling.factor": 4.0},
-        exported=False,
     ),
     case("phi3", outcome="rope_parameters", json=rope(**longrope(3))),  # 3 factors for 4 pairs
     case("phi3", json={"partial_rotary_factor": 1.0}, slow=True),

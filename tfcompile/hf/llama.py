@@ -1451,8 +1451,9 @@ class Llama(Writable):
         assert model.head_dim is not None and model.n_kv_heads is not None
         hd = model.head_dim
         q_rows, kv_rows = model.n_heads * hd, model.n_kv_heads * hd
+        rotary = model.positional.rotary_dims
         order_q, order_k = (
-            (halves_order(model.n_heads, hd), halves_order(model.n_kv_heads, hd))
+            (halves_order(model.n_heads, hd, rotary), halves_order(model.n_kv_heads, hd, rotary))
             if model.positional.layout == "interleaved"
             else (None, None)
         )

@@ -3,21 +3,31 @@ when ``sliding_window`` is set) with q, k and v in one ``qkv_proj`` and the gate
 in one ``gate_up_proj``, which are split into the LLaMA layout, and dropout on each sublayer's
 output (``resid_pdrop``). Phi-3 computes default RoPE or LongRoPE (Phi-3 128k, Phi-3.5; it
 reads ``su`` and ``yarn`` as ``longrope``), on the first ``partial_rotary_factor`` of each head
-(Phi-4-mini's 0.75). export-hf writes a Phi-3 spec as Llama, the same computation, which every
-transformers version reads."""
+(Phi-4-mini's 0.75). export-hf writes a Phi-3 spec of whole-head RoPE as Llama, the same
+computation, which every transformers version reads, and a LLaMA-like decoder that turns part of
+each head as Phi-3 (no biases, default RoPE or LongRoPE, a window over every layer or none)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import torch
 
-from tfcompile.hf.architecture import Config, Imported, State, Tensors, dropout, register
-from tfcompile.hf.errors import HFError
-from tfcompile.hf.llama import Llama, rope_section
+from tfcompile.hf.architecture import Config, Imported, Needs, State, Tensors, Windows, dropout, register
+from tfcompile.hf.errors import HFError, Problem
+from tfcompile.hf.gpt_neox import rotary_fraction
+from tfcompile.hf.llama import (
+    EXPORTED_ACTIVATIONS,
+    Llama,
+    neox_blocks,
+    rope_and_norms,
+    rope_decoder_lm,
+    rope_section,
+)
 from tfcompile.spec import Spec
-from tfcompile.spec.schema import DecoderSpec
+from tfcompile.spec.schema import DecoderSpec, LongRopeScaling, RopePositional
 
 ORIGINAL = "original_max_position_embeddings"
 
@@ -33,9 +43,24 @@ def split(tensors: Tensors, name: str, rows: Sequence[int]) -> tuple[torch.Tenso
     return fused.split(list(rows))
 
 
+def longrope_attention(max_positions: int, original: int) -> float:
+    """The attention factor transformers computes for a LongRoPE that names none: from the
+    context's ratio to the original length (1 at or below it)."""
+    factor = max_positions / original
+    return 1.0 if factor <= 1 else math.sqrt(1 + math.log(factor) / math.log(original))
+
+
+def whole_heads(model: DecoderSpec) -> DecoderSpec:
+    """The model with RoPE over whole heads (what Llama's needs read apart from the width)."""
+    assert isinstance(model.positional, RopePositional)
+    positional = model.positional.model_copy(update={"rotary_dims": model.head_dim})
+    return model.model_copy(update={"positional": positional})
+
+
 @register("phi3")
 class Phi3(Llama):
     sources: ClassVar[dict[str, str]] = Llama.sources | {"model.dropout.residual": "resid_pdrop"}
+    windows: ClassVar[Windows] = "every"
 
     def read(self, config: Config, architecture: str, tensors: Tensors) -> Imported:
         """Llama's, with Phi3Config's defaults (llama.MODEL_TYPES') and RoPE, and dropout on each
@@ -100,5 +125,91 @@ class Phi3(Llama):
         return state
 
     def candidate(self, spec: Spec) -> bool:
-        """Never: Llama writes every spec Phi-3 could, as the same computation."""
-        return False
+        """A LLaMA-like decoder that turns part of each head: Llama writes every other spec Phi-3
+        could, as the same computation."""
+        model = rope_decoder_lm(spec)
+        if model is None or neox_blocks(model):
+            return False
+        assert isinstance(model.positional, RopePositional) and model.head_dim is not None
+        return model.positional.width(model.head_dim) < model.head_dim
+
+    def exportable(self, spec: Spec) -> list[Problem]:
+        """Llama's needs of the model with whole-head RoPE, and what Phi-3 lacks besides: biases,
+        q/k norms, experts, RoPE scalings but LongRoPE."""
+        model = spec.model
+        assert isinstance(model, DecoderSpec) and isinstance(model.positional, RopePositional)
+        need = Needs("Phi-3")
+        need(model.activation in EXPORTED_ACTIVATIONS, "model.activation", model.activation, "swiglu")
+        rope_and_norms(need, whole_heads(model))
+        need.plain_scales(model)
+        for name in ("qkv", "attn_out", "ffn"):
+            need(not getattr(model.bias, name), f"model.bias.{name}", True, "false (Phi-3 has no biases)")
+        scaling = model.positional.scaling
+        need(
+            scaling is None or scaling.type == "longrope",
+            "model.positional.scaling.type",
+            None if scaling is None else scaling.type,
+            "longrope, or none (Phi-3 computes no other scaling)",
+        )
+        if isinstance(scaling, LongRopeScaling):
+            # Phi3Config reads a LongRoPE of its three fields alone (transformers 4 refuses more)
+            # and checks their counts against hidden_size / heads.
+            assert model.max_seq_len is not None and model.head_dim is not None
+            expected = longrope_attention(model.max_seq_len, scaling.original_max_position_embeddings)
+            need(
+                scaling.attention_factor is not None and math.isclose(scaling.attention_factor, expected),
+                "model.positional.scaling.attention_factor",
+                scaling.attention_factor,
+                f"{expected} (Phi-3 computes it from max_seq_len over the original length)",
+            )
+            need(
+                model.head_dim * model.n_heads == model.d_model,
+                "model.head_dim",
+                model.head_dim,
+                f"d_model / n_heads (Phi-3 counts LongRoPE's factors by {model.d_model // model.n_heads})",
+            )
+        return need.problems
+
+    def to_config(self, spec: Spec) -> dict[str, Any]:
+        """Llama's (or Mistral's) fields as Phi3Config names them, the window over every layer, the
+        rotated fraction of each head at the top level (transformers 4) and in rope_parameters (5)."""
+        model = spec.model
+        assert isinstance(model, DecoderSpec) and isinstance(model.positional, RopePositional)
+        assert model.head_dim is not None
+        config = {k: v for k, v in super().to_config(spec).items() if k not in ("attention_bias", "mlp_bias")}
+        fraction = rotary_fraction(model.positional.width(model.head_dim), model.head_dim)
+        rope: dict[str, Any] = {"rope_type": "default"}
+        scaling = model.positional.scaling
+        if scaling is not None:  # LongRoPE (exportable): its three fields, as transformers 4 takes them
+            assert isinstance(scaling, LongRopeScaling)
+            rope = {
+                "type": "longrope",
+                "short_factor": scaling.short_factor,
+                "long_factor": scaling.long_factor,
+            }
+        return config | {
+            "architectures": ["Phi3ForCausalLM"],
+            "model_type": "phi3",
+            "partial_rotary_factor": fraction,
+            "rope_scaling": rope if scaling is not None else None,
+            "rope_parameters": {
+                **rope,
+                "rope_theta": model.positional.theta,
+                "partial_rotary_factor": fraction,
+            },
+            "sliding_window": None if model.window is None else model.window.size,
+            "resid_pdrop": model.dropout.residual,
+            "embd_pdrop": 0.0,
+        }
+
+    def from_state(self, state: State, spec: Spec) -> State:
+        """Llama's tensors, q, k and v fused into qkv_proj and gate and up into gate_up_proj."""
+        out = dict(super().from_state(state, spec))
+        for i in range(spec.model.n_layers):
+            a, m = f"model.layers.{i}.self_attn.", f"model.layers.{i}.mlp."
+            parts = [out.pop(f"{a}{x}_proj.weight") for x in "qkv"]
+            out[f"{a}qkv_proj.weight"] = torch.cat(parts)
+            out[f"{m}gate_up_proj.weight"] = torch.cat(
+                [out.pop(f"{m}{x}_proj.weight") for x in ("gate", "up")]
+            )
+        return out
