@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import re
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -634,3 +635,28 @@ def test_every_activation_name_is_computed_alike_or_refused_by_name(
         assert f"  {name}" in str(error)
         return
     check(c, tmp_path / "again")
+
+
+@pytest.mark.parametrize(
+    ("family", "json", "warned"),
+    [
+        ("phi3", {"original_max_position_embeddings": 8, **rope(**longrope())}, False),  # Phi-3.5's
+        ("phi3", {"original_max_position_embeddings": 8, **rope(**longrope(factor=2.0))}, True),
+        (
+            "phi3",
+            {"original_max_position_embeddings": 8, **rope(**longrope(factor=2.0, attention_factor=1.2))},
+            False,
+        ),
+        ("gemma", rope(**longrope(original_max_position_embeddings=32)), False),  # max_position_embeddings
+        ("gemma", rope(**longrope()), True),  # 8 in the dict alone: transformers 4 reads 32
+    ],
+)
+def test_a_longrope_transformers_4_reads_otherwise_is_imported_with_a_warning(
+    tmp_path: Path, family: str, json: dict[str, Any], warned: bool
+) -> None:
+    _save(case(family, json=json), tmp_path / "hf")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        import_folder(tmp_path / "hf", "case", tmp_path / "specs", tmp_path / "runs")
+    said = [str(w.message) for w in caught if "transformers 4 reads LongRoPE" in str(w.message)]
+    assert len(said) == warned, said
