@@ -34,6 +34,7 @@ import test_hf_ernie4_5  # noqa: F401
 import test_hf_falcon_bloom  # noqa: F401 (each of these adds its families to test_hf_fields.FAMILIES)
 import test_hf_gemma3  # noqa: F401
 import test_hf_gemma_phi3  # noqa: F401
+import test_hf_glm  # noqa: F401
 import test_hf_gpt_neo  # noqa: F401
 import test_hf_granite  # noqa: F401
 import test_hf_helium  # noqa: F401
@@ -108,6 +109,8 @@ SOURCES: dict[str, Source] = {
         "granite",
         "ministral",
         "helium",
+        "glm",
+        "glm4",
         "seed_oss",
         "ernie4_5",
         "starcoder2",

@@ -1,7 +1,8 @@
 """The LLaMA family (``LlamaForCausalLM``, ``MistralForCausalLM``, ``Qwen2ForCausalLM``,
 ``Qwen3ForCausalLM``, ``OlmoForCausalLM``, ``Olmo2ForCausalLM``, ``Olmo3ForCausalLM``,
 ``SmolLM3ForCausalLM``, ``GraniteForCausalLM``, ``MinistralForCausalLM``, ``HeliumForCausalLM``,
-``SeedOssForCausalLM``, ``Ernie4_5ForCausalLM``, and the mixtures of experts ``MixtralForCausalLM``,
+``SeedOssForCausalLM``, ``Ernie4_5ForCausalLM``, ``GlmForCausalLM``, ``Glm4ForCausalLM``, and the
+mixtures of experts ``MixtralForCausalLM``,
 ``Qwen2MoeForCausalLM``, ``Qwen3MoeForCausalLM``, ``OlmoeForCausalLM``): RoPE on the two halves of
 each head (``layout: halves``, so no weight is permuted), RMSNorm, a gated feed-forward, grouped K/V
 heads; what each model type computes that its config does not say, in MODEL_TYPES. Qwen2's biases
@@ -23,8 +24,11 @@ residual branches and logits (the spec's multipliers) and scales q.k by its own
 (``layout: interleaved``, the rows as saved); Helium's ``attention_bias`` is on q, k and v only,
 ERNIE 4.5's ``use_bias`` on q, k, v, o and the feed-forward, and Seed-OSS reads its output
 projection's bias apart (``attention_out_bias``). export-hf writes none of these four: their models
-are written as Llama, Mistral or Qwen2, which compute the same. RoPE scaling reads both transformers
-4's ``rope_scaling`` and 5's ``rope_parameters``.
+are written as Llama, Mistral or Qwen2, which compute the same. GLM turns interleaved pairs of half
+of each head (``partial_rotary_factor``), has q, k and v biases and its gate and up projections in
+one ``gate_up_proj`` (FusedFeedForward); GLM-4 adds a norm on each sublayer's output
+(``norm.position: sandwich``); export-hf writes a GLM without biases as Phi-3 or Llama. RoPE
+scaling reads both transformers 4's ``rope_scaling`` and 5's ``rope_parameters``.
 
 The mixtures of experts are ``model.moe`` (MODEL_TYPES' ``moe``, MoEType): a router's softmax over
 every expert in float32, the top ``num_experts_per_tok``. Mixtral is Mistral's attention, every
@@ -49,10 +53,10 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeGuard
 
 import torch
 
@@ -123,6 +127,9 @@ class ModelType:
     # a RoPE per layer type, rope_parameters keyed by it (layer_type_rope): OLMo 3's
     rope_per_layer_type: bool = False
     layout: str = "halves"  # which dimensions RoPE turns together: interleaved pairs for Helium and ERNIE 4.5
+    # the fraction of each head RoPE turns where the config names none (GLM's 0.5), read as rotary_dims;
+    # None: whole heads (a config naming another fraction refused)
+    partial_rotary: float | None = None
     bias_field: str = "attention_bias"  # the field attention_bias is read from (ERNIE 4.5's use_bias)
     mlp_bias_field: str = "mlp_bias"  # the field the feed-forward's biases are read from, where mlp_bias
     out_bias_field: str | None = None  # the field the output projection's bias is read from apart (Seed-OSS)
@@ -429,6 +436,37 @@ def moe_section(config: Config, kind: MoEType, n_layers: Any) -> tuple[dict[str,
 # only with use_sliding_window.
 QKVO = ("qkv", "attn_out")
 WINDOW = {"sliding_window": 4096}
+
+
+def glm_requires(config: Config) -> None:
+    """GlmConfig keeps a null head_dim or num_key_value_heads, on which GLM's attention fails."""
+    for name, default in (("head_dim", 128), ("num_key_value_heads", 2)):
+        config.require(
+            config.data.get(name, 0) is not None,
+            name,
+            "is null: GLM's attention reads it without a fallback, and fails",
+            f"leave it out ({default}), or set it",
+        )
+
+
+# GlmConfig's and Glm4Config's defaults (the same) where LlamaConfig's differ.
+GLM: dict[str, Any] = dict(
+    attention_bias=("qkv",),
+    layout="interleaved",
+    partial_rotary=0.5,
+    defaults={
+        "vocab_size": 151552,
+        "hidden_size": 4096,
+        "intermediate_size": 13696,
+        "num_hidden_layers": 40,
+        "num_attention_heads": 32,
+        "max_position_embeddings": 131072,
+        "rms_norm_eps": 1.5625e-07,
+        "attention_bias": True,
+    },
+    nullable={"num_key_value_heads": 2, "head_dim": 128, "pad_token_id": 151329},
+    requires=glm_requires,
+)
 SLIDING, FULL = "sliding_attention", "full_attention"
 OLMO3_THETA = 500000.0  # Olmo3Config's default_theta
 QWEN = {  # K/V heads: 32, whatever num_attention_heads is
@@ -568,6 +606,11 @@ MODEL_TYPES = {
         nullable=WINDOW,
         requires=ministral_requires,
     ),
+    # Interleaved RoPE on half of each head, attention_bias (true where left out) on q, k and v (no
+    # o bias); GLM-4 puts a norm on each sublayer's output too (sandwich: post_self_attn_layernorm,
+    # post_mlp_layernorm).
+    "glm": ModelType(**GLM),
+    "glm4": ModelType(**GLM | {"norm": {"position": "sandwich"}}),
     # Interleaved RoPE; attention_bias on q, k and v (HeliumAttention's o_proj has none).
     "helium": ModelType(
         attention_bias=("qkv",),
@@ -1304,8 +1347,8 @@ class Llama(Writable):
         return state
 
     def rope(self, config: Config, head_dim: int) -> dict[str, Any]:
-        """``positional:``, one RoPE for every layer."""
-        return rope_section(config, head_dim)
+        """``positional:``, one RoPE for every layer, on the part of each head the model type turns."""
+        return rope_section(config, head_dim, MODEL_TYPES[config.data["model_type"]].partial_rotary)
 
     def to_state(self, tensors: Tensors, spec: Spec) -> State:
         model = spec.model
@@ -1347,10 +1390,10 @@ class Llama(Writable):
         return state
 
     def candidate(self, spec: Spec) -> bool:
-        """A decoder LM with RoPE whose embeddings are not scaled (Gemma's are) and whose blocks
-        are LLaMA's (not GPT-NeoX's)."""
+        """A decoder LM with RoPE on whole heads (Phi-3 turns part of each), whose embeddings are not
+        scaled (Gemma's are) and whose blocks are LLaMA's (not GPT-NeoX's)."""
         model = rope_decoder_lm(spec)
-        return model is not None and not model.scale_embeddings and not neox_blocks(model)
+        return llama_blocks(model) and not partial_rotary(model)
 
     def exportable(self, spec: Spec) -> list[Problem]:
         model = spec.model
@@ -1516,6 +1559,54 @@ class Mixtral(Llama):
         return False
 
 
+def split(tensors: Tensors, name: str, rows: Sequence[int]) -> tuple[torch.Tensor, ...]:
+    """The fused tensor's parts of ``rows`` rows each; an HFError when it has other rows."""
+    fused = tensors.take(name)
+    if fused.ndim != 2 or fused.shape[0] != sum(rows):
+        raise HFError(
+            f"{tensors.where}: the tensor {name} has shape {tuple(fused.shape)}, not "
+            f"{' + '.join(map(str, rows))} rows; is config.json the checkpoint's own?"
+        )
+    return fused.split(list(rows))
+
+
+class FusedFeedForward(Llama):
+    """A LLaMA whose checkpoint holds some projections fused (the gate and up projections in one
+    gate_up_proj, gate first: GLM's, Phi-3's), split into LLaMA's names before they are read."""
+
+    def fused(self, model: DecoderSpec) -> dict[str, list[tuple[str, int]]]:
+        """Each fused tensor of a layer -> the LLaMA tensors it holds, in order, and their rows."""
+        assert model.d_ff is not None
+        return {"mlp.gate_up_proj": [("mlp.gate_proj", model.d_ff), ("mlp.up_proj", model.d_ff)]}
+
+    def to_state(self, tensors: Tensors, spec: Spec) -> State:
+        """The fused tensors split into LLaMA's names, then read as LLaMA's."""
+        model = spec.model
+        assert isinstance(model, DecoderSpec)
+        parts: dict[str, torch.Tensor] = {}
+        for i in range(model.n_layers):
+            for name, pieces in self.fused(model).items():
+                split_up = split(tensors, f"layers.{i}.{name}.weight", [rows for _, rows in pieces])
+                parts |= {
+                    f"layers.{i}.{part}.weight": t for (part, _), t in zip(pieces, split_up, strict=True)
+                }
+        unread = {name: t for name, t in tensors.tensors.items() if name not in tensors.used}
+        llama = Tensors(unread | parts, tensors.where)
+        state = super().to_state(llama, spec)
+        tensors.used |= llama.used & set(unread)
+        return state
+
+
+@register("glm", "glm4")
+class Glm(FusedFeedForward):
+    """GLM and GLM-4: MODEL_TYPES' reading, the feed-forward's gate and up in one gate_up_proj."""
+
+    def candidate(self, spec: Spec) -> bool:
+        """Never: Llama (or Phi-3, for part of each head turned) writes what GLM computes without
+        biases; a GLM with its q, k and v biases is import only."""
+        return False
+
+
 def moe_config(model: DecoderSpec, written: str) -> dict[str, Any]:
     """A mixture of experts as the MoE model type ``written`` says it: the expert count in the
     field its config class reads (Qwen3-MoE's under both names: 4.57 reads num_experts, 5 reads
@@ -1585,13 +1676,16 @@ def stacked(tensors: Tensors, name: str, experts: int) -> torch.Tensor:
 
 def layer_norms(model: DecoderSpec) -> tuple[tuple[str, str], ...]:
     """Each layer's norms, transformers' names -> tfcompile's: LLaMA's before each sublayer (its
-    post_attention_layernorm is the feed-forward's), OLMo 2's on each sublayer's output, none
-    where they learn nothing (OLMo's)."""
+    post_attention_layernorm is the feed-forward's), OLMo 2's on each sublayer's output, GLM-4's
+    both, none where they learn nothing (OLMo's)."""
     if not model.norm.scale:
         return ()
     if model.norm.position == "output":
         return (("post_attention_layernorm", "attn_out_norm"), ("post_feedforward_layernorm", "ffn_out_norm"))
-    return (("input_layernorm", "attn_norm"), ("post_attention_layernorm", "ffn_norm"))
+    pre = (("input_layernorm", "attn_norm"), ("post_attention_layernorm", "ffn_norm"))
+    if model.norm.position == "sandwich":  # GLM-4's names for the norms of the sublayers' outputs
+        return (*pre, ("post_self_attn_layernorm", "attn_out_norm"), ("post_mlp_layernorm", "ffn_out_norm"))
+    return pre
 
 
 def rope_decoder_lm(spec: Spec) -> DecoderSpec | None:
@@ -1601,6 +1695,17 @@ def rope_decoder_lm(spec: Spec) -> DecoderSpec | None:
     if isinstance(model, DecoderSpec) and isinstance(spec.task, CausalLMTask):
         return model if isinstance(model.positional, RopePositional) else None
     return None
+
+
+def llama_blocks(model: DecoderSpec | None) -> TypeGuard[DecoderSpec]:
+    """A RoPE decoder (rope_decoder_lm's) of LLaMA's blocks, whose embeddings are not scaled."""
+    return model is not None and not model.scale_embeddings and not neox_blocks(model)
+
+
+def partial_rotary(model: DecoderSpec) -> bool:
+    """Whether RoPE turns part of each head only."""
+    assert isinstance(model.positional, RopePositional) and model.head_dim is not None
+    return model.positional.width(model.head_dim) < model.head_dim
 
 
 def neox_blocks(model: DecoderSpec) -> bool:

@@ -10,18 +10,18 @@ each head as Phi-3 (no biases, default RoPE or LongRoPE, a window over every lay
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import torch
 
 from tfcompile.hf.architecture import Config, Imported, Needs, State, Tensors, Windows, dropout, register
-from tfcompile.hf.errors import HFError, Problem
+from tfcompile.hf.errors import Problem
 from tfcompile.hf.gpt_neox import rotary_fraction
 from tfcompile.hf.llama import (
     EXPORTED_ACTIVATIONS,
-    Llama,
-    neox_blocks,
+    FusedFeedForward,
+    llama_blocks,
+    partial_rotary,
     rope_and_norms,
     rope_decoder_lm,
     rope_section,
@@ -30,17 +30,6 @@ from tfcompile.spec import Spec
 from tfcompile.spec.schema import DecoderSpec, LongRopeScaling, RopePositional
 
 ORIGINAL = "original_max_position_embeddings"
-
-
-def split(tensors: Tensors, name: str, rows: Sequence[int]) -> tuple[torch.Tensor, ...]:
-    """The fused tensor's parts of ``rows`` rows each; an HFError when it has other rows."""
-    fused = tensors.take(name)
-    if fused.ndim != 2 or fused.shape[0] != sum(rows):
-        raise HFError(
-            f"{tensors.where}: the tensor {name} has shape {tuple(fused.shape)}, not "
-            f"{' + '.join(map(str, rows))} rows; is config.json the checkpoint's own?"
-        )
-    return fused.split(list(rows))
 
 
 def longrope_attention(max_positions: int, original: int) -> float:
@@ -58,8 +47,8 @@ def whole_heads(model: DecoderSpec) -> DecoderSpec:
 
 
 @register("phi3")
-class Phi3(Llama):
-    sources: ClassVar[dict[str, str]] = Llama.sources | {"model.dropout.residual": "resid_pdrop"}
+class Phi3(FusedFeedForward):
+    sources: ClassVar[dict[str, str]] = FusedFeedForward.sources | {"model.dropout.residual": "resid_pdrop"}
     windows: ClassVar[Windows] = "every"
 
     def read(self, config: Config, architecture: str, tensors: Tensors) -> Imported:
@@ -105,33 +94,18 @@ class Phi3(Llama):
         )
         return section
 
-    def to_state(self, tensors: Tensors, spec: Spec) -> State:
-        """The fused tensors split into LLaMA's names, then read as LLaMA's."""
-        model = spec.model
-        assert isinstance(model, DecoderSpec) and model.head_dim is not None
-        assert model.n_kv_heads is not None and model.d_ff is not None
-        qkv_rows = [model.n_heads * model.head_dim] + [model.n_kv_heads * model.head_dim] * 2
-        parts: dict[str, torch.Tensor] = {}
-        for i in range(model.n_layers):
-            a, m = f"layers.{i}.self_attn.", f"layers.{i}.mlp."
-            q, k, v = split(tensors, f"{a}qkv_proj.weight", qkv_rows)
-            gate, up = split(tensors, f"{m}gate_up_proj.weight", [model.d_ff] * 2)
-            parts |= {f"{a}q_proj.weight": q, f"{a}k_proj.weight": k, f"{a}v_proj.weight": v}
-            parts |= {f"{m}gate_proj.weight": gate, f"{m}up_proj.weight": up}
-        unread = {name: t for name, t in tensors.tensors.items() if name not in tensors.used}
-        llama = Tensors(unread | parts, tensors.where)
-        state = super().to_state(llama, spec)
-        tensors.used |= llama.used & set(unread)
-        return state
+    def fused(self, model: DecoderSpec) -> dict[str, list[tuple[str, int]]]:
+        """q, k and v in one qkv_proj, gate and up in one gate_up_proj."""
+        assert model.head_dim is not None and model.n_kv_heads is not None
+        q, kv = model.n_heads * model.head_dim, model.n_kv_heads * model.head_dim
+        qkv = [("self_attn.q_proj", q), ("self_attn.k_proj", kv), ("self_attn.v_proj", kv)]
+        return {"self_attn.qkv_proj": qkv} | super().fused(model)
 
     def candidate(self, spec: Spec) -> bool:
         """A LLaMA-like decoder that turns part of each head: Llama writes every other spec Phi-3
         could, as the same computation."""
         model = rope_decoder_lm(spec)
-        if model is None or neox_blocks(model):
-            return False
-        assert isinstance(model.positional, RopePositional) and model.head_dim is not None
-        return model.positional.width(model.head_dim) < model.head_dim
+        return llama_blocks(model) and partial_rotary(model)
 
     def exportable(self, spec: Spec) -> list[Problem]:
         """Llama's needs of the model with whole-head RoPE, and what Phi-3 lacks besides: biases,
