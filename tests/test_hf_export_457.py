@@ -77,6 +77,15 @@ print(json.dumps(results))
 """
 
 
+def _glm(name: str) -> Callable[[Path], Path]:
+    def run(root: Path) -> Path:
+        import test_hf_glm
+
+        return imported_variants(root, {name: test_hf_glm.VARIANTS[name]})[name].result.run_dir
+
+    return run
+
+
 def _gemma_phi3(name: str) -> Callable[[Path], Path]:
     def run(root: Path) -> Path:
         import test_hf_gemma_phi3
@@ -293,6 +302,9 @@ RUNS: dict[str, Callable[[Path], Path]] = {
     "phi3 as llama": _gemma_phi3("phi3"),
     "phi3 of LongRoPE as llama": _gemma_phi3("phi3_longrope"),
     "phi3 of LongRoPE on part of each head": _gemma_phi3("phi3_partial_longrope"),
+    "glm": _glm("glm"),
+    "glm4": _glm("glm4"),
+    "glm without biases as phi3": _glm("glm_no_bias"),
     "gemma3": _gemma3("gemma3_scaled_window_bias_untied"),
     "gemma3 of tfcompile's own (no tokenizer)": _gemma3_own,
     "opt": _opt_bigcode("opt_post"),

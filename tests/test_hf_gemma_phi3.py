@@ -298,11 +298,11 @@ def test_what_phi3_cannot_express_is_refused_by_field(tmp_path: Path) -> None:
     message = _problems(
         tmp_path,
         "family: decoder, vocab_size: 64, d_model: 16, n_layers: 1, n_heads: 2, max_seq_len: 8, "
-        "norm: {type: rmsnorm}, activation: swiglu, bias: {qkv: true, ffn: true}, qk_norm: true, "
-        "positional: {type: rope, rotary_dims: 4, scaling: {type: linear, factor: 2}}",
-    )
+        "norm: {type: rmsnorm}, activation: swiglu, bias: {qkv: false, attn_out: true, ffn: true}, "
+        "qk_norm: true, positional: {type: rope, rotary_dims: 4, scaling: {type: linear, factor: 2}}",
+    )  # (q, k and v biases on part of each head are GLM's: tests/test_hf_glm.py)
     for field in (
-        "model.bias.qkv: True has no Phi-3 equivalent",
+        "model.bias.attn_out: True has no Phi-3 equivalent",
         "model.bias.ffn: True has no Phi-3 equivalent",
         "model.qk_norm: True has no Phi-3 equivalent",
         "model.positional.scaling.type: 'linear' has no Phi-3 equivalent",

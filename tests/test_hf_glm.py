@@ -4,18 +4,21 @@ blocks turning interleaved pairs of the first half of each head (``layout: inter
 out), the gate and up projections in one ``gate_up_proj``; GLM-4 adds a norm on each sublayer's
 output (``norm.position: sandwich``). Tiny random transformers models saved with save_pretrained,
 imported, and held to transformers' logits (float32, rows padded on the right and not), their
-parameter counts and greedy generation through the ONNX bundle. export-hf writes no GLM: a GLM
-without biases is written as Phi-3 (its pairs permuted to halves within the rotated width), which
-transformers reloads to the same logits; one with biases or GLM-4's norms is refused by field. A
-row for every field of GlmConfig and Glm4Config (tests/test_hf_fields.py's table and check)."""
+parameter counts and greedy generation through the ONNX bundle. export-hf writes them back as GLM
+and GLM-4, and tfcompile's own decoders with q, k and v biases or sandwich norms that turn part of
+each head (halves permuted to interleaved pairs); a GLM without them is written as Phi-3 (its pairs
+permuted to halves within the rotated width); transformers reloads each to the same logits. A row
+for every field of GlmConfig and Glm4Config (tests/test_hf_fields.py's table and check)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import random_run
 from hf_models import VOCAB, Imported, assert_head_refused, imported_variants, max_difference
 from test_hf_export import _loads_alike
 from test_hf_fields import (
@@ -36,6 +39,7 @@ from test_hf_fields import (
 from tfcompile.hf.errors import HFError
 from tfcompile.hf.exporter import export_hf
 from tfcompile.models import DecoderLM
+from tfcompile.train.runs import load_trained_model
 
 transformers = pytest.importorskip("transformers")
 T = transformers
@@ -142,13 +146,48 @@ def test_export_hf_writes_a_glm_without_biases_as_phi3(imported: dict[str, Impor
     _loads_alike(tmp_path / "out", variant.model)
 
 
-@pytest.mark.parametrize(("name", "field"), [("glm", "model.bias.qkv"), ("glm4", "model.norm.position")])
-def test_export_hf_refuses_what_no_writer_has_by_field(
-    imported: dict[str, Imported], tmp_path: Path, name: str, field: str
+@pytest.mark.parametrize(("name", "written"), [("glm", "GlmForCausalLM"), ("glm4", "Glm4ForCausalLM")])
+def test_an_imported_run_round_trips(
+    imported: dict[str, Imported], tmp_path: Path, name: str, written: str
 ) -> None:
-    with pytest.raises(HFError, match=f"  {field}: "):
-        export_hf(imported[name].result.run_dir, tmp_path / "out")
-    assert not (tmp_path / "out").exists()
+    variant = imported[name]
+    assert export_hf(variant.result.run_dir, tmp_path / "out") == written
+    _loads_alike(tmp_path / "out", variant.model)
+
+
+# tfcompile's own decoders that GLM writes
+NATIVE = {
+    "halves, q/k/v biases, grouped, untied": "family: decoder, vocab_size: 64, d_model: 32, n_layers: 2, "
+    "n_heads: 4, n_kv_heads: 2, max_seq_len: 16, norm: {type: rmsnorm}, activation: swiglu, "
+    "tie_embeddings: false, bias: {qkv: true, attn_out: false, ffn: false}, "
+    "positional: {type: rope, layout: halves, rotary_dims: 6}",
+    "interleaved, sandwich norms, yarn": "family: decoder, vocab_size: 64, d_model: 32, n_layers: 1, "
+    "n_heads: 2, max_seq_len: 16, norm: {type: rmsnorm, position: sandwich}, activation: geglu_tanh, "
+    "bias: {qkv: false, attn_out: false, ffn: false}, positional: {type: rope, rotary_dims: 8, "
+    "scaling: {type: yarn, factor: 2, original_max_position_embeddings: 8}}",
+}
+
+
+@pytest.mark.parametrize("kind", list(NATIVE))
+def test_a_run_with_glms_features_is_written_as_glm(tmp_path: Path, kind: str) -> None:
+    run = random_run(tmp_path, f"model: {{{NATIVE[kind]}}}\n")
+    sandwich = "sandwich" in kind
+    assert export_hf(run, tmp_path / "out") == ("Glm4ForCausalLM" if sandwich else "GlmForCausalLM")
+    _loads_alike(tmp_path / "out", load_trained_model(run)[1])
+
+
+def test_what_glm_cannot_express_is_refused_by_field(tmp_path: Path) -> None:
+    run = random_run(
+        tmp_path,
+        "model: {family: decoder, vocab_size: 64, d_model: 16, n_layers: 1, n_heads: 2, max_seq_len: 16, "
+        "norm: {type: rmsnorm}, activation: swiglu, bias: {qkv: true, attn_out: true, ffn: true}, "
+        "window: {size: 4}, positional: {type: rope, rotary_dims: 4}}\n",
+    )
+    with pytest.raises(HFError) as error:
+        export_hf(run, tmp_path / "out")
+    fields = re.findall(r"^  (\S+): ", str(error.value), re.MULTILINE)
+    assert fields == ["model.bias.attn_out", "model.bias.ffn", "model.window"], str(error.value)
+    assert "GLM" in str(error.value) and not (tmp_path / "out").exists()
 
 
 @pytest.mark.slow
@@ -165,12 +204,10 @@ def test_a_classifier_head_is_refused_by_architectures(imported: dict[str, Impor
 
 # ------------------------------------------------------------------ every config field, by value
 
-NOT_EXPORTED = {"exported": False}  # q, k and v biases (GlmConfig's default) or GLM-4's norms
-
 
 def rows(family: str) -> Callable[..., Case]:
     def row(**fields: Any) -> Case:
-        return case(family, **(NOT_EXPORTED | fields))
+        return case(family, **fields)
 
     return row
 
@@ -179,8 +216,7 @@ def shared(family: str) -> list[Case]:
     """The rows GLM and GLM-4 read alike (GlmConfig's fields are Glm4Config's)."""
     row = rows(family)
     return [
-        row(  # the fields that take any value at once (without biases, a GLM is Phi-3's: written)
-            exported=family == "glm",
+        row(  # the fields that take any value at once (without biases, a GLM is written as Phi-3)
             num_key_value_heads=1,
             attention_bias=False,
             tie_word_embeddings=True,
@@ -263,7 +299,7 @@ CASES: list[Case] = [
     *shared("glm4"),
     # without biases and in pre-norm blocks, GLM is Phi-3's computation: written as it
     case("glm", attention_bias=False, spec={"bias.qkv": False}),
-    case("glm4", attention_bias=False, **NOT_EXPORTED, spec={"norm.position": "sandwich"}),
+    case("glm4", attention_bias=False, spec={"norm.position": "sandwich"}),
 ]
 
 

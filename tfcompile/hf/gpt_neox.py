@@ -14,7 +14,6 @@ tfcompile drops a parallel block's sum once (see ``parallel_dropout``)."""
 
 from __future__ import annotations
 
-import math
 import warnings
 from typing import Any, ClassVar
 
@@ -47,6 +46,7 @@ from tfcompile.hf.llama import (
     rope_dict,
     rope_section,
     rope_top_level,
+    rotary_fraction,
 )
 from tfcompile.hf.starcoder2 import starcoder2_blocks
 from tfcompile.spec import Spec
@@ -122,16 +122,6 @@ def fused(packed: torch.Tensor, model: DecoderSpec) -> torch.Tensor:
     assert model.head_dim is not None
     split = packed.reshape(3, model.n_heads, model.head_dim, *packed.shape[1:])
     return split.transpose(0, 1).reshape(packed.shape)
-
-
-def rotary_fraction(rotary: int, head_dim: int) -> float:
-    """The fraction of a head that transformers reads back as ``rotary`` dimensions (it computes
-    int(head_dim x fraction)): rotary / head_dim, or the next float above where that product
-    rounds down (30 / 44 x 44 is 29.999...)."""
-    fraction = rotary / head_dim
-    while int(head_dim * fraction) < rotary:
-        fraction = math.nextafter(fraction, 2.0)
-    return fraction
 
 
 @register("gpt_neox")

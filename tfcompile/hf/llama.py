@@ -1188,6 +1188,7 @@ def rope_top_level(positional: RopePositional) -> dict[str, Any]:
     "olmoe",
 )
 class Llama(Writable):
+    layout: ClassVar[str] = "halves"  # which dimensions the written model's RoPE turns together
     windows: ClassVar[Windows] = "any"  # as Mistral, Qwen2 or Qwen3 (written_as says which)
     prefixes = ("model.",)
     ignored = ("rotary_emb.inv_freq",)  # a buffer in old checkpoints
@@ -1346,6 +1347,10 @@ class Llama(Writable):
             state[f"{ffn}shared_gate.weight"] = tensors.take(f"{m}shared_expert_gate.weight")
         return state
 
+    def layer_norms(self, model: DecoderSpec) -> tuple[tuple[str, str], ...]:
+        """Each layer's norms, transformers' names -> tfcompile's (``layer_norms``')."""
+        return layer_norms(model)
+
     def rope(self, config: Config, head_dim: int) -> dict[str, Any]:
         """``positional:``, one RoPE for every layer, on the part of each head the model type turns."""
         return rope_section(config, head_dim, MODEL_TYPES[config.data["model_type"]].partial_rotary)
@@ -1366,7 +1371,7 @@ class Llama(Writable):
         for i in range(spec.model.n_layers):
             h, b = f"layers.{i}.", f"blocks.{i}."
             a, m = f"{h}self_attn.", f"{h}mlp."
-            for hf, tfc in layer_norms(model):
+            for hf, tfc in self.layer_norms(model):
                 state[f"{b}{tfc}.weight"] = tensors.take(f"{h}{hf}.weight")
             state[f"{b}attn.out.weight"] = tensors.take(f"{a}o_proj.weight")
             if i in routed:
@@ -1494,12 +1499,7 @@ class Llama(Writable):
         assert model.head_dim is not None and model.n_kv_heads is not None
         hd = model.head_dim
         q_rows, kv_rows = model.n_heads * hd, model.n_kv_heads * hd
-        rotary = model.positional.rotary_dims
-        order_q, order_k = (
-            (halves_order(model.n_heads, hd, rotary), halves_order(model.n_kv_heads, hd, rotary))
-            if model.positional.layout == "interleaved"
-            else (None, None)
-        )
+        order_q, order_k = layout_orders(model, self.layout)
         written = written_as(model)
         bias, qwen2 = model.bias, written == "qwen2"  # q, k and v biases always, no o bias
         routed = model.routed_layers(model.n_layers)
@@ -1512,7 +1512,7 @@ class Llama(Writable):
         for i in range(model.n_layers):
             h, b = f"model.layers.{i}.", f"blocks.{i}."
             a, m = f"{h}self_attn.", f"{h}mlp."
-            for hf, tfc in layer_norms(model):
+            for hf, tfc in self.layer_norms(model):
                 out[f"{h}{hf}.weight"] = state[f"{b}{tfc}.weight"]
             out[f"{a}o_proj.weight"] = state[f"{b}attn.out.weight"]
             if i in routed:
@@ -1596,15 +1596,86 @@ class FusedFeedForward(Llama):
         tensors.used |= llama.used & set(unread)
         return state
 
+    def from_state(self, state: State, spec: Spec) -> State:
+        """Llama's tensors, those the checkpoint holds fused joined."""
+        model = spec.model
+        assert isinstance(model, DecoderSpec)
+        out = dict(super().from_state(state, spec))
+        for i in range(model.n_layers):
+            h = f"model.layers.{i}."
+            for name, pieces in self.fused(model).items():
+                out[f"{h}{name}.weight"] = torch.cat([out.pop(f"{h}{part}.weight") for part, _ in pieces])
+        return out
+
+
+def glm_features(model: DecoderSpec) -> bool:
+    """What GLM has that Phi-3 (part of each head turned) has not: q, k and v biases, or GLM-4's
+    norms on each sublayer's output."""
+    return model.bias.qkv or model.norm.position == "sandwich"
+
 
 @register("glm", "glm4")
 class Glm(FusedFeedForward):
-    """GLM and GLM-4: MODEL_TYPES' reading, the feed-forward's gate and up in one gate_up_proj."""
+    """GLM and GLM-4: MODEL_TYPES' reading, the feed-forward's gate and up in one gate_up_proj.
+    export-hf writes a decoder that turns interleaved pairs (or halves, permuted) of part of each
+    head with q, k and v biases as GLM, and one with sandwich norms as GLM-4."""
+
+    layout = "interleaved"
+
+    def layer_norms(self, model: DecoderSpec) -> tuple[tuple[str, str], ...]:
+        """LLaMA's, and GLM-4's on each sublayer's output (sandwich)."""
+        pre = layer_norms(model)
+        if model.norm.position != "sandwich":
+            return pre
+        return (*pre, ("post_self_attn_layernorm", "attn_out_norm"), ("post_mlp_layernorm", "ffn_out_norm"))
 
     def candidate(self, spec: Spec) -> bool:
-        """Never: Llama (or Phi-3, for part of each head turned) writes what GLM computes without
-        biases; a GLM with its q, k and v biases is import only."""
-        return False
+        """Part of each head turned, with GLM's features (Phi-3 writes the others)."""
+        model = rope_decoder_lm(spec)
+        return llama_blocks(model) and partial_rotary(model) and glm_features(model)
+
+    def exportable(self, spec: Spec) -> list[Problem]:
+        """Llama's needs of the model in pre-norm blocks, and what GLM lacks besides: an output
+        projection or feed-forward bias, a window."""
+        model = spec.model
+        assert isinstance(model, DecoderSpec) and isinstance(model.positional, RopePositional)
+        need = Needs("GLM")
+        need(model.activation in EXPORTED_ACTIVATIONS, "model.activation", model.activation, "swiglu")
+        position = model.norm.position
+        need(position in ("pre", "sandwich"), "model.norm.position", position, "pre, or sandwich (GLM-4's)")
+        whole = model.positional.model_copy(update={"rotary_dims": model.head_dim})
+        pre = model.norm.model_copy(update={"position": "pre"})
+        llama = model.model_copy(update={"positional": whole, "norm": pre})
+        rope_and_norms(need, llama)
+        need.plain_scales(llama)
+        need(not model.bias.attn_out, "model.bias.attn_out", True, "false (GLM's output projection has none)")
+        need(not model.bias.ffn, "model.bias.ffn", True, "false (GLM's feed-forward has none)")
+        need(model.window is None, "model.window", model.window, "leave it unset (GLM has none)")
+        return need.problems
+
+    def to_config(self, spec: Spec) -> dict[str, Any]:
+        """Llama's fields as GlmConfig (Glm4Config, with sandwich norms) names them, the rotated
+        fraction of each head at the top level (transformers 4) and in the RoPE dicts (5)."""
+        model = spec.model
+        assert isinstance(model, DecoderSpec) and isinstance(model.positional, RopePositional)
+        assert model.head_dim is not None
+        config = {k: v for k, v in super().to_config(spec).items() if k != "mlp_bias"}
+        fraction = rotary_fraction(model.positional.width(model.head_dim), model.head_dim)
+        written = "glm4" if model.norm.position == "sandwich" else "glm"
+        scaling = config["rope_scaling"]
+        return config | {
+            "architectures": [f"{written.title()}ForCausalLM"],
+            "model_type": written,
+            "attention_bias": model.bias.qkv,
+            "partial_rotary_factor": fraction,
+            "rope_scaling": None if scaling is None else scaling | {"partial_rotary_factor": fraction},
+            "rope_parameters": config["rope_parameters"] | {"partial_rotary_factor": fraction},
+        }
+
+    def from_state(self, state: State, spec: Spec) -> State:
+        """Llama's tensors (the q and k rows in interleaved pairs) but the output projection's bias
+        (zeros: GLM has none), gate and up fused."""
+        return {k: v for k, v in super().from_state(state, spec).items() if not k.endswith("o_proj.bias")}
 
 
 def moe_config(model: DecoderSpec, written: str) -> dict[str, Any]:
@@ -1676,16 +1747,13 @@ def stacked(tensors: Tensors, name: str, experts: int) -> torch.Tensor:
 
 def layer_norms(model: DecoderSpec) -> tuple[tuple[str, str], ...]:
     """Each layer's norms, transformers' names -> tfcompile's: LLaMA's before each sublayer (its
-    post_attention_layernorm is the feed-forward's), OLMo 2's on each sublayer's output, GLM-4's
-    both, none where they learn nothing (OLMo's)."""
+    post_attention_layernorm is the feed-forward's), OLMo 2's on each sublayer's output, none
+    where they learn nothing (OLMo's)."""
     if not model.norm.scale:
         return ()
     if model.norm.position == "output":
         return (("post_attention_layernorm", "attn_out_norm"), ("post_feedforward_layernorm", "ffn_out_norm"))
-    pre = (("input_layernorm", "attn_norm"), ("post_attention_layernorm", "ffn_norm"))
-    if model.norm.position == "sandwich":  # GLM-4's names for the norms of the sublayers' outputs
-        return (*pre, ("post_self_attn_layernorm", "attn_out_norm"), ("post_mlp_layernorm", "ffn_out_norm"))
-    return pre
+    return (("input_layernorm", "attn_norm"), ("post_attention_layernorm", "ffn_norm"))
 
 
 def rope_decoder_lm(spec: Spec) -> DecoderSpec | None:
@@ -1799,6 +1867,31 @@ def granite_scales(model: DecoderSpec) -> bool:
 def windowless(spec: Spec) -> Spec:
     """The spec without its window (Gemma 2 and 3 write theirs themselves)."""
     return spec.model_copy(update={"model": spec.model.model_copy(update={"window": None})})
+
+
+def rotary_fraction(rotary: int, head_dim: int) -> float:
+    """The fraction of a head that transformers reads back as ``rotary`` dimensions (it computes
+    int(head_dim x fraction)): rotary / head_dim, or the next float above where that product
+    rounds down (30 / 44 x 44 is 29.999...)."""
+    fraction = rotary / head_dim
+    while int(head_dim * fraction) < rotary:
+        fraction = math.nextafter(fraction, 2.0)
+    return fraction
+
+
+def layout_orders(model: DecoderSpec, written: str) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """The q and k rows reordered from the spec's RoPE layout to the ``written`` one's, within the
+    rotated width of each head (halves_order, or its inverse to interleaved pairs); None where the
+    layouts agree."""
+    assert isinstance(model.positional, RopePositional) and model.head_dim is not None
+    assert model.n_kv_heads is not None
+    if model.positional.layout == written:
+        return None, None
+    rotary = model.positional.rotary_dims
+    orders = [halves_order(n, model.head_dim, rotary) for n in (model.n_heads, model.n_kv_heads)]
+    if written == "interleaved":
+        orders = [order.argsort() for order in orders]
+    return orders[0], orders[1]
 
 
 def halves_order(n_heads: int, head_dim: int, rotary: int | None = None) -> torch.Tensor:

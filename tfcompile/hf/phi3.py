@@ -12,19 +12,18 @@ from __future__ import annotations
 import math
 from typing import Any, ClassVar
 
-import torch
-
-from tfcompile.hf.architecture import Config, Imported, Needs, State, Tensors, Windows, dropout, register
+from tfcompile.hf.architecture import Config, Imported, Needs, Tensors, Windows, dropout, register
 from tfcompile.hf.errors import Problem
-from tfcompile.hf.gpt_neox import rotary_fraction
 from tfcompile.hf.llama import (
     EXPORTED_ACTIVATIONS,
     FusedFeedForward,
+    glm_features,
     llama_blocks,
     partial_rotary,
     rope_and_norms,
     rope_decoder_lm,
     rope_section,
+    rotary_fraction,
 )
 from tfcompile.spec import Spec
 from tfcompile.spec.schema import DecoderSpec, LongRopeScaling, RopePositional
@@ -102,10 +101,10 @@ class Phi3(FusedFeedForward):
         return {"self_attn.qkv_proj": qkv} | super().fused(model)
 
     def candidate(self, spec: Spec) -> bool:
-        """A LLaMA-like decoder that turns part of each head: Llama writes every other spec Phi-3
-        could, as the same computation."""
+        """A LLaMA-like decoder that turns part of each head, without GLM's features (GLM writes
+        those): Llama writes every other spec Phi-3 could, as the same computation."""
         model = rope_decoder_lm(spec)
-        return llama_blocks(model) and partial_rotary(model)
+        return llama_blocks(model) and partial_rotary(model) and not glm_features(model)
 
     def exportable(self, spec: Spec) -> list[Problem]:
         """Llama's needs of the model with whole-head RoPE, and what Phi-3 lacks besides: biases,
@@ -175,15 +174,3 @@ class Phi3(FusedFeedForward):
             "resid_pdrop": model.dropout.residual,
             "embd_pdrop": 0.0,
         }
-
-    def from_state(self, state: State, spec: Spec) -> State:
-        """Llama's tensors, q, k and v fused into qkv_proj and gate and up into gate_up_proj."""
-        out = dict(super().from_state(state, spec))
-        for i in range(spec.model.n_layers):
-            a, m = f"model.layers.{i}.self_attn.", f"model.layers.{i}.mlp."
-            parts = [out.pop(f"{a}{x}_proj.weight") for x in "qkv"]
-            out[f"{a}qkv_proj.weight"] = torch.cat(parts)
-            out[f"{m}gate_up_proj.weight"] = torch.cat(
-                [out.pop(f"{m}{x}_proj.weight") for x in ("gate", "up")]
-            )
-        return out
