@@ -27,7 +27,7 @@ projection's bias apart (``attention_out_bias``). export-hf writes none of these
 are written as Llama, Mistral or Qwen2, which compute the same. GLM turns interleaved pairs of half
 of each head (``partial_rotary_factor``), has q, k and v biases and its gate and up projections in
 one ``gate_up_proj`` (FusedFeedForward); GLM-4 adds a norm on each sublayer's output
-(``norm.position: sandwich``); export-hf writes a GLM without biases as Phi-3 or Llama. RoPE
+(``norm.position: sandwich``); export-hf writes them back (a GLM without biases as Phi-3). RoPE
 scaling reads both transformers 4's ``rope_scaling`` and 5's ``rope_parameters``.
 
 The mixtures of experts are ``model.moe`` (MODEL_TYPES' ``moe``, MoEType): a router's softmax over
