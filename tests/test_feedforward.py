@@ -11,6 +11,7 @@ from tfcompile.nn.feedforward import FeedForward
 
 PLAIN = {
     "relu": lambda x: torch.clamp(x, min=0),
+    "relu2": lambda x: torch.clamp(x, min=0) ** 2,
     "gelu": lambda x: 0.5 * x * (1 + torch.erf(x / math.sqrt(2))),
     "gelu_tanh": lambda x: 0.5 * x * (1 + torch.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3))),
     "silu": lambda x: x * torch.sigmoid(x),

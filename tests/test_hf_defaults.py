@@ -27,6 +27,7 @@ from typing import Any
 
 import pytest
 import test_hf_albert  # noqa: F401
+import test_hf_arcee  # noqa: F401
 import test_hf_bart
 import test_hf_cohere  # noqa: F401
 import test_hf_electra  # noqa: F401
@@ -111,6 +112,7 @@ SOURCES: dict[str, Source] = {
         "helium",
         "glm",
         "glm4",
+        "arcee",
         "seed_oss",
         "ernie4_5",
         "starcoder2",

@@ -77,6 +77,15 @@ print(json.dumps(results))
 """
 
 
+def _arcee(name: str) -> Callable[[Path], Path]:
+    def run(root: Path) -> Path:
+        import test_hf_arcee
+
+        return imported_variants(root, {name: test_hf_arcee.VARIANTS[name]})[name].result.run_dir
+
+    return run
+
+
 def _glm(name: str) -> Callable[[Path], Path]:
     def run(root: Path) -> Path:
         import test_hf_glm
@@ -305,6 +314,8 @@ RUNS: dict[str, Callable[[Path], Path]] = {
     "glm": _glm("glm"),
     "glm4": _glm("glm4"),
     "glm without biases as phi3": _glm("glm_no_bias"),
+    "arcee": _arcee("arcee"),
+    "arcee of biases": _arcee("arcee_biases"),
     "gemma3": _gemma3("gemma3_scaled_window_bias_untied"),
     "gemma3 of tfcompile's own (no tokenizer)": _gemma3_own,
     "opt": _opt_bigcode("opt_post"),

@@ -196,7 +196,21 @@ NATIVE: dict[str, tuple[str, str, list[str]]] = {
         ["model.norm.type", "model.norm.bias"],
     ),
     "rope": (f"{ROPE}, activation: swiglu", "llama", []),
-    "rope-relu": (f"{ROPE}, activation: relu", "llama", ["model.activation"]),
+    "rope-relu": (f"{ROPE}, activation: relu", "llama", []),  # a plain feed-forward: as Arcee
+    "rope-relu-qk_norm": (f"{ROPE}, activation: relu, qk_norm: true", "llama", ["model.qk_norm"]),
+    # part of each head turned: Phi-3's, or GLM's with q, k and v biases or sandwich norms
+    "rope-partial": (
+        f"{DECODER}, positional: {{type: rope, rotary_dims: 2}}, norm: {{type: rmsnorm}}, "
+        "activation: swiglu, bias: {qkv: false, attn_out: false, ffn: false}",
+        "phi3",
+        [],
+    ),
+    "rope-partial-qkv-bias": (
+        f"{DECODER}, positional: {{type: rope, rotary_dims: 2}}, norm: {{type: rmsnorm}}, "
+        "activation: swiglu, bias: {qkv: true, attn_out: true, ffn: false}",
+        "glm",
+        ["model.bias.attn_out"],
+    ),
     "rope-scale_embeddings": (f"{ROPE}, activation: geglu_tanh, scale_embeddings: true", "gemma", []),
     "rope-scale_embeddings-relu": (
         f"{ROPE}, activation: relu, scale_embeddings: true",

@@ -18,12 +18,25 @@ from tfcompile.spec.schema import EncoderSpec
 # Hugging Face's names of the plain (ungated) activations -> the spec's, and back for export-hf:
 # GPT-2 (activation_function), BERT and ViT (hidden_act) share them. Every name transformers
 # computes as one of the spec's is read: gelu_python is the erf GELU written out, gelu_fast and
-# gelu_accurate are gelu_new's tanh formula.
-ACTIVATIONS = {"gelu": "gelu", "gelu_python": "gelu", "relu": "relu", "silu": "silu", "swish": "silu"}
+# gelu_accurate are gelu_new's tanh formula, relu2 is the squared ReLU.
+ACTIVATIONS = {
+    "gelu": "gelu",
+    "gelu_python": "gelu",
+    "relu": "relu",
+    "relu2": "relu2",
+    "silu": "silu",
+    "swish": "silu",
+}
 ACTIVATIONS |= dict.fromkeys(
     ("gelu_new", "gelu_pytorch_tanh", "gelu_python_tanh", "gelu_fast", "gelu_accurate"), "gelu_tanh"
 )
-EXPORTED_ACTIVATIONS = {"gelu": "gelu", "gelu_tanh": "gelu_new", "relu": "relu", "silu": "silu"}
+EXPORTED_ACTIVATIONS = {
+    "gelu": "gelu",
+    "gelu_tanh": "gelu_new",
+    "relu": "relu",
+    "relu2": "relu2",
+    "silu": "silu",
+}
 # The same names gating a second projection (LLaMA's hidden_act, T5's gated-ACT): the spec has a
 # gated form of each but ReLU.
 GATES = {"silu": "swiglu", "gelu": "geglu", "gelu_tanh": "geglu_tanh"}

@@ -66,8 +66,8 @@ def architecture_for(spec: Spec, where: str) -> Writable:
                 "model.family",
                 f"a {spec.model.family} model for {spec.task.type} has no transformers architecture here",
                 "export-hf writes GPT-2, GPT-Neo, OPT, GPT-BigCode, Llama, Mistral, Qwen2, Qwen3, OLMo 2, "
-                "SmolLM3, Granite, Phi-3, GLM, GLM-4, Gemma, Gemma 2, Gemma 3, GPT-NeoX, Starcoder2, BLOOM, "
-                "BERT, ELECTRA, ALBERT, ViT, T5, Marian, Pegasus, BART and mBART models",
+                "SmolLM3, Granite, Arcee, Phi-3, GLM, GLM-4, Gemma, Gemma 2, Gemma 3, GPT-NeoX, Starcoder2, "
+                "BLOOM, BERT, ELECTRA, ALBERT, ViT, T5, Marian, Pegasus, BART and mBART models",
             )
         )
     raise refuse(where, problems)

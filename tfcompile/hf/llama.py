@@ -1,8 +1,8 @@
 """The LLaMA family (``LlamaForCausalLM``, ``MistralForCausalLM``, ``Qwen2ForCausalLM``,
 ``Qwen3ForCausalLM``, ``OlmoForCausalLM``, ``Olmo2ForCausalLM``, ``Olmo3ForCausalLM``,
 ``SmolLM3ForCausalLM``, ``GraniteForCausalLM``, ``MinistralForCausalLM``, ``HeliumForCausalLM``,
-``SeedOssForCausalLM``, ``Ernie4_5ForCausalLM``, ``GlmForCausalLM``, ``Glm4ForCausalLM``, and the
-mixtures of experts ``MixtralForCausalLM``,
+``SeedOssForCausalLM``, ``Ernie4_5ForCausalLM``, ``ArceeForCausalLM``, ``GlmForCausalLM``,
+``Glm4ForCausalLM``, and the mixtures of experts ``MixtralForCausalLM``,
 ``Qwen2MoeForCausalLM``, ``Qwen3MoeForCausalLM``, ``OlmoeForCausalLM``): RoPE on the two halves of
 each head (``layout: halves``, so no weight is permuted), RMSNorm, a gated feed-forward, grouped K/V
 heads; what each model type computes that its config does not say, in MODEL_TYPES. Qwen2's biases
@@ -27,7 +27,9 @@ projection's bias apart (``attention_out_bias``). export-hf writes none of these
 are written as Llama, Mistral or Qwen2, which compute the same. GLM turns interleaved pairs of half
 of each head (``partial_rotary_factor``), has q, k and v biases and its gate and up projections in
 one ``gate_up_proj`` (FusedFeedForward); GLM-4 adds a norm on each sublayer's output
-(``norm.position: sandwich``); export-hf writes them back (a GLM without biases as Phi-3). RoPE
+(``norm.position: sandwich``); export-hf writes them back (a GLM without biases as Phi-3). Arcee's
+feed-forward is plain (``up_proj`` alone, ModelType.gated), of the squared ReLU by default; export-hf
+writes every RoPE decoder of a plain feed-forward as Arcee. RoPE
 scaling reads both transformers 4's ``rope_scaling`` and 5's ``rope_parameters``.
 
 The mixtures of experts are ``model.moe`` (MODEL_TYPES' ``moe``, MoEType): a router's softmax over
@@ -61,6 +63,7 @@ from typing import Any, ClassVar, TypeGuard
 import torch
 
 from tfcompile.hf.architecture import (
+    ACTIVATIONS,
     ARCHITECTURES,
     GATED_ACTIVATIONS,
     MULTIPLIERS,
@@ -81,6 +84,7 @@ from tfcompile.hf.architecture import (
     register,
     zeros_if_none,
 )
+from tfcompile.hf.architecture import EXPORTED_ACTIVATIONS as PLAIN
 from tfcompile.hf.errors import HFError, HFWarning, Problem
 from tfcompile.spec import Spec
 from tfcompile.spec.schema import MAX_LAYERS, CausalLMTask, DecoderSpec, DynamicRopeScaling, RopePositional
@@ -127,6 +131,7 @@ class ModelType:
     # a RoPE per layer type, rope_parameters keyed by it (layer_type_rope): OLMo 3's
     rope_per_layer_type: bool = False
     layout: str = "halves"  # which dimensions RoPE turns together: interleaved pairs for Helium and ERNIE 4.5
+    gated: bool = True  # a gated feed-forward (gate_proj and up_proj); False: up_proj alone (Arcee's)
     # the fraction of each head RoPE turns where the config names none (GLM's 0.5), read as rotary_dims;
     # None: whole heads (a config naming another fraction refused)
     partial_rotary: float | None = None
@@ -438,6 +443,14 @@ QKVO = ("qkv", "attn_out")
 WINDOW = {"sliding_window": 4096}
 
 
+def arcee_own(need: Needs, model: DecoderSpec) -> DecoderSpec:
+    """Arcee's feed-forward is plain (it writes every plain activation); it has no q/k norms and no
+    window."""
+    need(not model.qk_norm, "model.qk_norm", True, "false (Arcee has no q/k norms)")
+    need(model.window is None, "model.window", model.window, "leave it unset (Arcee has none)")
+    return model
+
+
 def glm_requires(config: Config) -> None:
     """GlmConfig keeps a null head_dim or num_key_value_heads, on which GLM's attention fails."""
     for name, default in (("head_dim", 128), ("num_key_value_heads", 2)):
@@ -611,6 +624,22 @@ MODEL_TYPES = {
     # post_mlp_layernorm).
     "glm": ModelType(**GLM),
     "glm4": ModelType(**GLM | {"norm": {"position": "sandwich"}}),
+    # A plain feed-forward (up_proj, down_proj) of ArceeConfig's squared ReLU.
+    "arcee": ModelType(
+        attention_bias=QKVO,
+        mlp_bias=True,
+        gated=False,
+        defaults={
+            "hidden_size": 2560,
+            "intermediate_size": 18432,
+            "max_position_embeddings": 4096,
+            "rms_norm_eps": 1e-5,
+            "hidden_act": "relu2",
+        },
+        title="Arcee",
+        head="ArceeForCausalLM",
+        own=arcee_own,
+    ),
     # Interleaved RoPE; attention_bias on q, k and v (HeliumAttention's o_proj has none).
     "helium": ModelType(
         attention_bias=("qkv",),
@@ -1183,6 +1212,7 @@ def rope_top_level(positional: RopePositional) -> dict[str, Any]:
     "helium",
     "seed_oss",
     "ernie4_5",
+    "arcee",
     "qwen2_moe",
     "qwen3_moe",
     "olmoe",
@@ -1262,7 +1292,9 @@ class Llama(Writable):
             "n_heads": heads,
             "n_kv_heads": kv_heads,
             "d_ff": config.get("intermediate_size", 11008),
-            "activation": config.choice(kind.activation, "silu", GATED_ACTIVATIONS, "gated activation"),
+            "activation": config.choice(kind.activation, "silu", GATED_ACTIVATIONS, "gated activation")
+            if kind.gated
+            else config.choice(kind.activation, "relu2", ACTIVATIONS, "activation"),
             "positional": layer_type_rope(config, head_dim)
             if kind.rope_per_layer_type
             else self.rope(config, head_dim),
@@ -1377,9 +1409,8 @@ class Llama(Writable):
             if i in routed:
                 state |= self.experts_state(tensors, h, f"{b}ffn.", spec)
             else:
-                state[f"{b}ffn.w_in.weight"] = tensors.cat(
-                    f"{m}gate_proj.weight", f"{m}up_proj.weight"
-                )  # gate first
+                ins = [f"{m}{x}_proj.weight" for x in feed_forward_inputs(model)]
+                state[f"{b}ffn.w_in.weight"] = tensors.cat(*ins)  # gate first
                 state[f"{b}ffn.w_out.weight"] = tensors.take(f"{m}down_proj.weight")
             for kind in ("weight", "bias") if spec.model.bias.qkv else ("weight",):
                 names = (f"{a}{x}_proj.{kind}" for x in "qkv")
@@ -1390,7 +1421,8 @@ class Llama(Writable):
                 state[f"{b}attn.q_norm.weight"] = tensors.take(f"{a}q_norm.weight")
                 state[f"{b}attn.k_norm.weight"] = tensors.take(f"{a}k_norm.weight")
             if spec.model.bias.ffn:
-                state[f"{b}ffn.w_in.bias"] = tensors.cat(f"{m}gate_proj.bias", f"{m}up_proj.bias")
+                ins = [f"{m}{x}_proj.bias" for x in feed_forward_inputs(model)]
+                state[f"{b}ffn.w_in.bias"] = tensors.cat(*ins)
                 state[f"{b}ffn.w_out.bias"] = tensors.take(f"{m}down_proj.bias")
         return state
 
@@ -1405,7 +1437,7 @@ class Llama(Writable):
         assert isinstance(model, DecoderSpec) and isinstance(model.positional, RopePositional)
         kind = MODEL_TYPES[written_as(model)]
         need = Needs(kind.title)
-        need(model.activation in EXPORTED_ACTIVATIONS, "model.activation", model.activation, "swiglu")
+        need(hidden_act(model) is not None, "model.activation", model.activation, "swiglu")
         if kind.own is not None:
             model = kind.own(need, model)
         rope_and_norms(need, model)
@@ -1437,7 +1469,7 @@ class Llama(Writable):
             "num_attention_heads": model.n_heads,
             "num_key_value_heads": model.n_kv_heads,
             "head_dim": model.head_dim,
-            "hidden_act": EXPORTED_ACTIVATIONS[model.activation],
+            "hidden_act": hidden_act(model),
             "max_position_embeddings": model.max_seq_len,
             "rms_norm_eps": model.norm.eps,
             # transformers 4 reads these two; 5 reads rope_parameters (and these, first).
@@ -1518,8 +1550,10 @@ class Llama(Writable):
             if i in routed:
                 out |= experts_tensors(state, f"{b}ffn.", h, model, written)
             else:
-                gate, up = state[f"{b}ffn.w_in.weight"].chunk(2)
-                out |= {f"{m}gate_proj.weight": gate, f"{m}up_proj.weight": up}
+                ins = state[f"{b}ffn.w_in.weight"].chunk(len(feed_forward_inputs(model)))
+                out |= {
+                    f"{m}{x}_proj.weight": t for x, t in zip(feed_forward_inputs(model), ins, strict=True)
+                }
                 out[f"{m}down_proj.weight"] = state[f"{b}ffn.w_out.weight"]
             kinds = ("weight", "bias") if bias.qkv or bias.attn_out or qwen2 else ("weight",)
             for kind in kinds:
@@ -1538,8 +1572,8 @@ class Llama(Writable):
                     q_norm, k_norm = q_norm[order_q[:hd]], k_norm[order_q[:hd]]
                 out |= {f"{a}q_norm.weight": q_norm, f"{a}k_norm.weight": k_norm}
             if bias.ffn:
-                gate, up = state[f"{b}ffn.w_in.bias"].chunk(2)
-                out |= {f"{m}gate_proj.bias": gate, f"{m}up_proj.bias": up}
+                ins = state[f"{b}ffn.w_in.bias"].chunk(len(feed_forward_inputs(model)))
+                out |= {f"{m}{x}_proj.bias": t for x, t in zip(feed_forward_inputs(model), ins, strict=True)}
                 out[f"{m}down_proj.bias"] = state[f"{b}ffn.w_out.bias"]
         return contiguous(out)
 
@@ -1827,6 +1861,17 @@ def dynamic_from_max_seq_len(need: Needs, model: DecoderSpec) -> None:
         )
 
 
+def hidden_act(model: DecoderSpec) -> str | None:
+    """The activation as LLaMA-like configs name it (hidden_act): a gated one's f, or a plain one
+    (Arcee's feed-forward); None where none is."""
+    return (EXPORTED_ACTIVATIONS if model.gated else PLAIN).get(model.activation)
+
+
+def feed_forward_inputs(model: DecoderSpec) -> tuple[str, ...]:
+    """The projections a LLaMA-like feed-forward's first matrix holds: gate and up (gated), or up."""
+    return ("gate", "up") if model.gated else ("up",)
+
+
 def written_as(model: DecoderSpec) -> str:
     """The model_type export-hf writes a decoder as: OLMo 2 where its norms are on each sublayer's
     output; SmolLM3 where some layers turn no RoPE; Granite where it has multipliers or another
@@ -1838,7 +1883,10 @@ def written_as(model: DecoderSpec) -> str:
     else Qwen2's (on any layers, with q, k and v biases, zeros where the model has none), or
     Qwen3's with q/k norms.
     A mixture of experts (but in OLMo 2's, SmolLM3's and Granite's, which refuse it) is Qwen2-MoE's
-    where it has a shared expert, else Qwen3-MoE's with q/k norms, else Mixtral's."""
+    where it has a shared expert, else Qwen3-MoE's with q/k norms, else Mixtral's. A plain
+    feed-forward is Arcee's (which refuses the others' features)."""
+    if not model.gated:
+        return "arcee"
     if model.norm.position == "output":
         return "olmo2"
     if isinstance(model.positional, RopePositional) and model.positional.nope_layers:

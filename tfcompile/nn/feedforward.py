@@ -1,6 +1,6 @@
 """Position-wise feed-forward sublayers (notes: cmu-11711-transformers.txt, "Feed Forward Layers").
 
-Plain:  FFN(x) = f(x W1 + b1) W2 + b2
+Plain:  FFN(x) = f(x W1 + b1) W2 + b2            (f = ReLU, GELU, SiLU, or squared ReLU: relu2, Primer)
 Gated:  FFN(x) = (f(x W_gate) * (x W_up)) W2      (SwiGLU: f = SiLU, GeGLU: f = GELU; Shazeer 2020)
 
 GELU is exact, x Phi(x) with the normal CDF (erf), or its tanh approximation
@@ -23,6 +23,11 @@ ACTIVATIONS.register("gelu")(F.gelu)
 ACTIVATIONS.register("silu")(F.silu)
 ACTIVATIONS.register("swiglu")(F.silu)
 ACTIVATIONS.register("geglu")(F.gelu)
+
+
+@ACTIVATIONS.register("relu2")
+def _relu2(x: torch.Tensor) -> torch.Tensor:
+    return F.relu(x).square()
 
 
 @ACTIVATIONS.register("gelu_tanh")
