@@ -42,6 +42,7 @@ import test_hf_helium  # noqa: F401
 import test_hf_ministral  # noqa: F401
 import test_hf_moe  # noqa: F401
 import test_hf_mpt  # noqa: F401
+import test_hf_nemotron  # noqa: F401
 import test_hf_neox_gptj_phi  # noqa: F401
 import test_hf_olmo  # noqa: F401
 import test_hf_olmo3  # noqa: F401
@@ -113,6 +114,7 @@ SOURCES: dict[str, Source] = {
         "glm",
         "glm4",
         "arcee",
+        "nemotron",
         "seed_oss",
         "ernie4_5",
         "starcoder2",

@@ -86,6 +86,15 @@ def _arcee(name: str) -> Callable[[Path], Path]:
     return run
 
 
+def _nemotron(name: str) -> Callable[[Path], Path]:
+    def run(root: Path) -> Path:
+        import test_hf_nemotron
+
+        return imported_variants(root, {name: test_hf_nemotron.VARIANTS[name]})[name].result.run_dir
+
+    return run
+
+
 def _glm(name: str) -> Callable[[Path], Path]:
     def run(root: Path) -> Path:
         import test_hf_glm
@@ -316,6 +325,7 @@ RUNS: dict[str, Callable[[Path], Path]] = {
     "glm without biases as phi3": _glm("glm_no_bias"),
     "arcee": _arcee("arcee"),
     "arcee of biases": _arcee("arcee_biases"),
+    "nemotron as gpt_neox": _nemotron("nemotron_mha_biases"),
     "gemma3": _gemma3("gemma3_scaled_window_bias_untied"),
     "gemma3 of tfcompile's own (no tokenizer)": _gemma3_own,
     "opt": _opt_bigcode("opt_post"),

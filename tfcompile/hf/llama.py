@@ -1,8 +1,8 @@
 """The LLaMA family (``LlamaForCausalLM``, ``MistralForCausalLM``, ``Qwen2ForCausalLM``,
 ``Qwen3ForCausalLM``, ``OlmoForCausalLM``, ``Olmo2ForCausalLM``, ``Olmo3ForCausalLM``,
 ``SmolLM3ForCausalLM``, ``GraniteForCausalLM``, ``MinistralForCausalLM``, ``HeliumForCausalLM``,
-``SeedOssForCausalLM``, ``Ernie4_5ForCausalLM``, ``ArceeForCausalLM``, ``GlmForCausalLM``,
-``Glm4ForCausalLM``, and the mixtures of experts ``MixtralForCausalLM``,
+``SeedOssForCausalLM``, ``Ernie4_5ForCausalLM``, ``ArceeForCausalLM``, ``NemotronForCausalLM``,
+``GlmForCausalLM``, ``Glm4ForCausalLM``, and the mixtures of experts ``MixtralForCausalLM``,
 ``Qwen2MoeForCausalLM``, ``Qwen3MoeForCausalLM``, ``OlmoeForCausalLM``): RoPE on the two halves of
 each head (``layout: halves``, so no weight is permuted), RMSNorm, a gated feed-forward, grouped K/V
 heads; what each model type computes that its config does not say, in MODEL_TYPES. Qwen2's biases
@@ -29,7 +29,9 @@ of each head (``partial_rotary_factor``), has q, k and v biases and its gate and
 one ``gate_up_proj`` (FusedFeedForward); GLM-4 adds a norm on each sublayer's output
 (``norm.position: sandwich``); export-hf writes them back (a GLM without biases as Phi-3). Arcee's
 feed-forward is plain (``up_proj`` alone, ModelType.gated), of the squared ReLU by default; export-hf
-writes every RoPE decoder of a plain feed-forward as Arcee. RoPE
+writes every RoPE decoder of a plain feed-forward as Arcee. Nemotron is Arcee's feed-forward in
+blocks of LayerNorms with a shift (NemotronLayerNorm1P's weight + 1 folded in) on half of each head;
+GPT-NeoX or Starcoder2 write it where they can. RoPE
 scaling reads both transformers 4's ``rope_scaling`` and 5's ``rope_parameters``.
 
 The mixtures of experts are ``model.moe`` (MODEL_TYPES' ``moe``, MoEType): a router's softmax over
@@ -122,6 +124,7 @@ class ModelType:
     activation: str = "hidden_act"  # the field the feed-forward's activation is read from
     # The blocks' norm where it is not a pre-RMSNorm of rms_norm_eps (an eps here: that one unread).
     norm: dict[str, Any] = field(default_factory=dict)
+    norm_eps: str = "rms_norm_eps"  # the field of the norms' epsilon (Nemotron's norm_eps)
     qk_norm_over: str = "head"  # what the q and k norms normalise over (model.qk_norm_over)
     clip_qkv: bool = False  # whether clip_qkv is read (q, k and v clamped to it)
     # where no layer_types: every layer slides (MinistralConfig derives them so), where a window is set
@@ -451,6 +454,16 @@ def arcee_own(need: Needs, model: DecoderSpec) -> DecoderSpec:
     return model
 
 
+def nemotron_requires(config: Config) -> None:
+    """NemotronConfig keeps a missing or null num_key_value_heads, on which its attention fails."""
+    config.require(
+        config.data.get("num_key_value_heads") is not None,
+        "num_key_value_heads",
+        "is missing or null: NemotronConfig derives none, and Nemotron's attention fails without it",
+        "set it (num_attention_heads for a K/V head per head)",
+    )
+
+
 def glm_requires(config: Config) -> None:
     """GlmConfig keeps a null head_dim or num_key_value_heads, on which GLM's attention fails."""
     for name, default in (("head_dim", 128), ("num_key_value_heads", 2)):
@@ -639,6 +652,27 @@ MODEL_TYPES = {
         title="Arcee",
         head="ArceeForCausalLM",
         own=arcee_own,
+    ),
+    # Arcee's plain feed-forward, half of each head turned, LayerNorms of weight + 1 with a bias
+    # (NemotronLayerNorm1P: the 1 folded in on import) of norm_eps.
+    "nemotron": ModelType(
+        attention_bias=QKVO,
+        mlp_bias=True,
+        gated=False,
+        partial_rotary=0.5,
+        norm={"type": "layernorm", "bias": True},
+        norm_eps="norm_eps",
+        defaults={
+            "vocab_size": 256000,
+            "hidden_size": 6144,
+            "intermediate_size": 24576,
+            "num_attention_heads": 48,
+            "max_position_embeddings": 4096,
+            "norm_eps": 1e-5,
+            "hidden_act": "relu2",
+            "initializer_range": 0.0134,
+        },
+        requires=nemotron_requires,
     ),
     # Interleaved RoPE; attention_bias on q, k and v (HeliumAttention's o_proj has none).
     "helium": ModelType(
@@ -1299,7 +1333,7 @@ class Llama(Writable):
             if kind.rope_per_layer_type
             else self.rope(config, head_dim),
             "norm": {"position": "pre", "type": "rmsnorm", "bias": False}
-            | ({} if "eps" in kind.norm else {"eps": config.get("rms_norm_eps", 1e-6)})
+            | ({} if "eps" in kind.norm else {"eps": config.get(kind.norm_eps, 1e-6)})
             | kind.norm,
             "bias": {
                 "qkv": "qkv" in biases,
@@ -1640,6 +1674,33 @@ class FusedFeedForward(Llama):
             for name, pieces in self.fused(model).items():
                 out[f"{h}{name}.weight"] = torch.cat([out.pop(f"{h}{part}.weight") for part, _ in pieces])
         return out
+
+
+@register("nemotron")
+class Nemotron(Llama):
+    """Nemotron (Minitron, Nemotron-4): MODEL_TYPES' reading, its LayerNorms' weight + 1 folded in
+    and their biases read."""
+
+    sources: ClassVar[dict[str, str]] = Llama.sources | {"model.norm.eps": "norm_eps"}
+
+    def to_state(self, tensors: Tensors, spec: Spec) -> State:
+        model = spec.model
+        assert isinstance(model, DecoderSpec)
+        state = super().to_state(tensors, spec)
+        norms = [
+            (f"layers.{i}.{hf}", f"blocks.{i}.{tfc}")
+            for i in range(model.n_layers)
+            for hf, tfc in layer_norms(model)
+        ]
+        for hf, tfc in [*norms, ("norm", "final_norm")]:
+            state[f"{tfc}.weight"] = 1.0 + state[f"{tfc}.weight"]
+            state[f"{tfc}.bias"] = tensors.take(f"{hf}.bias")
+        return state
+
+    def candidate(self, spec: Spec) -> bool:
+        """Never: GPT-NeoX writes what Nemotron computes where it can (LayerNorms, a plain
+        feed-forward, part of each head turned), with a K/V head per head."""
+        return False
 
 
 def glm_features(model: DecoderSpec) -> bool:
