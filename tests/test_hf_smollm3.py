@@ -172,12 +172,21 @@ def test_a_run_with_nope_layers_is_written_as_smollm3(kind: str, tmp_path: Path)
 
 def test_what_smollm3_cannot_compute_is_refused_by_field(tmp_path: Path) -> None:
     model = f"{BASE}, norm: {{type: rmsnorm}}, positional: {{type: rope, nope_layers: [1]}}, qk_norm: true"
-    run = random_run(tmp_path, f"model: {{{model}}}\n")
+    run = random_run(tmp_path, f"model: {{{model}, activation: swiglu}}\n")
     with pytest.raises(HFError) as error:
         export_hf(run, tmp_path / "out")
-    assert re.findall(r"^  (\S+): ", str(error.value), re.MULTILINE) == ["model.activation", "model.qk_norm"]
+    assert re.findall(r"^  (\S+): ", str(error.value), re.MULTILINE) == ["model.qk_norm"]
     assert "SmolLM3" in str(error.value)
     assert not (tmp_path / "out").exists()
+    # a plain feed-forward is Arcee's, which turns RoPE in every layer
+    run = random_run(tmp_path / "plain", f"model: {{{model}}}\n")
+    with pytest.raises(HFError) as error:
+        export_hf(run, tmp_path / "plain" / "out")
+    assert re.findall(r"^  (\S+): ", str(error.value), re.MULTILINE) == [
+        "model.qk_norm",
+        "model.positional.nope_layers",
+    ]
+    assert "Arcee" in str(error.value)
 
 
 # ------------------------------------------------------------------ every config field, by value
