@@ -250,6 +250,15 @@ def llama_family(f: str) -> list[Case]:
         ),
         case(f, outcome="rope_parameters.short_factor", json=rope(**longrope(short_factor=None)), slow=True),
         case(f, outcome="rope_parameters", json=rope(**longrope(pairs=3)), slow=True),
+        # a number written as text (the spec would parse it; transformers fails on it)
+        case(f, outcome="rope_parameters.factor", json=rope(**YARN | {"factor": "4"}), slow=True),
+        case(
+            f,
+            outcome="rope_parameters.short_factor",
+            json=rope(**longrope(short_factor=["1"] * 4)),
+            slow=True,
+        ),
+        case(f, outcome="rope_parameters.truncate", json=rope(**YARN | {"truncate": 0}), slow=True),
         # a top-level original_max_position_embeddings (Phi-3's way) is read over the dict's
         case(f, json={"original_max_position_embeddings": 4}, **rope(**LLAMA3), slow=f != "llama"),
         case(  # (1000 in the dict, 4 read: another ramp)

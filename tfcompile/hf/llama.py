@@ -858,6 +858,16 @@ SCALING_FIELDS = {
 }
 
 
+# The JSON type of each scaling field that is not a number (the spec would parse "2" as 2, where
+# transformers fails on it).
+SCALING_TYPES = {
+    "type": "a string",
+    "truncate": "true or false",
+    "short_factor": "a list",
+    "long_factor": "a list",
+}
+
+
 # The top-level config fields a RoPE dict's rope_theta and partial_rotary_factor fall back on:
 # LLaMA's (and Phi's); GPT-NeoX's are its own.
 FALLBACKS = ("rope_theta", "partial_rotary_factor")
@@ -937,6 +947,16 @@ def rope_section(
         if not params.get(key):
             params.pop(key, None)
     scaling = {"type": kind} | {k: params[k] for k in SCALING_FIELDS[kind] if params.get(k) is not None}
+    for key, value in scaling.items():
+        config.require(
+            json_type(value) == SCALING_TYPES.get(key, "a number")
+            and (json_type(value) != "a list" or all(json_type(v) == "a number" for v in value)),
+            f"{name}.{key}",
+            f"{value!r} is not {SCALING_TYPES.get(key, 'a number')}"
+            + (" of numbers" if SCALING_TYPES.get(key) == "a list" else "")
+            + ": transformers fails on it, or computes with it as it is",
+            "fix the file",
+        )
     return section | {"scaling": scaling}
 
 
