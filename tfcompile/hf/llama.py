@@ -1758,9 +1758,8 @@ class Glm(FusedFeedForward):
         need(model.activation in EXPORTED_ACTIVATIONS, "model.activation", model.activation, "swiglu")
         position = model.norm.position
         need(position in ("pre", "sandwich"), "model.norm.position", position, "pre, or sandwich (GLM-4's)")
-        whole = model.positional.model_copy(update={"rotary_dims": model.head_dim})
         pre = model.norm.model_copy(update={"position": "pre"})
-        llama = model.model_copy(update={"positional": whole, "norm": pre})
+        llama = whole_heads(model).model_copy(update={"norm": pre})
         rope_and_norms(need, llama)
         need.plain_scales(llama)
         need(not model.bias.attn_out, "model.bias.attn_out", True, "false (GLM's output projection has none)")
@@ -1883,6 +1882,14 @@ def rope_decoder_lm(spec: Spec) -> DecoderSpec | None:
 def llama_blocks(model: DecoderSpec | None) -> TypeGuard[DecoderSpec]:
     """A RoPE decoder (rope_decoder_lm's) of LLaMA's blocks, whose embeddings are not scaled."""
     return model is not None and not model.scale_embeddings and not neox_blocks(model)
+
+
+def whole_heads(model: DecoderSpec) -> DecoderSpec:
+    """The model with RoPE over whole heads (what Llama's needs read of a model that turns part of
+    each head, apart from the width)."""
+    assert isinstance(model.positional, RopePositional)
+    positional = model.positional.model_copy(update={"rotary_dims": model.head_dim})
+    return model.model_copy(update={"positional": positional})
 
 
 def partial_rotary(model: DecoderSpec) -> bool:

@@ -24,6 +24,7 @@ from tfcompile.hf.llama import (
     rope_decoder_lm,
     rope_section,
     rotary_fraction,
+    whole_heads,
 )
 from tfcompile.spec import Spec
 from tfcompile.spec.schema import DecoderSpec, LongRopeScaling, RopePositional
@@ -36,13 +37,6 @@ def longrope_attention(max_positions: int, original: int) -> float:
     context's ratio to the original length (1 at or below it)."""
     factor = max_positions / original
     return 1.0 if factor <= 1 else math.sqrt(1 + math.log(factor) / math.log(original))
-
-
-def whole_heads(model: DecoderSpec) -> DecoderSpec:
-    """The model with RoPE over whole heads (what Llama's needs read apart from the width)."""
-    assert isinstance(model.positional, RopePositional)
-    positional = model.positional.model_copy(update={"rotary_dims": model.head_dim})
-    return model.model_copy(update={"positional": positional})
 
 
 @register("phi3")
