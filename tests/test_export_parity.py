@@ -125,6 +125,8 @@ BUNDLES = {
     "n_layers: 1, n_heads: 2, n_kv_heads: 1, max_seq_len: 3, positional: relative}\ntask: seq2seq\n",
     "decoder with a context of 2": "model: {vocab_size: 20, d_model: 16, n_layers: 2, n_heads: 2, "
     "max_seq_len: 2, positional: learned}\n",
+    "squared ReLU": "model: {vocab_size: 20, d_model: 16, n_layers: 1, n_heads: 2, max_seq_len: 8, "
+    "activation: relu2, positional: rope}\n",
     "LongRoPE, short and long factors within the parity lengths": "model: {vocab_size: 20, d_model: 16, "
     "n_layers: 1, n_heads: 2, max_seq_len: 16, positional: {type: rope, scaling: {type: longrope, factor: 4, "
     "original_max_position_embeddings: 4, short_factor: [1, 2, 3, 4], long_factor: [9, 8, 7, 6]}}}\n",
