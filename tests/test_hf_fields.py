@@ -259,6 +259,16 @@ def llama_family(f: str) -> list[Case]:
             slow=True,
         ),
         case(f, outcome="rope_parameters.truncate", json=rope(**YARN | {"truncate": 0}), slow=True),
+        # an object in the dict: no RoPE per layer type (those are keyed by layer type), refused by its key
+        case(
+            f, outcome="rope_parameters.long_factor", json=rope(**longrope(long_factor={"a": 1})), slow=True
+        ),
+        case(  # a RoPE per layer type, which LLaMA's config classes do not read
+            f,
+            outcome="rope_parameters",
+            json={"rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": 1e4}}},
+            slow=f != "llama",
+        ),
         # a top-level original_max_position_embeddings (Phi-3's way) is read over the dict's
         case(f, json={"original_max_position_embeddings": 4}, **rope(**LLAMA3), slow=f != "llama"),
         case(  # (1000 in the dict, 4 read: another ramp)

@@ -890,11 +890,13 @@ def rope_section(
     legacy = config.get("rope_scaling", {})
     name = "rope_scaling" if legacy else called
     params = dict(legacy or config.get("rope_parameters", {}))
-    if any(isinstance(v, dict) for v in params.values()):
-        if name == called == "rope_parameters":
+    objects = [k for k, v in params.items() if isinstance(v, dict)]
+    if objects:
+        if name == called == "rope_parameters" and set(objects) <= {SLIDING, FULL}:
             config.refuse(name, "holds a RoPE per layer type", "import a model with one RoPE for all layers")
         else:
-            config.refuse(name, "holds an object where a number or a name belongs", "fix the file")
+            key = objects[0]
+            config.refuse(f"{name}.{key}", "is an object where a number or a name belongs", "fix the file")
         return {"type": "rope"}
     theta_field, partial_field = fallbacks
     theta = params.get("rope_theta", config.get(theta_field, 10000.0))
