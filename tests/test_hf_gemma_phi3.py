@@ -319,6 +319,15 @@ def test_what_phi3_cannot_express_is_refused_by_field(tmp_path: Path) -> None:
     expected = (1 + math.log(4) / math.log(8)) ** 0.5
     assert f"model.positional.scaling.attention_factor: {(1 + math.log(2) / math.log(8)) ** 0.5}" in message
     assert f"{expected} (Phi-3 computes it from max_seq_len" in message
+    # an original length of 1, whose logarithm Phi-3's formula divides by
+    message = _problems(
+        tmp_path / "one",
+        f"family: decoder, vocab_size: 64, d_model: 16, n_layers: 1, n_heads: 2, max_seq_len: 8, {NO_BIAS}, "
+        "norm: {type: rmsnorm}, activation: swiglu, positional: {type: rope, rotary_dims: 4, scaling: "
+        "{type: longrope, factor: 2, original_max_position_embeddings: 1, attention_factor: 1.2, "
+        "short_factor: [1, 1], long_factor: [2, 2]}}",
+    )
+    assert "model.positional.scaling.original_max_position_embeddings: 1 has no Phi-3 equivalent" in message
 
 
 # ------------------------------------------------------------------------------ the field table

@@ -27,16 +27,9 @@ from tfcompile.hf.llama import (
     whole_heads,
 )
 from tfcompile.spec import Spec
-from tfcompile.spec.schema import DecoderSpec, LongRopeScaling, RopePositional
+from tfcompile.spec.schema import DecoderSpec, LongRopeScaling, RopePositional, longrope_attention_factor
 
 ORIGINAL = "original_max_position_embeddings"
-
-
-def longrope_attention(max_positions: int, original: int) -> float:
-    """The attention factor transformers computes for a LongRoPE that names none: from the
-    context's ratio to the original length (1 at or below it)."""
-    factor = max_positions / original
-    return 1.0 if factor <= 1 else math.sqrt(1 + math.log(factor) / math.log(original))
 
 
 @register("phi3")
@@ -122,13 +115,22 @@ class Phi3(FusedFeedForward):
             # Phi3Config reads a LongRoPE of its three fields alone (transformers 4 refuses more)
             # and checks their counts against hidden_size / heads.
             assert model.max_seq_len is not None and model.head_dim is not None
-            expected = longrope_attention(model.max_seq_len, scaling.original_max_position_embeddings)
+            original = scaling.original_max_position_embeddings
+            computable = original > 1 or model.max_seq_len <= original  # the formula divides by ln(original)
             need(
-                scaling.attention_factor is not None and math.isclose(scaling.attention_factor, expected),
-                "model.positional.scaling.attention_factor",
-                scaling.attention_factor,
-                f"{expected} (Phi-3 computes it from max_seq_len over the original length)",
+                computable,
+                "model.positional.scaling.original_max_position_embeddings",
+                original,
+                "more than 1 (Phi-3 computes the attention factor from its logarithm)",
             )
+            if computable:
+                expected = longrope_attention_factor(model.max_seq_len / original, original)
+                need(
+                    scaling.attention_factor is not None and math.isclose(scaling.attention_factor, expected),
+                    "model.positional.scaling.attention_factor",
+                    scaling.attention_factor,
+                    f"{expected} (Phi-3 computes it from max_seq_len over the original length)",
+                )
             need(
                 model.head_dim * model.n_heads == model.d_model,
                 "model.head_dim",

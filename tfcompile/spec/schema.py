@@ -322,6 +322,13 @@ PairFactor = Annotated[
 PairFactors = Annotated[list[PairFactor], Field(min_length=1, max_length=MAX_WIDTH // 2)]
 
 
+def longrope_attention_factor(factor: float, original: int) -> float:
+    """LongRoPE's attention factor where none is given, as transformers computes it: 1 for a context
+    no longer than the original, else sqrt(1 + ln(factor) / ln(original)) (an original length above
+    1: the caller's to hold)."""
+    return 1.0 if factor <= 1 else math.sqrt(1 + math.log(factor) / math.log(original))
+
+
 class LongRopeScaling(Section):
     """LongRoPE (Ding et al. 2024; Phi-3, Phi-3.5, Phi-4-mini): pair i's frequency divided by
     ``short_factor[i]`` while a sequence lies within original_max_position_embeddings, and by
@@ -359,7 +366,7 @@ class LongRopeScaling(Section):
         )
         rules.check()
         if self.attention_factor is None:
-            self._resolve(attention_factor=math.sqrt(1 + math.log(self.factor) / math.log(original)))
+            self._resolve(attention_factor=longrope_attention_factor(self.factor, original))
         return self
 
 
