@@ -10,6 +10,7 @@ and safetensors installed (the project's venv holds transformers 5), e.g.
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import subprocess
@@ -77,29 +78,13 @@ print(json.dumps(results))
 """
 
 
-def _arcee(name: str) -> Callable[[Path], Path]:
+def _imported(module: str, name: str) -> Callable[[Path], Path]:
+    """The import of a family file's variant (its VARIANTS[name]: test_hf_arcee's, test_hf_glm's,
+    test_hf_nemotron's)."""
+
     def run(root: Path) -> Path:
-        import test_hf_arcee
-
-        return imported_variants(root, {name: test_hf_arcee.VARIANTS[name]})[name].result.run_dir
-
-    return run
-
-
-def _nemotron(name: str) -> Callable[[Path], Path]:
-    def run(root: Path) -> Path:
-        import test_hf_nemotron
-
-        return imported_variants(root, {name: test_hf_nemotron.VARIANTS[name]})[name].result.run_dir
-
-    return run
-
-
-def _glm(name: str) -> Callable[[Path], Path]:
-    def run(root: Path) -> Path:
-        import test_hf_glm
-
-        return imported_variants(root, {name: test_hf_glm.VARIANTS[name]})[name].result.run_dir
+        variants = {name: importlib.import_module(module).VARIANTS[name]}
+        return imported_variants(root, variants)[name].result.run_dir
 
     return run
 
@@ -320,12 +305,12 @@ RUNS: dict[str, Callable[[Path], Path]] = {
     "phi3 as llama": _gemma_phi3("phi3"),
     "phi3 of LongRoPE as llama": _gemma_phi3("phi3_longrope"),
     "phi3 of LongRoPE on part of each head": _gemma_phi3("phi3_partial_longrope"),
-    "glm": _glm("glm"),
-    "glm4": _glm("glm4"),
-    "glm without biases as phi3": _glm("glm_no_bias"),
-    "arcee": _arcee("arcee"),
-    "arcee of biases": _arcee("arcee_biases"),
-    "nemotron as gpt_neox": _nemotron("nemotron_mha_biases"),
+    "glm": _imported("test_hf_glm", "glm"),
+    "glm4": _imported("test_hf_glm", "glm4"),
+    "glm without biases as phi3": _imported("test_hf_glm", "glm_no_bias"),
+    "arcee": _imported("test_hf_arcee", "arcee"),
+    "arcee of biases": _imported("test_hf_arcee", "arcee_biases"),
+    "nemotron as gpt_neox": _imported("test_hf_nemotron", "nemotron_mha_biases"),
     "gemma3": _gemma3("gemma3_scaled_window_bias_untied"),
     "gemma3 of tfcompile's own (no tokenizer)": _gemma3_own,
     "opt": _opt_bigcode("opt_post"),
