@@ -1712,7 +1712,7 @@ class Nemotron(Llama):
         norms = [
             (f"layers.{i}.{hf}", f"blocks.{i}.{tfc}")
             for i in range(model.n_layers)
-            for hf, tfc in layer_norms(model)
+            for hf, tfc in self.layer_norms(model)
         ]
         for hf, tfc in [*norms, ("norm", "final_norm")]:
             state[f"{tfc}.weight"] = 1.0 + state[f"{tfc}.weight"]
