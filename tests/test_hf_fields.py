@@ -358,6 +358,23 @@ def qwen_windows(f: str) -> list[Case]:
             slow=True,
         ),
         case(f, use_sliding_window=True, sliding_window=None, max_window_layers=0, slow=True),
+        # a kind a LLaMA-like model builds no mask for, or of another count than the layers:
+        # transformers fails on them
+        case(
+            f,
+            outcome="layer_types",
+            use_sliding_window=True,
+            sliding_window=6,
+            json={"layer_types": ["sliding_attention", "chunked_attention"]},
+        ),
+        case(
+            f,
+            outcome="layer_types",
+            use_sliding_window=True,
+            sliding_window=6,
+            json={"layer_types": ["sliding_attention"] * 3},
+            slow=True,
+        ),
     ]
 
 
@@ -420,6 +437,19 @@ CASES: list[Case] = [
     case("llama", mlp_bias=True, spec={"bias.ffn": True}, slow=True),
     case("llama", outcome="pretraining_tp", json={"pretraining_tp": 0}, slow=True),
     case("llama", json={"sliding_window": 6}, spec={"max_seq_len": 32}, slow=True),  # unread by Llama
+    # layer_types, unread by Llama, but transformers 5 refuses a list of another count than the layers,
+    # and fails on a sliding layer without a sliding_window (which it ignores where one is named)
+    case("llama", json={"layer_types": ["full_attention"] * 2}, slow=True),
+    case(
+        "llama", json={"layer_types": ["full_attention", "sliding_attention"], "sliding_window": 4}, slow=True
+    ),
+    case(
+        "llama",
+        outcome="layer_types",
+        json={"layer_types": ["full_attention", "sliding_attention"]},
+        slow=True,
+    ),
+    case("llama", outcome="layer_types", json={"layer_types": ["full_attention"]}, slow=True),
     *llama_family("mistral"),
     # Mistral slides every layer (a window of the whole context or more is none)
     case("mistral", sliding_window=6, spec={"max_seq_len": 32, **EVERY_LAYER_6}, slow=True),

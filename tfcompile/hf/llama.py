@@ -1207,6 +1207,30 @@ def nope_layers(config: Config) -> list[int]:
     return [i for i, v in enumerate(read) if v == 0]
 
 
+def valid_layer_types(config: Config, kind: ModelType) -> None:
+    """``layer_types``, where config.json has them, name full_attention or sliding_attention for each
+    layer: transformers 5 refuses a list of another length or of a kind it does not know, and a
+    LLaMA-like model builds no mask for its other kinds (chunked attention, ...), so fails. A model
+    type without a window (Llama's) ignores them, but fails on a sliding layer where config.json
+    names no ``sliding_window`` for it to ignore."""
+    types, n_layers = config.data.get("layer_types"), config.get("num_hidden_layers", 32)
+    if types is None or not listable(n_layers):
+        return
+    config.require(
+        isinstance(types, list) and len(types) == n_layers and all(t in (SLIDING, FULL) for t in types),
+        "layer_types",
+        f"{types!r} is not {FULL} or {SLIDING} for each of the {n_layers} layers",
+        "list full_attention or sliding_attention for each layer, or leave layer_types out",
+    )
+    windowless = not (kind.layer_types or kind.every_layer_slides) and "sliding_window" not in config.data
+    config.require(
+        not (windowless and isinstance(types, list) and SLIDING in types),
+        "layer_types",
+        f"names {SLIDING} layers, and config.json no sliding_window: transformers fails on them",
+        "list every layer as full_attention, or leave layer_types out",
+    )
+
+
 def window_sources(config: Config, kind: ModelType) -> dict[str, str]:
     """The config fields the spec's window was read from."""
     if kind.every_layer_slides:
@@ -1319,6 +1343,7 @@ class Llama(Writable):
         config = kind.reads(config)
         if kind.requires is not None:
             kind.requires(config)
+        valid_layer_types(config, kind)
         d, heads = config.get("hidden_size", 4096), config.get("num_attention_heads", 32)
         kv_heads = config.get("num_key_value_heads", heads)
         head_dim = config.get("head_dim", d // max(heads, 1))  # 0 heads: refused by the spec
