@@ -32,6 +32,7 @@ import test_hf_bart
 import test_hf_cohere  # noqa: F401
 import test_hf_electra  # noqa: F401
 import test_hf_ernie4_5  # noqa: F401
+import test_hf_exaone4  # noqa: F401
 import test_hf_falcon_bloom  # noqa: F401 (each of these adds its families to test_hf_fields.FAMILIES)
 import test_hf_gemma3  # noqa: F401
 import test_hf_gemma_phi3  # noqa: F401
@@ -115,6 +116,7 @@ SOURCES: dict[str, Source] = {
         "glm4",
         "arcee",
         "nemotron",
+        "exaone4",
         "seed_oss",
         "ernie4_5",
         "starcoder2",

@@ -220,9 +220,10 @@ def test_a_run_of_olmo_2_blocks_is_written_as_olmo_2(kind: str, tmp_path: Path) 
 # Runs of output norms with what OLMo 2 cannot compute -> the fields its refusal names.
 REFUSED = {
     "no q/k norms": (f"{OUTPUT}, positional: rope, bias: {{ffn: false}}", ["model.qk_norm"]),
-    "each head's q/k norms, ffn biases": (
-        f"{OUTPUT}, positional: rope, qk_norm: true",
-        ["model.qk_norm_over", "model.bias.ffn"],
+    # (each head's q/k norms: EXAONE 4's, tests/test_hf_exaone4.py)
+    "ffn biases": (
+        f"{OUTPUT}, positional: rope, qk_norm: true, qk_norm_over: all_heads",
+        ["model.bias.ffn"],
     ),
     "a window, a final norm of none": (
         f"{ROPE}, norm: {{type: rmsnorm, position: output, final: false}}, activation: swiglu, "

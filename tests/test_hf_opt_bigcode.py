@@ -175,6 +175,10 @@ DECODER = "family: decoder, vocab_size: 64, d_model: 16, n_layers: 1, n_heads: 4
 ROPE = (
     f"{DECODER}, positional: rope, norm: {{type: rmsnorm}}, bias: {{qkv: false, attn_out: false, ffn: false}}"
 )
+OUTPUT = (
+    f"{DECODER}, positional: rope, norm: {{type: rmsnorm, position: output}}, activation: swiglu, "
+    "bias: {qkv: false, attn_out: false, ffn: false}"
+)
 # Hand-written specs -> the model_type of the one architecture whose candidate each is (decided by
 # a learned-position decoder's MQA and norms, a RoPE decoder's embedding scale), and the fields its
 # refusal names (none: it writes the spec).
@@ -210,6 +214,17 @@ NATIVE: dict[str, tuple[str, str, list[str]]] = {
         "activation: swiglu, bias: {qkv: true, attn_out: true, ffn: false}",
         "glm",
         ["model.bias.attn_out"],
+    ),
+    # norms on each sublayer's output: EXAONE 4's with each head's q/k norms, else OLMo 2's
+    "rope-output-qk_norm": (
+        f"{OUTPUT}, qk_norm: true",
+        "exaone4",
+        [],
+    ),
+    "rope-output": (
+        OUTPUT,
+        "olmo2",
+        ["model.qk_norm"],
     ),
     "rope-scale_embeddings": (f"{ROPE}, activation: geglu_tanh, scale_embeddings: true", "gemma", []),
     "rope-scale_embeddings-relu": (

@@ -2,16 +2,16 @@
 ``Qwen3ForCausalLM``, ``OlmoForCausalLM``, ``Olmo2ForCausalLM``, ``Olmo3ForCausalLM``,
 ``SmolLM3ForCausalLM``, ``GraniteForCausalLM``, ``MinistralForCausalLM``, ``HeliumForCausalLM``,
 ``SeedOssForCausalLM``, ``Ernie4_5ForCausalLM``, ``ArceeForCausalLM``, ``NemotronForCausalLM``,
-``GlmForCausalLM``, ``Glm4ForCausalLM``, and the mixtures of experts ``MixtralForCausalLM``,
-``Qwen2MoeForCausalLM``, ``Qwen3MoeForCausalLM``, ``OlmoeForCausalLM``): RoPE on the two halves of
-each head (``layout: halves``, so no weight is permuted), RMSNorm, a gated feed-forward, grouped K/V
-heads; what each model type computes that its config does not say, in MODEL_TYPES. Qwen2's biases
-are on q, k and v only, whatever the config says; the others' ``attention_bias`` is on q, k, v and
-o. Qwen3 normalises each head's q and k (``qk_norm``), and its heads are 128 wide unless its config
-says otherwise. OLMo's norms are LayerNorms of epsilon 1e-5 that learn nothing
-(``norm: {scale: false, bias: false}``), and its ``clip_qkv`` clamps q, k and v (``qkv_clip``):
-export-hf writes no OLMo (such norms are refused by field). OLMo 2's norms are on each sublayer's
-output (``norm.position: output``), its q and k normalised over all heads
+``GlmForCausalLM``, ``Glm4ForCausalLM``, ``Exaone4ForCausalLM``, and the mixtures of experts
+``MixtralForCausalLM``, ``Qwen2MoeForCausalLM``, ``Qwen3MoeForCausalLM``, ``OlmoeForCausalLM``):
+RoPE on the two halves of each head (``layout: halves``, so no weight is permuted), RMSNorm, a gated
+feed-forward, grouped K/V heads; what each model type computes that its config does not say, in
+MODEL_TYPES. Qwen2's biases are on q, k and v only, whatever the config says; the others'
+``attention_bias`` is on q, k, v and o. Qwen3 normalises each head's q and k (``qk_norm``), and its
+heads are 128 wide unless its config says otherwise. OLMo's norms are LayerNorms of epsilon 1e-5
+that learn nothing (``norm: {scale: false, bias: false}``), and its ``clip_qkv`` clamps q, k and v
+(``qkv_clip``): export-hf writes no OLMo (such norms are refused by field). OLMo 2's norms are on
+each sublayer's output (``norm.position: output``), its q and k normalised over all heads
 (``qk_norm_over: all_heads``). OLMo 3 is OLMo 2 sliding the layers its ``layer_types`` name (three
 of every four where it has none, as Olmo3Config derives them) with a RoPE per layer type
 (``rope_parameters`` keyed by layer type): the sliding layers' is ``positional.local`` where it
@@ -20,19 +20,22 @@ differs from the full layers'. export-hf writes an OLMo 3 as OLMo 2 only where O
 SmolLM3 turns no RoPE in some layers (``positional.nope_layers``); Granite multiplies embeddings,
 residual branches and logits (the spec's multipliers) and scales q.k by its own
 ``attention_multiplier``. Ministral is Mistral sliding only the layers its ``layer_types`` name
-(every layer where it has none). Helium and ERNIE 4.5 turn interleaved pairs
-(``layout: interleaved``, the rows as saved); Helium's ``attention_bias`` is on q, k and v only,
-ERNIE 4.5's ``use_bias`` on q, k, v, o and the feed-forward, and Seed-OSS reads its output
-projection's bias apart (``attention_out_bias``). export-hf writes none of these four: their models
-are written as Llama, Mistral or Qwen2, which compute the same. GLM turns interleaved pairs of half
-of each head (``partial_rotary_factor``), has q, k and v biases and its gate and up projections in
-one ``gate_up_proj`` (FusedFeedForward); GLM-4 adds a norm on each sublayer's output
-(``norm.position: sandwich``); export-hf writes them back (a GLM without biases as Phi-3). Arcee's
-feed-forward is plain (``up_proj`` alone, ModelType.gated), of the squared ReLU by default; export-hf
-writes every RoPE decoder of a plain feed-forward as Arcee. Nemotron is Arcee's feed-forward in
-blocks of LayerNorms with a shift (NemotronLayerNorm1P's weight + 1 folded in) on half of each head;
-GPT-NeoX or Starcoder2 write it where they can. RoPE
-scaling reads both transformers 4's ``rope_scaling`` and 5's ``rope_parameters``.
+(every layer where it has none). Helium and ERNIE 4.5 turn interleaved pairs (``layout:
+interleaved``, the rows as saved); Helium's ``attention_bias`` is on q, k and v only, ERNIE 4.5's
+``use_bias`` on q, k, v, o and the feed-forward, and Seed-OSS reads its output projection's bias
+apart (``attention_out_bias``). export-hf writes none of these four: their models are written as
+Llama, Mistral or Qwen2, which compute the same. GLM turns interleaved pairs of half of each head
+(``partial_rotary_factor``), has q, k and v biases and its gate and up projections in one
+``gate_up_proj`` (FusedFeedForward); GLM-4 adds a norm on each sublayer's output (``norm.position:
+sandwich``); export-hf writes them back (a GLM without biases as Phi-3). Arcee's feed-forward is
+plain (``up_proj`` alone, ModelType.gated), of the squared ReLU by default; export-hf writes every
+RoPE decoder of a plain feed-forward as Arcee. Nemotron is Arcee's feed-forward in blocks of
+LayerNorms with a shift (NemotronLayerNorm1P's weight + 1 folded in) on half of each head; GPT-NeoX
+or Starcoder2 write it where they can. EXAONE 4 is OLMo 2's output norms with each head's q and k
+normalised (Qwen3's), sliding the layers its ``layer_types`` name (where none, all but every
+``sliding_window_pattern``-th); where it has a window its full-attention layers turn no RoPE
+(``positional.nope_layers``); export-hf writes it back. RoPE scaling reads both transformers 4's
+``rope_scaling`` and 5's ``rope_parameters``.
 
 The mixtures of experts are ``model.moe`` (MODEL_TYPES' ``moe``, MoEType): a router's softmax over
 every expert in float32, the top ``num_experts_per_tok``. Mixtral is Mistral's attention, every
@@ -161,6 +164,8 @@ class ModelType:
     # A mixture of experts in the feed-forwards (model.moe), as its config says it (its tensors'
     # names: Llama's and Mixtral's moe_prefixes and expert_names).
     moe: MoEType | None = None
+    # where sliding_window is not null, the layers that do not slide turn no RoPE (EXAONE 4's global NoPE)
+    nope_full: bool = False
 
     def reads(self, config: Config) -> Config:
         """``config`` as this model type's config class reads it, ``layer_types`` derived where it
@@ -452,6 +457,80 @@ def arcee_own(need: Needs, model: DecoderSpec) -> DecoderSpec:
     need(not model.qk_norm, "model.qk_norm", True, "false (Arcee has no q/k norms)")
     need(model.window is None, "model.window", model.window, "leave it unset (Arcee has none)")
     return model
+
+
+def exaone4_layer_types(config: Config, n_layers: int) -> list[str]:
+    """Exaone4Config's layer types where it has none: every ``sliding_window_pattern``-th layer
+    full, the others sliding; a null window, or a pattern that is no whole number other than 0,
+    refused (Exaone4Config divides by the pattern, 0 for a null window, and fails)."""
+    config.require(
+        config.get("sliding_window") is not None,
+        "sliding_window",
+        "is null and layer_types is left out: Exaone4Config then derives the layer types by dividing "
+        "by 0, and fails",
+        "list layer_types (full_attention for each layer), or set sliding_window",
+    )
+    pattern = config.data.get("sliding_window_pattern", 4)  # a null one is divided by too
+    whole = json_type(pattern) == "a number" and isinstance(pattern, int) and pattern != 0
+    config.require(
+        whole,
+        "sliding_window_pattern",
+        f"{pattern!r} is not a whole number other than 0: Exaone4Config derives the layer types by "
+        "dividing by it, and fails",
+        "set it to the interval between full-attention layers (4: LLLG), or list layer_types",
+    )
+    every = pattern if whole else 1
+    return [SLIDING if (i + 1) % every else FULL for i in range(n_layers)]
+
+
+def exaone4_requires(config: Config) -> None:
+    """A sliding layer of EXAONE 4 attends over ``sliding_window`` positions: none (null, 0 or less)
+    fails transformers' forward, as a null head_dim or num_key_value_heads (its attention reads
+    them as given)."""
+    if SLIDING in config.get("layer_types", []):
+        size = config.get("sliding_window", 0)  # null: 0
+        config.require(
+            size >= 1,
+            "sliding_window",
+            f"is {config.data.get('sliding_window')!r}: a sliding layer attends over no position "
+            "(transformers fails to build its mask)",
+            "set it to 1 or more, or list every layer as full_attention in layer_types",
+        )
+    for name, hint in (
+        ("head_dim", "leave it out (hidden_size / num_attention_heads), or set it"),
+        ("num_key_value_heads", "set it (num_attention_heads for a K/V head per head)"),
+    ):
+        config.require(
+            config.data.get(name, 0) is not None,
+            name,
+            "is null: EXAONE 4's attention reads it as given, and fails",
+            hint,
+        )
+
+
+def exaone4_own(need: Needs, model: DecoderSpec) -> DecoderSpec:
+    """EXAONE 4: OLMo 2's output norms with each head's q and k normalised, no biases; where it has a
+    window, its sliding layers turn RoPE and its full layers none. A model whose layers all turn
+    RoPE is written without a window or with one on every layer; one of NoPE layers as EXAONE's
+    sliding layers over max_seq_len positions (no window) where it has none."""
+    assert isinstance(model.positional, RopePositional)
+    hint = "false (EXAONE 4's attention has no biases)"
+    need(not model.bias.qkv, "model.bias.qkv", True, hint)
+    need(not model.bias.attn_out, "model.bias.attn_out", True, hint)
+    nope = model.positional.nope_layers or []
+    if model.window is not None:
+        full = sorted(set(range(model.n_layers)) - model.sliding_layers)
+        need(
+            sorted(nope) == full,
+            "model.positional.nope_layers",
+            nope or None,
+            f"{full} (EXAONE 4's full-attention layers turn no RoPE where it has a window)"
+            if full
+            else "leave it unset (EXAONE 4's sliding layers turn RoPE)",
+        )
+    norm = model.norm.model_copy(update={"position": "pre"})
+    positional = model.positional.model_copy(update={"nope_layers": None})
+    return model.model_copy(update={"norm": norm, "positional": positional})
 
 
 def nemotron_requires(config: Config) -> None:
@@ -808,6 +887,26 @@ MODEL_TYPES = {
         title="Qwen3-MoE",
         head="Qwen3MoeForCausalLM",
         own=qwen3_moe_own,
+    ),
+    # OLMo 2's norms on each sublayer's output with each head's q and k normalised, no biases, sliding
+    # the layers layer_types names (where none, all but every sliding_window_pattern-th); where a
+    # window is set, the full-attention layers turn no RoPE.
+    "exaone4": ModelType(
+        qk_norm=True,
+        norm={"position": "output"},
+        layer_types=True,
+        derive_layer_types=exaone4_layer_types,
+        nope_full=True,
+        defaults={
+            "vocab_size": 102400,
+            "intermediate_size": 16384,
+            "rms_norm_eps": 1e-5,
+        },
+        nullable={"num_key_value_heads": 32} | WINDOW,
+        requires=exaone4_requires,
+        title="EXAONE 4",
+        head="Exaone4ForCausalLM",
+        own=exaone4_own,
     ),
     # OLMo 2's q and k norms over all heads in pre-norm blocks, attention_bias on q, k, v and o, a
     # mixture of intermediate_size experts in every layer.
@@ -1241,7 +1340,9 @@ def window_sources(config: Config, kind: ModelType) -> dict[str, str]:
         layers = "sliding_window"
     else:
         layers = (
-            "max_window_layers"
+            "sliding_window_pattern"
+            if kind.nope_full
+            else "max_window_layers"
             if kind.window_layers
             else "no_rope_layers"
             if kind.nope
@@ -1296,6 +1397,7 @@ def rope_top_level(positional: RopePositional) -> dict[str, Any]:
     "qwen2_moe",
     "qwen3_moe",
     "olmoe",
+    "exaone4",
 )
 class Llama(Writable):
     layout: ClassVar[str] = "halves"  # which dimensions the written model's RoPE turns together
@@ -1408,11 +1510,17 @@ class Llama(Writable):
             model |= multipliers(config)
         if kind.nope and (nope := nope_layers(config)):
             model["positional"]["nope_layers"] = nope
+        if kind.nope_full and config.get("sliding_window") is not None and listable(model["n_layers"]):
+            full = [i for i, t in enumerate(config.get("layer_types", [])) if t == FULL]
+            if full:
+                model["positional"]["nope_layers"] = full
         if kind.clip_qkv and (clip := config.get("clip_qkv")) is not None:
             model["qkv_clip"] = clip  # not above 0: refused by the spec
         if (slides := window(config, kind)) is not None:
             model["window"] = slides
         sources = scaling_sources(config) | window_sources(config, kind)
+        if kind.nope_full:
+            sources["model.positional.nope_layers"] = window_sources(config, kind)["model.window.layers"]
         if kind.moe is not None:
             moe, moe_sources = moe_section(config, kind.moe, model["n_layers"])
             if moe is not None:
@@ -1582,6 +1690,15 @@ class Llama(Writable):
                 "layer_types": [
                     "sliding_attention" if i in sliding else "full_attention" for i in range(model.n_layers)
                 ],
+            }
+        elif kind.nope_full:  # EXAONE 4: the layers that turn RoPE slide, over max_seq_len where no window
+            nope = set(model.positional.nope_layers or ())
+            slides = window is not None or bool(nope)
+            config |= {
+                "sliding_window": (window.size if window is not None else model.max_seq_len)
+                if slides
+                else None,
+                "layer_types": [SLIDING if slides and i not in nope else FULL for i in range(model.n_layers)],
             }
         elif (kind.window_layers or kind.window_flag) and window is None:
             config |= {"use_sliding_window": False, "sliding_window": None}
@@ -1999,11 +2116,12 @@ def written_as(model: DecoderSpec) -> str:
     Qwen3's with q/k norms.
     A mixture of experts (but in OLMo 2's, SmolLM3's and Granite's, which refuse it) is Qwen2-MoE's
     where it has a shared expert, else Qwen3-MoE's with q/k norms, else Mixtral's. A plain
-    feed-forward is Arcee's (which refuses the others' features)."""
+    feed-forward is Arcee's (which refuses the others' features); output norms with each head's q and
+    k normalised are EXAONE 4's."""
     if not model.gated:
         return "arcee"
     if model.norm.position == "output":
-        return "olmo2"
+        return "exaone4" if model.qk_norm and model.qk_norm_over == "head" else "olmo2"
     if isinstance(model.positional, RopePositional) and model.positional.nope_layers:
         return "smollm3"
     if granite_scales(model):
