@@ -39,6 +39,7 @@ import test_hf_gemma_phi3  # noqa: F401
 import test_hf_glm  # noqa: F401
 import test_hf_gpt_neo  # noqa: F401
 import test_hf_granite  # noqa: F401
+import test_hf_granitemoe  # noqa: F401
 import test_hf_helium  # noqa: F401
 import test_hf_ministral  # noqa: F401
 import test_hf_moe  # noqa: F401
@@ -110,6 +111,8 @@ SOURCES: dict[str, Source] = {
         "olmo3",
         "smollm3",
         "granite",
+        "granitemoe",
+        "granitemoeshared",
         "ministral",
         "helium",
         "glm",

@@ -370,12 +370,18 @@ def test_a_run_of_tfcompiles_own_mixture_of_experts_loads_in_transformers(name: 
             ["model.window.layers"],
             "Qwen3-MoE",
         ),
-        # a shared expert: Qwen2-MoE, whose shared expert is gated, with no q/k norms or output bias
+        # a gated shared expert: Qwen2-MoE, with no q/k norms or output bias
         (
             f"{LLAMA_LIKE}, qk_norm: true, bias: {{qkv: true, attn_out: true, ffn: false}}, "
-            "moe: {experts: 4, shared_d_ff: 8}",
-            ["model.qk_norm", "model.bias.attn_out", "model.moe.shared_gate"],
+            "moe: {experts: 4, shared_d_ff: 8, shared_gate: true}",
+            ["model.qk_norm", "model.bias.attn_out"],
             "Qwen2-MoE",
+        ),
+        # an ungated one: GraniteMoeShared (tests/test_hf_granitemoe.py), with no q/k norms
+        (
+            f"{LLAMA_LIKE}, qk_norm: true, {NO_BIASES}, moe: {{experts: 4, shared_d_ff: 8}}",
+            ["model.qk_norm"],
+            "GraniteMoeShared",
         ),
         # the experts' biases: no MoE type has them
         (
@@ -383,11 +389,11 @@ def test_a_run_of_tfcompiles_own_mixture_of_experts_loads_in_transformers(name: 
             ["model.bias.ffn"],
             "Mixtral",
         ),
-        # a writer of no mixture of experts: Granite's multipliers
+        # Granite's multipliers: GraniteMoE, which routes every layer
         (
-            f"{LLAMA_LIKE}, {NO_BIASES}, residual_multiplier: 0.5, moe: {{experts: 4}}",
-            ["model.moe"],
-            "Granite",
+            f"{LLAMA_LIKE}, {NO_BIASES}, residual_multiplier: 0.5, moe: {{experts: 4, dense_layers: [1]}}",
+            ["model.moe.dense_layers"],
+            "GraniteMoE",
         ),
     ],
     ids=[
@@ -396,9 +402,10 @@ def test_a_run_of_tfcompiles_own_mixture_of_experts_loads_in_transformers(name: 
         "mixtral-biases",
         "mixtral-window-on-some-layers",
         "qwen3_moe-window-on-some-layers",
-        "qwen2_moe-ungated",
+        "qwen2_moe-gated",
+        "granitemoeshared-ungated",
         "expert-biases",
-        "granite",
+        "granitemoe",
     ],
 )
 def test_a_mixture_of_experts_no_moe_type_computes_is_refused_by_field(
@@ -752,6 +759,9 @@ models = {
     "qwen3_moe": (T.Qwen3MoeConfig, T.Qwen3MoeForCausalLM,
                   dict(intermediate_size=48, moe_intermediate_size=16, num_experts=4, norm_topk_prob=True)),
     "olmoe": (T.OlmoeConfig, T.OlmoeForCausalLM, dict(intermediate_size=16, num_experts=4)),
+    "granitemoeshared": (T.GraniteMoeSharedConfig, T.GraniteMoeSharedForCausalLM,
+                         dict(intermediate_size=16, num_local_experts=4, shared_intermediate_size=8,
+                              residual_multiplier=0.5, logits_scaling=2.0, attention_multiplier=0.1)),
 }
 ids = torch.randint(2, 64, (2, 12))
 results = {"version": T.__version__, "ids": ids.tolist()}
@@ -773,13 +783,14 @@ PYTHON_457 = os.environ.get("TFCOMPILE_TRANSFORMERS_457")
 )
 def test_folders_transformers_4_57_saved_import_to_its_logits(tmp_path: Path) -> None:
     """Published checkpoints were saved by transformers 4: its config.json (Qwen3-MoE's num_experts,
-    Qwen2-MoE's sparse steps) and tensors import to the logits 4.57 computes."""
+    Qwen2-MoE's sparse steps; GraniteMoeShared's, tests/test_hf_granitemoe.py's model type) and
+    tensors import to the logits 4.57 computes."""
     assert PYTHON_457 is not None
     subprocess.run([PYTHON_457, "-c", SAVE_457, str(tmp_path / "saved")], check=True)
     saved = json.loads((tmp_path / "saved" / "logits.json").read_text())
     assert saved["version"].startswith("4.57")
     ids = torch.tensor(saved["ids"])
-    for name in MODEL_TYPES:
+    for name in (*MODEL_TYPES, "granitemoeshared"):
         import_folder(tmp_path / "saved" / name, name, tmp_path / "specs", tmp_path / "runs")
         spec, model = load_trained_model(tmp_path / "runs" / name)
         assert spec.model.moe is not None
@@ -810,6 +821,10 @@ HEADS_457 = {
     "moe: {experts: 4, d_ff: 16, normalize: false, dense_layers: [1]}",
     "Qwen2MoeForCausalLM": "bias: {qkv: true, attn_out: false, ffn: false}, "
     "moe: {experts: 4, d_ff: 16, shared_d_ff: 24, shared_gate: true}",
+    "GraniteMoeForCausalLM": "bias: {qkv: true, attn_out: true, ffn: false}, residual_multiplier: 0.5, "
+    "moe: {experts: 4, d_ff: 16}",
+    "GraniteMoeSharedForCausalLM": f"{NO_BIAS}, attention_scale: 0.1, "
+    "moe: {experts: 4, d_ff: 16, shared_d_ff: 8}",
 }
 
 

@@ -3,39 +3,39 @@
 ``SmolLM3ForCausalLM``, ``GraniteForCausalLM``, ``MinistralForCausalLM``, ``HeliumForCausalLM``,
 ``SeedOssForCausalLM``, ``Ernie4_5ForCausalLM``, ``ArceeForCausalLM``, ``NemotronForCausalLM``,
 ``GlmForCausalLM``, ``Glm4ForCausalLM``, ``Exaone4ForCausalLM``, and the mixtures of experts
-``MixtralForCausalLM``, ``Qwen2MoeForCausalLM``, ``Qwen3MoeForCausalLM``, ``OlmoeForCausalLM``):
-RoPE on the two halves of each head (``layout: halves``, so no weight is permuted), RMSNorm, a gated
-feed-forward, grouped K/V heads; what each model type computes that its config does not say, in
-MODEL_TYPES. Qwen2's biases are on q, k and v only, whatever the config says; the others'
-``attention_bias`` is on q, k, v and o. Qwen3 normalises each head's q and k (``qk_norm``), and its
-heads are 128 wide unless its config says otherwise. OLMo's norms are LayerNorms of epsilon 1e-5
-that learn nothing (``norm: {scale: false, bias: false}``), and its ``clip_qkv`` clamps q, k and v
-(``qkv_clip``): export-hf writes no OLMo (such norms are refused by field). OLMo 2's norms are on
-each sublayer's output (``norm.position: output``), its q and k normalised over all heads
-(``qk_norm_over: all_heads``). OLMo 3 is OLMo 2 sliding the layers its ``layer_types`` name (three
-of every four where it has none, as Olmo3Config derives them) with a RoPE per layer type
-(``rope_parameters`` keyed by layer type): the sliding layers' is ``positional.local`` where it
-differs from the full layers'. export-hf writes an OLMo 3 as OLMo 2 only where OLMo 2 computes it
-(no window, one RoPE); else it refuses it by field (``model.window``, ``model.positional.local``).
-SmolLM3 turns no RoPE in some layers (``positional.nope_layers``); Granite multiplies embeddings,
-residual branches and logits (the spec's multipliers) and scales q.k by its own
-``attention_multiplier``. Ministral is Mistral sliding only the layers its ``layer_types`` name
-(every layer where it has none). Helium and ERNIE 4.5 turn interleaved pairs (``layout:
-interleaved``, the rows as saved); Helium's ``attention_bias`` is on q, k and v only, ERNIE 4.5's
-``use_bias`` on q, k, v, o and the feed-forward, and Seed-OSS reads its output projection's bias
-apart (``attention_out_bias``). export-hf writes none of these four: their models are written as
-Llama, Mistral or Qwen2, which compute the same. GLM turns interleaved pairs of half of each head
-(``partial_rotary_factor``), has q, k and v biases and its gate and up projections in one
-``gate_up_proj`` (FusedFeedForward); GLM-4 adds a norm on each sublayer's output (``norm.position:
-sandwich``); export-hf writes them back (a GLM without biases as Phi-3). Arcee's feed-forward is
-plain (``up_proj`` alone, ModelType.gated), of the squared ReLU by default; export-hf writes every
-RoPE decoder of a plain feed-forward as Arcee. Nemotron is Arcee's feed-forward in blocks of
-LayerNorms with a shift (NemotronLayerNorm1P's weight + 1 folded in) on half of each head; GPT-NeoX
-or Starcoder2 write it where they can. EXAONE 4 is OLMo 2's output norms with each head's q and k
-normalised (Qwen3's), sliding the layers its ``layer_types`` name (where none, all but every
-``sliding_window_pattern``-th); where it has a window its full-attention layers turn no RoPE
-(``positional.nope_layers``); export-hf writes it back. RoPE scaling reads both transformers 4's
-``rope_scaling`` and 5's ``rope_parameters``.
+``MixtralForCausalLM``, ``Qwen2MoeForCausalLM``, ``Qwen3MoeForCausalLM``, ``OlmoeForCausalLM``,
+``GraniteMoeForCausalLM``, ``GraniteMoeSharedForCausalLM``): RoPE on the two halves of each head
+(``layout: halves``, so no weight is permuted), RMSNorm, a gated feed-forward, grouped K/V heads;
+what each model type computes that its config does not say, in MODEL_TYPES. Qwen2's biases are on q,
+k and v only, whatever the config says; the others' ``attention_bias`` is on q, k, v and o. Qwen3
+normalises each head's q and k (``qk_norm``), and its heads are 128 wide unless its config says
+otherwise. OLMo's norms are LayerNorms of epsilon 1e-5 that learn nothing (``norm: {scale: false,
+bias: false}``), and its ``clip_qkv`` clamps q, k and v (``qkv_clip``): export-hf writes no OLMo
+(such norms are refused by field). OLMo 2's norms are on each sublayer's output (``norm.position:
+output``), its q and k normalised over all heads (``qk_norm_over: all_heads``). OLMo 3 is OLMo 2
+sliding the layers its ``layer_types`` name (three of every four where it has none, as Olmo3Config
+derives them) with a RoPE per layer type (``rope_parameters`` keyed by layer type): the sliding
+layers' is ``positional.local`` where it differs from the full layers'. export-hf writes an OLMo 3
+as OLMo 2 only where OLMo 2 computes it (no window, one RoPE); else it refuses it by field
+(``model.window``, ``model.positional.local``). SmolLM3 turns no RoPE in some layers
+(``positional.nope_layers``); Granite multiplies embeddings, residual branches and logits (the
+spec's multipliers) and scales q.k by its own ``attention_multiplier``. Ministral is Mistral sliding
+only the layers its ``layer_types`` name (every layer where it has none). Helium and ERNIE 4.5 turn
+interleaved pairs (``layout: interleaved``, the rows as saved); Helium's ``attention_bias`` is on q,
+k and v only, ERNIE 4.5's ``use_bias`` on q, k, v, o and the feed-forward, and Seed-OSS reads its
+output projection's bias apart (``attention_out_bias``). export-hf writes none of these four: their
+models are written as Llama, Mistral or Qwen2, which compute the same. GLM turns interleaved pairs
+of half of each head (``partial_rotary_factor``), has q, k and v biases and its gate and up
+projections in one ``gate_up_proj`` (FusedFeedForward); GLM-4 adds a norm on each sublayer's output
+(``norm.position: sandwich``); export-hf writes them back (a GLM without biases as Phi-3). Arcee's
+feed-forward is plain (``up_proj`` alone, ModelType.gated), of the squared ReLU by default;
+export-hf writes every RoPE decoder of a plain feed-forward as Arcee. Nemotron is Arcee's
+feed-forward in blocks of LayerNorms with a shift (NemotronLayerNorm1P's weight + 1 folded in) on
+half of each head; GPT-NeoX or Starcoder2 write it where they can. EXAONE 4 is OLMo 2's output norms
+with each head's q and k normalised (Qwen3's), sliding the layers its ``layer_types`` name (where
+none, all but every ``sliding_window_pattern``-th); where it has a window its full-attention layers
+turn no RoPE (``positional.nope_layers``); export-hf writes it back. RoPE scaling reads both
+transformers 4's ``rope_scaling`` and 5's ``rope_parameters``.
 
 The mixtures of experts are ``model.moe`` (MODEL_TYPES' ``moe``, MoEType): a router's softmax over
 every expert in float32, the top ``num_experts_per_tok``. Mixtral is Mistral's attention, every
@@ -50,9 +50,13 @@ hidden_size / heads where no head_dim) with Qwen2-MoE's experts but the shared o
 ``moe.balance_loss``. Their checkpoints name each expert's tensors (``w1``, ``w3``, ``w2`` under
 Mixtral's ``block_sparse_moe``; ``gate_proj``, ``up_proj``, ``down_proj`` under the others'
 ``mlp``), or hold transformers 5's stacked ``experts.gate_up_proj`` and ``experts.down_proj``.
+GraniteMoE is Granite's attention and multipliers with Mixtral's routing (the top k's softmax) over
+experts stacked in one tensor per layer (GraniteMoe), and GraniteMoeShared adds an ungated shared
+expert of ``shared_intermediate_size`` (none where 0: ``moe.shared_gate: false``).
 export-hf writes a mixture of experts as Mixtral (no q/k norms, no shared expert, every layer routed,
-the top k renormalised, no attention biases), Qwen3-MoE (each head's q and k normalised) or
-Qwen2-MoE (a sigmoid-gated shared expert), which ``written_as`` picks by the spec's features and
+the top k renormalised, no attention biases), Qwen3-MoE (each head's q and k normalised),
+Qwen2-MoE (a sigmoid-gated shared expert), GraniteMoE (Granite's multipliers or attention scale) or
+GraniteMoeShared (an ungated shared expert), which ``written_as`` picks by the spec's features and
 each model type's ``own`` holds to what it computes; OLMoE is import only, and every other writer
 refuses ``model.moe`` (``Needs.no_extras``)."""
 
@@ -166,6 +170,9 @@ class ModelType:
     moe: MoEType | None = None
     # where sliding_window is not null, the layers that do not slide turn no RoPE (EXAONE 4's global NoPE)
     nope_full: bool = False
+    # a null attention_multiplier scales q.k by 1/sqrt(head_dim) (GraniteMoE's attention passes it to
+    # SDPA, whose default that is); else it reads as left out (Granite's config class refuses it)
+    null_attention_scale: bool = False
 
     def reads(self, config: Config) -> Config:
         """``config`` as this model type's config class reads it, ``layer_types`` derived where it
@@ -191,7 +198,11 @@ class MoEType:
     experts: str  # the field of the expert count
     d_ff: str = "intermediate_size"  # the field of each expert's hidden width (model.d_ff where this)
     normalize: str | None = "norm_topk_prob"  # the field that renormalises the top k; None: always
-    shared: bool = False  # a shared expert of shared_expert_intermediate_size, sigmoid-gated (Qwen2-MoE)
+    # the field of a shared expert's width (Qwen2-MoE's shared_expert_intermediate_size); None: none
+    shared: str | None = None
+    # the shared expert gated by sigmoid(x . w) (Qwen2-MoE's); else ungated, and none where 0 wide
+    # (GraniteMoeShared's shared_intermediate_size, 0 by default)
+    shared_gate: bool = True
     # decoder_sparse_step and mlp_only_layers read: which layers route (the others a dense feed-forward
     # of intermediate_size); else every layer routes
     sparse_layers: bool = False
@@ -235,6 +246,27 @@ def granite_own(need: Needs, model: DecoderSpec) -> DecoderSpec:
     return model.model_copy(
         update=dict.fromkeys(MULTIPLIERS, 1.0) | {"attention_scale": model.head_dim**-0.5}
     )
+
+
+def granitemoe_own(need: Needs, model: DecoderSpec) -> DecoderSpec:
+    """GraniteMoE: Granite's attention (granite_own) with a mixture of intermediate_size experts in
+    every layer, the top k's softmax (renormalised), and GraniteMoeShared's ungated shared expert."""
+    moe = model.moe
+    assert moe is not None
+    need(
+        not moe.dense_layers,
+        "model.moe.dense_layers",
+        moe.dense_layers,
+        "leave it unset (GraniteMoE routes every layer)",
+    )
+    need(bool(moe.normalize), "model.moe.normalize", False, "true (GraniteMoE takes the top k's softmax)")
+    need(
+        not moe.shared_gate,
+        "model.moe.shared_gate",
+        True,
+        "false (GraniteMoeShared's shared expert is ungated; Qwen2-MoE's gated one has no multipliers)",
+    )
+    return granite_own(need, model)
 
 
 def moe_window(need: Needs, model: DecoderSpec, title: str) -> None:
@@ -411,10 +443,11 @@ def moe_section(config: Config, kind: MoEType, n_layers: Any) -> tuple[dict[str,
     if kind.d_ff != "intermediate_size":  # else the experts are model.d_ff wide
         moe["d_ff"] = config.get(kind.d_ff, 1408)
         sources["model.moe.d_ff"] = kind.d_ff
-    if kind.shared:
-        moe["shared_d_ff"] = config.get("shared_expert_intermediate_size", 5632)
-        moe["shared_gate"] = True
-        sources["model.moe.shared_d_ff"] = "shared_expert_intermediate_size"
+    shared = config.get(kind.shared, 0) if kind.shared is not None else 0
+    if kind.shared is not None and (kind.shared_gate or shared != 0):
+        moe["shared_d_ff"] = shared
+        moe["shared_gate"] = kind.shared_gate
+        sources["model.moe.shared_d_ff"] = kind.shared
     moe["balance_loss"] = config.get("router_aux_loss_coef", 0.001)
     if not kind.sparse_layers:
         return moe, sources
@@ -571,6 +604,16 @@ GLM: dict[str, Any] = dict(
     },
     nullable={"num_key_value_heads": 2, "head_dim": 128, "pad_token_id": 151329},
     requires=glm_requires,
+)
+# GraniteMoeConfig's (and GraniteMoeSharedConfig's) model: LlamaConfig's defaults.
+GRANITE_MOE: dict[str, Any] = dict(
+    attention_bias=QKVO,
+    multipliers=True,
+    null_attention_scale=True,
+    moe=MoEType(experts="num_local_experts", normalize=None),
+    title="GraniteMoE",
+    head="GraniteMoeForCausalLM",
+    own=granitemoe_own,
 )
 SLIDING, FULL = "sliding_attention", "full_attention"
 OLMO3_THETA = 500000.0  # Olmo3Config's default_theta
@@ -858,7 +901,12 @@ MODEL_TYPES = {
         },
         nullable={"num_key_value_heads": 16} | WINDOW,
         requires=qwen2_moe_requires,
-        moe=MoEType(experts="num_experts", d_ff="moe_intermediate_size", shared=True, sparse_layers=True),
+        moe=MoEType(
+            experts="num_experts",
+            d_ff="moe_intermediate_size",
+            shared="shared_expert_intermediate_size",
+            sparse_layers=True,
+        ),
         title="Qwen2-MoE",
         head="Qwen2MoeForCausalLM",
         own=qwen2_moe_own,
@@ -887,6 +935,23 @@ MODEL_TYPES = {
         title="Qwen3-MoE",
         head="Qwen3MoeForCausalLM",
         own=qwen3_moe_own,
+    ),
+    # Granite's multipliers and attention scale with a mixture of intermediate_size experts in every
+    # layer, the top k's softmax (GraniteMoeTopKRouter: renormalised); GraniteMoeShared adds an
+    # ungated shared expert of shared_intermediate_size (none where 0).
+    "granitemoe": ModelType(**GRANITE_MOE),
+    "granitemoeshared": ModelType(
+        **GRANITE_MOE
+        | {
+            "moe": MoEType(
+                experts="num_local_experts",
+                normalize=None,
+                shared="shared_intermediate_size",
+                shared_gate=False,
+            ),
+            "title": "GraniteMoeShared",
+            "head": "GraniteMoeSharedForCausalLM",
+        }
     ),
     # OLMo 2's norms on each sublayer's output with each head's q and k normalised, no biases, sliding
     # the layers layer_types names (where none, all but every sliding_window_pattern-th); where a
@@ -1508,6 +1573,8 @@ class Llama(Writable):
             model["scale_embeddings"] = True
         if kind.multipliers:
             model |= multipliers(config)
+            if kind.null_attention_scale and config.data.get("attention_multiplier", 1.0) is None:
+                del model["attention_scale"]  # the spec's default: 1/sqrt(head_dim)
         if kind.nope and (nope := nope_layers(config)):
             model["positional"]["nope_layers"] = nope
         if kind.nope_full and config.get("sliding_window") is not None and listable(model["n_layers"]):
@@ -1567,6 +1634,31 @@ class Llama(Writable):
         if moe.shared_gate:
             state[f"{ffn}shared_gate.weight"] = tensors.take(f"{m}shared_expert_gate.weight")
         return state
+
+    def experts_tensors(self, state: State, ffn: str, layer: str, model: DecoderSpec) -> State:
+        """A routed layer's router, experts and shared expert (the MoE at ``ffn``) as save_pretrained
+        writes them for this converter's model types, one expert at a time, under the names it
+        reads (``moe_prefixes``, ``expert_names``): Mixtral's ``block_sparse_moe.experts.{e}.w1``
+        (gate), ``w3`` (up) and ``w2`` (down), the others' ``mlp.experts.{e}.gate_proj``,
+        ``up_proj`` and ``down_proj``, Qwen2-MoE's ``mlp.shared_expert`` and ``mlp.shared_expert_gate``."""
+        moe = model.moe
+        assert moe is not None
+        m = f"{layer}{self.moe_prefixes[0]}"
+        gate_name, up_name, down_name = self.expert_names
+        out = {f"{m}gate.weight": state[f"{ffn}router.weight"]}
+        for e in range(moe.experts):
+            gate, up = state[f"{ffn}experts.{e}.w_in.weight"].chunk(2)
+            x = f"{m}experts.{e}."
+            out |= {f"{x}{gate_name}.weight": gate, f"{x}{up_name}.weight": up}
+            out[f"{x}{down_name}.weight"] = state[f"{ffn}experts.{e}.w_out.weight"]
+        if moe.shared_d_ff is not None:
+            gate, up = state[f"{ffn}shared.w_in.weight"].chunk(2)
+            x = f"{m}shared_expert."
+            out |= {f"{x}gate_proj.weight": gate, f"{x}up_proj.weight": up}
+            out[f"{x}down_proj.weight"] = state[f"{ffn}shared.w_out.weight"]
+        if moe.shared_gate:
+            out[f"{m}shared_expert_gate.weight"] = state[f"{ffn}shared_gate.weight"]
+        return out
 
     def layer_norms(self, model: DecoderSpec) -> tuple[tuple[str, str], ...]:
         """Each layer's norms, transformers' names -> tfcompile's (``layer_norms``')."""
@@ -1746,7 +1838,9 @@ class Llama(Writable):
                 out[f"{h}{hf}.weight"] = state[f"{b}{tfc}.weight"]
             out[f"{a}o_proj.weight"] = state[f"{b}attn.out.weight"]
             if i in routed:
-                out |= experts_tensors(state, f"{b}ffn.", h, model, written)
+                converter = ARCHITECTURES[written]
+                assert isinstance(converter, Llama)
+                out |= converter.experts_tensors(state, f"{b}ffn.", h, model)
             else:
                 ins = state[f"{b}ffn.w_in.weight"].chunk(len(feed_forward_inputs(model)))
                 out |= {
@@ -1788,6 +1882,58 @@ class Mixtral(Llama):
 
     def candidate(self, spec: Spec) -> bool:
         """Never: Llama writes every LLaMA-family model, Mixtral's too (``written_as``)."""
+        return False
+
+
+@register("granitemoe", "granitemoeshared")
+class GraniteMoe(Llama):
+    """GraniteMoE and GraniteMoeShared: Llama's reading (MODEL_TYPES) of a checkpoint whose routed
+    layers lie under ``block_sparse_moe``: the router's ``router.layer``, every expert's gate and up
+    rows stacked in ``input_linear`` (experts x (gate; up) x d) and its down rows in
+    ``output_linear`` (the Hub's and save_pretrained's; transformers 5 holds them as
+    ``router.weight``, ``experts.gate_up_proj`` and ``experts.down_proj``, and so may a checkpoint),
+    the shared expert's (gate; up) rows in ``shared_mlp.input_linear`` and its down rows in
+    ``shared_mlp.output_linear``."""
+
+    SAVED = ("router.layer.weight", "input_linear.weight", "output_linear.weight")
+    HELD = ("router.weight", "experts.gate_up_proj", "experts.down_proj")
+
+    def experts_state(self, tensors: Tensors, layer: str, ffn: str, spec: Spec) -> State:
+        moe = spec.model.moe
+        assert moe is not None
+        m = f"{layer}block_sparse_moe."
+        router, gate_up, down = self.SAVED if f"{m}{self.SAVED[0]}" in tensors else self.HELD
+        state = {f"{ffn}router.weight": tensors.take(f"{m}{router}")}
+        ins = stacked(tensors, f"{m}{gate_up}", moe.experts)
+        outs = stacked(tensors, f"{m}{down}", moe.experts)
+        for e in range(moe.experts):
+            state[f"{ffn}experts.{e}.w_in.weight"] = ins[e]  # gate first
+            state[f"{ffn}experts.{e}.w_out.weight"] = outs[e]
+        if moe.shared_d_ff is not None:
+            x = f"{layer}shared_mlp."
+            state[f"{ffn}shared.w_in.weight"] = tensors.take(f"{x}input_linear.weight")
+            state[f"{ffn}shared.w_out.weight"] = tensors.take(f"{x}output_linear.weight")
+        return state
+
+    def experts_tensors(self, state: State, ffn: str, layer: str, model: DecoderSpec) -> State:
+        moe = model.moe
+        assert moe is not None
+        m = f"{layer}block_sparse_moe."
+        router, gate_up, down = self.SAVED
+        experts = range(moe.experts)
+        out = {
+            f"{m}{router}": state[f"{ffn}router.weight"],
+            f"{m}{gate_up}": torch.stack([state[f"{ffn}experts.{e}.w_in.weight"] for e in experts]),
+            f"{m}{down}": torch.stack([state[f"{ffn}experts.{e}.w_out.weight"] for e in experts]),
+        }
+        if moe.shared_d_ff is not None:
+            x = f"{layer}shared_mlp."
+            out[f"{x}input_linear.weight"] = state[f"{ffn}shared.w_in.weight"]
+            out[f"{x}output_linear.weight"] = state[f"{ffn}shared.w_out.weight"]
+        return out
+
+    def candidate(self, spec: Spec) -> bool:
+        """Never: Llama writes every LLaMA-family model, GraniteMoE's too (``written_as``)."""
         return False
 
 
@@ -1947,8 +2093,12 @@ def moe_config(model: DecoderSpec, written: str) -> dict[str, Any]:
         "router_aux_loss_coef": moe.balance_loss,
         "output_router_logits": False,
     }
-    if written == "mixtral":  # experts of intermediate_size, always renormalised, every layer routed
-        return config | {"num_local_experts": moe.experts, "intermediate_size": moe.d_ff}
+    if written in ("mixtral", "granitemoe", "granitemoeshared"):
+        # experts of intermediate_size, always renormalised, every layer routed
+        config |= {"num_local_experts": moe.experts, "intermediate_size": moe.d_ff}
+        if written == "granitemoeshared":
+            config["shared_intermediate_size"] = moe.shared_d_ff or 0
+        return config
     config |= {
         "num_experts": moe.experts,
         "moe_intermediate_size": moe.d_ff,
@@ -1961,34 +2111,6 @@ def moe_config(model: DecoderSpec, written: str) -> dict[str, Any]:
     if written == "qwen2_moe":
         config["shared_expert_intermediate_size"] = moe.shared_d_ff
     return config
-
-
-def experts_tensors(state: State, ffn: str, layer: str, model: DecoderSpec, written: str) -> State:
-    """A routed layer's router, experts and shared expert (the MoE at ``ffn``) as save_pretrained
-    writes them for ``written``, one expert at a time, under the names its converter reads
-    (``moe_prefixes``, ``expert_names``): Mixtral's ``block_sparse_moe.experts.{e}.w1`` (gate),
-    ``w3`` (up) and ``w2`` (down), the others' ``mlp.experts.{e}.gate_proj``, ``up_proj`` and
-    ``down_proj``, Qwen2-MoE's ``mlp.shared_expert`` and ``mlp.shared_expert_gate``."""
-    moe = model.moe
-    assert moe is not None
-    converter = ARCHITECTURES[written]
-    assert isinstance(converter, Llama)
-    m = f"{layer}{converter.moe_prefixes[0]}"
-    gate_name, up_name, down_name = converter.expert_names
-    out = {f"{m}gate.weight": state[f"{ffn}router.weight"]}
-    for e in range(moe.experts):
-        gate, up = state[f"{ffn}experts.{e}.w_in.weight"].chunk(2)
-        x = f"{m}experts.{e}."
-        out |= {f"{x}{gate_name}.weight": gate, f"{x}{up_name}.weight": up}
-        out[f"{x}{down_name}.weight"] = state[f"{ffn}experts.{e}.w_out.weight"]
-    if moe.shared_d_ff is not None:
-        gate, up = state[f"{ffn}shared.w_in.weight"].chunk(2)
-        x = f"{m}shared_expert."
-        out |= {f"{x}gate_proj.weight": gate, f"{x}up_proj.weight": up}
-        out[f"{x}down_proj.weight"] = state[f"{ffn}shared.w_out.weight"]
-    if moe.shared_gate:
-        out[f"{m}shared_expert_gate.weight"] = state[f"{ffn}shared_gate.weight"]
-    return out
 
 
 def stacked(tensors: Tensors, name: str, experts: int) -> torch.Tensor:
@@ -2114,8 +2236,10 @@ def written_as(model: DecoderSpec) -> str:
     A sliding window is Mistral's where it covers every layer of a model without attention biases,
     else Qwen2's (on any layers, with q, k and v biases, zeros where the model has none), or
     Qwen3's with q/k norms.
-    A mixture of experts (but in OLMo 2's, SmolLM3's and Granite's, which refuse it) is Qwen2-MoE's
-    where it has a shared expert, else Qwen3-MoE's with q/k norms, else Mixtral's. A plain
+    A mixture of experts (but in OLMo 2's and SmolLM3's, which refuse it) is GraniteMoE's where it
+    has Granite's multipliers or attention scale (GraniteMoeShared's with a shared expert),
+    GraniteMoeShared's where its shared expert is ungated, Qwen2-MoE's where it is gated, else
+    Qwen3-MoE's with q/k norms, else Mixtral's. A plain
     feed-forward is Arcee's (which refuses the others' features); output norms with each head's q and
     k normalised are EXAONE 4's."""
     if not model.gated:
@@ -2124,10 +2248,12 @@ def written_as(model: DecoderSpec) -> str:
         return "exaone4" if model.qk_norm and model.qk_norm_over == "head" else "olmo2"
     if isinstance(model.positional, RopePositional) and model.positional.nope_layers:
         return "smollm3"
-    if granite_scales(model):
+    if granite_scales(model) and model.moe is None:
         return "granite"
     if model.moe is not None and model.moe.shared_d_ff is not None:
-        return "qwen2_moe"
+        return "qwen2_moe" if model.moe.shared_gate and not granite_scales(model) else "granitemoeshared"
+    if model.moe is not None and granite_scales(model):
+        return "granitemoe"
     if model.moe is not None:
         return "qwen3_moe" if model.qk_norm else "mixtral"
     if model.qk_norm:
