@@ -98,7 +98,8 @@ class _MultiHead(nn.Module):
     (1 / sqrt(head_dim) unless given). With ``qk_norm`` (a norm of a given width), each head's
     queries and keys are normalised over head_dim before RoPE (Qwen3, Gemma 3): one norm for the
     queries and one for the keys, each shared by every head; ``qk_norm_over_heads``, all the
-    queries at once and all the keys at once (OLMo 2). With ``softcap`` c, the scaled scores
+    queries at once and all the keys at once (OLMo 2); ``qk_norm_after_rope``, each head's after
+    RoPE turns it (HunYuan). With ``softcap`` c, the scaled scores
     become c * tanh(scores / c) before the mask and the softmax (Gemma 2, Grok), which bounds them
     to (-c, c). With ``clip`` c, the projected queries, keys and values are clamped to [-c, c]
     before any norm or rotation (OLMo, MPT). Each kind makes its input projections in ``_project``."""
@@ -117,6 +118,7 @@ class _MultiHead(nn.Module):
         softcap: float | None = None,
         clip: float | None = None,
         qk_norm_over_heads: bool = False,
+        qk_norm_after_rope: bool = False,
     ) -> None:
         super().__init__()
         self.n_heads = n_heads
@@ -127,6 +129,7 @@ class _MultiHead(nn.Module):
         self.clip = clip
         self.dropout = dropout
         self.over_heads = qk_norm_over_heads
+        self.norm_after_rope = qk_norm_after_rope
         q_width, k_width = (n_heads, n_kv_heads) if qk_norm_over_heads else (1, 1)
         self.q_norm = qk_norm(q_width * self.head_dim) if qk_norm is not None else nn.Identity()
         self.k_norm = qk_norm(k_width * self.head_dim) if qk_norm is not None else nn.Identity()
@@ -233,11 +236,16 @@ class Attention(_MultiHead):
             [self.n_heads * self.head_dim, self.n_kv_heads * self.head_dim, self.n_kv_heads * self.head_dim],
             dim=-1,
         )
-        q = self._normed_heads(q, self.q_norm, self.n_heads)  # (B, H, T, hd)
-        k = self._normed_heads(k, self.k_norm, self.n_kv_heads)  # (B, Hkv, T, hd)
+        if self.norm_after_rope:
+            q, k = self._heads(q, self.n_heads), self._heads(k, self.n_kv_heads)
+        else:
+            q = self._normed_heads(q, self.q_norm, self.n_heads)  # (B, H, T, hd)
+            k = self._normed_heads(k, self.k_norm, self.n_kv_heads)  # (B, Hkv, T, hd)
         v = self._heads(v, self.n_kv_heads)  # (B, Hkv, T, hd)
         if rotary is not None:
             q, k = apply_rotary(q, rotary), apply_rotary(k, rotary)
+        if self.norm_after_rope:  # each head's turned queries and keys
+            q, k = self.q_norm(q), self.k_norm(k)
         if cache is not None:
             k = cache.key = torch.cat([cache.key, k], dim=2)  # (B, Hkv, S, hd)
             v = cache.value = torch.cat([cache.value, v], dim=2)

@@ -46,6 +46,7 @@ def build_attention(kind: type[Kind], spec: TransformerSpec) -> Kind:
         scale=spec.attention_scale,
         qk_norm=partial(build_norm, spec.norm) if spec.qk_norm else None,
         qk_norm_over_heads=spec.qk_norm_over == "all_heads",
+        qk_norm_after_rope=spec.qk_norm_after_rope,
         softcap=spec.attention_softcap,
         clip=spec.qkv_clip,
     )

@@ -686,6 +686,12 @@ class TransformerSpec(Section):
         description="what qk_norm normalises over: head, each head's head_dim (Qwen3, Gemma 3); all_heads, "
         "all the queries' n_heads x head_dim at once and all the keys' n_kv_heads x head_dim (OLMo 2)",
     )
+    qk_norm_after_rope: bool = Field(
+        False,
+        description="apply qk_norm to each head's queries and keys after RoPE turns them, not before "
+        "(HunYuan's query_layernorm and key_layernorm); its scale then weighs the turned pairs' "
+        "dimensions",
+    )
     tie_embeddings: bool = True
     scale_embeddings: bool = Field(False, description="multiply token embeddings by sqrt(d_model)")
     residual_multiplier: PositiveFloat = Field(
@@ -792,6 +798,14 @@ class TransformerSpec(Section):
             ("qk_norm_over",),
             "says what qk_norm normalises over, and qk_norm is false",
             "set model.qk_norm: true, or leave qk_norm_over out",
+        )
+        rules.require(
+            not self.qk_norm_after_rope or (self.qk_norm and self.qk_norm_over == "head"),
+            ("qk_norm_after_rope",),
+            "says when each head's q/k norm comes, and there is none"
+            if not self.qk_norm
+            else "normalises after RoPE, which turns each head: there are no norms over all heads then",
+            "set model.qk_norm: true" if not self.qk_norm else "leave qk_norm_over out (head)",
         )
         rules.require(
             self.block.type == "sequential" or self.norm.position == "pre",
