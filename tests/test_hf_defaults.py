@@ -41,6 +41,7 @@ import test_hf_gpt_neo  # noqa: F401
 import test_hf_granite  # noqa: F401
 import test_hf_granitemoe  # noqa: F401
 import test_hf_helium  # noqa: F401
+import test_hf_hunyuan  # noqa: F401
 import test_hf_ministral  # noqa: F401
 import test_hf_moe  # noqa: F401
 import test_hf_mpt  # noqa: F401
@@ -120,6 +121,7 @@ SOURCES: dict[str, Source] = {
         "arcee",
         "nemotron",
         "exaone4",
+        "hunyuan_v1_dense",
         "seed_oss",
         "ernie4_5",
         "starcoder2",

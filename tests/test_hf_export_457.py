@@ -80,7 +80,7 @@ print(json.dumps(results))
 
 def _imported(module: str, name: str) -> Callable[[Path], Path]:
     """The import of a family file's variant (its VARIANTS[name]: test_hf_arcee's, test_hf_glm's,
-    test_hf_nemotron's, test_hf_exaone4's)."""
+    test_hf_nemotron's, test_hf_exaone4's, test_hf_hunyuan's)."""
 
     def run(root: Path) -> Path:
         variants = {name: importlib.import_module(module).VARIANTS[name]}
@@ -314,6 +314,8 @@ RUNS: dict[str, Callable[[Path], Path]] = {
     "exaone4": _imported("test_hf_exaone4", "exaone4"),
     "exaone4 without a window": _imported("test_hf_exaone4", "exaone4_global"),
     "exaone4 of NoPE layers, no window": _imported("test_hf_exaone4", "exaone4_unslid"),
+    "hunyuan of NTK alpha": _imported("test_hf_hunyuan", "hunyuan"),
+    "hunyuan of biases": _imported("test_hf_hunyuan", "hunyuan_biases"),
     "gemma3": _gemma3("gemma3_scaled_window_bias_untied"),
     "gemma3 of tfcompile's own (no tokenizer)": _gemma3_own,
     "opt": _opt_bigcode("opt_post"),

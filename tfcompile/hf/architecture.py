@@ -400,12 +400,18 @@ class Needs:
         self.plain_scales(model, unscaled)
 
     def plain_scales(
-        self, model: Any, unscaled: bool = False, qk_norm: bool = False, moe: bool = False
+        self,
+        model: Any,
+        unscaled: bool = False,
+        qk_norm: bool = False,
+        moe: bool = False,
+        after_rope: bool = False,
     ) -> None:
         """Attention scaled by 1/sqrt(head_dim), whatever head_dim is (or by 1, where the
         architecture can leave q.k ``unscaled``), no extra scales, no norm of each head's q
-        and k unless the architecture has one (``qk_norm``), and no mixture of experts unless the
-        architecture writes this one (``moe``: it has checked model.moe itself)."""
+        and k unless the architecture has one (``qk_norm``, before RoPE unless ``after_rope``), and
+        no mixture of experts unless the architecture writes this one (``moe``: it has checked
+        model.moe itself)."""
         self(
             abs(model.attention_scale * model.head_dim**0.5 - 1) < 1e-9
             or (unscaled and model.attention_scale == 1),
@@ -413,19 +419,32 @@ class Needs:
             model.attention_scale,
             "leave it unset (1/sqrt(head_dim))" + (", or set it to 1" if unscaled else ""),
         )
-        self.no_extras(model, qk_norm, moe)
+        self.no_extras(model, qk_norm, moe, after_rope)
 
-    def no_extras(self, model: Any, qk_norm: bool = False, moe: bool = False) -> None:
+    def no_extras(
+        self, model: Any, qk_norm: bool = False, moe: bool = False, after_rope: bool = False
+    ) -> None:
         """No scale on the embeddings, no LM head bias, sequential blocks, no sandwich or output
         norms, no capped scores or logits, no decoder's embedding norm, norms with a learned scale,
         no clipped q, k and v, no multipliers (Granite's), no mixture of experts unless the
         architecture writes this one (``moe``), and no norm of each head's q and k unless the
-        architecture has one (``qk_norm``), and then over each head."""
+        architecture has one (``qk_norm``), and then over each head, before RoPE turns it (or after,
+        where ``after_rope``)."""
         self(not model.scale_embeddings, "model.scale_embeddings", True, "set it false")
         self(not model.bias.lm_head, "model.bias.lm_head", True, "set it false")
         self(qk_norm or not model.qk_norm, "model.qk_norm", True, "set it false")
         over = model.qk_norm_over  # named where the q/k norms are the architecture's
         self(not qk_norm or over == "head", "model.qk_norm_over", over, "head (each head's q and k)")
+        after = getattr(model, "qk_norm_after_rope", False)
+        self(
+            after == after_rope if qk_norm else model.qk_norm or not after,
+            "model.qk_norm_after_rope",
+            after,
+            f"{str(after_rope).lower()} ({self.architecture} normalises q and k "
+            f"{'after' if after_rope else 'before'} RoPE)"
+            if qk_norm
+            else "false",
+        )
         self(model.block.type == "sequential", "model.block", model.block.type, "sequential")
         # An architecture that holds the position to its own (pre or post) has named it already.
         if not any(problem.field == "model.norm.position" for problem in self.problems):

@@ -133,6 +133,7 @@ class ModelType:
     norm: dict[str, Any] = field(default_factory=dict)
     norm_eps: str = "rms_norm_eps"  # the field of the norms' epsilon (Nemotron's norm_eps)
     qk_norm_over: str = "head"  # what the q and k norms normalise over (model.qk_norm_over)
+    qk_norm_after_rope: bool = False  # the q and k norms after RoPE (HunYuan's), not before
     clip_qkv: bool = False  # whether clip_qkv is read (q, k and v clamped to it)
     # where no layer_types: every layer slides (MinistralConfig derives them so), where a window is set
     slides_by_default: bool = False
@@ -489,6 +490,31 @@ def arcee_own(need: Needs, model: DecoderSpec) -> DecoderSpec:
     window."""
     need(not model.qk_norm, "model.qk_norm", True, "false (Arcee has no q/k norms)")
     need(model.window is None, "model.window", model.window, "leave it unset (Arcee has none)")
+    return model
+
+
+def hunyuan_requires(config: Config) -> None:
+    """HunYuanDenseV1Config keeps a missing or null head_dim, on which its attention fails."""
+    config.require(
+        config.data.get("head_dim") is not None,
+        "head_dim",
+        "is missing or null: HunYuanDenseV1Config derives none, and its attention fails without one",
+        "set it to hidden_size / num_attention_heads, or the heads' own width",
+    )
+
+
+def hunyuan_own(need: Needs, model: DecoderSpec) -> DecoderSpec:
+    """HunYuan: each head's q and k normalised after RoPE (written_as's pick), no window, and no
+    dynamic RoPE (transformers 4 reads a dynamic one as HunYuan's NTK alpha, and fails without one)."""
+    assert isinstance(model.positional, RopePositional)
+    need(model.window is None, "model.window", model.window, "leave it unset (HunYuan has none)")
+    scaling = model.positional.scaling
+    need(
+        not isinstance(scaling, DynamicRopeScaling),
+        "model.positional.scaling",
+        "dynamic",
+        "another scaling, or none (transformers 4's HunYuan reads a dynamic RoPE as its NTK alpha)",
+    )
     return model
 
 
@@ -952,6 +978,20 @@ MODEL_TYPES = {
             "title": "GraniteMoeShared",
             "head": "GraniteMoeSharedForCausalLM",
         }
+    ),
+    # Llama's blocks with each head's q and k normalised after RoPE (query_layernorm, key_layernorm),
+    # attention_bias on q, k, v and o; a head_dim must be set; a dynamic RoPE with an alpha is
+    # HunYuan's NTK alpha (a larger theta: HunYuan.rope).
+    "hunyuan_v1_dense": ModelType(
+        attention_bias=QKVO,
+        qk_norm=True,
+        qk_norm_after_rope=True,
+        defaults={"vocab_size": 290943, "rms_norm_eps": 1e-5},
+        nullable={"pad_token_id": 0},
+        requires=hunyuan_requires,
+        title="HunYuan",
+        head="HunYuanDenseV1ForCausalLM",
+        own=hunyuan_own,
     ),
     # OLMo 2's norms on each sublayer's output with each head's q and k normalised, no biases, sliding
     # the layers layer_types names (where none, all but every sliding_window_pattern-th); where a
@@ -1474,6 +1514,7 @@ class Llama(Writable):
     # a time (Qwen2-MoE's, Qwen3-MoE's, OLMoE's; transformers 5 stacks them in memory).
     moe_prefixes: ClassVar[tuple[str, ...]] = ("mlp.",)
     expert_names: ClassVar[tuple[str, str, str]] = ("gate_proj", "up_proj", "down_proj")
+    qk_norm_names: ClassVar[tuple[str, str]] = ("q_norm", "k_norm")  # each attention's q and k norms
     sources: ClassVar[dict[str, str]] = {
         "model.vocab_size": "vocab_size",
         "model.max_seq_len": "max_position_embeddings",
@@ -1569,6 +1610,8 @@ class Llama(Writable):
             model["qk_norm"] = True
             if kind.qk_norm_over != "head":
                 model["qk_norm_over"] = kind.qk_norm_over
+            if kind.qk_norm_after_rope:
+                model["qk_norm_after_rope"] = True
         if kind.scale_embeddings:
             model["scale_embeddings"] = True
         if kind.multipliers:
@@ -1699,8 +1742,9 @@ class Llama(Writable):
             if spec.model.bias.attn_out:
                 state[f"{b}attn.out.bias"] = tensors.take(f"{a}o_proj.bias")
             if spec.model.qk_norm:
-                state[f"{b}attn.q_norm.weight"] = tensors.take(f"{a}q_norm.weight")
-                state[f"{b}attn.k_norm.weight"] = tensors.take(f"{a}k_norm.weight")
+                q_norm, k_norm = self.qk_norm_names
+                state[f"{b}attn.q_norm.weight"] = tensors.take(f"{a}{q_norm}.weight")
+                state[f"{b}attn.k_norm.weight"] = tensors.take(f"{a}{k_norm}.weight")
             if spec.model.bias.ffn:
                 ins = [f"{m}{x}_proj.bias" for x in feed_forward_inputs(model)]
                 state[f"{b}ffn.w_in.bias"] = tensors.cat(*ins)
@@ -1724,7 +1768,7 @@ class Llama(Writable):
         rope_and_norms(need, model)
         # head_dim is free: Llama configs name it; q/k norms: Qwen3's; a mixture of experts: the MoE
         # types' (their ``own`` checked it)
-        need.plain_scales(model, qk_norm=True, moe=kind.moe is not None)
+        need.plain_scales(model, qk_norm=True, moe=kind.moe is not None, after_rope=kind.qk_norm_after_rope)
         if not kind.mlp_bias:
             need(
                 not model.bias.ffn,
@@ -1823,6 +1867,8 @@ class Llama(Writable):
         q_rows, kv_rows = model.n_heads * hd, model.n_kv_heads * hd
         order_q, order_k = layout_orders(model, self.layout)
         written = written_as(model)
+        writer = ARCHITECTURES[written]  # the converter of its tensors' names
+        assert isinstance(writer, Llama)
         bias, qwen2 = model.bias, written == "qwen2"  # q, k and v biases always, no o bias
         routed = model.routed_layers(model.n_layers)
         out = {
@@ -1838,9 +1884,7 @@ class Llama(Writable):
                 out[f"{h}{hf}.weight"] = state[f"{b}{tfc}.weight"]
             out[f"{a}o_proj.weight"] = state[f"{b}attn.out.weight"]
             if i in routed:
-                converter = ARCHITECTURES[written]
-                assert isinstance(converter, Llama)
-                out |= converter.experts_tensors(state, f"{b}ffn.", h, model)
+                out |= writer.experts_tensors(state, f"{b}ffn.", h, model)
             else:
                 ins = state[f"{b}ffn.w_in.weight"].chunk(len(feed_forward_inputs(model)))
                 out |= {
@@ -1862,7 +1906,8 @@ class Llama(Writable):
                     q_norm, k_norm = q_norm[order_q], k_norm[order_k]
                 elif order_q is not None:  # each head's
                     q_norm, k_norm = q_norm[order_q[:hd]], k_norm[order_q[:hd]]
-                out |= {f"{a}q_norm.weight": q_norm, f"{a}k_norm.weight": k_norm}
+                q_name, k_name = writer.qk_norm_names
+                out |= {f"{a}{q_name}.weight": q_norm, f"{a}{k_name}.weight": k_norm}
             if bias.ffn:
                 ins = state[f"{b}ffn.w_in.bias"].chunk(len(feed_forward_inputs(model)))
                 out |= {f"{m}{x}_proj.bias": t for x, t in zip(feed_forward_inputs(model), ins, strict=True)}
@@ -1882,6 +1927,44 @@ class Mixtral(Llama):
 
     def candidate(self, spec: Spec) -> bool:
         """Never: Llama writes every LLaMA-family model, Mixtral's too (``written_as``)."""
+        return False
+
+
+@register("hunyuan_v1_dense")
+class HunYuan(Llama):
+    """HunYuan (dense): Llama's reading (MODEL_TYPES) of q and k norms named ``query_layernorm``
+    and ``key_layernorm``, and of a dynamic RoPE with an ``alpha`` as HunYuan computes it (NTK
+    alpha): no scaling, at theta x alpha^(head_dim / (head_dim - 2))."""
+
+    qk_norm_names = ("query_layernorm", "key_layernorm")
+
+    def rope(self, config: Config, head_dim: int) -> dict[str, Any]:
+        section = super().rope(config, head_dim)
+        scaling = section.get("scaling")
+        legacy = config.get("rope_scaling", {})
+        name = "rope_scaling" if legacy else "rope_parameters"
+        alpha = (legacy or config.get("rope_parameters", {})).get("alpha")
+        if scaling is None or scaling["type"] != "dynamic" or not alpha:  # transformers' test: truthy
+            return section
+        config.require(
+            json_type(alpha) == "a number" and alpha > 0 and head_dim > 2,
+            f"{name}.alpha",
+            f"is {alpha!r}: HunYuan's NTK alpha raises theta by alpha^(head_dim / (head_dim - 2)), "
+            f"which needs a number above 0 and heads wider than 2 (head_dim {head_dim})",
+            "set it above 1 (Hunyuan-7B's 1000), or leave it out",
+        )
+        if (
+            json_type(alpha) == "a number"
+            and alpha > 0
+            and head_dim > 2
+            and json_type(section["theta"]) == "a number"
+        ):
+            section["theta"] = section["theta"] * alpha ** (head_dim / (head_dim - 2))
+        del section["scaling"]
+        return section
+
+    def candidate(self, spec: Spec) -> bool:
+        """Never: Llama writes every LLaMA-family model, HunYuan's too (``written_as``)."""
         return False
 
 
@@ -2241,7 +2324,7 @@ def written_as(model: DecoderSpec) -> str:
     GraniteMoeShared's where its shared expert is ungated, Qwen2-MoE's where it is gated, else
     Qwen3-MoE's with q/k norms, else Mixtral's. A plain
     feed-forward is Arcee's (which refuses the others' features); output norms with each head's q and
-    k normalised are EXAONE 4's."""
+    k normalised are EXAONE 4's; q and k norms after RoPE HunYuan's."""
     if not model.gated:
         return "arcee"
     if model.norm.position == "output":
@@ -2256,6 +2339,8 @@ def written_as(model: DecoderSpec) -> str:
         return "granitemoe"
     if model.moe is not None:
         return "qwen3_moe" if model.qk_norm else "mixtral"
+    if model.qk_norm_after_rope:
+        return "hunyuan_v1_dense"
     if model.qk_norm:
         return "qwen3"
     if model.window is None:
