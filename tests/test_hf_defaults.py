@@ -29,6 +29,7 @@ import pytest
 import test_hf_albert  # noqa: F401
 import test_hf_arcee  # noqa: F401
 import test_hf_bart
+import test_hf_codegen  # noqa: F401
 import test_hf_cohere  # noqa: F401
 import test_hf_electra  # noqa: F401
 import test_hf_ernie4_5  # noqa: F401
@@ -129,6 +130,7 @@ SOURCES: dict[str, Source] = {
         "gpt_neox",
         "phi",
         "gptj",
+        "codegen",
         "falcon",
         "bloom",
         "cohere",

@@ -4,13 +4,20 @@ side by side (a parallel block with a shared norm, x + attn(ln(x)) + mlp(ln(x)))
 rotate_every_two: ``layout: interleaved``), q, k, v and out projections without biases, a
 feed-forward with them and an LM head with a bias (untied unless the config ties it).
 
+CodeGen (``CodeGenForCausalLM``: CodeGen-350M to 16B, mono, multi and nl) is GPT-J with q, k and
+v in one ``qkv_proj`` laid out for the four model-parallel shards it was trained on: each quarter
+of its rows holds a quarter of the queries, then of the values, then of the keys (``n_embd`` not
+a multiple of 4 is refused: transformers cannot split it).
+
 ``resid_pdrop`` drops out each sublayer's output in transformers, the block's sum once in
-tfcompile (``gpt_neox.parallel_dropout`` says so). export-hf does not write GPT-J: a spec of its
+tfcompile (``gpt_neox.parallel_dropout`` says so). export-hf writes neither: a spec of their
 blocks is GPT-NeoX's candidate, which refuses the shared norm."""
 
 from __future__ import annotations
 
 from typing import Any, ClassVar
+
+import torch
 
 from tfcompile.hf.architecture import (
     ACTIVATIONS,
@@ -25,6 +32,7 @@ from tfcompile.hf.architecture import (
     register,
 )
 from tfcompile.hf.gpt_neox import parallel_dropout
+from tfcompile.hf.llama import split
 from tfcompile.spec import Spec
 from tfcompile.spec.schema import DecoderSpec
 
@@ -49,6 +57,7 @@ class GPTJ(Architecture):
         "num_hidden_layers": "n_layer",
     }
     ignored = (".attn.bias", ".attn.masked_bias")  # the causal mask, buffers in older checkpoints
+    architectures: ClassVar[tuple[str, ...]] = ("GPTJForCausalLM", "GPTJModel")
     sources: ClassVar[dict[str, str]] = {
         "model.vocab_size": "vocab_size",
         "model.max_seq_len": "n_positions",
@@ -66,22 +75,18 @@ class GPTJ(Architecture):
     }
 
     def read(self, config: Config, architecture: str, tensors: Tensors) -> Imported:
+        head = self.architectures[0]
         config.require(
-            architecture in ("GPTJForCausalLM", "GPTJModel"),
+            architecture in self.architectures,
             "architectures",
             f"{architecture} is not a language model tfcompile has",
-            "import a GPTJForCausalLM",
+            f"import a {head}",
         )
         tie = lm_head(
-            config,
-            tensors,
-            architecture,
-            ("lm_head.weight", "wte.weight"),
-            False,
-            "GPTJForCausalLM",
-            bias="lm_head.bias",
+            config, tensors, architecture, ("lm_head.weight", "wte.weight"), False, head, bias="lm_head.bias"
         )
         d = config.get("n_embd", 4096)
+        self.requires(config)
         config.require(
             "rotary_dim" not in config.data or config.data["rotary_dim"] is not None,
             "rotary_dim",
@@ -115,6 +120,13 @@ class GPTJ(Architecture):
         }
         return Imported(model, {"type": "causal_lm", "special_tokens": False})
 
+    def requires(self, config: Config) -> None:
+        """What this model type's config must say that GPT-J's need not (transformers fails otherwise)."""
+
+    def qkv(self, tensors: Tensors, attention: str, model: DecoderSpec) -> torch.Tensor:
+        """A block's q, k and v rows one after another (``attention``: its tensors' prefix)."""
+        return tensors.cat(*(f"{attention}{x}_proj.weight" for x in "qkv"))
+
     def to_state(self, tensors: Tensors, spec: Spec) -> State:
         model = spec.model
         assert isinstance(model, DecoderSpec)
@@ -129,9 +141,38 @@ class GPTJ(Architecture):
         tensors.maybe("lm_head.weight")  # a tie saved under both names
         for i in range(model.n_layers):
             h, b = f"h.{i}.", f"blocks.{i}."
-            state[f"{b}attn.qkv.weight"] = tensors.cat(*(f"{h}attn.{x}_proj.weight" for x in "qkv"))
+            state[f"{b}attn.qkv.weight"] = self.qkv(tensors, f"{h}attn.", model)
             for hf, tfc, biased in LAYER:
                 state[f"{b}{tfc}.weight"] = tensors.take(f"{h}{hf}.weight")
                 if biased:
                     state[f"{b}{tfc}.bias"] = tensors.take(f"{h}{hf}.bias")
         return state
+
+
+SHARDS = 4  # CodeGen's model-parallel shards, fixed in its attention (mp_num)
+
+
+@register("codegen")
+class CodeGen(GPTJ):
+    """GPT-J's reading of CodeGen: its fused qkv_proj, four shards of (queries, values, keys)."""
+
+    ignored = (".attn.causal_mask", ".attn.masked_bias")  # buffers in the published checkpoints
+    architectures = ("CodeGenForCausalLM", "CodeGenModel")
+
+    def requires(self, config: Config) -> None:
+        d = config.get("n_embd", 4096)
+        config.require(
+            d % SHARDS == 0,
+            "n_embd",
+            f"is {d}: CodeGen splits its fused q, k and v into {SHARDS} shards of n_embd / {SHARDS} "
+            "each, and transformers fails on another width",
+            f"a multiple of {SHARDS}",
+        )
+
+    def qkv(self, tensors: Tensors, attention: str, model: DecoderSpec) -> torch.Tensor:
+        """The rows of each shard's queries, then each one's keys, then values: CodeGen's qkv_proj
+        holds, shard after shard, a quarter of the queries, of the values and of the keys."""
+        local = model.d_model // SHARDS
+        parts = split(tensors, f"{attention}qkv_proj.weight", [local] * 3 * SHARDS)
+        queries, values, keys = parts[0::3], parts[1::3], parts[2::3]
+        return torch.cat([*queries, *keys, *values])
