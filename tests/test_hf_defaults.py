@@ -51,6 +51,7 @@ import test_hf_neox_gptj_phi  # noqa: F401
 import test_hf_olmo  # noqa: F401
 import test_hf_olmo3  # noqa: F401
 import test_hf_opt_bigcode  # noqa: F401
+import test_hf_persimmon  # noqa: F401
 import test_hf_roberta_distilbert as roberta
 import test_hf_seed_oss  # noqa: F401
 import test_hf_smollm3  # noqa: F401
@@ -131,6 +132,7 @@ SOURCES: dict[str, Source] = {
         "phi",
         "gptj",
         "codegen",
+        "persimmon",
         "falcon",
         "bloom",
         "cohere",

@@ -23,6 +23,7 @@ from tfcompile.hf import (  # noqa: F401 (each registers its architecture)
     llama,
     mpt,
     opt,
+    persimmon,
     phi,
     phi3,
     roberta,
