@@ -456,7 +456,13 @@ AUTO = {
 }
 # Head classes whose names end as another kind's (a multimodal model's ForConditionalGeneration is
 # no sequence-to-sequence model): loaded by their own class.
-OWN_CLASSES = ("Gemma3ForConditionalGeneration",)
+# Multimodal models of a language model: their own classes (AutoModelForSeq2SeqLM reads none)
+OWN_CLASSES = (
+    "Gemma3ForConditionalGeneration",
+    "LlavaForConditionalGeneration",
+    "LlavaNextForConditionalGeneration",
+    "Mistral3ForConditionalGeneration",
+)
 
 
 def from_pretrained(folder: Path, loading_info: bool = False) -> Any:

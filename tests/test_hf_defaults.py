@@ -177,7 +177,8 @@ BOOKKEEPING = {
 }
 # Model types whose config nests another's: the multimodal Gemma 3's language model is a
 # gemma3_text config in text_config, which Gemma3Config fills with Gemma3TextConfig's defaults.
-NESTED = {"gemma3": "gemma3_text"}
+# Multimodal model types, whose language model (text_config: its model type's rows) is what imports
+NESTED = {"gemma3": "gemma3_text", "llava": "llama", "llava_next": "llama", "mistral3": "mistral"}
 LLAMA_LIKE = ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "phi3", "starcoder2")
 
 

@@ -21,6 +21,7 @@ from tfcompile.hf import (  # noqa: F401 (each registers its architecture)
     gpt_neox,
     gptj,
     llama,
+    llava,
     mpt,
     opt,
     persimmon,
