@@ -172,6 +172,24 @@ def longrope(pairs: int = 4, **fields: Any) -> dict[str, Any]:
     )
 
 
+def test_transformers_generation_slides_a_window_its_forward_ignores() -> None:
+    """Why a sliding_window the model type reads not is refused (unread_window): transformers'
+    forward of a Llama attends over every position, its cached decoding over the last window."""
+    torch.manual_seed(0)
+    config = T.LlamaConfig(**DECODER | {"sliding_window": 4})
+    model = perturb(T.LlamaForCausalLM(config)).eval()
+    ids = random_ids(1, 12)
+    with torch.no_grad():
+        forward = model(ids).logits
+        out = model(ids[:, :6], use_cache=True)
+        cache, steps = out.past_key_values, [out.logits]
+        for t in range(6, 12):
+            out = model(ids[:, t : t + 1], past_key_values=cache, use_cache=True)
+            cache = out.past_key_values
+            steps.append(out.logits)
+    assert (torch.cat(steps, 1) - forward).abs().max() > 1e-2
+
+
 # A token id in range that is not 0 (the special tokens' ids do not change the computation).
 IDS = dict(pad_token_id=3, bos_token_id=5, eos_token_id=6)
 
@@ -407,6 +425,9 @@ CASES: list[Case] = [
     case("gpt2", reorder_and_upcast_attn=True, slow=True),  # float32: the same attention, reordered
     case("gpt2", reorder_and_upcast_attn=True, scale_attn_weights=False, spec={"attention_scale": 1.0}),
     case("gpt2", outcome="add_cross_attention", add_cross_attention=True, slow=True),
+    # a window GPT-2 reads not, which transformers' generation cache slides (unread_window): refused
+    case("gpt2", outcome="sliding_window", json={"sliding_window": 4}),
+    case("gpt2", json={"sliding_window": 32}, slow=True),  # the whole context: no position falls out
     case("gpt2", resid_pdrop=0.5, embd_pdrop=0.5, attn_pdrop=0.5, slow=True),
     case("gpt2", initializer_range=0.5, slow=True),
     case(  # GPT2DoubleHeadsModel's summary head: not in a GPT2LMHeadModel
@@ -436,17 +457,31 @@ CASES: list[Case] = [
     case("llama", attention_bias=True, spec={"bias.qkv": True, "bias.attn_out": True}, slow=True),
     case("llama", mlp_bias=True, spec={"bias.ffn": True}, slow=True),
     case("llama", outcome="pretraining_tp", json={"pretraining_tp": 0}, slow=True),
-    case("llama", json={"sliding_window": 6}, spec={"max_seq_len": 32}, slow=True),  # unread by Llama
-    # layer_types, unread by Llama, but transformers 5 refuses a list of another count than the layers,
-    # and fails on a sliding layer without a sliding_window (which it ignores where one is named)
-    case("llama", json={"layer_types": ["full_attention"] * 2}, slow=True),
+    # a window Llama's attention reads not: transformers' forward attends over every position, its
+    # generation cache (DynamicCache) keeps only the last sliding_window of the layers layer_types
+    # names sliding (every layer where it names none): refused, but a window of the whole context
+    case("llama", outcome="sliding_window", json={"sliding_window": 6}, slow=True),
+    case("llama", json={"sliding_window": 32}, spec={"max_seq_len": 32, "window": None}, slow=True),
+    case("llama", json={"sliding_window": 6, "layer_types": ["full_attention"] * 2}, slow=True),
     case(
-        "llama", json={"layer_types": ["full_attention", "sliding_attention"], "sliding_window": 4}, slow=True
+        "llama",
+        outcome="sliding_window",
+        json={"layer_types": ["full_attention", "sliding_attention"], "sliding_window": 4},
+        slow=True,
     ),
+    # layer_types, unread by Llama, but transformers 5 refuses a list of another count than the layers,
+    # and fails on a sliding layer without a sliding_window (missing or null)
+    case("llama", json={"layer_types": ["full_attention"] * 2}, slow=True),
     case(
         "llama",
         outcome="layer_types",
         json={"layer_types": ["full_attention", "sliding_attention"]},
+        slow=True,
+    ),
+    case(
+        "llama",
+        outcome="layer_types",
+        json={"layer_types": ["full_attention", "sliding_attention"], "sliding_window": None},
         slow=True,
     ),
     case("llama", outcome="layer_types", json={"layer_types": ["full_attention"]}, slow=True),

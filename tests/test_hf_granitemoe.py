@@ -347,7 +347,8 @@ def rows(f: str) -> list[Case]:
         case(f, outcome="num_experts_per_tok", num_experts_per_tok=5, slow=True),
         case(f, router_aux_loss_coef=0.0, spec={"moe.balance_loss": 0.0}, slow=True),
         case(f, output_router_logits=True, slow=True),  # training only: the loss's balance term
-        case(f, json={"sliding_window": 4, "use_sliding_window": True}, spec={"window": None}, slow=True),
+        case(f, outcome="sliding_window", json={"sliding_window": 4, "use_sliding_window": True}, slow=True),
+        case(f, json={"sliding_window": 32, "use_sliding_window": True}, spec={"window": None}, slow=True),
         case(
             f, rope_parameters={"rope_type": "default", "rope_theta": 500.0}, spec={"positional.theta": 500.0}
         ),

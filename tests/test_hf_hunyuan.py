@@ -238,7 +238,8 @@ CASES: list[Case] = [
     row(outcome="head_dim", json={"head_dim": DELETE}),
     row(outcome="head_dim", json={"head_dim": None}, slow=True),
     row(hidden_size=64, num_attention_heads=8, spec={"d_model": 64, "n_heads": 8}, slow=True),
-    row(json={"sliding_window": 4, "use_sliding_window": True}, spec={"window": None}, slow=True),
+    row(outcome="sliding_window", json={"sliding_window": 4, "use_sliding_window": True}, slow=True),
+    row(json={"sliding_window": 32, "use_sliding_window": True}, spec={"window": None}, slow=True),
     # published configs' fields transformers reads no more (its q/k norms are always there; no CLA)
     row(json={"use_qk_norm": False, "use_cla": True, "cla_share_factor": 2}, slow=True),
     row(rope_parameters={"rope_type": "default", "rope_theta": 500.0}, spec={"positional.theta": 500.0}),
@@ -257,6 +258,12 @@ CASES: list[Case] = [
         exported=False,
     ),
     row(outcome="rope_parameters.alpha", json=rope(**NTK_ALPHA | {"alpha": -2.0}), slow=True),
+    # an alpha without a factor: transformers 5 refuses the dynamic dict (4 computed the alpha)
+    row(
+        outcome="rope_parameters.factor",
+        json={"rope_parameters": {k: v for k, v in NTK_ALPHA.items() if k != "factor"}},
+        slow=True,
+    ),
     row(outcome="rope_parameters.alpha", json=rope(**NTK_ALPHA | {"alpha": "1000"}), slow=True),
     row(**rope(**YARN), spec={"positional.scaling.factor": 4.0}, slow=True),
     row(json={"rope_parameters": DELETE, "rope_theta": 777.0}, spec={"positional.theta": 777.0}, slow=True),

@@ -638,6 +638,7 @@ CASES += [
     gptj(pad_token_id=3, bos_token_id=5, eos_token_id=6, slow=True),
     gptj(n_positions=8, spec={"max_seq_len": 8}, slow=True),
     gptj(n_layer=1, slow=True),
+    gptj(outcome="sliding_window", json={"sliding_window": 4}, slow=True),  # unread, slid by the cache
     gptj(vocab_size=VOCAB, slow=True),
 ]
 

@@ -284,10 +284,11 @@ CASES: list[Case] = [
     row(clip_qkv=None, spec={"qkv_clip": None}, slow=True),
     row(outcome="clip_qkv", json={"clip_qkv": 0}),  # transformers clamps everything to 0
     row(outcome="clip_qkv", json={"clip_qkv": -1.0}, slow=True),
-    # a window and layer_types in config.json, which OlmoConfig does not read: no layer slides
+    # a window and layer_types in config.json, which OlmoConfig does not read: transformers' forward
+    # attends over every position, its generation cache keeps the last 4 of the sliding layers: refused
     row(
+        outcome="sliding_window",
         json={"sliding_window": 4, "layer_types": ["sliding_attention"] * 2, "use_sliding_window": True},
-        spec={"window": None},
         slow=True,
     ),
     # a head_dim in config.json, which OlmoConfig does not name and transformers reads
@@ -349,10 +350,11 @@ CASES2: list[Case] = [
     row2(json={"rms_norm_eps": DELETE}, spec={"norm.eps": 1e-5}),  # Olmo2Config's, not LlamaConfig's
     row2(outcome="rms_norm_eps", json={"rms_norm_eps": 0}, slow=True),
     row2(head_dim=16, spec={"head_dim": 16}, slow=True),
-    # a window and layer_types in config.json, which Olmo2Config does not read: no layer slides
+    # a window and layer_types in config.json, which Olmo2Config does not read: transformers' forward
+    # attends over every position, its generation cache keeps the last 4 of the sliding layers: refused
     row2(
+        outcome="sliding_window",
         json={"sliding_window": 4, "layer_types": ["sliding_attention"] * 2, "use_sliding_window": True},
-        spec={"window": None},
         slow=True,
     ),
     # OLMo's clip_qkv, which OLMo 2 does not read

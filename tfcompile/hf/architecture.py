@@ -241,6 +241,9 @@ class Architecture(ABC):
     # Names accepted in a checkpoint before the body's tensor names (saved from a head class, or not).
     prefixes: ClassVar[tuple[str, ...]] = ()
     ignored: ClassVar[tuple[str, ...]] = ()  # substrings of tensor names that hold no weights
+    # Whether read() takes config.json's sliding_window (a window, or unread_window's refusal where
+    # the attention reads none); else the importer refuses a causal LM's unread one (unread_window).
+    reads_window: ClassVar[bool] = False
     # Spec fields (dotted, from ``model.`` or ``task.``) -> the config.json field each is read
     # from, so that a value the spec's rules refuse is named as the config says it.
     sources: ClassVar[dict[str, str]] = {}
@@ -350,6 +353,24 @@ def lm_head(
     return tie
 
 
+def unread_window(config: Config, length: Any) -> None:
+    """A ``sliding_window`` of a causal LM whose attention reads none: transformers' forward attends
+    over every position, but its generation cache (DynamicCache) keeps only the last sliding_window
+    keys of the layers ``layer_types`` names sliding (every layer where it names none), so the two
+    differ past the window; refused where it is shorter than the context (``length``)."""
+    size, types = config.data.get("sliding_window"), config.data.get("layer_types")
+    if not isinstance(size, int | float) or isinstance(size, bool) or not isinstance(length, int):
+        return
+    config.require(
+        size >= length or (isinstance(types, list) and "sliding_attention" not in types),
+        "sliding_window",
+        f"is {size!r}, and this model type's attention reads no window: transformers' forward attends "
+        f"over every position, its generation cache keeps only the last {size}, and the two differ "
+        "past it",
+        "remove it (null), or list every layer as full_attention in layer_types",
+    )
+
+
 def pad_within(config: Config, vocab: Any) -> None:
     """transformers' token embedding takes the pad id as its padding_idx, which must be one of its
     rows (a negative one counted from the end): past the vocabulary the model fails to build."""
@@ -435,16 +456,13 @@ class Needs:
         self(qk_norm or not model.qk_norm, "model.qk_norm", True, "set it false")
         over = model.qk_norm_over  # named where the q/k norms are the architecture's
         self(not qk_norm or over == "head", "model.qk_norm_over", over, "head (each head's q and k)")
-        after = getattr(model, "qk_norm_after_rope", False)
-        self(
-            after == after_rope if qk_norm else model.qk_norm or not after,
-            "model.qk_norm_after_rope",
-            after,
-            f"{str(after_rope).lower()} ({self.architecture} normalises q and k "
-            f"{'after' if after_rope else 'before'} RoPE)"
-            if qk_norm
-            else "false",
-        )
+        after = model.qk_norm_after_rope
+        if qk_norm:  # the architecture's own norms: before RoPE, or after where after_rope
+            when = "after" if after_rope else "before"
+            hint = f"{str(after_rope).lower()} ({self.architecture} normalises q and k {when} RoPE)"
+            self(after == after_rope, "model.qk_norm_after_rope", after, hint)
+        else:  # named where qk_norm is not: a writer that set its norms aside (Gemma 3, as Gemma 2)
+            self(model.qk_norm or not after, "model.qk_norm_after_rope", after, "false")
         self(model.block.type == "sequential", "model.block", model.block.type, "sequential")
         # An architecture that holds the position to its own (pre or post) has named it already.
         if not any(problem.field == "model.norm.position" for problem in self.problems):

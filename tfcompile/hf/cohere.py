@@ -162,6 +162,7 @@ class Cohere(Architecture):
 
 @register("cohere2")
 class Cohere2(Cohere):
+    reads_window = True  # its sliding layers' window
     head: ClassVar[str] = "Cohere2ForCausalLM"
     theta: ClassVar[float] = 10000.0  # Cohere2Config's: transformers' default
 

@@ -518,6 +518,7 @@ class Gemma3Multimodal(Architecture):
     path's tensors are left out, said in a warning; export-hf writes the run as Gemma3ForCausalLM.
     Import only: the language model is Gemma 3's to write."""
 
+    reads_window = True  # its language model's, as Gemma 3 reads it in text_config
     # transformers 5 saves model.language_model.* and lm_head.weight; 4 (and 5, to stay readable
     # by 4) language_model.model.* and language_model.lm_head.weight
     prefixes = ("model.language_model.", "language_model.model.", "language_model.", "model.")

@@ -27,7 +27,7 @@ from tokenizers import Tokenizer
 from tfcompile.expansion import excess
 from tfcompile.files import PREPROCESSING_FILE, TOKENIZER_FILE, atomic_write_text
 from tfcompile.hf import families, vit  # noqa: F401 (families registers every architecture)
-from tfcompile.hf.architecture import ARCHITECTURES, Architecture, Config, Tensors, source
+from tfcompile.hf.architecture import ARCHITECTURES, Architecture, Config, Tensors, source, unread_window
 from tfcompile.hf.errors import HFError, HFWarning, Problem, refuse
 from tfcompile.hf.folder import (
     CONFIG,
@@ -87,6 +87,8 @@ def import_folder(folder: Path, name: str, specs_dir: Path, runs_dir: Path) -> I
     tensors = Tensors(normalise(read_weights(folder), converter), str(folder))
     config = Config(data).aliased(converter.aliases_for(model_type))
     imported = converter.read(config, head_class, tensors)
+    if imported.task.get("type") == "causal_lm" and not converter.reads_window:
+        unread_window(config, imported.model.get("max_seq_len"))
     if config.problems:
         raise refuse(str(folder / CONFIG), config.problems)
     sections: dict[str, Any] = {"model": imported.model, "task": imported.task}

@@ -51,8 +51,9 @@ hidden_size / heads where no head_dim) with Qwen2-MoE's experts but the shared o
 Mixtral's ``block_sparse_moe``; ``gate_proj``, ``up_proj``, ``down_proj`` under the others'
 ``mlp``), or hold transformers 5's stacked ``experts.gate_up_proj`` and ``experts.down_proj``.
 GraniteMoE is Granite's attention and multipliers with Mixtral's routing (the top k's softmax) over
-experts stacked in one tensor per layer (GraniteMoe), and GraniteMoeShared adds an ungated shared
-expert of ``shared_intermediate_size`` (none where 0: ``moe.shared_gate: false``).
+experts stacked in one tensor per layer (read by the GraniteMoe converter), and GraniteMoeShared
+adds an ungated shared expert of ``shared_intermediate_size`` (none where 0: ``moe.shared_gate:
+false``).
 export-hf writes a mixture of experts as Mixtral (no q/k norms, no shared expert, every layer routed,
 the top k renormalised, no attention biases), Qwen3-MoE (each head's q and k normalised),
 Qwen2-MoE (a sigmoid-gated shared expert), GraniteMoE (Granite's multipliers or attention scale) or
@@ -91,6 +92,7 @@ from tfcompile.hf.architecture import (
     output_scale,
     pad_within,
     register,
+    unread_window,
     zeros_if_none,
 )
 from tfcompile.hf.architecture import EXPORTED_ACTIVATIONS as PLAIN
@@ -175,6 +177,20 @@ class ModelType:
     # SDPA, whose default that is); else it reads as left out (Granite's config class refuses it)
     null_attention_scale: bool = False
 
+    @property
+    def reads_window(self) -> bool:
+        """Whether the model type's attention reads sliding_window (on some layers, or all)."""
+        return any(
+            (
+                self.every_layer_slides,
+                self.layer_types,
+                self.slides_by_default,
+                self.alternating,
+                self.window_layers,
+                self.nope,
+            )
+        )
+
     def reads(self, config: Config) -> Config:
         """``config`` as this model type's config class reads it, ``layer_types`` derived where it
         has none and ``full_every`` or ``derive_layer_types`` says how; its problems are ``config``'s."""
@@ -203,7 +219,7 @@ class MoEType:
     shared: str | None = None
     # the shared expert gated by sigmoid(x . w) (Qwen2-MoE's); else ungated, and none where 0 wide
     # (GraniteMoeShared's shared_intermediate_size, 0 by default)
-    shared_gate: bool = True
+    shared_gate: bool = False
     # decoder_sparse_step and mlp_only_layers read: which layers route (the others a dense feed-forward
     # of intermediate_size); else every layer routes
     sparse_layers: bool = False
@@ -326,7 +342,6 @@ def qwen2_moe_own(need: Needs, model: DecoderSpec) -> DecoderSpec:
         True,
         "false (Qwen2-MoE, written for a shared expert, has no output projection bias)",
     )
-    need(moe.shared_gate, "model.moe.shared_gate", False, "true (Qwen2-MoE gates its shared expert)")
     return model.model_copy(update={"qk_norm": False})
 
 
@@ -931,6 +946,7 @@ MODEL_TYPES = {
             experts="num_experts",
             d_ff="moe_intermediate_size",
             shared="shared_expert_intermediate_size",
+            shared_gate=True,
             sparse_layers=True,
         ),
         title="Qwen2-MoE",
@@ -1426,7 +1442,7 @@ def valid_layer_types(config: Config, kind: ModelType) -> None:
         f"{types!r} is not {FULL} or {SLIDING} for each of the {n_layers} layers",
         "list full_attention or sliding_attention for each layer, or leave layer_types out",
     )
-    windowless = not (kind.layer_types or kind.every_layer_slides) and "sliding_window" not in config.data
+    windowless = not kind.reads_window and config.data.get("sliding_window") is None
     config.require(
         not (windowless and isinstance(types, list) and SLIDING in types),
         "layer_types",
@@ -1505,6 +1521,7 @@ def rope_top_level(positional: RopePositional) -> dict[str, Any]:
     "exaone4",
 )
 class Llama(Writable):
+    reads_window = True  # each model type's window, or unread_window where its attention reads none
     layout: ClassVar[str] = "halves"  # which dimensions the written model's RoPE turns together
     windows: ClassVar[Windows] = "any"  # as Mistral, Qwen2 or Qwen3 (written_as says which)
     prefixes = ("model.",)
@@ -1552,6 +1569,8 @@ class Llama(Writable):
         if kind.requires is not None:
             kind.requires(config)
         valid_layer_types(config, kind)
+        if not kind.reads_window:
+            unread_window(config, context(config))
         d, heads = config.get("hidden_size", 4096), config.get("num_attention_heads", 32)
         kv_heads = config.get("num_key_value_heads", heads)
         head_dim = config.get("head_dim", d // max(heads, 1))  # 0 heads: refused by the spec
@@ -1630,7 +1649,7 @@ class Llama(Writable):
             model["window"] = slides
         sources = scaling_sources(config) | window_sources(config, kind)
         if kind.nope_full:
-            sources["model.positional.nope_layers"] = window_sources(config, kind)["model.window.layers"]
+            sources["model.positional.nope_layers"] = sources["model.window.layers"]
         if kind.moe is not None:
             moe, moe_sources = moe_section(config, kind.moe, model["n_layers"])
             if moe is not None:
@@ -1941,24 +1960,26 @@ class HunYuan(Llama):
     def rope(self, config: Config, head_dim: int) -> dict[str, Any]:
         section = super().rope(config, head_dim)
         scaling = section.get("scaling")
-        legacy = config.get("rope_scaling", {})
-        name = "rope_scaling" if legacy else "rope_parameters"
-        alpha = (legacy or config.get("rope_parameters", {})).get("alpha")
+        name = scaling_sources(config)["model.positional.scaling"]  # the dict transformers reads
+        params = config.get(name, {})
+        alpha = params.get("alpha")
         if scaling is None or scaling["type"] != "dynamic" or not alpha:  # transformers' test: truthy
             return section
+        valid = json_type(alpha) == "a number" and alpha > 0 and head_dim > 2
         config.require(
-            json_type(alpha) == "a number" and alpha > 0 and head_dim > 2,
+            valid,
             f"{name}.alpha",
             f"is {alpha!r}: HunYuan's NTK alpha raises theta by alpha^(head_dim / (head_dim - 2)), "
             f"which needs a number above 0 and heads wider than 2 (head_dim {head_dim})",
             "set it above 1 (Hunyuan-7B's 1000), or leave it out",
         )
-        if (
-            json_type(alpha) == "a number"
-            and alpha > 0
-            and head_dim > 2
-            and json_type(section["theta"]) == "a number"
-        ):
+        config.require(
+            params.get("factor") is not None,
+            f"{name}.factor",
+            "is missing: transformers 5 refuses a dynamic RoPE without one, its NTK alpha's too",
+            "set it (Hunyuan-7B's 1.0; the alpha alone sets theta)",
+        )
+        if valid and json_type(section["theta"]) == "a number":
             section["theta"] = section["theta"] * alpha ** (head_dim / (head_dim - 2))
         del section["scaling"]
         return section
@@ -2179,8 +2200,9 @@ def moe_config(model: DecoderSpec, written: str) -> dict[str, Any]:
     if written in ("mixtral", "granitemoe", "granitemoeshared"):
         # experts of intermediate_size, always renormalised, every layer routed
         config |= {"num_local_experts": moe.experts, "intermediate_size": moe.d_ff}
-        if written == "granitemoeshared":
-            config["shared_intermediate_size"] = moe.shared_d_ff or 0
+        shared = MODEL_TYPES[written].moe
+        if shared is not None and shared.shared is not None:  # GraniteMoeShared's: 0 for none
+            config[shared.shared] = moe.shared_d_ff or 0
         return config
     config |= {
         "num_experts": moe.experts,
@@ -2310,9 +2332,11 @@ def feed_forward_inputs(model: DecoderSpec) -> tuple[str, ...]:
 
 
 def written_as(model: DecoderSpec) -> str:
-    """The model_type export-hf writes a decoder as: OLMo 2 where its norms are on each sublayer's
-    output; SmolLM3 where some layers turn no RoPE; Granite where it has multipliers or another
-    attention scale; Qwen3 where each head's q and k are normalised; else Llama, whatever the
+    """The model_type export-hf writes a decoder as: Arcee where its feed-forward is plain; EXAONE 4
+    where its norms are on each sublayer's output and each head's q and k normalised, else OLMo 2
+    there; SmolLM3 where some layers turn no RoPE; Granite where it has multipliers or another
+    attention scale (and no experts); HunYuan where q and k are normalised after RoPE, Qwen3 where
+    before; else Llama, whatever the
     biases (zeros where the model has none). Not Qwen2, even for exactly q, k and v biases:
     transformers 5's AutoTokenizer reads a qwen2 folder with Qwen2's own tokenizer class, whatever
     its tokenizer.json holds (a character tokenizer lost its spaces).
@@ -2322,9 +2346,7 @@ def written_as(model: DecoderSpec) -> str:
     A mixture of experts (but in OLMo 2's and SmolLM3's, which refuse it) is GraniteMoE's where it
     has Granite's multipliers or attention scale (GraniteMoeShared's with a shared expert),
     GraniteMoeShared's where its shared expert is ungated, Qwen2-MoE's where it is gated, else
-    Qwen3-MoE's with q/k norms, else Mixtral's. A plain
-    feed-forward is Arcee's (which refuses the others' features); output norms with each head's q and
-    k normalised are EXAONE 4's; q and k norms after RoPE HunYuan's."""
+    Qwen3-MoE's with q/k norms, else Mixtral's. Each writer's ``own`` refuses the others' features."""
     if not model.gated:
         return "arcee"
     if model.norm.position == "output":

@@ -47,6 +47,7 @@ IMAGE_TENSORS = ("vision_tower.", "multi_modal_projector.", "image_newline")
 
 @register("llava", "llava_next", "mistral3")
 class LlavaMultimodal(Architecture):
+    reads_window = True  # its language model's, as Llama reads it in text_config
     # transformers 5 saves model.language_model.* and lm_head.weight; 4 language_model.model.* and
     # language_model.lm_head.weight
     prefixes = ("model.language_model.", "language_model.model.", "language_model.", "model.")

@@ -83,6 +83,7 @@ def starcoder2_blocks(model: DecoderSpec) -> bool:
 
 @register("starcoder2")
 class Starcoder2(Writable):
+    reads_window = True  # its sliding_window on every layer
     windows: ClassVar[Windows] = "every"
     prefixes = ("model.",)
     ignored = ("rotary_emb.inv_freq",)  # a buffer in old checkpoints
