@@ -600,3 +600,27 @@ def assert_head_refused(variant: Imported, head: str, tmp_path: Path) -> None:
     with pytest.raises(HFError, match=rf"  architectures: {head} is not a language"):
         import_folder(folder, "head", tmp_path / "specs", tmp_path / "runs")
     assert not (tmp_path / "runs" / "head").exists()
+
+
+# transformers 5.24 saves a multimodal model under the names transformers 4 reads; its own, which it
+# reads too, are these (its language model's, the image path's).
+FIVE = "_5_names"
+OWN_NAMES = {
+    "language_model.model.": "model.language_model.",
+    "language_model.lm_head.": "lm_head.",
+    "vision_tower.": "model.vision_tower.",
+    "multi_modal_projector.": "model.multi_modal_projector.",
+    "image_newline": "model.image_newline",
+}
+
+
+def own_names(folder: Path) -> None:
+    """The multimodal folder's checkpoint under transformers 5's own names."""
+    from safetensors.torch import load_file, save_file
+
+    path = folder / "model.safetensors"
+    renamed = {}
+    for name, tensor in load_file(path).items():
+        old = next(prefix for prefix in OWN_NAMES if name.startswith(prefix))
+        renamed[OWN_NAMES[old] + name[len(old) :]] = tensor
+    save_file(renamed, path, metadata={"format": "pt"})

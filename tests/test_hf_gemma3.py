@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 import torch
 from helpers import random_run
-from hf_models import DECODER, Imported, copied, perturb, random_ids, right_padding, write
+from hf_models import DECODER, FIVE, Imported, copied, own_names, perturb, random_ids, right_padding, write
 from safetensors.torch import load_file, save_file
 from test_hf_export import _loads_alike, _problems
 from test_hf_fields import (
@@ -434,25 +434,7 @@ MULTIMODAL_VARIANTS: dict[str, Callable[[], Any]] = {
         tie_word_embeddings=False,
     ),
 }
-# transformers 5.24 saves the names transformers 4 reads; its own, which it reads too, are these.
-FIVE = "_5_names"
-OWN_NAMES = {
-    "language_model.model.": "model.language_model.",
-    "language_model.lm_head.": "lm_head.",
-    "vision_tower.": "model.vision_tower.",
-    "multi_modal_projector.": "model.multi_modal_projector.",
-}
 MULTIMODAL_NAMES = [*MULTIMODAL_VARIANTS, *(name + FIVE for name in MULTIMODAL_VARIANTS)]
-
-
-def own_names(folder: Path) -> None:
-    """The folder's checkpoint under transformers 5's own names."""
-    path = folder / "model.safetensors"
-    renamed = {}
-    for name, tensor in load_file(path).items():
-        old = next(prefix for prefix in OWN_NAMES if name.startswith(prefix))
-        renamed[OWN_NAMES[old] + name[len(old) :]] = tensor
-    save_file(renamed, path, metadata={"format": "pt"})
 
 
 def image_path(hf: Any) -> int:

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 import torch
-from hf_models import VOCAB, Imported, from_pretrained, perturb, write
+from hf_models import FIVE, VOCAB, Imported, copied, from_pretrained, own_names, perturb, write
 from safetensors.torch import load_file, save_file
 from test_hf_export import _loads_alike
 
@@ -103,26 +103,7 @@ VARIANTS: dict[str, tuple[Callable[[], Any], str]] = {
         "LlamaForCausalLM",
     ),
 }
-# transformers 5.24 saves the names transformers 4 reads; its own, which it reads too, are these.
-FIVE = "_5_names"
-OWN_NAMES = {
-    "language_model.model.": "model.language_model.",
-    "language_model.lm_head.": "lm_head.",
-    "vision_tower.": "model.vision_tower.",
-    "multi_modal_projector.": "model.multi_modal_projector.",
-    "image_newline": "model.image_newline",
-}
 NAMES = [*VARIANTS, *(name + FIVE for name in VARIANTS)]
-
-
-def own_names(folder: Path) -> None:
-    """The folder's checkpoint under transformers 5's own names."""
-    path = folder / "model.safetensors"
-    renamed = {}
-    for name, tensor in load_file(path).items():
-        old = next(prefix for prefix in OWN_NAMES if name.startswith(prefix))
-        renamed[OWN_NAMES[old] + name[len(old) :]] = tensor
-    save_file(renamed, path, metadata={"format": "pt"})
 
 
 def image_path(hf: Any) -> int:
@@ -174,14 +155,6 @@ def test_an_imported_run_is_written_as_its_text_model_type(
     _loads_alike(tmp_path / "out", imported[name].model)
 
 
-def copied(imported: dict[str, Imported], name: str, tmp_path: Path) -> Path:
-    folder = tmp_path / name
-    folder.mkdir()
-    for path in imported[name].folder.iterdir():
-        (folder / path.name).write_bytes(path.read_bytes())
-    return folder
-
-
 def test_the_import_says_the_image_path_is_left_out(imported: dict[str, Imported], tmp_path: Path) -> None:
     folder = imported["llava_next_mistral"].folder
     n = sum(
@@ -203,25 +176,16 @@ def test_only_the_image_path_is_left_out(imported: dict[str, Imported], tmp_path
         import_folder(folder, "extra", tmp_path / "specs", tmp_path / "runs")
 
 
-def edited(imported: dict[str, Imported], name: str, tmp_path: Path, **fields: Any) -> Path:
-    folder = copied(imported, name, tmp_path)
-    config = json.loads((folder / "config.json").read_text())
-    for key, value in fields.items():
-        if value is None:
-            config.pop(key, None)
-        else:
-            config[key] = value
-    (folder / "config.json").write_text(json.dumps(config))
-    return folder
-
-
 def test_a_top_level_tie_over_an_untied_checkpoint_unties_as_transformers_5(
     imported: dict[str, Imported], tmp_path: Path
 ) -> None:
     """Mistral 3's tie_word_embeddings is true where config.json leaves it out; transformers 5 then
     ties nothing where the checkpoint holds a head that differs (Mistral-Small's), and 4 reads
     text_config's tie alone: the same untied model, and no warning."""
-    folder = edited(imported, "mistral3", tmp_path, tie_word_embeddings=None)
+    folder = copied(imported, "mistral3", tmp_path)
+    config = json.loads((folder / "config.json").read_text())
+    del config["tie_word_embeddings"]
+    (folder / "config.json").write_text(json.dumps(config))
     hf = from_pretrained(folder)
     assert hf.lm_head.weight.data_ptr() != hf.model.language_model.embed_tokens.weight.data_ptr()
     with warnings.catch_warnings():
