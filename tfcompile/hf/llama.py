@@ -34,7 +34,9 @@ feed-forward in blocks of LayerNorms with a shift (NemotronLayerNorm1P's weight 
 half of each head; GPT-NeoX or Starcoder2 write it where they can. EXAONE 4 is OLMo 2's output norms
 with each head's q and k normalised (Qwen3's), sliding the layers its ``layer_types`` name (where
 none, all but every ``sliding_window_pattern``-th); where it has a window its full-attention layers
-turn no RoPE (``positional.nope_layers``); export-hf writes it back. RoPE scaling reads both
+turn no RoPE (``positional.nope_layers``); export-hf writes it back. HunYuan normalises each head's
+q and k after RoPE (``qk_norm_after_rope``, under its own names) and reads a dynamic RoPE with an
+``alpha`` as a larger theta (NTK alpha); export-hf writes it back. RoPE scaling reads both
 transformers 4's ``rope_scaling`` and 5's ``rope_parameters``.
 
 The mixtures of experts are ``model.moe`` (MODEL_TYPES' ``moe``, MoEType): a router's softmax over
