@@ -242,7 +242,7 @@ class Architecture(ABC):
     prefixes: ClassVar[tuple[str, ...]] = ()
     ignored: ClassVar[tuple[str, ...]] = ()  # substrings of tensor names that hold no weights
     # Whether read() takes config.json's sliding_window (a window, or unread_window's refusal where
-    # the attention reads none); else the importer refuses a causal LM's unread one (unread_window).
+    # the attention reads none); else the importer refuses an unread one (unread_window).
     reads_window: ClassVar[bool] = False
     # Spec fields (dotted, from ``model.`` or ``task.``) -> the config.json field each is read
     # from, so that a value the spec's rules refuse is named as the config says it.
@@ -354,10 +354,11 @@ def lm_head(
 
 
 def unread_window(config: Config, length: Any) -> None:
-    """A ``sliding_window`` of a causal LM whose attention reads none: transformers' forward attends
-    over every position, but its generation cache (DynamicCache) keeps only the last sliding_window
-    keys of the layers ``layer_types`` names sliding (every layer where it names none), so the two
-    differ past the window; refused where it is shorter than the context (``length``)."""
+    """A ``sliding_window`` of a model whose attention reads none: transformers' forward attends
+    over every position, but the cache it generates with (DynamicCache: a decoder's, a translator's
+    decoder's) keeps only the last sliding_window keys of the layers ``layer_types`` names sliding
+    (every layer where it names none), so the two differ past the window; refused where it is
+    shorter than the context (``length``; none: a model without one, a ViT)."""
     size, types = config.data.get("sliding_window"), config.data.get("layer_types")
     if not isinstance(size, int | float) or isinstance(size, bool) or not isinstance(length, int):
         return

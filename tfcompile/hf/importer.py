@@ -87,7 +87,7 @@ def import_folder(folder: Path, name: str, specs_dir: Path, runs_dir: Path) -> I
     tensors = Tensors(normalise(read_weights(folder), converter), str(folder))
     config = Config(data).aliased(converter.aliases_for(model_type))
     imported = converter.read(config, head_class, tensors)
-    if imported.task.get("type") == "causal_lm" and not converter.reads_window:
+    if not converter.reads_window:
         unread_window(config, imported.model.get("max_seq_len"))
     if config.problems:
         raise refuse(str(folder / CONFIG), config.problems)
