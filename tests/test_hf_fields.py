@@ -428,6 +428,13 @@ CASES: list[Case] = [
     # a window GPT-2 reads not, which transformers' generation cache slides (unread_window): refused
     case("gpt2", outcome="sliding_window", json={"sliding_window": 4}),
     case("gpt2", json={"sliding_window": 32}, slow=True),  # the whole context: no position falls out
+    # a sliding layer beside no window, which transformers fails on in every model type
+    case(
+        "gpt2",
+        outcome="layer_types",
+        json={"layer_types": ["full_attention", "sliding_attention"]},
+        slow=True,
+    ),
     case("gpt2", resid_pdrop=0.5, embd_pdrop=0.5, attn_pdrop=0.5, slow=True),
     case("gpt2", initializer_range=0.5, slow=True),
     case(  # GPT2DoubleHeadsModel's summary head: not in a GPT2LMHeadModel

@@ -358,12 +358,20 @@ def unread_window(config: Config, length: Any) -> None:
     over every position, but the cache it generates with (DynamicCache: a decoder's, a translator's
     decoder's) keeps only the last sliding_window keys of the layers ``layer_types`` names sliding
     (every layer where it names none), so the two differ past the window; refused where it is
-    shorter than the context (``length``; none: a model without one, a ViT)."""
+    shorter than the context (``length``; none: a model without one, a ViT). Sliding layers beside
+    no sliding_window (missing or null) fail transformers' forward: refused too."""
     size, types = config.data.get("sliding_window"), config.data.get("layer_types")
+    sliding = isinstance(types, list) and "sliding_attention" in types
+    config.require(
+        size is not None or not sliding,
+        "layer_types",
+        "names sliding_attention layers, and config.json no sliding_window: transformers fails on them",
+        "list every layer as full_attention, or leave layer_types out",
+    )
     if not isinstance(size, int | float) or isinstance(size, bool) or not isinstance(length, int):
         return
     config.require(
-        size >= length or (isinstance(types, list) and "sliding_attention" not in types),
+        size >= length or (isinstance(types, list) and not sliding),
         "sliding_window",
         f"is {size!r}, and this model type's attention reads no window: transformers' forward attends "
         f"over every position, its generation cache keeps only the last {size}, and the two differ "

@@ -1429,12 +1429,11 @@ def nope_layers(config: Config) -> list[int]:
     return [i for i, v in enumerate(read) if v == 0]
 
 
-def valid_layer_types(config: Config, kind: ModelType) -> None:
+def valid_layer_types(config: Config) -> None:
     """``layer_types``, where config.json has them, name full_attention or sliding_attention for each
     layer: transformers 5 refuses a list of another length or of a kind it does not know, and a
-    LLaMA-like model builds no mask for its other kinds (chunked attention, ...), so fails. A model
-    type without a window (Llama's) ignores them, but fails on a sliding layer where config.json
-    names no ``sliding_window`` for it to ignore."""
+    LLaMA-like model builds no mask for its other kinds (chunked attention, ...), so fails. (A model
+    type without a window fails on a sliding layer beside no sliding_window: unread_window.)"""
     types, n_layers = config.data.get("layer_types"), config.get("num_hidden_layers", 32)
     if types is None or not listable(n_layers):
         return
@@ -1443,13 +1442,6 @@ def valid_layer_types(config: Config, kind: ModelType) -> None:
         "layer_types",
         f"{types!r} is not {FULL} or {SLIDING} for each of the {n_layers} layers",
         "list full_attention or sliding_attention for each layer, or leave layer_types out",
-    )
-    windowless = not kind.reads_window and config.data.get("sliding_window") is None
-    config.require(
-        not (windowless and isinstance(types, list) and SLIDING in types),
-        "layer_types",
-        f"names {SLIDING} layers, and config.json no sliding_window: transformers fails on them",
-        "list every layer as full_attention, or leave layer_types out",
     )
 
 
@@ -1570,7 +1562,7 @@ class Llama(Writable):
         config = kind.reads(config)
         if kind.requires is not None:
             kind.requires(config)
-        valid_layer_types(config, kind)
+        valid_layer_types(config)
         if not kind.reads_window:
             unread_window(config, context(config))
         d, heads = config.get("hidden_size", 4096), config.get("num_attention_heads", 32)
