@@ -2181,34 +2181,27 @@ class Glm(FusedFeedForward):
 
 
 def moe_config(model: DecoderSpec, written: str) -> dict[str, Any]:
-    """A mixture of experts as the MoE model type ``written`` says it: the expert count in the
-    field its config class reads (Qwen3-MoE's under both names: 4.57 reads num_experts, 5 reads
-    num_local_experts over it), the experts' width, renormalisation, dense layers and shared expert."""
-    moe = model.moe
-    assert moe is not None and moe.d_ff is not None
+    """A mixture of experts as the MoE model type ``written`` says it (its MoEType): the expert
+    count in the field its config class reads and under each other name read over it (Qwen3-MoE's:
+    4.57 reads num_experts, 5 num_local_experts over it), the experts' width, renormalisation where
+    a field says it, dense layers where the type routes some, and the shared expert's width."""
+    moe, kind = model.moe, MODEL_TYPES[written]
+    assert moe is not None and moe.d_ff is not None and kind.moe is not None
+    fields = kind.moe
     config: dict[str, Any] = {
         "num_experts_per_tok": moe.top_k,
         "router_aux_loss_coef": moe.balance_loss,
         "output_router_logits": False,
+        fields.experts: moe.experts,
+        fields.d_ff: moe.d_ff,
     }
-    if written in ("mixtral", "granitemoe", "granitemoeshared"):
-        # experts of intermediate_size, always renormalised, every layer routed
-        config |= {"num_local_experts": moe.experts, "intermediate_size": moe.d_ff}
-        shared = MODEL_TYPES[written].moe
-        if shared is not None and shared.shared is not None:  # GraniteMoeShared's: 0 for none
-            config[shared.shared] = moe.shared_d_ff or 0
-        return config
-    config |= {
-        "num_experts": moe.experts,
-        "moe_intermediate_size": moe.d_ff,
-        "norm_topk_prob": bool(moe.normalize),
-        "decoder_sparse_step": 1,
-        "mlp_only_layers": sorted(moe.dense_layers or ()),
-    }
-    if written == "qwen3_moe":
-        config["num_local_experts"] = moe.experts
-    if written == "qwen2_moe":
-        config["shared_expert_intermediate_size"] = moe.shared_d_ff
+    config |= {alias: moe.experts for alias, name in kind.aliases.items() if name == fields.experts}
+    if fields.normalize is not None:
+        config[fields.normalize] = bool(moe.normalize)
+    if fields.sparse_layers:
+        config |= {"decoder_sparse_step": 1, "mlp_only_layers": sorted(moe.dense_layers or ())}
+    if fields.shared is not None:  # GraniteMoeShared's 0: none
+        config[fields.shared] = moe.shared_d_ff or 0
     return config
 
 
