@@ -4,6 +4,7 @@ converters by ``model_type``."""
 
 from __future__ import annotations
 
+import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -11,7 +12,7 @@ from typing import Any, ClassVar, Literal
 
 import torch
 
-from tfcompile.hf.errors import HFError, Problem
+from tfcompile.hf.errors import HFError, HFWarning, Problem
 from tfcompile.spec import Spec
 from tfcompile.spec.schema import EncoderSpec
 
@@ -377,6 +378,20 @@ def unread_window(config: Config, length: Any) -> None:
         f"over every position, its generation cache keeps only the last {size}, and the two differ "
         "past it",
         "remove it (null), or list every layer as full_attention in layer_types",
+    )
+
+
+def image_path_left_out(tensors: Tensors, prefixes: tuple[str, ...], model: str, written: str) -> None:
+    """A multimodal checkpoint's image path (its tensors under ``prefixes``) marked read and said to
+    be left out: ``model``'s language model is imported alone, and export-hf writes it as ``written``."""
+    left_out = tensors.skip(*prefixes)
+    warnings.warn(
+        HFWarning(
+            f"{tensors.where}: the {model}'s language model is imported alone (text only): its vision tower "
+            f"and projector ({len(left_out)} tensors) are left out, so the run reads no images (an image "
+            f"token is embedded as any other token); export-hf writes the run as {written}"
+        ),
+        stacklevel=4,
     )
 
 

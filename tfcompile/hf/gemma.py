@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import warnings
 from typing import Any, ClassVar
 
 from tfcompile.hf.architecture import (
@@ -33,10 +32,11 @@ from tfcompile.hf.architecture import (
     State,
     Tensors,
     Windows,
+    image_path_left_out,
     json_type,
     register,
 )
-from tfcompile.hf.errors import HFWarning, Problem
+from tfcompile.hf.errors import Problem
 from tfcompile.hf.llama import (
     Llama,
     layer_type_dicts,
@@ -543,14 +543,5 @@ class Gemma3Multimodal(Architecture):
 
     def to_state(self, tensors: Tensors, spec: Spec) -> State:
         state = self.language_model.to_state(tensors, spec)
-        left_out = tensors.skip(*IMAGE_TENSORS)
-        warnings.warn(
-            HFWarning(
-                f"{tensors.where}: the Gemma3ForConditionalGeneration's language model is imported alone "
-                f"(text only): its vision tower and projector ({len(left_out)} tensors) are left out, so "
-                f"the run reads no images (an image token is embedded as any other token); export-hf "
-                f"writes the run as Gemma3ForCausalLM"
-            ),
-            stacklevel=3,
-        )
+        image_path_left_out(tensors, IMAGE_TENSORS, "Gemma3ForConditionalGeneration", "Gemma3ForCausalLM")
         return state

@@ -23,6 +23,7 @@ from tfcompile.hf.architecture import (
     Imported,
     State,
     Tensors,
+    image_path_left_out,
     register,
     tied,
 )
@@ -93,14 +94,5 @@ class LlavaMultimodal(Architecture):
 
     def to_state(self, tensors: Tensors, spec: Spec) -> State:
         state = ARCHITECTURES["llama"].to_state(tensors, spec)  # every TEXT_TYPES' reading
-        left_out = tensors.skip(*IMAGE_TENSORS)
-        warnings.warn(
-            HFWarning(
-                f"{tensors.where}: the multimodal model's language model is imported alone (text only): "
-                f"its vision tower and projector ({len(left_out)} tensors) are left out, so the run reads "
-                "no images (an image token is embedded as any other token); export-hf writes the run as "
-                "its text model type"
-            ),
-            stacklevel=3,
-        )
+        image_path_left_out(tensors, IMAGE_TENSORS, "multimodal model", "its text model type")
         return state
