@@ -502,10 +502,11 @@ class Imported:
             self.result = import_folder(self.folder, name, root / "specs", root / "runs")
         self.spec, self.model = load_trained_model(self.result.run_dir)
 
-    def assert_outputs_match(self) -> None:
-        """tfcompile's model gives transformers' outputs in float32, padded and not."""
+    def assert_outputs_match(self, length: int = 12) -> None:
+        """tfcompile's model gives transformers' outputs in float32, padded and not, on inputs of
+        ``length`` (past a window or an original length the variant sets)."""
         for padded in (False, True):
-            assert max_difference(self.hf, self.model, padded) <= 1e-5, (self.name, padded)
+            assert max_difference(self.hf, self.model, padded, length=length) <= 1e-5, (self.name, padded)
 
     def assert_generates_as_transformers(
         self, tmp_path: Path, capsys: pytest.CaptureFixture[str], new_tokens: int = 12

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hf_models import VOCAB, Imported, assert_head_refused, imported_variants, max_difference
+from hf_models import VOCAB, Imported, assert_head_refused, imported_variants
 from test_hf_export import _loads_alike
 from test_hf_fields import (
     DELETE,
@@ -79,9 +79,7 @@ def imported(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Imported]:
 
 @pytest.mark.parametrize("name", list(VARIANTS))
 def test_an_imported_model_gives_transformers_logits(imported: dict[str, Imported], name: str) -> None:
-    variant = imported[name]
-    for padded in (False, True):
-        assert max_difference(variant.hf, variant.model, padded, length=20) <= 1e-5, padded
+    imported[name].assert_outputs_match(length=20)
 
 
 @pytest.mark.parametrize("name", list(VARIANTS))

@@ -96,9 +96,7 @@ def imported(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Imported]:
 @pytest.mark.parametrize("name", list(VARIANTS))
 def test_an_imported_model_gives_transformers_logits(imported: dict[str, Imported], name: str) -> None:
     """Past the window: 20 positions over one of 5."""
-    variant = imported[name]
-    for padded in (False, True):
-        assert max_difference(variant.hf, variant.model, padded, length=20) <= 1e-5, padded
+    imported[name].assert_outputs_match(length=20)
 
 
 @pytest.mark.parametrize("name", list(VARIANTS))
