@@ -15,7 +15,6 @@ row for every field of both config classes (tests/test_hf_fields.py's table and 
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections.abc import Callable
@@ -25,8 +24,15 @@ from typing import Any
 import pytest
 import torch
 from helpers import random_run
-from hf_models import VOCAB, Imported, assert_head_refused, from_pretrained, imported_variants, max_difference
-from safetensors.torch import save_file
+from hf_models import (
+    VOCAB,
+    Imported,
+    assert_head_refused,
+    edited,
+    from_pretrained,
+    imported_variants,
+    max_difference,
+)
 from test_hf_export import _loads_alike
 from test_hf_fields import (
     DELETE,
@@ -41,6 +47,7 @@ from test_hf_fields import (
     rope,
     uncovered,
 )
+from test_hf_moe import saved_names, stacked_copy
 
 from tfcompile.hf.errors import HFError, HFWarning
 from tfcompile.hf.exporter import export_hf
@@ -140,14 +147,8 @@ def test_a_checkpoint_of_transformers_5s_names_imports_alike(
     """The weights as transformers 5 holds them in memory (``router.weight``,
     ``experts.gate_up_proj``, ``experts.down_proj``): the same spec and tensors."""
     variant = imported["granitemoeshared"]
-    folder = tmp_path / "held"
-    folder.mkdir()
-    for path in variant.folder.iterdir():
-        if path.name != "model.safetensors":
-            (folder / path.name).write_bytes(path.read_bytes())
-    state = {name: t.contiguous() for name, t in variant.hf.state_dict().items()}
-    assert "model.layers.1.block_sparse_moe.experts.gate_up_proj" in state
-    save_file(state, folder / "model.safetensors", metadata={"format": "pt"})
+    folder = stacked_copy(variant, tmp_path)
+    assert "model.layers.1.block_sparse_moe.experts.gate_up_proj" in saved_names(folder)
     result = import_folder(folder, "held", tmp_path / "specs", tmp_path / "runs")
     assert result.spec.model == variant.spec.model
     ours = load_trained_model(result.run_dir)[1]
@@ -158,12 +159,7 @@ def test_a_checkpoint_of_transformers_5s_names_imports_alike(
 def test_stacked_experts_of_another_count_are_an_hf_error(
     imported: dict[str, Imported], tmp_path: Path
 ) -> None:
-    folder = tmp_path / "wrong"
-    folder.mkdir()
-    for path in imported["granitemoe"].folder.iterdir():
-        (folder / path.name).write_bytes(path.read_bytes())
-    config = json.loads((folder / "config.json").read_text())
-    (folder / "config.json").write_text(json.dumps(config | {"num_local_experts": 3}))
+    folder = edited(imported, "granitemoe", tmp_path, num_local_experts=3)
     with pytest.raises(HFError, match=r"input_linear\.weight has shape \(4, 32, 32\), not 3 experts"):
         import_folder(folder, "wrong", tmp_path / "specs", tmp_path / "runs")
     assert not (tmp_path / "runs" / "wrong").exists()
