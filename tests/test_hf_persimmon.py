@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hf_models import VOCAB, Imported, assert_head_refused, imported_variants
+from hf_models import VOCAB, Imported, assert_head_refused, imported_variants, write
 from test_hf_fields import (
     DELETE,
     FAMILIES,
@@ -32,6 +32,7 @@ from test_hf_fields import (
 
 from tfcompile.hf.errors import HFError, HFWarning
 from tfcompile.hf.exporter import export_hf
+from tfcompile.hf.importer import import_folder
 
 transformers = pytest.importorskip("transformers")
 T = transformers
@@ -128,10 +129,6 @@ def test_a_classifier_head_is_refused_by_architectures(imported: dict[str, Impor
 
 
 def test_a_feed_forward_dropout_is_said_to_drop_both_sublayers(tmp_path: Path) -> None:
-    from hf_models import write
-
-    from tfcompile.hf.importer import import_folder
-
     write(persimmon(hidden_dropout=0.1), "gpt2", tmp_path / "hf")
     with pytest.warns(HFWarning, match="hidden_dropout 0.1: Persimmon drops out its feed-forward"):
         result = import_folder(tmp_path / "hf", "dropout", tmp_path / "specs", tmp_path / "runs")
