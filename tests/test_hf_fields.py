@@ -172,11 +172,20 @@ def longrope(pairs: int = 4, **fields: Any) -> dict[str, Any]:
     )
 
 
-def test_transformers_generation_slides_a_window_its_forward_ignores() -> None:
-    """Why a sliding_window the model type reads not is refused (unread_window): transformers'
-    forward of a Llama attends over every position, its cached decoding over the last window."""
+@pytest.mark.parametrize(
+    "window",
+    [
+        {"sliding_window": 4},  # unread_window
+        {"attention_chunk_size": 4},  # unread_chunks
+        {"layer_types": ["full_attention", "chunked_attention"], "attention_chunk_size": 4},
+    ],
+)
+def test_transformers_generation_slides_a_window_its_forward_ignores(window: dict[str, Any]) -> None:
+    """Why a sliding_window or attention_chunk_size the model type reads not is refused:
+    transformers' forward of a Llama attends over every position, its cached decoding over the last
+    window (chunk)."""
     torch.manual_seed(0)
-    config = T.LlamaConfig(**DECODER | {"sliding_window": 4})
+    config = T.LlamaConfig(**DECODER | window)
     model = perturb(T.LlamaForCausalLM(config)).eval()
     ids = random_ids(1, 12)
     with torch.no_grad():
@@ -428,6 +437,14 @@ CASES: list[Case] = [
     # a window GPT-2 reads not, which transformers' generation cache slides (unread_window): refused
     case("gpt2", outcome="sliding_window", json={"sliding_window": 4}),
     case("gpt2", json={"sliding_window": 32}, slow=True),  # the whole context: no position falls out
+    case("gpt2", outcome="attention_chunk_size", json={"attention_chunk_size": 4}),  # unread_chunks
+    case("gpt2", json={"attention_chunk_size": 32}, slow=True),
+    case(
+        "gpt2",
+        outcome="layer_types",
+        json={"attention_chunk_size": 4, "layer_types": ["full_attention", "chunked_attention"]},
+        slow=True,
+    ),
     # a sliding layer beside no window, which transformers fails on in every model type
     case(
         "gpt2",
@@ -476,6 +493,17 @@ CASES: list[Case] = [
         json={"layer_types": ["full_attention", "sliding_attention"], "sliding_window": 4},
         slow=True,
     ),
+    # Llama 4's attention_chunk_size, which Llama reads not: where config.json has no layer_types and
+    # no window, transformers' generation cache keeps the last chunk of every layer (unread_chunks)
+    case("llama", outcome="attention_chunk_size", json={"attention_chunk_size": 4}),
+    case("llama", json={"attention_chunk_size": 32}, spec={"max_seq_len": 32}, slow=True),
+    case("llama", json={"attention_chunk_size": 4, "layer_types": ["full_attention"] * 2}, slow=True),
+    case(
+        "llama",
+        outcome="layer_types",
+        json={"attention_chunk_size": 4, "layer_types": ["full_attention", "chunked_attention"]},
+        slow=True,
+    ),
     # layer_types, unread by Llama, but transformers 5 refuses a list of another count than the layers,
     # and fails on a sliding layer without a sliding_window (missing or null)
     case("llama", json={"layer_types": ["full_attention"] * 2}, slow=True),
@@ -506,6 +534,9 @@ CASES: list[Case] = [
     ),
     case("mistral", sliding_window=6, json={"layer_types": ["sliding_attention"] * 2}, spec=EVERY_LAYER_6),
     case("mistral", sliding_window=64, json={"layer_types": ["full_attention"] * 2}, slow=True),
+    # no window: the cache keeps the last attention_chunk_size of every layer, past which it differs
+    case("mistral", outcome="attention_chunk_size", json={"attention_chunk_size": 4}, slow=True),
+    case("mistral", sliding_window=6, json={"attention_chunk_size": 4}, spec=EVERY_LAYER_6, slow=True),
     case("mistral", sliding_window=6, json={"use_sliding_window": False, "max_window_layers": 5}, slow=True),
     case("mistral", json={"attention_bias": True, "mlp_bias": True}, spec={"bias.qkv": False}, slow=True),
     *llama_family("qwen2"),

@@ -231,14 +231,21 @@ def test_a_text_model_type_it_does_not_read_is_refused_by_field(
     assert not (tmp_path / "runs" / "other").exists()
 
 
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("hidden_act", "quick_gelu"),
+        ("attention_chunk_size", 4),  # the generation cache reads text_config's chunk: unread_chunks
+    ],
+)
 def test_a_problem_of_the_language_model_is_named_in_text_config(
-    imported: dict[str, Imported], tmp_path: Path
+    imported: dict[str, Imported], tmp_path: Path, field: str, value: Any
 ) -> None:
     folder = copied(imported, "llava", tmp_path)
     config = json.loads((folder / "config.json").read_text())
-    config["text_config"]["hidden_act"] = "quick_gelu"
+    config["text_config"][field] = value
     (folder / "config.json").write_text(json.dumps(config))
-    with warnings.catch_warnings(), pytest.raises(HFError, match=r"text_config\.hidden_act"):
+    with warnings.catch_warnings(), pytest.raises(HFError, match=rf"text_config\.{field}"):
         warnings.simplefilter("ignore", HFWarning)
         import_folder(folder, "act", tmp_path / "specs", tmp_path / "runs")
 

@@ -381,6 +381,33 @@ def unread_window(config: Config, length: Any) -> None:
     )
 
 
+def unread_chunks(config: Config, length: Any) -> None:
+    """``attention_chunk_size``: Llama 4's chunked attention, which no model type tfcompile imports
+    reads. transformers' forward attends over every position, but where config.json has neither a
+    sliding_window nor layer_types, its generation cache (DynamicCache, transformers 4 and 5) keeps
+    only the last attention_chunk_size keys of every layer, so the two differ past it: refused where
+    shorter than the context (``length``). (A config class that derives layer_types would keep every
+    key; refused all the same, as no published checkpoint of these types holds a chunk.) Layers that
+    ``layer_types`` names chunked_attention are cached as such in transformers 5: refused too."""
+    size, types = config.data.get("attention_chunk_size"), config.data.get("layer_types")
+    config.require(
+        not (isinstance(types, list) and "chunked_attention" in types),
+        "layer_types",
+        "names chunked_attention layers, which no model type tfcompile imports reads (Llama 4's chunked "
+        "attention): transformers' generation cache keeps only the last attention_chunk_size keys of them",
+        "list every layer as full_attention or sliding_attention",
+    )
+    if not isinstance(size, int | float) or isinstance(size, bool) or not isinstance(length, int):
+        return
+    config.require(
+        size >= length or types is not None or config.data.get("sliding_window") is not None,
+        "attention_chunk_size",
+        f"is {size!r}, and this model type's attention reads no chunks: transformers' forward attends "
+        f"over every position, its generation cache keeps only the last {size}, and the two differ past it",
+        "remove it (null), or list every layer as full_attention in layer_types",
+    )
+
+
 def image_path_left_out(tensors: Tensors, prefixes: tuple[str, ...], model: str, written: str) -> None:
     """A multimodal checkpoint's image path (its tensors under ``prefixes``) marked read and said to
     be left out: ``model``'s language model is imported alone, and export-hf writes it as ``written``."""

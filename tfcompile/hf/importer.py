@@ -27,7 +27,15 @@ from tokenizers import Tokenizer
 from tfcompile.expansion import excess
 from tfcompile.files import PREPROCESSING_FILE, TOKENIZER_FILE, atomic_write_text
 from tfcompile.hf import families, vit  # noqa: F401 (families registers every architecture)
-from tfcompile.hf.architecture import ARCHITECTURES, Architecture, Config, Tensors, source, unread_window
+from tfcompile.hf.architecture import (
+    ARCHITECTURES,
+    Architecture,
+    Config,
+    Tensors,
+    source,
+    unread_chunks,
+    unread_window,
+)
 from tfcompile.hf.errors import HFError, HFWarning, Problem, refuse
 from tfcompile.hf.folder import (
     CONFIG,
@@ -89,6 +97,7 @@ def import_folder(folder: Path, name: str, specs_dir: Path, runs_dir: Path) -> I
     imported = converter.read(config, head_class, tensors)
     if not converter.reads_window:
         unread_window(config, imported.model.get("max_seq_len"))
+    unread_chunks(config, imported.model.get("max_seq_len"))
     if config.problems:
         raise refuse(str(folder / CONFIG), config.problems)
     sections: dict[str, Any] = {"model": imported.model, "task": imported.task}
