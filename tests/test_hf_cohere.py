@@ -112,6 +112,7 @@ def test_the_specs_say_what_each_model_is(imported: dict[str, Imported]) -> None
         "scale": True,
         "bias": False,
         "final": True,
+        "first_attention": True,
     }
     assert (plain.block.type, plain.block.shared_norm, plain.positional.layout) == (
         "parallel",

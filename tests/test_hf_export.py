@@ -207,8 +207,20 @@ def test_what_transformers_cannot_express_is_refused_by_field(tmp_path: Path) ->
             "",
             "model.positional.scaling.original_max_position_embeddings: 4 has no Llama equivalent",
         ),
+        (  # BERT's pooler reads [CLS] and has no norm; its attention no window (ModernBERT's choices)
+            "family: encoder, vocab_size: 64, d_model: 16, n_layers: 1, n_heads: 2, max_seq_len: 8, "
+            "norm: {position: post}, embedding_norm: true, pooling: mean, pooler_norm: true",
+            "task: {type: classification, labels: [a, b]}\n",
+            "model.pooling: 'mean' has no BERT equivalent",
+        ),
+        (
+            "family: encoder, vocab_size: 64, d_model: 16, n_layers: 1, n_heads: 2, max_seq_len: 8, "
+            "norm: {position: post}, embedding_norm: true, window: {size: 3}",
+            "task: {type: classification, labels: [a, b]}\n",
+            "model.window: Bert has no sliding window",
+        ),
     ],
-    ids=["bert-final-norm", "llama-dynamic-rope-from-4"],
+    ids=["bert-final-norm", "llama-dynamic-rope-from-4", "bert-mean-pooling", "bert-window"],
 )
 def test_a_choice_transformers_would_compute_otherwise_is_refused(
     tmp_path: Path, model: str, task: str, named: str

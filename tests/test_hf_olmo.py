@@ -107,6 +107,7 @@ def test_the_specs_say_what_each_model_is(imported: dict[str, Imported]) -> None
         "scale": True,
         "bias": False,
         "final": True,
+        "first_attention": True,
     }
     assert (second.qk_norm, second.qk_norm_over, second.tie_embeddings, grouped.norm.eps) == (
         True,
@@ -130,6 +131,7 @@ def test_the_specs_say_what_each_model_is(imported: dict[str, Imported]) -> None
         "scale": False,
         "bias": False,
         "final": True,
+        "first_attention": True,
     }
     assert (plain.qkv_clip, plain.n_kv_heads, plain.tie_embeddings, plain.activation) == (
         None,

@@ -109,18 +109,10 @@ def test_the_schema_refuses_what_has_no_meaning_at_its_field(fields: str, field:
     assert any(issue.path == field and message in issue.message for issue in error.value.issues), error.value
 
 
-@pytest.mark.parametrize(
-    "family",
-    [
-        "family: encoder, task: {type: classification, labels: [a, b]}",
-        "family: encoder_decoder, task: seq2seq",
-    ],
-    ids=["encoder", "encoder_decoder"],
-)
-def test_only_a_decoder_has_a_window(family: str) -> None:
-    kind, task = family.split(", task: ")
+def test_an_encoder_decoder_has_no_window() -> None:
+    """(An encoder's, bidirectional: tests/test_encoder_local.py.)"""
     with pytest.raises(SpecError) as error:
-        parse_spec(f"model: {{{kind}, {MODEL}, window: {{size: 4}}}}\ntask: {task}\n")
+        parse_spec(f"model: {{family: encoder_decoder, {MODEL}, window: {{size: 4}}}}\ntask: seq2seq\n")
     assert any(issue.path == "model.window" for issue in error.value.issues), error.value
 
 

@@ -536,6 +536,10 @@ class Needs:
         embedding_norm = getattr(model, "embedding_norm", False)  # a ViT has none
         self(not embedding_norm or isinstance(model, EncoderSpec), "model.embedding_norm", True, "false")
         self(model.norm.scale, "model.norm.scale", False, "true (every norm written has a learned scale)")
+        self(model.norm.first_attention, "model.norm.first_attention", False, "true")
+        if isinstance(model, EncoderSpec):  # BERT's pooler: the [CLS] state, no norm
+            self(model.pooling == "cls", "model.pooling", model.pooling, "cls")
+            self(not model.pooler_norm, "model.pooler_norm", True, "false")
         self(model.qkv_clip is None, "model.qkv_clip", model.qkv_clip, "leave it unset")
         experts = model.moe.model_dump() if model.moe is not None else None
         self(

@@ -38,7 +38,7 @@ from tfcompile.hf.folder import (
 from tfcompile.hf.importer import affixes
 from tfcompile.sequences import SPECIAL_ROLES
 from tfcompile.spec import Spec
-from tfcompile.spec.schema import DecoderSpec, EncoderSpec, Seq2SeqTask
+from tfcompile.spec.schema import EncoderSpec, Seq2SeqTask, sliding_layers
 from tfcompile.train.runs import load_trained_model
 
 MAX_SHARD_BYTES = 5 * 1024**3  # as save_pretrained shards
@@ -76,13 +76,14 @@ def architecture_for(spec: Spec, where: str) -> Writable:
 def window_problems(architecture: Writable, spec: Spec) -> list[Problem]:
     """The spec's sliding window, where the architecture's config.json cannot say it."""
     model = spec.model
-    if not isinstance(model, DecoderSpec) or model.window is None or architecture.windows == "any":
+    window = getattr(model, "window", None)  # a decoder's or an encoder's
+    if window is None or architecture.windows == "any":
         return []
     name = type(architecture).__name__
     if architecture.windows == "every":
-        if model.sliding_layers == set(range(model.n_layers)):
+        if sliding_layers(window, model.n_layers) == set(range(model.n_layers)):
             return []
-        message = f"{model.window.layers}: {name} slides every layer"
+        message = f"{window.layers}: {name} slides every layer"
         return [Problem("model.window.layers", message, "every layer")]
     return [Problem("model.window", f"{name} has no sliding window", "leave it unset")]
 

@@ -51,6 +51,8 @@ class Encoder(Assembly):
         # BERT's pooler: the [CLS] state through a dense layer and tanh (DistilBERT's classifier:
         # ReLU), for the sentence-level heads.
         self.pooler = nn.Linear(spec.d_model, spec.d_model) if spec.pooler else None
+        self.pooler_norm = build_norm(spec.norm, spec.d_model) if spec.pooler_norm else nn.Identity()
+        self.sliding = spec.sliding_layers  # the blocks whose attention reads spec.window only
 
     def encode(
         self,
@@ -73,19 +75,29 @@ class Encoder(Assembly):
         bias = self.positional.attention_bias(positions, positions)  # (1 or B, H, T, T) or None
         padding = attention_mask.bool() if attention_mask is not None else None
         mask = may_attend(index, index, False, padding)  # (B, 1, T, T) or None
-        for block, rotary in zip(self.blocks, rotaries, strict=True):
-            x = block(x, mask, False, rotary, bias)
+        window = self.spec.window
+        local = None if window is None else may_attend(index, index, False, padding, window.size)
+        for i, (block, rotary) in enumerate(zip(self.blocks, rotaries, strict=True)):
+            x = block(x, local if i in self.sliding else mask, False, rotary, bias)
         return self.final_norm(x)
 
     def example_inputs(self, batch: int = 1) -> tuple[torch.Tensor, ...]:
         """Inputs of the full context's length, on the model's device (summaries, tracing)."""
         return (torch.zeros(batch, self.spec.max_seq_len, dtype=torch.long, device=self.embed.weight.device),)
 
-    def pool(self, hidden: torch.Tensor) -> torch.Tensor:
-        """(B, T, d) -> (B, d): the [CLS] state through the pooler and its activation."""
+    def pool(self, hidden: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """(B, T, d) -> (B, d): the [CLS] state (pooling: mean, the mean of the real tokens'
+        states) through the pooler, its activation and, where the spec has one, its norm."""
         if self.pooler is None:
             raise ValueError("the model has no pooler (model.pooler: false) to pool the [CLS] state with")
-        return POOLER_ACTIVATIONS[self.spec.pooler_activation](self.pooler(hidden[:, 0]))
+        if self.spec.pooling == "cls":
+            pooled = hidden[:, 0]  # (B, d)
+        elif attention_mask is None:
+            pooled = hidden.mean(1)
+        else:
+            real = attention_mask.to(hidden.dtype).unsqueeze(-1)  # (B, T, 1)
+            pooled = (hidden * real).sum(1) / real.sum(1)
+        return self.pooler_norm(POOLER_ACTIVATIONS[self.spec.pooler_activation](self.pooler(pooled)))
 
     def _check_inputs(
         self,
@@ -132,7 +144,9 @@ class MaskedLM(Encoder):
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         hidden = self.encode(input_ids, attention_mask, token_type_ids)
         logits = self.lm_head(self.mlm_norm(self.mlm_activation(self.mlm_dense(hidden))))  # (B, T, vocab)
-        nsp = self.nsp_head(self.pool(hidden)) if self.nsp_head is not None else None  # (B, 2)
+        nsp = (
+            self.nsp_head(self.pool(hidden, attention_mask)) if self.nsp_head is not None else None
+        )  # (B, 2)
         return logits, nsp
 
 
@@ -154,4 +168,4 @@ class Classifier(Encoder):
         token_type_ids: torch.Tensor | None = None,
     ) -> torch.Tensor:
         hidden = self.encode(input_ids, attention_mask, token_type_ids)
-        return self.classifier(self.head_drop(self.pool(hidden)))  # (B, num_labels)
+        return self.classifier(self.head_drop(self.pool(hidden, attention_mask)))  # (B, num_labels)

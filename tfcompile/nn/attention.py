@@ -30,7 +30,8 @@ def may_attend(
     """Combine the causal rule, a sliding window and key padding into one may-attend mask.
 
     q_positions: (Tq,), k_positions: (Tk,), key_padding: (B, Tk) bool, True for real tokens;
-    window: a causal query at i attends to the keys at i - window + 1 .. i only.
+    window: a causal query at i attends to the keys at i - window + 1 .. i only, a bidirectional
+    one (an odd window) to those at i - (window - 1) / 2 .. i + (window - 1) / 2.
     Returns (B or 1, 1, Tq, Tk) bool, or None when every query may attend to every key.
     """
     mask = None
@@ -38,6 +39,8 @@ def may_attend(
         mask = (k_positions[None, :] <= q_positions[:, None])[None, None]  # (1, 1, Tq, Tk)
         if window is not None:
             mask = mask & (k_positions[None, :] > q_positions[:, None] - window)[None, None]
+    elif window is not None:
+        mask = ((k_positions[None, :] - q_positions[:, None]).abs() <= window // 2)[None, None]
     if key_padding is not None:
         padding = key_padding[:, None, None, :]  # (B, 1, 1, Tk)
         mask = padding if mask is None else mask & padding

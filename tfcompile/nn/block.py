@@ -58,7 +58,7 @@ def build_blocks(spec: TransformerSpec, count: int, cross_attention: bool = Fals
     rates = [spec.dropout.path * i / max(count - 1, 1) for i in range(count)]
     routed = spec.routed_layers(count)
     return nn.ModuleList(
-        TransformerBlock(spec, cross_attention, drop_path=rate, routed=i in routed)
+        TransformerBlock(spec, cross_attention, drop_path=rate, routed=i in routed, first=i == 0)
         for i, rate in enumerate(rates)
     )
 
@@ -94,7 +94,9 @@ class TransformerBlock(nn.Module):
     parallel:  x = x + attn(norm1(x)) + ffn(norm2(x)), norm2 = norm1 with a shared norm (GPT-J,
                GPT-NeoX, PaLM; pre-norm only)
 
-    The feed-forward is a mixture of experts (tfcompile.nn.moe) where ``routed``. Each f's output
+    The feed-forward is a mixture of experts (tfcompile.nn.moe) where ``routed``; the ``first``
+    block's attention reads x without its norm where the spec's norm.first_attention is false
+    (ModernBERT). Each f's output
     (a parallel block's sum) is multiplied by the spec's ``residual_multiplier``
     (Granite's; 1 by default) and, while training, goes through dropout and, with ``drop_path``,
     stochastic depth.
@@ -106,6 +108,7 @@ class TransformerBlock(nn.Module):
         cross_attention: bool = False,
         drop_path: float = 0.0,
         routed: bool = False,
+        first: bool = False,
     ) -> None:
         super().__init__()
         assert spec.n_kv_heads is not None and spec.d_ff is not None  # resolved by the schema
@@ -119,7 +122,7 @@ class TransformerBlock(nn.Module):
         def input_norm() -> nn.Module:  # all but output norms
             return nn.Identity() if position == "output" else build_norm(spec.norm, spec.d_model)
 
-        self.attn_norm = input_norm()
+        self.attn_norm = nn.Identity() if first and not spec.norm.first_attention else input_norm()
         self.attn = build_attention(Attention, spec)
         self.attn_out_norm = output_norm()
         self.cross: CrossAttention | None = None

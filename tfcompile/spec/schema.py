@@ -194,6 +194,11 @@ class NormSpec(Section):
     )
     bias: bool | None = Field(None, description="learned shift; default: on for layernorm only")
     final: bool | None = Field(None, description="norm after the last block; default: off for post-norm only")
+    first_attention: bool = Field(
+        True,
+        description="the norm before the first layer's attention (in each stack); false: that attention "
+        "reads the embeddings as they are (ModernBERT's, whose embeddings end in a norm); pre-norm only",
+    )
 
     @model_validator(mode="after")
     def _defaults(self) -> NormSpec:
@@ -201,6 +206,14 @@ class NormSpec(Section):
             self._resolve(bias=self.type == "layernorm")
         if self.final is None:
             self._resolve(final=self.position != "post")
+        rules = Rules()
+        rules.require(
+            self.first_attention or self.position == "pre",
+            ("first_attention",),
+            f"leaves out a norm before the first attention, and a {self.position}-norm block has none there",
+            "set norm.position: pre, or leave first_attention out",
+        )
+        rules.check()
         return self
 
     def parameters(self, dim: int) -> int:
@@ -850,10 +863,12 @@ class TransformerSpec(Section):
         return frozenset(range(count)) - set(self.moe.dense_layers or ())
 
     def stack_parameters(self, count: int, cross_attention: bool = False) -> int:
-        """A stack of ``count`` TransformerBlocks."""
+        """A stack of ``count`` TransformerBlocks (the first without its attention's norm, where
+        norm.first_attention is false)."""
         routed = len(self.routed_layers(count))
         dense = (count - routed) * self.block_parameters(cross_attention)
-        return dense + (routed * self.block_parameters(cross_attention, routed=True) if routed else 0)
+        first = 0 if self.norm.first_attention or not count else self.norm.parameters(self.d_model)
+        return dense + (routed * self.block_parameters(cross_attention, routed=True) if routed else 0) - first
 
     def block_parameters(self, cross_attention: bool = False, routed: bool = False) -> int:
         """One TransformerBlock: norms (sandwich: on each sublayer's output too; output: there
@@ -926,9 +941,10 @@ def _nearest_divisor(n: int, near: int, reach: int = 10_000) -> int:
 
 
 class SlidingWindow(Section):
-    """Local attention (Mistral, Gemma 2 and 3, Qwen2 from a layer on): in the layers it lists, a
-    query attends to itself and the ``size`` - 1 positions before it, no further back; the other
-    layers attend to every position before. Within the window both are causal attention."""
+    """Local attention (Mistral, Gemma 2 and 3, Qwen2 from a layer on; ModernBERT): in the layers
+    it lists, a decoder's query attends to itself and the ``size`` - 1 positions before it, no
+    further back, an encoder's to itself and the (``size`` - 1) / 2 positions on either side of
+    it (an odd size); the other layers attend to every position (a decoder's, every one before)."""
 
     size: Annotated[int, Field(strict=True, ge=1), at_most(MAX_SEQ_LEN, "a longer window is no window")] = (
         Field(description="the positions a query attends to, its own included")
@@ -944,6 +960,13 @@ class SlidingWindow(Section):
         require_distinct(rules, self.layers or [], ("layers",))
         rules.check()
         return self
+
+
+def sliding_layers(window: SlidingWindow | None, n_layers: int) -> frozenset[int]:
+    """The layers of ``n_layers`` whose attention slides over ``window``: those it lists, else every one."""
+    if window is None:
+        return frozenset()
+    return frozenset(range(n_layers) if window.layers is None else window.layers)
 
 
 EMBEDDING_NORM = "a norm after the summed embeddings (BERT, BLOOM)"
@@ -1006,9 +1029,7 @@ class DecoderSpec(TransformerSpec):
     @property
     def sliding_layers(self) -> frozenset[int]:
         """The layers whose attention slides over ``window.size`` positions."""
-        if self.window is None:
-            return frozenset()
-        return frozenset(range(self.n_layers) if self.window.layers is None else self.window.layers)
+        return sliding_layers(self.window, self.n_layers)
 
     @property
     def vocab_rows(self) -> int:
@@ -1055,6 +1076,22 @@ class EncoderSpec(TransformerSpec):
         "classifier head, pre_classifier and ReLU) or gelu (ELECTRA's classifier head, its erf GELU); "
         "the parameters are the same",
     )
+    pooling: Literal["cls", "mean"] = Field(
+        "cls",
+        description="what the pooler reads: cls, the final state at position 0 ([CLS], BERT's); mean, "
+        "the mean of the real tokens' final states (ModernBERT's classifier_pooling: mean)",
+    )
+    pooler_norm: bool = Field(
+        False,
+        description="a norm (the norm section's type, eps, scale and bias) after the pooler's "
+        "activation (ModernBERT's head: dense, GELU, LayerNorm)",
+    )
+    window: SlidingWindow | None = Field(
+        None,
+        description="local attention in some or every layer: a query attends to the (size - 1) / 2 "
+        "positions on either side of it and itself (ModernBERT's local_attention + 1); an odd size; "
+        "default: none",
+    )
 
     @property
     def causal(self) -> bool:
@@ -1070,7 +1107,7 @@ class EncoderSpec(TransformerSpec):
         return self.embedding_width != self.d_model
 
     @model_validator(mode="after")
-    def _resolve_embeddings_and_check_sharing(self) -> EncoderSpec:
+    def _encoder_rules(self) -> EncoderSpec:
         if self.embedding_size is None:
             self._resolve(embedding_size=self.d_model)
         rules = Rules()
@@ -1080,8 +1117,36 @@ class EncoderSpec(TransformerSpec):
             "stochastic depth drops each layer at its own rate, and shared layers are one block",
             "set model.dropout.path: 0, or model.share_layers: false",
         )
+        rules.require(
+            not self.share_layers or self.norm.first_attention,
+            ("norm", "first_attention"),
+            "leaves out the first layer's attention norm, and shared layers are one block",
+            "set model.norm.first_attention: true, or model.share_layers: false",
+        )
+        for name, default in (("pooling", "cls"), ("pooler_norm", False)):
+            rules.require(
+                self.pooler or getattr(self, name) == default,
+                (name,),
+                "shapes the pooler, and the model has none",
+                "set model.pooler: true, or leave it out",
+            )
+        if self.window is not None:
+            require_within(rules, self.window.layers or [], self.n_layers, ("window", "layers"))
+            rules.require(
+                self.window.size % 2 == 1,
+                ("window", "size"),
+                f"is {self.window.size}: an encoder's window holds a query and as many positions on either "
+                "side of it, an odd count",
+                f"use {self.window.size + 1} ({self.window.size // 2} on either side), or "
+                f"{self.window.size - 1}",
+            )
         rules.check()
         return self
+
+    @property
+    def sliding_layers(self) -> frozenset[int]:
+        """The layers whose attention slides over ``window.size`` positions."""
+        return sliding_layers(self.window, self.n_layers)
 
     def body_parameters(self) -> int:
         d, e = self.d_model, self.embedding_width
@@ -1092,7 +1157,7 @@ class EncoderSpec(TransformerSpec):
             + (e * d + d) * self.projects_embeddings
             + self.stack_parameters(1 if self.share_layers else self.n_layers)
             + self.final_norm_parameters()
-            + (d * d + d) * self.pooler
+            + (d * d + d + (self.norm.parameters(d) if self.pooler_norm else 0)) * self.pooler
         )
 
 
