@@ -44,6 +44,7 @@ import test_hf_granitemoe  # noqa: F401
 import test_hf_helium  # noqa: F401
 import test_hf_hunyuan  # noqa: F401
 import test_hf_ministral  # noqa: F401
+import test_hf_modernbert  # noqa: F401
 import test_hf_moe  # noqa: F401
 import test_hf_mpt  # noqa: F401
 import test_hf_nemotron  # noqa: F401
@@ -140,6 +141,7 @@ SOURCES: dict[str, Source] = {
         "mpt",
         "gpt_bigcode",
         "bert",
+        "modernbert",
         "electra",
         "albert",
         "t5",

@@ -757,7 +757,8 @@ def difference(hf: Any, ours: torch.nn.Module, length: int) -> float:
                 worst = max(worst, gap(theirs, ours(ids, mask, target)))
             elif isinstance(ours, Encoder):  # BERT's and ELECTRA's heads, reading segments
                 types = (
-                    (torch.arange(length) >= length // 2).long() * (hf.config.type_vocab_size - 1)
+                    (torch.arange(length) >= length // 2).long()
+                    * (getattr(hf.config, "type_vocab_size", 1) - 1)
                 ).expand(3, -1)
                 theirs_out, mine = (
                     hf(input_ids=ids, attention_mask=mask, token_type_ids=types),

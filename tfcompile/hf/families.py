@@ -22,6 +22,7 @@ from tfcompile.hf import (  # noqa: F401 (each registers its architecture)
     gptj,
     llama,
     llava,
+    modernbert,
     mpt,
     opt,
     persimmon,
