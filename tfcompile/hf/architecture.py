@@ -245,6 +245,9 @@ class Architecture(ABC):
     # Whether read() takes config.json's sliding_window (a window, or unread_window's refusal where
     # the attention reads none); else the importer refuses an unread one (unread_window).
     reads_window: ClassVar[bool] = False
+    # Whether transformers generates with the model's own cache of keys and values (DynamicCache),
+    # whose windows and chunks config.json says (unread_window, unread_chunks); an encoder has none.
+    caches: ClassVar[bool] = True
     # Spec fields (dotted, from ``model.`` or ``task.``) -> the config.json field each is read
     # from, so that a value the spec's rules refuse is named as the config says it.
     sources: ClassVar[dict[str, str]] = {}
@@ -383,12 +386,14 @@ def unread_window(config: Config, length: Any) -> None:
 
 def unread_chunks(config: Config, length: Any) -> None:
     """``attention_chunk_size``: Llama 4's chunked attention, which no model type tfcompile imports
-    reads. transformers' forward attends over every position, but where config.json has neither a
+    reads. transformers' forward attends over every position, but where the config has neither a
     sliding_window nor layer_types, its generation cache (DynamicCache, transformers 4 and 5) keeps
     only the last attention_chunk_size keys of every layer, so the two differ past it: refused where
-    shorter than the context (``length``). (A config class that derives layer_types would keep every
-    key; refused all the same, as no published checkpoint of these types holds a chunk.) Layers that
-    ``layer_types`` names chunked_attention are cached as such in transformers 5: refused too."""
+    shorter than the context (``length``) and config.json lists no layer_types (a config class may
+    derive them, or null a sliding_window config.json holds, as transformers 4's Qwen2-MoE without
+    use_sliding_window: refused all the same, as no published checkpoint of these types holds a
+    chunk). Layers that ``layer_types`` names chunked_attention are cached as such in transformers
+    5: refused too."""
     size, types = config.data.get("attention_chunk_size"), config.data.get("layer_types")
     config.require(
         not (isinstance(types, list) and "chunked_attention" in types),
@@ -400,7 +405,7 @@ def unread_chunks(config: Config, length: Any) -> None:
     if not isinstance(size, int | float) or isinstance(size, bool) or not isinstance(length, int):
         return
     config.require(
-        size >= length or types is not None or config.data.get("sliding_window") is not None,
+        size >= length or types is not None,
         "attention_chunk_size",
         f"is {size!r}, and this model type's attention reads no chunks: transformers' forward attends "
         f"over every position, its generation cache keeps only the last {size}, and the two differ past it",

@@ -95,9 +95,10 @@ def import_folder(folder: Path, name: str, specs_dir: Path, runs_dir: Path) -> I
     tensors = Tensors(normalise(read_weights(folder), converter), str(folder))
     config = Config(data).aliased(converter.aliases_for(model_type))
     imported = converter.read(config, head_class, tensors)
-    if not converter.reads_window:
-        unread_window(config, imported.model.get("max_seq_len"))
-    unread_chunks(config, imported.model.get("max_seq_len"))
+    if converter.caches:
+        if not converter.reads_window:
+            unread_window(config, imported.model.get("max_seq_len"))
+        unread_chunks(config, imported.model.get("max_seq_len"))
     if config.problems:
         raise refuse(str(folder / CONFIG), config.problems)
     sections: dict[str, Any] = {"model": imported.model, "task": imported.task}

@@ -55,6 +55,7 @@ def side(config: Config, name: str, default: int) -> Any:
 
 @register("vit")
 class ViT(Writable):
+    caches = False  # an encoder: transformers generates nothing with it
     prefixes = ("vit.",)
     ignored = ("pooler.dense.",)  # ViTForImageClassification builds no pooler; a ViTModel's is unused
     sources: ClassVar[dict[str, str]] = {
