@@ -142,6 +142,11 @@ def test_a_modernbert_shaped_classifier_is_padding_invariant_and_counts_its_para
         ("window: {size: 3, layers: [2]}", "model.window.layers", ""),
         ("norm: {position: post, first_attention: false}", "model.norm.first_attention", "post-norm"),
         ("share_layers: true, norm: {first_attention: false}", "model.norm.first_attention", "shared layers"),
+        (
+            "block: {type: parallel, shared_norm: true}, norm: {first_attention: false}",
+            "model.norm.first_attention",
+            "shared norm",
+        ),
         ("pooler: false, pooling: mean", "model.pooling", "has none"),
         ("pooler: false, pooler_norm: true", "model.pooler_norm", "has none"),
     ],

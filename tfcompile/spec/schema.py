@@ -807,6 +807,14 @@ class TransformerSpec(Section):
                 self._resolve(moe=self.moe.model_copy(update={"d_ff": self.d_ff}))
             require_within(rules, self.moe.dense_layers or [], self.n_layers, ("moe", "dense_layers"))
         rules.require(
+            self.norm.first_attention
+            or not (isinstance(self.block, ParallelBlock) and self.block.shared_norm),
+            ("norm", "first_attention"),
+            "leaves out the first layer's attention norm, which a parallel block's shared norm is for its "
+            "feed-forward too",
+            "set block.shared_norm: false, or leave first_attention out",
+        )
+        rules.require(
             self.qk_norm or self.qk_norm_over == "head",
             ("qk_norm_over",),
             "says what qk_norm normalises over, and qk_norm is false",
