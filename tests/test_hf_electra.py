@@ -125,7 +125,7 @@ def test_export_hf_writes_tfcompiles_encoders_bert_cannot_hold_as_electra(name: 
             "task.next_sentence",
         ),
         (f"{ENCODER}, embedding_size: 6, pooler_activation: relu}}{CLASSIFIER}", "model.pooler_activation"),
-        (f"{ENCODER}, embedding_size: 6, positional: rope}}{CLASSIFIER}", "model.positional"),
+        (f"{ENCODER}, embedding_size: 6, positional: sinusoidal}}{CLASSIFIER}", "model.positional"),
         (f"{ENCODER}, embedding_size: 6}}{CLASSIFIER}", "model.pooler_activation"),  # ELECTRA's is GELU
         (
             ENCODER.replace("position: post", "position: pre") + f", embedding_size: 6}}{CLASSIFIER}",

@@ -267,6 +267,20 @@ def _encoder(module: Any, name: str) -> Callable[[Path], Path]:
     return run
 
 
+def _modernbert(name: str) -> Callable[[Path], Path]:
+    """An import of test_hf_modernbert's variant, or a ModernBERT of tfcompile's own (its RUNS')."""
+
+    def run(root: Path) -> Path:
+        import test_hf_modernbert
+
+        if name in test_hf_modernbert.RUNS:
+            return random_run(root, json.dumps(test_hf_modernbert.RUNS[name]))
+        variants = {name: test_hf_modernbert.VARIANTS[name]}
+        return imported_variants(root, variants, tokenizer="bert")[name].result.run_dir
+
+    return run
+
+
 def _variant(name: str) -> Callable[[Path], Path]:
     return lambda root: Imported(root, name).result.run_dir
 
@@ -316,6 +330,9 @@ RUNS: dict[str, Callable[[Path], Path]] = {
     "exaone4 of NoPE layers, no window": _imported("test_hf_exaone4", "exaone4_unslid"),
     "hunyuan of NTK alpha": _imported("test_hf_hunyuan", "hunyuan"),
     "hunyuan of biases": _imported("test_hf_hunyuan", "hunyuan_biases"),
+    "modernbert": _modernbert("modernbert"),
+    "modernbert_mean": _modernbert("modernbert_mean"),
+    "modernbert of tfcompile's own (local theta, no window, no tokenizer)": _modernbert("no window"),
     "gemma3": _gemma3("gemma3_scaled_window_bias_untied"),
     "gemma3 of tfcompile's own (no tokenizer)": _gemma3_own,
     "opt": _opt_bigcode("opt_post"),
@@ -375,7 +392,7 @@ def _calls(run: Path, config: dict[str, Any]) -> list[dict[str, Any]]:
                 refs = {"logits": model(ids, mask, kwargs["decoder_input_ids"])}
                 calls.append({"kwargs": kwargs, "refs": refs, "real": None})  # every target position
                 continue
-            elif architecture.startswith(("Bert", "Electra", "Albert")):
+            elif architecture.startswith(("Bert", "Electra", "Albert", "ModernBert")):
                 outputs = model(ids, mask)
                 refs = (
                     {"prediction_logits": outputs[0], "seq_relationship_logits": outputs[1]}

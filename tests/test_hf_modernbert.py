@@ -5,12 +5,14 @@ theta, local attention over ``local_attention`` // 2 positions on either side in
 shifts, and a classifier that pools [CLS] or the mean of the real tokens through a dense layer,
 GELU and a LayerNorm. Tiny random transformers models saved with save_pretrained, imported, and
 held to transformers' logits (float32, rows padded on the right and not, past the window), their
-parameter counts and, for a classifier, the bundle's probabilities; import only (export-hf refuses
-the run by field). A row for every field of ModernBertConfig (tests/test_hf_fields.py's table and
-check)."""
+parameter counts and, for a classifier, the bundle's probabilities; export-hf writes each back (and
+a run of tfcompile's own of RoPE) to the same logits, the window's layers where
+global_attn_every_n_layers can say them. A row for every field of ModernBertConfig
+(tests/test_hf_fields.py's table and check)."""
 
 from __future__ import annotations
 
+import json
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -18,12 +20,14 @@ from typing import Any
 
 import pytest
 import torch
-from hf_models import VOCAB, Imported, edited, imported_variants
+from helpers import random_run
+from hf_models import VOCAB, Imported, from_pretrained, imported_variants, max_difference
 from test_hf_fields import DELETE, FAMILIES, Case, Family, _pytest_cases, case, check, uncovered
 
 from tfcompile.hf.errors import HFError, HFWarning
 from tfcompile.hf.exporter import export_hf
-from tfcompile.hf.importer import import_folder
+from tfcompile.spec.presets import merge
+from tfcompile.train.runs import load_trained_model
 
 transformers = pytest.importorskip("transformers")
 T = transformers
@@ -128,20 +132,90 @@ def test_the_specs_say_what_each_model_is(imported: dict[str, Imported]) -> None
     assert (plain.pooling, plain.pooler_activation, plain.activation) == ("cls", "relu", "geglu_tanh")
 
 
-def test_export_hf_refuses_the_run_by_field(imported: dict[str, Imported], tmp_path: Path) -> None:
+@pytest.mark.parametrize("name", list(VARIANTS))
+def test_an_imported_run_is_written_back_to_transformers_logits(
+    imported: dict[str, Imported], name: str, tmp_path: Path
+) -> None:
+    assert export_hf(imported[name].result.run_dir, tmp_path / "out").startswith("ModernBert")
+    reloaded, info = from_pretrained(tmp_path / "out", loading_info=True)
+    assert not any(info.values()), info
+    for padded in (False, True):
+        assert max_difference(reloaded, imported[name].model, padded, length=20) <= 1e-5
+
+
+OWN_MLM = {
+    "family": "encoder",
+    "vocab_size": 64,
+    "d_model": 32,
+    "n_heads": 4,
+    "max_seq_len": 24,
+    "n_layers": 4,
+    "positional": {
+        "type": "rope",
+        "layout": "halves",
+        "theta": 1000,
+        "local": {"theta": 100, "layers": [1, 2]},
+    },
+    "window": {"size": 5, "layers": [1, 2]},
+    "norm": {"bias": False, "first_attention": False},
+    "embedding_norm": True,
+    "activation": "geglu",
+    "type_vocab_size": 0,
+    "pooler": False,
+}
+
+
+TWO_LABELS = {"type": "classification", "labels": ["a", "b"]}
+RUNS = {
+    "masked_lm": {"model": OWN_MLM, "task": "masked_lm"},
+    "mean": {
+        "model": OWN_MLM
+        | {"pooler": True, "pooling": "mean", "pooler_norm": True, "pooler_activation": "gelu"},
+        "task": TWO_LABELS,
+    },
+    "no window": {  # the local layers at their own theta only, SwiGLU, LayerNorms with shifts
+        "model": {k: v for k, v in OWN_MLM.items() if k not in ("window", "norm", "pooler")}
+        | {"activation": "swiglu", "norm": {"first_attention": False}, "pooler_norm": True},
+        "task": TWO_LABELS,
+    },
+}
+
+
+@pytest.mark.parametrize("kind", list(RUNS))
+def test_a_run_of_tfcompiles_own_loads_in_transformers(kind: str, tmp_path: Path) -> None:
+    """Biases and shifts the run has (the pooler's, the norms') and a window over every position
+    where the local layers only turn at their own theta."""
+    run = random_run(tmp_path, json.dumps(RUNS[kind]))
+    assert export_hf(run, tmp_path / "out").startswith("ModernBert")
+    reloaded, info = from_pretrained(tmp_path / "out", loading_info=True)
+    assert not any(info.values()), info
+    model = load_trained_model(run)[1]
+    for padded in (False, True):
+        assert max_difference(reloaded, model, padded, length=20) <= 1e-5
+
+
+@pytest.mark.parametrize(
+    "edit, field",
+    [
+        ({"window": {"layers": [0, 2]}, "positional": {"local": {"layers": [0, 2]}}}, "model.window.layers"),
+        ({"positional": {"local": {"layers": [1]}}}, "model.positional.local.layers"),  # the window's
+        ({"norm": {"first_attention": True}}, "model.norm.first_attention"),
+        ({"positional": {"layout": "interleaved"}}, "model.positional.layout"),
+        ({"type_vocab_size": 2}, "model.type_vocab_size"),
+        ({"activation": "gelu"}, "model.activation"),
+        ({"embedding_size": 16}, "model.embedding_size"),  # (RoPE: ModernBERT's to write, not ELECTRA's)
+        ({"n_kv_heads": 2}, "model.n_kv_heads"),
+        ({"bias": {"qkv": True, "attn_out": False}}, "model.bias.attn_out"),
+    ],
+)
+def test_what_modernbert_cannot_say_is_refused_by_field(
+    edit: dict[str, Any], field: str, tmp_path: Path
+) -> None:
+    run = random_run(tmp_path, json.dumps({"model": merge(OWN_MLM, edit), "task": "masked_lm"}))
     with pytest.raises(HFError) as error:
-        export_hf(imported["modernbert"].result.run_dir, tmp_path / "out")
-    assert "model.norm.first_attention" in str(error.value) and "model.window" in str(error.value)
+        export_hf(run, tmp_path / "out")
+    assert f"  {field}" in str(error.value) and "ModernBERT" in str(error.value)
     assert not (tmp_path / "out").exists()
-
-
-def test_another_head_is_refused_by_architectures(imported: dict[str, Imported], tmp_path: Path) -> None:
-    folder = edited(imported, "modernbert", tmp_path, architectures=["ModernBertForTokenClassification"])
-    with pytest.raises(
-        HFError, match="  architectures: ModernBertForTokenClassification is not a ModernBERT"
-    ):
-        import_folder(folder, "head", tmp_path / "specs", tmp_path / "runs")
-    assert not (tmp_path / "runs" / "head").exists()
 
 
 @pytest.mark.slow
@@ -168,12 +242,12 @@ def test_a_classifier_bundle_gives_transformers_probabilities(
 
 
 def row(**fields: Any) -> Case:
-    """A ModernBERT masked-LM row: import only (export-hf writes no ModernBERT)."""
-    return case("modernbert", **{"exported": False} | fields)
+    """A ModernBERT masked-LM row: imported, and written back where it imports."""
+    return case("modernbert", **fields)
 
 
 def cls_row(**fields: Any) -> Case:
-    return case("modernbert_cls", **{"exported": False} | fields)
+    return case("modernbert_cls", **fields)
 
 
 def thetas(full: Any, local: Any) -> dict[str, Any]:
@@ -218,14 +292,20 @@ CASES: list[Case] = [
     row(outcome="classifier_activation", hidden_activation="silu", slow=True),
     row(outcome="hidden_activation", hidden_activation="relu", classifier_activation="relu", slow=True),
     # the layers: layer_types, or every global_attn_every_n_layers-th global (ModernBertConfig's 3)
-    row(
+    row(  # imported; not written: global_attn_every_n_layers keeps layer 0 global (4 reads no layer_types)
         layer_types=["sliding_attention", "full_attention", "sliding_attention", "full_attention"],
         spec={"window.layers": [0, 2], "positional.local.layers": [0, 2]},
+        exported=False,
     ),
     row(layer_types=["full_attention"] * 4, spec={"window": None, "positional.local": None}, slow=True),
     row(outcome="layer_types", json={"layer_types": ["full_attention", "chunked_attention"] * 2}, slow=True),
     row(outcome="layer_types", json={"layer_types": ["full_attention"] * 3}, slow=True),
     row(json={"layer_types": DELETE}, spec={"window.layers": [1, 2]}, slow=True),
+    row(json={"global_attn_every_n_layers": 3}, spec={"window.layers": [1, 2]}, slow=True),  # alike
+    row(  # transformers 5 reads layer_types, 4 the pattern
+        outcome="layer_types",
+        json={"global_attn_every_n_layers": 2},
+    ),
     row(
         json={"layer_types": DELETE, "global_attn_every_n_layers": 2},
         spec={"window.layers": [1, 3]},
@@ -243,6 +323,13 @@ CASES: list[Case] = [
     row(local_attention=0, spec={"window.size": 1}, slow=True),
     row(local_attention=64, spec={"window": None, "positional.local.theta": 10000.0}, slow=True),
     row(outcome="local_attention", json={"local_attention": -2}, slow=True),
+    # transformers 5 reads a sliding_window as half of local_attention, 4 reads none
+    row(json={"sliding_window": 3}, slow=True),
+    row(outcome="sliding_window", json={"sliding_window": 1}),
+    row(outcome="sliding_window", json={"sliding_window": None}, slow=True),
+    row(json={"head_dim": 8}, slow=True),  # hidden_size / num_attention_heads: its RoPE reads it
+    row(outcome="head_dim", json={"head_dim": 16}, slow=True),
+    row(json={"attention_chunk_size": 4}, slow=True),  # an encoder: no generation cache to slide
     # RoPE: each kind's theta, in rope_parameters (transformers 5) or the older fields (4)
     row(**thetas(500.0, 50.0), spec={"positional.theta": 500.0, "positional.local.theta": 50.0}),
     row(
@@ -262,6 +349,11 @@ CASES: list[Case] = [
         json={
             "rope_parameters": {"full_attention": {"rope_type": "linear", "factor": 2.0, "rope_theta": 5.0}}
         },
+        slow=True,
+    ),
+    row(  # the older key of a RoPE's kind
+        outcome="rope_parameters.full_attention.rope_type",
+        json={"rope_parameters": {"full_attention": {"type": "linear", "factor": 4.0, "rope_theta": 5.0}}},
         slow=True,
     ),
     row(outcome="architectures", json={"architectures": ["ModernBertForQuestionAnswering"]}, slow=True),

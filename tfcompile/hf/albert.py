@@ -127,7 +127,7 @@ class Albert(Bert):
         return state
 
     def candidate(self, spec: Spec) -> bool:
-        """An encoder of shared layers (BERT and ELECTRA write the others)."""
+        """An encoder of shared layers (BERT, ELECTRA and ModernBERT write the others)."""
         model = spec.model
         return (
             isinstance(model, EncoderSpec)

@@ -32,7 +32,13 @@ from tfcompile.hf.architecture import (
 )
 from tfcompile.hf.errors import HFWarning, Problem
 from tfcompile.spec import Spec
-from tfcompile.spec.schema import ClassificationTask, EncoderSpec, LearnedPositional, MaskedLMTask
+from tfcompile.spec.schema import (
+    ClassificationTask,
+    EncoderSpec,
+    LearnedPositional,
+    MaskedLMTask,
+    RopePositional,
+)
 
 HEADS: dict[str, tuple[dict[str, Any], bool]] = {  # head class -> (task section, masked LM head)
     "BertForMaskedLM": ({"type": "masked_lm", "next_sentence": False}, True),
@@ -216,8 +222,8 @@ class Bert(Writable):
         return state
 
     def candidate(self, spec: Spec) -> bool:
-        """An encoder LM or classifier, but for factorized embeddings or a GELU pooler (ELECTRA's) and
-        shared layers (ALBERT's)."""
+        """An encoder LM or classifier, but for factorized embeddings or a GELU pooler (ELECTRA's),
+        shared layers (ALBERT's) and RoPE (ModernBERT's)."""
         model = spec.model
         return (
             isinstance(model, EncoderSpec)
@@ -225,6 +231,7 @@ class Bert(Writable):
             and not model.projects_embeddings
             and model.pooler_activation != "gelu"
             and not model.share_layers
+            and not isinstance(model.positional, RopePositional)
         )
 
     def exportable(self, spec: Spec) -> list[Problem]:

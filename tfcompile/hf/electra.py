@@ -31,7 +31,7 @@ from tfcompile.hf.bert import Bert, MLMBias, as_bert, body_needs, body_state, bo
 from tfcompile.hf.errors import Problem
 from tfcompile.hf.roberta import CLASSIFIER
 from tfcompile.spec import Spec
-from tfcompile.spec.schema import ClassificationTask, EncoderSpec, MaskedLMTask
+from tfcompile.spec.schema import ClassificationTask, EncoderSpec, MaskedLMTask, RopePositional
 
 # The head classes -> BERT's with the same task section (read by Bert.read).
 AS_BERT = {
@@ -91,13 +91,15 @@ class Electra(Bert):
         return state
 
     def candidate(self, spec: Spec) -> bool:
-        """An encoder BERT cannot write: factorized embeddings, or a classifier's GELU pooler."""
+        """An encoder BERT cannot write: factorized embeddings, or a classifier's GELU pooler (but
+        for ALBERT's shared layers and ModernBERT's RoPE)."""
         model = spec.model
         return (
             isinstance(model, EncoderSpec)
             and isinstance(spec.task, MaskedLMTask | ClassificationTask)
             and (model.projects_embeddings or model.pooler_activation == "gelu")
-            and not model.share_layers  # ALBERT's
+            and not model.share_layers
+            and not isinstance(model.positional, RopePositional)
         )
 
     def exportable(self, spec: Spec) -> list[Problem]:

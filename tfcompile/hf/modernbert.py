@@ -7,8 +7,12 @@ layer (transformers 5's ``layer_types``) with local attention over ``local_atten
 positions on either side in the others (``window``), each kind turning RoPE at its own theta
 (``positional.local``). The masked LM's head is BERT's (dense, activation, norm, the tied decoder
 with its bias); the classifier pools the [CLS] state or the mean of the real tokens'
-(``pooling``) through the same dense, activation and norm (``pooler_norm``). Import only: export-hf
-writes no ModernBERT."""
+(``pooling``) through the same dense, activation and norm (``pooler_norm``).
+
+export-hf writes every encoder of RoPE as ModernBERT (BERT, ELECTRA and ALBERT have learned
+positions): its local layers those of a window or a local theta, following the pattern
+global_attn_every_n_layers can say (transformers 4 reads no layer_types), each head's dense layer
+with its bias (zeros where the run has none, which is exact)."""
 
 from __future__ import annotations
 
@@ -16,22 +20,34 @@ from typing import Any, ClassVar
 
 from tfcompile.hf.architecture import (
     ACTIVATIONS,
+    EXPORTED_ACTIVATIONS,
     GATED_ACTIVATIONS,
-    Architecture,
+    GATES,
     Config,
     Imported,
+    Needs,
     State,
     Tensors,
+    Writable,
+    contiguous,
     dropout,
     init_std,
     pad_within,
     register,
     tied,
+    zeros_if_none,
 )
 from tfcompile.hf.bert import labels
+from tfcompile.hf.errors import Problem
 from tfcompile.hf.llama import listable
 from tfcompile.spec import Spec
-from tfcompile.spec.schema import EncoderSpec, MaskedLMTask
+from tfcompile.spec.schema import (
+    ClassificationTask,
+    EncoderSpec,
+    MaskedLMTask,
+    RopePositional,
+    sliding_layers,
+)
 
 HEADS: dict[str, tuple[dict[str, Any], bool]] = {  # head class -> (task section, masked LM head)
     "ModernBertForMaskedLM": ({"type": "masked_lm", "next_sentence": False}, True),
@@ -61,8 +77,16 @@ def layer_types(config: Config, n_layers: Any) -> list[str]:
         every = 1
     types = config.data.get("layer_types")
     count = n_layers if listable(n_layers) else 0  # another is refused by the spec, by its field
+    pattern = [SLIDING if i % every else FULL for i in range(count)]
     if types is None:
-        return [SLIDING if i % every else FULL for i in range(count)]
+        return pattern
+    config.require(
+        "global_attn_every_n_layers" not in config.data or types == pattern,
+        "layer_types",
+        f"are not every {every}th layer full (global_attn_every_n_layers): transformers 5 reads layer_types, "
+        "4 the pattern",
+        "remove global_attn_every_n_layers, or set the two alike",
+    )
     if not (isinstance(types, list) and len(types) == count and all(t in (FULL, SLIDING) for t in types)):
         config.refuse(
             "layer_types",
@@ -85,7 +109,7 @@ def theta(config: Config, kind: str) -> float:
     if params is not None and not isinstance(inner, dict | None):
         config.refuse(where, f"{inner!r} is not a JSON object", "fix the file")
     inner = inner if isinstance(inner, dict) else {}
-    kind_of_rope = inner.get("rope_type", "default")
+    kind_of_rope = inner.get("rope_type", inner.get("type", "default"))  # "type": the older key
     config.require(
         kind_of_rope == "default",
         f"{where}.rope_type",
@@ -115,9 +139,10 @@ def theta(config: Config, kind: str) -> float:
 
 
 @register("modernbert")
-class ModernBert(Architecture):
+class ModernBert(Writable):
     prefixes = ("model.",)
-    reads_window = True  # local_attention over layer_types' sliding layers (an encoder: no generation cache)
+    caches = False  # an encoder: its window is local_attention's over layer_types' sliding layers
+    windows = "any"  # layer_types; exportable holds the layers to global_attn_every_n_layers' pattern
     sources: ClassVar[dict[str, str]] = {
         "model.vocab_size": "vocab_size",
         "model.max_seq_len": "max_position_embeddings",
@@ -159,6 +184,24 @@ class ModernBert(Architecture):
             "0 or more",
         )
         half = local // 2 if isinstance(local, int) and local >= 0 else 0
+        # transformers 5 sets local_attention to twice a sliding_window in config.json; 4 reads none
+        window = config.data.get("sliding_window", half)
+        config.require(
+            window == half,
+            "sliding_window",
+            f"is {window!r}, and local_attention // 2 {half}: transformers 5 attends over the first on "
+            "either side, 4 over the second",
+            "remove sliding_window",
+        )
+        d, heads = config.get("hidden_size", 768), config.get("num_attention_heads", 12)
+        head_dim = config.data.get("head_dim")
+        config.require(
+            head_dim is None or (isinstance(d, int) and isinstance(heads, int) and heads * head_dim == d),
+            "head_dim",
+            f"is {head_dim!r}: ModernBERT's heads are hidden_size / num_attention_heads wide, and its RoPE "
+            "reads head_dim (transformers fails on another)",
+            "remove it",
+        )
         # a window of every position of the context is none
         reaches = isinstance(context, int) and half < context - 1
         act = config.get("hidden_activation", "gelu")
@@ -190,9 +233,9 @@ class ModernBert(Architecture):
             "family": "encoder",
             "vocab_size": vocab,
             "max_seq_len": context,
-            "d_model": config.get("hidden_size", 768),
+            "d_model": d,
             "n_layers": n_layers,
-            "n_heads": config.get("num_attention_heads", 12),
+            "n_heads": heads,
             "d_ff": config.get("intermediate_size", 1152),
             "activation": gated,
             "positional": {
@@ -271,6 +314,191 @@ class ModernBert(Architecture):
             state["classifier.weight"] = tensors.take("classifier.weight")
             state["classifier.bias"] = tensors.take("classifier.bias")
         return state
+
+    def candidate(self, spec: Spec) -> bool:
+        """An encoder LM or classifier of RoPE (BERT's, ELECTRA's and ALBERT's positions are learned)."""
+        model = spec.model
+        return (
+            isinstance(model, EncoderSpec)
+            and isinstance(spec.task, MaskedLMTask | ClassificationTask)
+            and isinstance(model.positional, RopePositional)
+            and not model.share_layers
+        )
+
+    def exportable(self, spec: Spec) -> list[Problem]:
+        model, task = spec.model, spec.task
+        assert isinstance(model, EncoderSpec) and isinstance(model.positional, RopePositional)
+        need = Needs("ModernBERT")
+        need.plain_attention(model)  # but for what ModernBERT has: the first norm, its head's, a decoder bias
+        need.problems = [p for p in need.problems if p.field not in HAS]
+        need(
+            model.gated and model.activation in HIDDEN_ACTIVATIONS,
+            "model.activation",
+            model.activation,
+            "geglu",
+        )
+        need(model.norm.type == "layernorm", "model.norm.type", model.norm.type, "layernorm")
+        need(model.norm.position == "pre", "model.norm.position", model.norm.position, "pre")
+        need(bool(model.norm.final), "model.norm.final", False, "true")
+        need(not model.norm.first_attention, "model.norm.first_attention", True, "false (ModernBERT's)")
+        need(model.embedding_norm, "model.embedding_norm", False, "true")
+        need(model.type_vocab_size == 0, "model.type_vocab_size", model.type_vocab_size, "0 (no segments)")
+        need(not model.projects_embeddings, "model.embedding_size", model.embedding_size, "d_model")
+        need(model.n_kv_heads == model.n_heads, "model.n_kv_heads", model.n_kv_heads, "n_heads (no GQA)")
+        need(
+            model.bias.qkv == model.bias.attn_out,
+            "model.bias.attn_out",
+            model.bias.attn_out,
+            f"{model.bias.qkv}, as bias.qkv (ModernBERT's attention_bias is both)",
+        )
+        rope = model.positional
+        need(rope.layout == "halves", "model.positional.layout", rope.layout, "halves")
+        need(rope.scaling is None, "model.positional.scaling", rope.scaling, "leave it unset")
+        need(rope.local is None or rope.local.scaling is None, "model.positional.local.scaling", True, "none")
+        need(rope.nope_layers is None, "model.positional.nope_layers", rope.nope_layers, "leave it unset")
+        need(
+            rope.rotary_dims == model.head_dim,
+            "model.positional.rotary_dims",
+            rope.rotary_dims,
+            "leave it unset (all of head_dim)",
+        )
+        local = sorted(local_layers(model))
+        if model.window is not None and rope.local is not None:
+            need(
+                sorted(rope.local.layers) == sorted(sliding_layers(model.window, model.n_layers)),
+                "model.positional.local.layers",
+                rope.local.layers,
+                "the window's layers (ModernBERT's local layers have both)",
+            )
+        need(
+            every_nth(local, model.n_layers) is not None,
+            "model.window.layers" if model.window is not None else "model.positional.local.layers",
+            local,
+            "every layer but each n-th from layer 0 (global_attn_every_n_layers: transformers 4 reads no "
+            "layer_types)",
+        )
+        if isinstance(task, MaskedLMTask):
+            need(not task.next_sentence, "task.next_sentence", True, "false")
+            need(not model.pooler, "model.pooler", True, "false (ModernBertForMaskedLM has none)")
+        else:
+            need(model.pooler_norm, "model.pooler_norm", False, "true (ModernBERT's head has a LayerNorm)")
+        return need.problems
+
+    def to_config(self, spec: Spec) -> dict[str, Any]:
+        model, task = spec.model, spec.task
+        assert isinstance(model, EncoderSpec) and isinstance(model.positional, RopePositional)
+        rope = model.positional
+        local = local_layers(model)
+        every = every_nth(sorted(local), model.n_layers)
+        local_theta = rope.local.theta if rope.local is not None else rope.theta
+        mlm = isinstance(task, MaskedLMTask)
+        window = model.window
+        config: dict[str, Any] = {
+            "architectures": ["ModernBertForMaskedLM" if mlm else "ModernBertForSequenceClassification"],
+            "model_type": "modernbert",
+            "vocab_size": model.vocab_size,
+            "hidden_size": model.d_model,
+            "intermediate_size": model.d_ff,
+            "num_hidden_layers": model.n_layers,
+            "num_attention_heads": model.n_heads,
+            "hidden_activation": HIDDEN_ACTIVATIONS[model.activation],
+            "max_position_embeddings": model.max_seq_len,
+            "norm_eps": model.norm.eps,
+            "norm_bias": bool(model.norm.bias),
+            "attention_bias": model.bias.qkv,
+            "mlp_bias": model.bias.ffn,
+            "layer_types": [SLIDING if i in local else FULL for i in range(model.n_layers)],
+            "global_attn_every_n_layers": every,
+            # a window over every position where the local layers only turn at their own theta
+            "local_attention": window.size - 1 if window is not None else 2 * model.max_seq_len,
+            "rope_parameters": {
+                FULL: {"rope_type": "default", "rope_theta": rope.theta},
+                SLIDING: {"rope_type": "default", "rope_theta": local_theta},
+            },
+            "global_rope_theta": rope.theta,
+            "local_rope_theta": local_theta,
+            "classifier_bias": True,  # the head's dense layer's bias, zeros where the run has none
+            "classifier_activation": (
+                HIDDEN_ACTIVATIONS[model.activation] if mlm else POOLER_NAMES[model.pooler_activation]
+            ),
+            "classifier_pooling": model.pooling,
+            "decoder_bias": model.bias.lm_head,
+            "tie_word_embeddings": model.tie_embeddings if mlm else False,
+            "embedding_dropout": model.dropout.embedding,
+            "attention_dropout": model.dropout.attention,
+            "mlp_dropout": model.dropout.residual,
+            "initializer_range": model.init_std,
+        }
+        if isinstance(task, ClassificationTask):
+            assert task.labels is not None
+            config["id2label"] = dict(enumerate(task.labels))
+            config["label2id"] = {label: i for i, label in enumerate(task.labels)}
+        return config
+
+    def from_state(self, state: State, spec: Spec) -> State:
+        model = spec.model
+        assert isinstance(model, EncoderSpec)
+        mlm = isinstance(spec.task, MaskedLMTask)
+        out = {f"model.{EMBEDDINGS}": state["embed.weight"]}
+        out |= norm_tensors(state, "embed_norm", "model.embeddings.norm")
+        for i in range(model.n_layers):
+            for hf, tfc in LAYER:
+                if hf == "attn_norm" and i == 0:
+                    continue
+                name, ours = f"model.layers.{i}.{hf}", f"blocks.{i}.{tfc}"
+                if hf.endswith("norm"):
+                    out |= norm_tensors(state, ours, name)
+                    continue
+                out[f"{name}.weight"] = state[f"{ours}.weight"]
+                if f"{ours}.bias" in state:
+                    out[f"{name}.bias"] = state[f"{ours}.bias"]
+        out |= norm_tensors(state, "final_norm", "model.final_norm")
+        dense, norm = ("mlm_dense", "mlm_norm") if mlm else ("pooler", "pooler_norm")
+        out["head.dense.weight"] = state[f"{dense}.weight"]
+        out["head.dense.bias"] = zeros_if_none(state.get(f"{dense}.bias"), model.d_model)
+        out |= norm_tensors(state, norm, "head.norm")
+        if mlm:
+            if not model.tie_embeddings:
+                out["decoder.weight"] = state["lm_head.weight"]
+            if "lm_head.bias" in state:
+                out["decoder.bias"] = state["lm_head.bias"]
+        else:
+            out["classifier.weight"] = state["classifier.weight"]
+            out["classifier.bias"] = state["classifier.bias"]
+        return contiguous(out)
+
+
+# The gated activations -> ModernBERT's hidden_activation (its f); the pooler's -> ACT2FN's names.
+HIDDEN_ACTIVATIONS = {gated: EXPORTED_ACTIVATIONS[plain] for plain, gated in GATES.items()}
+POOLER_NAMES = {"gelu": "gelu", "relu": "relu", "tanh": "tanh"}
+# What the plain writers refuse and ModernBERT has (its own needs say how).
+HAS = {"model.norm.first_attention", "model.pooling", "model.pooler_norm", "model.bias.lm_head"}
+
+
+def local_layers(model: EncoderSpec) -> frozenset[int]:
+    """The layers ModernBERT calls sliding: the window's, else those turning at a local theta."""
+    if model.window is not None:
+        return sliding_layers(model.window, model.n_layers)
+    rope = model.positional
+    local = rope.local if isinstance(rope, RopePositional) else None
+    return frozenset(local.layers) if local is not None else frozenset()
+
+
+def every_nth(local: list[int], n_layers: int) -> int | None:
+    """The global_attn_every_n_layers whose pattern (layer i global where i % n == 0) has exactly
+    the ``local`` layers, or None where none has."""
+    for n in range(1, n_layers + 1):
+        if [i for i in range(n_layers) if i % n] == local:
+            return n
+    return None
+
+
+def norm_tensors(state: State, tfc: str, hf: str) -> State:
+    """A norm's scale, and its shift where it has one."""
+    out = {f"{hf}.weight": state[f"{tfc}.weight"]}
+    if f"{tfc}.bias" in state:
+        out[f"{hf}.bias"] = state[f"{tfc}.bias"]
+    return out
 
 
 def norm_state(tensors: Tensors, hf: str, tfc: str, model: EncoderSpec) -> State:
