@@ -466,6 +466,28 @@ def test_every_model_type_reads_its_config_class_attribute_map() -> None:
         assert ARCHITECTURES[model_type].aliases_for(model_type) == expected
 
 
+def settable_properties(model_type: str) -> set[str]:
+    """The properties with a setter the installed config class (not PretrainedConfig) defines: a
+    config.json key of that name sets what the setter sets, as an attribute_map alias does."""
+    cls = type(T.AutoConfig.for_model(model_type))
+    own = [
+        klass
+        for klass in cls.__mro__
+        if issubclass(klass, T.PretrainedConfig) and klass is not T.PretrainedConfig
+    ]
+    return {
+        n for klass in own for n, v in vars(klass).items() if isinstance(v, property) and v.fset is not None
+    }
+
+
+def test_every_property_a_config_class_sets_is_read() -> None:
+    """ModernBertConfig's sliding_window sets local_attention to twice it (transformers 5; 4 reads
+    none): test_hf_modernbert's rows hold the import to it. Another such property fails this until
+    a family file's rows say what the import makes of it."""
+    found = {(model_type, name) for model_type in SOURCES for name in settable_properties(model_type)}
+    assert found == {("modernbert", "sliding_window")}
+
+
 LEGACY = {"bloom": {"n_embed": "hidden_size"}}  # BloomConfig's legacy keyword for hidden_size
 # Qwen3MoeConfig's attribute_map sends num_experts, its own field, to num_local_experts, which is no
 # field: set after the fields, a num_local_experts in config.json is what the class reads.
