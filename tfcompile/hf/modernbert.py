@@ -223,7 +223,7 @@ class ModernBert(Writable):
             "import the ModernBertForMaskedLM checkpoint",
         )
         vocab = config.get("vocab_size", 50368)
-        pad_within(config, vocab)
+        pad_within(config.filled({}, nullable={"pad_token_id": 50283}), vocab)  # ModernBertConfig's pad
         norm_bias = bool(config.get("norm_bias", False))
         attention_bias, mlp_bias = (
             bool(config.get("attention_bias", False)),
