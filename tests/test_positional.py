@@ -59,6 +59,55 @@ def test_sinusoidal_layout_reaches_the_model_and_a_vit_grid() -> None:
     assert not torch.equal(halves, interleaved) and torch.equal(halves[0], torch.zeros(8))
 
 
+def test_tensor2tensor_spacing_and_an_offset_follow_fairseqs_formula() -> None:
+    """w_k = 10000^(-k/(d/2 - 1)) (the last pair's exactly 1/10000), row i the position offset + i,
+    in the model's table too (M2M100's and NLLB's)."""
+    from tfcompile.spec.schema import SinusoidalPositional as Spec
+
+    d, offset = 12, 3
+    table = sinusoidal_table(20, d, "halves", "tensor2tensor", offset)
+    for i in (0, 1, 19):
+        for k in range(d // 2):
+            angle = (offset + i) * 10000 ** (-k / (d // 2 - 1))
+            assert math.isclose(table[i, k].item(), math.sin(angle), abs_tol=1e-6)
+            assert math.isclose(table[i, d // 2 + k].item(), math.cos(angle), abs_tol=1e-6)
+    assert torch.equal(sinusoidal_table(20, d, offset=offset), sinusoidal_table(23, d)[offset:])
+    dims = PositionalDims(d_model=d, n_heads=2, head_dim=6, max_seq_len=20, bidirectional=True)
+    spec = Spec(layout="halves", spacing="tensor2tensor", offset=offset)
+    assert torch.equal(POSITIONAL["sinusoidal"](spec, dims).table, table)
+
+
+@pytest.mark.parametrize(
+    "model, field",
+    [
+        (
+            "d_model: 2, n_heads: 1, positional: {type: sinusoidal, spacing: tensor2tensor}",
+            "positional.spacing",
+        ),
+        (
+            "family: vit, image_size: 8, patch_size: 4, d_model: 8, n_heads: 2, "
+            "positional: {type: sinusoidal, offset: 2}",
+            "positional.offset",
+        ),
+        (
+            "family: vit, image_size: 8, patch_size: 4, d_model: 4, n_heads: 2, "
+            "positional: {type: sinusoidal, spacing: tensor2tensor}",
+            "positional.spacing",
+        ),
+    ],
+)
+def test_a_spacing_or_offset_without_meaning_is_refused_at_its_field(model: str, field: str) -> None:
+    from tfcompile.spec import parse_spec
+    from tfcompile.spec.errors import SpecError
+
+    task = "image_classification, labels: [a, b]" if "vit" in model else "causal_lm"
+    with pytest.raises(SpecError) as error:
+        parse_spec(
+            f"model: {{vocab_size: 20, n_layers: 1, max_seq_len: 8, {model}}}\ntask: {{type: {task}}}\n"
+        )
+    assert any(issue.path == f"model.{field}" for issue in error.value.issues), error.value
+
+
 def _rope(head_dim: int = 8, max_len: int = 64, theta: float = 10000.0) -> RotaryPositional:
     dims = PositionalDims(
         d_model=head_dim * 2, n_heads=2, head_dim=head_dim, max_seq_len=max_len, bidirectional=False

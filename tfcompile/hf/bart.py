@@ -1,8 +1,9 @@
 """BART's encoder-decoder and the model types built on its code: Marian (``MarianMTModel``, the
 Opus-MT translators), Pegasus (``PegasusForConditionalGeneration``), BART
-(``BartForConditionalGeneration``) and mBART (``MBartForConditionalGeneration``). Each is one
-encoder-decoder of LayerNorms (epsilon 1e-5, a config has no field for it) and biases on every
-projection, whose head adds ``final_logits_bias`` (the spec's ``bias.lm_head``); the four differ
+(``BartForConditionalGeneration``), mBART (``MBartForConditionalGeneration``) and M2M100
+(``M2M100ForConditionalGeneration``: M2M100 and NLLB-200). Each is one encoder-decoder of
+LayerNorms (epsilon 1e-5, a config has no field for it) and biases on every projection, whose head
+adds ``final_logits_bias`` where the checkpoint holds one (the spec's ``bias.lm_head``); they differ
 in three choices, which the model type fixes:
 
 ============  ==========================================  ====================  ==============
@@ -12,14 +13,19 @@ marian        sinusoidal, sines then cosines (``halves``)  post                 
 pegasus       sinusoidal, ``halves``                       pre, a final norm     none
 bart          learned, two unused rows in front            post                  one per stack
 mbart         learned, two unused rows in front            pre, a final norm     one per stack
+m2m_100       sinusoidal, ``halves``, tensor2tensor's      pre, a final norm     none
+              frequencies, from pad id + 1
 ============  ==========================================  ====================  ==============
+
+(M2M100 numbers the tokens that are not the pad id from pad id + 1, tfcompile the tokens its mask
+marks real: the same but for a real token that is the pad id, the text "<pad>" itself.)
 
 The rest is the config's: sizes (the encoder's and the decoder's heads and feed-forward width must
 agree: the spec's stacks share them), ``activation_function``, ``scale_embedding`` (sqrt(d_model)),
 Marian's ``share_encoder_decoder_embeddings``; each stack's table and the head are the ones
 transformers 5 ties as ``tables`` says. Layer drop and the dropout inside the feed-forward act in
-training only and are not read. export-hf writes each of the four from a translator with
-these choices (the sinusoidal ones in the halves layout)."""
+training only and are not read. export-hf writes each of the first four from a translator with
+these choices (the sinusoidal ones in the halves layout); M2M100 is import only."""
 
 from __future__ import annotations
 
@@ -62,11 +68,14 @@ class Kind:
     """What a model type fixes: its head class, positions, norm position and embedding norms."""
 
     head: str
-    positions: Literal["sinusoidal", "learned"]
+    positions: Literal["sinusoidal", "learned", "tensor2tensor"]  # the last: M2M100's, from pad id + 1
     norm: Literal["pre", "post"]
     embedding_norm: bool
     vocab_size: int  # the config class's defaults
     pad_token_id: int
+    activation: str = "gelu"
+    scale_embedding: bool = False
+    attention_dropout: float = 0.0
 
 
 KINDS = {
@@ -74,6 +83,9 @@ KINDS = {
     "pegasus": Kind("PegasusForConditionalGeneration", "sinusoidal", "pre", False, 50265, 0),
     "bart": Kind("BartForConditionalGeneration", "learned", "post", True, 50265, 1),
     "mbart": Kind("MBartForConditionalGeneration", "learned", "pre", True, 50265, 1),
+    "m2m_100": Kind(
+        "M2M100ForConditionalGeneration", "tensor2tensor", "pre", False, 128112, 1, "relu", True, 0.1
+    ),
 }
 # transformers' q, k and v projections (tfcompile's packed qkv, and cross-attention's q and kv)
 QKV = ("q_proj", "k_proj", "v_proj")
@@ -88,10 +100,11 @@ LAYER = (
 CROSS = (("cross_norm", "encoder_attn_layer_norm"), ("cross.out", "encoder_attn.out_proj"))
 
 
-@register("marian", "pegasus", "bart", "mbart")
+@register("marian", "pegasus", "bart", "mbart", "m2m_100")
 class Bart(Writable):
     prefixes = ("model.",)
-    ignored = (".version",)  # fairseq's, in older BART checkpoints
+    # fairseq's, in older BART checkpoints; M2M100's fixed table, in older ones (5 computes its own)
+    ignored = (".version", "embed_positions.weights")
     # the attribute_map the four config classes share
     aliases: ClassVar[dict[str, str]] = {
         "num_attention_heads": "encoder_attention_heads",
@@ -111,6 +124,7 @@ class Bart(Writable):
         "model.dropout.residual": "dropout",
         "model.dropout.attention": "attention_dropout",
         "model.init_std": "init_std",
+        "model.positional.offset": "pad_token_id",  # M2M100's positions start at pad id + 1
     }
 
     def read(self, config: Config, architecture: str, tensors: Tensors) -> Imported:
@@ -126,6 +140,25 @@ class Bart(Writable):
         config.refuse_true("is_decoder", why="a decoder alone is not a sequence-to-sequence model")
         vocab = config.get("vocab_size", kind.vocab_size)
         pad_within(config.filled({}, nullable={"pad_token_id": kind.pad_token_id}), vocab)
+        pad = config.data.get("pad_token_id", kind.pad_token_id)  # null: none (M2M100 fails on it)
+        rows = config.get("max_position_embeddings", 1024)
+        rows = rows + 2 if isinstance(rows, int) else 0  # M2M100's table, whose pad row it zeroes
+        has_pad = isinstance(pad, int) and not isinstance(pad, bool) and 0 <= pad < rows
+        config.require(
+            kind.positions != "tensor2tensor" or has_pad,
+            "pad_token_id",
+            f"is {pad!r}: M2M100 numbers positions from the pad id + 1 and zeroes its row of a table of "
+            f"max_position_embeddings + 2 ({rows}) rows (transformers fails without one, or past it)",
+            "name the tokenizer's pad id",
+        )
+        start = config.get("decoder_start_token_id", 2)  # M2M100Config's: its eos
+        config.require(
+            kind.positions != "tensor2tensor" or start != pad,
+            "decoder_start_token_id",
+            f"is the pad id ({pad!r}), which M2M100 gives no position (a row of zeros) where tfcompile's "
+            "decoder starts its positions",
+            "import a model whose decoder starts with another token (M2M100's: </s>)",
+        )
         heads, d_ff = config.get("encoder_attention_heads", 16), config.get("encoder_ffn_dim", 4096)
         for field, value, default in (
             ("decoder_attention_heads", heads, 16),
@@ -175,20 +208,18 @@ class Bart(Writable):
             "n_decoder_layers": config.get("decoder_layers", 12),
             "n_heads": heads,
             "d_ff": d_ff,
-            "activation": config.choice("activation_function", "gelu", ACTIVATIONS, "activation"),
-            "positional": {"type": "sinusoidal", "layout": "halves"}
-            if kind.positions == "sinusoidal"
-            else {"type": "learned"},
+            "activation": config.choice("activation_function", kind.activation, ACTIVATIONS, "activation"),
+            "positional": positional(kind, pad),
             "norm": {"position": kind.norm, "type": "layernorm", "eps": EPS},
             "embedding_norm": kind.embedding_norm,
             "bias": {"qkv": True, "attn_out": True, "ffn": True, "lm_head": BIAS in tensors},
             "share_embeddings": source == target or tensors.same(source, target),
             "tie_embeddings": head == target or tensors.same(head, target),
-            "scale_embeddings": config.get("scale_embedding", False),
+            "scale_embeddings": config.get("scale_embedding", kind.scale_embedding),
             "dropout": {
                 "embedding": dropout(config.get("dropout", 0.1)),
                 "residual": dropout(config.get("dropout", 0.1)),
-                "attention": dropout(config.get("attention_dropout", 0.0)),
+                "attention": dropout(config.get("attention_dropout", kind.attention_dropout)),
             },
             "init_std": init_std(config),
         }
@@ -245,6 +276,8 @@ class Bart(Writable):
         positional = model.positional
         if isinstance(positional, SinusoidalPositional):
             need(positional.layout == "halves", "model.positional.layout", positional.layout, "halves")
+            need(positional.spacing == "vaswani", "model.positional.spacing", positional.spacing, "vaswani")
+            need(positional.offset == 0, "model.positional.offset", positional.offset, "0")
         need(
             model.embedding_norm == kind.embedding_norm,
             "model.embedding_norm",
@@ -392,7 +425,7 @@ def positions(tensors: Tensors, stack: str, model: EncoderDecoderSpec) -> State:
         return {f"{stack}_positional.table.weight": table[OFFSET:]}
     saved = tensors.maybe(name)
     if saved is not None:
-        table = sinusoidal_table(model.max_seq_len, model.d_model, "halves")
+        table = sinusoidal_table(model.max_seq_len, model.d_model, "halves")  # Marian's and Pegasus's
         if saved.shape != table.shape or not torch.allclose(saved.float(), table, atol=1e-6, rtol=0):
             raise HFError(
                 f"{tensors.where}: {name} is not the sinusoidal table of max_position_embeddings "
@@ -400,6 +433,18 @@ def positions(tensors: Tensors, stack: str, model: EncoderDecoderSpec) -> State:
                 "transformers reads the one saved: tfcompile's table is fixed"
             )
     return {}
+
+
+def positional(kind: Kind, pad: Any) -> dict[str, Any]:
+    """The model type's positions: learned (BART's table), sinusoidal in halves (Marian's and
+    Pegasus's), or M2M100's tensor2tensor frequencies from the pad id + 1."""
+    if kind.positions == "learned":
+        return {"type": "learned"}
+    sinusoidal = {"type": "sinusoidal", "layout": "halves"}
+    if kind.positions == "sinusoidal":
+        return sinusoidal
+    offset = pad + 1 if isinstance(pad, int) else 0  # else refused (pad_token_id)
+    return sinusoidal | {"spacing": "tensor2tensor", "offset": offset}
 
 
 def init_std(config: Config) -> float:

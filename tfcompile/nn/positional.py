@@ -93,23 +93,30 @@ class NoPositional(PositionalEncoding):
     pass
 
 
-def sinusoidal_table(max_len: int, dim: int, layout: str = "interleaved") -> torch.Tensor:
-    """PE[t, 2k] = sin(t * w_k), PE[t, 2k+1] = cos(t * w_k), w_k = 10000^(-2k/d); with the halves
-    layout the same values as [sin(t * w), cos(t * w)] (Marian's). -> (max_len, dim)"""
-    t = torch.arange(max_len, dtype=torch.float64)[:, None]
-    w = torch.exp(-math.log(10000.0) * torch.arange(0, dim, 2, dtype=torch.float64) / dim)
+def sinusoidal_table(
+    max_len: int, dim: int, layout: str = "interleaved", spacing: str = "vaswani", offset: int = 0
+) -> torch.Tensor:
+    """PE[t, 2k] = sin(t * w_k), PE[t, 2k+1] = cos(t * w_k), w_k = 10000^(-2k/d) (spacing
+    tensor2tensor: 10000^(-k/(d/2 - 1)), fairseq's and M2M100's); with the halves layout the same
+    values as [sin(t * w), cos(t * w)] (Marian's). Row i is position t = offset + i. -> (max_len, dim)"""
+    t = torch.arange(offset, offset + max_len, dtype=torch.float64)[:, None]
+    k = torch.arange(dim // 2, dtype=torch.float64)
+    steps = dim / 2 if spacing == "vaswani" else dim // 2 - 1
+    w = torch.exp(-math.log(10000.0) * k / steps)
     sin, cos = torch.sin(t * w), torch.cos(t * w)  # (max_len, dim / 2)
     if layout == "halves":
         return torch.cat((sin, cos), dim=-1).float()
     return torch.stack((sin, cos), dim=-1).flatten(1).float()  # sin, cos, sin, cos, ...
 
 
-def sinusoidal_2d_table(grid: int, dim: int, layout: str = "interleaved") -> torch.Tensor:
+def sinusoidal_2d_table(
+    grid: int, dim: int, layout: str = "interleaved", spacing: str = "vaswani"
+) -> torch.Tensor:
     """Fixed positions on a grid x grid patch grid, row-major: the first dim / 2 features are the
     1-D sinusoidal encoding of the row, the last dim / 2 of the column, each in ``layout``. MAE's
     table holds the halves layout's values with the column's half first; as the table is fixed and
     never saved, the order matters to no checkpoint. -> (grid², dim)"""
-    axis = sinusoidal_table(grid, dim // 2, layout)  # (grid, dim / 2)
+    axis = sinusoidal_table(grid, dim // 2, layout, spacing)  # (grid, dim / 2)
     rows = axis[:, None, :].expand(grid, grid, dim // 2)
     cols = axis[None, :, :].expand(grid, grid, dim // 2)
     return torch.cat((rows, cols), dim=-1).flatten(0, 1)
@@ -125,9 +132,9 @@ class SinusoidalPositional(PositionalEncoding):
     def __init__(self, spec: Any, dims: PositionalDims) -> None:
         super().__init__(spec, dims)
         if dims.grid is None:
-            table = sinusoidal_table(dims.max_seq_len, dims.d_model, spec.layout)
-        else:
-            grid = sinusoidal_2d_table(dims.grid, dims.d_model, spec.layout)
+            table = sinusoidal_table(dims.max_seq_len, dims.d_model, spec.layout, spec.spacing, spec.offset)
+        else:  # a ViT's: from 0 (the schema keeps the offset out)
+            grid = sinusoidal_2d_table(dims.grid, dims.d_model, spec.layout, spec.spacing)
             table = torch.cat((torch.zeros(dims.prefix, dims.d_model), grid))
         # Fixed, so not part of the state dict: checkpoints hold learned weights only.
         self.register_buffer("table", table, persistent=False)

@@ -228,6 +228,18 @@ class SinusoidalPositional(Section):
         "cos(t w_k), as in Vaswani et al.; or halves, the sines in the first half of the features and the "
         "cosines in the second (Marian, Pegasus); the frequencies w_k = 10000^(-2k/d) are the same",
     )
+    spacing: Literal["vaswani", "tensor2tensor"] = Field(
+        "vaswani",
+        description="the frequencies of the d/2 pairs: vaswani, w_k = 10000^(-2k/d); tensor2tensor, "
+        "w_k = 10000^(-k/(d/2 - 1)), the last exactly 1/10000 (fairseq's, M2M100's and NLLB's); d at least 4",
+    )
+    offset: Annotated[int, Field(strict=True, ge=0), at_most(MAX_SEQ_LEN, "a position past any context")] = (
+        Field(
+            0,
+            description="the position the first token is encoded at, the next at offset + 1, ... (M2M100 and "
+            "NLLB: their pad id + 1, 2); sequences and ViTs only from 0",
+        )
+    )
 
     def parameters(self, model: TransformerSpec) -> int:
         return 0
@@ -835,7 +847,7 @@ class TransformerSpec(Section):
             f"and nothing else: it has no {self.norm.position}-norm form",
             "set model.norm.position: pre, or use block: sequential",
         )
-        if self.positional.type == "sinusoidal":
+        if isinstance(self.positional, SinusoidalPositional):
             width = self.embedding_width
             rules.require(
                 width % 2 == 0,
@@ -843,6 +855,12 @@ class TransformerSpec(Section):
                 f"sinusoidal encodings pair sin and cos, so the embeddings' width (d_model, or an "
                 f"encoder's embedding_size) must be even, found {width}",
                 "use an even width",
+            )
+            rules.require(
+                self.positional.spacing == "vaswani" or width >= 4,
+                ("positional", "spacing"),
+                f"spaces d/2 frequencies over d/2 - 1 steps, and the embeddings' width is {width}",
+                "use a width of 4 or more, or spacing: vaswani",
             )
         if self.max_seq_len is not None:  # a ViT's follows from its sizes (VitSpec checks it there)
             self._require_scores_fit(rules, self.max_seq_len, ("max_seq_len",))
@@ -1291,7 +1309,20 @@ class VitSpec(TransformerSpec):
             f"found {self.positional.type!r}",
             "use learned (as in the ViT paper) or sinusoidal",
         )
-        if self.positional.type == "sinusoidal":
+        if isinstance(self.positional, SinusoidalPositional):
+            rules.require(
+                self.positional.offset == 0,
+                ("positional", "offset"),
+                "moves the patches' positions, which are grid indices from 0",
+                "leave it out",
+            )
+            rules.require(
+                self.positional.spacing == "vaswani" or self.d_model >= 8,
+                ("positional", "spacing"),
+                f"spaces each axis's d_model/4 frequencies over d_model/4 - 1 steps, and d_model is "
+                f"{self.d_model}",
+                "use a d_model of 8 or more, or spacing: vaswani",
+            )
             rules.require(
                 self.d_model % 4 == 0,
                 ("d_model",),

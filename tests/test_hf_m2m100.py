@@ -1,0 +1,218 @@
+"""M2M100 (``M2M100ForConditionalGeneration``: M2M100 418M and 1.2B, NLLB-200's dense models):
+BART's pre-norm encoder-decoder with a final norm per stack, no embedding norm, embeddings scaled
+by sqrt(d_model), and fixed sinusoidal positions of tensor2tensor's frequencies in the halves
+layout from the pad id + 1 (``positional: {type: sinusoidal, layout: halves, spacing:
+tensor2tensor, offset}``). Tiny random transformers models saved with save_pretrained, imported,
+and held to transformers' logits (float32, sources padded on the right and not, tokens other than
+the pad id: M2M100 numbers the tokens that are not it), their parameter counts and greedy
+translation through the ONNX bundle; import only (export-hf refuses the positions by field). A row
+for every field of M2M100Config (tests/test_hf_fields.py's table and check)."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from hf_models import VOCAB, Imported, imported_variants, random_ids, right_padding
+from test_hf_fields import FAMILIES, Case, Family, _pytest_cases, case, check, uncovered
+from test_hf_paths import SENTENCES
+
+from tfcompile.cli import main
+from tfcompile.hf.errors import HFError, HFWarning
+from tfcompile.hf.exporter import export_hf
+from tfcompile.models import Seq2Seq
+from tfcompile.nn.positional import sinusoidal_table
+from tfcompile.runtime import Translator
+from tfcompile.sequences import tidy
+
+transformers = pytest.importorskip("transformers")
+T = transformers
+
+# hf_models' "t5" tokenizer: <pad> 0, </s> 1, <unk> 2; the decoder starts with 2, M2M100Config's
+# (its </s>), another id than the pad id M2M100Config has where none is named (1)
+TINY = dict(
+    vocab_size=VOCAB,
+    d_model=16,
+    encoder_layers=2,
+    decoder_layers=2,
+    encoder_attention_heads=4,
+    decoder_attention_heads=4,
+    encoder_ffn_dim=32,
+    decoder_ffn_dim=32,
+    max_position_embeddings=32,
+    pad_token_id=0,
+    bos_token_id=None,
+    eos_token_id=1,
+    decoder_start_token_id=2,
+    init_std=0.5,  # weights wide enough that each source translates otherwise
+)
+FAMILIES["m2m_100"] = Family(T.M2M100Config, T.M2M100ForConditionalGeneration, "t5", TINY)
+
+
+def m2m100(**fields: Any) -> Any:
+    return T.M2M100ForConditionalGeneration(T.M2M100Config(**TINY | fields))
+
+
+VARIANTS: dict[str, Callable[[], Any]] = {
+    "m2m100": lambda: m2m100(),  # M2M100Config's ReLU, scaled embeddings, one table for all three
+    # another pad id (one no token of test_hf_paths.SENTENCES is: M2M100 gives it no position)
+    "m2m100_pad": lambda: m2m100(pad_token_id=27, activation_function="gelu", scale_embedding=False),
+}
+
+
+@pytest.fixture(scope="module")
+def imported(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Imported]:
+    return imported_variants(tmp_path_factory.mktemp("hf"), VARIANTS, tokenizer="t5")
+
+
+def compare(hf: Any, ours: torch.nn.Module, length: int) -> float:
+    """The largest |difference| of the logits over their scale where it is past 1 (as
+    test_hf_fields.difference), sources padded on the right and not, on tokens that are not the pad
+    id (nor the other special tokens), targets starting with the decoder's start."""
+    assert isinstance(ours, Seq2Seq)
+    pad = hf.config.pad_token_id
+    ids = random_ids(3, length, low=3)
+    ids[ids == pad] = 3
+    target = random_ids(3, min(7, length), seed=1, low=3)
+    target[target == pad] = 3
+    target[:, 0] = hf.config.decoder_start_token_id
+    worst = 0.0
+    with torch.no_grad():
+        for mask in (right_padding(3, length), torch.ones(3, length, dtype=torch.long)):
+            theirs = hf(input_ids=ids, attention_mask=mask, decoder_input_ids=target).logits
+            gap = (theirs - ours(ids, mask, target)).abs().max() / theirs.abs().max().clamp(min=1)
+            worst = max(worst, gap.item())
+    return worst
+
+
+@pytest.mark.parametrize("name", list(VARIANTS))
+def test_an_imported_model_gives_transformers_logits(imported: dict[str, Imported], name: str) -> None:
+    assert compare(imported[name].hf, imported[name].model, 20) <= 1e-5
+
+
+@pytest.mark.parametrize("name", list(VARIANTS))
+def test_parameter_counts_equal_transformers(imported: dict[str, Imported], name: str) -> None:
+    """transformers counts no parameter in its fixed tables, nor does the spec."""
+    imported[name].assert_counts_match()
+
+
+def test_the_specs_say_what_each_model_is(imported: dict[str, Imported]) -> None:
+    plain, padded = imported["m2m100"].spec.model, imported["m2m100_pad"].spec.model
+    assert plain.positional.model_dump() == {
+        "type": "sinusoidal",
+        "layout": "halves",
+        "spacing": "tensor2tensor",
+        "offset": 1,
+    }
+    assert padded.positional.model_dump()["offset"] == 28
+    assert (plain.norm.position, plain.norm.final, plain.embedding_norm, plain.scale_embeddings) == (
+        "pre",
+        True,
+        False,
+        True,
+    )
+    assert (plain.activation, plain.bias.lm_head, plain.share_embeddings, plain.tie_embeddings) == (
+        "relu",
+        False,
+        True,
+        True,
+    )
+    assert (padded.activation, padded.scale_embeddings) == ("gelu", False)
+
+
+def test_the_table_is_m2m100s_formula() -> None:
+    """tensor2tensor's frequencies, 10000^(-k/(d/2 - 1)), from the offset: M2M100's own table's rows."""
+    ours = sinusoidal_table(10, 16, "halves", "tensor2tensor", offset=3)
+    theirs = T.models.m2m_100.modeling_m2m_100.M2M100SinusoidalPositionalEmbedding.get_embedding(13, 16)
+    torch.testing.assert_close(ours, theirs[3:], atol=1e-6, rtol=0)
+
+
+def test_export_hf_refuses_the_positions_by_field(imported: dict[str, Imported], tmp_path: Path) -> None:
+    with pytest.raises(HFError) as error:
+        export_hf(imported["m2m100"].result.run_dir, tmp_path / "out")
+    assert "model.positional.spacing" in str(error.value) and "model.positional.offset" in str(error.value)
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
+def test_the_bundle_translates_as_transformers_greedy_generate(
+    imported: dict[str, Imported], tmp_path: Path
+) -> None:
+    """`tfcompile export` (parity checked), then greedy translation in onnxruntime of sources the
+    folder's tokenizer ends with </s>, as transformers' generate translates them (the positions from
+    the offset in both stacks, the KV cache's steps too); the variant whose random weights translate
+    each source otherwise."""
+    variant = imported["m2m100_pad"]
+    assert main(["export", str(variant.result.run_dir), "--out", str(tmp_path / "bundle")]) == 0
+    tokenizer = T.AutoTokenizer.from_pretrained(variant.folder)
+    ours = Translator(tmp_path / "bundle").translate(SENTENCES, beam=1, max_len=10)
+    theirs = []
+    for sentence in SENTENCES:
+        ids = tokenizer(sentence, return_tensors="pt")["input_ids"]
+        generated = variant.hf.generate(ids, do_sample=False, num_beams=1, max_new_tokens=10)
+        theirs.append(tidy(tokenizer.decode(generated[0], skip_special_tokens=True)))
+    assert ours == theirs and len(set(ours)) > 1
+
+
+# ------------------------------------------------------------------ every config field, by value
+
+
+def row(**fields: Any) -> Case:
+    """An M2M100 row: import only."""
+    return case("m2m_100", **{"exported": False} | fields)
+
+
+CASES: list[Case] = [
+    row(  # the fields that take any value at once: each row below sets one
+        activation_function="gelu",
+        scale_embedding=False,
+        dropout=0.3,
+        attention_dropout=0.2,
+        activation_dropout=0.4,
+        encoder_layerdrop=0.2,
+        decoder_layerdrop=0.2,
+        init_std=0.02,
+        use_cache=False,
+        spec={"activation": "gelu", "scale_embeddings": False, "dropout.residual": 0.3},
+    ),
+    row(activation_function="gelu_new", spec={"activation": "gelu_tanh"}, slow=True),
+    row(outcome="activation_function", activation_function="quick_gelu", slow=True),
+    row(scale_embedding=False, spec={"scale_embeddings": False}, slow=True),
+    row(dropout=0.5, attention_dropout=0.1, activation_dropout=0.5, slow=True),  # training only
+    row(encoder_layerdrop=0.5, decoder_layerdrop=0.5, slow=True),  # training only, not read
+    row(init_std=0.0, slow=True),  # initialisation only
+    row(encoder_layers=1, decoder_layers=3, spec={"n_layers": 1, "n_decoder_layers": 3}, slow=True),
+    row(outcome="decoder_attention_heads", decoder_attention_heads=2, slow=True),
+    row(outcome="decoder_ffn_dim", decoder_ffn_dim=48, slow=True),
+    row(encoder_attention_heads=2, decoder_attention_heads=2, spec={"n_heads": 2}, slow=True),
+    row(max_position_embeddings=16, spec={"max_seq_len": 16}, length=16, slow=True),
+    row(d_model=32, spec={"d_model": 32}, slow=True),
+    row(vocab_size=VOCAB, slow=True),
+    row(tie_word_embeddings=False, spec={"tie_embeddings": False, "share_embeddings": False}, slow=True),
+    # the positions: from the pad id + 1; the decoder's start must be another token
+    row(pad_token_id=7, spec={"positional.offset": 8}),
+    row(outcome="pad_token_id", json={"pad_token_id": None}, slow=True),
+    # transformers zeroes the pad id's row of a table of max_position_embeddings + 2: it fails past it
+    row(pad_token_id=33, spec={"positional.offset": 34}, slow=True),
+    row(outcome="pad_token_id", json={"pad_token_id": 34}, slow=True),
+    row(outcome="decoder_start_token_id", decoder_start_token_id=0, slow=True),
+    row(bos_token_id=2, eos_token_id=1, slow=True),
+    row(outcome="is_decoder", json={"is_decoder": True}, slow=True),
+    row(json={"is_encoder_decoder": False}, slow=True),  # generate() alone reads it
+    row(outcome="architectures", json={"architectures": ["M2M100Model"]}, slow=True),
+]
+
+
+@pytest.mark.parametrize("c", _pytest_cases(CASES))
+def test_a_field_value_imports_to_transformers_outputs_or_is_refused_by_name(c: Case, tmp_path: Path) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", HFWarning)
+        check(c, tmp_path, compare=compare)
+
+
+def test_every_config_field_has_a_case() -> None:
+    assert uncovered("m2m_100", CASES) == set()
