@@ -330,6 +330,8 @@ RUNS: dict[str, Callable[[Path], Path]] = {
     "exaone4 of NoPE layers, no window": _imported("test_hf_exaone4", "exaone4_unslid"),
     "hunyuan of NTK alpha": _imported("test_hf_hunyuan", "hunyuan"),
     "hunyuan of biases": _imported("test_hf_hunyuan", "hunyuan_biases"),
+    "olmoe": _imported("test_hf_moe", "olmoe"),
+    "olmoe of biases, renormalised": _imported("test_hf_moe", "olmoe_gqa"),
     "modernbert": _modernbert("modernbert"),
     "modernbert_mean": _modernbert("modernbert_mean"),
     "modernbert of tfcompile's own (local theta, no window, no tokenizer)": _modernbert("no window"),

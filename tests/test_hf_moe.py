@@ -252,6 +252,8 @@ WRITTEN = {
     "qwen2_moe_sparse": "qwen2_moe",
     "qwen3_moe": "qwen3_moe",
     "qwen3_moe_dense_first": "qwen3_moe",
+    "olmoe": "olmoe",
+    "olmoe_gqa": "olmoe",
 }
 
 
@@ -271,16 +273,21 @@ def test_an_imported_mixture_of_experts_round_trips(
     assert again.spec.model == variant.spec.model
 
 
-@pytest.mark.parametrize("name", ["olmoe", "olmoe_gqa"])
-def test_export_hf_refuses_olmoe_by_its_q_and_k_norms_over_all_heads(
-    imported: dict[str, Imported], name: str, tmp_path: Path
-) -> None:
-    """OLMoE is import only: its q and k norms over all heads are written as nothing's (Qwen3-MoE,
-    which a mixture of experts with q/k norms is written as, normalises each head's)."""
+@pytest.mark.parametrize(
+    ("edit", "field"),
+    [
+        ("window: {size: 6}, moe: {experts: 4, d_ff: 16}", "model.window"),
+        ("moe: {experts: 4, d_ff: 16, dense_layers: [0]}", "model.moe.dense_layers"),
+        ("head_dim: 16, moe: {experts: 4, d_ff: 16}", "model.head_dim"),
+    ],
+)
+def test_export_hf_refuses_what_olmoe_cannot_compute_by_field(edit: str, field: str, tmp_path: Path) -> None:
+    """OLMoE (q and k normalised over all heads): every layer routed, no window, heads of d_model."""
+    run = random_run(tmp_path, f"model: {{{OLMOE}, {edit}}}\n")
     with pytest.raises(HFError) as error:
-        export_hf(imported[name].result.run_dir, tmp_path / "out")
-    assert re.findall(r"^  (\S+): ", str(error.value), re.MULTILINE) == ["model.qk_norm_over"]
-    assert "Qwen3-MoE" in str(error.value)
+        export_hf(run, tmp_path / "out")
+    assert re.findall(r"^  (\S+): ", str(error.value), re.MULTILINE) == [field]
+    assert "OLMoE" in str(error.value)
     assert not (tmp_path / "out").exists()
 
 
@@ -289,6 +296,7 @@ LLAMA_LIKE = (
     "positional: rope, norm: {type: rmsnorm}, activation: swiglu, d_ff: 48"
 )
 NO_BIASES = "bias: {qkv: false, attn_out: false, ffn: false}"
+OLMOE = f"{LLAMA_LIKE}, qk_norm: true, qk_norm_over: all_heads, {NO_BIASES}"  # but its experts
 OWN = {
     # every layer routed among experts of d_ff, renormalised, a window over every layer
     "mixtral": f"{LLAMA_LIKE}, {NO_BIASES}, window: {{size: 6}}, moe: {{experts: 4, balance_loss: 0.02}}",
@@ -307,6 +315,11 @@ OWN = {
     # without biases, every layer routed, unnormalised
     "qwen2_moe plain": f"{LLAMA_LIKE}, {NO_BIASES}, "
     "moe: {experts: 3, d_ff: 16, shared_d_ff: 8, shared_gate: true, normalize: false, balance_loss: 0}",
+    # q and k normalised over all heads, no biases (written as zeros), the top k renormalised
+    "olmoe": f"{OLMOE}, moe: {{experts: 4, d_ff: 16}}",
+    # unnormalised, q, k, v and o biases
+    "olmoe biased": f"{OLMOE.replace(NO_BIASES, 'bias: {qkv: true, attn_out: true, ffn: false}')}, "
+    "moe: {experts: 3, d_ff: 16, normalize: false}",
 }
 
 
@@ -327,6 +340,7 @@ def test_a_run_of_tfcompiles_own_mixture_of_experts_loads_in_transformers(name: 
     assert config["num_local_experts" if written == "mixtral" else "num_experts"] == moe.experts
     if written != "mixtral":
         assert config["norm_topk_prob"] == moe.normalize
+    if written in ("qwen2_moe", "qwen3_moe"):  # dense layers of intermediate_size
         assert config["mlp_only_layers"] == (moe.dense_layers or [])
         assert (config["intermediate_size"], config["moe_intermediate_size"]) == (spec.model.d_ff, moe.d_ff)
     _loads_alike(tmp_path / "out", model)
@@ -334,8 +348,8 @@ def test_a_run_of_tfcompiles_own_mixture_of_experts_loads_in_transformers(name: 
     assert again.moe == moe and again.window == spec.model.window
     assert again.qk_norm == spec.model.qk_norm and again.head_dim == spec.model.head_dim
     assert (again.bias.qkv, again.bias.attn_out) == (
-        spec.model.bias.qkv or (written == "qwen3_moe" and spec.model.bias.attn_out),
-        spec.model.bias.attn_out or (written == "qwen3_moe" and spec.model.bias.qkv),
+        spec.model.bias.qkv or (written in ("qwen3_moe", "olmoe") and spec.model.bias.attn_out),
+        spec.model.bias.attn_out or (written in ("qwen3_moe", "olmoe") and spec.model.bias.qkv),
     )
 
 
@@ -471,14 +485,13 @@ def test_a_classifier_head_is_refused_by_architectures(
 # ------------------------------------------------------------------ every config field, by value
 
 EVERY_LAYER_6 = {"window.size": 6, "window.layers": None}
-NOT_EXPORTED = {"exported": False}  # export-hf refuses OLMoE (each SAME row checks it)
 
 
 def rows(family: str) -> Callable[..., Case]:
-    """Cases of ``family``: each SAME row written back by export-hf (OLMoE's: refused)."""
+    """Cases of ``family``: each SAME row written back by export-hf."""
 
     def row(**fields: Any) -> Case:
-        return case(family, **((NOT_EXPORTED if family == "olmoe" else {}) | fields))
+        return case(family, **fields)
 
     return row
 

@@ -58,10 +58,10 @@ adds an ungated shared expert of ``shared_intermediate_size`` (none where 0: ``m
 false``).
 export-hf writes a mixture of experts as Mixtral (no q/k norms, no shared expert, every layer routed,
 the top k renormalised, no attention biases), Qwen3-MoE (each head's q and k normalised),
-Qwen2-MoE (a sigmoid-gated shared expert), GraniteMoE (Granite's multipliers or attention scale) or
-GraniteMoeShared (an ungated shared expert), which ``written_as`` picks by the spec's features and
-each model type's ``own`` holds to what it computes; OLMoE is import only, and every other writer
-refuses ``model.moe`` (``Needs.no_extras``)."""
+Qwen2-MoE (a sigmoid-gated shared expert), GraniteMoE (Granite's multipliers or attention scale),
+GraniteMoeShared (an ungated shared expert) or OLMoE (q and k normalised over all heads), which
+``written_as`` picks by the spec's features and each model type's ``own`` holds to what it
+computes; every other writer refuses ``model.moe`` (``Needs.no_extras``)."""
 
 from __future__ import annotations
 
@@ -319,6 +319,27 @@ def mixtral_own(need: Needs, model: DecoderSpec) -> DecoderSpec:
     need(bool(moe.normalize), "model.moe.normalize", False, "true (Mixtral renormalises the top k)")
     moe_window(need, model, "Mixtral")
     return model
+
+
+def olmoe_own(need: Needs, model: DecoderSpec) -> DecoderSpec:
+    """OLMoE (a mixture of experts with q and k normalised over all heads): every layer routed, no
+    window, heads of hidden_size in all (its q norm reads hidden_size features)."""
+    moe = model.moe
+    assert moe is not None and model.head_dim is not None
+    need(
+        not moe.dense_layers,
+        "model.moe.dense_layers",
+        moe.dense_layers,
+        "leave it unset (OLMoE routes every layer)",
+    )
+    need(model.window is None, "model.window", model.window, "leave it unset (OLMoE has none)")
+    need(
+        model.n_heads * model.head_dim == model.d_model,
+        "model.head_dim",
+        model.head_dim,
+        f"d_model / n_heads ({model.d_model // model.n_heads}): OLMoE's q norm reads hidden_size features",
+    )
+    return model.model_copy(update={"qk_norm_over": "head"})
 
 
 def qwen3_moe_own(need: Needs, model: DecoderSpec) -> DecoderSpec:
@@ -1054,6 +1075,9 @@ MODEL_TYPES = {
         aliases={"num_local_experts": "num_experts"},
         requires=olmoe_requires,
         moe=MoEType(experts="num_experts"),
+        title="OLMoE",
+        head="OlmoeForCausalLM",
+        own=olmoe_own,
     ),
 }
 # The fields of each scaling that tfcompile keeps (the rest are transformers' bookkeeping).
@@ -2335,7 +2359,8 @@ def written_as(model: DecoderSpec) -> str:
     A mixture of experts (but in OLMo 2's and SmolLM3's, which refuse it) is GraniteMoE's where it
     has Granite's multipliers or attention scale (GraniteMoeShared's with a shared expert),
     GraniteMoeShared's where its shared expert is ungated, Qwen2-MoE's where it is gated, else
-    Qwen3-MoE's with q/k norms, else Mixtral's. Each writer's ``own`` refuses the others' features."""
+    OLMoE's with q/k norms over all heads, Qwen3-MoE's with each head's, else Mixtral's. Each
+    writer's ``own`` refuses the others' features."""
     if not model.gated:
         return "arcee"
     if model.norm.position == "output":
@@ -2348,6 +2373,8 @@ def written_as(model: DecoderSpec) -> str:
         return "qwen2_moe" if model.moe.shared_gate and not granite_scales(model) else "granitemoeshared"
     if model.moe is not None and granite_scales(model):
         return "granitemoe"
+    if model.moe is not None and model.qk_norm and model.qk_norm_over == "all_heads":
+        return "olmoe"
     if model.moe is not None:
         return "qwen3_moe" if model.qk_norm else "mixtral"
     if model.qk_norm_after_rope:
