@@ -10,6 +10,7 @@ for every field of M2M100Config (tests/test_hf_fields.py's table and check)."""
 
 from __future__ import annotations
 
+import json
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -17,13 +18,14 @@ from typing import Any
 
 import pytest
 import torch
-from hf_models import VOCAB, Imported, imported_variants, random_ids, right_padding
+from hf_models import VOCAB, Imported, copied, perturb, random_ids, right_padding, write
 from test_hf_fields import FAMILIES, Case, Family, _pytest_cases, case, check, uncovered
 from test_hf_paths import SENTENCES
 
 from tfcompile.cli import main
 from tfcompile.hf.errors import HFError, HFWarning
 from tfcompile.hf.exporter import export_hf
+from tfcompile.hf.importer import import_folder
 from tfcompile.models import Seq2Seq
 from tfcompile.nn.positional import sinusoidal_table
 from tfcompile.runtime import Translator
@@ -59,14 +61,29 @@ def m2m100(**fields: Any) -> Any:
 
 VARIANTS: dict[str, Callable[[], Any]] = {
     "m2m100": lambda: m2m100(),  # M2M100Config's ReLU, scaled embeddings, one table for all three
-    # another pad id (one no token of test_hf_paths.SENTENCES is: M2M100 gives it no position)
+    # another pad id, the tokenizer's <pad> there (PADS)
     "m2m100_pad": lambda: m2m100(pad_token_id=27, activation_function="gelu", scale_embedding=False),
 }
 
 
+# the tokenizer's <pad> placed at the config's pad id (M2M100 skips it), </s> and <unk> where TINY's
+# eos and decoder start are
+PADS = {"m2m100_pad": 27}
+
+
 @pytest.fixture(scope="module")
 def imported(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Imported]:
-    return imported_variants(tmp_path_factory.mktemp("hf"), VARIANTS, tokenizer="t5")
+    root = tmp_path_factory.mktemp("hf")
+
+    def writer(name: str) -> Callable[[Path], None]:
+        def write_to(folder: Path) -> None:
+            torch.manual_seed(0)
+            placed = {"<pad>": PADS[name], "</s>": 1, "<unk>": 2} if name in PADS else None
+            write(perturb(VARIANTS[name]()), "t5", folder, placed)
+
+        return write_to
+
+    return {name: Imported(root, name, writer(name), "error") for name in VARIANTS}
 
 
 def compare(hf: Any, ours: torch.nn.Module, length: int) -> float:
@@ -138,6 +155,19 @@ def test_export_hf_refuses_the_positions_by_field(imported: dict[str, Imported],
     assert not (tmp_path / "out").exists()
 
 
+def test_a_decoder_start_that_is_the_pad_id_is_refused_where_generation_config_says_it(
+    imported: dict[str, Imported], tmp_path: Path
+) -> None:
+    """generate() starts with generation_config.json's decoder_start_token_id, over config.json's: as
+    the pad id, M2M100 gives it no position."""
+    folder = copied(imported, "m2m100", tmp_path)
+    generation = json.loads((folder / "generation_config.json").read_text())
+    (folder / "generation_config.json").write_text(json.dumps(generation | {"decoder_start_token_id": 0}))
+    with pytest.raises(HFError, match="  pad_token_id: is 0, the tokenizer's bos token"):
+        import_folder(folder, "start", tmp_path / "specs", tmp_path / "runs")
+    assert not (tmp_path / "runs" / "start").exists()
+
+
 @pytest.mark.slow
 def test_the_bundle_translates_as_transformers_greedy_generate(
     imported: dict[str, Imported], tmp_path: Path
@@ -193,11 +223,12 @@ CASES: list[Case] = [
     row(d_model=32, spec={"d_model": 32}, slow=True),
     row(vocab_size=VOCAB, slow=True),
     row(tie_word_embeddings=False, spec={"tie_embeddings": False, "share_embeddings": False}, slow=True),
-    # the positions: from the pad id + 1; the decoder's start must be another token
-    row(pad_token_id=7, spec={"positional.offset": 8}),
+    # the positions: from the pad id + 1, which must be the tokenizer's <pad> (0) and no other role's
+    # token (M2M100 gives every occurrence of it no position); the decoder's start must be another
+    row(outcome="pad_token_id", pad_token_id=7),  # a letter of the tokenizer's
+    row(outcome="pad_token_id", pad_token_id=1, slow=True),  # </s>, which ends every source
     row(outcome="pad_token_id", json={"pad_token_id": None}, slow=True),
     # transformers zeroes the pad id's row of a table of max_position_embeddings + 2: it fails past it
-    row(pad_token_id=33, spec={"positional.offset": 34}, slow=True),
     row(outcome="pad_token_id", json={"pad_token_id": 34}, slow=True),
     row(outcome="decoder_start_token_id", decoder_start_token_id=0, slow=True),
     row(bos_token_id=2, eos_token_id=1, slow=True),

@@ -141,6 +141,11 @@ def test_an_imported_run_is_written_back_to_transformers_logits(
     assert not any(info.values()), info
     for padded in (False, True):
         assert max_difference(reloaded, imported[name].model, padded, length=20) <= 1e-5
+    read = imported[name].hf.config  # the run's [CLS] and [SEP], not ModernBertConfig's 50281, 50282
+    assert (reloaded.config.cls_token_id, reloaded.config.sep_token_id) == (
+        read.cls_token_id,
+        read.sep_token_id,
+    )
 
 
 OWN_MLM = {

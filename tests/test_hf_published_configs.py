@@ -98,7 +98,7 @@ BART = (
 SIZES |= dict.fromkeys(("marian", "pegasus", "bart", "mbart"), (BART, "t5"))
 TOKENIZERS = {
     "roberta": roberta_tokenizer,
-    "xlm-roberta": xlm_roberta_tokenizer,
+    "xlm-roberta": lambda: xlm_roberta_tokenizer(pad=1),  # the published config's pad id
     "camembert": camembert_tokenizer,
     "distilbert": wordpiece_tokenizer,
 }

@@ -55,9 +55,11 @@ def roberta_tokenizer() -> Any:
     return T.RobertaTokenizer(vocab=vocab, merges=merges)
 
 
-def xlm_roberta_tokenizer() -> Any:
-    """Unigram over SentencePiece pieces, <pad> at 4 (positions from row 5 on)."""
-    pieces = ["<s>", "</s>", "▁", "<unk>", "<pad>", *LETTERS, *(f"▁{c}" for c in "tahsi"), *PUNCTUATION]
+def xlm_roberta_tokenizer(pad: int = 4) -> Any:
+    """Unigram over SentencePiece pieces, <pad> at ``pad`` (4: positions from row 5 on; 1:
+    xlm-roberta-base's)."""
+    pieces = ["<s>", "</s>", "▁", "<unk>", *LETTERS, *(f"▁{c}" for c in "tahsi"), *PUNCTUATION]
+    pieces.insert(pad, "<pad>")
     return T.XLMRobertaTokenizer(vocab=[(p, -float(i % 7)) for i, p in enumerate(_filled(pieces))])
 
 

@@ -224,7 +224,10 @@ class Bart(Writable):
             "init_std": init_std(config),
         }
         # every tokenizer of the four ends a source with </s> (mBART's then adds a language code)
-        return Imported(model, {"type": "seq2seq", "source_suffix": ["eos"]}, decoder_start=True)
+        skipped = pad if kind.positions == "tensor2tensor" and has_pad else None  # M2M100's
+        return Imported(
+            model, {"type": "seq2seq", "source_suffix": ["eos"]}, decoder_start=True, pad_positions=skipped
+        )
 
     def to_state(self, tensors: Tensors, spec: Spec) -> State:
         model = spec.model

@@ -101,6 +101,7 @@ def export_hf(run: Path, out: Path, which: str = "best", force: bool = False) ->
     # A role the run lacks (every role, without a tokenizer) is null, not the config class's default
     # id, which may lie past the vocabulary (SmolLM3's pad id, 128004).
     config |= {f"{role}_token_id": tokens.get(role) for role in ("bos", "eos", "pad")}
+    config |= {name: tokens.get(role) for role in ("cls", "sep") if (name := f"{role}_token_id") in config}
     if config.get("is_encoder_decoder") and "bos" in tokens:  # the decoder's first input
         config["decoder_start_token_id"] = tokens["bos"]
     tmp = staging_folder(out)

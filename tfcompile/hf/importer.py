@@ -105,6 +105,8 @@ def import_folder(folder: Path, name: str, specs_dir: Path, runs_dir: Path) -> I
     check_tokenizer(folder)
     warn_of_half_precision(data)
     tokens = special_tokens(folder, data, imported.decoder_start)
+    if imported.pad_positions is not None:
+        pad_positions(str(folder / CONFIG), imported.pad_positions, tokens, token_strings(folder))
     if tokens:
         sections["tokens"] = tokens
     if "source_suffix" in imported.task and (around := source_affixes(folder, tokens)) is not None:
@@ -232,6 +234,39 @@ def special_tokens(folder: Path, config: dict[str, Any], decoder_start: bool) ->
         if isinstance(token, str) and token in vocabulary.values():
             roles[role] = token
     return roles
+
+
+def pad_positions(where: str, pad: int, tokens: dict[str, str], vocabulary: dict[int, str]) -> None:
+    """A model whose positions skip every token that is the pad id (RoBERTa's, M2M100's) computes
+    as tfcompile's, which numbers the tokens its mask marks real, only where that token is padding
+    alone: the tokenizer's pad token and none of its other roles' (an eos that is the pad id ends
+    every source without a position, and shifts none after it in tfcompile). Without a tokenizer
+    there is nothing to hold."""
+    token = vocabulary.get(pad)
+    if not vocabulary or token is None:
+        return
+    problems = []
+    if tokens.get("pad") != token:
+        problems.append(
+            Problem(
+                "pad_token_id",
+                f"is {pad} ({token!r}), and the tokenizer pads with {tokens.get('pad')!r}: the model gives "
+                f"no "
+                f"position to {token!r} wherever it stands, tfcompile to padding alone",
+                "set it to the tokenizer's pad token's id",
+            )
+        )
+    for role, other in tokens.items():
+        if role != "pad" and other == token:
+            problems.append(
+                Problem(
+                    "pad_token_id",
+                    f"is {pad}, the tokenizer's {role} token ({token!r}), which the model gives no position",
+                    f"import a model whose pad id is no other token's (the {role}'s is {token!r})",
+                )
+            )
+    if problems:
+        raise refuse(where, problems)
 
 
 def source_affixes(folder: Path, tokens: dict[str, str]) -> Affixes | None:

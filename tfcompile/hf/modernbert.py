@@ -428,6 +428,8 @@ class ModernBert(Writable):
             "attention_dropout": model.dropout.attention,
             "mlp_dropout": model.dropout.residual,
             "initializer_range": model.init_std,
+            "cls_token_id": None,  # the run's, as export-hf writes every role's id
+            "sep_token_id": None,
         }
         if isinstance(task, ClassificationTask):
             assert task.labels is not None

@@ -87,7 +87,8 @@ class Roberta(Bert):
             # second answers a pair as RoBERTa does whichever segment it is given.
             "type_vocab_size": 2 if segments == 1 and not mlm else segments,
         }
-        return Imported(model, imported.task)
+        valid = isinstance(pad, int) and not isinstance(pad, bool) and pad >= 0
+        return Imported(model, imported.task, pad_positions=pad if valid else None)
 
     def to_state(self, tensors: Tensors, spec: Spec) -> State:
         model = spec.model
