@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 import torch
 from hf_models import VOCAB, Imported, copied, perturb, random_ids, right_padding, write
+from test_hf_bart import TINY as BART_TINY
 from test_hf_fields import FAMILIES, Case, Family, _pytest_cases, case, check, uncovered
 from test_hf_paths import SENTENCES
 
@@ -34,24 +35,9 @@ from tfcompile.sequences import tidy
 transformers = pytest.importorskip("transformers")
 T = transformers
 
-# hf_models' "t5" tokenizer: <pad> 0, </s> 1, <unk> 2; the decoder starts with 2, M2M100Config's
-# (its </s>), another id than the pad id M2M100Config has where none is named (1)
-TINY = dict(
-    vocab_size=VOCAB,
-    d_model=16,
-    encoder_layers=2,
-    decoder_layers=2,
-    encoder_attention_heads=4,
-    decoder_attention_heads=4,
-    encoder_ffn_dim=32,
-    decoder_ffn_dim=32,
-    max_position_embeddings=32,
-    pad_token_id=0,
-    bos_token_id=None,
-    eos_token_id=1,
-    decoder_start_token_id=2,
-    init_std=0.5,  # weights wide enough that each source translates otherwise
-)
+# test_hf_bart's tiny sizes and "t5" tokenizer (<pad> 0, </s> 1, <unk> 2); the decoder starts with 2,
+# M2M100Config's (its </s>), another id than the pad id M2M100Config has where none is named (1)
+TINY = BART_TINY | dict(bos_token_id=None, decoder_start_token_id=2)
 FAMILIES["m2m_100"] = Family(T.M2M100Config, T.M2M100ForConditionalGeneration, "t5", TINY)
 
 
