@@ -251,8 +251,7 @@ def pad_positions(where: str, pad: int, tokens: dict[str, str], vocabulary: dict
             Problem(
                 "pad_token_id",
                 f"is {pad} ({token!r}), and the tokenizer pads with {tokens.get('pad')!r}: the model gives "
-                f"no "
-                f"position to {token!r} wherever it stands, tfcompile to padding alone",
+                f"no position to {token!r} wherever it stands, tfcompile to padding alone",
                 "set it to the tokenizer's pad token's id",
             )
         )
