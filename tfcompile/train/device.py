@@ -14,7 +14,7 @@ from torch import nn
 from tfcompile.memory import gigabytes, physical_memory, too_large
 from tfcompile.spec.schema import Spec, TrainSpec
 from tfcompile.train import parallel
-from tfcompile.train.distributed import World, join_world
+from tfcompile.train.distributed import World, join_world, world_size
 from tfcompile.train.runs import TrainError, TrainingFailed
 
 
@@ -96,16 +96,16 @@ def place(spec: TrainSpec) -> Placement:
         raise TrainError("train.device is cuda, but no CUDA device is available; use auto or cpu")
     choice = spec.device if spec.device != "auto" else "cuda" if torch.cuda.is_available() else "cpu"
     device = torch.device(choice)
+    size = world_size()  # checked before joining: every process refuses alike, none left waiting
+    if spec.batch_size % size:
+        raise TrainError(
+            f"train.batch_size ({spec.batch_size}) is the global batch and must divide evenly "
+            f"among the {size} processes: use a multiple of {size}"
+        )
     world = join_world(device.type, group_of_one=spec.parallel == "fsdp")
-    if world.distributed:
-        if device.type == "cuda":
-            device = torch.device("cuda", world.local_rank)
-            torch.cuda.set_device(device)
-        if spec.batch_size % world.size:
-            raise TrainError(
-                f"train.batch_size ({spec.batch_size}) is the global batch and must divide evenly "
-                f"among the {world.size} processes: use a multiple of {world.size}"
-            )
+    if world.distributed and device.type == "cuda":
+        device = torch.device("cuda", world.local_rank)
+        torch.cuda.set_device(device)
     if device.type == "cuda":  # TF32 tensor cores for fp32 matmuls (10-bit mantissa)
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True

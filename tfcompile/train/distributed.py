@@ -109,13 +109,20 @@ class World:
             ) from e
 
 
+def world_size() -> int:
+    """The number of processes torchrun started (WORLD_SIZE; 1 without torchrun), known before any
+    process joins a group: a refusal every process reaches before joining leaves no peer waiting
+    in gloo's or NCCL's connection to it."""
+    return _environment("WORLD_SIZE", "1")
+
+
 def join_world(device_type: str, group_of_one: bool = False) -> World:
     """Join the process group that torchrun describes in the environment (NCCL on CUDA, gloo on
     the CPU). Without torchrun, a world of one: with ``group_of_one``, in a process group of its
     own (an in-memory store, no port), else in none."""
     global _grouped
     backend = "nccl" if device_type == "cuda" else "gloo"
-    size = _environment("WORLD_SIZE", "1")
+    size = world_size()
     if size == 1:
         if not group_of_one:
             return World()
