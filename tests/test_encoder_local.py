@@ -26,16 +26,9 @@ ROPE = {"type": "rope", "layout": "halves"}
 
 def _classifier(**overrides: Any) -> tuple[Spec, Classifier]:
     """A three-label classifier of the tiny encoder with ``overrides``, its weights random."""
-    base = {
-        "family": "encoder",
-        "vocab_size": 50,
-        "d_model": 32,
-        "n_layers": 2,
-        "n_heads": 4,
-        "max_seq_len": 16,
-    }
+    model = tiny_encoder(**overrides).model_dump()
     spec = Spec.model_validate(
-        {"model": base | overrides, "task": {"type": "classification", "labels": ["a", "b", "c"]}}
+        {"model": model, "task": {"type": "classification", "labels": ["a", "b", "c"]}}
     )
     model = build_model(spec)
     assert isinstance(model, Classifier)
