@@ -584,6 +584,12 @@ MULTIMODAL_CASES: list[Case] = [
         "gemma3", text_config={"final_logit_softcapping": 2.0}, spec={"logit_softcap": None}
     ),
     case("gemma3", outcome="text_config.num_key_value_heads", json={"text_config.num_key_value_heads": 3}),
+    case(  # read where transformers' generation cache reads it (unread_chunks), refused without layer_types
+        "gemma3",
+        outcome="text_config.attention_chunk_size",
+        json={"text_config.layer_types": DELETE, "text_config.attention_chunk_size": 4},
+        slow=True,
+    ),
     case(
         "gemma3",
         outcome="text_config.rope_scaling.type",

@@ -262,6 +262,11 @@ class Architecture(ABC):
         """The other names of config fields that ``model_type``'s config class reads over them."""
         return self.aliases
 
+    def cached_config(self, config: Config) -> Config:
+        """The config transformers' generation cache reads its windows and chunks from (its
+        get_text_config(decoder=True)): this one, a multimodal model type's text_config."""
+        return config
+
     @abstractmethod
     def read(self, config: Config, architecture: str, tensors: Tensors) -> Imported:
         """The spec's sections for ``config`` saved from the head class ``architecture`` (with

@@ -525,6 +525,9 @@ class Gemma3Multimodal(Architecture):
     ignored = Gemma3.ignored
     language_model: ClassVar[Gemma3] = Gemma3()
 
+    def cached_config(self, config: Config) -> Config:
+        return config.within("text_config")  # its language model's, as transformers' cache reads it
+
     def read(self, config: Config, architecture: str, tensors: Tensors) -> Imported:
         config.require(
             architecture == "Gemma3ForConditionalGeneration",

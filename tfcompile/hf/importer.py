@@ -98,7 +98,7 @@ def import_folder(folder: Path, name: str, specs_dir: Path, runs_dir: Path) -> I
     if converter.caches:
         if not converter.reads_window:
             unread_window(config, imported.model.get("max_seq_len"))
-        unread_chunks(config, imported.model.get("max_seq_len"))
+        unread_chunks(converter.cached_config(config), imported.model.get("max_seq_len"))
     if config.problems:
         raise refuse(str(folder / CONFIG), config.problems)
     sections: dict[str, Any] = {"model": imported.model, "task": imported.task}

@@ -94,7 +94,6 @@ from tfcompile.hf.architecture import (
     output_scale,
     pad_within,
     register,
-    unread_chunks,
     unread_window,
     zeros_if_none,
 )
@@ -1590,7 +1589,6 @@ class Llama(Writable):
         valid_layer_types(config)
         if not kind.reads_window:
             unread_window(config, context(config))
-        unread_chunks(config, context(config))  # text_config's too, where a multimodal type nests it
         d, heads = config.get("hidden_size", 4096), config.get("num_attention_heads", 32)
         kv_heads = config.get("num_key_value_heads", heads)
         head_dim = config.get("head_dim", d // max(heads, 1))  # 0 heads: refused by the spec

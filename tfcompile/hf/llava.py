@@ -54,6 +54,9 @@ class LlavaMultimodal(Architecture):
     prefixes = ("model.language_model.", "language_model.model.", "language_model.", "model.")
     ignored = Llama.ignored
 
+    def cached_config(self, config: Config) -> Config:
+        return config.within("text_config")  # its language model's, as transformers' cache reads it
+
     def read(self, config: Config, architecture: str, tensors: Tensors) -> Imported:
         model_type = config.data["model_type"]
         head, default_text, tie_default = HEADS[model_type]
