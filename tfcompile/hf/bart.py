@@ -141,11 +141,12 @@ class Bart(Writable):
         vocab = config.get("vocab_size", kind.vocab_size)
         pad_within(config.filled({}, nullable={"pad_token_id": kind.pad_token_id}), vocab)
         pad = config.data.get("pad_token_id", kind.pad_token_id)  # null: none (M2M100 fails on it)
+        skips_pad = kind.positions == "tensor2tensor"  # M2M100's positions skip the pad id
         rows = config.get("max_position_embeddings", 1024)
         rows = rows + 2 if isinstance(rows, int) else 0  # M2M100's table, whose pad row it zeroes
         has_pad = isinstance(pad, int) and not isinstance(pad, bool) and 0 <= pad < rows
         config.require(
-            kind.positions != "tensor2tensor" or has_pad,
+            not skips_pad or has_pad,
             "pad_token_id",
             f"is {pad!r}: M2M100 numbers positions from the pad id + 1 and zeroes its row of a table of "
             f"max_position_embeddings + 2 ({rows}) rows (transformers fails without one, or past it)",
@@ -153,7 +154,7 @@ class Bart(Writable):
         )
         start = config.get("decoder_start_token_id", 2)  # M2M100Config's: its eos
         config.require(
-            kind.positions != "tensor2tensor" or start != pad,
+            not skips_pad or start != pad,
             "decoder_start_token_id",
             f"is the pad id ({pad!r}), which M2M100 gives no position (a row of zeros) where tfcompile's "
             "decoder starts its positions",
@@ -224,7 +225,7 @@ class Bart(Writable):
             "init_std": init_std(config),
         }
         # every tokenizer of the four ends a source with </s> (mBART's then adds a language code)
-        skipped = pad if kind.positions == "tensor2tensor" and has_pad else None  # M2M100's
+        skipped = pad if skips_pad and has_pad else None
         return Imported(
             model, {"type": "seq2seq", "source_suffix": ["eos"]}, decoder_start=True, pad_positions=skipped
         )
