@@ -271,9 +271,7 @@ class ModernBert(Writable):
         }
         if not mlm:
             model |= {
-                "pooling": config.choice(
-                    "classifier_pooling", "cls", {"cls": "cls", "mean": "mean"}, "pooling"
-                ),
+                "pooling": config.choice("classifier_pooling", "cls", POOLINGS, "pooling"),
                 "pooler_activation": config.choice(
                     "classifier_activation", "gelu", POOLER_ACTIVATIONS, "ModernBERT head activation"
                 ),
@@ -331,12 +329,8 @@ class ModernBert(Writable):
         need = Needs("ModernBERT")
         need.plain_attention(model)  # but for what ModernBERT has: the first norm, its head's, a decoder bias
         need.problems = [p for p in need.problems if p.field not in HAS]
-        need(
-            model.gated and model.activation in HIDDEN_ACTIVATIONS,
-            "model.activation",
-            model.activation,
-            "geglu",
-        )
+        act = model.activation
+        need(act in HIDDEN_ACTIVATIONS, "model.activation", act, "geglu, geglu_tanh or swiglu (gated)")
         need(model.norm.type == "layernorm", "model.norm.type", model.norm.type, "layernorm")
         need(model.norm.position == "pre", "model.norm.position", model.norm.position, "pre")
         need(bool(model.norm.final), "model.norm.final", False, "true")
