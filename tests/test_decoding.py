@@ -188,14 +188,15 @@ def log_softmax(logits: np.ndarray) -> np.ndarray:
     return shifted - np.log(np.exp(shifted).sum())
 
 
-def best_by_brute_force(start: int, eos: int, max_len: int, alpha: float, vocab: int) -> list[int]:
-    """Every hypothesis: words then [EOS] within max_len words, or max_len words unfinished; the
-    best by length-normalised summed log-probability (the first of equal scores, shortest first)."""
+def best_by_brute_force(start: list[int], eos: int, max_len: int, alpha: float, vocab: int) -> list[int]:
+    """Every hypothesis after ``start``: words then [EOS] within max_len words, or max_len words
+    unfinished; the best by length-normalised summed log-probability of the words and [EOS] (the
+    first of equal scores, shortest first)."""
     best: tuple[float, list[int]] | None = None
     words = [t for t in range(vocab) if t != eos]
     for length in range(max_len + 1):
         for hypothesis in itertools.product(words, repeat=length):
-            sequence, score = [start], 0.0
+            sequence, score = list(start), 0.0
             for word in hypothesis:
                 score += log_softmax(scripted_logits(sequence, vocab))[word]
                 sequence.append(word)
@@ -220,28 +221,62 @@ def test_the_length_penalty_is_wu_et_als() -> None:
     vocab=st.integers(2, 4),
     max_len=st.integers(1, 3),
     alpha=st.sampled_from([0.0, 0.6, 1.0, 2.0]),
-    start=st.integers(0, 3),
+    start=st.lists(st.integers(0, 3), min_size=1, max_size=3),
     eos=st.integers(0, 3),
 )
 def test_a_beam_that_keeps_every_hypothesis_finds_the_best(
-    vocab: int, max_len: int, alpha: float, start: int, eos: int
+    vocab: int, max_len: int, alpha: float, start: list[int], eos: int
 ) -> None:
-    start, eos = start % vocab, eos % vocab
+    """``start``: the start token, then any the decoder is given (a target language's code)."""
+    start, eos = [t % vocab for t in start], eos % vocab
     beam = 2 * vocab ** (max_len + 1)  # wider than the hypotheses: none is dropped, none ends early
     got = search.beam_search(Scripted(vocab), start, eos, max_len, beam, alpha)
     assert got == best_by_brute_force(start, eos, max_len, alpha, vocab)
 
 
-@given(vocab=st.integers(2, 9), max_len=st.integers(1, 8), start=st.integers(0, 8), eos=st.integers(0, 8))
-def test_beam_one_is_greedy(vocab: int, max_len: int, start: int, eos: int) -> None:
-    start, eos = start % vocab, eos % vocab
-    greedy = search.generate(Scripted(vocab), np.array([[start]]), max_len, search.GREEDY, (eos,))[0]
+@given(
+    vocab=st.integers(2, 9),
+    max_len=st.integers(1, 8),
+    start=st.lists(st.integers(0, 8), min_size=1, max_size=3),
+    eos=st.integers(0, 8),
+)
+def test_beam_one_is_greedy(vocab: int, max_len: int, start: list[int], eos: int) -> None:
+    start, eos = [t % vocab for t in start], eos % vocab
+    greedy = search.generate(Scripted(vocab), np.array([start]), max_len, search.GREEDY, (eos,))[0]
     beam = search.beam_search(Scripted(vocab), start, eos, max_len, 1, 0.6)
     assert beam == search.strip_stop(greedy, (eos,))
 
 
+@given(
+    rows=st.integers(1, 3),
+    given_tokens=st.lists(st.integers(0, VOCAB - 1), max_size=3),
+    max_len=st.integers(1, 8),
+    beam=st.sampled_from([1, 3]),
+)
+def test_translate_counts_the_given_tokens_in_max_len_and_returns_the_chosen_alone(
+    rows: int, given_tokens: list[int], max_len: int, beam: int
+) -> None:
+    """The decoder holds at most max_len tokens after the first (transformers' max_new_tokens, the
+    given ones included); a row's result is what beam search chooses after them, alone."""
+    start, eos = [1, *given_tokens], VOCAB  # an id the decoder never emits: every row runs to the end
+    decoders: list[Scripted] = []
+
+    def decoder_for(row: int | None) -> Scripted:
+        decoders.append(Scripted())
+        return decoders[-1]
+
+    got = search.translate(decoder_for, rows, start, eos, max_len, beam, 0.6)
+    chosen = max(max_len - len(given_tokens), 0)
+    alone = search.beam_search(Scripted(), start, eos, chosen, beam, 0.6)
+    assert got == [alone] * rows
+    assert all(len(row) == chosen for row in got)
+    assert len(decoders) == (1 if beam == 1 else rows)
+    held = [len(column) for d in decoders for column in d.columns]
+    assert max(held, default=0) <= max(1 + max_len, len(start))
+
+
 def test_beam_search_ends_at_once_on_eos_first_and_never_passes_max_len() -> None:
-    start = next(t for t in range(50) if scripted_logits([t]).argmax() == 2)
+    start = [next(t for t in range(50) if scripted_logits([t]).argmax() == 2)]
     assert search.beam_search(Scripted(), start, 2, 5, 4, 0.6) == []  # [EOS] is the likeliest first
     never = search.beam_search(Scripted(), start, VOCAB, 5, 4, 0.6)  # an id the decoder never emits
     assert len(never) == 5

@@ -372,6 +372,24 @@ def test_both_clients_frame_a_source_as_the_runtime_does(
     assert [s["text"] for s in client(framed, "translate", *SOURCES)] == load(framed).translate(SOURCES)  # type: ignore[attr-defined]
 
 
+@pytest.mark.slow
+def test_both_clients_give_the_decoder_the_target_prefix_as_the_runtime_does(
+    translator_bundle: Path, client: Client, tmp_path: Path
+) -> None:
+    """A manifest's target_prefix_ids (NLLB's target language code): each client's decoder reads
+    the start and them before it chooses, greedy and in beam search, and returns the tokens
+    chosen alone, as the runtime does; the prefix steers them."""
+    prefixed = _with_manifest(
+        translator_bundle, tmp_path / "prefixed", "translation", target_prefix_ids=[7, 9]
+    )
+    runtime = load(prefixed, providers=["CPUExecutionProvider"])
+    plain = load(translator_bundle, providers=["CPUExecutionProvider"])
+    for beam in (1, 4):
+        expected = [runtime.translate_ids(*_source(runtime, s), beam=beam)[0] for s in SOURCES]  # type: ignore[attr-defined]
+        assert expected != [plain.translate_ids(*_source(plain, s), beam=beam)[0] for s in SOURCES]  # type: ignore[attr-defined]
+        assert [s["ids"] for s in client(prefixed, "translate", *SOURCES, "--beam", str(beam))] == expected
+
+
 def _source(translator: Any, text: str) -> tuple[np.ndarray, np.ndarray]:
     ids = translator.encode([text], add_special_tokens=False)[0].ids[: translator.max_seq_len]
     return np.array([ids]), np.ones((1, len(ids)), dtype=np.int64)

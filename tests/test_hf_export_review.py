@@ -20,7 +20,7 @@ from tfcompile.sequences import BOS, CAUSAL_LM_TOKENS, EOS, SEQ2SEQ_TOKENS
 from tfcompile.spec import parse_spec
 from tfcompile.spec.schema import CharTokenizer
 from tfcompile.tasks import build_model
-from tfcompile.tasks.seq2seq import greedy_translate
+from tfcompile.tasks.seq2seq import translate_tokens
 
 transformers = pytest.importorskip("transformers")
 
@@ -107,7 +107,7 @@ def test_a_translators_source_suffix_is_in_the_tokenizer_written(tmp_path: Path)
         encoded = theirs(text, return_tensors="pt")
         assert encoded["input_ids"][0].tolist() == source
         ids = torch.tensor([source])
-        ours = greedy_translate(model, ids, torch.ones_like(ids), bos, eos, 15)[0]
+        ours = translate_tokens(model, ids, torch.ones_like(ids), [bos], eos, 15)[0]
         with torch.no_grad():
             generated = reloaded.generate(**encoded, max_new_tokens=15, do_sample=False)[0, 1:].tolist()
         assert generated[: len(ours) + 1] == [*ours, eos][: len(generated)]

@@ -14,10 +14,10 @@ from helpers import ROOT, SHARED_DATA, assert_follows_schema
 from tfcompile.cli import main
 from tfcompile.data import DataError
 from tfcompile.models import Seq2Seq
-from tfcompile.runtime import InputError, Translator, load
+from tfcompile.runtime import BundleError, InputError, Translator, load
 from tfcompile.spec import Spec, load_spec
 from tfcompile.tasks.causal_lm import IGNORE_INDEX
-from tfcompile.tasks.seq2seq import Translation, beam_translate, greedy_translate, read_parallel
+from tfcompile.tasks.seq2seq import Translation, read_parallel, translate_tokens
 from tfcompile.train import Trainer, TrainResult, load_trained_model, read_metrics
 
 MULTI30K = SHARED_DATA / "multi30k"
@@ -96,6 +96,76 @@ def test_a_source_prefix_and_suffix_frame_every_source_and_reach_the_manifest(tm
     assert (info.source_prefix_ids, info.source_suffix_ids) == ([4], [3])
 
 
+LANGUAGES = {"pad": "[PAD]", "unk": "[UNK]", "bos": "[BOS]", "eos": "[EOS]"} | {
+    "source_language": "<de>",
+    "target_language": "<en>",
+}
+
+
+def test_language_codes_frame_every_source_and_start_every_target(tmp_path: Path) -> None:
+    """A multilingual translator's codes (NLLB's): tokens: names their strings, which a tokenizer
+    trained here reserves after tfcompile's own; every source starts with the source's code,
+    every target with [BOS] and then the target's (task.target_prefix), which the decoder reads
+    and the loss predicts; the manifest gives both ids."""
+    spec = _spec(tmp_path).replace(
+        {
+            "tokens": LANGUAGES,
+            "task": {
+                "source_prefix": ["source_language"],
+                "source_suffix": ["eos"],
+                "target_prefix": ["target_language"],
+            },
+        }
+    )
+    objective = Translation(spec, tmp_path)
+    source_code, target_code = (
+        objective.tokenizer.token_to_id("<de>"),
+        objective.tokenizer.token_to_id("<en>"),
+    )
+    assert (source_code, target_code) == (4, 5)
+    assert objective.tokenizer.encode("<en> ein Hund", add_special_tokens=False).ids[0] == target_code
+    assert all(source[0] == source_code for source, _ in objective.pairs["train"])
+    assert all(target[:2] == [2, target_code] for _, target in objective.pairs["train"])
+    assert max(len(target) for _, target in objective.pairs["train"]) == spec.context_length + 1
+    batch = objective.batch("train", 8, torch.Generator().manual_seed(0))
+    assert (batch["input_ids"][:, :2] == torch.tensor([2, target_code])).all()
+    assert (batch["targets"][:, 0] == target_code).all()
+    info = Translation.manifest(spec, _tokenizer_info(objective, spec), None)["translation"]
+    assert (info.source_prefix_ids, info.target_prefix_ids) == ([4], [5])
+
+
+def _tokenizer_info(objective: Translation, spec: Spec) -> object:
+    from tfcompile.export.bundle import tokenizer_info
+
+    return tokenizer_info(objective.tokenizer, spec.tokens)
+
+
+def test_language_codes_without_their_strings_and_a_prefix_past_the_decoding_are_refused_by_field() -> None:
+    from tfcompile.spec import SpecError, parse_spec
+
+    model = (
+        "model: {family: encoder_decoder, vocab_size: 20, d_model: 16, n_layers: 1, n_heads: 2, "
+        "max_seq_len: 8}"
+    )
+    with pytest.raises(SpecError, match=r"task\.target_prefix") as error:
+        parse_spec(f"{model}\ntask: {{type: seq2seq, target_prefix: [target_language]}}\n")
+    assert "names target_language, a token tfcompile has no string of its own for" in str(error.value)
+    assert "tokens: {target_language: ...}" in str(error.value)
+    with pytest.raises(SpecError, match=r"task\.source_suffix"):
+        parse_spec(
+            f"{model}\ntokens: {{target_language: x}}\n"
+            "task: {type: seq2seq, source_suffix: [source_language]}\n"
+        )
+    with pytest.raises(SpecError, match=r"task\.target_prefix") as error:
+        parse_spec(f"{model}\ntask: {{type: seq2seq, max_decode_len: 2, target_prefix: [cls, cls]}}\n")
+    assert "leaves none of the 2 the decoder adds after bos" in str(error.value)
+    parse_spec(f"{model}\ntask: {{type: seq2seq, max_decode_len: 3, target_prefix: [cls, cls]}}\n")
+    with pytest.raises(SpecError, match=r"train\.context_length"):  # [BOS], the prefix and a token
+        parse_spec(
+            f"{model}\ntrain: {{context_length: 3}}\ntask: {{type: seq2seq, target_prefix: [cls, cls]}}\n"
+        )
+
+
 def test_greedy_decoding_with_the_cache_equals_rerunning_the_decoder(tmp_path: Path) -> None:
     spec = _spec(tmp_path).replace({"model": {"vocab_size": 500}})
     torch.manual_seed(0)
@@ -103,7 +173,7 @@ def test_greedy_decoding_with_the_cache_equals_rerunning_the_decoder(tmp_path: P
     source = torch.randint(4, 500, (3, 9))
     mask = torch.ones_like(source)
     mask[1, 6:] = 0
-    ours = greedy_translate(model, source, mask, bos=2, eos=3, max_len=12)
+    ours = translate_tokens(model, source, mask, [2], 3, max_len=12)
     for row in range(3):
         tokens = [2]
         while len(tokens) <= 12:
@@ -123,9 +193,9 @@ def test_beam_of_one_is_greedy_and_wider_beams_score_at_least_as_well(tmp_path: 
     source = torch.randint(4, 60, (4, 7))
     mask = torch.ones_like(source)
     mask[2, 4:] = 0
-    greedy = greedy_translate(model, source, mask, bos=2, eos=3, max_len=10)
-    assert beam_translate(model, source, mask, bos=2, eos=3, max_len=10, beam=1) == greedy
-    wide = beam_translate(model, source, mask, bos=2, eos=3, max_len=10, beam=5, length_penalty=0.0)
+    greedy = translate_tokens(model, source, mask, [2], 3, max_len=10)
+    assert translate_tokens(model, source, mask, [2], 3, max_len=10, beam=1) == greedy
+    wide = translate_tokens(model, source, mask, [2], 3, max_len=10, beam=5, length_penalty=0.0)
     for row in range(4):
         src = source[row : row + 1, mask[row].bool()]
 
@@ -199,9 +269,9 @@ def test_the_bundle_translates_exactly_as_pytorch_does(translator_bundle: Path) 
         ids[row, : len(sentence)] = sentence
     mask = (ids != 0).astype(np.int64)
     source, source_mask = torch.from_numpy(ids), torch.from_numpy(mask)
-    expected_greedy = greedy_translate(model, source, source_mask, bos=2, eos=3, max_len=30)
+    expected_greedy = translate_tokens(model, source, source_mask, [2], 3, max_len=30)
     assert translator.translate_ids(ids, mask, beam=1, max_len=30) == expected_greedy
-    expected_beam = beam_translate(model, source, source_mask, bos=2, eos=3, max_len=30, beam=4)
+    expected_beam = translate_tokens(model, source, source_mask, [2], 3, max_len=30, beam=4)
     assert translator.translate_ids(ids, mask, beam=4, max_len=30) == expected_beam
     texts = translator.translate(sources[:3], beam=1, max_len=30)
     assert texts == [t.strip() for t in tokenizer.decode_batch(expected_greedy[:3])]
@@ -213,6 +283,42 @@ def test_the_bundle_translates_exactly_as_pytorch_does(translator_bundle: Path) 
     for row in range(4):
         alone = translator.translate_ids(ids[row : row + 1, mask[row] == 1], beam=1, max_len=30)
         assert alone == [expected_greedy[row]]
+
+
+def test_the_bundle_gives_the_decoder_its_target_prefix_as_pytorch_does(
+    translator_bundle: Path, tmp_path: Path
+) -> None:
+    """translation.target_prefix_ids (NLLB's target language, transformers' forced_bos_token_id):
+    the decoder reads [BOS] and them, unscored, before it chooses; greedy and beam search give
+    pytorch's tokens after them, within max_len tokens after [BOS], the prefix's included."""
+    import shutil
+
+    run, bundle = translator_bundle.parent / "run", tmp_path / "prefixed"
+    shutil.copytree(translator_bundle, bundle)
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    manifest["translation"]["target_prefix_ids"] = [7, 9]
+    (bundle / "manifest.json").write_text(json.dumps(manifest))
+    translator, plain = load(bundle), load(translator_bundle)
+    assert isinstance(translator, Translator) and isinstance(plain, Translator)
+    _, model = load_trained_model(run)
+    assert isinstance(model, Seq2Seq)
+    ids = np.array([[11, 12, 13, 14], [21, 22, 0, 0]])
+    mask = (ids != 0).astype(np.int64)
+    source, source_mask = torch.from_numpy(ids), torch.from_numpy(mask)
+    for beam in (1, 3):
+        expected = translate_tokens(model, source, source_mask, [2, 7, 9], 3, max_len=20, beam=beam)
+        assert translator.translate_ids(ids, mask, beam=beam, max_len=20) == expected
+        assert expected != plain.translate_ids(ids, mask, beam=beam, max_len=20)
+        assert all(len(row) <= 18 for row in expected)
+    limited = translator.translate_ids(ids, mask, beam=1, max_len=4)
+    assert all(len(row) <= 2 for row in limited) and limited != [[], []]
+    with pytest.raises(InputError, match="max_len must exceed the 2 tokens"):
+        translator.translate_ids(ids, mask, max_len=2)
+    translator.warm_up()  # reads the prefix and chooses a token
+    manifest["translation"]["target_prefix_ids"] = list(range(4, 4 + manifest["model"]["max_seq_len"]))
+    (bundle / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(BundleError, match="target_prefix_ids hold"):
+        load(bundle)
 
 
 def test_a_source_prefix_and_suffix_that_fill_the_context_are_refused_by_field() -> None:

@@ -18,7 +18,7 @@ from tfcompile.export import Source, export_bundle
 from tfcompile.spec import Spec, parse_spec
 from tfcompile.spec.choices import ACTIVATIONS, NORMS
 from tfcompile.tasks.causal_lm import generate
-from tfcompile.tasks.seq2seq import greedy_translate
+from tfcompile.tasks.seq2seq import translate_tokens
 from tfcompile.tasks.task import build_model
 
 FAMILIES = {
@@ -122,8 +122,8 @@ def _check_rows(spec: Spec, model: torch.nn.Module, bundle: runtime.Bundle) -> N
     else:
         mask[1, length // 2 :] = 0
         t = bundle.translation
-        rows = greedy_translate(
-            model, torch.from_numpy(ids), torch.from_numpy(mask), t.start_id, t.stop_id, t.max_decode_len
+        rows = translate_tokens(
+            model, torch.from_numpy(ids), torch.from_numpy(mask), [t.start_id], t.stop_id, t.max_decode_len
         )
         assert bundle.translate_ids(ids, mask, beam=1) == rows
         assert bundle.translate_ids(ids[1:, : length // 2], beam=1) == rows[1:]

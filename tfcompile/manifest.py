@@ -182,23 +182,26 @@ class TranslationInfo(Part):
     len(source_suffix_ids) tokens, an empty one read as the unk token, then ``source_suffix_ids``)
     goes once through the encoder graph; its memory_key_i and memory_value_i outputs feed the
     decoder step's inputs of the same names at every step. The
-    decoder starts from ``start_id``; a translation ends at ``stop_id`` or after ``max_decode_len``
-    tokens (at most model.max_seq_len - 1). Each step reads the logits of the last position over
-    the tokenizer's ids only (see tokenizer): the log-softmax below covers those ids alone. The
-    translation's ids are its tokens after ``start_id`` without ``stop_id``; the text is decoded
-    and stripped of leading and trailing ASCII whitespace (space, tab, newline, carriage return,
-    form feed, vertical tab).
+    decoder starts from ``start_id`` and then ``target_prefix_ids`` (NLLB's target language code),
+    given to it rather than chosen: the first step reads them all, and the first token chosen
+    follows the last of them. A translation ends at ``stop_id`` or once the decoder has
+    ``max_decode_len`` tokens after ``start_id``, the prefix's included (transformers'
+    max_new_tokens; at most model.max_seq_len - 1 in all). Each step reads the logits of the last
+    position over the tokenizer's ids only (see tokenizer): the log-softmax below covers those ids
+    alone. The translation's ids are the tokens chosen, without ``stop_id`` (neither the start
+    nor the prefix); the text is decoded and stripped of leading and trailing ASCII whitespace
+    (space, tab, newline, carriage return, form feed, vertical tab).
 
     Beam search with ``beam`` B and ``length_penalty`` a, as fairseq's: one live hypothesis, no
-    tokens after ``start_id``, summed log-probability 0. Each step, a candidate is a live
+    tokens chosen, summed log-probability 0 (the prefix is not scored). Each step, a candidate is a live
     hypothesis and a next token, scored by the hypothesis's sum plus the token's log-softmax of
     the logits (float64); the 2B best candidates are taken by score (ties: the lower index
     hypothesis * vocabulary + token first). In that order, a candidate whose token is
     ``stop_id`` finishes its hypothesis if it is among the first B, and is dropped otherwise;
     the others become the next live hypotheses, up to B. A finished hypothesis scores
-    sum / ((5 + length) / 6) ** a, length counting its tokens after ``start_id`` without
-    ``stop_id``. The search ends once B hypotheses have finished. No hypothesis grows past
-    ``max_decode_len`` tokens: at the step whose candidates would, the stop candidates among the
+    sum / ((5 + length) / 6) ** a, length counting its tokens chosen without ``stop_id``. The
+    search ends once B hypotheses have finished. No hypothesis grows past ``max_decode_len``
+    tokens less the prefix's: at the step whose candidates would, the stop candidates among the
     first B finish as above, then every live hypothesis finishes as it is, scored alike. The
     translation is the best finished hypothesis (the first to finish, of equal scores); B = 1 is
     greedy decoding (the largest logit each step, the lowest id of equal ones)."""
@@ -213,6 +216,11 @@ class TranslationInfo(Part):
     )
     source_suffix_ids: list[TokenId] = Field(
         [], description="special tokens every source ends with (T5: its </s>); none by default"
+    )
+    target_prefix_ids: list[TokenId] = Field(
+        [],
+        description="tokens the decoder reads after start_id before it chooses any (NLLB: the target "
+        "language's code; transformers' forced_bos_token_id); none by default",
     )
 
 
@@ -353,6 +361,12 @@ class Manifest(Part):
                 f"translation.source_prefix_ids and source_suffix_ids leave no room for a source in "
                 f"model.max_seq_len ({self.model.max_seq_len})"
             )
+        if t is not None and len(t.target_prefix_ids) >= min(t.max_decode_len, self.model.max_seq_len - 1):
+            raise ValueError(
+                f"translation.target_prefix_ids hold {len(t.target_prefix_ids)} tokens, which leave none to "
+                f"choose within max_decode_len ({t.max_decode_len}) and model.max_seq_len - 1 "
+                f"({self.model.max_seq_len - 1})"
+            )
         if self.model.vocab_size is not None:
             for field, i in self._token_ids():
                 if i >= self.model.vocab_size:
@@ -373,6 +387,7 @@ class Manifest(Part):
             ids += [("translation.start_id", t.start_id), ("translation.stop_id", t.stop_id)]
             ids += [("translation.source_prefix_ids", i) for i in t.source_prefix_ids]
             ids += [("translation.source_suffix_ids", i) for i in t.source_suffix_ids]
+            ids += [("translation.target_prefix_ids", i) for i in t.target_prefix_ids]
         return ids
 
 

@@ -310,14 +310,40 @@ def length_normalised(log_prob: float, length: int, alpha: float) -> float:
     return log_prob / ((5 + length) / 6) ** alpha
 
 
-def beam_search(decoder: Decoder, start: int, eos: int, max_len: int, beam: int, alpha: float) -> list[int]:
+def translate(
+    decoder_for: Callable[[int | None], Decoder],
+    rows: int,
+    start: Sequence[int],
+    eos: int,
+    max_len: int,
+    beam: int,
+    alpha: float,
+) -> list[list[int]]:
+    """Each of ``rows`` sources -> its translation's tokens, without ``eos``: greedy (``beam`` 1,
+    the rows together: ``decoder_for(None)`` reads every source) or ``beam_search`` (a row at a
+    time: ``decoder_for(row)`` reads that source alone). The decoder reads ``start`` (the start
+    token, then any it is given: a target language's code) before it chooses a token; it holds
+    at most ``max_len`` tokens after the first, ``start``'s included (transformers'
+    max_new_tokens)."""
+    limit = max(max_len - (len(start) - 1), 0)
+    if beam == 1:
+        first = np.tile(np.array(start, dtype=np.int64), (rows, 1))
+        decoded = generate(decoder_for(None), first, limit, GREEDY, stop=(eos,))
+        return [strip_stop(tokens, (eos,)) for tokens in decoded]
+    return [beam_search(decoder_for(row), start, eos, limit, beam, alpha) for row in range(rows)]
+
+
+def beam_search(
+    decoder: Decoder, start: Sequence[int], eos: int, max_len: int, beam: int, alpha: float
+) -> list[int]:
     """One sequence (the decoder's cache holds one row): keep the ``beam`` best partial
-    hypotheses by summed log-probability, starting after ``start``; a finished one is scored by
-    ``length_normalised``. ``eos`` ends a hypothesis only from within the top ``beam`` candidates,
-    as in fairseq, so beam 1 is greedy decoding. -> the best hypothesis, without ``eos``."""
+    hypotheses by summed log-probability, starting after the tokens ``start`` (not scored); a
+    finished one is scored by ``length_normalised``. ``eos`` ends a hypothesis only from within
+    the top ``beam`` candidates, as in fairseq, so beam 1 is greedy decoding. -> the best
+    hypothesis (at most ``max_len`` tokens after ``start``), without ``eos``."""
     hypotheses: list[tuple[float, list[int]]] = [(0.0, [])]  # (summed log p, tokens after start)
     finished: list[tuple[float, list[int]]] = []  # (length-normalised score, tokens)
-    logits = decoder.step(np.array([[start]], dtype=np.int64), None)
+    logits = decoder.step(np.array([start], dtype=np.int64), None)
     for step in range(max_len + 1):
         scores64 = logits.astype(np.float64)
         log_probs = scores64 - scores64.max(-1, keepdims=True)

@@ -338,7 +338,10 @@ class TranslationDecoder {
 async function translate(bundle, texts, beam) {
   const t = bundle.manifest.translation;
   beam ??= t.beam;
-  const limit = Math.min(t.max_decode_len, bundle.context - 1); // the start token takes a position too
+  // The decoder reads the start token, then the tokens it is given (NLLB's target language code),
+  // before it chooses any; max_decode_len counts them all after the start, which takes a position too.
+  const start = [t.start_id, ...(t.target_prefix_ids ?? [])];
+  const limit = Math.min(t.max_decode_len, bundle.context - 1) - (start.length - 1);
   // Sources are cut to leave room for the prefix (BART's <s>) and the suffix (T5's </s>); an empty
   // one reads as [UNK].
   const prefix = t.source_prefix_ids ?? [];
@@ -351,7 +354,7 @@ async function translate(bundle, texts, beam) {
     const results = [];
     for (const s of sources) {
       const decoder = await TranslationDecoder.create(bundle, int64([s]), int64(ones([s])));
-      results.push(await beamSearch(decoder, t, limit, beam));
+      results.push(await beamSearch(decoder, start, t, limit, beam));
     }
     return results;
   }
@@ -361,7 +364,7 @@ async function translate(bundle, texts, beam) {
   const decoder = await TranslationDecoder.create(bundle, ids, mask);
   const newIds = sources.map(() => []);
   const done = sources.map(() => false);
-  let tokens = sources.map(() => [t.start_id]);
+  let tokens = sources.map(() => [...start]);
   for (let step = 0; step < limit && !done.every(Boolean); step++) {
     tokens = (await decoder.step(tokens)).map((logits) => [argmax(logits)]);
     tokens.forEach(([token], row) => {
@@ -372,14 +375,15 @@ async function translate(bundle, texts, beam) {
   return newIds;
 }
 
-// One sentence: keep the `beam` best hypotheses by summed log-probability; the stop token ends a
-// hypothesis only from within the top `beam` candidates; a finished hypothesis scores
-// log p / ((5 + length) / 6) ** length_penalty. Ends when `beam` have finished or at the limit.
-async function beamSearch(decoder, t, limit, beam) {
+// One sentence, after the tokens `start` (not scored): keep the `beam` best hypotheses by summed
+// log-probability; the stop token ends a hypothesis only from within the top `beam` candidates; a
+// finished hypothesis scores log p / ((5 + length) / 6) ** length_penalty. Ends when `beam` have
+// finished or at the limit.
+async function beamSearch(decoder, start, t, limit, beam) {
   const score = (logP, length) => logP / ((5 + length) / 6) ** t.length_penalty;
   let hypotheses = [{ total: 0, words: [] }];
   const finished = [];
-  let logProbs = (await decoder.step([[t.start_id]])).map(logSoftmax);
+  let logProbs = (await decoder.step([start])).map(logSoftmax);
   for (let step = 0; step <= limit; step++) {
     const candidates = hypotheses.flatMap((h, parent) =>
       logProbs[parent].map((lp, token) => ({ total: h.total + lp, parent, token })),

@@ -229,7 +229,7 @@ class TranslationDecoder:
         self.emitted = bundle.emitted
 
     def step(self, tokens: np.ndarray) -> np.ndarray:
-        """tokens (rows, 1) -> logits (rows, vocab) of the token after them, the tokenizer's ids only."""
+        """tokens (rows, n) -> logits (rows, vocab) of the token after them, the tokenizer's ids only."""
         feed = {"input_ids": tokens, "source_mask": self.source_mask, **self.past, **self.memory}
         out = run(self.session, self.graph, feed)
         cache = self.graph["cache"]
@@ -248,7 +248,10 @@ def translate(bundle: Bundle, texts: list[str], beam: int | None = None) -> list
     batch at once (right-padded sources); beam search decodes one sentence at a time."""
     t = bundle.manifest["translation"]
     beam = t["beam"] if beam is None else beam
-    limit = min(t["max_decode_len"], bundle.context - 1)  # the start token takes a position too
+    # The decoder reads the start token, then the tokens it is given (NLLB's target language code),
+    # before it chooses any; max_decode_len counts them all after the start, which takes a position too.
+    start = [t["start_id"], *t.get("target_prefix_ids", [])]
+    limit = min(t["max_decode_len"], bundle.context - 1) - (len(start) - 1)
     # Sources are cut to leave room for the prefix (BART's <s>) and the suffix (T5's </s>); an empty
     # one reads as [UNK].
     prefix, suffix = t.get("source_prefix_ids", []), t.get("source_suffix_ids", [])
@@ -258,13 +261,13 @@ def translate(bundle: Bundle, texts: list[str], beam: int | None = None) -> list
     ]
     if beam > 1:  # one sentence at a time, unpadded
         alone = [(np.array([s], dtype=np.int64), np.ones((1, len(s)), dtype=np.int64)) for s in sources]
-        return [beam_search(TranslationDecoder(bundle, *source), t, limit, beam) for source in alone]
+        return [beam_search(TranslationDecoder(bundle, *source), start, t, limit, beam) for source in alone]
     pad_id, side = padding(bundle)
     ids, mask = pad(sources, pad_id, side), pad([[1] * len(s) for s in sources], 0, side)
     decoder = TranslationDecoder(bundle, ids, mask)
     new: list[list[int]] = [[] for _ in sources]
     done = [False] * len(sources)
-    tokens = np.full((len(sources), 1), t["start_id"], dtype=np.int64)
+    tokens = np.tile(np.array(start, dtype=np.int64), (len(sources), 1))
     for _ in range(limit):
         tokens = decoder.step(tokens).argmax(-1)[:, None]
         for row, token in enumerate(tokens[:, 0].tolist()):
@@ -276,8 +279,9 @@ def translate(bundle: Bundle, texts: list[str], beam: int | None = None) -> list
     return new
 
 
-def beam_search(decoder: TranslationDecoder, t: dict, limit: int, beam: int) -> list[int]:
-    """One sentence: keep the ``beam`` best hypotheses by summed log-probability; the stop token
+def beam_search(decoder: TranslationDecoder, start: list[int], t: dict, limit: int, beam: int) -> list[int]:
+    """One sentence, after the tokens ``start`` (not scored): keep the ``beam`` best hypotheses by
+    summed log-probability; the stop token
     ends a hypothesis only from within the top ``beam`` candidates; a finished hypothesis scores
     log p / ((5 + length) / 6) ** length_penalty. Ends when ``beam`` have finished or at the limit."""
 
@@ -286,7 +290,7 @@ def beam_search(decoder: TranslationDecoder, t: dict, limit: int, beam: int) -> 
 
     hypotheses: list[tuple[float, list[int]]] = [(0.0, [])]
     finished: list[tuple[float, list[int]]] = []
-    log_probs = log_softmax(decoder.step(np.array([[t["start_id"]]], dtype=np.int64)))
+    log_probs = log_softmax(decoder.step(np.array([start], dtype=np.int64)))
     for step in range(limit + 1):
         scores = np.array([s for s, _ in hypotheses])[:, None] + log_probs  # (hypotheses, vocab)
         order = np.argsort(-scores, axis=None, kind="stable")[: 2 * beam]  # ties: the lower index first

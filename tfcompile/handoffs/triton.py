@@ -60,11 +60,13 @@ section defines it:
    ``source_prefix_ids`` before it and ``source_suffix_ids`` after it, and
    **right-pad** the batch with ``padding.pad_id``; ``source_mask`` is 1 at real tokens.
 2. One ``NAME-encoder`` request: ``source_ids``, ``source_mask`` -> every ``memory_*`` output.
-3. ``NAME-step`` requests: ``input_ids`` = (batch, 1) tokens, ``translation.start_id`` first, then
-   each row's last choice (targets are never padded: no target mask); ``source_mask`` and the
-   ``memory_*`` tensors as the encoder gave them, every request; ``past_*`` empty at first, then
-   the previous ``present_*``. Take ``logits[:, -1]`` over the tokenizer's ids; a row ends at
-   ``translation.stop_id`` or after ``max_decode_len`` tokens.
+3. ``NAME-step`` requests: ``input_ids`` = (batch, 1 + len(target_prefix_ids)) tokens,
+   ``translation.start_id`` then ``target_prefix_ids`` first (a target language's code, given
+   rather than chosen), then (batch, 1) tokens, each row's last choice (targets are never padded:
+   no target mask); ``source_mask`` and the ``memory_*`` tensors as the encoder gave them, every
+   request; ``past_*`` empty at first, then the previous ``present_*``. Take ``logits[:, -1]``
+   over the tokenizer's ids; a row ends at ``translation.stop_id`` or once the decoder holds
+   ``max_decode_len`` tokens after the start (the prefix's included).
 4. Beam search keeps a source's hypotheses as rows of one batch: reorder ``past_*``, ``memory_*``
    and ``source_mask`` by the rows each step keeps, scored as ``translation`` says.
 

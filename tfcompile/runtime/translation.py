@@ -54,7 +54,8 @@ class Translator(Bundle):
             )
 
     def warm_up(self) -> None:
-        self.translate_ids(np.zeros((1, 1), dtype=np.int64), beam=1, max_len=1)  # both graphs
+        given = len(self.translation.target_prefix_ids)
+        self.translate_ids(np.zeros((1, 1), dtype=np.int64), beam=1, max_len=given + 1)  # both graphs
 
     def translate(
         self,
@@ -84,7 +85,8 @@ class Translator(Bundle):
         max_len: int | None = None,
     ) -> list[list[int]]:
         """source_ids (batch, seq) [+ source_mask, 0 at padding] -> each source's target ids,
-        without the start and stop tokens."""
+        without the start and stop tokens and the target prefix the decoder is given; ``max_len``
+        counts the decoder's tokens after the start, the prefix's included."""
         t = self.translation
         ids = self._token_ids(source_ids)
         mask = np.ones_like(ids) if source_mask is None else self._mask(source_mask, ids.shape)
@@ -100,17 +102,20 @@ class Translator(Bundle):
         limit = min(
             inputs.count("max_len", t.max_decode_len if max_len is None else max_len, 1), self.max_seq_len - 1
         )
-        start, stop = t.start_id, t.stop_id
-        if width == 1:
-            first = np.full((len(ids), 1), start, dtype=np.int64)
-            rows = search.generate(_StepDecoder(self, ids, mask), first, limit, search.GREEDY, stop=(stop,))
-            return [search.strip_stop(row, (stop,)) for row in rows]
-        results = []
-        for row in range(len(ids)):
+        if limit <= len(t.target_prefix_ids):
+            raise InputError(
+                f"max_len must exceed the {len(t.target_prefix_ids)} tokens the decoder is given after the "
+                f"start (translation.target_prefix_ids), found {limit}"
+            )
+
+        def decoder_for(row: int | None) -> _StepDecoder:
+            if row is None:
+                return _StepDecoder(self, ids, mask)
             real = mask[row].astype(bool)
-            decoder = _StepDecoder(self, ids[row : row + 1, real], mask[row : row + 1, real])
-            results.append(search.beam_search(decoder, start, stop, limit, width, alpha))
-        return results
+            return _StepDecoder(self, ids[row : row + 1, real], mask[row : row + 1, real])
+
+        start = [t.start_id, *t.target_prefix_ids]
+        return search.translate(decoder_for, len(ids), start, t.stop_id, limit, width, alpha)
 
 
 class _StepDecoder:

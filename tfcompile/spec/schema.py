@@ -33,7 +33,7 @@ from pydantic.fields import FieldInfo
 from pydantic_core import PydanticCustomError
 
 from tfcompile.manifest import MAX_BEAM, MAX_LENGTH_PENALTY
-from tfcompile.sequences import CAUSAL_LM_TOKENS, CLS, SEQ2SEQ_TOKENS, SPECIAL_TOKENS
+from tfcompile.sequences import CAUSAL_LM_TOKENS, CLS, SEQ2SEQ_TOKENS, SPECIAL_ROLES, SPECIAL_TOKENS
 from tfcompile.spec.choices import GATED, ActivationName, NormName
 
 # Integers are strict (YAML `true` or "4" is an error, not 1 or 4); floats stay lax because YAML 1.1
@@ -1506,6 +1506,11 @@ class TaskSection(Section):
         model's vocab_size must hold them and a token of text."""
         return ()
 
+    def roles(self) -> dict[str, str]:
+        """The roles of the special tokens (the spec's ``tokens:``) the task's fields name, each
+        with the first field that names it."""
+        return {}
+
     def head_parameters(self, model: Any) -> int:
         """Parameters of what the task adds on top of ``model.body_parameters()``."""
         raise NotImplementedError
@@ -1709,17 +1714,38 @@ class Seq2SeqTask(TaskSection):
         0.6, description="alpha in score / ((5 + length) / 6) ** alpha (Wu et al. 2016)"
     )
     max_decode_len: PositiveInt | None = Field(None, description="default: the model's max_seq_len - 1")
-    source_suffix: list[Literal["eos"]] = Field(
-        [], description="special tokens appended to every source, by role (T5's tokenizer appends eos)"
+    source_suffix: list[Literal["eos", "source_language"]] = Field(
+        [],
+        description="special tokens appended to every source, by role (T5's tokenizer appends eos, "
+        "mBART's eos and the source's language code)",
     )
-    source_prefix: list[Literal["cls"]] = Field(
+    source_prefix: list[Literal["cls", "source_language"]] = Field(
         [],
         description="special tokens put before every source, by role (BART's tokenizer puts its <s>, "
-        "its cls token); a tokenizer trained here then reserves [CLS] after [EOS]",
+        "its cls token; NLLB's the source's language code); a tokenizer trained here then reserves "
+        "[CLS] after [EOS]",
+    )
+    target_prefix: list[Literal["cls", "target_language"]] = Field(
+        [],
+        description="special tokens every target starts with after bos, by role, given to the decoder "
+        "rather than predicted when translating (transformers' forced_bos_token_id: NLLB's and M2M100's "
+        "target language code, BART-large-CNN's <s>); trained as the target's first tokens",
     )
 
     def reserved_tokens(self) -> tuple[str, ...]:
-        return SEQ2SEQ_TOKENS + ((CLS,) if self.source_prefix else ())
+        return SEQ2SEQ_TOKENS + ((CLS,) if "cls" in self.roles() else ())
+
+    def roles(self) -> dict[str, str]:
+        named: dict[str, str] = {}
+        for field in ("source_prefix", "source_suffix", "target_prefix"):
+            for role in getattr(self, field):
+                named.setdefault(role, field)
+        return named
+
+    def shortest_example(self) -> tuple[int, str]:
+        if not self.target_prefix:
+            return super().shortest_example()
+        return 2 + len(self.target_prefix), "[BOS], the task's target_prefix and a token of the target"
 
     def resolved(self, model: Any) -> Seq2SeqTask:
         if self.max_decode_len is not None:
@@ -1741,6 +1767,14 @@ class Seq2SeqTask(TaskSection):
             f"with source_suffix puts {special} special tokens in every source, which leaves no room for "
             f"a source in model.max_seq_len ({model.max_seq_len})",
             "put fewer, or raise model.max_seq_len",
+        )
+        decoded = longest if self.max_decode_len is None else self.max_decode_len
+        rules.require(
+            len(self.target_prefix) < decoded,
+            ("task", "target_prefix"),
+            f"puts {len(self.target_prefix)} tokens before every translation, which leaves none of the "
+            f"{decoded} the decoder adds after bos (task.max_decode_len, at most model.max_seq_len - 1)",
+            "put fewer, or raise task.max_decode_len or model.max_seq_len",
         )
 
     def head_parameters(self, model: Any) -> int:
@@ -1999,6 +2033,16 @@ class SpecialTokens(Section):
     cls: TokenString | None = None
     sep: TokenString | None = None
     mask: TokenString | None = None
+    source_language: TokenString | None = Field(
+        None,
+        description="a multilingual translator's code for the sources' language (NLLB: eng_Latn; "
+        "M2M100: __en__; mBART-50: en_XX), which task.source_prefix or source_suffix places",
+    )
+    target_language: TokenString | None = Field(
+        None,
+        description="its code for the language to translate into (NLLB: fra_Latn), which "
+        "task.target_prefix places",
+    )
 
     def roles(self) -> dict[str, str]:
         """Role -> token string, for the roles the vocabulary has."""
@@ -2105,6 +2149,15 @@ class Spec(Section):
             f"({' '.join(reserved)}), so vocab_size {vocab_size} leaves no token of text",
             f"raise it above {len(reserved)}, or leave it out to take it from the tokenizer",
         )
+        own = set(SPECIAL_ROLES.values())
+        named = self.tokens.roles() if self.tokens is not None else {}
+        for role, field in self.task.roles().items():
+            rules.require(
+                role in own or role in named,
+                ("task", field),
+                f"names {role}, a token tfcompile has no string of its own for",
+                f"give its string in the spec's tokens: section (tokens: {{{role}: ...}})",
+            )
         if fits:
             self.task.check(self.model, rules)
         rules.check()

@@ -7,7 +7,7 @@ Data paths hold ``{lang}``, filled with the task's source and target names (Mult
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -20,14 +20,24 @@ from tokenizers import Tokenizer
 from tfcompile import search
 from tfcompile.data import DataError, train_tokenizer
 from tfcompile.data.corpus import read_text, text_lines
+from tfcompile.errors import ExportError
 from tfcompile.graphs.export import Graph, export_seq2seq_encoder, export_seq2seq_step
 from tfcompile.graphs.parity import check_seq2seq_encoder_parity, check_seq2seq_step_parity
 from tfcompile.manifest import TokenizerInfo, TranslationInfo
 from tfcompile.models import Seq2Seq
-from tfcompile.sequences import BOS, CLS, EOS, SEQ2SEQ_TOKENS, source_row, tidy
+from tfcompile.sequences import BOS, CLS, EOS, SEQ2SEQ_TOKENS, SPECIAL_ROLES, source_row, tidy
 from tfcompile.spec.schema import EncoderDecoderSpec, Seq2SeqTask, Spec
 from tfcompile.tasks.causal_lm import IGNORE_INDEX
-from tfcompile.tasks.task import Batch, GateRule, ModelFn, Task, pad_rows, register_task, special_ids
+from tfcompile.tasks.task import (
+    Batch,
+    GateRule,
+    ModelFn,
+    Task,
+    pad_rows,
+    register_task,
+    special_ids,
+    token_strings,
+)
 
 if TYPE_CHECKING:
     from tfcompile.runtime import Bundle
@@ -75,9 +85,16 @@ class Translation(Task):
         specials = tokenizer.special_tokens if tokenizer is not None else {}
         start = specials["bos"].id if "bos" in specials else SEQ2SEQ_TOKENS.index(BOS)
         stop = specials["eos"].id if "eos" in specials else SEQ2SEQ_TOKENS.index(EOS)
-        roles = {"bos": start, "eos": stop}
-        if task.source_prefix:  # its cls: where there are no specials, tfcompile's reserved [CLS]
-            roles["cls"] = specials["cls"].id if "cls" in specials else task.reserved_tokens().index(CLS)
+        named = {role: specials[role].id for role in task.roles() if role in specials}
+        roles = {"bos": start, "eos": stop} | named
+        if "cls" in task.roles() and "cls" not in specials:  # tfcompile's reserved [CLS]
+            roles["cls"] = task.reserved_tokens().index(CLS)
+        missing = [f"task.{field}'s {role}" for role, field in task.roles().items() if role not in roles]
+        if missing:
+            raise ExportError(
+                f"the run's tokenizer holds no token for {' and '.join(missing)}: export a run whose "
+                f"tokenizer has the token the spec's tokens: section names"
+            )
         translation = TranslationInfo(
             start_id=start,
             stop_id=stop,
@@ -86,6 +103,7 @@ class Translation(Task):
             max_decode_len=task.max_decode_len,
             source_prefix_ids=[roles[role] for role in task.source_prefix],
             source_suffix_ids=[roles[role] for role in task.source_suffix],
+            target_prefix_ids=[roles[role] for role in task.target_prefix],
         )
         return {"translation": translation}
 
@@ -102,13 +120,18 @@ class Translation(Task):
         else:  # the last lines, as for language modelling
             n_val = max(1, int(len(source) * data.val_fraction))
             train, val = (source[:-n_val], target[:-n_val]), (source[-n_val:], target[-n_val:])
-        # One vocabulary for both languages, so that the embeddings can be shared.
+        # One vocabulary for both languages, so that the embeddings can be shared; a new one reserves
+        # the language codes the spec's tokens: names (tfcompile has no strings of its own for them).
+        strings = token_strings(spec)
+        codes = [strings[role] for role in task.roles() if role not in SPECIAL_ROLES.values()]
         self.tokenizer: Tokenizer = tokenizer or train_tokenizer(
-            data.tokenizer, train[0] + train[1], spec.task.reserved_tokens()
+            data.tokenizer, train[0] + train[1], list(dict.fromkeys([*task.reserved_tokens(), *codes]))
         )
-        self.ids = special_ids(spec, self.tokenizer, ("pad", "unk", "bos", "eos", *task.source_prefix))
+        roles = dict.fromkeys(["pad", "unk", "bos", "eos", *task.roles()])
+        self.ids = special_ids(spec, self.tokenizer, list(roles))
         self.prefix = [self.ids[role] for role in task.source_prefix]
         self.suffix = [self.ids[role] for role in task.source_suffix]
+        self.target_prefix = [self.ids[role] for role in task.target_prefix]
         self.pairs = {"train": self._encode(*train), "val": self._encode(*val)}
         self.test = read_parallel(data.test_path, task.source, task.target) if data.test_path else None
         self.val = val
@@ -126,13 +149,13 @@ class Translation(Task):
                 )
 
     def _encode(self, source: list[str], target: list[str]) -> list[tuple[list[int], list[int]]]:
-        """-> (source ids and the task's source suffix up to the context, [BOS] target [EOS] up to
-        the context + 1)."""
-        bos, eos = self.ids["bos"], self.ids["eos"]
+        """-> (source ids and the task's source affixes up to the context, [BOS] and the task's
+        target prefix, the target, [EOS], up to the context + 1)."""
+        start, eos = [self.ids["bos"], *self.target_prefix], self.ids["eos"]
         src = self.tokenizer.encode_batch(source, add_special_tokens=False)
         tgt = self.tokenizer.encode_batch(target, add_special_tokens=False)
         return [
-            (self._source(s.ids), [bos, *t.ids[: self.context - 1], eos])
+            (self._source(s.ids), [*start, *t.ids[: self.context - len(start)], eos])
             for s, t in zip(src, tgt, strict=True)
             if s.ids
         ]
@@ -191,29 +214,19 @@ class Translation(Task):
 
     def translate(self, model: Seq2Seq, sentences: list[str], device: torch.device) -> list[str]:
         """Source sentences -> detokenized translations, with the task's beam and length penalty."""
-        task, bos, eos = self.task, self.ids["bos"], self.ids["eos"]
+        task, eos = self.task, self.ids["eos"]
+        start = [self.ids["bos"], *self.target_prefix]
         emitted = self.tokenizer.get_vocab_size()  # never a padded embedding row past the tokenizer
         assert task.max_decode_len is not None  # resolved by the schema
         out: list[str] = []
-        for start in range(0, len(sentences), 64):
-            encoded = self.tokenizer.encode_batch(sentences[start : start + 64], add_special_tokens=False)
+        for first in range(0, len(sentences), 64):
+            encoded = self.tokenizer.encode_batch(sentences[first : first + 64], add_special_tokens=False)
             ids = [self._source(e.ids) for e in encoded]
             source = pad_rows(ids, self.ids["pad"]).to(device)
             mask = pad_rows([[1] * len(row) for row in ids], 0).to(device)
-            if task.beam == 1:
-                tokens = greedy_translate(model, source, mask, bos, eos, task.max_decode_len, emitted)
-            else:
-                tokens = beam_translate(
-                    model,
-                    source,
-                    mask,
-                    bos,
-                    eos,
-                    task.max_decode_len,
-                    task.beam,
-                    task.length_penalty,
-                    emitted,
-                )
+            tokens = translate_tokens(
+                model, source, mask, start, eos, task.max_decode_len, task.beam, task.length_penalty, emitted
+            )
             out += self.tokenizer.decode_batch(tokens)
         return [tidy(t) for t in out]
 
@@ -290,42 +303,26 @@ class TorchTranslator:
         self.cache = self.model.empty_cache(self.batch, self.memory[0].key.device)
 
 
-def greedy_translate(
+def translate_tokens(
     model: Seq2Seq,
     source_ids: torch.Tensor,
     source_mask: torch.Tensor,
-    bos: int,
+    start: Sequence[int],
     eos: int,
     max_len: int,
-    emitted: int | None = None,
-) -> list[list[int]]:
-    """source (B, S) -> each sentence's target ids (below ``emitted``), without [BOS] and [EOS],
-    up to ``max_len`` tokens (at most the model's max_seq_len - 1)."""
-    limit = min(max_len, model.spec.max_seq_len - 1)
-    start = np.full((len(source_ids), 1), bos, dtype=np.int64)
-    decoder = TorchTranslator(model, source_ids, source_mask, emitted)
-    return [
-        search.strip_stop(t, (eos,))
-        for t in search.generate(decoder, start, limit, search.GREEDY, stop=(eos,))
-    ]
-
-
-def beam_translate(
-    model: Seq2Seq,
-    source_ids: torch.Tensor,
-    source_mask: torch.Tensor,
-    bos: int,
-    eos: int,
-    max_len: int,
-    beam: int = 4,
+    beam: int = 1,
     length_penalty: float = 0.6,
     emitted: int | None = None,
 ) -> list[list[int]]:
-    """Beam search (search.beam_search), one source sentence at a time, without its padding."""
+    """source (B, S) -> each sentence's target ids (below ``emitted``), without ``start`` ([BOS],
+    then any tokens the decoder is given: task.target_prefix) and [EOS], the decoder holding at
+    most ``max_len`` tokens after [BOS] (at most the model's max_seq_len - 1): greedy for
+    ``beam`` 1, else beam search one sentence at a time, without its padding (search.translate)."""
+
+    def decoder_for(row: int | None) -> TorchTranslator:
+        if row is None:
+            return TorchTranslator(model, source_ids, source_mask, emitted)
+        return TorchTranslator(model, source_ids[row : row + 1, source_mask[row].bool()], None, emitted)
+
     limit = min(max_len, model.spec.max_seq_len - 1)
-    results = []
-    for row in range(source_ids.shape[0]):
-        source = source_ids[row : row + 1, source_mask[row].bool()]
-        decoder = TorchTranslator(model, source, None, emitted)
-        results.append(search.beam_search(decoder, bos, eos, limit, beam, length_penalty))
-    return results
+    return search.translate(decoder_for, len(source_ids), start, eos, limit, beam, length_penalty)
