@@ -348,6 +348,9 @@ def write(model: Any, kind: str, folder: Path, placed: dict[str, int] | None = N
     return model
 
 
+LANGUAGES = ["eng_Latn", "fra_Latn", "deu_Latn"]  # the "nllb" tokenizer's codes, after its special tokens
+
+
 def tokenizer(kind: str, placed: dict[str, int] | None = None) -> Any:
     """A character tokenizer of VOCAB tokens with the family's special tokens (first, or at the
     ``placed`` ids: BERT's [CLS] is 101), as a PreTrainedTokenizerFast."""
@@ -362,6 +365,8 @@ def tokenizer(kind: str, placed: dict[str, int] | None = None) -> Any:
             "mask_token": "[MASK]",
         },
         "t5": {"pad_token": "<pad>", "eos_token": "</s>", "unk_token": "<unk>"},
+        # NLLB's: T5's tokens, then language codes; sources eng_Latn ... </s>
+        "nllb": {"pad_token": "<pad>", "eos_token": "</s>", "unk_token": "<unk>"},
         # BART's: <s> its bos and cls, </s> its eos and sep; sources <s> ... </s>
         "bart": {
             "bos_token": "<s>",
@@ -373,7 +378,8 @@ def tokenizer(kind: str, placed: dict[str, int] | None = None) -> Any:
             "mask_token": "<mask>",
         },
     }[kind]
-    tokens = list(dict.fromkeys(specials.values()))
+    codes = LANGUAGES if kind == "nllb" else []
+    tokens = list(dict.fromkeys([*specials.values(), *codes]))
     fillers = [f"<unused{i}>" for i in range(VOCAB - len(tokens) - len(CHARS))]  # as many ids as the model
     order = [t for t in [*tokens, *CHARS, *fillers] if t not in (placed or {})]
     for token, i in sorted((placed or {}).items(), key=lambda item: item[1]):
@@ -394,9 +400,16 @@ def tokenizer(kind: str, placed: dict[str, int] | None = None) -> Any:
         model.post_processor = processors.TemplateProcessing(
             single="$A </s>", pair="$A </s> $B </s>", special_tokens=[("</s>", vocab["</s>"])]
         )
+    elif kind == "nllb":
+        model.post_processor = processors.TemplateProcessing(
+            single="eng_Latn $A </s>",
+            pair="eng_Latn $A $B </s>",
+            special_tokens=[("eng_Latn", vocab["eng_Latn"]), ("</s>", vocab["</s>"])],
+        )
     elif kind == "bart":
         model.post_processor = processors.RobertaProcessing(("</s>", vocab["</s>"]), ("<s>", vocab["<s>"]))
-    return C.PreTrainedTokenizerFast(tokenizer_object=model, **specials)
+    extra = {"additional_special_tokens": codes} if codes else {}
+    return C.PreTrainedTokenizerFast(tokenizer_object=model, **specials, **extra)
 
 
 def random_ids(batch: int, length: int, seed: int = 0, low: int = 0) -> torch.Tensor:

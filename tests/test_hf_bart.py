@@ -384,14 +384,18 @@ def test_the_bundle_translates_as_transformers_greedy_generate(
     assert ours == theirs and len(set(ours)) > 1
 
 
-def saved_with_bart_tokenizer(folder: Path) -> Any:
+def saved_with_bart_tokenizer(folder: Path, **fields: Any) -> Any:
     """A BART saved with BART's tokenizer: <s> 0, <pad> 1, </s> 2 (its eos and its decoder's start),
-    sources <s> ... </s> (RobertaProcessing)."""
+    sources <s> ... </s> (RobertaProcessing); ``fields`` in both config files."""
     from hf_models import perturb, write
 
     torch.manual_seed(0)
     ids = dict(pad_token_id=1, bos_token_id=0, eos_token_id=2, decoder_start_token_id=2)
-    return write(perturb(built("bart", **ids)), "bart", folder)
+    model = write(perturb(built("bart", **ids)), "bart", folder)
+    for name in ("config.json", "generation_config.json"):
+        saved = json.loads((folder / name).read_text())
+        (folder / name).write_text(json.dumps(saved | fields))
+    return model
 
 
 def test_a_source_between_bart_tokenizers_s_and_eos_is_the_specs_prefix_and_suffix(tmp_path: Path) -> None:
@@ -430,6 +434,74 @@ def test_the_bundle_translates_a_bart_source_as_transformers_with_its_tokenizer(
         )
         theirs.append(tidy(tokenizer.decode(generated[0], skip_special_tokens=True)))
     assert bundle.translate(SENTENCES, beam=1, max_len=10) == theirs and len(set(theirs)) > 1
+
+
+@pytest.mark.slow
+def test_bart_large_cnns_forced_s_starts_every_translation_as_in_transformers(tmp_path: Path) -> None:
+    """BART-large-CNN forces <s> (its cls) after the decoder's </s> (forced_bos_token_id 0): the
+    spec's task.target_prefix: [cls]; the bundle translates as generate() does, and export-hf writes
+    it back, where transformers reads it."""
+    saved_with_bart_tokenizer(tmp_path / "hf", forced_bos_token_id=0)
+    hf = from_pretrained(tmp_path / "hf")
+    result = import_folder(tmp_path / "hf", "cnn", tmp_path / "specs", tmp_path / "runs")
+    assert result.spec.task.type == "seq2seq" and result.spec.task.target_prefix == ["cls"]
+    assert main(["export", str(result.run_dir), "--out", str(tmp_path / "bundle")]) == 0
+    bundle = Translator(tmp_path / "bundle")
+    assert bundle.translation.target_prefix_ids == [0]
+    tokenizer = T.AutoTokenizer.from_pretrained(tmp_path / "hf")
+
+    def generated(model: Any, **forced: Any) -> list[str]:
+        out = []
+        for sentence in SENTENCES:
+            ids = tokenizer(sentence, return_tensors="pt")["input_ids"]
+            tokens = model.generate(ids, do_sample=False, num_beams=1, max_new_tokens=10, **forced)[0]
+            assert tokens[0] == 2 and (tokens[1] == 0 or forced)
+            out.append(tidy(tokenizer.decode(tokens, skip_special_tokens=True)))
+        return out
+
+    theirs = generated(hf)
+    assert (
+        bundle.translate(SENTENCES, beam=1, max_len=10) == theirs != generated(hf, forced_bos_token_id=None)
+    )
+    export_hf(result.run_dir, tmp_path / "out")
+    written = json.loads((tmp_path / "out" / "generation_config.json").read_text())
+    assert written["forced_bos_token_id"] == 0
+    assert generated(from_pretrained(tmp_path / "out")) == theirs
+
+
+def test_export_hf_writes_an_mbarts_language_codes_and_refuses_a_longer_prefix(tmp_path: Path) -> None:
+    """An mBART with NLLB's tokenizer (eng_Latn ... </s>) forcing fra_Latn: export-hf writes the
+    source's code the spec names (another than the tokenizer's) into the tokenizer's template, the
+    target's as forced_bos_token_id; a prefix of two tokens has no transformers field."""
+    from hf_models import LANGUAGES, perturb, write
+
+    torch.manual_seed(0)
+    write(perturb(built("mbart", encoder_layers=1)), "nllb", tmp_path / "hf")
+    generation = json.loads((tmp_path / "hf" / "generation_config.json").read_text())
+    forced = 3 + LANGUAGES.index("fra_Latn")  # after <pad>, </s> and <unk>
+    (tmp_path / "hf" / "generation_config.json").write_text(
+        json.dumps(generation | {"forced_bos_token_id": forced})
+    )
+    result = import_folder(tmp_path / "hf", "mbart", tmp_path / "specs", tmp_path / "runs")
+    spec_file = result.run_dir / "spec.yaml"
+    spec_file.write_text(
+        spec_file.read_text().replace("source_language: eng_Latn", "source_language: deu_Latn")
+    )
+    export_hf(result.run_dir, tmp_path / "out")
+    tokenizer = T.AutoTokenizer.from_pretrained(tmp_path / "out")
+    codes = tokenizer.convert_tokens_to_ids(["deu_Latn", "fra_Latn"])
+    encoded = tokenizer("the cat")["input_ids"]
+    assert encoded[0] == codes[0] and encoded[-1] == tokenizer.convert_tokens_to_ids("</s>")
+    config = json.loads((tmp_path / "out" / "tokenizer_config.json").read_text())
+    assert "source_language_token" not in config and "target_language_token" not in config
+    written = json.loads((tmp_path / "out" / "generation_config.json").read_text())
+    assert written["forced_bos_token_id"] == codes[1] == forced
+    spec_file.write_text(
+        spec_file.read_text().replace("  - target_language\n", "  - target_language\n  - target_language\n")
+    )
+    with pytest.raises(HFError, match=r"task\.target_prefix: gives the decoder 2 tokens after its start"):
+        export_hf(result.run_dir, tmp_path / "longer")
+    assert not (tmp_path / "longer").exists()
 
 
 # ---------------------------------------------------------------- every field of the four classes

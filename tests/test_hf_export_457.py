@@ -461,3 +461,76 @@ def test_transformers_4_57s_tokenizer_gives_the_runs_ids_and_the_models_inputs(
     assert result["inputs"] == sorted(
         ["input_ids", "attention_mask", *(["token_type_ids"] if segments else [])]
     )
+
+
+GENERATE = r"""
+import json, sys, torch, transformers
+folder, rows = sys.argv[1], json.loads(sys.argv[2])
+model = transformers.AutoModelForSeq2SeqLM.from_pretrained(folder).eval()
+tokenizer = transformers.AutoTokenizer.from_pretrained(folder)
+out = []
+for row in rows:
+    ids = tokenizer(row, return_tensors="pt")["input_ids"]
+    out.append(model.generate(ids, do_sample=False, num_beams=1, max_new_tokens=10)[0].tolist())
+print(json.dumps([transformers.__version__, out]))
+"""
+
+
+@pytest.mark.parametrize("forced", ["cls", "target_language"])
+def test_transformers_4_57_forces_the_runs_target_prefix(forced: str, tmp_path: Path) -> None:
+    """export-hf's forced_bos_token_id (BART-large-CNN's <s>, an NLLB tokenizer's fra_Latn in an
+    mBART): transformers 4.57's greedy generate() from the folder, its tokenizer framing each
+    source, starts with the decoder's start and the forced token, then the bundle's translation."""
+    from hf_models import LANGUAGES, perturb, write
+    from test_hf_paths import SENTENCES
+
+    from tfcompile.cli import main
+    from tfcompile.hf.importer import import_folder
+    from tfcompile.runtime import Translator
+
+    if forced == "cls":
+        test_hf_bart.saved_with_bart_tokenizer(tmp_path / "hf", forced_bos_token_id=0)
+    else:
+        torch.manual_seed(0)
+        write(perturb(test_hf_bart.built("mbart", encoder_layers=1)), "nllb", tmp_path / "hf")
+        path = tmp_path / "hf" / "generation_config.json"
+        code = 3 + LANGUAGES.index("fra_Latn")
+        path.write_text(json.dumps(json.loads(path.read_text()) | {"forced_bos_token_id": code}))
+    result = import_folder(tmp_path / "hf", "run", tmp_path / "specs", tmp_path / "runs")
+    assert result.spec.task.type == "seq2seq" and result.spec.task.target_prefix == [forced]
+    export_hf(result.run_dir, tmp_path / "out")
+    assert main(["export", str(result.run_dir), "--out", str(tmp_path / "bundle")]) == 0
+    bundle = Translator(tmp_path / "bundle")
+    assert bundle.translation.target_prefix_ids
+    ours = bundle.translate_ids(*_framed(bundle, SENTENCES), beam=1, max_len=10)
+    assert PYTHON is not None
+    done = subprocess.run(
+        [PYTHON, "-c", GENERATE, str(tmp_path / "out"), json.dumps(SENTENCES)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    version, theirs = json.loads(done.stdout.splitlines()[-1])
+    assert version.startswith("4.57")
+    start = [bundle.translation.start_id, *bundle.translation.target_prefix_ids]
+    stop = bundle.translation.stop_id
+    assert [row[: len(start)] for row in theirs] == [start] * len(SENTENCES)
+    chosen = 10 - (len(start) - 1)  # max_new_tokens and max_len count the forced token
+    assert [row[len(start) :] for row in theirs] == [row + [stop] * (len(row) < chosen) for row in ours]
+    assert len({tuple(row) for row in ours}) > 1
+
+
+def _framed(bundle: Any, texts: list[str]) -> tuple[Any, Any]:
+    """The sources as the runtime's translate() frames them, right-padded, and their mask."""
+    from tfcompile.sequences import pad_rows, source_row
+
+    t = bundle.translation
+    rows = [
+        source_row(
+            e.ids, bundle.max_seq_len, t.source_prefix_ids, t.source_suffix_ids, bundle.special_id("unk")
+        )
+        for e in bundle.encode(texts, add_special_tokens=False)
+    ]
+    return pad_rows(rows, bundle.manifest.padding.pad_id), pad_rows([[1] * len(r) for r in rows], 0)

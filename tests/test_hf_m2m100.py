@@ -11,6 +11,7 @@ for every field of M2M100Config (tests/test_hf_fields.py's table and check)."""
 from __future__ import annotations
 
 import json
+import shutil
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -172,6 +173,124 @@ def test_the_bundle_translates_as_transformers_greedy_generate(
         generated = variant.hf.generate(ids, do_sample=False, num_beams=1, max_new_tokens=10)
         theirs.append(tidy(tokenizer.decode(generated[0], skip_special_tokens=True)))
     assert ours == theirs and len(set(ours)) > 1
+
+
+# ------------------------------------------------------------------ language codes (NLLB's)
+
+
+def nllb(folder: Path, forced: str | None = "fra_Latn", **generation: Any) -> T.PreTrainedTokenizerFast:
+    """A tiny M2M100 saved with the "nllb" tokenizer (sources eng_Latn ... </s>), its
+    generation_config.json forcing ``forced`` after the decoder's start (NLLB's target language)."""
+    torch.manual_seed(1)  # weights whose translations tell the sources and the target codes apart
+    write(perturb(m2m100(activation_function="gelu", scale_embedding=False)), "nllb", folder)
+    codes = T.AutoTokenizer.from_pretrained(folder)
+    path = folder / "generation_config.json"
+    saved = json.loads(path.read_text())
+    if forced is not None:
+        saved["forced_bos_token_id"] = codes.convert_tokens_to_ids(forced)
+    path.write_text(json.dumps(saved | generation))
+    return codes
+
+
+def test_an_nllb_imports_its_language_codes_as_roles(tmp_path: Path) -> None:
+    """The code the tokenizer puts before a text is the source's language, the one generate()
+    forces after the decoder's start the target's, which every translation starts with."""
+    nllb(tmp_path / "hf")
+    result = import_folder(tmp_path / "hf", "nllb", tmp_path / "specs", tmp_path / "runs")
+    assert result.spec.tokens is not None and result.spec.task.type == "seq2seq"
+    assert (result.spec.tokens.source_language, result.spec.tokens.target_language) == (
+        "eng_Latn",
+        "fra_Latn",
+    )
+    task = result.spec.task
+    assert (task.source_prefix, task.source_suffix, task.target_prefix) == (
+        ["source_language"],
+        ["eos"],
+        ["target_language"],
+    )
+
+
+@pytest.mark.slow
+def test_an_nllb_bundle_translates_into_the_forced_language_as_transformers_does(tmp_path: Path) -> None:
+    """Greedy and into two target languages: the bundle's translations are transformers' generate()
+    with forced_bos_token_id (the code read, not chosen; max_new_tokens counting it), and a spec
+    whose tokens.target_language is another code translates into that one, as generate() forcing it."""
+    tokenizer = nllb(tmp_path / "hf")
+    hf = T.M2M100ForConditionalGeneration.from_pretrained(tmp_path / "hf").eval()
+    result = import_folder(tmp_path / "hf", "nllb", tmp_path / "specs", tmp_path / "runs")
+    german = tmp_path / "specs" / "german.yaml"
+    german.write_text(
+        result.spec_path.read_text().replace("target_language: fra_Latn", "target_language: deu_Latn")
+    )
+    runs = {"fra_Latn": result.run_dir}
+    spec_text = result.run_dir / "spec.yaml"
+    runs["deu_Latn"] = tmp_path / "runs" / "german"
+    shutil.copytree(result.run_dir, runs["deu_Latn"])
+    (runs["deu_Latn"] / "spec.yaml").write_text(spec_text.read_text().replace("fra_Latn", "deu_Latn"))
+    seen = []
+    for code, run in runs.items():
+        assert main(["export", str(run), "--out", str(tmp_path / code)]) == 0
+        ours = Translator(tmp_path / code).translate(SENTENCES, beam=1, max_len=10)
+        theirs = []
+        for sentence in SENTENCES:
+            ids = tokenizer(sentence, return_tensors="pt")["input_ids"]
+            assert ids[0, 0] == tokenizer.convert_tokens_to_ids("eng_Latn")
+            forced = tokenizer.convert_tokens_to_ids(code)
+            generated = hf.generate(
+                ids, do_sample=False, num_beams=1, max_new_tokens=10, forced_bos_token_id=forced
+            )
+            assert generated[0, 1] == forced
+            theirs.append(tidy(tokenizer.decode(generated[0], skip_special_tokens=True)))
+        assert ours == theirs and len(set(ours)) > 1
+        seen.append(ours)
+    assert seen[0] != seen[1]
+
+
+def test_a_forced_token_the_files_disagree_on_or_the_tokenizer_lacks_is_refused_by_field(
+    tmp_path: Path,
+) -> None:
+    """transformers 4 forces config.json's forced_bos_token_id over a generation_config.json made from
+    the model's config, 5 the latter's alone; an id past the tokenizer names no token."""
+    for n, (config, generation, message) in enumerate(
+        [
+            (
+                {"forced_bos_token_id": 4},
+                {"_from_model_config": True},
+                "is 4 in config.json and unset in generation_config",
+            ),
+            ({}, {"forced_bos_token_id": 10_000}, "is 10000, no token of the tokenizer's"),
+            ({}, {"forced_bos_token_id": "fra_Latn"}, "is 'fra_Latn', no token id"),
+        ]
+    ):
+        folder = tmp_path / str(n)
+        nllb(folder, forced=None, **generation)
+        saved = json.loads((folder / "config.json").read_text())
+        (folder / "config.json").write_text(json.dumps(saved | config))
+        with pytest.raises(HFError, match="forced_bos_token_id") as error:
+            import_folder(folder, "nllb", tmp_path / "specs", tmp_path / "runs")
+        assert message in str(error.value)
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_forced_token_in_config_json_alone_is_read_where_transformers_4_and_5_both_read_it(
+    tmp_path: Path,
+) -> None:
+    """Without generation_config.json both read config.json's; with one not made from the model's
+    config, neither does."""
+    for n, drop in enumerate((True, False)):
+        folder = tmp_path / str(n)
+        nllb(folder, forced=None)
+        saved = json.loads((folder / "config.json").read_text())
+        (folder / "config.json").write_text(json.dumps(saved | {"forced_bos_token_id": 4}))
+        generation = json.loads((folder / "generation_config.json").read_text())
+        if drop:
+            (folder / "generation_config.json").unlink()
+        else:
+            generation.pop("_from_model_config", None)
+            (folder / "generation_config.json").write_text(json.dumps(generation))
+        result = import_folder(folder, f"nllb{n}", tmp_path / "specs", tmp_path / "runs")
+        assert result.spec.task.type == "seq2seq"
+        assert result.spec.task.target_prefix == (["target_language"] if drop else [])
 
 
 # ------------------------------------------------------------------ every config field, by value

@@ -35,7 +35,7 @@ from tfcompile.hf.folder import (
     write_json,
     write_weights,
 )
-from tfcompile.hf.importer import affixes
+from tfcompile.hf.importer import ROLES, affixes
 from tfcompile.sequences import SPECIAL_ROLES
 from tfcompile.spec import Spec
 from tfcompile.spec.schema import EncoderSpec, Seq2SeqTask, sliding_layers
@@ -56,7 +56,7 @@ def architecture_for(spec: Spec, where: str) -> Writable:
     found_candidates = candidates(spec)
     problems: list[Problem] = []
     for candidate in found_candidates:
-        found = window_problems(candidate, spec) + candidate.exportable(spec)
+        found = window_problems(candidate, spec) + prefix_problems(spec) + candidate.exportable(spec)
         if not found:
             return candidate
         problems += found
@@ -88,6 +88,15 @@ def window_problems(architecture: Writable, spec: Spec) -> list[Problem]:
     return [Problem("model.window", f"{name} has no sliding window", "leave it unset")]
 
 
+def prefix_problems(spec: Spec) -> list[Problem]:
+    """transformers' generate() forces one token after the decoder's start (forced_bos_token_id)."""
+    given = spec.task.target_prefix if isinstance(spec.task, Seq2SeqTask) else []
+    if len(given) <= 1:
+        return []
+    message = f"gives the decoder {len(given)} tokens after its start; transformers forces one at most"
+    return [Problem("task.target_prefix", message, "one token (forced_bos_token_id), or none")]
+
+
 def export_hf(run: Path, out: Path, which: str = "best", force: bool = False) -> str:
     """Write the run's ``which`` checkpoint to ``out`` as a transformers folder; returns the
     transformers class that loads it."""
@@ -104,6 +113,11 @@ def export_hf(run: Path, out: Path, which: str = "best", force: bool = False) ->
     config |= {name: tokens.get(role) for role in ("cls", "sep") if (name := f"{role}_token_id") in config}
     if config.get("is_encoder_decoder") and "bos" in tokens:  # the decoder's first input
         config["decoder_start_token_id"] = tokens["bos"]
+    if isinstance(spec.task, Seq2SeqTask) and spec.task.target_prefix:  # the one prefix_problems allows
+        role = spec.task.target_prefix[0]
+        if role not in tokens:
+            raise HFError(f"{run}: the run's tokenizer holds no token for task.target_prefix's {role}")
+        config["forced_bos_token_id"] = tokens[role]
     tmp = staging_folder(out)
     try:
         write_json(tmp / CONFIG, config)
@@ -245,4 +259,4 @@ def tokenizer_config(spec: Spec, run: Path) -> dict[str, Any]:
         "tokenizer_class": "PreTrainedTokenizerFast",
         "model_max_length": spec.model.max_seq_len,
         "model_input_names": ["input_ids", *(["token_type_ids"] if segments else []), "attention_mask"],
-    } | {f"{role}_token": token for role, token in roles.items()}
+    } | {f"{role}_token": token for role, token in roles.items() if role in ROLES}

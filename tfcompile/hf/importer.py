@@ -107,6 +107,10 @@ def import_folder(folder: Path, name: str, specs_dir: Path, runs_dir: Path) -> I
     tokens = special_tokens(folder, data, imported.decoder_start)
     if imported.pad_positions is not None:
         pad_positions(str(folder / CONFIG), imported.pad_positions, tokens, token_strings(folder))
+    target_prefix: list[str] = []
+    if imported.decoder_start:  # a translator's
+        codes, target_prefix = language_codes(folder, data, tokens)
+        tokens |= codes
     if tokens:
         sections["tokens"] = tokens
     if "source_suffix" in imported.task and (around := source_affixes(folder, tokens)) is not None:
@@ -116,6 +120,8 @@ def import_folder(folder: Path, name: str, specs_dir: Path, runs_dir: Path) -> I
             **({"source_prefix": prefix} if prefix else {}),
             "source_suffix": suffix,
         }
+    if target_prefix:
+        sections["task"] = sections["task"] | {"target_prefix": target_prefix}
     text = readable_spec(sections, folder, name, runs_dir)
     try:
         spec = parse_spec(text, source=str(spec_path))
@@ -279,8 +285,8 @@ def source_affixes(folder: Path, tokens: dict[str, str]) -> Affixes | None:
 Affixes = tuple[list[str], list[str]]  # the roles before a text, and after it
 # The role a special token plays before a text (BART's <s> is its cls) and after it (its </s>,
 # also its sep and its decoder's start, is its eos): the first of these whose token it is.
-BEFORE = ("cls", "bos", "sep", "eos", "pad", "unk", "mask")
-AFTER = ("eos", "sep", "bos", "cls", "pad", "unk", "mask")
+BEFORE = ("cls", "bos", "sep", "eos", "pad", "unk", "mask", "source_language")
+AFTER = ("eos", "sep", "bos", "cls", "pad", "unk", "mask", "source_language")
 # Post-processors of one form, [cls] $A [sep], by the fields naming their two tokens.
 FIXED_AROUND = {"RobertaProcessing": ("cls", "sep"), "BertProcessing": ("cls", "sep")}
 
@@ -288,9 +294,25 @@ FIXED_AROUND = {"RobertaProcessing": ("cls", "sep"), "BertProcessing": ("cls", "
 def affixes(saved: dict[str, Any], tokens: dict[str, str]) -> Affixes | None:
     """The roles (``tokens``: role -> token) of the special tokens a tokenizer's post-processor puts
     before one text and after it: its single template's tokens around the text (T5's "$A </s>" is
-    ([], ["eos"]), BART's "<s> $A </s>" (["cls"], ["eos"])), or RoBERTa's and BERT's processors'
-    cls and sep; ([], []) when it has no post-processor; None when it has another, or tokens of no
-    role."""
+    ([], ["eos"]), BART's "<s> $A </s>" (["cls"], ["eos"]), NLLB's "eng_Latn $A </s>"
+    (["source_language"], ["eos"]) where tokens names eng_Latn so), or RoBERTa's and BERT's
+    processors' cls and sep; ([], []) when it has no post-processor; None when it has another, or
+    tokens of no role."""
+    around = framing(saved)
+    if around is None:
+        return None
+    roles: list[list[str]] = []
+    for side, order in zip(around, (BEFORE, AFTER), strict=True):
+        found = [next((r for r in order if tokens.get(r) == token), None) for token in side]
+        if None in found:
+            return None
+        roles.append([r for r in found if r is not None])
+    return roles[0], roles[1]
+
+
+def framing(saved: dict[str, Any]) -> tuple[list[str], list[str]] | None:
+    """The special tokens a tokenizer's post-processor puts before one text and after it (see
+    ``affixes``); None when it puts them otherwise."""
     processor = saved.get("post_processor")
     if processor is None:
         return [], []
@@ -312,18 +334,80 @@ def affixes(saved: dict[str, Any], tokens: dict[str, str]) -> Affixes | None:
     text = [i for i, piece in enumerate(single) if isinstance(piece, dict) and "Sequence" in piece]
     if len(text) != 1:
         return None  # no text, or a pair's two
-    sides = ((single[: text[0]], BEFORE), (single[text[0] + 1 :], AFTER))
-    roles: list[list[str]] = []
-    for side, order in sides:
-        found = []
-        for piece in side:
-            token = piece.get("SpecialToken", {}).get("id") if isinstance(piece, dict) else None
-            role = next((r for r in order if token is not None and tokens.get(r) == token), None)
-            if role is None:
-                return None
-            found.append(role)
-        roles.append(found)
-    return roles[0], roles[1]
+    sides: list[list[str]] = []
+    for side in (single[: text[0]], single[text[0] + 1 :]):
+        tokens = [
+            piece.get("SpecialToken", {}).get("id") if isinstance(piece, dict) else None for piece in side
+        ]
+        if not all(isinstance(token, str) for token in tokens):
+            return None
+        sides.append([str(token) for token in tokens])
+    return sides[0], sides[1]
+
+
+def language_codes(
+    folder: Path, config: dict[str, Any], tokens: dict[str, str]
+) -> tuple[dict[str, str], list[str]]:
+    """A translator's language codes, as its files say -> (the roles to add to ``tokens``, the
+    task's target_prefix). Its source's: the one special token of no role that its tokenizer's
+    post-processor puts around a text (NLLB's and mBART-50's eng_Latn / en_XX before it,
+    mBART's after its </s>), ``source_language``. Its target's: the token generate() forces
+    after the decoder's start (``forced_bos_token_id``: NLLB's and M2M100's target language,
+    BART-large-CNN's <s>, its cls), ``target_language`` where it is no cls. Refused by field
+    where transformers 4 and 5 would force different tokens, or one the tokenizer lacks."""
+    where = str(folder / CONFIG)
+    added: dict[str, str] = {}
+    path = folder / TOKENIZER_FILE
+    around = framing(read_json(path)) if path.exists() else None
+    if around is not None:
+        codes = {token for token in around[0] + around[1] if token not in tokens.values()}
+        if len(codes) == 1:
+            added["source_language"] = codes.pop()
+    forced = forced_start(folder, config)
+    if forced is None:
+        return added, []
+    vocabulary = token_strings(folder)
+    if not vocabulary:
+        warnings.warn(
+            f"{where}: forced_bos_token_id {forced}, which transformers' generate() puts after the decoder's "
+            f"start, is not applied: with no tokenizer.json there is no token to name; set "
+            f"task.target_prefix: [target_language] and tokens.target_language to its string",
+            HFWarning,
+            stacklevel=2,
+        )
+        return added, []
+    if forced not in vocabulary:
+        fix = "set it to a token's id, or leave it out"
+        raise refuse(
+            where, [Problem("forced_bos_token_id", f"is {forced}, no token of the tokenizer's", fix)]
+        )
+    token = vocabulary[forced]
+    if tokens.get("cls") == token:
+        return added, ["cls"]
+    return added | {"target_language": token}, ["target_language"]
+
+
+def forced_start(folder: Path, config: dict[str, Any]) -> int | None:
+    """The token transformers' generate() forces after the decoder's start: generation_config.json's
+    forced_bos_token_id where the folder has one, else config.json's; transformers 4 reads
+    config.json's over a generation_config.json made from the model's config, 5 never, so a folder
+    where they differ is refused."""
+    where = str(folder / CONFIG)
+    own = config.get("forced_bos_token_id")
+    generation = read_optional_json(folder / GENERATION_CONFIG)
+    forced = generation.get("forced_bos_token_id") if (folder / GENERATION_CONFIG).exists() else own
+    if generation.get("_from_model_config") is True and own is not None and own != forced:
+        message = (
+            f"is {own} in config.json and {'unset' if forced is None else forced} in generation_config.json, "
+            f"made from the model's config: "
+            f"transformers 4 forces config.json's, 5 generation_config.json's"
+        )
+        raise refuse(where, [Problem("forced_bos_token_id", message, "give both files one value")])
+    if forced is not None and (not isinstance(forced, int) or isinstance(forced, bool) or forced < 0):
+        raise refuse(
+            where, [Problem("forced_bos_token_id", f"is {forced!r}, no token id", "a token's id, or null")]
+        )
+    return forced
 
 
 def warn_of_half_precision(config: dict[str, Any]) -> None:
