@@ -30,7 +30,7 @@ from tfcompile.hf.exporter import export_hf
 from tfcompile.hf.importer import import_folder
 from tfcompile.models import Seq2Seq
 from tfcompile.nn.positional import sinusoidal_table
-from tfcompile.runtime import Translator
+from tfcompile.runtime import InputError, Translator
 from tfcompile.sequences import tidy
 
 transformers = pytest.importorskip("transformers")
@@ -244,6 +244,82 @@ def test_an_nllb_bundle_translates_into_the_forced_language_as_transformers_does
         assert ours == theirs and len(set(ours)) > 1
         seen.append(ours)
     assert seen[0] != seen[1]
+    # Another code asked of the French bundle: its German translations, the spec's own for German;
+    # a German source's code in place of eng_Latn, as transformers' tokenizer would put it.
+    french = Translator(tmp_path / "fra_Latn")
+    assert french.translate(SENTENCES, beam=1, max_len=10, target_language="deu_Latn") == seen[1]
+    codes = tokenizer.convert_tokens_to_ids(["deu_Latn", "fra_Latn"])
+    theirs = []
+    for sentence in SENTENCES:
+        ids = tokenizer(sentence, return_tensors="pt")["input_ids"]
+        ids[0, 0] = codes[0]
+        generated = hf.generate(
+            ids, do_sample=False, num_beams=1, max_new_tokens=10, forced_bos_token_id=codes[1]
+        )
+        theirs.append(tidy(tokenizer.decode(generated[0], skip_special_tokens=True)))
+    assert french.translate(SENTENCES, beam=1, max_len=10, source_language="deu_Latn") == theirs != seen[0]
+    served(tmp_path / "fra_Latn", seen[1])
+
+
+def served(bundle: Path, german: list[str]) -> None:
+    """`tfcompile serve`'s /v1/translate and `tfcompile translate` take the codes too."""
+    import httpx
+    from serving import BackgroundServer
+
+    with BackgroundServer({"nllb": bundle}) as server:
+        body = {"model": "nllb", "texts": SENTENCES, "beam": 1, "max_len": 10, "target_language": "deu_Latn"}
+        answer = httpx.post(f"{server.url}/v1/translate", json=body)
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["translations"] == german
+        answer = httpx.post(f"{server.url}/v1/translate", json=body | {"target_language": "xx_Latn"})
+        assert (
+            answer.status_code == 400 and "'xx_Latn' is no special token" in answer.json()["error"]["message"]
+        )
+
+
+def test_a_translators_codes_are_asked_by_string_and_refused_where_they_cannot_stand(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """translate(source_language=, target_language=): a special token of the tokenizer, in place of a
+    code the bundle places; `tfcompile translate --target-language` says why it cannot."""
+    nllb(tmp_path / "hf")
+    result = import_folder(tmp_path / "hf", "nllb", tmp_path / "specs", tmp_path / "runs")
+    assert main(["export", str(result.run_dir), "--out", str(tmp_path / "bundle")]) == 0
+    bundle = Translator(tmp_path / "bundle")
+    prefix, suffix, given = bundle.framing("deu_Latn", "eng_Latn")
+    codes = bundle.tokenizer.token_to_id("deu_Latn"), bundle.tokenizer.token_to_id("eng_Latn")
+    assert (prefix, suffix, given) == ([codes[0]], [1], [codes[1]])
+    for asked, message in [
+        ({"target_language": "xx_Latn"}, "target_language: 'xx_Latn' is no special token"),
+        (
+            {"source_language": "a"},
+            "source_language: 'a' is no special token of the bundle's tokenizer (its code is 'eng_Latn')",
+        ),
+        ({"target_language": 7}, "target_language must be a token string"),
+    ]:
+        with pytest.raises(InputError) as error:
+            bundle.translate(["a cat"], beam=1, max_len=4, **asked)
+        assert message in str(error.value)
+    assert main(["translate", str(tmp_path / "bundle"), "a cat", "--target-language", "xx_Latn"]) != 0
+    assert "'xx_Latn' is no special token" in capsys.readouterr().err
+    assert (
+        main(
+            [
+                "translate",
+                str(tmp_path / "bundle"),
+                "a cat",
+                "--max-len",
+                "4",
+                "--target-language",
+                "deu_Latn",
+            ]
+        )
+        == 0
+    )
+    assert (
+        capsys.readouterr().out.strip()
+        == bundle.translate(["a cat"], max_len=4, target_language="deu_Latn")[0]
+    )
 
 
 def test_a_forced_token_the_files_disagree_on_or_the_tokenizer_lacks_is_refused_by_field(

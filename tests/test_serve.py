@@ -611,6 +611,16 @@ def test_bad_task_requests_get_400_with_a_reason(
             "texts takes a string or a non-empty list",
         ),
         ("/v1/translate", {"json": {"model": "de-en", "texts": [["a", "b"]]}}, "texts takes strings, got"),
+        (
+            "/v1/translate",
+            {"json": {"model": "de-en", "texts": ["a"], "target_language": "fra_Latn"}},
+            "target_language: the bundle places no target_language code to replace",
+        ),
+        (
+            "/v1/translate",
+            {"json": {"model": "de-en", "texts": ["a"], "source_language": "x" * 65}},
+            "at most 64",
+        ),
         ("/v1/classify-image", {"json": {"model": "digits", "images": [[[300, 2]]]}}, "outside 0-255"),
         ("/v1/classify-image", {"json": {"model": "digits", "images": [[[0.5, 2.0]]]}}, "[0, 1]"),
         ("/v1/classify-image", {"json": {"model": "digits", "images": [[[1], [1, 2]]]}}, "rectangular"),

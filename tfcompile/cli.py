@@ -565,7 +565,8 @@ def _translate(args: argparse.Namespace) -> int:
     model = load(args.bundle)
     if not isinstance(model, Translator):
         raise UsageError(f"{args.bundle} is not a translation bundle: use `tfcompile generate` or `classify`")
-    for translation in model.translate(args.texts, beam=args.beam, max_len=args.max_len):
+    codes = {"source_language": args.source_language, "target_language": args.target_language}
+    for translation in model.translate(args.texts, beam=args.beam, max_len=args.max_len, **codes):
         print(translation)
     return 0
 
@@ -886,6 +887,14 @@ def build_parser() -> argparse.ArgumentParser:
     translate.add_argument("texts", nargs="+", metavar="TEXT")
     translate.add_argument("--beam", type=_positive_int, default=None, help="default: the task's beam")
     translate.add_argument("--max-len", type=_positive_int, default=None, help="most tokens per translation")
+    translate.add_argument(
+        "--source-language", default=None, help="a multilingual translator's source code (NLLB's deu_Latn)"
+    )
+    translate.add_argument(
+        "--target-language",
+        default=None,
+        help="the code to translate into (NLLB's fra_Latn); default: the spec's",
+    )
     translate.set_defaults(handler=_translate)
 
     triton = commands.add_parser(

@@ -190,7 +190,10 @@ class TranslationInfo(Part):
     position over the tokenizer's ids only (see tokenizer): the log-softmax below covers those ids
     alone. The translation's ids are the tokens chosen, without ``stop_id`` (neither the start
     nor the prefix); the text is decoded and stripped of leading and trailing ASCII whitespace
-    (space, tab, newline, carriage return, form feed, vertical tab).
+    (space, tab, newline, carriage return, form feed, vertical tab). A multilingual translator
+    names its language codes among tokenizer.special_tokens (``source_language``,
+    ``target_language``): to translate between other languages, a client puts another special
+    token's id in place of the first in the source affixes and of the second in the prefix.
 
     Beam search with ``beam`` B and ``length_penalty`` a, as fairseq's: one live hypothesis, no
     tokens chosen, summed log-probability 0 (the prefix is not scored). Each step, a candidate is a live

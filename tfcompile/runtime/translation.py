@@ -63,18 +63,55 @@ class Translator(Bundle):
         beam: int | None = None,
         length_penalty: float | None = None,
         max_len: int | None = None,
+        source_language: str | None = None,
+        target_language: str | None = None,
     ) -> list[str]:
-        """Sentences -> their translations (detokenized)."""
+        """Sentences -> their translations (detokenized). ``source_language`` and
+        ``target_language``: a multilingual translator's code (a special token of its tokenizer:
+        NLLB's deu_Latn) that replaces the bundle's, the manifest's tokenizer.special_tokens
+        source_language and target_language, wherever the source affixes and the target prefix
+        hold it."""
+        unk = self.special_id("unk")
+        prefix, suffix, given = self.framing(source_language, target_language)
         encodings = self.encode(inputs.texts("texts", texts), add_special_tokens=False)
-        t, unk = self.translation, self.special_id("unk")
-        rows = [
-            source_row(e.ids, self.max_seq_len, t.source_prefix_ids, t.source_suffix_ids, unk)
-            for e in encodings
-        ]
+        rows = [source_row(e.ids, self.max_seq_len, prefix, suffix, unk) for e in encodings]
         ids = pad_rows(rows, self.manifest.padding.pad_id)
         mask = pad_rows([[1] * len(row) for row in rows], 0)
-        tokens = self.translate_ids(ids, mask, beam, length_penalty, max_len)
-        return [tidy(t) for t in self.decode(tokens)]
+        tokens = self.translate_ids(ids, mask, beam, length_penalty, max_len, given)
+        return [tidy(text) for text in self.decode(tokens)]
+
+    def framing(
+        self, source_language: str | None = None, target_language: str | None = None
+    ) -> tuple[list[int], list[int], list[int]]:
+        """The ids put before and after every source and given to the decoder after its start
+        (the manifest's translation section), with the codes asked for in place of the bundle's
+        (see ``translate``); an InputError names a code that cannot take its place."""
+        t = self.translation
+        source = self._code("source_language", source_language, [*t.source_prefix_ids, *t.source_suffix_ids])
+        target = self._code("target_language", target_language, t.target_prefix_ids)
+        prefix, suffix = (
+            [source.get(i, i) for i in ids] for ids in (t.source_prefix_ids, t.source_suffix_ids)
+        )
+        return prefix, suffix, [target.get(i, i) for i in t.target_prefix_ids]
+
+    def _code(self, role: str, code: str | None, placed: list[int]) -> dict[int, int]:
+        """{the bundle's code for ``role`` (tokenizer.special_tokens') -> ``code``'s id}, to replace it
+        where ``placed`` holds it: ``code`` must be a special token of the tokenizer; {} for None."""
+        if code is None:
+            return {}
+        if not isinstance(code, str):
+            raise InputError(f"{role} must be a token string (NLLB's fra_Latn), found {type(code).__name__}")
+        named = self.manifest.tokenizer.special_tokens if self.manifest.tokenizer is not None else {}
+        if role not in named or named[role].id not in placed:
+            raise InputError(f"{role}: the bundle places no {role} code to replace")
+        assert self.tokenizer is not None  # the manifest names its special tokens
+        special = {t.content: i for i, t in self.tokenizer.get_added_tokens_decoder().items() if t.special}
+        if code not in special:
+            raise InputError(
+                f"{role}: {code[:64]!r} is no special token of the bundle's tokenizer (its code is "
+                f"{named[role].token!r})"
+            )
+        return {named[role].id: special[code]}
 
     def translate_ids(
         self,
@@ -83,11 +120,14 @@ class Translator(Bundle):
         beam: int | None = None,
         length_penalty: float | None = None,
         max_len: int | None = None,
+        target_prefix_ids: Sequence[int] | None = None,
     ) -> list[list[int]]:
         """source_ids (batch, seq) [+ source_mask, 0 at padding] -> each source's target ids,
-        without the start and stop tokens and the target prefix the decoder is given; ``max_len``
-        counts the decoder's tokens after the start, the prefix's included."""
+        without the start and stop tokens and the target prefix the decoder is given (the
+        manifest's, or ``target_prefix_ids``); ``max_len`` counts the decoder's tokens after the
+        start, the prefix's included."""
         t = self.translation
+        given = list(t.target_prefix_ids) if target_prefix_ids is None else self._given(target_prefix_ids)
         ids = self._token_ids(source_ids)
         mask = np.ones_like(ids) if source_mask is None else self._mask(source_mask, ids.shape)
         if not mask.any(axis=1).all():
@@ -102,10 +142,10 @@ class Translator(Bundle):
         limit = min(
             inputs.count("max_len", t.max_decode_len if max_len is None else max_len, 1), self.max_seq_len - 1
         )
-        if limit <= len(t.target_prefix_ids):
+        if limit <= len(given):
             raise InputError(
-                f"max_len must exceed the {len(t.target_prefix_ids)} tokens the decoder is given after the "
-                f"start (translation.target_prefix_ids), found {limit}"
+                f"max_len must exceed the {len(given)} tokens the decoder is given after the start (the "
+                f"target prefix), found {limit}"
             )
 
         def decoder_for(row: int | None) -> _StepDecoder:
@@ -114,8 +154,15 @@ class Translator(Bundle):
             real = mask[row].astype(bool)
             return _StepDecoder(self, ids[row : row + 1, real], mask[row : row + 1, real])
 
-        start = [t.start_id, *t.target_prefix_ids]
-        return search.translate(decoder_for, len(ids), start, t.stop_id, limit, width, alpha)
+        return search.translate(decoder_for, len(ids), [t.start_id, *given], t.stop_id, limit, width, alpha)
+
+    def _given(self, value: Sequence[int]) -> list[int]:
+        """A target prefix: token ids of the vocabulary, no more than the decoder can hold."""
+        if isinstance(value, str | bytes) or not isinstance(value, Sequence):
+            raise InputError(f"target_prefix_ids must be a list of token ids, found {type(value).__name__}")
+        if not value:
+            return []
+        return inputs.token_ids([list(value)], self.vocab_size, None, "target_prefix_ids")[0].tolist()
 
 
 class _StepDecoder:

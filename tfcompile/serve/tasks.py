@@ -50,12 +50,21 @@ class ClassifyRequest(BaseModel):
     texts: TextsOrPairs
 
 
+MAX_CODE = 64  # characters of a language code (NLLB's are 8)
+
+
 class TranslateRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     model: str
     texts: Texts
     beam: StrictInt | None = Field(None, ge=1, description="beam width; the manifest's default when left out")
     max_len: StrictInt | None = Field(None, ge=1, description="target tokens at most; the manifest's default")
+    source_language: Annotated[str, Field(max_length=MAX_CODE)] | None = Field(
+        None, description="a multilingual translator's code for the sources' language (NLLB's deu_Latn)"
+    )
+    target_language: Annotated[str, Field(max_length=MAX_CODE)] | None = Field(
+        None, description="its code for the language to translate into; the bundle's where left out"
+    )
 
 
 class ImagesRequest(BaseModel):
@@ -115,7 +124,9 @@ async def translate(body: TranslateRequest, request: Request) -> dict:
         raise InputError(
             f"beam may be at most {s.max_beam} and max_len at most {s.max_tokens}, got {beam} and {max_len}"
         )
-    job = served(request).submit(request, body.model, Job("translate", texts, options=(beam, max_len)))
+    model.framing(body.source_language, body.target_language)  # a code it cannot take: a 400 now
+    options = (beam, max_len, body.source_language, body.target_language)
+    job = served(request).submit(request, body.model, Job("translate", texts, options=options))
     return {"model": body.model, "translations": await outcome(job, request, watch=True)}
 
 
