@@ -476,26 +476,39 @@ print(json.dumps([transformers.__version__, out]))
 """
 
 
-@pytest.mark.parametrize("forced", ["cls", "target_language"])
-def test_transformers_4_57_forces_the_runs_target_prefix(forced: str, tmp_path: Path) -> None:
-    """export-hf's forced_bos_token_id (BART-large-CNN's <s>, an NLLB tokenizer's fra_Latn in an
-    mBART): transformers 4.57's greedy generate() from the folder, its tokenizer framing each
-    source, starts with the decoder's start and the forced token, then the bundle's translation."""
+def _mbart_forcing_french(folder: Path) -> None:
     from hf_models import LANGUAGES, perturb, write
+
+    torch.manual_seed(0)
+    write(perturb(test_hf_bart.built("mbart", encoder_layers=1)), "nllb", folder)
+    path = folder / "generation_config.json"
+    code = 3 + LANGUAGES.index("fra_Latn")  # after <pad>, </s> and <unk>
+    path.write_text(json.dumps(json.loads(path.read_text()) | {"forced_bos_token_id": code}))
+
+
+FORCING: dict[str, tuple[Callable[[Path], Any], str]] = {
+    "bart-large-cnn's <s>": (
+        lambda f: test_hf_bart.saved_with_bart_tokenizer(f, forced_bos_token_id=0),
+        "cls",
+    ),
+    "an mBART's fra_Latn": (_mbart_forcing_french, "target_language"),
+    "an NLLB's fra_Latn": (lambda f: importlib.import_module("test_hf_m2m100").nllb(f), "target_language"),
+}
+
+
+@pytest.mark.parametrize("name", list(FORCING))
+def test_transformers_4_57_forces_the_runs_target_prefix(name: str, tmp_path: Path) -> None:
+    """export-hf's forced_bos_token_id: transformers 4.57's greedy generate() from the folder, its
+    tokenizer framing each source, starts with the decoder's start and the forced token, then the
+    bundle's translation."""
     from test_hf_paths import SENTENCES
 
     from tfcompile.cli import main
     from tfcompile.hf.importer import import_folder
     from tfcompile.runtime import Translator
 
-    if forced == "cls":
-        test_hf_bart.saved_with_bart_tokenizer(tmp_path / "hf", forced_bos_token_id=0)
-    else:
-        torch.manual_seed(0)
-        write(perturb(test_hf_bart.built("mbart", encoder_layers=1)), "nllb", tmp_path / "hf")
-        path = tmp_path / "hf" / "generation_config.json"
-        code = 3 + LANGUAGES.index("fra_Latn")
-        path.write_text(json.dumps(json.loads(path.read_text()) | {"forced_bos_token_id": code}))
+    make, forced = FORCING[name]
+    make(tmp_path / "hf")
     result = import_folder(tmp_path / "hf", "run", tmp_path / "specs", tmp_path / "runs")
     assert result.spec.task.type == "seq2seq" and result.spec.task.target_prefix == [forced]
     export_hf(result.run_dir, tmp_path / "out")

@@ -309,6 +309,11 @@ class Writable(Architecture):
         """An image processor's ``preprocessor_config.json`` for export-hf; None for text models."""
         return None
 
+    def token_problems(self, spec: Spec, tokens: dict[str, int]) -> list[Problem]:
+        """Why the run's special token ids (role -> id; none without a tokenizer) cannot stand in
+        this architecture's config.json beside the spec's model (empty when they can)."""
+        return []
+
 
 ARCHITECTURES: dict[str, Architecture] = {}
 

@@ -24,8 +24,9 @@ The rest is the config's: sizes (the encoder's and the decoder's heads and feed-
 agree: the spec's stacks share them), ``activation_function``, ``scale_embedding`` (sqrt(d_model)),
 Marian's ``share_encoder_decoder_embeddings``; each stack's table and the head are the ones
 transformers 5 ties as ``tables`` says. Layer drop and the dropout inside the feed-forward act in
-training only and are not read. export-hf writes each of the first four from a translator with
-these choices (the sinusoidal ones in the halves layout); M2M100 is import only."""
+training only and are not read. export-hf writes each from a translator with these choices (the
+sinusoidal ones in the halves layout; M2M100 where the run's pad id is the offset - 1, and padding
+alone: no other role's token, nor the decoder's start)."""
 
 from __future__ import annotations
 
@@ -76,6 +77,7 @@ class Kind:
     activation: str = "gelu"
     scale_embedding: bool = False
     attention_dropout: float = 0.0
+    logits_bias: bool = True  # a final_logits_bias (M2M100 has none)
 
 
 KINDS = {
@@ -84,7 +86,7 @@ KINDS = {
     "bart": Kind("BartForConditionalGeneration", "learned", "post", True, 50265, 1),
     "mbart": Kind("MBartForConditionalGeneration", "learned", "pre", True, 50265, 1),
     "m2m_100": Kind(
-        "M2M100ForConditionalGeneration", "tensor2tensor", "pre", False, 128112, 1, "relu", True, 0.1
+        "M2M100ForConditionalGeneration", "tensor2tensor", "pre", False, 128112, 1, "relu", True, 0.1, False
     ),
 }
 # transformers' q, k and v projections (tfcompile's packed qkv, and cross-attention's q and kv)
@@ -280,8 +282,22 @@ class Bart(Writable):
         positional = model.positional
         if isinstance(positional, SinusoidalPositional):
             need(positional.layout == "halves", "model.positional.layout", positional.layout, "halves")
-            need(positional.spacing == "vaswani", "model.positional.spacing", positional.spacing, "vaswani")
-            need(positional.offset == 0, "model.positional.offset", positional.offset, "0")
+            if kind.positions == "tensor2tensor":  # from the pad id + 1: token_problems checks it
+                need(positional.offset >= 1, "model.positional.offset", positional.offset, "the pad id + 1")
+            else:
+                need(positional.offset == 0, "model.positional.offset", positional.offset, "0")
+        need(
+            model.norm.position == kind.norm,
+            "model.norm.position",
+            model.norm.position,
+            f"{kind.norm}, as {kind.head} ({positional.type} positions) has it",
+        )
+        need(
+            not model.bias.lm_head or kind.logits_bias,
+            "model.bias.lm_head",
+            True,
+            f"false: {kind.head} has no bias on its head",
+        )
         need(
             model.embedding_norm == kind.embedding_norm,
             "model.embedding_norm",
@@ -311,9 +327,40 @@ class Bart(Writable):
             "true (only Marian has a table per stack, and Marian's positions are sinusoidal)",
         )
         # the head's bias (final_logits_bias), the embeddings' scale and norm are written as they are
+        # (a head bias checked above)
         written = {"bias": model.bias.model_copy(update={"lm_head": False}), "scale_embeddings": False}
         need.plain_attention(model.model_copy(update=written | {"embedding_norm": False}))
         return need.problems
+
+    def token_problems(self, spec: Spec, tokens: dict[str, int]) -> list[Problem]:
+        """M2M100 numbers the tokens that are not its pad id from the pad id + 1 (the spec's offset),
+        and zeroes the pad id's row of a table of max_position_embeddings + 2 rows: the run's pad
+        id must be the offset - 1, within the table, and no other role's (the decoder's start, an
+        eos that ends every source), which M2M100 would give no position."""
+        model = spec.model
+        assert isinstance(model, EncoderDecoderSpec)
+        positional = model.positional
+        if kind_of(model) != "m2m_100" or not isinstance(positional, SinusoidalPositional):
+            return []
+        pad = tokens.get("pad")
+        if pad is None:
+            return [
+                Problem("tokens.pad", "is none: M2M100 numbers positions from its pad id + 1", "name one")
+            ]
+        problems = []
+        if positional.offset != pad + 1:
+            message = (
+                f"is {positional.offset}: M2M100 numbers positions from the pad id + 1, the run's {pad + 1}"
+            )
+            problems.append(Problem("model.positional.offset", message, f"{pad + 1}"))
+        if pad >= model.max_seq_len + 2:
+            message = f"is {pad}, past M2M100's table of max_seq_len + 2 ({model.max_seq_len + 2}) rows"
+            problems.append(Problem("tokens.pad", message, "a pad token of a lower id"))
+        for role, other in tokens.items():
+            if role != "pad" and other == pad:
+                message = f"is also the run's {role} token ({pad}), which M2M100 would give no position"
+                problems.append(Problem("tokens.pad", message, "a pad token that is padding alone"))
+        return problems
 
     def to_config(self, spec: Spec) -> dict[str, Any]:
         model = spec.model
@@ -360,13 +407,15 @@ class Bart(Writable):
             }
         if not model.tie_embeddings:
             out["lm_head.weight"] = state["lm_head.weight"]
-        out[BIAS] = part(state, "lm_head", "bias")[None, :]
+        written = KINDS[kind_of(model)]
+        if written.logits_bias:
+            out[BIAS] = part(state, "lm_head", "bias")[None, :]
         for stack in ("encoder", "decoder"):
             if isinstance(model.positional, LearnedPositional):
                 table = state[f"{stack}_positional.table.weight"]  # after BART's two unused rows
                 unused = torch.zeros(OFFSET, model.d_model)
                 out[f"{p}{stack}.embed_positions.weight"] = torch.cat((unused, table))
-            else:  # the fixed table, which Pegasus's loading reports missing where it is not saved
+            elif written.positions == "sinusoidal":  # the fixed table (Pegasus's loading reports it missing)
                 out[f"{p}{stack}.embed_positions.weight"] = sinusoidal_table(
                     model.max_seq_len, model.d_model, "halves"
                 )
@@ -406,8 +455,11 @@ def own(tensors: Tensors, name: str, tied_to: str) -> str:
 
 
 def kind_of(model: EncoderDecoderSpec) -> str:
-    """The model type export-hf writes a translator as: its positions and norm position decide."""
+    """The model type export-hf writes a translator as: its positions and norm position decide
+    (tensor2tensor's frequencies: M2M100's alone)."""
     sinusoidal = isinstance(model.positional, SinusoidalPositional)
+    if isinstance(model.positional, SinusoidalPositional) and model.positional.spacing == "tensor2tensor":
+        return "m2m_100"
     pre = model.norm.position == "pre"
     return {(True, False): "marian", (True, True): "pegasus", (False, False): "bart", (False, True): "mbart"}[
         (sinusoidal, pre)

@@ -67,7 +67,8 @@ def architecture_for(spec: Spec, where: str) -> Writable:
                 f"a {spec.model.family} model for {spec.task.type} has no transformers architecture here",
                 "export-hf writes GPT-2, GPT-Neo, OPT, GPT-BigCode, Llama, Mistral, Qwen2, Qwen3, OLMo 2, "
                 "SmolLM3, Granite, Arcee, Phi-3, GLM, GLM-4, Gemma, Gemma 2, Gemma 3, GPT-NeoX, Starcoder2, "
-                "BLOOM, BERT, ELECTRA, ALBERT, ViT, T5, Marian, Pegasus, BART and mBART models",
+                "BLOOM, BERT, ELECTRA, ALBERT, ModernBERT, ViT, T5, Marian, Pegasus, BART, mBART and "
+                "M2M100 models",
             )
         )
     raise refuse(where, problems)
@@ -107,6 +108,8 @@ def export_hf(run: Path, out: Path, which: str = "best", force: bool = False) ->
     state = without_vocabulary_padding({name: t.detach() for name, t in model.state_dict().items()}, spec)
     tensors = architecture.from_state(state, spec)
     tokens = token_ids(spec, run)
+    if problems := architecture.token_problems(spec, tokens):
+        raise refuse(str(run), problems)
     # A role the run lacks (every role, without a tokenizer) is null, not the config class's default
     # id, which may lie past the vocabulary (SmolLM3's pad id, 128004).
     config |= {f"{role}_token_id": tokens.get(role) for role in ("bos", "eos", "pad")}
