@@ -21,7 +21,7 @@ CHOICES = {
         {"type": "rmsnorm", "bias": True, "final": True},
         {"type": "layernorm", "bias": False, "position": "post"},
     ],
-    "activation": ["relu", "gelu_tanh", "swiglu", "geglu", "geglu_tanh"],
+    "activation": ["relu", "gelu_tanh", "swiglu", "swiglu_clamped", "geglu", "geglu_tanh"],
     "positional": ["learned", "sinusoidal", "rope", "relative", "none"],
     "bias": [
         {"qkv": True, "attn_out": True, "ffn": True, "lm_head": False},
@@ -34,7 +34,9 @@ CHOICES = {
         None,
         {"experts": 3, "top_k": 1},
         {"experts": 4, "d_ff": 24, "shared_d_ff": 16, "shared_gate": True, "dense_layers": [1]},
+        {"experts": 4, "top_k": 2, "router_bias": True},
     ],
+    "attention_sinks": [False, True],
 }
 TASKS = [
     ({"family": "decoder"}, {"type": "causal_lm"}),

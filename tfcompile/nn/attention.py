@@ -105,7 +105,10 @@ class _MultiHead(nn.Module):
     RoPE turns it (HunYuan). With ``softcap`` c, the scaled scores
     become c * tanh(scores / c) before the mask and the softmax (Gemma 2, Grok), which bounds them
     to (-c, c). With ``clip`` c, the projected queries, keys and values are clamped to [-c, c]
-    before any norm or rotation (OLMo, MPT). Each kind makes its input projections in ``_project``."""
+    before any norm or rotation (OLMo, MPT). With ``sinks``, each head learns a logit s_h that
+    joins every query's softmax as one more key, whose value is zero (GPT-OSS): the weights of the
+    real keys are exp(score) / (sum exp(scores) + exp(s_h)), summing to less than 1. Each kind
+    makes its input projections in ``_project``."""
 
     def __init__(
         self,
@@ -122,6 +125,7 @@ class _MultiHead(nn.Module):
         clip: float | None = None,
         qk_norm_over_heads: bool = False,
         qk_norm_after_rope: bool = False,
+        sinks: bool = False,
     ) -> None:
         super().__init__()
         self.n_heads = n_heads
@@ -137,6 +141,7 @@ class _MultiHead(nn.Module):
         self.q_norm = qk_norm(q_width * self.head_dim) if qk_norm is not None else nn.Identity()
         self.k_norm = qk_norm(k_width * self.head_dim) if qk_norm is not None else nn.Identity()
         self.out = nn.Linear(n_heads * self.head_dim, d_model, bias=out_bias)
+        self.sinks = nn.Parameter(torch.zeros(n_heads)) if sinks else None
         self._project(d_model, qkv_bias)
 
     def _project(self, d_model: int, bias: bool) -> None:
@@ -172,11 +177,20 @@ class _MultiHead(nn.Module):
         each K/V head is repeated for the query heads it serves."""
         B, _, T, _ = q.shape
         grouped = self.n_kv_heads != self.n_heads
-        enable_gqa = grouped and attn_mask is None and not torch.onnx.is_in_onnx_export() and not self.softcap
+        enable_gqa = (
+            grouped
+            and attn_mask is None
+            and not torch.onnx.is_in_onnx_export()
+            and not self.softcap
+            and self.sinks is None
+        )
         if grouped and not enable_gqa:
             repeats = self.n_heads // self.n_kv_heads
             k = k.repeat_interleave(repeats, dim=1)  # (B, H, S, hd)
             v = v.repeat_interleave(repeats, dim=1)
+        if self.sinks is not None:
+            k, v, attn_mask = self._with_sink(q, k, v, attn_mask, is_causal)
+            is_causal = False
         dropout = self.dropout if self.training else 0.0
         if self.softcap:
             y = self._softcapped(q, k, v, attn_mask, is_causal, dropout)
@@ -192,6 +206,29 @@ class _MultiHead(nn.Module):
                 enable_gqa=enable_gqa,
             )  # (B, H, T, hd)
         return self.out(y.transpose(1, 2).clone(memory_format=torch.contiguous_format).view(B, T, -1))
+
+    def _with_sink(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        attn_mask: torch.Tensor | None,
+        is_causal: bool,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Each head's sink as one more key: k and v (B, H, S, hd) -> (B, H, S + 1, hd), the new key
+        and value zero (its score q.0 = 0), and the additive mask -> (B|1, H, T, S + 1), s_h in the
+        new column, so that SDPA's softmax counts exp(s_h) in every query's denominator."""
+        assert self.sinks is not None
+        T, S = q.shape[2], k.shape[2]
+        if attn_mask is None:
+            attn_mask = torch.zeros((1, 1, T, S), dtype=q.dtype, device=q.device)
+            if is_causal:  # the last T of S positions
+                causal = torch.ones((T, S), dtype=torch.bool, device=q.device).tril(diagonal=S - T)
+                attn_mask = attn_mask.masked_fill(~causal, float("-inf"))
+        heads = attn_mask.expand(-1, self.n_heads, T, S)
+        sink = self.sinks.to(q.dtype).view(1, -1, 1, 1).expand(heads.shape[0], -1, T, 1)
+        zero = k.new_zeros(k.shape[0], k.shape[1], 1, k.shape[3])
+        return torch.cat([k, zero], dim=2), torch.cat([v, zero], dim=2), torch.cat([heads, sink], dim=-1)
 
     def _softcapped(
         self,

@@ -49,6 +49,7 @@ def build_attention(kind: type[Kind], spec: TransformerSpec) -> Kind:
         qk_norm_after_rope=spec.qk_norm_after_rope,
         softcap=spec.attention_softcap,
         clip=spec.qkv_clip,
+        sinks=spec.attention_sinks and kind is Attention,  # self-attention's
     )
 
 

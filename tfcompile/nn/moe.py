@@ -1,7 +1,7 @@
 """Mixture-of-experts feed-forward (Shazeer et al. 2017; Switch, Fedus et al. 2021; Mixtral, Jiang
 et al. 2024).
 
-A router scores each token x against the E experts, p = softmax(x W_r); the token goes through the
+A router scores each token x against the E experts, p = softmax(x W_r [+ b_r]); the token goes through the
 k experts of highest p, whose outputs are summed weighted by their p (rescaled to sum to 1 where
 ``normalize``), beside a shared expert that every token goes through (gated by sigmoid(x w_s)
 where ``shared_gate``):
@@ -38,7 +38,7 @@ class MoE(nn.Module):
         super().__init__()
         assert spec.d_ff is not None  # resolved by the schema
         self.top_k, self.normalize = spec.top_k, bool(spec.normalize)  # resolved by the schema
-        self.router = nn.Linear(d_model, spec.experts, bias=False)
+        self.router = nn.Linear(d_model, spec.experts, bias=spec.router_bias)
         self.experts = nn.ModuleList(
             FeedForward(d_model, spec.d_ff, activation, bias) for _ in range(spec.experts)
         )

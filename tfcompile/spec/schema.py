@@ -608,6 +608,9 @@ class MoESpec(Section):
         description="multiply the shared expert's output by sigmoid(x . w), a learned gate per token "
         "(Qwen2-MoE); needs shared_d_ff",
     )
+    router_bias: bool = Field(
+        False, description="a learned bias on the router's logits, one per expert (GPT-OSS)"
+    )
     dense_layers: (
         Annotated[list[Annotated[int, Field(strict=True, ge=0)]], Field(max_length=MAX_LAYERS)] | None
     ) = Field(
@@ -700,6 +703,12 @@ class TransformerSpec(Section):
         description="clamp every query, key and value to [-c, c] after their projections (OLMo's and "
         "MPT's clip_qkv); default none",
     )
+    attention_sinks: bool = Field(
+        False,
+        description="a learned logit per head in each self-attention that joins every query's softmax "
+        "as a key with no value, so that a query may give part of its attention to nothing (GPT-OSS's "
+        "sinks; Xiao et al. 2023's attention sink, learned); attention then runs with an explicit mask",
+    )
     qk_norm: bool = Field(
         False,
         description="normalise each head's queries and keys over head_dim after their projections and "
@@ -765,6 +774,12 @@ class TransformerSpec(Section):
                 f"use a divisor of {self.d_model}, e.g. {_nearest_divisor(self.d_model, self.n_heads)}, "
                 f"or give model.head_dim"
             ),
+        )
+        rules.require(
+            not (self.attention_sinks and self.attention_softcap),
+            ("attention_sinks",),
+            "with attention_softcap: a capped score beside an uncapped sink has no model that defines it",
+            "use one of the two",
         )
         rules.require(
             self.n_kv_heads <= self.n_heads and self.n_heads % self.n_kv_heads == 0,
@@ -912,10 +927,12 @@ class TransformerSpec(Section):
             moe = self.moe
             assert moe is not None and moe.d_ff is not None  # resolved above
             shared = self.ffn_parameters(moe.shared_d_ff) if moe.shared_d_ff is not None else 0
-            ffn = d * moe.experts + moe.experts * self.ffn_parameters(moe.d_ff) + shared + d * moe.shared_gate
+            router = (d + moe.router_bias) * moe.experts
+            ffn = router + moe.experts * self.ffn_parameters(moe.d_ff) + shared + d * moe.shared_gate
         norms = 1 if isinstance(self.block, ParallelBlock) and self.block.shared_norm else 2
         per_sublayer = 2 if self.norm.position == "sandwich" else 1
-        total = norms * per_sublayer * self.norm.parameters(d) + attention + ffn
+        sinks = self.n_heads * self.attention_sinks  # self-attention's alone
+        total = norms * per_sublayer * self.norm.parameters(d) + attention + sinks + ffn
         if cross_attention:
             total += per_sublayer * self.norm.parameters(d) + attention
         return total
