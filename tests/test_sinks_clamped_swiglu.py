@@ -140,3 +140,36 @@ def test_a_trained_gpt_oss_shaped_decoder_generates_as_pytorch(tmp_path: Path) -
         "model.bias.attn_out=true",
     ]
     trained_decoder_generates_as_pytorch(tmp_path, overrides)
+
+
+LLAMA = "positional: rope, norm: {type: rmsnorm, bias: false}"
+
+
+@pytest.mark.parametrize(
+    ("model", "field"),
+    [
+        (f"{LLAMA}, activation: swiglu, attention_sinks: true", "model.attention_sinks: True has no Llama"),
+        (f"{LLAMA}, activation: swiglu_clamped", "model.activation: 'swiglu_clamped' has no Llama"),
+        (
+            f"{LLAMA}, activation: swiglu, moe: {{experts: 2, top_k: 1, router_bias: true}}",
+            "model.moe.router_bias: True has no Mixtral",
+        ),
+        ("attention_sinks: true", "model.attention_sinks: True has no GPT-2 equivalent"),
+    ],
+)
+def test_export_hf_refuses_them_by_field(tmp_path: Path, model: str, field: str) -> None:
+    """No architecture export-hf writes has sinks, the clamped SwiGLU or a router's bias: written
+    without them, the folder would compute otherwise."""
+    from helpers import random_run
+
+    from tfcompile.hf.errors import HFError
+    from tfcompile.hf.exporter import export_hf
+
+    run = random_run(
+        tmp_path,
+        f"model: {{vocab_size: 64, d_model: 16, n_layers: 1, n_heads: 2, max_seq_len: 16, {model}}}\n",
+    )
+    with pytest.raises(HFError) as error:
+        export_hf(run, tmp_path / "out")
+    assert field in str(error.value)
+    assert not (tmp_path / "out").exists()

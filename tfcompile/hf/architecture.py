@@ -516,7 +516,8 @@ class Needs:
         self, model: Any, qk_norm: bool = False, moe: bool = False, after_rope: bool = False
     ) -> None:
         """No scale on the embeddings, no LM head bias, sequential blocks, no sandwich or output
-        norms, no capped scores or logits, no decoder's embedding norm, norms with a learned scale,
+        norms, no capped scores or logits, no attention sinks, no decoder's embedding norm, norms
+        with a learned scale,
         no clipped q, k and v, no multipliers (Granite's), no mixture of experts unless the
         architecture writes this one (``moe``), and no norm of each head's q and k unless the
         architecture has one (``qk_norm``), and then over each head, before RoPE turns it (or after,
@@ -550,6 +551,7 @@ class Needs:
         )
         cap = getattr(model, "logit_softcap", None)  # decoders only
         self(cap is None, "model.logit_softcap", cap, "leave it unset")
+        self(not model.attention_sinks, "model.attention_sinks", True, "false")
         # BERT's encoder has a norm after its embeddings (bert.py requires it); a decoder's (BLOOM's)
         # and a translator's (BART's) are for their writers to allow
         embedding_norm = getattr(model, "embedding_norm", False)  # a ViT has none
@@ -567,6 +569,8 @@ class Needs:
             experts,
             f"leave it unset (export-hf writes no mixture of experts as {self.architecture})",
         )
+        if moe and model.moe is not None:  # the architecture's own experts: routed without a bias
+            self(not model.moe.router_bias, "model.moe.router_bias", True, "false")
         for name in MULTIPLIERS:  # the last two decoders' only
             value = getattr(model, name, 1.0)
             self(value == 1.0, f"model.{name}", value, "1")
