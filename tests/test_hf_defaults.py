@@ -39,6 +39,7 @@ import test_hf_gemma3  # noqa: F401
 import test_hf_gemma_phi3  # noqa: F401
 import test_hf_glm  # noqa: F401
 import test_hf_gpt_neo  # noqa: F401
+import test_hf_gpt_oss  # noqa: F401
 import test_hf_granite  # noqa: F401
 import test_hf_granitemoe  # noqa: F401
 import test_hf_helium  # noqa: F401
@@ -150,6 +151,7 @@ SOURCES: dict[str, Source] = {
         "qwen2_moe",
         "qwen3_moe",
         "olmoe",
+        "gpt_oss",
     )
 }
 SOURCES |= {name: from_roberta(name) for name in ("roberta", "xlm-roberta", "camembert", "distilbert")}

@@ -178,6 +178,10 @@ class ModelType:
     # a null attention_multiplier scales q.k by 1/sqrt(head_dim) (GraniteMoE's attention passes it to
     # SDPA, whose default that is); else it reads as left out (Granite's config class refuses it)
     null_attention_scale: bool = False
+    # the feed-forward's activation whatever the config says (GPT-OSS's clamped SwiGLU: hidden_act
+    # unread); None: read from ``activation``
+    fixed_activation: str | None = None
+    sinks: bool = False  # a learned logit per head in each attention's softmax (GPT-OSS's ``sinks``)
 
     @property
     def reads_window(self) -> bool:
@@ -225,6 +229,7 @@ class MoEType:
     # decoder_sparse_step and mlp_only_layers read: which layers route (the others a dense feed-forward
     # of intermediate_size); else every layer routes
     sparse_layers: bool = False
+    router_bias: bool = False  # the router's logits have a bias (GPT-OSS's)
 
 
 def qwen2_own(need: Needs, model: DecoderSpec) -> DecoderSpec:
@@ -439,6 +444,40 @@ def qwen2_moe_requires(config: Config) -> None:
     )
 
 
+# GptOssConfig's RoPE where config.json names none (transformers 4 and 5)
+GPT_OSS_YARN = {
+    "rope_type": "yarn",
+    "factor": 32.0,
+    "beta_fast": 32.0,
+    "beta_slow": 1.0,
+    "truncate": False,
+    "original_max_position_embeddings": 4096,
+}
+# GPT-OSS's clamped SwiGLU as transformers 4 computes it (5 reads them from the config)
+GPT_OSS_SWIGLU = {"swiglu_limit": 7.0, "swiglu_alpha": 1.702}
+
+
+def gpt_oss_requires(config: Config) -> None:
+    """What transformers 4 and 5 read alike: 4's attention has biases whatever attention_bias
+    says and its SwiGLU clamps at 7 and scales by 1.702 whatever swiglu_limit and swiglu_alpha say
+    (5 reads all three)."""
+    config.require(
+        config.get("attention_bias", True) is True,
+        "attention_bias",
+        f"is {config.data.get('attention_bias')!r}: transformers 4 gives GPT-OSS's attention biases "
+        "whatever it says, and 5 none",
+        "import a model with its biases (attention_bias true)",
+    )
+    for name, value in GPT_OSS_SWIGLU.items():
+        found = config.get(name, value)
+        config.require(
+            found == value,
+            name,
+            f"is {found!r}: transformers 4 computes GPT-OSS's SwiGLU with {value} whatever it says",
+            f"import a model of {name} {value}",
+        )
+
+
 def olmoe_requires(config: Config) -> None:
     """OlmoeAttention normalises q over hidden_size features (heads of another total width fail
     transformers' forward), and clamps q, k and v after the q and k norms, where the spec's
@@ -479,6 +518,8 @@ def moe_section(config: Config, kind: MoEType, n_layers: Any) -> tuple[dict[str,
         "top_k": config.get("num_experts_per_tok", 2),
         "normalize": True if kind.normalize is None else bool(config.get(kind.normalize, False)),
     }
+    if kind.router_bias:
+        moe["router_bias"] = True
     if kind.d_ff != "intermediate_size":  # else the experts are model.d_ff wide
         moe["d_ff"] = config.get(kind.d_ff, 1408)
         sources["model.moe.d_ff"] = kind.d_ff
@@ -1078,6 +1119,40 @@ MODEL_TYPES = {
         head="OlmoeForCausalLM",
         own=olmoe_own,
     ),
+    # GPT-OSS: q, k, v and o biases, a learned sink per head in every attention, every other layer
+    # sliding (the first among them) where no layer_types, YaRN by default, and in every layer a
+    # mixture of intermediate_size experts with biases, their clamped SwiGLU (hidden_act unread),
+    # routed by the softmax of the top num_experts_per_tok of the router's biased logits.
+    "gpt_oss": ModelType(
+        attention_bias=QKVO,
+        fixed_bias=("ffn",),
+        layer_types=True,
+        alternating=True,
+        fixed_activation="swiglu_clamped",
+        sinks=True,
+        defaults={
+            "vocab_size": 201088,
+            "hidden_size": 2880,
+            "intermediate_size": 2880,
+            "num_hidden_layers": 36,
+            "num_attention_heads": 64,
+            "num_key_value_heads": 8,
+            "head_dim": 64,
+            "max_position_embeddings": 131072,
+            "rms_norm_eps": 1e-5,
+            "attention_bias": True,
+            "num_local_experts": 128,
+            "num_experts_per_tok": 4,
+            "router_aux_loss_coef": 0.001,
+            "rope_parameters": {"rope_theta": 150000.0} | GPT_OSS_YARN,
+        },
+        nullable={"sliding_window": 128},
+        aliases={"num_experts": "num_local_experts"},
+        requires=gpt_oss_requires,
+        moe=MoEType(experts="num_local_experts", normalize=None, router_bias=True),
+        title="GPT-OSS",
+        head="GptOssForCausalLM",
+    ),
 }
 # The fields of each scaling that tfcompile keeps (the rest are transformers' bookkeeping).
 SCALING_FIELDS = {
@@ -1618,9 +1693,12 @@ class Llama(Writable):
             "n_heads": heads,
             "n_kv_heads": kv_heads,
             "d_ff": config.get("intermediate_size", 11008),
-            "activation": config.choice(kind.activation, "silu", GATED_ACTIVATIONS, "gated activation")
-            if kind.gated
-            else config.choice(kind.activation, "relu2", ACTIVATIONS, "activation"),
+            "activation": kind.fixed_activation
+            or (
+                config.choice(kind.activation, "silu", GATED_ACTIVATIONS, "gated activation")
+                if kind.gated
+                else config.choice(kind.activation, "relu2", ACTIVATIONS, "activation")
+            ),
             "positional": layer_type_rope(config, head_dim)
             if kind.rope_per_layer_type
             else self.rope(config, head_dim),
@@ -1630,7 +1708,7 @@ class Llama(Writable):
             "bias": {
                 "qkv": "qkv" in biases,
                 "attn_out": "attn_out" in biases,
-                "ffn": kind.mlp_bias and config.get(kind.mlp_bias_field, False),
+                "ffn": "ffn" in biases or (kind.mlp_bias and config.get(kind.mlp_bias_field, False)),
                 "lm_head": False,
             },
             "tie_embeddings": tie,
@@ -1651,6 +1729,8 @@ class Llama(Writable):
                 model["qk_norm_after_rope"] = True
         if kind.scale_embeddings:
             model["scale_embeddings"] = True
+        if kind.sinks:
+            model["attention_sinks"] = True
         if kind.multipliers:
             model |= multipliers(config)
             if kind.null_attention_scale and config.data.get("attention_multiplier", 1.0) is None:
@@ -1773,6 +1853,12 @@ class Llama(Writable):
                 ins = [f"{m}{x}_proj.weight" for x in feed_forward_inputs(model)]
                 state[f"{b}ffn.w_in.weight"] = tensors.cat(*ins)  # gate first
                 state[f"{b}ffn.w_out.weight"] = tensors.take(f"{m}down_proj.weight")
+                if spec.model.bias.ffn:
+                    ins = [f"{m}{x}_proj.bias" for x in feed_forward_inputs(model)]
+                    state[f"{b}ffn.w_in.bias"] = tensors.cat(*ins)
+                    state[f"{b}ffn.w_out.bias"] = tensors.take(f"{m}down_proj.bias")
+            if spec.model.attention_sinks:
+                state[f"{b}attn.sinks"] = tensors.take(f"{a}sinks")
             for kind in ("weight", "bias") if spec.model.bias.qkv else ("weight",):
                 names = (f"{a}{x}_proj.{kind}" for x in "qkv")
                 state[f"{b}attn.qkv.{kind}"] = tensors.cat(*names, rows=qkv_rows)
@@ -1782,10 +1868,6 @@ class Llama(Writable):
                 q_norm, k_norm = self.qk_norm_names
                 state[f"{b}attn.q_norm.weight"] = tensors.take(f"{a}{q_norm}.weight")
                 state[f"{b}attn.k_norm.weight"] = tensors.take(f"{a}{k_norm}.weight")
-            if spec.model.bias.ffn:
-                ins = [f"{m}{x}_proj.bias" for x in feed_forward_inputs(model)]
-                state[f"{b}ffn.w_in.bias"] = tensors.cat(*ins)
-                state[f"{b}ffn.w_out.bias"] = tensors.take(f"{m}down_proj.bias")
         return state
 
     def candidate(self, spec: Spec) -> bool:
@@ -1965,6 +2047,50 @@ class Mixtral(Llama):
     def candidate(self, spec: Spec) -> bool:
         """Never: Llama writes every LLaMA-family model, Mixtral's too (``written_as``)."""
         return False
+
+
+@register("gpt_oss")
+class GptOss(Llama):
+    """GPT-OSS: Llama's reading (MODEL_TYPES["gpt_oss"]) of a checkpoint whose layers hold a sink
+    per head (``self_attn.sinks``), a router with a bias (``mlp.router``) and the experts stacked
+    with their biases: ``mlp.experts.gate_up_proj`` (experts x d x 2 d_ff, each expert's gate and
+    up columns interleaved, gate first), ``gate_up_proj_bias``, ``down_proj`` (experts x d_ff x d)
+    and ``down_proj_bias``, as x @ W + b reads them."""
+
+    def experts_state(self, tensors: Tensors, layer: str, ffn: str, spec: Spec) -> State:
+        moe, d = spec.model.moe, spec.model.d_model
+        assert moe is not None and moe.d_ff is not None
+        m = f"{layer}mlp."
+        state = {f"{ffn}router.weight": tensors.take(f"{m}router.weight")}
+        state[f"{ffn}router.bias"] = tensors.take(f"{m}router.bias")
+        e, ff = moe.experts, moe.d_ff
+        gate_up = shaped(tensors, f"{m}experts.gate_up_proj", (e, d, 2 * ff))
+        gate_up_bias = shaped(tensors, f"{m}experts.gate_up_proj_bias", (e, 2 * ff))
+        down = shaped(tensors, f"{m}experts.down_proj", (e, ff, d))
+        down_bias = shaped(tensors, f"{m}experts.down_proj_bias", (e, d))
+        for i in range(e):
+            x = f"{ffn}experts.{i}."
+            w, bias = gate_up[i], gate_up_bias[i]  # (d, 2 ff) and (2 ff,): gate, up, gate, up, ...
+            state[f"{x}w_in.weight"] = torch.cat([w[:, 0::2], w[:, 1::2]], dim=1).T  # gate rows first
+            state[f"{x}w_in.bias"] = torch.cat([bias[0::2], bias[1::2]])
+            state[f"{x}w_out.weight"] = down[i].T
+            state[f"{x}w_out.bias"] = down_bias[i]
+        return state
+
+    def candidate(self, spec: Spec) -> bool:
+        """Never: export-hf writes no GPT-OSS (Llama's refuses its sinks by field)."""
+        return False
+
+
+def shaped(tensors: Tensors, name: str, shape: tuple[int, ...]) -> torch.Tensor:
+    """The tensor, which must have ``shape``; an HFError where it has another."""
+    tensor = tensors.take(name)
+    if tuple(tensor.shape) != shape:
+        raise HFError(
+            f"{tensors.where}: the tensor {name} has shape {tuple(tensor.shape)}, not {shape}; is "
+            f"config.json the checkpoint's own?"
+        )
+    return tensor
 
 
 @register("hunyuan_v1_dense")
