@@ -220,6 +220,12 @@ class T5(Writable):
         need(model.share_embeddings, "model.share_embeddings", False, "true")
         need(model.n_kv_heads == model.n_heads, "model.n_kv_heads", model.n_kv_heads, "n_heads (no GQA)")
         need(model.attention_scale == 1.0, "model.attention_scale", model.attention_scale, "1")
+        need(
+            model.activation in FEED_FORWARD,
+            "model.activation",
+            model.activation,
+            f"one of {sorted(FEED_FORWARD)}",
+        )
         need.no_extras(model)
         for name in ("qkv", "attn_out", "ffn"):
             need(not getattr(model.bias, name), f"model.bias.{name}", True, "false (T5 has no biases)")
