@@ -331,6 +331,8 @@ RUNS: dict[str, Callable[[Path], Path]] = {
     "hunyuan of NTK alpha": _imported("test_hf_hunyuan", "hunyuan"),
     "hunyuan of biases": _imported("test_hf_hunyuan", "hunyuan_biases"),
     "olmoe": _imported("test_hf_moe", "olmoe"),
+    "gpt_oss": _imported("test_hf_gpt_oss", "gpt_oss"),
+    "gpt_oss, every layer full": _imported("test_hf_gpt_oss", "gpt_oss_full"),
     "olmoe of biases, renormalised": _imported("test_hf_moe", "olmoe_gqa"),
     "modernbert": _modernbert("modernbert"),
     "modernbert_mean": _modernbert("modernbert_mean"),

@@ -8,7 +8,7 @@ models (expert weights wide enough that the clamps bend, every bias and sink ran
 save_pretrained, imported, and held to transformers' logits (float32, rows padded on the right and
 not, past the window), their parameter counts and greedy generation through the ONNX bundle;
 what transformers 4 reads otherwise than 5 (attention_bias, swiglu_limit and swiglu_alpha) is
-refused by field. Import only: export-hf refuses the sinks by field. A row for
+refused by field. export-hf writes every decoder of GPT-OSS's choices back as GPT-OSS. A row for
 every field of GptOssConfig (tests/test_hf_fields.py's table and check)."""
 
 from __future__ import annotations
@@ -22,7 +22,9 @@ from typing import Any
 
 import pytest
 import torch
-from hf_models import VOCAB, Imported, assert_head_refused, imported_variants, max_difference
+from helpers import random_run
+from hf_models import VOCAB, Imported, assert_head_refused, from_pretrained, imported_variants, max_difference
+from test_hf_export import _loads_alike
 from test_hf_fields import DELETE, FAMILIES, IDS, YARN, Case, Family, _pytest_cases, case, check, uncovered
 
 from tfcompile.hf.errors import HFError
@@ -151,10 +153,59 @@ def test_the_sinks_and_the_clamps_are_what_makes_the_import_agree(imported: dict
     assert max_difference(unclamped, variant.model, False, length=20) > 1e-3
 
 
-def test_export_hf_refuses_the_sinks_by_field(imported: dict[str, Imported], tmp_path: Path) -> None:
+@pytest.mark.parametrize("name", list(VARIANTS))
+def test_export_hf_writes_each_import_back_to_the_same_logits(
+    imported: dict[str, Imported], name: str, tmp_path: Path
+) -> None:
+    variant = imported[name]
+    assert export_hf(variant.result.run_dir, tmp_path / "out") == "GptOssForCausalLM"
+    _loads_alike(tmp_path / "out", variant.model)
+    assert max_difference(from_pretrained(tmp_path / "out"), variant.model, True, length=20) <= 1e-5
+    again = import_folder(tmp_path / "out", "again", tmp_path / "specs", tmp_path / "runs")
+    assert again.spec.model == variant.spec.model
+
+
+# GPT-OSS's choices in a decoder of tfcompile's own: no biases, no router bias (zeros written)
+NATIVE = (
+    "model: {vocab_size: 64, d_model: 32, n_layers: 3, n_heads: 4, n_kv_heads: 2, max_seq_len: 24, "
+    "positional: rope, norm: {type: rmsnorm, bias: false}, activation: swiglu_clamped, "
+    "attention_sinks: true, tie_embeddings: false, window: {size: 4, layers: [1]}, "
+    "moe: {experts: 3, top_k: 2, d_ff: 16}}\n"
+)
+
+
+def test_export_hf_writes_a_decoder_of_gpt_oss_choices_as_gpt_oss(tmp_path: Path) -> None:
+    run = random_run(tmp_path, NATIVE)
+    assert export_hf(run, tmp_path / "out") == "GptOssForCausalLM"
+    _, model = load_trained_model(run)
+    _loads_alike(tmp_path / "out", model)
+    written = json.loads((tmp_path / "out" / "config.json").read_text())
+    assert written["layer_types"] == [FULL, SLIDING, FULL] and written["attention_bias"] is True
+
+
+@pytest.mark.parametrize(
+    ("edit", "field"),
+    [
+        ("attention_sinks: true", "model.attention_sinks: False has no GPT-OSS equivalent"),
+        ("activation: swiglu_clamped", "model.activation: 'swiglu' has no GPT-OSS equivalent"),
+        ("moe: {experts: 3, top_k: 2, d_ff: 16}", "model.moe: None has no GPT-OSS equivalent"),
+        ("moe: {experts: 3, top_k: 2, d_ff: 16}", ""),
+    ],
+)
+def test_export_hf_refuses_what_gpt_oss_lacks_by_field(tmp_path: Path, edit: str, field: str) -> None:
+    """A decoder written as GPT-OSS for one of its choices needs the others: sinks, the clamped
+    SwiGLU, experts in every layer (the last row: dense layers refused)."""
+    replaced = {
+        "attention_sinks: true": "attention_sinks: false",
+        "activation: swiglu_clamped": "activation: swiglu",
+        "moe: {experts: 3, top_k: 2, d_ff: 16}": "moe: null"
+        if field
+        else "moe: {experts: 3, top_k: 2, d_ff: 16, dense_layers: [0]}",
+    }[edit]
+    run = random_run(tmp_path, NATIVE.replace(edit, replaced))
     with pytest.raises(HFError) as error:
-        export_hf(imported["gpt_oss_full"].result.run_dir, tmp_path / "out")
-    assert "model.attention_sinks" in str(error.value) and "model.activation" in str(error.value)
+        export_hf(run, tmp_path / "out")
+    assert (field or "model.moe.dense_layers: [0] has no GPT-OSS equivalent") in str(error.value)
     assert not (tmp_path / "out").exists()
 
 
@@ -174,8 +225,8 @@ def test_a_classifier_head_is_refused_by_architectures(imported: dict[str, Impor
 
 
 def row(**fields: Any) -> Case:
-    """A GPT-OSS row: import only (its sinks have no writer)."""
-    return case("gpt_oss", **{"exported": False} | fields)
+    """A GPT-OSS row, written back by export-hf unless it says otherwise."""
+    return case("gpt_oss", **fields)
 
 
 ALTERNATE = {"window.size": 5, "window.layers": [0, 2]}
@@ -220,6 +271,9 @@ CASES: list[Case] = [
     row(outcome="layer_types", json={"layer_types": [SLIDING, FULL, "chunked_attention", FULL]}),
     row(sliding_window=2, spec={"window.size": 2}, slow=True),
     row(sliding_window=32, spec={"window": None}, slow=True),  # the whole context
+    # a null window: GptOssModel builds the sliding mask from it all the same, and fails
+    row(outcome="sliding_window", json={"sliding_window": None}),
+    row(outcome="sliding_window", layer_types=[FULL] * 4, json={"sliding_window": None}, slow=True),
     row(json={"sliding_window": DELETE}, spec={"window": None}, slow=True),  # GptOssConfig's 128: the context
     # the RoPE: GptOssConfig's YaRN where the config names none
     row(

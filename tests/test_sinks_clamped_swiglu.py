@@ -148,18 +148,20 @@ LLAMA = "positional: rope, norm: {type: rmsnorm, bias: false}"
 @pytest.mark.parametrize(
     ("model", "field"),
     [
-        (f"{LLAMA}, activation: swiglu, attention_sinks: true", "model.attention_sinks: True has no Llama"),
-        (f"{LLAMA}, activation: swiglu_clamped", "model.activation: 'swiglu_clamped' has no Llama"),
+        (f"{LLAMA}, activation: swiglu, attention_sinks: true", "model.activation: 'swiglu' has no GPT-OSS"),
+        (f"{LLAMA}, activation: swiglu_clamped", "model.attention_sinks: False has no GPT-OSS"),
         (
             f"{LLAMA}, activation: swiglu, moe: {{experts: 2, top_k: 1, router_bias: true}}",
-            "model.moe.router_bias: True has no Mixtral",
+            "model.attention_sinks: False has no GPT-OSS",
         ),
         ("attention_sinks: true", "model.attention_sinks: True has no GPT-2 equivalent"),
+        ("activation: swiglu_clamped", "model.activation: 'swiglu_clamped' has no GPT-2 equivalent"),
     ],
 )
 def test_export_hf_refuses_them_by_field(tmp_path: Path, model: str, field: str) -> None:
-    """No architecture export-hf writes has sinks, the clamped SwiGLU or a router's bias: written
-    without them, the folder would compute otherwise."""
+    """Only GPT-OSS has sinks, the clamped SwiGLU and a router's bias: a LLaMA-like decoder with one
+    of them is written as GPT-OSS, which names the others it lacks; any other architecture refuses
+    them, as written without them the folder would compute otherwise."""
     from helpers import random_run
 
     from tfcompile.hf.errors import HFError

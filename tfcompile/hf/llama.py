@@ -325,6 +325,35 @@ def mixtral_own(need: Needs, model: DecoderSpec) -> DecoderSpec:
     return model
 
 
+def gpt_oss_own(need: Needs, model: DecoderSpec) -> DecoderSpec:
+    """GPT-OSS: a sink per head in every attention, every layer routed among experts of its clamped
+    SwiGLU, the top k renormalised, no shared expert; biases it lacks (q, k, v and o, the experts',
+    the router's) written as zeros. -> the model without its own features, for Llama's needs."""
+    moe = model.moe
+    need(model.attention_sinks, "model.attention_sinks", False, "true (GPT-OSS's attention has sinks)")
+    need(
+        model.activation == "swiglu_clamped",
+        "model.activation",
+        model.activation,
+        "swiglu_clamped (GPT-OSS's experts' SwiGLU)",
+    )
+    need(moe is not None, "model.moe", None, "a mixture of experts (GPT-OSS routes every layer)")
+    if moe is None:
+        return model.model_copy(update={"attention_sinks": False, "activation": "swiglu"})
+    need(
+        not moe.dense_layers,
+        "model.moe.dense_layers",
+        moe.dense_layers,
+        "leave it unset (GPT-OSS routes every layer)",
+    )
+    need(bool(moe.normalize), "model.moe.normalize", False, "true (GPT-OSS's softmax over the top k)")
+    need(
+        moe.shared_d_ff is None, "model.moe.shared_d_ff", moe.shared_d_ff, "leave it unset (GPT-OSS has none)"
+    )
+    plain = moe.model_copy(update={"router_bias": False})
+    return model.model_copy(update={"attention_sinks": False, "activation": "swiglu", "moe": plain})
+
+
 def olmoe_own(need: Needs, model: DecoderSpec) -> DecoderSpec:
     """OLMoE (a mixture of experts with q and k normalised over all heads): every layer routed, no
     window, heads of hidden_size in all (its q norm reads hidden_size features)."""
@@ -460,7 +489,9 @@ GPT_OSS_SWIGLU = {"swiglu_limit": 7.0, "swiglu_alpha": 1.702}
 def gpt_oss_requires(config: Config) -> None:
     """What transformers 4 and 5 read alike: 4's attention has biases whatever attention_bias
     says and its SwiGLU clamps at 7 and scales by 1.702 whatever swiglu_limit and swiglu_alpha say
-    (5 reads all three)."""
+    (5 reads all three); and a sliding_window to build the sliding mask from, which GptOssModel
+    does for every model."""
+    window_required(config, "GptOssModel")
     config.require(
         config.get("attention_bias", True) is True,
         "attention_bias",
@@ -1152,6 +1183,7 @@ MODEL_TYPES = {
         moe=MoEType(experts="num_local_experts", normalize=None, router_bias=True),
         title="GPT-OSS",
         head="GptOssForCausalLM",
+        own=gpt_oss_own,
     ),
 }
 # The fields of each scaling that tfcompile keeps (the rest are transformers' bookkeeping).
@@ -1881,14 +1913,15 @@ class Llama(Writable):
         assert isinstance(model, DecoderSpec) and isinstance(model.positional, RopePositional)
         kind = MODEL_TYPES[written_as(model)]
         need = Needs(kind.title)
-        need(hidden_act(model) is not None, "model.activation", model.activation, "swiglu")
+        own_activation = kind.fixed_activation == model.activation  # GPT-OSS's, checked by its own
+        need(hidden_act(model) is not None or own_activation, "model.activation", model.activation, "swiglu")
         if kind.own is not None:
             model = kind.own(need, model)
         rope_and_norms(need, model)
         # head_dim is free: Llama configs name it; q/k norms: Qwen3's; a mixture of experts: the MoE
         # types' (their ``own`` checked it)
         need.plain_scales(model, qk_norm=True, moe=kind.moe is not None, after_rope=kind.qk_norm_after_rope)
-        if not kind.mlp_bias:
+        if not kind.mlp_bias and "ffn" not in kind.fixed_bias:
             need(
                 not model.bias.ffn,
                 "model.bias.ffn",
@@ -1913,7 +1946,7 @@ class Llama(Writable):
             "num_attention_heads": model.n_heads,
             "num_key_value_heads": model.n_kv_heads,
             "head_dim": model.head_dim,
-            "hidden_act": hidden_act(model),
+            "hidden_act": hidden_act(model) or "silu",  # GPT-OSS's: unread
             "max_position_embeddings": model.max_seq_len,
             "rms_norm_eps": model.norm.eps,
             # transformers 4 reads these two; 5 reads rope_parameters (and these, first).
@@ -1929,7 +1962,7 @@ class Llama(Writable):
         if kind.attention_bias and kind.bias_field == "qkv_bias":  # Qwen2-MoE: q, k and v's, or none
             config["qkv_bias"] = bias.qkv
         elif kind.attention_bias:  # on q, k, v and o alike, in both; Mistral has none, Qwen2 q, k and v's
-            config["attention_bias"] = bias.qkv or bias.attn_out
+            config["attention_bias"] = bias.qkv or bias.attn_out or kind.sinks  # GPT-OSS's always (zeros)
         window = model.window
         if kind.every_layer_slides and kind.window_flag:  # Qwen3-MoE: every layer or none
             size = None if window is None else window.size
@@ -1955,6 +1988,12 @@ class Llama(Writable):
                 else None,
                 "layer_types": [SLIDING if slides and i not in nope else FULL for i in range(model.n_layers)],
             }
+        elif kind.alternating:  # GPT-OSS: the sliding layers as layer_types, a window however many
+            sliding = model.sliding_layers
+            config |= {
+                "sliding_window": model.max_seq_len if window is None else window.size,
+                "layer_types": [SLIDING if i in sliding else FULL for i in range(model.n_layers)],
+            }
         elif (kind.window_layers or kind.window_flag) and window is None:
             config |= {"use_sliding_window": False, "sliding_window": None}
         elif (kind.window_layers or kind.window_flag) and window is not None:  # Qwen2, Qwen3, Qwen2-MoE
@@ -1969,6 +2008,8 @@ class Llama(Writable):
             config["mlp_bias"] = bias.ffn
         if kind.moe is not None:
             config |= moe_config(model, written)
+        if kind.fixed_activation == "swiglu_clamped":  # as transformers 4 computes it
+            config |= GPT_OSS_SWIGLU
         if kind.multipliers:
             config |= {
                 "embedding_multiplier": model.embedding_multiplier,
@@ -2010,15 +2051,21 @@ class Llama(Writable):
                     f"{m}{x}_proj.weight": t for x, t in zip(feed_forward_inputs(model), ins, strict=True)
                 }
                 out[f"{m}down_proj.weight"] = state[f"{b}ffn.w_out.weight"]
-            kinds = ("weight", "bias") if bias.qkv or bias.attn_out or qwen2 else ("weight",)
+            always = qwen2 or MODEL_TYPES[written].sinks  # GPT-OSS's biases: zeros where none
+            kinds = ("weight", "bias") if bias.qkv or bias.attn_out or always else ("weight",)
             for kind in kinds:
                 packed = zeros_if_none(state.get(f"{b}attn.qkv.{kind}"), q_rows + 2 * kv_rows)
                 q, k, v = packed.split([q_rows, kv_rows, kv_rows])
                 if order_q is not None and order_k is not None:
                     q, k = q[order_q], k[order_k]
                 out |= {f"{a}q_proj.{kind}": q, f"{a}k_proj.{kind}": k, f"{a}v_proj.{kind}": v}
-            if (bias.qkv or bias.attn_out) and written not in ("qwen2", "qwen2_moe"):  # no o bias there
+            if (bias.qkv or bias.attn_out or always) and written not in (
+                "qwen2",
+                "qwen2_moe",
+            ):  # no o bias there
                 out[f"{a}o_proj.bias"] = zeros_if_none(state.get(f"{b}attn.out.bias"), model.d_model)
+            if model.attention_sinks:
+                out[f"{a}sinks"] = state[f"{b}attn.sinks"]
             if model.qk_norm:  # the scale's dimensions in the order of the q and k rows above
                 q_norm, k_norm = state[f"{b}attn.q_norm.weight"], state[f"{b}attn.k_norm.weight"]
                 if order_q is not None and order_k is not None and model.qk_norm_over == "all_heads":
@@ -2027,7 +2074,7 @@ class Llama(Writable):
                     q_norm, k_norm = q_norm[order_q[:hd]], k_norm[order_q[:hd]]
                 q_name, k_name = writer.qk_norm_names
                 out |= {f"{a}{q_name}.weight": q_norm, f"{a}{k_name}.weight": k_norm}
-            if bias.ffn:
+            if bias.ffn and i not in routed:  # a routed layer's experts write their own
                 ins = state[f"{b}ffn.w_in.bias"].chunk(len(feed_forward_inputs(model)))
                 out |= {f"{m}{x}_proj.bias": t for x, t in zip(feed_forward_inputs(model), ins, strict=True)}
                 out[f"{m}down_proj.bias"] = state[f"{b}ffn.w_out.bias"]
@@ -2077,8 +2124,32 @@ class GptOss(Llama):
             state[f"{x}w_out.bias"] = down_bias[i]
         return state
 
+    def experts_tensors(self, state: State, ffn: str, layer: str, model: DecoderSpec) -> State:
+        """The router (its bias zeros where the run has none) and the experts stacked as
+        ``experts_state`` reads them, their biases zeros where the run has none."""
+        moe = model.moe
+        assert moe is not None and moe.d_ff is not None
+        m, experts = f"{layer}mlp.", range(moe.experts)
+        gate_up, gate_up_bias, down, down_bias = [], [], [], []
+        for e in experts:
+            x = f"{ffn}experts.{e}."
+            w_in = state[f"{x}w_in.weight"]  # (2 ff, d): gate rows, then up rows
+            b_in = zeros_if_none(state.get(f"{x}w_in.bias"), 2 * moe.d_ff)
+            gate_up.append(torch.stack(w_in.T.chunk(2, dim=1), dim=2).flatten(1))  # (d, 2 ff) interleaved
+            gate_up_bias.append(torch.stack(b_in.chunk(2), dim=1).flatten())
+            down.append(state[f"{x}w_out.weight"].T)
+            down_bias.append(zeros_if_none(state.get(f"{x}w_out.bias"), model.d_model))
+        return {
+            f"{m}router.weight": state[f"{ffn}router.weight"],
+            f"{m}router.bias": zeros_if_none(state.get(f"{ffn}router.bias"), moe.experts),
+            f"{m}experts.gate_up_proj": torch.stack(gate_up),
+            f"{m}experts.gate_up_proj_bias": torch.stack(gate_up_bias),
+            f"{m}experts.down_proj": torch.stack(down),
+            f"{m}experts.down_proj_bias": torch.stack(down_bias),
+        }
+
     def candidate(self, spec: Spec) -> bool:
-        """Never: export-hf writes no GPT-OSS (Llama's refuses its sinks by field)."""
+        """Never: Llama writes every LLaMA-family model, GPT-OSS's too (``written_as``)."""
         return False
 
 
@@ -2469,7 +2540,8 @@ def feed_forward_inputs(model: DecoderSpec) -> tuple[str, ...]:
 
 
 def written_as(model: DecoderSpec) -> str:
-    """The model_type export-hf writes a decoder as: Arcee where its feed-forward is plain; EXAONE 4
+    """The model_type export-hf writes a decoder as: GPT-OSS where it has GPT-OSS's sinks, clamped
+    SwiGLU or router bias; Arcee where its feed-forward is plain; EXAONE 4
     where its norms are on each sublayer's output and each head's q and k normalised, else OLMo 2
     there; SmolLM3 where some layers turn no RoPE; Granite where it has multipliers or another
     attention scale (and no experts); HunYuan where q and k are normalised after RoPE, Qwen3 where
@@ -2485,6 +2557,8 @@ def written_as(model: DecoderSpec) -> str:
     GraniteMoeShared's where its shared expert is ungated, Qwen2-MoE's where it is gated, else
     OLMoE's with q/k norms over all heads, Qwen3-MoE's with each head's, else Mixtral's. Each
     writer's ``own`` refuses the others' features."""
+    if model.attention_sinks or model.activation == "swiglu_clamped" or (model.moe and model.moe.router_bias):
+        return "gpt_oss"
     if not model.gated:
         return "arcee"
     if model.norm.position == "output":
