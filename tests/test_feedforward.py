@@ -20,7 +20,8 @@ GATED = {"swiglu": PLAIN["silu"], "geglu": PLAIN["gelu"], "geglu_tanh": PLAIN["g
 
 
 def test_the_registry_holds_exactly_the_documented_activations() -> None:
-    assert set(ACTIVATIONS.names()) == set(PLAIN) | set(GATED)
+    """And GPT-OSS's clamped SwiGLU, held to its formula in tests/test_sinks_clamped_swiglu.py."""
+    assert set(ACTIVATIONS.names()) == set(PLAIN) | set(GATED) | {"swiglu_clamped"}
 
 
 @pytest.mark.parametrize("name", sorted(PLAIN))
