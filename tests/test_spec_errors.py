@@ -704,7 +704,9 @@ def test_several_errors_are_reported_at_once_in_line_order() -> None:
 def test_rendered_error_shows_file_line_column_source_and_caret() -> None:
     with pytest.raises(SpecError) as info:
         parse_spec(GOOD_MODEL + "  activation: swiglo\n", source="specs/x.yaml")
-    choices = "'relu', 'relu2', 'gelu', 'gelu_tanh', 'silu', 'swiglu', 'geglu', 'geglu_tanh'"
+    choices = (
+        "'relu', 'relu2', 'gelu', 'gelu_tanh', 'silu', 'swiglu', 'swiglu_clamped', 'geglu', 'geglu_tanh'"
+    )
     assert str(info.value).splitlines() == [
         f"specs/x.yaml:7:15: error: model.activation: unknown value 'swiglo': expected one of {choices}",
         "  7 |   activation: swiglo",
