@@ -20,7 +20,7 @@ from tokenizers import Tokenizer, models, processors
 from tfcompile.cli import main
 from tfcompile.hf.errors import HFWarning
 from tfcompile.hf.exporter import export_hf
-from tfcompile.hf.importer import ImportResult, import_folder, source_affixes
+from tfcompile.hf.importer import ImportResult, affixes, framing, import_folder, source_affixes
 from tfcompile.runtime import Classifier, ImageClassifier, LanguageModel, Translator
 from tfcompile.sequences import tidy
 from tfcompile.spec import load_spec
@@ -225,6 +225,22 @@ def test_a_translators_source_affixes_are_what_its_tokenizer_puts_around_a_text(
     roles = {"pad": "<pad>", "bos": "</s>", "eos": "</s>", "unk": "<unk>", "cls": "<s>", "sep": "</s>"}
     assert source_affixes(tmp_path, roles) == around
     assert source_affixes(tmp_path / "none", {"eos": "</s>"}) is None  # no tokenizer.json: T5's convention
+
+
+@pytest.mark.parametrize(
+    "single",
+    [
+        [{"SpecialToken": "x"}, {"Sequence": {"id": "A"}}],
+        [{"SpecialToken": {"id": 3}}, {"Sequence": {"id": "A"}}],
+        [1, {"Sequence": {"id": "A"}}],
+        "$A",
+    ],
+)
+def test_a_damaged_template_frames_nothing_and_raises_nothing(single: Any) -> None:
+    """A tokenizer.json template whose pieces are no special tokens is not read as framing (the
+    architecture's convention then stands), never a crash inside the import."""
+    saved = {"post_processor": {"type": "TemplateProcessing", "single": single}}
+    assert framing(saved) is None and affixes(saved, {"eos": "</s>"}) is None
 
 
 @pytest.mark.slow

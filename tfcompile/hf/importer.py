@@ -336,10 +336,9 @@ def framing(saved: dict[str, Any]) -> tuple[list[str], list[str]] | None:
         return None  # no text, or a pair's two
     sides: list[list[str]] = []
     for side in (single[: text[0]], single[text[0] + 1 :]):
-        tokens = [
-            piece.get("SpecialToken", {}).get("id") if isinstance(piece, dict) else None for piece in side
-        ]
-        if not all(isinstance(token, str) for token in tokens):
+        specials = [piece.get("SpecialToken") if isinstance(piece, dict) else None for piece in side]
+        tokens = [special.get("id") if isinstance(special, dict) else None for special in specials]
+        if not all(isinstance(token, str) for token in tokens):  # a damaged template: not framing
             return None
         sides.append([str(token) for token in tokens])
     return sides[0], sides[1]
