@@ -21,7 +21,17 @@ from typing import Any
 import pytest
 import torch
 from helpers import random_run
-from hf_models import VOCAB, Imported, copied, from_pretrained, perturb, random_ids, right_padding, write
+from hf_models import (
+    LANGUAGES,
+    VOCAB,
+    Imported,
+    copied,
+    from_pretrained,
+    perturb,
+    random_ids,
+    right_padding,
+    write,
+)
 from test_hf_bart import TINY as BART_TINY
 from test_hf_fields import FAMILIES, Case, Family, _pytest_cases, case, check, uncovered
 from test_hf_paths import SENTENCES
@@ -337,6 +347,10 @@ def test_a_translators_codes_are_asked_by_string_and_refused_where_they_cannot_s
             "source_language: 'a' is no special token of the bundle's tokenizer (its code is 'eng_Latn')",
         ),
         ({"target_language": 7}, "target_language must be a token string"),
+        (
+            {"target_language": "</s>"},
+            "target_language: '</s>' is the stop token, which ends every translation",
+        ),
     ]:
         with pytest.raises(InputError) as error:
             bundle.translate(["a cat"], beam=1, max_len=4, **asked)
@@ -366,17 +380,39 @@ def test_a_translators_codes_are_asked_by_string_and_refused_where_they_cannot_s
 def test_a_forced_token_the_files_disagree_on_or_the_tokenizer_lacks_is_refused_by_field(
     tmp_path: Path,
 ) -> None:
-    """transformers 4 forces config.json's forced_bos_token_id over a generation_config.json made from
-    the model's config, 5 the latter's alone; an id past the tokenizer names no token."""
-    for n, (config, generation, message) in enumerate(
+    """transformers 4 rebuilds a generation_config.json made from the model's config from config.json
+    where that holds generation fields off their defaults (a forced_bos_token_id, mBART-50's
+    num_beams), and forces config.json's forced_bos_token_id or none; 5 reads the former alone. An
+    id past the tokenizer names no token; the eos ends every translation empty. Each refusal names
+    the file the value was read from."""
+    code = 3 + LANGUAGES.index("fra_Latn")
+    for n, (config, generation, message, named) in enumerate(
         [
             (
                 {"forced_bos_token_id": 4},
                 {"_from_model_config": True},
                 "is 4 in config.json and unset in generation_config",
+                "config.json",
             ),
-            ({}, {"forced_bos_token_id": 10_000}, "is 10000, no token of the tokenizer's"),
-            ({}, {"forced_bos_token_id": "fra_Latn"}, "is 'fra_Latn', no token id"),
+            (
+                {"num_beams": 5, "max_length": 200},
+                {"_from_model_config": True, "forced_bos_token_id": code},
+                f"is None in config.json and {code} in generation_config",
+                "config.json",
+            ),
+            (
+                {},
+                {"forced_bos_token_id": 10_000},
+                "is 10000, no token of the tokenizer's",
+                "generation_config.json",
+            ),
+            ({}, {"forced_bos_token_id": "fra_Latn"}, "is 'fra_Latn', no token id", "generation_config.json"),
+            (
+                {},
+                {"forced_bos_token_id": 1},
+                "is 1, its eos ('</s>'), which ends every",
+                "generation_config.json",
+            ),
         ]
     ):
         folder = tmp_path / str(n)
@@ -385,8 +421,37 @@ def test_a_forced_token_the_files_disagree_on_or_the_tokenizer_lacks_is_refused_
         (folder / "config.json").write_text(json.dumps(saved | config))
         with pytest.raises(HFError, match="forced_bos_token_id") as error:
             import_folder(folder, "nllb", tmp_path / "specs", tmp_path / "runs")
-        assert message in str(error.value)
+        assert message in str(error.value) and str(error.value).startswith(str(folder / named))
     assert not (tmp_path / "runs").exists()
+
+
+def test_generation_fields_at_their_defaults_leave_generation_config_json_alone(tmp_path: Path) -> None:
+    """transformers 4 rebuilds nothing where config.json's generation fields are their defaults."""
+    nllb(tmp_path / "hf", _from_model_config=True)
+    saved = json.loads((tmp_path / "hf" / "config.json").read_text())
+    (tmp_path / "hf" / "config.json").write_text(json.dumps(saved | {"num_beams": 1, "max_length": 20}))
+    result = import_folder(tmp_path / "hf", "nllb", tmp_path / "specs", tmp_path / "runs")
+    assert result.spec.task.type == "seq2seq" and result.spec.task.target_prefix == ["target_language"]
+
+
+def test_a_template_of_two_codes_the_spec_cannot_place_is_said(tmp_path: Path) -> None:
+    """mBART-style "en_XX $A </s> ro_RO": two special tokens of no role; the import warns that it
+    frames sources as M2M100 does."""
+    from tokenizers import Tokenizer, processors
+
+    nllb(tmp_path / "hf", forced=None)
+    path = tmp_path / "hf" / "tokenizer.json"
+    tokenizer = Tokenizer.from_file(str(path))
+    ids = {t: tokenizer.token_to_id(t) for t in ("eng_Latn", "fra_Latn", "</s>")}
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single="eng_Latn $A </s> fra_Latn", special_tokens=list(ids.items())
+    )
+    tokenizer.save(str(path))
+    with pytest.warns(
+        HFWarning, match="2 special tokens of no role around a text \\('eng_Latn', 'fra_Latn'\\)"
+    ):
+        result = import_folder(tmp_path / "hf", "two", tmp_path / "specs", tmp_path / "runs")
+    assert result.spec.task.type == "seq2seq" and result.spec.task.source_suffix == ["eos"]
 
 
 def test_a_forced_token_in_config_json_alone_is_read_where_transformers_4_and_5_both_read_it(

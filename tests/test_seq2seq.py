@@ -134,6 +134,18 @@ def test_language_codes_frame_every_source_and_start_every_target(tmp_path: Path
     assert (info.source_prefix_ids, info.target_prefix_ids) == ([4], [5])
 
 
+def test_a_target_prefix_of_the_eos_is_refused_at_export(tmp_path: Path) -> None:
+    """transformers ends a translation at a forced eos: a bundle whose decoder is given it is refused."""
+    from tfcompile.errors import ExportError
+
+    spec = _spec(tmp_path).replace(
+        {"tokens": LANGUAGES | {"target_language": "[EOS]"}, "task": {"target_prefix": ["target_language"]}}
+    )
+    objective = Translation(spec, tmp_path)
+    with pytest.raises(ExportError, match="target_prefix's target_language is the eos token"):
+        Translation.manifest(spec, _tokenizer_info(objective, spec), None)
+
+
 def _tokenizer_info(objective: Translation, spec: Spec) -> object:
     from tfcompile.export.bundle import tokenizer_info
 
@@ -314,7 +326,14 @@ def test_the_bundle_gives_the_decoder_its_target_prefix_as_pytorch_does(
     assert all(len(row) <= 2 for row in limited) and limited != [[], []]
     with pytest.raises(InputError, match="max_len must exceed the 2 tokens"):
         translator.translate_ids(ids, mask, max_len=2)
+    with pytest.raises(InputError, match="holds the stop token"):  # transformers would end there, empty
+        translator.translate_ids(ids, mask, target_prefix_ids=[7, 3])
+    assert translator.translate_ids(ids, mask, target_prefix_ids=[]) == plain.translate_ids(ids, mask)
     translator.warm_up()  # reads the prefix and chooses a token
+    manifest["translation"]["target_prefix_ids"] = [7, manifest["translation"]["stop_id"]]
+    (bundle / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(BundleError, match="target_prefix_ids holds stop_id"):
+        load(bundle)
     manifest["translation"]["target_prefix_ids"] = list(range(4, 4 + manifest["model"]["max_seq_len"]))
     (bundle / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(BundleError, match="target_prefix_ids hold"):

@@ -364,6 +364,8 @@ class Manifest(Part):
                 f"translation.source_prefix_ids and source_suffix_ids leave no room for a source in "
                 f"model.max_seq_len ({self.model.max_seq_len})"
             )
+        if t is not None and t.stop_id in t.target_prefix_ids:
+            raise ValueError("translation.target_prefix_ids holds stop_id, which ends every translation")
         if t is not None and len(t.target_prefix_ids) >= min(t.max_decode_len, self.model.max_seq_len - 1):
             raise ValueError(
                 f"translation.target_prefix_ids hold {len(t.target_prefix_ids)} tokens, which leave none to "

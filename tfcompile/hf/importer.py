@@ -350,19 +350,27 @@ def language_codes(
     """A translator's language codes, as its files say -> (the roles to add to ``tokens``, the
     task's target_prefix). Its source's: the one special token of no role that its tokenizer's
     post-processor puts around a text (NLLB's and mBART-50's eng_Latn / en_XX before it,
-    mBART's after its </s>), ``source_language``. Its target's: the token generate() forces
-    after the decoder's start (``forced_bos_token_id``: NLLB's and M2M100's target language,
-    BART-large-CNN's <s>, its cls), ``target_language`` where it is no cls. Refused by field
-    where transformers 4 and 5 would force different tokens, or one the tokenizer lacks."""
-    where = str(folder / CONFIG)
+    mBART's after its </s>), ``source_language`` (more than one: a warning, as the spec cannot
+    place them). Its target's: the token generate() forces after the decoder's start
+    (``forced_bos_token_id``: NLLB's and M2M100's target language, BART-large-CNN's <s>, its cls),
+    ``target_language`` where it is no cls. Refused by field where transformers 4 and 5 would force
+    different tokens, one the tokenizer lacks, or its eos (which ends every translation empty)."""
     added: dict[str, str] = {}
     path = folder / TOKENIZER_FILE
     around = framing(read_json(path)) if path.exists() else None
     if around is not None:
-        codes = {token for token in around[0] + around[1] if token not in tokens.values()}
+        codes = list(dict.fromkeys(token for token in around[0] + around[1] if token not in tokens.values()))
         if len(codes) == 1:
-            added["source_language"] = codes.pop()
-    forced = forced_start(folder, config)
+            added["source_language"] = codes[0]
+        elif codes:
+            warnings.warn(
+                f"{path}: its template puts {len(codes)} special tokens of no role around a text "
+                f"({', '.join(map(repr, codes))}), which a spec cannot place: the import frames a source as "
+                f"the model type does, so translations differ from transformers' with this tokenizer",
+                HFWarning,
+                stacklevel=2,
+            )
+    forced, where = forced_start(folder, config)
     if forced is None:
         return added, []
     vocabulary = token_strings(folder)
@@ -375,38 +383,79 @@ def language_codes(
             stacklevel=2,
         )
         return added, []
-    if forced not in vocabulary:
-        fix = "set it to a token's id, or leave it out"
-        raise refuse(
-            where, [Problem("forced_bos_token_id", f"is {forced}, no token of the tokenizer's", fix)]
+    token = vocabulary.get(forced)
+    if token is None or token == tokens.get("eos"):
+        why = (
+            "no token of the tokenizer's"
+            if token is None
+            else f"its eos ({token!r}), which ends every translation"
         )
-    token = vocabulary[forced]
+        fix = "set it to a token's id, or leave it out"
+        raise refuse(where, [Problem("forced_bos_token_id", f"is {forced}, {why}", fix)])
     if tokens.get("cls") == token:
         return added, ["cls"]
     return added | {"target_language": token}, ["target_language"]
 
 
-def forced_start(folder: Path, config: dict[str, Any]) -> int | None:
-    """The token transformers' generate() forces after the decoder's start: generation_config.json's
-    forced_bos_token_id where the folder has one, else config.json's; transformers 4 reads
-    config.json's over a generation_config.json made from the model's config, 5 never, so a folder
-    where they differ is refused."""
-    where = str(folder / CONFIG)
+# The generation fields transformers 4 reads from config.json (PretrainedConfig's global generation
+# defaults), but forced_eos_token_id, which the BART family's config classes set by default.
+GENERATION_DEFAULTS: dict[str, Any] = {
+    "max_length": 20,
+    "min_length": 0,
+    "do_sample": False,
+    "early_stopping": False,
+    "num_beams": 1,
+    "temperature": 1.0,
+    "top_k": 50,
+    "top_p": 1.0,
+    "typical_p": 1.0,
+    "repetition_penalty": 1.0,
+    "length_penalty": 1.0,
+    "no_repeat_ngram_size": 0,
+    "encoder_no_repeat_ngram_size": 0,
+    "bad_words_ids": None,
+    "num_return_sequences": 1,
+    "output_scores": False,
+    "return_dict_in_generate": False,
+    "forced_bos_token_id": None,
+    "remove_invalid_values": False,
+    "exponential_decay_length_penalty": None,
+    "suppress_tokens": None,
+    "begin_suppress_tokens": None,
+    "num_beam_groups": 1,
+    "diversity_penalty": 0.0,
+}
+
+
+def forced_start(folder: Path, config: dict[str, Any]) -> tuple[int | None, str]:
+    """The token transformers' generate() forces after the decoder's start, and the file it is
+    read from: generation_config.json's forced_bos_token_id where the folder has one, else
+    config.json's. Where generation_config.json was made from the model's config and config.json
+    holds generation fields off their defaults, transformers 4 rebuilds it from config.json (its
+    forced_bos_token_id, or none) and 5 does not: a folder where the two differ is refused."""
     own = config.get("forced_bos_token_id")
     generation = read_optional_json(folder / GENERATION_CONFIG)
-    forced = generation.get("forced_bos_token_id") if (folder / GENERATION_CONFIG).exists() else own
-    if generation.get("_from_model_config") is True and own is not None and own != forced:
+    held = (folder / GENERATION_CONFIG).exists()
+    forced = generation.get("forced_bos_token_id") if held else own
+    where = str(folder / (GENERATION_CONFIG if held else CONFIG))
+    rebuilt = any(
+        name in config and config[name] is not None and config[name] != default
+        for name, default in GENERATION_DEFAULTS.items()
+    )
+    if generation.get("_from_model_config") is True and rebuilt and own != forced:
         message = (
             f"is {own} in config.json and {'unset' if forced is None else forced} in generation_config.json, "
-            f"made from the model's config: "
-            f"transformers 4 forces config.json's, 5 generation_config.json's"
+            f"made from the model's config: transformers 4 rebuilds the latter from config.json's generation "
+            f"fields and forces config.json's, 5 generation_config.json's"
         )
-        raise refuse(where, [Problem("forced_bos_token_id", message, "give both files one value")])
+        raise refuse(
+            str(folder / CONFIG), [Problem("forced_bos_token_id", message, "give both files one value")]
+        )
     if forced is not None and (not isinstance(forced, int) or isinstance(forced, bool) or forced < 0):
         raise refuse(
             where, [Problem("forced_bos_token_id", f"is {forced!r}, no token id", "a token's id, or null")]
         )
-    return forced
+    return forced, where
 
 
 def warn_of_half_precision(config: dict[str, Any]) -> None:

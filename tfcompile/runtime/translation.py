@@ -111,6 +111,8 @@ class Translator(Bundle):
                 f"{role}: {code[:64]!r} is no special token of the bundle's tokenizer (its code is "
                 f"{named[role].token!r})"
             )
+        if special[code] == self.translation.stop_id:
+            raise InputError(f"{role}: {code!r} is the stop token, which ends every translation")
         return {named[role].id: special[code]}
 
     def translate_ids(
@@ -162,7 +164,10 @@ class Translator(Bundle):
             raise InputError(f"target_prefix_ids must be a list of token ids, found {type(value).__name__}")
         if not value:
             return []
-        return inputs.token_ids([list(value)], self.vocab_size, None, "target_prefix_ids")[0].tolist()
+        given = inputs.token_ids([list(value)], self.vocab_size, None, "target_prefix_ids")[0].tolist()
+        if self.translation.stop_id in given:
+            raise InputError("target_prefix_ids holds the stop token, which ends every translation")
+        return given
 
 
 class _StepDecoder:

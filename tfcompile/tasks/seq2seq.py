@@ -95,6 +95,12 @@ class Translation(Task):
                 f"the run's tokenizer holds no token for {' and '.join(missing)}: export a run whose "
                 f"tokenizer has the token the spec's tokens: section names"
             )
+        ending = [role for role in task.target_prefix if roles[role] == stop]
+        if ending:
+            raise ExportError(
+                f"task.target_prefix's {ending[0]} is the eos token, which would end every translation: "
+                f"give the decoder another token"
+            )
         translation = TranslationInfo(
             start_id=start,
             stop_id=stop,
