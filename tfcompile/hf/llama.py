@@ -1156,7 +1156,7 @@ MODEL_TYPES = {
     # routed by the softmax of the top num_experts_per_tok of the router's biased logits.
     "gpt_oss": ModelType(
         attention_bias=QKVO,
-        fixed_bias=("ffn",),
+        fixed_bias=("qkv", "attn_out", "ffn"),  # transformers 4's whatever attention_bias says
         layer_types=True,
         alternating=True,
         fixed_activation="swiglu_clamped",
@@ -1962,7 +1962,7 @@ class Llama(Writable):
         if kind.attention_bias and kind.bias_field == "qkv_bias":  # Qwen2-MoE: q, k and v's, or none
             config["qkv_bias"] = bias.qkv
         elif kind.attention_bias:  # on q, k, v and o alike, in both; Mistral has none, Qwen2 q, k and v's
-            config["attention_bias"] = bias.qkv or bias.attn_out or kind.sinks  # GPT-OSS's always (zeros)
+            config["attention_bias"] = bias.qkv or bias.attn_out or "attn_out" in kind.fixed_bias
         window = model.window
         if kind.every_layer_slides and kind.window_flag:  # Qwen3-MoE: every layer or none
             size = None if window is None else window.size
@@ -2029,7 +2029,9 @@ class Llama(Writable):
         written = written_as(model)
         writer = ARCHITECTURES[written]  # the converter of its tensors' names
         assert isinstance(writer, Llama)
-        bias, qwen2 = model.bias, written == "qwen2"  # q, k and v biases always, no o bias
+        bias = model.bias
+        # the model type's biases written whatever the model has (Qwen2's q, k and v, GPT-OSS's): zeros
+        always = bool({"qkv", "attn_out"} & set(MODEL_TYPES[written].fixed_bias))
         routed = model.routed_layers(model.n_layers)
         out = {
             "model.embed_tokens.weight": state["embed.weight"],
@@ -2051,7 +2053,6 @@ class Llama(Writable):
                     f"{m}{x}_proj.weight": t for x, t in zip(feed_forward_inputs(model), ins, strict=True)
                 }
                 out[f"{m}down_proj.weight"] = state[f"{b}ffn.w_out.weight"]
-            always = qwen2 or MODEL_TYPES[written].sinks  # GPT-OSS's biases: zeros where none
             kinds = ("weight", "bias") if bias.qkv or bias.attn_out or always else ("weight",)
             for kind in kinds:
                 packed = zeros_if_none(state.get(f"{b}attn.qkv.{kind}"), q_rows + 2 * kv_rows)
