@@ -65,6 +65,15 @@ def additive_mask(
     return additive if bias is None else additive + bias.to(dtype)
 
 
+def causal_mask(T: int, S: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """The additive mask (1, 1, T, S) of T queries at the last T of S positions under the causal
+    rule alone: what SDPA's is_causal applies, for the paths that write attention out."""
+    mask = may_attend(torch.arange(S - T, S, device=device), torch.arange(S, device=device), True, None)
+    out = additive_mask(mask, None, dtype)
+    assert out is not None  # a causal rule always masks
+    return out
+
+
 @dataclass
 class KVCache:
     """One layer's keys and values so far, each (batch, n_kv_heads, length, head_dim). Attention
@@ -221,10 +230,11 @@ class _MultiHead(nn.Module):
         assert self.sinks is not None
         T, S = q.shape[2], k.shape[2]
         if attn_mask is None:
-            attn_mask = torch.zeros((1, 1, T, S), dtype=q.dtype, device=q.device)
-            if is_causal:  # the last T of S positions
-                causal = torch.ones((T, S), dtype=torch.bool, device=q.device).tril(diagonal=S - T)
-                attn_mask = attn_mask.masked_fill(~causal, float("-inf"))
+            attn_mask = (
+                causal_mask(T, S, q.dtype, q.device)
+                if is_causal
+                else torch.zeros((1, 1, T, S), dtype=q.dtype, device=q.device)
+            )
         heads = attn_mask.expand(-1, self.n_heads, T, S)
         sink = self.sinks.to(q.dtype).view(1, -1, 1, 1).expand(heads.shape[0], -1, T, 1)
         zero = k.new_zeros(k.shape[0], k.shape[1], 1, k.shape[3])
@@ -245,9 +255,8 @@ class _MultiHead(nn.Module):
         scale = self.scale if self.scale is not None else q.shape[-1] ** -0.5
         scores = q @ k.transpose(-1, -2) * scale  # (B, H, T, S)
         scores = self.softcap * torch.tanh(scores / self.softcap)
-        if is_causal:  # no cache: T = S
-            causal = torch.ones(scores.shape[-2:], dtype=torch.bool, device=scores.device).tril()
-            scores = scores.masked_fill(~causal, float("-inf"))
+        if is_causal:
+            scores = scores + causal_mask(q.shape[2], k.shape[2], scores.dtype, scores.device)
         if attn_mask is not None:
             scores = scores + attn_mask
         weights = F.dropout(scores.float().softmax(-1).to(q.dtype), dropout)
