@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import tiny_model, trained_decoder_generates_as_pytorch
+from helpers import randomised, tiny_model, trained_decoder_generates_as_pytorch
 
 from tfcompile.export import Source, export_bundle
 from tfcompile.models import DecoderLM
@@ -25,15 +25,6 @@ from tfcompile.spec.errors import SpecError
 from tfcompile.spec.schema import MoESpec
 
 
-def _randomised(module: torch.nn.Module) -> torch.nn.Module:
-    """float64, eval, every weight random (the sinks too), large enough that they tell."""
-    module = module.double().eval()
-    with torch.no_grad():
-        for p in module.parameters():
-            p.normal_(0, 0.5)
-    return module
-
-
 @pytest.mark.parametrize("case", ["causal", "padded", "window"])
 def test_sinks_join_every_querys_softmax_as_a_key_of_no_value(case: str) -> None:
     """Self-attention with grouped K/V heads against softmax([s, s_h]) over the keys and the sink,
@@ -41,7 +32,7 @@ def test_sinks_join_every_querys_softmax_as_a_key_of_no_value(case: str) -> None
     one token at a time."""
     window = {"window": {"size": 3}} if case == "window" else {}
     spec = tiny_model(attention_sinks=True, n_kv_heads=2, positional="rope", **window)
-    model = _randomised(DecoderLM(spec))
+    model = randomised(DecoderLM(spec))
     attn, hd = model.blocks[0].attn, spec.head_dim
     assert hd is not None and attn.sinks is not None and attn.sinks.shape == (4,)
     x = torch.randn(2, 6, spec.d_model, dtype=torch.float64)
@@ -79,7 +70,7 @@ def test_sinks_join_every_querys_softmax_as_a_key_of_no_value(case: str) -> None
 def test_the_clamped_swiglu_is_gpt_oss_formula() -> None:
     """FFN(x) = (c(g) sigmoid(1.702 c(g)) (clamp(u, -7, 7) + 1)) W2, c(g) = min(g, 7): values past
     the clamps on both sides."""
-    ffn = _randomised(FeedForward(8, 6, "swiglu_clamped", bias=True))
+    ffn = randomised(FeedForward(8, 6, "swiglu_clamped", bias=True))
     with torch.no_grad():
         ffn.w_in.weight.mul_(20)  # gates and ups past +-7
     x = torch.randn(3, 5, 8, dtype=torch.float64)
@@ -93,7 +84,7 @@ def test_the_clamped_swiglu_is_gpt_oss_formula() -> None:
 
 def test_a_router_bias_shifts_each_experts_logit() -> None:
     """softmax(x W_r + b_r) routes: a large bias on one expert sends every token to it."""
-    moe = _randomised(MoE(8, MoESpec(experts=4, top_k=1, d_ff=6, router_bias=True), "swiglu", bias=False))
+    moe = randomised(MoE(8, MoESpec(experts=4, top_k=1, d_ff=6, router_bias=True), "swiglu", bias=False))
     assert moe.router.bias is not None and moe.router.bias.shape == (4,)
     with torch.no_grad():
         moe.router.bias.copy_(torch.tensor([0.0, 0.0, 100.0, 0.0], dtype=torch.float64))
