@@ -188,20 +188,23 @@ def log_softmax(logits: np.ndarray) -> np.ndarray:
     return shifted - np.log(np.exp(shifted).sum())
 
 
-def best_by_brute_force(start: list[int], eos: int, max_len: int, alpha: float, vocab: int) -> list[int]:
+def best_by_brute_force(
+    start: list[int], eos: int, max_len: int, alpha: float, vocab: int, forced_eos: bool = False
+) -> list[int]:
     """Every hypothesis after ``start``: words then [EOS] within max_len words, or max_len words
-    unfinished; the best by length-normalised summed log-probability of the words and [EOS] (the
-    first of equal scores, shortest first)."""
+    unfinished (with ``forced_eos``: words then [EOS] within max_len tokens, [EOS]'s included);
+    the best by length-normalised summed log-probability of the words and [EOS] (the first of
+    equal scores, shortest first)."""
     best: tuple[float, list[int]] | None = None
     words = [t for t in range(vocab) if t != eos]
-    for length in range(max_len + 1):
+    for length in range(max_len if forced_eos else max_len + 1):
         for hypothesis in itertools.product(words, repeat=length):
             sequence, score = list(start), 0.0
             for word in hypothesis:
                 score += log_softmax(scripted_logits(sequence, vocab))[word]
                 sequence.append(word)
             ends = [score + log_softmax(scripted_logits(sequence, vocab))[eos]]
-            ends += [score] if length == max_len else []
+            ends += [score] if length == max_len and not forced_eos else []
             for end in ends:
                 normalised = end / ((5 + length) / 6) ** alpha  # Wu et al., [EOS] not counted
                 if best is None or normalised > best[0]:
@@ -223,15 +226,17 @@ def test_the_length_penalty_is_wu_et_als() -> None:
     alpha=st.sampled_from([0.0, 0.6, 1.0, 2.0]),
     start=st.lists(st.integers(0, 3), min_size=1, max_size=3),
     eos=st.integers(0, 3),
+    forced_eos=st.booleans(),
 )
 def test_a_beam_that_keeps_every_hypothesis_finds_the_best(
-    vocab: int, max_len: int, alpha: float, start: list[int], eos: int
+    vocab: int, max_len: int, alpha: float, start: list[int], eos: int, forced_eos: bool
 ) -> None:
-    """``start``: the start token, then any the decoder is given (a target language's code)."""
+    """``start``: the start token, then any the decoder is given (a target language's code);
+    ``forced_eos``: the max_len-th token is [EOS], scored (fairseq's end at the limit)."""
     start, eos = [t % vocab for t in start], eos % vocab
     beam = 2 * vocab ** (max_len + 1)  # wider than the hypotheses: none is dropped, none ends early
-    got = search.beam_search(Scripted(vocab), start, eos, max_len, beam, alpha)
-    assert got == best_by_brute_force(start, eos, max_len, alpha, vocab)
+    got = search.beam_search(Scripted(vocab), start, eos, max_len, beam, alpha, forced_eos)
+    assert got == best_by_brute_force(start, eos, max_len, alpha, vocab, forced_eos)
 
 
 @given(
@@ -239,12 +244,19 @@ def test_a_beam_that_keeps_every_hypothesis_finds_the_best(
     max_len=st.integers(1, 8),
     start=st.lists(st.integers(0, 8), min_size=1, max_size=3),
     eos=st.integers(0, 8),
+    forced_eos=st.booleans(),
 )
-def test_beam_one_is_greedy(vocab: int, max_len: int, start: list[int], eos: int) -> None:
+def test_beam_one_is_greedy(vocab: int, max_len: int, start: list[int], eos: int, forced_eos: bool) -> None:
+    """With ``forced_eos``, greedy decoding that reaches the limit ends a token sooner."""
     start, eos = [t % vocab for t in start], eos % vocab
-    greedy = search.generate(Scripted(vocab), np.array([start]), max_len, search.GREEDY, (eos,))[0]
-    beam = search.beam_search(Scripted(vocab), start, eos, max_len, 1, 0.6)
+    chosen = max_len - 1 if forced_eos else max_len
+    greedy = search.generate(Scripted(vocab), np.array([start]), chosen, search.GREEDY, (eos,))[0]
+    beam = search.beam_search(Scripted(vocab), start, eos, max_len, 1, 0.6, forced_eos)
     assert beam == search.strip_stop(greedy, (eos,))
+    rows = search.translate(
+        lambda _: Scripted(vocab), 2, start, eos, max_len + len(start) - 1, 1, 0.6, forced_eos
+    )
+    assert rows == [beam, beam]
 
 
 @given(

@@ -390,6 +390,24 @@ def test_both_clients_give_the_decoder_the_target_prefix_as_the_runtime_does(
         assert [s["ids"] for s in client(prefixed, "translate", *SOURCES, "--beam", str(beam))] == expected
 
 
+@pytest.mark.slow
+def test_both_clients_end_a_cut_translation_with_the_stop_token_as_the_runtime_does(
+    translator_bundle: Path, client: Client, tmp_path: Path
+) -> None:
+    """A manifest's forced_eos (transformers' forced_eos_token_id): the last of max_decode_len
+    places is the stop token's, greedy and in beam search, so a cut translation is a token
+    shorter; each client's are the runtime's."""
+    cut = {"max_decode_len": 4}
+    plain = load(_with_manifest(translator_bundle, tmp_path / "cut", "translation", **cut))
+    bundle = _with_manifest(translator_bundle, tmp_path / "forced", "translation", forced_eos=True, **cut)
+    runtime = load(bundle, providers=["CPUExecutionProvider"])
+    for beam in (1, 4):
+        unforced = [plain.translate_ids(*_source(plain, s), beam=beam)[0] for s in SOURCES]  # type: ignore[attr-defined]
+        expected = [runtime.translate_ids(*_source(runtime, s), beam=beam)[0] for s in SOURCES]  # type: ignore[attr-defined]
+        assert max(map(len, expected)) == 3 and max(map(len, unforced)) == 4
+        assert [s["ids"] for s in client(bundle, "translate", *SOURCES, "--beam", str(beam))] == expected
+
+
 def _source(translator: Any, text: str) -> tuple[np.ndarray, np.ndarray]:
     ids = translator.encode([text], add_special_tokens=False)[0].ids[: translator.max_seq_len]
     return np.array([ids]), np.ones((1, len(ids)), dtype=np.int64)

@@ -469,6 +469,67 @@ def test_bart_large_cnns_forced_s_starts_every_translation_as_in_transformers(tm
     assert generated(from_pretrained(tmp_path / "out")) == theirs
 
 
+@pytest.mark.slow
+def test_a_forced_eos_ends_a_cut_translation_as_in_transformers(tmp_path: Path) -> None:
+    """forced_eos_token_id (the BART family's configs set it to their eos): generate() puts </s>
+    in the last place max_new_tokens leaves, so a translation cut there is a token shorter. The
+    spec's task.forced_eos, which the bundle follows and export-hf writes back (null where the
+    spec has none, which the config class would otherwise read as its eos)."""
+    saved_with_bart_tokenizer(tmp_path / "hf", forced_eos_token_id=2)
+    hf = from_pretrained(tmp_path / "hf")
+    result = import_folder(tmp_path / "hf", "forced", tmp_path / "specs", tmp_path / "runs")
+    assert result.spec.task.type == "seq2seq" and result.spec.task.forced_eos
+    assert main(["export", str(result.run_dir), "--out", str(tmp_path / "bundle")]) == 0
+    tokenizer = T.AutoTokenizer.from_pretrained(tmp_path / "hf")
+
+    def generated(model: Any, **fields: Any) -> list[str]:
+        out = []
+        for sentence in SENTENCES:
+            ids = tokenizer(sentence, return_tensors="pt")["input_ids"]
+            tokens = model.generate(ids, do_sample=False, num_beams=1, max_new_tokens=4, **fields)[0]
+            out.append(tidy(tokenizer.decode(tokens, skip_special_tokens=True)))
+        return out
+
+    theirs, unforced = generated(hf), generated(hf, forced_eos_token_id=None)
+    assert theirs != unforced
+    assert Translator(tmp_path / "bundle").translate(SENTENCES, beam=1, max_len=4) == theirs
+    export_hf(result.run_dir, tmp_path / "out")
+    for name in ("config.json", "generation_config.json"):
+        assert json.loads((tmp_path / "out" / name).read_text())["forced_eos_token_id"] == 2
+    assert generated(from_pretrained(tmp_path / "out")) == theirs
+    spec_file = result.run_dir / "spec.yaml"
+    spec_file.write_text(spec_file.read_text().replace("forced_eos: true", "forced_eos: false"))
+    export_hf(result.run_dir, tmp_path / "plain")
+    assert json.loads((tmp_path / "plain" / "config.json").read_text())["forced_eos_token_id"] is None
+    assert generated(from_pretrained(tmp_path / "plain")) == unforced
+
+
+def test_a_forced_eos_that_is_not_the_eos_is_refused_and_one_read_otherwise_by_transformers_4_warns(
+    tmp_path: Path,
+) -> None:
+    """transformers forces forced_eos_token_id last whatever token it is: tfcompile ends with the
+    eos alone. A config.json without the field (and no generation_config.json) forces nothing
+    in transformers 5 and the config class's eos in 4: the import follows 5 and says so."""
+    saved_with_bart_tokenizer(tmp_path / "other", forced_eos_token_id=0)
+    with pytest.raises(
+        HFError, match=r"generation_config\.json.*\n  forced_eos_token_id: is 0, .* neither eos_token_id"
+    ):
+        import_folder(tmp_path / "other", "other", tmp_path / "specs", tmp_path / "runs")
+    assert not (tmp_path / "runs" / "other").exists()
+    folder = tmp_path / "hf"
+    saved_with_bart_tokenizer(folder)
+    (folder / "generation_config.json").unlink()
+    saved = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(
+        json.dumps({k: v for k, v in saved.items() if k != "forced_eos_token_id"})
+    )
+    with pytest.warns(
+        HFWarning, match="forced_eos_token_id is None as transformers 5 reads the folder and 2 as 4"
+    ):
+        result = import_folder(folder, "bart", tmp_path / "specs", tmp_path / "runs")
+    assert result.spec.task.type == "seq2seq" and not result.spec.task.forced_eos
+
+
 def test_export_hf_writes_an_mbarts_language_codes_and_refuses_a_longer_prefix(tmp_path: Path) -> None:
     """An mBART with NLLB's tokenizer (eng_Latn ... </s>) forcing fra_Latn: export-hf writes the
     source's code the spec names (another than the tokenizer's) into the tokenizer's template, the
@@ -544,6 +605,7 @@ def family_rows(f: str) -> list[Case]:
         case(f, tie_word_embeddings=False, spec={"tie_embeddings": False}, exported=f == "marian", slow=True),
         case(f, use_cache=False, slow=True),
         case(f, slow=True, **IDS),
+        case(f, outcome="forced_eos_token_id", forced_eos_token_id=2, slow=f != "pegasus"),
         case(f, outcome="is_decoder", json={"is_decoder": True}, slow=True),
         case(f, json={"is_encoder_decoder": False}, slow=f != "marian"),  # generate() alone reads it
     ]

@@ -537,6 +537,39 @@ def test_transformers_4_57_forces_the_runs_target_prefix(name: str, tmp_path: Pa
     assert len({tuple(row) for row in ours}) > 1
 
 
+def test_transformers_4_57_ends_a_cut_translation_with_the_forced_eos(tmp_path: Path) -> None:
+    """export-hf's forced_eos_token_id: transformers 4.57's greedy generate() from the folder puts
+    the eos in the last place max_new_tokens leaves, after the bundle's translation, which holds a
+    token fewer than the limit where it is cut."""
+    from test_hf_paths import SENTENCES
+
+    from tfcompile.cli import main
+    from tfcompile.hf.importer import import_folder
+    from tfcompile.runtime import Translator
+
+    test_hf_bart.saved_with_bart_tokenizer(tmp_path / "hf", forced_eos_token_id=2)
+    result = import_folder(tmp_path / "hf", "run", tmp_path / "specs", tmp_path / "runs")
+    assert result.spec.task.type == "seq2seq" and result.spec.task.forced_eos
+    export_hf(result.run_dir, tmp_path / "out")
+    assert main(["export", str(result.run_dir), "--out", str(tmp_path / "bundle")]) == 0
+    bundle = Translator(tmp_path / "bundle")
+    ours = bundle.translate_ids(*_framed(bundle, SENTENCES), beam=1, max_len=10)
+    assert PYTHON is not None
+    done = subprocess.run(
+        [PYTHON, "-c", GENERATE, str(tmp_path / "out"), json.dumps(SENTENCES)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    version, theirs = json.loads(done.stdout.splitlines()[-1])
+    assert version.startswith("4.57")
+    start, stop = bundle.translation.start_id, bundle.translation.stop_id
+    assert theirs == [[start, *row, stop] for row in ours]
+    assert any(len(row) == 9 for row in ours)
+
+
 def _framed(bundle: Any, texts: list[str]) -> tuple[Any, Any]:
     """The sources as the runtime's translate() frames them, right-padded, and their mask."""
     from tfcompile.sequences import pad_rows, source_row

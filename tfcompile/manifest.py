@@ -186,7 +186,9 @@ class TranslationInfo(Part):
     given to it rather than chosen: the first step reads them all, and the first token chosen
     follows the last of them. A translation ends at ``stop_id`` or once the decoder has
     ``max_decode_len`` tokens after ``start_id``, the prefix's included (transformers'
-    max_new_tokens; at most model.max_seq_len - 1 in all). Each step reads the logits of the last
+    max_new_tokens; at most model.max_seq_len - 1 in all); with ``forced_eos`` the last of those
+    is ``stop_id``, not chosen (transformers' forced_eos_token_id), so a translation cut there
+    holds a token fewer. Each step reads the logits of the last
     position over the tokenizer's ids only (see tokenizer): the log-softmax below covers those ids
     alone. The translation's ids are the tokens chosen, without ``stop_id`` (neither the start
     nor the prefix); the text is decoded and stripped of leading and trailing ASCII whitespace
@@ -205,7 +207,9 @@ class TranslationInfo(Part):
     sum / ((5 + length) / 6) ** a, length counting its tokens chosen without ``stop_id``. The
     search ends once B hypotheses have finished. No hypothesis grows past ``max_decode_len``
     tokens less the prefix's: at the step whose candidates would, the stop candidates among the
-    first B finish as above, then every live hypothesis finishes as it is, scored alike. The
+    first B finish as above, then every live hypothesis finishes as it is, scored alike. With
+    ``forced_eos``, the step before that one (whose token would be the last of them) ends every
+    live hypothesis instead, its sum plus the log-softmax of ``stop_id`` scored as above. The
     translation is the best finished hypothesis (the first to finish, of equal scores); B = 1 is
     greedy decoding (the largest logit each step, the lowest id of equal ones)."""
 
@@ -224,6 +228,10 @@ class TranslationInfo(Part):
         [],
         description="tokens the decoder reads after start_id before it chooses any (NLLB: the target "
         "language's code; transformers' forced_bos_token_id); none by default",
+    )
+    forced_eos: bool = Field(
+        False,
+        description="the last of the max_decode_len tokens is stop_id (transformers' forced_eos_token_id)",
     )
 
 

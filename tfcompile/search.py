@@ -318,29 +318,40 @@ def translate(
     max_len: int,
     beam: int,
     alpha: float,
+    forced_eos: bool = False,
 ) -> list[list[int]]:
     """Each of ``rows`` sources -> its translation's tokens, without ``eos``: greedy (``beam`` 1,
     the rows together: ``decoder_for(None)`` reads every source) or ``beam_search`` (a row at a
     time: ``decoder_for(row)`` reads that source alone). The decoder reads ``start`` (the start
     token, then any it is given: a target language's code) before it chooses a token; it holds
     at most ``max_len`` tokens after the first, ``start``'s included (transformers'
-    max_new_tokens)."""
+    max_new_tokens). With ``forced_eos`` the last of them is ``eos`` (transformers'
+    forced_eos_token_id): a translation that reaches the limit ends a token sooner."""
     limit = max(max_len - (len(start) - 1), 0)
     if beam == 1:
         first = np.tile(np.array(start, dtype=np.int64), (rows, 1))
-        decoded = generate(decoder_for(None), first, limit, GREEDY, stop=(eos,))
+        chosen = max(limit - 1, 0) if forced_eos else limit
+        decoded = generate(decoder_for(None), first, chosen, GREEDY, stop=(eos,))
         return [strip_stop(tokens, (eos,)) for tokens in decoded]
-    return [beam_search(decoder_for(row), start, eos, limit, beam, alpha) for row in range(rows)]
+    return [beam_search(decoder_for(row), start, eos, limit, beam, alpha, forced_eos) for row in range(rows)]
 
 
 def beam_search(
-    decoder: Decoder, start: Sequence[int], eos: int, max_len: int, beam: int, alpha: float
+    decoder: Decoder,
+    start: Sequence[int],
+    eos: int,
+    max_len: int,
+    beam: int,
+    alpha: float,
+    forced_eos: bool = False,
 ) -> list[int]:
     """One sequence (the decoder's cache holds one row): keep the ``beam`` best partial
     hypotheses by summed log-probability, starting after the tokens ``start`` (not scored); a
     finished one is scored by ``length_normalised``. ``eos`` ends a hypothesis only from within
     the top ``beam`` candidates, as in fairseq, so beam 1 is greedy decoding. -> the best
-    hypothesis (at most ``max_len`` tokens after ``start``), without ``eos``."""
+    hypothesis (at most ``max_len`` tokens after ``start``), without ``eos``. With
+    ``forced_eos``, the step that chooses the ``max_len``-th token chooses ``eos`` for every live
+    hypothesis, scored by its log-probability (fairseq's end at the length limit)."""
     hypotheses: list[tuple[float, list[int]]] = [(0.0, [])]  # (summed log p, tokens after start)
     finished: list[tuple[float, list[int]]] = []  # (length-normalised score, tokens)
     logits = decoder.step(np.array([start], dtype=np.int64), None)
@@ -348,6 +359,12 @@ def beam_search(
         scores64 = logits.astype(np.float64)
         log_probs = scores64 - scores64.max(-1, keepdims=True)
         log_probs -= np.log(np.exp(log_probs).sum(-1, keepdims=True))
+        if forced_eos and step == max_len - 1:  # the last place is eos's: every hypothesis ends
+            for row, (score, words) in enumerate(hypotheses):
+                finished.append(
+                    (length_normalised(score + float(log_probs[row, eos]), len(words), alpha), words)
+                )
+            break
         scores = np.array([s for s, _ in hypotheses])[:, None] + log_probs  # (n, V)
         order = np.argsort(-scores, axis=None, kind="stable")[: min(2 * beam, scores.size)]
         survivors: list[tuple[float, list[int], int]] = []

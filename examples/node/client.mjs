@@ -340,6 +340,7 @@ async function translate(bundle, texts, beam) {
   beam ??= t.beam;
   // The decoder reads the start token, then the tokens it is given (NLLB's target language code),
   // before it chooses any; max_decode_len counts them all after the start, which takes a position too.
+  // With forced_eos the last of those places is the stop token's: a translation cut there is a token shorter.
   const start = [t.start_id, ...(t.target_prefix_ids ?? [])];
   const limit = Math.min(t.max_decode_len, bundle.context - 1) - (start.length - 1);
   // Sources are cut to leave room for the prefix (BART's <s>) and the suffix (T5's </s>); an empty
@@ -365,7 +366,8 @@ async function translate(bundle, texts, beam) {
   const newIds = sources.map(() => []);
   const done = sources.map(() => false);
   let tokens = sources.map(() => [...start]);
-  for (let step = 0; step < limit && !done.every(Boolean); step++) {
+  const chosen = t.forced_eos ? limit - 1 : limit;
+  for (let step = 0; step < chosen && !done.every(Boolean); step++) {
     tokens = (await decoder.step(tokens)).map((logits) => [argmax(logits)]);
     tokens.forEach(([token], row) => {
       done[row] ||= token === t.stop_id;
@@ -378,13 +380,21 @@ async function translate(bundle, texts, beam) {
 // One sentence, after the tokens `start` (not scored): keep the `beam` best hypotheses by summed
 // log-probability; the stop token ends a hypothesis only from within the top `beam` candidates; a
 // finished hypothesis scores log p / ((5 + length) / 6) ** length_penalty. Ends when `beam` have
-// finished or at the limit.
+// finished or at the limit (with forced_eos, a step before it: every hypothesis then ends with the
+// stop token, scored).
 async function beamSearch(decoder, start, t, limit, beam) {
   const score = (logP, length) => logP / ((5 + length) / 6) ** t.length_penalty;
   let hypotheses = [{ total: 0, words: [] }];
   const finished = [];
   let logProbs = (await decoder.step([start])).map(logSoftmax);
   for (let step = 0; step <= limit; step++) {
+    if (t.forced_eos && step === limit - 1) {
+      // the last place is the stop token's
+      finished.push(
+        ...hypotheses.map((h, row) => ({ score: score(h.total + logProbs[row][t.stop_id], h.words.length), words: h.words })),
+      );
+      break;
+    }
     const candidates = hypotheses.flatMap((h, parent) =>
       logProbs[parent].map((lp, token) => ({ total: h.total + lp, parent, token })),
     );

@@ -250,6 +250,8 @@ def translate(bundle: Bundle, texts: list[str], beam: int | None = None) -> list
     beam = t["beam"] if beam is None else beam
     # The decoder reads the start token, then the tokens it is given (NLLB's target language code),
     # before it chooses any; max_decode_len counts them all after the start, which takes a position too.
+    # With forced_eos the last of those places is the stop token's: a translation cut there is a token
+    # shorter.
     start = [t["start_id"], *t.get("target_prefix_ids", [])]
     limit = min(t["max_decode_len"], bundle.context - 1) - (len(start) - 1)
     # Sources are cut to leave room for the prefix (BART's <s>) and the suffix (T5's </s>); an empty
@@ -268,7 +270,7 @@ def translate(bundle: Bundle, texts: list[str], beam: int | None = None) -> list
     new: list[list[int]] = [[] for _ in sources]
     done = [False] * len(sources)
     tokens = np.tile(np.array(start, dtype=np.int64), (len(sources), 1))
-    for _ in range(limit):
+    for _ in range(limit - 1 if t.get("forced_eos") else limit):
         tokens = decoder.step(tokens).argmax(-1)[:, None]
         for row, token in enumerate(tokens[:, 0].tolist()):
             done[row] = done[row] or token == t["stop_id"]
@@ -283,7 +285,8 @@ def beam_search(decoder: TranslationDecoder, start: list[int], t: dict, limit: i
     """One sentence, after the tokens ``start`` (not scored): keep the ``beam`` best hypotheses by
     summed log-probability; the stop token
     ends a hypothesis only from within the top ``beam`` candidates; a finished hypothesis scores
-    log p / ((5 + length) / 6) ** length_penalty. Ends when ``beam`` have finished or at the limit."""
+    log p / ((5 + length) / 6) ** length_penalty. Ends when ``beam`` have finished or at the limit
+    (with forced_eos, a step before it: every hypothesis then ends with the stop token, scored)."""
 
     def score(log_p: float, length: int) -> float:
         return log_p / ((5 + length) / 6) ** t["length_penalty"]
@@ -292,6 +295,11 @@ def beam_search(decoder: TranslationDecoder, start: list[int], t: dict, limit: i
     finished: list[tuple[float, list[int]]] = []
     log_probs = log_softmax(decoder.step(np.array([start], dtype=np.int64)))
     for step in range(limit + 1):
+        if t.get("forced_eos") and step == limit - 1:  # the last place is the stop token's
+            finished += [
+                (score(s + log_probs[row, t["stop_id"]], len(w)), w) for row, (s, w) in enumerate(hypotheses)
+            ]
+            break
         scores = np.array([s for s, _ in hypotheses])[:, None] + log_probs  # (hypotheses, vocab)
         order = np.argsort(-scores, axis=None, kind="stable")[: 2 * beam]  # ties: the lower index first
         survivors: list[tuple[float, list[int], int]] = []

@@ -66,7 +66,8 @@ section defines it:
    no target mask); ``source_mask`` and the ``memory_*`` tensors as the encoder gave them, every
    request; ``past_*`` empty at first, then the previous ``present_*``. Take ``logits[:, -1]``
    over the tokenizer's ids; a row ends at ``translation.stop_id`` or once the decoder holds
-   ``max_decode_len`` tokens after the start (the prefix's included).
+   ``max_decode_len`` tokens after the start (the prefix's included; with ``forced_eos`` the
+   last of them is ``stop_id``, given rather than chosen).
 4. Beam search keeps a source's hypotheses as rows of one batch: reorder ``past_*``, ``memory_*``
    and ``source_mask`` by the rows each step keeps, scored as ``translation`` says.
 

@@ -232,6 +232,9 @@ class Imported:
     # A translator's: its decoder starts with decoder_start_token_id, the spec's bos whatever the
     # tokenizer calls its bos (T5's <pad>, BART's </s>).
     decoder_start: bool = False
+    # A translator's config class's forced_eos_token_id, which transformers 4 takes where config.json
+    # has none (transformers 5 none): the BART family's is its eos.
+    forced_eos: int | None = None
     # The token id whose every occurrence the model's positions skip (RoBERTa's and M2M100's count
     # the tokens that are not the pad id; tfcompile's the ones the mask marks real): the importer
     # holds the tokenizer to padding with it alone (pad_positions). None: positions count columns.

@@ -78,15 +78,26 @@ class Kind:
     scale_embedding: bool = False
     attention_dropout: float = 0.0
     logits_bias: bool = True  # a final_logits_bias (M2M100 has none)
+    forced_eos: int | None = 2  # the config class's forced_eos_token_id (M2M100's has none)
 
 
 KINDS = {
-    "marian": Kind("MarianMTModel", "sinusoidal", "post", False, 58101, 58100),
-    "pegasus": Kind("PegasusForConditionalGeneration", "sinusoidal", "pre", False, 50265, 0),
+    "marian": Kind("MarianMTModel", "sinusoidal", "post", False, 58101, 58100, forced_eos=0),
+    "pegasus": Kind("PegasusForConditionalGeneration", "sinusoidal", "pre", False, 50265, 0, forced_eos=1),
     "bart": Kind("BartForConditionalGeneration", "learned", "post", True, 50265, 1),
     "mbart": Kind("MBartForConditionalGeneration", "learned", "pre", True, 50265, 1),
     "m2m_100": Kind(
-        "M2M100ForConditionalGeneration", "tensor2tensor", "pre", False, 128112, 1, "relu", True, 0.1, False
+        "M2M100ForConditionalGeneration",
+        "tensor2tensor",
+        "pre",
+        False,
+        128112,
+        1,
+        "relu",
+        True,
+        0.1,
+        False,
+        None,
     ),
 }
 # transformers' q, k and v projections (tfcompile's packed qkv, and cross-attention's q and kv)
@@ -229,7 +240,11 @@ class Bart(Writable):
         # every tokenizer of the four ends a source with </s> (mBART's then adds a language code)
         skipped = pad if skips_pad and has_pad else None
         return Imported(
-            model, {"type": "seq2seq", "source_suffix": ["eos"]}, decoder_start=True, pad_positions=skipped
+            model,
+            {"type": "seq2seq", "source_suffix": ["eos"]},
+            decoder_start=True,
+            pad_positions=skipped,
+            forced_eos=kind.forced_eos,
         )
 
     def to_state(self, tensors: Tensors, spec: Spec) -> State:

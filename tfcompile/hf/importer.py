@@ -107,10 +107,13 @@ def import_folder(folder: Path, name: str, specs_dir: Path, runs_dir: Path) -> I
     tokens = special_tokens(folder, data, imported.decoder_start)
     if imported.pad_positions is not None:
         pad_positions(str(folder / CONFIG), imported.pad_positions, tokens, token_strings(folder))
-    target_prefix: list[str] = []
-    if imported.decoder_start:  # a translator's
+    decoding: dict[str, Any] = {}  # a translator's generation settings
+    if imported.decoder_start:
         codes, target_prefix = language_codes(folder, data, tokens)
         tokens |= codes
+        decoding = {"target_prefix": target_prefix} if target_prefix else {}
+        if forced_end(folder, data, imported.forced_eos, tokens):
+            decoding["forced_eos"] = True
     if tokens:
         sections["tokens"] = tokens
     if "source_suffix" in imported.task and (around := source_affixes(folder, tokens)) is not None:
@@ -120,8 +123,7 @@ def import_folder(folder: Path, name: str, specs_dir: Path, runs_dir: Path) -> I
             **({"source_prefix": prefix} if prefix else {}),
             "source_suffix": suffix,
         }
-    if target_prefix:
-        sections["task"] = sections["task"] | {"target_prefix": target_prefix}
+    sections["task"] = sections["task"] | decoding
     text = readable_spec(sections, folder, name, runs_dir)
     try:
         spec = parse_spec(text, source=str(spec_path))
@@ -427,35 +429,78 @@ GENERATION_DEFAULTS: dict[str, Any] = {
 }
 
 
-def forced_start(folder: Path, config: dict[str, Any]) -> tuple[int | None, str]:
-    """The token transformers' generate() forces after the decoder's start, and the file it is
-    read from: generation_config.json's forced_bos_token_id where the folder has one, else
-    config.json's. Where generation_config.json was made from the model's config and config.json
-    holds generation fields off their defaults, transformers 4 rebuilds it from config.json (its
-    forced_bos_token_id, or none) and 5 does not: a folder where the two differ is refused."""
-    own = config.get("forced_bos_token_id")
+def generation_token(
+    folder: Path, config: dict[str, Any], name: str, default: int | None = None
+) -> tuple[int | None, int | None, str]:
+    """A token id generate() reads (``name``: forced_bos_token_id, forced_eos_token_id) as
+    transformers 5 and 4 read the folder, and the file it is read from: generation_config.json's
+    where the folder has one, else config.json's. Transformers 4 takes the config class's
+    ``default`` where config.json has none, and where generation_config.json was made from the
+    model's config and config.json holds generation fields off their defaults, it rebuilds it from
+    config.json. Refused by field: a value that is no token id."""
     generation = read_optional_json(folder / GENERATION_CONFIG)
     held = (folder / GENERATION_CONFIG).exists()
-    forced = generation.get("forced_bos_token_id") if held else own
-    where = str(folder / (GENERATION_CONFIG if held else CONFIG))
-    rebuilt = any(
-        name in config and config[name] is not None and config[name] != default
-        for name, default in GENERATION_DEFAULTS.items()
+    rebuilt = generation.get("_from_model_config") is True and any(
+        key in config and config[key] is not None and config[key] != value
+        for key, value in GENERATION_DEFAULTS.items()
     )
-    if generation.get("_from_model_config") is True and rebuilt and own != forced:
+    five = generation.get(name) if held else config.get(name)
+    four = config.get(name, default) if rebuilt or not held else five
+    for value, file in ((five, GENERATION_CONFIG if held else CONFIG), (four, CONFIG)):
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
+            raise refuse(
+                str(folder / file), [Problem(name, f"is {value!r}, no token id", "a token's id, or null")]
+            )
+    return five, four, str(folder / (GENERATION_CONFIG if held else CONFIG))
+
+
+def forced_start(folder: Path, config: dict[str, Any]) -> tuple[int | None, str]:
+    """The token transformers' generate() forces after the decoder's start (generation_token's
+    forced_bos_token_id), and the file it is read from; refused where transformers 4 and 5 would
+    force different tokens."""
+    forced, four, where = generation_token(folder, config, "forced_bos_token_id")
+    if forced != four:
         message = (
-            f"is {own} in config.json and {'unset' if forced is None else forced} in generation_config.json, "
+            f"is {four} in config.json and {'unset' if forced is None else forced} in "
+            f"generation_config.json, "
             f"made from the model's config: transformers 4 rebuilds the latter from config.json's generation "
             f"fields and forces config.json's, 5 generation_config.json's"
         )
         raise refuse(
             str(folder / CONFIG), [Problem("forced_bos_token_id", message, "give both files one value")]
         )
-    if forced is not None and (not isinstance(forced, int) or isinstance(forced, bool) or forced < 0):
-        raise refuse(
-            where, [Problem("forced_bos_token_id", f"is {forced!r}, no token id", "a token's id, or null")]
-        )
     return forced, where
+
+
+def forced_end(folder: Path, config: dict[str, Any], default: int | None, tokens: dict[str, str]) -> bool:
+    """Whether transformers' generate() ends a translation that reaches its length limit with its
+    eos (generation_token's forced_eos_token_id; ``default``: the config class's), the task's
+    forced_eos. Where transformers 4 and 5 read it otherwise (4 takes the class's default for a
+    config.json without one), the import follows 5, with a warning, as the two differ in the last
+    token of a cut translation alone. Refused by field: a forced token that is neither the
+    config's eos_token_id nor the tokenizer's eos (``tokens``' eos role)."""
+    forced, four, where = generation_token(folder, config, "forced_eos_token_id", default)
+    if forced != four:
+        warnings.warn(
+            f"{where}: forced_eos_token_id is {forced} as transformers 5 reads the folder and {four} as "
+            f"4 does (config.json's, or its config class's where it has none): the import follows 5, so "
+            f"under transformers 4 a translation cut at the length limit ends otherwise; give config.json "
+            f"the value",
+            HFWarning,
+            stacklevel=2,
+        )
+    if forced is None:
+        return False
+    eos = read_optional_json(folder / GENERATION_CONFIG).get("eos_token_id", config.get("eos_token_id"))
+    stops = eos if isinstance(eos, list) else [eos]
+    token = token_strings(folder).get(forced)
+    if forced not in stops and (token is None or token != tokens.get("eos")):
+        message = (
+            f"is {forced}, which generate() puts last in a translation cut at its length limit, and "
+            f"neither eos_token_id ({eos}) nor the tokenizer's eos ({tokens.get('eos')!r})"
+        )
+        raise refuse(where, [Problem("forced_eos_token_id", message, "set it to the eos's id, or null")])
+    return True
 
 
 def warn_of_half_precision(config: dict[str, Any]) -> None:

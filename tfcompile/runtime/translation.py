@@ -156,7 +156,8 @@ class Translator(Bundle):
             real = mask[row].astype(bool)
             return _StepDecoder(self, ids[row : row + 1, real], mask[row : row + 1, real])
 
-        return search.translate(decoder_for, len(ids), [t.start_id, *given], t.stop_id, limit, width, alpha)
+        start = [t.start_id, *given]
+        return search.translate(decoder_for, len(ids), start, t.stop_id, limit, width, alpha, t.forced_eos)
 
     def _given(self, value: Sequence[int]) -> list[int]:
         """A target prefix: token ids of the vocabulary, no more than the decoder can hold."""

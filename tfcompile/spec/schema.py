@@ -1731,6 +1731,11 @@ class Seq2SeqTask(TaskSection):
         0.6, description="alpha in score / ((5 + length) / 6) ** alpha (Wu et al. 2016)"
     )
     max_decode_len: PositiveInt | None = Field(None, description="default: the model's max_seq_len - 1")
+    forced_eos: bool = Field(
+        False,
+        description="a translation that reaches max_decode_len ends with eos in its last place, a token "
+        "sooner (transformers' forced_eos_token_id, which the BART family's configs set)",
+    )
     source_suffix: list[Literal["eos", "source_language"]] = Field(
         [],
         description="special tokens appended to every source, by role (T5's tokenizer appends eos, "

@@ -107,6 +107,7 @@ class Translation(Task):
             beam=task.beam,
             length_penalty=task.length_penalty,
             max_decode_len=task.max_decode_len,
+            forced_eos=task.forced_eos,
             source_prefix_ids=[roles[role] for role in task.source_prefix],
             source_suffix_ids=[roles[role] for role in task.source_suffix],
             target_prefix_ids=[roles[role] for role in task.target_prefix],
@@ -231,7 +232,16 @@ class Translation(Task):
             source = pad_rows(ids, self.ids["pad"]).to(device)
             mask = pad_rows([[1] * len(row) for row in ids], 0).to(device)
             tokens = translate_tokens(
-                model, source, mask, start, eos, task.max_decode_len, task.beam, task.length_penalty, emitted
+                model,
+                source,
+                mask,
+                start,
+                eos,
+                task.max_decode_len,
+                task.beam,
+                task.length_penalty,
+                emitted,
+                task.forced_eos,
             )
             out += self.tokenizer.decode_batch(tokens)
         return [tidy(t) for t in out]
@@ -319,11 +329,13 @@ def translate_tokens(
     beam: int = 1,
     length_penalty: float = 0.6,
     emitted: int | None = None,
+    forced_eos: bool = False,
 ) -> list[list[int]]:
     """source (B, S) -> each sentence's target ids (below ``emitted``), without ``start`` ([BOS],
     then any tokens the decoder is given: task.target_prefix) and [EOS], the decoder holding at
-    most ``max_len`` tokens after [BOS] (at most the model's max_seq_len - 1): greedy for
-    ``beam`` 1, else beam search one sentence at a time, without its padding (search.translate)."""
+    most ``max_len`` tokens after [BOS] (at most the model's max_seq_len - 1), the last of them
+    [EOS] with ``forced_eos``: greedy for ``beam`` 1, else beam search one sentence at a time,
+    without its padding (search.translate)."""
 
     def decoder_for(row: int | None) -> TorchTranslator:
         if row is None:
@@ -331,4 +343,4 @@ def translate_tokens(
         return TorchTranslator(model, source_ids[row : row + 1, source_mask[row].bool()], None, emitted)
 
     limit = min(max_len, model.spec.max_seq_len - 1)
-    return search.translate(decoder_for, len(source_ids), start, eos, limit, beam, length_penalty)
+    return search.translate(decoder_for, len(source_ids), start, eos, limit, beam, length_penalty, forced_eos)
