@@ -29,6 +29,7 @@ import pytest
 import test_hf_albert  # noqa: F401
 import test_hf_arcee  # noqa: F401
 import test_hf_bart
+import test_hf_biogpt  # noqa: F401
 import test_hf_codegen  # noqa: F401
 import test_hf_cohere  # noqa: F401
 import test_hf_electra  # noqa: F401
@@ -155,9 +156,12 @@ SOURCES: dict[str, Source] = {
     )
 }
 SOURCES |= {name: from_roberta(name) for name in ("roberta", "xlm-roberta", "camembert", "distilbert")}
-SOURCES["opt"] = Source(
-    lambda folder: _save(case("opt"), folder), unread=lambda hf: 2 * hf.config.hidden_size
-)
+SOURCES |= {  # the two position rows before position 0's
+    name: Source(
+        lambda folder, name=name: _save(case(name), folder), unread=lambda hf: 2 * hf.config.hidden_size
+    )
+    for name in ("opt", "biogpt")
+}
 SOURCES["mt5"] = Source(save_mt5, mt5_difference)
 SOURCES["m2m_100"] = Source(lambda folder: _save(case("m2m_100"), folder), test_hf_m2m100.compare)
 # ModernBERT's head's dense layer has no bias without classifier_bias; the spec's is one of zeros

@@ -114,6 +114,13 @@ def _gemma3_own(root: Path) -> Path:
     return random_run(root, f"model: {{{test_hf_gemma3.WRITTEN['local layers, interleaved']}}}\n")
 
 
+def _biogpt_own(root: Path) -> Path:
+    """Learned positions and scaled embeddings, untied."""
+    import test_hf_biogpt
+
+    return random_run(root, f"model: {{{test_hf_biogpt.SCALED}}}\n")
+
+
 def _opt_bigcode(name: str) -> Callable[[Path], Path]:
     def run(root: Path) -> Path:
         import test_hf_opt_bigcode
@@ -340,6 +347,8 @@ RUNS: dict[str, Callable[[Path], Path]] = {
     "gemma3": _gemma3("gemma3_scaled_window_bias_untied"),
     "gemma3 of tfcompile's own (no tokenizer)": _gemma3_own,
     "opt": _opt_bigcode("opt_post"),
+    "biogpt": _imported("test_hf_biogpt", "biogpt"),
+    "biogpt of tfcompile's own (no tokenizer)": _biogpt_own,
     "gpt_bigcode": _opt_bigcode("bigcode"),
     "gpt_bigcode as gpt2, unscaled": _opt_bigcode("bigcode_mha"),
     "gpt_neox": _neox("neox"),
@@ -381,7 +390,8 @@ def _calls(run: Path, config: dict[str, Any]) -> list[dict[str, Any]]:
     architecture, vocab = config["architectures"][0], config.get("vocab_size")
     ids = random_ids(3, 12) % (vocab or VOCAB)
     masks = [torch.ones(3, 12, dtype=torch.long), right_padding(3, 12)]
-    if architecture in ("OPTForCausalLM", "BloomForCausalLM"):  # positions counted from the mask, in both
+    # positions counted from the mask, in both (BioGPT's, in transformers 4)
+    if architecture in ("OPTForCausalLM", "BloomForCausalLM", "BioGptForCausalLM"):
         masks.append(right_padding(3, 12).flip(-1))
     calls = []
     with torch.no_grad():

@@ -1,15 +1,16 @@
 """Every Hugging Face architecture tfcompile converts, each registered by importing its module:
 the one list that ``tfcompile import`` (importer.py) and ``export-hf`` (exporter.py) read. Each
 spec is the ``candidate`` of one architecture at most, chosen by what decides the architecture
-(a learned-position decoder's MQA and norms; a RoPE decoder's embedding scale, then its norms,
-blocks and K/V heads; an ALiBi decoder is BLOOM's), so the order here changes nothing and a
-refusal names only that architecture's problems."""
+(a learned-position decoder's MQA, norms, window and embedding scale; a RoPE decoder's embedding
+scale, then its norms, blocks and K/V heads; an ALiBi decoder is BLOOM's), so the order here
+changes nothing and a refusal names only that architecture's problems."""
 
 from tfcompile.hf import (  # noqa: F401 (each registers its architecture)
     albert,
     bart,
     bert,
     bigcode,
+    biogpt,
     bloom,
     cohere,
     distilbert,

@@ -165,9 +165,16 @@ class GPT2(Writable):
         return self.read_layer(hf, kind, t, model)  # a transpose is its own inverse
 
     def candidate(self, spec: Spec) -> bool:
-        """A decoder LM with learned positions, GPT-2's norms, no MQA and no window (GPT-Neo's)."""
+        """A decoder LM with learned positions, GPT-2's norms, no MQA, no window (GPT-Neo's) and
+        no scale on the embeddings (BioGPT's)."""
         model = learned_decoder_lm(spec)
-        return model is not None and not multi_query(model) and gpt2_norms(model) and model.window is None
+        return (
+            model is not None
+            and not multi_query(model)
+            and gpt2_norms(model)
+            and model.window is None
+            and not model.scale_embeddings
+        )
 
     def exportable(self, spec: Spec) -> list[Problem]:
         model = spec.model

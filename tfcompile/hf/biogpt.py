@@ -1,0 +1,210 @@
+"""BioGPT (``BioGptForCausalLM``): OPT's pre-LayerNorm blocks (biases on every projection, learned
+positions read from row 2 of their table, counted from the mask) with a final norm, token
+embeddings multiplied by sqrt(hidden_size) (``scale_embedding``, true by default) and a tied head
+(``output_projection``).
+
+Every LayerNorm is nn.LayerNorm's default (epsilon 1e-5): BioGptConfig's ``layer_norm_eps`` is
+read by none of them, so the import does not read it either. ``activation_dropout`` (inside the
+feed-forward) and ``layerdrop`` act in training only. export-hf writes as BioGPT a decoder LM of
+learned positions and GPT-2's norms whose embeddings are scaled (GPT-2 writes the others)."""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any, ClassVar
+
+import torch
+
+from tfcompile.hf.architecture import (
+    ACTIVATIONS,
+    EXPORTED_ACTIVATIONS,
+    Config,
+    Imported,
+    Needs,
+    State,
+    Tensors,
+    Writable,
+    contiguous,
+    dropout,
+    init_std,
+    lm_head,
+    output_scale,
+    pad_within,
+    register,
+    zeros_if_none,
+)
+from tfcompile.hf.errors import HFWarning, Problem
+from tfcompile.hf.gpt2 import gpt2_norms, learned_decoder_lm, multi_query
+from tfcompile.hf.opt import EPS, LAYER, OFFSET
+from tfcompile.spec import Spec
+from tfcompile.spec.schema import DecoderSpec
+
+HEAD = "BioGptForCausalLM"
+
+
+@register("biogpt")
+class BioGpt(Writable):
+    prefixes = ("biogpt.",)
+    sources: ClassVar[dict[str, str]] = {
+        "model.vocab_size": "vocab_size",
+        "model.max_seq_len": "max_position_embeddings",
+        "model.d_model": "hidden_size",
+        "model.n_layers": "num_hidden_layers",
+        "model.n_heads": "num_attention_heads",
+        "model.d_ff": "intermediate_size",
+        "model.activation": "hidden_act",
+        "model.dropout.embedding": "hidden_dropout_prob",
+        "model.dropout.residual": "hidden_dropout_prob",
+        "model.dropout.attention": "attention_probs_dropout_prob",
+        "model.init_std": "initializer_range",
+    }
+
+    def read(self, config: Config, architecture: str, tensors: Tensors) -> Imported:
+        config.require(
+            architecture == HEAD,
+            "architectures",
+            f"{architecture} is not a language model tfcompile has",
+            f"import a {HEAD}",
+        )
+        if config.get("layerdrop", 0.0):
+            warnings.warn(
+                HFWarning(
+                    "layerdrop (LayerDrop skips whole layers while training) is not in tfcompile: "
+                    "the outputs are the same; a fine-tune trains every layer every step"
+                ),
+                stacklevel=2,
+            )
+        vocab = config.get("vocab_size", 42384)
+        pad_within(config.filled({}, nullable={"pad_token_id": 1}), vocab)
+        hidden = config.get("hidden_dropout_prob", 0.1)
+        model: dict[str, Any] = {
+            "family": "decoder",
+            "vocab_size": vocab,
+            "max_seq_len": config.get("max_position_embeddings", 1024),
+            "d_model": config.get("hidden_size", 1024),
+            "n_layers": config.get("num_hidden_layers", 24),
+            "n_heads": config.get("num_attention_heads", 16),
+            "d_ff": config.get("intermediate_size", 4096),
+            "activation": config.choice("hidden_act", "gelu", ACTIVATIONS, "activation"),
+            "positional": "learned",
+            "norm": {"position": "pre", "type": "layernorm", "eps": EPS},
+            "bias": {"qkv": True, "attn_out": True, "ffn": True, "lm_head": False},
+            "scale_embeddings": bool(config.get("scale_embedding", True)),
+            "tie_embeddings": lm_head(
+                config, tensors, architecture, ("output_projection.weight", "embed_tokens.weight"), True, HEAD
+            ),
+            "dropout": {
+                "embedding": dropout(hidden),
+                "attention": dropout(config.get("attention_probs_dropout_prob", 0.1)),
+                "residual": dropout(hidden),
+            },
+            "init_std": init_std(config),
+        }
+        return Imported(model, {"type": "causal_lm", "special_tokens": False})
+
+    def to_state(self, tensors: Tensors, spec: Spec) -> State:
+        model = spec.model
+        assert isinstance(model, DecoderSpec) and model.head_dim is not None
+        embed = tensors.take("embed_tokens.weight")
+        state = {
+            "embed.weight": embed,
+            "positional.table.weight": tensors.take("embed_positions.weight")[OFFSET:],
+            "lm_head.weight": embed if model.tie_embeddings else tensors.take("output_projection.weight"),
+            "final_norm.weight": tensors.take("layer_norm.weight"),
+            "final_norm.bias": tensors.take("layer_norm.bias"),
+        }
+        tensors.maybe("output_projection.weight")  # a tie saved under both names
+        rows = [model.n_heads * model.head_dim] * 3
+        for i in range(model.n_layers):
+            h, b = f"layers.{i}.", f"blocks.{i}."
+            for kind in ("weight", "bias"):
+                names = (f"{h}self_attn.{x}_proj.{kind}" for x in "qkv")
+                state[f"{b}attn.qkv.{kind}"] = tensors.cat(*names, rows=rows)
+                for hf, tfc in LAYER:
+                    state[f"{b}{tfc}.{kind}"] = tensors.take(f"{h}{hf}.{kind}")
+        return state
+
+    def candidate(self, spec: Spec) -> bool:
+        """A decoder LM with learned positions, GPT-2's norms, no MQA and no window whose token
+        embeddings are scaled (GPT-2 writes the others)."""
+        model = learned_decoder_lm(spec)
+        return (
+            model is not None
+            and not multi_query(model)
+            and gpt2_norms(model)
+            and model.window is None
+            and model.scale_embeddings
+        )
+
+    def exportable(self, spec: Spec) -> list[Problem]:
+        model = spec.model
+        assert isinstance(model, DecoderSpec)
+        need = Needs("BioGPT")
+        need(model.activation in EXPORTED_ACTIVATIONS, "model.activation", model.activation, "gelu")
+        need(model.norm.type == "layernorm", "model.norm.type", model.norm.type, "layernorm")
+        need(model.norm.eps == EPS, "model.norm.eps", model.norm.eps, f"{EPS} (BioGPT's LayerNorms')")
+        need(bool(model.norm.bias), "model.norm.bias", False, "true")
+        need(model.n_kv_heads == model.n_heads, "model.n_kv_heads", model.n_kv_heads, "n_heads (no GQA)")
+        need(
+            model.dropout.embedding == model.dropout.residual,
+            "model.dropout.embedding",
+            model.dropout.embedding,
+            f"{model.dropout.residual}, model.dropout.residual (one hidden_dropout_prob)",
+        )
+        need(
+            model.head_dim * model.n_heads == model.d_model,
+            "model.head_dim",
+            model.head_dim,
+            "leave it unset",
+        )
+        need.plain_scales(model.model_copy(update={"scale_embeddings": False}))
+        return need.problems
+
+    def to_config(self, spec: Spec) -> dict[str, Any]:
+        model = spec.model
+        assert isinstance(model, DecoderSpec)
+        return {
+            "architectures": [HEAD],
+            "model_type": "biogpt",
+            "vocab_size": model.vocab_size,
+            "max_position_embeddings": model.max_seq_len,
+            "hidden_size": model.d_model,
+            "num_hidden_layers": model.n_layers,
+            "num_attention_heads": model.n_heads,
+            "intermediate_size": model.d_ff,
+            "hidden_act": EXPORTED_ACTIVATIONS[model.activation],
+            "scale_embedding": model.scale_embeddings,
+            "hidden_dropout_prob": model.dropout.residual,
+            "attention_probs_dropout_prob": model.dropout.attention,
+            "activation_dropout": 0.0,
+            "layerdrop": 0.0,
+            "initializer_range": model.init_std,
+            "tie_word_embeddings": model.tie_embeddings,
+        }
+
+    def from_state(self, state: State, spec: Spec) -> State:
+        model = spec.model
+        assert isinstance(model, DecoderSpec)
+        p, d = "biogpt.", model.d_model
+        table = state["positional.table.weight"]
+        scale = output_scale(model)
+        out = {
+            f"{p}embed_tokens.weight": state["embed.weight"],
+            f"{p}embed_positions.weight": torch.cat([table.new_zeros(OFFSET, d), table]),
+            f"{p}layer_norm.weight": state["final_norm.weight"] * scale,
+            f"{p}layer_norm.bias": state["final_norm.bias"] * scale,
+        }
+        if not model.tie_embeddings:
+            out["output_projection.weight"] = state["lm_head.weight"]
+        for i in range(model.n_layers):
+            h, b = f"{p}layers.{i}.", f"blocks.{i}."
+            for kind in ("weight", "bias"):
+                packed = zeros_if_none(state.get(f"{b}attn.qkv.{kind}"), 3 * d)
+                q, k, v = packed.chunk(3)
+                out |= {f"{h}self_attn.q_proj.{kind}": q, f"{h}self_attn.k_proj.{kind}": k}
+                out[f"{h}self_attn.v_proj.{kind}"] = v
+            for hf, tfc in LAYER:
+                weight = state[f"{b}{tfc}.weight"]
+                out[f"{h}{hf}.weight"] = weight
+                out[f"{h}{hf}.bias"] = zeros_if_none(state.get(f"{b}{tfc}.bias"), weight.shape[0])
+        return contiguous(out)
