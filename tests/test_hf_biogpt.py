@@ -123,12 +123,18 @@ def test_what_biogpt_cannot_express_is_refused_by_field(tmp_path: Path) -> None:
     run = random_run(
         tmp_path,
         f"model: {{{SCALED}, norm: {{type: rmsnorm}}, n_kv_heads: 2, "
-        "dropout: {embedding: 0.1, residual: 0.2}}\n",
+        "dropout: {embedding: 0.1, residual: 0.2}, head_dim: 4}\n",
     )
     with pytest.raises(HFError) as error:
         export_hf(run, tmp_path / "out")
     fields = re.findall(r"^  (\S+): ", str(error.value), re.MULTILINE)
-    named = ["model.norm.type", "model.norm.bias", "model.n_kv_heads", "model.dropout.embedding"]
+    named = [
+        "model.norm.type",
+        "model.norm.bias",
+        "model.n_kv_heads",
+        "model.dropout.embedding",
+        "model.head_dim",
+    ]
     assert fields == named, str(error.value)
     assert "BioGPT" in str(error.value) and not (tmp_path / "out").exists()
 

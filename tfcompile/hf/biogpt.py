@@ -151,13 +151,7 @@ class BioGpt(Writable):
             model.dropout.embedding,
             f"{model.dropout.residual}, model.dropout.residual (one hidden_dropout_prob)",
         )
-        need(
-            model.head_dim * model.n_heads == model.d_model,
-            "model.head_dim",
-            model.head_dim,
-            "leave it unset",
-        )
-        need.plain_scales(model.model_copy(update={"scale_embeddings": False}))
+        need.plain_attention(model.model_copy(update={"scale_embeddings": False}))
         return need.problems
 
     def to_config(self, spec: Spec) -> dict[str, Any]:
