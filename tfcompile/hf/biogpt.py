@@ -31,11 +31,10 @@ from tfcompile.hf.architecture import (
     output_scale,
     pad_within,
     register,
-    zeros_if_none,
 )
 from tfcompile.hf.errors import HFWarning, Problem
 from tfcompile.hf.gpt2 import gpt2_norms, learned_decoder_lm, multi_query
-from tfcompile.hf.opt import EPS, LAYER, OFFSET
+from tfcompile.hf.opt import EPS, OFFSET, read_blocks, written_blocks
 from tfcompile.spec import Spec
 from tfcompile.spec.schema import DecoderSpec
 
@@ -114,15 +113,7 @@ class BioGpt(Writable):
             "final_norm.bias": tensors.take("layer_norm.bias"),
         }
         tensors.maybe("output_projection.weight")  # a tie saved under both names
-        rows = [model.n_heads * model.head_dim] * 3
-        for i in range(model.n_layers):
-            h, b = f"layers.{i}.", f"blocks.{i}."
-            for kind in ("weight", "bias"):
-                names = (f"{h}self_attn.{x}_proj.{kind}" for x in "qkv")
-                state[f"{b}attn.qkv.{kind}"] = tensors.cat(*names, rows=rows)
-                for hf, tfc in LAYER:
-                    state[f"{b}{tfc}.{kind}"] = tensors.take(f"{h}{hf}.{kind}")
-        return state
+        return state | read_blocks(tensors, model, biased=True)
 
     def candidate(self, spec: Spec) -> bool:
         """A decoder LM with learned positions, GPT-2's norms, no MQA and no window whose token
@@ -190,15 +181,4 @@ class BioGpt(Writable):
         }
         if not model.tie_embeddings:
             out["output_projection.weight"] = state["lm_head.weight"]
-        for i in range(model.n_layers):
-            h, b = f"{p}layers.{i}.", f"blocks.{i}."
-            for kind in ("weight", "bias"):
-                packed = zeros_if_none(state.get(f"{b}attn.qkv.{kind}"), 3 * d)
-                q, k, v = packed.chunk(3)
-                out |= {f"{h}self_attn.q_proj.{kind}": q, f"{h}self_attn.k_proj.{kind}": k}
-                out[f"{h}self_attn.v_proj.{kind}"] = v
-            for hf, tfc in LAYER:
-                weight = state[f"{b}{tfc}.weight"]
-                out[f"{h}{hf}.weight"] = weight
-                out[f"{h}{hf}.bias"] = zeros_if_none(state.get(f"{b}{tfc}.bias"), weight.shape[0])
-        return contiguous(out)
+        return contiguous(out | written_blocks(state, model, p, biased=True))

@@ -148,18 +148,7 @@ class OPT(Writable):
         if model.norm.final:
             state["final_norm.weight"] = tensors.take("final_layer_norm.weight")
             state["final_norm.bias"] = tensors.take("final_layer_norm.bias")
-        rows = [model.n_heads * model.head_dim] * 3
-        biased = enable_bias(model)  # as read, every projection's bias or none
-        for i in range(model.n_layers):
-            h, b = f"layers.{i}.", f"blocks.{i}."
-            for kind in ("weight", "bias") if biased else ("weight",):
-                names = (f"{h}self_attn.{x}_proj.{kind}" for x in "qkv")
-                state[f"{b}attn.qkv.{kind}"] = tensors.cat(*names, rows=rows)
-            for hf, tfc in LAYER:
-                state[f"{b}{tfc}.weight"] = tensors.take(f"{h}{hf}.weight")
-                if hf in NORMS or biased:
-                    state[f"{b}{tfc}.bias"] = tensors.take(f"{h}{hf}.bias")
-        return state
+        return state | read_blocks(tensors, model, enable_bias(model))  # as read, every bias or none
 
     def candidate(self, spec: Spec) -> bool:
         """A decoder LM with learned positions and no MQA whose norms are not GPT-2's: post-norm,
@@ -232,23 +221,48 @@ class OPT(Writable):
             out[f"{p}final_layer_norm.bias"] = state["final_norm.bias"] * scale
         if not model.tie_embeddings:
             out["lm_head.weight"] = state["lm_head.weight"]
-        biased = enable_bias(model)
-        for i in range(model.n_layers):
-            h, b = f"{p}layers.{i}.", f"blocks.{i}."
-            for kind in ("weight", "bias") if biased else ("weight",):
-                packed = zeros_if_none(state.get(f"{b}attn.qkv.{kind}"), 3 * d)
-                q, k, v = packed.chunk(3)
-                out |= {f"{h}self_attn.q_proj.{kind}": q, f"{h}self_attn.k_proj.{kind}": k}
-                out[f"{h}self_attn.v_proj.{kind}"] = v
-            for hf, tfc in LAYER:
-                weight = state[f"{b}{tfc}.weight"]
-                out[f"{h}{hf}.weight"] = weight
-                if hf in NORMS or biased:
-                    out[f"{h}{hf}.bias"] = zeros_if_none(state.get(f"{b}{tfc}.bias"), weight.shape[0])
-        return contiguous(out)
+        return contiguous(out | written_blocks(state, model, p, enable_bias(model)))
 
 
 def enable_bias(model: DecoderSpec) -> bool:
     """OPT's one switch for every projection's bias: on where the model has any (zeros where it
     has none, which is exact)."""
     return model.bias.qkv or model.bias.attn_out or model.bias.ffn
+
+
+def read_blocks(tensors: Tensors, model: DecoderSpec, biased: bool) -> State:
+    """OPT's blocks (BioGPT's and XGLM's too: fairseq's decoder layers) -> tfcompile's: q, k and v
+    packed, the norms' weights and biases, the projections' biases where ``biased``."""
+    assert model.head_dim is not None
+    rows = [model.n_heads * model.head_dim] * 3
+    state: State = {}
+    for i in range(model.n_layers):
+        h, b = f"layers.{i}.", f"blocks.{i}."
+        for kind in ("weight", "bias") if biased else ("weight",):
+            names = (f"{h}self_attn.{x}_proj.{kind}" for x in "qkv")
+            state[f"{b}attn.qkv.{kind}"] = tensors.cat(*names, rows=rows)
+        for hf, tfc in LAYER:
+            state[f"{b}{tfc}.weight"] = tensors.take(f"{h}{hf}.weight")
+            if hf in NORMS or biased:
+                state[f"{b}{tfc}.bias"] = tensors.take(f"{h}{hf}.bias")
+    return state
+
+
+def written_blocks(state: State, model: DecoderSpec, prefix: str, biased: bool) -> State:
+    """``read_blocks`` back, under ``prefix``: every projection's bias where ``biased`` (zeros
+    where the model has none, which is exact)."""
+    d = model.d_model
+    out: State = {}
+    for i in range(model.n_layers):
+        h, b = f"{prefix}layers.{i}.", f"blocks.{i}."
+        for kind in ("weight", "bias") if biased else ("weight",):
+            packed = zeros_if_none(state.get(f"{b}attn.qkv.{kind}"), 3 * d)
+            q, k, v = packed.chunk(3)
+            out |= {f"{h}self_attn.q_proj.{kind}": q, f"{h}self_attn.k_proj.{kind}": k}
+            out[f"{h}self_attn.v_proj.{kind}"] = v
+        for hf, tfc in LAYER:
+            weight = state[f"{b}{tfc}.weight"]
+            out[f"{h}{hf}.weight"] = weight
+            if hf in NORMS or biased:
+                out[f"{h}{hf}.bias"] = zeros_if_none(state.get(f"{b}{tfc}.bias"), weight.shape[0])
+    return out
