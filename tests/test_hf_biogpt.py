@@ -18,7 +18,18 @@ import torch
 from helpers import random_run
 from hf_models import VOCAB, Imported, assert_head_refused, imported_variants, random_ids, right_padding
 from test_hf_export import _loads_alike
-from test_hf_fields import DELETE, FAMILIES, IDS, UNREAD, Case, Family, _class_fields, case, check
+from test_hf_fields import (
+    DELETE,
+    FAMILIES,
+    IDS,
+    UNREAD,
+    Case,
+    Family,
+    _class_fields,
+    _pytest_cases,
+    case,
+    check,
+)
 
 from tfcompile.hf import exporter
 from tfcompile.hf.errors import HFError
@@ -195,11 +206,7 @@ CASES: list[Case] = [
 ]
 
 
-def _params(cases: list[Case]) -> list[Any]:
-    return [pytest.param(c, id=c.id, marks=[pytest.mark.slow] if c.slow else []) for c in cases]
-
-
-@pytest.mark.parametrize("c", _params(CASES))
+@pytest.mark.parametrize("c", _pytest_cases(CASES))
 def test_a_field_value_imports_to_transformers_outputs_or_is_refused_by_name(c: Case, tmp_path: Path) -> None:
     check(c, tmp_path)
 

@@ -61,6 +61,7 @@ import test_hf_seed_oss  # noqa: F401
 import test_hf_smollm3  # noqa: F401
 import test_hf_stablelm  # noqa: F401
 import test_hf_starcoder2  # noqa: F401
+import test_hf_xglm  # noqa: F401
 import torch
 from hf_models import from_pretrained, max_difference, random_ids
 from test_hf_fields import DELETE, Case, _pytest_cases, _save, case, check, difference, edit_config
@@ -153,6 +154,7 @@ SOURCES: dict[str, Source] = {
         "qwen3_moe",
         "olmoe",
         "gpt_oss",
+        "xglm",
     )
 }
 SOURCES |= {name: from_roberta(name) for name in ("roberta", "xlm-roberta", "camembert", "distilbert")}

@@ -121,6 +121,13 @@ def _biogpt_own(root: Path) -> Path:
     return random_run(root, f"model: {{{test_hf_biogpt.SCALED}}}\n")
 
 
+def _xglm_own(root: Path) -> Path:
+    """tensor2tensor's sinusoids in halves from position 2, untied."""
+    import test_hf_xglm
+
+    return random_run(root, f"model: {{{test_hf_xglm.SINUSOIDS}}}\n")
+
+
 def _opt_bigcode(name: str) -> Callable[[Path], Path]:
     def run(root: Path) -> Path:
         import test_hf_opt_bigcode
@@ -349,6 +356,9 @@ RUNS: dict[str, Callable[[Path], Path]] = {
     "opt": _opt_bigcode("opt_post"),
     "biogpt": _imported("test_hf_biogpt", "biogpt"),
     "biogpt of tfcompile's own (no tokenizer)": _biogpt_own,
+    "xglm": _imported("test_hf_xglm", "xglm"),
+    "xglm untied, unscaled": _imported("test_hf_xglm", "xglm_plain"),
+    "xglm of tfcompile's own (no tokenizer)": _xglm_own,
     "gpt_bigcode": _opt_bigcode("bigcode"),
     "gpt_bigcode as gpt2, unscaled": _opt_bigcode("bigcode_mha"),
     "gpt_neox": _neox("neox"),

@@ -10,7 +10,6 @@ learned positions and GPT-2's norms whose embeddings are scaled (GPT-2 writes th
 
 from __future__ import annotations
 
-import warnings
 from typing import Any, ClassVar
 
 import torch
@@ -32,9 +31,9 @@ from tfcompile.hf.architecture import (
     pad_within,
     register,
 )
-from tfcompile.hf.errors import HFWarning, Problem
+from tfcompile.hf.errors import Problem
 from tfcompile.hf.gpt2 import gpt2_norms, learned_decoder_lm, multi_query
-from tfcompile.hf.opt import EPS, OFFSET, read_blocks, written_blocks
+from tfcompile.hf.opt import EPS, OFFSET, read_blocks, warn_of_layerdrop, written_blocks
 from tfcompile.spec import Spec
 from tfcompile.spec.schema import DecoderSpec
 
@@ -65,14 +64,7 @@ class BioGpt(Writable):
             f"{architecture} is not a language model tfcompile has",
             f"import a {HEAD}",
         )
-        if config.get("layerdrop", 0.0):
-            warnings.warn(
-                HFWarning(
-                    "layerdrop (LayerDrop skips whole layers while training) is not in tfcompile: "
-                    "the outputs are the same; a fine-tune trains every layer every step"
-                ),
-                stacklevel=2,
-            )
+        warn_of_layerdrop(config)
         vocab = config.get("vocab_size", 42384)
         pad_within(config.filled({}, nullable={"pad_token_id": 1}), vocab)
         hidden = config.get("hidden_dropout_prob", 0.1)

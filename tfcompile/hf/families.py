@@ -2,8 +2,9 @@
 the one list that ``tfcompile import`` (importer.py) and ``export-hf`` (exporter.py) read. Each
 spec is the ``candidate`` of one architecture at most, chosen by what decides the architecture
 (a learned-position decoder's MQA, norms, window and embedding scale; a RoPE decoder's embedding
-scale, then its norms, blocks and K/V heads; an ALiBi decoder is BLOOM's), so the order here
-changes nothing and a refusal names only that architecture's problems."""
+scale, then its norms, blocks and K/V heads; an ALiBi decoder is BLOOM's, a sinusoidal one
+XGLM's), so the order here changes nothing and a refusal names only that architecture's
+problems."""
 
 from tfcompile.hf import (  # noqa: F401 (each registers its architecture)
     albert,
@@ -34,4 +35,5 @@ from tfcompile.hf import (  # noqa: F401 (each registers its architecture)
     starcoder2,
     t5,
     vit,
+    xglm,
 )

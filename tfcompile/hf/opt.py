@@ -89,14 +89,7 @@ class OPT(Writable):
             "is false: the LayerNorms have no weight or bias, and tfcompile's always learn both",
             "import a model with learned LayerNorms",
         )
-        if config.get("layerdrop", 0.0):
-            warnings.warn(
-                HFWarning(
-                    "layerdrop (LayerDrop skips whole layers while training) is not in tfcompile: "
-                    "the outputs are the same; a fine-tune trains every layer every step"
-                ),
-                stacklevel=2,
-            )
+        warn_of_layerdrop(config)
         tie = lm_head(
             config, tensors, architecture, ("lm_head.weight", "embed_tokens.weight"), True, "OPTForCausalLM"
         )
@@ -266,3 +259,15 @@ def written_blocks(state: State, model: DecoderSpec, prefix: str, biased: bool) 
             if hf in NORMS or biased:
                 out[f"{h}{hf}.bias"] = zeros_if_none(state.get(f"{b}{tfc}.bias"), weight.shape[0])
     return out
+
+
+def warn_of_layerdrop(config: Config) -> None:
+    """LayerDrop (fairseq's decoders': OPT's, BioGPT's, XGLM's) acts in training only."""
+    if config.get("layerdrop", 0.0):
+        warnings.warn(
+            HFWarning(
+                "layerdrop (LayerDrop skips whole layers while training) is not in tfcompile: "
+                "the outputs are the same; a fine-tune trains every layer every step"
+            ),
+            stacklevel=3,
+        )
