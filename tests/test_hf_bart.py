@@ -530,6 +530,81 @@ def test_a_forced_eos_that_is_not_the_eos_is_refused_and_one_read_otherwise_by_t
     assert result.spec.task.type == "seq2seq" and not result.spec.task.forced_eos
 
 
+def with_generation(folder: Path, **fields: Any) -> None:
+    """``fields`` written into the folder's generation_config.json."""
+    path = folder / "generation_config.json"
+    path.write_text(json.dumps(json.loads(path.read_text()) | fields))
+
+
+@pytest.mark.slow
+def test_the_bundle_translates_by_default_as_generate_does_by_the_folders_settings(tmp_path: Path) -> None:
+    """generation_config.json's num_beams and max_length are the task's beam and max_decode_len
+    (max_length less the decoder's start): `translate` without arguments gives generate()'s
+    translations without arguments (greedy, cut at 6 tokens with the forced eos)."""
+    saved_with_bart_tokenizer(tmp_path / "hf", forced_eos_token_id=2)
+    with_generation(tmp_path / "hf", num_beams=1, max_length=6)
+    hf = from_pretrained(tmp_path / "hf")
+    result = import_folder(tmp_path / "hf", "set", tmp_path / "specs", tmp_path / "runs")
+    task = result.spec.task
+    assert task.type == "seq2seq" and (task.beam, task.max_decode_len, task.forced_eos) == (1, 5, True)
+    assert main(["export", str(result.run_dir), "--out", str(tmp_path / "bundle")]) == 0
+    tokenizer = T.AutoTokenizer.from_pretrained(tmp_path / "hf")
+    theirs = [
+        tidy(
+            tokenizer.decode(
+                hf.generate(tokenizer(s, return_tensors="pt")["input_ids"])[0], skip_special_tokens=True
+            )
+        )
+        for s in SENTENCES
+    ]
+    assert Translator(tmp_path / "bundle").translate(SENTENCES) == theirs
+    assert max(len(t.split()) for t in theirs) == 4  # cut: five places, the last the eos's
+
+
+@pytest.mark.parametrize(
+    ("fields", "expected"),
+    [
+        ({"num_beams": 3}, {"beam": 3}),
+        ({"max_length": 12}, {"max_decode_len": 11}),
+        ({"max_length": 12, "max_new_tokens": 7}, {"max_decode_len": 7}),  # max_new_tokens first
+        ({"max_length": 500}, {"max_decode_len": 31}),  # at most the positions the model has
+        ({}, {}),
+    ],
+)
+def test_the_folders_beam_and_length_are_the_tasks(
+    fields: dict[str, int], expected: dict[str, int], tmp_path: Path
+) -> None:
+    saved_with_bart_tokenizer(tmp_path / "hf")
+    with_generation(tmp_path / "hf", **fields)
+    task = import_folder(tmp_path / "hf", "set", tmp_path / "specs", tmp_path / "runs").spec.task
+    defaults = {"beam": 4, "max_decode_len": 31}  # the task's own: 4 beams, max_seq_len - 1
+    assert {name: getattr(task, name) for name in defaults} == defaults | expected
+
+
+@pytest.mark.parametrize(
+    ("fields", "named"),
+    [({"num_beams": 0}, "num_beams"), ({"num_beams": 65}, "num_beams"), ({"max_length": 1.5}, "max_length")],
+)
+def test_a_beam_or_length_tfcompile_cannot_hold_is_refused_by_field(
+    fields: dict[str, Any], named: str, tmp_path: Path
+) -> None:
+    saved_with_bart_tokenizer(tmp_path / "hf")
+    with_generation(tmp_path / "hf", **fields)
+    with pytest.raises(HFError, match=rf"generation_config\.json: 1 problem:\n  {named}: "):
+        import_folder(tmp_path / "hf", "set", tmp_path / "specs", tmp_path / "runs")
+    assert not (tmp_path / "runs" / "set").exists()
+
+
+def test_generation_settings_translations_do_not_apply_are_warned_of(tmp_path: Path) -> None:
+    """Marian's bad_words_ids (never its pad), BART-large-CNN's length_penalty and min_length."""
+    saved_with_bart_tokenizer(tmp_path / "hf")
+    with_generation(tmp_path / "hf", bad_words_ids=[[1]], length_penalty=2.0, min_length=3, top_k=5)
+    with pytest.warns(HFWarning) as caught:
+        import_folder(tmp_path / "hf", "set", tmp_path / "specs", tmp_path / "runs")
+    said = " ".join(str(w.message) for w in caught if "generate() applies them" in str(w.message))
+    assert "min_length 3, length_penalty 2.0, bad_words_ids [[1]]" in said and "top_k" not in said
+
+
 def test_export_hf_writes_an_mbarts_language_codes_and_refuses_a_longer_prefix(tmp_path: Path) -> None:
     """An mBART with NLLB's tokenizer (eng_Latn ... </s>) forcing fra_Latn: export-hf writes the
     source's code the spec names (another than the tokenizer's) into the tokenizer's template, the

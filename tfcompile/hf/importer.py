@@ -51,6 +51,7 @@ from tfcompile.hf.folder import (
     write_json,
 )
 from tfcompile.images import ImagePreprocessing
+from tfcompile.manifest import MAX_BEAM
 from tfcompile.memory import TooLarge
 from tfcompile.spec import Spec, SpecError, dump_spec, parse_spec
 from tfcompile.spec.schema import check_run_name
@@ -114,6 +115,7 @@ def import_folder(folder: Path, name: str, specs_dir: Path, runs_dir: Path) -> I
         decoding = {"target_prefix": target_prefix} if target_prefix else {}
         if forced_end(folder, data, imported.forced_eos, tokens):
             decoding["forced_eos"] = True
+        decoding |= decoding_limits(folder, data, imported.model["max_seq_len"])
     if tokens:
         sections["tokens"] = tokens
     if "source_suffix" in imported.task and (around := source_affixes(folder, tokens)) is not None:
@@ -429,15 +431,14 @@ GENERATION_DEFAULTS: dict[str, Any] = {
 }
 
 
-def generation_token(
-    folder: Path, config: dict[str, Any], name: str, default: int | None = None
-) -> tuple[int | None, int | None, str]:
-    """A token id generate() reads (``name``: forced_bos_token_id, forced_eos_token_id) as
-    transformers 5 and 4 read the folder, and the file it is read from: generation_config.json's
-    where the folder has one, else config.json's. Transformers 4 takes the config class's
-    ``default`` where config.json has none, and where generation_config.json was made from the
-    model's config and config.json holds generation fields off their defaults, it rebuilds it from
-    config.json. Refused by field: a value that is no token id."""
+def generation_field(
+    folder: Path, config: dict[str, Any], name: str, default: Any = None
+) -> tuple[Any, Any, str]:
+    """A field generate() reads as transformers 5 and 4 read the folder, and the file it is read
+    from: generation_config.json's where the folder has one, else config.json's. Transformers 4
+    takes the config class's ``default`` where config.json has none, and where
+    generation_config.json was made from the model's config and config.json holds generation
+    fields off their defaults, it rebuilds it from config.json."""
     generation = read_optional_json(folder / GENERATION_CONFIG)
     held = (folder / GENERATION_CONFIG).exists()
     rebuilt = generation.get("_from_model_config") is True and any(
@@ -446,12 +447,80 @@ def generation_token(
     )
     five = generation.get(name) if held else config.get(name)
     four = config.get(name, default) if rebuilt or not held else five
-    for value, file in ((five, GENERATION_CONFIG if held else CONFIG), (four, CONFIG)):
-        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
-            raise refuse(
-                str(folder / file), [Problem(name, f"is {value!r}, no token id", "a token's id, or null")]
-            )
     return five, four, str(folder / (GENERATION_CONFIG if held else CONFIG))
+
+
+def generation_token(
+    folder: Path, config: dict[str, Any], name: str, default: int | None = None
+) -> tuple[int | None, int | None, str]:
+    """``generation_field``'s token id (forced_bos_token_id, forced_eos_token_id); refused by
+    field: a value that is no token id."""
+    five, four, where = generation_field(folder, config, name, default)
+    for value in (five, four):
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
+            raise refuse(where, [Problem(name, f"is {value!r}, no token id", "a token's id, or null")])
+    return five, four, where
+
+
+def decoding_limits(folder: Path, config: dict[str, Any], max_seq_len: int) -> dict[str, int]:
+    """What a translator's files set generate() to decode with, as the task's fields: num_beams
+    its beam, max_new_tokens (else max_length, less the decoder's start) its max_decode_len, at
+    most max_seq_len - 1 (the positions the model has). A field the files leave out keeps the
+    task's default (not transformers': 1 beam, max_length 20). Refused by field: a value that is
+    no count, or a beam past the spec's largest. The fields that change generate()'s choices that
+    the task has none for (``UNAPPLIED``), set off their defaults, are warned of."""
+    fields: dict[str, int] = {}
+    for name, bound in (("num_beams", MAX_BEAM), ("max_new_tokens", None), ("max_length", None)):
+        value, _, where = generation_field(folder, config, name)
+        if value is None:
+            continue
+        if (
+            not isinstance(value, int)
+            or isinstance(value, bool)
+            or value < (2 if name == "max_length" else 1)
+        ):
+            raise refuse(
+                where, [Problem(name, f"is {value!r}, no count of tokens or beams", "a positive count")]
+            )
+        if bound is not None and value > bound:
+            raise refuse(where, [Problem(name, f"is {value}, past tfcompile's {bound}", f"at most {bound}")])
+        fields[name] = value
+    limits = {"beam": fields["num_beams"]} if "num_beams" in fields else {}
+    new = fields.get("max_new_tokens", fields["max_length"] - 1 if "max_length" in fields else None)
+    if new is not None:
+        limits["max_decode_len"] = min(new, max(max_seq_len - 1, 1))
+    unapplied = []
+    for name in UNAPPLIED:
+        value, _, where = generation_field(folder, config, name, GENERATION_DEFAULTS[name])
+        if value is not None and value != GENERATION_DEFAULTS[name]:
+            unapplied.append(f"{name} {value!r}")
+    if unapplied:
+        warnings.warn(
+            f"{where}: {', '.join(unapplied)}: generate() applies them and tfcompile's translations do not "
+            f"(greedy or fairseq's beam search, task.length_penalty as Wu et al.'s), so they may differ",
+            HFWarning,
+            stacklevel=2,
+        )
+    return limits
+
+
+# The generation fields that change what generate() chooses which a translator's task has no field
+# for (sampling's temperature, top_k and top_p act only with do_sample).
+UNAPPLIED = (
+    "min_length",
+    "do_sample",
+    "early_stopping",
+    "repetition_penalty",
+    "length_penalty",
+    "no_repeat_ngram_size",
+    "encoder_no_repeat_ngram_size",
+    "bad_words_ids",
+    "suppress_tokens",
+    "begin_suppress_tokens",
+    "num_beam_groups",
+    "diversity_penalty",
+    "exponential_decay_length_penalty",
+)
 
 
 def forced_start(folder: Path, config: dict[str, Any]) -> tuple[int | None, str]:
