@@ -243,12 +243,12 @@ def test_a_model_no_architecture_takes_is_refused(tmp_path: Path) -> None:
         "task: {type: image_classification, labels: [a, b]}\n",
     )
     assert "model.pooling: 'mean' has no ViT equivalent" in message
-    sinusoidal = _problems(
+    unplaced = _problems(
         tmp_path / "2",
         "family: decoder, vocab_size: 64, d_model: 16, n_layers: 1, n_heads: 2, max_seq_len: 8, "
-        "positional: sinusoidal",
+        "positional: none",
     )
-    assert "has no transformers architecture" in sinusoidal
+    assert "has no transformers architecture" in unplaced
 
 
 def test_an_existing_folder_is_replaced_only_when_asked(
