@@ -32,6 +32,7 @@ Count = Annotated[StrictInt, Field(gt=0)]
 TokenId = Annotated[StrictInt, Field(ge=0)]
 MAX_LENGTH_PENALTY = 10.0  # ((5 + length) / 6) ** alpha stays finite for any length a model reads
 MAX_BEAM = 64  # a translation section's default beam
+MAX_STOP_TOKENS = 64  # generation's stop tokens
 MAX_NEW_TOKENS = 1 << 16  # a generation section's default limit (a caller may ask for more)
 MAX_INPUT_VALUES = 1 << 26  # a graph input's values with every named axis 1: 3 x 4,096 x 4,096 pixels fit
 
@@ -156,7 +157,7 @@ class GenerationInfo(Part):
     alone."""
 
     context_length: Count
-    stop_token_ids: list[TokenId]
+    stop_token_ids: Annotated[list[TokenId], Field(max_length=MAX_STOP_TOKENS + 1)]
     max_new_tokens: Annotated[StrictInt, Field(gt=0, le=MAX_NEW_TOKENS)] = Field(
         200, description="the new tokens a request gets when it names no limit, a stop token included"
     )

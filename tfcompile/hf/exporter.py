@@ -38,7 +38,7 @@ from tfcompile.hf.folder import (
 from tfcompile.hf.importer import ROLES, affixes
 from tfcompile.sequences import SPECIAL_ROLES
 from tfcompile.spec import Spec
-from tfcompile.spec.schema import EncoderSpec, Seq2SeqTask, sliding_layers
+from tfcompile.spec.schema import CausalLMTask, EncoderSpec, Seq2SeqTask, sliding_layers
 from tfcompile.train.runs import load_trained_model
 
 MAX_SHARD_BYTES = 5 * 1024**3  # as save_pretrained shards
@@ -121,6 +121,17 @@ def export_hf(run: Path, out: Path, which: str = "best", force: bool = False) ->
         if role not in tokens:
             raise HFError(f"{run}: the run's tokenizer holds no token for task.target_prefix's {role}")
         config["forced_bos_token_id"] = tokens[role]
+    if isinstance(spec.task, CausalLMTask) and spec.task.stop_tokens:  # generate() stops at each
+        path = run / TOKENIZER_FILE
+        stops = (
+            [Tokenizer.from_file(str(path)).token_to_id(t) for t in spec.task.stop_tokens]
+            if path.exists()
+            else []
+        )
+        if len(stops) != len(spec.task.stop_tokens) or None in stops:
+            raise HFError(f"{run}: the run's tokenizer holds no token of task.stop_tokens for eos_token_id")
+        eos = [tokens["eos"]] if "eos" in tokens else []
+        config["eos_token_id"] = list(dict.fromkeys([*eos, *stops]))
     if isinstance(spec.task, Seq2SeqTask):  # null, not the BART family's class default: its eos
         if spec.task.forced_eos and "eos" not in tokens:
             raise HFError(

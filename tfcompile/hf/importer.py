@@ -54,7 +54,7 @@ from tfcompile.images import ImagePreprocessing
 from tfcompile.manifest import MAX_BEAM
 from tfcompile.memory import TooLarge
 from tfcompile.spec import Spec, SpecError, dump_spec, parse_spec
-from tfcompile.spec.schema import check_run_name
+from tfcompile.spec.schema import TASK_SECTIONS, check_run_name
 from tfcompile.tasks.task import build_model
 from tfcompile.train.checkpoint import save_initial_checkpoint
 from tfcompile.train.runs import SPEC_FILE
@@ -116,6 +116,10 @@ def import_folder(folder: Path, name: str, specs_dir: Path, runs_dir: Path) -> I
         if forced_end(folder, data, imported.forced_eos, tokens):
             decoding["forced_eos"] = True
         decoding |= decoding_limits(folder, data, imported.model["max_seq_len"])
+    if "stop_tokens" in TASK_SECTIONS[imported.task["type"]].model_fields and (
+        stops := stop_tokens(folder, data, tokens)
+    ):
+        decoding["stop_tokens"] = stops
     if tokens:
         sections["tokens"] = tokens
     if "source_suffix" in imported.task and (around := source_affixes(folder, tokens)) is not None:
@@ -502,6 +506,29 @@ def decoding_limits(folder: Path, config: dict[str, Any], max_seq_len: int) -> d
             stacklevel=2,
         )
     return limits
+
+
+def stop_tokens(folder: Path, config: dict[str, Any], tokens: dict[str, str]) -> list[str]:
+    """The tokens beside the eos at which generate() ends a text (``generation_field``'s
+    eos_token_id, a list of several: an instruct model's end of turn), as the tokenizer spells
+    them. An id the tokenizer lacks, or any without a tokenizer.json to name it, is warned of."""
+    value, _, where = generation_field(folder, config, "eos_token_id")
+    ids = value if isinstance(value, list) else [value] if value is not None else []
+    if not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids):
+        raise refuse(
+            where, [Problem("eos_token_id", f"is {value!r}, no token id", "a token's id, or a list")]
+        )
+    vocabulary = token_strings(folder)
+    named = [vocabulary.get(i) for i in ids]
+    unnamed = [i for i, token in zip(ids, named, strict=True) if token is None]
+    if unnamed and (vocabulary or len(ids) > 1):
+        warnings.warn(
+            f"{where}: eos_token_id {value}: the tokenizer names no token of id "
+            f"{', '.join(map(str, unnamed))}, so generation does not stop there (transformers' does)",
+            HFWarning,
+            stacklevel=2,
+        )
+    return list(dict.fromkeys(t for t in named if t is not None and t != tokens.get("eos")))
 
 
 # The generation fields that change what generate() chooses which a translator's task has no field

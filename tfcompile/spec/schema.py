@@ -32,7 +32,7 @@ from pydantic import (
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticCustomError
 
-from tfcompile.manifest import MAX_BEAM, MAX_LENGTH_PENALTY
+from tfcompile.manifest import MAX_BEAM, MAX_LENGTH_PENALTY, MAX_STOP_TOKENS
 from tfcompile.sequences import CAUSAL_LM_TOKENS, CLS, SEQ2SEQ_TOKENS, SPECIAL_ROLES, SPECIAL_TOKENS
 from tfcompile.spec.choices import GATED, ActivationName, NormName
 
@@ -1614,6 +1614,27 @@ class CausalLMTask(TaskSection):
         description="reserve [PAD], [UNK] and [EOS] at ids 0-2 of a new vocabulary; [EOS] ends each "
         "document (each file of a folder), so generation can stop. false: the corpus's symbols alone",
     )
+    stop_tokens: Annotated[list[Annotated[str, Field(min_length=1)]], Field(max_length=MAX_STOP_TOKENS)] = (
+        Field(
+            [],
+            description="tokens beside the eos at which generated text ends, each one token of the run's "
+            "tokenizer (an instruct model's end of turn, Llama 3's <|eot_id|>: transformers' eos_token_id "
+            "list); none by default",
+        )
+    )
+
+    @model_validator(mode="after")
+    def _rules(self) -> CausalLMTask:
+        rules = Rules()
+        repeated = sorted(t for t, n in collections.Counter(self.stop_tokens).items() if n > 1)
+        rules.require(
+            not repeated,
+            ("stop_tokens",),
+            f"names {', '.join(map(repr, repeated))} more than once",
+            "list each token once",
+        )
+        rules.check()
+        return self
 
     def reserved_tokens(self) -> tuple[str, ...]:
         return CAUSAL_LM_TOKENS if self.special_tokens else ()

@@ -16,6 +16,8 @@ from torch.utils.checkpoint import checkpoint
 
 from tfcompile import search
 from tfcompile.data import DataError, check_fits_context, lm_batch, prepare_corpus
+from tfcompile.errors import ExportError
+from tfcompile.files import TOKENIZER_FILE
 from tfcompile.graphs.export import Graph, export_decoder, export_decoder_fixed_step, export_decoder_step
 from tfcompile.graphs.parity import check_decoder_parity, check_fixed_step_parity, check_step_parity
 from tfcompile.manifest import GenerationInfo, TokenizerInfo
@@ -113,8 +115,26 @@ class LanguageModelling(Task):
 
     @classmethod
     def manifest(cls, spec: Spec, tokenizer: TokenizerInfo | None, run: Path | None) -> dict[str, Any]:
+        """Generation stops at the eos and the task's stop_tokens (ids of the run's tokenizer)."""
         eos = tokenizer.special_tokens.get("eos") if tokenizer is not None else None
         stops = [eos.id] if eos is not None else []
+        assert isinstance(spec.task, CausalLMTask)
+        if spec.task.stop_tokens:
+            path = run / TOKENIZER_FILE if run is not None else None
+            if path is None or not path.exists():
+                raise ExportError(
+                    "task.stop_tokens names tokens, and there is no run's tokenizer to find them in: "
+                    "export a run with a tokenizer, or leave stop_tokens out"
+                )
+            vocabulary = Tokenizer.from_file(str(path))
+            ids = {token: vocabulary.token_to_id(token) for token in spec.task.stop_tokens}
+            missing = [token for token, i in ids.items() if i is None]
+            if missing:
+                raise ExportError(
+                    f"task.stop_tokens: {', '.join(map(repr, missing))} is no token of the run's tokenizer: "
+                    f"name tokens it has"
+                )
+            stops += [i for i in ids.values() if i is not None and i not in stops]
         return {"generation": GenerationInfo(context_length=spec.model.max_seq_len, stop_token_ids=stops)}
 
     def __init__(self, spec: Spec, cache_dir: Path, tokenizer: Tokenizer | None = None) -> None:

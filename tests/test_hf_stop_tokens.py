@@ -1,0 +1,140 @@
+"""An instruct model's stop tokens: transformers ends generation at every id of eos_token_id (a
+list in Llama 3's and Qwen2.5's generation_config.json); the import makes those beside the eos the
+task's stop_tokens, the bundle's generation stops at each (the runtime, as generate() does), and
+export-hf writes them back as the list. Tiny random GPT-2s with a character tokenizer."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from helpers import random_run
+from hf_models import build, from_pretrained, write
+
+from tfcompile.cli import main
+from tfcompile.hf.errors import HFError, HFWarning
+from tfcompile.hf.exporter import export_hf
+from tfcompile.hf.importer import import_folder
+from tfcompile.runtime import load
+from tfcompile.spec import SpecError, parse_spec
+
+transformers = pytest.importorskip("transformers")
+PROMPT = [[5, 9, 13, 2, 30]]
+
+
+def saved(folder: Path, eos: Any) -> Any:
+    """The gpt2 variant (eos id 0, <|endoftext|>) saved with ``eos`` as generation_config.json's
+    eos_token_id."""
+    model = write(build("gpt2"), "gpt2", folder)
+    path = folder / "generation_config.json"
+    path.write_text(json.dumps(json.loads(path.read_text()) | {"eos_token_id": eos}))
+    return model
+
+
+def greedy(model: Any, new: int, **fields: Any) -> list[int]:
+    prompt = torch.tensor(PROMPT)
+    with torch.no_grad():
+        out = model.generate(
+            prompt, attention_mask=torch.ones_like(prompt), do_sample=False, max_new_tokens=new, **fields
+        )
+    return out[0, len(PROMPT[0]) :].tolist()
+
+
+@pytest.fixture(scope="module")
+def stop(tmp_path_factory: pytest.TempPathFactory) -> int:
+    """The last distinct token of greedy generation's first eight, not the eos: where a stop there
+    ends it early."""
+    folder = tmp_path_factory.mktemp("probe")
+    tokens = greedy(saved(folder, 0), 8, eos_token_id=None)
+    return int([t for t in dict.fromkeys(tokens) if t != 0][-1])
+
+
+@pytest.mark.slow
+def test_the_bundle_stops_where_generate_stops(stop: int, tmp_path: Path) -> None:
+    saved(tmp_path / "hf", [0, stop])
+    hf = from_pretrained(tmp_path / "hf")
+    result = import_folder(tmp_path / "hf", "chat", tmp_path / "specs", tmp_path / "runs")
+    vocabulary = json.loads((tmp_path / "hf" / "tokenizer.json").read_text())["model"]["vocab"]
+    spelled = next(token for token, i in vocabulary.items() if i == stop)
+    assert result.spec.task.stop_tokens == [spelled]
+    assert main(["export", str(result.run_dir), "--out", str(tmp_path / "bundle")]) == 0
+    bundle = load(tmp_path / "bundle")
+    assert bundle.generation.stop_token_ids == [0, stop]
+    theirs = greedy(hf, 12)
+    assert theirs[-1] == stop and len(theirs) < 12
+    ours = bundle.generate(np.array(PROMPT), 12, temperature=0.0)
+    assert ours[0, len(PROMPT[0]) :].tolist() == theirs
+
+
+def test_export_hf_writes_the_stop_tokens_into_eos_token_id(stop: int, tmp_path: Path) -> None:
+    saved(tmp_path / "hf", [0, stop])
+    result = import_folder(tmp_path / "hf", "chat", tmp_path / "specs", tmp_path / "runs")
+    export_hf(result.run_dir, tmp_path / "out")
+    for name in ("config.json", "generation_config.json"):
+        assert json.loads((tmp_path / "out" / name).read_text())["eos_token_id"] == [0, stop]
+    again = import_folder(tmp_path / "out", "again", tmp_path / "specs", tmp_path / "runs")
+    assert again.spec.task.stop_tokens == result.spec.task.stop_tokens
+
+
+def test_a_single_eos_adds_no_stop_token_and_an_id_past_the_tokenizer_is_warned_of(tmp_path: Path) -> None:
+    saved(tmp_path / "one", 0)
+    assert (
+        import_folder(tmp_path / "one", "one", tmp_path / "specs", tmp_path / "runs").spec.task.stop_tokens
+        == []
+    )
+    saved(tmp_path / "past", [0, 63, 500])
+    with pytest.warns(
+        HFWarning, match=r"eos_token_id \[0, 63, 500\]: the tokenizer names no token of id 500"
+    ):
+        result = import_folder(tmp_path / "past", "past", tmp_path / "specs", tmp_path / "runs")
+    assert len(result.spec.task.stop_tokens) == 1
+
+
+def test_an_eos_token_id_that_is_no_token_id_is_refused_by_field(tmp_path: Path) -> None:
+    saved(tmp_path / "hf", [0, "x"])
+    with pytest.raises(HFError, match=r"generation_config\.json: 1 problem:\n  eos_token_id: is \[0, 'x'\]"):
+        import_folder(tmp_path / "hf", "bad", tmp_path / "specs", tmp_path / "runs")
+    assert not (tmp_path / "runs" / "bad").exists()
+
+
+def test_a_stop_token_named_twice_is_located(tmp_path: Path) -> None:
+    with pytest.raises(SpecError) as error:
+        parse_spec(
+            "model: {family: decoder, vocab_size: 64, d_model: 16, n_layers: 1, n_heads: 2, "
+            "max_seq_len: 16}\ntask: {type: causal_lm, stop_tokens: [a, b, a]}\n"
+        )
+    assert [issue.path for issue in error.value.issues] == ["task.stop_tokens"]
+    assert "'a' more than once" in str(error.value)
+
+
+def test_a_stop_token_the_runs_tokenizer_lacks_fails_the_export_by_name(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    saved(tmp_path / "hf", 0)
+    run = import_folder(tmp_path / "hf", "run", tmp_path / "specs", tmp_path / "runs").run_dir
+    spec_file = run / "spec.yaml"
+    assert "  stop_tokens: []\n" in spec_file.read_text()
+    spec_file.write_text(
+        spec_file.read_text().replace("  stop_tokens: []\n", "  stop_tokens: ['<|none|>']\n")
+    )
+    assert main(["export", str(run), "--out", str(tmp_path / "bundle")]) == 1
+    assert "task.stop_tokens: '<|none|>' is no token of the run's tokenizer" in capsys.readouterr().err
+    assert not (tmp_path / "bundle").exists()
+    with pytest.raises(HFError, match=r"holds no token of task\.stop_tokens"):
+        export_hf(run, tmp_path / "out")
+
+
+def test_stop_tokens_without_a_tokenizer_fail_the_export(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = random_run(
+        tmp_path,
+        "model: {family: decoder, vocab_size: 64, d_model: 16, n_layers: 1, n_heads: 2, max_seq_len: 16}\n"
+        "task: {type: causal_lm, stop_tokens: [a]}\n",
+    )
+    assert main(["export", str(run), "--out", str(tmp_path / "bundle")]) == 1
+    assert "no run's tokenizer to find them in" in capsys.readouterr().err
