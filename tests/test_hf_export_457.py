@@ -525,30 +525,11 @@ def test_transformers_4_57_forces_the_runs_target_prefix(name: str, tmp_path: Pa
     bundle's translation."""
     from test_hf_paths import SENTENCES
 
-    from tfcompile.cli import main
-    from tfcompile.hf.importer import import_folder
-    from tfcompile.runtime import Translator
-
     make, forced = FORCING[name]
     make(tmp_path / "hf")
-    result = import_folder(tmp_path / "hf", "run", tmp_path / "specs", tmp_path / "runs")
+    result, bundle, ours, theirs = _both_translate(tmp_path)
     assert result.spec.task.type == "seq2seq" and result.spec.task.target_prefix == [forced]
-    export_hf(result.run_dir, tmp_path / "out")
-    assert main(["export", str(result.run_dir), "--out", str(tmp_path / "bundle")]) == 0
-    bundle = Translator(tmp_path / "bundle")
     assert bundle.translation.target_prefix_ids
-    ours = bundle.translate_ids(*_framed(bundle, SENTENCES), beam=1, max_len=10)
-    assert PYTHON is not None
-    done = subprocess.run(
-        [PYTHON, "-c", GENERATE, str(tmp_path / "out"), json.dumps(SENTENCES)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    version, theirs = json.loads(done.stdout.splitlines()[-1])
-    assert version.startswith("4.57")
     start = [bundle.translation.start_id, *bundle.translation.target_prefix_ids]
     stop = bundle.translation.stop_id
     assert [row[: len(start)] for row in theirs] == [start] * len(SENTENCES)
@@ -561,15 +542,25 @@ def test_transformers_4_57_ends_a_cut_translation_with_the_forced_eos(tmp_path: 
     """export-hf's forced_eos_token_id: transformers 4.57's greedy generate() from the folder puts
     the eos in the last place max_new_tokens leaves, after the bundle's translation, which holds a
     token fewer than the limit where it is cut."""
+    test_hf_bart.saved_with_bart_tokenizer(tmp_path / "hf", forced_eos_token_id=2)
+    result, bundle, ours, theirs = _both_translate(tmp_path)
+    assert result.spec.task.type == "seq2seq" and result.spec.task.forced_eos
+    start, stop = bundle.translation.start_id, bundle.translation.stop_id
+    assert theirs == [[start, *row, stop] for row in ours]
+    assert any(len(row) == 9 for row in ours)
+
+
+def _both_translate(tmp_path: Path) -> tuple[Any, Any, list[list[int]], list[list[int]]]:
+    """tmp_path/hf imported, written back by export-hf and exported as a bundle -> the import, the
+    bundle, its greedy translations of test_hf_paths' sentences (max_len 10), and transformers
+    4.57's greedy generate() of them from the written folder (max_new_tokens 10)."""
     from test_hf_paths import SENTENCES
 
     from tfcompile.cli import main
     from tfcompile.hf.importer import import_folder
     from tfcompile.runtime import Translator
 
-    test_hf_bart.saved_with_bart_tokenizer(tmp_path / "hf", forced_eos_token_id=2)
     result = import_folder(tmp_path / "hf", "run", tmp_path / "specs", tmp_path / "runs")
-    assert result.spec.task.type == "seq2seq" and result.spec.task.forced_eos
     export_hf(result.run_dir, tmp_path / "out")
     assert main(["export", str(result.run_dir), "--out", str(tmp_path / "bundle")]) == 0
     bundle = Translator(tmp_path / "bundle")
@@ -585,9 +576,7 @@ def test_transformers_4_57_ends_a_cut_translation_with_the_forced_eos(tmp_path: 
     assert done.returncode == 0, done.stderr[-3000:]
     version, theirs = json.loads(done.stdout.splitlines()[-1])
     assert version.startswith("4.57")
-    start, stop = bundle.translation.start_id, bundle.translation.stop_id
-    assert theirs == [[start, *row, stop] for row in ours]
-    assert any(len(row) == 9 for row in ours)
+    return result, bundle, ours, theirs
 
 
 def _framed(bundle: Any, texts: list[str]) -> tuple[Any, Any]:

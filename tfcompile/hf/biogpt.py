@@ -33,7 +33,7 @@ from tfcompile.hf.architecture import (
 )
 from tfcompile.hf.errors import Problem
 from tfcompile.hf.gpt2 import gpt2_norms, learned_decoder_lm, multi_query
-from tfcompile.hf.opt import EPS, OFFSET, read_blocks, warn_of_layerdrop, written_blocks
+from tfcompile.hf.opt import EPS, OFFSET, fairseq_needs, read_blocks, warn_of_layerdrop, written_blocks
 from tfcompile.spec import Spec
 from tfcompile.spec.schema import DecoderSpec
 
@@ -123,18 +123,7 @@ class BioGpt(Writable):
         model = spec.model
         assert isinstance(model, DecoderSpec)
         need = Needs("BioGPT")
-        need(model.activation in EXPORTED_ACTIVATIONS, "model.activation", model.activation, "gelu")
-        need(model.norm.type == "layernorm", "model.norm.type", model.norm.type, "layernorm")
-        need(model.norm.eps == EPS, "model.norm.eps", model.norm.eps, f"{EPS} (BioGPT's LayerNorms')")
-        need(bool(model.norm.bias), "model.norm.bias", False, "true")
-        need(model.n_kv_heads == model.n_heads, "model.n_kv_heads", model.n_kv_heads, "n_heads (no GQA)")
-        need(
-            model.dropout.embedding == model.dropout.residual,
-            "model.dropout.embedding",
-            model.dropout.embedding,
-            f"{model.dropout.residual}, model.dropout.residual (one hidden_dropout_prob)",
-        )
-        need.plain_attention(model.model_copy(update={"scale_embeddings": False}))
+        fairseq_needs(need, model, "hidden_dropout_prob")
         return need.problems
 
     def to_config(self, spec: Spec) -> dict[str, Any]:

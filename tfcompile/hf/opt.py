@@ -271,3 +271,23 @@ def warn_of_layerdrop(config: Config) -> None:
             ),
             stacklevel=3,
         )
+
+
+def fairseq_needs(need: Needs, model: DecoderSpec, dropout_name: str) -> None:
+    """What BioGPT and XGLM require alike: OPT's LayerNorms (epsilon 1e-5, with biases), heads
+    of whole width and no GQA, one dropout (``dropout_name``) for the embeddings and the
+    residuals; their embeddings may be scaled."""
+    need(model.activation in EXPORTED_ACTIVATIONS, "model.activation", model.activation, "gelu")
+    need(model.norm.type == "layernorm", "model.norm.type", model.norm.type, "layernorm")
+    need(
+        model.norm.eps == EPS, "model.norm.eps", model.norm.eps, f"{EPS} ({need.architecture}'s LayerNorms')"
+    )
+    need(bool(model.norm.bias), "model.norm.bias", False, "true")
+    need(model.n_kv_heads == model.n_heads, "model.n_kv_heads", model.n_kv_heads, "n_heads (no GQA)")
+    need(
+        model.dropout.embedding == model.dropout.residual,
+        "model.dropout.embedding",
+        model.dropout.embedding,
+        f"{model.dropout.residual}, model.dropout.residual (one {dropout_name})",
+    )
+    need.plain_attention(model.model_copy(update={"scale_embeddings": False}))

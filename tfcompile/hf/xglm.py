@@ -33,7 +33,7 @@ from tfcompile.hf.architecture import (
     register,
 )
 from tfcompile.hf.errors import Problem
-from tfcompile.hf.opt import EPS, OFFSET, read_blocks, warn_of_layerdrop, written_blocks
+from tfcompile.hf.opt import EPS, OFFSET, fairseq_needs, read_blocks, warn_of_layerdrop, written_blocks
 from tfcompile.spec import Spec
 from tfcompile.spec.schema import CausalLMTask, DecoderSpec, SinusoidalPositional
 
@@ -167,20 +167,9 @@ class XGLM(Writable):
             "tensor2tensor",
         )
         need(positional.offset == OFFSET, "model.positional.offset", positional.offset, f"{OFFSET}")
-        need(model.activation in EXPORTED_ACTIVATIONS, "model.activation", model.activation, "gelu")
-        need(model.norm.type == "layernorm", "model.norm.type", model.norm.type, "layernorm")
-        need(model.norm.eps == EPS, "model.norm.eps", model.norm.eps, f"{EPS} (XGLM's LayerNorms')")
-        need(bool(model.norm.bias), "model.norm.bias", False, "true")
         need(model.norm.position == "pre", "model.norm.position", model.norm.position, "pre")
         need(bool(model.norm.final), "model.norm.final", False, "true")
-        need(model.n_kv_heads == model.n_heads, "model.n_kv_heads", model.n_kv_heads, "n_heads (no GQA)")
-        need(
-            model.dropout.embedding == model.dropout.residual,
-            "model.dropout.embedding",
-            model.dropout.embedding,
-            f"{model.dropout.residual}, model.dropout.residual (one dropout)",
-        )
-        need.plain_attention(model.model_copy(update={"scale_embeddings": False}))
+        fairseq_needs(need, model, "dropout")
         return need.problems
 
     def token_problems(self, spec: Spec, tokens: dict[str, int]) -> list[Problem]:
