@@ -98,6 +98,26 @@ def prefix_problems(spec: Spec) -> list[Problem]:
     return [Problem("task.target_prefix", message, "one token (forced_bos_token_id), or none")]
 
 
+def sampling(task: Any) -> dict[str, Any]:
+    """A causal LM task's generation defaults as generation_config.json's fields (what the importer
+    reads back): greedy is do_sample false; sampling, do_sample with the temperature (1 where
+    unset), top_k (0: every token) and top_p; nothing where the task sets none."""
+    if not isinstance(task, CausalLMTask):
+        return {}
+    out: dict[str, Any] = {} if task.max_new_tokens is None else {"max_new_tokens": task.max_new_tokens}
+    if task.temperature == 0:
+        return out | {"do_sample": False}
+    if task.temperature is None and task.top_k is None and task.top_p is None:
+        return out
+    temperature = 1.0 if task.temperature is None else task.temperature
+    return out | {
+        "do_sample": True,
+        "temperature": temperature,
+        "top_k": task.top_k or 0,
+        "top_p": task.top_p or 1.0,
+    }
+
+
 def export_hf(run: Path, out: Path, which: str = "best", force: bool = False) -> str:
     """Write the run's ``which`` checkpoint to ``out`` as a transformers folder; returns the
     transformers class that loads it."""
@@ -143,7 +163,7 @@ def export_hf(run: Path, out: Path, which: str = "best", force: bool = False) ->
     try:
         write_json(tmp / CONFIG, config)
         write_weights(tmp, tensors, MAX_SHARD_BYTES)
-        generation = {k: v for k, v in config.items() if k.endswith("_token_id")}
+        generation = {k: v for k, v in config.items() if k.endswith("_token_id")} | sampling(spec.task)
         write_json(tmp / GENERATION_CONFIG, generation | {"transformers_version": WRITTEN_BY})
         if (run / TOKENIZER_FILE).exists():
             write_tokenizer(spec, run, tmp / TOKENIZER_FILE)

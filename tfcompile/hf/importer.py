@@ -51,7 +51,7 @@ from tfcompile.hf.folder import (
     write_json,
 )
 from tfcompile.images import ImagePreprocessing
-from tfcompile.manifest import MAX_BEAM
+from tfcompile.manifest import MAX_BEAM, MAX_NEW_TOKENS
 from tfcompile.memory import TooLarge
 from tfcompile.spec import Spec, SpecError, dump_spec, parse_spec
 from tfcompile.spec.schema import TASK_SECTIONS, check_run_name
@@ -116,10 +116,11 @@ def import_folder(folder: Path, name: str, specs_dir: Path, runs_dir: Path) -> I
         if forced_end(folder, data, imported.forced_eos, tokens):
             decoding["forced_eos"] = True
         decoding |= decoding_limits(folder, data, imported.model["max_seq_len"])
-    if "stop_tokens" in TASK_SECTIONS[imported.task["type"]].model_fields and (
-        stops := stop_tokens(folder, data, tokens)
-    ):
+    fields = TASK_SECTIONS[imported.task["type"]].model_fields
+    if "stop_tokens" in fields and (stops := stop_tokens(folder, data, tokens)):
         decoding["stop_tokens"] = stops
+    if "temperature" in fields:
+        decoding |= sampling_defaults(folder, data)
     if tokens:
         sections["tokens"] = tokens
     if "source_suffix" in imported.task and (around := source_affixes(folder, tokens)) is not None:
@@ -529,6 +530,43 @@ def stop_tokens(folder: Path, config: dict[str, Any], tokens: dict[str, str]) ->
             stacklevel=2,
         )
     return list(dict.fromkeys(t for t in named if t is not None and t != tokens.get("eos")))
+
+
+def sampling_defaults(folder: Path, config: dict[str, Any]) -> dict[str, Any]:
+    """How a language model's files set generate() to choose tokens, as the task's generation
+    defaults: where they set do_sample, greedy (temperature 0) if false, else their temperature,
+    top_k (transformers' 50 where unset; 0: every token) and top_p (1: every token); their
+    max_new_tokens. Where they set neither, the bundle keeps tfcompile's defaults. Refused by
+    field: a value generate() cannot take."""
+    out: dict[str, Any] = {}
+    read = {name: generation_field(folder, config, name) for name in ("do_sample", "max_new_tokens")}
+    new, _, where = read["max_new_tokens"]
+    if new is not None:
+        if not isinstance(new, int) or isinstance(new, bool) or not 0 < new <= MAX_NEW_TOKENS:
+            raise refuse(
+                where, [Problem("max_new_tokens", f"is {new!r}", f"a count up to {MAX_NEW_TOKENS:,}")]
+            )
+        out["max_new_tokens"] = new
+    sample, _, where = read["do_sample"]
+    if sample is None:
+        return out
+    if not sample:
+        return out | {"temperature": 0.0}
+    values = {name: generation_field(folder, config, name)[0] for name in ("temperature", "top_k", "top_p")}
+    temperature, top_k, top_p = (
+        GENERATION_DEFAULTS[name] if values[name] is None else values[name] for name in values
+    )
+    problems = []
+    if not isinstance(temperature, int | float) or isinstance(temperature, bool) or temperature <= 0:
+        problems.append(Problem("temperature", f"is {temperature!r}, with do_sample", "a number above 0"))
+    if not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 0:
+        problems.append(Problem("top_k", f"is {top_k!r}", "a count, or 0 for every token"))
+    if not isinstance(top_p, int | float) or isinstance(top_p, bool) or not 0 < top_p <= 1:
+        problems.append(Problem("top_p", f"is {top_p!r}", "a share above 0, at most 1"))
+    if problems:
+        raise refuse(where, problems)
+    out |= {"temperature": float(temperature)}
+    return out | ({"top_k": top_k} if top_k else {}) | ({"top_p": float(top_p)} if top_p < 1 else {})
 
 
 # The generation fields that change what generate() chooses which a translator's task has no field

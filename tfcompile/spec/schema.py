@@ -32,7 +32,7 @@ from pydantic import (
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticCustomError
 
-from tfcompile.manifest import MAX_BEAM, MAX_LENGTH_PENALTY, MAX_STOP_TOKENS
+from tfcompile.manifest import MAX_BEAM, MAX_LENGTH_PENALTY, MAX_NEW_TOKENS, MAX_STOP_TOKENS
 from tfcompile.sequences import CAUSAL_LM_TOKENS, CLS, SEQ2SEQ_TOKENS, SPECIAL_ROLES, SPECIAL_TOKENS
 from tfcompile.spec.choices import GATED, ActivationName, NormName
 
@@ -1621,6 +1621,17 @@ class CausalLMTask(TaskSection):
             "tokenizer (an instruct model's end of turn, Llama 3's <|eot_id|>: transformers' eos_token_id "
             "list); none by default",
         )
+    )
+    # The bundle's generation defaults, for a request that names none (None: the manifest's own).
+    max_new_tokens: Annotated[PositiveInt, Field(le=MAX_NEW_TOKENS)] | None = Field(
+        None, description="new tokens a request gets by default, a stop token included; default 200"
+    )
+    temperature: Annotated[float, Field(ge=0)] | None = Field(
+        None, description="generation's default temperature (0: greedy); default 1"
+    )
+    top_k: PositiveInt | None = Field(None, description="generation's default top_k; default: every token")
+    top_p: Annotated[float, Field(gt=0, le=1)] | None = Field(
+        None, description="generation's default top_p; default: every token"
     )
 
     @model_validator(mode="after")

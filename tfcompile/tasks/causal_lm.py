@@ -47,6 +47,10 @@ def causal_lm_loss(
     )
 
 
+# The generation defaults a causal_lm task may set for its bundle (GenerationInfo's fields).
+DEFAULTS = ("max_new_tokens", "temperature", "top_k", "top_p")
+
+
 @dataclass(frozen=True)
 class ChunkedLoss:
     """causal_lm_loss from the final hidden states, ``chunk`` rows at a time: each chunk's logits
@@ -115,7 +119,8 @@ class LanguageModelling(Task):
 
     @classmethod
     def manifest(cls, spec: Spec, tokenizer: TokenizerInfo | None, run: Path | None) -> dict[str, Any]:
-        """Generation stops at the eos and the task's stop_tokens (ids of the run's tokenizer)."""
+        """Generation stops at the eos and the task's stop_tokens (ids of the run's tokenizer); the
+        task's generation defaults replace the manifest's where it sets them."""
         eos = tokenizer.special_tokens.get("eos") if tokenizer is not None else None
         stops = [eos.id] if eos is not None else []
         assert isinstance(spec.task, CausalLMTask)
@@ -135,7 +140,10 @@ class LanguageModelling(Task):
                     f"name tokens it has"
                 )
             stops += [i for i in ids.values() if i is not None and i not in stops]
-        return {"generation": GenerationInfo(context_length=spec.model.max_seq_len, stop_token_ids=stops)}
+        task = spec.task
+        defaults = {name: getattr(task, name) for name in DEFAULTS if getattr(task, name) is not None}
+        generation = GenerationInfo(context_length=spec.model.max_seq_len, stop_token_ids=stops, **defaults)
+        return {"generation": generation}
 
     def __init__(self, spec: Spec, cache_dir: Path, tokenizer: Tokenizer | None = None) -> None:
         assert isinstance(spec.task, CausalLMTask) and spec.data is not None

@@ -1,7 +1,9 @@
-"""An instruct model's stop tokens: transformers ends generation at every id of eos_token_id (a
-list in Llama 3's and Qwen2.5's generation_config.json); the import makes those beside the eos the
-task's stop_tokens, the bundle's generation stops at each (the runtime, as generate() does), and
-export-hf writes them back as the list. Tiny random GPT-2s with a character tokenizer."""
+"""What a language model's files set generate() to do, imported as its task's and written back.
+Stop tokens: transformers ends generation at every id of eos_token_id (a list in Llama 3's and
+Qwen2.5's generation_config.json); the import makes those beside the eos the task's stop_tokens,
+the bundle's generation stops at each (the runtime, as generate() does). Sampling: do_sample,
+temperature, top_k, top_p and max_new_tokens become the bundle's defaults for a request that names
+none. export-hf writes both back. Tiny random GPT-2s with a character tokenizer."""
 
 from __future__ import annotations
 
@@ -26,12 +28,12 @@ transformers = pytest.importorskip("transformers")
 PROMPT = [[5, 9, 13, 2, 30]]
 
 
-def saved(folder: Path, eos: Any) -> Any:
+def saved(folder: Path, eos: Any = 0, **fields: Any) -> Any:
     """The gpt2 variant (eos id 0, <|endoftext|>) saved with ``eos`` as generation_config.json's
-    eos_token_id."""
+    eos_token_id, and its other ``fields``."""
     model = write(build("gpt2"), "gpt2", folder)
     path = folder / "generation_config.json"
-    path.write_text(json.dumps(json.loads(path.read_text()) | {"eos_token_id": eos}))
+    path.write_text(json.dumps(json.loads(path.read_text()) | {"eos_token_id": eos} | fields))
     return model
 
 
@@ -138,3 +140,66 @@ def test_stop_tokens_without_a_tokenizer_fail_the_export(
     )
     assert main(["export", str(run), "--out", str(tmp_path / "bundle")]) == 1
     assert "no run's tokenizer to find them in" in capsys.readouterr().err
+
+
+SAMPLING = ("temperature", "top_k", "top_p", "max_new_tokens")
+
+
+@pytest.mark.parametrize(
+    ("fields", "expected"),
+    [
+        ({}, {}),  # nothing set: tfcompile's defaults (sampling at temperature 1, 200 new tokens)
+        ({"do_sample": False, "max_new_tokens": 30}, {"temperature": 0.0, "max_new_tokens": 30}),
+        (
+            {"do_sample": True, "temperature": 0.6, "top_p": 0.9},
+            {"temperature": 0.6, "top_k": 50, "top_p": 0.9},
+        ),
+        ({"do_sample": True, "top_k": 0}, {"temperature": 1.0}),  # top_k 0 and top_p 1: every token
+        ({"temperature": 0.6}, {}),  # without do_sample, generate() decodes greedily: not a choice
+    ],
+)
+def test_sampling_settings_are_the_bundles_defaults_and_export_hf_writes_them_back(
+    fields: dict[str, Any], expected: dict[str, Any], tmp_path: Path
+) -> None:
+    saved(tmp_path / "hf", **fields)
+    result = import_folder(tmp_path / "hf", "chat", tmp_path / "specs", tmp_path / "runs")
+    task = result.spec.task
+    assert {name: getattr(task, name) for name in SAMPLING if getattr(task, name) is not None} == expected
+    export_hf(result.run_dir, tmp_path / "out")
+    again = import_folder(tmp_path / "out", "again", tmp_path / "specs", tmp_path / "runs").spec.task
+    assert {name: getattr(again, name) for name in SAMPLING} == {
+        name: getattr(task, name) for name in SAMPLING
+    }
+
+
+@pytest.mark.slow
+def test_a_greedy_folders_bundle_generates_by_default_as_generate_does(tmp_path: Path) -> None:
+    """do_sample false and max_new_tokens 9: the bundle's generate() without options is
+    transformers' generate() without options."""
+    saved(tmp_path / "hf", None, do_sample=False, max_new_tokens=9)
+    result = import_folder(tmp_path / "hf", "greedy", tmp_path / "specs", tmp_path / "runs")
+    assert main(["export", str(result.run_dir), "--out", str(tmp_path / "bundle")]) == 0
+    bundle = load(tmp_path / "bundle")
+    assert (bundle.generation.temperature, bundle.generation.max_new_tokens) == (0.0, 9)
+    prompt = torch.tensor(PROMPT)
+    with torch.no_grad():
+        theirs = from_pretrained(tmp_path / "hf").generate(prompt, attention_mask=torch.ones_like(prompt))
+    assert bundle.generate(np.array(PROMPT)).tolist() == theirs.tolist()
+
+
+@pytest.mark.parametrize(
+    ("fields", "named"),
+    [
+        ({"do_sample": True, "temperature": 0.0}, "temperature"),
+        ({"do_sample": True, "top_p": 1.5}, "top_p"),
+        ({"do_sample": True, "top_k": -1}, "top_k"),
+        ({"max_new_tokens": 0}, "max_new_tokens"),
+    ],
+)
+def test_a_sampling_setting_generate_cannot_take_is_refused_by_field(
+    fields: dict[str, Any], named: str, tmp_path: Path
+) -> None:
+    saved(tmp_path / "hf", **fields)
+    with pytest.raises(HFError, match=rf"generation_config\.json: 1 problem:\n  {named}: "):
+        import_folder(tmp_path / "hf", "bad", tmp_path / "specs", tmp_path / "runs")
+    assert not (tmp_path / "runs" / "bad").exists()
