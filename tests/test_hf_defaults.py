@@ -33,6 +33,7 @@ import test_hf_biogpt  # noqa: F401
 import test_hf_codegen  # noqa: F401
 import test_hf_cohere  # noqa: F401
 import test_hf_electra  # noqa: F401
+import test_hf_ernie  # noqa: F401
 import test_hf_ernie4_5  # noqa: F401
 import test_hf_exaone4  # noqa: F401
 import test_hf_falcon_bloom  # noqa: F401 (each of these adds its families to test_hf_fields.FAMILIES)
@@ -158,6 +159,10 @@ SOURCES: dict[str, Source] = {
     )
 }
 SOURCES |= {name: from_roberta(name) for name in ("roberta", "xlm-roberta", "camembert", "distilbert")}
+SOURCES["ernie"] = Source(  # its task-type table, folded into the positions
+    lambda folder: _save(case("ernie"), folder),
+    unread=lambda hf: hf.config.task_type_vocab_size * hf.config.hidden_size if hf.config.use_task_id else 0,
+)
 SOURCES |= {  # the two position rows before position 0's
     name: Source(
         lambda folder, name=name: _save(case(name), folder), unread=lambda hf: 2 * hf.config.hidden_size

@@ -23,6 +23,7 @@ import pytest
 import test_hf_albert
 import test_hf_bart
 import test_hf_electra
+import test_hf_ernie
 import test_sliding_window
 import torch
 from helpers import random_run
@@ -269,11 +270,11 @@ def _bart(name: str) -> Callable[[Path], Path]:
 
 
 def _encoder(module: Any, name: str) -> Callable[[Path], Path]:
-    """An import of an encoder family file's variant (test_hf_electra's, test_hf_albert's), or an
-    encoder of tfcompile's own (its NATIVE's)."""
+    """An import of an encoder family file's variant (test_hf_electra's, test_hf_albert's,
+    test_hf_ernie's), or an encoder of tfcompile's own (its NATIVE's, where it has one)."""
 
     def run(root: Path) -> Path:
-        if name in module.NATIVE:
+        if name in getattr(module, "NATIVE", {}):
             return random_run(root, module.NATIVE[name])
         variants = {name: module.VARIANTS[name]}
         return imported_variants(root, variants, tokenizer="bert")[name].result.run_dir
@@ -357,6 +358,8 @@ RUNS: dict[str, Callable[[Path], Path]] = {
     "biogpt": _imported("test_hf_biogpt", "biogpt"),
     "biogpt of tfcompile's own (no tokenizer)": _biogpt_own,
     "xglm": _imported("test_hf_xglm", "xglm"),
+    "ernie of task types as bert": _encoder(test_hf_ernie, "ernie_task"),
+    "ernie classifier as bert": _encoder(test_hf_ernie, "ernie_cls"),
     "xglm untied, unscaled": _imported("test_hf_xglm", "xglm_plain"),
     "xglm of tfcompile's own (no tokenizer)": _xglm_own,
     "gpt_bigcode": _opt_bigcode("bigcode"),
@@ -479,7 +482,7 @@ def test_transformers_4_57s_tokenizer_gives_the_runs_ids_and_the_models_inputs(
     returns them unless told which inputs the model reads, and GPT-2 adds them to its embeddings."""
     result = read_by_457[name]
     assert result["ids"] == json.loads((result["folder"] / "run_tokenizer.txt").read_text())
-    segments = name.startswith(("bert", "xlm-roberta", "electra_", "albert"))
+    segments = name.startswith(("bert", "xlm-roberta", "electra_", "albert", "ernie"))
     assert result["inputs"] == sorted(
         ["input_ids", "attention_mask", *(["token_type_ids"] if segments else [])]
     )

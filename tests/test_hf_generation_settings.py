@@ -82,18 +82,27 @@ def test_export_hf_writes_the_stop_tokens_into_eos_token_id(stop: int, tmp_path:
     assert again.spec.task.stop_tokens == result.spec.task.stop_tokens
 
 
-def test_a_single_eos_adds_no_stop_token_and_an_id_past_the_tokenizer_is_warned_of(tmp_path: Path) -> None:
+def test_a_single_eos_adds_no_stop_token_an_id_past_the_logits_none_and_one_unnamed_warns(
+    tmp_path: Path,
+) -> None:
+    """An id past the model's 64 logits is never generated: nothing to stop at, nothing said. One
+    the tokenizer cannot name (here: there is no tokenizer.json) stops transformers alone."""
     saved(tmp_path / "one", 0)
     assert (
         import_folder(tmp_path / "one", "one", tmp_path / "specs", tmp_path / "runs").spec.task.stop_tokens
         == []
     )
     saved(tmp_path / "past", [0, 63, 500])
-    with pytest.warns(
-        HFWarning, match=r"eos_token_id \[0, 63, 500\]: the tokenizer names no token of id 500"
-    ):
-        result = import_folder(tmp_path / "past", "past", tmp_path / "specs", tmp_path / "runs")
+    result = import_folder(tmp_path / "past", "past", tmp_path / "specs", tmp_path / "runs")
     assert len(result.spec.task.stop_tokens) == 1
+    saved(tmp_path / "bare", [0, 5])
+    (tmp_path / "bare" / "tokenizer.json").unlink()
+    with pytest.warns(HFWarning) as caught:  # and that the run has no tokenizer
+        bare = import_folder(tmp_path / "bare", "bare", tmp_path / "specs", tmp_path / "runs")
+    assert bare.spec.task.stop_tokens == []
+    assert any(
+        "eos_token_id [0, 5]: the tokenizer names no token of id 0, 5" in str(w.message) for w in caught
+    )
 
 
 def test_an_eos_token_id_that_is_no_token_id_is_refused_by_field(tmp_path: Path) -> None:

@@ -16,6 +16,7 @@ from tfcompile.hf import (  # noqa: F401 (each registers its architecture)
     cohere,
     distilbert,
     electra,
+    ernie,
     falcon,
     gemma,
     gpt2,

@@ -117,7 +117,9 @@ def import_folder(folder: Path, name: str, specs_dir: Path, runs_dir: Path) -> I
             decoding["forced_eos"] = True
         decoding |= decoding_limits(folder, data, imported.model["max_seq_len"])
     fields = TASK_SECTIONS[imported.task["type"]].model_fields
-    if "stop_tokens" in fields and (stops := stop_tokens(folder, data, tokens)):
+    if "stop_tokens" in fields and (
+        stops := stop_tokens(folder, data, tokens, imported.model.get("vocab_size"))
+    ):
         decoding["stop_tokens"] = stops
     if "temperature" in fields:
         decoding |= sampling_defaults(folder, data)
@@ -509,10 +511,11 @@ def decoding_limits(folder: Path, config: dict[str, Any], max_seq_len: int) -> d
     return limits
 
 
-def stop_tokens(folder: Path, config: dict[str, Any], tokens: dict[str, str]) -> list[str]:
+def stop_tokens(folder: Path, config: dict[str, Any], tokens: dict[str, str], vocab_size: Any) -> list[str]:
     """The tokens beside the eos at which generate() ends a text (``generation_field``'s
     eos_token_id, a list of several: an instruct model's end of turn), as the tokenizer spells
-    them. An id the tokenizer lacks, or any without a tokenizer.json to name it, is warned of."""
+    them. An id below ``vocab_size`` the tokenizer lacks, or any without a tokenizer.json to name
+    it, is warned of (an id past the model's logits it never generates: nothing to stop at)."""
     value, _, where = generation_field(folder, config, "eos_token_id")
     ids = value if isinstance(value, list) else [value] if value is not None else []
     if not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids):
@@ -520,9 +523,10 @@ def stop_tokens(folder: Path, config: dict[str, Any], tokens: dict[str, str]) ->
             where, [Problem("eos_token_id", f"is {value!r}, no token id", "a token's id, or a list")]
         )
     vocabulary = token_strings(folder)
-    named = [vocabulary.get(i) for i in ids]
-    unnamed = [i for i, token in zip(ids, named, strict=True) if token is None]
-    if unnamed and (vocabulary or len(ids) > 1):
+    within = [i for i in ids if not isinstance(vocab_size, int) or i < vocab_size]
+    named = [vocabulary.get(i) for i in within]
+    unnamed = [i for i, token in zip(within, named, strict=True) if token is None]
+    if unnamed and (vocabulary or len(within) > 1):
         warnings.warn(
             f"{where}: eos_token_id {value}: the tokenizer names no token of id "
             f"{', '.join(map(str, unnamed))}, so generation does not stop there (transformers' does)",
