@@ -158,7 +158,10 @@ SOURCES: dict[str, Source] = {
         "xglm",
     )
 }
-SOURCES |= {name: from_roberta(name) for name in ("roberta", "xlm-roberta", "camembert", "distilbert")}
+SOURCES |= {
+    name: from_roberta(name)
+    for name in ("roberta", "xlm-roberta", "camembert", "data2vec-text", "distilbert")
+}
 SOURCES["ernie"] = Source(  # its task-type table, folded into the positions
     lambda folder: _save(case("ernie"), folder),
     unread=lambda hf: hf.config.task_type_vocab_size * hf.config.hidden_size if hf.config.use_task_id else 0,

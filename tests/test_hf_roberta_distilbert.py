@@ -116,6 +116,10 @@ FAMILIES = {
         camembert_tokenizer,
         ROBERTA | dict(bos_token_id=5, eos_token_id=6) | LABELS,
     ),
+    "data2vec-text": Family(T.Data2VecTextConfig, T.Data2VecTextForMaskedLM, roberta_tokenizer, ROBERTA),
+    "data2vec-text_cls": Family(
+        T.Data2VecTextConfig, T.Data2VecTextForSequenceClassification, roberta_tokenizer, ROBERTA | LABELS
+    ),
     "distilbert": Family(T.DistilBertConfig, T.DistilBertForMaskedLM, wordpiece_tokenizer, DISTILBERT),
     "distilbert_cls": Family(
         T.DistilBertConfig, T.DistilBertForSequenceClassification, wordpiece_tokenizer, DISTILBERT | LABELS
@@ -125,6 +129,7 @@ CLASSES = {
     "roberta": ["roberta", "roberta_cls"],
     "xlm-roberta": ["xlm-roberta", "xlm-roberta_cls"],
     "camembert": ["camembert", "camembert_cls"],
+    "data2vec-text": ["data2vec-text", "data2vec-text_cls"],
     "distilbert": ["distilbert", "distilbert_cls"],
 }
 # The families export-hf writes (as BERT's classes): not DistilBERT's classifier, whose ReLU
@@ -394,7 +399,8 @@ def test_a_masked_lm_head_adds_the_bias_transformers_5_adds(
 
 
 def roberta_rows(f: str) -> list[Case]:
-    """The rows RoBERTa, XLM-RoBERTa and CamemBERT share (their config classes are one)."""
+    """The rows RoBERTa, XLM-RoBERTa, CamemBERT and data2vec-text share (their config classes are
+    one)."""
     cls = f"{f}_cls"
     slow = f != "roberta"  # the two others one by one in the slow sweep
     return [
@@ -449,6 +455,7 @@ CASES: list[Case] = [
     *roberta_rows("roberta"),
     *roberta_rows("xlm-roberta"),
     *roberta_rows("camembert"),
+    *roberta_rows("data2vec-text"),
     case(  # the fields that take any value at once: each row below sets one
         "distilbert",
         activation="relu",

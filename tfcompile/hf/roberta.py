@@ -1,4 +1,5 @@
-"""RoBERTa, XLM-RoBERTa and CamemBERT (``*ForMaskedLM``, ``*ForSequenceClassification``): BERT's body
+"""RoBERTa, XLM-RoBERTa, CamemBERT and data2vec-text (``*ForMaskedLM``,
+``*ForSequenceClassification``; data2vec-text's body under ``data2vec_text.``): BERT's body
 with positions counted from past the pad id, a masked-LM head that applies GELU whatever
 ``hidden_act`` says, and a classification head (tanh of a dense layer on <s>, then a projection)
 that is BERT's pooler and classifier under other names.
@@ -24,7 +25,12 @@ from tfcompile.hf.errors import HFWarning
 from tfcompile.spec import Spec
 from tfcompile.spec.schema import EncoderSpec, MaskedLMTask
 
-PREFIXES = {"roberta": "Roberta", "xlm-roberta": "XLMRoberta", "camembert": "Camembert"}
+PREFIXES = {
+    "roberta": "Roberta",
+    "xlm-roberta": "XLMRoberta",
+    "camembert": "Camembert",
+    "data2vec-text": "Data2VecText",
+}
 # The head classes -> BERT's with the same task section (read by Bert.read).
 AS_BERT = {"ForMaskedLM": "BertForMaskedLM", "ForSequenceClassification": "BertForSequenceClassification"}
 MLM_HEAD = (
@@ -43,9 +49,9 @@ CLASSIFIER = (  # dense -> tanh on <s> is BERT's pooler; out_proj its classifier
 )
 
 
-@register("roberta", "xlm-roberta", "camembert")
+@register("roberta", "xlm-roberta", "camembert", "data2vec-text")
 class Roberta(Bert):
-    prefixes = ("roberta.",)
+    prefixes = ("roberta.", "data2vec_text.")
     decoder: ClassVar[str] = DECODER
     mlm_head: ClassVar[tuple[tuple[str, str], ...]] = MLM_HEAD
     mlm_bias: ClassVar[MLMBias] = MLMBias("lm_head.bias", "lm_head.decoder.bias")
