@@ -104,7 +104,7 @@ class MLMBias:
 @register("bert")
 class Bert(Writable):
     caches = False  # an encoder: transformers generates nothing with it
-    prefixes = ("bert.",)
+    prefixes: ClassVar[tuple[str, ...]] = ("bert.",)
     ignored = ("embeddings.position_ids",)  # a buffer in old checkpoints
     # The masked-LM head's names (RoBERTa's and DistilBERT's are their own)
     decoder: ClassVar[str] = DECODER
