@@ -153,12 +153,7 @@ def export_hf(run: Path, out: Path, which: str = "best", force: bool = False) ->
         eos = [tokens["eos"]] if "eos" in tokens else []
         config["eos_token_id"] = list(dict.fromkeys([*eos, *stops]))
     if isinstance(spec.task, Seq2SeqTask):  # null, not the BART family's class default: its eos
-        if spec.task.forced_eos and "eos" not in tokens:
-            raise HFError(
-                f"{run}: task.forced_eos ends a cut translation with the eos, and the run has no tokenizer "
-                f"to name it: export a run with one, or set task.forced_eos: false"
-            )
-        config["forced_eos_token_id"] = tokens["eos"] if spec.task.forced_eos else None
+        config["forced_eos_token_id"] = tokens.get("eos") if spec.task.forced_eos else None  # as eos_token_id
     tmp = staging_folder(out)
     try:
         write_json(tmp / CONFIG, config)

@@ -108,7 +108,7 @@ def import_folder(folder: Path, name: str, specs_dir: Path, runs_dir: Path) -> I
     tokens = special_tokens(folder, data, imported.decoder_start)
     if imported.pad_positions is not None:
         pad_positions(str(folder / CONFIG), imported.pad_positions, tokens, token_strings(folder))
-    decoding: dict[str, Any] = {}  # a translator's generation settings
+    decoding: dict[str, Any] = {}  # the task's fields of how the files set generate() to decode
     if imported.decoder_start:
         codes, target_prefix = language_codes(folder, data, tokens)
         tokens |= codes
@@ -600,9 +600,8 @@ def forced_start(folder: Path, config: dict[str, Any]) -> tuple[int | None, str]
     if forced != four:
         message = (
             f"is {four} in config.json and {'unset' if forced is None else forced} in "
-            f"generation_config.json, "
-            f"made from the model's config: transformers 4 rebuilds the latter from config.json's generation "
-            f"fields and forces config.json's, 5 generation_config.json's"
+            f"generation_config.json, made from the model's config: transformers 4 rebuilds the latter "
+            f"from config.json's generation fields and forces config.json's, 5 generation_config.json's"
         )
         raise refuse(
             str(folder / CONFIG), [Problem("forced_bos_token_id", message, "give both files one value")]
@@ -629,7 +628,7 @@ def forced_end(folder: Path, config: dict[str, Any], default: int | None, tokens
         )
     if forced is None:
         return False
-    eos = read_optional_json(folder / GENERATION_CONFIG).get("eos_token_id", config.get("eos_token_id"))
+    eos = generation_field(folder, config, "eos_token_id")[0]
     stops = eos if isinstance(eos, list) else [eos]
     token = token_strings(folder).get(forced)
     if forced not in stops and (token is None or token != tokens.get("eos")):

@@ -140,8 +140,7 @@ class LanguageModelling(Task):
                     f"name tokens it has"
                 )
             stops += [i for i in ids.values() if i is not None and i not in stops]
-        task = spec.task
-        defaults = {name: getattr(task, name) for name in DEFAULTS if getattr(task, name) is not None}
+        defaults = {name: value for name in DEFAULTS if (value := getattr(spec.task, name)) is not None}
         generation = GenerationInfo(context_length=spec.model.max_seq_len, stop_token_ids=stops, **defaults)
         return {"generation": generation}
 
