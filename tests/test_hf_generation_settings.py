@@ -151,7 +151,8 @@ def test_stop_tokens_without_a_tokenizer_fail_the_export(
     assert "no run's tokenizer to find them in" in capsys.readouterr().err
 
 
-SAMPLING = ("temperature", "top_k", "top_p", "max_new_tokens")
+# the task's generation defaults, where the files set none: tfcompile's
+SAMPLING = {"temperature": 1.0, "top_k": None, "top_p": None, "max_new_tokens": 200}
 
 
 @pytest.mark.parametrize(
@@ -173,8 +174,12 @@ def test_sampling_settings_are_the_bundles_defaults_and_export_hf_writes_them_ba
     saved(tmp_path / "hf", **fields)
     result = import_folder(tmp_path / "hf", "chat", tmp_path / "specs", tmp_path / "runs")
     task = result.spec.task
-    assert {name: getattr(task, name) for name in SAMPLING if getattr(task, name) is not None} == expected
+    assert {name: getattr(task, name) for name in SAMPLING} == SAMPLING | expected
     export_hf(result.run_dir, tmp_path / "out")
+    written = json.loads((tmp_path / "out" / "generation_config.json").read_text())
+    assert ("do_sample" in written) == any(
+        [task.temperature != 1.0, task.top_k, task.top_p]
+    )  # tfcompile's own: none
     again = import_folder(tmp_path / "out", "again", tmp_path / "specs", tmp_path / "runs").spec.task
     assert {name: getattr(again, name) for name in SAMPLING} == {
         name: getattr(task, name) for name in SAMPLING

@@ -132,6 +132,8 @@ ABSENT = {
     "model.moe.dense_layers",  # null: every layer routes
     "train.loss_chunk_tokens",  # null: the loss over all logits at once, as its description says
     "train.threads",  # null: torch's own count, one per core
+    "task.top_k",  # null: generation draws from every token
+    "task.top_p",
 }
 
 

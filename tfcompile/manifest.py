@@ -34,6 +34,8 @@ MAX_LENGTH_PENALTY = 10.0  # ((5 + length) / 6) ** alpha stays finite for any le
 MAX_BEAM = 64  # a translation section's default beam
 MAX_STOP_TOKENS = 64  # generation's stop tokens
 MAX_NEW_TOKENS = 1 << 16  # a generation section's default limit (a caller may ask for more)
+DEFAULT_MAX_NEW_TOKENS = 200  # the new tokens a request gets when it names no limit
+DEFAULT_TEMPERATURE = 1.0  # and its temperature
 MAX_INPUT_VALUES = 1 << 26  # a graph input's values with every named axis 1: 3 x 4,096 x 4,096 pixels fit
 
 
@@ -159,10 +161,11 @@ class GenerationInfo(Part):
     context_length: Count
     stop_token_ids: Annotated[list[TokenId], Field(max_length=MAX_STOP_TOKENS + 1)]
     max_new_tokens: Annotated[StrictInt, Field(gt=0, le=MAX_NEW_TOKENS)] = Field(
-        200, description="the new tokens a request gets when it names no limit, a stop token included"
+        DEFAULT_MAX_NEW_TOKENS,
+        description="the new tokens a request gets when it names no limit, a stop token included",
     )
     temperature: Annotated[float, Field(ge=0)] = Field(
-        1.0,
+        DEFAULT_TEMPERATURE,
         description="0: greedy (tfcompile's runtime also decodes greedily below 1e-5); otherwise a "
         "token is drawn from the softmax of the logits divided by it (float64), after top_k, then "
         "top_p. A seed repeats draws within one implementation only",

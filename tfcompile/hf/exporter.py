@@ -36,6 +36,7 @@ from tfcompile.hf.folder import (
     write_weights,
 )
 from tfcompile.hf.importer import ROLES, affixes
+from tfcompile.manifest import DEFAULT_MAX_NEW_TOKENS, DEFAULT_TEMPERATURE
 from tfcompile.sequences import SPECIAL_ROLES
 from tfcompile.spec import Spec
 from tfcompile.spec.schema import CausalLMTask, EncoderSpec, Seq2SeqTask, sliding_layers
@@ -99,20 +100,20 @@ def prefix_problems(spec: Spec) -> list[Problem]:
 
 
 def sampling(task: Any) -> dict[str, Any]:
-    """A causal LM task's generation defaults as generation_config.json's fields (what the importer
-    reads back): greedy is do_sample false; sampling, do_sample with the temperature (1 where
-    unset), top_k (0: every token) and top_p; nothing where the task sets none."""
+    """A causal LM task's generation defaults, where they are not tfcompile's own (sampling at
+    temperature 1 from every token, 200 new tokens), as generation_config.json's fields (what the
+    importer reads back): greedy is do_sample false; other sampling, do_sample with the
+    temperature, top_k (0: every token) and top_p."""
     if not isinstance(task, CausalLMTask):
         return {}
-    out: dict[str, Any] = {} if task.max_new_tokens is None else {"max_new_tokens": task.max_new_tokens}
+    out = {} if task.max_new_tokens == DEFAULT_MAX_NEW_TOKENS else {"max_new_tokens": task.max_new_tokens}
     if task.temperature == 0:
         return out | {"do_sample": False}
-    if task.temperature is None and task.top_k is None and task.top_p is None:
+    if task.temperature == DEFAULT_TEMPERATURE and task.top_k is None and task.top_p is None:
         return out
-    temperature = 1.0 if task.temperature is None else task.temperature
     return out | {
         "do_sample": True,
-        "temperature": temperature,
+        "temperature": task.temperature,
         "top_k": task.top_k or 0,
         "top_p": task.top_p or 1.0,
     }

@@ -32,7 +32,14 @@ from pydantic import (
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticCustomError
 
-from tfcompile.manifest import MAX_BEAM, MAX_LENGTH_PENALTY, MAX_NEW_TOKENS, MAX_STOP_TOKENS
+from tfcompile.manifest import (
+    DEFAULT_MAX_NEW_TOKENS,
+    DEFAULT_TEMPERATURE,
+    MAX_BEAM,
+    MAX_LENGTH_PENALTY,
+    MAX_NEW_TOKENS,
+    MAX_STOP_TOKENS,
+)
 from tfcompile.sequences import CAUSAL_LM_TOKENS, CLS, SEQ2SEQ_TOKENS, SPECIAL_ROLES, SPECIAL_TOKENS
 from tfcompile.spec.choices import GATED, ActivationName, NormName
 
@@ -1622,16 +1629,16 @@ class CausalLMTask(TaskSection):
             "list); none by default",
         )
     )
-    # The bundle's generation defaults, for a request that names none (None: the manifest's own).
-    max_new_tokens: Annotated[PositiveInt, Field(le=MAX_NEW_TOKENS)] | None = Field(
-        None, description="new tokens a request gets by default, a stop token included; default 200"
+    # The bundle's generation defaults, for a request that names none.
+    max_new_tokens: Annotated[PositiveInt, Field(le=MAX_NEW_TOKENS)] = Field(
+        DEFAULT_MAX_NEW_TOKENS, description="new tokens a request gets by default, a stop token included"
     )
-    temperature: Annotated[float, Field(ge=0)] | None = Field(
-        None, description="generation's default temperature (0: greedy); default 1"
+    temperature: Annotated[float, Field(ge=0)] = Field(
+        DEFAULT_TEMPERATURE, description="generation's default temperature (0: greedy)"
     )
-    top_k: PositiveInt | None = Field(None, description="generation's default top_k; default: every token")
+    top_k: PositiveInt | None = Field(None, description="generation's default top_k; null: every token")
     top_p: Annotated[float, Field(gt=0, le=1)] | None = Field(
-        None, description="generation's default top_p; default: every token"
+        None, description="generation's default top_p; null: every token"
     )
 
     @model_validator(mode="after")

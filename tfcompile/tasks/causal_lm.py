@@ -119,8 +119,8 @@ class LanguageModelling(Task):
 
     @classmethod
     def manifest(cls, spec: Spec, tokenizer: TokenizerInfo | None, run: Path | None) -> dict[str, Any]:
-        """Generation stops at the eos and the task's stop_tokens (ids of the run's tokenizer); the
-        task's generation defaults replace the manifest's where it sets them."""
+        """Generation stops at the eos and the task's stop_tokens (ids of the run's tokenizer), with
+        the task's generation defaults."""
         eos = tokenizer.special_tokens.get("eos") if tokenizer is not None else None
         stops = [eos.id] if eos is not None else []
         assert isinstance(spec.task, CausalLMTask)
@@ -140,7 +140,7 @@ class LanguageModelling(Task):
                     f"name tokens it has"
                 )
             stops += [i for i in ids.values() if i is not None and i not in stops]
-        defaults = {name: value for name in DEFAULTS if (value := getattr(spec.task, name)) is not None}
+        defaults = {name: getattr(spec.task, name) for name in DEFAULTS}
         generation = GenerationInfo(context_length=spec.model.max_seq_len, stop_token_ids=stops, **defaults)
         return {"generation": generation}
 
