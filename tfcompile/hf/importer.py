@@ -105,24 +105,25 @@ def import_folder(folder: Path, name: str, specs_dir: Path, runs_dir: Path) -> I
     sections: dict[str, Any] = {"model": imported.model, "task": imported.task}
     check_tokenizer(folder)
     warn_of_half_precision(data)
-    tokens = special_tokens(folder, data, imported.decoder_start)
+    vocabulary, generation = token_strings(folder), Generation.of(folder, data)  # each read once
+    tokens = special_tokens(folder, generation, imported.decoder_start, vocabulary)
     if imported.pad_positions is not None:
-        pad_positions(str(folder / CONFIG), imported.pad_positions, tokens, token_strings(folder))
+        pad_positions(str(folder / CONFIG), imported.pad_positions, tokens, vocabulary)
     decoding: dict[str, Any] = {}  # the task's fields of how the files set generate() to decode
     if imported.decoder_start:
-        codes, target_prefix = language_codes(folder, data, tokens)
+        codes, target_prefix = language_codes(folder, generation, tokens, vocabulary)
         tokens |= codes
         decoding = {"target_prefix": target_prefix} if target_prefix else {}
-        if forced_end(folder, data, imported.forced_eos, tokens):
+        if forced_end(generation, imported.forced_eos, tokens, vocabulary):
             decoding["forced_eos"] = True
-        decoding |= decoding_limits(folder, data, imported.model["max_seq_len"])
+        decoding |= decoding_limits(generation, imported.model["max_seq_len"])
     fields = TASK_SECTIONS[imported.task["type"]].model_fields
     if "stop_tokens" in fields and (
-        stops := stop_tokens(folder, data, tokens, imported.model.get("vocab_size"))
+        stops := stop_tokens(generation, tokens, vocabulary, imported.model.get("vocab_size"))
     ):
         decoding["stop_tokens"] = stops
     if "temperature" in fields:
-        decoding |= sampling_defaults(folder, data)
+        decoding |= sampling_defaults(generation)
     if tokens:
         sections["tokens"] = tokens
     if "source_suffix" in imported.task and (around := source_affixes(folder, tokens)) is not None:
@@ -228,16 +229,17 @@ def normalise(tensors: dict[str, torch.Tensor], converter: Architecture) -> dict
     return out
 
 
-def special_tokens(folder: Path, config: dict[str, Any], decoder_start: bool) -> dict[str, str]:
+def special_tokens(
+    folder: Path, files: Generation, decoder_start: bool, vocabulary: dict[int, str]
+) -> dict[str, str]:
     """The special tokens by role, as the tokenizer's files say (and, for a role they leave
     out, the config's token ids); with ``decoder_start`` (a translator's) the bos is what its
     decoder starts with, ``decoder_start_token_id`` where the config has one (T5's pad, BART's
-    </s>), whatever the tokenizer calls its bos."""
+    </s>), whatever the tokenizer calls its bos. ``vocabulary``: the tokenizer's strings."""
     tokenizer = read_optional_json(folder / TOKENIZER_CONFIG) | read_optional_json(
         folder / SPECIAL_TOKENS_MAP
     )
-    vocabulary = token_strings(folder)
-    generation = read_optional_json(folder / GENERATION_CONFIG)
+    generation, config = files.saved or {}, files.config
     start = generation.get("decoder_start_token_id", config.get("decoder_start_token_id"))
     roles: dict[str, str] = {}
     for role in ROLES:
@@ -356,7 +358,7 @@ def framing(saved: dict[str, Any]) -> tuple[list[str], list[str]] | None:
 
 
 def language_codes(
-    folder: Path, config: dict[str, Any], tokens: dict[str, str]
+    folder: Path, generation: Generation, tokens: dict[str, str], vocabulary: dict[int, str]
 ) -> tuple[dict[str, str], list[str]]:
     """A translator's language codes, as its files say -> (the roles to add to ``tokens``, the
     task's target_prefix). Its source's: the one special token of no role that its tokenizer's
@@ -381,10 +383,9 @@ def language_codes(
                 HFWarning,
                 stacklevel=2,
             )
-    forced, where = forced_start(folder, config)
+    forced, where = forced_start(generation), generation.where
     if forced is None:
         return added, []
-    vocabulary = token_strings(folder)
     if not vocabulary:
         warnings.warn(
             f"{where}: forced_bos_token_id {forced}, which transformers' generate() puts after the decoder's "
@@ -438,38 +439,57 @@ GENERATION_DEFAULTS: dict[str, Any] = {
 }
 
 
-def generation_field(
-    folder: Path, config: dict[str, Any], name: str, default: Any = None
-) -> tuple[Any, Any, str]:
-    """A field generate() reads as transformers 5 and 4 read the folder, and the file it is read
-    from: generation_config.json's where the folder has one, else config.json's. Transformers 4
-    takes the config class's ``default`` where config.json has none, and where
+@dataclass(frozen=True)
+class Generation:
+    """What generate() reads from a folder, read once: generation_config.json's fields (``saved``)
+    where the folder has one, else config.json's (``config``): ``where`` names the file.
+    Transformers 4 takes a config class's default where config.json has none, and where
     generation_config.json was made from the model's config and config.json holds generation
-    fields off their defaults, it rebuilds it from config.json."""
-    generation = read_optional_json(folder / GENERATION_CONFIG)
-    held = (folder / GENERATION_CONFIG).exists()
-    rebuilt = generation.get("_from_model_config") is True and any(
-        key in config and config[key] is not None and config[key] != value
-        for key, value in GENERATION_DEFAULTS.items()
-    )
-    five = generation.get(name) if held else config.get(name)
-    four = config.get(name, default) if rebuilt or not held else five
-    return five, four, str(folder / (GENERATION_CONFIG if held else CONFIG))
+    fields off their defaults (``rebuilt``), it rebuilds it from config.json."""
+
+    folder: Path
+    config: dict[str, Any]
+    saved: dict[str, Any] | None
+    rebuilt: bool
+
+    @classmethod
+    def of(cls, folder: Path, config: dict[str, Any]) -> Generation:
+        path = folder / GENERATION_CONFIG
+        saved = read_json(path) if path.exists() else None
+        rebuilt = (saved or {}).get("_from_model_config") is True and any(
+            key in config and config[key] is not None and config[key] != value
+            for key, value in GENERATION_DEFAULTS.items()
+        )
+        return cls(folder, config, saved, rebuilt)
+
+    @property
+    def where(self) -> str:
+        return str(self.folder / (CONFIG if self.saved is None else GENERATION_CONFIG))
+
+    def field(self, name: str, default: Any = None) -> tuple[Any, Any]:
+        """The field as transformers 5 and 4 read it (``default``: the config class's)."""
+        five = self.config.get(name) if self.saved is None else self.saved.get(name)
+        four = self.config.get(name, default) if self.rebuilt or self.saved is None else five
+        return five, four
+
+    def token(self, name: str, default: int | None = None) -> tuple[int | None, int | None]:
+        """``field``'s token id (forced_bos_token_id, forced_eos_token_id); refused by field: a
+        value that is no token id."""
+        five, four = self.field(name, default)
+        for value in (five, four):
+            if value is not None and not count(value):
+                raise refuse(
+                    self.where, [Problem(name, f"is {value!r}, no token id", "a token's id, or null")]
+                )
+        return five, four
 
 
-def generation_token(
-    folder: Path, config: dict[str, Any], name: str, default: int | None = None
-) -> tuple[int | None, int | None, str]:
-    """``generation_field``'s token id (forced_bos_token_id, forced_eos_token_id); refused by
-    field: a value that is no token id."""
-    five, four, where = generation_field(folder, config, name, default)
-    for value in (five, four):
-        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
-            raise refuse(where, [Problem(name, f"is {value!r}, no token id", "a token's id, or null")])
-    return five, four, where
+def count(value: Any, least: int = 0) -> bool:
+    """Whether a JSON value is a whole number of at least ``least`` (true and false are not)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= least
 
 
-def decoding_limits(folder: Path, config: dict[str, Any], max_seq_len: int) -> dict[str, int]:
+def decoding_limits(generation: Generation, max_seq_len: int) -> dict[str, int]:
     """What a translator's files set generate() to decode with, as the task's fields: num_beams
     its beam, max_new_tokens (else max_length, less the decoder's start) its max_decode_len, at
     most max_seq_len - 1 (the positions the model has). A field the files leave out keeps the
@@ -478,19 +498,15 @@ def decoding_limits(folder: Path, config: dict[str, Any], max_seq_len: int) -> d
     the task has none for (``UNAPPLIED``), set off their defaults, are warned of."""
     fields: dict[str, int] = {}
     for name, bound in (("num_beams", MAX_BEAM), ("max_new_tokens", None), ("max_length", None)):
-        value, _, where = generation_field(folder, config, name)
+        value = generation.field(name)[0]
         if value is None:
             continue
-        if (
-            not isinstance(value, int)
-            or isinstance(value, bool)
-            or value < (2 if name == "max_length" else 1)
-        ):
-            raise refuse(
-                where, [Problem(name, f"is {value!r}, no count of tokens or beams", "a positive count")]
-            )
+        if not count(value, 2 if name == "max_length" else 1):
+            problem = Problem(name, f"is {value!r}, no count of tokens or beams", "a positive count")
+            raise refuse(generation.where, [problem])
         if bound is not None and value > bound:
-            raise refuse(where, [Problem(name, f"is {value}, past tfcompile's {bound}", f"at most {bound}")])
+            problem = Problem(name, f"is {value}, past tfcompile's {bound}", f"at most {bound}")
+            raise refuse(generation.where, [problem])
         fields[name] = value
     limits = {"beam": fields["num_beams"]} if "num_beams" in fields else {}
     new = fields.get("max_new_tokens", fields["max_length"] - 1 if "max_length" in fields else None)
@@ -498,31 +514,33 @@ def decoding_limits(folder: Path, config: dict[str, Any], max_seq_len: int) -> d
         limits["max_decode_len"] = min(new, max(max_seq_len - 1, 1))
     unapplied = []
     for name in UNAPPLIED:
-        value, _, where = generation_field(folder, config, name, GENERATION_DEFAULTS[name])
+        value = generation.field(name)[0]
         if value is not None and value != GENERATION_DEFAULTS[name]:
             unapplied.append(f"{name} {value!r}")
     if unapplied:
         warnings.warn(
-            f"{where}: {', '.join(unapplied)}: generate() applies them and tfcompile's translations do not "
-            f"(greedy or fairseq's beam search, task.length_penalty as Wu et al.'s), so they may differ",
+            f"{generation.where}: {', '.join(unapplied)}: generate() applies them and tfcompile's "
+            f"translations do not (greedy or fairseq's beam search, task.length_penalty as Wu et al.'s), "
+            f"so they may differ",
             HFWarning,
             stacklevel=2,
         )
     return limits
 
 
-def stop_tokens(folder: Path, config: dict[str, Any], tokens: dict[str, str], vocab_size: Any) -> list[str]:
-    """The tokens beside the eos at which generate() ends a text (``generation_field``'s
-    eos_token_id, a list of several: an instruct model's end of turn), as the tokenizer spells
-    them. An id below ``vocab_size`` the tokenizer lacks, or any without a tokenizer.json to name
-    it, is warned of (an id past the model's logits it never generates: nothing to stop at)."""
-    value, _, where = generation_field(folder, config, "eos_token_id")
+def stop_tokens(
+    generation: Generation, tokens: dict[str, str], vocabulary: dict[int, str], vocab_size: Any
+) -> list[str]:
+    """The tokens beside the eos at which generate() ends a text (eos_token_id, a list of several:
+    an instruct model's end of turn), as the tokenizer spells them (``vocabulary``). An id below
+    ``vocab_size`` the tokenizer lacks, or any without a tokenizer.json to name it, is warned of
+    (an id past the model's logits it never generates: nothing to stop at)."""
+    value, where = generation.field("eos_token_id")[0], generation.where
     ids = value if isinstance(value, list) else [value] if value is not None else []
-    if not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids):
+    if not all(count(i) for i in ids):
         raise refuse(
             where, [Problem("eos_token_id", f"is {value!r}, no token id", "a token's id, or a list")]
         )
-    vocabulary = token_strings(folder)
     within = [i for i in ids if not isinstance(vocab_size, int) or i < vocab_size]
     named = [vocabulary.get(i) for i in within]
     unnamed = [i for i, token in zip(within, named, strict=True) if token is None]
@@ -536,39 +554,37 @@ def stop_tokens(folder: Path, config: dict[str, Any], tokens: dict[str, str], vo
     return list(dict.fromkeys(t for t in named if t is not None and t != tokens.get("eos")))
 
 
-def sampling_defaults(folder: Path, config: dict[str, Any]) -> dict[str, Any]:
+def sampling_defaults(generation: Generation) -> dict[str, Any]:
     """How a language model's files set generate() to choose tokens, as the task's generation
     defaults: where they set do_sample, greedy (temperature 0) if false, else their temperature,
     top_k (transformers' 50 where unset; 0: every token) and top_p (1: every token); their
     max_new_tokens. Where they set neither, the bundle keeps tfcompile's defaults. Refused by
     field: a value generate() cannot take."""
     out: dict[str, Any] = {}
-    read = {name: generation_field(folder, config, name) for name in ("do_sample", "max_new_tokens")}
-    new, _, where = read["max_new_tokens"]
+    new = generation.field("max_new_tokens")[0]
     if new is not None:
-        if not isinstance(new, int) or isinstance(new, bool) or not 0 < new <= MAX_NEW_TOKENS:
-            raise refuse(
-                where, [Problem("max_new_tokens", f"is {new!r}", f"a count up to {MAX_NEW_TOKENS:,}")]
-            )
+        if not count(new, 1) or new > MAX_NEW_TOKENS:
+            problem = Problem("max_new_tokens", f"is {new!r}", f"a count up to {MAX_NEW_TOKENS:,}")
+            raise refuse(generation.where, [problem])
         out["max_new_tokens"] = new
-    sample, _, where = read["do_sample"]
+    sample = generation.field("do_sample")[0]
     if sample is None:
         return out
     if not sample:
         return out | {"temperature": 0.0}
-    values = {name: generation_field(folder, config, name)[0] for name in ("temperature", "top_k", "top_p")}
     temperature, top_k, top_p = (
-        GENERATION_DEFAULTS[name] if values[name] is None else values[name] for name in values
+        GENERATION_DEFAULTS[name] if (value := generation.field(name)[0]) is None else value
+        for name in ("temperature", "top_k", "top_p")
     )
     problems = []
     if not isinstance(temperature, int | float) or isinstance(temperature, bool) or temperature <= 0:
         problems.append(Problem("temperature", f"is {temperature!r}, with do_sample", "a number above 0"))
-    if not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 0:
+    if not count(top_k):
         problems.append(Problem("top_k", f"is {top_k!r}", "a count, or 0 for every token"))
     if not isinstance(top_p, int | float) or isinstance(top_p, bool) or not 0 < top_p <= 1:
         problems.append(Problem("top_p", f"is {top_p!r}", "a share above 0, at most 1"))
     if problems:
-        raise refuse(where, problems)
+        raise refuse(generation.where, problems)
     out |= {"temperature": float(temperature)}
     return out | ({"top_k": top_k} if top_k else {}) | ({"top_p": float(top_p)} if top_p < 1 else {})
 
@@ -592,31 +608,32 @@ UNAPPLIED = (
 )
 
 
-def forced_start(folder: Path, config: dict[str, Any]) -> tuple[int | None, str]:
-    """The token transformers' generate() forces after the decoder's start (generation_token's
-    forced_bos_token_id), and the file it is read from; refused where transformers 4 and 5 would
-    force different tokens."""
-    forced, four, where = generation_token(folder, config, "forced_bos_token_id")
+def forced_start(generation: Generation) -> int | None:
+    """The token transformers' generate() forces after the decoder's start (forced_bos_token_id);
+    refused where transformers 4 and 5 would force different tokens."""
+    forced, four = generation.token("forced_bos_token_id")
     if forced != four:
         message = (
             f"is {four} in config.json and {'unset' if forced is None else forced} in "
             f"generation_config.json, made from the model's config: transformers 4 rebuilds the latter "
             f"from config.json's generation fields and forces config.json's, 5 generation_config.json's"
         )
-        raise refuse(
-            str(folder / CONFIG), [Problem("forced_bos_token_id", message, "give both files one value")]
-        )
-    return forced, where
+        problem = Problem("forced_bos_token_id", message, "give both files one value")
+        raise refuse(str(generation.folder / CONFIG), [problem])
+    return forced
 
 
-def forced_end(folder: Path, config: dict[str, Any], default: int | None, tokens: dict[str, str]) -> bool:
+def forced_end(
+    generation: Generation, default: int | None, tokens: dict[str, str], vocabulary: dict[int, str]
+) -> bool:
     """Whether transformers' generate() ends a translation that reaches its length limit with its
-    eos (generation_token's forced_eos_token_id; ``default``: the config class's), the task's
-    forced_eos. Where transformers 4 and 5 read it otherwise (4 takes the class's default for a
-    config.json without one), the import follows 5, with a warning, as the two differ in the last
-    token of a cut translation alone. Refused by field: a forced token that is neither the
-    config's eos_token_id nor the tokenizer's eos (``tokens``' eos role)."""
-    forced, four, where = generation_token(folder, config, "forced_eos_token_id", default)
+    eos (forced_eos_token_id; ``default``: the config class's), the task's forced_eos. Where
+    transformers 4 and 5 read it otherwise (4 takes the class's default for a config.json without
+    one), the import follows 5, with a warning, as the two differ in the last token of a cut
+    translation alone. Refused by field: a forced token that is neither the config's eos_token_id
+    nor the tokenizer's eos (``tokens``' eos role; ``vocabulary``: the tokenizer's strings)."""
+    forced, four = generation.token("forced_eos_token_id", default)
+    where = generation.where
     if forced != four:
         warnings.warn(
             f"{where}: forced_eos_token_id is {forced} as transformers 5 reads the folder and {four} as "
@@ -628,9 +645,9 @@ def forced_end(folder: Path, config: dict[str, Any], default: int | None, tokens
         )
     if forced is None:
         return False
-    eos = generation_field(folder, config, "eos_token_id")[0]
+    eos = generation.field("eos_token_id")[0]
     stops = eos if isinstance(eos, list) else [eos]
-    token = token_strings(folder).get(forced)
+    token = vocabulary.get(forced)
     if forced not in stops and (token is None or token != tokens.get("eos")):
         message = (
             f"is {forced}, which generate() puts last in a translation cut at its length limit, and "
