@@ -21,6 +21,7 @@ import torch
 from tokenizers import Tokenizer, processors
 
 from tfcompile.destination import check_not_a_file, check_outside, move_into_place, staging_folder
+from tfcompile.errors import ExportError
 from tfcompile.files import PREPROCESSING_FILE, TOKENIZER_FILE, atomic_write_text
 from tfcompile.hf import families  # noqa: F401 (registers every architecture)
 from tfcompile.hf.architecture import ARCHITECTURES, Writable
@@ -40,6 +41,7 @@ from tfcompile.manifest import DEFAULT_MAX_NEW_TOKENS, DEFAULT_TEMPERATURE
 from tfcompile.sequences import SPECIAL_ROLES
 from tfcompile.spec import Spec
 from tfcompile.spec.schema import CausalLMTask, EncoderSpec, Seq2SeqTask, sliding_layers
+from tfcompile.tasks.causal_lm import stop_token_ids
 from tfcompile.train.runs import load_trained_model
 
 MAX_SHARD_BYTES = 5 * 1024**3  # as save_pretrained shards
@@ -143,14 +145,12 @@ def export_hf(run: Path, out: Path, which: str = "best", force: bool = False) ->
             raise HFError(f"{run}: the run's tokenizer holds no token for task.target_prefix's {role}")
         config["forced_bos_token_id"] = tokens[role]
     if isinstance(spec.task, CausalLMTask) and spec.task.stop_tokens:  # generate() stops at each
-        path = run / TOKENIZER_FILE
-        stops = (
-            [Tokenizer.from_file(str(path)).token_to_id(t) for t in spec.task.stop_tokens]
-            if path.exists()
-            else []
-        )
-        if len(stops) != len(spec.task.stop_tokens) or None in stops:
-            raise HFError(f"{run}: the run's tokenizer holds no token of task.stop_tokens for eos_token_id")
+        try:
+            stops = stop_token_ids(spec.task, run)
+        except ExportError as error:
+            raise HFError(
+                f"{run}: the run's tokenizer holds no token of task.stop_tokens for eos_token_id: {error}"
+            ) from None
         eos = [tokens["eos"]] if "eos" in tokens else []
         config["eos_token_id"] = list(dict.fromkeys([*eos, *stops]))
     if isinstance(spec.task, Seq2SeqTask):  # null, not the BART family's class default: its eos

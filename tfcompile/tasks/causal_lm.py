@@ -51,6 +51,28 @@ def causal_lm_loss(
 DEFAULTS = ("max_new_tokens", "temperature", "top_k", "top_p")
 
 
+def stop_token_ids(task: CausalLMTask, run: Path | None) -> list[int]:
+    """The ids of ``task.stop_tokens`` in the run's tokenizer (the manifest's and export-hf's);
+    an ExportError names the tokens it lacks, or that there is no tokenizer to find them in."""
+    if not task.stop_tokens:
+        return []
+    path = run / TOKENIZER_FILE if run is not None else None
+    if path is None or not path.exists():
+        raise ExportError(
+            "task.stop_tokens names tokens, and there is no run's tokenizer to find them in: "
+            "export a run with a tokenizer, or leave stop_tokens out"
+        )
+    vocabulary = Tokenizer.from_file(str(path))
+    ids = {token: vocabulary.token_to_id(token) for token in task.stop_tokens}
+    missing = [token for token, i in ids.items() if i is None]
+    if missing:
+        raise ExportError(
+            f"task.stop_tokens: {', '.join(map(repr, missing))} is no token of the run's tokenizer: "
+            f"name tokens it has"
+        )
+    return [i for i in ids.values() if i is not None]
+
+
 @dataclass(frozen=True)
 class ChunkedLoss:
     """causal_lm_loss from the final hidden states, ``chunk`` rows at a time: each chunk's logits
@@ -124,22 +146,7 @@ class LanguageModelling(Task):
         eos = tokenizer.special_tokens.get("eos") if tokenizer is not None else None
         stops = [eos.id] if eos is not None else []
         assert isinstance(spec.task, CausalLMTask)
-        if spec.task.stop_tokens:
-            path = run / TOKENIZER_FILE if run is not None else None
-            if path is None or not path.exists():
-                raise ExportError(
-                    "task.stop_tokens names tokens, and there is no run's tokenizer to find them in: "
-                    "export a run with a tokenizer, or leave stop_tokens out"
-                )
-            vocabulary = Tokenizer.from_file(str(path))
-            ids = {token: vocabulary.token_to_id(token) for token in spec.task.stop_tokens}
-            missing = [token for token, i in ids.items() if i is None]
-            if missing:
-                raise ExportError(
-                    f"task.stop_tokens: {', '.join(map(repr, missing))} is no token of the run's tokenizer: "
-                    f"name tokens it has"
-                )
-            stops += [i for i in ids.values() if i is not None and i not in stops]
+        stops += [i for i in stop_token_ids(spec.task, run) if i not in stops]
         defaults = {name: getattr(spec.task, name) for name in DEFAULTS}
         generation = GenerationInfo(context_length=spec.model.max_seq_len, stop_token_ids=stops, **defaults)
         return {"generation": generation}
