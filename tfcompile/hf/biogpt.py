@@ -27,22 +27,30 @@ from tfcompile.hf.architecture import (
     dropout,
     init_std,
     lm_head,
-    output_scale,
     pad_within,
     register,
 )
 from tfcompile.hf.errors import Problem
 from tfcompile.hf.gpt2 import gpt2_norms, learned_decoder_lm, multi_query
-from tfcompile.hf.opt import EPS, OFFSET, fairseq_needs, read_blocks, warn_of_layerdrop, written_blocks
+from tfcompile.hf.opt import (
+    EPS,
+    OFFSET,
+    fairseq_needs,
+    read_fairseq_lm,
+    warn_of_layerdrop,
+    written_fairseq_lm,
+)
 from tfcompile.spec import Spec
 from tfcompile.spec.schema import DecoderSpec
 
 HEAD = "BioGptForCausalLM"
+PREFIX = "biogpt."
+HEAD_TENSOR = "output_projection.weight"  # the head, where untied
 
 
 @register("biogpt")
 class BioGpt(Writable):
-    prefixes = ("biogpt.",)
+    prefixes = (PREFIX,)
     sources: ClassVar[dict[str, str]] = {
         "model.vocab_size": "vocab_size",
         "model.max_seq_len": "max_position_embeddings",
@@ -82,7 +90,7 @@ class BioGpt(Writable):
             "bias": {"qkv": True, "attn_out": True, "ffn": True, "lm_head": False},
             "scale_embeddings": bool(config.get("scale_embedding", True)),
             "tie_embeddings": lm_head(
-                config, tensors, architecture, ("output_projection.weight", "embed_tokens.weight"), True, HEAD
+                config, tensors, architecture, (HEAD_TENSOR, "embed_tokens.weight"), True, HEAD
             ),
             "dropout": {
                 "embedding": dropout(hidden),
@@ -95,17 +103,9 @@ class BioGpt(Writable):
 
     def to_state(self, tensors: Tensors, spec: Spec) -> State:
         model = spec.model
-        assert isinstance(model, DecoderSpec) and model.head_dim is not None
-        embed = tensors.take("embed_tokens.weight")
-        state = {
-            "embed.weight": embed,
-            "positional.table.weight": tensors.take("embed_positions.weight")[OFFSET:],
-            "lm_head.weight": embed if model.tie_embeddings else tensors.take("output_projection.weight"),
-            "final_norm.weight": tensors.take("layer_norm.weight"),
-            "final_norm.bias": tensors.take("layer_norm.bias"),
-        }
-        tensors.maybe("output_projection.weight")  # a tie saved under both names
-        return state | read_blocks(tensors, model, biased=True)
+        assert isinstance(model, DecoderSpec)
+        positions = tensors.take("embed_positions.weight")[OFFSET:]
+        return read_fairseq_lm(tensors, model, HEAD_TENSOR) | {"positional.table.weight": positions}
 
     def candidate(self, spec: Spec) -> bool:
         """A decoder LM with learned positions, GPT-2's norms, no MQA and no window whose token
@@ -151,15 +151,7 @@ class BioGpt(Writable):
     def from_state(self, state: State, spec: Spec) -> State:
         model = spec.model
         assert isinstance(model, DecoderSpec)
-        p, d = "biogpt.", model.d_model
         table = state["positional.table.weight"]
-        scale = output_scale(model)
-        out = {
-            f"{p}embed_tokens.weight": state["embed.weight"],
-            f"{p}embed_positions.weight": torch.cat([table.new_zeros(OFFSET, d), table]),
-            f"{p}layer_norm.weight": state["final_norm.weight"] * scale,
-            f"{p}layer_norm.bias": state["final_norm.bias"] * scale,
-        }
-        if not model.tie_embeddings:
-            out["output_projection.weight"] = state["lm_head.weight"]
-        return contiguous(out | written_blocks(state, model, p, biased=True))
+        positions = torch.cat([table.new_zeros(OFFSET, model.d_model), table])
+        out = written_fairseq_lm(state, model, PREFIX, HEAD_TENSOR)
+        return contiguous(out | {f"{PREFIX}embed_positions.weight": positions})

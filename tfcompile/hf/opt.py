@@ -261,6 +261,34 @@ def written_blocks(state: State, model: DecoderSpec, prefix: str, biased: bool) 
     return out
 
 
+def read_fairseq_lm(tensors: Tensors, model: DecoderSpec, head: str) -> State:
+    """BioGPT's and XGLM's tensors but their positions -> tfcompile's: the token embeddings, the
+    head (``head``, where untied), the final LayerNorm (``layer_norm``) and the blocks."""
+    embed = tensors.take("embed_tokens.weight")
+    state = {
+        "embed.weight": embed,
+        "lm_head.weight": embed if model.tie_embeddings else tensors.take(head),
+        "final_norm.weight": tensors.take("layer_norm.weight"),
+        "final_norm.bias": tensors.take("layer_norm.bias"),
+    }
+    tensors.maybe(head)  # a tie saved under both names
+    return state | read_blocks(tensors, model, biased=True)
+
+
+def written_fairseq_lm(state: State, model: DecoderSpec, prefix: str, head: str) -> State:
+    """``read_fairseq_lm`` back, the body under ``prefix``: the output scale folded into the final
+    norm, the head written where untied."""
+    scale = output_scale(model)
+    out = {
+        f"{prefix}embed_tokens.weight": state["embed.weight"],
+        f"{prefix}layer_norm.weight": state["final_norm.weight"] * scale,
+        f"{prefix}layer_norm.bias": state["final_norm.bias"] * scale,
+    }
+    if not model.tie_embeddings:
+        out[head] = state["lm_head.weight"]
+    return out | written_blocks(state, model, prefix, biased=True)
+
+
 def warn_of_layerdrop(config: Config) -> None:
     """LayerDrop (fairseq's decoders': OPT's, BioGPT's, XGLM's) acts in training only."""
     if config.get("layerdrop", 0.0):

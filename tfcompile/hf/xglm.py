@@ -28,12 +28,18 @@ from tfcompile.hf.architecture import (
     dropout,
     init_std,
     lm_head,
-    output_scale,
     pad_within,
     register,
 )
 from tfcompile.hf.errors import Problem
-from tfcompile.hf.opt import EPS, OFFSET, fairseq_needs, read_blocks, warn_of_layerdrop, written_blocks
+from tfcompile.hf.opt import (
+    EPS,
+    OFFSET,
+    fairseq_needs,
+    read_fairseq_lm,
+    warn_of_layerdrop,
+    written_fairseq_lm,
+)
 from tfcompile.spec import Spec
 from tfcompile.spec.schema import CausalLMTask, DecoderSpec, SinusoidalPositional
 
@@ -141,15 +147,7 @@ class XGLM(Writable):
     def to_state(self, tensors: Tensors, spec: Spec) -> State:
         model = spec.model
         assert isinstance(model, DecoderSpec)
-        embed = tensors.take("embed_tokens.weight")
-        state = {
-            "embed.weight": embed,
-            "lm_head.weight": embed if model.tie_embeddings else tensors.take("lm_head.weight"),
-            "final_norm.weight": tensors.take("layer_norm.weight"),
-            "final_norm.bias": tensors.take("layer_norm.bias"),
-        }
-        tensors.maybe("lm_head.weight")  # a tie saved under both names
-        return state | read_blocks(tensors, model, biased=True)
+        return read_fairseq_lm(tensors, model, "lm_head.weight")  # its sinusoids hold no tensor
 
     def candidate(self, spec: Spec) -> bool:
         return sinusoidal_decoder_lm(spec) is not None
@@ -207,12 +205,4 @@ class XGLM(Writable):
     def from_state(self, state: State, spec: Spec) -> State:
         model = spec.model
         assert isinstance(model, DecoderSpec)
-        p, scale = "model.", output_scale(model)
-        out = {
-            f"{p}embed_tokens.weight": state["embed.weight"],
-            f"{p}layer_norm.weight": state["final_norm.weight"] * scale,
-            f"{p}layer_norm.bias": state["final_norm.bias"] * scale,
-        }
-        if not model.tie_embeddings:
-            out["lm_head.weight"] = state["lm_head.weight"]
-        return contiguous(out | written_blocks(state, model, p, biased=True))
+        return contiguous(written_fairseq_lm(state, model, "model.", "lm_head.weight"))
