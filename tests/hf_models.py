@@ -521,6 +521,17 @@ class Imported:
         for padded in (False, True):
             assert max_difference(self.hf, self.model, padded, length=length) <= 1e-5, (self.name, padded)
 
+    def assert_left_padded_match(self, positions: bool = False) -> None:
+        """A left-padded batch (the runtime's) gives transformers' logits at its real tokens: each
+        row reads as it would alone. ``positions``: transformers' forward numbers positions by
+        column, so it is given the ones generate() passes it (the real tokens before each)."""
+        ids, mask = random_ids(3, 10), right_padding(3, 10).flip(-1)
+        given = {"position_ids": (mask.cumsum(-1) * mask - 1).clamp(min=0)} if positions else {}
+        with torch.no_grad():
+            theirs = self.hf(input_ids=ids, attention_mask=mask, **given).logits
+            ours = self.model(ids, mask)
+        assert (theirs - ours)[mask.bool()].abs().max() <= 1e-5
+
     def assert_generates_as_transformers(
         self, tmp_path: Path, capsys: pytest.CaptureFixture[str], new_tokens: int = 12
     ) -> None:

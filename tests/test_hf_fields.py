@@ -875,6 +875,27 @@ ACTIVATION_FIELDS = {
 }
 
 
+def every_activation(*families: str) -> list[Any]:
+    """pytest params (family, name), slow: every activation name transformers has, for each of a
+    family file's ``families`` (check_activation sets it)."""
+    from transformers.activations import ACT2CLS
+
+    return [
+        pytest.param(family, act, id=f"{family}-{act}", marks=pytest.mark.slow)
+        for family in families
+        for act in sorted(ACT2CLS)
+    ]
+
+
+def check_activation(family: str, field_name: str, value: str, tmp_path: Path) -> None:
+    """The family's activation field ``field_name`` set to ``value`` imports to transformers'
+    outputs and back, or is refused by that field."""
+    try:
+        check(case(family, **{field_name: value}), tmp_path)
+    except HFError as error:  # refused by the import, which check does not expect of a SAME row
+        assert f"  {field_name}: " in str(error)
+
+
 def _activation_cases() -> list[Any]:
     from transformers.activations import ACT2CLS
 

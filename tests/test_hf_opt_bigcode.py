@@ -21,11 +21,21 @@ from hf_models import (
     from_pretrained,
     max_difference,
     perturb,
-    random_ids,
-    right_padding,
     write,
 )
-from test_hf_fields import DELETE, FAMILIES, IDS, UNREAD, Case, Family, _class_fields, case, check
+from test_hf_fields import (
+    DELETE,
+    FAMILIES,
+    IDS,
+    UNREAD,
+    Case,
+    Family,
+    _class_fields,
+    case,
+    check,
+    check_activation,
+    every_activation,
+)
 
 from tfcompile.hf import exporter
 from tfcompile.hf.architecture import ARCHITECTURES
@@ -116,12 +126,7 @@ def test_an_imported_model_gives_transformers_logits(imported: dict[str, Importe
 def test_left_padded_opt_rows_give_transformers_logits(imported: dict[str, Imported], name: str) -> None:
     """OPT counts positions from the attention mask, as tfcompile's decoder does: a left-padded
     row (the runtime's batches) is encoded as it would be alone, in both."""
-    case = imported[name]
-    ids = random_ids(3, 10)
-    mask = right_padding(3, 10).flip(-1)
-    with torch.no_grad():
-        theirs, ours = case.hf(input_ids=ids, attention_mask=mask).logits, case.model(ids, mask)
-    assert (theirs - ours)[mask.bool()].abs().max() <= 1e-5
+    imported[name].assert_left_padded_match()
 
 
 @pytest.mark.parametrize("name", list(VARIANTS))
@@ -440,21 +445,8 @@ def test_every_config_field_has_a_case(model_type: str) -> None:
     assert _class_fields(model_type) - covered == set()
 
 
-def _activation_cases() -> list[Any]:
-    from transformers.activations import ACT2CLS
-
-    return [
-        pytest.param(family, act, id=f"{family}-{act}", marks=pytest.mark.slow)
-        for family in ("opt", "gpt_bigcode")
-        for act in sorted(ACT2CLS)
-    ]
-
-
-@pytest.mark.parametrize(("family", "value"), _activation_cases())
+@pytest.mark.parametrize(("family", "value"), every_activation("opt", "gpt_bigcode"))
 def test_every_activation_name_is_computed_alike_or_refused_by_name(
     family: str, value: str, tmp_path: Path
 ) -> None:
-    try:
-        check(case(family, activation_function=value), tmp_path)
-    except HFError as error:  # refused by the import, which check does not expect of a SAME row
-        assert "  activation_function: " in str(error)
+    check_activation(family, "activation_function", value, tmp_path)

@@ -15,9 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import torch
 from helpers import random_run
-from hf_models import VOCAB, Imported, assert_head_refused, imported_variants, random_ids, right_padding
+from hf_models import VOCAB, Imported, assert_head_refused, imported_variants
 from test_hf_export import _loads_alike
 from test_hf_fields import (
     DELETE,
@@ -28,6 +27,8 @@ from test_hf_fields import (
     _pytest_cases,
     case,
     check,
+    check_activation,
+    every_activation,
     uncovered,
 )
 from tokenizers import Tokenizer
@@ -75,13 +76,7 @@ def test_a_left_padded_row_gives_the_logits_transformers_gives_it_alone(
 ) -> None:
     """Positions count the real tokens before each, as generate() passes them (the forward without
     position_ids counts the columns)."""
-    variant = imported["xglm"]
-    ids, mask = random_ids(3, 10), right_padding(3, 10).flip(-1)
-    positions = (mask.cumsum(-1) * mask - 1).clamp(min=0)
-    with torch.no_grad():
-        theirs = variant.hf(input_ids=ids, attention_mask=mask, position_ids=positions).logits
-        ours = variant.model(ids, mask)
-    assert (theirs - ours)[mask.bool()].abs().max() <= 1e-5
+    imported["xglm"].assert_left_padded_match(positions=True)
 
 
 @pytest.mark.parametrize("name", list(VARIANTS))
@@ -242,15 +237,8 @@ def test_every_config_field_has_a_case() -> None:
     assert uncovered("xglm", CASES) == set()
 
 
-def _activation_cases() -> list[Any]:
-    from transformers.activations import ACT2CLS
-
-    return [pytest.param(act, id=f"xglm-{act}", marks=pytest.mark.slow) for act in sorted(ACT2CLS)]
-
-
-@pytest.mark.parametrize("value", _activation_cases())
-def test_every_activation_name_is_computed_alike_or_refused_by_name(value: str, tmp_path: Path) -> None:
-    try:
-        check(case("xglm", activation_function=value), tmp_path)
-    except HFError as error:  # refused by the import, which check does not expect of a SAME row
-        assert "  activation_function: " in str(error)
+@pytest.mark.parametrize(("family", "value"), every_activation("xglm"))
+def test_every_activation_name_is_computed_alike_or_refused_by_name(
+    family: str, value: str, tmp_path: Path
+) -> None:
+    check_activation(family, "activation_function", value, tmp_path)
