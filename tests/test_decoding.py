@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from tfcompile import search
@@ -189,28 +189,45 @@ def log_softmax(logits: np.ndarray) -> np.ndarray:
 
 
 def best_by_brute_force(
-    start: list[int], eos: int, max_len: int, alpha: float, vocab: int, forced_eos: bool = False
-) -> list[int]:
+    start: list[int],
+    eos: int,
+    max_len: int,
+    alpha: float,
+    vocab: int,
+    forced_eos: bool = False,
+    bans: search.Bans = search.NO_BANS,
+) -> list[int] | None:
     """Every hypothesis after ``start``: words then [EOS] within max_len words, or max_len words
-    unfinished (with ``forced_eos``: words then [EOS] within max_len tokens, [EOS]'s included);
-    the best by length-normalised summed log-probability of the words and [EOS] (the first of
-    equal scores, shortest first)."""
+    unfinished (with ``forced_eos``: words then [EOS] within max_len tokens, [EOS]'s included,
+    the last place's never banned), none of whose tokens ``bans`` bans where it stands; the best
+    by length-normalised summed log-probability of the words and [EOS] (the first of equal
+    scores, shortest first). None: the bans leave no hypothesis."""
+
+    def allowed(sequence: list[int], token: int) -> bool:
+        scores = np.zeros((1, vocab))
+        bans.apply(scores, [sequence], eos)
+        return bool(scores[0, token] == 0)
+
     best: tuple[float, list[int]] | None = None
     words = [t for t in range(vocab) if t != eos]
     for length in range(max_len if forced_eos else max_len + 1):
         for hypothesis in itertools.product(words, repeat=length):
             sequence, score = list(start), 0.0
             for word in hypothesis:
+                if not allowed(sequence, word):
+                    break
                 score += log_softmax(scripted_logits(sequence, vocab))[word]
                 sequence.append(word)
-            ends = [score + log_softmax(scripted_logits(sequence, vocab))[eos]]
-            ends += [score] if length == max_len and not forced_eos else []
-            for end in ends:
-                normalised = end / ((5 + length) / 6) ** alpha  # Wu et al., [EOS] not counted
-                if best is None or normalised > best[0]:
-                    best = (normalised, list(hypothesis))
-    assert best is not None
-    return best[1]
+            else:
+                forced = forced_eos and length == max_len - 1
+                ends = [score + log_softmax(scripted_logits(sequence, vocab))[eos]]
+                ends = ends if forced or allowed(sequence, eos) else []
+                ends += [score] if length == max_len and not forced_eos else []
+                for end in ends:
+                    normalised = end / ((5 + length) / 6) ** alpha  # Wu et al., [EOS] not counted
+                    if best is None or normalised > best[0]:
+                        best = (normalised, list(hypothesis))
+    return None if best is None else best[1]
 
 
 def test_the_length_penalty_is_wu_et_als() -> None:
@@ -285,6 +302,99 @@ def test_translate_counts_the_given_tokens_in_max_len_and_returns_the_chosen_alo
     assert len(decoders) == (1 if beam == 1 else rows)
     held = [len(column) for d in decoders for column in d.columns]
     assert max(held, default=0) <= max(1 + max_len, len(start))
+
+
+bans = st.builds(
+    search.Bans,
+    suppressed=st.lists(st.integers(0, 8), max_size=3).map(tuple),
+    min_len=st.integers(0, 4),
+    no_repeat_ngram=st.integers(0, 3),
+)
+
+
+@given(
+    vocab=st.integers(2, 4),
+    max_len=st.integers(1, 3),
+    alpha=st.sampled_from([0.0, 0.6]),
+    start=st.lists(st.integers(0, 3), min_size=1, max_size=3),
+    eos=st.integers(0, 3),
+    forced_eos=st.booleans(),
+    banned=bans,
+)
+def test_a_beam_that_keeps_every_hypothesis_finds_the_best_the_bans_allow(
+    vocab: int, max_len: int, alpha: float, start: list[int], eos: int, forced_eos: bool, banned: search.Bans
+) -> None:
+    """A banned candidate scores -inf and the others keep their log-probabilities (transformers'
+    logits processors after the log-softmax): the best hypothesis the bans allow wins."""
+    start, eos = [t % vocab for t in start], eos % vocab
+    banned = search.Bans(
+        tuple(t for t in banned.suppressed if t != eos), banned.min_len, banned.no_repeat_ngram
+    )
+    best = best_by_brute_force(start, eos, max_len, alpha, vocab, forced_eos, banned)
+    assume(best is not None)
+    beam = 2 * vocab ** (max_len + 1)
+    assert search.beam_search(Scripted(vocab), start, eos, max_len, beam, alpha, forced_eos, banned) == best
+
+
+@given(
+    vocab=st.integers(2, 9),
+    max_len=st.integers(1, 8),
+    start=st.lists(st.integers(0, 8), min_size=1, max_size=3),
+    eos=st.integers(0, 8),
+    forced_eos=st.booleans(),
+    banned=bans,
+)
+def test_beam_one_is_greedy_under_bans(
+    vocab: int, max_len: int, start: list[int], eos: int, forced_eos: bool, banned: search.Bans
+) -> None:
+    """Greedy translation (the rows batched, bans through Batch's forbid) chooses what beam
+    search of one beam chooses."""
+    start, eos = [t % vocab for t in start], eos % vocab
+    beam = search.beam_search(Scripted(vocab), start, eos, max_len, 1, 0.6, forced_eos, banned)
+    rows = search.translate(
+        lambda _: Scripted(vocab), 2, start, eos, max_len + len(start) - 1, 1, 0.6, forced_eos, banned
+    )
+    assert rows == [beam, beam]
+
+
+@settings(deadline=None)  # the first example imports transformers
+@given(
+    data=st.data(),
+    vocab=st.integers(2, 12),
+    rows=st.integers(1, 4),
+    length=st.integers(1, 9),
+    banned=bans,
+    eos=st.integers(0, 11),
+)
+def test_bans_are_transformers_logits_processors(
+    data: st.DataObject, vocab: int, rows: int, length: int, banned: search.Bans, eos: int
+) -> None:
+    """Bans.apply sets -inf where transformers' SuppressTokensLogitsProcessor,
+    MinNewTokensLengthLogitsProcessor (after the decoder's start) and NoRepeatNGramLogitsProcessor
+    do, on the decoder's tokens from its start."""
+    torch = pytest.importorskip("torch")
+    processors = pytest.importorskip("transformers.generation.logits_process")
+    eos %= vocab
+    sequences = data.draw(
+        st.lists(
+            st.lists(st.integers(0, vocab - 1), min_size=length, max_size=length),
+            min_size=rows,
+            max_size=rows,
+        )
+    )
+    scores = np.random.default_rng(length).normal(size=(rows, vocab))
+    ours = scores.copy()
+    banned.apply(ours, sequences, eos)
+    ids, theirs = torch.tensor(sequences), torch.tensor(scores)
+    chain = [
+        processors.SuppressTokensLogitsProcessor([t for t in banned.suppressed if t < vocab]),
+        processors.MinNewTokensLengthLogitsProcessor(1, banned.min_len, eos),
+    ]
+    if banned.no_repeat_ngram:
+        chain.append(processors.NoRepeatNGramLogitsProcessor(banned.no_repeat_ngram))
+    for processor in chain:
+        theirs = processor(ids, theirs)
+    np.testing.assert_array_equal(ours, theirs.numpy())
 
 
 def test_beam_search_ends_at_once_on_eos_first_and_never_passes_max_len() -> None:

@@ -11,6 +11,7 @@ install the Node client needs (examples/node/node_modules), are marked slow."""
 from __future__ import annotations
 
 import ast
+import collections
 import json
 import os
 import shutil
@@ -405,6 +406,29 @@ def test_both_clients_end_a_cut_translation_with_the_stop_token_as_the_runtime_d
         unforced = [plain.translate_ids(*_source(plain, s), beam=beam)[0] for s in SOURCES]  # type: ignore[attr-defined]
         expected = [runtime.translate_ids(*_source(runtime, s), beam=beam)[0] for s in SOURCES]  # type: ignore[attr-defined]
         assert max(map(len, expected)) == 3 and max(map(len, unforced)) == 4
+        assert [s["ids"] for s in client(bundle, "translate", *SOURCES, "--beam", str(beam))] == expected
+
+
+@pytest.mark.slow
+def test_both_clients_ban_what_the_runtime_bans(
+    translator_bundle: Path, client: Client, tmp_path: Path
+) -> None:
+    """A manifest's suppressed_ids (the token the translations choose most), min_decode_len (past
+    where a stop token ends the first source's) and no_repeat_ngram_size: each client's
+    translations, greedy and in beam search, are the runtime's, which the bans change."""
+    plain = load(translator_bundle, providers=["CPUExecutionProvider"])
+    alone = [plain.translate_ids(*_source(plain, s), beam=1)[0] for s in SOURCES]  # type: ignore[attr-defined]
+    end = first_new_token(alone[0])
+    stopping = {"stop_id": alone[0][end]}
+    (most, _), *_ = collections.Counter(t for row in alone for t in row if t != alone[0][end]).most_common(1)
+    bans = {"suppressed_ids": [most], "min_decode_len": end + 2, "no_repeat_ngram_size": 2}
+    unbanned = load(_with_manifest(translator_bundle, tmp_path / "stops", "translation", **stopping))
+    bundle = _with_manifest(translator_bundle, tmp_path / "bans", "translation", **stopping, **bans)
+    runtime = load(bundle, providers=["CPUExecutionProvider"])
+    for beam in (1, 4):
+        expected = [runtime.translate_ids(*_source(runtime, s), beam=beam)[0] for s in SOURCES]  # type: ignore[attr-defined]
+        assert expected != [unbanned.translate_ids(*_source(unbanned, s), beam=beam)[0] for s in SOURCES]  # type: ignore[attr-defined]
+        assert most not in {t for row in expected for t in row} and min(map(len, expected)) >= end + 2
         assert [s["ids"] for s in client(bundle, "translate", *SOURCES, "--beam", str(beam))] == expected
 
 

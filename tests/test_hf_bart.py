@@ -11,6 +11,7 @@ for every field of the four config classes (tests/test_hf_fields.py's table and 
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -596,13 +597,143 @@ def test_a_beam_or_length_tfcompile_cannot_hold_is_refused_by_field(
 
 
 def test_generation_settings_translations_do_not_apply_are_warned_of(tmp_path: Path) -> None:
-    """Marian's bad_words_ids (never its pad), BART-large-CNN's length_penalty and min_length."""
+    """BART-large-CNN's length_penalty, a repetition_penalty; bad words of several tokens (one
+    token's are suppressed: below). Sampling settings without do_sample change nothing."""
     saved_with_bart_tokenizer(tmp_path / "hf")
-    with_generation(tmp_path / "hf", bad_words_ids=[[1]], length_penalty=2.0, min_length=3, top_k=5)
+    fields = dict(
+        bad_words_ids=[[1], [7, 8]], length_penalty=2.0, repetition_penalty=1.2, min_length=3, top_k=5
+    )
+    with_generation(tmp_path / "hf", **fields)
     with pytest.warns(HFWarning) as caught:
+        task = import_folder(tmp_path / "hf", "set", tmp_path / "specs", tmp_path / "runs").spec.task
+    said = " ".join(str(w.message) for w in caught)
+    assert "repetition_penalty 1.2, length_penalty 2.0: generate() applies them" in said
+    assert "bad words of several tokens [[7, 8]]" in said and "top_k" not in said and "min_length" not in said
+    assert task.type == "seq2seq" and (task.suppressed_tokens, task.min_decode_len) == (["<pad>"], 2)
+
+
+def generated_ids(model: Any, folder: Path, **fields: Any) -> list[list[int]]:
+    """``model``'s generate() of SENTENCES (encoded by the folder's tokenizer) with ``fields``:
+    each row's tokens after the decoder's start."""
+    tokenizer = T.AutoTokenizer.from_pretrained(folder)
+    with torch.no_grad():
+        return [
+            model.generate(tokenizer(s, return_tensors="pt")["input_ids"], **fields)[0, 1:].tolist()
+            for s in SENTENCES
+        ]
+
+
+def with_bans(folder: Path, model: Any) -> dict[str, Any]:
+    """Bans that change ``model``'s greedy translations of SENTENCES (10 new tokens), written into
+    the folder's generation_config.json with num_beams 1 and max_new_tokens 10: the two tokens it
+    chooses most (one as Marian bans its pad, in bad_words_ids, one in suppress_tokens), a
+    min_length past its shortest translation, no_repeat_ngram_size 2; the model saved with its
+    eos's logit raised, so that some translations end early (two of five). -> the bans."""
+    with torch.no_grad():
+        model.final_logits_bias[0, model.config.eos_token_id] = 4.0
+    model.save_pretrained(folder)
+    plain = generated_ids(model, folder, do_sample=False, num_beams=1, max_new_tokens=10)
+    assert sorted(map(len, plain))[:3] == [1, 3, 10]
+    (first, _), (second, _) = Counter(t for row in plain for t in row if t > 3).most_common(2)
+    bans = dict(
+        bad_words_ids=[[first]],
+        suppress_tokens=[second],
+        min_length=min(map(len, plain)) + 3,
+        no_repeat_ngram_size=2,
+    )
+    with_generation(folder, num_beams=1, max_new_tokens=10, **bans)
+    return bans
+
+
+@pytest.mark.slow
+def test_the_folders_bans_are_the_tasks_and_the_bundle_translates_under_them_as_generate_does(
+    tmp_path: Path,
+) -> None:
+    """generation_config.json's bad_words_ids of one token and suppress_tokens (as the tokenizer
+    spells them), min_length (less the decoder's start) and no_repeat_ngram_size: the task's
+    suppressed_tokens, min_decode_len and no_repeat_ngram_size. `translate` without arguments
+    gives generate()'s translations without arguments, which the bans change; export-hf writes
+    them back (min_new_tokens, suppress_tokens), and transformers translates the written folder
+    alike."""
+    hf = saved_with_bart_tokenizer(tmp_path / "hf").eval()
+    bans = with_bans(tmp_path / "hf", hf)
+    hf = from_pretrained(tmp_path / "hf")
+    result = import_folder(tmp_path / "hf", "bans", tmp_path / "specs", tmp_path / "runs")
+    task, vocabulary = (
+        result.spec.task,
+        T.AutoTokenizer.from_pretrained(tmp_path / "hf").convert_ids_to_tokens,
+    )
+    assert task.type == "seq2seq"
+    assert task.suppressed_tokens == vocabulary([*bans["suppress_tokens"], bans["bad_words_ids"][0][0]])
+    assert (task.min_decode_len, task.no_repeat_ngram_size) == (bans["min_length"] - 1, 2)
+    assert main(["export", str(result.run_dir), "--out", str(tmp_path / "bundle")]) == 0
+    tokenizer = T.AutoTokenizer.from_pretrained(tmp_path / "hf")
+    theirs = [
+        tidy(tokenizer.decode(row, skip_special_tokens=True)) for row in generated_ids(hf, tmp_path / "hf")
+    ]
+    unbanned = generated_ids(
+        hf, tmp_path / "hf", suppress_tokens=None, bad_words_ids=None, min_length=0, no_repeat_ngram_size=0
+    )
+    assert [tidy(tokenizer.decode(row, skip_special_tokens=True)) for row in unbanned] != theirs
+    for lifted in (
+        {"suppress_tokens": None},
+        {"bad_words_ids": None},
+        {"min_length": 0},
+        {"no_repeat_ngram_size": 0},
+    ):
+        assert generated_ids(hf, tmp_path / "hf", **lifted) != generated_ids(hf, tmp_path / "hf"), lifted
+    assert Translator(tmp_path / "bundle").translate(SENTENCES) == theirs
+    export_hf(result.run_dir, tmp_path / "out")
+    written = json.loads((tmp_path / "out" / "generation_config.json").read_text())
+    suppressed = [*bans["suppress_tokens"], bans["bad_words_ids"][0][0]]
+    assert (written["min_new_tokens"], written["no_repeat_ngram_size"], written["suppress_tokens"]) == (
+        bans["min_length"] - 1,
+        2,
+        suppressed,
+    )
+    assert generated_ids(
+        from_pretrained(tmp_path / "out"), tmp_path / "out", num_beams=1, max_new_tokens=10
+    ) == (generated_ids(hf, tmp_path / "hf"))
+
+
+@pytest.mark.parametrize(
+    ("fields", "named"),
+    [
+        ({"suppress_tokens": [2]}, "suppress_tokens: bans the eos"),
+        ({"bad_words_ids": [[2]]}, "suppress_tokens: bans the eos"),
+        ({"suppress_tokens": "<pad>"}, "suppress_tokens: is '<pad>'"),
+        ({"bad_words_ids": [1]}, "bad_words_ids: is \\[1\\]"),
+        ({"bad_words_ids": [[]]}, "bad_words_ids: is"),
+        ({"min_length": -1}, "min_length: is -1, no count"),
+        ({"min_new_tokens": 1.5}, "min_new_tokens: is 1.5, no count"),
+        ({"no_repeat_ngram_size": True}, "no_repeat_ngram_size: is True"),
+    ],
+)
+def test_a_ban_tfcompile_cannot_hold_is_refused_by_field(
+    fields: dict[str, Any], named: str, tmp_path: Path
+) -> None:
+    saved_with_bart_tokenizer(tmp_path / "hf")
+    with_generation(tmp_path / "hf", **fields)
+    with pytest.raises(HFError, match=rf"generation_config\.json: 1 problem:\n  {named}"):
         import_folder(tmp_path / "hf", "set", tmp_path / "specs", tmp_path / "runs")
-    said = " ".join(str(w.message) for w in caught if "generate() applies them" in str(w.message))
-    assert "min_length 3, length_penalty 2.0, bad_words_ids [[1]]" in said and "top_k" not in said
+    assert not (tmp_path / "runs" / "set").exists()
+
+
+def test_suppressed_ids_past_the_logits_are_left_out_and_ones_without_a_name_warned_of(
+    tmp_path: Path,
+) -> None:
+    """An id past vocab_size is never generated (nothing to ban); the tokenizer names every id of
+    the tiny BART below it, so a folder without tokenizer.json names none: warned of."""
+    saved_with_bart_tokenizer(tmp_path / "hf")
+    with_generation(tmp_path / "hf", suppress_tokens=[VOCAB + 5, 7], min_length=100)
+    task = import_folder(tmp_path / "hf", "past", tmp_path / "specs", tmp_path / "runs").spec.task
+    assert task.type == "seq2seq" and len(task.suppressed_tokens) == 1
+    assert task.min_decode_len == task.max_decode_len == 31  # a longer one bans the eos as long
+    (tmp_path / "hf" / "tokenizer.json").unlink()
+    with pytest.warns(HFWarning) as caught:
+        task = import_folder(tmp_path / "hf", "unnamed", tmp_path / "specs", tmp_path / "runs").spec.task
+    assert "token ids 7, which the tokenizer cannot name" in " ".join(str(w.message) for w in caught)
+    assert task.type == "seq2seq" and task.suppressed_tokens == []
 
 
 def test_export_hf_writes_an_mbarts_language_codes_and_refuses_a_longer_prefix(tmp_path: Path) -> None:

@@ -553,6 +553,20 @@ def test_transformers_4_57_ends_a_cut_translation_with_the_forced_eos(tmp_path: 
     assert any(len(row) == 9 for row in ours)
 
 
+def test_transformers_4_57_bans_what_the_bundle_bans(tmp_path: Path) -> None:
+    """export-hf's suppress_tokens, min_new_tokens and no_repeat_ngram_size: transformers 4.57's
+    greedy generate() from the folder gives the bundle's translations, which the bans change (some
+    held past their eos by min_new_tokens)."""
+    hf = test_hf_bart.saved_with_bart_tokenizer(tmp_path / "hf")
+    bans = test_hf_bart.with_bans(tmp_path / "hf", hf)
+    result, bundle, ours, theirs = _both_translate(tmp_path)
+    task = result.spec.task
+    assert task.type == "seq2seq" and len(task.suppressed_tokens) == 2 and task.no_repeat_ngram_size == 2
+    start, stop = bundle.translation.start_id, bundle.translation.stop_id
+    assert theirs == [[start, *row, *[stop] * (len(row) < 10)] for row in ours]
+    assert min(map(len, ours)) == bans["min_length"] - 1  # the shortest held to the minimum
+
+
 def _both_translate(tmp_path: Path) -> tuple[Any, Any, list[list[int]], list[list[int]]]:
     """tmp_path/hf imported, written back by export-hf and exported as a bundle -> the import, the
     bundle, its greedy translations of test_hf_paths' sentences (max_len 10), and transformers

@@ -340,6 +340,101 @@ def test_the_bundle_gives_the_decoder_its_target_prefix_as_pytorch_does(
         load(bundle)
 
 
+def test_the_tasks_bans_reach_training_and_the_manifest_and_bad_ones_are_named(tmp_path: Path) -> None:
+    """task.suppressed_tokens (strings of the run's tokenizer), min_decode_len and
+    no_repeat_ngram_size: test translation bans them, the manifest gives them as ids; a token the
+    tokenizer lacks or the eos fails the data (or the export) by name; the spec locates the
+    others."""
+    from tfcompile.errors import ExportError
+    from tfcompile.spec import SpecError, parse_spec
+
+    bans = {"suppressed_tokens": ["[PAD]", "[UNK]"], "min_decode_len": 2, "no_repeat_ngram_size": 3}
+    spec = _spec(tmp_path).replace({"task": bans})
+    objective = Translation(spec, tmp_path)
+    assert (objective.bans.suppressed, objective.bans.min_len, objective.bans.no_repeat_ngram) == (
+        (0, 1),
+        2,
+        3,
+    )
+    objective.tokenizer.save(str(tmp_path / "tokenizer.json"))
+    info = Translation.manifest(spec, _tokenizer_info(objective, spec), tmp_path)["translation"]
+    assert (info.suppressed_ids, info.min_decode_len, info.no_repeat_ngram_size) == ([0, 1], 2, 3)
+    with pytest.raises(ExportError, match="there is no run's tokenizer"):
+        Translation.manifest(spec, _tokenizer_info(objective, spec), None)
+    for tokens, message in (
+        (["[PAD]", "<none>"], "'<none>' is no token"),
+        (["[EOS]"], "holds the eos token"),
+    ):
+        spec = _spec(tmp_path).replace({"task": {"suppressed_tokens": tokens}})
+        with pytest.raises(DataError, match=message):
+            Translation(spec, tmp_path)
+        with pytest.raises(ExportError, match=message):
+            Translation.manifest(spec, _tokenizer_info(objective, spec), tmp_path)
+    model = (
+        "model: {family: encoder_decoder, vocab_size: 20, d_model: 16, n_layers: 1, n_heads: 2, "
+        "max_seq_len: 8}"
+    )
+    for task, field in (
+        ("max_decode_len: 4, min_decode_len: 5", "min_decode_len"),
+        ("no_repeat_ngram_size: 9", "no_repeat_ngram_size"),
+        ("no_repeat_ngram_size: -1", "no_repeat_ngram_size"),
+        ("suppressed_tokens: [a, b, a]", "suppressed_tokens"),
+    ):
+        with pytest.raises(SpecError) as error:
+            parse_spec(f"{model}\ntask: {{type: seq2seq, {task}}}\n")
+        assert [issue.path for issue in error.value.issues] == [f"task.{field}"]
+    parse_spec(f"{model}\ntask: {{type: seq2seq, min_decode_len: 7, no_repeat_ngram_size: 8}}\n")
+
+
+def test_the_bundle_bans_what_its_manifest_bans_as_pytorch_does(
+    translator_bundle: Path, tmp_path: Path
+) -> None:
+    """translation.suppressed_ids, min_decode_len and no_repeat_ngram_size: greedy and beam search
+    give pytorch's tokens under the same bans, which differ from the plain ones; a manifest that
+    bans the stop token, asks for a minimum past the maximum or bans an id past the vocabulary is
+    refused."""
+    import shutil
+
+    from tfcompile.search import Bans
+
+    run, bundle = translator_bundle.parent / "run", tmp_path / "banned"
+    shutil.copytree(translator_bundle, bundle)
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    ids = np.array([[11, 12, 13, 14], [21, 22, 0, 0]])
+    mask = (ids != 0).astype(np.int64)
+    plain = load(translator_bundle)
+    assert isinstance(plain, Translator)
+    common = np.bincount(
+        [t for row in plain.translate_ids(ids, mask, beam=1, max_len=20) for t in row]
+    ).argmax()
+    bans = {"suppressed_ids": [int(common)], "min_decode_len": 5, "no_repeat_ngram_size": 2}
+    (bundle / "manifest.json").write_text(
+        json.dumps(manifest | {"translation": manifest["translation"] | bans})
+    )
+    translator = load(bundle)
+    assert isinstance(translator, Translator)
+    _, model = load_trained_model(run)
+    assert isinstance(model, Seq2Seq)
+    source, source_mask = torch.from_numpy(ids), torch.from_numpy(mask)
+    banned = Bans((int(common),), 5, 2)
+    for beam in (1, 3):
+        expected = translate_tokens(model, source, source_mask, [2], 3, max_len=20, beam=beam, bans=banned)
+        assert translator.translate_ids(ids, mask, beam=beam, max_len=20) == expected
+        assert expected != plain.translate_ids(ids, mask, beam=beam, max_len=20)
+        assert all(common not in row and len(row) >= 5 for row in expected)
+    stop, vocab = manifest["translation"]["stop_id"], manifest["model"]["vocab_size"]
+    for change, message in (
+        ({"suppressed_ids": [stop]}, "suppressed_ids holds stop_id"),
+        ({"min_decode_len": manifest["translation"]["max_decode_len"] + 1}, "is past max_decode_len"),
+        ({"suppressed_ids": [vocab]}, "suppressed_ids is"),
+    ):
+        (bundle / "manifest.json").write_text(
+            json.dumps(manifest | {"translation": manifest["translation"] | change})
+        )
+        with pytest.raises(BundleError, match=message):
+            load(bundle)
+
+
 def test_a_source_prefix_and_suffix_that_fill_the_context_are_refused_by_field() -> None:
     from tfcompile.spec import SpecError, parse_spec
 

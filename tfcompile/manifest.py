@@ -33,6 +33,7 @@ TokenId = Annotated[StrictInt, Field(ge=0)]
 MAX_LENGTH_PENALTY = 10.0  # ((5 + length) / 6) ** alpha stays finite for any length a model reads
 MAX_BEAM = 64  # a translation section's default beam
 MAX_STOP_TOKENS = 64  # generation's stop tokens
+MAX_SUPPRESSED_TOKENS = 1 << 16  # a translation's banned tokens
 MAX_NEW_TOKENS = 1 << 16  # a generation section's default limit (a caller may ask for more)
 DEFAULT_MAX_NEW_TOKENS = 200  # the new tokens a request gets when it names no limit
 DEFAULT_TEMPERATURE = 1.0  # and its temperature
@@ -215,7 +216,15 @@ class TranslationInfo(Part):
     ``forced_eos``, the step before that one (whose token would be the last of them) ends every
     live hypothesis instead, its sum plus the log-softmax of ``stop_id`` scored as above. The
     translation is the best finished hypothesis (the first to finish, of equal scores); B = 1 is
-    greedy decoding (the largest logit each step, the lowest id of equal ones)."""
+    greedy decoding (the largest logit each step, the lowest id of equal ones).
+
+    Bans (transformers' logits processors of the same names): before each choice, greedy or a
+    hypothesis's, a token is set to -inf (after the log-softmax, which the others keep) if it is
+    in ``suppressed_ids``; if it is ``stop_id`` and the decoder holds fewer than
+    ``min_decode_len`` tokens after ``start_id`` (the prefix's included); or if, with
+    ``no_repeat_ngram_size`` n > 0, the decoder's tokens from ``start_id`` on, with it after them,
+    would end in n tokens that occur in that order earlier in them. The ``stop_id`` that
+    ``forced_eos`` puts in the last place is never banned."""
 
     start_id: TokenId
     stop_id: TokenId
@@ -236,6 +245,15 @@ class TranslationInfo(Part):
     forced_eos: bool = Field(
         False,
         description="the last of the max_decode_len tokens is stop_id (transformers' forced_eos_token_id)",
+    )
+    min_decode_len: Annotated[StrictInt, Field(ge=0)] = Field(
+        0, description="stop_id is banned while the decoder holds fewer tokens after start_id; 0 by default"
+    )
+    no_repeat_ngram_size: Annotated[StrictInt, Field(ge=0)] = Field(
+        0, description="no n-gram of this many tokens repeats in the decoder's tokens; 0 (no ban) by default"
+    )
+    suppressed_ids: Annotated[list[TokenId], Field(max_length=MAX_SUPPRESSED_TOKENS)] = Field(
+        [], description="tokens never chosen (Marian's pad); none by default"
     )
 
 
@@ -378,6 +396,14 @@ class Manifest(Part):
             )
         if t is not None and t.stop_id in t.target_prefix_ids:
             raise ValueError("translation.target_prefix_ids holds stop_id, which ends every translation")
+        if t is not None and t.stop_id in t.suppressed_ids:
+            raise ValueError(
+                "translation.suppressed_ids holds stop_id: no translation could end before its limit"
+            )
+        if t is not None and t.min_decode_len > t.max_decode_len:
+            raise ValueError(
+                f"translation.min_decode_len ({t.min_decode_len}) is past max_decode_len ({t.max_decode_len})"
+            )
         if t is not None and len(t.target_prefix_ids) >= min(t.max_decode_len, self.model.max_seq_len - 1):
             raise ValueError(
                 f"translation.target_prefix_ids hold {len(t.target_prefix_ids)} tokens, which leave none to "
@@ -405,6 +431,7 @@ class Manifest(Part):
             ids += [("translation.source_prefix_ids", i) for i in t.source_prefix_ids]
             ids += [("translation.source_suffix_ids", i) for i in t.source_suffix_ids]
             ids += [("translation.target_prefix_ids", i) for i in t.target_prefix_ids]
+            ids += [("translation.suppressed_ids", i) for i in t.suppressed_ids]
         return ids
 
 

@@ -81,6 +81,48 @@ def sample_next(
     return np.array([r.choice(len(p), p=p) for r, p in zip(rngs, probs, strict=True)])
 
 
+# Sets to -inf, in place, the logits (B, V) of what each row may not choose next, given the tokens
+# each has chosen so far.
+Forbid = Callable[[np.ndarray, list[list[int]]], None]
+
+
+@dataclass(frozen=True)
+class Bans:
+    """What a translation may not choose, as transformers' generate() bans it: the ``suppressed``
+    tokens ever (suppress_tokens, bad_words_ids of one token); the eos while fewer than
+    ``min_len`` tokens follow the decoder's first (min_new_tokens); a token that would make an
+    n-gram of ``no_repeat_ngram`` tokens the sequence holds already, its first token included
+    (no_repeat_ngram_size; 0: none)."""
+
+    suppressed: tuple[int, ...] = ()
+    min_len: int = 0
+    no_repeat_ngram: int = 0
+
+    def apply(self, scores: np.ndarray, sequences: Sequence[Sequence[int]], eos: int) -> None:
+        """scores (n, V), in place: -inf at each next token sequence i (the decoder's tokens from
+        its first) may not take."""
+        width = scores.shape[1]
+        scores[:, [t for t in self.suppressed if t < width]] = -np.inf
+        n = self.no_repeat_ngram
+        for row, sequence in enumerate(sequences):
+            if len(sequence) - 1 < self.min_len:
+                scores[row, eos] = -np.inf
+            if n and len(sequence) >= n:
+                last = tuple(sequence[len(sequence) - n + 1 :])  # the n-1 tokens a next one extends
+                repeats = {
+                    sequence[i + n - 1]
+                    for i in range(len(sequence) - n + 1)
+                    if tuple(sequence[i : i + n - 1]) == last
+                }
+                scores[row, [t for t in repeats if t < width]] = -np.inf
+
+    def __bool__(self) -> bool:
+        return bool(self.suppressed or self.min_len or self.no_repeat_ngram)
+
+
+NO_BANS = Bans()
+
+
 def generate(
     decoder: Decoder,
     prompt: np.ndarray,
@@ -90,13 +132,15 @@ def generate(
     context: int | None = None,
     prompt_mask: np.ndarray | None = None,
     on_step: Callable[[dict[int, int]], Iterable[int]] | None = None,
+    forbid: Forbid | None = None,
 ) -> list[list[int]]:
     """prompt (B, P) -> each row's new tokens, at most ``max_new_tokens`` (one count, or one per
     row); a row ends at its first token in ``stop``, which is returned as its last. ``sampling``:
     one for every row (rows then draw with seed, seed + 1, ...), or one per row. ``prompt_mask``
     (B, P) marks the real tokens of padded prompts (None: all are real). ``on_step`` sees each
     step's new token of every row still going and returns the rows to end there (a stop string,
-    a client gone). Rows are independent: each generates what it would alone.
+    a client gone). ``forbid`` bans tokens each step (see ``Forbid``). Rows are independent: each
+    generates what it would alone.
 
     With ``context``, the model reads at most that many tokens: once the sequence is longer, each
     step re-reads its last ``context`` tokens from an empty cache (as nanoGPT samples), which costs
@@ -108,7 +152,7 @@ def generate(
         rows = [Sampling(sampling.temperature, sampling.top_k, sampling.top_p, seed) for seed in seeds]
     else:
         rows = list(sampling)
-    running = Batch(stop, context)
+    running = Batch(stop, context, forbid)
     keys = running.join(decoder, prompt, prompt_mask, limits, rows)
     while running:
         stepped = running.sample()
@@ -153,10 +197,13 @@ class Batch:
     and runs the decoder on the others' new tokens. ``ids`` (B, W) holds every row's tokens
     left-padded to the longest, ``mask`` (B, W) its real ones (None: none is padding); the
     decoder's cache holds the last min(W, context) columns, ``logits`` (B, V) what follows them.
-    Columns that are padding in every row are dropped when the decoder can (``Joinable``)."""
+    Columns that are padding in every row are dropped when the decoder can (``Joinable``);
+    ``forbid`` bans tokens before each step's choice (see ``Forbid``)."""
 
-    def __init__(self, stop: Sequence[int] = (), context: int | None = None) -> None:
-        self.stop, self.context = tuple(stop), context
+    def __init__(
+        self, stop: Sequence[int] = (), context: int | None = None, forbid: Forbid | None = None
+    ) -> None:
+        self.stop, self.context, self.forbid = tuple(stop), context, forbid
         self.finished: dict[int, list[int]] = {}  # an ended row's tokens by key, for the caller
         self.next_key = 0
         self._empty()
@@ -228,10 +275,14 @@ class Batch:
             options = (row.sampling.temperature, row.sampling.top_k, row.sampling.top_p)
             groups.setdefault(options, []).append(r)
         tokens = np.zeros(len(self.rows), dtype=np.int64)
+        logits = self.logits
+        if self.forbid is not None:
+            logits = logits.copy()
+            self.forbid(logits, [row.tokens for row in self.rows])
         for (temperature, top_k, top_p), members in groups.items():
             rows = slice(None) if len(members) == len(self.rows) else members  # a view, no copy
             generators = [self.rows[r].rng for r in members]
-            tokens[rows] = sample_next(self.logits[rows], temperature, top_k, top_p, generators)
+            tokens[rows] = sample_next(logits[rows], temperature, top_k, top_p, generators)
         stepped = {}
         for row, token in zip(self.rows, tokens.tolist(), strict=True):
             row.tokens.append(token)
@@ -319,6 +370,7 @@ def translate(
     beam: int,
     alpha: float,
     forced_eos: bool = False,
+    bans: Bans = NO_BANS,
 ) -> list[list[int]]:
     """Each of ``rows`` sources -> its translation's tokens, without ``eos``: greedy (``beam`` 1,
     the rows together: ``decoder_for(None)`` reads every source) or ``beam_search`` (a row at a
@@ -326,14 +378,23 @@ def translate(
     token, then any it is given: a target language's code) before it chooses a token; it holds
     at most ``max_len`` tokens after the first, ``start``'s included (transformers'
     max_new_tokens). With ``forced_eos`` the last of them is ``eos`` (transformers'
-    forced_eos_token_id): a translation that reaches the limit ends a token sooner."""
+    forced_eos_token_id): a translation that reaches the limit ends a token sooner. No token
+    ``bans`` bans is chosen."""
     limit = max(max_len - (len(start) - 1), 0)
     if beam == 1:
         first = np.tile(np.array(start, dtype=np.int64), (rows, 1))
         chosen = max(limit - 1, 0) if forced_eos else limit
-        decoded = generate(decoder_for(None), first, chosen, GREEDY, stop=(eos,))
+
+        def forbid(logits: np.ndarray, tokens: list[list[int]]) -> None:
+            bans.apply(logits, [[*start, *row] for row in tokens], eos)
+
+        decoded = generate(
+            decoder_for(None), first, chosen, GREEDY, stop=(eos,), forbid=forbid if bans else None
+        )
         return [strip_stop(tokens, (eos,)) for tokens in decoded]
-    return [beam_search(decoder_for(row), start, eos, limit, beam, alpha, forced_eos) for row in range(rows)]
+    return [
+        beam_search(decoder_for(row), start, eos, limit, beam, alpha, forced_eos, bans) for row in range(rows)
+    ]
 
 
 def beam_search(
@@ -344,6 +405,7 @@ def beam_search(
     beam: int,
     alpha: float,
     forced_eos: bool = False,
+    bans: Bans = NO_BANS,
 ) -> list[int]:
     """One sequence (the decoder's cache holds one row): keep the ``beam`` best partial
     hypotheses by summed log-probability, starting after the tokens ``start`` (not scored); a
@@ -351,7 +413,9 @@ def beam_search(
     the top ``beam`` candidates, as in fairseq, so beam 1 is greedy decoding. -> the best
     hypothesis (at most ``max_len`` tokens after ``start``), without ``eos``. With
     ``forced_eos``, the step that chooses the ``max_len``-th token chooses ``eos`` for every live
-    hypothesis, scored by its log-probability (fairseq's end at the length limit)."""
+    hypothesis, scored by its log-probability (fairseq's end at the length limit). ``bans``: a
+    candidate it bans scores -inf (the others' log-probabilities stand, as transformers' logits
+    processors leave them); the forced eos is never banned."""
     hypotheses: list[tuple[float, list[int]]] = [(0.0, [])]  # (summed log p, tokens after start)
     finished: list[tuple[float, list[int]]] = []  # (length-normalised score, tokens)
     logits = decoder.step(np.array([start], dtype=np.int64), None)
@@ -365,6 +429,7 @@ def beam_search(
                     (length_normalised(score + float(log_probs[row, eos]), len(words), alpha), words)
                 )
             break
+        bans.apply(log_probs, [[*start, *words] for _, words in hypotheses], eos)
         scores = np.array([s for s, _ in hypotheses])[:, None] + log_probs  # (n, V)
         order = np.argsort(-scores, axis=None, kind="stable")[: min(2 * beam, scores.size)]
         survivors: list[tuple[float, list[int], int]] = []

@@ -368,7 +368,8 @@ async function translate(bundle, texts, beam) {
   let tokens = sources.map(() => [...start]);
   const chosen = t.forced_eos ? limit - 1 : limit;
   for (let step = 0; step < chosen && !done.every(Boolean); step++) {
-    tokens = (await decoder.step(tokens)).map((logits) => [argmax(logits)]);
+    const logits = await decoder.step(tokens);
+    tokens = logits.map((scores, row) => [argmax(ban(t, scores, [...start, ...newIds[row]]))]);
     tokens.forEach(([token], row) => {
       done[row] ||= token === t.stop_id;
       if (!done[row]) newIds[row].push(token);
@@ -377,11 +378,28 @@ async function translate(bundle, texts, beam) {
   return newIds;
 }
 
+// A row's scores (its next token's), with -Infinity at each token it may not be after its tokens
+// `sequence` (the start on): a suppressed one; the stop token while fewer than min_decode_len tokens
+// follow the start; one that would end in an n-gram of no_repeat_ngram_size tokens found earlier in it.
+function ban(t, scores, sequence) {
+  const out = Array.from(scores);
+  for (const id of t.suppressed_ids ?? []) if (id < out.length) out[id] = -Infinity;
+  if (sequence.length - 1 < (t.min_decode_len ?? 0)) out[t.stop_id] = -Infinity;
+  const n = t.no_repeat_ngram_size ?? 0;
+  for (let i = 0; n && i + n <= sequence.length; i++) {
+    const earlier = sequence.slice(i, i + n - 1);
+    const last = sequence.slice(sequence.length - n + 1);
+    const next = sequence[i + n - 1];
+    if (earlier.every((token, j) => token === last[j]) && next < out.length) out[next] = -Infinity;
+  }
+  return out;
+}
+
 // One sentence, after the tokens `start` (not scored): keep the `beam` best hypotheses by summed
 // log-probability; the stop token ends a hypothesis only from within the top `beam` candidates; a
 // finished hypothesis scores log p / ((5 + length) / 6) ** length_penalty. Ends when `beam` have
 // finished or at the limit (with forced_eos, a step before it: every hypothesis then ends with the
-// stop token, scored).
+// stop token, scored). What `ban` bans scores -Infinity (the other tokens keep their log-probabilities).
 async function beamSearch(decoder, start, t, limit, beam) {
   const score = (logP, length) => logP / ((5 + length) / 6) ** t.length_penalty;
   let hypotheses = [{ total: 0, words: [] }];
@@ -396,7 +414,7 @@ async function beamSearch(decoder, start, t, limit, beam) {
       break;
     }
     const candidates = hypotheses.flatMap((h, parent) =>
-      logProbs[parent].map((lp, token) => ({ total: h.total + lp, parent, token })),
+      ban(t, logProbs[parent], [...start, ...h.words]).map((lp, token) => ({ total: h.total + lp, parent, token })),
     );
     candidates.sort((x, y) => y.total - x.total); // stable: ties keep the lower index first
     const survivors = [];

@@ -271,7 +271,9 @@ def translate(bundle: Bundle, texts: list[str], beam: int | None = None) -> list
     done = [False] * len(sources)
     tokens = np.tile(np.array(start, dtype=np.int64), (len(sources), 1))
     for _ in range(limit - 1 if t.get("forced_eos") else limit):
-        tokens = decoder.step(tokens).argmax(-1)[:, None]
+        logits = decoder.step(tokens).copy()
+        ban(t, logits, [start + row for row in new])
+        tokens = logits.argmax(-1)[:, None]
         for row, token in enumerate(tokens[:, 0].tolist()):
             done[row] = done[row] or token == t["stop_id"]
             if not done[row]:
@@ -281,12 +283,30 @@ def translate(bundle: Bundle, texts: list[str], beam: int | None = None) -> list
     return new
 
 
+def ban(t: dict, scores: np.ndarray, sequences: list[list[int]]) -> None:
+    """scores (rows, vocab), in place: -inf at each token row i's next may not be, after its
+    tokens ``sequences[i]`` (the start on): a suppressed one; the stop token while fewer than
+    min_decode_len tokens follow the start; one that would end in an n-gram of
+    no_repeat_ngram_size tokens found earlier in the row."""
+    width = scores.shape[1]
+    scores[:, [i for i in t.get("suppressed_ids", []) if i < width]] = -np.inf
+    n = t.get("no_repeat_ngram_size", 0)
+    for row, sequence in enumerate(sequences):
+        if len(sequence) - 1 < t.get("min_decode_len", 0):
+            scores[row, t["stop_id"]] = -np.inf
+        last = sequence[len(sequence) - n + 1 :]  # the n - 1 tokens a next one follows
+        for i in range(len(sequence) - n + 1 if n else 0):
+            if sequence[i : i + n - 1] == last and sequence[i + n - 1] < width:
+                scores[row, sequence[i + n - 1]] = -np.inf
+
+
 def beam_search(decoder: TranslationDecoder, start: list[int], t: dict, limit: int, beam: int) -> list[int]:
     """One sentence, after the tokens ``start`` (not scored): keep the ``beam`` best hypotheses by
     summed log-probability; the stop token
     ends a hypothesis only from within the top ``beam`` candidates; a finished hypothesis scores
     log p / ((5 + length) / 6) ** length_penalty. Ends when ``beam`` have finished or at the limit
-    (with forced_eos, a step before it: every hypothesis then ends with the stop token, scored)."""
+    (with forced_eos, a step before it: every hypothesis then ends with the stop token, scored).
+    What ``ban`` bans scores -inf (the other tokens keep their log-probabilities)."""
 
     def score(log_p: float, length: int) -> float:
         return log_p / ((5 + length) / 6) ** t["length_penalty"]
@@ -300,6 +320,7 @@ def beam_search(decoder: TranslationDecoder, start: list[int], t: dict, limit: i
                 (score(s + log_probs[row, t["stop_id"]], len(w)), w) for row, (s, w) in enumerate(hypotheses)
             ]
             break
+        ban(t, log_probs, [start + w for _, w in hypotheses])
         scores = np.array([s for s, _ in hypotheses])[:, None] + log_probs  # (hypotheses, vocab)
         order = np.argsort(-scores, axis=None, kind="stable")[: 2 * beam]  # ties: the lower index first
         survivors: list[tuple[float, list[int], int]] = []

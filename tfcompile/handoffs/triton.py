@@ -67,7 +67,9 @@ section defines it:
    request; ``past_*`` empty at first, then the previous ``present_*``. Take ``logits[:, -1]``
    over the tokenizer's ids; a row ends at ``translation.stop_id`` or once the decoder holds
    ``max_decode_len`` tokens after the start (the prefix's included; with ``forced_eos`` the
-   last of them is ``stop_id``, given rather than chosen).
+   last of them is ``stop_id``, given rather than chosen). Before each choice, ban (-inf) the
+   tokens of ``suppressed_ids``, ``stop_id`` while fewer than ``min_decode_len`` tokens follow
+   the start, and any token that would repeat an n-gram of ``no_repeat_ngram_size`` tokens.
 4. Beam search keeps a source's hypotheses as rows of one batch: reorder ``past_*``, ``memory_*``
    and ``source_mask`` by the rows each step keeps, scored as ``translation`` says.
 

@@ -41,7 +41,7 @@ from tfcompile.manifest import DEFAULT_MAX_NEW_TOKENS, DEFAULT_TEMPERATURE
 from tfcompile.sequences import SPECIAL_ROLES
 from tfcompile.spec import Spec
 from tfcompile.spec.schema import CausalLMTask, EncoderSpec, Seq2SeqTask, sliding_layers
-from tfcompile.tasks.causal_lm import stop_token_ids
+from tfcompile.tasks.task import listed_token_ids
 from tfcompile.train.runs import load_trained_model
 
 MAX_SHARD_BYTES = 5 * 1024**3  # as save_pretrained shards
@@ -121,6 +121,20 @@ def sampling(task: Any) -> dict[str, Any]:
     }
 
 
+def bans(task: Any, run: Path) -> dict[str, Any]:
+    """A translator's bans, where it has them, as generation_config.json's fields (what the importer
+    reads back): min_decode_len is min_new_tokens, suppressed_tokens suppress_tokens (ids of the
+    run's tokenizer)."""
+    if not isinstance(task, Seq2SeqTask):
+        return {}
+    try:
+        suppressed = listed_token_ids(task, "suppressed_tokens", run)
+    except ExportError as error:
+        raise HFError(f"{run}: suppress_tokens: {error}") from None
+    out = {"min_new_tokens": task.min_decode_len, "no_repeat_ngram_size": task.no_repeat_ngram_size}
+    return {k: v for k, v in out.items() if v} | ({"suppress_tokens": suppressed} if suppressed else {})
+
+
 def export_hf(run: Path, out: Path, which: str = "best", force: bool = False) -> str:
     """Write the run's ``which`` checkpoint to ``out`` as a transformers folder; returns the
     transformers class that loads it."""
@@ -146,7 +160,7 @@ def export_hf(run: Path, out: Path, which: str = "best", force: bool = False) ->
         config["forced_bos_token_id"] = tokens[role]
     if isinstance(spec.task, CausalLMTask) and spec.task.stop_tokens:  # generate() stops at each
         try:
-            stops = stop_token_ids(spec.task, run)
+            stops = listed_token_ids(spec.task, "stop_tokens", run)
         except ExportError as error:
             raise HFError(
                 f"{run}: the run's tokenizer holds no token of task.stop_tokens for eos_token_id: {error}"
@@ -155,11 +169,12 @@ def export_hf(run: Path, out: Path, which: str = "best", force: bool = False) ->
         config["eos_token_id"] = list(dict.fromkeys([*eos, *stops]))
     if isinstance(spec.task, Seq2SeqTask):  # null, not the BART family's class default: its eos
         config["forced_eos_token_id"] = tokens.get("eos") if spec.task.forced_eos else None  # as eos_token_id
+    choices = sampling(spec.task) | bans(spec.task, run)  # generate()'s settings beside the token ids
     tmp = staging_folder(out)
     try:
         write_json(tmp / CONFIG, config)
         write_weights(tmp, tensors, MAX_SHARD_BYTES)
-        generation = {k: v for k, v in config.items() if k.endswith("_token_id")} | sampling(spec.task)
+        generation = {k: v for k, v in config.items() if k.endswith("_token_id")} | choices
         write_json(tmp / GENERATION_CONFIG, generation | {"transformers_version": WRITTEN_BY})
         if (run / TOKENIZER_FILE).exists():
             write_tokenizer(spec, run, tmp / TOKENIZER_FILE)

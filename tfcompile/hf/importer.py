@@ -117,6 +117,8 @@ def import_folder(folder: Path, name: str, specs_dir: Path, runs_dir: Path) -> I
         if forced_end(generation, imported.forced_eos, tokens, vocabulary):
             decoding["forced_eos"] = True
         decoding |= decoding_limits(generation, imported.model["max_seq_len"])
+        longest = decoding.get("max_decode_len", max(imported.model["max_seq_len"] - 1, 1))
+        decoding |= decoding_bans(generation, tokens, vocabulary, imported.model.get("vocab_size"), longest)
     fields = TASK_SECTIONS[imported.task["type"]].model_fields
     if "stop_tokens" in fields and (
         stops := stop_tokens(generation, tokens, vocabulary, imported.model.get("vocab_size"))
@@ -528,6 +530,65 @@ def decoding_limits(generation: Generation, max_seq_len: int) -> dict[str, int]:
     return limits
 
 
+def decoding_bans(
+    generation: Generation,
+    tokens: dict[str, str],
+    vocabulary: dict[int, str],
+    vocab_size: Any,
+    max_decode_len: int,
+) -> dict[str, Any]:
+    """What a translator's files ban generate() from choosing, as the task's fields: min_new_tokens
+    (else min_length less the decoder's start) its min_decode_len, at most ``max_decode_len`` (a
+    larger one bans the eos as long); no_repeat_ngram_size; suppress_tokens and the bad_words_ids
+    of one token its suppressed_tokens, as the tokenizer spells them (``vocabulary``). An id past
+    the model's logits (``vocab_size``) is never generated and left out; one the tokenizer cannot
+    name, and bad words of several tokens, are warned of. Refused by field: a value that is no
+    count or list of token ids, and the eos among the suppressed (no translation would end)."""
+    where, fields = generation.where, {}
+    for name in ("min_new_tokens", "min_length", "no_repeat_ngram_size"):
+        value = generation.field(name)[0]
+        if value is not None and not count(value):
+            raise refuse(where, [Problem(name, f"is {value!r}, no count", "a count, or 0")])
+        fields[name] = value or 0
+    out: dict[str, Any] = {}
+    least = min(max(fields["min_new_tokens"], fields["min_length"] - 1), max_decode_len)
+    if least:
+        out["min_decode_len"] = least
+    if fields["no_repeat_ngram_size"]:
+        out["no_repeat_ngram_size"] = fields["no_repeat_ngram_size"]
+    suppress, bad = generation.field("suppress_tokens")[0] or [], generation.field("bad_words_ids")[0] or []
+    if not isinstance(suppress, list) or not all(count(i) for i in suppress):
+        raise refuse(where, [Problem("suppress_tokens", f"is {suppress!r}", "a list of token ids")])
+    if not isinstance(bad, list) or not all(
+        isinstance(w, list) and w and all(count(i) for i in w) for w in bad
+    ):
+        raise refuse(where, [Problem("bad_words_ids", f"is {bad!r}", "a list of lists of token ids")])
+    longer = [w for w in bad if len(w) > 1]
+    listed = dict.fromkeys([*suppress, *(w[0] for w in bad if len(w) == 1)])
+    ids = [i for i in listed if not isinstance(vocab_size, int) or i < vocab_size]
+    named = {i: vocabulary.get(i) for i in ids}
+    unnamed = [i for i, token in named.items() if token is None]
+    eos = tokens.get("eos")
+    if eos is not None and eos in named.values():
+        problem = Problem(
+            "suppress_tokens", f"bans the eos ({eos!r}), so no translation ends", "leave it out"
+        )
+        raise refuse(where, [problem])
+    if unnamed or longer:
+        what = (
+            [f"token ids {', '.join(map(str, unnamed))}, which the tokenizer cannot name"] if unnamed else []
+        )
+        what += [f"bad words of several tokens {longer[:4]}"] if longer else []
+        warnings.warn(
+            f"{where}: suppress_tokens and bad_words_ids ban {' and '.join(what)}: tfcompile's translations "
+            f"do not ban them (transformers' do), so they may differ",
+            HFWarning,
+            stacklevel=2,
+        )
+    suppressed = [token for token in named.values() if token is not None]
+    return out | ({"suppressed_tokens": list(dict.fromkeys(suppressed))} if suppressed else {})
+
+
 def stop_tokens(
     generation: Generation, tokens: dict[str, str], vocabulary: dict[int, str], vocab_size: Any
 ) -> list[str]:
@@ -592,15 +653,11 @@ def sampling_defaults(generation: Generation) -> dict[str, Any]:
 # The generation fields that change what generate() chooses which a translator's task has no field
 # for (sampling's temperature, top_k and top_p act only with do_sample).
 UNAPPLIED = (
-    "min_length",
     "do_sample",
     "early_stopping",
     "repetition_penalty",
     "length_penalty",
-    "no_repeat_ngram_size",
     "encoder_no_repeat_ngram_size",
-    "bad_words_ids",
-    "suppress_tokens",
     "begin_suppress_tokens",
     "num_beam_groups",
     "diversity_penalty",

@@ -157,7 +157,10 @@ class Translator(Bundle):
             return _StepDecoder(self, ids[row : row + 1, real], mask[row : row + 1, real])
 
         start = [t.start_id, *given]
-        return search.translate(decoder_for, len(ids), start, t.stop_id, limit, width, alpha, t.forced_eos)
+        bans = search.Bans(tuple(t.suppressed_ids), t.min_decode_len, t.no_repeat_ngram_size)
+        return search.translate(
+            decoder_for, len(ids), start, t.stop_id, limit, width, alpha, t.forced_eos, bans
+        )
 
     def _given(self, value: Sequence[int]) -> list[int]:
         """A target prefix: token ids of the vocabulary, no more than the decoder can hold."""

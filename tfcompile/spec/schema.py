@@ -39,6 +39,7 @@ from tfcompile.manifest import (
     MAX_LENGTH_PENALTY,
     MAX_NEW_TOKENS,
     MAX_STOP_TOKENS,
+    MAX_SUPPRESSED_TOKENS,
 )
 from tfcompile.sequences import CAUSAL_LM_TOKENS, CLS, SEQ2SEQ_TOKENS, SPECIAL_ROLES, SPECIAL_TOKENS
 from tfcompile.spec.choices import GATED, ActivationName, NormName
@@ -1603,6 +1604,21 @@ def _check_labels(labels: list[str]) -> list[str]:
 Labels = Annotated[list[str], AfterValidator(_check_labels)]
 
 
+def _once_each(tokens: list[str]) -> list[str]:
+    """A task's list of token strings names each once."""
+    rules = Rules()
+    repeated = sorted(t for t, n in collections.Counter(tokens).items() if n > 1)
+    rules.require(
+        not repeated, (), f"names {', '.join(map(repr, repeated))} more than once", "list each token once"
+    )
+    rules.check()
+    return tokens
+
+
+# Tokens of the run's tokenizer, by their strings, each once.
+TokenStrings = Annotated[list[Annotated[str, Field(min_length=1)]], AfterValidator(_once_each)]
+
+
 def _labels_head(model: Any, labels: list[str] | None) -> int:
     if labels is None:
         raise ValueError("task.labels is not set")
@@ -1621,13 +1637,11 @@ class CausalLMTask(TaskSection):
         description="reserve [PAD], [UNK] and [EOS] at ids 0-2 of a new vocabulary; [EOS] ends each "
         "document (each file of a folder), so generation can stop. false: the corpus's symbols alone",
     )
-    stop_tokens: Annotated[list[Annotated[str, Field(min_length=1)]], Field(max_length=MAX_STOP_TOKENS)] = (
-        Field(
-            [],
-            description="tokens beside the eos at which generated text ends, each one token of the run's "
-            "tokenizer (an instruct model's end of turn, Llama 3's <|eot_id|>: transformers' eos_token_id "
-            "list); none by default",
-        )
+    stop_tokens: Annotated[TokenStrings, Field(max_length=MAX_STOP_TOKENS)] = Field(
+        [],
+        description="tokens beside the eos at which generated text ends, each one token of the run's "
+        "tokenizer (an instruct model's end of turn, Llama 3's <|eot_id|>: transformers' eos_token_id "
+        "list); none by default",
     )
     # The bundle's generation defaults, for a request that names none.
     max_new_tokens: Annotated[PositiveInt, Field(le=MAX_NEW_TOKENS)] = Field(
@@ -1640,19 +1654,6 @@ class CausalLMTask(TaskSection):
     top_p: Annotated[float, Field(gt=0, le=1)] | None = Field(
         None, description="generation's default top_p; null: every token"
     )
-
-    @model_validator(mode="after")
-    def _rules(self) -> CausalLMTask:
-        rules = Rules()
-        repeated = sorted(t for t, n in collections.Counter(self.stop_tokens).items() if n > 1)
-        rules.require(
-            not repeated,
-            ("stop_tokens",),
-            f"names {', '.join(map(repr, repeated))} more than once",
-            "list each token once",
-        )
-        rules.check()
-        return self
 
     def reserved_tokens(self) -> tuple[str, ...]:
         return CAUSAL_LM_TOKENS if self.special_tokens else ()
@@ -1775,6 +1776,21 @@ class Seq2SeqTask(TaskSection):
         description="a translation that reaches max_decode_len ends with eos in its last place, a token "
         "sooner (transformers' forced_eos_token_id, which the BART family's configs set)",
     )
+    min_decode_len: Annotated[int, Field(strict=True, ge=0)] = Field(
+        0,
+        description="the eos cannot end a translation before the decoder holds this many tokens after "
+        "bos, counted as max_decode_len counts them (transformers' min_new_tokens); 0: any length",
+    )
+    no_repeat_ngram_size: Annotated[int, Field(strict=True, ge=0)] = Field(
+        0,
+        description="no n-gram of this many tokens occurs twice in a translation, bos and the target "
+        "prefix included (transformers' no_repeat_ngram_size); 0: no such ban",
+    )
+    suppressed_tokens: Annotated[TokenStrings, Field(max_length=MAX_SUPPRESSED_TOKENS)] = Field(
+        [],
+        description="tokens a translation never holds, each one token of the run's tokenizer (Marian's "
+        "<pad>: transformers' suppress_tokens and bad_words_ids of one token); none by default",
+    )
     source_suffix: list[Literal["eos", "source_language"]] = Field(
         [],
         description="special tokens appended to every source, by role (T5's tokenizer appends eos, "
@@ -1830,6 +1846,20 @@ class Seq2SeqTask(TaskSection):
             "put fewer, or raise model.max_seq_len",
         )
         decoded = longest if self.max_decode_len is None else self.max_decode_len
+        rules.require(
+            self.min_decode_len <= decoded,
+            ("task", "min_decode_len"),
+            f"must be at most task.max_decode_len ({decoded}), found {self.min_decode_len}: no translation "
+            f"could end with eos",
+            f"lower it to {decoded} or below",
+        )
+        rules.require(
+            self.no_repeat_ngram_size <= model.max_seq_len,
+            ("task", "no_repeat_ngram_size"),
+            f"must be at most model.max_seq_len ({model.max_seq_len}), found {self.no_repeat_ngram_size}: "
+            f"no translation holds an n-gram that long",
+            "lower it, or set 0 for no ban",
+        )
         rules.require(
             len(self.target_prefix) < decoded,
             ("task", "target_prefix"),

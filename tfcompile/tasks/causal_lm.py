@@ -16,8 +16,6 @@ from torch.utils.checkpoint import checkpoint
 
 from tfcompile import search
 from tfcompile.data import DataError, check_fits_context, lm_batch, prepare_corpus
-from tfcompile.errors import ExportError
-from tfcompile.files import TOKENIZER_FILE
 from tfcompile.graphs.export import Graph, export_decoder, export_decoder_fixed_step, export_decoder_step
 from tfcompile.graphs.parity import check_decoder_parity, check_fixed_step_parity, check_step_parity
 from tfcompile.manifest import GenerationInfo, TokenizerInfo
@@ -28,7 +26,16 @@ from tfcompile.spec.schema import CausalLMTask, DecoderSpec, Spec
 if TYPE_CHECKING:
     from tfcompile.runtime import Bundle
 
-from tfcompile.tasks.task import Batch, GateRule, ModelFn, Task, register_task, served, token_strings
+from tfcompile.tasks.task import (
+    Batch,
+    GateRule,
+    ModelFn,
+    Task,
+    listed_token_ids,
+    register_task,
+    served,
+    token_strings,
+)
 
 IGNORE_INDEX = -100  # targets at padded positions carry this and add nothing to the loss
 
@@ -49,28 +56,6 @@ def causal_lm_loss(
 
 # The generation defaults a causal_lm task may set for its bundle (GenerationInfo's fields).
 DEFAULTS = ("max_new_tokens", "temperature", "top_k", "top_p")
-
-
-def stop_token_ids(task: CausalLMTask, run: Path | None) -> list[int]:
-    """The ids of ``task.stop_tokens`` in the run's tokenizer (the manifest's and export-hf's);
-    an ExportError names the tokens it lacks, or that there is no tokenizer to find them in."""
-    if not task.stop_tokens:
-        return []
-    path = run / TOKENIZER_FILE if run is not None else None
-    if path is None or not path.exists():
-        raise ExportError(
-            "task.stop_tokens names tokens, and there is no run's tokenizer to find them in: "
-            "export a run with a tokenizer, or leave stop_tokens out"
-        )
-    vocabulary = Tokenizer.from_file(str(path))
-    ids = {token: vocabulary.token_to_id(token) for token in task.stop_tokens}
-    missing = [token for token, i in ids.items() if i is None]
-    if missing:
-        raise ExportError(
-            f"task.stop_tokens: {', '.join(map(repr, missing))} is no token of the run's tokenizer: "
-            f"name tokens it has"
-        )
-    return [i for i in ids.values() if i is not None]
 
 
 @dataclass(frozen=True)
@@ -146,7 +131,7 @@ class LanguageModelling(Task):
         eos = tokenizer.special_tokens.get("eos") if tokenizer is not None else None
         stops = [eos.id] if eos is not None else []
         assert isinstance(spec.task, CausalLMTask)
-        stops += [i for i in stop_token_ids(spec.task, run) if i not in stops]
+        stops += [i for i in listed_token_ids(spec.task, "stop_tokens", run) if i not in stops]
         defaults = {name: getattr(spec.task, name) for name in DEFAULTS}
         generation = GenerationInfo(context_length=spec.model.max_seq_len, stop_token_ids=stops, **defaults)
         return {"generation": generation}

@@ -33,6 +33,7 @@ from tfcompile.tasks.task import (
     GateRule,
     ModelFn,
     Task,
+    listed_token_ids,
     pad_rows,
     register_task,
     special_ids,
@@ -101,6 +102,7 @@ class Translation(Task):
                 f"task.target_prefix's {ending[0]} is the eos token, which would end every translation: "
                 f"give the decoder another token"
             )
+        banned = bans(task, run, stop, ExportError)
         translation = TranslationInfo(
             start_id=start,
             stop_id=stop,
@@ -108,6 +110,9 @@ class Translation(Task):
             length_penalty=task.length_penalty,
             max_decode_len=task.max_decode_len,
             forced_eos=task.forced_eos,
+            min_decode_len=banned.min_len,
+            no_repeat_ngram_size=banned.no_repeat_ngram,
+            suppressed_ids=list(banned.suppressed),
             source_prefix_ids=[roles[role] for role in task.source_prefix],
             source_suffix_ids=[roles[role] for role in task.source_suffix],
             target_prefix_ids=[roles[role] for role in task.target_prefix],
@@ -139,6 +144,7 @@ class Translation(Task):
         self.prefix = [self.ids[role] for role in task.source_prefix]
         self.suffix = [self.ids[role] for role in task.source_suffix]
         self.target_prefix = [self.ids[role] for role in task.target_prefix]
+        self.bans = bans(task, self.tokenizer, self.ids["eos"], DataError)
         self.pairs = {"train": self._encode(*train), "val": self._encode(*val)}
         self.test = read_parallel(data.test_path, task.source, task.target) if data.test_path else None
         self.val = val
@@ -242,6 +248,7 @@ class Translation(Task):
                 task.length_penalty,
                 emitted,
                 task.forced_eos,
+                self.bans,
             )
             out += self.tokenizer.decode_batch(tokens)
         return [tidy(t) for t in out]
@@ -267,6 +274,21 @@ class Translation(Task):
         sources, references = self.test
         hypotheses = self.translate(model, sources, device)
         return {"test_bleu": bleu(hypotheses, references)}
+
+
+def bans(
+    task: Seq2SeqTask, tokenizer: Path | Tokenizer | None, eos: int, error: type[Exception]
+) -> search.Bans:
+    """What the task bans its translations (training's and the manifest's): its suppressed tokens
+    (ids of the run's ``tokenizer``), min_decode_len and no_repeat_ngram_size; ``error`` names a
+    suppressed token the tokenizer lacks, or the eos among them."""
+    suppressed = listed_token_ids(task, "suppressed_tokens", tokenizer, error)
+    if eos in suppressed:
+        raise error(
+            "task.suppressed_tokens holds the eos token, which ends every translation: leave it out "
+            "(task.max_decode_len limits a translation's length)"
+        )
+    return search.Bans(tuple(suppressed), task.min_decode_len, task.no_repeat_ngram_size)
 
 
 def bleu(hypotheses: list[str], references: list[str]) -> float:
@@ -330,12 +352,13 @@ def translate_tokens(
     length_penalty: float = 0.6,
     emitted: int | None = None,
     forced_eos: bool = False,
+    bans: search.Bans = search.NO_BANS,
 ) -> list[list[int]]:
     """source (B, S) -> each sentence's target ids (below ``emitted``), without ``start`` ([BOS],
     then any tokens the decoder is given: task.target_prefix) and [EOS], the decoder holding at
     most ``max_len`` tokens after [BOS] (at most the model's max_seq_len - 1), the last of them
-    [EOS] with ``forced_eos``: greedy for ``beam`` 1, else beam search one sentence at a time,
-    without its padding (search.translate)."""
+    [EOS] with ``forced_eos``, none that ``bans`` bans: greedy for ``beam`` 1, else beam search one
+    sentence at a time, without its padding (search.translate)."""
 
     def decoder_for(row: int | None) -> TorchTranslator:
         if row is None:
@@ -343,4 +366,6 @@ def translate_tokens(
         return TorchTranslator(model, source_ids[row : row + 1, source_mask[row].bool()], None, emitted)
 
     limit = min(max_len, model.spec.max_seq_len - 1)
-    return search.translate(decoder_for, len(source_ids), start, eos, limit, beam, length_penalty, forced_eos)
+    return search.translate(
+        decoder_for, len(source_ids), start, eos, limit, beam, length_penalty, forced_eos, bans
+    )

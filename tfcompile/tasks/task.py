@@ -26,6 +26,7 @@ from torch import nn
 
 from tfcompile import sequences
 from tfcompile.data import DataError
+from tfcompile.errors import ExportError
 from tfcompile.files import TOKENIZER_FILE
 from tfcompile.manifest import TokenizerInfo
 from tfcompile.memory import require_fits
@@ -206,6 +207,32 @@ def token_strings(spec: Spec) -> dict[str, str]:
     if spec.tokens is not None:
         return spec.tokens.roles()
     return {role: token for token, role in sequences.SPECIAL_ROLES.items()}
+
+
+def listed_token_ids(
+    task: TaskSection, field: str, run: Path | Tokenizer | None, error: type[Exception] = ExportError
+) -> list[int]:
+    """The ids of the token strings a task field lists (task.stop_tokens, task.suppressed_tokens) in
+    the run's tokenizer (its folder's, or one at hand); ``error`` names the tokens it lacks, or that
+    there is no tokenizer to find them in."""
+    tokens: list[str] = getattr(task, field)
+    if not tokens:
+        return []
+    if isinstance(run, Path):
+        run = Tokenizer.from_file(str(run / TOKENIZER_FILE)) if (run / TOKENIZER_FILE).exists() else None
+    if run is None:
+        raise error(
+            f"task.{field} names tokens, and there is no run's tokenizer to find them in: "
+            f"export a run with a tokenizer, or leave {field} out"
+        )
+    ids = {token: run.token_to_id(token) for token in tokens}
+    missing = [token for token, i in ids.items() if i is None]
+    if missing:
+        raise error(
+            f"task.{field}: {', '.join(map(repr, missing))} is no token of the run's tokenizer: "
+            f"name tokens it has"
+        )
+    return [i for i in ids.values() if i is not None]
 
 
 def special_ids(spec: Spec, tokenizer: Tokenizer, roles: Sequence[str]) -> dict[str, int]:
