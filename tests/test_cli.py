@@ -114,6 +114,29 @@ def test_train_then_sample_from_the_command_line(tmp_path: Path, capsys: pytest.
     assert "outside the tokenizer's vocabulary: ['Ω']" in capsys.readouterr().err
 
 
+def test_generate_and_sample_take_a_repetition_penalty(
+    char_bundle: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--repetition-penalty: the bundle's greedy text under it (the runtime's), which differs from
+    the plain one; sample's from the run too."""
+    from tfcompile.runtime import LanguageModel, load
+
+    argv = ["--prompt", "ROMEO:", "--max-new-tokens", "24", "--temperature", "0"]
+    assert main(["generate", str(char_bundle), *argv, "--repetition-penalty", "1.8"]) == 0
+    penalised = capsys.readouterr().out
+    model = load(char_bundle)
+    assert isinstance(model, LanguageModel)
+    assert penalised == model.generate_text("ROMEO:", 24, temperature=0, repetition_penalty=1.8) + "\n"
+    assert main(["generate", str(char_bundle), *argv]) == 0
+    assert capsys.readouterr().out != penalised
+    run = char_bundle.parent / "run"
+    outputs = []
+    for penalty in ([], ["--repetition-penalty", "1.8"]):
+        assert main(["sample", str(run), *argv, *penalty]) == 0
+        outputs.append(capsys.readouterr().out)
+    assert outputs[0] != outputs[1]
+
+
 # ------------------------------------------------------------------ nobody waits in silence
 
 TINY_RUN = [

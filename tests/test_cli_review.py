@@ -22,6 +22,10 @@ from tfcompile.cli import _HelpFormatter, build_parser, main
         (["generate", "b", "--seed", "x"], "argument --seed: expected a seed from 0 to 2^63 - 1, found x"),
         (["generate", "b", "--top-p", "most"], "argument --top-p: expected a number in (0, 1], found most"),
         (
+            ["generate", "b", "--repetition-penalty", "0"],
+            "argument --repetition-penalty: expected a number in [0.01, 100], found 0",
+        ),
+        (
             ["serve", "b", "--port", "http"],
             "--port: expected a TCP port from 0 to 65535, found http",
         ),

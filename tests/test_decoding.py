@@ -105,16 +105,49 @@ def left_padded(prompts: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarra
 prompts = st.lists(st.integers(0, VOCAB - 1), min_size=1, max_size=10)
 contexts = st.sampled_from([None, 1, 3, 5, 8])
 stops = st.lists(st.integers(0, VOCAB - 1), max_size=1)
+penalties = st.sampled_from([1.0, 0.7, 1.3, 2.0])
 samplings = st.one_of(
     st.just(search.GREEDY),
+    st.builds(search.Sampling, st.just(0.0), repetition_penalty=penalties),
     st.builds(
         search.Sampling,
         st.sampled_from([0.5, 1.0, 4.0]),
         st.sampled_from([None, 1, 2, 5, VOCAB + 1]),
         st.sampled_from([None, 1e-9, 0.5, 0.95, 1.0]),
         st.integers(0, 2**32),
+        penalties,
     ),
 )
+
+
+@settings(deadline=None)  # the first example imports transformers
+@given(
+    rows=st.lists(st.tuples(prompts, st.integers(0, 12)), min_size=1, max_size=3),
+    context=contexts,
+    penalty=penalties,
+)
+def test_greedy_with_a_repetition_penalty_is_transformers(
+    rows: list[tuple[list[int], int]], context: int | None, penalty: float
+) -> None:
+    """A left-padded batch under a repetition penalty: each row chooses what transformers'
+    RepetitionPenaltyLogitsProcessor and an argmax choose after its prompt and tokens (alone,
+    the whole sequence penalised, the model reading its last ``context`` tokens)."""
+    torch = pytest.importorskip("torch")
+    processors = pytest.importorskip("transformers.generation.logits_process")
+    processor = processors.RepetitionPenaltyLogitsProcessor(penalty)
+
+    def alone(prompt: list[int], limit: int) -> list[int]:
+        sequence = list(prompt)
+        while len(sequence) < len(prompt) + limit:
+            window = sequence if context is None else sequence[-context:]
+            scores = torch.from_numpy(scripted_logits(window))[None]
+            sequence.append(int(processor(torch.tensor([sequence]), scores).argmax()))
+        return sequence[len(prompt) :]
+
+    ids, mask = left_padded([p for p, _ in rows])
+    sampling = search.Sampling(0.0, repetition_penalty=penalty)
+    got = search.generate(Scripted(), ids, [n for _, n in rows], sampling, (), context, mask)
+    assert got == [alone(p, n) for p, n in rows]
 
 
 @given(

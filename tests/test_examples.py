@@ -293,6 +293,20 @@ def test_node_client_generates_text_stops_and_reads_logits(
 
 
 @pytest.mark.slow
+def test_both_clients_penalise_repeats_as_the_runtime_does(
+    char_bundle: Path, client: Client, tmp_path: Path
+) -> None:
+    """A manifest's repetition_penalty: each client's greedy tokens of a left-padded batch are the
+    runtime's (each row's as alone, its real tokens penalised), which differ from the plain ones."""
+    prompts = [[5, 6, 7, 5], [8], [9, 10, 11, 12, 13, 9, 10]]
+    bundle = _with_manifest(char_bundle, tmp_path / "penalised", "generation", repetition_penalty=1.8)
+    alone = runtime_alone(bundle, prompts, 16)
+    assert runtime_batched(bundle, prompts, 16) == alone != runtime_alone(char_bundle, prompts, 16)
+    served = client(bundle, "generate", *id_args(prompts), "--max-new-tokens", "16")
+    assert [s["new_ids"] for s in served] == alone
+
+
+@pytest.mark.slow
 def test_both_clients_pick_only_the_tokenizers_ids(char_bundle: Path, client: Client, tmp_path: Path) -> None:
     """A model may have more logits than its tokenizer has tokens (a Hugging Face T5: 32,128 for
     32,100): generation picks among the tokenizer's ids, as the runtime does."""

@@ -32,6 +32,7 @@ from tfcompile.errors import UserError
 from tfcompile.export import Source, export_bundle
 from tfcompile.handoffs.genai import GENAI_CONFIG, export_genai, genai_tokenizer
 from tfcompile.handoffs.triton import export_triton
+from tfcompile.manifest import MANIFEST
 from tfcompile.runtime import load
 from tfcompile.spec import load_spec
 from tfcompile.train import Trainer
@@ -372,6 +373,32 @@ def test_genai_greedy_generates_the_runtimes_tokens(
         assert valid_part(decoded) == valid_part(text)
         if "\ufffd" not in text:
             assert decoded == text
+
+
+def test_genai_penalises_repeats_as_the_runtime_does(
+    og: ModuleType, bundles: Bundles, tmp_path: Path
+) -> None:
+    """The manifest's repetition_penalty is genai_config.json's: genai's greedy tokens are the
+    runtime's under it, which differ from the plain ones."""
+    bundle = tmp_path / "penalised"
+    shutil.copytree(bundles["char"], bundle)
+    manifest = json.loads((bundle / MANIFEST).read_text())
+    manifest["generation"]["repetition_penalty"] = 1.8
+    (bundle / MANIFEST).write_text(json.dumps(manifest))
+    folder = export_genai(bundle, tmp_path / "genai")
+    config = json.loads((folder / GENAI_CONFIG).read_text())
+    assert config["search"]["repetition_penalty"] == 1.8
+    model, runtime, plain = og.Model(str(folder)), load(bundle), load(bundles["char"])
+    assert runtime.tokenizer is not None
+    for prompt in PROMPTS:
+        ids = runtime.tokenizer.encode(prompt).ids
+        expected = runtime.generate(np.array([ids]), NEW_TOKENS, temperature=0, stop=False)[
+            0, len(ids) :
+        ].tolist()
+        ended = next((i for i, t in enumerate(expected) if t in config["model"]["eos_token_id"]), None)
+        assert genai_greedy(og, model, ids, NEW_TOKENS) == expected[:ended]  # genai leaves its end token out
+        unpenalised = plain.generate(np.array([ids]), NEW_TOKENS, temperature=0, stop=False)
+        assert expected != unpenalised[0, len(ids) :].tolist()
 
 
 @pytest.mark.parametrize("kind", ["char", "char-special", pytest.param("bpe", marks=pytest.mark.slow)])

@@ -2,8 +2,8 @@
 Stop tokens: transformers ends generation at every id of eos_token_id (a list in Llama 3's and
 Qwen2.5's generation_config.json); the import makes those beside the eos the task's stop_tokens,
 the bundle's generation stops at each (the runtime, as generate() does). Sampling: do_sample,
-temperature, top_k, top_p and max_new_tokens become the bundle's defaults for a request that names
-none. export-hf writes both back. Tiny random GPT-2s with a character tokenizer."""
+temperature, top_k, top_p, max_new_tokens and repetition_penalty become the bundle's defaults for a
+request that names none. export-hf writes both back. Tiny random GPT-2s with a character tokenizer."""
 
 from __future__ import annotations
 
@@ -152,7 +152,13 @@ def test_stop_tokens_without_a_tokenizer_fail_the_export(
 
 
 # the task's generation defaults, where the files set none: tfcompile's
-SAMPLING = {"temperature": 1.0, "top_k": None, "top_p": None, "max_new_tokens": 200}
+SAMPLING = {
+    "temperature": 1.0,
+    "top_k": None,
+    "top_p": None,
+    "max_new_tokens": 200,
+    "repetition_penalty": 1.0,
+}
 
 
 @pytest.mark.parametrize(
@@ -166,6 +172,8 @@ SAMPLING = {"temperature": 1.0, "top_k": None, "top_p": None, "max_new_tokens": 
         ),
         ({"do_sample": True, "top_k": 0}, {"temperature": 1.0}),  # top_k 0 and top_p 1: every token
         ({"temperature": 0.6}, {}),  # without do_sample, generate() decodes greedily: not a choice
+        ({"repetition_penalty": 1.2}, {"repetition_penalty": 1.2}),  # with or without do_sample
+        ({"do_sample": True, "repetition_penalty": 1.0}, {"temperature": 1.0, "top_k": 50}),
     ],
 )
 def test_sampling_settings_are_the_bundles_defaults_and_export_hf_writes_them_back(
@@ -201,6 +209,36 @@ def test_a_greedy_folders_bundle_generates_by_default_as_generate_does(tmp_path:
     assert bundle.generate(np.array(PROMPT)).tolist() == theirs.tolist()
 
 
+@pytest.mark.slow
+def test_a_repetition_penalty_is_the_bundles_default_and_generates_as_generate_does(tmp_path: Path) -> None:
+    """do_sample false and repetition_penalty 1.5: the bundle's greedy generation without options
+    (onnxruntime, a batch of a padded row too), `tfcompile generate` and export-hf's folder give
+    transformers' generate() without options, which the penalty changes."""
+    hf = saved(tmp_path / "hf", None, do_sample=False, max_new_tokens=12, repetition_penalty=1.5)
+    result = import_folder(tmp_path / "hf", "penalised", tmp_path / "specs", tmp_path / "runs")
+    assert result.spec.task.type == "causal_lm" and result.spec.task.repetition_penalty == 1.5
+    assert main(["export", str(result.run_dir), "--out", str(tmp_path / "bundle")]) == 0
+    bundle = load(tmp_path / "bundle")
+    assert bundle.generation.repetition_penalty == 1.5
+    prompt = torch.tensor(PROMPT)
+    with torch.no_grad():
+        theirs = from_pretrained(tmp_path / "hf").generate(prompt, attention_mask=torch.ones_like(prompt))
+    assert theirs[0].tolist() != PROMPT[0] + greedy(hf, 12)
+    assert bundle.generate(np.array(PROMPT), stop=False).tolist() == theirs.tolist()  # its eos is none
+    padded = bundle.generate(
+        np.array([[0, 0, *PROMPT[0]], [3, 4, *PROMPT[0]]]),
+        attention_mask=np.array([[0, 0, 1, 1, 1, 1, 1], [1] * 7]),
+        stop=False,
+    )
+    assert padded[0, 2:].tolist() == theirs[0].tolist()
+    export_hf(result.run_dir, tmp_path / "out")
+    assert json.loads((tmp_path / "out" / "generation_config.json").read_text())["repetition_penalty"] == 1.5
+    with torch.no_grad():
+        again = from_pretrained(tmp_path / "out").generate(prompt, attention_mask=torch.ones_like(prompt))
+    eos = theirs[0].tolist().index(0, len(PROMPT[0]))  # the written folder's eos: <|endoftext|>, 0
+    assert again[0].tolist() == theirs[0, : eos + 1].tolist()
+
+
 @pytest.mark.parametrize(
     ("fields", "named"),
     [
@@ -208,6 +246,9 @@ def test_a_greedy_folders_bundle_generates_by_default_as_generate_does(tmp_path:
         ({"do_sample": True, "top_p": 1.5}, "top_p"),
         ({"do_sample": True, "top_k": -1}, "top_k"),
         ({"max_new_tokens": 0}, "max_new_tokens"),
+        ({"repetition_penalty": 0}, "repetition_penalty"),
+        ({"repetition_penalty": "1.2"}, "repetition_penalty"),
+        ({"repetition_penalty": 1e9}, "repetition_penalty"),
     ],
 )
 def test_a_sampling_setting_generate_cannot_take_is_refused_by_field(

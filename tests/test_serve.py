@@ -119,6 +119,20 @@ def test_seeded_samples_are_the_runtimes_row_by_row(server: BackgroundServer, cl
     assert r.choices[0].text != r.choices[1].text  # two samples of one prompt differ
 
 
+def test_a_repetition_penalty_is_the_runtimes(server: BackgroundServer, client: Any) -> None:
+    """vLLM's repetition_penalty (an extra field of the request): the runtime's greedy text under
+    the same penalty, which differs from the plain one."""
+    lm = model(server, "char")
+    r = client.completions.create(
+        model="char", prompt=PROMPTS[:2], max_tokens=20, temperature=0, extra_body={"repetition_penalty": 1.8}
+    )
+    expected = [
+        new_text(lm, p, max_new_tokens=20, temperature=0, repetition_penalty=1.8) for p in PROMPTS[:2]
+    ]
+    assert [c.text for c in r.choices] == expected
+    assert expected != [new_text(lm, p, max_new_tokens=20, temperature=0) for p in PROMPTS[:2]]
+
+
 def test_a_stream_is_the_whole_answer_in_pieces(client: Any, streaming: Any) -> None:
     whole = client.completions.create(model="char", prompt=PROMPTS, max_tokens=15, temperature=0, echo=True)
     chunks = list(
@@ -222,6 +236,8 @@ def test_prompts_as_token_ids(server: BackgroundServer, client: Any) -> None:
         ({"model": "char", "prompt": "a", "frequency_penalty": 0.5}, 400, "frequency_penalty"),
         ({"model": "char", "prompt": "a", "colour": "blue"}, 400, "colour"),
         ({"model": "char", "prompt": "a", "temperature": -1}, 400, "temperature"),
+        ({"model": "char", "prompt": "a", "repetition_penalty": 0}, 400, "repetition_penalty"),
+        ({"model": "char", "prompt": "a", "repetition_penalty": 1e9}, 400, "repetition_penalty"),
         ({"model": "char", "prompt": "a", "n": 10_000}, 400, "at most"),
         ({"model": "char", "prompt": "x" * 65}, 400, "65 characters, more than the 64"),
         ({"model": "char", "prompt": [1] * 65}, 400, "65 tokens, more than the 64"),

@@ -20,10 +20,11 @@ from rich.table import Table
 
 from tfcompile import __version__
 from tfcompile.errors import UserError
+from tfcompile.manifest import REPETITION_PENALTIES
 from tfcompile.paths import check_arguments, file_type, untrained
 from tfcompile.spec import Spec, SpecError, SpecIssue, dump_spec, load_spec
 from tfcompile.spec.loader import read_yaml
-from tfcompile.spec.schema import MAX_SEED, MAX_THREADS, check_run_name
+from tfcompile.spec.schema import MAX_SEED, MAX_THREADS, CausalLMTask, check_run_name
 
 if TYPE_CHECKING:
     from tfcompile.export import ParityReport
@@ -261,6 +262,9 @@ def _sample(args: argparse.Namespace) -> int:
             f"--prompt {args.prompt!r} is no token of {run_dir}'s tokenizer (the default is a newline): "
             f"give a text it reads"
         )
+    penalty = args.repetition_penalty
+    if penalty is None:  # the spec's default, as the bundle's
+        penalty = spec.task.repetition_penalty if isinstance(spec.task, CausalLMTask) else 1.0
     ids = generate(
         model,
         torch.tensor([prompt]),
@@ -270,6 +274,7 @@ def _sample(args: argparse.Namespace) -> int:
         top_p=args.top_p,
         emitted=tokenizer.get_vocab_size(),
         seed=args.seed,
+        repetition_penalty=penalty,
     )
     print(tokenizer.decode(ids[0].tolist()))
     return 0
@@ -436,6 +441,7 @@ def _generate(args: argparse.Namespace) -> int:
         top_p=args.top_p,
         seed=args.seed,
         use_cache=not args.no_cache,
+        repetition_penalty=args.repetition_penalty,
     )
     print("\n\n".join([texts] if isinstance(texts, str) else texts))
     return 0
@@ -1049,6 +1055,13 @@ def _add_sampling_args(parser: argparse.ArgumentParser, batch: bool = False) -> 
         help="sample among the likeliest tokens whose probabilities add up to p (default: all)",
     )
     parser.add_argument("--seed", type=_seed, default=0, help="the sampling's seed")
+    parser.add_argument(
+        "--repetition-penalty",
+        type=_repetition_penalty,
+        default=None,
+        help="divide a repeated token's positive logit by it, multiply a negative one (default: the "
+        "spec's or bundle's; 1: none)",
+    )
 
 
 def _int(text: str, expected: str) -> int:
@@ -1159,6 +1172,14 @@ def _probability(text: str) -> float:
     value = _float(text, "a number in (0, 1]")
     if not 0 < value <= 1:
         raise argparse.ArgumentTypeError(f"expected a number in (0, 1], found {text}")
+    return value
+
+
+def _repetition_penalty(text: str) -> float:
+    low, high = REPETITION_PENALTIES
+    value = _float(text, f"a number in [{low:g}, {high:g}]")
+    if not low <= value <= high:
+        raise argparse.ArgumentTypeError(f"expected a number in [{low:g}, {high:g}], found {text}")
     return value
 
 

@@ -37,6 +37,7 @@ MAX_SUPPRESSED_TOKENS = 1 << 16  # a translation's banned tokens
 MAX_NEW_TOKENS = 1 << 16  # a generation section's default limit (a caller may ask for more)
 DEFAULT_MAX_NEW_TOKENS = 200  # the new tokens a request gets when it names no limit
 DEFAULT_TEMPERATURE = 1.0  # and its temperature
+REPETITION_PENALTIES = (0.01, 100.0)  # the repetition penalties a bundle or a request may set
 MAX_INPUT_VALUES = 1 << 26  # a graph input's values with every named axis 1: 3 x 4,096 x 4,096 pixels fit
 
 
@@ -178,6 +179,14 @@ class GenerationInfo(Part):
         None,
         description="then, likeliest first, keep each token until those kept hold top_p of the "
         "probability (the token that reaches top_p is kept), and renormalise; null or 1: every token",
+    )
+    repetition_penalty: Annotated[float, Field(ge=REPETITION_PENALTIES[0], le=REPETITION_PENALTIES[1])] = (
+        Field(
+            1.0,
+            description="before greedy or sampling, the logit of each token the row holds already (its "
+            "prompt's real tokens and those generated) is divided by it where positive and multiplied by "
+            "it where negative, in float32, once per token (transformers' repetition_penalty); 1: none",
+        )
     )
 
 

@@ -7,7 +7,7 @@ wraps the PyTorch model (tfcompile.tasks). numpy only: no torch and no onnxrunti
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol, runtime_checkable
 
 import numpy as np
@@ -37,17 +37,29 @@ class Sampling:
     """How a row picks its next token: greedy at temperature 0 (or below GREEDY_BELOW); otherwise
     from the softmax of the logits over ``temperature``, filtered by top-k and top-p, drawn with
     its own ``seed`` (row r of a batch asked for with one seed draws with seed + r, so a prompt
-    gives the same tokens whatever else shares its batch)."""
+    gives the same tokens whatever else shares its batch). Before either, the logits of the
+    tokens the row holds already are penalised by ``repetition_penalty`` (``penalise_repeats``;
+    1: not)."""
 
     temperature: float = 1.0
     top_k: int | None = None
     top_p: float | None = None
     seed: int | None = None
+    repetition_penalty: float = 1.0
 
 
 GREEDY = Sampling(temperature=0.0)
 # A lower temperature decodes greedily, as vLLM's does: the logits divided by it would overflow.
 GREEDY_BELOW = 1e-5
+
+
+def penalise_repeats(logits: np.ndarray, seen: np.ndarray, penalty: float) -> None:
+    """CTRL's repetition penalty (Keskar et al. 2019) as transformers' repetition_penalty, in
+    place: the logit (V,) of each token in ``seen`` divided by ``penalty`` where positive,
+    multiplied by it where negative, once whatever its count."""
+    tokens = np.unique(seen[seen < len(logits)])
+    scores = logits[tokens]
+    logits[tokens] = np.where(scores < 0, scores * penalty, scores / penalty)
 
 
 def sample_next(
@@ -149,7 +161,7 @@ def generate(
     limits = [max_new_tokens] * batch if isinstance(max_new_tokens, int) else list(max_new_tokens)
     if isinstance(sampling, Sampling):
         seeds = [None if sampling.seed is None else sampling.seed + r for r in range(batch)]
-        rows = [Sampling(sampling.temperature, sampling.top_k, sampling.top_p, seed) for seed in seeds]
+        rows = [replace(sampling, seed=seed) for seed in seeds]
     else:
         rows = list(sampling)
     running = Batch(stop, context, forbid)
@@ -276,8 +288,13 @@ class Batch:
             groups.setdefault(options, []).append(r)
         tokens = np.zeros(len(self.rows), dtype=np.int64)
         logits = self.logits
-        if self.forbid is not None:
+        penalised = [r for r, row in enumerate(self.rows) if row.sampling.repetition_penalty != 1]
+        if self.forbid is not None or penalised:
             logits = logits.copy()
+        for r in penalised:  # over each row's real tokens: its prompt and what it has chosen
+            ids = self.ids[r] if self.mask is None else self.ids[r][self.mask[r].astype(bool)]
+            penalise_repeats(logits[r], ids, self.rows[r].sampling.repetition_penalty)
+        if self.forbid is not None:
             self.forbid(logits, [row.tokens for row in self.rows])
         for (temperature, top_k, top_p), members in groups.items():
             rows = slice(None) if len(members) == len(self.rows) else members  # a view, no copy

@@ -221,10 +221,12 @@ function promptIds(bundle, prompts, ids) {
 // (tokenizer.padding_side): attention_mask, 0 at padding, covers the cached and the new tokens at
 // every step, and positions come from it, so each row generates what it would alone. A row ends at
 // its first stop token (returned as its last). Past the context, each step re-reads the last
-// context_length tokens from an empty cache.
+// context_length tokens from an empty cache. The logits of the tokens a row holds (real ones) are
+// penalised first, as the manifest's repetition_penalty says (1 by default: not), in float32.
 async function generate(bundle, prompts, maxNewTokens) {
   const [graph, session] = await bundle.graph("decode_step");
   const { context_length: context, stop_token_ids: stops } = bundle.manifest.generation;
+  const penalty = Math.fround(bundle.manifest.generation.repetition_penalty ?? 1);
   const [padId, side] = padding(bundle);
   const ids = pad(prompts, padId, side); // every row's tokens so far
   const mask = pad(ones(prompts), 0, side);
@@ -240,7 +242,15 @@ async function generate(bundle, prompts, maxNewTokens) {
       attention_mask: int64(mask.map((m) => m.slice(-cached))),
       ...past,
     });
-    const next = lastLogits(out.logits).map((xs) => argmax(xs.slice(0, bundle.emitted)));
+    const next = lastLogits(out.logits).map((xs, row) => {
+      const scores = xs.slice(0, bundle.emitted);
+      const seen = new Set(ids[row].filter((_, i) => mask[row][i] === 1));
+      for (const token of penalty === 1 ? [] : seen) {
+        const score = scores[token];
+        if (token < scores.length) scores[token] = Math.fround(score < 0 ? score * penalty : score / penalty);
+      }
+      return argmax(scores);
+    });
     next.forEach((token, row) => {
       if (!done[row]) {
         newIds[row].push(token);

@@ -150,8 +150,10 @@ def generate(bundle: Bundle, prompts: list[list[int]], max_new_tokens: int) -> l
     (tokenizer.padding_side): attention_mask, 0 at padding, covers the cached and the new tokens at
     every step, and positions come from it, so each row generates what it would alone. A row ends
     at its first stop token (returned as its last). Past the context, each step re-reads the last
-    context_length tokens from an empty cache."""
+    context_length tokens from an empty cache. The logits of the tokens a row holds (real ones)
+    are penalised first, as the manifest's repetition_penalty says (1 by default: not)."""
     graph, session = bundle.graph("decode_step")
+    penalty = bundle.manifest["generation"].get("repetition_penalty", 1.0)
     cache, context = graph["cache"], bundle.manifest["generation"]["context_length"]
     stops = set(bundle.manifest["generation"]["stop_token_ids"])
     pad_id, side = padding(bundle)
@@ -163,7 +165,14 @@ def generate(bundle: Bundle, prompts: list[list[int]], max_new_tokens: int) -> l
     for _ in range(max_new_tokens):
         cached += tokens.shape[1]
         out = run(session, graph, {"input_ids": tokens, "attention_mask": mask[:, -cached:], **past})
-        next_ids = out["logits"][:, -1, : bundle.emitted].argmax(-1)
+        logits = out["logits"][:, -1, : bundle.emitted].copy()
+        for row in range(len(prompts)) if penalty != 1 else ():
+            seen = np.unique(ids[row][mask[row] == 1])
+            scores = logits[row, seen[seen < logits.shape[1]]]
+            logits[row, seen[seen < logits.shape[1]]] = np.where(
+                scores < 0, scores * penalty, scores / penalty
+            )
+        next_ids = logits.argmax(-1)
         for row, token in enumerate(next_ids.tolist()):
             if not done[row]:
                 new[row].append(token)

@@ -450,7 +450,7 @@ def genai_config(
         "min_length": 0,
         "num_beams": 1,
         "num_return_sequences": 1,
-        "repetition_penalty": 1.0,
+        "repetition_penalty": g.repetition_penalty,
         "length_penalty": 1.0,
         "no_repeat_ngram_size": 0,
         "early_stopping": True,

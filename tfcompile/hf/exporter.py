@@ -103,12 +103,14 @@ def prefix_problems(spec: Spec) -> list[Problem]:
 
 def sampling(task: Any) -> dict[str, Any]:
     """A causal LM task's generation defaults, where they are not tfcompile's own (sampling at
-    temperature 1 from every token, 200 new tokens), as generation_config.json's fields (what the
-    importer reads back): greedy is do_sample false; other sampling, do_sample with the
-    temperature, top_k (0: every token) and top_p."""
+    temperature 1 from every token, 200 new tokens, no repetition penalty), as
+    generation_config.json's fields (what the importer reads back): greedy is do_sample false;
+    other sampling, do_sample with the temperature, top_k (0: every token) and top_p."""
     if not isinstance(task, CausalLMTask):
         return {}
-    out = {} if task.max_new_tokens == DEFAULT_MAX_NEW_TOKENS else {"max_new_tokens": task.max_new_tokens}
+    out: dict[str, Any] = {}
+    out |= {} if task.max_new_tokens == DEFAULT_MAX_NEW_TOKENS else {"max_new_tokens": task.max_new_tokens}
+    out |= {} if task.repetition_penalty == 1 else {"repetition_penalty": task.repetition_penalty}
     if task.temperature == 0:
         return out | {"do_sample": False}
     if task.temperature == DEFAULT_TEMPERATURE and task.top_k is None and task.top_p is None:

@@ -51,7 +51,7 @@ from tfcompile.hf.folder import (
     write_json,
 )
 from tfcompile.images import ImagePreprocessing
-from tfcompile.manifest import MAX_BEAM, MAX_NEW_TOKENS
+from tfcompile.manifest import MAX_BEAM, MAX_NEW_TOKENS, REPETITION_PENALTIES
 from tfcompile.memory import TooLarge
 from tfcompile.spec import Spec, SpecError, dump_spec, parse_spec
 from tfcompile.spec.schema import TASK_SECTIONS, check_run_name
@@ -619,8 +619,9 @@ def sampling_defaults(generation: Generation) -> dict[str, Any]:
     """How a language model's files set generate() to choose tokens, as the task's generation
     defaults: where they set do_sample, greedy (temperature 0) if false, else their temperature,
     top_k (transformers' 50 where unset; 0: every token) and top_p (1: every token); their
-    max_new_tokens. Where they set neither, the bundle keeps tfcompile's defaults. Refused by
-    field: a value generate() cannot take."""
+    max_new_tokens and repetition_penalty (greedy or not). Where they set none, the bundle keeps
+    tfcompile's defaults. Refused by field: a value generate() cannot take, or a penalty past
+    tfcompile's range."""
     out: dict[str, Any] = {}
     new = generation.field("max_new_tokens")[0]
     if new is not None:
@@ -628,6 +629,13 @@ def sampling_defaults(generation: Generation) -> dict[str, Any]:
             problem = Problem("max_new_tokens", f"is {new!r}", f"a count up to {MAX_NEW_TOKENS:,}")
             raise refuse(generation.where, [problem])
         out["max_new_tokens"] = new
+    penalty = generation.field("repetition_penalty")[0]
+    if penalty is not None:
+        low, high = REPETITION_PENALTIES
+        if not isinstance(penalty, int | float) or isinstance(penalty, bool) or not low <= penalty <= high:
+            problem = Problem("repetition_penalty", f"is {penalty!r}", f"a number from {low:g} to {high:g}")
+            raise refuse(generation.where, [problem])
+        out |= {"repetition_penalty": float(penalty)} if penalty != 1 else {}
     sample = generation.field("do_sample")[0]
     if sample is None:
         return out

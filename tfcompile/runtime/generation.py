@@ -133,6 +133,7 @@ class LanguageModel(Bundle):
         use_cache: bool = True,
         attention_mask: Any | None = None,
         stop: bool = True,
+        repetition_penalty: float | None = None,
     ) -> np.ndarray:
         """input_ids (batch, prompt) [+ attention_mask, 0 at left padding] -> (batch, prompt + n): each
         row's prompt and its new tokens, up to ``max_new_tokens``; a row that reached a stop token
@@ -142,7 +143,7 @@ class LanguageModel(Bundle):
         ids = inputs.token_ids(input_ids, self.vocab_size, None)  # past the context, generation slides
         mask = None if attention_mask is None else self._mask(attention_mask, ids.shape)
         count = self.max_new_tokens(max_new_tokens)
-        rows = self.sampling(len(ids), temperature, top_k, top_p, seed)
+        rows = self.sampling(len(ids), temperature, top_k, top_p, seed, repetition_penalty)
         new = self.generate_batch(
             ids,
             mask,
@@ -166,6 +167,7 @@ class LanguageModel(Bundle):
         seed: int | None = None,
         stop: bool = True,
         use_cache: bool = True,
+        repetition_penalty: float | None = None,
     ) -> str: ...
 
     @overload
@@ -179,6 +181,7 @@ class LanguageModel(Bundle):
         seed: int | None = None,
         stop: bool = True,
         use_cache: bool = True,
+        repetition_penalty: float | None = None,
     ) -> list[str]: ...
 
     def generate_text(
@@ -191,12 +194,13 @@ class LanguageModel(Bundle):
         seed: int | None = None,
         stop: bool = True,
         use_cache: bool = True,
+        repetition_penalty: float | None = None,
     ) -> str | list[str]:
         """A prompt (or a list of prompts, generated as one batch) -> the prompt and its
         continuation, decoded; generation ends at a stop token, which is not shown."""
         encodings = self.encode(inputs.texts("prompt", prompt))
         count = self.max_new_tokens(max_new_tokens)
-        rows = self.sampling(len(encodings), temperature, top_k, top_p, seed)
+        rows = self.sampling(len(encodings), temperature, top_k, top_p, seed, repetition_penalty)
         new = self.generate_prompts(
             [e.ids for e in encodings],
             [count] * len(encodings),
@@ -215,18 +219,25 @@ class LanguageModel(Bundle):
         return inputs.count("max_new_tokens", self.generation.max_new_tokens if value is None else value)
 
     def sampling(
-        self, rows: int, temperature: Any = None, top_k: Any = None, top_p: Any = None, seed: Any = None
+        self,
+        rows: int,
+        temperature: Any = None,
+        top_k: Any = None,
+        top_p: Any = None,
+        seed: Any = None,
+        repetition_penalty: Any = None,
     ) -> list[search.Sampling]:
         """Checked sampling options for ``rows`` rows, the manifest's defaults where None; row r
         draws with seed + r."""
         g = self.generation
-        t, k, p = inputs.sampling(
+        t, k, p, penalty = inputs.sampling(
             g.temperature if temperature is None else temperature,
             g.top_k if top_k is None else top_k,
             g.top_p if top_p is None else top_p,
+            g.repetition_penalty if repetition_penalty is None else repetition_penalty,
         )
         first = inputs.seed(seed)
-        return [search.Sampling(t, k, p, None if first is None else first + r) for r in range(rows)]
+        return [search.Sampling(t, k, p, None if first is None else first + r, penalty) for r in range(rows)]
 
     def generate_prompts(
         self,

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from tfcompile.images import ImageLike
+from tfcompile.manifest import REPETITION_PENALTIES
 from tfcompile.runtime.errors import InputError
 
 Text = str | tuple[str, str]
@@ -101,12 +102,16 @@ def number(name: str, value: Any, low: float, high: float = math.inf, low_open: 
     return value
 
 
-def sampling(temperature: Any, top_k: Any, top_p: Any) -> tuple[float, int | None, float | None]:
-    """Temperature >= 0 (0 is greedy), top_k >= 1, top_p in (0, 1]."""
+def sampling(
+    temperature: Any, top_k: Any, top_p: Any, repetition_penalty: Any
+) -> tuple[float, int | None, float | None, float]:
+    """Temperature >= 0 (0 is greedy), top_k >= 1, top_p in (0, 1], a repetition penalty within
+    REPETITION_PENALTIES."""
     return (
         number("temperature", temperature, 0.0),
         optional_count("top_k", top_k, 1),
         None if top_p is None else number("top_p", top_p, 0.0, 1.0, low_open=True),
+        number("repetition_penalty", repetition_penalty, *REPETITION_PENALTIES),
     )
 
 

@@ -28,6 +28,7 @@ from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from tfcompile.errors import InputError
+from tfcompile.manifest import REPETITION_PENALTIES
 from tfcompile.runtime import LanguageModel
 from tfcompile.serve.app import FieldError, Served, Settings, error_body, log, outcome
 from tfcompile.serve.engine import Finished, GenerationRow, Job, stop_text, text_of
@@ -64,6 +65,13 @@ class CompletionRequest(BaseModel):
     user: str | None = None
     logprobs: Literal[0] | None = Field(None, description="log probabilities are not served")
     best_of: Literal[1] | None = None
+    repetition_penalty: float | None = Field(
+        None,
+        ge=REPETITION_PENALTIES[0],
+        le=REPETITION_PENALTIES[1],
+        description="vLLM's and transformers' (not OpenAI's): the logit of a token the text holds already "
+        "divided by it where positive, multiplied where negative; default: the bundle's",
+    )
     presence_penalty: Literal[0] | None = None
     frequency_penalty: Literal[0] | None = None
     logit_bias: Annotated[dict[str, float], Field(max_length=0)] | None = None
@@ -105,7 +113,9 @@ async def completions(body: CompletionRequest, request: Request) -> dict | Strea
         raise FieldError("max_tokens", f"max_tokens may be at most {s.settings.max_tokens}, got {max_tokens}")
     stops = _stops(body.stop)
     prompts = await _prompts(model, given, limit)
-    samplings = model.sampling(len(prompts) * n, body.temperature, body.top_k, body.top_p, body.seed)
+    samplings = model.sampling(
+        len(prompts) * n, body.temperature, body.top_k, body.top_p, body.seed, body.repetition_penalty
+    )
     rows = [
         GenerationRow(prompt, max_tokens, sampling, stops)
         for prompt, sampling in zip([p for p in prompts for _ in range(n)], samplings, strict=True)

@@ -40,6 +40,7 @@ from tfcompile.manifest import (
     MAX_NEW_TOKENS,
     MAX_STOP_TOKENS,
     MAX_SUPPRESSED_TOKENS,
+    REPETITION_PENALTIES,
 )
 from tfcompile.sequences import CAUSAL_LM_TOKENS, CLS, SEQ2SEQ_TOKENS, SPECIAL_ROLES, SPECIAL_TOKENS
 from tfcompile.spec.choices import GATED, ActivationName, NormName
@@ -1653,6 +1654,13 @@ class CausalLMTask(TaskSection):
     top_k: PositiveInt | None = Field(None, description="generation's default top_k; null: every token")
     top_p: Annotated[float, Field(gt=0, le=1)] | None = Field(
         None, description="generation's default top_p; null: every token"
+    )
+    repetition_penalty: Annotated[float, Field(ge=REPETITION_PENALTIES[0], le=REPETITION_PENALTIES[1])] = (
+        Field(
+            1.0,
+            description="generation's default repetition penalty: the logit of a token the text holds "
+            "already divided by it where positive, multiplied where negative (transformers'); 1: none",
+        )
     )
 
     def reserved_tokens(self) -> tuple[str, ...]:

@@ -55,7 +55,7 @@ def causal_lm_loss(
 
 
 # The generation defaults a causal_lm task may set for its bundle (GenerationInfo's fields).
-DEFAULTS = ("max_new_tokens", "temperature", "top_k", "top_p")
+DEFAULTS = ("max_new_tokens", "temperature", "top_k", "top_p", "repetition_penalty")
 
 
 @dataclass(frozen=True)
@@ -222,11 +222,12 @@ def generate(
     top_p: float | None = None,
     seed: int | None = None,
     emitted: int | None = None,
+    repetition_penalty: float = 1.0,
 ) -> torch.Tensor:
     """ids (B, T) -> (B, T + max_new_tokens): the shared search over the PyTorch model, reading at
     most the model's max_seq_len last tokens (no stop token: every row gets all its tokens), never
     an id of ``emitted`` (the tokenizer's size) or more."""
-    sampling = search.Sampling(temperature, top_k, top_p, seed)
+    sampling = search.Sampling(temperature, top_k, top_p, seed, repetition_penalty)
     decoder, context = TorchDecoder(model, emitted), model.spec.max_seq_len
     new = search.generate(decoder, ids.cpu().numpy(), max_new_tokens, sampling, context=context)
     generated = torch.tensor(new, dtype=ids.dtype, device=ids.device).reshape(len(ids), -1)
