@@ -239,6 +239,17 @@ def test_a_repetition_penalty_is_the_bundles_default_and_generates_as_generate_d
     assert again[0].tolist() == theirs[0, : eos + 1].tolist()
 
 
+def test_generation_settings_a_language_model_does_not_apply_are_warned_of(tmp_path: Path) -> None:
+    """Beam search, n-gram bans and suppressed tokens: generate() applies them, the bundle's
+    generation (a token a step) does not. Sampling settings without do_sample change nothing."""
+    saved(tmp_path / "hf", num_beams=4, no_repeat_ngram_size=3, suppress_tokens=[5], temperature=0.3)
+    with pytest.warns(HFWarning) as caught:
+        import_folder(tmp_path / "hf", "beams", tmp_path / "specs", tmp_path / "runs")
+    said = " ".join(str(w.message) for w in caught)
+    assert "num_beams 4, no_repeat_ngram_size 3, suppress_tokens [5]: generate() applies them" in said
+    assert "temperature" not in said
+
+
 @pytest.mark.parametrize(
     ("fields", "named"),
     [

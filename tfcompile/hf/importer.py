@@ -126,6 +126,9 @@ def import_folder(folder: Path, name: str, specs_dir: Path, runs_dir: Path) -> I
         decoding["stop_tokens"] = stops
     if "temperature" in fields:
         decoding |= sampling_defaults(generation)
+        warn_unapplied(
+            generation, UNAPPLIED_BY_LANGUAGE_MODELS, "tfcompile's generation does not (one token a step)"
+        )
     if tokens:
         sections["tokens"] = tokens
     if "source_suffix" in imported.task and (around := source_affixes(folder, tokens)) is not None:
@@ -514,20 +517,30 @@ def decoding_limits(generation: Generation, max_seq_len: int) -> dict[str, int]:
     new = fields.get("max_new_tokens", fields["max_length"] - 1 if "max_length" in fields else None)
     if new is not None:
         limits["max_decode_len"] = min(new, max(max_seq_len - 1, 1))
+    warn_unapplied(
+        generation,
+        UNAPPLIED,
+        "tfcompile's translations do not (greedy or fairseq's beam search, task.length_penalty as Wu "
+        "et al.'s)",
+    )
+    return limits
+
+
+def warn_unapplied(generation: Generation, names: tuple[str, ...], whose: str) -> None:
+    """Warn of the generation fields ``names`` the files set off their defaults, which generate()
+    applies and ``whose`` (what the bundle does instead) not."""
     unapplied = []
-    for name in UNAPPLIED:
+    for name in names:
         value = generation.field(name)[0]
         if value is not None and value != GENERATION_DEFAULTS[name]:
             unapplied.append(f"{name} {value!r}")
     if unapplied:
         warnings.warn(
-            f"{generation.where}: {', '.join(unapplied)}: generate() applies them and tfcompile's "
-            f"translations do not (greedy or fairseq's beam search, task.length_penalty as Wu et al.'s), "
-            f"so they may differ",
+            f"{generation.where}: {', '.join(unapplied)}: generate() applies them and {whose}, so they may "
+            f"differ",
             HFWarning,
             stacklevel=2,
         )
-    return limits
 
 
 def decoding_bans(
@@ -658,6 +671,18 @@ def sampling_defaults(generation: Generation) -> dict[str, Any]:
     return out | ({"top_k": top_k} if top_k else {}) | ({"top_p": float(top_p)} if top_p < 1 else {})
 
 
+# The generation fields that change what generate() chooses which a language model's task has no
+# field for.
+UNAPPLIED_BY_LANGUAGE_MODELS = (
+    "min_length",
+    "num_beams",
+    "typical_p",
+    "no_repeat_ngram_size",
+    "bad_words_ids",
+    "suppress_tokens",
+    "begin_suppress_tokens",
+    "exponential_decay_length_penalty",
+)
 # The generation fields that change what generate() chooses which a translator's task has no field
 # for (sampling's temperature, top_k and top_p act only with do_sample).
 UNAPPLIED = (
