@@ -53,9 +53,7 @@ def served(bundle: Path, fixed: bool) -> LanguageModel:
     return model
 
 
-def test_the_fixed_step_is_exported_with_parity_only_when_asked(
-    bundle: Path, char_bundle: Path, tmp_path: Path
-) -> None:
+def test_the_fixed_step_is_exported_with_parity_only_when_asked(bundle: Path, char_bundle: Path) -> None:
     assert "fixed_step" not in json.loads((char_bundle / "manifest.json").read_text())["graphs"]
     manifest = json.loads((bundle / "manifest.json").read_text())
     graph = manifest["graphs"]["fixed_step"]
@@ -72,11 +70,16 @@ def test_the_fixed_step_is_exported_with_parity_only_when_asked(
     assert parity["passed"] and [(c["batch"], c["seq"]) for c in parity["cases"]] == [(1, CONTEXT), (3, 9)]
     assert_follows_schema(bundle)
     assert "fixed_step" in verify_bundle(bundle)  # the bundle's spec.yaml asks for it
+
+
+@pytest.mark.slow
+def test_the_export_command_writes_the_fixed_step_with_cuda_graphs(tmp_path: Path) -> None:
     command = ["export", str(ROOT / "specs" / "shakespeare-char-llama.yaml"), *(f"--set={s}" for s in SETS)]
     assert main([*command, "--out", str(tmp_path / "cli"), "--cuda-graphs"]) == 0
     assert "fixed_step" in json.loads((tmp_path / "cli" / "manifest.json").read_text())["graphs"]
 
 
+@pytest.mark.slow
 def test_parity_fails_a_window_that_slides_the_wrong_way(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
