@@ -244,8 +244,8 @@ async function generate(bundle, prompts, maxNewTokens) {
     });
     const next = lastLogits(out.logits).map((xs, row) => {
       const scores = xs.slice(0, bundle.emitted);
-      const seen = new Set(ids[row].filter((_, i) => mask[row][i] === 1));
-      for (const token of penalty === 1 ? [] : seen) {
+      const seen = penalty === 1 ? [] : new Set(ids[row].filter((_, i) => mask[row][i] === 1));
+      for (const token of seen) {
         const score = scores[token];
         if (token < scores.length) scores[token] = Math.fround(score < 0 ? score * penalty : score / penalty);
       }

@@ -166,11 +166,11 @@ def generate(bundle: Bundle, prompts: list[list[int]], max_new_tokens: int) -> l
         cached += tokens.shape[1]
         out = run(session, graph, {"input_ids": tokens, "attention_mask": mask[:, -cached:], **past})
         logits = out["logits"][:, -1, : bundle.emitted].copy()
-        for row in range(len(prompts)) if penalty != 1 else ():
+        for row in range(len(prompts)) if penalty != 1 else ():  # each token the row holds, once
             seen = np.unique(ids[row][mask[row] == 1])
-            scores = logits[row, seen[seen < logits.shape[1]]]
-            logits[row, seen[seen < logits.shape[1]]] = np.where(
-                scores < 0, scores * penalty, scores / penalty
+            seen = seen[seen < logits.shape[1]]
+            logits[row, seen] = np.where(
+                logits[row, seen] < 0, logits[row, seen] * penalty, logits[row, seen] / penalty
             )
         next_ids = logits.argmax(-1)
         for row, token in enumerate(next_ids.tolist()):
