@@ -11,6 +11,7 @@ for every field of the four config classes (tests/test_hf_fields.py's table and 
 from __future__ import annotations
 
 import json
+import warnings
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -577,7 +578,11 @@ def test_the_folders_beam_and_length_are_the_tasks(
 ) -> None:
     saved_with_bart_tokenizer(tmp_path / "hf")
     with_generation(tmp_path / "hf", **fields)
-    task = import_folder(tmp_path / "hf", "set", tmp_path / "specs", tmp_path / "runs").spec.task
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        task = import_folder(tmp_path / "hf", "set", tmp_path / "specs", tmp_path / "runs").spec.task
+    beams = [w for w in caught if "the task's beam search is fairseq's" in str(w.message)]
+    assert len(beams) == ("num_beams" in fields)  # generate()'s beam search scores otherwise
     defaults = {"beam": 4, "max_decode_len": 31}  # the task's own: 4 beams, max_seq_len - 1
     assert {name: getattr(task, name) for name in defaults} == defaults | expected
 

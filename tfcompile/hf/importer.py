@@ -514,6 +514,17 @@ def decoding_limits(generation: Generation, max_seq_len: int) -> dict[str, int]:
             raise refuse(generation.where, [problem])
         fields[name] = value
     limits = {"beam": fields["num_beams"]} if "num_beams" in fields else {}
+    if limits.get("beam", 1) > 1:
+        penalty = generation.field("length_penalty")[0]
+        penalty = GENERATION_DEFAULTS["length_penalty"] if penalty is None else penalty
+        warnings.warn(
+            f"{generation.where}: num_beams {limits['beam']}: the task's beam search is fairseq's, a "
+            f"finished hypothesis scored by task.length_penalty as Wu et al.'s, not generate()'s (its sum "
+            f"over its length ** length_penalty, {penalty}), so beam translations may differ; task.beam: 1 "
+            f"decodes greedily as generate() does",
+            HFWarning,
+            stacklevel=2,
+        )
     new = fields.get("max_new_tokens", fields["max_length"] - 1 if "max_length" in fields else None)
     if new is not None:
         limits["max_decode_len"] = min(new, max(max_seq_len - 1, 1))
