@@ -270,6 +270,17 @@ def test_the_length_penalty_is_wu_et_als() -> None:
     assert search.length_normalised(-6.0, 19, 0.0) == -6.0
 
 
+bans = st.one_of(
+    st.just(search.NO_BANS),
+    st.builds(
+        search.Bans,
+        suppressed=st.lists(st.integers(0, 8), max_size=3).map(tuple),
+        min_len=st.integers(0, 4),
+        no_repeat_ngram=st.integers(0, 3),
+    ),
+)
+
+
 @given(
     vocab=st.integers(2, 4),
     max_len=st.integers(1, 3),
@@ -277,16 +288,23 @@ def test_the_length_penalty_is_wu_et_als() -> None:
     start=st.lists(st.integers(0, 3), min_size=1, max_size=3),
     eos=st.integers(0, 3),
     forced_eos=st.booleans(),
+    banned=bans,
 )
 def test_a_beam_that_keeps_every_hypothesis_finds_the_best(
-    vocab: int, max_len: int, alpha: float, start: list[int], eos: int, forced_eos: bool
+    vocab: int, max_len: int, alpha: float, start: list[int], eos: int, forced_eos: bool, banned: search.Bans
 ) -> None:
     """``start``: the start token, then any the decoder is given (a target language's code);
-    ``forced_eos``: the max_len-th token is [EOS], scored (fairseq's end at the limit)."""
+    ``forced_eos``: the max_len-th token is [EOS], scored (fairseq's end at the limit). A banned
+    candidate scores -inf and the others keep their log-probabilities (transformers' logits
+    processors after the log-softmax): the best hypothesis the bans allow wins."""
     start, eos = [t % vocab for t in start], eos % vocab
+    banned = search.Bans(
+        tuple(t for t in banned.suppressed if t != eos), banned.min_len, banned.no_repeat_ngram
+    )
+    best = best_by_brute_force(start, eos, max_len, alpha, vocab, forced_eos, banned)
+    assume(best is not None)  # some bans leave no hypothesis (never none)
     beam = 2 * vocab ** (max_len + 1)  # wider than the hypotheses: none is dropped, none ends early
-    got = search.beam_search(Scripted(vocab), start, eos, max_len, beam, alpha, forced_eos)
-    assert got == best_by_brute_force(start, eos, max_len, alpha, vocab, forced_eos)
+    assert search.beam_search(Scripted(vocab), start, eos, max_len, beam, alpha, forced_eos, banned) == best
 
 
 @given(
@@ -295,16 +313,27 @@ def test_a_beam_that_keeps_every_hypothesis_finds_the_best(
     start=st.lists(st.integers(0, 8), min_size=1, max_size=3),
     eos=st.integers(0, 8),
     forced_eos=st.booleans(),
+    banned=bans,
 )
-def test_beam_one_is_greedy(vocab: int, max_len: int, start: list[int], eos: int, forced_eos: bool) -> None:
-    """With ``forced_eos``, greedy decoding that reaches the limit ends a token sooner."""
+def test_beam_one_is_greedy(
+    vocab: int, max_len: int, start: list[int], eos: int, forced_eos: bool, banned: search.Bans
+) -> None:
+    """With ``forced_eos``, greedy decoding that reaches the limit ends a token sooner; greedy
+    translation (the rows batched, bans through Batch's forbid) chooses what beam search of one
+    beam chooses."""
     start, eos = [t % vocab for t in start], eos % vocab
     chosen = max_len - 1 if forced_eos else max_len
-    greedy = search.generate(Scripted(vocab), np.array([start]), chosen, search.GREEDY, (eos,))[0]
-    beam = search.beam_search(Scripted(vocab), start, eos, max_len, 1, 0.6, forced_eos)
+
+    def forbid(logits: np.ndarray, rows: list[list[int]]) -> None:
+        banned.apply(logits, [[*start, *row] for row in rows], eos)
+
+    greedy = search.generate(
+        Scripted(vocab), np.array([start]), chosen, search.GREEDY, (eos,), forbid=forbid
+    )[0]
+    beam = search.beam_search(Scripted(vocab), start, eos, max_len, 1, 0.6, forced_eos, banned)
     assert beam == search.strip_stop(greedy, (eos,))
     rows = search.translate(
-        lambda _: Scripted(vocab), 2, start, eos, max_len + len(start) - 1, 1, 0.6, forced_eos
+        lambda _: Scripted(vocab), 2, start, eos, max_len + len(start) - 1, 1, 0.6, forced_eos, banned
     )
     assert rows == [beam, beam]
 
@@ -335,59 +364,6 @@ def test_translate_counts_the_given_tokens_in_max_len_and_returns_the_chosen_alo
     assert len(decoders) == (1 if beam == 1 else rows)
     held = [len(column) for d in decoders for column in d.columns]
     assert max(held, default=0) <= max(1 + max_len, len(start))
-
-
-bans = st.builds(
-    search.Bans,
-    suppressed=st.lists(st.integers(0, 8), max_size=3).map(tuple),
-    min_len=st.integers(0, 4),
-    no_repeat_ngram=st.integers(0, 3),
-)
-
-
-@given(
-    vocab=st.integers(2, 4),
-    max_len=st.integers(1, 3),
-    alpha=st.sampled_from([0.0, 0.6]),
-    start=st.lists(st.integers(0, 3), min_size=1, max_size=3),
-    eos=st.integers(0, 3),
-    forced_eos=st.booleans(),
-    banned=bans,
-)
-def test_a_beam_that_keeps_every_hypothesis_finds_the_best_the_bans_allow(
-    vocab: int, max_len: int, alpha: float, start: list[int], eos: int, forced_eos: bool, banned: search.Bans
-) -> None:
-    """A banned candidate scores -inf and the others keep their log-probabilities (transformers'
-    logits processors after the log-softmax): the best hypothesis the bans allow wins."""
-    start, eos = [t % vocab for t in start], eos % vocab
-    banned = search.Bans(
-        tuple(t for t in banned.suppressed if t != eos), banned.min_len, banned.no_repeat_ngram
-    )
-    best = best_by_brute_force(start, eos, max_len, alpha, vocab, forced_eos, banned)
-    assume(best is not None)
-    beam = 2 * vocab ** (max_len + 1)
-    assert search.beam_search(Scripted(vocab), start, eos, max_len, beam, alpha, forced_eos, banned) == best
-
-
-@given(
-    vocab=st.integers(2, 9),
-    max_len=st.integers(1, 8),
-    start=st.lists(st.integers(0, 8), min_size=1, max_size=3),
-    eos=st.integers(0, 8),
-    forced_eos=st.booleans(),
-    banned=bans,
-)
-def test_beam_one_is_greedy_under_bans(
-    vocab: int, max_len: int, start: list[int], eos: int, forced_eos: bool, banned: search.Bans
-) -> None:
-    """Greedy translation (the rows batched, bans through Batch's forbid) chooses what beam
-    search of one beam chooses."""
-    start, eos = [t % vocab for t in start], eos % vocab
-    beam = search.beam_search(Scripted(vocab), start, eos, max_len, 1, 0.6, forced_eos, banned)
-    rows = search.translate(
-        lambda _: Scripted(vocab), 2, start, eos, max_len + len(start) - 1, 1, 0.6, forced_eos, banned
-    )
-    assert rows == [beam, beam]
 
 
 @settings(deadline=None)  # the first example imports transformers
