@@ -22,6 +22,7 @@ from tfcompile import search
 from tfcompile.runtime import InputError, LanguageModel, load
 
 VOCAB = 7
+VASWANI = search.FairseqBeam(0.6)
 
 
 def scripted_logits(tokens: Sequence[int], vocab: int = VOCAB) -> np.ndarray:
@@ -304,7 +305,12 @@ def test_a_beam_that_keeps_every_hypothesis_finds_the_best(
     best = best_by_brute_force(start, eos, max_len, alpha, vocab, forced_eos, banned)
     assume(best is not None)  # some bans leave no hypothesis (never none)
     beam = 2 * vocab ** (max_len + 1)  # wider than the hypotheses: none is dropped, none ends early
-    assert search.beam_search(Scripted(vocab), start, eos, max_len, beam, alpha, forced_eos, banned) == best
+    assert (
+        search.beam_search(
+            Scripted(vocab), start, eos, max_len, beam, search.FairseqBeam(alpha), forced_eos, banned
+        )
+        == best
+    )
 
 
 @given(
@@ -330,10 +336,10 @@ def test_beam_one_is_greedy(
     greedy = search.generate(
         Scripted(vocab), np.array([start]), chosen, search.GREEDY, (eos,), forbid=forbid
     )[0]
-    beam = search.beam_search(Scripted(vocab), start, eos, max_len, 1, 0.6, forced_eos, banned)
+    beam = search.beam_search(Scripted(vocab), start, eos, max_len, 1, VASWANI, forced_eos, banned)
     assert beam == search.strip_stop(greedy, (eos,))
     rows = search.translate(
-        lambda _: Scripted(vocab), 2, start, eos, max_len + len(start) - 1, 1, 0.6, forced_eos, banned
+        lambda _: Scripted(vocab), 2, start, eos, max_len + len(start) - 1, 1, VASWANI, forced_eos, banned
     )
     assert rows == [beam, beam]
 
@@ -356,9 +362,9 @@ def test_translate_counts_the_given_tokens_in_max_len_and_returns_the_chosen_alo
         decoders.append(Scripted())
         return decoders[-1]
 
-    got = search.translate(decoder_for, rows, start, eos, max_len, beam, 0.6)
+    got = search.translate(decoder_for, rows, start, eos, max_len, beam, VASWANI)
     chosen = max(max_len - len(given_tokens), 0)
-    alone = search.beam_search(Scripted(), start, eos, chosen, beam, 0.6)
+    alone = search.beam_search(Scripted(), start, eos, chosen, beam, VASWANI)
     assert got == [alone] * rows
     assert all(len(row) == chosen for row in got)
     assert len(decoders) == (1 if beam == 1 else rows)
@@ -406,10 +412,128 @@ def test_bans_are_transformers_logits_processors(
     np.testing.assert_array_equal(ours, theirs.numpy())
 
 
+class Recomputed:
+    """A search.Decoder over a transformers translator that reads every row's tokens again each
+    step (no cache: nothing of generate()'s is reused), from one source's encoder states."""
+
+    def __init__(self, model: Any, source: Any) -> None:
+        import torch
+
+        self.torch, self.model, self.rows = torch, model, np.zeros((1, 0), dtype=np.int64)
+        with torch.no_grad():
+            self.memory = model.get_encoder()(input_ids=source).last_hidden_state
+
+    def step(self, tokens: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
+        self.rows = np.concatenate([self.rows, tokens], axis=1)
+        with self.torch.no_grad():
+            memory = self.memory.expand(len(self.rows), -1, -1)
+            out = self.model(encoder_outputs=(memory,), decoder_input_ids=self.torch.from_numpy(self.rows))
+        return out.logits[:, -1].numpy()
+
+    def reorder(self, rows: np.ndarray) -> None:
+        self.rows = self.rows[rows]
+
+    def reset(self) -> None:
+        self.rows = np.zeros((1, 0), dtype=np.int64)
+
+
+@pytest.fixture(scope="module")
+def likely_eos_bart() -> Any:
+    """A tiny random BART (16 tokens; eos 2, its decoder starting at 0) whose eos is likely, so that
+    hypotheses finish at many lengths and each early_stopping tells."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    config = transformers.BartConfig(
+        vocab_size=16,
+        d_model=16,
+        encoder_layers=1,
+        decoder_layers=1,
+        encoder_attention_heads=2,
+        decoder_attention_heads=2,
+        encoder_ffn_dim=32,
+        decoder_ffn_dim=32,
+        max_position_embeddings=64,
+        pad_token_id=1,
+        bos_token_id=0,
+        eos_token_id=2,
+        decoder_start_token_id=0,
+        forced_eos_token_id=None,
+        init_std=0.5,
+    )
+    model = transformers.BartForConditionalGeneration(config).eval()
+    with torch.no_grad():
+        model.final_logits_bias[0, 2] = 3.0
+    return model
+
+
+@settings(deadline=None, derandomize=True, max_examples=60)
+@given(
+    source=st.lists(st.integers(3, 15), min_size=1, max_size=6),
+    beam=st.integers(2, 4),
+    length_penalty=st.sampled_from([-1.0, 0.0, 0.5, 1.0, 2.0]),
+    early_stopping=st.sampled_from([True, False, "never"]),
+    max_len=st.integers(1, 12),
+    forced_eos=st.booleans(),
+    prefix=st.lists(st.integers(3, 15), max_size=1),
+    banned=st.builds(
+        search.Bans,
+        suppressed=st.lists(st.integers(3, 15), max_size=2).map(tuple),
+        min_len=st.integers(0, 3),
+        no_repeat_ngram=st.sampled_from([0, 2, 3]),
+    ),
+)
+def test_transformers_beam_search_is_generates(
+    likely_eos_bart: Any,
+    source: list[int],
+    beam: int,
+    length_penalty: float,
+    early_stopping: bool | str,
+    max_len: int,
+    forced_eos: bool,
+    prefix: list[int],
+    banned: search.Bans,
+) -> None:
+    """TransformersBeam chooses what transformers' generate() chooses with num_beams,
+    length_penalty, early_stopping, max_new_tokens (``max_len``, the forced prefix's included),
+    forced_eos_token_id, forced_bos_token_id (a target prefix, unscored) and the bans' processors:
+    the same tokens after the prefix, without the eos."""
+    import torch
+
+    assume(max_len > len(prefix) and not set(prefix) & set(banned.suppressed))
+    ids = torch.tensor([source])
+    scoring = search.TransformersBeam(length_penalty, early_stopping)  # type: ignore[arg-type]
+    ours = search.translate(
+        lambda _: Recomputed(likely_eos_bart, ids),
+        1,
+        [0, *prefix],
+        2,
+        max_len,
+        beam,
+        scoring,
+        forced_eos,
+        banned,
+    )[0]
+    theirs = likely_eos_bart.generate(
+        ids,
+        do_sample=False,
+        num_beams=beam,
+        length_penalty=length_penalty,
+        early_stopping=early_stopping,
+        max_new_tokens=max_len,
+        forced_eos_token_id=2 if forced_eos else None,
+        forced_bos_token_id=prefix[0] if prefix else None,
+        suppress_tokens=list(banned.suppressed) or None,
+        min_new_tokens=banned.min_len,
+        no_repeat_ngram_size=banned.no_repeat_ngram,
+    )[0, 1 + len(prefix) :].tolist()
+    assert ours == search.strip_stop(theirs, (2,))
+
+
 def test_beam_search_ends_at_once_on_eos_first_and_never_passes_max_len() -> None:
     start = [next(t for t in range(50) if scripted_logits([t]).argmax() == 2)]
-    assert search.beam_search(Scripted(), start, 2, 5, 4, 0.6) == []  # [EOS] is the likeliest first
-    never = search.beam_search(Scripted(), start, VOCAB, 5, 4, 0.6)  # an id the decoder never emits
+    assert search.beam_search(Scripted(), start, 2, 5, 4, VASWANI) == []  # [EOS] is the likeliest first
+    never = search.beam_search(Scripted(), start, VOCAB, 5, 4, VASWANI)  # an id the decoder never emits
     assert len(never) == 5
 
 

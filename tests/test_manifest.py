@@ -376,6 +376,30 @@ DAMAGE: dict[str, tuple[str, Any, dict[str, Any], str]] = {
         {},
         r"translation\.length_penalty",
     ),
+    "fairseq's beam search with transformers' early stopping": (
+        "translator",
+        lambda m: m["translation"].update(early_stopping=True),
+        {},
+        r"length_penalty \(0\.6\) and early_stopping \(True\) must be at least 0 and false with beam_scoring",
+    ),
+    "fairseq's beam search with a negative length penalty": (
+        "translator",
+        lambda m: m["translation"].update(length_penalty=-0.5),
+        {},
+        r"must be at least 0 and false with beam_scoring fairseq",
+    ),
+    "an early stopping transformers has not": (
+        "translator",
+        lambda m: m["translation"].update(beam_scoring="transformers", early_stopping="sometimes"),
+        {},
+        r"translation\.early_stopping",
+    ),
+    "a beam search of no one's": (
+        "translator",
+        lambda m: m["translation"].update(beam_scoring="marian"),
+        {},
+        r"translation\.beam_scoring",
+    ),
     "a default beam past 64": (
         "translator",
         lambda m: m["translation"].update(beam=100_000),

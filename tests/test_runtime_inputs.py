@@ -3,11 +3,12 @@ argument: never an exception from numpy, onnxruntime or the tokenizers library."
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-from helpers import ROOT
+from helpers import ROOT, damaged
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -116,6 +117,31 @@ def test_a_length_penalty_is_bounded_where_its_score_stays_finite(translator: Tr
     """((5 + length) / 6) ** 1000 overflows a float: beam search's scores would."""
     with pytest.raises(InputError, match=r"length_penalty must be in \[0, 10\], got 1000\.0"):
         translator.translate_ids([[5, 6, 7]], beam=2, length_penalty=1000)
+    with pytest.raises(InputError, match=r"length_penalty must be in \[0, 10\], got -1\.0"):
+        translator.translate_ids([[5, 6, 7]], beam=2, length_penalty=-1)  # fairseq's alpha
+
+
+def test_transformers_beam_search_takes_a_negative_length_penalty(
+    translator_bundle: Path, tmp_path: Path
+) -> None:
+    """generate()'s length_penalty below 0 favours shorter translations: a bundle whose
+    beam_scoring is transformers takes one, to -10, in its manifest and from a caller."""
+
+    def scored(m: dict[str, Any]) -> None:
+        m["translation"] |= {
+            "beam_scoring": "transformers",
+            "length_penalty": -2.0,
+            "early_stopping": "never",
+        }
+
+    model = load(damaged(translator_bundle, tmp_path, scored), providers=["CPUExecutionProvider"])
+    assert isinstance(model, Translator) and model.translation.length_penalty == -2.0
+    assert (
+        len(model.translate_ids([[5, 6, 7]], beam=2, length_penalty=-10)[0])
+        <= model.translation.max_decode_len
+    )
+    with pytest.raises(InputError, match=r"length_penalty must be in \[-10, 10\], got -11\.0"):
+        model.translate_ids([[5, 6, 7]], beam=2, length_penalty=-11)
 
 
 def test_a_padded_batch_of_prompts_generates_as_each_prompt_alone(decoder: LanguageModel) -> None:

@@ -15,6 +15,7 @@ from tfcompile.cli import main
 from tfcompile.data import DataError
 from tfcompile.models import Seq2Seq
 from tfcompile.runtime import BundleError, InputError, Translator, load
+from tfcompile.search import FairseqBeam
 from tfcompile.spec import Spec, load_spec
 from tfcompile.tasks.causal_lm import IGNORE_INDEX
 from tfcompile.tasks.seq2seq import Translation, read_parallel, translate_tokens
@@ -207,7 +208,7 @@ def test_beam_of_one_is_greedy_and_wider_beams_score_at_least_as_well(tmp_path: 
     mask[2, 4:] = 0
     greedy = translate_tokens(model, source, mask, [2], 3, max_len=10)
     assert translate_tokens(model, source, mask, [2], 3, max_len=10, beam=1) == greedy
-    wide = translate_tokens(model, source, mask, [2], 3, max_len=10, beam=5, length_penalty=0.0)
+    wide = translate_tokens(model, source, mask, [2], 3, max_len=10, beam=5, scoring=FairseqBeam(0.0))
     for row in range(4):
         src = source[row : row + 1, mask[row].bool()]
 

@@ -286,6 +286,28 @@ CASES = [
         "task.length_penalty",
         "less than or equal to 10",
     ),
+    Case(
+        "a negative length penalty for fairseq's beam search",
+        "model: {family: encoder_decoder, vocab_size: 64, d_model: 16, n_layers: 1, n_heads: 2,\n"
+        "  max_seq_len: 8}\n"
+        "task: {type: seq2seq, length_penalty: -1}\n",
+        3,
+        "task.length_penalty",
+        "must be at least 0 with beam_scoring fairseq, found -1.0",
+        "set task.beam_scoring: transformers, whose length penalty may be negative",
+    ),
+    Case(
+        "early stopping for fairseq's beam search",
+        "model: {family: encoder_decoder, vocab_size: 64, d_model: 16, n_layers: 1, n_heads: 2,\n"
+        "  max_seq_len: 8}\n"
+        "task:\n"
+        "  type: seq2seq\n"
+        "  early_stopping: never\n",
+        5,
+        "task.early_stopping",
+        "fairseq's ends once beam have finished, found 'never'",
+        "set task.beam_scoring: transformers",
+    ),
 ]
 
 

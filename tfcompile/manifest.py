@@ -15,7 +15,7 @@ import math
 from collections import Counter
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationError, model_validator
 
 from tfcompile.errors import BundleError
 from tfcompile.sequences import SEQ2SEQ_TOKENS, SPECIAL_TOKENS
@@ -31,6 +31,11 @@ Sha256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
 Count = Annotated[StrictInt, Field(gt=0)]
 TokenId = Annotated[StrictInt, Field(ge=0)]
 MAX_LENGTH_PENALTY = 10.0  # ((5 + length) / 6) ** alpha stays finite for any length a model reads
+# How beam search scores a finished hypothesis and when it ends (TranslationInfo), and the length
+# penalty each takes by default: fairseq's alpha as Vaswani et al. set it, generate()'s.
+BeamScoringName = Literal["fairseq", "transformers"]
+DEFAULT_LENGTH_PENALTY: dict[str, float] = {"fairseq": 0.6, "transformers": 1.0}
+EarlyStopping = StrictBool | Literal["never"]
 MAX_BEAM = 64  # a translation section's default beam
 MAX_STOP_TOKENS = 64  # generation's stop tokens
 MAX_SUPPRESSED_TOKENS = 1 << 16  # a translation's banned tokens
@@ -211,11 +216,12 @@ class TranslationInfo(Part):
     ``target_language``): to translate between other languages, a client puts another special
     token's id in place of the first in the source affixes and of the second in the prefix.
 
-    Beam search with ``beam`` B and ``length_penalty`` a, as fairseq's: one live hypothesis, no
-    tokens chosen, summed log-probability 0 (the prefix is not scored). Each step, a candidate is a live
-    hypothesis and a next token, scored by the hypothesis's sum plus the token's log-softmax of
-    the logits (float64); the 2B best candidates are taken by score (ties: the lower index
-    hypothesis * vocabulary + token first). In that order, a candidate whose token is
+    Beam search with ``beam`` B and ``length_penalty`` a, as ``beam_scoring`` says. "fairseq"
+    (Vaswani et al.'s; the default): one live hypothesis, no tokens chosen, summed
+    log-probability 0 (the prefix is not scored). Each step, a candidate is a live hypothesis and
+    a next token, scored by the hypothesis's sum plus the token's log-softmax of the logits
+    (float64); the 2B best candidates are taken by score (ties: the lower index hypothesis *
+    vocabulary + token first). In that order, a candidate whose token is
     ``stop_id`` finishes its hypothesis if it is among the first B, and is dropped otherwise;
     the others become the next live hypotheses, up to B. A finished hypothesis scores
     sum / ((5 + length) / 6) ** a, length counting its tokens chosen without ``stop_id``. The
@@ -225,7 +231,25 @@ class TranslationInfo(Part):
     ``forced_eos``, the step before that one (whose token would be the last of them) ends every
     live hypothesis instead, its sum plus the log-softmax of ``stop_id`` scored as above. The
     translation is the best finished hypothesis (the first to finish, of equal scores); B = 1 is
-    greedy decoding (the largest logit each step, the lowest id of equal ones).
+    greedy decoding (the largest logit each step, the lowest id of equal ones), whatever the
+    scoring.
+
+    "transformers" (generate()'s beam search, 4's and 5's): B live hypotheses, copies with no
+    tokens chosen, the first's sum 0 and the others' -1e9 (the prefix is not scored). Each step,
+    candidates are scored as above (the bans below applied, and with ``forced_eos`` at the step
+    whose token would be the last place, every candidate but each hypothesis's ``stop_id`` set to
+    -inf and that one to 0), and the 2B best taken in the same order. A candidate ends if its
+    token is ``stop_id`` or it would be the last place (``max_decode_len`` tokens after
+    ``start_id``). Each ending candidate among the first B (but one scored -inf) is finished,
+    scored sum / L ** a, L counting the decoder's tokens after ``start_id`` with the candidate's
+    (the prefix's and ``stop_id`` included); the best B finished so far are kept (of equal scores,
+    the earlier). The next live hypotheses are the B best candidates by score, an ending one's
+    lowered by 1e9. The search ends at the last place, or after a step at which: with
+    ``early_stopping`` true, B have finished; else B have finished and the best live hypothesis's
+    sum / M ** a is at most the worst finished score, M its length (as L counts it) or, with
+    ``early_stopping`` "never" and a > 0, ``max_decode_len``; or the best live sum / M ** a is at
+    most -1e9 before B have finished. The translation is the best finished hypothesis, its tokens
+    without ``stop_id``.
 
     Bans (transformers' logits processors of the same names): before each choice, greedy or a
     hypothesis's, a token is set to -inf (after the log-softmax, which the others keep) if it is
@@ -238,7 +262,15 @@ class TranslationInfo(Part):
     start_id: TokenId
     stop_id: TokenId
     beam: Annotated[StrictInt, Field(gt=0, le=MAX_BEAM)]
-    length_penalty: Annotated[float, Field(ge=0, le=MAX_LENGTH_PENALTY)]
+    length_penalty: Annotated[float, Field(ge=-MAX_LENGTH_PENALTY, le=MAX_LENGTH_PENALTY)] = Field(
+        description="fairseq's alpha (at least 0), or the power of the length transformers divides by"
+    )
+    beam_scoring: BeamScoringName = Field(
+        "fairseq", description="whose beam search: fairseq's (the default) or transformers' generate()'s"
+    )
+    early_stopping: EarlyStopping = Field(
+        False, description="transformers' early_stopping (true, false or \"never\"); false with fairseq's"
+    )
     max_decode_len: Count
     source_prefix_ids: list[TokenId] = Field(
         [], description="special tokens every source starts with (BART: its <s>); none by default"
@@ -402,6 +434,11 @@ class Manifest(Part):
             raise ValueError(
                 f"translation.source_prefix_ids and source_suffix_ids leave no room for a source in "
                 f"model.max_seq_len ({self.model.max_seq_len})"
+            )
+        if t is not None and t.beam_scoring == "fairseq" and (t.length_penalty < 0 or t.early_stopping):
+            raise ValueError(
+                f"translation.length_penalty ({t.length_penalty}) and early_stopping ({t.early_stopping}) "
+                f"must be at least 0 and false with beam_scoring fairseq"
             )
         if t is not None and t.stop_id in t.target_prefix_ids:
             raise ValueError("translation.target_prefix_ids holds stop_id, which ends every translation")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Protocol, runtime_checkable
+from typing import Literal, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -385,18 +385,18 @@ def translate(
     eos: int,
     max_len: int,
     beam: int,
-    alpha: float,
+    scoring: BeamScoring,
     forced_eos: bool = False,
     bans: Bans = NO_BANS,
 ) -> list[list[int]]:
     """Each of ``rows`` sources -> its translation's tokens, without ``eos``: greedy (``beam`` 1,
-    the rows together: ``decoder_for(None)`` reads every source) or ``beam_search`` (a row at a
-    time: ``decoder_for(row)`` reads that source alone). The decoder reads ``start`` (the start
-    token, then any it is given: a target language's code) before it chooses a token; it holds
-    at most ``max_len`` tokens after the first, ``start``'s included (transformers'
-    max_new_tokens). With ``forced_eos`` the last of them is ``eos`` (transformers'
-    forced_eos_token_id): a translation that reaches the limit ends a token sooner. No token
-    ``bans`` bans is chosen."""
+    the rows together: ``decoder_for(None)`` reads every source) or ``beam_search`` as
+    ``scoring`` says (a row at a time: ``decoder_for(row)`` reads that source alone). The decoder
+    reads ``start`` (the start token, then any it is given: a target language's code) before it
+    chooses a token; it holds at most ``max_len`` tokens after the first, ``start``'s included
+    (transformers' max_new_tokens). With ``forced_eos`` the last of them is ``eos``
+    (transformers' forced_eos_token_id): a translation that reaches the limit ends a token
+    sooner. No token ``bans`` bans is chosen."""
     limit = max(max_len - (len(start) - 1), 0)
     if beam == 1:
         first = np.tile(np.array(start, dtype=np.int64), (rows, 1))
@@ -410,7 +410,8 @@ def translate(
         )
         return [strip_stop(tokens, (eos,)) for tokens in decoded]
     return [
-        beam_search(decoder_for(row), start, eos, limit, beam, alpha, forced_eos, bans) for row in range(rows)
+        beam_search(decoder_for(row), start, eos, limit, beam, scoring, forced_eos, bans)
+        for row in range(rows)
     ]
 
 
@@ -420,50 +421,165 @@ def beam_search(
     eos: int,
     max_len: int,
     beam: int,
-    alpha: float,
+    scoring: BeamScoring,
     forced_eos: bool = False,
     bans: Bans = NO_BANS,
 ) -> list[int]:
-    """One sequence (the decoder's cache holds one row): keep the ``beam`` best partial
-    hypotheses by summed log-probability, starting after the tokens ``start`` (not scored); a
-    finished one is scored by ``length_normalised``. ``eos`` ends a hypothesis only from within
-    the top ``beam`` candidates, as in fairseq, so beam 1 is greedy decoding. -> the best
-    hypothesis (at most ``max_len`` tokens after ``start``), without ``eos``. With
-    ``forced_eos``, the step that chooses the ``max_len``-th token chooses ``eos`` for every live
-    hypothesis, scored by its log-probability (fairseq's end at the length limit). ``bans``: a
-    candidate it bans scores -inf (the others' log-probabilities stand, as transformers' logits
-    processors leave them); the forced eos is never banned."""
-    hypotheses: list[tuple[float, list[int]]] = [(0.0, [])]  # (summed log p, tokens after start)
-    finished: list[tuple[float, list[int]]] = []  # (length-normalised score, tokens)
-    logits = decoder.step(np.array([start], dtype=np.int64), None)
-    for step in range(max_len + 1):
-        scores64 = logits.astype(np.float64)
-        log_probs = scores64 - scores64.max(-1, keepdims=True)
-        log_probs -= np.log(np.exp(log_probs).sum(-1, keepdims=True))
-        if forced_eos and step == max_len - 1:  # the last place is eos's: every hypothesis ends
-            for row, (score, words) in enumerate(hypotheses):
-                finished.append(
-                    (length_normalised(score + float(log_probs[row, eos]), len(words), alpha), words)
-                )
-            break
-        bans.apply(log_probs, [[*start, *words] for _, words in hypotheses], eos)
-        scores = np.array([s for s, _ in hypotheses])[:, None] + log_probs  # (n, V)
-        order = np.argsort(-scores, axis=None, kind="stable")[: min(2 * beam, scores.size)]
-        survivors: list[tuple[float, list[int], int]] = []
-        for rank, index in enumerate(order):
-            parent, token = divmod(int(index), log_probs.shape[1])
-            score, words = float(scores[parent, token]), hypotheses[parent][1]
-            if token == eos:
-                if rank < beam:
-                    finished.append((length_normalised(score, len(words), alpha), words))
-            elif len(survivors) < beam:
-                survivors.append((score, [*words, token], parent))
-        if len(finished) >= beam:
-            break
-        if step == max_len:  # out of length: the current hypotheses end here, unfinished
-            finished += [(length_normalised(s, len(w), alpha), w) for s, w in hypotheses]
-            break
-        decoder.reorder(np.array([parent for _, _, parent in survivors]))
-        hypotheses = [(score, words) for score, words, _ in survivors]
-        logits = decoder.step(np.array([[words[-1]] for _, words in hypotheses], dtype=np.int64), None)
-    return max(finished, key=lambda f: f[0])[1]
+    """One sequence (the decoder's cache holds one row), after the tokens ``start`` (the decoder's
+    first, then any it is given: not scored) -> the best hypothesis as ``scoring`` scores them, at
+    most ``max_len`` tokens after ``start``, without ``eos``. With ``forced_eos``, the
+    ``max_len``-th token is ``eos``. ``bans``: a candidate it bans scores -inf (the others keep
+    their log-probabilities, as transformers' logits processors leave them); the forced eos is
+    never banned."""
+    return scoring.search(decoder, start, eos, max_len, beam, forced_eos, bans)
+
+
+def log_softmax(logits: np.ndarray) -> np.ndarray:
+    """logits (n, V) -> their log-softmax, float64."""
+    scores = logits.astype(np.float64)
+    scores -= scores.max(-1, keepdims=True)
+    return scores - np.log(np.exp(scores).sum(-1, keepdims=True))
+
+
+@dataclass(frozen=True)
+class FairseqBeam:
+    """fairseq's beam search (Vaswani et al.'s): a finished hypothesis scores ``length_normalised``
+    with alpha ``length_penalty``; the search ends once ``beam`` hypotheses have finished."""
+
+    length_penalty: float
+
+    def search(
+        self,
+        decoder: Decoder,
+        start: Sequence[int],
+        eos: int,
+        max_len: int,
+        beam: int,
+        forced_eos: bool = False,
+        bans: Bans = NO_BANS,
+    ) -> list[int]:
+        """Keep the ``beam`` best partial hypotheses by summed log-probability. ``eos`` ends a
+        hypothesis only from within the top ``beam`` candidates, as in fairseq, so beam 1 is greedy
+        decoding. With ``forced_eos``, the step that chooses the ``max_len``-th token chooses ``eos``
+        for every live hypothesis, scored by its log-probability (fairseq's end at the length
+        limit)."""
+        alpha = self.length_penalty
+        hypotheses: list[tuple[float, list[int]]] = [(0.0, [])]  # (summed log p, tokens after start)
+        finished: list[tuple[float, list[int]]] = []  # (length-normalised score, tokens)
+        logits = decoder.step(np.array([start], dtype=np.int64), None)
+        for step in range(max_len + 1):
+            log_probs = log_softmax(logits)
+            if forced_eos and step == max_len - 1:  # the last place is eos's: every hypothesis ends
+                for row, (score, words) in enumerate(hypotheses):
+                    finished.append(
+                        (length_normalised(score + float(log_probs[row, eos]), len(words), alpha), words)
+                    )
+                break
+            bans.apply(log_probs, [[*start, *words] for _, words in hypotheses], eos)
+            scores = np.array([s for s, _ in hypotheses])[:, None] + log_probs  # (n, V)
+            order = np.argsort(-scores, axis=None, kind="stable")[: min(2 * beam, scores.size)]
+            survivors: list[tuple[float, list[int], int]] = []
+            for rank, index in enumerate(order):
+                parent, token = divmod(int(index), log_probs.shape[1])
+                score, words = float(scores[parent, token]), hypotheses[parent][1]
+                if token == eos:
+                    if rank < beam:
+                        finished.append((length_normalised(score, len(words), alpha), words))
+                elif len(survivors) < beam:
+                    survivors.append((score, [*words, token], parent))
+            if len(finished) >= beam:
+                break
+            if step == max_len:  # out of length: the current hypotheses end here, unfinished
+                finished += [(length_normalised(s, len(w), alpha), w) for s, w in hypotheses]
+                break
+            decoder.reorder(np.array([parent for _, _, parent in survivors]))
+            hypotheses = [(score, words) for score, words, _ in survivors]
+            logits = decoder.step(np.array([[words[-1]] for _, words in hypotheses], dtype=np.int64), None)
+        return max(finished, key=lambda f: f[0])[1]
+
+
+# transformers' score of a beam that holds nothing yet, and its penalty for a candidate that ended
+UNSCORED = -1e9
+
+
+@dataclass(frozen=True)
+class TransformersBeam:
+    """transformers' generate() beam search (5's, as 4's BeamSearchScorer): a finished hypothesis
+    scores its summed log-probability / length ** ``length_penalty``, length counting the tokens
+    after the decoder's first, the given ones and ``eos`` included; ``early_stopping`` says when
+    it ends: True once ``beam`` have finished, False once the best live hypothesis, scored at its
+    present length, cannot beat the worst of ``beam`` finished, "never" the same at the longest
+    length it could reach (with a positive ``length_penalty``)."""
+
+    length_penalty: float
+    early_stopping: bool | Literal["never"] = False
+
+    def search(
+        self,
+        decoder: Decoder,
+        start: Sequence[int],
+        eos: int,
+        max_len: int,
+        beam: int,
+        forced_eos: bool = False,
+        bans: Bans = NO_BANS,
+    ) -> list[int]:
+        """``beam`` live hypotheses, the first scored 0 and the rest UNSCORED (copies of it, which
+        only a step with fewer than 2 * ``beam`` likely candidates reaches). Each step takes the
+        2 * ``beam`` best candidates (ties: the lower index hypothesis * vocabulary + token first);
+        of them, those among the first ``beam`` that end (on ``eos``, or at ``max_len``) join the
+        ``beam`` best finished ones, the others the next live hypotheses (those that ended last,
+        at UNSCORED below their score). With ``forced_eos``, the last step's candidates are each
+        hypothesis's ``eos``, at log-probability 0 (transformers' ForcedEOSTokenLogitsProcessor)."""
+        given, alpha, ending = len(start) - 1, self.length_penalty, self.early_stopping
+        scores = np.full(beam, UNSCORED)
+        scores[0] = 0.0
+        hypotheses: list[list[int]] = [[] for _ in range(beam)]  # the tokens after start
+        rows = np.zeros(beam, dtype=np.int64)  # each hypothesis's row in the decoder's cache
+        finished: list[tuple[float, list[int]]] = []  # (length-normalised score, tokens): best first
+        logits = decoder.step(np.array([start], dtype=np.int64), None)
+        for step in range(max_len):
+            log_probs = log_softmax(logits)[rows]  # (beam, V)
+            bans.apply(log_probs, [[*start, *words] for words in hypotheses], eos)
+            last = step == max_len - 1
+            if forced_eos and last:
+                log_probs[:] = -np.inf
+                log_probs[:, eos] = 0.0
+            totals = (scores[:, None] + log_probs).reshape(-1)
+            order = np.argsort(-totals, kind="stable")[: 2 * beam]
+            parents, tokens = np.divmod(order, log_probs.shape[1])
+            ends = (tokens == eos) | last
+            length = given + step + 1  # the tokens after the decoder's first, this one's included
+            for rank in np.flatnonzero(ends[:beam]):  # a banned candidate (-inf) never finishes
+                if np.isfinite(totals[order[rank]]):
+                    words = hypotheses[parents[rank]] + ([] if tokens[rank] == eos else [int(tokens[rank])])
+                    finished.append((float(totals[order[rank]]) / length**alpha, words))
+            finished = sorted(finished, key=lambda f: -f[0])[:beam]  # stable: the earlier first
+            if last or ends.all():
+                break
+            live = np.where(ends, totals[order] + UNSCORED, totals[order])
+            keep = np.argsort(-live, kind="stable")[:beam]
+            scores = live[keep]
+            hypotheses = [[*hypotheses[parents[k]], int(tokens[k])] for k in keep]
+            full = len(finished) == beam
+            if ending is True and full:
+                break
+            longest = given + max_len if ending == "never" and alpha > 0 else length
+            if not scores[0] / longest**alpha > (finished[-1][0] if full else UNSCORED):
+                break  # the best live hypothesis cannot beat the worst finished one
+            decoder.reorder(rows[parents[keep]])
+            rows = np.arange(len(keep))
+            logits = decoder.step(tokens[keep][:, None].astype(np.int64), None)
+        return finished[0][1] if finished else []
+
+
+BeamScoring = FairseqBeam | TransformersBeam
+
+
+def beam_scoring(
+    kind: str, length_penalty: float, early_stopping: bool | Literal["never"] = False
+) -> BeamScoring:
+    """The manifest's (and the spec's) ``beam_scoring``, with its length penalty and early stopping."""
+    if kind == "transformers":
+        return TransformersBeam(length_penalty, early_stopping)
+    return FairseqBeam(length_penalty)

@@ -71,7 +71,8 @@ section defines it:
    tokens of ``suppressed_ids``, ``stop_id`` while fewer than ``min_decode_len`` tokens follow
    the start, and any token that would repeat an n-gram of ``no_repeat_ngram_size`` tokens.
 4. Beam search keeps a source's hypotheses as rows of one batch: reorder ``past_*``, ``memory_*``
-   and ``source_mask`` by the rows each step keeps, scored as ``translation`` says.
+   and ``source_mask`` by the rows each step keeps, scored and ended as ``translation`` says
+   (``beam_scoring``: fairseq's, or generate()'s with ``early_stopping``).
 
 Why not Triton's sequence batcher with implicit state (``present_*`` fed back as ``past_*`` inside
 Triton)? The cache grows by each request's new tokens and starts empty, rows of one batch would

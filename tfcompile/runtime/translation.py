@@ -138,7 +138,7 @@ class Translator(Bundle):
         alpha = inputs.number(
             "length_penalty",
             t.length_penalty if length_penalty is None else length_penalty,
-            0.0,
+            0.0 if t.beam_scoring == "fairseq" else -MAX_LENGTH_PENALTY,
             MAX_LENGTH_PENALTY,
         )
         limit = min(
@@ -158,8 +158,9 @@ class Translator(Bundle):
 
         start = [t.start_id, *given]
         bans = search.Bans(tuple(t.suppressed_ids), t.min_decode_len, t.no_repeat_ngram_size)
+        scoring = search.beam_scoring(t.beam_scoring, alpha, t.early_stopping)
         return search.translate(
-            decoder_for, len(ids), start, t.stop_id, limit, width, alpha, t.forced_eos, bans
+            decoder_for, len(ids), start, t.stop_id, limit, width, scoring, t.forced_eos, bans
         )
 
     def _given(self, value: Sequence[int]) -> list[int]:

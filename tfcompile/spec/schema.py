@@ -33,6 +33,7 @@ from pydantic.fields import FieldInfo
 from pydantic_core import PydanticCustomError
 
 from tfcompile.manifest import (
+    DEFAULT_LENGTH_PENALTY,
     DEFAULT_MAX_NEW_TOKENS,
     DEFAULT_TEMPERATURE,
     MAX_BEAM,
@@ -41,6 +42,8 @@ from tfcompile.manifest import (
     MAX_STOP_TOKENS,
     MAX_SUPPRESSED_TOKENS,
     REPETITION_PENALTIES,
+    BeamScoringName,
+    EarlyStopping,
 )
 from tfcompile.sequences import CAUSAL_LM_TOKENS, CLS, SEQ2SEQ_TOKENS, SPECIAL_ROLES, SPECIAL_TOKENS
 from tfcompile.spec.choices import GATED, ActivationName, NormName
@@ -1775,8 +1778,21 @@ class Seq2SeqTask(TaskSection):
     beam: Annotated[PositiveInt, Field(le=MAX_BEAM)] = Field(
         4, description="beam size for the test translations (and the bundle's default); 1 is greedy"
     )
-    length_penalty: Annotated[float, Field(ge=0, le=MAX_LENGTH_PENALTY)] = Field(
-        0.6, description="alpha in score / ((5 + length) / 6) ** alpha (Wu et al. 2016)"
+    beam_scoring: BeamScoringName = Field(
+        "fairseq",
+        description="whose beam search: fairseq's (Vaswani et al.'s: a finished hypothesis scores "
+        "log p / ((5 + length) / 6) ** length_penalty, Wu et al. 2016; it ends once beam have finished) "
+        "or transformers' generate()'s (log p / length ** length_penalty, ending as early_stopping says)",
+    )
+    length_penalty: Annotated[float, Field(ge=-MAX_LENGTH_PENALTY, le=MAX_LENGTH_PENALTY)] | None = Field(
+        None,
+        description="fairseq's alpha, at least 0 (default 0.6), or transformers' power of the length "
+        "(default 1.0; below 0 favours shorter translations)",
+    )
+    early_stopping: EarlyStopping = Field(
+        False,
+        description="transformers' beam search ends once beam have finished (true), once the best live "
+        "hypothesis cannot beat them at its present length (false), or at its longest length (never)",
     )
     max_decode_len: PositiveInt | None = Field(None, description="default: the model's max_seq_len - 1")
     forced_eos: bool = Field(
@@ -1833,9 +1849,10 @@ class Seq2SeqTask(TaskSection):
         return 2 + len(self.target_prefix), "[BOS], the task's target_prefix and a token of the target"
 
     def resolved(self, model: Any) -> Seq2SeqTask:
-        if self.max_decode_len is not None:
-            return self
-        return self.model_copy(update={"max_decode_len": max(model.max_seq_len - 1, 1)})
+        penalty = DEFAULT_LENGTH_PENALTY[self.beam_scoring] if self.length_penalty is None else None
+        longest = max(model.max_seq_len - 1, 1) if self.max_decode_len is None else None
+        defaults = {"length_penalty": penalty, "max_decode_len": longest}
+        return self.model_copy(update={k: v for k, v in defaults.items() if v is not None})
 
     def check(self, model: Any, rules: Rules) -> None:
         longest = max(model.max_seq_len - 1, 1)  # the decoder reads [BOS] and the tokens before the last
@@ -1852,6 +1869,20 @@ class Seq2SeqTask(TaskSection):
             f"with source_suffix puts {special} special tokens in every source, which leaves no room for "
             f"a source in model.max_seq_len ({model.max_seq_len})",
             "put fewer, or raise model.max_seq_len",
+        )
+        fairseq = self.beam_scoring == "fairseq"
+        rules.require(
+            not fairseq or (self.length_penalty or 0) >= 0,
+            ("task", "length_penalty"),
+            f"must be at least 0 with beam_scoring fairseq, found {self.length_penalty}",
+            "raise it, or set task.beam_scoring: transformers, whose length penalty may be negative",
+        )
+        rules.require(
+            not fairseq or self.early_stopping is False,
+            ("task", "early_stopping"),
+            f"is transformers' beam search's: fairseq's ends once beam have finished, found "
+            f"{self.early_stopping!r}",
+            "leave it out, or set task.beam_scoring: transformers",
         )
         decoded = longest if self.max_decode_len is None else self.max_decode_len
         rules.require(

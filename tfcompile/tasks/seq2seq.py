@@ -23,7 +23,7 @@ from tfcompile.data.corpus import read_text, text_lines
 from tfcompile.errors import ExportError
 from tfcompile.graphs.export import Graph, export_seq2seq_encoder, export_seq2seq_step
 from tfcompile.graphs.parity import check_seq2seq_encoder_parity, check_seq2seq_step_parity
-from tfcompile.manifest import TokenizerInfo, TranslationInfo
+from tfcompile.manifest import DEFAULT_LENGTH_PENALTY, TokenizerInfo, TranslationInfo
 from tfcompile.models import Seq2Seq
 from tfcompile.sequences import BOS, CLS, EOS, SEQ2SEQ_TOKENS, SPECIAL_ROLES, source_row, tidy
 from tfcompile.spec.schema import EncoderDecoderSpec, Seq2SeqTask, Spec
@@ -108,6 +108,8 @@ class Translation(Task):
             stop_id=stop,
             beam=task.beam,
             length_penalty=task.length_penalty,
+            beam_scoring=task.beam_scoring,
+            early_stopping=task.early_stopping,
             max_decode_len=task.max_decode_len,
             forced_eos=task.forced_eos,
             min_decode_len=banned.min_len,
@@ -226,8 +228,10 @@ class Translation(Task):
         return {"val_loss": loss_sum / count, "val_token_accuracy": correct / count}
 
     def translate(self, model: Seq2Seq, sentences: list[str], device: torch.device) -> list[str]:
-        """Source sentences -> detokenized translations, with the task's beam and length penalty."""
+        """Source sentences -> detokenized translations, with the task's beam search."""
         task, eos = self.task, self.ids["eos"]
+        assert task.length_penalty is not None  # resolved by the schema
+        scoring = search.beam_scoring(task.beam_scoring, task.length_penalty, task.early_stopping)
         start = [self.ids["bos"], *self.target_prefix]
         emitted = self.tokenizer.get_vocab_size()  # never a padded embedding row past the tokenizer
         assert task.max_decode_len is not None  # resolved by the schema
@@ -245,7 +249,7 @@ class Translation(Task):
                 eos,
                 task.max_decode_len,
                 task.beam,
-                task.length_penalty,
+                scoring,
                 emitted,
                 task.forced_eos,
                 self.bans,
@@ -341,6 +345,10 @@ class TorchTranslator:
         self.cache = self.model.empty_cache(self.batch, self.memory[0].key.device)
 
 
+# Beam search as Vaswani et al.'s: fairseq's, alpha 0.6.
+FAIRSEQ = search.FairseqBeam(DEFAULT_LENGTH_PENALTY["fairseq"])
+
+
 def translate_tokens(
     model: Seq2Seq,
     source_ids: torch.Tensor,
@@ -349,7 +357,7 @@ def translate_tokens(
     eos: int,
     max_len: int,
     beam: int = 1,
-    length_penalty: float = 0.6,
+    scoring: search.BeamScoring = FAIRSEQ,
     emitted: int | None = None,
     forced_eos: bool = False,
     bans: search.Bans = search.NO_BANS,
@@ -357,8 +365,8 @@ def translate_tokens(
     """source (B, S) -> each sentence's target ids (below ``emitted``), without ``start`` ([BOS],
     then any tokens the decoder is given: task.target_prefix) and [EOS], the decoder holding at
     most ``max_len`` tokens after [BOS] (at most the model's max_seq_len - 1), the last of them
-    [EOS] with ``forced_eos``, none that ``bans`` bans: greedy for ``beam`` 1, else beam search one
-    sentence at a time, without its padding (search.translate)."""
+    [EOS] with ``forced_eos``, none that ``bans`` bans: greedy for ``beam`` 1, else beam search as
+    ``scoring`` says, one sentence at a time, without its padding (search.translate)."""
 
     def decoder_for(row: int | None) -> TorchTranslator:
         if row is None:
@@ -366,6 +374,4 @@ def translate_tokens(
         return TorchTranslator(model, source_ids[row : row + 1, source_mask[row].bool()], None, emitted)
 
     limit = min(max_len, model.spec.max_seq_len - 1)
-    return search.translate(
-        decoder_for, len(source_ids), start, eos, limit, beam, length_penalty, forced_eos, bans
-    )
+    return search.translate(decoder_for, len(source_ids), start, eos, limit, beam, scoring, forced_eos, bans)
