@@ -563,35 +563,124 @@ def test_the_bundle_translates_by_default_as_generate_does_by_the_folders_settin
     assert max(len(t.split()) for t in theirs) == 4  # cut: five places, the last the eos's
 
 
+# generate()'s beam search settings, each of which changes some translation of SENTENCES by a
+# tiny BART whose eos is likely (searched by test_the_bundle_searches_beams_as_generate_does)
+BEAM_SETTINGS: list[dict[str, Any]] = [
+    {"num_beams": 4},  # length_penalty 1.0, early_stopping False: generate()'s defaults
+    {"num_beams": 4, "early_stopping": True},
+    {"num_beams": 4, "length_penalty": 2.0},
+    {"num_beams": 4, "length_penalty": 2.0, "early_stopping": True},
+    {"num_beams": 4, "length_penalty": 2.0, "early_stopping": "never"},
+    {"num_beams": 3, "length_penalty": -1.0},
+    {"num_beams": 4, "length_penalty": 0.0, "early_stopping": "never", "no_repeat_ngram_size": 2},
+]
+
+
+def with_likely_eos(folder: Path, model: Any) -> None:
+    """``model`` saved again with its eos's logit raised, so that hypotheses finish at many lengths."""
+    with torch.no_grad():
+        model.final_logits_bias[0, model.config.eos_token_id] = 4.0
+    model.save_pretrained(folder)
+
+
+@pytest.mark.slow
+def setting_id(setting: dict[str, Any]) -> str:
+    return "-".join(f"{k}={v}" for k, v in setting.items())
+
+
+@pytest.mark.parametrize("setting", BEAM_SETTINGS, ids=setting_id)
+def test_the_bundle_searches_beams_as_generate_does(setting: dict[str, Any], tmp_path: Path) -> None:
+    """generation_config.json's num_beams, length_penalty and early_stopping (and a ban) are the
+    task's beam search, generate()'s: `translate` without arguments gives generate()'s
+    translations without arguments, which fairseq's beam search does not (for some setting) and
+    greedy does not; export-hf writes the settings back, and transformers translates the written
+    folder alike."""
+    hf = saved_with_bart_tokenizer(tmp_path / "hf").eval()
+    with_likely_eos(tmp_path / "hf", hf)
+    with_generation(tmp_path / "hf", max_new_tokens=12, **setting)
+    hf = from_pretrained(tmp_path / "hf")
+    result = import_folder(tmp_path / "hf", "beams", tmp_path / "specs", tmp_path / "runs")
+    task = result.spec.task
+    assert task.type == "seq2seq" and (task.beam_scoring, task.beam) == ("transformers", setting["num_beams"])
+    assert main(["export", str(result.run_dir), "--out", str(tmp_path / "bundle")]) == 0
+    tokenizer = T.AutoTokenizer.from_pretrained(tmp_path / "hf")
+    theirs = [
+        tidy(tokenizer.decode(row, skip_special_tokens=True)) for row in generated_ids(hf, tmp_path / "hf")
+    ]
+    bundle = Translator(tmp_path / "bundle")
+    assert bundle.translate(SENTENCES) == theirs != bundle.translate(SENTENCES, beam=1)
+    export_hf(result.run_dir, tmp_path / "out")
+    written = json.loads((tmp_path / "out" / "generation_config.json").read_text())
+    assert {k: written[k] for k in setting if k != "no_repeat_ngram_size"} == {
+        k: v for k, v in setting.items() if k != "no_repeat_ngram_size"
+    }
+    assert generated_ids(from_pretrained(tmp_path / "out"), tmp_path / "out") == generated_ids(
+        hf, tmp_path / "hf"
+    )
+
+
+def test_each_beam_setting_changes_generates_translations(tmp_path: Path) -> None:
+    """The settings BEAM_SETTINGS tests are told apart by transformers itself: each gives
+    translations of SENTENCES that the others do not."""
+    hf = saved_with_bart_tokenizer(tmp_path / "hf").eval()
+    with_likely_eos(tmp_path / "hf", hf)
+    seen = {
+        tuple(map(tuple, generated_ids(hf, tmp_path / "hf", max_new_tokens=12, **s))) for s in BEAM_SETTINGS
+    }
+    assert len(seen) == len(BEAM_SETTINGS)
+
+
 @pytest.mark.parametrize(
     ("fields", "expected"),
     [
         ({"num_beams": 3}, {"beam": 3}),
+        ({"length_penalty": 2, "early_stopping": True}, {"length_penalty": 2.0, "early_stopping": True}),
+        (
+            {"length_penalty": -0.5, "early_stopping": "never"},
+            {"length_penalty": -0.5, "early_stopping": "never"},
+        ),
         ({"max_length": 12}, {"max_decode_len": 11}),
         ({"max_length": 12, "max_new_tokens": 7}, {"max_decode_len": 7}),  # max_new_tokens first
         ({"max_length": 500}, {"max_decode_len": 31}),  # at most the positions the model has
         ({}, {}),
     ],
 )
-def test_the_folders_beam_and_length_are_the_tasks(
-    fields: dict[str, int], expected: dict[str, int], tmp_path: Path
+def test_the_folders_beam_search_and_length_are_the_tasks(
+    fields: dict[str, Any], expected: dict[str, Any], tmp_path: Path
 ) -> None:
+    """generate()'s beam search, with the folder's num_beams (1 where it has none, as generate()),
+    length_penalty and early_stopping; max_decode_len from max_new_tokens or max_length (the
+    task's default where it has neither, not transformers' max_length 20). None is warned of."""
     saved_with_bart_tokenizer(tmp_path / "hf")
     with_generation(tmp_path / "hf", **fields)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         task = import_folder(tmp_path / "hf", "set", tmp_path / "specs", tmp_path / "runs").spec.task
-    beams = [w for w in caught if "the task's beam search is fairseq's" in str(w.message)]
-    assert len(beams) == ("num_beams" in fields)  # generate()'s beam search scores otherwise
-    defaults = {"beam": 4, "max_decode_len": 31}  # the task's own: 4 beams, max_seq_len - 1
+    assert not [w for w in caught if issubclass(w.category, HFWarning)]
+    defaults = {
+        "beam": 1,
+        "beam_scoring": "transformers",
+        "length_penalty": 1.0,
+        "early_stopping": False,
+        "max_decode_len": 31,  # max_seq_len - 1
+    }
     assert {name: getattr(task, name) for name in defaults} == defaults | expected
 
 
 @pytest.mark.parametrize(
     ("fields", "named"),
-    [({"num_beams": 0}, "num_beams"), ({"num_beams": 65}, "num_beams"), ({"max_length": 1.5}, "max_length")],
+    [
+        ({"num_beams": 0}, "num_beams"),
+        ({"num_beams": 65}, "num_beams"),
+        ({"max_length": 1.5}, "max_length"),
+        ({"length_penalty": 11}, "length_penalty"),
+        ({"length_penalty": True}, "length_penalty"),
+        ({"length_penalty": "2"}, "length_penalty"),
+        ({"early_stopping": "sometimes"}, "early_stopping"),
+        ({"early_stopping": 1}, "early_stopping"),
+    ],
 )
-def test_a_beam_or_length_tfcompile_cannot_hold_is_refused_by_field(
+def test_a_beam_search_or_length_tfcompile_cannot_hold_is_refused_by_field(
     fields: dict[str, Any], named: str, tmp_path: Path
 ) -> None:
     saved_with_bart_tokenizer(tmp_path / "hf")
@@ -602,8 +691,9 @@ def test_a_beam_or_length_tfcompile_cannot_hold_is_refused_by_field(
 
 
 def test_generation_settings_translations_do_not_apply_are_warned_of(tmp_path: Path) -> None:
-    """BART-large-CNN's length_penalty, a repetition_penalty; bad words of several tokens (one
-    token's are suppressed: below). Sampling settings without do_sample change nothing."""
+    """A repetition_penalty and bad words of several tokens (one token's are suppressed: below).
+    Sampling settings without do_sample change nothing; BART-large-CNN's length_penalty is the
+    task's."""
     saved_with_bart_tokenizer(tmp_path / "hf")
     fields = dict(
         bad_words_ids=[[1], [7, 8]], length_penalty=2.0, repetition_penalty=1.2, min_length=3, top_k=5
@@ -612,9 +702,10 @@ def test_generation_settings_translations_do_not_apply_are_warned_of(tmp_path: P
     with pytest.warns(HFWarning) as caught:
         task = import_folder(tmp_path / "hf", "set", tmp_path / "specs", tmp_path / "runs").spec.task
     said = " ".join(str(w.message) for w in caught)
-    assert "repetition_penalty 1.2, length_penalty 2.0: generate() applies them" in said
+    assert "repetition_penalty 1.2: generate() applies them" in said and "length_penalty" not in said
     assert "bad words of several tokens [[7, 8]]" in said and "top_k" not in said and "min_length" not in said
     assert task.type == "seq2seq" and (task.suppressed_tokens, task.min_decode_len) == (["<pad>"], 2)
+    assert task.length_penalty == 2.0
 
 
 def generated_ids(model: Any, folder: Path, **fields: Any) -> list[list[int]]:

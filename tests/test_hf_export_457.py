@@ -490,13 +490,13 @@ def test_transformers_4_57s_tokenizer_gives_the_runs_ids_and_the_models_inputs(
 
 GENERATE = r"""
 import json, sys, torch, transformers
-folder, rows = sys.argv[1], json.loads(sys.argv[2])
+folder, rows, fields = sys.argv[1], json.loads(sys.argv[2]), json.loads(sys.argv[3])
 model = transformers.AutoModelForSeq2SeqLM.from_pretrained(folder).eval()
 tokenizer = transformers.AutoTokenizer.from_pretrained(folder)
 out = []
 for row in rows:
     ids = tokenizer(row, return_tensors="pt")["input_ids"]
-    out.append(model.generate(ids, do_sample=False, num_beams=1, max_new_tokens=10)[0].tolist())
+    out.append(model.generate(ids, **fields)[0].tolist())
 print(json.dumps([transformers.__version__, out]))
 """
 
@@ -567,10 +567,31 @@ def test_transformers_4_57_bans_what_the_bundle_bans(tmp_path: Path) -> None:
     assert min(map(len, ours)) == bans["min_length"] - 1  # the shortest held to the minimum
 
 
-def _both_translate(tmp_path: Path) -> tuple[Any, Any, list[list[int]], list[list[int]]]:
+GREEDY = {"do_sample": False, "num_beams": 1, "max_new_tokens": 10}
+
+
+@pytest.mark.parametrize("setting", test_hf_bart.BEAM_SETTINGS, ids=test_hf_bart.setting_id)
+def test_transformers_4_57_searches_beams_as_the_bundle_does(setting: dict[str, Any], tmp_path: Path) -> None:
+    """export-hf's max_new_tokens, num_beams, length_penalty and early_stopping: transformers
+    4.57's generate() from the folder, without arguments, gives the bundle's translations without
+    arguments (generate()'s beam search, as the manifest says)."""
+    hf = test_hf_bart.saved_with_bart_tokenizer(tmp_path / "hf").eval()
+    test_hf_bart.with_likely_eos(tmp_path / "hf", hf)
+    test_hf_bart.with_generation(tmp_path / "hf", max_new_tokens=12, **setting)
+    result, bundle, ours, theirs = _both_translate(tmp_path, {})
+    assert result.spec.task.type == "seq2seq" and bundle.translation.beam_scoring == "transformers"
+    start, stop = bundle.translation.start_id, bundle.translation.stop_id
+    assert theirs == [[start, *row, *[stop] * (len(row) < 12)] for row in ours]
+    assert len({tuple(row) for row in ours}) > 1
+
+
+def _both_translate(
+    tmp_path: Path, fields: dict[str, Any] = GREEDY
+) -> tuple[Any, Any, list[list[int]], list[list[int]]]:
     """tmp_path/hf imported, written back by export-hf and exported as a bundle -> the import, the
-    bundle, its greedy translations of test_hf_paths' sentences (max_len 10), and transformers
-    4.57's greedy generate() of them from the written folder (max_new_tokens 10)."""
+    bundle, its translations of test_hf_paths' sentences, and transformers 4.57's generate() of
+    them from the written folder: greedy, max_len 10 and max_new_tokens 10, or with no ``fields``
+    the bundle's defaults and generate()'s (the folder's)."""
     from test_hf_paths import SENTENCES
 
     from tfcompile.cli import main
@@ -581,10 +602,11 @@ def _both_translate(tmp_path: Path) -> tuple[Any, Any, list[list[int]], list[lis
     export_hf(result.run_dir, tmp_path / "out")
     assert main(["export", str(result.run_dir), "--out", str(tmp_path / "bundle")]) == 0
     bundle = Translator(tmp_path / "bundle")
-    ours = bundle.translate_ids(*_framed(bundle, SENTENCES), beam=1, max_len=10)
+    limits = {"beam": 1, "max_len": 10} if fields else {}
+    ours = bundle.translate_ids(*_framed(bundle, SENTENCES), **limits)
     assert PYTHON is not None
     done = subprocess.run(
-        [PYTHON, "-c", GENERATE, str(tmp_path / "out"), json.dumps(SENTENCES)],
+        [PYTHON, "-c", GENERATE, str(tmp_path / "out"), json.dumps(SENTENCES), json.dumps(fields)],
         capture_output=True,
         text=True,
         timeout=300,

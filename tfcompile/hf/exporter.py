@@ -36,7 +36,7 @@ from tfcompile.hf.folder import (
     write_json,
     write_weights,
 )
-from tfcompile.hf.importer import ROLES, affixes
+from tfcompile.hf.importer import GENERATION_DEFAULTS, ROLES, affixes
 from tfcompile.manifest import DEFAULT_MAX_NEW_TOKENS, DEFAULT_TEMPERATURE
 from tfcompile.sequences import SPECIAL_ROLES
 from tfcompile.spec import Spec
@@ -123,6 +123,25 @@ def sampling(task: Any) -> dict[str, Any]:
     }
 
 
+def decoding(task: Any) -> dict[str, Any]:
+    """A translator's length limit and beam search as generation_config.json's fields (what the
+    importer reads back): max_decode_len is max_new_tokens; where the beam search is generate()'s
+    (task.beam_scoring transformers), num_beams, length_penalty and early_stopping off
+    generate()'s defaults. fairseq's beam search has no such fields: its folder's generate()
+    decodes greedily, as with one beam."""
+    if not isinstance(task, Seq2SeqTask):
+        return {}
+    limit = {"max_new_tokens": task.max_decode_len}
+    if task.beam_scoring != "transformers":
+        return limit
+    out = {
+        "num_beams": task.beam,
+        "length_penalty": task.length_penalty,
+        "early_stopping": task.early_stopping,
+    }
+    return limit | {k: v for k, v in out.items() if v != GENERATION_DEFAULTS[k]}
+
+
 def bans(task: Any, run: Path) -> dict[str, Any]:
     """A translator's bans, where it has them, as generation_config.json's fields (what the importer
     reads back): min_decode_len is min_new_tokens, suppressed_tokens suppress_tokens (ids of the
@@ -171,7 +190,8 @@ def export_hf(run: Path, out: Path, which: str = "best", force: bool = False) ->
         config["eos_token_id"] = list(dict.fromkeys([*eos, *stops]))
     if isinstance(spec.task, Seq2SeqTask):  # null, not the BART family's class default: its eos
         config["forced_eos_token_id"] = tokens.get("eos") if spec.task.forced_eos else None  # as eos_token_id
-    choices = sampling(spec.task) | bans(spec.task, run)  # generate()'s settings beside the token ids
+    # generate()'s settings beside the token ids
+    choices = sampling(spec.task) | decoding(spec.task) | bans(spec.task, run)
     tmp = staging_folder(out)
     try:
         write_json(tmp / CONFIG, config)

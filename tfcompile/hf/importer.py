@@ -51,7 +51,7 @@ from tfcompile.hf.folder import (
     write_json,
 )
 from tfcompile.images import ImagePreprocessing
-from tfcompile.manifest import MAX_BEAM, MAX_NEW_TOKENS, REPETITION_PENALTIES
+from tfcompile.manifest import MAX_BEAM, MAX_LENGTH_PENALTY, MAX_NEW_TOKENS, REPETITION_PENALTIES
 from tfcompile.memory import TooLarge
 from tfcompile.spec import Spec, SpecError, dump_spec, parse_spec
 from tfcompile.spec.schema import TASK_SECTIONS, check_run_name
@@ -494,13 +494,16 @@ def count(value: Any, least: int = 0) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= least
 
 
-def decoding_limits(generation: Generation, max_seq_len: int) -> dict[str, int]:
-    """What a translator's files set generate() to decode with, as the task's fields: num_beams
-    its beam, max_new_tokens (else max_length, less the decoder's start) its max_decode_len, at
-    most max_seq_len - 1 (the positions the model has). A field the files leave out keeps the
-    task's default (not transformers': 1 beam, max_length 20). Refused by field: a value that is
-    no count, or a beam past the spec's largest. The fields that change generate()'s choices that
-    the task has none for (``UNAPPLIED``), set off their defaults, are warned of."""
+def decoding_limits(generation: Generation, max_seq_len: int) -> dict[str, Any]:
+    """How a translator's files set generate() to decode, as the task's fields: generate()'s beam
+    search (task.beam_scoring transformers) with num_beams its beam (1, greedy, where the files
+    leave it out, as generate()), length_penalty and early_stopping; max_new_tokens (else
+    max_length, less the decoder's start) its max_decode_len, at most max_seq_len - 1 (the
+    positions the model has; where the files set neither, the task's default, not transformers'
+    max_length 20). Refused by field: a value that is no count, a beam past the spec's largest, a
+    length penalty past tfcompile's bound, an early_stopping that is not true, false or "never".
+    The fields that change generate()'s choices that the task has none for (``UNAPPLIED``), set off
+    their defaults, are warned of."""
     fields: dict[str, int] = {}
     for name, bound in (("num_beams", MAX_BEAM), ("max_new_tokens", None), ("max_length", None)):
         value = generation.field(name)[0]
@@ -513,27 +516,31 @@ def decoding_limits(generation: Generation, max_seq_len: int) -> dict[str, int]:
             problem = Problem(name, f"is {value}, past tfcompile's {bound}", f"at most {bound}")
             raise refuse(generation.where, [problem])
         fields[name] = value
-    limits = {"beam": fields["num_beams"]} if "num_beams" in fields else {}
-    if limits.get("beam", 1) > 1:
-        penalty = generation.field("length_penalty")[0]
-        penalty = GENERATION_DEFAULTS["length_penalty"] if penalty is None else penalty
-        warnings.warn(
-            f"{generation.where}: num_beams {limits['beam']}: the task's beam search is fairseq's, a "
-            f"finished hypothesis scored by task.length_penalty as Wu et al.'s, not generate()'s (its sum "
-            f"over its length ** length_penalty, {penalty}), so beam translations may differ; task.beam: 1 "
-            f"decodes greedily as generate() does",
-            HFWarning,
-            stacklevel=2,
-        )
+    penalty, stopping = (generation.field(name)[0] for name in ("length_penalty", "early_stopping"))
+    penalty = GENERATION_DEFAULTS["length_penalty"] if penalty is None else penalty
+    stopping = GENERATION_DEFAULTS["early_stopping"] if stopping is None else stopping
+    problems = []
+    if (
+        isinstance(penalty, bool)
+        or not isinstance(penalty, int | float)
+        or not abs(penalty) <= MAX_LENGTH_PENALTY
+    ):
+        fix = f"a number from -{MAX_LENGTH_PENALTY:g} to {MAX_LENGTH_PENALTY:g}"
+        problems.append(Problem("length_penalty", f"is {penalty!r}, past tfcompile's bounds", fix))
+    if not isinstance(stopping, bool) and stopping != "never":
+        problems.append(Problem("early_stopping", f"is {stopping!r}", 'true, false or "never"'))
+    if problems:
+        raise refuse(generation.where, problems)
+    limits: dict[str, Any] = {
+        "beam": fields.get("num_beams", GENERATION_DEFAULTS["num_beams"]),
+        "beam_scoring": "transformers",
+        "length_penalty": float(penalty),
+        "early_stopping": stopping,
+    }
     new = fields.get("max_new_tokens", fields["max_length"] - 1 if "max_length" in fields else None)
     if new is not None:
         limits["max_decode_len"] = min(new, max(max_seq_len - 1, 1))
-    warn_unapplied(
-        generation,
-        UNAPPLIED,
-        "tfcompile's translations do not (greedy or fairseq's beam search, task.length_penalty as Wu "
-        "et al.'s)",
-    )
+    warn_unapplied(generation, UNAPPLIED, "tfcompile's translations do not")
     return limits
 
 
@@ -698,9 +705,7 @@ UNAPPLIED_BY_LANGUAGE_MODELS = (
 # for (sampling's temperature, top_k and top_p act only with do_sample).
 UNAPPLIED = (
     "do_sample",
-    "early_stopping",
     "repetition_penalty",
-    "length_penalty",
     "encoder_no_repeat_ngram_size",
     "begin_suppress_tokens",
     "num_beam_groups",
