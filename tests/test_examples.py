@@ -25,6 +25,7 @@ import numpy as np
 import pytest
 from helpers import ROOT, TINY, damaged, edited_tokenizer, png16, without_truncation
 
+from tfcompile.cli import main
 from tfcompile.export import Source, export_bundle
 from tfcompile.runtime import load
 from tfcompile.spec import load_spec
@@ -444,6 +445,52 @@ def test_both_clients_ban_what_the_runtime_bans(
         assert expected != [unbanned.translate_ids(*_source(unbanned, s), beam=beam)[0] for s in SOURCES]  # type: ignore[attr-defined]
         assert most not in {t for row in expected for t in row} and min(map(len, expected)) >= end + 2
         assert [s["ids"] for s in client(bundle, "translate", *SOURCES, "--beam", str(beam))] == expected
+
+
+@pytest.fixture(scope="module")
+def likely_eos_translator(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An imported tiny BART (tests/test_hf_bart.py's) whose eos is likely, so that beam search's
+    hypotheses finish at many lengths: its bundle, 12 tokens at most."""
+    test_hf_bart = pytest.importorskip("test_hf_bart")
+    from tfcompile.hf.importer import import_folder
+
+    root = tmp_path_factory.mktemp("bart")
+    hf = test_hf_bart.saved_with_bart_tokenizer(root / "hf").eval()
+    test_hf_bart.with_likely_eos(root / "hf", hf)
+    test_hf_bart.with_generation(root / "hf", max_new_tokens=12)
+    result = import_folder(root / "hf", "run", root / "specs", root / "runs")
+    assert main(["export", str(result.run_dir), "--out", str(root / "bundle")]) == 0
+    return root / "bundle"
+
+
+@pytest.mark.slow
+def test_both_clients_search_beams_as_the_runtime_does_under_each_scoring(
+    likely_eos_translator: Path, client: Client, tmp_path: Path
+) -> None:
+    """A manifest's beam_scoring "transformers" (generate()'s beam search, which
+    tests/test_hf_bart.py holds the runtime to) under settings that each change a translation
+    (test_hf_bart.BEAM_SETTINGS, and forced_eos), and "fairseq": each client's translations are
+    the runtime's, which each setting changes."""
+    from test_hf_bart import BEAM_SETTINGS
+    from test_hf_paths import SENTENCES
+
+    names = {"num_beams": "beam"}  # generation_config.json's name -> the manifest's
+    settings = [{names.get(k, k): v for k, v in s.items()} for s in BEAM_SETTINGS]
+    settings += [
+        {"beam": 4, "forced_eos": True},
+        {"beam": 4, "beam_scoring": "fairseq", "length_penalty": 2.0},
+    ]
+    seen = []
+    for i, setting in enumerate(settings):
+        bundle = _with_manifest(likely_eos_translator, tmp_path / str(i), "translation", **setting)
+        runtime = load(bundle, providers=["CPUExecutionProvider"])
+        assert runtime.translation.beam_scoring == setting.get("beam_scoring", "transformers")  # type: ignore[attr-defined]
+        prefix, suffix, _ = runtime.framing()  # type: ignore[attr-defined]
+        rows = [[*prefix, *e.ids, *suffix] for e in runtime.encode(SENTENCES, add_special_tokens=False)]
+        expected = [runtime.translate_ids(np.array([row]))[0] for row in rows]  # type: ignore[attr-defined]
+        seen.append(tuple(map(tuple, expected)))
+        assert [s["ids"] for s in client(bundle, "translate", *SENTENCES)] == expected
+    assert len(set(seen)) == len(settings)
 
 
 def _source(translator: Any, text: str) -> tuple[np.ndarray, np.ndarray]:

@@ -365,7 +365,8 @@ async function translate(bundle, texts, beam) {
     const results = [];
     for (const s of sources) {
       const decoder = await TranslationDecoder.create(bundle, int64([s]), int64(ones([s])));
-      results.push(await beamSearch(decoder, start, t, limit, beam));
+      const search = t.beam_scoring === "transformers" ? transformersBeamSearch : beamSearch;
+      results.push(await search(decoder, start, t, limit, beam));
     }
     return results;
   }
@@ -447,6 +448,54 @@ async function beamSearch(decoder, start, t, limit, beam) {
     logProbs = (await decoder.step(hypotheses.map((h) => [h.words.at(-1)]))).map(logSoftmax);
   }
   return finished.reduce((best, f) => (f.score > best.score ? f : best)).words;
+}
+
+// transformers' generate() beam search (beam_scoring "transformers"): `beam` hypotheses, the first
+// scoring 0 and the others -1e9; each step the 2 x `beam` best candidates, of which those among the
+// first `beam` that end (the stop token, or the last place) finish, scored
+// log p / length ** length_penalty (length: the tokens after the start token, the prefix's and the
+// stop token included), the best `beam` kept; the next hypotheses are the `beam` best candidates, an
+// ending one lowered by 1e9. With forced_eos the last place is the stop token's, at log-probability 0.
+// It ends at the last place, or as early_stopping says.
+async function transformersBeamSearch(decoder, start, t, limit, beam) {
+  const penalty = t.length_penalty;
+  const early = t.early_stopping ?? false;
+  const given = start.length - 1;
+  let hypotheses = Array.from({ length: beam }, (_, i) => ({ total: i ? -1e9 : 0, words: [] }));
+  let rows = hypotheses.map(() => 0); // each hypothesis's row of the decoder's cache
+  let finished = []; // best first
+  let logits = await decoder.step([start]);
+  for (let step = 0; step < limit; step++) {
+    const last = step === limit - 1;
+    const candidates = hypotheses.flatMap((h, parent) => {
+      let scores = ban(t, logSoftmax(Array.from(logits[rows[parent]])), [...start, ...h.words]);
+      if (t.forced_eos && last) scores = scores.map((_, token) => (token === t.stop_id ? 0 : -Infinity));
+      return scores.map((lp, token) => ({ total: h.total + lp, parent, token }));
+    });
+    candidates.sort((x, y) => y.total - x.total); // stable: ties keep the lower index first
+    const top = candidates.slice(0, 2 * beam);
+    const length = given + step + 1;
+    for (const { total, parent, token } of top.slice(0, beam)) {
+      if ((token === t.stop_id || last) && total > -Infinity) {
+        const words = [...hypotheses[parent].words, ...(token === t.stop_id ? [] : [token])];
+        finished.push({ score: total / length ** penalty, words });
+      }
+    }
+    finished = finished.sort((x, y) => y.score - x.score).slice(0, beam);
+    if (last) break;
+    const lowered = (c) => (c.token === t.stop_id ? c.total - 1e9 : c.total);
+    const live = [...top].sort((x, y) => lowered(y) - lowered(x)).slice(0, beam);
+    const full = finished.length === beam;
+    const next = live.map((c) => ({ total: lowered(c), words: [...hypotheses[c.parent].words, c.token] }));
+    if (early === true && full) break;
+    const longest = early === "never" && penalty > 0 ? given + limit : length;
+    if (!(next[0].total / longest ** penalty > (full ? finished.at(-1).score : -1e9))) break;
+    decoder.keep(live.map((c) => rows[c.parent]));
+    rows = live.map((_, i) => i);
+    hypotheses = next;
+    logits = await decoder.step(live.map((c) => [c.token]));
+  }
+  return finished.length ? finished[0].words : [];
 }
 
 // ------------------------------------------------------------------------ image classifiers

@@ -272,7 +272,8 @@ def translate(bundle: Bundle, texts: list[str], beam: int | None = None) -> list
     ]
     if beam > 1:  # one sentence at a time, unpadded
         alone = [(np.array([s], dtype=np.int64), np.ones((1, len(s)), dtype=np.int64)) for s in sources]
-        return [beam_search(TranslationDecoder(bundle, *source), start, t, limit, beam) for source in alone]
+        search = transformers_beam_search if t.get("beam_scoring") == "transformers" else beam_search
+        return [search(TranslationDecoder(bundle, *source), start, t, limit, beam) for source in alone]
     pad_id, side = padding(bundle)
     ids, mask = pad(sources, pad_id, side), pad([[1] * len(s) for s in sources], 0, side)
     decoder = TranslationDecoder(bundle, ids, mask)
@@ -350,6 +351,57 @@ def beam_search(decoder: TranslationDecoder, start: list[int], t: dict, limit: i
         hypotheses = [(total, words) for total, words, _ in survivors]
         log_probs = log_softmax(decoder.step(np.array([[w[-1]] for _, w in hypotheses], dtype=np.int64)))
     return max(finished, key=lambda f: f[0])[1]
+
+
+def transformers_beam_search(
+    decoder: TranslationDecoder, start: list[int], t: dict, limit: int, beam: int
+) -> list[int]:
+    """transformers' generate() beam search (beam_scoring "transformers"): ``beam`` hypotheses,
+    the first scoring 0 and the others -1e9; each step the 2 x ``beam`` best candidates, of which
+    those among the first ``beam`` that end (the stop token, or the last place) finish, scored
+    log p / length ** length_penalty (length: the tokens after the start token, the prefix's and
+    the stop token included), the best ``beam`` kept; the next hypotheses are the ``beam`` best
+    candidates, an ending one lowered by 1e9. With forced_eos the last place is the stop token's,
+    at log-probability 0. It ends at the last place, or as early_stopping says."""
+    stop, penalty, early = t["stop_id"], t["length_penalty"], t.get("early_stopping", False)
+    given = len(start) - 1
+    scores = np.array([0.0] + [-1e9] * (beam - 1))
+    hypotheses: list[list[int]] = [[] for _ in range(beam)]
+    rows = [0] * beam  # each hypothesis's row of the decoder's cache
+    finished: list[tuple[float, list[int]]] = []  # best first
+    logits = decoder.step(np.array([start], dtype=np.int64))
+    for step in range(limit):
+        log_probs = log_softmax(logits)[rows]
+        ban(t, log_probs, [start + h for h in hypotheses])
+        last = step == limit - 1
+        if t.get("forced_eos") and last:  # the last place is the stop token's, unscored
+            log_probs[:] = -np.inf
+            log_probs[:, stop] = 0.0
+        totals = (scores[:, None] + log_probs).reshape(-1)
+        order = np.argsort(-totals, kind="stable")[: 2 * beam]  # ties: the lower index first
+        vocab = log_probs.shape[1]
+        candidates = [(float(totals[i]), i // vocab, i % vocab) for i in order.tolist()]
+        length = given + step + 1
+        for total, parent, token in candidates[:beam]:
+            if (token == stop or last) and total > -np.inf:
+                words = hypotheses[parent] + ([] if token == stop else [token])
+                finished.append((total / length**penalty, words))
+        finished = sorted(finished, key=lambda f: -f[0])[:beam]
+        if last:
+            break
+        live = sorted(candidates, key=lambda c: -(c[0] - 1e9 if c[2] == stop else c[0]))[:beam]
+        scores = np.array([total - 1e9 if token == stop else total for total, _, token in live])
+        hypotheses = [hypotheses[parent] + [token] for _, parent, token in live]
+        full = len(finished) == beam
+        if early is True and full:
+            break
+        longest = given + limit if early == "never" and penalty > 0 else length
+        if not scores[0] / longest**penalty > (finished[-1][0] if full else -1e9):
+            break  # no live hypothesis can beat the finished ones
+        decoder.keep([rows[parent] for _, parent, _ in live])
+        rows = list(range(len(live)))
+        logits = decoder.step(np.array([[token] for _, _, token in live], dtype=np.int64))
+    return finished[0][1] if finished else []
 
 
 # ------------------------------------------------------------------------ image classifiers
