@@ -494,6 +494,11 @@ def count(value: Any, least: int = 0) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= least
 
 
+def number(value: Any, low: float, high: float) -> bool:
+    """Whether a JSON value is a number from ``low`` to ``high`` (true and false are not)."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and low <= value <= high
+
+
 def decoding_limits(generation: Generation, max_seq_len: int) -> dict[str, Any]:
     """How a translator's files set generate() to decode, as the task's fields: generate()'s beam
     search (task.beam_scoring transformers) with num_beams its beam (1, greedy, where the files
@@ -520,11 +525,7 @@ def decoding_limits(generation: Generation, max_seq_len: int) -> dict[str, Any]:
     penalty = GENERATION_DEFAULTS["length_penalty"] if penalty is None else penalty
     stopping = GENERATION_DEFAULTS["early_stopping"] if stopping is None else stopping
     problems = []
-    if (
-        isinstance(penalty, bool)
-        or not isinstance(penalty, int | float)
-        or not abs(penalty) <= MAX_LENGTH_PENALTY
-    ):
+    if not number(penalty, -MAX_LENGTH_PENALTY, MAX_LENGTH_PENALTY):
         fix = f"a number from -{MAX_LENGTH_PENALTY:g} to {MAX_LENGTH_PENALTY:g}"
         problems.append(Problem("length_penalty", f"is {penalty!r}, past tfcompile's bounds", fix))
     if not isinstance(stopping, bool) and stopping != "never":
@@ -663,7 +664,7 @@ def sampling_defaults(generation: Generation) -> dict[str, Any]:
     penalty = generation.field("repetition_penalty")[0]
     if penalty is not None:
         low, high = REPETITION_PENALTIES
-        if not isinstance(penalty, int | float) or isinstance(penalty, bool) or not low <= penalty <= high:
+        if not number(penalty, low, high):
             problem = Problem("repetition_penalty", f"is {penalty!r}", f"a number from {low:g} to {high:g}")
             raise refuse(generation.where, [problem])
         out |= {"repetition_penalty": float(penalty)} if penalty != 1 else {}
