@@ -41,6 +41,7 @@ from tfcompile.manifest import DEFAULT_MAX_NEW_TOKENS, DEFAULT_TEMPERATURE
 from tfcompile.sequences import SPECIAL_ROLES
 from tfcompile.spec import Spec
 from tfcompile.spec.schema import CausalLMTask, EncoderSpec, Seq2SeqTask, sliding_layers
+from tfcompile.tasks.seq2seq import bans as translation_bans
 from tfcompile.tasks.task import listed_token_ids
 from tfcompile.train.runs import load_trained_model
 
@@ -142,17 +143,18 @@ def decoding(task: Any) -> dict[str, Any]:
     return limit | {k: v for k, v in out.items() if v != GENERATION_DEFAULTS[k]}
 
 
-def bans(task: Any, run: Path) -> dict[str, Any]:
-    """A translator's bans, where it has them, as generation_config.json's fields (what the importer
-    reads back): min_decode_len is min_new_tokens, suppressed_tokens suppress_tokens (ids of the
-    run's tokenizer)."""
+def bans(task: Any, run: Path, eos: int | None) -> dict[str, Any]:
+    """A translator's bans (tasks.seq2seq.bans), where it has them, as generation_config.json's
+    fields (what the importer reads back): min_decode_len is min_new_tokens, suppressed_tokens
+    suppress_tokens (ids of the run's tokenizer)."""
     if not isinstance(task, Seq2SeqTask):
         return {}
     try:
-        suppressed = listed_token_ids(task, "suppressed_tokens", run)
+        banned = translation_bans(task, run, eos, ExportError)
     except ExportError as error:
         raise HFError(f"{run}: suppress_tokens: {error}") from None
-    out = {"min_new_tokens": task.min_decode_len, "no_repeat_ngram_size": task.no_repeat_ngram_size}
+    out = {"min_new_tokens": banned.min_len, "no_repeat_ngram_size": banned.no_repeat_ngram}
+    suppressed = list(banned.suppressed)
     return {k: v for k, v in out.items() if v} | ({"suppress_tokens": suppressed} if suppressed else {})
 
 
@@ -191,7 +193,7 @@ def export_hf(run: Path, out: Path, which: str = "best", force: bool = False) ->
     if isinstance(spec.task, Seq2SeqTask):  # null, not the BART family's class default: its eos
         config["forced_eos_token_id"] = tokens.get("eos") if spec.task.forced_eos else None  # as eos_token_id
     # generate()'s settings beside the token ids
-    choices = sampling(spec.task) | decoding(spec.task) | bans(spec.task, run)
+    choices = sampling(spec.task) | decoding(spec.task) | bans(spec.task, run, tokens.get("eos"))
     tmp = staging_folder(out)
     try:
         write_json(tmp / CONFIG, config)

@@ -281,13 +281,13 @@ class Translation(Task):
 
 
 def bans(
-    task: Seq2SeqTask, tokenizer: Path | Tokenizer | None, eos: int, error: type[Exception]
+    task: Seq2SeqTask, tokenizer: Path | Tokenizer | None, eos: int | None, error: type[Exception]
 ) -> search.Bans:
-    """What the task bans its translations (training's and the manifest's): its suppressed tokens
-    (ids of the run's ``tokenizer``), min_decode_len and no_repeat_ngram_size; ``error`` names a
-    suppressed token the tokenizer lacks, or the eos among them."""
+    """What the task bans its translations (training's, the manifest's and export-hf's): its
+    suppressed tokens (ids of the run's ``tokenizer``), min_decode_len and no_repeat_ngram_size;
+    ``error`` names a suppressed token the tokenizer lacks, or the eos among them."""
     suppressed = listed_token_ids(task, "suppressed_tokens", tokenizer, error)
-    if eos in suppressed:
+    if eos is not None and eos in suppressed:
         raise error(
             "task.suppressed_tokens holds the eos token, which ends every translation: leave it out "
             "(task.max_decode_len limits a translation's length)"
