@@ -724,10 +724,9 @@ def with_bans(folder: Path, model: Any) -> dict[str, Any]:
     the folder's generation_config.json with num_beams 1 and max_new_tokens 10: the two tokens it
     chooses most (one as Marian bans its pad, in bad_words_ids, one in suppress_tokens), a
     min_length past its shortest translation, no_repeat_ngram_size 2; the model saved with its
-    eos's logit raised, so that some translations end early (two of five). -> the bans."""
-    with torch.no_grad():
-        model.final_logits_bias[0, model.config.eos_token_id] = 4.0
-    model.save_pretrained(folder)
+    eos's logit raised (``with_likely_eos``), so that some translations end early (two of five).
+    -> the bans."""
+    with_likely_eos(folder, model)
     plain = generated_ids(model, folder, do_sample=False, num_beams=1, max_new_tokens=10)
     assert sorted(map(len, plain))[:3] == [1, 3, 10]
     (first, _), (second, _) = Counter(t for row in plain for t in row if t > 3).most_common(2)
