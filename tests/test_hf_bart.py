@@ -583,11 +583,11 @@ def with_likely_eos(folder: Path, model: Any) -> None:
     model.save_pretrained(folder)
 
 
-@pytest.mark.slow
 def setting_id(setting: dict[str, Any]) -> str:
     return "-".join(f"{k}={v}" for k, v in setting.items())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("setting", BEAM_SETTINGS, ids=setting_id)
 def test_the_bundle_searches_beams_as_generate_does(setting: dict[str, Any], tmp_path: Path) -> None:
     """generation_config.json's num_beams, length_penalty and early_stopping (and a ban) are the
