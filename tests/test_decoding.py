@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import zlib
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -107,9 +108,18 @@ prompts = st.lists(st.integers(0, VOCAB - 1), min_size=1, max_size=10)
 contexts = st.sampled_from([None, 1, 3, 5, 8])
 stops = st.lists(st.integers(0, VOCAB - 1), max_size=1)
 penalties = st.sampled_from([1.0, 0.7, 1.3, 2.0])
+bans = st.one_of(
+    st.just(search.NO_BANS),
+    st.builds(
+        search.Bans,
+        suppressed=st.lists(st.integers(0, 8), max_size=3).map(tuple),
+        min_len=st.integers(0, 4),
+        no_repeat_ngram=st.integers(0, 3),
+    ),
+)
 samplings = st.one_of(
     st.just(search.GREEDY),
-    st.builds(search.Sampling, st.just(0.0), repetition_penalty=penalties),
+    st.builds(search.Sampling, st.just(0.0), repetition_penalty=penalties, bans=bans),
     st.builds(
         search.Sampling,
         st.sampled_from([0.5, 1.0, 4.0]),
@@ -148,6 +158,47 @@ def test_greedy_with_a_repetition_penalty_is_transformers(
     ids, mask = left_padded([p for p, _ in rows])
     sampling = search.Sampling(0.0, repetition_penalty=penalty)
     got = search.generate(Scripted(), ids, [n for _, n in rows], sampling, (), context, mask)
+    assert got == [alone(p, n) for p, n in rows]
+
+
+@settings(deadline=None)  # the first example imports transformers
+@given(
+    rows=st.lists(st.tuples(prompts, st.integers(0, 12)), min_size=1, max_size=3),
+    context=contexts,
+    stop=st.lists(st.integers(0, VOCAB - 1), max_size=2, unique=True),
+    banned=bans,
+)
+def test_greedy_with_bans_is_transformers(
+    rows: list[tuple[list[int], int]], context: int | None, stop: list[int], banned: search.Bans
+) -> None:
+    """A left-padded batch under bans, a language model's: each row chooses what transformers'
+    SuppressTokens, MinNewTokensLength (its stop tokens, after its prompt) and NoRepeatNGram
+    processors and an argmax choose after its prompt and tokens (alone, the n-grams counting the
+    whole prompt while the model reads its last ``context`` tokens), and ends at a stop token."""
+    torch = pytest.importorskip("torch")
+    processors = pytest.importorskip("transformers.generation.logits_process")
+
+    def alone(prompt: list[int], limit: int) -> list[int]:
+        suppressed = [t for t in banned.suppressed if t < VOCAB]
+        chain = [processors.SuppressTokensLogitsProcessor(suppressed)] if suppressed else []
+        if stop:  # without stop tokens there is nothing to ban before min_len
+            chain.append(processors.MinNewTokensLengthLogitsProcessor(len(prompt), banned.min_len, stop))
+        if banned.no_repeat_ngram:
+            chain.append(processors.NoRepeatNGramLogitsProcessor(banned.no_repeat_ngram))
+        sequence = list(prompt)
+        while len(sequence) < len(prompt) + limit and not (
+            len(sequence) > len(prompt) and sequence[-1] in stop
+        ):
+            window = sequence if context is None else sequence[-context:]
+            scores = torch.from_numpy(scripted_logits(window))[None]
+            for processor in chain:
+                scores = processor(torch.tensor([sequence]), scores)
+            sequence.append(int(scores.argmax()))
+        return sequence[len(prompt) :]
+
+    ids, mask = left_padded([p for p, _ in rows])
+    sampling = replace(search.GREEDY, bans=banned)
+    got = search.generate(Scripted(), ids, [n for _, n in rows], sampling, stop, context, mask)
     assert got == [alone(p, n) for p, n in rows]
 
 
@@ -238,9 +289,10 @@ def best_by_brute_force(
     scores, shortest first). None: the bans leave no hypothesis."""
 
     def allowed(sequence: list[int], token: int) -> bool:
-        scores = np.zeros((1, vocab))
-        bans.apply(scores, [sequence], eos)
-        return bool(scores[0, token] == 0)
+        grown, n = [*sequence, token], bans.no_repeat_ngram
+        repeats = n and any(grown[i : i + n] == grown[-n:] for i in range(len(grown) - n))
+        early = token == eos and len(sequence) - 1 < bans.min_len
+        return not (token in bans.suppressed or early or repeats)
 
     best: tuple[float, list[int]] | None = None
     words = [t for t in range(vocab) if t != eos]
@@ -269,17 +321,6 @@ def test_the_length_penalty_is_wu_et_als() -> None:
     assert search.length_normalised(-6.0, 7, 0.6) == pytest.approx(-6.0 / 2**0.6)
     assert search.length_normalised(-6.0, 1, 0.6) == -6.0
     assert search.length_normalised(-6.0, 19, 0.0) == -6.0
-
-
-bans = st.one_of(
-    st.just(search.NO_BANS),
-    st.builds(
-        search.Bans,
-        suppressed=st.lists(st.integers(0, 8), max_size=3).map(tuple),
-        min_len=st.integers(0, 4),
-        no_repeat_ngram=st.integers(0, 3),
-    ),
-)
 
 
 @given(
@@ -325,16 +366,13 @@ def test_beam_one_is_greedy(
     vocab: int, max_len: int, start: list[int], eos: int, forced_eos: bool, banned: search.Bans
 ) -> None:
     """With ``forced_eos``, greedy decoding that reaches the limit ends a token sooner; greedy
-    translation (the rows batched, bans through Batch's forbid) chooses what beam search of one
-    beam chooses."""
+    translation (the rows batched, bans through each row's sampling, whose min_len counts the
+    tokens chosen, not the given ones) chooses what beam search of one beam chooses."""
     start, eos = [t % vocab for t in start], eos % vocab
     chosen = max_len - 1 if forced_eos else max_len
-
-    def forbid(logits: np.ndarray, rows: list[list[int]]) -> None:
-        banned.apply(logits, [[*start, *row] for row in rows], eos)
-
+    given = replace(banned, min_len=max(banned.min_len - (len(start) - 1), 0))
     greedy = search.generate(
-        Scripted(vocab), np.array([start]), chosen, search.GREEDY, (eos,), forbid=forbid
+        Scripted(vocab), np.array([start]), chosen, replace(search.GREEDY, bans=given), (eos,)
     )[0]
     beam = search.beam_search(Scripted(vocab), start, eos, max_len, 1, VASWANI, forced_eos, banned)
     assert beam == search.strip_stop(greedy, (eos,))
@@ -379,17 +417,25 @@ def test_translate_counts_the_given_tokens_in_max_len_and_returns_the_chosen_alo
     rows=st.integers(1, 4),
     length=st.integers(1, 9),
     banned=bans,
-    eos=st.integers(0, 11),
+    ends=st.lists(st.integers(0, 11), min_size=1, max_size=3, unique=True),
+    given=st.integers(1, 9),
 )
 def test_bans_are_transformers_logits_processors(
-    data: st.DataObject, vocab: int, rows: int, length: int, banned: search.Bans, eos: int
+    data: st.DataObject,
+    vocab: int,
+    rows: int,
+    length: int,
+    banned: search.Bans,
+    ends: list[int],
+    given: int,
 ) -> None:
-    """Bans.apply sets -inf where transformers' SuppressTokensLogitsProcessor,
-    MinNewTokensLengthLogitsProcessor (after the decoder's start) and NoRepeatNGramLogitsProcessor
-    do, on the decoder's tokens from its start."""
+    """Bans.ban sets -inf where transformers' SuppressTokensLogitsProcessor,
+    MinNewTokensLengthLogitsProcessor and NoRepeatNGramLogitsProcessor do, on a sequence whose
+    first ``given`` tokens are not counted as chosen (a prompt; a translation's decoder start) and
+    whose ends are ``ends`` (an eos; a language model's stop tokens)."""
     torch = pytest.importorskip("torch")
     processors = pytest.importorskip("transformers.generation.logits_process")
-    eos %= vocab
+    ends, given = sorted({t % vocab for t in ends}), min(given, length)
     sequences = data.draw(
         st.lists(
             st.lists(st.integers(0, vocab - 1), min_size=length, max_size=length),
@@ -399,11 +445,12 @@ def test_bans_are_transformers_logits_processors(
     )
     scores = np.random.default_rng(length).normal(size=(rows, vocab))
     ours = scores.copy()
-    banned.apply(ours, sequences, eos)
+    for row, sequence in enumerate(sequences):
+        banned.ban(ours[row], sequence, length - given, ends)
     ids, theirs = torch.tensor(sequences), torch.tensor(scores)
     chain = [
         processors.SuppressTokensLogitsProcessor([t for t in banned.suppressed if t < vocab]),
-        processors.MinNewTokensLengthLogitsProcessor(1, banned.min_len, eos),
+        processors.MinNewTokensLengthLogitsProcessor(given, banned.min_len, ends),
     ]
     if banned.no_repeat_ngram:
         chain.append(processors.NoRepeatNGramLogitsProcessor(banned.no_repeat_ngram))

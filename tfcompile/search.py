@@ -33,19 +33,55 @@ class Decoder(Protocol):
 
 
 @dataclass(frozen=True)
+class Bans:
+    """What a sequence may not take next, as transformers' generate() bans it: the ``suppressed``
+    tokens ever (suppress_tokens, bad_words_ids of one token); its ends (the eos, a language
+    model's stop tokens) while it has chosen fewer than ``min_len`` tokens (min_new_tokens); a
+    token that would make an n-gram of ``no_repeat_ngram`` tokens it holds already
+    (no_repeat_ngram_size; 0: none)."""
+
+    suppressed: tuple[int, ...] = ()
+    min_len: int = 0
+    no_repeat_ngram: int = 0
+
+    def ban(self, scores: np.ndarray, sequence: Sequence[int], chosen: int, ends: Sequence[int]) -> None:
+        """scores (V,), in place: -inf at each token that may not follow ``sequence`` (every token
+        the n-grams count: a prompt's, or the decoder's from its first), ``chosen`` of which
+        count toward ``min_len``, whose ``ends`` it bans."""
+        width = len(scores)
+        scores[[t for t in self.suppressed if t < width]] = -np.inf
+        if chosen < self.min_len:
+            scores[[t for t in ends if t < width]] = -np.inf
+        n, tokens = self.no_repeat_ngram, np.asarray(sequence, dtype=np.int64)
+        if n and len(tokens) >= n:
+            followers = tokens[n - 1 :]  # the token after each earlier (n - 1)-gram
+            if n > 1:
+                heads = np.lib.stride_tricks.sliding_window_view(tokens[:-1], n - 1)
+                followers = followers[(heads == tokens[len(tokens) - n + 1 :]).all(axis=1)]
+            scores[followers[followers < width]] = -np.inf
+
+    def __bool__(self) -> bool:
+        return bool(self.suppressed or self.min_len or self.no_repeat_ngram)
+
+
+NO_BANS = Bans()
+
+
+@dataclass(frozen=True)
 class Sampling:
     """How a row picks its next token: greedy at temperature 0 (or below GREEDY_BELOW); otherwise
     from the softmax of the logits over ``temperature``, filtered by top-k and top-p, drawn with
     its own ``seed`` (row r of a batch asked for with one seed draws with seed + r, so a prompt
     gives the same tokens whatever else shares its batch). Before either, the logits of the
     tokens the row holds already are penalised by ``repetition_penalty`` (``penalise_repeats``;
-    1: not)."""
+    1: not), and what ``bans`` bans is set to -inf (its min_len counting the row's new tokens)."""
 
     temperature: float = 1.0
     top_k: int | None = None
     top_p: float | None = None
     seed: int | None = None
     repetition_penalty: float = 1.0
+    bans: Bans = NO_BANS
 
 
 GREEDY = Sampling(temperature=0.0)
@@ -93,48 +129,6 @@ def sample_next(
     return np.array([r.choice(len(p), p=p) for r, p in zip(rngs, probs, strict=True)])
 
 
-# Sets to -inf, in place, the logits (B, V) of what each row may not choose next, given the tokens
-# each has chosen so far.
-Forbid = Callable[[np.ndarray, list[list[int]]], None]
-
-
-@dataclass(frozen=True)
-class Bans:
-    """What a translation may not choose, as transformers' generate() bans it: the ``suppressed``
-    tokens ever (suppress_tokens, bad_words_ids of one token); the eos while fewer than
-    ``min_len`` tokens follow the decoder's first (min_new_tokens); a token that would make an
-    n-gram of ``no_repeat_ngram`` tokens the sequence holds already, its first token included
-    (no_repeat_ngram_size; 0: none)."""
-
-    suppressed: tuple[int, ...] = ()
-    min_len: int = 0
-    no_repeat_ngram: int = 0
-
-    def apply(self, scores: np.ndarray, sequences: Sequence[Sequence[int]], eos: int) -> None:
-        """scores (n, V), in place: -inf at each next token sequence i (the decoder's tokens from
-        its first) may not take."""
-        width = scores.shape[1]
-        scores[:, [t for t in self.suppressed if t < width]] = -np.inf
-        n = self.no_repeat_ngram
-        for row, sequence in enumerate(sequences):
-            if len(sequence) - 1 < self.min_len:
-                scores[row, eos] = -np.inf
-            if n and len(sequence) >= n:
-                last = tuple(sequence[len(sequence) - n + 1 :])  # the n-1 tokens a next one extends
-                repeats = {
-                    sequence[i + n - 1]
-                    for i in range(len(sequence) - n + 1)
-                    if tuple(sequence[i : i + n - 1]) == last
-                }
-                scores[row, [t for t in repeats if t < width]] = -np.inf
-
-    def __bool__(self) -> bool:
-        return bool(self.suppressed or self.min_len or self.no_repeat_ngram)
-
-
-NO_BANS = Bans()
-
-
 def generate(
     decoder: Decoder,
     prompt: np.ndarray,
@@ -144,15 +138,13 @@ def generate(
     context: int | None = None,
     prompt_mask: np.ndarray | None = None,
     on_step: Callable[[dict[int, int]], Iterable[int]] | None = None,
-    forbid: Forbid | None = None,
 ) -> list[list[int]]:
     """prompt (B, P) -> each row's new tokens, at most ``max_new_tokens`` (one count, or one per
     row); a row ends at its first token in ``stop``, which is returned as its last. ``sampling``:
     one for every row (rows then draw with seed, seed + 1, ...), or one per row. ``prompt_mask``
     (B, P) marks the real tokens of padded prompts (None: all are real). ``on_step`` sees each
     step's new token of every row still going and returns the rows to end there (a stop string,
-    a client gone). ``forbid`` bans tokens each step (see ``Forbid``). Rows are independent: each
-    generates what it would alone.
+    a client gone). Rows are independent: each generates what it would alone.
 
     With ``context``, the model reads at most that many tokens: once the sequence is longer, each
     step re-reads its last ``context`` tokens from an empty cache (as nanoGPT samples), which costs
@@ -164,7 +156,7 @@ def generate(
         rows = [replace(sampling, seed=seed) for seed in seeds]
     else:
         rows = list(sampling)
-    running = Batch(stop, context, forbid)
+    running = Batch(stop, context)
     keys = running.join(decoder, prompt, prompt_mask, limits, rows)
     while running:
         stepped = running.sample()
@@ -209,13 +201,10 @@ class Batch:
     and runs the decoder on the others' new tokens. ``ids`` (B, W) holds every row's tokens
     left-padded to the longest, ``mask`` (B, W) its real ones (None: none is padding); the
     decoder's cache holds the last min(W, context) columns, ``logits`` (B, V) what follows them.
-    Columns that are padding in every row are dropped when the decoder can (``Joinable``);
-    ``forbid`` bans tokens before each step's choice (see ``Forbid``)."""
+    Columns that are padding in every row are dropped when the decoder can (``Joinable``)."""
 
-    def __init__(
-        self, stop: Sequence[int] = (), context: int | None = None, forbid: Forbid | None = None
-    ) -> None:
-        self.stop, self.context, self.forbid = tuple(stop), context, forbid
+    def __init__(self, stop: Sequence[int] = (), context: int | None = None) -> None:
+        self.stop, self.context = tuple(stop), context
         self.finished: dict[int, list[int]] = {}  # an ended row's tokens by key, for the caller
         self.next_key = 0
         self._empty()
@@ -288,14 +277,19 @@ class Batch:
             groups.setdefault(options, []).append(r)
         tokens = np.zeros(len(self.rows), dtype=np.int64)
         logits = self.logits
-        penalised = [r for r, row in enumerate(self.rows) if row.sampling.repetition_penalty != 1]
-        if self.forbid is not None or penalised:
+        changed = [
+            r for r, row in enumerate(self.rows) if row.sampling.repetition_penalty != 1 or row.sampling.bans
+        ]
+        if changed:
             logits = logits.copy()
-        for r in penalised:  # over each row's real tokens: its prompt and what it has chosen
-            ids = self.ids[r] if self.mask is None else self.ids[r][self.mask[r].astype(bool)]
-            penalise_repeats(logits[r], ids, self.rows[r].sampling.repetition_penalty)
-        if self.forbid is not None:
-            self.forbid(logits, [row.tokens for row in self.rows])
+        for r in changed:  # over each row's real tokens: its prompt and what it has chosen
+            row, ids = (
+                self.rows[r],
+                self.ids[r] if self.mask is None else self.ids[r][self.mask[r].astype(bool)],
+            )
+            if row.sampling.repetition_penalty != 1:
+                penalise_repeats(logits[r], ids, row.sampling.repetition_penalty)
+            row.sampling.bans.ban(logits[r], ids, len(row.tokens), self.stop)
         for (temperature, top_k, top_p), members in groups.items():
             rows = slice(None) if len(members) == len(self.rows) else members  # a view, no copy
             generators = [self.rows[r].rng for r in members]
@@ -396,18 +390,13 @@ def translate(
     chooses a token; it holds at most ``max_len`` tokens after the first, ``start``'s included
     (transformers' max_new_tokens). With ``forced_eos`` the last of them is ``eos``
     (transformers' forced_eos_token_id): a translation that reaches the limit ends a token
-    sooner. No token ``bans`` bans is chosen."""
+    sooner. No token ``bans`` bans is chosen (its min_len counting ``start``'s after the first)."""
     limit = max(max_len - (len(start) - 1), 0)
     if beam == 1:
         first = np.tile(np.array(start, dtype=np.int64), (rows, 1))
         chosen = max(limit - 1, 0) if forced_eos else limit
-
-        def forbid(logits: np.ndarray, tokens: list[list[int]]) -> None:
-            bans.apply(logits, [[*start, *row] for row in tokens], eos)
-
-        decoded = generate(
-            decoder_for(None), first, chosen, GREEDY, stop=(eos,), forbid=forbid if bans else None
-        )
+        given = replace(bans, min_len=max(bans.min_len - (len(start) - 1), 0))
+        decoded = generate(decoder_for(None), first, chosen, replace(GREEDY, bans=given), stop=(eos,))
         return [strip_stop(tokens, (eos,)) for tokens in decoded]
     return [
         beam_search(decoder_for(row), start, eos, limit, beam, scoring, forced_eos, bans)
@@ -475,7 +464,8 @@ class FairseqBeam:
                         (length_normalised(score + float(log_probs[row, eos]), len(words), alpha), words)
                     )
                 break
-            bans.apply(log_probs, [[*start, *words] for _, words in hypotheses], eos)
+            for row, (_, words) in enumerate(hypotheses):
+                bans.ban(log_probs[row], [*start, *words], len(start) - 1 + len(words), (eos,))
             scores = np.array([s for s, _ in hypotheses])[:, None] + log_probs  # (n, V)
             order = np.argsort(-scores, axis=None, kind="stable")[: min(2 * beam, scores.size)]
             survivors: list[tuple[float, list[int], int]] = []
@@ -540,7 +530,8 @@ class TransformersBeam:
         logits = decoder.step(np.array([start], dtype=np.int64), None)
         for step in range(max_len):
             log_probs = log_softmax(logits)[rows]  # (beam, V)
-            bans.apply(log_probs, [[*start, *words] for words in hypotheses], eos)
+            for row, words in enumerate(hypotheses):
+                bans.ban(log_probs[row], [*start, *words], given + len(words), (eos,))
             last = step == max_len - 1
             if forced_eos and last:
                 log_probs[:] = -np.inf
