@@ -1,14 +1,21 @@
 """The causal-LM objective, and sampling through the shared search."""
 
+import json
+import shutil
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 from helpers import tiny_model
 
+from tfcompile.errors import ExportError
 from tfcompile.models import DecoderLM
 from tfcompile.search import sample_next
-from tfcompile.tasks.causal_lm import IGNORE_INDEX, causal_lm_loss, generate
+from tfcompile.spec.schema import CausalLMTask
+from tfcompile.tasks.causal_lm import IGNORE_INDEX, bans, causal_lm_loss, generate
+from tfcompile.train import load_run_spec, load_trained_model
 
 
 def test_loss_ignores_padding_targets() -> None:
@@ -74,3 +81,90 @@ def test_temperature_scales_logits(temperature: float) -> None:
     p0 = (sample_next(logits, temperature, rng=np.random.default_rng(0)) == 0).mean()
     expected = 1 / (1 + np.exp(-2.0 / temperature))
     assert p0 == pytest.approx(expected, abs=0.03)
+
+
+def banned_run(run: Path, to: Path, overrides: list[str]) -> Path:
+    """A copy of a run whose spec's task says ``overrides``."""
+    from tfcompile.spec import dump_spec, load_spec
+
+    shutil.copytree(run, to)
+    spec = load_spec(to / "spec.yaml", overrides)
+    (to / "spec.yaml").write_text(dump_spec(spec))
+    return to
+
+
+def test_the_tasks_bans_reach_the_manifest_and_the_bundle_generates_as_pytorch_does(
+    char_bundle: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """task.suppressed_tokens (strings of the run's tokenizer), min_new_tokens and
+    no_repeat_ngram_size: the manifest gives them as ids; the bundle's greedy generation (a batch
+    with a padded row) chooses PyTorch's tokens under the same bans, and `tfcompile sample` too,
+    which differ from the plain ones; the bundle ends no text at its stop token (the token the
+    bans would choose first) before min_new_tokens; a token the tokenizer lacks or a stop token
+    among the suppressed fails the export by name."""
+    from tfcompile.cli import main
+    from tfcompile.export import Source, export_bundle
+    from tfcompile.runtime import LanguageModel, load
+    from tfcompile.search import Bans
+
+    plain = load(char_bundle)
+    assert isinstance(plain, LanguageModel) and plain.tokenizer is not None
+    vocab = plain.tokenizer.get_vocab()
+    _, trained = load_trained_model(char_bundle.parent / "run", "last")
+    assert isinstance(trained, DecoderLM)
+    prompts = [plain.tokenizer.encode(text).ids for text in ("the", "ROMEO:\nthe the")]
+    banned = Bans((vocab["e"], vocab[" "]), 0, 2)
+    first = int(generate(trained, torch.tensor([prompts[0]]), 1, temperature=0, bans=banned)[0, -1])
+    stop = plain.tokenizer.id_to_token(first)
+    overrides = [f"task.stop_tokens=[{json.dumps(stop)}]", "task.suppressed_tokens=[e, ' ']"]
+    overrides += ["task.min_new_tokens=5", "task.no_repeat_ngram_size=2"]
+    run = banned_run(char_bundle.parent / "run", tmp_path / "run", overrides)
+    export_bundle(None, Source(run=run), tmp_path / "bundle")
+    model = load(tmp_path / "bundle")
+    assert isinstance(model, LanguageModel)
+    g = model.generation
+    assert (g.suppressed_ids, g.min_new_tokens, g.no_repeat_ngram_size) == ([vocab["e"], vocab[" "]], 5, 2)
+    assert g.stop_token_ids == [first]
+    for prompt in prompts:
+        ours = model.generate(np.array([prompt]), 24, temperature=0, stop=False)
+        pytorch = generate(trained, torch.tensor([prompt]), 24, temperature=0, bans=banned)
+        assert ours.tolist() == pytorch.tolist()
+        assert ours.tolist() != plain.generate(np.array([prompt]), 24, temperature=0, stop=False).tolist()
+    width = len(prompts[1])
+    padded = [[0] * (width - len(prompts[0])) + prompts[0], prompts[1]]
+    mask = [[0] * (width - len(prompts[0])) + [1] * len(prompts[0]), [1] * width]
+    batch = model.generate(np.array(padded), 24, temperature=0, attention_mask=np.array(mask), stop=False)
+    alone = model.generate(np.array([prompts[0]]), 24, temperature=0, stop=False)
+    assert batch[0, width - len(prompts[0]) :].tolist() == alone[0].tolist()
+    assert model.generate(np.array([prompts[0]]), 24, temperature=0, min_new_tokens=0).tolist() == [
+        [*prompts[0], first]
+    ]
+    new = model.generate(np.array([prompts[0]]), 24, temperature=0)[0, len(prompts[0]) :].tolist()
+    assert first not in new[:5] and len(new) > 5
+    assert main(["sample", str(run), "--prompt", "the", "--max-new-tokens", "24", "--temperature", "0"]) == 0
+    assert capsys.readouterr().out == model.generate_text("the", 24, temperature=0, stop=False) + "\n"
+    bad = banned_run(run, tmp_path / "bad", ["task.suppressed_tokens=[e, Ω]"])
+    with pytest.raises(ExportError, match="'Ω' is no token"):
+        export_bundle(None, Source(run=bad), tmp_path / "out")
+    spec = load_run_spec(run)
+    assert isinstance(spec.task, CausalLMTask)
+    with pytest.raises(ExportError, match=rf"holds the stop token ids \[{vocab['e']}\] \(the eos"):
+        bans(spec.task, run, [vocab["e"]], ExportError)  # an eos the spec's tokens: section names
+
+
+@pytest.mark.parametrize(
+    ("task", "field"),
+    [
+        ("stop_tokens: [a], suppressed_tokens: [b, a]", "suppressed_tokens"),
+        ("max_new_tokens: 4, min_new_tokens: 5", "min_new_tokens"),
+        ("no_repeat_ngram_size: -1", "no_repeat_ngram_size"),
+        ("suppressed_tokens: [a, b, a]", "suppressed_tokens"),
+    ],
+)
+def test_a_bad_ban_is_located(task: str, field: str) -> None:
+    from tfcompile.spec import SpecError, parse_spec
+
+    model = "model: {family: decoder, vocab_size: 20, d_model: 16, n_layers: 1, n_heads: 2, max_seq_len: 8}"
+    with pytest.raises(SpecError) as error:
+        parse_spec(f"{model}\ntask: {{type: causal_lm, {task}}}\n")
+    assert [issue.path for issue in error.value.issues] == [f"task.{field}"]

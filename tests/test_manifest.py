@@ -266,6 +266,24 @@ DAMAGE: dict[str, tuple[str, Any, dict[str, Any], str]] = {
         {},
         r"generation\.stop_token_ids is 999",
     ),
+    "a suppressed id past the vocabulary": (
+        "char",
+        lambda m: m["generation"].update(suppressed_ids=[3, 999]),
+        {},
+        r"generation\.suppressed_ids is 999",
+    ),
+    "a stop token suppressed": (
+        "char",
+        lambda m: m["generation"].update(stop_token_ids=[3, 5], suppressed_ids=[5]),
+        {},
+        r"generation\.suppressed_ids holds the stop tokens \[5\]",
+    ),
+    "a negative min_new_tokens": (
+        "char",
+        lambda m: m["generation"].update(min_new_tokens=-1),
+        {},
+        r"generation\.min_new_tokens",
+    ),
     "a cache naming no input": (
         "char",
         lambda m: m["graphs"]["step"]["cache"]["past"].__setitem__(0, "nope"),

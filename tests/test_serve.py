@@ -133,6 +133,41 @@ def test_a_repetition_penalty_is_the_runtimes(server: BackgroundServer, client: 
     assert expected != [new_text(lm, p, max_new_tokens=20, temperature=0) for p in PROMPTS[:2]]
 
 
+def test_min_tokens_is_the_runtimes_min_new_tokens(char_bundle: Path, tmp_path: Path) -> None:
+    """vLLM's min_tokens (an extra field of the request): the runtime's greedy text under the same
+    min_new_tokens, which keeps a stop token from ending the text before it; here the stop token
+    is the first one greedy generation chooses, so that without min_tokens the text is empty."""
+    import shutil
+
+    from tfcompile.runtime import load
+
+    bundle = shutil.copytree(char_bundle, tmp_path / "stops")
+    plain = load(char_bundle)
+    assert isinstance(plain, LanguageModel)
+    first = int(plain.generate(np.array([plain.encode(["ROMEO:"])[0].ids]), 1, temperature=0)[0, -1])
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    manifest["generation"]["stop_token_ids"] = [first]
+    (bundle / "manifest.json").write_text(json.dumps(manifest))
+    with BackgroundServer({"stops": bundle}, Settings(max_wait_ms=5)) as server:
+        client = openai.OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0)
+        lm = model(server, "stops")
+        texts = []
+        for extra in ({}, {"min_tokens": 6}):
+            r = client.completions.create(
+                model="stops", prompt="ROMEO:", max_tokens=20, temperature=0, extra_body=extra
+            )
+            expected = new_text(
+                lm, "ROMEO:", max_new_tokens=20, temperature=0, min_new_tokens=extra.get("min_tokens")
+            )
+            assert r.choices[0].text == expected and r.choices[0].finish_reason == "stop"
+            texts.append(expected)
+        assert texts[0] == "" and len(texts[1]) >= 6
+        bad = httpx.post(
+            f"{server.url}/v1/completions", json={"model": "stops", "prompt": "a", "min_tokens": -1}
+        )
+        assert bad.status_code == 400 and "min_tokens" in bad.text
+
+
 def test_a_stream_is_the_whole_answer_in_pieces(client: Any, streaming: Any) -> None:
     whole = client.completions.create(model="char", prompt=PROMPTS, max_tokens=15, temperature=0, echo=True)
     chunks = list(

@@ -245,7 +245,8 @@ def _sample(args: argparse.Namespace) -> int:
 
     from tfcompile.data import encode, load_tokenizer
     from tfcompile.models import DecoderLM
-    from tfcompile.tasks.causal_lm import generate
+    from tfcompile.search import NO_BANS
+    from tfcompile.tasks.causal_lm import bans, generate
     from tfcompile.train import load_trained_model
 
     run_dir = Path(args.run)
@@ -265,6 +266,8 @@ def _sample(args: argparse.Namespace) -> int:
     penalty = args.repetition_penalty
     if penalty is None:  # the spec's default, as the bundle's
         penalty = spec.task.repetition_penalty if isinstance(spec.task, CausalLMTask) else 1.0
+    # The spec's bans, as the bundle's (sample ends at no stop token: min_new_tokens bans none).
+    banned = bans(spec.task, tokenizer, (), UsageError) if isinstance(spec.task, CausalLMTask) else NO_BANS
     ids = generate(
         model,
         torch.tensor([prompt]),
@@ -275,6 +278,7 @@ def _sample(args: argparse.Namespace) -> int:
         emitted=tokenizer.get_vocab_size(),
         seed=args.seed,
         repetition_penalty=penalty,
+        bans=banned,
     )
     print(tokenizer.decode(ids[0].tolist()))
     return 0

@@ -163,7 +163,14 @@ class GenerationInfo(Part):
     ``context_length`` tokens from an empty cache (a window that slides: a full pass a token). A
     left-padded batch may slide every row at once, as soon as its longest row is past the context
     (the last ``context_length`` columns of the ids and the mask): each row reads what it would
-    alone."""
+    alone.
+
+    Bans (transformers' logits processors of the same names), after the repetition penalty and
+    before greedy or sampling: a token's logit is set to -inf if it is in ``suppressed_ids``; if
+    it is a stop token and the row has generated fewer than ``min_new_tokens`` tokens; or if,
+    with ``no_repeat_ngram_size`` n > 0, the row's tokens (its whole prompt's, not only the
+    context's, and those generated) with it after them would end in n tokens that occur in that
+    order earlier in them."""
 
     context_length: Count
     stop_token_ids: Annotated[list[TokenId], Field(max_length=MAX_STOP_TOKENS + 1)]
@@ -192,6 +199,15 @@ class GenerationInfo(Part):
             "prompt's real tokens and those generated) is divided by it where positive and multiplied by "
             "it where negative, in float32, once per token (transformers' repetition_penalty); 1: none",
         )
+    )
+    min_new_tokens: Annotated[StrictInt, Field(ge=0, le=MAX_NEW_TOKENS)] = Field(
+        0, description="no stop token is chosen before a row has this many new tokens; 0 by default"
+    )
+    no_repeat_ngram_size: Annotated[StrictInt, Field(ge=0, le=MAX_NEW_TOKENS)] = Field(
+        0, description="no n-gram of this many tokens repeats in a row's tokens; 0 (no ban) by default"
+    )
+    suppressed_ids: Annotated[list[TokenId], Field(max_length=MAX_SUPPRESSED_TOKENS)] = Field(
+        [], description="tokens never generated; none by default"
     )
 
 
@@ -456,6 +472,11 @@ class Manifest(Part):
                 f"choose within max_decode_len ({t.max_decode_len}) and model.max_seq_len - 1 "
                 f"({self.model.max_seq_len - 1})"
             )
+        g = self.generation
+        if g is not None and (stopped := sorted(set(g.stop_token_ids) & set(g.suppressed_ids))):
+            raise ValueError(
+                f"generation.suppressed_ids holds the stop tokens {stopped}, which then never end a text"
+            )
         if self.model.vocab_size is not None:
             for field, i in self._token_ids():
                 if i >= self.model.vocab_size:
@@ -471,6 +492,7 @@ class Manifest(Part):
             ]
         if self.generation is not None:
             ids += [("generation.stop_token_ids", i) for i in self.generation.stop_token_ids]
+            ids += [("generation.suppressed_ids", i) for i in self.generation.suppressed_ids]
         if self.translation is not None:
             t = self.translation
             ids += [("translation.start_id", t.start_id), ("translation.stop_id", t.stop_id)]

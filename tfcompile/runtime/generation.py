@@ -134,16 +134,18 @@ class LanguageModel(Bundle):
         attention_mask: Any | None = None,
         stop: bool = True,
         repetition_penalty: float | None = None,
+        min_new_tokens: int | None = None,
     ) -> np.ndarray:
         """input_ids (batch, prompt) [+ attention_mask, 0 at left padding] -> (batch, prompt + n): each
         row's prompt and its new tokens, up to ``max_new_tokens``; a row that reached a stop token
         (with ``stop``) ends with it and is filled out with the pad id. Options left out take the
-        manifest's generation defaults. Rows generate what they would alone; past the context,
-        each step reads the last ``max_seq_len`` tokens."""
+        manifest's generation defaults; its bans apply (``min_new_tokens`` may be set per call).
+        Rows generate what they would alone; past the context, each step reads the last
+        ``max_seq_len`` tokens."""
         ids = inputs.token_ids(input_ids, self.vocab_size, None)  # past the context, generation slides
         mask = None if attention_mask is None else self._mask(attention_mask, ids.shape)
         count = self.max_new_tokens(max_new_tokens)
-        rows = self.sampling(len(ids), temperature, top_k, top_p, seed, repetition_penalty)
+        rows = self.sampling(len(ids), temperature, top_k, top_p, seed, repetition_penalty, min_new_tokens)
         new = self.generate_batch(
             ids,
             mask,
@@ -168,6 +170,7 @@ class LanguageModel(Bundle):
         stop: bool = True,
         use_cache: bool = True,
         repetition_penalty: float | None = None,
+        min_new_tokens: int | None = None,
     ) -> str: ...
 
     @overload
@@ -182,6 +185,7 @@ class LanguageModel(Bundle):
         stop: bool = True,
         use_cache: bool = True,
         repetition_penalty: float | None = None,
+        min_new_tokens: int | None = None,
     ) -> list[str]: ...
 
     def generate_text(
@@ -195,12 +199,15 @@ class LanguageModel(Bundle):
         stop: bool = True,
         use_cache: bool = True,
         repetition_penalty: float | None = None,
+        min_new_tokens: int | None = None,
     ) -> str | list[str]:
         """A prompt (or a list of prompts, generated as one batch) -> the prompt and its
         continuation, decoded; generation ends at a stop token, which is not shown."""
         encodings = self.encode(inputs.texts("prompt", prompt))
         count = self.max_new_tokens(max_new_tokens)
-        rows = self.sampling(len(encodings), temperature, top_k, top_p, seed, repetition_penalty)
+        rows = self.sampling(
+            len(encodings), temperature, top_k, top_p, seed, repetition_penalty, min_new_tokens
+        )
         new = self.generate_prompts(
             [e.ids for e in encodings],
             [count] * len(encodings),
@@ -226,9 +233,10 @@ class LanguageModel(Bundle):
         top_p: Any = None,
         seed: Any = None,
         repetition_penalty: Any = None,
+        min_new_tokens: Any = None,
     ) -> list[search.Sampling]:
-        """Checked sampling options for ``rows`` rows, the manifest's defaults where None; row r
-        draws with seed + r."""
+        """Checked sampling options for ``rows`` rows, the manifest's defaults where None, with the
+        manifest's bans; row r draws with seed + r."""
         g = self.generation
         t, k, p, penalty = inputs.sampling(
             g.temperature if temperature is None else temperature,
@@ -236,8 +244,12 @@ class LanguageModel(Bundle):
             g.top_p if top_p is None else top_p,
             g.repetition_penalty if repetition_penalty is None else repetition_penalty,
         )
+        least = inputs.count("min_new_tokens", g.min_new_tokens if min_new_tokens is None else min_new_tokens)
+        bans = search.Bans(tuple(g.suppressed_ids), least, g.no_repeat_ngram_size)
         first = inputs.seed(seed)
-        return [search.Sampling(t, k, p, None if first is None else first + r, penalty) for r in range(rows)]
+        return [
+            search.Sampling(t, k, p, None if first is None else first + r, penalty, bans) for r in range(rows)
+        ]
 
     def generate_prompts(
         self,

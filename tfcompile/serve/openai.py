@@ -28,7 +28,7 @@ from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from tfcompile.errors import InputError
-from tfcompile.manifest import REPETITION_PENALTIES
+from tfcompile.manifest import MAX_NEW_TOKENS, REPETITION_PENALTIES
 from tfcompile.runtime import LanguageModel
 from tfcompile.serve.app import FieldError, Served, Settings, error_body, log, outcome
 from tfcompile.serve.engine import Finished, GenerationRow, Job, stop_text, text_of
@@ -72,6 +72,13 @@ class CompletionRequest(BaseModel):
         description="vLLM's and transformers' (not OpenAI's): the logit of a token the text holds already "
         "divided by it where positive, multiplied where negative; default: the bundle's",
     )
+    min_tokens: int | None = Field(
+        None,
+        ge=0,
+        le=MAX_NEW_TOKENS,
+        description="vLLM's (not OpenAI's): no stop token ends a text before it has this many tokens "
+        "(a stop string may); default: the bundle's min_new_tokens",
+    )
     presence_penalty: Literal[0] | None = None
     frequency_penalty: Literal[0] | None = None
     logit_bias: Annotated[dict[str, float], Field(max_length=0)] | None = None
@@ -114,7 +121,13 @@ async def completions(body: CompletionRequest, request: Request) -> dict | Strea
     stops = _stops(body.stop)
     prompts = await _prompts(model, given, limit)
     samplings = model.sampling(
-        len(prompts) * n, body.temperature, body.top_k, body.top_p, body.seed, body.repetition_penalty
+        len(prompts) * n,
+        body.temperature,
+        body.top_k,
+        body.top_p,
+        body.seed,
+        body.repetition_penalty,
+        body.min_tokens,
     )
     rows = [
         GenerationRow(prompt, max_tokens, sampling, stops)

@@ -1665,9 +1665,40 @@ class CausalLMTask(TaskSection):
             "already divided by it where positive, multiplied where negative (transformers'); 1: none",
         )
     )
+    min_new_tokens: Annotated[int, Field(strict=True, ge=0, le=MAX_NEW_TOKENS)] = Field(
+        0,
+        description="generation's default least new tokens: no stop token ends a text before it has "
+        "generated this many (transformers' min_new_tokens); 0: any length",
+    )
+    no_repeat_ngram_size: Annotated[int, Field(strict=True, ge=0, le=MAX_NEW_TOKENS)] = Field(
+        0,
+        description="no n-gram of this many tokens occurs twice in a text, its prompt included "
+        "(transformers' no_repeat_ngram_size); 0: no such ban",
+    )
+    suppressed_tokens: Annotated[TokenStrings, Field(max_length=MAX_SUPPRESSED_TOKENS)] = Field(
+        [],
+        description="tokens generation never chooses, each one token of the run's tokenizer "
+        "(transformers' suppress_tokens and bad_words_ids of one token); none by default",
+    )
 
     def reserved_tokens(self) -> tuple[str, ...]:
         return CAUSAL_LM_TOKENS if self.special_tokens else ()
+
+    def check(self, model: Any, rules: Rules) -> None:
+        stopped = [t for t in self.suppressed_tokens if t in self.stop_tokens]
+        rules.require(
+            not stopped,
+            ("task", "suppressed_tokens"),
+            f"holds the stop tokens {stopped}, which would then never end a text",
+            "leave them out of one of task.stop_tokens and task.suppressed_tokens",
+        )
+        rules.require(
+            self.min_new_tokens <= self.max_new_tokens,
+            ("task", "min_new_tokens"),
+            f"must be at most task.max_new_tokens ({self.max_new_tokens}), found {self.min_new_tokens}: no "
+            f"text would end at a stop token by default",
+            f"lower it to {self.max_new_tokens} or below, or raise task.max_new_tokens",
+        )
 
     def head_parameters(self, model: Any) -> int:
         return model.lm_head_parameters()

@@ -3,7 +3,7 @@ generation through the shared search (tfcompile.search)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -16,6 +16,7 @@ from torch.utils.checkpoint import checkpoint
 
 from tfcompile import search
 from tfcompile.data import DataError, check_fits_context, lm_batch, prepare_corpus
+from tfcompile.errors import ExportError
 from tfcompile.graphs.export import Graph, export_decoder, export_decoder_fixed_step, export_decoder_step
 from tfcompile.graphs.parity import check_decoder_parity, check_fixed_step_parity, check_step_parity
 from tfcompile.manifest import GenerationInfo, TokenizerInfo
@@ -127,13 +128,20 @@ class LanguageModelling(Task):
     @classmethod
     def manifest(cls, spec: Spec, tokenizer: TokenizerInfo | None, run: Path | None) -> dict[str, Any]:
         """Generation stops at the eos and the task's stop_tokens (ids of the run's tokenizer), with
-        the task's generation defaults."""
+        the task's generation defaults and bans."""
         eos = tokenizer.special_tokens.get("eos") if tokenizer is not None else None
         stops = [eos.id] if eos is not None else []
         assert isinstance(spec.task, CausalLMTask)
         stops += [i for i in listed_token_ids(spec.task, "stop_tokens", run) if i not in stops]
-        defaults = {name: getattr(spec.task, name) for name in DEFAULTS}
-        generation = GenerationInfo(context_length=spec.model.max_seq_len, stop_token_ids=stops, **defaults)
+        banned = bans(spec.task, run, stops, ExportError)
+        generation = GenerationInfo(
+            context_length=spec.model.max_seq_len,
+            stop_token_ids=stops,
+            **{name: getattr(spec.task, name) for name in DEFAULTS},
+            min_new_tokens=banned.min_len,
+            no_repeat_ngram_size=banned.no_repeat_ngram,
+            suppressed_ids=list(banned.suppressed),
+        )
         return {"generation": generation}
 
     def __init__(self, spec: Spec, cache_dir: Path, tokenizer: Tokenizer | None = None) -> None:
@@ -213,6 +221,22 @@ class TorchDecoder:
         self.cache = None
 
 
+def bans(
+    task: CausalLMTask, tokenizer: Path | Tokenizer | None, stops: Sequence[int], error: type[Exception]
+) -> search.Bans:
+    """What the task bans its texts (the manifest's, export-hf's and ``tfcompile sample``'s): its
+    suppressed tokens (ids of the run's ``tokenizer``), min_new_tokens and no_repeat_ngram_size;
+    ``error`` names a suppressed token the tokenizer lacks, or a stop token (``stops``, the eos's
+    and the task's ids) among them."""
+    suppressed = listed_token_ids(task, "suppressed_tokens", tokenizer, error)
+    if stopping := [i for i in suppressed if i in stops]:
+        raise error(
+            f"task.suppressed_tokens holds the stop token ids {stopping} (the eos, or task.stop_tokens), "
+            f"which would then never end a text: leave them out (max_new_tokens limits a text's length)"
+        )
+    return search.Bans(tuple(suppressed), task.min_new_tokens, task.no_repeat_ngram_size)
+
+
 def generate(
     model: DecoderLM,
     ids: torch.Tensor,
@@ -223,11 +247,12 @@ def generate(
     seed: int | None = None,
     emitted: int | None = None,
     repetition_penalty: float = 1.0,
+    bans: search.Bans = search.NO_BANS,
 ) -> torch.Tensor:
     """ids (B, T) -> (B, T + max_new_tokens): the shared search over the PyTorch model, reading at
     most the model's max_seq_len last tokens (no stop token: every row gets all its tokens), never
-    an id of ``emitted`` (the tokenizer's size) or more."""
-    sampling = search.Sampling(temperature, top_k, top_p, seed, repetition_penalty)
+    an id of ``emitted`` (the tokenizer's size) or more, nor one ``bans`` bans."""
+    sampling = search.Sampling(temperature, top_k, top_p, seed, repetition_penalty, bans)
     decoder, context = TorchDecoder(model, emitted), model.spec.max_seq_len
     new = search.generate(decoder, ids.cpu().numpy(), max_new_tokens, sampling, context=context)
     generated = torch.tensor(new, dtype=ids.dtype, device=ids.device).reshape(len(ids), -1)
