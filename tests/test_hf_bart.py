@@ -794,8 +794,8 @@ def test_the_folders_bans_are_the_tasks_and_the_bundle_translates_under_them_as_
 @pytest.mark.parametrize(
     ("fields", "named"),
     [
-        ({"suppress_tokens": [2]}, "suppress_tokens: bans the eos"),
-        ({"bad_words_ids": [[2]]}, "suppress_tokens: bans the eos"),
+        ({"suppress_tokens": [2]}, "suppress_tokens: bans '</s>', which ends a text, so no translation ends"),
+        ({"bad_words_ids": [[2]]}, "suppress_tokens: bans '</s>', which ends a text, so no translation ends"),
         ({"suppress_tokens": "<pad>"}, "suppress_tokens: is '<pad>'"),
         ({"bad_words_ids": [1]}, "bad_words_ids: is \\[1\\]"),
         ({"bad_words_ids": [[]]}, "bad_words_ids: is"),

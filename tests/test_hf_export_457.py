@@ -630,3 +630,43 @@ def _framed(bundle: Any, texts: list[str]) -> tuple[Any, Any]:
         for e in bundle.encode(texts, add_special_tokens=False)
     ]
     return pad_rows(rows, bundle.manifest.padding.pad_id), pad_rows([[1] * len(r) for r in rows], 0)
+
+
+GENERATE_TEXT = r"""
+import json, sys, torch, transformers
+folder, prompt = sys.argv[1], json.loads(sys.argv[2])
+model = transformers.AutoModelForCausalLM.from_pretrained(folder).eval()
+ids = torch.tensor([prompt])
+out = model.generate(ids, attention_mask=torch.ones_like(ids))[0].tolist()
+print(json.dumps([transformers.__version__, out]))
+"""
+
+
+def test_transformers_4_57_bans_what_a_language_models_bundle_bans(tmp_path: Path) -> None:
+    """export-hf's suppress_tokens, min_new_tokens and no_repeat_ngram_size of a language model:
+    transformers 4.57's generate() from the folder, without arguments, gives the bundle's greedy
+    tokens under those bans, which each change them."""
+    import numpy as np
+    from test_hf_generation_settings import BANS, PROMPT, saved
+
+    from tfcompile.cli import main
+    from tfcompile.hf.importer import import_folder
+    from tfcompile.runtime import load
+
+    saved(tmp_path / "hf", 0, do_sample=False, max_new_tokens=16, **BANS)
+    result = import_folder(tmp_path / "hf", "banned", tmp_path / "specs", tmp_path / "runs")
+    assert main(["export", str(result.run_dir), "--out", str(tmp_path / "bundle")]) == 0
+    export_hf(result.run_dir, tmp_path / "out")
+    assert PYTHON is not None
+    done = subprocess.run(
+        [PYTHON, "-c", GENERATE_TEXT, str(tmp_path / "out"), json.dumps(PROMPT[0])],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    version, theirs = json.loads(done.stdout.splitlines()[-1])
+    assert version.startswith("4.57")
+    ours = load(tmp_path / "bundle").generate(np.array(PROMPT))[0].tolist()
+    assert theirs == ours and len(ours) < len(PROMPT[0]) + 16  # ended at its eos, past min_new_tokens

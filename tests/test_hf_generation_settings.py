@@ -239,14 +239,55 @@ def test_a_repetition_penalty_is_the_bundles_default_and_generates_as_generate_d
     assert again[0].tolist() == theirs[0, : eos + 1].tolist()
 
 
+BANS = {"no_repeat_ngram_size": 2, "suppress_tokens": [49], "bad_words_ids": [[53]], "min_new_tokens": 6}
+
+
+@pytest.mark.slow
+def test_bans_are_the_bundles_and_generate_as_generate_does(tmp_path: Path) -> None:
+    """no_repeat_ngram_size, suppress_tokens, one token's bad_words_ids and min_new_tokens, each of
+    which changes what generate() chooses here: the bundle's greedy generation without options
+    (onnxruntime, a padded row too) and export-hf's folder give transformers' generate()."""
+    hf = saved(tmp_path / "hf", 0, do_sample=False, max_new_tokens=16, **BANS)
+    result = import_folder(tmp_path / "hf", "banned", tmp_path / "specs", tmp_path / "runs")
+    task = result.spec.task
+    assert (task.no_repeat_ngram_size, task.min_new_tokens, len(task.suppressed_tokens)) == (2, 6, 2)
+    assert main(["export", str(result.run_dir), "--out", str(tmp_path / "bundle")]) == 0
+    bundle = load(tmp_path / "bundle")
+    assert bundle.generation.suppressed_ids == [49, 53]
+    prompt = torch.tensor(PROMPT)
+    with torch.no_grad():
+        theirs = from_pretrained(tmp_path / "hf").generate(prompt, attention_mask=torch.ones_like(prompt))
+    for name in BANS:  # each ban on its own changes the tokens
+        others = {k: v for k, v in BANS.items() if k != name}
+        assert PROMPT[0] + greedy(hf, 16, **others) != theirs[0].tolist(), name
+    assert bundle.generate(np.array(PROMPT)).tolist() == theirs.tolist()
+    padded = bundle.generate(
+        np.array([[0, 0, *PROMPT[0]], [3, 4, *PROMPT[0]]]),
+        attention_mask=np.array([[0, 0, 1, 1, 1, 1, 1], [1] * 7]),
+    )
+    assert padded[0, 2 : 2 + theirs.shape[1]].tolist() == theirs[0].tolist()
+    export_hf(result.run_dir, tmp_path / "out")
+    written = json.loads((tmp_path / "out" / "generation_config.json").read_text())
+    assert {k: written[k] for k in ("no_repeat_ngram_size", "min_new_tokens", "suppress_tokens")} == {
+        "no_repeat_ngram_size": 2,
+        "min_new_tokens": 6,
+        "suppress_tokens": [49, 53],
+    }
+    with torch.no_grad():
+        again = from_pretrained(tmp_path / "out").generate(prompt, attention_mask=torch.ones_like(prompt))
+    assert again.tolist() == theirs.tolist()
+
+
 def test_generation_settings_a_language_model_does_not_apply_are_warned_of(tmp_path: Path) -> None:
-    """Beam search, n-gram bans and suppressed tokens: generate() applies them, the bundle's
-    generation (a token a step) does not. Sampling settings without do_sample change nothing."""
-    saved(tmp_path / "hf", num_beams=4, no_repeat_ngram_size=3, suppress_tokens=[5], temperature=0.3)
+    """Beam search and min_length (which counts the prompt): generate() applies them, the bundle's
+    generation (a token a step) does not. Sampling settings without do_sample change nothing;
+    bans are applied, and a bad word of several tokens is warned of."""
+    saved(tmp_path / "hf", num_beams=4, min_length=3, bad_words_ids=[[7, 8]], temperature=0.3)
     with pytest.warns(HFWarning) as caught:
         import_folder(tmp_path / "hf", "beams", tmp_path / "specs", tmp_path / "runs")
     said = " ".join(str(w.message) for w in caught)
-    assert "num_beams 4, no_repeat_ngram_size 3, suppress_tokens [5]: generate() applies them" in said
+    assert "min_length 3, num_beams 4: generate() applies them" in said
+    assert "bad words of several tokens [[7, 8]]" in said
     assert "temperature" not in said
 
 
@@ -260,6 +301,10 @@ def test_generation_settings_a_language_model_does_not_apply_are_warned_of(tmp_p
         ({"repetition_penalty": 0}, "repetition_penalty"),
         ({"repetition_penalty": "1.2"}, "repetition_penalty"),
         ({"repetition_penalty": 1e9}, "repetition_penalty"),
+        ({"suppress_tokens": [0]}, "suppress_tokens"),  # the eos
+        ({"bad_words_ids": [[5]], "eos_token_id": [0, 5]}, "suppress_tokens"),  # a stop token
+        ({"no_repeat_ngram_size": -1}, "no_repeat_ngram_size"),
+        ({"min_new_tokens": "3"}, "min_new_tokens"),
     ],
 )
 def test_a_sampling_setting_generate_cannot_take_is_refused_by_field(

@@ -41,6 +41,7 @@ from tfcompile.manifest import DEFAULT_MAX_NEW_TOKENS, DEFAULT_TEMPERATURE
 from tfcompile.sequences import SPECIAL_ROLES
 from tfcompile.spec import Spec
 from tfcompile.spec.schema import CausalLMTask, EncoderSpec, Seq2SeqTask, sliding_layers
+from tfcompile.tasks.causal_lm import bans as text_bans
 from tfcompile.tasks.seq2seq import bans as translation_bans
 from tfcompile.tasks.task import listed_token_ids
 from tfcompile.train.runs import load_trained_model
@@ -144,13 +145,17 @@ def decoding(task: Any) -> dict[str, Any]:
 
 
 def bans(task: Any, run: Path, eos: int | None) -> dict[str, Any]:
-    """A translator's bans (tasks.seq2seq.bans), where it has them, as generation_config.json's
-    fields (what the importer reads back): min_decode_len is min_new_tokens, suppressed_tokens
-    suppress_tokens (ids of the run's tokenizer)."""
-    if not isinstance(task, Seq2SeqTask):
-        return {}
+    """A translator's or a language model's bans (tasks.seq2seq.bans, tasks.causal_lm.bans), where
+    it has them, as generation_config.json's fields (what the importer reads back): min_decode_len
+    or min_new_tokens is min_new_tokens, suppressed_tokens suppress_tokens (ids of the run's
+    tokenizer)."""
     try:
-        banned = translation_bans(task, run, eos, ExportError)
+        if isinstance(task, Seq2SeqTask):
+            banned = translation_bans(task, run, eos, ExportError)
+        elif isinstance(task, CausalLMTask):
+            banned = text_bans(task, run, [] if eos is None else [eos], ExportError)
+        else:
+            return {}
     except ExportError as error:
         raise HFError(f"{run}: suppress_tokens: {error}") from None
     out = {"min_new_tokens": banned.min_len, "no_repeat_ngram_size": banned.no_repeat_ngram}

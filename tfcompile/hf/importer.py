@@ -126,6 +126,14 @@ def import_folder(folder: Path, name: str, specs_dir: Path, runs_dir: Path) -> I
         decoding["stop_tokens"] = stops
     if "temperature" in fields:
         decoding |= sampling_defaults(generation)
+        stops = [tokens["eos"]] if "eos" in tokens else []
+        decoding |= generation_bans(
+            generation,
+            stops + decoding.get("stop_tokens", []),
+            vocabulary,
+            imported.model.get("vocab_size"),
+            decoding.get("max_new_tokens", fields["max_new_tokens"].default),
+        )
         warn_unapplied(
             generation, UNAPPLIED_BY_LANGUAGE_MODELS, "tfcompile's generation does not (one token a step)"
         )
@@ -571,23 +579,55 @@ def decoding_bans(
 ) -> dict[str, Any]:
     """What a translator's files ban generate() from choosing, as the task's fields: min_new_tokens
     (else min_length less the decoder's start) its min_decode_len, at most ``max_decode_len`` (a
-    larger one bans the eos as long); no_repeat_ngram_size; suppress_tokens and the bad_words_ids
-    of one token its suppressed_tokens, as the tokenizer spells them (``vocabulary``). An id past
-    the model's logits (``vocab_size``) is never generated and left out; one the tokenizer cannot
-    name, and bad words of several tokens, are warned of. Refused by field: a value that is no
-    count or list of token ids, and the eos among the suppressed (no translation would end)."""
-    where, fields = generation.where, {}
-    for name in ("min_new_tokens", "min_length", "no_repeat_ngram_size"):
+    larger one bans the eos as long), and ``banned``'s."""
+    fields = counts(generation, ("min_new_tokens", "min_length"))
+    least = min(max(fields["min_new_tokens"], fields["min_length"] - 1), max_decode_len)
+    ends = [tokens["eos"]] if "eos" in tokens else []
+    return ({"min_decode_len": least} if least else {}) | banned(
+        generation, ends, vocabulary, vocab_size, "no translation ends"
+    )
+
+
+def generation_bans(
+    generation: Generation,
+    stops: list[str],
+    vocabulary: dict[int, str],
+    vocab_size: Any,
+    max_new_tokens: int,
+) -> dict[str, Any]:
+    """What a language model's files ban generate() from choosing, as the task's fields: their
+    min_new_tokens, at most ``max_new_tokens`` (the task's default; a larger one bans the stop
+    tokens as long), and ``banned``'s. min_length, which counts the prompt, is warned of
+    (UNAPPLIED_BY_LANGUAGE_MODELS)."""
+    least = min(counts(generation, ("min_new_tokens",))["min_new_tokens"], max_new_tokens)
+    return ({"min_new_tokens": least} if least else {}) | banned(
+        generation, stops, vocabulary, vocab_size, "generation never stops there"
+    )
+
+
+def counts(generation: Generation, names: tuple[str, ...]) -> dict[str, int]:
+    """The files' counts of these names, 0 where unset; refused by field: a value that is no count."""
+    out = {}
+    for name in names:
         value = generation.field(name)[0]
         if value is not None and not count(value):
-            raise refuse(where, [Problem(name, f"is {value!r}, no count", "a count, or 0")])
-        fields[name] = value or 0
+            raise refuse(generation.where, [Problem(name, f"is {value!r}, no count", "a count, or 0")])
+        out[name] = value or 0
+    return out
+
+
+def banned(
+    generation: Generation, ends: list[str], vocabulary: dict[int, str], vocab_size: Any, why: str
+) -> dict[str, Any]:
+    """no_repeat_ngram_size, and suppress_tokens and the bad_words_ids of one token as the task's
+    suppressed_tokens, as the tokenizer spells them (``vocabulary``). An id past the model's logits
+    (``vocab_size``) is never generated and left out; one the tokenizer cannot name, and bad words
+    of several tokens, are warned of. Refused by field: a value that is no count or list of token
+    ids, and a token that ends a text (``ends``) among the suppressed (``why``: what follows)."""
+    where = generation.where
     out: dict[str, Any] = {}
-    least = min(max(fields["min_new_tokens"], fields["min_length"] - 1), max_decode_len)
-    if least:
-        out["min_decode_len"] = least
-    if fields["no_repeat_ngram_size"]:
-        out["no_repeat_ngram_size"] = fields["no_repeat_ngram_size"]
+    if n := counts(generation, ("no_repeat_ngram_size",))["no_repeat_ngram_size"]:
+        out["no_repeat_ngram_size"] = n
     suppress, bad = generation.field("suppress_tokens")[0] or [], generation.field("bad_words_ids")[0] or []
     if not isinstance(suppress, list) or not all(count(i) for i in suppress):
         raise refuse(where, [Problem("suppress_tokens", f"is {suppress!r}", "a list of token ids")])
@@ -600,10 +640,9 @@ def decoding_bans(
     ids = [i for i in listed if not isinstance(vocab_size, int) or i < vocab_size]
     named = {i: vocabulary.get(i) for i in ids}
     unnamed = [i for i, token in named.items() if token is None]
-    eos = tokens.get("eos")
-    if eos is not None and eos in named.values():
+    if ending := [token for token in ends if token in named.values()]:
         problem = Problem(
-            "suppress_tokens", f"bans the eos ({eos!r}), so no translation ends", "leave it out"
+            "suppress_tokens", f"bans {ending[0]!r}, which ends a text, so {why}", "leave it out"
         )
         raise refuse(where, [problem])
     if unnamed or longer:
@@ -612,8 +651,8 @@ def decoding_bans(
         )
         what += [f"bad words of several tokens {longer[:4]}"] if longer else []
         warnings.warn(
-            f"{where}: suppress_tokens and bad_words_ids ban {' and '.join(what)}: tfcompile's translations "
-            f"do not ban them (transformers' do), so they may differ",
+            f"{where}: suppress_tokens and bad_words_ids ban {' and '.join(what)}: tfcompile's bundle does "
+            f"not ban them (transformers' generate() does), so they may differ",
             HFWarning,
             stacklevel=2,
         )
@@ -696,9 +735,6 @@ UNAPPLIED_BY_LANGUAGE_MODELS = (
     "min_length",
     "num_beams",
     "typical_p",
-    "no_repeat_ngram_size",
-    "bad_words_ids",
-    "suppress_tokens",
     "begin_suppress_tokens",
     "exponential_decay_length_penalty",
 )
