@@ -795,7 +795,6 @@ def test_the_folders_bans_are_the_tasks_and_the_bundle_translates_under_them_as_
     ("fields", "named"),
     [
         ({"suppress_tokens": [2]}, "suppress_tokens: bans '</s>', which ends a text, so no translation ends"),
-        ({"bad_words_ids": [[2]]}, "suppress_tokens: bans '</s>', which ends a text, so no translation ends"),
         ({"suppress_tokens": "<pad>"}, "suppress_tokens: is '<pad>'"),
         ({"bad_words_ids": [1]}, "bad_words_ids: is \\[1\\]"),
         ({"bad_words_ids": [[]]}, "bad_words_ids: is"),
@@ -812,6 +811,15 @@ def test_a_ban_tfcompile_cannot_hold_is_refused_by_field(
     with pytest.raises(HFError, match=rf"generation_config\.json: 1 problem:\n  {named}"):
         import_folder(tmp_path / "hf", "set", tmp_path / "specs", tmp_path / "runs")
     assert not (tmp_path / "runs" / "set").exists()
+
+
+def test_a_bad_word_that_is_the_eos_is_left_out_as_generate_leaves_it(tmp_path: Path) -> None:
+    """transformers' NoBadWordsLogitsProcessor drops a bad word that is an eos id: the eos stays
+    allowed, the pad is suppressed."""
+    saved_with_bart_tokenizer(tmp_path / "hf")
+    with_generation(tmp_path / "hf", bad_words_ids=[[2], [1]])
+    task = import_folder(tmp_path / "hf", "set", tmp_path / "specs", tmp_path / "runs").spec.task
+    assert task.type == "seq2seq" and task.suppressed_tokens == ["<pad>"]
 
 
 def test_suppressed_ids_past_the_logits_are_left_out_and_ones_without_a_name_warned_of(

@@ -291,6 +291,12 @@ def test_generation_settings_a_language_model_does_not_apply_are_warned_of(tmp_p
     assert "temperature" not in said
 
 
+def test_a_bad_word_that_is_a_stop_token_is_left_out_as_generate_leaves_it(tmp_path: Path) -> None:
+    saved(tmp_path / "hf", [0, 5], bad_words_ids=[[5], [0], [7]])
+    task = import_folder(tmp_path / "hf", "bad", tmp_path / "specs", tmp_path / "runs").spec.task
+    assert task.type == "causal_lm" and len(task.stop_tokens) == 1 and len(task.suppressed_tokens) == 1
+
+
 @pytest.mark.parametrize(
     ("fields", "named"),
     [
@@ -302,7 +308,7 @@ def test_generation_settings_a_language_model_does_not_apply_are_warned_of(tmp_p
         ({"repetition_penalty": "1.2"}, "repetition_penalty"),
         ({"repetition_penalty": 1e9}, "repetition_penalty"),
         ({"suppress_tokens": [0]}, "suppress_tokens"),  # the eos
-        ({"bad_words_ids": [[5]], "eos_token_id": [0, 5]}, "suppress_tokens"),  # a stop token
+        ({"suppress_tokens": [5], "eos_token_id": [0, 5]}, "suppress_tokens"),  # a stop token
         ({"no_repeat_ngram_size": -1}, "no_repeat_ngram_size"),
         ({"min_new_tokens": "3"}, "min_new_tokens"),
     ],

@@ -620,10 +620,11 @@ def banned(
     generation: Generation, ends: list[str], vocabulary: dict[int, str], vocab_size: Any, why: str
 ) -> dict[str, Any]:
     """no_repeat_ngram_size, and suppress_tokens and the bad_words_ids of one token as the task's
-    suppressed_tokens, as the tokenizer spells them (``vocabulary``). An id past the model's logits
+    suppressed_tokens, as the tokenizer spells them (``vocabulary``). A bad word that is a token
+    ending a text (``ends``) is left out, as generate() leaves it; an id past the model's logits
     (``vocab_size``) is never generated and left out; one the tokenizer cannot name, and bad words
     of several tokens, are warned of. Refused by field: a value that is no count or list of token
-    ids, and a token that ends a text (``ends``) among the suppressed (``why``: what follows)."""
+    ids, and a token that ends a text among suppress_tokens (``why``: what follows)."""
     where = generation.where
     out: dict[str, Any] = {}
     if n := counts(generation, ("no_repeat_ngram_size",))["no_repeat_ngram_size"]:
@@ -636,7 +637,9 @@ def banned(
     ):
         raise refuse(where, [Problem("bad_words_ids", f"is {bad!r}", "a list of lists of token ids")])
     longer = [w for w in bad if len(w) > 1]
-    listed = dict.fromkeys([*suppress, *(w[0] for w in bad if len(w) == 1)])
+    listed = dict.fromkeys(
+        [*suppress, *(w[0] for w in bad if len(w) == 1 and vocabulary.get(w[0]) not in ends)]
+    )
     ids = [i for i in listed if not isinstance(vocab_size, int) or i < vocab_size]
     named = {i: vocabulary.get(i) for i in ids}
     unnamed = [i for i, token in named.items() if token is None]
