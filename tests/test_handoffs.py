@@ -8,7 +8,8 @@ the step model (left padding, empty cache, presents fed back, mask over past + n
 tfcompile's runtime generates. There is no Triton server here.
 
 GenAI: onnxruntime_genai loads the folder as it is, its greedy search gives exactly the runtime's
-greedy tokens and text, and its tokenizer the bundle tokenizer's ids; for a char tokenizer without
+greedy tokens and text (under the repetition penalty and the n-gram ban too; the bans genai cannot
+apply are refused), and its tokenizer the bundle tokenizer's ids; for a char tokenizer without
 special tokens, a byte-level BPE without them, a char tokenizer with [PAD]/[UNK]/[EOS], and fp16."""
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import pytest
 from helpers import ONE_STEP, ROOT, TINY
 from tokenizers import Tokenizer, models
 
-from tfcompile.errors import UserError
+from tfcompile.errors import ExportError, UserError
 from tfcompile.export import Source, export_bundle
 from tfcompile.handoffs.genai import GENAI_CONFIG, export_genai, genai_tokenizer
 from tfcompile.handoffs.triton import export_triton
@@ -38,6 +39,10 @@ from tfcompile.spec import load_spec
 from tfcompile.train import Trainer
 
 PROMPTS = ["ROMEO:", "First Citizen:\nWe are", "O"]
+# Prompts holding n-grams that the char bundle's barely trained model writes ("sMaBqtW&Yees..."):
+# with no_repeat_ngram_size 2 or 3, the first token the ban changes after each would have repeated
+# an n-gram that begins in the prompt.
+REPEATING_PROMPTS = ["qtW", "GsZs", "sMaBqtW&Y", "tW&Ye ee"]
 NEW_TOKENS = 20
 TEXTS = ["ROMEO:\nWhat say you?", "  two  spaces, and\nlines\n\n", "KING HENRY VI: 'tis so; is't not?"]
 TYPES = {"int64": "TYPE_INT64", "float": "TYPE_FP32", "float16": "TYPE_FP16"}
@@ -98,6 +103,15 @@ class Bundles(dict):
             export_bundle(load_spec(ROOT / "specs" / name, [*TINY, *overrides]), Source(seed=0), out)
         self[kind] = out
         return out
+
+
+def with_generation(bundle: Path, out: Path, **changes: Any) -> Path:
+    """A copy of ``bundle`` at ``out``, its manifest's generation section changed."""
+    shutil.copytree(bundle, out)
+    manifest = json.loads((out / MANIFEST).read_text())
+    manifest["generation"].update(changes)
+    (out / MANIFEST).write_text(json.dumps(manifest))
+    return out
 
 
 @pytest.fixture(scope="module")
@@ -324,9 +338,9 @@ def og() -> ModuleType:
     return pytest.importorskip("onnxruntime_genai", reason="onnxruntime-genai is not installed")
 
 
-def genai_greedy(og: ModuleType, model: Any, ids: list[int], count: int) -> list[int]:
+def genai_greedy(og: ModuleType, model: Any, ids: list[int], count: int, **search: Any) -> list[int]:
     params = og.GeneratorParams(model)
-    params.set_search_options(max_length=len(ids) + count, do_sample=False)
+    params.set_search_options(**{"max_length": len(ids) + count, "do_sample": False, **search})
     generator = og.Generator(model, params)
     generator.append_tokens(np.array(ids, dtype=np.int32))
     while not generator.is_done():
@@ -380,11 +394,7 @@ def test_genai_penalises_repeats_as_the_runtime_does(
 ) -> None:
     """The manifest's repetition_penalty is genai_config.json's: genai's greedy tokens are the
     runtime's under it, which differ from the plain ones."""
-    bundle = tmp_path / "penalised"
-    shutil.copytree(bundles["char"], bundle)
-    manifest = json.loads((bundle / MANIFEST).read_text())
-    manifest["generation"]["repetition_penalty"] = 1.8
-    (bundle / MANIFEST).write_text(json.dumps(manifest))
+    bundle = with_generation(bundles["char"], tmp_path / "penalised", repetition_penalty=1.8)
     folder = export_genai(bundle, tmp_path / "genai")
     config = json.loads((folder / GENAI_CONFIG).read_text())
     assert config["search"]["repetition_penalty"] == 1.8
@@ -399,6 +409,63 @@ def test_genai_penalises_repeats_as_the_runtime_does(
         assert genai_greedy(og, model, ids, NEW_TOKENS) == expected[:ended]  # genai leaves its end token out
         unpenalised = plain.generate(np.array([ids]), NEW_TOKENS, temperature=0, stop=False)
         assert expected != unpenalised[0, len(ids) :].tolist()
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_genai_bans_repeated_ngrams_as_the_runtime_does(
+    og: ModuleType, bundles: Bundles, n: int, tmp_path: Path
+) -> None:
+    """The manifest's no_repeat_ngram_size is genai_config.json's: genai's greedy tokens (and its
+    sampling's at top_k 1) are the runtime's under it, which differ from the plain ones, and its
+    n-grams hold the prompt's tokens as the runtime's do: the first token the ban changes after
+    each prompt would have repeated an n-gram that begins in the prompt."""
+    bundle = with_generation(bundles["char"], tmp_path / "banned", no_repeat_ngram_size=n)
+    folder = export_genai(bundle, tmp_path / "genai")
+    config = json.loads((folder / GENAI_CONFIG).read_text())
+    assert config["search"]["no_repeat_ngram_size"] == n
+    model, runtime, plain = og.Model(str(folder)), load(bundle), load(bundles["char"])
+    assert runtime.tokenizer is not None
+    for prompt in REPEATING_PROMPTS:
+        ids = runtime.tokenizer.encode(prompt).ids
+        expected = runtime.generate(np.array([ids]), NEW_TOKENS, temperature=0, stop=False)[
+            0, len(ids) :
+        ].tolist()
+        ended = next((i for i, t in enumerate(expected) if t in config["model"]["eos_token_id"]), None)
+        assert genai_greedy(og, model, ids, NEW_TOKENS) == expected[:ended]  # genai leaves its end token out
+        assert genai_greedy(og, model, ids, NEW_TOKENS, do_sample=True, top_k=1) == expected[:ended]
+        unbanned = plain.generate(np.array([ids]), NEW_TOKENS, temperature=0, stop=False)[0, len(ids) :]
+        first = next((i for i, (a, b) in enumerate(zip(expected, unbanned, strict=True)) if a != b), None)
+        assert first is not None, f"{prompt!r}: the ban changed nothing"
+        seen = [*ids, *expected[:first]]
+        gram = [*seen[len(seen) - n + 1 :], int(unbanned[first])]
+        assert any(seen[j : j + n] == gram for j in range(len(ids))), (
+            f"{prompt!r}: {gram} is not the prompt's"
+        )
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        (
+            {"suppressed_ids": [5]},
+            r"generation\.suppressed_ids \(\[5\]\).*cannot ban tokens.*without task\.suppressed_tokens",
+        ),
+        (
+            {"min_new_tokens": 3},
+            r"generation\.min_new_tokens \(3\).*search\.min_length, counts the prompt's tokens too.*"
+            r"without task\.min_new_tokens",
+        ),
+    ],
+)
+def test_genai_refuses_the_bans_it_cannot_apply(
+    bundles: Bundles, changes: dict[str, Any], message: str, tmp_path: Path
+) -> None:
+    """genai_config.json has no setting that suppresses tokens, and its min_length counts the
+    prompt's tokens too: a bundle with either ban is refused, nothing written."""
+    bundle = with_generation(bundles["char"], tmp_path / "banned", **changes)
+    with pytest.raises(ExportError, match=message):
+        export_genai(bundle, tmp_path / "genai")
+    assert not (tmp_path / "genai").exists()
 
 
 @pytest.mark.parametrize("kind", ["char", "char-special", pytest.param("bpe", marks=pytest.mark.slow)])

@@ -13,8 +13,8 @@
 Then ``og.Model(folder)``, ``og.Tokenizer(model)`` and ``og.Generator`` serve it: greedy search
 gives exactly the tokens of ``tfcompile.runtime``'s ``generate(..., temperature=0)`` (and genai's
 right-padded batches give each row what it gives alone, since the graph counts positions from the
-attention mask). ``import onnxruntime`` before ``import onnxruntime_genai``: on Linux the other
-order aborts the process.
+attention mask; but see the bans below). ``import onnxruntime`` before ``import onnxruntime_genai``:
+on Linux the other order aborts the process.
 
 What genai does differently, and what it needs that a bundle may not have:
 
@@ -36,6 +36,15 @@ What genai does differently, and what it needs that a bundle may not have:
   prompt included); tfcompile slides its window on past it.
 - Text with invalid UTF-8 (which only a barely trained model writes) decodes differently: genai
   stops at the first bad byte, tokenizers writes U+FFFD for each.
+- **Of the bans, only no_repeat_ngram_size.** genai's ``search.no_repeat_ngram_size`` is the
+  manifest's, and genai bans as the runtime does, over the prompt's tokens and the new ones (in
+  greedy search and in sampling; on the CPU only: genai refuses it on another device). But a
+  right-padded batch puts its padding in a shorter row's n-grams: with it set, generate one
+  prompt at a time (or prompts of one length together) to get the runtime's tokens. Bundles with
+  ``suppressed_ids`` are refused (genai_config.json cannot ban tokens), and with ``min_new_tokens``
+  (genai's ``search.min_length`` counts the prompt's tokens too: no one value holds off the stop
+  tokens for that many new ones after every prompt; a client can set it per prompt to the prompt's
+  length plus ``min_new_tokens``).
 
 fp32 and fp16 bundles both work (genai runs the graph in its own precision and searches in fp32).
 Format 1 bundles are refused: their step graph counts positions from the cache, which genai's
@@ -136,6 +145,22 @@ def _check_bundle(bundle: Path, files: BundleFiles) -> None:
             f"{bundle} has no tokenizer (it was exported from a spec, not from a trained run): genai "
             f"needs one; export the bundle from a run"
         )
+    g = manifest.generation
+    for field, value, task_field, why in (
+        ("suppressed_ids", g.suppressed_ids, "suppressed_tokens", "its genai_config.json cannot ban tokens"),
+        (
+            "min_new_tokens",
+            g.min_new_tokens,
+            "min_new_tokens",
+            "its one such setting, search.min_length, counts the prompt's tokens too",
+        ),
+    ):
+        if value:
+            raise ExportError(
+                f"{bundle}'s manifest sets generation.{field} ({value}), which onnxruntime-genai cannot "
+                f"apply ({why}): its tokens would not be the runtime's. Export the bundle again, its "
+                f"spec without task.{task_field}"
+            )
 
 
 def _step_graph(bundle: Path, manifest: Manifest) -> Graph:
@@ -452,7 +477,7 @@ def genai_config(
         "num_return_sequences": 1,
         "repetition_penalty": g.repetition_penalty,
         "length_penalty": 1.0,
-        "no_repeat_ngram_size": 0,
+        "no_repeat_ngram_size": g.no_repeat_ngram_size,  # prompt included, as the runtime's
         "early_stopping": True,
         # The step graph concatenates its cache: genai must not preallocate it to max_length.
         "past_present_share_buffer": False,
