@@ -308,6 +308,42 @@ def test_both_clients_penalise_repeats_as_the_runtime_does(
 
 
 @pytest.mark.slow
+def test_both_clients_ban_what_the_runtime_bans_in_generation(
+    char_bundle: Path, client: Client, tmp_path: Path
+) -> None:
+    """A manifest's generation bans: suppressed_ids (the token the rows choose most),
+    min_new_tokens (past where a stop token ends the second row) and no_repeat_ngram_size, each
+    of which changes the runtime's greedy tokens: each client's tokens of a left-padded batch are
+    the runtime's (each row's as alone, its n-grams over its prompt and new tokens)."""
+    prompts = [[5, 6, 7, 5], [8], [9, 10, 11, 12, 13, 9, 10]]
+    plain = runtime_alone(char_bundle, prompts, 16)
+    end = first_new_token(plain[1])
+    stopping = {"stop_token_ids": [plain[1][end]]}
+    (most, _), *_ = collections.Counter(t for row in plain for t in row if t != plain[1][end]).most_common(1)
+    unbanned = runtime_alone(
+        _with_manifest(char_bundle, tmp_path / "stops", "generation", **stopping), prompts, 16
+    )
+
+    def changes(name: str, value: Any) -> bool:
+        folder = tmp_path / f"{name}-{value}"
+        return (
+            runtime_alone(
+                _with_manifest(char_bundle, folder, "generation", **stopping, **{name: value}), prompts, 16
+            )
+            != unbanned
+        )
+
+    n = next(n for n in (3, 2, 1) if changes("no_repeat_ngram_size", n))  # the longest that bites
+    assert changes("suppressed_ids", [most]) and changes("min_new_tokens", end + 2)
+    bans = {"suppressed_ids": [most], "min_new_tokens": end + 2, "no_repeat_ngram_size": n}
+    bundle = _with_manifest(char_bundle, tmp_path / "bans", "generation", **stopping, **bans)
+    expected = runtime_alone(bundle, prompts, 16)
+    assert runtime_batched(bundle, prompts, 16) == expected
+    served = client(bundle, "generate", *id_args(prompts), "--max-new-tokens", "16")
+    assert [s["new_ids"] for s in served] == expected
+
+
+@pytest.mark.slow
 def test_both_clients_pick_only_the_tokenizers_ids(char_bundle: Path, client: Client, tmp_path: Path) -> None:
     """A model may have more logits than its tokenizer has tokens (a Hugging Face T5: 32,128 for
     32,100): generation picks among the tokenizer's ids, as the runtime does."""

@@ -222,11 +222,14 @@ function promptIds(bundle, prompts, ids) {
 // every step, and positions come from it, so each row generates what it would alone. A row ends at
 // its first stop token (returned as its last). Past the context, each step re-reads the last
 // context_length tokens from an empty cache. The logits of the tokens a row holds (real ones) are
-// penalised first, as the manifest's repetition_penalty says (1 by default: not), in float32.
+// penalised first, as the manifest's repetition_penalty says (1 by default: not), in float32; then
+// its bans are set to -Infinity: suppressed_ids, the stop tokens while the row has fewer than
+// min_new_tokens new ones, and n-gram repeats of no_repeat_ngram_size over the row's real tokens.
 async function generate(bundle, prompts, maxNewTokens) {
   const [graph, session] = await bundle.graph("decode_step");
-  const { context_length: context, stop_token_ids: stops } = bundle.manifest.generation;
-  const penalty = Math.fround(bundle.manifest.generation.repetition_penalty ?? 1);
+  const g = bundle.manifest.generation;
+  const { context_length: context, stop_token_ids: stops } = g;
+  const penalty = Math.fround(g.repetition_penalty ?? 1);
   const [padId, side] = padding(bundle);
   const ids = pad(prompts, padId, side); // every row's tokens so far
   const mask = pad(ones(prompts), 0, side);
@@ -249,6 +252,11 @@ async function generate(bundle, prompts, maxNewTokens) {
         const score = scores[token];
         if (token < scores.length) scores[token] = Math.fround(score < 0 ? score * penalty : score / penalty);
       }
+      if (newIds[row].length < (g.min_new_tokens ?? 0)) {
+        for (const stop of stops) if (stop < scores.length) scores[stop] = -Infinity;
+      }
+      const real = ids[row].filter((_, i) => mask[row][i] === 1);
+      banTokens(scores, real, g.suppressed_ids ?? [], g.no_repeat_ngram_size ?? 0);
       return argmax(scores);
     });
     next.forEach((token, row) => {
@@ -390,20 +398,26 @@ async function translate(bundle, texts, beam) {
 }
 
 // A row's scores (its next token's), with -Infinity at each token it may not be after its tokens
-// `sequence` (the start on): a suppressed one; the stop token while fewer than min_decode_len tokens
-// follow the start; one that would end in an n-gram of no_repeat_ngram_size tokens found earlier in it.
+// `sequence` (the start on): the stop token while fewer than min_decode_len tokens follow the start,
+// and what banTokens bans.
 function ban(t, scores, sequence) {
   const out = Array.from(scores);
-  for (const id of t.suppressed_ids ?? []) if (id < out.length) out[id] = -Infinity;
   if (sequence.length - 1 < (t.min_decode_len ?? 0)) out[t.stop_id] = -Infinity;
-  const n = t.no_repeat_ngram_size ?? 0;
-  for (let i = 0; n && i + n <= sequence.length; i++) {
-    const earlier = sequence.slice(i, i + n - 1);
-    const last = sequence.slice(sequence.length - n + 1);
-    const next = sequence[i + n - 1];
-    if (earlier.every((token, j) => token === last[j]) && next < out.length) out[next] = -Infinity;
-  }
+  banTokens(out, sequence, t.suppressed_ids ?? [], t.no_repeat_ngram_size ?? 0);
   return out;
+}
+
+// In place, the scores of the token after `sequence`: -Infinity at each suppressed token and at each
+// that would end an n-gram of n tokens found earlier in the sequence (0: none).
+function banTokens(scores, sequence, suppressed, n) {
+  for (const id of suppressed) if (id < scores.length) scores[id] = -Infinity;
+  const last = sequence.slice(sequence.length - n + 1);
+  for (let i = 0; n && i + n <= sequence.length; i++) {
+    const next = sequence[i + n - 1];
+    if (sequence.slice(i, i + n - 1).every((token, j) => token === last[j]) && next < scores.length) {
+      scores[next] = -Infinity;
+    }
+  }
 }
 
 // One sentence, after the tokens `start` (not scored): keep the `beam` best hypotheses by summed

@@ -151,9 +151,12 @@ def generate(bundle: Bundle, prompts: list[list[int]], max_new_tokens: int) -> l
     every step, and positions come from it, so each row generates what it would alone. A row ends
     at its first stop token (returned as its last). Past the context, each step re-reads the last
     context_length tokens from an empty cache. The logits of the tokens a row holds (real ones)
-    are penalised first, as the manifest's repetition_penalty says (1 by default: not)."""
+    are penalised first, as the manifest's repetition_penalty says (1 by default: not), then its
+    bans set to -inf: suppressed_ids, the stop tokens while the row has fewer than min_new_tokens
+    new ones, and n-gram repeats of no_repeat_ngram_size over the row's real tokens."""
     graph, session = bundle.graph("decode_step")
-    penalty = bundle.manifest["generation"].get("repetition_penalty", 1.0)
+    g = bundle.manifest["generation"]
+    penalty = g.get("repetition_penalty", 1.0)
     cache, context = graph["cache"], bundle.manifest["generation"]["context_length"]
     stops = set(bundle.manifest["generation"]["stop_token_ids"])
     pad_id, side = padding(bundle)
@@ -172,6 +175,11 @@ def generate(bundle: Bundle, prompts: list[list[int]], max_new_tokens: int) -> l
             logits[row, seen] = np.where(
                 logits[row, seen] < 0, logits[row, seen] * penalty, logits[row, seen] / penalty
             )
+        for row in range(len(prompts)):
+            if len(new[row]) < g.get("min_new_tokens", 0):
+                logits[row, [s for s in stops if s < logits.shape[1]]] = -np.inf
+            real = ids[row][mask[row] == 1].tolist()
+            ban_tokens(logits[row], real, g.get("suppressed_ids", []), g.get("no_repeat_ngram_size", 0))
         next_ids = logits.argmax(-1)
         for row, token in enumerate(next_ids.tolist()):
             if not done[row]:
@@ -295,19 +303,23 @@ def translate(bundle: Bundle, texts: list[str], beam: int | None = None) -> list
 
 def ban(t: dict, scores: np.ndarray, sequences: list[list[int]]) -> None:
     """scores (rows, vocab), in place: -inf at each token row i's next may not be, after its
-    tokens ``sequences[i]`` (the start on): a suppressed one; the stop token while fewer than
-    min_decode_len tokens follow the start; one that would end in an n-gram of
-    no_repeat_ngram_size tokens found earlier in the row."""
-    width = scores.shape[1]
-    scores[:, [i for i in t.get("suppressed_ids", []) if i < width]] = -np.inf
-    n = t.get("no_repeat_ngram_size", 0)
+    tokens ``sequences[i]`` (the start on): the stop token while fewer than min_decode_len tokens
+    follow the start, and what ``ban_tokens`` bans."""
     for row, sequence in enumerate(sequences):
         if len(sequence) - 1 < t.get("min_decode_len", 0):
             scores[row, t["stop_id"]] = -np.inf
-        last = sequence[len(sequence) - n + 1 :]  # the n - 1 tokens a next one follows
-        for i in range(len(sequence) - n + 1 if n else 0):
-            if sequence[i : i + n - 1] == last and sequence[i + n - 1] < width:
-                scores[row, sequence[i + n - 1]] = -np.inf
+        ban_tokens(scores[row], sequence, t.get("suppressed_ids", []), t.get("no_repeat_ngram_size", 0))
+
+
+def ban_tokens(scores: np.ndarray, sequence: list[int], suppressed: list[int], n: int) -> None:
+    """scores (vocab,) of the token after ``sequence``, in place: -inf at each suppressed token
+    and at each that would end an n-gram of ``n`` tokens found earlier in the sequence (0: none)."""
+    width = len(scores)
+    scores[[i for i in suppressed if i < width]] = -np.inf
+    last = sequence[len(sequence) - n + 1 :]  # the n - 1 tokens a next one follows
+    for i in range(len(sequence) - n + 1 if n else 0):
+        if sequence[i : i + n - 1] == last and sequence[i + n - 1] < width:
+            scores[sequence[i + n - 1]] = -np.inf
 
 
 def beam_search(decoder: TranslationDecoder, start: list[int], t: dict, limit: int, beam: int) -> list[int]:
