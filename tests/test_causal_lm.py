@@ -93,6 +93,7 @@ def banned_run(run: Path, to: Path, overrides: list[str]) -> Path:
     return to
 
 
+@pytest.mark.slow
 def test_the_tasks_bans_reach_the_manifest_and_the_bundle_generates_as_pytorch_does(
     char_bundle: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
