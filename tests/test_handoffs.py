@@ -348,6 +348,16 @@ def genai_greedy(og: ModuleType, model: Any, ids: list[int], count: int, **searc
     return [int(t) for t in generator.get_sequence(0)][len(ids) :]
 
 
+def runtime_greedy(runtime: Any, ids: list[int], config: dict[str, Any]) -> tuple[list[int], list[int]]:
+    """The runtime's greedy new tokens after ``ids`` (without stopping), and those up to genai's
+    end token, which genai leaves out."""
+    expected = runtime.generate(np.array([ids]), NEW_TOKENS, temperature=0, stop=False)[
+        0, len(ids) :
+    ].tolist()
+    ended = next((i for i, t in enumerate(expected) if t in config["model"]["eos_token_id"]), None)
+    return expected, expected[:ended]
+
+
 def valid_part(text: str) -> str:
     """Text up to the first U+FFFD: invalid UTF-8, which a barely trained byte-level model writes,
     decodes differently (tokenizers writes U+FFFD for each bad byte, genai stops)."""
@@ -402,11 +412,8 @@ def test_genai_penalises_repeats_as_the_runtime_does(
     assert runtime.tokenizer is not None
     for prompt in PROMPTS:
         ids = runtime.tokenizer.encode(prompt).ids
-        expected = runtime.generate(np.array([ids]), NEW_TOKENS, temperature=0, stop=False)[
-            0, len(ids) :
-        ].tolist()
-        ended = next((i for i, t in enumerate(expected) if t in config["model"]["eos_token_id"]), None)
-        assert genai_greedy(og, model, ids, NEW_TOKENS) == expected[:ended]  # genai leaves its end token out
+        expected, ending = runtime_greedy(runtime, ids, config)
+        assert genai_greedy(og, model, ids, NEW_TOKENS) == ending
         unpenalised = plain.generate(np.array([ids]), NEW_TOKENS, temperature=0, stop=False)
         assert expected != unpenalised[0, len(ids) :].tolist()
 
@@ -427,12 +434,9 @@ def test_genai_bans_repeated_ngrams_as_the_runtime_does(
     assert runtime.tokenizer is not None
     for prompt in REPEATING_PROMPTS:
         ids = runtime.tokenizer.encode(prompt).ids
-        expected = runtime.generate(np.array([ids]), NEW_TOKENS, temperature=0, stop=False)[
-            0, len(ids) :
-        ].tolist()
-        ended = next((i for i, t in enumerate(expected) if t in config["model"]["eos_token_id"]), None)
-        assert genai_greedy(og, model, ids, NEW_TOKENS) == expected[:ended]  # genai leaves its end token out
-        assert genai_greedy(og, model, ids, NEW_TOKENS, do_sample=True, top_k=1) == expected[:ended]
+        expected, ending = runtime_greedy(runtime, ids, config)
+        assert genai_greedy(og, model, ids, NEW_TOKENS) == ending
+        assert genai_greedy(og, model, ids, NEW_TOKENS, do_sample=True, top_k=1) == ending
         unbanned = plain.generate(np.array([ids]), NEW_TOKENS, temperature=0, stop=False)[0, len(ids) :]
         first = next((i for i, (a, b) in enumerate(zip(expected, unbanned, strict=True)) if a != b), None)
         assert first is not None, f"{prompt!r}: the ban changed nothing"

@@ -604,9 +604,16 @@ def _both_translate(
     bundle = Translator(tmp_path / "bundle")
     limits = {"beam": 1, "max_len": 10} if fields else {}
     ours = bundle.translate_ids(*_framed(bundle, SENTENCES), **limits)
+    theirs = _generated_by_457(GENERATE, tmp_path / "out", SENTENCES, fields)
+    return result, bundle, ours, theirs
+
+
+def _generated_by_457(script: str, folder: Path, *arguments: Any) -> Any:
+    """What a generate() ``script`` prints (transformers' version, then its tokens) run by
+    transformers 4.57 on ``folder`` with the JSON ``arguments``: its tokens."""
     assert PYTHON is not None
     done = subprocess.run(
-        [PYTHON, "-c", GENERATE, str(tmp_path / "out"), json.dumps(SENTENCES), json.dumps(fields)],
+        [PYTHON, "-c", script, str(folder), *map(json.dumps, arguments)],
         capture_output=True,
         text=True,
         timeout=300,
@@ -615,7 +622,7 @@ def _both_translate(
     assert done.returncode == 0, done.stderr[-3000:]
     version, theirs = json.loads(done.stdout.splitlines()[-1])
     assert version.startswith("4.57")
-    return result, bundle, ours, theirs
+    return theirs
 
 
 def _framed(bundle: Any, texts: list[str]) -> tuple[Any, Any]:
@@ -657,16 +664,6 @@ def test_transformers_4_57_bans_what_a_language_models_bundle_bans(tmp_path: Pat
     result = import_folder(tmp_path / "hf", "banned", tmp_path / "specs", tmp_path / "runs")
     assert main(["export", str(result.run_dir), "--out", str(tmp_path / "bundle")]) == 0
     export_hf(result.run_dir, tmp_path / "out")
-    assert PYTHON is not None
-    done = subprocess.run(
-        [PYTHON, "-c", GENERATE_TEXT, str(tmp_path / "out"), json.dumps(PROMPT[0])],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    version, theirs = json.loads(done.stdout.splitlines()[-1])
-    assert version.startswith("4.57")
+    theirs = _generated_by_457(GENERATE_TEXT, tmp_path / "out", PROMPT[0])
     ours = load(tmp_path / "bundle").generate(np.array(PROMPT))[0].tolist()
     assert theirs == ours and len(ours) < len(PROMPT[0]) + 16  # ended at its eos, past min_new_tokens

@@ -283,10 +283,8 @@ class Batch:
         if changed:
             logits = logits.copy()
         for r in changed:  # over each row's real tokens: its prompt and what it has chosen
-            row, ids = (
-                self.rows[r],
-                self.ids[r] if self.mask is None else self.ids[r][self.mask[r].astype(bool)],
-            )
+            row = self.rows[r]
+            ids = self.ids[r] if self.mask is None else self.ids[r][self.mask[r].astype(bool)]
             if row.sampling.repetition_penalty != 1:
                 penalise_repeats(logits[r], ids, row.sampling.repetition_penalty)
             row.sampling.bans.ban(logits[r], ids, len(row.tokens), self.stop)

@@ -157,8 +157,8 @@ def generate(bundle: Bundle, prompts: list[list[int]], max_new_tokens: int) -> l
     graph, session = bundle.graph("decode_step")
     g = bundle.manifest["generation"]
     penalty = g.get("repetition_penalty", 1.0)
-    cache, context = graph["cache"], bundle.manifest["generation"]["context_length"]
-    stops = set(bundle.manifest["generation"]["stop_token_ids"])
+    cache, context = graph["cache"], g["context_length"]
+    stops = set(g["stop_token_ids"])
     pad_id, side = padding(bundle)
     ids, mask = pad(prompts, pad_id, side), pad([[1] * len(p) for p in prompts], 0, side)
     new: list[list[int]] = [[] for _ in prompts]
