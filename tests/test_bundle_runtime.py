@@ -18,7 +18,7 @@ from helpers import ROOT, assert_follows_schema
 
 from tfcompile.cli import main
 from tfcompile.export import ExportError, Source, export_bundle, verify_bundle
-from tfcompile.runtime import FORMAT_VERSION, BundleError, InputError, load
+from tfcompile.runtime import FORMAT_VERSION, BundleError, InputError, LanguageModel, load
 from tfcompile.runtime.ort import ort
 from tfcompile.runtime.session import session_providers
 from tfcompile.spec import load_spec
@@ -305,12 +305,57 @@ def test_cli_generate_uses_the_runtime(bundle: Path, capsys: pytest.CaptureFixtu
         ({"temperature": -0.5}, "temperature must be >= 0"),
         ({"top_k": 0}, "top_k must be >= 1"),
         ({"top_p": 1.5}, r"top_p must be in \(0, 1\]"),
+        ({"min_p": -0.1}, r"min_p must be in \[0, 1\]"),
+        ({"min_p": "0.1"}, "min_p must be a finite number"),
     ],
 )
 def test_bad_sampling_options_are_refused(bundle: Path, options: dict, message: str) -> None:
     arguments = {"max_new_tokens": 2, **options}
     with pytest.raises(InputError, match=message):
         load(bundle).generate(np.zeros((1, 3), dtype=np.int64), **arguments)
+
+
+def test_the_specs_sampling_defaults_are_the_bundles_and_the_commands(
+    run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """task.min_p and task.temperature become the manifest's defaults: generation without options
+    draws as they say (min_p 1 keeps the likeliest token alone: greedy), and `tfcompile generate`
+    and `sample` without options generate with the bundle's and the spec's defaults."""
+    from tfcompile.spec import dump_spec
+
+    run = Path(shutil.copytree(run_dir, tmp_path / "run"))
+    (run / "spec.yaml").write_text(
+        dump_spec(load_spec(run / "spec.yaml", ["task.min_p=1", "task.temperature=0.7"]))
+    )
+    export_bundle(None, Source(run=run), tmp_path / "bundle")
+    model = load(tmp_path / "bundle")
+    assert isinstance(model, LanguageModel) and model.generation is not None
+    assert (model.generation.min_p, model.generation.temperature) == (1.0, 0.7)
+    greedy = model.generate_text("ROMEO:", 12, temperature=0)
+    assert model.generate_text("ROMEO:", 12, seed=3) == greedy
+    drawn = model.generate_text("ROMEO:", 12, seed=3, min_p=0)
+    assert drawn != greedy
+    for command, source in (("generate", tmp_path / "bundle"), ("sample", run)):
+        assert main([command, str(source), "--prompt", "ROMEO:", "--max-new-tokens", "12"]) == 0
+        assert capsys.readouterr().out == greedy + "\n", command
+    assert (
+        main(
+            [
+                "generate",
+                str(tmp_path / "bundle"),
+                "--prompt",
+                "ROMEO:",
+                "--max-new-tokens",
+                "12",
+                "--min-p",
+                "0",
+                "--seed",
+                "3",
+            ]
+        )
+        == 0
+    )
+    assert capsys.readouterr().out == drawn + "\n"
 
 
 def test_export_never_replaces_a_folder_that_is_not_a_bundle(tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ from helpers import tiny_model
 
 from tfcompile.errors import ExportError
 from tfcompile.models import DecoderLM
-from tfcompile.search import sample_next
+from tfcompile.search import Bans, sample_next
 from tfcompile.spec.schema import CausalLMTask
 from tfcompile.tasks.causal_lm import IGNORE_INDEX, bans, causal_lm_loss, generate
 from tfcompile.train import load_run_spec, load_trained_model
@@ -75,6 +75,17 @@ def test_an_embedding_table_padded_past_the_tokenizer_never_yields_a_padded_id()
         assert (generate(model, prompt, 8, emitted=40, **draw)[:, 3:] < 40).all()
 
 
+def test_a_row_the_bans_leave_no_token_ends_there() -> None:
+    """no_repeat_ngram_size 1 over 50 tokens: a row takes each token its prompt lacks once, then
+    ends; rows that end apart cannot stack, and are refused by name rather than by torch."""
+    model = DecoderLM(tiny_model())
+    once = Bans(no_repeat_ngram=1)
+    alone = generate(model, torch.tensor([[0, 1, 2]]), 60, temperature=0, bans=once)
+    assert sorted(alone[0, 3:].tolist()) == list(range(3, 50))
+    with pytest.raises(ValueError, match=r"the bans ended rows at \[47, 49\] tokens"):
+        generate(model, torch.tensor([[0, 1, 2], [0, 0, 0]]), 60, temperature=0, bans=once)
+
+
 @pytest.mark.parametrize("temperature", [0.5, 2.0])
 def test_temperature_scales_logits(temperature: float) -> None:
     logits = np.tile(np.array([[2.0, 0.0]]), (4000, 1))
@@ -106,7 +117,6 @@ def test_the_tasks_bans_reach_the_manifest_and_the_bundle_generates_as_pytorch_d
     from tfcompile.cli import main
     from tfcompile.export import Source, export_bundle
     from tfcompile.runtime import LanguageModel, load
-    from tfcompile.search import Bans
 
     plain = load(char_bundle)
     assert isinstance(plain, LanguageModel) and plain.tokenizer is not None

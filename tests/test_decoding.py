@@ -174,7 +174,8 @@ def test_greedy_with_bans_is_transformers(
     """A left-padded batch under bans, a language model's: each row chooses what transformers'
     SuppressTokens, MinNewTokensLength (its stop tokens, after its prompt) and NoRepeatNGram
     processors and an argmax choose after its prompt and tokens (alone, the n-grams counting the
-    whole prompt while the model reads its last ``context`` tokens), and ends at a stop token."""
+    whole prompt while the model reads its last ``context`` tokens), and ends at a stop token, or
+    where every token is banned (there transformers' argmax would choose token 0, banned as all)."""
     torch = pytest.importorskip("torch")
     processors = pytest.importorskip("transformers.generation.logits_process")
 
@@ -193,6 +194,8 @@ def test_greedy_with_bans_is_transformers(
             scores = torch.from_numpy(scripted_logits(window))[None]
             for processor in chain:
                 scores = processor(torch.tensor([sequence]), scores)
+            if torch.isneginf(scores).all():
+                break
             sequence.append(int(scores.argmax()))
         return sequence[len(prompt) :]
 
@@ -607,6 +610,13 @@ def draws(logits: Sequence[float], options: dict[str, Any], n: int = 4000) -> np
         ([0, 3, 3, 1], {"temperature": 1e-6}, [0, 1, 0, 0]),
         ([0, 3, -np.inf, 1], {"temperature": 1e12}, [1 / 3, 1 / 3, 0, 1 / 3]),
         ([0, 3, -np.inf, 1], {"temperature": 1e-4, "top_k": 3}, [0, 1, 0, 0]),
+        # min_p keeps tokens at least min_p times as likely as the likeliest, after the temperature
+        (np.log([0.5, 0.3, 0.15, 0.05]), {"min_p": 0.25}, np.array([0.5, 0.3, 0.15, 0]) / 0.95),
+        ([2, 1, 0], {"temperature": 0.5, "min_p": 0.1}, np.exp([4, 2, -np.inf]) / np.exp([4, 2]).sum()),
+        (np.log([0.1, 0.2, 0.7]), {"min_p": 0.0}, [0.1, 0.2, 0.7]),
+        (np.log([0.1, 0.2, 0.7]), {"min_p": 1.0}, [0, 0, 1]),
+        # top-p, then min-p: 0.4, 0.3 and 0.2 reach 0.8, and of those 0.2 < 0.6 * 0.4
+        (np.log([0.4, 0.3, 0.2, 0.1]), {"top_p": 0.8, "min_p": 0.6}, [4 / 7, 3 / 7, 0, 0]),
     ],
 )
 def test_sampling_draws_as_the_manifest_says(
@@ -615,6 +625,50 @@ def test_sampling_draws_as_the_manifest_says(
     shares = draws(logits, options)
     assert np.abs(shares - np.asarray(expected)).max() < 0.03
     assert ((shares > 0) == (np.asarray(expected) > 0)).all()
+
+
+@settings(deadline=None)  # the first example imports transformers
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    temperature=st.sampled_from([0.3, 1.0, 2.5]),
+    top_k=st.sampled_from([None, 1, 3, 12]),
+    top_p=st.sampled_from([None, 0.3, 0.9, 1.0]),
+    min_p=st.sampled_from([None, 0.0, 0.05, 0.3, 1.0]),
+)
+def test_sampling_draws_from_what_transformers_warpers_keep(
+    seed: int, temperature: float, top_k: int | None, top_p: float | None, min_p: float | None
+) -> None:
+    """The runtime's sampling distribution is the softmax of transformers' Temperature, TopK, TopP
+    and MinP warpers' scores, applied in generate()'s order (float32 there, float64 here)."""
+    torch = pytest.importorskip("torch")
+    processors = pytest.importorskip("transformers.generation.logits_process")
+    logits = (3 * np.random.default_rng(seed).normal(size=(4, 12))).astype(np.float32)
+    scores = processors.TemperatureLogitsWarper(temperature)(None, torch.from_numpy(logits))
+    if top_k is not None:
+        scores = processors.TopKLogitsWarper(top_k)(None, scores)
+    if top_p is not None and top_p < 1:
+        scores = processors.TopPLogitsWarper(top_p)(None, scores)
+    if min_p is not None:
+        scores = processors.MinPLogitsWarper(min_p)(None, scores)
+    theirs = torch.softmax(scores, dim=-1).numpy()
+    ours = search.probabilities(logits, temperature, top_k, top_p, min_p)
+    assert ((ours > 0) == (theirs > 0)).all()
+    assert np.abs(ours - theirs).max() < 1e-5
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_a_row_whose_every_token_is_banned_ends_there_and_the_others_go_on(temperature: float) -> None:
+    """With no_repeat_ngram_size 1, a row holding every token of the vocabulary has none left:
+    it ends without a token (not the argmax of -inf everywhere, nor a draw from NaNs), and the
+    row beside it generates what it would alone, until it too has used every token."""
+    bans = search.Bans(no_repeat_ngram=1)
+    sampling = search.Sampling(temperature, seed=0, bans=bans)
+    ids, mask = left_padded([list(range(VOCAB)), [0]])
+    full, short = search.generate(Scripted(), ids, 20, sampling, (), None, mask)
+    assert full == []
+    assert sorted(short) == list(range(1, VOCAB))  # each token the prompt lacks, once
+    alone = search.generate(Scripted(), np.array([[0]]), 20, replace(sampling, seed=1))
+    assert short == alone[0]
 
 
 @pytest.mark.parametrize("use_cache", [True, False])

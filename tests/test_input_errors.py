@@ -218,6 +218,8 @@ def test_threads_are_bounded_whatever_the_machine() -> None:
         ),
         (["sample", "r", "--temperature", "nan"], "argument --temperature: expected a finite number >= 0"),
         (["generate", "b", "--temperature", "inf"], "argument --temperature: expected a finite number >= 0"),
+        (["generate", "b", "--min-p", "1.5"], "argument --min-p: expected a number in [0, 1], found 1.5"),
+        (["sample", "r", "--min-p", "nan"], "argument --min-p: expected a number in [0, 1], found nan"),
         (["serve", "b", "--max-wait-ms", "inf"], "argument --max-wait-ms: expected milliseconds"),
         (["sample", "r", "--seed", "-5"], "argument --seed: expected a seed from 0 to 2^63 - 1, found -5"),
         (["export", "r", "--seed", str(2**64)], "argument --seed: expected a seed from 0 to 2^63 - 1"),

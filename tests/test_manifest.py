@@ -278,6 +278,12 @@ DAMAGE: dict[str, tuple[str, Any, dict[str, Any], str]] = {
         {},
         r"generation\.suppressed_ids holds the stop tokens \[5\]",
     ),
+    "a min_p above 1": (
+        "char",
+        lambda m: m["generation"].update(min_p=1.5),
+        {},
+        r"generation\.min_p",
+    ),
     "a negative min_new_tokens": (
         "char",
         lambda m: m["generation"].update(min_new_tokens=-1),

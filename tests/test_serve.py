@@ -119,6 +119,25 @@ def test_seeded_samples_are_the_runtimes_row_by_row(server: BackgroundServer, cl
     assert r.choices[0].text != r.choices[1].text  # two samples of one prompt differ
 
 
+def test_min_p_is_the_runtimes(server: BackgroundServer, client: Any) -> None:
+    """vLLM's min_p (an extra field of the request): the runtime's seeded draws under the same
+    min_p, which differ from those without it; one outside [0, 1] is refused."""
+    lm = model(server, "char")
+    texts = []
+    for extra in ({}, {"min_p": 0.9}):
+        r = client.completions.create(
+            model="char", prompt=PROMPTS[:2], max_tokens=16, temperature=1.2, seed=3, extra_body=extra
+        )
+        expected = lm.generate_text(PROMPTS[:2], 16, temperature=1.2, seed=3, min_p=extra.get("min_p"))
+        assert [c.text for c in r.choices] == [
+            e[len(p) :] for e, p in zip(expected, PROMPTS[:2], strict=True)
+        ]
+        texts.append(expected)
+    assert texts[0] != texts[1]
+    bad = httpx.post(f"{server.url}/v1/completions", json={"model": "char", "prompt": "a", "min_p": 1.5})
+    assert bad.status_code == 400 and "min_p" in bad.text
+
+
 def test_a_repetition_penalty_is_the_runtimes(server: BackgroundServer, client: Any) -> None:
     """vLLM's repetition_penalty (an extra field of the request): the runtime's greedy text under
     the same penalty, which differs from the plain one."""

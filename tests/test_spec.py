@@ -134,6 +134,7 @@ ABSENT = {
     "train.threads",  # null: torch's own count, one per core
     "task.top_k",  # null: generation draws from every token
     "task.top_p",
+    "task.min_p",  # null: no min-p filter
 }
 
 

@@ -234,6 +234,7 @@ def test_the_run_records_its_spec_with_every_default_filled_in(tmp_path: Path) -
         "model.moe",
         "model.qkv_clip",
         "model.window",
+        "task.min_p",
         "task.top_k",
         "task.top_p",
         "train.init_from",

@@ -24,7 +24,7 @@ from tfcompile.manifest import REPETITION_PENALTIES
 from tfcompile.paths import check_arguments, file_type, untrained
 from tfcompile.spec import Spec, SpecError, SpecIssue, dump_spec, load_spec
 from tfcompile.spec.loader import read_yaml
-from tfcompile.spec.schema import MAX_SEED, MAX_THREADS, CausalLMTask, check_run_name
+from tfcompile.spec.schema import GENERATION_OPTIONS, MAX_SEED, MAX_THREADS, CausalLMTask, check_run_name
 
 if TYPE_CHECKING:
     from tfcompile.export import ParityReport
@@ -245,7 +245,6 @@ def _sample(args: argparse.Namespace) -> int:
 
     from tfcompile.data import encode, load_tokenizer
     from tfcompile.models import DecoderLM
-    from tfcompile.search import NO_BANS
     from tfcompile.tasks.causal_lm import bans, generate
     from tfcompile.train import load_trained_model
 
@@ -263,22 +262,20 @@ def _sample(args: argparse.Namespace) -> int:
             f"--prompt {args.prompt!r} is no token of {run_dir}'s tokenizer (the default is a newline): "
             f"give a text it reads"
         )
-    penalty = args.repetition_penalty
-    if penalty is None:  # the spec's default, as the bundle's
-        penalty = spec.task.repetition_penalty if isinstance(spec.task, CausalLMTask) else 1.0
-    # The spec's bans, as the bundle's (sample ends at no stop token: min_new_tokens bans none).
-    banned = bans(spec.task, tokenizer, (), UsageError) if isinstance(spec.task, CausalLMTask) else NO_BANS
+    # The options left out, and the bans, are the spec's, as the bundle's (sample ends at no stop
+    # token: min_new_tokens bans none).
+    task = spec.task if isinstance(spec.task, CausalLMTask) else CausalLMTask()
+    options = {
+        name: getattr(task, name) if getattr(args, name) is None else getattr(args, name)
+        for name in GENERATION_OPTIONS
+    }
     ids = generate(
         model,
         torch.tensor([prompt]),
-        args.max_new_tokens,
-        temperature=args.temperature,
-        top_k=args.top_k,
-        top_p=args.top_p,
         emitted=tokenizer.get_vocab_size(),
         seed=args.seed,
-        repetition_penalty=penalty,
-        bans=banned,
+        bans=bans(task, tokenizer, (), UsageError),
+        **options,
     )
     print(tokenizer.decode(ids[0].tolist()))
     return 0
@@ -439,13 +436,9 @@ def _generate(args: argparse.Namespace) -> int:
             )
     texts = model.generate_text(
         args.prompt if len(args.prompt) > 1 else args.prompt[0],
-        args.max_new_tokens,
-        temperature=args.temperature,
-        top_k=args.top_k,
-        top_p=args.top_p,
         seed=args.seed,
         use_cache=not args.no_cache,
-        repetition_penalty=args.repetition_penalty,
+        **{name: getattr(args, name) for name in GENERATION_OPTIONS},  # None: the bundle's default
     )
     print("\n\n".join([texts] if isinstance(texts, str) else texts))
     return 0
@@ -1047,22 +1040,34 @@ def _add_sampling_args(parser: argparse.ArgumentParser, batch: bool = False) -> 
         parser.set_defaults(prompt=None)
     else:
         parser.add_argument("--prompt", default="\n", help="text to continue (default: a newline)")
-    parser.add_argument("--max-new-tokens", type=_positive_int, default=200, help="tokens to generate")
-    parser.add_argument("--temperature", type=_non_negative_float, default=1.0, help="0 is greedy")
+    # Each option left out is the spec's (sample) or the bundle's (generate) default.
     parser.add_argument(
-        "--top-k", type=_positive_int, default=None, help="sample among the k likeliest tokens (default: all)"
+        "--max-new-tokens", type=_positive_int, help="tokens to generate (default: the spec's or bundle's)"
+    )
+    parser.add_argument(
+        "--temperature", type=_non_negative_float, help="0 is greedy (default: the spec's or bundle's)"
+    )
+    parser.add_argument(
+        "--top-k",
+        type=_positive_int,
+        help="sample among the k likeliest tokens (default: the spec's or bundle's)",
     )
     parser.add_argument(
         "--top-p",
         type=_probability,
-        default=None,
-        help="sample among the likeliest tokens whose probabilities add up to p (default: all)",
+        help="sample among the likeliest tokens whose probabilities add up to p (default: the spec's or "
+        "bundle's)",
+    )
+    parser.add_argument(
+        "--min-p",
+        type=_share,
+        help="sample among the tokens at least min_p times as likely as the likeliest (default: the "
+        "spec's or bundle's)",
     )
     parser.add_argument("--seed", type=_seed, default=0, help="the sampling's seed")
     parser.add_argument(
         "--repetition-penalty",
         type=_repetition_penalty,
-        default=None,
         help="divide a repeated token's positive logit by it, multiply a negative one (default: the "
         "spec's or bundle's; 1: none)",
     )
@@ -1176,6 +1181,13 @@ def _probability(text: str) -> float:
     value = _float(text, "a number in (0, 1]")
     if not 0 < value <= 1:
         raise argparse.ArgumentTypeError(f"expected a number in (0, 1], found {text}")
+    return value
+
+
+def _share(text: str) -> float:
+    value = _float(text, "a number in [0, 1]")
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], found {text}")
     return value
 
 

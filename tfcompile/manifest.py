@@ -170,7 +170,7 @@ class GenerationInfo(Part):
     it is a stop token and the row has generated fewer than ``min_new_tokens`` tokens; or if,
     with ``no_repeat_ngram_size`` n > 0, the row's tokens (its whole prompt's, not only the
     context's, and those generated) with it after them would end in n tokens that occur in that
-    order earlier in them."""
+    order earlier in them. A row whose every token is banned ends there, without a new token."""
 
     context_length: Count
     stop_token_ids: Annotated[list[TokenId], Field(max_length=MAX_STOP_TOKENS + 1)]
@@ -182,7 +182,7 @@ class GenerationInfo(Part):
         DEFAULT_TEMPERATURE,
         description="0: greedy (tfcompile's runtime also decodes greedily below 1e-5); otherwise a "
         "token is drawn from the softmax of the logits divided by it (float64), after top_k, then "
-        "top_p. A seed repeats draws within one implementation only",
+        "top_p, then min_p. A seed repeats draws within one implementation only",
     )
     top_k: Count | None = Field(
         None, description="keep the k largest logits (and any equal to the k-th); null: every token"
@@ -191,6 +191,11 @@ class GenerationInfo(Part):
         None,
         description="then, likeliest first, keep each token until those kept hold top_p of the "
         "probability (the token that reaches top_p is kept), and renormalise; null or 1: every token",
+    )
+    min_p: Annotated[float, Field(ge=0, le=1)] | None = Field(
+        None,
+        description="then keep each token at least min_p times as probable as the likeliest, and "
+        "renormalise (transformers' and vLLM's min_p); null or 0: every token",
     )
     repetition_penalty: Annotated[float, Field(ge=REPETITION_PENALTIES[0], le=REPETITION_PENALTIES[1])] = (
         Field(
@@ -273,7 +278,9 @@ class TranslationInfo(Part):
     ``min_decode_len`` tokens after ``start_id`` (the prefix's included); or if, with
     ``no_repeat_ngram_size`` n > 0, the decoder's tokens from ``start_id`` on, with it after them,
     would end in n tokens that occur in that order earlier in them. The ``stop_id`` that
-    ``forced_eos`` puts in the last place is never banned."""
+    ``forced_eos`` puts in the last place is never banned. A greedy translation whose every token
+    is banned ends there; "fairseq" never takes a banned candidate, and finishes a hypothesis whose
+    every token is banned as it is (scored as above)."""
 
     start_id: TokenId
     stop_id: TokenId

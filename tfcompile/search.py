@@ -1,4 +1,4 @@
-"""Decoding, written once: sampling (greedy, temperature, top-k, top-p) and beam search with a
+"""Decoding, written once: sampling (greedy, temperature, top-k, top-p, min-p) and beam search with a
 length penalty, over a ``Decoder``, anything that extends token sequences one step at a time and
 keeps its own key/value cache. The runtime wraps its onnxruntime graphs as decoders; training
 wraps the PyTorch model (tfcompile.tasks). numpy only: no torch and no onnxruntime here.
@@ -74,7 +74,8 @@ class Sampling:
     its own ``seed`` (row r of a batch asked for with one seed draws with seed + r, so a prompt
     gives the same tokens whatever else shares its batch). Before either, the logits of the
     tokens the row holds already are penalised by ``repetition_penalty`` (``penalise_repeats``;
-    1: not), and what ``bans`` bans is set to -inf (its min_len counting the row's new tokens)."""
+    1: not), and what ``bans`` bans is set to -inf (its min_len counting the row's new tokens).
+    A row whose every token is banned ends there, without a token."""
 
     temperature: float = 1.0
     top_k: int | None = None
@@ -82,6 +83,7 @@ class Sampling:
     seed: int | None = None
     repetition_penalty: float = 1.0
     bans: Bans = NO_BANS
+    min_p: float | None = None
 
 
 GREEDY = Sampling(temperature=0.0)
@@ -98,18 +100,17 @@ def penalise_repeats(logits: np.ndarray, seen: np.ndarray, penalty: float) -> No
     logits[tokens] = np.where(scores < 0, scores * penalty, scores / penalty)
 
 
-def sample_next(
+def probabilities(
     logits: np.ndarray,
     temperature: float = 1.0,
     top_k: int | None = None,
     top_p: float | None = None,
-    rng: np.random.Generator | Sequence[np.random.Generator] | None = None,
+    min_p: float | None = None,
 ) -> np.ndarray:
-    """logits (B, V) -> next token ids (B,). Temperature 0 (below GREEDY_BELOW) is greedy (argmax);
-    top-k keeps the k most likely tokens, top-p the fewest whose probabilities reach p. ``rng``: one
-    generator for every row, or one per row."""
-    if temperature < GREEDY_BELOW:
-        return logits.argmax(axis=-1)
+    """logits (B, V) -> what sampling draws from (B, V), float64: the softmax of the logits over
+    ``temperature`` (above 0), filtered in transformers' order and renormalised: top-k keeps the k
+    most likely tokens (and any as likely as the k-th), top-p the fewest whose probabilities reach
+    p, and min-p those at least min_p times as likely as the likeliest (Nguyen et al. 2024)."""
     scores = logits.astype(np.float64) / temperature
     if top_k is not None and top_k < scores.shape[-1]:
         kth = np.sort(scores, axis=-1)[:, -top_k][:, None]
@@ -125,6 +126,25 @@ def sample_next(
         np.put_along_axis(drop, order, drop_sorted, axis=-1)
         probs = np.where(drop, 0.0, probs)
         probs /= probs.sum(axis=-1, keepdims=True)
+    if min_p:
+        probs = np.where(probs < min_p * probs.max(axis=-1, keepdims=True), 0.0, probs)
+        probs /= probs.sum(axis=-1, keepdims=True)
+    return probs
+
+
+def sample_next(
+    logits: np.ndarray,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    rng: np.random.Generator | Sequence[np.random.Generator] | None = None,
+    min_p: float | None = None,
+) -> np.ndarray:
+    """logits (B, V) -> next token ids (B,): greedy (argmax) at temperature 0 (below GREEDY_BELOW),
+    else drawn from ``probabilities``. ``rng``: one generator for every row, or one per row."""
+    if temperature < GREEDY_BELOW:
+        return logits.argmax(axis=-1)
+    probs = probabilities(logits, temperature, top_k, top_p, min_p)
     rngs = rng if isinstance(rng, Sequence) else [rng or np.random.default_rng()] * len(probs)
     return np.array([r.choice(len(p), p=p) for r, p in zip(rngs, probs, strict=True)])
 
@@ -270,10 +290,11 @@ class Batch:
         return keys
 
     def sample(self) -> dict[int, int]:
-        """Every row's next token, by key; a row whose token is a stop token, or its last, ends."""
+        """Every row's next token, by key; a row whose token is a stop token, or its last, ends, and
+        one whose every token is banned ends without a token."""
         groups: dict[tuple, list[int]] = {}
         for r, row in enumerate(self.rows):
-            options = (row.sampling.temperature, row.sampling.top_k, row.sampling.top_p)
+            options = (row.sampling.temperature, row.sampling.top_k, row.sampling.top_p, row.sampling.min_p)
             groups.setdefault(options, []).append(r)
         tokens = np.zeros(len(self.rows), dtype=np.int64)
         logits = self.logits
@@ -288,12 +309,17 @@ class Batch:
             if row.sampling.repetition_penalty != 1:
                 penalise_repeats(logits[r], ids, row.sampling.repetition_penalty)
             row.sampling.bans.ban(logits[r], ids, len(row.tokens), self.stop)
-        for (temperature, top_k, top_p), members in groups.items():
+        banned = [r for r in changed if np.isneginf(logits[r]).all()]
+        for r in banned:  # the row ends; its logits are left finite for the draws
+            logits[r], self.rows[r].done = 0, True
+        for (temperature, top_k, top_p, min_p), members in groups.items():
             rows = slice(None) if len(members) == len(self.rows) else members  # a view, no copy
             generators = [self.rows[r].rng for r in members]
-            tokens[rows] = sample_next(logits[rows], temperature, top_k, top_p, generators)
+            tokens[rows] = sample_next(logits[rows], temperature, top_k, top_p, generators, min_p)
         stepped = {}
         for row, token in zip(self.rows, tokens.tolist(), strict=True):
+            if row.done:
+                continue
             row.tokens.append(token)
             row.done = token in self.stop or len(row.tokens) >= row.limit
             stepped[row.key] = token
@@ -449,7 +475,8 @@ class FairseqBeam:
         hypothesis only from within the top ``beam`` candidates, as in fairseq, so beam 1 is greedy
         decoding. With ``forced_eos``, the step that chooses the ``max_len``-th token chooses ``eos``
         for every live hypothesis, scored by its log-probability (fairseq's end at the length
-        limit)."""
+        limit). A banned candidate (-inf) is never taken: a hypothesis whose every candidate is
+        banned finishes as it is, as greedy decoding's row ends there."""
         alpha = self.length_penalty
         hypotheses: list[tuple[float, list[int]]] = [(0.0, [])]  # (summed log p, tokens after start)
         finished: list[tuple[float, list[int]]] = []  # (length-normalised score, tokens)
@@ -464,12 +491,20 @@ class FairseqBeam:
                 break
             for row, (_, words) in enumerate(hypotheses):
                 bans.ban(log_probs[row], [*start, *words], len(start) - 1 + len(words), (eos,))
+            ended = [bool(np.isneginf(row).all()) for row in log_probs]  # nothing may follow
+            finished += [
+                (length_normalised(s, len(w), alpha), w)
+                for (s, w), e in zip(hypotheses, ended, strict=True)
+                if e
+            ]
             scores = np.array([s for s, _ in hypotheses])[:, None] + log_probs  # (n, V)
             order = np.argsort(-scores, axis=None, kind="stable")[: min(2 * beam, scores.size)]
             survivors: list[tuple[float, list[int], int]] = []
             for rank, index in enumerate(order):
                 parent, token = divmod(int(index), log_probs.shape[1])
                 score, words = float(scores[parent, token]), hypotheses[parent][1]
+                if score == -np.inf:  # banned, as every candidate after it
+                    break
                 if token == eos:
                     if rank < beam:
                         finished.append((length_normalised(score, len(words), alpha), words))
@@ -478,7 +513,10 @@ class FairseqBeam:
             if len(finished) >= beam:
                 break
             if step == max_len:  # out of length: the current hypotheses end here, unfinished
-                finished += [(length_normalised(s, len(w), alpha), w) for s, w in hypotheses]
+                going = [h for h, e in zip(hypotheses, ended, strict=True) if not e]
+                finished += [(length_normalised(s, len(w), alpha), w) for s, w in going]
+                break
+            if not survivors:
                 break
             decoder.reorder(np.array([parent for _, _, parent in survivors]))
             hypotheses = [(score, words) for score, words, _ in survivors]

@@ -135,6 +135,7 @@ class LanguageModel(Bundle):
         stop: bool = True,
         repetition_penalty: float | None = None,
         min_new_tokens: int | None = None,
+        min_p: float | None = None,
     ) -> np.ndarray:
         """input_ids (batch, prompt) [+ attention_mask, 0 at left padding] -> (batch, prompt + n): each
         row's prompt and its new tokens, up to ``max_new_tokens``; a row that reached a stop token
@@ -145,7 +146,9 @@ class LanguageModel(Bundle):
         ids = inputs.token_ids(input_ids, self.vocab_size, None)  # past the context, generation slides
         mask = None if attention_mask is None else self._mask(attention_mask, ids.shape)
         count = self.max_new_tokens(max_new_tokens)
-        rows = self.sampling(len(ids), temperature, top_k, top_p, seed, repetition_penalty, min_new_tokens)
+        rows = self.sampling(
+            len(ids), temperature, top_k, top_p, seed, repetition_penalty, min_new_tokens, min_p
+        )
         new = self.generate_batch(
             ids,
             mask,
@@ -171,6 +174,7 @@ class LanguageModel(Bundle):
         use_cache: bool = True,
         repetition_penalty: float | None = None,
         min_new_tokens: int | None = None,
+        min_p: float | None = None,
     ) -> str: ...
 
     @overload
@@ -186,6 +190,7 @@ class LanguageModel(Bundle):
         use_cache: bool = True,
         repetition_penalty: float | None = None,
         min_new_tokens: int | None = None,
+        min_p: float | None = None,
     ) -> list[str]: ...
 
     def generate_text(
@@ -200,13 +205,14 @@ class LanguageModel(Bundle):
         use_cache: bool = True,
         repetition_penalty: float | None = None,
         min_new_tokens: int | None = None,
+        min_p: float | None = None,
     ) -> str | list[str]:
         """A prompt (or a list of prompts, generated as one batch) -> the prompt and its
         continuation, decoded; generation ends at a stop token, which is not shown."""
         encodings = self.encode(inputs.texts("prompt", prompt))
         count = self.max_new_tokens(max_new_tokens)
         rows = self.sampling(
-            len(encodings), temperature, top_k, top_p, seed, repetition_penalty, min_new_tokens
+            len(encodings), temperature, top_k, top_p, seed, repetition_penalty, min_new_tokens, min_p
         )
         new = self.generate_prompts(
             [e.ids for e in encodings],
@@ -234,21 +240,24 @@ class LanguageModel(Bundle):
         seed: Any = None,
         repetition_penalty: Any = None,
         min_new_tokens: Any = None,
+        min_p: Any = None,
     ) -> list[search.Sampling]:
         """Checked sampling options for ``rows`` rows, the manifest's defaults where None, with the
         manifest's bans; row r draws with seed + r."""
         g = self.generation
-        t, k, p, penalty = inputs.sampling(
+        t, k, p, penalty, least_p = inputs.sampling(
             g.temperature if temperature is None else temperature,
             g.top_k if top_k is None else top_k,
             g.top_p if top_p is None else top_p,
             g.repetition_penalty if repetition_penalty is None else repetition_penalty,
+            g.min_p if min_p is None else min_p,
         )
         least = inputs.count("min_new_tokens", g.min_new_tokens if min_new_tokens is None else min_new_tokens)
         bans = search.Bans(tuple(g.suppressed_ids), least, g.no_repeat_ngram_size)
         first = inputs.seed(seed)
         return [
-            search.Sampling(t, k, p, None if first is None else first + r, penalty, bans) for r in range(rows)
+            search.Sampling(t, k, p, None if first is None else first + r, penalty, bans, least_p)
+            for r in range(rows)
         ]
 
     def generate_prompts(

@@ -103,15 +103,16 @@ def number(name: str, value: Any, low: float, high: float = math.inf, low_open: 
 
 
 def sampling(
-    temperature: Any, top_k: Any, top_p: Any, repetition_penalty: Any
-) -> tuple[float, int | None, float | None, float]:
+    temperature: Any, top_k: Any, top_p: Any, repetition_penalty: Any, min_p: Any
+) -> tuple[float, int | None, float | None, float, float | None]:
     """Temperature >= 0 (0 is greedy), top_k >= 1, top_p in (0, 1], a repetition penalty within
-    REPETITION_PENALTIES."""
+    REPETITION_PENALTIES, min_p in [0, 1]."""
     return (
         number("temperature", temperature, 0.0),
         optional_count("top_k", top_k, 1),
         None if top_p is None else number("top_p", top_p, 0.0, 1.0, low_open=True),
         number("repetition_penalty", repetition_penalty, *REPETITION_PENALTIES),
+        None if min_p is None else number("min_p", min_p, 0.0, 1.0),
     )
 
 

@@ -56,6 +56,13 @@ class CompletionRequest(BaseModel):
     temperature: float | None = Field(None, ge=0, le=2)
     top_p: float | None = Field(None, gt=0, le=1)
     top_k: int | None = Field(None, ge=1)
+    min_p: float | None = Field(
+        None,
+        ge=0,
+        le=1,
+        description="vLLM's (not OpenAI's): after top_k and top_p, sample among the tokens at least min_p "
+        "times as probable as the likeliest; default: the bundle's",
+    )
     n: int | None = Field(None, ge=1)
     stream: bool | None = False
     stream_options: StreamOptions | None = None
@@ -128,6 +135,7 @@ async def completions(body: CompletionRequest, request: Request) -> dict | Strea
         body.seed,
         body.repetition_penalty,
         body.min_tokens,
+        body.min_p,
     )
     rows = [
         GenerationRow(prompt, max_tokens, sampling, stops)

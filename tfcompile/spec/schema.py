@@ -1629,6 +1629,11 @@ def _labels_head(model: Any, labels: list[str] | None) -> int:
     return (model.d_model + 1) * len(labels)
 
 
+# A causal_lm task's fields that are its bundle's generation defaults (the manifest's fields of the
+# same names), which `tfcompile sample` and `generate` options override.
+GENERATION_OPTIONS = ("max_new_tokens", "temperature", "top_k", "top_p", "min_p", "repetition_penalty")
+
+
 @register_task_section
 class CausalLMTask(TaskSection):
     families = ("decoder",)
@@ -1657,6 +1662,11 @@ class CausalLMTask(TaskSection):
     top_k: PositiveInt | None = Field(None, description="generation's default top_k; null: every token")
     top_p: Annotated[float, Field(gt=0, le=1)] | None = Field(
         None, description="generation's default top_p; null: every token"
+    )
+    min_p: Annotated[float, Field(ge=0, le=1)] | None = Field(
+        None,
+        description="generation's default min_p: after top_k and top_p, keep the tokens at least min_p "
+        "times as probable as the likeliest (transformers' and vLLM's); null: every token",
     )
     repetition_penalty: Annotated[float, Field(ge=REPETITION_PENALTIES[0], le=REPETITION_PENALTIES[1])] = (
         Field(

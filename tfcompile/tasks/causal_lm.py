@@ -22,7 +22,7 @@ from tfcompile.graphs.parity import check_decoder_parity, check_fixed_step_parit
 from tfcompile.manifest import GenerationInfo, TokenizerInfo
 from tfcompile.models import DecoderLM
 from tfcompile.nn.attention import KVCache
-from tfcompile.spec.schema import CausalLMTask, DecoderSpec, Spec
+from tfcompile.spec.schema import GENERATION_OPTIONS, CausalLMTask, DecoderSpec, Spec
 
 if TYPE_CHECKING:
     from tfcompile.runtime import Bundle
@@ -53,10 +53,6 @@ def causal_lm_loss(
         label_smoothing=label_smoothing,
         reduction=reduction,
     )
-
-
-# The generation defaults a causal_lm task may set for its bundle (GenerationInfo's fields).
-DEFAULTS = ("max_new_tokens", "temperature", "top_k", "top_p", "repetition_penalty")
 
 
 @dataclass(frozen=True)
@@ -137,7 +133,7 @@ class LanguageModelling(Task):
         generation = GenerationInfo(
             context_length=spec.model.max_seq_len,
             stop_token_ids=stops,
-            **{name: getattr(spec.task, name) for name in DEFAULTS},
+            **{name: getattr(spec.task, name) for name in GENERATION_OPTIONS},
             min_new_tokens=banned.min_len,
             no_repeat_ngram_size=banned.no_repeat_ngram,
             suppressed_ids=list(banned.suppressed),
@@ -248,12 +244,18 @@ def generate(
     emitted: int | None = None,
     repetition_penalty: float = 1.0,
     bans: search.Bans = search.NO_BANS,
+    min_p: float | None = None,
 ) -> torch.Tensor:
     """ids (B, T) -> (B, T + max_new_tokens): the shared search over the PyTorch model, reading at
-    most the model's max_seq_len last tokens (no stop token: every row gets all its tokens), never
-    an id of ``emitted`` (the tokenizer's size) or more, nor one ``bans`` bans."""
-    sampling = search.Sampling(temperature, top_k, top_p, seed, repetition_penalty, bans)
+    most the model's max_seq_len last tokens (no stop token: every row gets all its tokens, but
+    one that ``bans`` leave no token, which ends there), never an id of ``emitted`` (the
+    tokenizer's size) or more, nor one ``bans`` bans."""
+    sampling = search.Sampling(temperature, top_k, top_p, seed, repetition_penalty, bans, min_p)
     decoder, context = TorchDecoder(model, emitted), model.spec.max_seq_len
     new = search.generate(decoder, ids.cpu().numpy(), max_new_tokens, sampling, context=context)
+    if len({len(row) for row in new}) > 1:
+        raise ValueError(
+            f"the bans ended rows at {[len(row) for row in new]} tokens: generate them one at a time"
+        )
     generated = torch.tensor(new, dtype=ids.dtype, device=ids.device).reshape(len(ids), -1)
     return torch.cat([ids, generated], dim=1)
