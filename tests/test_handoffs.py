@@ -459,13 +459,15 @@ def test_genai_bans_repeated_ngrams_as_the_runtime_does(
             r"generation\.min_new_tokens \(3\).*search\.min_length, counts the prompt's tokens too.*"
             r"without task\.min_new_tokens",
         ),
+        ({"min_p": 0.1}, r"generation\.min_p \(0\.1\).*search options have no min_p.*without task\.min_p"),
     ],
 )
 def test_genai_refuses_the_bans_it_cannot_apply(
     bundles: Bundles, changes: dict[str, Any], message: str, tmp_path: Path
 ) -> None:
-    """genai_config.json has no setting that suppresses tokens, and its min_length counts the
-    prompt's tokens too: a bundle with either ban is refused, nothing written."""
+    """genai_config.json has no setting that suppresses tokens, its min_length counts the prompt's
+    tokens too, and its search has no min_p: a bundle with any of them is refused, nothing
+    written."""
     bundle = with_generation(bundles["char"], tmp_path / "banned", **changes)
     with pytest.raises(ExportError, match=message):
         export_genai(bundle, tmp_path / "genai")

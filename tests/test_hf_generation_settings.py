@@ -2,12 +2,13 @@
 Stop tokens: transformers ends generation at every id of eos_token_id (a list in Llama 3's and
 Qwen2.5's generation_config.json); the import makes those beside the eos the task's stop_tokens,
 the bundle's generation stops at each (the runtime, as generate() does). Sampling: do_sample,
-temperature, top_k, top_p, max_new_tokens and repetition_penalty become the bundle's defaults for a
+temperature, top_k, top_p, min_p, max_new_tokens and repetition_penalty become the bundle's defaults for a
 request that names none. export-hf writes both back. Tiny random GPT-2s with a character tokenizer."""
 
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -156,6 +157,7 @@ SAMPLING = {
     "temperature": 1.0,
     "top_k": None,
     "top_p": None,
+    "min_p": None,
     "max_new_tokens": 200,
     "repetition_penalty": 1.0,
 }
@@ -174,6 +176,12 @@ SAMPLING = {
         ({"temperature": 0.6}, {}),  # without do_sample, generate() decodes greedily: not a choice
         ({"repetition_penalty": 1.2}, {"repetition_penalty": 1.2}),  # with or without do_sample
         ({"do_sample": True, "repetition_penalty": 1.0}, {"temperature": 1.0, "top_k": 50}),
+        (
+            {"do_sample": True, "temperature": 0.7, "top_k": 0, "min_p": 0.05},
+            {"temperature": 0.7, "min_p": 0.05},
+        ),
+        ({"do_sample": True, "min_p": 0.0}, {"temperature": 1.0, "top_k": 50}),  # 0: every token
+        ({"min_p": 0.1}, {}),  # greedy
     ],
 )
 def test_sampling_settings_are_the_bundles_defaults_and_export_hf_writes_them_back(
@@ -186,7 +194,7 @@ def test_sampling_settings_are_the_bundles_defaults_and_export_hf_writes_them_ba
     export_hf(result.run_dir, tmp_path / "out")
     written = json.loads((tmp_path / "out" / "generation_config.json").read_text())
     assert ("do_sample" in written) == any(
-        [task.temperature != 1.0, task.top_k, task.top_p]
+        [task.temperature != 1.0, task.top_k, task.top_p, task.min_p]
     )  # tfcompile's own: none
     again = import_folder(tmp_path / "out", "again", tmp_path / "specs", tmp_path / "runs").spec.task
     assert {name: getattr(again, name) for name in SAMPLING} == {
@@ -291,6 +299,23 @@ def test_generation_settings_a_language_model_does_not_apply_are_warned_of(tmp_p
     assert "temperature" not in said
 
 
+def test_sampling_settings_the_runtime_does_not_apply_are_warned_of_when_sampling(tmp_path: Path) -> None:
+    """typical_p, epsilon_cutoff, eta_cutoff and top_h filter generate()'s draws, and the
+    runtime's sampling does not: warned of with do_sample; without it generate() is greedy and
+    they change nothing."""
+    filters = {"typical_p": 0.9, "epsilon_cutoff": 3e-4, "eta_cutoff": 1e-3, "top_h": 0.4}
+    saved(tmp_path / "sampled", do_sample=True, **filters)
+    with pytest.warns(HFWarning) as caught:
+        import_folder(tmp_path / "sampled", "sampled", tmp_path / "specs", tmp_path / "runs")
+    said = " ".join(str(w.message) for w in caught)
+    assert "typical_p 0.9, epsilon_cutoff 0.0003, eta_cutoff 0.001, top_h 0.4: generate() applies" in said
+    assert "tfcompile's sampling does not" in said
+    saved(tmp_path / "greedy", **filters)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        import_folder(tmp_path / "greedy", "greedy", tmp_path / "specs", tmp_path / "runs")
+
+
 def test_a_bad_word_that_is_a_stop_token_is_left_out_as_generate_leaves_it(tmp_path: Path) -> None:
     saved(tmp_path / "hf", [0, 5], bad_words_ids=[[5], [0], [7]])
     task = import_folder(tmp_path / "hf", "bad", tmp_path / "specs", tmp_path / "runs").spec.task
@@ -303,6 +328,8 @@ def test_a_bad_word_that_is_a_stop_token_is_left_out_as_generate_leaves_it(tmp_p
         ({"do_sample": True, "temperature": 0.0}, "temperature"),
         ({"do_sample": True, "top_p": 1.5}, "top_p"),
         ({"do_sample": True, "top_k": -1}, "top_k"),
+        ({"do_sample": True, "min_p": 1.5}, "min_p"),
+        ({"do_sample": True, "min_p": "0.1"}, "min_p"),
         ({"max_new_tokens": 0}, "max_new_tokens"),
         ({"repetition_penalty": 0}, "repetition_penalty"),
         ({"repetition_penalty": "1.2"}, "repetition_penalty"),

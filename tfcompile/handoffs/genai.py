@@ -154,6 +154,7 @@ def _check_bundle(bundle: Path, files: BundleFiles) -> None:
             "min_new_tokens",
             "its one such setting, search.min_length, counts the prompt's tokens too",
         ),
+        ("min_p", g.min_p, "min_p", "its search options have no min_p"),
     ):
         if value:
             raise ExportError(

@@ -37,11 +37,12 @@ batch of prompts:
    ``past_key_i``/``past_value_i`` **empty**: shape (batch, n_kv_heads, 0, head_dim) of the
    graph's float type (zero elements; Triton accepts zero-sized variable dims).
 3. Take ``logits[:, -1]`` (batch, vocab): the next token of each row (argmax, or sampled as the
-   manifest's ``generation`` defaults say, after its ``repetition_penalty``, then its bans: -inf at
-   the tokens of ``suppressed_ids``, at the stop tokens while the row has fewer than
-   ``min_new_tokens`` new tokens, and at each token that would end an n-gram of
-   ``no_repeat_ngram_size`` tokens occurring earlier in the row: its whole prompt, even beyond the
-   context, and its new tokens, never its padding).
+   manifest's ``generation`` defaults say: ``temperature``, ``top_k``, ``top_p``, ``min_p``), after
+   its ``repetition_penalty``, then its bans: -inf at the tokens of ``suppressed_ids``, at the stop
+   tokens while the row has fewer than ``min_new_tokens`` new tokens, and at each token that would
+   end an n-gram of ``no_repeat_ngram_size`` tokens occurring earlier in the row: its whole prompt,
+   even beyond the context, and its new tokens, never its padding. A row whose every token is
+   banned ends there).
 4. Next request: ``input_ids`` = the new tokens (batch, 1); ``attention_mask`` = the previous mask
    with a column of 1 appended, so it always covers **past + new** tokens; each ``past_*_i`` = the
    ``present_*_i`` output of the previous response (the manifest's ``cache`` pairs them by index).

@@ -107,7 +107,7 @@ def sampling(task: Any) -> dict[str, Any]:
     """A causal LM task's generation defaults, where they are not tfcompile's own (sampling at
     temperature 1 from every token, 200 new tokens, no repetition penalty), as
     generation_config.json's fields (what the importer reads back): greedy is do_sample false;
-    other sampling, do_sample with the temperature, top_k (0: every token) and top_p."""
+    other sampling, do_sample with the temperature, top_k (0: every token), top_p and min_p."""
     if not isinstance(task, CausalLMTask):
         return {}
     out: dict[str, Any] = {}
@@ -115,13 +115,19 @@ def sampling(task: Any) -> dict[str, Any]:
     out |= {} if task.repetition_penalty == 1 else {"repetition_penalty": task.repetition_penalty}
     if task.temperature == 0:
         return out | {"do_sample": False}
-    if task.temperature == DEFAULT_TEMPERATURE and task.top_k is None and task.top_p is None:
+    if (
+        task.temperature == DEFAULT_TEMPERATURE
+        and task.top_k is None
+        and task.top_p is None
+        and not task.min_p
+    ):
         return out
     return out | {
         "do_sample": True,
         "temperature": task.temperature,
         "top_k": task.top_k or 0,
         "top_p": task.top_p or 1.0,
+        **({"min_p": task.min_p} if task.min_p else {}),
     }
 
 

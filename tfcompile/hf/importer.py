@@ -137,6 +137,8 @@ def import_folder(folder: Path, name: str, specs_dir: Path, runs_dir: Path) -> I
         warn_unapplied(
             generation, UNAPPLIED_BY_LANGUAGE_MODELS, "tfcompile's generation does not (one token a step)"
         )
+        if generation.field("do_sample")[0]:
+            warn_unapplied(generation, UNAPPLIED_SAMPLING, "tfcompile's sampling does not")
     if tokens:
         sections["tokens"] = tokens
     if "source_suffix" in imported.task and (around := source_affixes(folder, tokens)) is not None:
@@ -450,6 +452,8 @@ GENERATION_DEFAULTS: dict[str, Any] = {
     "num_beam_groups": 1,
     "diversity_penalty": 0.0,
 }
+# generate()'s defaults for its sampling fields that config.json's global defaults lack.
+SAMPLING_DEFAULTS: dict[str, Any] = {"min_p": None, "epsilon_cutoff": 0.0, "eta_cutoff": 0.0, "top_h": None}
 
 
 @dataclass(frozen=True)
@@ -559,7 +563,7 @@ def warn_unapplied(generation: Generation, names: tuple[str, ...], whose: str) -
     unapplied = []
     for name in names:
         value = generation.field(name)[0]
-        if value is not None and value != GENERATION_DEFAULTS[name]:
+        if value is not None and value != (GENERATION_DEFAULTS | SAMPLING_DEFAULTS)[name]:
             unapplied.append(f"{name} {value!r}")
     if unapplied:
         warnings.warn(
@@ -692,10 +696,10 @@ def stop_tokens(
 def sampling_defaults(generation: Generation) -> dict[str, Any]:
     """How a language model's files set generate() to choose tokens, as the task's generation
     defaults: where they set do_sample, greedy (temperature 0) if false, else their temperature,
-    top_k (transformers' 50 where unset; 0: every token) and top_p (1: every token); their
-    max_new_tokens and repetition_penalty (greedy or not). Where they set none, the bundle keeps
-    tfcompile's defaults. Refused by field: a value generate() cannot take, or a penalty past
-    tfcompile's range."""
+    top_k (transformers' 50 where unset; 0: every token), top_p (1: every token) and min_p (0:
+    every token); their max_new_tokens and repetition_penalty (greedy or not). Where they set
+    none, the bundle keeps tfcompile's defaults. Refused by field: a value generate() cannot
+    take, or a penalty past tfcompile's range."""
     out: dict[str, Any] = {}
     new = generation.field("max_new_tokens")[0]
     if new is not None:
@@ -726,10 +730,13 @@ def sampling_defaults(generation: Generation) -> dict[str, Any]:
         problems.append(Problem("top_k", f"is {top_k!r}", "a count, or 0 for every token"))
     if not isinstance(top_p, int | float) or isinstance(top_p, bool) or not 0 < top_p <= 1:
         problems.append(Problem("top_p", f"is {top_p!r}", "a share above 0, at most 1"))
+    least = generation.field("min_p")[0] or 0
+    if not number(least, 0, 1):
+        problems.append(Problem("min_p", f"is {least!r}", "a share from 0 to 1, or null"))
     if problems:
         raise refuse(generation.where, problems)
-    out |= {"temperature": float(temperature)}
-    return out | ({"top_k": top_k} if top_k else {}) | ({"top_p": float(top_p)} if top_p < 1 else {})
+    out |= {"temperature": float(temperature)} | ({"top_k": top_k} if top_k else {})
+    return out | ({"top_p": float(top_p)} if top_p < 1 else {}) | ({"min_p": float(least)} if least else {})
 
 
 # The generation fields that change what generate() chooses which a language model's task has no
@@ -737,12 +744,13 @@ def sampling_defaults(generation: Generation) -> dict[str, Any]:
 UNAPPLIED_BY_LANGUAGE_MODELS = (
     "min_length",
     "num_beams",
-    "typical_p",
     "begin_suppress_tokens",
     "exponential_decay_length_penalty",
 )
+# Those of its sampling fields (acting with do_sample alone) that it has no field for.
+UNAPPLIED_SAMPLING = ("typical_p", "epsilon_cutoff", "eta_cutoff", "top_h")
 # The generation fields that change what generate() chooses which a translator's task has no field
-# for (sampling's temperature, top_k and top_p act only with do_sample).
+# for (sampling's temperature, top_k, top_p and min_p act only with do_sample).
 UNAPPLIED = (
     "do_sample",
     "repetition_penalty",
