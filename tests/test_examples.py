@@ -344,6 +344,25 @@ def test_both_clients_ban_what_the_runtime_bans_in_generation(
 
 
 @pytest.mark.slow
+def test_both_clients_end_a_row_whose_every_token_is_banned(
+    char_bundle: Path, client: Client, tmp_path: Path
+) -> None:
+    """no_repeat_ngram_size 1 bans each token a row holds, and min_new_tokens past the limit its
+    stop tokens: a row takes each other token of the vocabulary once, then has none left and ends
+    there, in the runtime as in each client."""
+    bans = {"no_repeat_ngram_size": 1, "min_new_tokens": 150}
+    bundle = _with_manifest(char_bundle, tmp_path / "spent", "generation", **bans)
+    model = load(bundle, providers=["CPUExecutionProvider"])
+    emitted = set(range(model.tokenizer.get_vocab_size())) - set(model.generation.stop_token_ids)  # type: ignore[attr-defined]
+    prompts = [[5, 6, 7, 5], [8]]
+    expected = runtime_alone(bundle, prompts, 150)
+    assert [sorted(row) for row in expected] == [sorted(emitted - set(p)) for p in prompts]
+    assert model.generate_prompts(prompts, [150, 150], model.sampling(2, temperature=0)) == expected  # type: ignore[attr-defined]
+    served = client(bundle, "generate", *id_args(prompts), "--max-new-tokens", "150")
+    assert [s["new_ids"] for s in served] == expected
+
+
+@pytest.mark.slow
 def test_both_clients_pick_only_the_tokenizers_ids(char_bundle: Path, client: Client, tmp_path: Path) -> None:
     """A model may have more logits than its tokenizer has tokens (a Hugging Face T5: 32,128 for
     32,100): generation picks among the tokenizer's ids, as the runtime does."""

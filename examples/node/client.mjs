@@ -224,7 +224,8 @@ function promptIds(bundle, prompts, ids) {
 // context_length tokens from an empty cache. The logits of the tokens a row holds (real ones) are
 // penalised first, as the manifest's repetition_penalty says (1 by default: not), in float32; then
 // its bans are set to -Infinity: suppressed_ids, the stop tokens while the row has fewer than
-// min_new_tokens new ones, and n-gram repeats of no_repeat_ngram_size over the row's real tokens.
+// min_new_tokens new ones, and n-gram repeats of no_repeat_ngram_size over the row's real tokens. A
+// row whose every token is banned ends there.
 async function generate(bundle, prompts, maxNewTokens) {
   const [graph, session] = await bundle.graph("decode_step");
   const g = bundle.manifest.generation;
@@ -257,6 +258,7 @@ async function generate(bundle, prompts, maxNewTokens) {
       }
       const real = ids[row].filter((_, i) => mask[row][i] === 1);
       banTokens(scores, real, g.suppressed_ids ?? [], g.no_repeat_ngram_size ?? 0);
+      if (scores.every((x) => x === -Infinity)) done[row] = true;
       return argmax(scores);
     });
     next.forEach((token, row) => {
@@ -388,7 +390,11 @@ async function translate(bundle, texts, beam) {
   const chosen = t.forced_eos ? limit - 1 : limit;
   for (let step = 0; step < chosen && !done.every(Boolean); step++) {
     const logits = await decoder.step(tokens);
-    tokens = logits.map((scores, row) => [argmax(ban(t, scores, [...start, ...newIds[row]]))]);
+    tokens = logits.map((scores, row) => {
+      const banned = ban(t, scores, [...start, ...newIds[row]]);
+      if (banned.every((x) => x === -Infinity)) done[row] = true; // every token banned: the row ends
+      return [argmax(banned)];
+    });
     tokens.forEach(([token], row) => {
       done[row] ||= token === t.stop_id;
       if (!done[row]) newIds[row].push(token);
@@ -424,7 +430,8 @@ function banTokens(scores, sequence, suppressed, n) {
 // log-probability; the stop token ends a hypothesis only from within the top `beam` candidates; a
 // finished hypothesis scores log p / ((5 + length) / 6) ** length_penalty. Ends when `beam` have
 // finished or at the limit (with forced_eos, a step before it: every hypothesis then ends with the
-// stop token, scored). What `ban` bans scores -Infinity (the other tokens keep their log-probabilities).
+// stop token, scored). What `ban` bans scores -Infinity (the other tokens keep their log-probabilities)
+// and is never taken: a hypothesis whose every token is banned finishes as it is.
 async function beamSearch(decoder, start, t, limit, beam) {
   const score = (logP, length) => logP / ((5 + length) / 6) ** t.length_penalty;
   let hypotheses = [{ total: 0, words: [] }];
@@ -438,12 +445,18 @@ async function beamSearch(decoder, start, t, limit, beam) {
       );
       break;
     }
+    const banned = hypotheses.map((h, parent) => ban(t, logProbs[parent], [...start, ...h.words]));
+    const ended = banned.map((scores) => scores.every((x) => x === -Infinity));
+    hypotheses.forEach((h, i) => {
+      if (ended[i]) finished.push({ score: score(h.total, h.words.length), words: h.words });
+    });
     const candidates = hypotheses.flatMap((h, parent) =>
-      ban(t, logProbs[parent], [...start, ...h.words]).map((lp, token) => ({ total: h.total + lp, parent, token })),
+      banned[parent].map((lp, token) => ({ total: h.total + lp, parent, token })),
     );
     candidates.sort((x, y) => y.total - x.total); // stable: ties keep the lower index first
     const survivors = [];
-    candidates.slice(0, 2 * beam).forEach(({ total, parent, token }, rank) => {
+    const taken = candidates.slice(0, 2 * beam).filter((c) => c.total > -Infinity); // banned: never
+    taken.forEach(({ total, parent, token }, rank) => {
       const words = hypotheses[parent].words;
       if (token === t.stop_id) {
         if (rank < beam) finished.push({ score: score(total, words.length), words });
@@ -454,9 +467,11 @@ async function beamSearch(decoder, start, t, limit, beam) {
     if (finished.length >= beam) break;
     if (step === limit) {
       // out of length: the current hypotheses end here, unfinished
-      finished.push(...hypotheses.map((h) => ({ score: score(h.total, h.words.length), words: h.words })));
+      const going = hypotheses.filter((_, i) => !ended[i]);
+      finished.push(...going.map((h) => ({ score: score(h.total, h.words.length), words: h.words })));
       break;
     }
+    if (!survivors.length) break;
     decoder.keep(survivors.map((s) => s.parent));
     hypotheses = survivors;
     logProbs = (await decoder.step(hypotheses.map((h) => [h.words.at(-1)]))).map(logSoftmax);

@@ -153,7 +153,8 @@ def generate(bundle: Bundle, prompts: list[list[int]], max_new_tokens: int) -> l
     context_length tokens from an empty cache. The logits of the tokens a row holds (real ones)
     are penalised first, as the manifest's repetition_penalty says (1 by default: not), then its
     bans set to -inf: suppressed_ids, the stop tokens while the row has fewer than min_new_tokens
-    new ones, and n-gram repeats of no_repeat_ngram_size over the row's real tokens."""
+    new ones, and n-gram repeats of no_repeat_ngram_size over the row's real tokens. A row whose
+    every token is banned ends there."""
     graph, session = bundle.graph("decode_step")
     g = bundle.manifest["generation"]
     penalty = g.get("repetition_penalty", 1.0)
@@ -180,6 +181,7 @@ def generate(bundle: Bundle, prompts: list[list[int]], max_new_tokens: int) -> l
                 logits[row, [s for s in stops if s < logits.shape[1]]] = -np.inf
             real = ids[row][mask[row] == 1].tolist()
             ban_tokens(logits[row], real, g.get("suppressed_ids", []), g.get("no_repeat_ngram_size", 0))
+            done[row] = done[row] or bool(np.isneginf(logits[row]).all())
         next_ids = logits.argmax(-1)
         for row, token in enumerate(next_ids.tolist()):
             if not done[row]:
@@ -292,8 +294,8 @@ def translate(bundle: Bundle, texts: list[str], beam: int | None = None) -> list
         logits = decoder.step(tokens).copy()
         ban(t, logits, [start + row for row in new])
         tokens = logits.argmax(-1)[:, None]
-        for row, token in enumerate(tokens[:, 0].tolist()):
-            done[row] = done[row] or token == t["stop_id"]
+        for row, token in enumerate(tokens[:, 0].tolist()):  # every token banned: the row ends
+            done[row] = done[row] or token == t["stop_id"] or bool(np.isneginf(logits[row]).all())
             if not done[row]:
                 new[row].append(token)
         if all(done):
@@ -328,7 +330,8 @@ def beam_search(decoder: TranslationDecoder, start: list[int], t: dict, limit: i
     ends a hypothesis only from within the top ``beam`` candidates; a finished hypothesis scores
     log p / ((5 + length) / 6) ** length_penalty. Ends when ``beam`` have finished or at the limit
     (with forced_eos, a step before it: every hypothesis then ends with the stop token, scored).
-    What ``ban`` bans scores -inf (the other tokens keep their log-probabilities)."""
+    What ``ban`` bans scores -inf (the other tokens keep their log-probabilities) and is never
+    taken: a hypothesis whose every token is banned finishes as it is."""
 
     def score(log_p: float, length: int) -> float:
         return log_p / ((5 + length) / 6) ** t["length_penalty"]
@@ -343,12 +346,16 @@ def beam_search(decoder: TranslationDecoder, start: list[int], t: dict, limit: i
             ]
             break
         ban(t, log_probs, [start + w for _, w in hypotheses])
+        ended = np.isneginf(log_probs).all(axis=1).tolist()
+        finished += [(score(s, len(w)), w) for (s, w), e in zip(hypotheses, ended, strict=True) if e]
         scores = np.array([s for s, _ in hypotheses])[:, None] + log_probs  # (hypotheses, vocab)
         order = np.argsort(-scores, axis=None, kind="stable")[: 2 * beam]  # ties: the lower index first
         survivors: list[tuple[float, list[int], int]] = []
         for rank, index in enumerate(order.tolist()):
             parent, token = divmod(index, scores.shape[1])
             total, words = float(scores[parent, token]), hypotheses[parent][1]
+            if total == -np.inf:  # banned, as every candidate after it
+                break
             if token == t["stop_id"]:
                 if rank < beam:
                     finished.append((score(total, len(words)), words))
@@ -357,7 +364,9 @@ def beam_search(decoder: TranslationDecoder, start: list[int], t: dict, limit: i
         if len(finished) >= beam:
             break
         if step == limit:  # out of length: the current hypotheses end here, unfinished
-            finished += [(score(s, len(w)), w) for s, w in hypotheses]
+            finished += [(score(s, len(w)), w) for (s, w), e in zip(hypotheses, ended, strict=True) if not e]
+            break
+        if not survivors:
             break
         decoder.keep([parent for _, _, parent in survivors])
         hypotheses = [(total, words) for total, words, _ in survivors]
