@@ -691,18 +691,22 @@ def test_a_beam_search_or_length_tfcompile_cannot_hold_is_refused_by_field(
 
 
 def test_generation_settings_translations_do_not_apply_are_warned_of(tmp_path: Path) -> None:
-    """A repetition_penalty and bad words of several tokens (one token's are suppressed: below).
-    Sampling settings without do_sample change nothing; BART-large-CNN's length_penalty is the
-    task's."""
+    """A repetition_penalty, an encoder_repetition_penalty, a sequence bias and bad words of several
+    tokens (one token's are suppressed: below). Sampling settings without do_sample change
+    nothing; BART-large-CNN's length_penalty is the task's."""
     saved_with_bart_tokenizer(tmp_path / "hf")
     fields = dict(
         bad_words_ids=[[1], [7, 8]], length_penalty=2.0, repetition_penalty=1.2, min_length=3, top_k=5
-    )
+    ) | dict(encoder_repetition_penalty=1.5, sequence_bias=[[[7], -1.0]])
     with_generation(tmp_path / "hf", **fields)
     with pytest.warns(HFWarning) as caught:
         task = import_folder(tmp_path / "hf", "set", tmp_path / "specs", tmp_path / "runs").spec.task
     said = " ".join(str(w.message) for w in caught)
-    assert "repetition_penalty 1.2: generate() applies them" in said and "length_penalty" not in said
+    assert (
+        "repetition_penalty 1.2, encoder_repetition_penalty 1.5, sequence_bias [[[7], -1.0]]: generate()"
+        in said
+    )
+    assert "length_penalty" not in said
     assert "bad words of several tokens [[7, 8]]" in said and "top_k" not in said and "min_length" not in said
     assert task.type == "seq2seq" and (task.suppressed_tokens, task.min_decode_len) == (["<pad>"], 2)
     assert task.length_penalty == 2.0

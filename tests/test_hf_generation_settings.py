@@ -287,14 +287,18 @@ def test_bans_are_the_bundles_and_generate_as_generate_does(tmp_path: Path) -> N
 
 
 def test_generation_settings_a_language_model_does_not_apply_are_warned_of(tmp_path: Path) -> None:
-    """Beam search and min_length (which counts the prompt): generate() applies them, the bundle's
-    generation (a token a step) does not. Sampling settings without do_sample change nothing;
-    bans are applied, and a bad word of several tokens is warned of."""
-    saved(tmp_path / "hf", num_beams=4, min_length=3, bad_words_ids=[[7, 8]], temperature=0.3)
+    """Beam search, min_length and forced_eos_token_id (which count the prompt), a sequence bias and
+    stop strings: generate() applies them, the bundle's generation (a token a step) does not.
+    Sampling settings without do_sample change nothing; bans are applied, and a bad word of
+    several tokens is warned of."""
+    unapplied = dict(forced_eos_token_id=0, sequence_bias=[[[7], 2.0]], stop_strings=["\n\n"])
+    saved(tmp_path / "hf", num_beams=4, min_length=3, bad_words_ids=[[7, 8]], temperature=0.3, **unapplied)
     with pytest.warns(HFWarning) as caught:
         import_folder(tmp_path / "hf", "beams", tmp_path / "specs", tmp_path / "runs")
     said = " ".join(str(w.message) for w in caught)
-    assert "min_length 3, num_beams 4: generate() applies them" in said
+    assert (
+        "min_length 3, num_beams 4, forced_eos_token_id 0, sequence_bias [[[7], 2.0]], stop_strings" in said
+    )
     assert "bad words of several tokens [[7, 8]]" in said
     assert "temperature" not in said
 

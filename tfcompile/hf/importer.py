@@ -452,8 +452,24 @@ GENERATION_DEFAULTS: dict[str, Any] = {
     "num_beam_groups": 1,
     "diversity_penalty": 0.0,
 }
-# generate()'s defaults for its sampling fields that config.json's global defaults lack.
-SAMPLING_DEFAULTS: dict[str, Any] = {"min_p": None, "epsilon_cutoff": 0.0, "eta_cutoff": 0.0, "top_h": None}
+# generate()'s defaults (4's) for its fields that change what it chooses which config.json's
+# global defaults lack.
+LATER_DEFAULTS: dict[str, Any] = {
+    "min_p": None,
+    "epsilon_cutoff": 0.0,
+    "eta_cutoff": 0.0,
+    "top_h": None,
+    "forced_eos_token_id": None,
+    "encoder_repetition_penalty": 1.0,
+    "sequence_bias": None,
+    "force_words_ids": None,
+    "penalty_alpha": None,
+    "dola_layers": None,
+    "guidance_scale": None,
+    "stop_strings": None,
+    "token_healing": False,
+    "watermarking_config": None,
+}
 
 
 @dataclass(frozen=True)
@@ -563,7 +579,7 @@ def warn_unapplied(generation: Generation, names: tuple[str, ...], whose: str) -
     unapplied = []
     for name in names:
         value = generation.field(name)[0]
-        if value is not None and value != (GENERATION_DEFAULTS | SAMPLING_DEFAULTS)[name]:
+        if value is not None and value != (GENERATION_DEFAULTS | LATER_DEFAULTS)[name]:
             unapplied.append(f"{name} {value!r}")
     if unapplied:
         warnings.warn(
@@ -739,13 +755,29 @@ def sampling_defaults(generation: Generation) -> dict[str, Any]:
     return out | ({"top_p": float(top_p)} if top_p < 1 else {}) | ({"min_p": float(least)} if least else {})
 
 
-# The generation fields that change what generate() chooses which a language model's task has no
-# field for.
+# The generation fields that change what generate() chooses, or when it stops, which any task has no
+# field for: a bias on token sequences, constrained beam search, contrastive search, DoLa,
+# classifier-free guidance, stop strings, token healing and watermarks.
+UNAPPLIED_BY_ANY = (
+    "sequence_bias",
+    "force_words_ids",
+    "penalty_alpha",
+    "dola_layers",
+    "guidance_scale",
+    "stop_strings",
+    "token_healing",
+    "watermarking_config",
+)
+# Those, with the fields of their own, which a language model's task has no field for (a forced
+# first token after a one-token prompt, and a forced eos at max_length, count the prompt too).
 UNAPPLIED_BY_LANGUAGE_MODELS = (
     "min_length",
     "num_beams",
     "begin_suppress_tokens",
     "exponential_decay_length_penalty",
+    "forced_bos_token_id",
+    "forced_eos_token_id",
+    *UNAPPLIED_BY_ANY,
 )
 # Those of its sampling fields (acting with do_sample alone) that it has no field for.
 UNAPPLIED_SAMPLING = ("typical_p", "epsilon_cutoff", "eta_cutoff", "top_h")
@@ -754,11 +786,13 @@ UNAPPLIED_SAMPLING = ("typical_p", "epsilon_cutoff", "eta_cutoff", "top_h")
 UNAPPLIED = (
     "do_sample",
     "repetition_penalty",
+    "encoder_repetition_penalty",
     "encoder_no_repeat_ngram_size",
     "begin_suppress_tokens",
     "num_beam_groups",
     "diversity_penalty",
     "exponential_decay_length_penalty",
+    *UNAPPLIED_BY_ANY,
 )
 
 
