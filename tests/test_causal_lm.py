@@ -108,8 +108,8 @@ def banned_run(run: Path, to: Path, overrides: list[str]) -> Path:
 def test_the_tasks_bans_reach_the_manifest_and_the_bundle_generates_as_pytorch_does(
     char_bundle: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """task.suppressed_tokens (strings of the run's tokenizer), min_new_tokens and
-    no_repeat_ngram_size: the manifest gives them as ids; the bundle's greedy generation (a batch
+    """task.suppressed_tokens and banned_sequences (strings of the run's tokenizer), min_new_tokens
+    and no_repeat_ngram_size: the manifest gives them as ids; the bundle's greedy generation (a batch
     with a padded row) chooses PyTorch's tokens under the same bans, and `tfcompile sample` too,
     which differ from the plain ones; the bundle ends no text at its stop token (the token the
     bans would choose first) before min_new_tokens; a token the tokenizer lacks or a stop token
@@ -124,17 +124,18 @@ def test_the_tasks_bans_reach_the_manifest_and_the_bundle_generates_as_pytorch_d
     _, trained = load_trained_model(char_bundle.parent / "run", "last")
     assert isinstance(trained, DecoderLM)
     prompts = [plain.tokenizer.encode(text).ids for text in ("the", "ROMEO:\nthe the")]
-    banned = Bans((vocab["e"], vocab[" "]), 0, 2)
+    banned = Bans((vocab["e"], vocab[" "]), 0, 2, ((vocab["t"], vocab["h"]),))
     first = int(generate(trained, torch.tensor([prompts[0]]), 1, temperature=0, bans=banned)[0, -1])
     stop = plain.tokenizer.id_to_token(first)
     overrides = [f"task.stop_tokens=[{json.dumps(stop)}]", "task.suppressed_tokens=[e, ' ']"]
-    overrides += ["task.min_new_tokens=5", "task.no_repeat_ngram_size=2"]
+    overrides += ["task.min_new_tokens=5", "task.no_repeat_ngram_size=2", "task.banned_sequences=[[t, h]]"]
     run = banned_run(char_bundle.parent / "run", tmp_path / "run", overrides)
     export_bundle(None, Source(run=run), tmp_path / "bundle")
     model = load(tmp_path / "bundle")
     assert isinstance(model, LanguageModel)
     g = model.generation
     assert (g.suppressed_ids, g.min_new_tokens, g.no_repeat_ngram_size) == ([vocab["e"], vocab[" "]], 5, 2)
+    assert g.banned_sequences == [[vocab["t"], vocab["h"]]]
     assert g.stop_token_ids == [first]
     for prompt in prompts:
         ours = model.generate(np.array([prompt]), 24, temperature=0, stop=False)
@@ -170,6 +171,7 @@ def test_the_tasks_bans_reach_the_manifest_and_the_bundle_generates_as_pytorch_d
         ("max_new_tokens: 4, min_new_tokens: 5", "min_new_tokens"),
         ("no_repeat_ngram_size: -1", "no_repeat_ngram_size"),
         ("suppressed_tokens: [a, b, a]", "suppressed_tokens"),
+        ("banned_sequences: [[a, b], [a]]", "banned_sequences.1"),  # one token: suppressed_tokens
     ],
 )
 def test_a_bad_ban_is_located(task: str, field: str) -> None:

@@ -115,6 +115,9 @@ bans = st.one_of(
         suppressed=st.lists(st.integers(0, 8), max_size=3).map(tuple),
         min_len=st.integers(0, 4),
         no_repeat_ngram=st.integers(0, 3),
+        sequences=st.lists(st.lists(st.integers(0, 8), min_size=2, max_size=3).map(tuple), max_size=3).map(
+            tuple
+        ),
     ),
 )
 samplings = st.one_of(
@@ -172,8 +175,8 @@ def test_greedy_with_bans_is_transformers(
     rows: list[tuple[list[int], int]], context: int | None, stop: list[int], banned: search.Bans
 ) -> None:
     """A left-padded batch under bans, a language model's: each row chooses what transformers'
-    SuppressTokens, MinNewTokensLength (its stop tokens, after its prompt) and NoRepeatNGram
-    processors and an argmax choose after its prompt and tokens (alone, the n-grams counting the
+    SuppressTokens, MinNewTokensLength (its stop tokens, after its prompt), NoRepeatNGram and
+    NoBadWords processors and an argmax choose after its prompt and tokens (alone, the n-grams counting the
     whole prompt while the model reads its last ``context`` tokens), and ends at a stop token, or
     where every token is banned (there transformers' argmax would choose token 0, banned as all)."""
     torch = pytest.importorskip("torch")
@@ -186,6 +189,8 @@ def test_greedy_with_bans_is_transformers(
             chain.append(processors.MinNewTokensLengthLogitsProcessor(len(prompt), banned.min_len, stop))
         if banned.no_repeat_ngram:
             chain.append(processors.NoRepeatNGramLogitsProcessor(banned.no_repeat_ngram))
+        if words := [list(s) for s in banned.sequences if max(s) < VOCAB]:  # others never match
+            chain.append(processors.NoBadWordsLogitsProcessor(words))
         sequence = list(prompt)
         while len(sequence) < len(prompt) + limit and not (
             len(sequence) > len(prompt) and sequence[-1] in stop
@@ -432,10 +437,10 @@ def test_bans_are_transformers_logits_processors(
     ends: list[int],
     given: int,
 ) -> None:
-    """Bans.ban sets -inf where transformers' SuppressTokensLogitsProcessor,
-    MinNewTokensLengthLogitsProcessor and NoRepeatNGramLogitsProcessor do, on a sequence whose
-    first ``given`` tokens are not counted as chosen (a prompt; a translation's decoder start) and
-    whose ends are ``ends`` (an eos; a language model's stop tokens)."""
+    """Bans.ban sets -inf where transformers' SuppressTokens, MinNewTokensLength, NoRepeatNGram
+    and NoBadWords logits processors do, on a sequence whose first ``given`` tokens are not
+    counted as chosen (a prompt; a translation's decoder start) and whose ends are ``ends`` (an
+    eos; a language model's stop tokens)."""
     torch = pytest.importorskip("torch")
     processors = pytest.importorskip("transformers.generation.logits_process")
     ends, given = sorted({t % vocab for t in ends}), min(given, length)
@@ -457,6 +462,8 @@ def test_bans_are_transformers_logits_processors(
     ]
     if banned.no_repeat_ngram:
         chain.append(processors.NoRepeatNGramLogitsProcessor(banned.no_repeat_ngram))
+    if words := [list(s) for s in banned.sequences if max(s) < vocab]:  # the others never match
+        chain.append(processors.NoBadWordsLogitsProcessor(words))
     for processor in chain:
         theirs = processor(ids, theirs)
     np.testing.assert_array_equal(ours, theirs.numpy())
@@ -531,6 +538,9 @@ def likely_eos_bart() -> Any:
         suppressed=st.lists(st.integers(3, 15), max_size=2).map(tuple),
         min_len=st.integers(0, 3),
         no_repeat_ngram=st.sampled_from([0, 2, 3]),
+        sequences=st.lists(st.lists(st.integers(2, 15), min_size=2, max_size=3).map(tuple), max_size=2).map(
+            tuple
+        ),
     ),
 )
 def test_transformers_beam_search_is_generates(
@@ -576,6 +586,7 @@ def test_transformers_beam_search_is_generates(
         suppress_tokens=list(banned.suppressed) or None,
         min_new_tokens=banned.min_len,
         no_repeat_ngram_size=banned.no_repeat_ngram,
+        bad_words_ids=[list(s) for s in banned.sequences] or None,
     )[0, 1 + len(prefix) :].tolist()
     assert ours == search.strip_stop(theirs, (2,))
 

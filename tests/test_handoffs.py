@@ -460,6 +460,10 @@ def test_genai_bans_repeated_ngrams_as_the_runtime_does(
             r"without task\.min_new_tokens",
         ),
         ({"min_p": 0.1}, r"generation\.min_p \(0\.1\).*search options have no min_p.*without task\.min_p"),
+        (
+            {"banned_sequences": [[5, 6]]},
+            r"generation\.banned_sequences \(\[\[5, 6\]\]\).*cannot ban.*without task\.banned_sequences",
+        ),
     ],
 )
 def test_genai_refuses_the_bans_it_cannot_apply(

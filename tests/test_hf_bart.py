@@ -691,9 +691,9 @@ def test_a_beam_search_or_length_tfcompile_cannot_hold_is_refused_by_field(
 
 
 def test_generation_settings_translations_do_not_apply_are_warned_of(tmp_path: Path) -> None:
-    """A repetition_penalty, an encoder_repetition_penalty, a sequence bias and bad words of several
-    tokens (one token's are suppressed: below). Sampling settings without do_sample change
-    nothing; BART-large-CNN's length_penalty is the task's."""
+    """A repetition_penalty, an encoder_repetition_penalty and a sequence bias. Sampling settings
+    without do_sample change nothing; BART-large-CNN's length_penalty is the task's, and bad words
+    are its bans: one token's suppressed, several tokens' a banned sequence."""
     saved_with_bart_tokenizer(tmp_path / "hf")
     fields = dict(
         bad_words_ids=[[1], [7, 8]], length_penalty=2.0, repetition_penalty=1.2, min_length=3, top_k=5
@@ -707,8 +707,9 @@ def test_generation_settings_translations_do_not_apply_are_warned_of(tmp_path: P
         in said
     )
     assert "length_penalty" not in said
-    assert "bad words of several tokens [[7, 8]]" in said and "top_k" not in said and "min_length" not in said
+    assert "bad_words_ids" not in said and "top_k" not in said and "min_length" not in said
     assert task.type == "seq2seq" and (task.suppressed_tokens, task.min_decode_len) == (["<pad>"], 2)
+    assert len(task.banned_sequences) == 1 and len(task.banned_sequences[0]) == 2
     assert task.length_penalty == 2.0
 
 

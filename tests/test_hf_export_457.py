@@ -650,9 +650,9 @@ print(json.dumps([transformers.__version__, out]))
 
 
 def test_transformers_4_57_bans_what_a_language_models_bundle_bans(tmp_path: Path) -> None:
-    """export-hf's suppress_tokens, min_new_tokens and no_repeat_ngram_size of a language model:
-    transformers 4.57's generate() from the folder, without arguments, gives the bundle's greedy
-    tokens under those bans, which each change them."""
+    """export-hf's suppress_tokens, bad_words_ids, min_new_tokens and no_repeat_ngram_size of a
+    language model: transformers 4.57's generate() from the folder, without arguments, gives the
+    bundle's greedy tokens under those bans, which each change them."""
     import numpy as np
     from test_hf_generation_settings import BANS, PROMPT, saved
 

@@ -247,14 +247,20 @@ def test_a_repetition_penalty_is_the_bundles_default_and_generates_as_generate_d
     assert again[0].tolist() == theirs[0, : eos + 1].tolist()
 
 
-BANS = {"no_repeat_ngram_size": 2, "suppress_tokens": [49], "bad_words_ids": [[53]], "min_new_tokens": 6}
+BANS = {
+    "no_repeat_ngram_size": 2,
+    "suppress_tokens": [49],
+    "bad_words_ids": [[53], [2, 30, 36], [36, 61]],  # the second's first two tokens end the prompt
+    "min_new_tokens": 6,
+}
 
 
 @pytest.mark.slow
 def test_bans_are_the_bundles_and_generate_as_generate_does(tmp_path: Path) -> None:
-    """no_repeat_ngram_size, suppress_tokens, one token's bad_words_ids and min_new_tokens, each of
-    which changes what generate() chooses here: the bundle's greedy generation without options
-    (onnxruntime, a padded row too) and export-hf's folder give transformers' generate()."""
+    """no_repeat_ngram_size, suppress_tokens, bad_words_ids of one token and of several (suppressed
+    tokens and banned sequences) and min_new_tokens, each of which changes what generate() chooses
+    here: the bundle's greedy generation without options (onnxruntime, a padded row too) and
+    export-hf's folder give transformers' generate()."""
     hf = saved(tmp_path / "hf", 0, do_sample=False, max_new_tokens=16, **BANS)
     result = import_folder(tmp_path / "hf", "banned", tmp_path / "specs", tmp_path / "runs")
     task = result.spec.task
@@ -262,12 +268,16 @@ def test_bans_are_the_bundles_and_generate_as_generate_does(tmp_path: Path) -> N
     assert main(["export", str(result.run_dir), "--out", str(tmp_path / "bundle")]) == 0
     bundle = load(tmp_path / "bundle")
     assert bundle.generation.suppressed_ids == [49, 53]
+    assert bundle.generation.banned_sequences == [[2, 30, 36], [36, 61]]
     prompt = torch.tensor(PROMPT)
     with torch.no_grad():
         theirs = from_pretrained(tmp_path / "hf").generate(prompt, attention_mask=torch.ones_like(prompt))
     for name in BANS:  # each ban on its own changes the tokens
         others = {k: v for k, v in BANS.items() if k != name}
         assert PROMPT[0] + greedy(hf, 16, **others) != theirs[0].tolist(), name
+    for word in BANS["bad_words_ids"]:
+        others = BANS | {"bad_words_ids": [w for w in BANS["bad_words_ids"] if w != word]}
+        assert PROMPT[0] + greedy(hf, 16, **others) != theirs[0].tolist(), word
     assert bundle.generate(np.array(PROMPT)).tolist() == theirs.tolist()
     padded = bundle.generate(
         np.array([[0, 0, *PROMPT[0]], [3, 4, *PROMPT[0]]]),
@@ -276,10 +286,12 @@ def test_bans_are_the_bundles_and_generate_as_generate_does(tmp_path: Path) -> N
     assert padded[0, 2 : 2 + theirs.shape[1]].tolist() == theirs[0].tolist()
     export_hf(result.run_dir, tmp_path / "out")
     written = json.loads((tmp_path / "out" / "generation_config.json").read_text())
-    assert {k: written[k] for k in ("no_repeat_ngram_size", "min_new_tokens", "suppress_tokens")} == {
+    names = ("no_repeat_ngram_size", "min_new_tokens", "suppress_tokens", "bad_words_ids")
+    assert {k: written[k] for k in names} == {
         "no_repeat_ngram_size": 2,
         "min_new_tokens": 6,
         "suppress_tokens": [49, 53],
+        "bad_words_ids": [[2, 30, 36], [36, 61]],
     }
     with torch.no_grad():
         again = from_pretrained(tmp_path / "out").generate(prompt, attention_mask=torch.ones_like(prompt))
@@ -289,18 +301,18 @@ def test_bans_are_the_bundles_and_generate_as_generate_does(tmp_path: Path) -> N
 def test_generation_settings_a_language_model_does_not_apply_are_warned_of(tmp_path: Path) -> None:
     """Beam search, min_length and forced_eos_token_id (which count the prompt), a sequence bias and
     stop strings: generate() applies them, the bundle's generation (a token a step) does not.
-    Sampling settings without do_sample change nothing; bans are applied, and a bad word of
-    several tokens is warned of."""
+    Sampling settings without do_sample change nothing; bans are applied (a bad word of several
+    tokens is a banned sequence, of the tokens' strings), not warned of."""
     unapplied = dict(forced_eos_token_id=0, sequence_bias=[[[7], 2.0]], stop_strings=["\n\n"])
     saved(tmp_path / "hf", num_beams=4, min_length=3, bad_words_ids=[[7, 8]], temperature=0.3, **unapplied)
     with pytest.warns(HFWarning) as caught:
-        import_folder(tmp_path / "hf", "beams", tmp_path / "specs", tmp_path / "runs")
+        task = import_folder(tmp_path / "hf", "beams", tmp_path / "specs", tmp_path / "runs").spec.task
     said = " ".join(str(w.message) for w in caught)
     assert (
         "min_length 3, num_beams 4, forced_eos_token_id 0, sequence_bias [[[7], 2.0]], stop_strings" in said
     )
-    assert "bad words of several tokens [[7, 8]]" in said
-    assert "temperature" not in said
+    assert "bad_words_ids" not in said and "temperature" not in said
+    assert task.type == "causal_lm" and len(task.banned_sequences) == 1 and len(task.banned_sequences[0]) == 2
 
 
 def test_sampling_settings_the_runtime_does_not_apply_are_warned_of_when_sampling(tmp_path: Path) -> None:

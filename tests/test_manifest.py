@@ -272,6 +272,24 @@ DAMAGE: dict[str, tuple[str, Any, dict[str, Any], str]] = {
         {},
         r"generation\.suppressed_ids is 999",
     ),
+    "a banned sequence past the vocabulary": (
+        "char",
+        lambda m: m["generation"].update(banned_sequences=[[3, 4], [5, 999]]),
+        {},
+        r"generation\.banned_sequences is 999",
+    ),
+    "a banned sequence of one token": (
+        "char",
+        lambda m: m["generation"].update(banned_sequences=[[3]]),
+        {},
+        r"generation\.banned_sequences\.0",
+    ),
+    "too many banned sequences": (
+        "char",
+        lambda m: m["generation"].update(banned_sequences=[[3, 4]] * 1025),
+        {},
+        r"generation\.banned_sequences",
+    ),
     "a stop token suppressed": (
         "char",
         lambda m: m["generation"].update(stop_token_ids=[3, 5], suppressed_ids=[5]),
@@ -393,6 +411,12 @@ DAMAGE: dict[str, tuple[str, Any, dict[str, Any], str]] = {
         lambda m: m["translation"].update(source_prefix_ids=[10**6]),
         {},
         r"translation.source_prefix_ids is 1000000, outside the vocabulary",
+    ),
+    "a translator's banned sequence past the vocabulary": (
+        "translator",
+        lambda m: m["translation"].update(banned_sequences=[[4, 10**6]]),
+        {},
+        r"translation\.banned_sequences is 1000000, outside the vocabulary",
     ),
     "a length penalty that overflows": (
         "translator",

@@ -15,7 +15,7 @@ from tfcompile.cli import main
 from tfcompile.data import DataError
 from tfcompile.models import Seq2Seq
 from tfcompile.runtime import BundleError, InputError, Translator, load
-from tfcompile.search import FairseqBeam
+from tfcompile.search import Bans, FairseqBeam
 from tfcompile.spec import Spec, load_spec
 from tfcompile.tasks.causal_lm import IGNORE_INDEX
 from tfcompile.tasks.seq2seq import Translation, read_parallel, translate_tokens
@@ -342,24 +342,25 @@ def test_the_bundle_gives_the_decoder_its_target_prefix_as_pytorch_does(
 
 
 def test_the_tasks_bans_reach_training_and_the_manifest_and_bad_ones_are_named(tmp_path: Path) -> None:
-    """task.suppressed_tokens (strings of the run's tokenizer), min_decode_len and
-    no_repeat_ngram_size: test translation bans them, the manifest gives them as ids; a token the
+    """task.suppressed_tokens and banned_sequences (strings of the run's tokenizer), min_decode_len
+    and no_repeat_ngram_size: test translation bans them, the manifest gives them as ids; a token the
     tokenizer lacks or the eos fails the data (or the export) by name; the spec locates the
     others."""
     from tfcompile.errors import ExportError
     from tfcompile.spec import SpecError, parse_spec
 
     bans = {"suppressed_tokens": ["[PAD]", "[UNK]"], "min_decode_len": 2, "no_repeat_ngram_size": 3}
+    bans |= {"banned_sequences": [["[UNK]", "[UNK]", "[PAD]"]]}
     spec = _spec(tmp_path).replace({"task": bans})
     objective = Translation(spec, tmp_path)
-    assert (objective.bans.suppressed, objective.bans.min_len, objective.bans.no_repeat_ngram) == (
-        (0, 1),
-        2,
-        3,
-    )
+    assert objective.bans == Bans((0, 1), 2, 3, ((1, 1, 0),))
     objective.tokenizer.save(str(tmp_path / "tokenizer.json"))
     info = Translation.manifest(spec, _tokenizer_info(objective, spec), tmp_path)["translation"]
     assert (info.suppressed_ids, info.min_decode_len, info.no_repeat_ngram_size) == ([0, 1], 2, 3)
+    assert info.banned_sequences == [[1, 1, 0]]
+    spec = _spec(tmp_path).replace({"task": {"banned_sequences": [["[PAD]", "<none>"]]}})
+    with pytest.raises(DataError, match=r"task\.banned_sequences: '<none>' is no token"):
+        Translation(spec, tmp_path)
     with pytest.raises(ExportError, match="there is no run's tokenizer"):
         Translation.manifest(spec, _tokenizer_info(objective, spec), None)
     for tokens, message in (
@@ -395,8 +396,6 @@ def test_the_bundle_bans_what_its_manifest_bans_as_pytorch_does(
     bans the stop token, asks for a minimum past the maximum or bans an id past the vocabulary is
     refused."""
     import shutil
-
-    from tfcompile.search import Bans
 
     run, bundle = translator_bundle.parent / "run", tmp_path / "banned"
     shutil.copytree(translator_bundle, bundle)

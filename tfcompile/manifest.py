@@ -39,6 +39,12 @@ EarlyStopping = StrictBool | Literal["never"]
 MAX_BEAM = 64  # a translation section's default beam
 MAX_STOP_TOKENS = 64  # generation's stop tokens
 MAX_SUPPRESSED_TOKENS = 1 << 16  # a translation's banned tokens
+MAX_BANNED_SEQUENCES = 1024  # and its banned sequences (each checked at every step),
+MAX_BANNED_SEQUENCE = 64  # of at most this many tokens
+BannedSequences = Annotated[
+    list[Annotated[list[TokenId], Field(min_length=2, max_length=MAX_BANNED_SEQUENCE)]],
+    Field(max_length=MAX_BANNED_SEQUENCES),
+]
 MAX_NEW_TOKENS = 1 << 16  # a generation section's default limit (a caller may ask for more)
 DEFAULT_MAX_NEW_TOKENS = 200  # the new tokens a request gets when it names no limit
 DEFAULT_TEMPERATURE = 1.0  # and its temperature
@@ -170,7 +176,9 @@ class GenerationInfo(Part):
     it is a stop token and the row has generated fewer than ``min_new_tokens`` tokens; or if,
     with ``no_repeat_ngram_size`` n > 0, the row's tokens (its whole prompt's, not only the
     context's, and those generated) with it after them would end in n tokens that occur in that
-    order earlier in them. A row whose every token is banned ends there, without a new token."""
+    order earlier in them; or if it is the last token of one of ``banned_sequences`` and the
+    row's tokens end in the others. A row whose every token is banned ends there, without a new
+    token."""
 
     context_length: Count
     stop_token_ids: Annotated[list[TokenId], Field(max_length=MAX_STOP_TOKENS + 1)]
@@ -213,6 +221,9 @@ class GenerationInfo(Part):
     )
     suppressed_ids: Annotated[list[TokenId], Field(max_length=MAX_SUPPRESSED_TOKENS)] = Field(
         [], description="tokens never generated; none by default"
+    )
+    banned_sequences: BannedSequences = Field(
+        [], description="sequences of two tokens or more never completed; none by default"
     )
 
 
@@ -277,7 +288,8 @@ class TranslationInfo(Part):
     in ``suppressed_ids``; if it is ``stop_id`` and the decoder holds fewer than
     ``min_decode_len`` tokens after ``start_id`` (the prefix's included); or if, with
     ``no_repeat_ngram_size`` n > 0, the decoder's tokens from ``start_id`` on, with it after them,
-    would end in n tokens that occur in that order earlier in them. The ``stop_id`` that
+    would end in n tokens that occur in that order earlier in them; or if it is the last token of
+    one of ``banned_sequences`` and the decoder's tokens end in the others. The ``stop_id`` that
     ``forced_eos`` puts in the last place is never banned. A greedy translation whose every token
     is banned ends there; "fairseq" never takes a banned candidate, and finishes a hypothesis whose
     every token is banned as it is (scored as above)."""
@@ -318,6 +330,9 @@ class TranslationInfo(Part):
     )
     suppressed_ids: Annotated[list[TokenId], Field(max_length=MAX_SUPPRESSED_TOKENS)] = Field(
         [], description="tokens never chosen (Marian's pad); none by default"
+    )
+    banned_sequences: BannedSequences = Field(
+        [], description="sequences of two tokens or more never completed; none by default"
     )
 
 
@@ -500,6 +515,7 @@ class Manifest(Part):
         if self.generation is not None:
             ids += [("generation.stop_token_ids", i) for i in self.generation.stop_token_ids]
             ids += [("generation.suppressed_ids", i) for i in self.generation.suppressed_ids]
+            ids += [("generation.banned_sequences", i) for s in self.generation.banned_sequences for i in s]
         if self.translation is not None:
             t = self.translation
             ids += [("translation.start_id", t.start_id), ("translation.stop_id", t.stop_id)]
@@ -507,6 +523,7 @@ class Manifest(Part):
             ids += [("translation.source_suffix_ids", i) for i in t.source_suffix_ids]
             ids += [("translation.target_prefix_ids", i) for i in t.target_prefix_ids]
             ids += [("translation.suppressed_ids", i) for i in t.suppressed_ids]
+            ids += [("translation.banned_sequences", i) for s in t.banned_sequences for i in s]
         return ids
 
 

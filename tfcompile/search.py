@@ -38,11 +38,13 @@ class Bans:
     tokens ever (suppress_tokens, bad_words_ids of one token); its ends (the eos, a language
     model's stop tokens) while it has chosen fewer than ``min_len`` tokens (min_new_tokens); a
     token that would make an n-gram of ``no_repeat_ngram`` tokens it holds already
-    (no_repeat_ngram_size; 0: none)."""
+    (no_repeat_ngram_size; 0: none); the last token of each of the ``sequences`` right after the
+    others (bad_words_ids of several tokens)."""
 
     suppressed: tuple[int, ...] = ()
     min_len: int = 0
     no_repeat_ngram: int = 0
+    sequences: tuple[tuple[int, ...], ...] = ()
 
     def ban(self, scores: np.ndarray, sequence: Sequence[int], chosen: int, ends: Sequence[int]) -> None:
         """scores (V,), in place: -inf at each token that may not follow ``sequence`` (every token
@@ -53,6 +55,13 @@ class Bans:
         if chosen < self.min_len:
             scores[[t for t in ends if t < width]] = -np.inf
         n, tokens = self.no_repeat_ngram, np.asarray(sequence, dtype=np.int64)
+        for *head, last in self.sequences:
+            if (
+                last < width
+                and len(head) <= len(tokens)
+                and tokens[len(tokens) - len(head) :].tolist() == head
+            ):
+                scores[last] = -np.inf
         if n and len(tokens) >= n:
             followers = tokens[n - 1 :]  # the token after each earlier (n - 1)-gram
             if n > 1:
@@ -61,7 +70,7 @@ class Bans:
             scores[followers[followers < width]] = -np.inf
 
     def __bool__(self) -> bool:
-        return bool(self.suppressed or self.min_len or self.no_repeat_ngram)
+        return bool(self.suppressed or self.min_len or self.no_repeat_ngram or self.sequences)
 
 
 NO_BANS = Bans()

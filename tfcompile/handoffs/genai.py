@@ -41,7 +41,8 @@ What genai does differently, and what it needs that a bundle may not have:
   greedy search and in sampling; on the CPU only: genai refuses it on another device). But a
   right-padded batch puts its padding in a shorter row's n-grams: with it set, generate one
   prompt at a time (or prompts of one length together) to get the runtime's tokens. Bundles with
-  ``suppressed_ids`` are refused (genai_config.json cannot ban tokens), and with ``min_new_tokens``
+  ``suppressed_ids`` or ``banned_sequences`` are refused (genai_config.json cannot ban tokens), as
+  are those with ``min_p`` (genai's search has no such option) and with ``min_new_tokens``
   (genai's ``search.min_length`` counts the prompt's tokens too: no one value holds off the stop
   tokens for that many new ones after every prompt; a client can set it per prompt to the prompt's
   length plus ``min_new_tokens``).
@@ -148,6 +149,12 @@ def _check_bundle(bundle: Path, files: BundleFiles) -> None:
     g = manifest.generation
     for field, value, task_field, why in (
         ("suppressed_ids", g.suppressed_ids, "suppressed_tokens", "its genai_config.json cannot ban tokens"),
+        (
+            "banned_sequences",
+            g.banned_sequences,
+            "banned_sequences",
+            "its genai_config.json cannot ban tokens",
+        ),
         (
             "min_new_tokens",
             g.min_new_tokens,

@@ -41,8 +41,9 @@ batch of prompts:
    its ``repetition_penalty``, then its bans: -inf at the tokens of ``suppressed_ids``, at the stop
    tokens while the row has fewer than ``min_new_tokens`` new tokens, and at each token that would
    end an n-gram of ``no_repeat_ngram_size`` tokens occurring earlier in the row: its whole prompt,
-   even beyond the context, and its new tokens, never its padding. A row whose every token is
-   banned ends there).
+   even beyond the context, and its new tokens, never its padding; and at the last token of each
+   of ``banned_sequences`` whose other tokens end the row. A row whose every token is banned ends
+   there).
 4. Next request: ``input_ids`` = the new tokens (batch, 1); ``attention_mask`` = the previous mask
    with a column of 1 appended, so it always covers **past + new** tokens; each ``past_*_i`` = the
    ``present_*_i`` output of the previous response (the manifest's ``cache`` pairs them by index).
@@ -74,7 +75,8 @@ section defines it:
    ``max_decode_len`` tokens after the start (the prefix's included; with ``forced_eos`` the
    last of them is ``stop_id``, given rather than chosen). Before each choice, ban (-inf) the
    tokens of ``suppressed_ids``, ``stop_id`` while fewer than ``min_decode_len`` tokens follow
-   the start, and any token that would repeat an n-gram of ``no_repeat_ngram_size`` tokens.
+   the start, any token that would repeat an n-gram of ``no_repeat_ngram_size`` tokens, and the
+   last token of each of ``banned_sequences`` whose other tokens end the decoder's.
 4. Beam search keeps a source's hypotheses as rows of one batch: reorder ``past_*``, ``memory_*``
    and ``source_mask`` by the rows each step keeps, scored and ended as ``translation`` says
    (``beam_scoring``: fairseq's, or generate()'s with ``early_stopping``).

@@ -51,7 +51,14 @@ from tfcompile.hf.folder import (
     write_json,
 )
 from tfcompile.images import ImagePreprocessing
-from tfcompile.manifest import MAX_BEAM, MAX_LENGTH_PENALTY, MAX_NEW_TOKENS, REPETITION_PENALTIES
+from tfcompile.manifest import (
+    MAX_BANNED_SEQUENCE,
+    MAX_BANNED_SEQUENCES,
+    MAX_BEAM,
+    MAX_LENGTH_PENALTY,
+    MAX_NEW_TOKENS,
+    REPETITION_PENALTIES,
+)
 from tfcompile.memory import TooLarge
 from tfcompile.spec import Spec, SpecError, dump_spec, parse_spec
 from tfcompile.spec.schema import TASK_SECTIONS, check_run_name
@@ -639,12 +646,13 @@ def counts(generation: Generation, names: tuple[str, ...]) -> dict[str, int]:
 def banned(
     generation: Generation, ends: list[str], vocabulary: dict[int, str], vocab_size: Any, why: str
 ) -> dict[str, Any]:
-    """no_repeat_ngram_size, and suppress_tokens and the bad_words_ids of one token as the task's
-    suppressed_tokens, as the tokenizer spells them (``vocabulary``). A bad word that is a token
-    ending a text (``ends``) is left out, as generate() leaves it; an id past the model's logits
-    (``vocab_size``) is never generated and left out; one the tokenizer cannot name, and bad words
-    of several tokens, are warned of. Refused by field: a value that is no count or list of token
-    ids, and a token that ends a text among suppress_tokens (``why``: what follows)."""
+    """no_repeat_ngram_size, suppress_tokens and the bad_words_ids of one token as the task's
+    suppressed_tokens, and those of several tokens as its banned_sequences, as the tokenizer
+    spells them (``vocabulary``). A bad word that is a token ending a text (``ends``) is left out,
+    as generate() leaves it; one holding an id past the model's logits (``vocab_size``) is never
+    generated and left out; one the tokenizer cannot name is warned of. Refused by field: a value
+    that is no count or list of token ids, more bad words than a spec holds, and a token that
+    ends a text among suppress_tokens (``why``: what follows)."""
     where = generation.where
     out: dict[str, Any] = {}
     if n := counts(generation, ("no_repeat_ngram_size",))["no_repeat_ngram_size"]:
@@ -656,31 +664,41 @@ def banned(
         isinstance(w, list) and w and all(count(i) for i in w) for w in bad
     ):
         raise refuse(where, [Problem("bad_words_ids", f"is {bad!r}", "a list of lists of token ids")])
-    longer = [w for w in bad if len(w) > 1]
+    longer = [w for w in bad if len(w) > 1 and (not isinstance(vocab_size, int) or max(w) < vocab_size)]
+    if len(longer) > MAX_BANNED_SEQUENCES or any(len(w) > MAX_BANNED_SEQUENCE for w in longer):
+        problem = Problem(
+            "bad_words_ids",
+            f"holds {len(longer)} words of several tokens, the longest of {max(map(len, longer))}",
+            f"at most {MAX_BANNED_SEQUENCES:,} of at most {MAX_BANNED_SEQUENCE} tokens",
+        )
+        raise refuse(where, [problem])
     listed = dict.fromkeys(
         [*suppress, *(w[0] for w in bad if len(w) == 1 and vocabulary.get(w[0]) not in ends)]
     )
     ids = [i for i in listed if not isinstance(vocab_size, int) or i < vocab_size]
-    named = {i: vocabulary.get(i) for i in ids}
+    named = {i: vocabulary.get(i) for i in [*ids, *(i for w in longer for i in w)]}
     unnamed = [i for i, token in named.items() if token is None]
-    if ending := [token for token in ends if token in named.values()]:
+    if ending := [token for token in ends if token in (named[i] for i in ids)]:
         problem = Problem(
             "suppress_tokens", f"bans {ending[0]!r}, which ends a text, so {why}", "leave it out"
         )
         raise refuse(where, [problem])
-    if unnamed or longer:
-        what = (
-            [f"token ids {', '.join(map(str, unnamed))}, which the tokenizer cannot name"] if unnamed else []
-        )
-        what += [f"bad words of several tokens {longer[:4]}"] if longer else []
+    if unnamed:
         warnings.warn(
-            f"{where}: suppress_tokens and bad_words_ids ban {' and '.join(what)}: tfcompile's bundle does "
-            f"not ban them (transformers' generate() does), so they may differ",
+            f"{where}: suppress_tokens and bad_words_ids ban token ids {', '.join(map(str, unnamed))}, "
+            f"which the tokenizer cannot name: tfcompile's bundle does not ban them (transformers' "
+            f"generate() does), so they may differ",
             HFWarning,
             stacklevel=2,
         )
-    suppressed = [token for token in named.values() if token is not None]
-    return out | ({"suppressed_tokens": list(dict.fromkeys(suppressed))} if suppressed else {})
+    suppressed = list(dict.fromkeys(token for i in ids if (token := named[i]) is not None))
+    spelled = [[token for i in w if (token := named[i]) is not None] for w in longer]
+    sequences = [tokens for tokens, w in zip(spelled, longer, strict=True) if len(tokens) == len(w)]
+    return (
+        out
+        | ({"suppressed_tokens": suppressed} if suppressed else {})
+        | ({"banned_sequences": sequences} if sequences else {})
+    )
 
 
 def stop_tokens(

@@ -253,7 +253,8 @@ class LanguageModel(Bundle):
             g.min_p if min_p is None else min_p,
         )
         least = inputs.count("min_new_tokens", g.min_new_tokens if min_new_tokens is None else min_new_tokens)
-        bans = search.Bans(tuple(g.suppressed_ids), least, g.no_repeat_ngram_size)
+        sequences = tuple(map(tuple, g.banned_sequences))
+        bans = search.Bans(tuple(g.suppressed_ids), least, g.no_repeat_ngram_size, sequences)
         first = inputs.seed(seed)
         return [
             search.Sampling(t, k, p, None if first is None else first + r, penalty, bans, least_p)

@@ -157,7 +157,8 @@ class Translator(Bundle):
             return _StepDecoder(self, ids[row : row + 1, real], mask[row : row + 1, real])
 
         start = [t.start_id, *given]
-        bans = search.Bans(tuple(t.suppressed_ids), t.min_decode_len, t.no_repeat_ngram_size)
+        sequences = tuple(map(tuple, t.banned_sequences))
+        bans = search.Bans(tuple(t.suppressed_ids), t.min_decode_len, t.no_repeat_ngram_size, sequences)
         scoring = search.beam_scoring(t.beam_scoring, alpha, t.early_stopping)
         return search.translate(
             decoder_for, len(ids), start, t.stop_id, limit, width, scoring, t.forced_eos, bans

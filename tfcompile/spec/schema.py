@@ -36,6 +36,8 @@ from tfcompile.manifest import (
     DEFAULT_LENGTH_PENALTY,
     DEFAULT_MAX_NEW_TOKENS,
     DEFAULT_TEMPERATURE,
+    MAX_BANNED_SEQUENCE,
+    MAX_BANNED_SEQUENCES,
     MAX_BEAM,
     MAX_LENGTH_PENALTY,
     MAX_NEW_TOKENS,
@@ -1621,6 +1623,16 @@ def _once_each(tokens: list[str]) -> list[str]:
 
 # Tokens of the run's tokenizer, by their strings, each once.
 TokenStrings = Annotated[list[Annotated[str, Field(min_length=1)]], AfterValidator(_once_each)]
+# Sequences of two tokens or more that generation never completes, each token a string of the run's
+# tokenizer (transformers' bad_words_ids of several tokens).
+BannedSequences = Annotated[
+    list[
+        Annotated[
+            list[Annotated[str, Field(min_length=1)]], Field(min_length=2, max_length=MAX_BANNED_SEQUENCE)
+        ]
+    ],
+    Field(max_length=MAX_BANNED_SEQUENCES),
+]
 
 
 def _labels_head(model: Any, labels: list[str] | None) -> int:
@@ -1689,6 +1701,11 @@ class CausalLMTask(TaskSection):
         [],
         description="tokens generation never chooses, each one token of the run's tokenizer "
         "(transformers' suppress_tokens and bad_words_ids of one token); none by default",
+    )
+    banned_sequences: BannedSequences = Field(
+        [],
+        description="sequences of two tokens or more a text never holds: the last is never chosen right "
+        "after the others (transformers' bad_words_ids of several tokens); none by default",
     )
 
     def reserved_tokens(self) -> tuple[str, ...]:
@@ -1855,6 +1872,11 @@ class Seq2SeqTask(TaskSection):
         [],
         description="tokens a translation never holds, each one token of the run's tokenizer (Marian's "
         "<pad>: transformers' suppress_tokens and bad_words_ids of one token); none by default",
+    )
+    banned_sequences: BannedSequences = Field(
+        [],
+        description="sequences of two tokens or more a translation never holds: the last is never chosen "
+        "right after the others (transformers' bad_words_ids of several tokens); none by default",
     )
     source_suffix: list[Literal["eos", "source_language"]] = Field(
         [],

@@ -32,6 +32,7 @@ from tfcompile.tasks.task import (
     GateRule,
     ModelFn,
     Task,
+    listed_sequences,
     listed_token_ids,
     register_task,
     served,
@@ -137,6 +138,7 @@ class LanguageModelling(Task):
             min_new_tokens=banned.min_len,
             no_repeat_ngram_size=banned.no_repeat_ngram,
             suppressed_ids=list(banned.suppressed),
+            banned_sequences=[list(sequence) for sequence in banned.sequences],
         )
         return {"generation": generation}
 
@@ -221,7 +223,8 @@ def bans(
     task: CausalLMTask, tokenizer: Path | Tokenizer | None, stops: Sequence[int], error: type[Exception]
 ) -> search.Bans:
     """What the task bans its texts (the manifest's, export-hf's and ``tfcompile sample``'s): its
-    suppressed tokens (ids of the run's ``tokenizer``), min_new_tokens and no_repeat_ngram_size;
+    suppressed tokens and banned sequences (ids of the run's ``tokenizer``), min_new_tokens and
+    no_repeat_ngram_size;
     ``error`` names a suppressed token the tokenizer lacks, or a stop token (``stops``, the eos's
     and the task's ids) among them."""
     suppressed = listed_token_ids(task, "suppressed_tokens", tokenizer, error)
@@ -230,7 +233,8 @@ def bans(
             f"task.suppressed_tokens holds the stop token ids {stopping} (the eos, or task.stop_tokens), "
             f"which would then never end a text: leave them out (max_new_tokens limits a text's length)"
         )
-    return search.Bans(tuple(suppressed), task.min_new_tokens, task.no_repeat_ngram_size)
+    sequences = tuple(map(tuple, listed_sequences(task, "banned_sequences", tokenizer, error)))
+    return search.Bans(tuple(suppressed), task.min_new_tokens, task.no_repeat_ngram_size, sequences)
 
 
 def generate(

@@ -33,6 +33,7 @@ from tfcompile.tasks.task import (
     GateRule,
     ModelFn,
     Task,
+    listed_sequences,
     listed_token_ids,
     pad_rows,
     register_task,
@@ -115,6 +116,7 @@ class Translation(Task):
             min_decode_len=banned.min_len,
             no_repeat_ngram_size=banned.no_repeat_ngram,
             suppressed_ids=list(banned.suppressed),
+            banned_sequences=[list(sequence) for sequence in banned.sequences],
             source_prefix_ids=[roles[role] for role in task.source_prefix],
             source_suffix_ids=[roles[role] for role in task.source_suffix],
             target_prefix_ids=[roles[role] for role in task.target_prefix],
@@ -284,7 +286,8 @@ def bans(
     task: Seq2SeqTask, tokenizer: Path | Tokenizer | None, eos: int | None, error: type[Exception]
 ) -> search.Bans:
     """What the task bans its translations (training's, the manifest's and export-hf's): its
-    suppressed tokens (ids of the run's ``tokenizer``), min_decode_len and no_repeat_ngram_size;
+    suppressed tokens and banned sequences (ids of the run's ``tokenizer``), min_decode_len and
+    no_repeat_ngram_size;
     ``error`` names a suppressed token the tokenizer lacks, or the eos among them."""
     suppressed = listed_token_ids(task, "suppressed_tokens", tokenizer, error)
     if eos is not None and eos in suppressed:
@@ -292,7 +295,8 @@ def bans(
             "task.suppressed_tokens holds the eos token, which ends every translation: leave it out "
             "(task.max_decode_len limits a translation's length)"
         )
-    return search.Bans(tuple(suppressed), task.min_decode_len, task.no_repeat_ngram_size)
+    sequences = tuple(map(tuple, listed_sequences(task, "banned_sequences", tokenizer, error)))
+    return search.Bans(tuple(suppressed), task.min_decode_len, task.no_repeat_ngram_size, sequences)
 
 
 def bleu(hypotheses: list[str], references: list[str]) -> float:

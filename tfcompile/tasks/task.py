@@ -215,7 +215,23 @@ def listed_token_ids(
     """The ids of the token strings a task field lists (task.stop_tokens, task.suppressed_tokens) in
     the run's tokenizer (its folder's, or one at hand); ``error`` names the tokens it lacks, or that
     there is no tokenizer to find them in."""
-    tokens: list[str] = getattr(task, field)
+    return token_ids(getattr(task, field), field, run, error)
+
+
+def listed_sequences(
+    task: TaskSection, field: str, run: Path | Tokenizer | None, error: type[Exception] = ExportError
+) -> list[list[int]]:
+    """``listed_token_ids`` of a task field that lists sequences of token strings
+    (task.banned_sequences)."""
+    sequences: list[list[str]] = getattr(task, field)
+    ids = iter(token_ids([token for sequence in sequences for token in sequence], field, run, error))
+    return [[next(ids) for _ in sequence] for sequence in sequences]
+
+
+def token_ids(
+    tokens: list[str], field: str, run: Path | Tokenizer | None, error: type[Exception]
+) -> list[int]:
+    """``listed_token_ids`` of the strings ``tokens`` that task.``field`` lists, in their order."""
     if not tokens:
         return []
     if isinstance(run, Path):
@@ -232,7 +248,7 @@ def listed_token_ids(
             f"task.{field}: {', '.join(map(repr, missing))} is no token of the run's tokenizer: "
             f"name tokens it has"
         )
-    return [i for i in ids.values() if i is not None]
+    return [i for token in tokens if (i := ids[token]) is not None]
 
 
 def special_ids(spec: Spec, tokenizer: Tokenizer, roles: Sequence[str]) -> dict[str, int]:
