@@ -312,8 +312,9 @@ def test_both_clients_ban_what_the_runtime_bans_in_generation(
     char_bundle: Path, client: Client, tmp_path: Path
 ) -> None:
     """A manifest's generation bans: suppressed_ids (the token the rows choose most),
-    min_new_tokens (past where a stop token ends the second row) and no_repeat_ngram_size, each
-    of which changes the runtime's greedy tokens: each client's tokens of a left-padded batch are
+    min_new_tokens (past where a stop token ends the second row), no_repeat_ngram_size and
+    banned_sequences (the first row's prompt's last token and its first new one), each of which
+    changes the runtime's greedy tokens: each client's tokens of a left-padded batch are
     the runtime's (each row's as alone, its n-grams over its prompt and new tokens)."""
     prompts = [[5, 6, 7, 5], [8], [9, 10, 11, 12, 13, 9, 10]]
     plain = runtime_alone(char_bundle, prompts, 16)
@@ -334,8 +335,11 @@ def test_both_clients_ban_what_the_runtime_bans_in_generation(
         )
 
     n = next(n for n in (3, 2, 1) if changes("no_repeat_ngram_size", n))  # the longest that bites
+    word = [prompts[0][-1], unbanned[0][0]]
     assert changes("suppressed_ids", [most]) and changes("min_new_tokens", end + 2)
+    assert changes("banned_sequences", [word])
     bans = {"suppressed_ids": [most], "min_new_tokens": end + 2, "no_repeat_ngram_size": n}
+    bans |= {"banned_sequences": [word]}
     bundle = _with_manifest(char_bundle, tmp_path / "bans", "generation", **stopping, **bans)
     expected = runtime_alone(bundle, prompts, 16)
     assert runtime_batched(bundle, prompts, 16) == expected
@@ -484,14 +488,18 @@ def test_both_clients_ban_what_the_runtime_bans(
     translator_bundle: Path, client: Client, tmp_path: Path
 ) -> None:
     """A manifest's suppressed_ids (the token the translations choose most), min_decode_len (past
-    where a stop token ends the first source's) and no_repeat_ngram_size: each client's
-    translations, greedy and in beam search, are the runtime's, which the bans change."""
+    where a stop token ends the first source's), no_repeat_ngram_size and banned_sequences (the
+    first two tokens the others leave the second source): each client's translations, greedy and
+    in beam search, are the runtime's, which the bans change."""
     plain = load(translator_bundle, providers=["CPUExecutionProvider"])
     alone = [plain.translate_ids(*_source(plain, s), beam=1)[0] for s in SOURCES]  # type: ignore[attr-defined]
     end = first_new_token(alone[0])
     stopping = {"stop_id": alone[0][end]}
     (most, _), *_ = collections.Counter(t for row in alone for t in row if t != alone[0][end]).most_common(1)
     bans = {"suppressed_ids": [most], "min_decode_len": end + 2, "no_repeat_ngram_size": 2}
+    others = load(_with_manifest(translator_bundle, tmp_path / "others", "translation", **stopping, **bans))
+    left = others.translate_ids(*_source(others, SOURCES[1]), beam=1)[0]  # type: ignore[attr-defined]
+    bans |= {"banned_sequences": [left[:2]]}
     unbanned = load(_with_manifest(translator_bundle, tmp_path / "stops", "translation", **stopping))
     bundle = _with_manifest(translator_bundle, tmp_path / "bans", "translation", **stopping, **bans)
     runtime = load(bundle, providers=["CPUExecutionProvider"])
@@ -499,6 +507,7 @@ def test_both_clients_ban_what_the_runtime_bans(
         expected = [runtime.translate_ids(*_source(runtime, s), beam=beam)[0] for s in SOURCES]  # type: ignore[attr-defined]
         assert expected != [unbanned.translate_ids(*_source(unbanned, s), beam=beam)[0] for s in SOURCES]  # type: ignore[attr-defined]
         assert most not in {t for row in expected for t in row} and min(map(len, expected)) >= end + 2
+        assert beam > 1 or expected[1][:2] != left[:2]
         assert [s["ids"] for s in client(bundle, "translate", *SOURCES, "--beam", str(beam))] == expected
 
 

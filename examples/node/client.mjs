@@ -257,7 +257,7 @@ async function generate(bundle, prompts, maxNewTokens) {
         for (const stop of stops) if (stop < scores.length) scores[stop] = -Infinity;
       }
       const real = ids[row].filter((_, i) => mask[row][i] === 1);
-      banTokens(scores, real, g.suppressed_ids ?? [], g.no_repeat_ngram_size ?? 0);
+      banTokens(scores, real, g);
       if (scores.every((x) => x === -Infinity)) done[row] = true;
       return argmax(scores);
     });
@@ -409,14 +409,24 @@ async function translate(bundle, texts, beam) {
 function ban(t, scores, sequence) {
   const out = Array.from(scores);
   if (sequence.length - 1 < (t.min_decode_len ?? 0)) out[t.stop_id] = -Infinity;
-  banTokens(out, sequence, t.suppressed_ids ?? [], t.no_repeat_ngram_size ?? 0);
+  banTokens(out, sequence, t);
   return out;
 }
 
-// In place, the scores of the token after `sequence`: -Infinity at each suppressed token and at each
-// that would end an n-gram of n tokens found earlier in the sequence (0: none).
-function banTokens(scores, sequence, suppressed, n) {
-  for (const id of suppressed) if (id < scores.length) scores[id] = -Infinity;
+// In place, the scores of the token after `sequence`, as the manifest's section `bans` (generation or
+// translation) says: -Infinity at each of its suppressed_ids, at each token that would end an n-gram
+// of no_repeat_ngram_size tokens found earlier in the sequence (0: none), and at the last token of
+// each of its banned_sequences whose others end the sequence.
+function banTokens(scores, sequence, bans) {
+  const n = bans.no_repeat_ngram_size ?? 0;
+  for (const id of bans.suppressed_ids ?? []) if (id < scores.length) scores[id] = -Infinity;
+  for (const word of bans.banned_sequences ?? []) {
+    const head = word.slice(0, -1);
+    const tail = sequence.slice(sequence.length - head.length);
+    if (word.at(-1) < scores.length && head.length <= sequence.length && head.every((t, j) => t === tail[j])) {
+      scores[word.at(-1)] = -Infinity;
+    }
+  }
   const last = sequence.slice(sequence.length - n + 1);
   for (let i = 0; n && i + n <= sequence.length; i++) {
     const next = sequence[i + n - 1];

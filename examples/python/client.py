@@ -180,7 +180,7 @@ def generate(bundle: Bundle, prompts: list[list[int]], max_new_tokens: int) -> l
             if len(new[row]) < g.get("min_new_tokens", 0):
                 logits[row, [s for s in stops if s < logits.shape[1]]] = -np.inf
             real = ids[row][mask[row] == 1].tolist()
-            ban_tokens(logits[row], real, g.get("suppressed_ids", []), g.get("no_repeat_ngram_size", 0))
+            ban_tokens(logits[row], real, g)
             done[row] = done[row] or bool(np.isneginf(logits[row]).all())
         next_ids = logits.argmax(-1)
         for row, token in enumerate(next_ids.tolist()):
@@ -310,14 +310,19 @@ def ban(t: dict, scores: np.ndarray, sequences: list[list[int]]) -> None:
     for row, sequence in enumerate(sequences):
         if len(sequence) - 1 < t.get("min_decode_len", 0):
             scores[row, t["stop_id"]] = -np.inf
-        ban_tokens(scores[row], sequence, t.get("suppressed_ids", []), t.get("no_repeat_ngram_size", 0))
+        ban_tokens(scores[row], sequence, t)
 
 
-def ban_tokens(scores: np.ndarray, sequence: list[int], suppressed: list[int], n: int) -> None:
-    """scores (vocab,) of the token after ``sequence``, in place: -inf at each suppressed token
-    and at each that would end an n-gram of ``n`` tokens found earlier in the sequence (0: none)."""
-    width = len(scores)
-    scores[[i for i in suppressed if i < width]] = -np.inf
+def ban_tokens(scores: np.ndarray, sequence: list[int], bans: dict) -> None:
+    """scores (vocab,) of the token after ``sequence``, in place, as the manifest's section
+    ``bans`` (generation or translation) says: -inf at each of its suppressed_ids, at each token
+    that would end an n-gram of no_repeat_ngram_size tokens found earlier in the sequence (0:
+    none), and at the last token of each of its banned_sequences whose others end the sequence."""
+    width, n = len(scores), bans.get("no_repeat_ngram_size", 0)
+    scores[[i for i in bans.get("suppressed_ids", []) if i < width]] = -np.inf
+    for *head, word_end in bans.get("banned_sequences", []):
+        if word_end < width and len(head) <= len(sequence) and sequence[len(sequence) - len(head) :] == head:
+            scores[word_end] = -np.inf
     last = sequence[len(sequence) - n + 1 :]  # the n - 1 tokens a next one follows
     for i in range(len(sequence) - n + 1 if n else 0):
         if sequence[i : i + n - 1] == last and sequence[i + n - 1] < width:
