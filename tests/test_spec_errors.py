@@ -171,6 +171,14 @@ CASES = [
         "expected at most 2 items, found [0.9, 0.9, 0.9]",
         None,
     ),
+    Case(
+        "a list too short",
+        GOOD_MODEL + "task:\n  type: causal_lm\n  banned_sequences: [[a, b], [c]]\n",
+        9,
+        "task.banned_sequences.1",
+        "expected at least 2 items, found ['c']",
+        None,
+    ),
     Case("empty file", "", None, "model", "missing required field 'model'", "at the top level"),
     Case("section not a mapping", GOOD_MODEL + "train: 5\n", 7, "train", "expected a mapping", None),
     Case(

@@ -624,6 +624,7 @@ def _issues(
 PLAIN = {
     "path_type": "expected a path (text)",
     "too_long": "expected at most {max_length} items",  # not "tuple should have ... after validation"
+    "too_short": "expected at least {min_length} items",
 }
 TEXT_ERRORS = {"string_type", "path_type"}  # errors that quoting a value YAML 1.1 read as no text fixes
 
