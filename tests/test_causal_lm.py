@@ -129,13 +129,14 @@ def test_the_tasks_bans_reach_the_manifest_and_the_bundle_generates_as_pytorch_d
     stop = plain.tokenizer.id_to_token(first)
     overrides = [f"task.stop_tokens=[{json.dumps(stop)}]", "task.suppressed_tokens=[e, ' ']"]
     overrides += ["task.min_new_tokens=5", "task.no_repeat_ngram_size=2", "task.banned_sequences=[[t, h]]"]
+    overrides += ["task.min_length=3"]  # the first prompt's length: it holds off no stop token
     run = banned_run(char_bundle.parent / "run", tmp_path / "run", overrides)
     export_bundle(None, Source(run=run), tmp_path / "bundle")
     model = load(tmp_path / "bundle")
     assert isinstance(model, LanguageModel)
     g = model.generation
     assert (g.suppressed_ids, g.min_new_tokens, g.no_repeat_ngram_size) == ([vocab["e"], vocab[" "]], 5, 2)
-    assert g.banned_sequences == [[vocab["t"], vocab["h"]]]
+    assert g.banned_sequences == [[vocab["t"], vocab["h"]]] and g.min_length == 3
     assert g.stop_token_ids == [first]
     for prompt in prompts:
         ours = model.generate(np.array([prompt]), 24, temperature=0, stop=False)

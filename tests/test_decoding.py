@@ -118,6 +118,7 @@ bans = st.one_of(
         sequences=st.lists(st.lists(st.integers(0, 8), min_size=2, max_size=3).map(tuple), max_size=3).map(
             tuple
         ),
+        min_total=st.integers(0, 14),
     ),
 )
 samplings = st.one_of(
@@ -175,10 +176,11 @@ def test_greedy_with_bans_is_transformers(
     rows: list[tuple[list[int], int]], context: int | None, stop: list[int], banned: search.Bans
 ) -> None:
     """A left-padded batch under bans, a language model's: each row chooses what transformers'
-    SuppressTokens, MinNewTokensLength (its stop tokens, after its prompt), NoRepeatNGram and
-    NoBadWords processors and an argmax choose after its prompt and tokens (alone, the n-grams counting the
-    whole prompt while the model reads its last ``context`` tokens), and ends at a stop token, or
-    where every token is banned (there transformers' argmax would choose token 0, banned as all)."""
+    SuppressTokens, MinNewTokensLength (its stop tokens, after its prompt), MinLength (the
+    prompt counted), NoRepeatNGram and NoBadWords processors and an argmax choose after its
+    prompt and tokens (alone, the n-grams counting the whole prompt while the model reads its
+    last ``context`` tokens), and ends at a stop token, or where every token is banned (there
+    transformers' argmax would choose token 0, banned as all)."""
     torch = pytest.importorskip("torch")
     processors = pytest.importorskip("transformers.generation.logits_process")
 
@@ -187,6 +189,7 @@ def test_greedy_with_bans_is_transformers(
         chain = [processors.SuppressTokensLogitsProcessor(suppressed)] if suppressed else []
         if stop:  # without stop tokens there is nothing to ban before min_len
             chain.append(processors.MinNewTokensLengthLogitsProcessor(len(prompt), banned.min_len, stop))
+            chain.append(processors.MinLengthLogitsProcessor(banned.min_total, stop))
         if banned.no_repeat_ngram:
             chain.append(processors.NoRepeatNGramLogitsProcessor(banned.no_repeat_ngram))
         if words := [list(s) for s in banned.sequences if max(s) < VOCAB]:  # others never match
@@ -437,8 +440,8 @@ def test_bans_are_transformers_logits_processors(
     ends: list[int],
     given: int,
 ) -> None:
-    """Bans.ban sets -inf where transformers' SuppressTokens, MinNewTokensLength, NoRepeatNGram
-    and NoBadWords logits processors do, on a sequence whose first ``given`` tokens are not
+    """Bans.ban sets -inf where transformers' SuppressTokens, MinNewTokensLength, MinLength,
+    NoRepeatNGram and NoBadWords logits processors do, on a sequence whose first ``given`` tokens are not
     counted as chosen (a prompt; a translation's decoder start) and whose ends are ``ends`` (an
     eos; a language model's stop tokens)."""
     torch = pytest.importorskip("torch")
@@ -459,6 +462,7 @@ def test_bans_are_transformers_logits_processors(
     chain = [
         processors.SuppressTokensLogitsProcessor([t for t in banned.suppressed if t < vocab]),
         processors.MinNewTokensLengthLogitsProcessor(given, banned.min_len, ends),
+        processors.MinLengthLogitsProcessor(banned.min_total, ends),
     ]
     if banned.no_repeat_ngram:
         chain.append(processors.NoRepeatNGramLogitsProcessor(banned.no_repeat_ngram))

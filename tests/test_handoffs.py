@@ -35,6 +35,7 @@ from tfcompile.handoffs.genai import GENAI_CONFIG, export_genai, genai_tokenizer
 from tfcompile.handoffs.triton import export_triton
 from tfcompile.manifest import MANIFEST
 from tfcompile.runtime import load
+from tfcompile.search import strip_stop
 from tfcompile.spec import load_spec
 from tfcompile.train import Trainer
 
@@ -445,6 +446,32 @@ def test_genai_bans_repeated_ngrams_as_the_runtime_does(
         assert any(seen[j : j + n] == gram for j in range(len(ids))), (
             f"{prompt!r}: {gram} is not the prompt's"
         )
+
+
+def test_genai_holds_off_the_stop_tokens_to_min_length_as_the_runtime_does(
+    og: ModuleType, bundles: Bundles, tmp_path: Path
+) -> None:
+    """The manifest's min_length is genai_config.json's search.min_length: both count the prompt's
+    tokens. With the first prompt's first greedy token made the stop token, the plain runtime
+    ends there; under min_length the runtime, and genai alike, go on until the text is that long."""
+    plain = load(bundles["char"])
+    assert plain.tokenizer is not None
+    ids = plain.tokenizer.encode(PROMPTS[0]).ids
+    first = int(plain.generate(np.array([ids]), 1, temperature=0)[0, -1])
+    least = len(ids) + 6
+    bundle = with_generation(bundles["char"], tmp_path / "held", stop_token_ids=[first], min_length=least)
+    folder = export_genai(bundle, tmp_path / "genai")
+    config = json.loads((folder / GENAI_CONFIG).read_text())
+    assert config["search"]["min_length"] == least
+    model, runtime = og.Model(str(folder)), load(bundle)
+    assert runtime.tokenizer is not None
+    for prompt in PROMPTS:
+        ids = runtime.tokenizer.encode(prompt).ids
+        expected = runtime.generate(np.array([ids]), NEW_TOKENS, temperature=0)[0, len(ids) :].tolist()
+        assert genai_greedy(og, model, ids, NEW_TOKENS) == strip_stop(expected, [first])  # genai's lacks it
+        assert first not in expected[: max(least - len(ids), 0)]
+        if prompt == PROMPTS[0]:  # which, unheld, would have ended at once
+            assert expected[0] != first and len(expected) > 1
 
 
 @pytest.mark.parametrize(

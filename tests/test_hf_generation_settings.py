@@ -298,20 +298,45 @@ def test_bans_are_the_bundles_and_generate_as_generate_does(tmp_path: Path) -> N
     assert again.tolist() == theirs.tolist()
 
 
+@pytest.mark.slow
+def test_min_length_counts_the_prompt_as_generate_does(tmp_path: Path) -> None:
+    """A language model's min_length counts the prompt's tokens: with the model's likeliest token
+    (36) made a stop token, generate() ends at once, and under min_length goes on until the text
+    is that long. It is task.min_length; the bundle's greedy generation without options, and
+    export-hf's folder, give generate()'s tokens."""
+    least = len(PROMPT[0]) + 4
+    hf = saved(tmp_path / "hf", [0, 36], do_sample=False, max_new_tokens=16, min_length=least)
+    result = import_folder(tmp_path / "hf", "held", tmp_path / "specs", tmp_path / "runs")
+    assert result.spec.task.min_length == least
+    assert greedy(hf, 16, eos_token_id=[0, 36]) == [36]
+    prompt = torch.tensor(PROMPT)
+    with torch.no_grad():
+        theirs = from_pretrained(tmp_path / "hf").generate(prompt, attention_mask=torch.ones_like(prompt))
+    assert theirs.shape[1] > least
+    assert main(["export", str(result.run_dir), "--out", str(tmp_path / "bundle")]) == 0
+    bundle = load(tmp_path / "bundle")
+    assert bundle.generation.min_length == least
+    assert bundle.generate(np.array(PROMPT)).tolist() == theirs.tolist()
+    export_hf(result.run_dir, tmp_path / "out")
+    assert json.loads((tmp_path / "out" / "generation_config.json").read_text())["min_length"] == least
+    with torch.no_grad():
+        again = from_pretrained(tmp_path / "out").generate(prompt, attention_mask=torch.ones_like(prompt))
+    assert again.tolist() == theirs.tolist()
+
+
 def test_generation_settings_a_language_model_does_not_apply_are_warned_of(tmp_path: Path) -> None:
-    """Beam search, min_length and forced_eos_token_id (which count the prompt), a sequence bias and
-    stop strings: generate() applies them, the bundle's generation (a token a step) does not.
-    Sampling settings without do_sample change nothing; bans are applied (a bad word of several
-    tokens is a banned sequence, of the tokens' strings), not warned of."""
+    """Beam search, forced_eos_token_id (which counts the prompt), a sequence bias and stop
+    strings: generate() applies them, the bundle's generation (a token a step) does not. Sampling
+    settings without do_sample change nothing; bans are applied (min_length is task.min_length,
+    and a bad word of several tokens a banned sequence, of the tokens' strings), not warned of."""
     unapplied = dict(forced_eos_token_id=0, sequence_bias=[[[7], 2.0]], stop_strings=["\n\n"])
     saved(tmp_path / "hf", num_beams=4, min_length=3, bad_words_ids=[[7, 8]], temperature=0.3, **unapplied)
     with pytest.warns(HFWarning) as caught:
         task = import_folder(tmp_path / "hf", "beams", tmp_path / "specs", tmp_path / "runs").spec.task
     said = " ".join(str(w.message) for w in caught)
-    assert (
-        "min_length 3, num_beams 4, forced_eos_token_id 0, sequence_bias [[[7], 2.0]], stop_strings" in said
-    )
-    assert "bad_words_ids" not in said and "temperature" not in said
+    assert "num_beams 4, forced_eos_token_id 0, sequence_bias [[[7], 2.0]], stop_strings" in said
+    assert "bad_words_ids" not in said and "temperature" not in said and "min_length" not in said
+    assert task.type == "causal_lm" and task.min_length == 3
     assert task.type == "causal_lm" and len(task.banned_sequences) == 1 and len(task.banned_sequences[0]) == 2
 
 

@@ -302,6 +302,12 @@ DAMAGE: dict[str, tuple[str, Any, dict[str, Any], str]] = {
         {},
         r"generation\.min_p",
     ),
+    "a negative min_length": (
+        "char",
+        lambda m: m["generation"].update(min_length=-1),
+        {},
+        r"generation\.min_length",
+    ),
     "a negative min_new_tokens": (
         "char",
         lambda m: m["generation"].update(min_new_tokens=-1),

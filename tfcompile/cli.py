@@ -263,7 +263,7 @@ def _sample(args: argparse.Namespace) -> int:
             f"give a text it reads"
         )
     # The options left out, and the bans, are the spec's, as the bundle's (sample ends at no stop
-    # token: min_new_tokens bans none).
+    # token: min_new_tokens and min_length ban none).
     task = spec.task if isinstance(spec.task, CausalLMTask) else CausalLMTask()
     options = {
         name: getattr(task, name) if getattr(args, name) is None else getattr(args, name)

@@ -173,7 +173,8 @@ class GenerationInfo(Part):
 
     Bans (transformers' logits processors of the same names), after the repetition penalty and
     before greedy or sampling: a token's logit is set to -inf if it is in ``suppressed_ids``; if
-    it is a stop token and the row has generated fewer than ``min_new_tokens`` tokens; or if,
+    it is a stop token and the row has generated fewer than ``min_new_tokens`` tokens, or holds
+    fewer than ``min_length`` (its prompt's real tokens and those generated); or if,
     with ``no_repeat_ngram_size`` n > 0, the row's tokens (its whole prompt's, not only the
     context's, and those generated) with it after them would end in n tokens that occur in that
     order earlier in them; or if it is the last token of one of ``banned_sequences`` and the
@@ -215,6 +216,11 @@ class GenerationInfo(Part):
     )
     min_new_tokens: Annotated[StrictInt, Field(ge=0, le=MAX_NEW_TOKENS)] = Field(
         0, description="no stop token is chosen before a row has this many new tokens; 0 by default"
+    )
+    min_length: Annotated[StrictInt, Field(ge=0, le=MAX_NEW_TOKENS)] = Field(
+        0,
+        description="no stop token is chosen while a row holds fewer tokens, its prompt's real ones "
+        "included (transformers' min_length); 0 by default",
     )
     no_repeat_ngram_size: Annotated[StrictInt, Field(ge=0, le=MAX_NEW_TOKENS)] = Field(
         0, description="no n-gram of this many tokens repeats in a row's tokens; 0 (no ban) by default"

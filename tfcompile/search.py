@@ -36,7 +36,8 @@ class Decoder(Protocol):
 class Bans:
     """What a sequence may not take next, as transformers' generate() bans it: the ``suppressed``
     tokens ever (suppress_tokens, bad_words_ids of one token); its ends (the eos, a language
-    model's stop tokens) while it has chosen fewer than ``min_len`` tokens (min_new_tokens); a
+    model's stop tokens) while it has chosen fewer than ``min_len`` tokens (min_new_tokens), or
+    holds fewer than ``min_total`` (a language model's min_length, its prompt's tokens counted); a
     token that would make an n-gram of ``no_repeat_ngram`` tokens it holds already
     (no_repeat_ngram_size; 0: none); the last token of each of the ``sequences`` right after the
     others (bad_words_ids of several tokens)."""
@@ -45,6 +46,7 @@ class Bans:
     min_len: int = 0
     no_repeat_ngram: int = 0
     sequences: tuple[tuple[int, ...], ...] = ()
+    min_total: int = 0
 
     def ban(self, scores: np.ndarray, sequence: Sequence[int], chosen: int, ends: Sequence[int]) -> None:
         """scores (V,), in place: -inf at each token that may not follow ``sequence`` (every token
@@ -52,7 +54,7 @@ class Bans:
         count toward ``min_len``, whose ``ends`` it bans."""
         width = len(scores)
         scores[[t for t in self.suppressed if t < width]] = -np.inf
-        if chosen < self.min_len:
+        if chosen < self.min_len or len(sequence) < self.min_total:
             scores[[t for t in ends if t < width]] = -np.inf
         n, tokens = self.no_repeat_ngram, np.asarray(sequence, dtype=np.int64)
         for *head, last in self.sequences:
@@ -70,7 +72,9 @@ class Bans:
             scores[followers[followers < width]] = -np.inf
 
     def __bool__(self) -> bool:
-        return bool(self.suppressed or self.min_len or self.no_repeat_ngram or self.sequences)
+        return bool(
+            self.suppressed or self.min_len or self.no_repeat_ngram or self.sequences or self.min_total
+        )
 
 
 NO_BANS = Bans()

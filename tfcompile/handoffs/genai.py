@@ -36,11 +36,13 @@ What genai does differently, and what it needs that a bundle may not have:
   prompt included); tfcompile slides its window on past it.
 - Text with invalid UTF-8 (which only a barely trained model writes) decodes differently: genai
   stops at the first bad byte, tokenizers writes U+FFFD for each.
-- **Of the bans, only no_repeat_ngram_size.** genai's ``search.no_repeat_ngram_size`` is the
-  manifest's, and genai bans as the runtime does, over the prompt's tokens and the new ones (in
-  greedy search and in sampling; on the CPU only: genai refuses it on another device). But a
-  right-padded batch puts its padding in a shorter row's n-grams: with it set, generate one
-  prompt at a time (or prompts of one length together) to get the runtime's tokens. Bundles with
+- **Of the bans, only no_repeat_ngram_size and min_length.** genai's
+  ``search.no_repeat_ngram_size`` is the manifest's, and genai bans as the runtime does, over the
+  prompt's tokens and the new ones (in greedy search and in sampling; on the CPU only: genai
+  refuses it on another device); its ``search.min_length`` is the manifest's, both counting the
+  prompt's tokens. But a right-padded batch puts its padding in a shorter row's n-grams and
+  length: with either set, generate one prompt at a time (or prompts of one length together) to
+  get the runtime's tokens. Bundles with
   ``suppressed_ids`` or ``banned_sequences`` are refused (genai_config.json cannot ban tokens), as
   are those with ``min_p`` (genai's search has no such option) and with ``min_new_tokens``
   (genai's ``search.min_length`` counts the prompt's tokens too: no one value holds off the stop
@@ -480,7 +482,7 @@ def genai_config(
         "top_k": g.top_k or 0,  # 0: no top-k cut (genai's own default is 50)
         "top_p": g.top_p or 1.0,
         "max_length": g.context_length,
-        "min_length": 0,
+        "min_length": g.min_length,  # prompt included, as the runtime's
         "num_beams": 1,
         "num_return_sequences": 1,
         "repetition_penalty": g.repetition_penalty,

@@ -39,7 +39,8 @@ batch of prompts:
 3. Take ``logits[:, -1]`` (batch, vocab): the next token of each row (argmax, or sampled as the
    manifest's ``generation`` defaults say: ``temperature``, ``top_k``, ``top_p``, ``min_p``), after
    its ``repetition_penalty``, then its bans: -inf at the tokens of ``suppressed_ids``, at the stop
-   tokens while the row has fewer than ``min_new_tokens`` new tokens, and at each token that would
+   tokens while the row has fewer than ``min_new_tokens`` new tokens or fewer than ``min_length``
+   in all (its prompt's real tokens included), and at each token that would
    end an n-gram of ``no_repeat_ngram_size`` tokens occurring earlier in the row: its whole prompt,
    even beyond the context, and its new tokens, never its padding; and at the last token of each
    of ``banned_sequences`` whose other tokens end the row. A row whose every token is banned ends

@@ -153,8 +153,8 @@ def decoding(task: Any) -> dict[str, Any]:
 def bans(task: Any, run: Path, eos: int | None) -> dict[str, Any]:
     """A translator's or a language model's bans (tasks.seq2seq.bans, tasks.causal_lm.bans), where
     it has them, as generation_config.json's fields (what the importer reads back): min_decode_len
-    or min_new_tokens is min_new_tokens, suppressed_tokens suppress_tokens and banned_sequences
-    bad_words_ids (ids of the run's tokenizer)."""
+    or min_new_tokens is min_new_tokens, a language model's min_length min_length, suppressed_tokens
+    suppress_tokens and banned_sequences bad_words_ids (ids of the run's tokenizer)."""
     try:
         if isinstance(task, Seq2SeqTask):
             banned = translation_bans(task, run, eos, ExportError)
@@ -164,7 +164,11 @@ def bans(task: Any, run: Path, eos: int | None) -> dict[str, Any]:
             return {}
     except ExportError as error:
         raise HFError(f"{run}: suppress_tokens and bad_words_ids: {error}") from None
-    out = {"min_new_tokens": banned.min_len, "no_repeat_ngram_size": banned.no_repeat_ngram}
+    out = {
+        "min_new_tokens": banned.min_len,
+        "min_length": banned.min_total,
+        "no_repeat_ngram_size": banned.no_repeat_ngram,
+    }
     lists = {"suppress_tokens": list(banned.suppressed), "bad_words_ids": [list(s) for s in banned.sequences]}
     return {k: v for k, v in (out | lists).items() if v}
 

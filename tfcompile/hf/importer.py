@@ -624,11 +624,17 @@ def generation_bans(
 ) -> dict[str, Any]:
     """What a language model's files ban generate() from choosing, as the task's fields: their
     min_new_tokens, at most ``max_new_tokens`` (the task's default; a larger one bans the stop
-    tokens as long), and ``banned``'s. min_length, which counts the prompt, is warned of
-    (UNAPPLIED_BY_LANGUAGE_MODELS)."""
-    least = min(counts(generation, ("min_new_tokens",))["min_new_tokens"], max_new_tokens)
-    return ({"min_new_tokens": least} if least else {}) | banned(
-        generation, stops, vocabulary, vocab_size, "generation never stops there"
+    tokens as long), min_length (which counts the prompt), and ``banned``'s. Refused by field: a
+    min_length past MAX_NEW_TOKENS."""
+    fields = counts(generation, ("min_new_tokens", "min_length"))
+    if fields["min_length"] > MAX_NEW_TOKENS:
+        problem = Problem("min_length", f"is {fields['min_length']:,}", f"at most {MAX_NEW_TOKENS:,}")
+        raise refuse(generation.where, [problem])
+    least = min(fields["min_new_tokens"], max_new_tokens)
+    return (
+        ({"min_new_tokens": least} if least else {})
+        | ({"min_length": fields["min_length"]} if fields["min_length"] else {})
+        | banned(generation, stops, vocabulary, vocab_size, "generation never stops there")
     )
 
 
@@ -787,9 +793,8 @@ UNAPPLIED_BY_ANY = (
     "watermarking_config",
 )
 # Those, with the fields of their own, which a language model's task has no field for (a forced
-# first token after a one-token prompt, and a forced eos at max_length, count the prompt too).
+# first token after a one-token prompt, and a forced eos at max_length, which counts the prompt).
 UNAPPLIED_BY_LANGUAGE_MODELS = (
-    "min_length",
     "num_beams",
     "begin_suppress_tokens",
     "exponential_decay_length_penalty",

@@ -254,7 +254,7 @@ class LanguageModel(Bundle):
         )
         least = inputs.count("min_new_tokens", g.min_new_tokens if min_new_tokens is None else min_new_tokens)
         sequences = tuple(map(tuple, g.banned_sequences))
-        bans = search.Bans(tuple(g.suppressed_ids), least, g.no_repeat_ngram_size, sequences)
+        bans = search.Bans(tuple(g.suppressed_ids), least, g.no_repeat_ngram_size, sequences, g.min_length)
         first = inputs.seed(seed)
         return [
             search.Sampling(t, k, p, None if first is None else first + r, penalty, bans, least_p)

@@ -1692,6 +1692,11 @@ class CausalLMTask(TaskSection):
         description="generation's default least new tokens: no stop token ends a text before it has "
         "generated this many (transformers' min_new_tokens); 0: any length",
     )
+    min_length: Annotated[int, Field(strict=True, ge=0, le=MAX_NEW_TOKENS)] = Field(
+        0,
+        description="no stop token ends a text while it holds fewer tokens, its prompt's included "
+        "(transformers' min_length); 0: any length",
+    )
     no_repeat_ngram_size: Annotated[int, Field(strict=True, ge=0, le=MAX_NEW_TOKENS)] = Field(
         0,
         description="no n-gram of this many tokens occurs twice in a text, its prompt included "

@@ -136,6 +136,7 @@ class LanguageModelling(Task):
             stop_token_ids=stops,
             **{name: getattr(spec.task, name) for name in GENERATION_OPTIONS},
             min_new_tokens=banned.min_len,
+            min_length=banned.min_total,
             no_repeat_ngram_size=banned.no_repeat_ngram,
             suppressed_ids=list(banned.suppressed),
             banned_sequences=[list(sequence) for sequence in banned.sequences],
@@ -223,8 +224,8 @@ def bans(
     task: CausalLMTask, tokenizer: Path | Tokenizer | None, stops: Sequence[int], error: type[Exception]
 ) -> search.Bans:
     """What the task bans its texts (the manifest's, export-hf's and ``tfcompile sample``'s): its
-    suppressed tokens and banned sequences (ids of the run's ``tokenizer``), min_new_tokens and
-    no_repeat_ngram_size;
+    suppressed tokens and banned sequences (ids of the run's ``tokenizer``), min_new_tokens,
+    min_length and no_repeat_ngram_size;
     ``error`` names a suppressed token the tokenizer lacks, or a stop token (``stops``, the eos's
     and the task's ids) among them."""
     suppressed = listed_token_ids(task, "suppressed_tokens", tokenizer, error)
@@ -234,7 +235,9 @@ def bans(
             f"which would then never end a text: leave them out (max_new_tokens limits a text's length)"
         )
     sequences = tuple(map(tuple, listed_sequences(task, "banned_sequences", tokenizer, error)))
-    return search.Bans(tuple(suppressed), task.min_new_tokens, task.no_repeat_ngram_size, sequences)
+    return search.Bans(
+        tuple(suppressed), task.min_new_tokens, task.no_repeat_ngram_size, sequences, task.min_length
+    )
 
 
 def generate(
