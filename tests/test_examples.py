@@ -314,8 +314,9 @@ def test_both_clients_ban_what_the_runtime_bans_in_generation(
     """A manifest's generation bans: suppressed_ids (the token the rows choose most),
     min_new_tokens (past where a stop token ends the second row), no_repeat_ngram_size and
     banned_sequences (the first row's prompt's last token and its first new one), each of which
-    changes the runtime's greedy tokens: each client's tokens of a left-padded batch are
-    the runtime's (each row's as alone, its n-grams over its prompt and new tokens)."""
+    changes the runtime's greedy tokens: each
+    client's tokens of a left-padded batch are the runtime's (each row's as alone, its n-grams
+    over its prompt and new tokens)."""
     prompts = [[5, 6, 7, 5], [8], [9, 10, 11, 12, 13, 9, 10]]
     plain = runtime_alone(char_bundle, prompts, 16)
     end = first_new_token(plain[1])
@@ -344,6 +345,25 @@ def test_both_clients_ban_what_the_runtime_bans_in_generation(
     expected = runtime_alone(bundle, prompts, 16)
     assert runtime_batched(bundle, prompts, 16) == expected
     served = client(bundle, "generate", *id_args(prompts), "--max-new-tokens", "16")
+    assert [s["new_ids"] for s in served] == expected
+
+
+@pytest.mark.slow
+def test_both_clients_hold_off_the_stop_tokens_to_min_length(
+    char_bundle: Path, client: Client, tmp_path: Path
+) -> None:
+    """min_length counts a row's prompt: with a token of the second row's made the stop token,
+    min_length past it keeps that row going (and the longer prompts' rows less far); each
+    client's tokens of the batch are the runtime's."""
+    prompts = [[5, 6, 7, 5], [8], [9, 10, 11, 12, 13, 9, 10]]
+    plain = runtime_alone(char_bundle, prompts, 16)
+    end = first_new_token(plain[1])
+    stopping = {"stop_token_ids": [plain[1][end]]}
+    stops = _with_manifest(char_bundle, tmp_path / "stops", "generation", **stopping)
+    held = _with_manifest(char_bundle, tmp_path / "held", "generation", **stopping, min_length=end + 4)
+    expected = runtime_alone(held, prompts, 16)
+    assert len(expected[1]) > len(runtime_alone(stops, prompts, 16)[1]) == end + 1
+    served = client(held, "generate", *id_args(prompts), "--max-new-tokens", "16")
     assert [s["new_ids"] for s in served] == expected
 
 

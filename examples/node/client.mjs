@@ -223,9 +223,9 @@ function promptIds(bundle, prompts, ids) {
 // its first stop token (returned as its last). Past the context, each step re-reads the last
 // context_length tokens from an empty cache. The logits of the tokens a row holds (real ones) are
 // penalised first, as the manifest's repetition_penalty says (1 by default: not), in float32; then
-// its bans are set to -Infinity: suppressed_ids, the stop tokens while the row has fewer than
-// min_new_tokens new ones, and n-gram repeats of no_repeat_ngram_size over the row's real tokens. A
-// row whose every token is banned ends there.
+// its bans are set to -Infinity: the stop tokens while the row has fewer than min_new_tokens new ones
+// or min_length in all, and what banTokens bans over the row's real tokens. A row whose every token
+// is banned ends there.
 async function generate(bundle, prompts, maxNewTokens) {
   const [graph, session] = await bundle.graph("decode_step");
   const g = bundle.manifest.generation;
@@ -253,10 +253,10 @@ async function generate(bundle, prompts, maxNewTokens) {
         const score = scores[token];
         if (token < scores.length) scores[token] = Math.fround(score < 0 ? score * penalty : score / penalty);
       }
-      if (newIds[row].length < (g.min_new_tokens ?? 0)) {
+      const real = ids[row].filter((_, i) => mask[row][i] === 1);
+      if (newIds[row].length < (g.min_new_tokens ?? 0) || real.length < (g.min_length ?? 0)) {
         for (const stop of stops) if (stop < scores.length) scores[stop] = -Infinity;
       }
-      const real = ids[row].filter((_, i) => mask[row][i] === 1);
       banTokens(scores, real, g);
       if (scores.every((x) => x === -Infinity)) done[row] = true;
       return argmax(scores);

@@ -152,9 +152,9 @@ def generate(bundle: Bundle, prompts: list[list[int]], max_new_tokens: int) -> l
     at its first stop token (returned as its last). Past the context, each step re-reads the last
     context_length tokens from an empty cache. The logits of the tokens a row holds (real ones)
     are penalised first, as the manifest's repetition_penalty says (1 by default: not), then its
-    bans set to -inf: suppressed_ids, the stop tokens while the row has fewer than min_new_tokens
-    new ones, and n-gram repeats of no_repeat_ngram_size over the row's real tokens. A row whose
-    every token is banned ends there."""
+    bans set to -inf: the stop tokens while the row has fewer than min_new_tokens new ones or
+    min_length in all, and what ``ban_tokens`` bans over the row's real tokens. A row whose every
+    token is banned ends there."""
     graph, session = bundle.graph("decode_step")
     g = bundle.manifest["generation"]
     penalty = g.get("repetition_penalty", 1.0)
@@ -177,9 +177,9 @@ def generate(bundle: Bundle, prompts: list[list[int]], max_new_tokens: int) -> l
                 logits[row, seen] < 0, logits[row, seen] * penalty, logits[row, seen] / penalty
             )
         for row in range(len(prompts)):
-            if len(new[row]) < g.get("min_new_tokens", 0):
-                logits[row, [s for s in stops if s < logits.shape[1]]] = -np.inf
             real = ids[row][mask[row] == 1].tolist()
+            if len(new[row]) < g.get("min_new_tokens", 0) or len(real) < g.get("min_length", 0):
+                logits[row, [s for s in stops if s < logits.shape[1]]] = -np.inf
             ban_tokens(logits[row], real, g)
             done[row] = done[row] or bool(np.isneginf(logits[row]).all())
         next_ids = logits.argmax(-1)
