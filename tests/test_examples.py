@@ -134,6 +134,9 @@ def client(request: pytest.FixtureRequest) -> Client:
 
 # ------------------------------------------------------------------------ what the runtime says
 
+# Prompts of three lengths: a left-padded batch whose rows generate as each alone.
+PADDED_PROMPTS = [[5, 6, 7, 5], [8], [9, 10, 11, 12, 13, 9, 10]]
+
 
 def runtime_alone(bundle: Path, prompts: list[list[int]], count: int) -> list[list[int]]:
     """Each prompt's greedy tokens, generated alone (no padding) by tfcompile.runtime."""
@@ -299,7 +302,7 @@ def test_both_clients_penalise_repeats_as_the_runtime_does(
 ) -> None:
     """A manifest's repetition_penalty: each client's greedy tokens of a left-padded batch are the
     runtime's (each row's as alone, its real tokens penalised), which differ from the plain ones."""
-    prompts = [[5, 6, 7, 5], [8], [9, 10, 11, 12, 13, 9, 10]]
+    prompts = PADDED_PROMPTS
     bundle = _with_manifest(char_bundle, tmp_path / "penalised", "generation", repetition_penalty=1.8)
     alone = runtime_alone(bundle, prompts, 16)
     assert runtime_batched(bundle, prompts, 16) == alone != runtime_alone(char_bundle, prompts, 16)
@@ -317,7 +320,7 @@ def test_both_clients_ban_what_the_runtime_bans_in_generation(
     changes the runtime's greedy tokens: each
     client's tokens of a left-padded batch are the runtime's (each row's as alone, its n-grams
     over its prompt and new tokens)."""
-    prompts = [[5, 6, 7, 5], [8], [9, 10, 11, 12, 13, 9, 10]]
+    prompts = PADDED_PROMPTS
     plain = runtime_alone(char_bundle, prompts, 16)
     end = first_new_token(plain[1])
     stopping = {"stop_token_ids": [plain[1][end]]}
@@ -355,7 +358,7 @@ def test_both_clients_hold_off_the_stop_tokens_to_min_length(
     """min_length counts a row's prompt: with a token of the second row's made the stop token,
     min_length past it keeps that row going (and the longer prompts' rows less far); each
     client's tokens of the batch are the runtime's."""
-    prompts = [[5, 6, 7, 5], [8], [9, 10, 11, 12, 13, 9, 10]]
+    prompts = PADDED_PROMPTS
     plain = runtime_alone(char_bundle, prompts, 16)
     end = first_new_token(plain[1])
     stopping = {"stop_token_ids": [plain[1][end]]}

@@ -245,7 +245,7 @@ class LanguageModel(Bundle):
         """Checked sampling options for ``rows`` rows, the manifest's defaults where None, with the
         manifest's bans; row r draws with seed + r."""
         g = self.generation
-        t, k, p, penalty, least_p = inputs.sampling(
+        t, k, p, penalty, p_min = inputs.sampling(
             g.temperature if temperature is None else temperature,
             g.top_k if top_k is None else top_k,
             g.top_p if top_p is None else top_p,
@@ -257,7 +257,7 @@ class LanguageModel(Bundle):
         bans = search.Bans(tuple(g.suppressed_ids), least, g.no_repeat_ngram_size, sequences, g.min_length)
         first = inputs.seed(seed)
         return [
-            search.Sampling(t, k, p, None if first is None else first + r, penalty, bans, least_p)
+            search.Sampling(t, k, p, None if first is None else first + r, penalty, bans, p_min)
             for r in range(rows)
         ]
 
