@@ -315,6 +315,7 @@ def test_bad_sampling_options_are_refused(bundle: Path, options: dict, message: 
         load(bundle).generate(np.zeros((1, 3), dtype=np.int64), **arguments)
 
 
+@pytest.mark.slow  # an export of its own: 9 s
 def test_the_specs_sampling_defaults_are_the_bundles_and_the_commands(
     run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
