@@ -368,6 +368,7 @@ def test_export_never_replaces_a_folder_that_is_not_a_bundle(tmp_path: Path) -> 
     assert precious.read_text() == "keep me"
 
 
+@pytest.mark.slow  # an fp16 export and its parity: 10 s
 def test_an_fp16_bundle_holds_parity_to_the_fp32_model_and_serves_float32(
     run_dir: Path, bundle: Path, tmp_path: Path
 ) -> None:
@@ -392,6 +393,7 @@ def test_an_fp16_bundle_holds_parity_to_the_fp32_model_and_serves_float32(
     assert all(r.passed and r.relative for r in verify_bundle(half_dir, run_dir).values())
 
 
+@pytest.mark.slow  # a training run and an export of its own: 10 s
 def test_documents_end_with_eos_and_generation_stops_there(tmp_path: Path) -> None:
     """A folder's files are documents: training sees [EOS] after each, the bundle's manifest names
     it as the stop token, and generation ends when the model emits it."""

@@ -328,6 +328,7 @@ def served(bundle: Path, german: list[str]) -> None:
         )
 
 
+@pytest.mark.slow  # an import and an export of its own: 8 s
 def test_a_translators_codes_are_asked_by_string_and_refused_where_they_cannot_stand(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
