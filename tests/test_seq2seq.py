@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -304,7 +306,6 @@ def test_the_bundle_gives_the_decoder_its_target_prefix_as_pytorch_does(
     """translation.target_prefix_ids (NLLB's target language, transformers' forced_bos_token_id):
     the decoder reads [BOS] and them, unscored, before it chooses; greedy and beam search give
     pytorch's tokens after them, within max_len tokens after [BOS], the prefix's included."""
-    import shutil
 
     run, bundle = translator_bundle.parent / "run", tmp_path / "prefixed"
     shutil.copytree(translator_bundle, bundle)
@@ -388,6 +389,45 @@ def test_the_tasks_bans_reach_training_and_the_manifest_and_bad_ones_are_named(t
     parse_spec(f"{model}\ntask: {{type: seq2seq, min_decode_len: 7, no_repeat_ngram_size: 8}}\n")
 
 
+def test_a_callers_scoring_options_are_the_manifests_and_bad_ones_are_named(
+    translator_bundle: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """translate(length_penalty=, early_stopping=) searches as a bundle whose manifest says them,
+    and `tfcompile translate --length-penalty --early-stopping` as translate() does; early_stopping
+    is transformers' beam search's alone, and one of another kind is refused."""
+    sources = ["Ein Mann schläft.", "Zwei Hunde spielen im Schnee.", "Eine Frau liest ein Buch."]
+
+    def scored(name: str, **fields: Any) -> Translator:
+        bundle = Path(shutil.copytree(translator_bundle, tmp_path / name))
+        manifest = json.loads((bundle / "manifest.json").read_text())
+        manifest["translation"] |= {"beam_scoring": "transformers", **fields}
+        (bundle / "manifest.json").write_text(json.dumps(manifest))
+        model = load(bundle)
+        assert isinstance(model, Translator)
+        return model
+
+    base = scored("base")
+    for stopping, penalty in ((True, 1.0), (False, -0.5), ("never", 2.0)):
+        said = scored(f"said-{stopping}-{penalty}", early_stopping=stopping, length_penalty=penalty)
+        assert base.translate(
+            sources, beam=4, length_penalty=penalty, early_stopping=stopping
+        ) == said.translate(sources, beam=4)
+    args = ["translate", str(tmp_path / "base"), *sources, "--beam", "4", "--length-penalty", "2"]
+    assert main([*args, "--early-stopping", "never"]) == 0
+    assert capsys.readouterr().out.splitlines() == base.translate(
+        sources, beam=4, length_penalty=2.0, early_stopping="never"
+    )
+    fairseq = load(translator_bundle)
+    assert isinstance(fairseq, Translator)
+    assert main(["translate", str(translator_bundle), "a", "--early-stopping", "true"]) == 1
+    assert "early_stopping True is transformers' beam search's" in capsys.readouterr().err
+    for stopping, message in ((True, "early_stopping True is transformers'"), ("soon", "true, false or")):
+        with pytest.raises(InputError, match=message):
+            fairseq.translate(sources, beam=2, early_stopping=stopping)  # type: ignore[arg-type]
+    with pytest.raises(InputError, match=r"length_penalty must be in \[0, 10\]"):
+        fairseq.translate(sources, length_penalty=-0.5)
+
+
 def test_the_bundle_bans_what_its_manifest_bans_as_pytorch_does(
     translator_bundle: Path, tmp_path: Path
 ) -> None:
@@ -395,7 +435,6 @@ def test_the_bundle_bans_what_its_manifest_bans_as_pytorch_does(
     give pytorch's tokens under the same bans, which differ from the plain ones; a manifest that
     bans the stop token, asks for a minimum past the maximum or bans an id past the vocabulary is
     refused."""
-    import shutil
 
     run, bundle = translator_bundle.parent / "run", tmp_path / "banned"
     shutil.copytree(translator_bundle, bundle)

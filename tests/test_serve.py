@@ -599,6 +599,12 @@ def test_translate_greedy_and_beam(second: BackgroundServer) -> None:
         )
         assert r.status_code == 200, r.text
         assert r.json()["translations"] == translator.translate(SOURCES, beam=beam, max_len=12)
+    scored = {"length_penalty": 2.5, "early_stopping": False}
+    r = httpx.post(
+        f"{server.url}/v1/translate", json={"model": "de-en", "texts": SOURCES, "beam": 3, **scored}
+    )
+    assert r.status_code == 200, r.text
+    assert r.json()["translations"] == translator.translate(SOURCES, beam=3, **scored)  # type: ignore[arg-type]
 
 
 def _png(array: np.ndarray) -> bytes:
@@ -690,6 +696,21 @@ def test_bad_task_requests_get_400_with_a_reason(
             "/v1/translate",
             {"json": {"model": "de-en", "texts": ["a"], "source_language": "x" * 65}},
             "at most 64",
+        ),
+        (
+            "/v1/translate",
+            {"json": {"model": "de-en", "texts": ["a"], "early_stopping": True}},
+            "early_stopping True is transformers' beam search's",
+        ),
+        (
+            "/v1/translate",
+            {"json": {"model": "de-en", "texts": ["a"], "early_stopping": "soon"}},
+            "early_stopping",
+        ),
+        (
+            "/v1/translate",
+            {"json": {"model": "de-en", "texts": ["a"], "length_penalty": -1.0}},
+            "length_penalty must be in [0, 10]",
         ),
         ("/v1/classify-image", {"json": {"model": "digits", "images": [[[300, 2]]]}}, "outside 0-255"),
         ("/v1/classify-image", {"json": {"model": "digits", "images": [[[0.5, 2.0]]]}}, "[0, 1]"),

@@ -95,7 +95,7 @@ def test_jobs_of_other_kinds_or_options_are_not_mixed() -> None:
         await asyncio.sleep(0.05)  # the worker holds "x"
         jobs = [
             worker.submit(Job("classify", ["a"])),
-            worker.submit(Job("translate", ["b"], options=(1, 5, None, None))),
+            worker.submit(Job("translate", ["b"], options=(1, 5, None, None, None, None))),
             worker.submit(Job("classify", ["c"])),
         ]
         model.gate.set()

@@ -569,7 +569,9 @@ def _translate(args: argparse.Namespace) -> int:
     if not isinstance(model, Translator):
         raise UsageError(f"{args.bundle} is not a translation bundle: use `tfcompile generate` or `classify`")
     codes = {"source_language": args.source_language, "target_language": args.target_language}
-    for translation in model.translate(args.texts, beam=args.beam, max_len=args.max_len, **codes):
+    stopping = {"true": True, "false": False}.get(args.early_stopping, args.early_stopping)
+    scoring = {"length_penalty": args.length_penalty, "early_stopping": stopping}
+    for translation in model.translate(args.texts, beam=args.beam, max_len=args.max_len, **codes, **scoring):
         print(translation)
     return 0
 
@@ -890,6 +892,15 @@ def build_parser() -> argparse.ArgumentParser:
     translate.add_argument("texts", nargs="+", metavar="TEXT")
     translate.add_argument("--beam", type=_positive_int, default=None, help="default: the task's beam")
     translate.add_argument("--max-len", type=_positive_int, default=None, help="most tokens per translation")
+    translate.add_argument(
+        "--length-penalty", type=float, default=None, help="beam search's length penalty; default: the task's"
+    )
+    translate.add_argument(
+        "--early-stopping",
+        choices=["true", "false", "never"],
+        default=None,
+        help="transformers' beam search's early_stopping; default: the task's",
+    )
     translate.add_argument(
         "--source-language", default=None, help="a multilingual translator's source code (NLLB's deu_Latn)"
     )

@@ -65,19 +65,20 @@ class Translator(Bundle):
         max_len: int | None = None,
         source_language: str | None = None,
         target_language: str | None = None,
+        early_stopping: bool | str | None = None,
     ) -> list[str]:
         """Sentences -> their translations (detokenized). ``source_language`` and
         ``target_language``: a multilingual translator's code (a special token of its tokenizer:
         NLLB's deu_Latn) that replaces the bundle's, the manifest's tokenizer.special_tokens
         source_language and target_language, wherever the source affixes and the target prefix
-        hold it."""
+        hold it. Options left out are the manifest's (see ``scoring``)."""
         unk = self.special_id("unk")
         prefix, suffix, given = self.framing(source_language, target_language)
         encodings = self.encode(inputs.texts("texts", texts), add_special_tokens=False)
         rows = [source_row(e.ids, self.max_seq_len, prefix, suffix, unk) for e in encodings]
         ids = pad_rows(rows, self.manifest.padding.pad_id)
         mask = pad_rows([[1] * len(row) for row in rows], 0)
-        tokens = self.translate_ids(ids, mask, beam, length_penalty, max_len, given)
+        tokens = self.translate_ids(ids, mask, beam, length_penalty, max_len, given, early_stopping)
         return [tidy(text) for text in self.decode(tokens)]
 
     def framing(
@@ -123,6 +124,7 @@ class Translator(Bundle):
         length_penalty: float | None = None,
         max_len: int | None = None,
         target_prefix_ids: Sequence[int] | None = None,
+        early_stopping: bool | str | None = None,
     ) -> list[list[int]]:
         """source_ids (batch, seq) [+ source_mask, 0 at padding] -> each source's target ids,
         without the start and stop tokens and the target prefix the decoder is given (the
@@ -135,12 +137,7 @@ class Translator(Bundle):
         if not mask.any(axis=1).all():
             raise InputError("every source sentence needs at least one real token in source_mask")
         width = inputs.count("beam", t.beam if beam is None else beam, 1)
-        alpha = inputs.number(
-            "length_penalty",
-            t.length_penalty if length_penalty is None else length_penalty,
-            0.0 if t.beam_scoring == "fairseq" else -MAX_LENGTH_PENALTY,
-            MAX_LENGTH_PENALTY,
-        )
+        scoring = self.scoring(length_penalty, early_stopping)
         limit = min(
             inputs.count("max_len", t.max_decode_len if max_len is None else max_len, 1), self.max_seq_len - 1
         )
@@ -159,10 +156,33 @@ class Translator(Bundle):
         start = [t.start_id, *given]
         sequences = tuple(map(tuple, t.banned_sequences))
         bans = search.Bans(tuple(t.suppressed_ids), t.min_decode_len, t.no_repeat_ngram_size, sequences)
-        scoring = search.beam_scoring(t.beam_scoring, alpha, t.early_stopping)
         return search.translate(
             decoder_for, len(ids), start, t.stop_id, limit, width, scoring, t.forced_eos, bans
         )
+
+    def scoring(
+        self, length_penalty: float | None = None, early_stopping: bool | str | None = None
+    ) -> search.BeamScoring:
+        """The manifest's beam scoring with a caller's ``length_penalty`` (fairseq's alpha, at least
+        0, or the power of the length transformers divides by) and ``early_stopping`` (True,
+        False or "never", transformers' alone) where given; an InputError names a bad one."""
+        t = self.translation
+        fairseq = t.beam_scoring == "fairseq"
+        alpha = inputs.number(
+            "length_penalty",
+            t.length_penalty if length_penalty is None else length_penalty,
+            0.0 if fairseq else -MAX_LENGTH_PENALTY,
+            MAX_LENGTH_PENALTY,
+        )
+        stopping = t.early_stopping if early_stopping is None else early_stopping
+        if not (isinstance(stopping, bool) or (isinstance(stopping, str) and stopping == "never")):
+            raise InputError(f'early_stopping must be true, false or "never", got {str(stopping)[:64]!r}')
+        if fairseq and stopping is not False:
+            raise InputError(
+                f"early_stopping {stopping!r} is transformers' beam search's; this bundle's beam_scoring is "
+                f"fairseq's, which ends once beam hypotheses have finished"
+            )
+        return search.beam_scoring(t.beam_scoring, alpha, stopping if isinstance(stopping, bool) else "never")
 
     def _given(self, value: Sequence[int]) -> list[int]:
         """A target prefix: token ids of the vocabulary, no more than the decoder can hold."""

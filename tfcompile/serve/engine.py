@@ -51,7 +51,7 @@ class GenerationRow:
 class Job:
     kind: str  # generate, classify, translate, classify_images, infer
     rows: list[Any]
-    options: tuple = ()  # what jobs batched together must share (translation: beam, max_len, codes)
+    options: tuple = ()  # what jobs batched together must share (translation: beam, max_len, codes, scoring)
     stream: bool = False
     loop: asyncio.AbstractEventLoop = field(default_factory=asyncio.get_running_loop)
     result: asyncio.Future = field(init=False)
@@ -399,9 +399,14 @@ def _classify_images(model: ImageClassifier, jobs: Sequence[Job]) -> list[list[A
 
 
 def _translate(model: Translator, jobs: Sequence[Job]) -> list[list[Any]]:
-    beam, max_len, source_language, target_language = jobs[0].options
+    beam, max_len, source_language, target_language, length_penalty, early_stopping = jobs[0].options
     rows = [row for job in jobs for row in job.rows]
-    return _split(jobs, model.translate(rows, beam, None, max_len, source_language, target_language))
+    return _split(
+        jobs,
+        model.translate(
+            rows, beam, length_penalty, max_len, source_language, target_language, early_stopping
+        ),
+    )
 
 
 def _infer(model: Bundle, jobs: Sequence[Job]) -> list[Any]:

@@ -19,6 +19,7 @@ from starlette.datastructures import UploadFile
 
 from tfcompile.errors import InputError
 from tfcompile.images import FORMATS
+from tfcompile.manifest import EarlyStopping
 from tfcompile.runtime import Classifier, ImageClassifier, Translator, inputs
 from tfcompile.runtime.classifier import Prediction
 from tfcompile.runtime.session import Bundle
@@ -64,6 +65,12 @@ class TranslateRequest(BaseModel):
     )
     target_language: Annotated[str, Field(max_length=MAX_CODE)] | None = Field(
         None, description="its code for the language to translate into; the bundle's where left out"
+    )
+    length_penalty: float | None = Field(
+        None, description="beam search's length penalty (the bundle's beam_scoring's); the manifest's default"
+    )
+    early_stopping: EarlyStopping | None = Field(
+        None, description="true, false or \"never\" (transformers' beam search alone); the manifest's default"
     )
 
 
@@ -125,7 +132,15 @@ async def translate(body: TranslateRequest, request: Request) -> dict:
             f"beam may be at most {s.max_beam} and max_len at most {s.max_tokens}, got {beam} and {max_len}"
         )
     model.framing(body.source_language, body.target_language)  # a code it cannot take: a 400 now
-    options = (beam, max_len, body.source_language, body.target_language)
+    model.scoring(body.length_penalty, body.early_stopping)  # and a bad scoring option
+    options = (
+        beam,
+        max_len,
+        body.source_language,
+        body.target_language,
+        body.length_penalty,
+        body.early_stopping,
+    )
     job = served(request).submit(request, body.model, Job("translate", texts, options=options))
     return {"model": body.model, "translations": await outcome(job, request, watch=True)}
 
