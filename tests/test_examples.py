@@ -161,6 +161,15 @@ def first_new_token(row: list[int]) -> int:
     return next(i for i in range(1, len(row)) if row[i] not in row[:i])
 
 
+def second_row_stopping(bundle: Path) -> tuple[list[list[int]], int, dict[str, list[int]]]:
+    """The runtime's 16 greedy tokens after each of PADDED_PROMPTS, the index of the second row's
+    first new token, and the generation section that makes that token a stop token (the second
+    row then ends there)."""
+    plain = runtime_alone(bundle, PADDED_PROMPTS, 16)
+    end = first_new_token(plain[1])
+    return plain, end, {"stop_token_ids": [plain[1][end]]}
+
+
 def runtime_logits(bundle: Path, prompts: list[list[int]]) -> np.ndarray:
     """The full graph's logits after each prompt's last token, the prompts left-padded."""
     model = load(bundle, providers=["CPUExecutionProvider"])
@@ -168,6 +177,12 @@ def runtime_logits(bundle: Path, prompts: list[list[int]]) -> np.ndarray:
     ids = np.array([[0] * (width - len(p)) + p for p in prompts])
     mask = np.array([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
     return model.logits(ids, mask)[:, -1]  # type: ignore[attr-defined]
+
+
+def generated_ids(client: Client, bundle: Path, prompts: list[list[int]], count: int) -> list[list[int]]:
+    """A client's new tokens after each prompt, generated as one batch (its generate command)."""
+    served = client(bundle, "generate", *id_args(prompts), "--max-new-tokens", str(count))
+    return [s["new_ids"] for s in served]
 
 
 def id_args(prompts: list[list[int]]) -> list[str]:
@@ -217,8 +232,7 @@ def test_python_client_slides_past_the_context_and_reads_logits_as_the_runtime_d
 ) -> None:
     rng = np.random.default_rng(1)
     prompts = [rng.integers(0, 65, n).tolist() for n in (3, 60)]  # 60 + 10 new tokens > context 64
-    served = python_client(char_bundle, "generate", *id_args(prompts), "--max-new-tokens", "10")
-    assert [s["new_ids"] for s in served] == runtime_batched(char_bundle, prompts, 10)
+    assert generated_ids(python_client, char_bundle, prompts, 10) == runtime_batched(char_bundle, prompts, 10)
     logits = python_client(char_bundle, "logits", *id_args(prompts))
     np.testing.assert_allclose(logits, runtime_logits(char_bundle, prompts), atol=1e-5)
 
@@ -230,8 +244,7 @@ def test_python_client_stops_a_row_at_a_stop_token(char_bundle: Path, tmp_path: 
     bundle = _with_manifest(char_bundle, tmp_path / "stops", "generation", stop_token_ids=[first[0][end]])
     expected = runtime_alone(bundle, prompts, 10)
     assert expected[0] == first[0][: end + 1] and expected == runtime_batched(bundle, prompts, 10)
-    served = python_client(bundle, "generate", *id_args(prompts), "--max-new-tokens", "10")
-    assert [s["new_ids"] for s in served] == expected
+    assert generated_ids(python_client, bundle, prompts, 10) == expected
 
 
 def test_python_client_refuses_a_graph_whose_sha256_differs(char_bundle: Path, tmp_path: Path) -> None:
@@ -275,16 +288,14 @@ def test_node_client_generates_text_stops_and_reads_logits(
     assert [s["new_ids"] for s in served] == runtime_alone(char_bundle, [s["prompt_ids"] for s in served], 10)
     rng = np.random.default_rng(1)
     long = [rng.integers(0, 65, n).tolist() for n in (3, 60)]  # 60 + 10 new tokens > context 64
-    served = node_client(char_bundle, "generate", *id_args(long), "--max-new-tokens", "10")
-    assert [s["new_ids"] for s in served] == runtime_batched(char_bundle, long, 10)
+    assert generated_ids(node_client, char_bundle, long, 10) == runtime_batched(char_bundle, long, 10)
     logits = node_client(char_bundle, "logits", *id_args(long))
     np.testing.assert_allclose(logits, runtime_logits(char_bundle, long), atol=1e-5)
     short = [[5, 6, 7], [8], [9, 10, 11, 12, 13]]
     first = runtime_alone(char_bundle, short, 10)[0]
     stop = first[first_new_token(first)]
     bundle = _with_manifest(char_bundle, tmp_path / "stops", "generation", stop_token_ids=[stop])
-    served = node_client(bundle, "generate", *id_args(short), "--max-new-tokens", "10")
-    assert [s["new_ids"] for s in served] == runtime_alone(bundle, short, 10)
+    assert generated_ids(node_client, bundle, short, 10) == runtime_alone(bundle, short, 10)
     with (bundle / "decoder_step.onnx").open("ab") as f:
         f.write(b"\0")
     result = subprocess.run(
@@ -306,8 +317,7 @@ def test_both_clients_penalise_repeats_as_the_runtime_does(
     bundle = _with_manifest(char_bundle, tmp_path / "penalised", "generation", repetition_penalty=1.8)
     alone = runtime_alone(bundle, prompts, 16)
     assert runtime_batched(bundle, prompts, 16) == alone != runtime_alone(char_bundle, prompts, 16)
-    served = client(bundle, "generate", *id_args(prompts), "--max-new-tokens", "16")
-    assert [s["new_ids"] for s in served] == alone
+    assert generated_ids(client, bundle, prompts, 16) == alone
 
 
 @pytest.mark.slow
@@ -317,13 +327,10 @@ def test_both_clients_ban_what_the_runtime_bans_in_generation(
     """A manifest's generation bans: suppressed_ids (the token the rows choose most),
     min_new_tokens (past where a stop token ends the second row), no_repeat_ngram_size and
     banned_sequences (the first row's prompt's last token and its first new one), each of which
-    changes the runtime's greedy tokens: each
-    client's tokens of a left-padded batch are the runtime's (each row's as alone, its n-grams
-    over its prompt and new tokens)."""
+    changes the runtime's greedy tokens: each client's tokens of a left-padded batch are the
+    runtime's (each row's as alone, its n-grams over its prompt and new tokens)."""
     prompts = PADDED_PROMPTS
-    plain = runtime_alone(char_bundle, prompts, 16)
-    end = first_new_token(plain[1])
-    stopping = {"stop_token_ids": [plain[1][end]]}
+    plain, end, stopping = second_row_stopping(char_bundle)
     (most, _), *_ = collections.Counter(t for row in plain for t in row if t != plain[1][end]).most_common(1)
     unbanned = runtime_alone(
         _with_manifest(char_bundle, tmp_path / "stops", "generation", **stopping), prompts, 16
@@ -347,8 +354,7 @@ def test_both_clients_ban_what_the_runtime_bans_in_generation(
     bundle = _with_manifest(char_bundle, tmp_path / "bans", "generation", **stopping, **bans)
     expected = runtime_alone(bundle, prompts, 16)
     assert runtime_batched(bundle, prompts, 16) == expected
-    served = client(bundle, "generate", *id_args(prompts), "--max-new-tokens", "16")
-    assert [s["new_ids"] for s in served] == expected
+    assert generated_ids(client, bundle, prompts, 16) == expected
 
 
 @pytest.mark.slow
@@ -359,15 +365,12 @@ def test_both_clients_hold_off_the_stop_tokens_to_min_length(
     min_length past it keeps that row going (and the longer prompts' rows less far); each
     client's tokens of the batch are the runtime's."""
     prompts = PADDED_PROMPTS
-    plain = runtime_alone(char_bundle, prompts, 16)
-    end = first_new_token(plain[1])
-    stopping = {"stop_token_ids": [plain[1][end]]}
+    _, end, stopping = second_row_stopping(char_bundle)
     stops = _with_manifest(char_bundle, tmp_path / "stops", "generation", **stopping)
     held = _with_manifest(char_bundle, tmp_path / "held", "generation", **stopping, min_length=end + 4)
     expected = runtime_alone(held, prompts, 16)
     assert len(expected[1]) > len(runtime_alone(stops, prompts, 16)[1]) == end + 1
-    served = client(held, "generate", *id_args(prompts), "--max-new-tokens", "16")
-    assert [s["new_ids"] for s in served] == expected
+    assert generated_ids(client, held, prompts, 16) == expected
 
 
 @pytest.mark.slow
@@ -385,8 +388,7 @@ def test_both_clients_end_a_row_whose_every_token_is_banned(
     expected = runtime_alone(bundle, prompts, 150)
     assert [sorted(row) for row in expected] == [sorted(emitted - set(p)) for p in prompts]
     assert model.generate_prompts(prompts, [150, 150], model.sampling(2, temperature=0)) == expected  # type: ignore[attr-defined]
-    served = client(bundle, "generate", *id_args(prompts), "--max-new-tokens", "150")
-    assert [s["new_ids"] for s in served] == expected
+    assert generated_ids(client, bundle, prompts, 150) == expected
 
 
 @pytest.mark.slow
@@ -402,8 +404,7 @@ def test_both_clients_pick_only_the_tokenizers_ids(char_bundle: Path, client: Cl
     bundle = damaged(char_bundle, tmp_path, **{"tokenizer.json": edited_tokenizer(char_bundle, narrow)})
     expected = runtime_alone(bundle, [prompt], 12)
     assert max(expected[0]) < cut
-    served = client(bundle, "generate", *id_args([prompt]), "--max-new-tokens", "12")
-    assert [s["new_ids"] for s in served] == expected
+    assert generated_ids(client, bundle, [prompt], 12) == expected
 
 
 @pytest.mark.slow
