@@ -583,10 +583,11 @@ def decoding_limits(generation: Generation, max_seq_len: int) -> dict[str, Any]:
 def warn_unapplied(generation: Generation, names: tuple[str, ...], whose: str) -> None:
     """Warn of the generation fields ``names`` the files set off their defaults, which generate()
     applies and ``whose`` (what the bundle does instead) not."""
+    defaults = GENERATION_DEFAULTS | LATER_DEFAULTS
     unapplied = []
     for name in names:
         value = generation.field(name)[0]
-        if value is not None and value != (GENERATION_DEFAULTS | LATER_DEFAULTS)[name]:
+        if value is not None and value != defaults[name]:
             unapplied.append(f"{name} {value!r}")
     if unapplied:
         warnings.warn(
