@@ -32,6 +32,7 @@ import test_hf_bart
 import test_hf_biogpt  # noqa: F401
 import test_hf_codegen  # noqa: F401
 import test_hf_cohere  # noqa: F401
+import test_hf_dbrx  # noqa: F401
 import test_hf_electra  # noqa: F401
 import test_hf_ernie  # noqa: F401
 import test_hf_ernie4_5  # noqa: F401
@@ -151,6 +152,7 @@ SOURCES: dict[str, Source] = {
         "t5",
         "vit",
         "mixtral",
+        "dbrx",
         "qwen2_moe",
         "qwen3_moe",
         "olmoe",
@@ -538,7 +540,14 @@ def check_aliased(model_type: str, edits: dict[str, Any], folder: Path, tmp_path
     assert spec.parameter_count() == hf.num_parameters() - SOURCES[model_type].unread(hf)
 
 
-@pytest.mark.parametrize(("model_type", "alias"), [pytest.param(*c, id="-".join(c)) for c in ALIASED])
+# DbrxConfig sizes its experts from d_model before the alias sets it: transformers 5 builds them 2048
+# wide and cannot load the folder (4, as the import, reads the alias as d_model).
+ALIAS_FAILS_IN_5 = {("dbrx", "hidden_size")}
+
+
+@pytest.mark.parametrize(
+    ("model_type", "alias"), [pytest.param(*c, id="-".join(c)) for c in ALIASED if c not in ALIAS_FAILS_IN_5]
+)
 def test_a_field_under_its_alias_imports_as_transformers_reads_it(
     model_type: str, alias: str, saved: Callable[[str], Path], tmp_path: Path
 ) -> None:
@@ -550,9 +559,10 @@ def test_a_field_under_its_alias_imports_as_transformers_reads_it(
     check_aliased(model_type, {alias: value, name: DELETE}, folder, tmp_path / "run")
 
 
-# Where the head count sets no tensor's shape (T5's sets its widths, multi-query GPT-BigCode's K/V's).
+# Where the head count sets no tensor's shape (T5's sets its widths, multi-query GPT-BigCode's K/V's,
+# DBRX's its fused q, k and v: its K/V heads are d_model / heads wide).
 HEAD_ALIASES = [
-    (m, a) for m, a in ALIASED if a == "num_attention_heads" and m not in ("t5", "mt5", "gpt_bigcode")
+    (m, a) for m, a in ALIASED if a == "num_attention_heads" and m not in ("t5", "mt5", "gpt_bigcode", "dbrx")
 ]
 
 

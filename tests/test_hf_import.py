@@ -188,7 +188,7 @@ def test_a_tie_saved_under_both_names_and_half_precision(
 @pytest.mark.parametrize(
     ("name", "fields", "named"),
     [
-        ("gpt2", {"model_type": "dbrx"}, ["model_type: 'dbrx' has no converter"]),
+        ("gpt2", {"model_type": "jetmoe"}, ["model_type: 'jetmoe' has no converter"]),
         ("gpt2", {"quantization_config": {"bits": 4}}, ["quantization_config"]),
         ("gpt2", {"architectures": None}, ["architectures: is missing"]),
         (

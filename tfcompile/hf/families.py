@@ -14,6 +14,7 @@ from tfcompile.hf import (  # noqa: F401 (each registers its architecture)
     biogpt,
     bloom,
     cohere,
+    dbrx,
     distilbert,
     electra,
     ernie,
