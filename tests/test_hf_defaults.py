@@ -38,6 +38,7 @@ import test_hf_ernie  # noqa: F401
 import test_hf_ernie4_5  # noqa: F401
 import test_hf_exaone4  # noqa: F401
 import test_hf_falcon_bloom  # noqa: F401 (each of these adds its families to test_hf_fields.FAMILIES)
+import test_hf_flex_olmo  # noqa: F401
 import test_hf_gemma3  # noqa: F401
 import test_hf_gemma_phi3  # noqa: F401
 import test_hf_glm  # noqa: F401
@@ -153,6 +154,7 @@ SOURCES: dict[str, Source] = {
         "vit",
         "mixtral",
         "dbrx",
+        "flex_olmo",
         "qwen2_moe",
         "qwen3_moe",
         "olmoe",

@@ -4,8 +4,8 @@
 ``SeedOssForCausalLM``, ``Ernie4_5ForCausalLM``, ``ArceeForCausalLM``, ``NemotronForCausalLM``,
 ``GlmForCausalLM``, ``Glm4ForCausalLM``, ``Exaone4ForCausalLM``, and the mixtures of experts
 ``MixtralForCausalLM``, ``Qwen2MoeForCausalLM``, ``Qwen3MoeForCausalLM``, ``OlmoeForCausalLM``,
-``GraniteMoeForCausalLM``, ``GraniteMoeSharedForCausalLM``): RoPE on the two halves of each head
-(``layout: halves``, so no weight is permuted), RMSNorm, a gated feed-forward, grouped K/V heads;
+``GraniteMoeForCausalLM``, ``GraniteMoeSharedForCausalLM``, ``FlexOlmoForCausalLM``): RoPE on the
+two halves of each head (``layout: halves``, so no weight is permuted), RMSNorm, a gated feed-forward, grouped K/V heads;
 what each model type computes that its config does not say, in MODEL_TYPES. Qwen2's biases are on q,
 k and v only, whatever the config says; the others' ``attention_bias`` is on q, k, v and o. Qwen3
 normalises each head's q and k (``qk_norm``), and its heads are 128 wide unless its config says
@@ -55,11 +55,12 @@ Mixtral's ``block_sparse_moe``; ``gate_proj``, ``up_proj``, ``down_proj`` under 
 GraniteMoE is Granite's attention and multipliers with Mixtral's routing (the top k's softmax) over
 experts stacked in one tensor per layer (read by the GraniteMoe converter), and GraniteMoeShared
 adds an ungated shared expert of ``shared_intermediate_size`` (none where 0: ``moe.shared_gate:
-false``).
+false``). FlexOlmo is OLMo 2's blocks with OLMoE's experts and routing in every layer.
 export-hf writes a mixture of experts as Mixtral (no q/k norms, no shared expert, every layer routed,
 the top k renormalised, no attention biases), Qwen3-MoE (each head's q and k normalised),
 Qwen2-MoE (a sigmoid-gated shared expert), GraniteMoE (Granite's multipliers or attention scale),
-GraniteMoeShared (an ungated shared expert) or OLMoE (q and k normalised over all heads), which
+GraniteMoeShared (an ungated shared expert), OLMoE (q and k normalised over all heads) or FlexOlmo
+(OLMo 2's output norms), which
 ``written_as`` picks by the spec's features and each model type's ``own`` holds to what it
 computes; every other writer refuses ``model.moe`` (``Needs.no_extras``)."""
 
@@ -253,6 +254,25 @@ def olmo2_own(need: Needs, model: DecoderSpec) -> DecoderSpec:
     need(model.window is None, "model.window", model.window, "leave it unset (OLMo 2 has none)")
     norm = model.norm.model_copy(update={"position": "pre"})
     return model.model_copy(update={"norm": norm, "qk_norm_over": "head"})
+
+
+def flex_olmo_own(need: Needs, model: DecoderSpec) -> DecoderSpec:
+    """FlexOlmo: OLMo 2's blocks (olmo2_own) with every layer routed, no shared expert."""
+    moe = model.moe
+    assert moe is not None
+    need(
+        not moe.dense_layers,
+        "model.moe.dense_layers",
+        moe.dense_layers,
+        "leave it unset (FlexOlmo routes every layer)",
+    )
+    need(
+        moe.shared_d_ff is None,
+        "model.moe.shared_d_ff",
+        moe.shared_d_ff,
+        "leave it unset (FlexOlmo has none)",
+    )
+    return olmo2_own(need, model)
 
 
 def smollm3_own(need: Needs, model: DecoderSpec) -> DecoderSpec:
@@ -1150,6 +1170,31 @@ MODEL_TYPES = {
         head="OlmoeForCausalLM",
         own=olmoe_own,
     ),
+    # OLMo 2's blocks (norms on each sublayer's output, q and k normalised over all heads) with
+    # OLMoE's routing in every layer (the top k renormalised with norm_topk_prob).
+    "flex_olmo": ModelType(
+        attention_bias=QKVO,
+        qk_norm=True,
+        qk_norm_over="all_heads",
+        norm={"position": "output"},
+        defaults={
+            "vocab_size": 100352,
+            "hidden_size": 4096,
+            "intermediate_size": 11008,
+            "num_hidden_layers": 32,
+            "num_attention_heads": 32,
+            "max_position_embeddings": 4096,
+            "num_experts": 7,
+            "num_experts_per_tok": 5,
+            "router_aux_loss_coef": 0.01,
+        },
+        nullable={"pad_token_id": 100277},
+        aliases={"num_local_experts": "num_experts"},
+        moe=MoEType(experts="num_experts"),
+        title="FlexOlmo",
+        head="FlexOlmoForCausalLM",
+        own=flex_olmo_own,
+    ),
     # GPT-OSS: q, k, v and o biases, a learned sink per head in every attention, every other layer
     # sliding (the first among them) where no layer_types, YaRN by default, and in every layer a
     # mixture of intermediate_size experts with biases, their clamped SwiGLU (hidden_act unread),
@@ -1643,6 +1688,7 @@ def rope_top_level(positional: RopePositional) -> dict[str, Any]:
     "qwen2_moe",
     "qwen3_moe",
     "olmoe",
+    "flex_olmo",
     "exaone4",
 )
 class Llama(Writable):
@@ -2542,9 +2588,9 @@ def feed_forward_inputs(model: DecoderSpec) -> tuple[str, ...]:
 
 def written_as(model: DecoderSpec) -> str:
     """The model_type export-hf writes a decoder as: GPT-OSS where it has GPT-OSS's sinks, clamped
-    SwiGLU or router bias; Arcee where its feed-forward is plain; EXAONE 4
-    where its norms are on each sublayer's output and each head's q and k normalised, else OLMo 2
-    there; SmolLM3 where some layers turn no RoPE; Granite where it has multipliers or another
+    SwiGLU or router bias; Arcee where its feed-forward is plain; FlexOlmo where its norms are on
+    each sublayer's output and it has experts, else EXAONE 4 there where each head's q and k are
+    normalised, else OLMo 2; SmolLM3 where some layers turn no RoPE; Granite where it has multipliers or another
     attention scale (and no experts); HunYuan where q and k are normalised after RoPE, Qwen3 where
     before; else Llama, whatever the
     biases (zeros where the model has none). Not Qwen2, even for exactly q, k and v biases:
@@ -2553,7 +2599,8 @@ def written_as(model: DecoderSpec) -> str:
     A sliding window is Mistral's where it covers every layer of a model without attention biases,
     else Qwen2's (on any layers, with q, k and v biases, zeros where the model has none), or
     Qwen3's with q/k norms.
-    A mixture of experts (but in OLMo 2's and SmolLM3's, which refuse it) is GraniteMoE's where it
+    A mixture of experts (but in FlexOlmo's output norms, and in SmolLM3's, which refuses it) is
+    GraniteMoE's where it
     has Granite's multipliers or attention scale (GraniteMoeShared's with a shared expert),
     GraniteMoeShared's where its shared expert is ungated, Qwen2-MoE's where it is gated, else
     OLMoE's with q/k norms over all heads, Qwen3-MoE's with each head's, else Mixtral's. Each
@@ -2562,6 +2609,8 @@ def written_as(model: DecoderSpec) -> str:
         return "gpt_oss"
     if not model.gated:
         return "arcee"
+    if model.norm.position == "output" and model.moe is not None:
+        return "flex_olmo"
     if model.norm.position == "output":
         return "exaone4" if model.qk_norm and model.qk_norm_over == "head" else "olmo2"
     if isinstance(model.positional, RopePositional) and model.positional.nope_layers:
