@@ -48,6 +48,7 @@ import test_hf_granite  # noqa: F401
 import test_hf_granitemoe  # noqa: F401
 import test_hf_helium  # noqa: F401
 import test_hf_hunyuan  # noqa: F401
+import test_hf_hunyuan_moe  # noqa: F401
 import test_hf_m2m100
 import test_hf_ministral  # noqa: F401
 import test_hf_modernbert  # noqa: F401
@@ -155,6 +156,7 @@ SOURCES: dict[str, Source] = {
         "mixtral",
         "dbrx",
         "flex_olmo",
+        "hunyuan_v1_moe",
         "qwen2_moe",
         "qwen3_moe",
         "olmoe",

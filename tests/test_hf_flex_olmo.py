@@ -24,6 +24,7 @@ from helpers import random_run
 from hf_models import VOCAB, Imported, assert_head_refused, from_pretrained, imported_variants
 from test_hf_export import _loads_alike
 from test_hf_fields import (
+    DELETE,
     FAMILIES,
     IDS,
     YARN,
@@ -239,6 +240,8 @@ CASES: list[Case] = [
         F, json={"num_local_experts": 4, "num_experts": 3}, spec={"moe.experts": 4}, slow=True
     ),
     case(F, rope_parameters={"rope_type": "default", "rope_theta": 500.0}, spec={"positional.theta": 500.0}),
+    # left out: FlexOlmoConfig's default_theta
+    case(F, json={"rope_parameters": DELETE}, spec={"positional.theta": 500000.0}),
     case(F, **rope(rope_type="linear", factor=2.0), spec={"positional.scaling.factor": 2.0}, slow=True),
     case(F, **rope(**YARN), spec={"positional.scaling.factor": 4.0}, slow=True),
     case(F, outcome="architectures", json={"architectures": ["FlexOlmoForTokenClassification"]}, slow=True),

@@ -785,6 +785,8 @@ models = {
                               residual_multiplier=0.5, logits_scaling=2.0, attention_multiplier=0.1)),
     "flex_olmo": (T.FlexOlmoConfig, T.FlexOlmoForCausalLM,
                   dict(intermediate_size=16, num_experts=4, attention_bias=True, norm_topk_prob=True)),
+    "hunyuan_v1_moe": (T.HunYuanMoEV1Config, T.HunYuanMoEV1ForCausalLM,
+                       dict(intermediate_size=16, num_experts=4, moe_topk=[2, 2, 2], head_dim=8)),
 }
 ids = torch.randint(2, 64, (2, 12))
 results = {"version": T.__version__, "ids": ids.tolist()}
@@ -806,15 +808,15 @@ PYTHON_457 = os.environ.get("TFCOMPILE_TRANSFORMERS_457")
 )
 def test_folders_transformers_4_57_saved_import_to_its_logits(tmp_path: Path) -> None:
     """Published checkpoints were saved by transformers 4: its config.json (Qwen3-MoE's num_experts,
-    Qwen2-MoE's sparse steps; GraniteMoeShared's and FlexOlmo's, the model types of
-    tests/test_hf_granitemoe.py and test_hf_flex_olmo.py) and tensors import to the logits 4.57
+    Qwen2-MoE's sparse steps; those of GraniteMoeShared, FlexOlmo and HunYuan-MoE, a top k per
+    layer, the model types of their own test files) and tensors import to the logits 4.57
     computes."""
     assert PYTHON_457 is not None
     subprocess.run([PYTHON_457, "-c", SAVE_457, str(tmp_path / "saved")], check=True)
     saved = json.loads((tmp_path / "saved" / "logits.json").read_text())
     assert saved["version"].startswith("4.57")
     ids = torch.tensor(saved["ids"])
-    for name in (*MODEL_TYPES, "granitemoeshared", "flex_olmo"):
+    for name in (*MODEL_TYPES, "granitemoeshared", "flex_olmo", "hunyuan_v1_moe"):
         import_folder(tmp_path / "saved" / name, name, tmp_path / "specs", tmp_path / "runs")
         spec, model = load_trained_model(tmp_path / "runs" / name)
         assert spec.model.moe is not None

@@ -4,29 +4,30 @@
 ``SeedOssForCausalLM``, ``Ernie4_5ForCausalLM``, ``ArceeForCausalLM``, ``NemotronForCausalLM``,
 ``GlmForCausalLM``, ``Glm4ForCausalLM``, ``Exaone4ForCausalLM``, and the mixtures of experts
 ``MixtralForCausalLM``, ``Qwen2MoeForCausalLM``, ``Qwen3MoeForCausalLM``, ``OlmoeForCausalLM``,
-``GraniteMoeForCausalLM``, ``GraniteMoeSharedForCausalLM``, ``FlexOlmoForCausalLM``): RoPE on the
-two halves of each head (``layout: halves``, so no weight is permuted), RMSNorm, a gated feed-forward, grouped K/V heads;
-what each model type computes that its config does not say, in MODEL_TYPES. Qwen2's biases are on q,
-k and v only, whatever the config says; the others' ``attention_bias`` is on q, k, v and o. Qwen3
-normalises each head's q and k (``qk_norm``), and its heads are 128 wide unless its config says
-otherwise. OLMo's norms are LayerNorms of epsilon 1e-5 that learn nothing (``norm: {scale: false,
-bias: false}``), and its ``clip_qkv`` clamps q, k and v (``qkv_clip``): export-hf writes no OLMo
-(such norms are refused by field). OLMo 2's norms are on each sublayer's output (``norm.position:
-output``), its q and k normalised over all heads (``qk_norm_over: all_heads``). OLMo 3 is OLMo 2
-sliding the layers its ``layer_types`` name (three of every four where it has none, as Olmo3Config
-derives them) with a RoPE per layer type (``rope_parameters`` keyed by layer type): the sliding
-layers' is ``positional.local`` where it differs from the full layers'. export-hf writes an OLMo 3
-as OLMo 2 only where OLMo 2 computes it (no window, one RoPE); else it refuses it by field
-(``model.window``, ``model.positional.local``). SmolLM3 turns no RoPE in some layers
-(``positional.nope_layers``); Granite multiplies embeddings, residual branches and logits (the
-spec's multipliers) and scales q.k by its own ``attention_multiplier``. Ministral is Mistral sliding
-only the layers its ``layer_types`` name (every layer where it has none). Helium and ERNIE 4.5 turn
-interleaved pairs (``layout: interleaved``, the rows as saved); Helium's ``attention_bias`` is on q,
-k and v only, ERNIE 4.5's ``use_bias`` on q, k, v, o and the feed-forward, and Seed-OSS reads its
-output projection's bias apart (``attention_out_bias``). export-hf writes none of these four: their
-models are written as Llama, Mistral or Qwen2, which compute the same. GLM turns interleaved pairs
-of half of each head (``partial_rotary_factor``), has q, k and v biases and its gate and up
-projections in one ``gate_up_proj`` (FusedFeedForward); GLM-4 adds a norm on each sublayer's output
+``GraniteMoeForCausalLM``, ``GraniteMoeSharedForCausalLM``, ``FlexOlmoForCausalLM``,
+``HunYuanMoEV1ForCausalLM``): RoPE on the two halves of each head (``layout: halves``, so no weight
+is permuted), RMSNorm, a gated feed-forward, grouped K/V heads; what each model type computes that
+its config does not say, in MODEL_TYPES. Qwen2's biases are on q, k and v only, whatever the config
+says; the others' ``attention_bias`` is on q, k, v and o. Qwen3 normalises each head's q and k
+(``qk_norm``), and its heads are 128 wide unless its config says otherwise. OLMo's norms are
+LayerNorms of epsilon 1e-5 that learn nothing (``norm: {scale: false, bias: false}``), and its
+``clip_qkv`` clamps q, k and v (``qkv_clip``): export-hf writes no OLMo (such norms are refused by
+field). OLMo 2's norms are on each sublayer's output (``norm.position: output``), its q and k
+normalised over all heads (``qk_norm_over: all_heads``). OLMo 3 is OLMo 2 sliding the layers its
+``layer_types`` name (three of every four where it has none, as Olmo3Config derives them) with a
+RoPE per layer type (``rope_parameters`` keyed by layer type): the sliding layers' is
+``positional.local`` where it differs from the full layers'. export-hf writes an OLMo 3 as OLMo 2
+only where OLMo 2 computes it (no window, one RoPE); else it refuses it by field (``model.window``,
+``model.positional.local``). SmolLM3 turns no RoPE in some layers (``positional.nope_layers``);
+Granite multiplies embeddings, residual branches and logits (the spec's multipliers) and scales q.k
+by its own ``attention_multiplier``. Ministral is Mistral sliding only the layers its
+``layer_types`` name (every layer where it has none). Helium and ERNIE 4.5 turn interleaved pairs
+(``layout: interleaved``, the rows as saved); Helium's ``attention_bias`` is on q, k and v only,
+ERNIE 4.5's ``use_bias`` on q, k, v, o and the feed-forward, and Seed-OSS reads its output
+projection's bias apart (``attention_out_bias``). export-hf writes none of these four: their models
+are written as Llama, Mistral or Qwen2, which compute the same. GLM turns interleaved pairs of half
+of each head (``partial_rotary_factor``), has q, k and v biases and its gate and up projections in
+one ``gate_up_proj`` (FusedFeedForward); GLM-4 adds a norm on each sublayer's output
 (``norm.position: sandwich``); export-hf writes them back (a GLM without biases as Phi-3). Arcee's
 feed-forward is plain (``up_proj`` alone, ModelType.gated), of the squared ReLU by default;
 export-hf writes every RoPE decoder of a plain feed-forward as Arcee. Nemotron is Arcee's
@@ -55,12 +56,15 @@ Mixtral's ``block_sparse_moe``; ``gate_proj``, ``up_proj``, ``down_proj`` under 
 GraniteMoE is Granite's attention and multipliers with Mixtral's routing (the top k's softmax) over
 experts stacked in one tensor per layer (read by the GraniteMoe converter), and GraniteMoeShared
 adds an ungated shared expert of ``shared_intermediate_size`` (none where 0: ``moe.shared_gate:
-false``). FlexOlmo is OLMo 2's blocks with OLMoE's experts and routing in every layer.
+false``). FlexOlmo is OLMo 2's blocks with OLMoE's experts and routing in every layer; HunYuan-MoE
+is HunYuan's attention with every layer routed among experts of ``intermediate_size`` (the top
+``moe_topk`` renormalised) beside an ungated shared expert as wide, a per-layer list of
+``moe_topk`` read where every layer has the same.
 export-hf writes a mixture of experts as Mixtral (no q/k norms, no shared expert, every layer routed,
 the top k renormalised, no attention biases), Qwen3-MoE (each head's q and k normalised),
 Qwen2-MoE (a sigmoid-gated shared expert), GraniteMoE (Granite's multipliers or attention scale),
-GraniteMoeShared (an ungated shared expert), OLMoE (q and k normalised over all heads) or FlexOlmo
-(OLMo 2's output norms), which
+GraniteMoeShared (an ungated shared expert), OLMoE (q and k normalised over all heads), FlexOlmo
+(OLMo 2's output norms) or HunYuan-MoE (q and k normalised after RoPE), which
 ``written_as`` picks by the spec's features and each model type's ``own`` holds to what it
 computes; every other writer refuses ``model.moe`` (``Needs.no_extras``)."""
 
@@ -183,6 +187,9 @@ class ModelType:
     # unread); None: read from ``activation``
     fixed_activation: str | None = None
     sinks: bool = False  # a learned logit per head in each attention's softmax (GPT-OSS's ``sinks``)
+    # fields a list may give, one value per layer (HunYuan-MoE's moe_topk): read as that value where
+    # it is the same in every layer (per_layer_value)
+    per_layer: tuple[str, ...] = ()
 
     @property
     def reads_window(self) -> bool:
@@ -210,7 +217,28 @@ class ModelType:
             read.data["layer_types"] = self.derive_layer_types(read, n_layers)
         if self.window_flag and not read.get("use_sliding_window", False):
             read.data["sliding_window"] = None
+        for name in self.per_layer:
+            read.data[name] = per_layer_value(read, name, n_layers)
         return read
+
+
+def per_layer_value(config: Config, name: str, n_layers: Any) -> Any:
+    """The field's value where it is one for every layer, as a list of one per layer (transformers
+    reads the i-th for layer i) or not a list; a list whose layers differ is a problem (the spec's
+    experts are alike in every layer), as is one shorter than the layers (transformers fails)."""
+    value = config.data.get(name)
+    if not isinstance(value, list):
+        return value
+    layers = value[:n_layers] if listable(n_layers) else value
+    config.require(
+        bool(layers)
+        and all(v == layers[0] for v in layers)
+        and (not listable(n_layers) or len(value) >= n_layers),
+        name,
+        f"{value!r} is not one value for each of the {n_layers} layers: tfcompile's layers route alike",
+        "import a model whose layers all have the same",
+    )
+    return layers[0] if layers else None
 
 
 @dataclass(frozen=True)
@@ -220,6 +248,7 @@ class MoEType:
     Qwen3-MoE and OLMoE route; the config class's defaults are the model type's ``defaults``."""
 
     experts: str  # the field of the expert count
+    top_k: str = "num_experts_per_tok"  # the field of the experts each token goes through
     d_ff: str = "intermediate_size"  # the field of each expert's hidden width (model.d_ff where this)
     normalize: str | None = "norm_topk_prob"  # the field that renormalises the top k; None: always
     # the field of a shared expert's width (Qwen2-MoE's shared_expert_intermediate_size); None: none
@@ -561,12 +590,12 @@ def moe_section(config: Config, kind: MoEType, n_layers: Any) -> tuple[dict[str,
     experts = config.get(kind.experts, 8)
     sources = {
         "model.moe.experts": config.name(kind.experts),
-        "model.moe.top_k": "num_experts_per_tok",
+        "model.moe.top_k": config.name(kind.top_k),
         "model.moe.balance_loss": "router_aux_loss_coef",
     }
     moe: dict[str, Any] = {
         "experts": experts,
-        "top_k": config.get("num_experts_per_tok", 2),
+        "top_k": config.get(kind.top_k, 2),
         "normalize": True if kind.normalize is None else bool(config.get(kind.normalize, False)),
     }
     if kind.router_bias:
@@ -646,6 +675,30 @@ def hunyuan_own(need: Needs, model: DecoderSpec) -> DecoderSpec:
         "another scaling, or none (transformers 4's HunYuan reads a dynamic RoPE as its NTK alpha)",
     )
     return model
+
+
+def hunyuan_moe_own(need: Needs, model: DecoderSpec) -> DecoderSpec:
+    """HunYuan-MoE: HunYuan's attention (hunyuan_own) with every layer routed among experts of
+    intermediate_size, the top k renormalised, beside an ungated shared expert of intermediate_size."""
+    moe = model.moe
+    assert moe is not None and moe.d_ff is not None
+    width = f"model.d_ff ({model.d_ff}): HunYuan-MoE's experts and shared expert are intermediate_size wide"
+    need(moe.d_ff == model.d_ff, "model.moe.d_ff", moe.d_ff, width)
+    need(moe.shared_d_ff == model.d_ff, "model.moe.shared_d_ff", moe.shared_d_ff, width)
+    need(
+        not moe.shared_gate,
+        "model.moe.shared_gate",
+        True,
+        "false (HunYuan-MoE's shared expert is ungated)",
+    )
+    need(
+        not moe.dense_layers,
+        "model.moe.dense_layers",
+        moe.dense_layers,
+        "leave it unset (HunYuan-MoE routes every layer)",
+    )
+    need(bool(moe.normalize), "model.moe.normalize", False, "true (HunYuan-MoE renormalises the top k)")
+    return hunyuan_own(need, model)
 
 
 def exaone4_layer_types(config: Config, n_layers: int) -> list[str]:
@@ -1170,6 +1223,23 @@ MODEL_TYPES = {
         head="OlmoeForCausalLM",
         own=olmoe_own,
     ),
+    # HunYuan's attention with every layer routed among experts of intermediate_size (the top moe_topk
+    # renormalised; moe_topk may be a list, one per layer) and an ungated shared expert of
+    # intermediate_size.
+    "hunyuan_v1_moe": ModelType(
+        attention_bias=QKVO,
+        qk_norm=True,
+        qk_norm_after_rope=True,
+        defaults={"vocab_size": 290943, "rms_norm_eps": 1e-5, "num_experts": 1, "moe_topk": 1},
+        nullable={"pad_token_id": 0},
+        aliases={"num_experts_per_tok": "moe_topk", "num_local_experts": "num_experts"},
+        per_layer=("moe_topk",),
+        requires=hunyuan_requires,
+        moe=MoEType(experts="num_experts", top_k="moe_topk", normalize=None, shared="intermediate_size"),
+        title="HunYuan-MoE",
+        head="HunYuanMoEV1ForCausalLM",
+        own=hunyuan_moe_own,
+    ),
     # OLMo 2's blocks (norms on each sublayer's output, q and k normalised over all heads) with
     # OLMoE's routing in every layer (the top k renormalised with norm_topk_prob).
     "flex_olmo": ModelType(
@@ -1184,6 +1254,7 @@ MODEL_TYPES = {
             "num_hidden_layers": 32,
             "num_attention_heads": 32,
             "max_position_embeddings": 4096,
+            "rope_theta": 500000.0,  # FlexOlmoConfig's default_theta
             "num_experts": 7,
             "num_experts_per_tok": 5,
             "router_aux_loss_coef": 0.01,
@@ -1703,6 +1774,8 @@ class Llama(Writable):
     moe_prefixes: ClassVar[tuple[str, ...]] = ("mlp.",)
     expert_names: ClassVar[tuple[str, str, str]] = ("gate_proj", "up_proj", "down_proj")
     qk_norm_names: ClassVar[tuple[str, str]] = ("q_norm", "k_norm")  # each attention's q and k norms
+    router_name: ClassVar[str] = "gate"  # a routed layer's router, under its moe prefix
+    shared_name: ClassVar[str] = "shared_expert"  # its shared expert (Qwen2-MoE's)
     sources: ClassVar[dict[str, str]] = {
         "model.vocab_size": "vocab_size",
         "model.max_seq_len": "max_position_embeddings",
@@ -1849,9 +1922,10 @@ class Llama(Writable):
         ``experts.down_proj``, as it holds them in memory and loads them too."""
         moe = spec.model.moe
         assert moe is not None
-        held = [f"{layer}{p}" for p in self.moe_prefixes if f"{layer}{p}gate.weight" in tensors]
+        router = f"{self.router_name}.weight"
+        held = [f"{layer}{p}" for p in self.moe_prefixes if f"{layer}{p}{router}" in tensors]
         m = held[0] if held else f"{layer}{self.moe_prefixes[0]}"  # none: missing, said by take
-        state = {f"{ffn}router.weight": tensors.take(f"{m}gate.weight")}
+        state = {f"{ffn}router.weight": tensors.take(f"{m}{router}")}
         if f"{m}experts.gate_up_proj" in tensors:
             gate_up = stacked(tensors, f"{m}experts.gate_up_proj", moe.experts)
             down = stacked(tensors, f"{m}experts.down_proj", moe.experts)
@@ -1866,7 +1940,7 @@ class Llama(Writable):
                 state[f"{ffn}experts.{e}.w_in.weight"] = w_in
                 state[f"{ffn}experts.{e}.w_out.weight"] = tensors.take(f"{x}{down_name}.weight")
         if moe.shared_d_ff is not None:
-            x = f"{m}shared_expert."
+            x = f"{m}{self.shared_name}."
             state[f"{ffn}shared.w_in.weight"] = tensors.cat(f"{x}gate_proj.weight", f"{x}up_proj.weight")
             state[f"{ffn}shared.w_out.weight"] = tensors.take(f"{x}down_proj.weight")
         if moe.shared_gate:
@@ -1878,12 +1952,13 @@ class Llama(Writable):
         writes them for this converter's model types, one expert at a time, under the names it
         reads (``moe_prefixes``, ``expert_names``): Mixtral's ``block_sparse_moe.experts.{e}.w1``
         (gate), ``w3`` (up) and ``w2`` (down), the others' ``mlp.experts.{e}.gate_proj``,
-        ``up_proj`` and ``down_proj``, Qwen2-MoE's ``mlp.shared_expert`` and ``mlp.shared_expert_gate``."""
+        ``up_proj`` and ``down_proj``, Qwen2-MoE's ``mlp.shared_expert`` and ``mlp.shared_expert_gate``
+        (the router and shared expert under this converter's ``router_name`` and ``shared_name``)."""
         moe = model.moe
         assert moe is not None
         m = f"{layer}{self.moe_prefixes[0]}"
         gate_name, up_name, down_name = self.expert_names
-        out = {f"{m}gate.weight": state[f"{ffn}router.weight"]}
+        out = {f"{m}{self.router_name}.weight": state[f"{ffn}router.weight"]}
         for e in range(moe.experts):
             gate, up = state[f"{ffn}experts.{e}.w_in.weight"].chunk(2)
             x = f"{m}experts.{e}."
@@ -1891,7 +1966,7 @@ class Llama(Writable):
             out[f"{x}{down_name}.weight"] = state[f"{ffn}experts.{e}.w_out.weight"]
         if moe.shared_d_ff is not None:
             gate, up = state[f"{ffn}shared.w_in.weight"].chunk(2)
-            x = f"{m}shared_expert."
+            x = f"{m}{self.shared_name}."
             out |= {f"{x}gate_proj.weight": gate, f"{x}up_proj.weight": up}
             out[f"{x}down_proj.weight"] = state[f"{ffn}shared.w_out.weight"]
         if moe.shared_gate:
@@ -2211,13 +2286,16 @@ def shaped(tensors: Tensors, name: str, shape: tuple[int, ...]) -> torch.Tensor:
     return tensor
 
 
-@register("hunyuan_v1_dense")
+@register("hunyuan_v1_dense", "hunyuan_v1_moe")
 class HunYuan(Llama):
-    """HunYuan (dense): Llama's reading (MODEL_TYPES) of q and k norms named ``query_layernorm``
-    and ``key_layernorm``, and of a dynamic RoPE with an ``alpha`` as HunYuan computes it (NTK
-    alpha): no scaling, at theta x alpha^(head_dim / (head_dim - 2))."""
+    """HunYuan (dense and MoE): Llama's reading (MODEL_TYPES) of q and k norms named
+    ``query_layernorm`` and ``key_layernorm``, and of a dynamic RoPE with an ``alpha`` as HunYuan
+    computes it (NTK alpha): no scaling, at theta x alpha^(head_dim / (head_dim - 2)); HunYuan-MoE's
+    router is ``mlp.gate.wg``, its shared expert ``mlp.shared_mlp``."""
 
     qk_norm_names = ("query_layernorm", "key_layernorm")
+    router_name = "gate.wg"
+    shared_name = "shared_mlp"
 
     def rope(self, config: Config, head_dim: int) -> dict[str, Any]:
         section = super().rope(config, head_dim)
@@ -2457,7 +2535,7 @@ def moe_config(model: DecoderSpec, written: str) -> dict[str, Any]:
     assert moe is not None and moe.d_ff is not None and kind.moe is not None
     fields = kind.moe
     config: dict[str, Any] = {
-        "num_experts_per_tok": moe.top_k,
+        fields.top_k: moe.top_k,
         "router_aux_loss_coef": moe.balance_loss,
         "output_router_logits": False,
         fields.experts: moe.experts,
@@ -2590,17 +2668,17 @@ def written_as(model: DecoderSpec) -> str:
     """The model_type export-hf writes a decoder as: GPT-OSS where it has GPT-OSS's sinks, clamped
     SwiGLU or router bias; Arcee where its feed-forward is plain; FlexOlmo where its norms are on
     each sublayer's output and it has experts, else EXAONE 4 there where each head's q and k are
-    normalised, else OLMo 2; SmolLM3 where some layers turn no RoPE; Granite where it has multipliers or another
-    attention scale (and no experts); HunYuan where q and k are normalised after RoPE, Qwen3 where
-    before; else Llama, whatever the
-    biases (zeros where the model has none). Not Qwen2, even for exactly q, k and v biases:
-    transformers 5's AutoTokenizer reads a qwen2 folder with Qwen2's own tokenizer class, whatever
-    its tokenizer.json holds (a character tokenizer lost its spaces).
+    normalised, else OLMo 2; SmolLM3 where some layers turn no RoPE; Granite where it has
+    multipliers or another attention scale (and no experts); HunYuan where q and k are normalised
+    after RoPE, Qwen3 where before; else Llama, whatever the biases (zeros where the model has
+    none). Not Qwen2, even for exactly q, k and v biases: transformers 5's AutoTokenizer reads a
+    qwen2 folder with Qwen2's own tokenizer class, whatever its tokenizer.json holds (a character
+    tokenizer lost its spaces).
     A sliding window is Mistral's where it covers every layer of a model without attention biases,
     else Qwen2's (on any layers, with q, k and v biases, zeros where the model has none), or
     Qwen3's with q/k norms.
     A mixture of experts (but in FlexOlmo's output norms, and in SmolLM3's, which refuses it) is
-    GraniteMoE's where it
+    HunYuan-MoE's where q and k are normalised after RoPE, GraniteMoE's where it
     has Granite's multipliers or attention scale (GraniteMoeShared's with a shared expert),
     GraniteMoeShared's where its shared expert is ungated, Qwen2-MoE's where it is gated, else
     OLMoE's with q/k norms over all heads, Qwen3-MoE's with each head's, else Mixtral's. Each
@@ -2617,6 +2695,8 @@ def written_as(model: DecoderSpec) -> str:
         return "smollm3"
     if granite_scales(model) and model.moe is None:
         return "granite"
+    if model.moe is not None and model.qk_norm_after_rope:
+        return "hunyuan_v1_moe"
     if model.moe is not None and model.moe.shared_d_ff is not None:
         return "qwen2_moe" if model.moe.shared_gate and not granite_scales(model) else "granitemoeshared"
     if model.moe is not None and granite_scales(model):
