@@ -41,9 +41,9 @@ VARIANTS = [
         "n_kv_heads": 1,
     },
     {"activation": "gelu_tanh", "positional": "none", "tie_embeddings": False, "bias": {"lm_head": True}},
-    {
+    {  # queries scaled by their positions (Ministral 3's): 4 steps within 16 positions
         "activation": "silu",
-        "positional": {"type": "rope", "theta": 500.0},
+        "positional": {"type": "rope", "theta": 500.0, "query_scaling": {"beta": 0.5, "length": 4}},
         "n_kv_heads": 1,
         "scale_embeddings": True,
     },
@@ -80,7 +80,7 @@ def test_exported_graph_is_valid_onnx(tmp_path: Path) -> None:
     assert not [n for n in proto.graph.node if n.op_type == "IsNaN"]
 
 
-@pytest.mark.parametrize("variant", VARIANTS[2:4], ids=_id)
+@pytest.mark.parametrize("variant", [*VARIANTS[2:4], VARIANTS[5]], ids=_id)
 def test_incremental_graph_matches_torch_step_by_step(variant: dict, tmp_path: Path) -> None:
     model = DecoderLM(tiny_model(**variant))
     path = tmp_path / "step.onnx"

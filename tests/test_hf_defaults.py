@@ -51,6 +51,7 @@ import test_hf_hunyuan  # noqa: F401
 import test_hf_hunyuan_moe  # noqa: F401
 import test_hf_m2m100
 import test_hf_ministral  # noqa: F401
+import test_hf_ministral3  # noqa: F401
 import test_hf_modernbert  # noqa: F401
 import test_hf_moe  # noqa: F401
 import test_hf_mpt  # noqa: F401
@@ -157,6 +158,7 @@ SOURCES: dict[str, Source] = {
         "dbrx",
         "flex_olmo",
         "hunyuan_v1_moe",
+        "ministral3",
         "qwen2_moe",
         "qwen3_moe",
         "olmoe",

@@ -102,6 +102,23 @@ VARIANTS: dict[str, tuple[Callable[[], Any], str]] = {
         lambda: mistral3(T.MistralConfig(**TEXT, head_dim=8, sliding_window=None), tie_word_embeddings=False),
         "LlamaForCausalLM",
     ),
+    # Ministral 3's: its language model scales each query by its position (an original length of 4)
+    "mistral3_ministral3": (
+        lambda: mistral3(
+            T.Ministral3Config(
+                **TEXT,
+                head_dim=8,
+                rope_parameters={
+                    "rope_type": "default",
+                    "rope_theta": 1e4,
+                    "original_max_position_embeddings": 4,
+                    "llama_4_scaling_beta": 0.5,
+                },
+            ),
+            tie_word_embeddings=False,
+        ),
+        "Ministral3ForCausalLM",
+    ),
 }
 NAMES = [*VARIANTS, *(name + FIVE for name in VARIANTS)]
 

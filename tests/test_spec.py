@@ -125,6 +125,7 @@ ABSENT = {
     "model.attention_softcap",  # null: scores uncapped, as its description says
     "model.qkv_clip",  # null: q, k and v unclamped
     "model.positional.nope_layers",  # null: every layer turns RoPE
+    "model.positional.query_scaling",  # null: queries as RoPE turns them
     "model.logit_softcap",  # null: logits uncapped
     "model.window",  # null: every layer attends to every earlier position
     "model.moe",  # null: each layer's feed-forward is one dense one

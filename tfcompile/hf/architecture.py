@@ -500,6 +500,7 @@ class Needs:
         qk_norm: bool = False,
         moe: bool = False,
         after_rope: bool = False,
+        query_scaling: bool = False,
     ) -> None:
         """Attention scaled by 1/sqrt(head_dim), whatever head_dim is (or by 1, where the
         architecture can leave q.k ``unscaled``), no extra scales, no norm of each head's q
@@ -513,14 +514,20 @@ class Needs:
             model.attention_scale,
             "leave it unset (1/sqrt(head_dim))" + (", or set it to 1" if unscaled else ""),
         )
-        self.no_extras(model, qk_norm, moe, after_rope)
+        self.no_extras(model, qk_norm, moe, after_rope, query_scaling)
 
     def no_extras(
-        self, model: Any, qk_norm: bool = False, moe: bool = False, after_rope: bool = False
+        self,
+        model: Any,
+        qk_norm: bool = False,
+        moe: bool = False,
+        after_rope: bool = False,
+        query_scaling: bool = False,
     ) -> None:
         """No scale on the embeddings, no LM head bias, sequential blocks, no sandwich or output
-        norms, no capped scores or logits, no attention sinks, no decoder's embedding norm, norms
-        with a learned scale,
+        norms, no capped scores or logits, no attention sinks, no decoder's embedding norm, no query
+        scaled by its position unless the architecture scales it (``query_scaling``), norms with a
+        learned scale,
         no clipped q, k and v, no multipliers (Granite's), no mixture of experts unless the
         architecture writes this one (``moe``), and no norm of each head's q and k unless the
         architecture has one (``qk_norm``), and then over each head, before RoPE turns it (or after,
@@ -555,6 +562,13 @@ class Needs:
         cap = getattr(model, "logit_softcap", None)  # decoders only
         self(cap is None, "model.logit_softcap", cap, "leave it unset")
         self(not model.attention_sinks, "model.attention_sinks", True, "false")
+        scaled = getattr(model.positional, "query_scaling", None)  # RoPE's only
+        self(
+            query_scaling or scaled is None,
+            "model.positional.query_scaling",
+            scaled.model_dump() if scaled is not None else None,
+            f"leave it unset ({self.architecture} scales no query by its position)",
+        )
         # BERT's encoder has a norm after its embeddings (bert.py requires it); a decoder's (BLOOM's)
         # and a translator's (BART's) are for their writers to allow
         embedding_norm = getattr(model, "embedding_norm", False)  # a ViT has none

@@ -190,6 +190,9 @@ class ModelType:
     # fields a list may give, one value per layer (HunYuan-MoE's moe_topk): read as that value where
     # it is the same in every layer (per_layer_value)
     per_layer: tuple[str, ...] = ()
+    # each query scaled after RoPE by 1 + llama_4_scaling_beta ln(1 + floor(m / original length)),
+    # both read from the RoPE dict (Ministral 3's): positional.query_scaling
+    query_scaling: bool = False
 
     @property
     def reads_window(self) -> bool:
@@ -463,6 +466,44 @@ def ministral_requires(config: Config) -> None:
     window_required(config, "MinistralModel")
 
 
+MINISTRAL3_ROPE = {  # Ministral3Config's RoPE where config.json names none
+    "rope_type": "yarn",
+    "rope_theta": 1000000.0,
+    "factor": 16.0,
+    "original_max_position_embeddings": 16384,
+    "beta_fast": 32.0,
+    "beta_slow": 1.0,
+    "mscale_all_dim": 1.0,
+    "mscale": 1.0,
+    "llama_4_scaling_beta": 0.1,
+}
+QUERY_SCALING = {"beta": "llama_4_scaling_beta", "length": "original_max_position_embeddings"}
+
+
+def rope_params(config: Config, called: str = "rope_parameters") -> tuple[str, dict[str, Any]]:
+    """The RoPE dict transformers reads (a copy), and its field as problems call it (``called``:
+    rope_parameters, or one layer type's dict of it): a legacy ``rope_scaling`` over it."""
+    legacy = config.get("rope_scaling", {})
+    return ("rope_scaling", dict(legacy)) if legacy else (called, dict(config.get("rope_parameters", {})))
+
+
+def query_scaling(config: Config) -> tuple[dict[str, Any], dict[str, str]]:
+    """``positional.query_scaling`` from the RoPE dict's llama_4_scaling_beta and its original
+    length (transformers' forward fails where either is missing), and the fields it was read from."""
+    name, params = rope_params(config)
+    section, sources = {}, {}
+    for key, field_name in QUERY_SCALING.items():
+        config.require(
+            params.get(field_name) is not None,
+            f"{name}.{field_name}",
+            "is missing or null: Ministral 3 scales each query by it, and transformers fails without it",
+            "set it (Ministral 3's llama_4_scaling_beta 0.1, original_max_position_embeddings 16384)",
+        )
+        section[key] = params.get(field_name)
+        sources[f"model.positional.query_scaling.{key}"] = f"{name}.{field_name}"
+    return section, sources
+
+
 def window_required(config: Config, model: str) -> None:
     """``model`` (Ministral's, OLMo 3's) builds the sliding layers' mask from sliding_window for
     every model, failing on a null one, whatever its layer_types say."""
@@ -673,6 +714,33 @@ def hunyuan_own(need: Needs, model: DecoderSpec) -> DecoderSpec:
         "model.positional.scaling",
         "dynamic",
         "another scaling, or none (transformers 4's HunYuan reads a dynamic RoPE as its NTK alpha)",
+    )
+    return model
+
+
+def ministral3_own(need: Needs, model: DecoderSpec) -> DecoderSpec:
+    """Ministral 3: Mistral's attention (no biases, a window on every layer or none) scaling each
+    query by its position; the scaling's length is the RoPE dict's original length, which a
+    scaled RoPE shares."""
+    assert isinstance(model.positional, RopePositional) and model.positional.query_scaling is not None
+    hint = "false (Ministral 3's attention has no biases)"
+    need(not model.bias.qkv, "model.bias.qkv", True, hint)
+    need(not model.bias.attn_out, "model.bias.attn_out", True, hint)
+    moe_window(need, model, "Ministral 3")
+    length, scaling = model.positional.query_scaling.length, model.positional.scaling
+    dynamic = isinstance(scaling, DynamicRopeScaling)
+    need(
+        not dynamic,
+        "model.positional.scaling",
+        "dynamic",
+        "another scaling, or none (its original length would be the query scaling's length)",
+    )
+    original = getattr(scaling, "original_max_position_embeddings", length)
+    need(
+        dynamic or original == length,
+        "model.positional.query_scaling.length",
+        length,
+        f"{original}, the RoPE scaling's original length (Ministral 3 reads one for both)",
     )
     return model
 
@@ -962,6 +1030,26 @@ MODEL_TYPES = {
         defaults={"intermediate_size": 14336, "num_key_value_heads": 8, "max_position_embeddings": 131072},
         nullable=WINDOW,
         requires=ministral_requires,
+    ),
+    # Mistral's blocks (a window on every layer where one is set) scaling each query by its position
+    # (query_scaling), under YaRN by default.
+    "ministral3": ModelType(
+        every_layer_slides=True,
+        defaults={
+            "vocab_size": 131072,
+            "intermediate_size": 14336,
+            "num_hidden_layers": 34,
+            "num_key_value_heads": 8,
+            "head_dim": 128,
+            "max_position_embeddings": 262144,
+            "rms_norm_eps": 1e-5,
+            "rope_parameters": MINISTRAL3_ROPE,
+        },
+        nullable={"pad_token_id": 11},
+        query_scaling=True,
+        title="Ministral 3",
+        head="Ministral3ForCausalLM",
+        own=ministral3_own,
     ),
     # Interleaved RoPE on half of each head, attention_bias (true where left out) on q, k and v (no
     # o bias); GLM-4 puts a norm on each sublayer's output too (sandwich: post_self_attn_layernorm,
@@ -1356,9 +1444,7 @@ def rope_section(
     int(head_dim x fraction) as transformers computes it; None: whole heads, and a config naming
     another fraction is refused (LLaMA's, whose RoPE is not applied to part of a head).
     ``called``: what problems call rope_parameters (one layer type's dict of it, say)."""
-    legacy = config.get("rope_scaling", {})
-    name = "rope_scaling" if legacy else called
-    params = dict(legacy or config.get("rope_parameters", {}))
+    name, params = rope_params(config, called)
     objects = [k for k, v in params.items() if isinstance(v, dict)]
     if objects:
         if name == called == "rope_parameters" and set(objects) <= {SLIDING, FULL}:
@@ -1723,13 +1809,21 @@ def scaling_sources(config: Config) -> dict[str, str]:
 def rope_dict(positional: RopePositional) -> dict[str, Any]:
     """The spec's RoPE kind as transformers' rope_scaling (4) and rope_parameters (5) name it,
     without theta: ``{"rope_type": "default"}``, or the scaling's type and fields (a dynamic
-    scaling's original length left out: transformers scales past max_position_embeddings)."""
+    scaling's original length left out: transformers scales past max_position_embeddings); with
+    a query scaling, its beta and length as Ministral 3 names them (ministral3_own holds a scaling's
+    original length to it)."""
+    scaled = positional.query_scaling
+    queries = (
+        {"llama_4_scaling_beta": scaled.beta, "original_max_position_embeddings": scaled.length}
+        if scaled is not None
+        else {}
+    )
     if positional.scaling is None:
-        return {"rope_type": "default"}
+        return {"rope_type": "default"} | queries
     scaling = positional.scaling.model_dump(exclude_none=True)
     if scaling["type"] == "dynamic":
         del scaling["original_max_position_embeddings"]
-    return {"rope_type": scaling.pop("type"), **scaling}
+    return {"rope_type": scaling.pop("type"), **scaling} | queries
 
 
 def rope_top_level(positional: RopePositional) -> dict[str, Any]:
@@ -1752,6 +1846,7 @@ def rope_top_level(positional: RopePositional) -> dict[str, Any]:
     "smollm3",
     "granite",
     "ministral",
+    "ministral3",
     "helium",
     "seed_oss",
     "ernie4_5",
@@ -1897,6 +1992,9 @@ class Llama(Writable):
         if (slides := window(config, kind)) is not None:
             model["window"] = slides
         sources = scaling_sources(config) | window_sources(config, kind)
+        if kind.query_scaling:
+            model["positional"]["query_scaling"], scaling = query_scaling(config)
+            sources |= scaling
         if kind.nope_full:
             sources["model.positional.nope_layers"] = sources["model.window.layers"]
         if kind.moe is not None:
@@ -2041,7 +2139,13 @@ class Llama(Writable):
         rope_and_norms(need, model)
         # head_dim is free: Llama configs name it; q/k norms: Qwen3's; a mixture of experts: the MoE
         # types' (their ``own`` checked it)
-        need.plain_scales(model, qk_norm=True, moe=kind.moe is not None, after_rope=kind.qk_norm_after_rope)
+        need.plain_scales(
+            model,
+            qk_norm=True,
+            moe=kind.moe is not None,
+            after_rope=kind.qk_norm_after_rope,
+            query_scaling=kind.query_scaling,
+        )
         if not kind.mlp_bias and "ffn" not in kind.fixed_bias:
             need(
                 not model.bias.ffn,
@@ -2669,11 +2773,11 @@ def written_as(model: DecoderSpec) -> str:
     SwiGLU or router bias; Arcee where its feed-forward is plain; FlexOlmo where its norms are on
     each sublayer's output and it has experts, else EXAONE 4 there where each head's q and k are
     normalised, else OLMo 2; SmolLM3 where some layers turn no RoPE; Granite where it has
-    multipliers or another attention scale (and no experts); HunYuan where q and k are normalised
-    after RoPE, Qwen3 where before; else Llama, whatever the biases (zeros where the model has
-    none). Not Qwen2, even for exactly q, k and v biases: transformers 5's AutoTokenizer reads a
-    qwen2 folder with Qwen2's own tokenizer class, whatever its tokenizer.json holds (a character
-    tokenizer lost its spaces).
+    multipliers or another attention scale (and no experts); Ministral 3 where each query is scaled
+    by its position; HunYuan where q and k are normalised after RoPE, Qwen3 where before; else
+    Llama, whatever the biases (zeros where the model has none). Not Qwen2, even for exactly q, k
+    and v biases: transformers 5's AutoTokenizer reads a qwen2 folder with Qwen2's own tokenizer
+    class, whatever its tokenizer.json holds (a character tokenizer lost its spaces).
     A sliding window is Mistral's where it covers every layer of a model without attention biases,
     else Qwen2's (on any layers, with q, k and v biases, zeros where the model has none), or
     Qwen3's with q/k norms.
@@ -2697,6 +2801,8 @@ def written_as(model: DecoderSpec) -> str:
         return "granite"
     if model.moe is not None and model.qk_norm_after_rope:
         return "hunyuan_v1_moe"
+    if isinstance(model.positional, RopePositional) and model.positional.query_scaling is not None:
+        return "ministral3"
     if model.moe is not None and model.moe.shared_d_ff is not None:
         return "qwen2_moe" if model.moe.shared_gate and not granite_scales(model) else "granitemoeshared"
     if model.moe is not None and granite_scales(model):

@@ -293,6 +293,8 @@ class Attention(_MultiHead):
         v = self._heads(v, self.n_kv_heads)  # (B, Hkv, T, hd)
         if rotary is not None:
             q, k = apply_rotary(q, rotary), apply_rotary(k, rotary)
+            if rotary.query_scale is not None:  # (T or B, T, 1): the same for every head
+                q = q * rotary.query_scale.unsqueeze(-3).to(q.dtype)
         if self.norm_after_rope:  # each head's turned queries and keys
             q, k = self.q_norm(q), self.k_norm(k)
         if cache is not None:

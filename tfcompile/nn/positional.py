@@ -29,11 +29,13 @@ if TYPE_CHECKING:
 class Rotary(NamedTuple):
     """RoPE's angles for the positions at hand: cos and sin (T or B, T, rotary_dims / 2), and which
     dimensions rotate together (the spec's ``layout``). A head's first rotary_dims dimensions
-    rotate (all of head_dim unless the spec's ``rotary_dims`` says fewer)."""
+    rotate (all of head_dim unless the spec's ``rotary_dims`` says fewer). ``query_scale``: what
+    each turned query is multiplied by (T or B, T, 1), where the spec has ``query_scaling``."""
 
     cos: torch.Tensor
     sin: torch.Tensor
     layout: str = "interleaved"
+    query_scale: torch.Tensor | None = None
 
 
 @dataclass(frozen=True)
@@ -254,20 +256,26 @@ class RotaryPositional(PositionalEncoding):
         )
         self.local_layers = frozenset(local.layers) if local is not None else frozenset()
         self.nope_layers = frozenset(spec.nope_layers or ())
+        self.query_scaling = spec.query_scaling
 
     def rotary(self, positions: torch.Tensor) -> Rotary:
+        """The angles (and query scale) at ``positions`` (T or B, T)."""
+        scale = None
+        if self.query_scaling is not None:  # 1 + beta ln(1 + floor(m / length)), float32 as transformers
+            steps = torch.floor(positions.float() / self.query_scaling.length)
+            scale = (1 + self.query_scaling.beta * torch.log1p(steps))[..., None]  # (T or B, T, 1)
         if self.dynamic is not None:
             cos, sin = self._dynamic_angles(positions)
-            return Rotary(cos, sin, self.layout)
-        if self.longrope is not None:
+        elif self.longrope is not None:
             # A row whose last position is past the original length turns at the long factors
             # throughout, as transformers turns a call's positions by its largest.
             original = self.longrope.original_max_position_embeddings
             long = (positions.amax(dim=-1, keepdim=True) >= original)[..., None]  # (1, 1) or (B, 1, 1)
             cos = torch.where(long, self.cos_long[positions], self.cos[positions])
             sin = torch.where(long, self.sin_long[positions], self.sin[positions])
-            return Rotary(cos, sin, self.layout)
-        return Rotary(self.cos[positions], self.sin[positions], self.layout)
+        else:
+            cos, sin = self.cos[positions], self.sin[positions]
+        return Rotary(cos, sin, self.layout, scale)
 
     def layer_rotaries(self, positions: torch.Tensor, n_layers: int) -> list[Rotary | None]:
         """positional.theta's rotary for each layer; local.theta's for local.layers, none for

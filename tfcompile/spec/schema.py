@@ -436,6 +436,20 @@ class LocalRope(Section):
         return self
 
 
+class QueryScaling(Section):
+    """Longer contexts sharpen attention: each query, after RoPE turns it, times
+    1 + beta ln(1 + floor(m / length)) at position m (Llama 4's attention temperature, as Ministral 3
+    applies it in every layer that turns RoPE); 1 within the first ``length`` positions."""
+
+    beta: Annotated[float, Field(ge=0, allow_inf_nan=False)] = Field(
+        description="how much each further stretch of length positions sharpens (Ministral 3's 0.1)"
+    )
+    length: PositiveInt = Field(
+        description="the positions each step of the scale spans: the trained context (Ministral 3's "
+        "original_max_position_embeddings, 16,384)"
+    )
+
+
 class RopePositional(Section):
     type: Literal["rope"] = "rope"
     theta: RopeBase = 10000.0
@@ -466,6 +480,11 @@ class RopePositional(Section):
         None,
         description="the layers (counted from 0, in each stack) whose queries and keys turn no RoPE "
         "(NoPE: they attend by content and the mask alone, as SmolLM3's every fourth); default: none",
+    )
+    query_scaling: QueryScaling | None = Field(
+        None,
+        description="{beta, length}: each query after RoPE times 1 + beta ln(1 + floor(position / "
+        "length)), sharper attention far into a long context (Ministral 3); default: none",
     )
 
     @model_validator(mode="after")
