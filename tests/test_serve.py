@@ -287,6 +287,9 @@ def test_prompts_as_token_ids(server: BackgroundServer, client: Any) -> None:
         ({"model": "char", "prompt": "a", "max_tokens": True}, 400, "max_tokens"),
         ({"model": "char", "prompt": "a", "logprobs": 2}, 400, "logprobs"),
         ({"model": "char", "prompt": "a", "best_of": 3}, 400, "best_of"),
+        ({"model": "char", "prompt": "a", "best_of": True}, 400, "takes a number, not true"),
+        ({"model": "char", "prompt": "a", "logprobs": False}, 400, "takes a number, not false"),
+        ({"model": "char", "prompt": "a", "presence_penalty": False}, 400, "takes a number, not false"),
         ({"model": "char", "prompt": "a", "frequency_penalty": 0.5}, 400, "frequency_penalty"),
         ({"model": "char", "prompt": "a", "colour": "blue"}, 400, "colour"),
         ({"model": "char", "prompt": "a", "temperature": -1}, 400, "temperature"),
@@ -309,6 +312,13 @@ def test_bad_completion_requests_get_openai_errors(
     assert r.status_code == status, r.text
     error = r.json()["error"]
     assert needle in error["message"] and set(error) == {"message", "type", "param", "code"}
+
+
+def test_a_prompt_outside_the_vocabulary_is_named_as_the_param(server: BackgroundServer) -> None:
+    r = httpx.post(f"{server.url}/v1/completions", json={"model": "char", "prompt": "a\u0000b"})
+    error = r.json()["error"]
+    assert r.status_code == 400 and error["param"] == "prompt", error
+    assert "outside the bundle's vocabulary" in error["message"]
 
 
 def test_a_body_that_is_not_json_names_no_parameter(server: BackgroundServer) -> None:
@@ -712,6 +722,17 @@ def test_bad_task_requests_get_400_with_a_reason(
             {"json": {"model": "de-en", "texts": ["a"], "length_penalty": -1.0}},
             "length_penalty must be in [0, 10]",
         ),
+        (
+            "/v1/translate",
+            {"json": {"model": "de-en", "texts": ["a"], "length_penalty": True}},
+            "length_penalty",
+        ),
+        (
+            "/v1/translate",
+            {"json": {"model": "de-en", "texts": ["a"], "length_penalty": "1"}},
+            "length_penalty",
+        ),
+        ("/v1/translate", {"json": {"model": "de-en", "texts": ["a"], "beam": 2.0}}, "beam"),
         ("/v1/classify-image", {"json": {"model": "digits", "images": [[[300, 2]]]}}, "outside 0-255"),
         ("/v1/classify-image", {"json": {"model": "digits", "images": [[[0.5, 2.0]]]}}, "[0, 1]"),
         ("/v1/classify-image", {"json": {"model": "digits", "images": [[[1], [1, 2]]]}}, "rectangular"),

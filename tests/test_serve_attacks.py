@@ -170,6 +170,25 @@ def test_uploaded_pixels_are_counted_before_any_image_is_decoded(server: Backgro
     assert "20,001 pixels in all, more than the 20,000" in error["message"]
 
 
+def test_json_images_are_counted_and_checked_before_any_array_is_made(server: BackgroundServer) -> None:
+    """JSON arrays as uploads are: their pixels in all against max_image_pixels, their count
+    against max_batch and the model's kind, from the lists' lengths. Before, 16 MB of one-pixel
+    images took 30 s and 1.3 GB to turn into arrays only to be refused (the wrong model)."""
+    url = f"{server.url}/v1/classify-image"
+    row = [0] * 100
+    small = {"model": "digits", "images": [[row] * 100, [row] * 100]}
+    assert httpx.post(url, json=small).status_code == 200
+    big = {"model": "digits", "images": [[row] * 100, [row] * 100, [[0]]]}
+    assert (
+        "20,001 pixels in all, more than the 20,000"
+        in openai_error(httpx.post(url, json=big), 400)["message"]
+    )
+    many = {"model": "digits", "images": [[[0]]] * 100_000}
+    assert "at most 32 items, got 100000" in openai_error(httpx.post(url, json=many), 400)["message"]
+    wrong = {"model": "sst2", "images": [[[0]]] * 100_000}
+    assert "does not serve /v1/classify-image" in openai_error(httpx.post(url, json=wrong), 400)["message"]
+
+
 def _image(kind: str) -> bytes:
     from PIL import Image
 

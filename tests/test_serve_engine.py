@@ -110,6 +110,26 @@ def test_jobs_of_other_kinds_or_options_are_not_mixed() -> None:
     worker.stop()
 
 
+def test_a_batch_never_passes_max_batch_rows() -> None:
+    """Queued jobs of 5 and 4 rows (max_batch 8): the second starts the next batch, as it would
+    pass 8 rows beside the first."""
+    model = FakeClassifier()
+    model.gate.clear()  # hold the worker so that every job queues
+    worker = started(model)
+
+    async def main() -> None:
+        first = worker.submit(Job("classify", ["x"]))
+        await asyncio.sleep(0.05)  # the worker holds "x"
+        jobs = [worker.submit(Job("classify", list("abcde"))), worker.submit(Job("classify", list("fghi")))]
+        model.gate.set()
+        for job in (first, *jobs):
+            await job.result
+
+    asyncio.run(main())
+    assert model.batches == [["x"], list("abcde"), list("fghi")]
+    worker.stop()
+
+
 def test_a_bad_request_fails_alone_and_its_batch_reruns_without_it() -> None:
     model = FakeClassifier()
     model.gate.clear()

@@ -250,7 +250,8 @@ class Worker:
                 job.finish(result)
 
     def _next_batch(self) -> list[Job] | None:
-        """The next job and every job that may share its batch, up to ``max_batch`` rows. While
+        """The next job and every job that may share its batch, up to ``max_batch`` rows (a job
+        that would pass them starts the next batch). While
         requests are arriving (read, their jobs not yet handed over), it waits up to ``max_wait``
         for them: under load batches fill, while a lone request never waits, nor does one beside
         a long stream. None: the worker stops."""
@@ -265,7 +266,9 @@ class Worker:
             job = self._take(deadline)
             if job is None:
                 break
-            if (job.kind, job.options) != (first.kind, first.options):
+            if (job.kind, job.options) != (first.kind, first.options) or rows + len(
+                job.rows
+            ) > self.max_batch:
                 self.carry = job  # the first of the next batch
                 break
             batch.append(job)

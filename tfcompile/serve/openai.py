@@ -25,7 +25,7 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from tfcompile.errors import InputError
 from tfcompile.manifest import MAX_NEW_TOKENS, REPETITION_PENALTIES
@@ -37,6 +37,16 @@ router = APIRouter(prefix="/v1")
 
 PROMPT_KINDS = "a string, a list of strings, a list of token ids or a list of lists of token ids"
 STOPS = "a string or a list of at most 4 strings, none empty"
+
+
+def _no_flag(value: Any) -> Any:
+    """true and false are not the numbers 1 and 0 (a strict Literal of a number takes them)."""
+    if isinstance(value, bool):
+        raise ValueError(f"takes a number, not {str(value).lower()}")
+    return value
+
+
+NoFlag = BeforeValidator(_no_flag)
 
 
 class StreamOptions(BaseModel):
@@ -70,8 +80,10 @@ class CompletionRequest(BaseModel):
     seed: int | None = Field(None, ge=0)
     echo: bool | None = False
     user: str | None = None
-    logprobs: Literal[0] | None = Field(None, description="log probabilities are not served")
-    best_of: Literal[1] | None = None
+    logprobs: Annotated[Literal[0] | None, NoFlag] = Field(
+        None, description="log probabilities are not served"
+    )
+    best_of: Annotated[Literal[1] | None, NoFlag] = None
     repetition_penalty: float | None = Field(
         None,
         ge=REPETITION_PENALTIES[0],
@@ -86,8 +98,8 @@ class CompletionRequest(BaseModel):
         description="vLLM's (not OpenAI's): no stop token ends a text before it has this many tokens "
         "(a stop string may); default: the bundle's min_new_tokens",
     )
-    presence_penalty: Literal[0] | None = None
-    frequency_penalty: Literal[0] | None = None
+    presence_penalty: Annotated[Literal[0] | None, NoFlag] = None
+    frequency_penalty: Annotated[Literal[0] | None, NoFlag] = None
     logit_bias: Annotated[dict[str, float], Field(max_length=0)] | None = None
     suffix: Literal[""] | None = None
 
@@ -202,7 +214,10 @@ async def _prompts(model: LanguageModel, given: list[Any], limit: int) -> list[l
                     f"{name} has {len(text):,} characters, more than the {most:,} that {limit} tokens "
                     f"of this model's vocabulary can hold",
                 )
-        rows = [e.ids for e in await asyncio.to_thread(model.encode, texts)]
+        try:
+            rows = [e.ids for e in await asyncio.to_thread(model.encode, texts)]
+        except InputError as e:  # characters outside the vocabulary
+            raise FieldError("prompt", str(e)) from None
     else:
         rows = [p for p in given if isinstance(p, list)]
     for name, row in zip(names, rows, strict=True):

@@ -55,7 +55,7 @@ MAX_CODE = 64  # characters of a language code (NLLB's are 8)
 
 
 class TranslateRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)  # strict: true is not 1, nor "1" 1.0
     model: str
     texts: Texts
     beam: StrictInt | None = Field(None, ge=1, description="beam width; the manifest's default when left out")
@@ -152,10 +152,14 @@ async def classify_image(request: Request) -> dict:
     images: list[bytes] | list[np.ndarray]
     if request.headers.get("content-type", "").lower().startswith("multipart/form-data"):
         name, images = await _uploads(request)
-    else:
-        name, images = await asyncio.to_thread(_arrays, await request.body())  # off the event loop
-    _model(request, name, ImageClassifier, "/v1/classify-image")
-    _rows(request, len(images))
+        _model(request, name, ImageClassifier, "/v1/classify-image")
+        _rows(request, len(images))
+    else:  # off the event loop, and the cheap checks before any array is made
+        name, arrays = await asyncio.to_thread(_images_request, await request.body())
+        _model(request, name, ImageClassifier, "/v1/classify-image")
+        _rows(request, len(arrays))
+        most = served(request).settings.max_image_pixels
+        images = await asyncio.to_thread(_arrays, arrays, most)
     job = served(request).submit(request, name, Job("classify_images", images))
     return _predictions(name, await outcome(job, request))
 
@@ -189,7 +193,8 @@ def _pixels(image: bytes) -> int:
         return 0
 
 
-def _arrays(body: bytes) -> tuple[str, list[np.ndarray]]:
+def _images_request(body: bytes) -> tuple[str, list[list[Any]]]:
+    """The JSON request's model name and images, as nested lists."""
     try:
         request = ImagesRequest.model_validate_json(body)
     except ValidationError as e:
@@ -200,8 +205,19 @@ def _arrays(body: bytes) -> tuple[str, list[np.ndarray]]:
             f'{{"model": ..., "images": [array, ...]}}, or multipart/form-data with a "model" field '
             f'and "images" files'
         ) from None
-    images = []
-    for i, image in enumerate(request.images):
+    return request.model, request.images
+
+
+def _arrays(images: list[list[Any]], most: int) -> list[np.ndarray]:
+    """Each image (nested lists) as an array; refused: more than ``most`` pixels in all, counted
+    from the lists' lengths before any array is made."""
+    pixels = sum(
+        len(image) * (len(image[0]) if isinstance(image[0], list) else 1) for image in images if image
+    )
+    if pixels > most:
+        raise InputError(f"the images hold {pixels:,} pixels in all, more than the {most:,} a request may")
+    arrays = []
+    for i, image in enumerate(images):
         array = inputs.array(f"images[{i}]", image)
         if np.issubdtype(array.dtype, np.integer):
             if array.size and (array.min() < 0 or array.max() > 255):
@@ -211,5 +227,5 @@ def _arrays(body: bytes) -> tuple[str, list[np.ndarray]]:
             array = array.astype(np.float32)
         else:
             raise InputError(f"images[{i}] must hold numbers, got {json.dumps(image)[:60]}")
-        images.append(array)
-    return request.model, images
+        arrays.append(array)
+    return arrays
