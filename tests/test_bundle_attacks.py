@@ -6,7 +6,9 @@ because a file says so, and never reads a file outside the bundle."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
+import tracemalloc
 from pathlib import Path
 from typing import Any
 
@@ -750,6 +752,31 @@ def test_a_translator_without_an_unknown_token_is_refused_at_load(
         load(folder)
 
 
+def test_a_translator_whose_stop_id_no_decoding_chooses_is_refused_at_load(
+    translator_bundle: Path, tmp_path: Path
+) -> None:
+    """Ids past the tokenizer's (a checkpoint's padded embedding rows) are never chosen: a stop id
+    there ended no translation, and beam search failed with an IndexError."""
+    size = Tokenizer.from_file(str(translator_bundle / "tokenizer.json")).get_vocab_size()
+
+    def trim(t: dict) -> None:
+        t["model"]["vocab"] = {k: i for k, i in t["model"]["vocab"].items() if i < size - 10}
+        t["model"]["merges"] = []
+        t["added_tokens"] = [a for a in t["added_tokens"] if a["id"] < size - 10]
+
+    tokenizer = edited_tokenizer(translator_bundle, trim)
+    folder = damaged(
+        translator_bundle,
+        tmp_path,
+        lambda m: m["translation"].update(stop_id=size - 5),
+        **{"tokenizer.json": tokenizer},
+    )
+    with pytest.raises(
+        BundleError, match=rf"translation\.stop_id {size - 5} is outside the tokenizer's {size - 10} tokens"
+    ):
+        load(folder)
+
+
 # ------------------------------------------------------------------------- hostile calls
 
 
@@ -843,3 +870,80 @@ def test_any_mutated_manifest_of_any_bundle_serves_or_raises_a_named_error(
         CALLS[kind](model)
     except (BundleError, InputError) as e:
         assert str(e)
+
+
+def test_reading_a_small_file_asks_for_no_more_memory_than_it_holds(tmp_path: Path) -> None:
+    """read(n) allocates n bytes first: asking for the 2 GiB limit failed every load under a
+    memory limit (ulimit -v), whatever the file's size."""
+    from tfcompile.runtime.bundle import MAX_FILE_BYTES, read_regular_file
+
+    path = tmp_path / "tokenizer.json"
+    path.write_bytes(b"{}" * 500)
+    tracemalloc.start()
+    try:
+        assert read_regular_file(path, MAX_FILE_BYTES) == b"{}" * 500
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 1 << 20
+    path.write_bytes(b"x" * 11)
+    with pytest.raises(BundleError, match="larger than the 10 bytes"):
+        read_regular_file(path, 10)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (
+            lambda t: t.update(normalizer={"type": "Sequence", "normalizers": [], "decoders": 5}),
+            "a Sequence's decoders that is not a list: '5'",
+        ),
+        (
+            lambda t: t.update(
+                truncation={"max_length": 0, "strategy": "LongestFirst", "stride": 0, "direction": "Right"}
+            ),
+            "its truncation's max_length 0 is not one the manifest can hold",
+        ),
+    ],
+    ids=["sequence-key-not-a-list", "truncation-to-0"],
+)
+def test_a_tokenizer_the_library_reads_and_tfcompile_cannot_is_a_bundle_error(
+    classifier_bundle: Path, tmp_path: Path, change: Any, message: str
+) -> None:
+    tokenizer = edited_tokenizer(classifier_bundle, change)
+    folder = damaged(classifier_bundle, tmp_path, **{"tokenizer.json": tokenizer})
+    with pytest.raises(BundleError, match=re.escape(message)):
+        load(folder)
+
+
+@pytest.mark.parametrize("seed", [2**70, -1, True, "7"])
+def test_verify_refuses_a_recorded_seed_torch_cannot_take(
+    char_bundle: Path, tmp_path: Path, seed: Any
+) -> None:
+    """A seed past int64 failed inside torch.manual_seed with an OverflowError's ValueError."""
+    from tfcompile.export.bundle import verify_bundle
+
+    folder = damaged(char_bundle, tmp_path, lambda m: m.update(source={"seed": seed}))
+    with pytest.raises(BundleError, match=r"source records neither a run nor a seed \(a whole number from 0"):
+        verify_bundle(folder)
+
+
+def test_decode_and_encode_name_a_bad_argument(char_bundle: Path) -> None:
+    """Ids past int64, negative or not integers, and texts that are not strings, were an
+    OverflowError or a TypeError from inside the tokenizers library."""
+    model = load(char_bundle)
+    assert model.decode([[], np.array([1, 2])]) == ["", model.decode([[1, 2]])[0]]
+    for rows, named in [
+        ([[-1]], r"rows\[0\]\[0\] is -1, not a token id in \[0, 65\)"),
+        ([[1], [10**20]], r"rows\[1\]\[0\] is 100000000000000000000, not a token id"),
+        ([[1.5]], r"rows\[0\]\[0\] is 1.5"),
+        ([[True]], r"rows\[0\]\[0\] is True"),
+        ("abc", "rows must be rows of token ids, got 'abc'"),
+        ([None], r"rows\[0\] must be a row of token ids, got None"),
+        (np.array([[2**63]], np.uint64), r"rows\[0\]\[0\] is 9223372036854775808"),
+        (np.zeros((2, 2), np.float32), "rows must be rows of integer token ids, got an array float32"),
+    ]:
+        with pytest.raises(InputError, match=named):
+            model.decode(rows)
+    with pytest.raises(InputError, match=r"texts takes strings or .* got 5"):
+        model.encode(["a", 5])  # type: ignore[list-item]

@@ -391,3 +391,15 @@ def test_generate_without_a_prompt_names_its_default_where_the_tokenizer_reads_n
     assert main(["generate", str(tmp_path / "bundle"), "--prompt", " ", "--max-new-tokens", "2"]) == 1
     assert "encodes to no tokens (its tokenizer keeps none of its characters" in capsys.readouterr().err
     assert main(["generate", str(tmp_path / "bundle"), "--prompt", "to be", "--max-new-tokens", "2"]) == 0
+
+
+def test_classify_prints_texts_and_labels_as_they_are_not_as_markup(
+    classifier_bundle: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Brackets are shown, not read as Rich markup (a "[/]" failed with a traceback, a [link]
+    made a hyperlink), and control characters are escaped (an escape sequence cleared the screen)."""
+    text = "[/] \x1b[2J [bold]x[/bold]"
+    assert main(["classify", str(classifier_bundle), text]) == 0
+    out = capsys.readouterr().out
+    assert "[/]" in out and "\\x1b[2J" in out and "[bold]x[/bold]" in out.replace("\n", "").replace("│", "")
+    assert "\x1b" not in out

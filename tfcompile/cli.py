@@ -10,6 +10,7 @@ import select
 import signal
 import sys
 import tempfile
+import unicodedata
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from tfcompile import __version__
 from tfcompile.errors import UserError
@@ -552,14 +554,23 @@ def _classify(args: argparse.Namespace) -> int:
 def _print_predictions(
     bundle: str, labels: list[str], inputs: list[str], predictions: list[Prediction], kind: str
 ) -> int:
-    table = Table(title=f"{bundle}: {', '.join(labels)}", title_justify="left")
+    table = Table(title=shown(f"{bundle}: {', '.join(labels)}"), title_justify="left")
     table.add_column(kind, overflow="fold")  # a long text or path wraps rather than losing its end
-    for column in ("label", *(f"p({label})" for label in labels)):
-        table.add_column(column, justify="left" if column == "label" else "right")
+    table.add_column("label", justify="left")
+    for label in labels:
+        table.add_column(shown(f"p({label})"), justify="right")
     for item, prediction in zip(inputs, predictions, strict=True):
-        table.add_row(item, prediction.label, *(f"{p:.3f}" for p in prediction.probabilities.values()))
+        probabilities = (f"{p:.3f}" for p in prediction.probabilities.values())
+        table.add_row(shown(item), shown(prediction.label), *probabilities)
     Console(width=max(Console().width, 100)).print(table)
     return 0
+
+
+def shown(text: str) -> Text:
+    """A user's text or a bundle's label as Rich prints it: its brackets as they are (no markup
+    read), each control character escaped (a label's escape sequence would clear or recolour the
+    terminal)."""
+    return Text("".join(repr(c)[1:-1] if unicodedata.category(c) == "Cc" else c for c in text))
 
 
 def _translate(args: argparse.Namespace) -> int:

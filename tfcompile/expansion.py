@@ -78,7 +78,10 @@ def expansion(step: Any, decoder: bool = False) -> float:
     if kind == "Sequence":
         factor = 1.0
         for key in _SEQUENCES:
-            for inner in step.get(key) or ():
+            steps = step.get(key) or []
+            if not isinstance(steps, list):  # the library ignores the keys of another kind's sequence
+                raise Unbounded(f"a Sequence's {key} that is not a list: {str(steps)[:60]!r}")
+            for inner in steps:
                 factor *= expansion(inner, decoder)
         return factor
     if kind in _SAME:

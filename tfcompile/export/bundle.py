@@ -28,7 +28,7 @@ import tempfile
 from dataclasses import dataclass
 from importlib.metadata import version
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 import onnx
 import torch
@@ -94,6 +94,11 @@ class Source:
             folder = {"checkpoint_folder": self.folder} if self.folder else {}
             return {"run": str(self.run.resolve()), "checkpoint": self.checkpoint} | folder
         return {"seed": self.seed}
+
+
+def _is_seed(value: Any) -> TypeGuard[int]:
+    """Whether a manifest's seed is one torch.manual_seed takes (a bool is no seed)."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 1 << 63
 
 
 def export_bundle(
@@ -173,10 +178,13 @@ def verify_bundle(bundle: Path, run: Path | None = None) -> dict[str, ParityRepo
             f"{bundle} was exported from the run {recorded['run']!r}: pass --run RUN to check it against "
             f"that run's checkpoint (tfcompile opens no file outside a bundle on the bundle's word)"
         )
-    elif isinstance(recorded.get("seed"), int):
-        source = Source(seed=recorded["seed"])
+    elif _is_seed(seed := recorded.get("seed")):
+        source = Source(seed=seed)
     else:
-        raise BundleError(f"{bundle / MANIFEST}: source records neither a run nor an integer seed")
+        raise BundleError(
+            f"{bundle / MANIFEST}: source records neither a run nor a seed (a whole number from 0 to "
+            f"2^63 - 1, torch's), found {str(seed)[:40]}"
+        )
     _, _, model = source.load(spec)
     graphs = files.manifest.graphs
     reports = {}

@@ -46,9 +46,12 @@ def _size(path: Path) -> int:
 
 
 def read_regular_file(path: Path, limit: int | None = None) -> bytes:
-    """The bytes of ``path``, a regular file of at most ``limit`` bytes (see _open_regular)."""
+    """The bytes of ``path``, a regular file of at most ``limit`` bytes (see _open_regular). No
+    more is asked of read() than the file holds, one past it at most: read(n) allocates n bytes
+    first, so asking for the limit (2 GiB) failed under a memory limit whatever the file's size."""
     with _open_regular(path) as f:
-        data = f.read() if limit is None else f.read(limit + 1)
+        size = os.fstat(f.fileno()).st_size
+        data = f.read() if limit is None else f.read(min(size, limit) + 1)
     if limit is not None and len(data) > limit:
         raise BundleError(f"{path} is larger than the {limit:,} bytes a bundle allows it")
     return data

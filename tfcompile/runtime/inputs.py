@@ -66,6 +66,39 @@ def token_ids(value: Any, vocab_size: int, max_len: int | None, name: str = "inp
     return ids.astype(np.int64, copy=False)
 
 
+def id_rows(name: str, value: Any, vocab_size: int) -> list[list[int]]:
+    """Rows of token ids, of any lengths (a 2-D integer array, or sequences of ints), each id in
+    [0, vocab_size)."""
+    if isinstance(value, np.ndarray):
+        if value.ndim != 2 or not np.issubdtype(value.dtype, np.integer):
+            raise InputError(
+                f"{name} must be rows of integer token ids, got an array {value.dtype} {value.shape}"
+            )
+    elif not isinstance(value, Sequence) or isinstance(value, str | bytes):
+        raise InputError(f"{name} must be rows of token ids, got {_shown(value)}")
+    out = []
+    for i, row in enumerate(value):
+        if not isinstance(row, Sequence | np.ndarray) or isinstance(row, str | bytes):
+            raise InputError(f"{name}[{i}] must be a row of token ids, got {_shown(row)}")
+        ids = np.asarray(row) if len(row) else np.zeros(0, np.int64)  # checked at numpy's speed
+        if (
+            ids.ndim != 1
+            or ids.dtype.kind not in "iu"
+            or (ids.size and not 0 <= ids.min() <= ids.max() < vocab_size)
+        ):
+            j, token = next((j, t) for j, t in enumerate(row) if not _is_id(t, vocab_size))
+            shown = _shown(token.item() if isinstance(token, np.generic) else token)
+            raise InputError(f"{name}[{i}][{j}] is {shown}, not a token id in [0, {vocab_size})")
+        out.append(ids.tolist())
+    return out
+
+
+def _is_id(token: Any, vocab_size: int) -> bool:
+    return (
+        isinstance(token, int | np.integer) and not isinstance(token, bool) and bool(0 <= token < vocab_size)
+    )
+
+
 def flags(name: str, value: Any, shape: tuple[int, ...], meaning: str) -> np.ndarray:
     """A 0/1 integer array of ``shape``; ``meaning`` says what 0 and 1 stand for."""
     out = array(name, value)

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import onnx
 from google.protobuf.message import Message
+from pydantic import ValidationError
 from tokenizers import Tokenizer
 
 from tfcompile.errors import first_line
@@ -392,10 +393,11 @@ class Bundle:
         is a BundleError."""
         if self.tokenizer is None:
             raise InputError(f"{self.path} has no tokenizer: pass token ids instead")
+        items = inputs.texts("texts", items, pairs=True) if len(items) else []
         with self._tokenizer_panics():
             try:
                 encodings = self.tokenizer.encode_batch(
-                    self._cut_pairs(list(items)), add_special_tokens=add_special_tokens
+                    self._cut_pairs(items), add_special_tokens=add_special_tokens
                 )
             except Exception as e:  # the tokenizers library's error for a symbol its vocabulary lacks
                 vocab = self.tokenizer.get_vocab()
@@ -462,11 +464,13 @@ class Bundle:
         return out
 
     def decode(self, rows: Sequence[Sequence[int]]) -> list[str]:
-        """Rows of token ids -> their texts, the special tokens skipped."""
+        """Rows of token ids -> their texts, the special tokens skipped; an id outside the model's
+        vocabulary is an InputError."""
         if self.tokenizer is None:
             raise InputError(f"{self.path} has no tokenizer: read the token ids instead")
+        checked = inputs.id_rows("rows", rows, self.vocab_size)
         with self._tokenizer_panics():
-            return self.tokenizer.decode_batch([list(row) for row in rows])
+            return self.tokenizer.decode_batch(checked)
 
     @contextlib.contextmanager
     def _tokenizer_panics(self) -> Iterator[None]:
@@ -525,7 +529,14 @@ class Bundle:
             raise BundleError(f"{where} is not a tokenizer the tokenizers library reads: {e}") from None
         if (why := excess(json.loads(text))) is not None:
             raise BundleError(f"{where}: {why}")
-        truncation = Truncation.held_by(tokenizer.truncation)
+        try:
+            truncation = Truncation.held_by(tokenizer.truncation)
+        except ValidationError as e:  # a max_length of 0, which the library takes
+            error = e.errors()[0]
+            raise BundleError(
+                f"{where}: its truncation's {error['loc'][0]} {error['input']!r} is not one the manifest "
+                f"can hold ({error['msg']}); a tokenizer must keep at least one token"
+            ) from None
         # A manifest without one (format 1's; format 2's before the field) leaves the cut to the
         # client's rule, which a classifier follows whatever tokenizer.json says (cut_to_context).
         if info.truncation is not None and truncation != info.truncation:

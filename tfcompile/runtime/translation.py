@@ -47,6 +47,12 @@ class Translator(Bundle):
         self.expect_vocabulary_logits("step")
         self.step = self.open_graph("step")
         self.step_inputs = inputs
+        stop = self.translation.stop_id
+        if self.emitted is not None and stop >= self.emitted:
+            raise BundleError(
+                f"{self.path}: translation.stop_id {stop} is outside the tokenizer's {self.emitted} tokens, "
+                f"the only ids decoding chooses: no translation could end"
+            )
         if self.manifest.tokenizer is not None and "unk" not in self.manifest.tokenizer.special_tokens:
             raise BundleError(
                 f"{self.path}: the manifest's tokenizer names no unk token, which translate reads an "
