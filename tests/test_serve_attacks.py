@@ -298,3 +298,23 @@ def test_a_fault_of_the_servers_bundle_is_a_500_that_names_none_of_its_files(
     r = httpx.post(f"{server.url}/v2/models/digits/infer", json=body)
     assert r.status_code == 500 and r.json() == {"error": "internal error: the server's log has the details"}
     assert str(digits.path) in caplog.text  # the operator's log has it
+
+
+def test_a_request_body_that_stops_arriving_is_408(server: BackgroundServer) -> None:
+    """A body declared and never sent was held for ever (2,000 such connections stayed open), each
+    keeping every batch waiting for it as a request arriving; one that keeps arriving is read."""
+    head = b"POST /v1/classify HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    head += b"Content-Length: 100\r\n\r\n"
+    started_at = time.monotonic()
+    raw, closed = _raw(server, head + b"{")
+    status, body = _json_answer(raw)
+    assert status == 408 and closed and time.monotonic() - started_at < 5
+    assert "the request body stopped arriving: no byte of it for 1 s" in body["error"]["message"]
+    payload = json.dumps({"model": "sst2", "texts": ["a good film"]}).encode()
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as s:
+        s.sendall(head.replace(b"100", str(len(payload)).encode()) + payload[:10])
+        for i in range(10, len(payload), 10):  # a piece every 0.3 s: 1.2 s in all, past the 1 s clock
+            time.sleep(0.3 if i < 50 else 0)
+            s.sendall(payload[i : i + 10])
+        answer = s.recv(65536)
+    assert answer.startswith(b"HTTP/1.1 200 OK"), answer[:200]

@@ -1019,8 +1019,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--head-timeout",
         type=_number_from(0.1, 3600, "seconds"),
         default=20.0,
-        help="seconds from a request's first byte to its headers' end, 0.1 to 3,600 (default 20; 408 "
-        "past it)",
+        help="seconds from a request's first byte to its headers' end, and that a body may go without "
+        "a byte, 0.1 to 3,600 (default 20; 408 past it)",
     )
     serve.add_argument(
         "--threads",

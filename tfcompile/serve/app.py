@@ -60,7 +60,8 @@ class Settings:
     max_image_pixels: int = 1 << 26  # in all the uploaded images of a request (as in the largest one)
     retry_after_s: int = 1
     max_head_bytes: int = 64 << 10  # a request's line and headers
-    head_timeout_s: float = 20.0  # from a request's first byte (or its connection) to its headers' end
+    # from a request's first byte (or its connection) to its headers' end; and a body's longest pause
+    head_timeout_s: float = 20.0
 
     def __post_init__(self) -> None:
         """Each limit a number in its range, refused by name: a limit of 0 refuses every request,

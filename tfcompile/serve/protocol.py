@@ -2,10 +2,12 @@
 
 httptools buffers a request line and its headers whole, however long, and joining a long header's
 pieces costs time quadratic in its length, on the event loop: one client sending a 20 MB header
-stalls every other. Here a head may hold ``max_bytes`` and must arrive within ``timeout_s`` of
-its first byte (or of the connection opening), else the connection is answered 431 or 408 and
-closed; a request that is not HTTP gets uvicorn's 400, and one whose method the parser does not
-know (FOO, or get in lower case) 501 (RFC 9110, 9.1), in the route family's JSON shape.
+stalls every other. Here a head may hold ``max_bytes`` and must arrive within ``timeout_s`` of its
+first byte (or of the connection opening), else the connection is answered 431 or 408 and closed; a
+body must keep arriving, no ``timeout_s`` without a byte of it, else 408 (a stalled body was held
+for ever, and kept every batch waiting for it as a request arriving); a request that is not HTTP
+gets uvicorn's 400, and one whose method the parser does not know (FOO, or get in lower case) 501
+(RFC 9110, 9.1), in the route family's JSON shape.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.head_left: int | None = self.max_bytes  # bytes the head may still take; None in a body
-        self.head_timer: asyncio.TimerHandle | None = None
+        self.timer: asyncio.TimerHandle | None = None
         self.piece = b""  # the bytes last fed to the parser, while no request has ended in them
 
     @classmethod
@@ -48,12 +50,15 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._time_head()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._untime_head()
+        self._untime()
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
         """Feeds the parser no more of a head than it may hold: what follows the head's end (a
-        body, the next request) is fed on, with a new allowance for each new head."""
+        body, the next request) is fed on, with a new allowance for each new head. Each piece of a
+        body restarts its clock."""
+        if self.head_left is None and self.timer is not None:
+            self._time(self._body_late)
         while data and not self.transport.is_closing():
             if self.head_left == 0:
                 self._refuse(431, f"the request line and headers are over {self.max_bytes:,} bytes")
@@ -71,11 +76,12 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_headers_complete(self) -> None:
         self.head_left = None
-        self._untime_head()
+        self._time(self._body_late)  # until the message completes: at once where it has no body
         super().on_headers_complete()
 
     def on_message_complete(self) -> None:
         super().on_message_complete()
+        self._untime()
         self.head_left = self.max_bytes  # the next request's head
         self.piece = b""  # what follows in the piece is another request, which need not begin it
 
@@ -89,17 +95,25 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._refuse(400, f"the request is not valid HTTP/1.1 ({msg.rstrip('.')})")
 
     def _time_head(self) -> None:
-        self._untime_head()
-        self.head_timer = self.loop.call_later(self.timeout_s, self._head_late)
+        self._time(self._head_late)
 
-    def _untime_head(self) -> None:
-        if self.head_timer is not None:
-            self.head_timer.cancel()
-            self.head_timer = None
+    def _time(self, late: Any) -> None:
+        """``late`` called after timeout_s, unless the clock is restarted or stopped first."""
+        self._untime()
+        self.timer = self.loop.call_later(self.timeout_s, late)
+
+    def _untime(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
 
     def _head_late(self) -> None:
         if self.head_left is not None and not self.transport.is_closing():
             self._refuse(408, f"the request line and headers took over {self.timeout_s:g} s to arrive")
+
+    def _body_late(self) -> None:
+        if self.head_left is None and not self.transport.is_closing():
+            self._refuse(408, f"the request body stopped arriving: no byte of it for {self.timeout_s:g} s")
 
     def _refuse(
         self, status: int, message: str, path: str | None = None, code: str = "bad_http_request"
@@ -116,4 +130,4 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         ]
         self.transport.write(b"".join(head) + body)
         self.transport.close()
-        self._untime_head()
+        self._untime()
