@@ -947,3 +947,30 @@ def test_decode_and_encode_name_a_bad_argument(char_bundle: Path) -> None:
             model.decode(rows)
     with pytest.raises(InputError, match=r"texts takes strings or .* got 5"):
         model.encode(["a", 5])  # type: ignore[list-item]
+
+
+def test_a_classifier_tokenizer_of_segment_ids_the_model_does_not_read_is_refused_at_load(
+    classifier_bundle: Path, tmp_path: Path
+) -> None:
+    """Segment ids other than 0 and 1 failed every classify() call as the caller's error
+    ("token_type_ids must hold 0 ... and 1"), though the caller passed none."""
+    changed = []
+
+    def seven(node: Any) -> None:
+        if isinstance(node, dict):
+            if "type_id" in node:
+                node["type_id"] = 7
+                changed.append(node)
+            for value in node.values():
+                seven(value)
+        elif isinstance(node, list):
+            for item in node:
+                seven(item)
+
+    tokenizer = edited_tokenizer(classifier_bundle, lambda t: seven(t["post_processor"]))
+    assert changed
+    folder = damaged(classifier_bundle, tmp_path, **{"tokenizer.json": tokenizer})
+    with pytest.raises(
+        BundleError, match=r"its post-processor gives the segment ids \[7\], and the model reads 0"
+    ):
+        load(folder)

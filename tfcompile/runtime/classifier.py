@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +24,16 @@ from tfcompile.sequences import length_groups, pad_rows
 class Prediction:
     label: str
     probabilities: dict[str, float]  # every label's, summing to 1
+
+
+def _type_ids(node: Any) -> set[Any]:
+    """Every segment id (``type_id``) a tokenizer's post-processor (its JSON) gives its tokens."""
+    if isinstance(node, dict):
+        found = {node["type_id"]} if "type_id" in node else set()
+        return found.union(*(_type_ids(value) for key, value in node.items() if key != "type_id"))
+    if isinstance(node, list):
+        return set().union(*(_type_ids(item) for item in node))
+    return set()
 
 
 class Classifier(Bundle):
@@ -48,6 +59,12 @@ class Classifier(Bundle):
         info = self.manifest.tokenizer  # there is a tokenizer exactly where the manifest names one
         if self.tokenizer is not None and info is not None:
             cut_to_context(self.tokenizer, info.truncation, self.max_seq_len)
+            given = _type_ids(json.loads(self.files.text(info.file)).get("post_processor"))
+            if "token_type_ids" in names and not given <= {0, 1}:
+                raise BundleError(
+                    f"{self.path / info.file}: its post-processor gives the segment ids {sorted(given)}, "
+                    f"and the model reads 0 (first sentence) and 1 (second) only"
+                )
 
     @property
     def labels(self) -> list[str]:
