@@ -974,3 +974,24 @@ def test_a_classifier_tokenizer_of_segment_ids_the_model_does_not_read_is_refuse
         BundleError, match=r"its post-processor gives the segment ids \[7\], and the model reads 0"
     ):
         load(folder)
+
+
+@pytest.mark.parametrize(
+    ("batch", "advice"),
+    [(1, "a shorter input may fit; else the graph needs more"), (4, "send a smaller batch")],
+)
+def test_onnxruntime_out_of_memory_is_told_by_the_batch_it_ran(batch: int, advice: str) -> None:
+    """A graph that allocates terabytes was blamed on the batch size, for a batch of one token."""
+    from types import SimpleNamespace
+
+    from tfcompile.runtime.ort import run
+
+    class OutOfMemory:
+        def get_inputs(self) -> list[Any]:
+            return [SimpleNamespace(name="input_ids", type="tensor(int64)")]
+
+        def run(self, *args: Any) -> list[Any]:
+            raise RuntimeError("Failed to allocate memory for requested buffer of size 1099511627776")
+
+    with pytest.raises(InputError, match=re.escape(advice)):
+        run(OutOfMemory(), {"input_ids": np.zeros((batch, 1), np.int64)})

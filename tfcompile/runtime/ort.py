@@ -36,22 +36,29 @@ def run(session: Any, feed: dict[str, np.ndarray], outputs: Sequence[str] | None
         else value
         for name, value in feed.items()
     }
-    with failures():
+    rows = {value.shape[0] for value in feed.values() if value.ndim}
+    with failures(rows == {1}):
         results = session.run(None if outputs is None else list(outputs), cast)
     return [r.astype(np.float32) if r.dtype == np.float16 else r for r in results]
 
 
 @contextlib.contextmanager
-def failures() -> Iterator[None]:
+def failures(one_row: bool = False) -> Iterator[None]:
     """onnxruntime failing on inputs that the runtime checked against the manifest: out of memory
-    is the batch's size (InputError); anything else means the graph is not what its manifest
-    says, a BundleError, not onnxruntime's own exception."""
+    is the batch's size (InputError), or with ``one_row`` (a batch of one) the input's length or
+    the graph's own needs; anything else means the graph is not what its manifest says, a
+    BundleError, not onnxruntime's own exception."""
     try:
         yield
     except Exception as e:  # onnxruntime's Fail, InvalidArgument, RuntimeException, ...
         first = first_line(e)
         if "alloc" in first.lower():
-            raise InputError(f"onnxruntime ran out of memory ({first}): send a smaller batch") from None
+            advice = (
+                "a shorter input may fit; else the graph needs more memory than this machine has"
+                if one_row
+                else "send a smaller batch"
+            )
+            raise InputError(f"onnxruntime ran out of memory ({first}): {advice}") from None
         raise BundleError(
             f"onnxruntime failed on inputs the bundle's manifest allows (its graph does not do what "
             f"the manifest says): {first}"
