@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import warnings
 from collections.abc import Callable
@@ -24,6 +25,7 @@ transformers = pytest.importorskip("transformers")
 from tokenizers import Regex, Tokenizer, models, normalizers, pre_tokenizers, processors  # noqa: E402
 
 from tfcompile.hf.errors import HFError, HFWarning  # noqa: E402
+from tfcompile.hf.exporter import export_hf  # noqa: E402
 from tfcompile.hf.importer import import_folder  # noqa: E402
 from tfcompile.models import Encoder, Seq2Seq  # noqa: E402
 from tfcompile.summary import summarize  # noqa: E402
@@ -616,6 +618,50 @@ def imported_variants(
         return write_to
 
     return {name: Imported(root, name, writer(name), "error") for name in variants}
+
+
+def loads_alike(out: Path, model: torch.nn.Module) -> None:
+    """transformers loads ``out`` with no missing, unexpected or mismatched tensors, and its
+    outputs are ``model``'s, with and without padding."""
+    reloaded, info = from_pretrained(out, loading_info=True)
+    assert not any(info.values()), info
+    for padded in (False, True):
+        assert max_difference(reloaded, model, padded) <= 1e-5, padded
+
+
+def assert_round_trips(variant: Imported, head: str, tmp_path: Path) -> None:
+    """export-hf writes the variant's run as ``head``, which transformers loads to the run's
+    outputs, and which imports back to the same model."""
+    assert export_hf(variant.result.run_dir, tmp_path / "out") == head
+    loads_alike(tmp_path / "out", variant.model)
+    again = import_folder(tmp_path / "out", "again", tmp_path / "specs", tmp_path / "runs")
+    assert again.spec.model == variant.spec.model
+
+
+def own_run_written(spec_text: str, head: str, tmp_path: Path) -> tuple[Any, Any]:
+    """A random run of ``model: {spec_text}``, which export-hf writes as ``head`` and transformers
+    loads to its outputs -> the run's model spec, and the spec of the folder imported back."""
+    from helpers import random_run
+
+    run = random_run(tmp_path, f"model: {{{spec_text}}}\n")
+    spec, ours = load_trained_model(run)
+    assert export_hf(run, tmp_path / "out") == head
+    loads_alike(tmp_path / "out", ours)
+    with pytest.warns(HFWarning, match="no tokenizer.json"):  # a random run has none
+        again = import_folder(tmp_path / "out", "again", tmp_path / "specs", tmp_path / "runs")
+    return spec.model, again.spec.model
+
+
+def assert_export_refused(spec_text: str, fields: list[str], written: str, tmp_path: Path) -> None:
+    """export-hf refuses a random run of ``model: {spec_text}`` by exactly ``fields``, as
+    ``written`` (the architecture it would write) lacks them, and writes nothing."""
+    from helpers import random_run
+
+    run = random_run(tmp_path, f"model: {{{spec_text}}}\n")
+    with pytest.raises(HFError) as error:
+        export_hf(run, tmp_path / "out")
+    assert re.findall(r"^  (\S+): ", str(error.value), re.MULTILINE) == fields, str(error.value)
+    assert f"{written} equivalent" in str(error.value) and not (tmp_path / "out").exists()
 
 
 def assert_head_refused(variant: Imported, head: str, tmp_path: Path) -> None:

@@ -12,7 +12,8 @@ from typing import Any, ClassVar
 import pytest
 import torch
 from helpers import random_run
-from hf_models import VARIANTS, Imported, edited, from_pretrained, import_all, max_difference
+from hf_models import VARIANTS, Imported, edited, from_pretrained, import_all
+from hf_models import loads_alike as _loads_alike
 from tokenizers import Tokenizer
 
 from tfcompile.cli import main
@@ -28,15 +29,6 @@ transformers = pytest.importorskip("transformers")
 @pytest.fixture(scope="module")
 def imported(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Imported]:
     return import_all(tmp_path_factory.mktemp("hf"))
-
-
-def _loads_alike(out: Path, model: torch.nn.Module) -> None:
-    """transformers loads ``out`` with no missing, unexpected or mismatched tensors, and its
-    outputs are ``model``'s, with and without padding."""
-    reloaded, info = from_pretrained(out, loading_info=True)
-    assert not any(info.values()), info
-    for padded in (False, True):
-        assert max_difference(reloaded, model, padded) <= 1e-5, padded
 
 
 @pytest.mark.parametrize("name", list(VARIANTS))

@@ -12,7 +12,6 @@ the config class."""
 from __future__ import annotations
 
 import json
-import re
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -21,8 +20,15 @@ from typing import Any
 import pytest
 import torch
 from helpers import random_run
-from hf_models import VOCAB, Imported, assert_head_refused, from_pretrained, imported_variants
-from test_hf_export import _loads_alike
+from hf_models import (
+    VOCAB,
+    Imported,
+    assert_export_refused,
+    assert_head_refused,
+    assert_round_trips,
+    imported_variants,
+    own_run_written,
+)
 from test_hf_fields import (
     DELETE,
     FAMILIES,
@@ -38,9 +44,7 @@ from test_hf_fields import (
 )
 from test_hf_moe import LOAD_457, PYTHON_457
 
-from tfcompile.hf.errors import HFError, HFWarning
 from tfcompile.hf.exporter import export_hf
-from tfcompile.hf.importer import import_folder
 from tfcompile.train.runs import load_trained_model
 
 transformers = pytest.importorskip("transformers")
@@ -60,6 +64,7 @@ FLEX_OLMO = dict(
     eos_token_id=None,  # transformers stops generating at one, the bundle check does not
     pad_token_id=1,
 )
+FLEX = "FlexOlmoForCausalLM"
 FAMILIES["flex_olmo"] = Family(T.FlexOlmoConfig, T.FlexOlmoForCausalLM, "gpt2", FLEX_OLMO)
 
 
@@ -110,13 +115,7 @@ def test_the_specs_say_what_each_model_is(imported: dict[str, Imported]) -> None
 
 @pytest.mark.parametrize("name", list(VARIANTS))
 def test_an_imported_run_round_trips(imported: dict[str, Imported], name: str, tmp_path: Path) -> None:
-    variant = imported[name]
-    assert export_hf(variant.result.run_dir, tmp_path / "out") == "FlexOlmoForCausalLM"
-    _loads_alike(tmp_path / "out", variant.model)
-    _, info = from_pretrained(tmp_path / "out", loading_info=True)
-    assert not any(info.values()), info
-    again = import_folder(tmp_path / "out", "again", tmp_path / "specs", tmp_path / "runs")
-    assert again.spec.model == variant.spec.model
+    assert_round_trips(imported[name], FLEX, tmp_path)
 
 
 OUTPUT_NORMS = (
@@ -129,13 +128,8 @@ OUTPUT_NORMS = (
 def test_a_run_of_tfcompiles_own_mixture_of_experts_with_output_norms_is_written_as_flex_olmo(
     tmp_path: Path,
 ) -> None:
-    run = random_run(tmp_path, f"model: {{{OUTPUT_NORMS}, moe: {{experts: 3, top_k: 2, d_ff: 16}}}}\n")
-    spec, ours = load_trained_model(run)
-    assert export_hf(run, tmp_path / "out") == "FlexOlmoForCausalLM"
-    _loads_alike(tmp_path / "out", ours)
-    with pytest.warns(HFWarning, match="no tokenizer.json"):  # a random run has none
-        again = import_folder(tmp_path / "out", "again", tmp_path / "specs", tmp_path / "runs").spec.model
-    assert again.moe == spec.model.moe
+    ours, again = own_run_written(f"{OUTPUT_NORMS}, moe: {{experts: 3, top_k: 2, d_ff: 16}}", FLEX, tmp_path)
+    assert again.moe == ours.moe
 
 
 @pytest.mark.parametrize(
@@ -150,11 +144,7 @@ def test_a_run_of_tfcompiles_own_mixture_of_experts_with_output_norms_is_written
 def test_what_flex_olmo_cannot_express_is_refused_by_field(
     extra: str, fields: list[str], tmp_path: Path
 ) -> None:
-    run = random_run(tmp_path, f"model: {{{OUTPUT_NORMS}, {extra}}}\n")
-    with pytest.raises(HFError) as error:
-        export_hf(run, tmp_path / "out")
-    assert re.findall(r"^  (\S+): ", str(error.value), re.MULTILINE) == fields, str(error.value)
-    assert "FlexOlmo equivalent" in str(error.value) and not (tmp_path / "out").exists()
+    assert_export_refused(f"{OUTPUT_NORMS}, {extra}", fields, "FlexOlmo", tmp_path)
 
 
 @pytest.mark.slow

@@ -13,7 +13,6 @@ field of the config class."""
 from __future__ import annotations
 
 import json
-import re
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -22,14 +21,19 @@ from typing import Any
 import pytest
 import torch
 from helpers import random_run
-from hf_models import VOCAB, Imported, assert_head_refused, from_pretrained, imported_variants
-from test_hf_export import _loads_alike
+from hf_models import (
+    VOCAB,
+    Imported,
+    assert_export_refused,
+    assert_head_refused,
+    assert_round_trips,
+    imported_variants,
+    own_run_written,
+)
 from test_hf_fields import FAMILIES, IDS, Case, Family, _pytest_cases, case, check, uncovered
 from test_hf_moe import LOAD_457, PYTHON_457
 
-from tfcompile.hf.errors import HFError, HFWarning
 from tfcompile.hf.exporter import export_hf
-from tfcompile.hf.importer import import_folder
 from tfcompile.train.runs import load_trained_model
 
 transformers = pytest.importorskip("transformers")
@@ -50,6 +54,7 @@ HUNYUAN_MOE = dict(
     eos_token_id=None,  # transformers stops generating at one, the bundle check does not
     pad_token_id=1,
 )
+HEAD = "HunYuanMoEV1ForCausalLM"
 FAMILIES["hunyuan_v1_moe"] = Family(T.HunYuanMoEV1Config, T.HunYuanMoEV1ForCausalLM, "gpt2", HUNYUAN_MOE)
 
 
@@ -93,13 +98,7 @@ def test_the_specs_say_what_each_model_is(imported: dict[str, Imported]) -> None
 
 @pytest.mark.parametrize("name", list(VARIANTS))
 def test_an_imported_run_round_trips(imported: dict[str, Imported], name: str, tmp_path: Path) -> None:
-    variant = imported[name]
-    assert export_hf(variant.result.run_dir, tmp_path / "out") == "HunYuanMoEV1ForCausalLM"
-    _loads_alike(tmp_path / "out", variant.model)
-    _, info = from_pretrained(tmp_path / "out", loading_info=True)
-    assert not any(info.values()), info
-    again = import_folder(tmp_path / "out", "again", tmp_path / "specs", tmp_path / "runs")
-    assert again.spec.model == variant.spec.model
+    assert_round_trips(imported[name], HEAD, tmp_path)
 
 
 AFTER_ROPE = (
@@ -112,13 +111,10 @@ AFTER_ROPE = (
 def test_a_run_of_tfcompiles_own_experts_with_q_and_k_normed_after_rope_is_written_as_hunyuan_moe(
     tmp_path: Path,
 ) -> None:
-    run = random_run(tmp_path, f"model: {{{AFTER_ROPE}, moe: {{experts: 3, top_k: 2, shared_d_ff: 16}}}}\n")
-    spec, ours = load_trained_model(run)
-    assert export_hf(run, tmp_path / "out") == "HunYuanMoEV1ForCausalLM"
-    _loads_alike(tmp_path / "out", ours)
-    with pytest.warns(HFWarning, match="no tokenizer.json"):  # a random run has none
-        again = import_folder(tmp_path / "out", "again", tmp_path / "specs", tmp_path / "runs").spec.model
-    assert again.moe == spec.model.moe
+    ours, again = own_run_written(
+        f"{AFTER_ROPE}, moe: {{experts: 3, top_k: 2, shared_d_ff: 16}}", HEAD, tmp_path
+    )
+    assert again.moe == ours.moe
 
 
 @pytest.mark.parametrize(
@@ -135,11 +131,7 @@ def test_a_run_of_tfcompiles_own_experts_with_q_and_k_normed_after_rope_is_writt
 def test_what_hunyuan_moe_cannot_express_is_refused_by_field(
     extra: str, fields: list[str], tmp_path: Path
 ) -> None:
-    run = random_run(tmp_path, f"model: {{{AFTER_ROPE}, {extra}}}\n")
-    with pytest.raises(HFError) as error:
-        export_hf(run, tmp_path / "out")
-    assert re.findall(r"^  (\S+): ", str(error.value), re.MULTILINE) == fields, str(error.value)
-    assert "HunYuan-MoE equivalent" in str(error.value) and not (tmp_path / "out").exists()
+    assert_export_refused(f"{AFTER_ROPE}, {extra}", fields, "HunYuan-MoE", tmp_path)
 
 
 @pytest.mark.slow

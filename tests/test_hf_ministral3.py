@@ -20,17 +20,22 @@ from typing import Any
 
 import pytest
 import torch
-from helpers import random_run
-from hf_models import VOCAB, Imported, assert_head_refused, edited, from_pretrained, imported_variants
-from test_hf_export import _loads_alike
+from hf_models import (
+    VOCAB,
+    Imported,
+    assert_export_refused,
+    assert_head_refused,
+    assert_round_trips,
+    edited,
+    imported_variants,
+    own_run_written,
+)
 from test_hf_fields import FAMILIES, IDS, Case, Family, _pytest_cases, case, check, uncovered
 
-from tfcompile.hf.errors import HFError, HFWarning
-from tfcompile.hf.exporter import export_hf
+from tfcompile.hf.errors import HFError
 from tfcompile.hf.importer import import_folder
 from tfcompile.nn.positional import RotaryPositional
 from tfcompile.spec import parse_spec
-from tfcompile.train.runs import load_trained_model
 
 transformers = pytest.importorskip("transformers")
 T = transformers
@@ -134,13 +139,7 @@ def test_the_query_scale_is_the_formula() -> None:
 
 @pytest.mark.parametrize("name", list(VARIANTS))
 def test_an_imported_run_round_trips(imported: dict[str, Imported], name: str, tmp_path: Path) -> None:
-    variant = imported[name]
-    assert export_hf(variant.result.run_dir, tmp_path / "out") == "Ministral3ForCausalLM"
-    _loads_alike(tmp_path / "out", variant.model)
-    _, info = from_pretrained(tmp_path / "out", loading_info=True)
-    assert not any(info.values()), info
-    again = import_folder(tmp_path / "out", "again", tmp_path / "specs", tmp_path / "runs")
-    assert again.spec.model == variant.spec.model
+    assert_round_trips(imported[name], "Ministral3ForCausalLM", tmp_path)
 
 
 LLAMA_LIKE = (
@@ -150,16 +149,9 @@ LLAMA_LIKE = (
 
 
 def test_a_run_of_tfcompiles_own_query_scaling_is_written_as_ministral3(tmp_path: Path) -> None:
-    run = random_run(
-        tmp_path,
-        f"model: {{{LLAMA_LIKE}, positional: {{type: rope, query_scaling: {{beta: 0.3, length: 5}}}}}}\n",
-    )
-    spec, ours = load_trained_model(run)
-    assert export_hf(run, tmp_path / "out") == "Ministral3ForCausalLM"
-    _loads_alike(tmp_path / "out", ours)
-    with pytest.warns(HFWarning, match="no tokenizer.json"):  # a random run has none
-        again = import_folder(tmp_path / "out", "again", tmp_path / "specs", tmp_path / "runs").spec.model
-    assert again.positional.query_scaling == spec.model.positional.query_scaling  # type: ignore[union-attr]
+    positional = "positional: {type: rope, query_scaling: {beta: 0.3, length: 5}}"
+    ours, again = own_run_written(f"{LLAMA_LIKE}, {positional}", "Ministral3ForCausalLM", tmp_path)
+    assert again.positional.query_scaling == ours.positional.query_scaling
 
 
 @pytest.mark.parametrize(
@@ -193,11 +185,7 @@ def test_a_run_of_tfcompiles_own_query_scaling_is_written_as_ministral3(tmp_path
 def test_what_ministral3_cannot_express_is_refused_by_field(
     extra: str, fields: list[str], written: str, tmp_path: Path
 ) -> None:
-    run = random_run(tmp_path, f"model: {{{LLAMA_LIKE}, {extra}}}\n")
-    with pytest.raises(HFError) as error:
-        export_hf(run, tmp_path / "out")
-    assert re.findall(r"^  (\S+): ", str(error.value), re.MULTILINE) == fields, str(error.value)
-    assert f"{written} equivalent" in str(error.value) and not (tmp_path / "out").exists()
+    assert_export_refused(f"{LLAMA_LIKE}, {extra}", fields, written, tmp_path)
 
 
 @pytest.mark.parametrize(
