@@ -14,7 +14,7 @@ import numpy as np
 import onnx
 import pytest
 import torch
-from helpers import ROOT, assert_follows_schema
+from helpers import ROOT, assert_follows_schema, damaged, random_run
 
 from tfcompile.cli import main
 from tfcompile.export import ExportError, Source, export_bundle, verify_bundle
@@ -186,6 +186,27 @@ def test_verify_reruns_parity_from_the_run(bundle: Path, run_dir: Path) -> None:
     reports = verify_bundle(bundle, run=run_dir)
     assert reports["model"].passed and len(reports["model"].cases) == 4 and reports["step"].passed
     assert all(r.passed for r in verify_bundle(bundle, run=run_dir).values())
+
+
+def test_verify_names_a_run_or_a_spec_that_is_not_the_bundles(bundle: Path, tmp_path: Path) -> None:
+    """Another run, or a spec.yaml of another model, failed inside onnxruntime as if the graphs
+    were broken ("Invalid input name: token_type_ids")."""
+    text = "model: {family: decoder, vocab_size: 65, d_model: 16, n_layers: 1, n_heads: 2, max_seq_len: 16}\n"
+    other = random_run(tmp_path / "other", text)
+    latest = damaged(
+        bundle, tmp_path / "latest", lambda m: m.update(source={"run": str(other), "checkpoint": "last"})
+    )
+    with pytest.raises(
+        ExportError, match=r"is not the run .* was exported from: its causal_lm model differs .* in d_model"
+    ):
+        verify_bundle(latest, run=other)
+    spec = (bundle / "spec.yaml").read_text().replace("vocab_size: 65", "vocab_size: 70")
+    assert "vocab_size: 70" in spec
+    folder = damaged(bundle, tmp_path, **{"spec.yaml": spec.encode()})
+    with pytest.raises(
+        BundleError, match=r"spec\.yaml is not the spec of the manifest's graphs: .*\('causal_lm', 70"
+    ):
+        verify_bundle(folder)
 
 
 def test_spec_export_is_verified_from_its_seed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -166,6 +166,7 @@ def verify_bundle(bundle: Path, run: Path | None = None) -> dict[str, ParityRepo
     files = BundleFiles(bundle)
     recorded = files.manifest.source
     spec = parse_spec(files.text(SPEC_FILE), source=str(bundle / SPEC_FILE))
+    _spec_is_the_manifests(bundle, spec, files.manifest)
     if run is not None:
         # The checkpoint folder exported from (a run trained on since has a newer last), else the
         # pointer recorded (bundles exported before folders were recorded).
@@ -185,7 +186,13 @@ def verify_bundle(bundle: Path, run: Path | None = None) -> dict[str, ParityRepo
             f"{bundle / MANIFEST}: source records neither a run nor a seed (a whole number from 0 to "
             f"2^63 - 1, torch's), found {str(seed)[:40]}"
         )
-    _, _, model = source.load(spec)
+    _, loaded, model = source.load(spec)
+    if loaded.model != spec.model or loaded.task.type != spec.task.type:
+        differ = [k for k, v in spec.model.model_dump().items() if loaded.model.model_dump().get(k) != v]
+        raise ExportError(
+            f"{run} is not the run {bundle} was exported from: its {loaded.task.type} model differs from "
+            f"the bundle's {SPEC_FILE} ({spec.task.type}) in {', '.join(differ) or 'its task'}"
+        )
     graphs = files.manifest.graphs
     reports = {}
     for name, g in bundle_graphs(spec).items():
@@ -200,6 +207,19 @@ def verify_bundle(bundle: Path, run: Path | None = None) -> dict[str, ParityRepo
         if files.manifest.optimization:
             reports[name] = _optimized(reports[name], name, files.manifest, spec)
     return reports
+
+
+def _spec_is_the_manifests(bundle: Path, spec: Spec, manifest: Manifest) -> None:
+    """The bundle's spec.yaml says what its manifest does (its task, vocabulary and context): the
+    parity check builds the model from it, which would otherwise fail on the graphs' inputs as if
+    the graphs were broken."""
+    said = (manifest.task, manifest.model.vocab_size, manifest.model.max_seq_len)
+    found = (spec.task.type, spec.model.vocab_size, spec.model.max_seq_len)  # as the export wrote them
+    if found != said:
+        raise BundleError(
+            f"{bundle / SPEC_FILE} is not the spec of the manifest's graphs: its task, vocab_size and "
+            f"max_seq_len are {found}, the manifest's {said}"
+        )
 
 
 def _optimized(report: ParityReport, graph: str, manifest: Manifest, spec: Spec) -> ParityReport:
