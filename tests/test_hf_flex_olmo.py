@@ -11,15 +11,11 @@ the config class."""
 
 from __future__ import annotations
 
-import json
-import subprocess
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-import torch
-from helpers import random_run
 from hf_models import (
     VOCAB,
     Imported,
@@ -42,10 +38,7 @@ from test_hf_fields import (
     rope,
     uncovered,
 )
-from test_hf_moe import LOAD_457, PYTHON_457
-
-from tfcompile.hf.exporter import export_hf
-from tfcompile.train.runs import load_trained_model
+from test_hf_moe import PYTHON_457, assert_4_57_loads_written
 
 transformers = pytest.importorskip("transformers")
 T = transformers
@@ -152,22 +145,8 @@ def test_what_flex_olmo_cannot_express_is_refused_by_field(
     not PYTHON_457, reason="TFCOMPILE_TRANSFORMERS_457 names no python with transformers 4.57 installed"
 )
 def test_transformers_4_57_loads_a_written_flex_olmo_to_the_runs_logits(tmp_path: Path) -> None:
-    assert PYTHON_457 is not None
-    run = random_run(tmp_path, f"model: {{{OUTPUT_NORMS}, moe: {{experts: 3, top_k: 2, d_ff: 16}}}}\n")
-    assert export_hf(run, tmp_path / "hf") == "FlexOlmoForCausalLM"
-    ids = torch.randint(0, 64, (2, 10), generator=torch.Generator().manual_seed(1))
-    with torch.no_grad():
-        expected = load_trained_model(run)[1].eval()(ids)
-    folder = str(tmp_path / "hf")
-    result = subprocess.run(
-        [PYTHON_457, "-c", LOAD_457, json.dumps(ids.tolist()), folder],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    logits, info = json.loads(result.stdout.strip().splitlines()[-1])[folder]
-    assert info == {}, info  # no missing, unexpected or mismatched tensors
-    torch.testing.assert_close(torch.tensor(logits), expected, atol=1e-5, rtol=1e-5)
+    spec = f"model: {{{OUTPUT_NORMS}, moe: {{experts: 3, top_k: 2, d_ff: 16}}}}\n"
+    assert_4_57_loads_written({FLEX: spec}, tmp_path)
 
 
 @pytest.mark.slow
