@@ -32,6 +32,7 @@ from tfcompile.hf.architecture import (
     Imported,
     State,
     Tensors,
+    contiguous,
     dropout,
     json_type,
     register,
@@ -238,7 +239,7 @@ class Dbrx(Llama):
             for e in range(experts):
                 state[f"{b}ffn.experts.{e}.w_in.weight"] = torch.cat([gate[e], up[e]])  # gate first
                 state[f"{b}ffn.experts.{e}.w_out.weight"] = down[e].T
-        return {name: t.contiguous() for name, t in state.items()}
+        return contiguous(state)
 
     def candidate(self, spec: Spec) -> bool:
         """Never: export-hf writes no DBRX (a RoPE decoder of LayerNorms is Starcoder2's to write)."""

@@ -222,7 +222,7 @@ class LanguageModel(Bundle):
             inputs.switch("use_cache", use_cache),
         )
         stops = tuple(self.generation.stop_token_ids)
-        texts = self.decode(
+        texts = self.decode_ids(
             [e.ids + search.strip_stop(n, stops) for e, n in zip(encodings, new, strict=True)]
         )
         return texts[0] if isinstance(prompt, str) else texts

@@ -85,7 +85,7 @@ class Translator(Bundle):
         ids = pad_rows(rows, self.manifest.padding.pad_id)
         mask = pad_rows([[1] * len(row) for row in rows], 0)
         tokens = self.translate_ids(ids, mask, beam, length_penalty, max_len, given, early_stopping)
-        return [tidy(text) for text in self.decode(tokens)]
+        return [tidy(text) for text in self.decode_ids(tokens)]
 
     def framing(
         self, source_language: str | None = None, target_language: str | None = None

@@ -374,7 +374,7 @@ def _generate(model: LanguageModel, jobs: Sequence[Job]) -> list[list[Finished]]
 
 def text_of(model: LanguageModel, tokens: Sequence[int]) -> str:
     """Generated tokens as text, the stop token that ended them left out."""
-    return model.decode([search.strip_stop(list(tokens), tuple(model.generation.stop_token_ids))])[0]
+    return model.decode_ids([search.strip_stop(list(tokens), tuple(model.generation.stop_token_ids))])[0]
 
 
 def stop_text(model: LanguageModel, tokens: Sequence[int], stops: Sequence[str]) -> int | None:
