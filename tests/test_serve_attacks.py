@@ -112,6 +112,27 @@ def test_a_body_not_sent_as_json_is_415_naming_its_content_type(server: Backgrou
         )
 
 
+@pytest.mark.parametrize(
+    ("route", "content", "needle"),
+    [
+        ("/v1/completions", b"", "the body is empty: send a JSON object"),
+        ("/v1/classify", b"", "the body is empty: send a JSON object"),
+        (
+            "/v1/completions",
+            b'{"model": "char",',
+            "Expecting property name enclosed in double quotes (at character 17)",
+        ),
+        ("/v1/translate", b'{"model": 1 2}', "Expecting ',' delimiter (at character 12)"),
+    ],
+)
+def test_an_empty_or_broken_json_body_is_a_400_saying_what_is_wrong(
+    server: BackgroundServer, route: str, content: bytes, needle: str
+) -> None:
+    r = httpx.post(f"{server.url}{route}", content=content, headers={"Content-Type": "application/json"})
+    error = openai_error(r, 400)
+    assert needle in error["message"] and error["param"] is None, error
+
+
 # --------------------------------------------------- work bounded before it is done
 
 

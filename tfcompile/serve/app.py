@@ -283,13 +283,12 @@ def create_app(served: Served) -> ASGI:
     async def invalid(request: Request, e: RequestValidationError) -> JSONResponse:
         first = e.errors()[0]
         if first["type"] == "json_invalid":  # its loc is a character offset, not a field
-            at = first["loc"][-1]
-            return JSONResponse(
-                error_body(
-                    request.url.path, 400, f"the body is not valid JSON (at character {at})", "invalid_json"
-                ),
-                400,
-            )
+            reason, at = first.get("ctx", {}).get("error", first["msg"]), first["loc"][-1]
+            message = f"the body is not valid JSON: {reason} (at character {at})"
+            return JSONResponse(error_body(request.url.path, 400, message, "invalid_json"), 400)
+        if first["type"] == "missing" and first["loc"] == ("body",):
+            message = "the body is empty: send a JSON object"
+            return JSONResponse(error_body(request.url.path, 400, message, "invalid_request"), 400)
         if first["loc"] == ("body",) and isinstance(first.get("input"), bytes):  # not read as JSON
             kind = request.headers.get("content-type")
             message = f"the body must be JSON, sent with Content-Type: application/json, not {kind or 'none'}"
