@@ -318,8 +318,9 @@ def build(name: str, seed: int = 0) -> Any:
 
 
 def perturb(model: Any) -> Any:
-    """``model`` in eval mode, its norms and biases moved off 1 and 0, an untied head unlike the
-    embeddings."""
+    """``model`` in eval mode, its norms and biases moved off 1 and 0 (the routers' selection
+    biases, buffers, too: by more than sigmoid scores differ, so that they change choices), an
+    untied head unlike the embeddings."""
     model.eval()
     with torch.no_grad():
         for pname, p in model.named_parameters():
@@ -327,6 +328,9 @@ def perturb(model: Any) -> Any:
                 p.add_(torch.randn_like(p) * 0.1)
             elif "lm_head" in pname or "decoder.weight" in pname:
                 p.normal_(0, 0.5)  # an untied head unlike the embeddings
+        for name, buffer in model.named_buffers():
+            if name.endswith("e_score_correction_bias"):
+                buffer.normal_(0, 0.05)
     return model
 
 

@@ -33,6 +33,7 @@ import test_hf_biogpt  # noqa: F401
 import test_hf_codegen  # noqa: F401
 import test_hf_cohere  # noqa: F401
 import test_hf_dbrx  # noqa: F401
+import test_hf_dots1  # noqa: F401
 import test_hf_electra  # noqa: F401
 import test_hf_ernie  # noqa: F401
 import test_hf_ernie4_5  # noqa: F401
@@ -42,6 +43,7 @@ import test_hf_flex_olmo  # noqa: F401
 import test_hf_gemma3  # noqa: F401
 import test_hf_gemma_phi3  # noqa: F401
 import test_hf_glm  # noqa: F401
+import test_hf_glm4_moe  # noqa: F401
 import test_hf_gpt_neo  # noqa: F401
 import test_hf_gpt_oss  # noqa: F401
 import test_hf_granite  # noqa: F401
@@ -158,6 +160,8 @@ SOURCES: dict[str, Source] = {
         "dbrx",
         "flex_olmo",
         "hunyuan_v1_moe",
+        "glm4_moe",
+        "dots1",
         "ministral3",
         "qwen2_moe",
         "qwen3_moe",

@@ -135,7 +135,8 @@ def moe_of(imported: dict[str, Imported], name: str) -> dict[str, Any]:
 
 
 def test_the_specs_say_what_each_model_is(imported: dict[str, Imported]) -> None:
-    plain = dict(
+    routing = dict(scoring="softmax", selection_bias=False, groups=None, scale=1.0)
+    plain = routing | dict(
         shared_d_ff=None, shared_gate=False, dense_layers=None, balance_loss=0.001, router_bias=False
     )
     assert moe_of(imported, "mixtral") == plain | dict(
@@ -145,7 +146,7 @@ def test_the_specs_say_what_each_model_is(imported: dict[str, Imported]) -> None
     assert mixtral.window is not None and (mixtral.window.size, mixtral.window.layers) == (6, None)
     assert (mixtral.head_dim, mixtral.positional.theta, mixtral.norm.eps) == (16, 1000000.0, 1e-5)
     assert (mixtral.bias.qkv, mixtral.bias.attn_out, mixtral.qk_norm) == (False, False, False)
-    qwen2 = dict(
+    qwen2 = routing | dict(
         experts=4, top_k=2, d_ff=16, shared_d_ff=24, shared_gate=True, balance_loss=0.001, router_bias=False
     )
     assert moe_of(imported, "qwen2_moe") == qwen2 | dict(normalize=False, dense_layers=None)

@@ -36,19 +36,36 @@ class EveryExpert(MoE):
 
 def _layer(activation: str = "swiglu", bias: bool = False, dispatch: bool = True, **moe: object) -> MoE:
     spec = MoESpec.model_validate({"experts": 4, "top_k": 2, "d_ff": 8} | moe)
-    return randomised((MoE if dispatch else EveryExpert)(6, spec, activation, bias))
+    layer = randomised((MoE if dispatch else EveryExpert)(6, spec, activation, bias))
+    if layer.selection_bias is not None:  # a buffer: drawn here, as randomised draws the parameters
+        layer.selection_bias.copy_(
+            torch.randn(len(layer.experts), generator=torch.Generator().manual_seed(1))
+        )
+    return layer
 
 
 def _by_token(layer: MoE, x: torch.Tensor) -> torch.Tensor:
-    """The formula for one token at a time: its top_k experts by router probability, their
-    outputs weighted by those probabilities (rescaled to sum to 1 where normalize), plus the
-    shared expert (times its sigmoid gate)."""
+    """The formula for one token at a time: its router scores (softmax, or each expert's sigmoid);
+    where groups are set, the experts of the groups whose two best scores (plus the selection
+    bias) sum highest; among them its top_k experts by score plus selection bias; their outputs
+    weighted by their scores (rescaled to sum to 1 where normalize, times scale), plus the shared
+    expert (times its sigmoid gate)."""
     out = torch.empty_like(x)
     for index in itertools.product(*map(range, x.shape[:-1])):
         token = x[index]
-        probs = torch.softmax(layer.router.weight @ token, dim=-1)
-        chosen = sorted(range(len(probs)), key=lambda e: -float(probs[e]))[: layer.top_k]
-        weights = probs[chosen] / (probs[chosen].sum() if layer.normalize else 1)
+        logits = layer.router.weight @ token
+        probs = torch.sigmoid(logits) if layer.scoring == "sigmoid" else torch.softmax(logits, dim=-1)
+        bias = layer.selection_bias if layer.selection_bias is not None else torch.zeros_like(probs)
+        choice = [float(p + b) for p, b in zip(probs, bias, strict=True)]
+        allowed = list(range(len(probs)))
+        if layer.groups is not None:
+            size = len(probs) // layer.groups.count
+            groups = [allowed[g * size : (g + 1) * size] for g in range(layer.groups.count)]
+            score = [sum(sorted((choice[e] for e in group), reverse=True)[:2]) for group in groups]
+            best = sorted(range(len(groups)), key=lambda g: -score[g])[: layer.groups.top]
+            allowed = [e for g in best for e in groups[g]]
+        chosen = sorted(allowed, key=lambda e: -choice[e])[: layer.top_k]
+        weights = probs[chosen] / (probs[chosen].sum() if layer.normalize else 1) * layer.scale
         y = sum(w * layer.experts[e](token) for w, e in zip(weights, chosen, strict=True))
         if layer.shared is not None:
             gate = 1 if layer.shared_gate is None else torch.sigmoid(layer.shared_gate.weight @ token)
@@ -65,8 +82,30 @@ def _by_token(layer: MoE, x: torch.Tensor) -> torch.Tensor:
         ("gelu", True, {"top_k": 1}),
         ("geglu", False, {"shared_d_ff": 5}),
         ("swiglu", False, {"shared_d_ff": 5, "shared_gate": True, "normalize": False, "top_k": 3}),
+        ("swiglu", False, {"scoring": "sigmoid", "selection_bias": True, "scale": 2.5, "shared_d_ff": 5}),
+        (
+            "swiglu",
+            False,
+            {
+                "experts": 8,
+                "top_k": 3,
+                "scoring": "sigmoid",
+                "selection_bias": True,
+                "groups": {"count": 4, "top": 2},
+            },
+        ),
+        ("gelu", False, {"experts": 6, "normalize": False, "groups": {"count": 3, "top": 1}, "scale": 0.5}),
     ],
-    ids=["mixtral", "qwen3 unnormalised", "switch top-1 with biases", "shared expert", "qwen2-moe"],
+    ids=[
+        "mixtral",
+        "qwen3 unnormalised",
+        "switch top-1 with biases",
+        "shared expert",
+        "qwen2-moe",
+        "sigmoid, selection bias, scale",
+        "deepseek-v3 groups",
+        "softmax in one group",
+    ],
 )
 @pytest.mark.parametrize("dispatch", [True, False], ids=["dispatched", "every expert"])
 def test_a_layer_is_its_formula_token_by_token(
@@ -119,6 +158,32 @@ def test_the_balance_loss_is_switch_and_mixtrals() -> None:
     torch.testing.assert_close(balance_loss(model), expected.mean())
 
 
+def test_the_selection_bias_chooses_the_experts_and_leaves_their_weights_to_the_scores() -> None:
+    """A bias large enough moves every token to the experts it favours, each weighted by its own
+    sigmoid score: the bias chooses, it never weighs."""
+    layer = _layer(scoring="sigmoid", selection_bias=True, normalize=False)
+    x = torch.randn(2, 3, 6, dtype=torch.float64)
+    with torch.no_grad():
+        assert layer.selection_bias is not None
+        layer.selection_bias.copy_(torch.tensor([0.0, 50.0, 0.0, 50.0]))
+        scores = torch.sigmoid(layer.router(x))
+        expected = sum(scores[..., e, None] * layer.experts[e](x) for e in (1, 3))
+        torch.testing.assert_close(layer(x), expected)
+    assert "selection_bias" in layer.state_dict() and "selection_bias" not in dict(layer.named_parameters())
+
+
+def test_sigmoid_scores_balance_as_their_share_of_each_tokens_sum() -> None:
+    layer = _layer(scoring="sigmoid", balance_loss=0.5).train()
+    x = torch.randn(3, 4, 6, dtype=torch.float64)
+    layer(x)
+    scores = torch.sigmoid(layer.router(x)).reshape(-1, 4)
+    chosen = scores.topk(2, dim=-1).indices
+    share = torch.stack([(chosen == e).sum() / len(scores) for e in range(4)])
+    shares = scores / scores.sum(-1, keepdim=True)
+    assert layer.balance is not None
+    torch.testing.assert_close(layer.balance, 4 * (share * shares.mean(0)).sum())
+
+
 def test_uniform_routing_balances_at_k_and_evaluation_keeps_no_loss() -> None:
     layer = _layer(top_k=3)
     with torch.no_grad():
@@ -166,6 +231,13 @@ def test_the_trainer_adds_the_balance_loss_to_the_gradient_not_to_the_loss_it_re
         ("{experts: 4, balance_loss: -1}", "model.moe.balance_loss"),
         ("{experts: 4, top_k: 2.5}", "model.moe.top_k"),
         ("{experts: 4, router: noisy}", "model.moe.router"),
+        ("{experts: 4, scoring: relu}", "model.moe.scoring"),
+        ("{experts: 6, groups: {count: 4, top: 1}}", "model.moe.groups.count"),
+        ("{experts: 4, groups: {count: 4, top: 1}}", "model.moe.groups.count"),
+        ("{experts: 4, groups: {count: 1, top: 1}}", "model.moe.groups.count"),
+        ("{experts: 8, groups: {count: 4, top: 5}}", "model.moe.groups.top"),
+        ("{experts: 8, top_k: 5, groups: {count: 4, top: 2}}", "model.moe.top_k"),
+        ("{experts: 4, scale: 0}", "model.moe.scale"),
     ],
 )
 def test_the_schema_refuses_what_has_no_meaning_at_its_field(moe: str, field: str) -> None:
@@ -254,6 +326,9 @@ BUNDLES = {
     "task: {type: classification, labels: [a, b]}\n",
     "encoder-decoder": f"model: {{{MODEL}, family: encoder_decoder, "
     "moe: {experts: 4, dense_layers: [1]}}\ntask: seq2seq\n",
+    "decoder, sigmoid scores in groups": f"model: {{{MODEL}, positional: rope, activation: swiglu, "
+    "moe: {experts: 8, top_k: 3, scoring: sigmoid, selection_bias: true, groups: {count: 4, top: 2}, "
+    "scale: 2.5, shared_d_ff: 8}}\n",
 }
 
 
@@ -286,9 +361,17 @@ def test_export_hf_writes_a_llama_of_experts_as_mixtral_and_refuses_what_mixtral
         )
 
     assert export_hf(run("{experts: 4}", "a"), tmp_path / "mixtral") == "MixtralForCausalLM"
-    with pytest.raises(HFError, match=rf"\n  {re.escape('model.moe.normalize')}: "):
-        export_hf(run("{experts: 4, normalize: false}", "b"), tmp_path / "out")
-    assert not (tmp_path / "out").exists()
+    refused = {
+        "normalize": "normalize: false",
+        "scoring": "scoring: sigmoid",
+        "selection_bias": "selection_bias: true",
+        "groups": "groups: {count: 2, top: 1}",
+        "scale": "scale: 2.5",
+    }
+    for field, setting in refused.items():
+        with pytest.raises(HFError, match=rf"\n  {re.escape(f'model.moe.{field}')}: "):
+            export_hf(run(f"{{experts: 4, {setting}}}", field), tmp_path / "out")
+        assert not (tmp_path / "out").exists()
 
 
 def test_a_layer_keeps_the_activations_dtype() -> None:

@@ -131,6 +131,7 @@ ABSENT = {
     "model.moe",  # null: each layer's feed-forward is one dense one
     "model.moe.shared_d_ff",  # null: no shared expert
     "model.moe.dense_layers",  # null: every layer routes
+    "model.moe.groups",  # null: a token chooses among every expert
     "train.loss_chunk_tokens",  # null: the loss over all logits at once, as its description says
     "train.threads",  # null: torch's own count, one per core
     "task.top_k",  # null: generation draws from every token

@@ -586,8 +586,14 @@ class Needs:
             experts,
             f"leave it unset (export-hf writes no mixture of experts as {self.architecture})",
         )
-        if moe and model.moe is not None:  # the architecture's own experts: routed without a bias
-            self(not model.moe.router_bias, "model.moe.router_bias", True, "false")
+        if moe and model.moe is not None:  # the architecture's own experts: a softmax's top k, unbiased
+            routed = model.moe
+            self(not routed.router_bias, "model.moe.router_bias", True, "false")
+            self(routed.scoring == "softmax", "model.moe.scoring", routed.scoring, "softmax")
+            self(not routed.selection_bias, "model.moe.selection_bias", True, "false")
+            groups = routed.groups.model_dump() if routed.groups is not None else None
+            self(groups is None, "model.moe.groups", groups, "leave it unset (every expert chosen among)")
+            self(routed.scale == 1.0, "model.moe.scale", routed.scale, "1")
         for name in MULTIPLIERS:  # the last two decoders' only
             value = getattr(model, name, 1.0)
             self(value == 1.0, f"model.{name}", value, "1")

@@ -59,7 +59,13 @@ adds an ungated shared expert of ``shared_intermediate_size`` (none where 0: ``m
 false``). FlexOlmo is OLMo 2's blocks with OLMoE's experts and routing in every layer; HunYuan-MoE
 is HunYuan's attention with every layer routed among experts of ``intermediate_size`` (the top
 ``moe_topk`` renormalised) beside an ungated shared expert as wide, a per-layer list of
-``moe_topk`` read where every layer has the same.
+``moe_topk`` read where every layer has the same. GLM-4.5 (``Glm4MoeForCausalLM``) and dots.llm1
+(``Dots1ForCausalLM``) route as DeepSeek-V3 (MoEType.deepseek): each expert's sigmoid score, the
+router's ``e_score_correction_bias`` added to choose (``moe.selection_bias``), the best
+``topk_group`` of ``n_group`` groups chosen among (``moe.groups``), the weights times
+``routed_scaling_factor`` (``moe.scale``), ``n_shared_experts`` shared experts in one, the first
+``first_k_dense_replace`` layers dense; GLM-4.5's checkpoints' multi-token prediction layers are
+left out (Glm4Moe). export-hf writes neither.
 export-hf writes a mixture of experts as Mixtral (no q/k norms, no shared expert, every layer routed,
 the top k renormalised, no attention biases), Qwen3-MoE (each head's q and k normalised),
 Qwen2-MoE (a sigmoid-gated shared expert), GraniteMoE (Granite's multipliers or attention scale),
@@ -118,6 +124,7 @@ class ModelType:
     fixed_bias: tuple[str, ...] = ()  # the spec's biases always there, whatever the config says
     mlp_bias: bool = False  # whether mlp_bias is read (the feed-forward's biases)
     qk_norm: bool = False  # each head's q and k normalised
+    qk_norm_field: str | None = None  # the flag that sets them where the config says (GLM-4.5's use_qk_norm)
     scale_embeddings: bool = False  # embeddings multiplied by sqrt(hidden_size)
     every_layer_slides: bool = False  # every layer slides (layer_types unread), where a window is set
     # AutoModel reads a config with layer_types as another class, which follows them (a Mistral's:
@@ -263,6 +270,11 @@ class MoEType:
     # of intermediate_size); else every layer routes
     sparse_layers: bool = False
     router_bias: bool = False  # the router's logits have a bias (GPT-OSS's)
+    # DeepSeek-V3's routing (GLM-4.5's): each expert's sigmoid score, the router's
+    # e_score_correction_bias added to choose (moe.selection_bias), the best topk_group of n_group
+    # groups chosen among, routed_scaling_factor; n_shared_experts shared experts of d_ff in one
+    # (none where 0); the first first_k_dense_replace layers dense, of intermediate_size
+    deepseek: bool = False
 
 
 def qwen2_own(need: Needs, model: DecoderSpec) -> DecoderSpec:
@@ -622,6 +634,28 @@ def olmoe_requires(config: Config) -> None:
     )
 
 
+def dots1_layer_types(config: Config, n_layers: int) -> list[str]:
+    """Dots1Config's layer types where it has none: where a window is set, the layers from
+    max_window_layers on slide."""
+    first, size = config.get("max_window_layers", 62), config.get("sliding_window")
+    return [SLIDING if size is not None and i >= first else FULL for i in range(n_layers)]
+
+
+DOTS1_REQUIRED = ("n_routed_experts", "num_experts_per_tok", "n_shared_experts")
+
+
+def dots1_requires(config: Config) -> None:
+    """Dots1Config's experts, top k and shared experts are null where left out, on which
+    transformers' model fails."""
+    for name in DOTS1_REQUIRED:
+        config.require(
+            config.data.get(name) is not None,
+            name,
+            "is missing: Dots1Config leaves it null, and transformers' model fails to build",
+            "set it (dots.llm1's: 128 experts, the top 6, 2 shared experts)",
+        )
+
+
 def moe_section(config: Config, kind: MoEType, n_layers: Any) -> tuple[dict[str, Any] | None, dict[str, str]]:
     """``model.moe`` as the model type's config class and decoder layers read it, and the config
     fields each of its fields was read from: none where no layer routes (a Qwen2-MoE or Qwen3-MoE
@@ -650,6 +684,8 @@ def moe_section(config: Config, kind: MoEType, n_layers: Any) -> tuple[dict[str,
         moe["shared_gate"] = kind.shared_gate
         sources["model.moe.shared_d_ff"] = kind.shared
     moe["balance_loss"] = config.get("router_aux_loss_coef", 0.001)
+    if kind.deepseek:
+        return deepseek_moe(config, moe, sources, n_layers)
     if not kind.sparse_layers:
         return moe, sources
     step = config.get("decoder_sparse_step", 1)
@@ -675,6 +711,51 @@ def moe_section(config: Config, kind: MoEType, n_layers: Any) -> tuple[dict[str,
     if len(routed) < n_layers:
         moe["dense_layers"] = [i for i in range(n_layers) if i not in routed]
         sources["model.moe.dense_layers"] = "mlp_only_layers" if dense else "decoder_sparse_step"
+    return moe, sources
+
+
+def deepseek_moe(
+    config: Config, moe: dict[str, Any], sources: dict[str, str], n_layers: Any
+) -> tuple[dict[str, Any] | None, dict[str, str]]:
+    """``moe`` with DeepSeek-V3's routing as its config says it (MoEType.deepseek): none where
+    first_k_dense_replace leaves every layer dense."""
+    moe |= {"scoring": "sigmoid", "selection_bias": True}
+    groups, top = config.get("n_group", 1), config.get("topk_group", 1)
+    if groups != 1:  # one group: every expert chosen among
+        moe["groups"] = {"count": groups, "top": top}
+        sources |= {"model.moe.groups.count": "n_group", "model.moe.groups.top": "topk_group"}
+    else:
+        config.require(
+            top == 1,
+            "topk_group",
+            f"is {top!r}, of the 1 group n_group makes (transformers' router fails)",
+            "set it to 1, or n_group to the groups",
+        )
+    if (scale := config.get("routed_scaling_factor", 1.0)) != 1.0:
+        moe["scale"] = scale
+        sources["model.moe.scale"] = "routed_scaling_factor"
+    shared = config.get("n_shared_experts", 1)
+    config.require(
+        json_type(shared) == "a number" and shared >= 0 and shared == int(shared),
+        "n_shared_experts",
+        f"is {shared!r}: the shared experts' count (transformers' forward fails on another value)",
+        "set it to the shared experts, 0 for none",
+    )
+    if json_type(shared) == "a number" and shared > 0 and json_type(moe.get("d_ff")) == "a number":
+        moe["shared_d_ff"] = int(shared) * moe["d_ff"]
+        sources["model.moe.shared_d_ff"] = "n_shared_experts"
+    dense = config.get("first_k_dense_replace", 0)
+    config.require(
+        json_type(dense) == "a number" and dense >= 0 and dense == int(dense),
+        "first_k_dense_replace",
+        f"is {dense!r}, not a count of layers",
+        "set it to the first layers that keep a dense feed-forward (0: none)",
+    )
+    if listable(n_layers) and json_type(dense) == "a number" and dense > 0:
+        if dense >= n_layers:
+            return None, {}
+        moe["dense_layers"] = list(range(int(dense)))
+        sources["model.moe.dense_layers"] = "first_k_dense_replace"
     return moe, sources
 
 
@@ -1354,6 +1435,58 @@ MODEL_TYPES = {
         head="FlexOlmoForCausalLM",
         own=flex_olmo_own,
     ),
+    # GLM-4.5 (GLM-4.6, 4.7): Llama's blocks with attention_bias on q, k and v, RoPE on half of each
+    # head (partial_rotary_factor), each head's q and k normalised with use_qk_norm; DeepSeek-V3's
+    # routing among n_routed_experts of moe_intermediate_size beside n_shared_experts shared ones,
+    # the first first_k_dense_replace layers dense; the multi-token prediction layers left out.
+    "glm4_moe": ModelType(
+        attention_bias=("qkv",),
+        qk_norm_field="use_qk_norm",
+        partial_rotary=0.5,
+        defaults={
+            "vocab_size": 151552,
+            "hidden_size": 4096,
+            "intermediate_size": 10944,
+            "num_hidden_layers": 46,
+            "num_attention_heads": 96,
+            "num_key_value_heads": 8,
+            "max_position_embeddings": 131072,
+            "rms_norm_eps": 1e-5,
+            "moe_intermediate_size": 1408,
+            "num_experts_per_tok": 8,
+            "n_routed_experts": 128,
+            "first_k_dense_replace": 1,
+            "norm_topk_prob": True,
+        },
+        aliases={"num_local_experts": "n_routed_experts", "num_mtp_layers": "num_nextn_predict_layers"},
+        moe=MoEType(experts="n_routed_experts", d_ff="moe_intermediate_size", deepseek=True),
+        title="GLM-4.5",
+        head="Glm4MoeForCausalLM",
+    ),
+    # dots.llm1: Qwen3's attention (each head's q and k normalised before RoPE, attention_bias on q,
+    # k, v and o) sliding the layers layer_types names (where none and a window is set, those from
+    # max_window_layers on); GLM-4.5's routing (DeepSeek-V3's), the top k not renormalised by default.
+    "dots1": ModelType(
+        attention_bias=QKVO,
+        qk_norm=True,
+        layer_types=True,
+        derive_layer_types=dots1_layer_types,
+        defaults={
+            "vocab_size": 152064,
+            "hidden_size": 4608,
+            "intermediate_size": 10944,
+            "num_hidden_layers": 62,
+            "max_position_embeddings": 2048,
+            "moe_intermediate_size": 1408,
+            "max_window_layers": 62,
+        },
+        nullable=WINDOW,
+        aliases={"num_local_experts": "n_routed_experts"},
+        requires=dots1_requires,
+        moe=MoEType(experts="n_routed_experts", d_ff="moe_intermediate_size", deepseek=True),
+        title="dots.llm1",
+        head="Dots1ForCausalLM",
+    ),
     # GPT-OSS: q, k, v and o biases, a learned sink per head in every attention, every other layer
     # sliding (the first among them) where no layer_types, YaRN by default, and in every layer a
     # mixture of intermediate_size experts with biases, their clamped SwiGLU (hidden_act unread),
@@ -1967,7 +2100,7 @@ class Llama(Writable):
             model["head_dim"] = head_dim
         if kind.layout != "halves":  # the q and k rows as saved: no permutation
             model["positional"]["layout"] = kind.layout
-        if kind.qk_norm:
+        if kind.qk_norm or (kind.qk_norm_field is not None and config.get(kind.qk_norm_field, False)):
             model["qk_norm"] = True
             if kind.qk_norm_over != "head":
                 model["qk_norm_over"] = kind.qk_norm_over
@@ -2024,6 +2157,8 @@ class Llama(Writable):
         held = [f"{layer}{p}" for p in self.moe_prefixes if f"{layer}{p}{router}" in tensors]
         m = held[0] if held else f"{layer}{self.moe_prefixes[0]}"  # none: missing, said by take
         state = {f"{ffn}router.weight": tensors.take(f"{m}{router}")}
+        if moe.selection_bias:
+            state[f"{ffn}selection_bias"] = tensors.take(f"{m}{self.router_name}.e_score_correction_bias")
         if f"{m}experts.gate_up_proj" in tensors:
             gate_up = stacked(tensors, f"{m}experts.gate_up_proj", moe.experts)
             down = stacked(tensors, f"{m}experts.down_proj", moe.experts)
@@ -2057,6 +2192,8 @@ class Llama(Writable):
         m = f"{layer}{self.moe_prefixes[0]}"
         gate_name, up_name, down_name = self.expert_names
         out = {f"{m}{self.router_name}.weight": state[f"{ffn}router.weight"]}
+        if moe.selection_bias:
+            out[f"{m}{self.router_name}.e_score_correction_bias"] = state[f"{ffn}selection_bias"]
         for e in range(moe.experts):
             gate, up = state[f"{ffn}experts.{e}.w_in.weight"].chunk(2)
             x = f"{m}experts.{e}."
@@ -2431,6 +2568,40 @@ class HunYuan(Llama):
     def candidate(self, spec: Spec) -> bool:
         """Never: Llama writes every LLaMA-family model, HunYuan's too (``written_as``)."""
         return False
+
+
+@register("glm4_moe", "dots1")
+class Glm4Moe(Llama):
+    """GLM-4.5 and dots.llm1: Llama's reading (MODEL_TYPES) of a checkpoint whose shared experts lie
+    under ``mlp.shared_experts`` (empty where n_shared_experts is 0), each router's selection bias at
+    ``mlp.gate.e_score_correction_bias``; the multi-token prediction layers past num_hidden_layers
+    (num_nextn_predict_layers), which transformers leaves unread too, left out."""
+
+    shared_name = "shared_experts"
+
+    def to_state(self, tensors: Tensors, spec: Spec) -> State:
+        state = super().to_state(tensors, spec)
+        n = spec.model.n_layers
+        # n_shared_experts 0: shared experts 0 wide, saved as empty tensors
+        tensors.skip(
+            *(x for x in tensors.left() if ".shared_experts." in x and not tensors.tensors[x].numel())
+        )
+        past = {name.split(".")[1] for name in tensors.left() if name.startswith("layers.")}
+        layers = sorted(int(i) for i in past if i.isdigit() and int(i) >= n)
+        left_out = tensors.skip(*(f"layers.{i}." for i in layers))
+        if left_out:
+            warnings.warn(
+                HFWarning(
+                    f"{tensors.where}: left out layers {layers} past num_hidden_layers ({n}): a "
+                    f"multi-token prediction's (GLM-4.5's; {len(left_out)} tensors), which generation does "
+                    "not read"
+                ),
+                stacklevel=2,
+            )
+        return state
+
+    def candidate(self, spec: Spec) -> bool:
+        return False  # import only: export-hf writes no sigmoid routing
 
 
 @register("granitemoe", "granitemoeshared")

@@ -1,12 +1,14 @@
 """Mixture-of-experts feed-forward (Shazeer et al. 2017; Switch, Fedus et al. 2021; Mixtral, Jiang
 et al. 2024).
 
-A router scores each token x against the E experts, p = softmax(x W_r [+ b_r]); the token goes through the
-k experts of highest p, whose outputs are summed weighted by their p (rescaled to sum to 1 where
-``normalize``), beside a shared expert that every token goes through (gated by sigmoid(x w_s)
-where ``shared_gate``):
+A router scores each token x against the E experts, p = softmax(x W_r [+ b_r]) (``scoring:
+sigmoid``: p = sigmoid(x W_r), each expert's own, as DeepSeek-V3); the token goes through the k
+experts of highest p (of highest p + b_s where ``selection_bias``, among the experts of the best
+``groups`` alone where they are set), whose outputs are summed weighted by their p (rescaled to
+sum to 1 where ``normalize``, then times ``scale``), beside a shared expert that every token goes
+through (gated by sigmoid(x w_s) where ``shared_gate``):
 
-    MoE(x) = sum_{e in topk(p)} w_e FFN_e(x)  [+ sigmoid(x w_s) FFN_s(x)]
+    MoE(x) = sum_{e in topk(p [+ b_s])} scale w_e FFN_e(x)  [+ sigmoid(x w_s) FFN_s(x)]
 
 Each expert is a FeedForward of its own. In PyTorch each expert reads the tokens that chose it
 (``dispatch``), every expert even where none did (a batch of 0 rows), so that every expert's
@@ -16,7 +18,8 @@ weighted 0, exact at E / k times the FLOPs (benchmarks/moe_dispatch.py measures 
 
 While training, each layer keeps the load-balancing loss of Switch (k = 1) and Mixtral (k > 1) in
 ``balance``: E * sum_e f_e P_e, where f_e is the share of the tokens' choices that went to expert
-e (f sums to k) and P_e the mean of e's router probability; uniform routing makes it k.
+e (f sums to k) and P_e the mean of e's router probability (sigmoid scores: each token's, rescaled
+to sum to 1, as DeepSeek-V3's sequence-wise loss); uniform routing makes it k.
 ``balance_loss`` averages it over a model's MoE layers, times the spec's ``balance_loss``, for the
 trainer to add to the task's loss.
 """
@@ -38,7 +41,10 @@ class MoE(nn.Module):
         super().__init__()
         assert spec.d_ff is not None  # resolved by the schema
         self.top_k, self.normalize = spec.top_k, bool(spec.normalize)  # resolved by the schema
+        self.scoring, self.groups, self.scale = spec.scoring, spec.groups, spec.scale
         self.router = nn.Linear(d_model, spec.experts, bias=spec.router_bias)
+        self.selection_bias: torch.Tensor | None  # read with the weights, never trained: a buffer
+        self.register_buffer("selection_bias", torch.zeros(spec.experts) if spec.selection_bias else None)
         self.experts = nn.ModuleList(
             FeedForward(d_model, spec.d_ff, activation, bias) for _ in range(spec.experts)
         )
@@ -49,15 +55,21 @@ class MoE(nn.Module):
         self.balance: torch.Tensor | None = None  # the last training forward's load-balancing loss
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        logits = self.router(x)  # (B, T, E)
-        # in float32 at least, as Mixtral's
-        probs = F.softmax(logits, dim=-1, dtype=torch.promote_types(logits.dtype, torch.float32))
-        top, chosen = probs.topk(self.top_k, dim=-1)  # (B, T, k)
+        logits = self.router(x).to(torch.promote_types(x.dtype, torch.float32))  # (B, T, E), as Mixtral's
+        probs = logits.sigmoid() if self.scoring == "sigmoid" else logits.softmax(dim=-1)
+        choice = probs if self.selection_bias is None else probs + self.selection_bias
+        if self.groups is not None:
+            choice = self._in_top_groups(choice)
+        chosen = choice.topk(self.top_k, dim=-1).indices  # (B, T, k)
+        top = probs.gather(-1, chosen)
         if self.normalize:
             top = top / top.sum(dim=-1, keepdim=True)
+        top = top * self.scale
         if self.training and self.balance_weight > 0:
             chosen_share = F.one_hot(chosen, len(self.experts)).float().mean(dim=(0, 1)).sum(dim=0)  # (E,)
-            self.balance = len(self.experts) * (chosen_share * probs.mean(dim=(0, 1))).sum()
+            # P: each token's sigmoid scores rescaled to sum to 1
+            shares = probs / probs.sum(dim=-1, keepdim=True) if self.scoring == "sigmoid" else probs
+            self.balance = len(self.experts) * (chosen_share * shares.mean(dim=(0, 1))).sum()
         if self.dispatch and not x.is_meta:
             out = self._dispatched(x, top.to(x.dtype), chosen)
         else:
@@ -69,6 +81,16 @@ class MoE(nn.Module):
             shared = self.shared(x)
             out = out + (shared if self.shared_gate is None else torch.sigmoid(self.shared_gate(x)) * shared)
         return out
+
+    def _in_top_groups(self, choice: torch.Tensor) -> torch.Tensor:
+        """``choice`` (B, T, E) with the experts outside each token's best groups at -inf: a group's
+        score is the sum of its two highest."""
+        assert self.groups is not None
+        grouped = choice.unflatten(-1, (self.groups.count, -1))  # (B, T, G, E / G)
+        scores = grouped.topk(2, dim=-1).values.sum(dim=-1)  # (B, T, G)
+        best = scores.topk(self.groups.top, dim=-1).indices
+        kept = torch.zeros_like(scores, dtype=torch.bool).scatter(-1, best, True)
+        return grouped.masked_fill(~kept[..., None], float("-inf")).flatten(-2)
 
     @property
     def dispatch(self) -> bool:

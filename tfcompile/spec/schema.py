@@ -612,10 +612,19 @@ class DropoutSpec(Section):
 MAX_EXPERTS = 1024
 
 
+class ExpertGroups(Section):
+    """Group-limited routing (DeepSeek-V3, GLM-4.5): the experts fall in ``count`` equal groups of
+    consecutive experts, each group scored by the sum of its two highest scores, and a token
+    chooses its top_k among the experts of its ``top`` best groups alone."""
+
+    count: Annotated[int, Field(strict=True, ge=2)] = Field(description="groups (n_group); at least 2")
+    top: PositiveInt = Field(description="the groups each token chooses among (topk_group); at most count")
+
+
 class MoESpec(Section):
-    """Mixture-of-experts feed-forward (Shazeer et al. 2017; Switch, Fedus et al. 2021; Mixtral): a
-    router sends each token to the ``top_k`` of ``experts`` feed-forwards with the highest softmax
-    probability and sums their outputs weighted by those probabilities."""
+    """Mixture-of-experts feed-forward (Shazeer et al. 2017; Switch, Fedus et al. 2021; Mixtral;
+    DeepSeek-V3): a router scores each token against the ``experts`` feed-forwards, sends it to
+    the ``top_k`` of highest score and sums their outputs weighted by those scores."""
 
     experts: Annotated[
         int, Field(strict=True, ge=2), at_most(MAX_EXPERTS, "the largest MoE models in use route among 512")
@@ -643,6 +652,23 @@ class MoESpec(Section):
     )
     router_bias: bool = Field(
         False, description="a learned bias on the router's logits, one per expert (GPT-OSS)"
+    )
+    scoring: Literal["softmax", "sigmoid"] = Field(
+        "softmax",
+        description="the router's scores: a softmax over the experts (Mixtral, Qwen, OLMoE), or each "
+        "expert's sigmoid (DeepSeek-V3, GLM-4.5)",
+    )
+    selection_bias: bool = Field(
+        False,
+        description="a bias per expert added to the scores to choose the experts, not to weight them "
+        "(DeepSeek-V3's e_score_correction_bias, for balancing without a loss); read with the weights, "
+        "held fixed in training (the trainer balances with balance_loss)",
+    )
+    groups: ExpertGroups | None = Field(
+        None, description="choose among the experts of the best groups alone; default: none, among all"
+    )
+    scale: PositiveFloat = Field(
+        1.0, description="the routed experts' weights times this, after normalize (routed_scaling_factor)"
     )
     dense_layers: (
         Annotated[list[Annotated[int, Field(strict=True, ge=0)]], Field(max_length=MAX_LAYERS)] | None
@@ -677,6 +703,28 @@ class MoESpec(Section):
             "set model.moe.shared_d_ff, or leave shared_gate out",
         )
         require_distinct(rules, self.dense_layers or [], ("dense_layers",))
+        if (groups := self.groups) is not None:
+            each = self.experts // groups.count
+            splits = self.experts % groups.count == 0 and each >= 2
+            rules.require(
+                splits,
+                ("groups", "count"),
+                f"cannot split {self.experts} experts into {groups.count} equal groups of two or more "
+                "(a group is scored by its two highest)",
+                "use a divisor of experts that leaves groups of two or more",
+            )
+            rules.require(
+                groups.top <= groups.count,
+                ("groups", "top"),
+                f"chooses {groups.top} of {groups.count} groups",
+                f"use at most {groups.count}",
+            )
+            rules.require(
+                self.top_k <= groups.top * each or not splits,
+                ("top_k",),
+                f"chooses {self.top_k} experts among the {groups.top * each} of {groups.top} groups",
+                f"use at most {groups.top * each}, or more groups.top",
+            )
         rules.check()
         return self
 
