@@ -103,12 +103,14 @@ def test_the_bundle_generates_transformers_greedy_tokens(
 
 
 def dots(**fields: Any) -> Case:
-    """A case of dots.llm1, which export-hf does not write (import only)."""
-    return case("dots1", exported=False, **fields)
+    """A case of dots.llm1, which export-hf writes as GLM-4.5 where it can (no output bias, no
+    window)."""
+    return case("dots1", **fields)
 
 
 CASES: list[Case] = [
-    dots(  # the fields that take any value at once: each row below sets one
+    dots(  # the fields that take any value at once: each row below sets one (an o bias: not GLM-4.5's)
+        exported=False,
         num_key_value_heads=1,
         attention_bias=True,
         hidden_act="gelu",
@@ -150,11 +152,12 @@ CASES: list[Case] = [
     dots(norm_topk_prob=True, spec={"moe.normalize": True}, slow=True),
     dots(output_router_logits=True, slow=True),  # training only
     dots(sliding_window=6, spec={"window": None}, slow=True),  # from max_window_layers (62) on: none
-    dots(sliding_window=6, max_window_layers=2, spec={"window.layers": [2]}),
+    dots(sliding_window=6, max_window_layers=2, spec={"window.layers": [2]}, exported=False),  # GLM-4.5: none
     dots(
         sliding_window=6,
         layer_types=["sliding_attention", "full_attention", "sliding_attention"],
         spec={"window.layers": [0, 2]},
+        exported=False,
         slow=True,
     ),
     dots(rope_parameters={"rope_type": "default", "rope_theta": 500.0}, spec={"positional.theta": 500.0}),

@@ -19,9 +19,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hf_models import VOCAB, Imported, assert_head_refused, imported_variants
+from hf_models import (
+    VOCAB,
+    Imported,
+    assert_export_refused,
+    assert_head_refused,
+    assert_round_trips,
+    imported_variants,
+    own_run_written,
+)
 from test_hf_fields import FAMILIES, IDS, Case, Family, _pytest_cases, case, check, uncovered
-from test_hf_moe import PYTHON_457
+from test_hf_moe import PYTHON_457, assert_4_57_loads_written
 
 transformers = pytest.importorskip("transformers")
 T = transformers
@@ -133,6 +141,71 @@ def test_the_bundle_generates_transformers_greedy_tokens(
     imported[name].assert_runtime_generates_as_transformers(tmp_path, new=12)
 
 
+@pytest.mark.parametrize("name", list(VARIANTS))
+def test_an_imported_run_round_trips(imported: dict[str, Imported], name: str, tmp_path: Path) -> None:
+    assert_round_trips(imported[name], HEAD, tmp_path)
+
+
+BASE = (
+    "family: decoder, vocab_size: 64, d_model: 32, n_layers: 3, n_heads: 4, n_kv_heads: 2, max_seq_len: 24, "
+    "norm: {type: rmsnorm}, activation: swiglu, d_ff: 48"
+)
+NO_BIAS = "bias: {qkv: false, attn_out: false, ffn: false}"
+SIGMOID = f"{BASE}, positional: rope, {NO_BIAS}"
+OWN = {
+    "groups, scale, shared experts, a dense layer": "moe: {experts: 8, top_k: 3, d_ff: 16, scoring: sigmoid, "
+    "groups: {count: 4, top: 2}, scale: 2.5, shared_d_ff: 32, dense_layers: [0]}",
+    "no selection bias, unnormalised, no shared expert": "moe: {experts: 4, top_k: 2, d_ff: 16, "
+    "scoring: sigmoid, normalize: false}",
+}
+
+
+@pytest.mark.parametrize("moe", OWN.values(), ids=OWN)
+def test_a_run_of_tfcompiles_own_sigmoid_scored_experts_is_written_as_glm_4_5(
+    moe: str, tmp_path: Path
+) -> None:
+    ours, again = own_run_written(f"{SIGMOID}, {moe}", HEAD, tmp_path)
+    assert again.moe is not None and ours.moe is not None
+    assert again.moe.model_copy(update={"selection_bias": False}) == ours.moe  # GLM-4.5's router has one
+
+
+@pytest.mark.parametrize(
+    ("extra", "fields"),
+    [
+        (
+            f"{NO_BIAS}, moe: {{experts: 4, d_ff: 16, scoring: sigmoid, shared_d_ff: 24}}",
+            ["model.moe.shared_d_ff"],
+        ),
+        (
+            f"{NO_BIAS}, moe: {{experts: 4, scoring: sigmoid, shared_d_ff: 48, shared_gate: true}}",
+            ["model.moe.shared_gate"],
+        ),
+        (f"{NO_BIAS}, moe: {{experts: 4, scoring: sigmoid, dense_layers: [1]}}", ["model.moe.dense_layers"]),
+        (
+            "bias: {qkv: true, attn_out: true, ffn: false}, moe: {experts: 4, scoring: sigmoid}",
+            ["model.bias.attn_out"],
+        ),
+        (f"{NO_BIAS}, window: {{size: 8}}, moe: {{experts: 4, scoring: sigmoid}}", ["model.window"]),
+    ],
+    ids=["shared-not-a-multiple", "gated", "dense-not-first", "output-bias", "window"],
+)
+def test_what_glm_4_5_cannot_express_is_refused_by_field(
+    extra: str, fields: list[str], tmp_path: Path
+) -> None:
+    assert_export_refused(f"{BASE}, positional: rope, {extra}", fields, "GLM-4.5", tmp_path)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    not PYTHON_457, reason="TFCOMPILE_TRANSFORMERS_457 names no python with transformers 4.57 installed"
+)
+def test_transformers_4_57_loads_a_written_glm_4_5_to_the_runs_logits(tmp_path: Path) -> None:
+    moe = OWN["groups, scale, shared experts, a dense layer"]
+    rope = "positional: {type: rope, rotary_dims: 4}, bias: {qkv: true, attn_out: false, ffn: false}"
+    spec = f"model: {{{BASE}, qk_norm: true, {rope}, {moe}}}\n"
+    assert_4_57_loads_written({HEAD: spec}, tmp_path)
+
+
 def test_a_classifier_head_is_refused_by_architectures(imported: dict[str, Imported], tmp_path: Path) -> None:
     assert_head_refused(imported["glm4_moe"], "Glm4MoeForSequenceClassification", tmp_path)
 
@@ -218,8 +291,7 @@ def test_folders_transformers_4_57_saved_import_to_its_logits(tmp_path: Path) ->
 
 
 def glm(**fields: Any) -> Case:
-    """A case of GLM-4.5, which export-hf does not write (import only)."""
-    return case("glm4_moe", exported=False, **fields)
+    return case("glm4_moe", **fields)
 
 
 CASES: list[Case] = [

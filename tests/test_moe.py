@@ -361,9 +361,8 @@ def test_export_hf_writes_a_llama_of_experts_as_mixtral_and_refuses_what_mixtral
         )
 
     assert export_hf(run("{experts: 4}", "a"), tmp_path / "mixtral") == "MixtralForCausalLM"
-    refused = {
+    refused = {  # by Mixtral; scored by sigmoids, they are GLM-4.5's (tests/test_hf_glm4_moe.py)
         "normalize": "normalize: false",
-        "scoring": "scoring: sigmoid",
         "selection_bias": "selection_bias: true",
         "groups": "groups: {count: 2, top: 1}",
         "scale": "scale: 2.5",

@@ -65,7 +65,7 @@ router's ``e_score_correction_bias`` added to choose (``moe.selection_bias``), t
 ``topk_group`` of ``n_group`` groups chosen among (``moe.groups``), the weights times
 ``routed_scaling_factor`` (``moe.scale``), ``n_shared_experts`` shared experts in one, the first
 ``first_k_dense_replace`` layers dense; GLM-4.5's checkpoints' multi-token prediction layers are
-left out (Glm4Moe). export-hf writes neither.
+left out (Glm4Moe); export-hf writes every decoder of experts scored by sigmoids as GLM-4.5.
 export-hf writes a mixture of experts as Mixtral (no q/k norms, no shared expert, every layer routed,
 the top k renormalised, no attention biases), Qwen3-MoE (each head's q and k normalised),
 Qwen2-MoE (a sigmoid-gated shared expert), GraniteMoE (Granite's multipliers or attention scale),
@@ -850,6 +850,37 @@ def hunyuan_moe_own(need: Needs, model: DecoderSpec) -> DecoderSpec:
     return hunyuan_own(need, model)
 
 
+def glm4_moe_own(need: Needs, model: DecoderSpec) -> DecoderSpec:
+    """GLM-4.5's experts: sigmoid scores (DeepSeek-V3's routing, with or without a selection bias,
+    groups or a scale), shared experts of the experts' width in one (ungated; none: 0 of them),
+    the dense layers first; no output projection bias, no window. Returned: the model on whole
+    heads with a softmax's plain routing, for the needs every LLaMA-like writer shares."""
+    moe = model.moe
+    assert moe is not None and moe.d_ff is not None
+    need(not moe.shared_gate, "model.moe.shared_gate", True, "false (GLM-4.5's shared experts are ungated)")
+    shared = moe.shared_d_ff
+    need(
+        shared is None or shared % moe.d_ff == 0,
+        "model.moe.shared_d_ff",
+        shared,
+        f"a multiple of model.moe.d_ff ({moe.d_ff}): GLM-4.5's n_shared_experts experts of that width in one",
+    )
+    dense = sorted(moe.dense_layers or ())
+    need(
+        dense == list(range(len(dense))),
+        "model.moe.dense_layers",
+        moe.dense_layers,
+        "the first layers (0, 1, ...): GLM-4.5 keeps the first first_k_dense_replace dense",
+    )
+    need(not model.bias.attn_out, "model.bias.attn_out", True, "false (GLM-4.5's output projection has none)")
+    window = model.window.model_dump() if model.window is not None else None
+    need(window is None, "model.window", window, "leave it unset (GLM-4.5 attends to every earlier position)")
+    plain = moe.model_copy(
+        update={"scoring": "softmax", "selection_bias": False, "groups": None, "scale": 1.0}
+    )
+    return whole_heads(model).model_copy(update={"moe": plain})
+
+
 def exaone4_layer_types(config: Config, n_layers: int) -> list[str]:
     """Exaone4Config's layer types where it has none: every ``sliding_window_pattern``-th layer
     full, the others sliding; a null window, or a pattern that is no whole number other than 0,
@@ -1462,6 +1493,7 @@ MODEL_TYPES = {
         moe=MoEType(experts="n_routed_experts", d_ff="moe_intermediate_size", deepseek=True),
         title="GLM-4.5",
         head="Glm4MoeForCausalLM",
+        own=glm4_moe_own,
     ),
     # dots.llm1: Qwen3's attention (each head's q and k normalised before RoPE, attention_bias on q,
     # k, v and o) sliding the layers layer_types names (where none and a window is set, those from
@@ -2262,7 +2294,7 @@ class Llama(Writable):
         """A decoder LM with RoPE on whole heads (Phi-3 turns part of each), whose embeddings are not
         scaled (Gemma's are) and whose blocks are LLaMA's (not GPT-NeoX's)."""
         model = rope_decoder_lm(spec)
-        return llama_blocks(model) and not partial_rotary(model)
+        return llama_blocks(model) and not partial_rotary(model) and not deepseek_routed(model)
 
     def exportable(self, spec: Spec) -> list[Problem]:
         model = spec.model
@@ -2394,6 +2426,7 @@ class Llama(Writable):
         bias = model.bias
         # the model type's biases written whatever the model has (Qwen2's q, k and v, GPT-OSS's): zeros
         always = bool({"qkv", "attn_out"} & set(MODEL_TYPES[written].fixed_bias))
+        out_bias = "attn_out" in MODEL_TYPES[written].attention_bias + MODEL_TYPES[written].fixed_bias
         routed = model.routed_layers(model.n_layers)
         out = {
             "model.embed_tokens.weight": state["embed.weight"],
@@ -2422,10 +2455,7 @@ class Llama(Writable):
                 if order_q is not None and order_k is not None:
                     q, k = q[order_q], k[order_k]
                 out |= {f"{a}q_proj.{kind}": q, f"{a}k_proj.{kind}": k, f"{a}v_proj.{kind}": v}
-            if (bias.qkv or bias.attn_out or always) and written not in (
-                "qwen2",
-                "qwen2_moe",
-            ):  # no o bias there
+            if (bias.qkv or bias.attn_out or always) and out_bias:  # none in Qwen2's and GLM-4.5's
                 out[f"{a}o_proj.bias"] = zeros_if_none(state.get(f"{b}attn.out.bias"), model.d_model)
             if model.attention_sinks:
                 out[f"{a}sinks"] = state[f"{b}attn.sinks"]
@@ -2601,7 +2631,39 @@ class Glm4Moe(Llama):
         return state
 
     def candidate(self, spec: Spec) -> bool:
-        return False  # import only: export-hf writes no sigmoid routing
+        """A LLaMA-like decoder of experts scored by their sigmoids, on whole heads or part of each."""
+        model = rope_decoder_lm(spec)
+        return llama_blocks(model) and deepseek_routed(model)
+
+    def to_config(self, spec: Spec) -> dict[str, Any]:
+        """Llama's fields with GLM-4.5's: q, k and v biases, q/k norms, the rotated fraction of each
+        head at the top level (transformers 4) and in the RoPE dicts (5)."""
+        model = spec.model
+        assert isinstance(model, DecoderSpec) and isinstance(model.positional, RopePositional)
+        assert model.head_dim is not None
+        config = super().to_config(spec)
+        fraction = rotary_fraction(model.positional.width(model.head_dim), model.head_dim)
+        scaling = config["rope_scaling"]
+        return config | {
+            "attention_bias": model.bias.qkv,
+            "use_qk_norm": model.qk_norm,
+            "partial_rotary_factor": fraction,
+            "rope_scaling": None if scaling is None else scaling | {"partial_rotary_factor": fraction},
+            "rope_parameters": config["rope_parameters"] | {"partial_rotary_factor": fraction},
+        }
+
+    def experts_tensors(self, state: State, ffn: str, layer: str, model: DecoderSpec) -> State:
+        """Llama's, with the selection bias GLM-4.5's router always has (zeros where the model has
+        none, which is exact) and shared experts 0 wide where it has none."""
+        moe = model.moe
+        assert moe is not None
+        out = super().experts_tensors(state, ffn, layer, model)
+        out.setdefault(f"{layer}mlp.gate.e_score_correction_bias", torch.zeros(moe.experts))
+        if moe.shared_d_ff is None:
+            x, d = f"{layer}mlp.shared_experts.", model.d_model
+            empty = {"gate_proj": (0, d), "up_proj": (0, d), "down_proj": (d, 0)}
+            out |= {f"{x}{name}.weight": torch.zeros(shape) for name, shape in empty.items()}
+        return out
 
 
 @register("granitemoe", "granitemoeshared")
@@ -2756,7 +2818,12 @@ class Glm(FusedFeedForward):
     def candidate(self, spec: Spec) -> bool:
         """Part of each head turned, with GLM's features (Phi-3 writes the others)."""
         model = rope_decoder_lm(spec)
-        return llama_blocks(model) and partial_rotary(model) and glm_features(model)
+        return (
+            llama_blocks(model)
+            and partial_rotary(model)
+            and glm_features(model)
+            and not deepseek_routed(model)
+        )
 
     def exportable(self, spec: Spec) -> list[Problem]:
         """Llama's needs of the model in pre-norm blocks, and what GLM lacks besides: an output
@@ -2823,6 +2890,14 @@ def moe_config(model: DecoderSpec, written: str) -> dict[str, Any]:
         config |= {"decoder_sparse_step": 1, "mlp_only_layers": sorted(moe.dense_layers or ())}
     if fields.shared is not None:  # GraniteMoeShared's 0: none
         config[fields.shared] = moe.shared_d_ff or 0
+    if fields.deepseek:  # groups, scale, shared experts of d_ff and the first dense layers (glm4_moe_own)
+        config |= {
+            "n_group": moe.groups.count if moe.groups is not None else 1,
+            "topk_group": moe.groups.top if moe.groups is not None else 1,
+            "routed_scaling_factor": moe.scale,
+            "n_shared_experts": (moe.shared_d_ff or 0) // moe.d_ff,
+            "first_k_dense_replace": len(moe.dense_layers or ()),
+        }
     return config
 
 
@@ -2861,6 +2936,12 @@ def rope_decoder_lm(spec: Spec) -> DecoderSpec | None:
 def llama_blocks(model: DecoderSpec | None) -> TypeGuard[DecoderSpec]:
     """A RoPE decoder (rope_decoder_lm's) of LLaMA's blocks, whose embeddings are not scaled."""
     return model is not None and not model.scale_embeddings and not neox_blocks(model)
+
+
+def deepseek_routed(model: DecoderSpec | None) -> bool:
+    """Whether the model's experts are scored by their sigmoids (DeepSeek-V3's routing): GLM-4.5
+    writes them."""
+    return model is not None and model.moe is not None and model.moe.scoring == "sigmoid"
 
 
 def whole_heads(model: DecoderSpec) -> DecoderSpec:
@@ -2946,7 +3027,8 @@ def written_as(model: DecoderSpec) -> str:
     normalised, else OLMo 2; SmolLM3 where some layers turn no RoPE; Granite where it has
     multipliers or another attention scale (and no experts); Ministral 3 where each query is scaled
     by its position; HunYuan where q and k are normalised after RoPE, Qwen3 where before; else
-    Llama, whatever the biases (zeros where the model has none). Not Qwen2, even for exactly q, k
+    Llama, whatever the biases (zeros where the model has none); GLM-4.5 where experts are scored by
+    their sigmoids (DeepSeek-V3's routing). Not Qwen2, even for exactly q, k
     and v biases: transformers 5's AutoTokenizer reads a qwen2 folder with Qwen2's own tokenizer
     class, whatever its tokenizer.json holds (a character tokenizer lost its spaces).
     A sliding window is Mistral's where it covers every layer of a model without attention biases,
@@ -2962,6 +3044,8 @@ def written_as(model: DecoderSpec) -> str:
         return "gpt_oss"
     if not model.gated:
         return "arcee"
+    if deepseek_routed(model):
+        return "glm4_moe"
     if model.norm.position == "output" and model.moe is not None:
         return "flex_olmo"
     if model.norm.position == "output":

@@ -17,6 +17,7 @@ from tfcompile.hf.errors import Problem
 from tfcompile.hf.llama import (
     EXPORTED_ACTIVATIONS,
     FusedFeedForward,
+    deepseek_routed,
     glm_features,
     llama_blocks,
     partial_rotary,
@@ -89,9 +90,15 @@ class Phi3(FusedFeedForward):
 
     def candidate(self, spec: Spec) -> bool:
         """A LLaMA-like decoder that turns part of each head, without GLM's features (GLM writes
-        those): Llama writes every other spec Phi-3 could, as the same computation."""
+        those) or sigmoid-scored experts (GLM-4.5's): Llama writes every other spec Phi-3 could, as
+        the same computation."""
         model = rope_decoder_lm(spec)
-        return llama_blocks(model) and partial_rotary(model) and not glm_features(model)
+        return (
+            llama_blocks(model)
+            and partial_rotary(model)
+            and not glm_features(model)
+            and not deepseek_routed(model)
+        )
 
     def exportable(self, spec: Spec) -> list[Problem]:
         """Llama's needs of the model with whole-head RoPE, and what Phi-3 lacks besides: biases,
