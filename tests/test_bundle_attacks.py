@@ -465,6 +465,27 @@ def test_a_tokenizer_json_that_truncates_otherwise_than_the_manifest_says_is_ref
         load(damaged(classifier_bundle, tmp_path, **{"tokenizer.json": tokenizer}))
 
 
+def test_a_truncation_stride_the_library_panics_on_is_refused_before_any_text_is_cut(
+    classifier_bundle: Path, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """tokenizers panics (a Rust backtrace on stderr) on every text it cuts with a stride not below
+    max_length less the special tokens its post-processor adds: refused at load, silently."""
+    manifest = json.loads((classifier_bundle / "manifest.json").read_text())
+    cut = manifest["tokenizer"]["truncation"]
+    edit = {"max_length": cut["max_length"], "strategy": "LongestFirst", "direction": "Right"}
+    stride = cut["max_length"] - 3  # [CLS] a [SEP] b [SEP]: 3 special tokens on a pair
+    tokenizer = edited_tokenizer(classifier_bundle, lambda t: t.update(truncation=edit | {"stride": stride}))
+    with pytest.raises(BundleError, match=rf"stride {stride} is not below .* the 3 special tokens it adds"):
+        load(damaged(classifier_bundle, tmp_path / "panics", **{"tokenizer.json": tokenizer}))
+    assert "panicked" not in capfd.readouterr().err
+    tokenizer = edited_tokenizer(
+        classifier_bundle, lambda t: t.update(truncation=edit | {"stride": stride - 1})
+    )
+    load(damaged(classifier_bundle, tmp_path / "cuts", **{"tokenizer.json": tokenizer})).classify(
+        ["a " * 500]
+    )
+
+
 def test_a_manifest_without_truncation_loads_and_cuts_by_the_clients_rule(
     classifier_bundle: Path, tmp_path: Path
 ) -> None:
