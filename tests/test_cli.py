@@ -12,7 +12,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from helpers import MODEL_YAML, ONE_STEP, ROOT, TINY
+from helpers import MODEL_YAML, ONE_STEP, ROOT, TINY, random_run
 
 from tfcompile.cli import main
 from tfcompile.console import duration
@@ -391,6 +391,28 @@ def test_generate_without_a_prompt_names_its_default_where_the_tokenizer_reads_n
     assert main(["generate", str(tmp_path / "bundle"), "--prompt", " ", "--max-new-tokens", "2"]) == 1
     assert "encodes to no tokens (its tokenizer keeps none of its characters" in capsys.readouterr().err
     assert main(["generate", str(tmp_path / "bundle"), "--prompt", "to be", "--max-new-tokens", "2"]) == 0
+
+
+@pytest.mark.parametrize(
+    ("command", "spec", "instead"),
+    [
+        ("generate", "", "generate(ids)"),
+        ("classify", ", family: encoder}\ntask: {type: classification, labels: [a, b]", "infer(feed)"),
+    ],
+)
+def test_a_text_command_on_a_bundle_without_a_tokenizer_says_to_give_it_token_ids(
+    command: str, spec: str, instead: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A bundle exported from a spec (a random run) has no tokenizer: the commands said
+    "pass token ids instead", which no command takes."""
+    run = random_run(
+        tmp_path, f"model: {{vocab_size: 20, d_model: 16, n_layers: 1, n_heads: 2, max_seq_len: 8{spec}}}\n"
+    )
+    assert main(["export", str(run), "--out", str(tmp_path / "bundle")]) == 0
+    capsys.readouterr()
+    assert main([command, str(tmp_path / "bundle"), *(["a"] if command == "classify" else [])]) == 2
+    error = capsys.readouterr().err
+    assert "has no tokenizer (its run read no text)" in error and instead in error, error
 
 
 def test_classify_prints_texts_and_labels_as_they_are_not_as_markup(

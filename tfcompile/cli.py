@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from tfcompile.export import ParityReport
     from tfcompile.optimize import GateData, Plan
     from tfcompile.runtime import Prediction
+    from tfcompile.runtime.session import Bundle
 
 EXIT_SPEC_ERROR = 2
 
@@ -429,6 +430,7 @@ def _generate(args: argparse.Namespace) -> int:
     model = load(args.bundle)
     if not isinstance(model, LanguageModel):
         raise UsageError(f"{args.bundle} is not a language model: use `tfcompile classify` or `translate`")
+    _reads_text(model, args.bundle, "generate", "load(bundle).generate(ids)")
     if args.prompt is None:
         args.prompt = ["\n"]
         if not model.encode(args.prompt)[0].ids:
@@ -444,6 +446,16 @@ def _generate(args: argparse.Namespace) -> int:
     )
     print("\n\n".join([texts] if isinstance(texts, str) else texts))
     return 0
+
+
+def _reads_text(model: Bundle, path: str, command: str, instead: str) -> None:
+    """A text command's bundle must hold a tokenizer: one exported from a spec, or from a run
+    trained on no data, has none, and reads token ids alone."""
+    if model.tokenizer is None:
+        raise UsageError(
+            f"{path} has no tokenizer (its run read no text): `tfcompile {command}` takes text; give it "
+            f"token ids with tfcompile.runtime, {instead}"
+        )
 
 
 def _import(args: argparse.Namespace) -> int:
@@ -543,6 +555,7 @@ def _classify(args: argparse.Namespace) -> int:
         )
     if not isinstance(model, Classifier):
         raise UsageError(f"{args.bundle} is not a classifier: use `tfcompile generate` or `translate`")
+    _reads_text(model, args.bundle, "classify", "load(bundle).infer(feed)")
     if args.pair is not None and len(args.pair) != len(args.texts):
         raise UsageError(
             f"--pair takes one second sentence per text: {len(args.texts)} texts, {len(args.pair)}"
@@ -579,6 +592,7 @@ def _translate(args: argparse.Namespace) -> int:
     model = load(args.bundle)
     if not isinstance(model, Translator):
         raise UsageError(f"{args.bundle} is not a translation bundle: use `tfcompile generate` or `classify`")
+    _reads_text(model, args.bundle, "translate", "load(bundle).translate_ids(ids)")
     codes = {"source_language": args.source_language, "target_language": args.target_language}
     stopping = {"true": True, "false": False}.get(args.early_stopping, args.early_stopping)
     scoring = {"length_penalty": args.length_penalty, "early_stopping": stopping}
