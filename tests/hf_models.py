@@ -328,9 +328,9 @@ def perturb(model: Any) -> Any:
                 p.add_(torch.randn_like(p) * 0.1)
             elif "lm_head" in pname or "decoder.weight" in pname:
                 p.normal_(0, 0.5)  # an untied head unlike the embeddings
-        for name, buffer in model.named_buffers():
+        for name, t in [*model.named_buffers(), *model.named_parameters()]:  # ERNIE 4.5's: a parameter
             if name.endswith("e_score_correction_bias"):
-                buffer.normal_(0, 0.05)
+                t.normal_(0, 0.05)
     return model
 
 

@@ -37,6 +37,7 @@ import test_hf_dots1  # noqa: F401
 import test_hf_electra  # noqa: F401
 import test_hf_ernie  # noqa: F401
 import test_hf_ernie4_5  # noqa: F401
+import test_hf_ernie4_5_moe  # noqa: F401
 import test_hf_exaone4  # noqa: F401
 import test_hf_falcon_bloom  # noqa: F401 (each of these adds its families to test_hf_fields.FAMILIES)
 import test_hf_flex_olmo  # noqa: F401
@@ -162,6 +163,7 @@ SOURCES: dict[str, Source] = {
         "hunyuan_v1_moe",
         "glm4_moe",
         "dots1",
+        "ernie4_5_moe",
         "ministral3",
         "qwen2_moe",
         "qwen3_moe",
@@ -185,6 +187,12 @@ SOURCES |= {  # the two position rows before position 0's
     for name in ("opt", "biogpt")
 }
 SOURCES["mt5"] = Source(save_mt5, mt5_difference)
+SOURCES["ernie4_5_moe"] = Source(  # its routers' selection biases: parameters there, buffers here
+    lambda folder: _save(case("ernie4_5_moe"), folder),
+    unread=lambda hf: sum(
+        p.numel() for n, p in hf.named_parameters() if n.endswith("e_score_correction_bias")
+    ),
+)
 SOURCES["m2m_100"] = Source(lambda folder: _save(case("m2m_100"), folder), test_hf_m2m100.compare)
 # ModernBERT's head's dense layer has no bias without classifier_bias; the spec's is one of zeros
 SOURCES["modernbert"] = Source(

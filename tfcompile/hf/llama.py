@@ -65,7 +65,9 @@ router's ``e_score_correction_bias`` added to choose (``moe.selection_bias``), t
 ``topk_group`` of ``n_group`` groups chosen among (``moe.groups``), the weights times
 ``routed_scaling_factor`` (``moe.scale``), ``n_shared_experts`` shared experts in one, the first
 ``first_k_dense_replace`` layers dense; GLM-4.5's checkpoints' multi-token prediction layers are
-left out (Glm4Moe); export-hf writes every decoder of experts scored by sigmoids as GLM-4.5.
+left out (Glm4Moe); export-hf writes every decoder of experts scored by sigmoids as GLM-4.5. ERNIE 4.5
+MoE is ERNIE 4.5's attention with a softmax's top k chosen with a selection bias and renormalised,
+beside shared experts, in the layers its moe_layer_* fields route (import only).
 export-hf writes a mixture of experts as Mixtral (no q/k norms, no shared expert, every layer routed,
 the top k renormalised, no attention biases), Qwen3-MoE (each head's q and k normalised),
 Qwen2-MoE (a sigmoid-gated shared expert), GraniteMoE (Granite's multipliers or attention scale),
@@ -270,11 +272,17 @@ class MoEType:
     # of intermediate_size); else every layer routes
     sparse_layers: bool = False
     router_bias: bool = False  # the router's logits have a bias (GPT-OSS's)
-    # DeepSeek-V3's routing (GLM-4.5's): each expert's sigmoid score, the router's
-    # e_score_correction_bias added to choose (moe.selection_bias), the best topk_group of n_group
-    # groups chosen among, routed_scaling_factor; n_shared_experts shared experts of d_ff in one
-    # (none where 0); the first first_k_dense_replace layers dense, of intermediate_size
+    # the router's e_score_correction_bias added to its scores to choose (moe.selection_bias)
+    selection_bias: bool = False
+    # the field counting shared experts of d_ff, in one (none where 0): DeepSeek-V3's n_shared_experts
+    shared_count: str | None = None
+    # DeepSeek-V3's routing (GLM-4.5's): each expert's sigmoid score, the best topk_group of n_group
+    # groups chosen among, routed_scaling_factor; the first first_k_dense_replace layers dense, of
+    # intermediate_size
     deepseek: bool = False
+    # ERNIE 4.5's routed layers: every moe_layer_interval-th (counted from 1) from moe_layer_start_index
+    # to moe_layer_end_index (-1: the last), the others dense
+    interval_layers: bool = False
 
 
 def qwen2_own(need: Needs, model: DecoderSpec) -> DecoderSpec:
@@ -641,6 +649,25 @@ def dots1_layer_types(config: Config, n_layers: int) -> list[str]:
     return [SLIDING if size is not None and i >= first else FULL for i in range(n_layers)]
 
 
+def ernie4_5_moe_requires(config: Config) -> None:
+    """ERNIE 4.5 MoE's use_bias puts biases on its attention, dense and shared feed-forwards and LM
+    head, not on its experts: tfcompile's feed-forwards have biases alike. Its attention reads
+    num_key_value_heads without a fallback."""
+    config.require(
+        config.data.get("num_key_value_heads") is not None,
+        "num_key_value_heads",
+        "is null: ERNIE 4.5 MoE's attention reads it without a fallback, and fails",
+        "set it (ERNIE-4.5-21B-A3B's 4), or leave it out",
+    )
+    config.require(
+        not config.get("use_bias", False),
+        "use_bias",
+        "is true: ERNIE 4.5 MoE's experts have no biases where its other feed-forwards have them, and "
+        "tfcompile's feed-forwards have biases alike",
+        "import a model without it (false, as ERNIE-4.5-21B-A3B's)",
+    )
+
+
 DOTS1_REQUIRED = ("n_routed_experts", "num_experts_per_tok", "n_shared_experts")
 
 
@@ -684,8 +711,14 @@ def moe_section(config: Config, kind: MoEType, n_layers: Any) -> tuple[dict[str,
         moe["shared_gate"] = kind.shared_gate
         sources["model.moe.shared_d_ff"] = kind.shared
     moe["balance_loss"] = config.get("router_aux_loss_coef", 0.001)
+    if kind.selection_bias:
+        moe["selection_bias"] = True
+    if kind.shared_count is not None:
+        shared_experts(config, kind.shared_count, moe, sources)
     if kind.deepseek:
         return deepseek_moe(config, moe, sources, n_layers)
+    if kind.interval_layers:
+        return interval_moe(config, moe, sources, n_layers)
     if not kind.sparse_layers:
         return moe, sources
     step = config.get("decoder_sparse_step", 1)
@@ -719,7 +752,7 @@ def deepseek_moe(
 ) -> tuple[dict[str, Any] | None, dict[str, str]]:
     """``moe`` with DeepSeek-V3's routing as its config says it (MoEType.deepseek): none where
     first_k_dense_replace leaves every layer dense."""
-    moe |= {"scoring": "sigmoid", "selection_bias": True}
+    moe["scoring"] = "sigmoid"
     groups, top = config.get("n_group", 1), config.get("topk_group", 1)
     if groups != 1:  # one group: every expert chosen among
         moe["groups"] = {"count": groups, "top": top}
@@ -734,16 +767,6 @@ def deepseek_moe(
     if (scale := config.get("routed_scaling_factor", 1.0)) != 1.0:
         moe["scale"] = scale
         sources["model.moe.scale"] = "routed_scaling_factor"
-    shared = config.get("n_shared_experts", 1)
-    config.require(
-        json_type(shared) == "a number" and shared >= 0 and shared == int(shared),
-        "n_shared_experts",
-        f"is {shared!r}: the shared experts' count (transformers' forward fails on another value)",
-        "set it to the shared experts, 0 for none",
-    )
-    if json_type(shared) == "a number" and shared > 0 and json_type(moe.get("d_ff")) == "a number":
-        moe["shared_d_ff"] = int(shared) * moe["d_ff"]
-        sources["model.moe.shared_d_ff"] = "n_shared_experts"
     dense = config.get("first_k_dense_replace", 0)
     config.require(
         json_type(dense) == "a number" and dense >= 0 and dense == int(dense),
@@ -756,6 +779,47 @@ def deepseek_moe(
             return None, {}
         moe["dense_layers"] = list(range(int(dense)))
         sources["model.moe.dense_layers"] = "first_k_dense_replace"
+    return moe, sources
+
+
+def shared_experts(config: Config, name: str, moe: dict[str, Any], sources: dict[str, str]) -> None:
+    """``moe``'s shared expert: the config's count (field ``name``) of experts of d_ff in one."""
+    shared = config.get(name, 1)
+    config.require(
+        json_type(shared) == "a number" and shared >= 0 and shared == int(shared),
+        name,
+        f"is {shared!r}: the shared experts' count (transformers' forward fails on another value)",
+        "set it to the shared experts, 0 for none",
+    )
+    if json_type(shared) == "a number" and shared > 0 and json_type(moe.get("d_ff")) == "a number":
+        moe["shared_d_ff"] = int(shared) * moe["d_ff"]
+        sources["model.moe.shared_d_ff"] = name
+
+
+def interval_moe(
+    config: Config, moe: dict[str, Any], sources: dict[str, str], n_layers: Any
+) -> tuple[dict[str, Any] | None, dict[str, str]]:
+    """``moe`` routed in ERNIE 4.5's layers (MoEType.interval_layers): none where no layer routes."""
+    names = ("moe_layer_start_index", "moe_layer_end_index", "moe_layer_interval")
+    start, end, interval = (
+        config.get(name, default) for name, default in zip(names, (1, -1, 1), strict=True)
+    )
+    for name, value in zip(names, (start, end, interval), strict=True):
+        config.require(
+            json_type(value) == "a number" and value == int(value) and (name != names[2] or value > 0),
+            name,
+            f"is {value!r}, not a layer number" if name != names[2] else f"is {value!r}, not a step above 0",
+            "set it as ERNIE-4.5-21B-A3B's config does (1, -1, 1: every layer from the second routes)",
+        )
+    if not listable(n_layers) or not all(json_type(v) == "a number" for v in (start, end, interval)):
+        return moe, sources  # refused above, or a layer count the spec refuses by its field
+    last = n_layers - 1 if end == -1 else end
+    routed = [i for i in range(n_layers) if interval > 0 and (i + 1) % interval == 0 and start <= i <= last]
+    if not routed:
+        return None, {}
+    if len(routed) < n_layers:
+        moe["dense_layers"] = [i for i in range(n_layers) if i not in routed]
+        sources["model.moe.dense_layers"] = "moe_layer_start_index"
     return moe, sources
 
 
@@ -1012,6 +1076,14 @@ QWEN = {  # K/V heads: 32, whatever num_attention_heads is
     "num_key_value_heads": 32,
     "max_position_embeddings": 32768,
 }
+DEEPSEEK = MoEType(
+    experts="n_routed_experts",
+    d_ff="moe_intermediate_size",
+    selection_bias=True,
+    shared_count="n_shared_experts",
+    deepseek=True,
+)
+
 MODEL_TYPES = {
     "llama": ModelType(attention_bias=QKVO, mlp_bias=True),
     "mistral": ModelType(
@@ -1466,6 +1538,44 @@ MODEL_TYPES = {
         head="FlexOlmoForCausalLM",
         own=flex_olmo_own,
     ),
+    # ERNIE 4.5's attention (interleaved pairs, use_bias refused: its experts have no biases, its
+    # other feed-forwards and LM head do) with the top moe_k of a softmax over moe_num_experts experts
+    # of moe_intermediate_size, chosen with the router's selection bias and renormalised, beside
+    # moe_num_shared_experts shared ones, in the layers moe_layer_start_index, _end_index and
+    # _interval route.
+    "ernie4_5_moe": ModelType(
+        layout="interleaved",
+        attention_dropout=False,
+        defaults={
+            "vocab_size": 103424,
+            "hidden_size": 2560,
+            "intermediate_size": 12288,
+            "num_hidden_layers": 28,
+            "num_attention_heads": 20,
+            "max_position_embeddings": 131072,
+            "rms_norm_eps": 1e-5,
+            "rope_theta": 500000.0,  # Ernie4_5_MoeConfig's default_theta
+            "tie_word_embeddings": True,
+            "moe_intermediate_size": 1536,
+            "moe_k": 6,
+            "moe_num_experts": 64,
+            "moe_num_shared_experts": 2,
+        },
+        nullable={"num_key_value_heads": 4, "pad_token_id": 0},
+        aliases={"num_experts": "moe_num_experts", "num_experts_per_tok": "moe_k"},
+        requires=ernie4_5_moe_requires,
+        moe=MoEType(
+            experts="moe_num_experts",
+            top_k="moe_k",
+            d_ff="moe_intermediate_size",
+            normalize=None,
+            selection_bias=True,
+            shared_count="moe_num_shared_experts",
+            interval_layers=True,
+        ),
+        title="ERNIE 4.5 MoE",
+        head="Ernie4_5_MoeForCausalLM",
+    ),
     # GLM-4.5 (GLM-4.6, 4.7): Llama's blocks with attention_bias on q, k and v, RoPE on half of each
     # head (partial_rotary_factor), each head's q and k normalised with use_qk_norm; DeepSeek-V3's
     # routing among n_routed_experts of moe_intermediate_size beside n_shared_experts shared ones,
@@ -1490,7 +1600,7 @@ MODEL_TYPES = {
             "norm_topk_prob": True,
         },
         aliases={"num_local_experts": "n_routed_experts", "num_mtp_layers": "num_nextn_predict_layers"},
-        moe=MoEType(experts="n_routed_experts", d_ff="moe_intermediate_size", deepseek=True),
+        moe=DEEPSEEK,
         title="GLM-4.5",
         head="Glm4MoeForCausalLM",
         own=glm4_moe_own,
@@ -1515,7 +1625,7 @@ MODEL_TYPES = {
         nullable=WINDOW,
         aliases={"num_local_experts": "n_routed_experts"},
         requires=dots1_requires,
-        moe=MoEType(experts="n_routed_experts", d_ff="moe_intermediate_size", deepseek=True),
+        moe=DEEPSEEK,
         title="dots.llm1",
         head="Dots1ForCausalLM",
     ),
@@ -2036,6 +2146,7 @@ class Llama(Writable):
     qk_norm_names: ClassVar[tuple[str, str]] = ("q_norm", "k_norm")  # each attention's q and k norms
     router_name: ClassVar[str] = "gate"  # a routed layer's router, under its moe prefix
     shared_name: ClassVar[str] = "shared_expert"  # its shared expert (Qwen2-MoE's)
+    selection_bias_name: ClassVar[str] = "gate.e_score_correction_bias"  # its selection bias (DeepSeek-V3's)
     sources: ClassVar[dict[str, str]] = {
         "model.vocab_size": "vocab_size",
         "model.max_seq_len": "max_position_embeddings",
@@ -2190,7 +2301,7 @@ class Llama(Writable):
         m = held[0] if held else f"{layer}{self.moe_prefixes[0]}"  # none: missing, said by take
         state = {f"{ffn}router.weight": tensors.take(f"{m}{router}")}
         if moe.selection_bias:
-            state[f"{ffn}selection_bias"] = tensors.take(f"{m}{self.router_name}.e_score_correction_bias")
+            state[f"{ffn}selection_bias"] = tensors.take(f"{m}{self.selection_bias_name}").reshape(-1)
         if f"{m}experts.gate_up_proj" in tensors:
             gate_up = stacked(tensors, f"{m}experts.gate_up_proj", moe.experts)
             down = stacked(tensors, f"{m}experts.down_proj", moe.experts)
@@ -2225,7 +2336,7 @@ class Llama(Writable):
         gate_name, up_name, down_name = self.expert_names
         out = {f"{m}{self.router_name}.weight": state[f"{ffn}router.weight"]}
         if moe.selection_bias:
-            out[f"{m}{self.router_name}.e_score_correction_bias"] = state[f"{ffn}selection_bias"]
+            out[f"{m}{self.selection_bias_name}"] = state[f"{ffn}selection_bias"]
         for e in range(moe.experts):
             gate, up = state[f"{ffn}experts.{e}.w_in.weight"].chunk(2)
             x = f"{m}experts.{e}."
@@ -2600,6 +2711,19 @@ class HunYuan(Llama):
         return False
 
 
+@register("ernie4_5_moe")
+class Ernie45Moe(Llama):
+    """ERNIE 4.5 MoE: Llama's reading (MODEL_TYPES["ernie4_5_moe"]) of a checkpoint whose shared
+    experts lie under ``mlp.shared_experts``, each router's selection bias (1 x experts) at
+    ``mlp.moe_statics.e_score_correction_bias``. Import only."""
+
+    shared_name = "shared_experts"
+    selection_bias_name = "moe_statics.e_score_correction_bias"
+
+    def candidate(self, spec: Spec) -> bool:
+        return False  # Llama writes ERNIE 4.5's attention; its routing, no writer
+
+
 @register("glm4_moe", "dots1")
 class Glm4Moe(Llama):
     """GLM-4.5 and dots.llm1: Llama's reading (MODEL_TYPES) of a checkpoint whose shared experts lie
@@ -2658,7 +2782,7 @@ class Glm4Moe(Llama):
         moe = model.moe
         assert moe is not None
         out = super().experts_tensors(state, ffn, layer, model)
-        out.setdefault(f"{layer}mlp.gate.e_score_correction_bias", torch.zeros(moe.experts))
+        out.setdefault(f"{layer}mlp.{self.selection_bias_name}", torch.zeros(moe.experts))
         if moe.shared_d_ff is None:
             x, d = f"{layer}mlp.shared_experts.", model.d_model
             empty = {"gate_proj": (0, d), "up_proj": (0, d), "down_proj": (d, 0)}
@@ -2890,12 +3014,13 @@ def moe_config(model: DecoderSpec, written: str) -> dict[str, Any]:
         config |= {"decoder_sparse_step": 1, "mlp_only_layers": sorted(moe.dense_layers or ())}
     if fields.shared is not None:  # GraniteMoeShared's 0: none
         config[fields.shared] = moe.shared_d_ff or 0
-    if fields.deepseek:  # groups, scale, shared experts of d_ff and the first dense layers (glm4_moe_own)
+    if fields.shared_count is not None:  # shared experts of d_ff (glm4_moe_own)
+        config[fields.shared_count] = (moe.shared_d_ff or 0) // moe.d_ff
+    if fields.deepseek:  # groups, scale and the first dense layers (glm4_moe_own)
         config |= {
             "n_group": moe.groups.count if moe.groups is not None else 1,
             "topk_group": moe.groups.top if moe.groups is not None else 1,
             "routed_scaling_factor": moe.scale,
-            "n_shared_experts": (moe.shared_d_ff or 0) // moe.d_ff,
             "first_k_dense_replace": len(moe.dense_layers or ()),
         }
     return config
