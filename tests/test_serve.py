@@ -232,6 +232,27 @@ def test_stop_strings_end_a_choice_before_them_streamed_or_not(
     assert "".join(text for text, _ in pieces) == cut and pieces[-1][1] == "stop"
 
 
+def test_a_streamed_choice_with_stop_strings_decodes_its_text_once_a_token_in_the_stream(
+    server: BackgroundServer, streaming: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each token's text is decoded whole (the tokens decode together), so each decode more a token
+    costs the length of the text: the stream decoded it three times, the worker once more."""
+    lm = model(server, "char")
+    calls = []
+    decode = type(lm).decode_ids
+
+    def counted(self: Any, rows: Any) -> list[str]:
+        calls.append(len(rows[0]))
+        return decode(self, rows)
+
+    monkeypatch.setattr(type(lm), "decode_ids", counted)
+    streamed = streaming.completions.create(
+        model="char", prompt=PROMPTS[0], max_tokens=16, temperature=0, stop=["\x00", "\x01"], stream=True
+    )
+    finish = [c.choices[0].finish_reason for c in streamed][-1]
+    assert finish == "length" and len(calls) <= 2 * 16 + 2  # the worker's and the stream's, then the end
+
+
 class ByteFallbackAnswer:
     """What _stream reads of an Answer: one choice without stop strings, its tokens decoded as
     LLaMA's SentencePiece tokenizer decodes them (a character's bytes as <0x..> tokens)."""
@@ -243,8 +264,8 @@ class ByteFallbackAnswer:
     rows = (SimpleNamespace(stop_texts=()),)
     echo = include_usage = False
 
-    def text(self, i: int, tokens: list[int]) -> str:
-        return str(self.decoder.decode([self.pieces[t] for t in tokens]))
+    def text(self, i: int, tokens: list[int]) -> tuple[str, bool]:
+        return str(self.decoder.decode([self.pieces[t] for t in tokens])), False
 
     def chunk(self, i: int, text: str, reason: str | None) -> str:
         return text

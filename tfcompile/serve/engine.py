@@ -379,7 +379,11 @@ def text_of(model: LanguageModel, tokens: Sequence[int]) -> str:
 
 def stop_text(model: LanguageModel, tokens: Sequence[int], stops: Sequence[str]) -> int | None:
     """Where the first stop string begins in the tokens' text, or None."""
-    text = text_of(model, tokens)
+    return first_stop(text_of(model, tokens), stops)
+
+
+def first_stop(text: str, stops: Sequence[str]) -> int | None:
+    """Where the first of ``stops`` begins in ``text``, or None."""
     found = [i for i in (text.find(s) for s in stops) if i >= 0]
     return min(found) if found else None
 

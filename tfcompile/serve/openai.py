@@ -31,7 +31,7 @@ from tfcompile.errors import InputError
 from tfcompile.manifest import MAX_NEW_TOKENS, REPETITION_PENALTIES
 from tfcompile.runtime import LanguageModel
 from tfcompile.serve.app import FieldError, Served, Settings, error_body, log, outcome
-from tfcompile.serve.engine import Finished, GenerationRow, Job, stop_text, text_of
+from tfcompile.serve.engine import Finished, GenerationRow, Job, first_stop, text_of
 
 router = APIRouter(prefix="/v1")
 
@@ -271,11 +271,12 @@ class Answer:
     def prefix(self, i: int) -> str:
         return self.model.decode([self.rows[i].prompt])[0] if self.echo else ""
 
-    def text(self, i: int, tokens: Sequence[int]) -> str:
-        """Choice ``i``'s text: the tokens' text, cut where a stop string begins."""
+    def text(self, i: int, tokens: Sequence[int]) -> tuple[str, bool]:
+        """Choice ``i``'s text: the tokens' text (decoded once), cut where a stop string begins,
+        and whether one did."""
         text = text_of(self.model, tokens)
-        cut = stop_text(self.model, tokens, self.rows[i].stop_texts) if self.rows[i].stop_texts else None
-        return text if cut is None else text[:cut]
+        cut = first_stop(text, self.rows[i].stop_texts)
+        return (text, False) if cut is None else (text[:cut], True)
 
     def usage(self, finished: Sequence[Finished]) -> dict:
         """Token counts as OpenAI gives them: each prompt once, however many choices it has."""
@@ -286,7 +287,7 @@ class Answer:
     def whole(self, finished: Sequence[Finished]) -> dict:
         choices = [
             {
-                "text": self.prefix(i) + self.text(i, f.tokens),
+                "text": self.prefix(i) + self.text(i, f.tokens)[0],
                 "index": i,
                 "logprobs": None,
                 "finish_reason": f.reason,
@@ -316,8 +317,8 @@ async def _stream(answer: Answer, job: Job) -> AsyncIterator[str]:
             continue
         tokens[i].append(token)
         row = answer.rows[i]
-        text = answer.text(i, tokens[i])  # cut where a stop string begins
-        if row.stop_texts and stop_text(answer.model, tokens[i], row.stop_texts) is not None:
+        text, stopped = answer.text(i, tokens[i])  # cut where a stop string begins
+        if stopped:
             ready, done[i] = len(text), True
         else:
             hold = max((len(stop) - 1 for stop in row.stop_texts), default=0)
@@ -336,7 +337,7 @@ async def _stream(answer: Answer, job: Job) -> AsyncIterator[str]:
         yield _event(error_body("/v1", 500, _message(e), "generation_failed"))
         return
     for i, f in enumerate(finished):
-        text = answer.text(i, f.tokens)
+        text, _ = answer.text(i, f.tokens)
         yield answer.chunk(i, text[sent[i] :], f.reason)
     if answer.include_usage:
         yield _event(answer.head([], usage=answer.usage(finished)))
