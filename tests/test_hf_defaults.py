@@ -67,6 +67,7 @@ import test_hf_persimmon  # noqa: F401
 import test_hf_roberta_distilbert as roberta
 import test_hf_seed_oss  # noqa: F401
 import test_hf_smollm3  # noqa: F401
+import test_hf_solar_open  # noqa: F401
 import test_hf_stablelm  # noqa: F401
 import test_hf_starcoder2  # noqa: F401
 import test_hf_xglm  # noqa: F401
@@ -164,6 +165,7 @@ SOURCES: dict[str, Source] = {
         "glm4_moe",
         "dots1",
         "ernie4_5_moe",
+        "solar_open",
         "ministral3",
         "qwen2_moe",
         "qwen3_moe",

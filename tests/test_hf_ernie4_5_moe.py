@@ -108,6 +108,34 @@ def test_the_bundle_generates_transformers_greedy_tokens(
     imported[name].assert_runtime_generates_as_transformers(tmp_path, new=12)
 
 
+def test_the_multi_token_prediction_is_left_out_with_a_warning(
+    imported: dict[str, Imported], tmp_path: Path
+) -> None:
+    """The published checkpoints hold an MTP block (``model.mtp_block.0``, ``mtp_linear_proj.0``,
+    ...), which transformers leaves unread (its _keys_to_ignore_on_load_unexpected), and the
+    import too."""
+    import shutil
+
+    import safetensors.torch
+    import torch
+
+    from tfcompile.hf.errors import HFWarning
+    from tfcompile.hf.importer import import_folder
+
+    folder = tmp_path / "hf"
+    shutil.copytree(imported["ernie4_5_moe"].folder, folder)
+    weights = safetensors.torch.load_file(folder / "model.safetensors")
+    names = (
+        "model.mtp_block.0.input_layernorm.weight",
+        "model.mtp_linear_proj.0.weight",
+        "model.mtp_emb_norm.0.weight",
+    )
+    weights |= {name: torch.zeros(32) for name in names}
+    safetensors.torch.save_file(weights, folder / "model.safetensors", metadata={"format": "pt"})
+    with pytest.warns(HFWarning, match=r"left out 3 tensors of ERNIE 4.5's multi-token prediction"):
+        import_folder(folder, "mtp", tmp_path / "specs", tmp_path / "runs")
+
+
 # Run in transformers 4.57 (the published checkpoints were saved by 4): a tiny ERNIE 4.5 MoE, its
 # weights and selection biases moved off their initial values, saved, with its logits.
 SAVE_457 = r"""
@@ -199,7 +227,13 @@ CASES: list[Case] = [
     ernie(moe_layer_interval=2, spec={"moe.dense_layers": [0, 2]}, slow=True),  # layer 1 alone
     case("ernie4_5_moe", moe_layer_start_index=3, spec={"moe": None}, slow=True),  # dense: Llama writes it
     ernie(outcome="moe_layer_interval", json={"moe_layer_interval": 0}, slow=True),
-    ernie(moe_norm_min=1e-6, slow=True),  # a floor on the top k's sum, which a softmax's never reaches
+    ernie(moe_norm_min=1e-13, slow=True),  # a floor on the chosen probabilities' sum below 1e-12: never acts
+    ernie(outcome="moe_norm_min", moe_norm_min=0.3),  # it may: the selection bias chooses
+    ernie(outcome="moe_norm_min", json={"moe_norm_min": None}, slow=True),  # transformers fails
+    ernie(outcome="moe_layer_start_index", json={"moe_layer_start_index": None}, slow=True),
+    ernie(outcome="moe_layer_end_index", json={"moe_layer_end_index": None}, slow=True),
+    ernie(outcome="moe_layer_interval", json={"moe_layer_interval": float("nan")}, slow=True),
+    ernie(outcome="moe_layer_start_index", json={"moe_layer_start_index": float("inf")}, slow=True),
     ernie(output_router_logits=True, slow=True),  # training only
     ernie(router_aux_loss_coef=0.01, spec={"moe.balance_loss": 0.01}, slow=True),
     ernie(rope_parameters={"rope_type": "default", "rope_theta": 500.0}, spec={"positional.theta": 500.0}),

@@ -331,6 +331,9 @@ CASES: list[Case] = [
     glm(n_shared_experts=3, spec={"moe.shared_d_ff": 48}, slow=True),
     glm(n_shared_experts=0, spec={"moe.shared_d_ff": None}, slow=True),
     glm(outcome="n_shared_experts", json={"n_shared_experts": -1}, slow=True),
+    glm(outcome="n_shared_experts", json={"n_shared_experts": None}, slow=True),  # transformers fails
+    glm(outcome="n_shared_experts", json={"n_shared_experts": float("inf")}, slow=True),
+    glm(outcome="first_k_dense_replace", json={"first_k_dense_replace": float("nan")}, slow=True),
     glm(routed_scaling_factor=0.5, spec={"moe.scale": 0.5}),
     glm(outcome="routed_scaling_factor", routed_scaling_factor=0.0, slow=True),
     glm(n_group=2, topk_group=1, spec={"moe.groups.count": 2, "moe.groups.top": 1}),

@@ -4,6 +4,7 @@ converters by ``model_type``."""
 
 from __future__ import annotations
 
+import math
 import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
@@ -165,6 +166,11 @@ def json_type(value: Any) -> str:
     if isinstance(value, str):
         return "a string"
     return "a list" if isinstance(value, list | tuple) else "a JSON object"
+
+
+def whole_number(value: Any) -> bool:
+    """Whether ``value`` is a finite whole JSON number (json.loads reads NaN and Infinity too)."""
+    return json_type(value) == "a number" and math.isfinite(value) and value == int(value)
 
 
 class Tensors:

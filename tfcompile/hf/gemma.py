@@ -35,6 +35,7 @@ from tfcompile.hf.architecture import (
     image_path_left_out,
     json_type,
     register,
+    whole_number,
 )
 from tfcompile.hf.errors import Problem
 from tfcompile.hf.llama import (
@@ -121,18 +122,14 @@ def as_gemma3_reads(config: Config) -> Config:
     data = read.data
     # Read here without problems (this is read more than once); Gemma3.rope names a bad pattern.
     pattern, layers = data.get("sliding_window_pattern", 6), data["num_hidden_layers"]
-    if data.get("layer_types") is None and _whole(pattern) and pattern >= 1 and _depth(layers):
+    if data.get("layer_types") is None and whole_number(pattern) and pattern >= 1 and _depth(layers):
         data["layer_types"] = [SLIDING if (i + 1) % pattern else FULL for i in range(int(layers))]
     return read
 
 
-def _whole(value: Any) -> bool:
-    return json_type(value) == "a number" and math.isfinite(value) and value == int(value)
-
-
 def _depth(value: Any) -> bool:
     """A layer count the spec takes (another is refused there, by its field)."""
-    return _whole(value) and 1 <= value <= MAX_LAYERS
+    return whole_number(value) and 1 <= value <= MAX_LAYERS
 
 
 @register("gemma")

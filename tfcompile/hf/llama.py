@@ -65,9 +65,10 @@ router's ``e_score_correction_bias`` added to choose (``moe.selection_bias``), t
 ``topk_group`` of ``n_group`` groups chosen among (``moe.groups``), the weights times
 ``routed_scaling_factor`` (``moe.scale``), ``n_shared_experts`` shared experts in one, the first
 ``first_k_dense_replace`` layers dense; GLM-4.5's checkpoints' multi-token prediction layers are
-left out (Glm4Moe); export-hf writes every decoder of experts scored by sigmoids as GLM-4.5. ERNIE 4.5
-MoE is ERNIE 4.5's attention with a softmax's top k chosen with a selection bias and renormalised,
-beside shared experts, in the layers its moe_layer_* fields route (import only).
+left out (Glm4Moe); Solar Open is GLM-4.5's attention without q/k norms, every layer routed. export-
+hf writes every decoder of experts scored by sigmoids as GLM-4.5. ERNIE 4.5 MoE is ERNIE 4.5's
+attention with a softmax's top k chosen with a selection bias and renormalised, beside shared
+experts, in the layers its moe_layer_* fields route (import only).
 export-hf writes a mixture of experts as Mixtral (no q/k norms, no shared expert, every layer routed,
 the top k renormalised, no attention biases), Qwen3-MoE (each head's q and k normalised),
 Qwen2-MoE (a sigmoid-gated shared expert), GraniteMoE (Granite's multipliers or attention scale),
@@ -81,7 +82,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any, ClassVar, TypeGuard
 
@@ -108,6 +109,7 @@ from tfcompile.hf.architecture import (
     pad_within,
     register,
     unread_window,
+    whole_number,
     zeros_if_none,
 )
 from tfcompile.hf.architecture import EXPORTED_ACTIVATIONS as PLAIN
@@ -277,9 +279,11 @@ class MoEType:
     # the field counting shared experts of d_ff, in one (none where 0): DeepSeek-V3's n_shared_experts
     shared_count: str | None = None
     # DeepSeek-V3's routing (GLM-4.5's): each expert's sigmoid score, the best topk_group of n_group
-    # groups chosen among, routed_scaling_factor; the first first_k_dense_replace layers dense, of
-    # intermediate_size
+    # groups chosen among, routed_scaling_factor
     deepseek: bool = False
+    # the field of the first layers that stay dense, of intermediate_size (first_k_dense_replace);
+    # None: every layer routes
+    first_dense: str | None = None
     # ERNIE 4.5's routed layers: every moe_layer_interval-th (counted from 1) from moe_layer_start_index
     # to moe_layer_end_index (-1: the last), the others dense
     interval_layers: bool = False
@@ -651,13 +655,26 @@ def dots1_layer_types(config: Config, n_layers: int) -> list[str]:
 
 def ernie4_5_moe_requires(config: Config) -> None:
     """ERNIE 4.5 MoE's use_bias puts biases on its attention, dense and shared feed-forwards and LM
-    head, not on its experts: tfcompile's feed-forwards have biases alike. Its attention reads
-    num_key_value_heads without a fallback."""
+    head, not on its experts: tfcompile's feed-forwards have biases alike. It reads
+    num_key_value_heads, its routed layers' bounds and moe_norm_min without a fallback for null, and
+    a moe_norm_min above 1e-12 may floor the renormalisation (refused)."""
+    for name in ("num_key_value_heads", "moe_layer_start_index", "moe_layer_end_index", "moe_norm_min"):
+        config.require(
+            name not in config.data or config.data[name] is not None,
+            name,
+            "is null: ERNIE 4.5 MoE reads it without a fallback, and fails",
+            "set it as ERNIE-4.5-21B-A3B's config does, or leave it out",
+        )
+    # transformers divides the chosen experts' probabilities by the larger of their sum and this
+    # floor, tfcompile by their sum: they agree while the sum stays above it, which the selection
+    # bias can send anywhere in (0, 1]; the published models' 1e-12 needs logits 27 nats apart.
+    floor = config.get("moe_norm_min", 1e-12)
     config.require(
-        config.data.get("num_key_value_heads") is not None,
-        "num_key_value_heads",
-        "is null: ERNIE 4.5 MoE's attention reads it without a fallback, and fails",
-        "set it (ERNIE-4.5-21B-A3B's 4), or leave it out",
+        floor <= 1e-12,
+        "moe_norm_min",
+        f"is {floor!r}: transformers divides the chosen experts' probabilities by it where their sum is "
+        "below it, and tfcompile renormalises by the sum",
+        "leave it out (1e-12, the published models')",
     )
     config.require(
         not config.get("use_bias", False),
@@ -716,7 +733,7 @@ def moe_section(config: Config, kind: MoEType, n_layers: Any) -> tuple[dict[str,
     if kind.shared_count is not None:
         shared_experts(config, kind.shared_count, moe, sources)
     if kind.deepseek:
-        return deepseek_moe(config, moe, sources, n_layers)
+        return deepseek_moe(config, kind, moe, sources, n_layers)
     if kind.interval_layers:
         return interval_moe(config, moe, sources, n_layers)
     if not kind.sparse_layers:
@@ -748,10 +765,10 @@ def moe_section(config: Config, kind: MoEType, n_layers: Any) -> tuple[dict[str,
 
 
 def deepseek_moe(
-    config: Config, moe: dict[str, Any], sources: dict[str, str], n_layers: Any
+    config: Config, kind: MoEType, moe: dict[str, Any], sources: dict[str, str], n_layers: Any
 ) -> tuple[dict[str, Any] | None, dict[str, str]]:
     """``moe`` with DeepSeek-V3's routing as its config says it (MoEType.deepseek): none where
-    first_k_dense_replace leaves every layer dense."""
+    the first dense layers (MoEType.first_dense) are every layer."""
     moe["scoring"] = "sigmoid"
     groups, top = config.get("n_group", 1), config.get("topk_group", 1)
     if groups != 1:  # one group: every expert chosen among
@@ -767,31 +784,33 @@ def deepseek_moe(
     if (scale := config.get("routed_scaling_factor", 1.0)) != 1.0:
         moe["scale"] = scale
         sources["model.moe.scale"] = "routed_scaling_factor"
-    dense = config.get("first_k_dense_replace", 0)
+    if kind.first_dense is None:
+        return moe, sources
+    dense = config.get(kind.first_dense, 0)
     config.require(
-        json_type(dense) == "a number" and dense >= 0 and dense == int(dense),
-        "first_k_dense_replace",
+        whole_number(dense) and dense >= 0,
+        kind.first_dense,
         f"is {dense!r}, not a count of layers",
         "set it to the first layers that keep a dense feed-forward (0: none)",
     )
-    if listable(n_layers) and json_type(dense) == "a number" and dense > 0:
+    if listable(n_layers) and whole_number(dense) and dense > 0:
         if dense >= n_layers:
             return None, {}
         moe["dense_layers"] = list(range(int(dense)))
-        sources["model.moe.dense_layers"] = "first_k_dense_replace"
+        sources["model.moe.dense_layers"] = kind.first_dense
     return moe, sources
 
 
 def shared_experts(config: Config, name: str, moe: dict[str, Any], sources: dict[str, str]) -> None:
     """``moe``'s shared expert: the config's count (field ``name``) of experts of d_ff in one."""
-    shared = config.get(name, 1)
+    shared = config.data.get(name, 1)  # null: transformers' model fails to build
     config.require(
-        json_type(shared) == "a number" and shared >= 0 and shared == int(shared),
+        whole_number(shared) and shared >= 0,
         name,
         f"is {shared!r}: the shared experts' count (transformers' forward fails on another value)",
         "set it to the shared experts, 0 for none",
     )
-    if json_type(shared) == "a number" and shared > 0 and json_type(moe.get("d_ff")) == "a number":
+    if whole_number(shared) and shared > 0 and json_type(moe.get("d_ff")) == "a number":
         moe["shared_d_ff"] = int(shared) * moe["d_ff"]
         sources["model.moe.shared_d_ff"] = name
 
@@ -806,12 +825,12 @@ def interval_moe(
     )
     for name, value in zip(names, (start, end, interval), strict=True):
         config.require(
-            json_type(value) == "a number" and value == int(value) and (name != names[2] or value > 0),
+            whole_number(value) and (name != names[2] or value > 0),
             name,
             f"is {value!r}, not a layer number" if name != names[2] else f"is {value!r}, not a step above 0",
             "set it as ERNIE-4.5-21B-A3B's config does (1, -1, 1: every layer from the second routes)",
         )
-    if not listable(n_layers) or not all(json_type(v) == "a number" for v in (start, end, interval)):
+    if not listable(n_layers) or not all(whole_number(v) for v in (start, end, interval)):
         return moe, sources  # refused above, or a layer count the spec refuses by its field
     last = n_layers - 1 if end == -1 else end
     routed = [i for i in range(n_layers) if interval > 0 and (i + 1) % interval == 0 and start <= i <= last]
@@ -1082,6 +1101,7 @@ DEEPSEEK = MoEType(
     selection_bias=True,
     shared_count="n_shared_experts",
     deepseek=True,
+    first_dense="first_k_dense_replace",
 )
 
 MODEL_TYPES = {
@@ -1537,6 +1557,30 @@ MODEL_TYPES = {
         title="FlexOlmo",
         head="FlexOlmoForCausalLM",
         own=flex_olmo_own,
+    ),
+    # Solar Open: GLM-4.5's attention without q/k norms, RoPE on whole heads of head_dim (its forward
+    # fails on a partial_rotary_factor), and GLM-4.5's routing in every layer.
+    "solar_open": ModelType(
+        attention_bias=("qkv",),
+        defaults={
+            "vocab_size": 196608,
+            "hidden_size": 4096,
+            "num_hidden_layers": 48,
+            "num_attention_heads": 64,
+            "num_key_value_heads": 8,
+            "head_dim": 128,
+            "max_position_embeddings": 131072,
+            "rms_norm_eps": 1e-5,
+            "rope_theta": 1000000.0,  # SolarOpenConfig's default_theta
+            "moe_intermediate_size": 1280,
+            "num_experts_per_tok": 8,
+            "n_routed_experts": 128,
+            "norm_topk_prob": True,
+        },
+        aliases={"num_local_experts": "n_routed_experts"},
+        moe=replace(DEEPSEEK, first_dense=None),
+        title="Solar Open",
+        head="SolarOpenForCausalLM",
     ),
     # ERNIE 4.5's attention (interleaved pairs, use_bias refused: its experts have no biases, its
     # other feed-forwards and LM head do) with the top moe_k of a softmax over moe_num_experts experts
@@ -2715,21 +2759,36 @@ class HunYuan(Llama):
 class Ernie45Moe(Llama):
     """ERNIE 4.5 MoE: Llama's reading (MODEL_TYPES["ernie4_5_moe"]) of a checkpoint whose shared
     experts lie under ``mlp.shared_experts``, each router's selection bias (1 x experts) at
-    ``mlp.moe_statics.e_score_correction_bias``. Import only."""
+    ``mlp.moe_statics.e_score_correction_bias``; its multi-token prediction left out. Import only."""
 
     shared_name = "shared_experts"
     selection_bias_name = "moe_statics.e_score_correction_bias"
+
+    def to_state(self, tensors: Tensors, spec: Spec) -> State:
+        """Llama's reading; the multi-token prediction's tensors (``mtp_*``, in the published
+        checkpoints), which transformers leaves unread too, left out with a warning."""
+        state = super().to_state(tensors, spec)
+        left_out = tensors.skip("mtp")
+        if left_out:
+            warnings.warn(
+                HFWarning(
+                    f"{tensors.where}: left out {len(left_out)} tensors of ERNIE 4.5's multi-token "
+                    f"prediction ({left_out[0]}, ...), which generation does not read"
+                ),
+                stacklevel=2,
+            )
+        return state
 
     def candidate(self, spec: Spec) -> bool:
         return False  # Llama writes ERNIE 4.5's attention; its routing, no writer
 
 
-@register("glm4_moe", "dots1")
+@register("glm4_moe", "dots1", "solar_open")
 class Glm4Moe(Llama):
-    """GLM-4.5 and dots.llm1: Llama's reading (MODEL_TYPES) of a checkpoint whose shared experts lie
-    under ``mlp.shared_experts`` (empty where n_shared_experts is 0), each router's selection bias at
-    ``mlp.gate.e_score_correction_bias``; the multi-token prediction layers past num_hidden_layers
-    (num_nextn_predict_layers), which transformers leaves unread too, left out."""
+    """GLM-4.5, dots.llm1 and Solar Open: Llama's reading (MODEL_TYPES) of a checkpoint whose shared
+    experts lie under ``mlp.shared_experts`` (empty where n_shared_experts is 0), each router's
+    selection bias at ``mlp.gate.e_score_correction_bias``; the multi-token prediction layers past
+    num_hidden_layers (num_nextn_predict_layers), which transformers leaves unread too, left out."""
 
     shared_name = "shared_experts"
 
@@ -3021,8 +3080,9 @@ def moe_config(model: DecoderSpec, written: str) -> dict[str, Any]:
             "n_group": moe.groups.count if moe.groups is not None else 1,
             "topk_group": moe.groups.top if moe.groups is not None else 1,
             "routed_scaling_factor": moe.scale,
-            "first_k_dense_replace": len(moe.dense_layers or ()),
         }
+    if fields.first_dense is not None:  # the dense layers first (glm4_moe_own)
+        config[fields.first_dense] = len(moe.dense_layers or ())
     return config
 
 
