@@ -545,12 +545,12 @@ class Bundle:
             ) from None
         if (cut := tokenizer.truncation) is not None:  # the library panics on every text it cuts
             processor = tokenizer.post_processor
-            added = max(map(processor.num_special_tokens_to_add, (False, True))) if processor else 0
+            added = processor.num_special_tokens_to_add(False) if processor else 0
             if cut["stride"] >= cut["max_length"] - added:
                 raise BundleError(
                     f"{where}: its truncation's stride {cut['stride']} is not below the {cut['max_length']} "
-                    f"tokens it keeps less the {added} special tokens it adds; the tokenizers library "
-                    "fails on every text it cuts"
+                    f"tokens it keeps less the {added} special tokens it adds to a text; the tokenizers "
+                    "library fails on every text it cuts"
                 )
         # A manifest without one (format 1's; format 2's before the field) leaves the cut to the
         # client's rule, which a classifier follows whatever tokenizer.json says (cut_to_context).
