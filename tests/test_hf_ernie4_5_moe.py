@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from hf_models import VOCAB, Imported, imported_variants
 from test_hf_fields import DELETE, FAMILIES, IDS, Case, Family, _pytest_cases, case, check, uncovered
-from test_hf_moe import PYTHON_457
+from test_hf_moe import PYTHON_457, assert_4_57_saved_imports
 
 transformers = pytest.importorskip("transformers")
 T = transformers
@@ -151,8 +151,9 @@ with torch.no_grad():
     for n, p in model.named_parameters():
         p.add_(torch.randn_like(p) * 0.05)
     logits = model(ids).logits.tolist()
-model.save_pretrained(f"{out}/model")
-json.dump({"version": T.__version__, "ids": ids.tolist(), "logits": logits}, open(f"{out}/logits.json", "w"))
+model.save_pretrained(f"{out}/ernie4_5_moe")
+saved = {"version": T.__version__, "ids": ids.tolist(), "ernie4_5_moe": logits}
+json.dump(saved, open(f"{out}/logits.json", "w"))
 """
 
 
@@ -162,24 +163,8 @@ json.dump({"version": T.__version__, "ids": ids.tolist(), "logits": logits}, ope
 )
 @pytest.mark.filterwarnings("ignore:.*has no tokenizer.json")
 def test_a_folder_transformers_4_57_saved_imports_to_its_logits(tmp_path: Path) -> None:
-    import json
-    import subprocess
-
-    import torch
-
-    from tfcompile.hf.importer import import_folder
-    from tfcompile.train.runs import load_trained_model
-
-    assert PYTHON_457 is not None
-    subprocess.run([PYTHON_457, "-c", SAVE_457, str(tmp_path / "saved")], check=True)
-    saved = json.loads((tmp_path / "saved" / "logits.json").read_text())
-    assert saved["version"].startswith("4.57")
-    result = import_folder(tmp_path / "saved" / "model", "ernie", tmp_path / "specs", tmp_path / "runs")
-    spec, ours = load_trained_model(result.run_dir)
-    assert spec.model.moe is not None and spec.model.moe.selection_bias
-    with torch.no_grad():
-        logits = ours.eval()(torch.tensor(saved["ids"]))
-    torch.testing.assert_close(logits, torch.tensor(saved["logits"]), atol=1e-5, rtol=1e-5)
+    moe = assert_4_57_saved_imports(SAVE_457, tmp_path)["ernie4_5_moe"].model.moe
+    assert moe is not None and moe.selection_bias
 
 
 # ------------------------------------------------------------------ every config field, by value

@@ -53,6 +53,7 @@ from tfcompile.hf.errors import HFError
 from tfcompile.hf.exporter import export_hf
 from tfcompile.hf.importer import import_folder
 from tfcompile.models import DecoderLM
+from tfcompile.spec import Spec
 from tfcompile.train.runs import load_trained_model
 
 transformers = pytest.importorskip("transformers")
@@ -862,6 +863,25 @@ HEADS_457 = {
 def test_transformers_4_57_loads_each_written_mixture_of_experts_to_the_runs_logits(tmp_path: Path) -> None:
     written = {head: f"model: {{{BODY_457}, {fields}}}\n" for head, fields in HEADS_457.items()}
     assert_4_57_loads_written(written, tmp_path)
+
+
+def assert_4_57_saved_imports(script: str, tmp_path: Path) -> dict[str, Spec]:
+    """``script``, run in transformers 4.57, saves models (as the published checkpoints were saved)
+    into folders under its argument, with logits.json: {"version", "ids", folder: logits}. Each
+    folder imports to its logits -> the specs by folder."""
+    assert PYTHON_457 is not None
+    subprocess.run([PYTHON_457, "-c", script, str(tmp_path / "saved")], check=True)
+    saved = json.loads((tmp_path / "saved" / "logits.json").read_text())
+    assert saved["version"].startswith("4.57")
+    specs = {}
+    for name in (key for key in saved if key not in ("version", "ids")):
+        result = import_folder(tmp_path / "saved" / name, name, tmp_path / "specs", tmp_path / "runs")
+        spec, ours = load_trained_model(result.run_dir)
+        with torch.no_grad():
+            logits = ours.eval()(torch.tensor(saved["ids"]))
+        torch.testing.assert_close(logits, torch.tensor(saved[name]), atol=1e-5, rtol=1e-5, msg=name)
+        specs[name] = spec
+    return specs
 
 
 def assert_4_57_loads_written(written: dict[str, str], tmp_path: Path) -> None:
