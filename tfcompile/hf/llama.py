@@ -65,9 +65,9 @@ router's ``e_score_correction_bias`` added to choose (``moe.selection_bias``), t
 ``topk_group`` of ``n_group`` groups chosen among (``moe.groups``), the weights times
 ``routed_scaling_factor`` (``moe.scale``), ``n_shared_experts`` shared experts in one, the first
 ``first_k_dense_replace`` layers dense; GLM-4.5's checkpoints' multi-token prediction layers are
-left out (Glm4Moe); Solar Open is GLM-4.5's attention without q/k norms, every layer routed. export-
-hf writes every decoder of experts scored by sigmoids as GLM-4.5. ERNIE 4.5 MoE is ERNIE 4.5's
-attention with a softmax's top k chosen with a selection bias and renormalised, beside shared
+left out (Glm4Moe); Solar Open is GLM-4.5's attention without q/k norms, every layer routed.
+export-hf writes every decoder of experts scored by sigmoids as GLM-4.5. ERNIE 4.5 MoE is ERNIE
+4.5's attention with a softmax's top k chosen with a selection bias and renormalised, beside shared
 experts, in the layers its moe_layer_* fields route (import only).
 export-hf writes a mixture of experts as Mixtral (no q/k norms, no shared expert, every layer routed,
 the top k renormalised, no attention biases), Qwen3-MoE (each head's q and k normalised),
