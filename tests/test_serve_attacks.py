@@ -204,10 +204,13 @@ def test_json_images_are_counted_and_checked_before_any_array_is_made(server: Ba
         "20,001 pixels in all, more than the 20,000"
         in openai_error(httpx.post(url, json=big), 400)["message"]
     )
+    # a megabyte of JSON each: httpx's 5 s default ran out on a machine busy with other tests
     many = {"model": "digits", "images": [[[0]]] * 100_000}
-    assert "at most 32 items, got 100000" in openai_error(httpx.post(url, json=many), 400)["message"]
+    refused = openai_error(httpx.post(url, json=many, timeout=60), 400)
+    assert "at most 32 items, got 100000" in refused["message"]
     wrong = {"model": "sst2", "images": [[[0]]] * 100_000}
-    assert "does not serve /v1/classify-image" in openai_error(httpx.post(url, json=wrong), 400)["message"]
+    refused = openai_error(httpx.post(url, json=wrong, timeout=60), 400)
+    assert "does not serve /v1/classify-image" in refused["message"]
 
 
 def _image(kind: str) -> bytes:
