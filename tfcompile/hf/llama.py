@@ -2841,9 +2841,10 @@ class Glm4Moe(Llama):
         moe = model.moe
         assert moe is not None
         out = super().experts_tensors(state, ffn, layer, model)
-        out.setdefault(f"{layer}mlp.{self.selection_bias_name}", torch.zeros(moe.experts))
+        m = f"{layer}{self.moe_prefixes[0]}"
+        out.setdefault(f"{m}{self.selection_bias_name}", torch.zeros(moe.experts))
         if moe.shared_d_ff is None:
-            x, d = f"{layer}mlp.shared_experts.", model.d_model
+            x, d = f"{m}{self.shared_name}.", model.d_model
             empty = {"gate_proj": (0, d), "up_proj": (0, d), "down_proj": (d, 0)}
             out |= {f"{x}{name}.weight": torch.zeros(shape) for name, shape in empty.items()}
         return out
