@@ -600,6 +600,17 @@ def edited(imported: dict[str, Imported], name: str, tmp_path: Path, **fields: A
     return folder
 
 
+def with_tensors(imported: dict[str, Imported], name: str, tmp_path: Path, tensors: dict[str, Any]) -> Path:
+    """A copy of the variant's saved folder with ``tensors`` added to its checkpoint (tensors a
+    published checkpoint holds beside the model's)."""
+    from safetensors.torch import load_file, save_file
+
+    folder = copied(imported, name, tmp_path)
+    path = folder / "model.safetensors"
+    save_file(load_file(path) | tensors, path, metadata={"format": "pt"})
+    return folder
+
+
 def import_all(root: Path) -> dict[str, Imported]:
     """Every variant, imported under its name (a module's fixture: a few seconds in all); the
     warning of Mistral's capped context is tested on its own."""

@@ -214,13 +214,10 @@ def test_a_masked_lm_holding_a_pooler_keeps_it_for_a_classifier(
     masked LM (its logits are transformers'), kept (model.pooler: true) for the classifier
     AlbertForSequenceClassification.from_pretrained would start from it; not an unread tensor."""
     import torch
-    from hf_models import copied, max_difference
-    from safetensors.torch import load_file, save_file
+    from hf_models import max_difference, with_tensors
 
-    folder = copied(imported, "albert", tmp_path)
-    tensors = load_file(folder / "model.safetensors")
     pooler = {"albert.pooler.weight": torch.randn(16, 16), "albert.pooler.bias": torch.randn(16)}
-    save_file(tensors | pooler, folder / "model.safetensors", metadata={"format": "pt"})
+    folder = with_tensors(imported, "albert", tmp_path, pooler)
     result = import_folder(folder, "pooled", tmp_path / "specs", tmp_path / "runs")
     spec, model = load_trained_model(result.run_dir)
     assert spec.model.pooler and torch.equal(model.pooler.weight, pooler["albert.pooler.weight"])

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hf_models import VOCAB, Imported, imported_variants
+from hf_models import VOCAB, Imported, imported_variants, with_tensors
 from test_hf_fields import DELETE, FAMILIES, IDS, Case, Family, _pytest_cases, case, check, uncovered
 from test_hf_moe import PYTHON_457, assert_4_57_saved_imports
 
@@ -114,24 +114,17 @@ def test_the_multi_token_prediction_is_left_out_with_a_warning(
     """The published checkpoints hold an MTP block (``model.mtp_block.0``, ``mtp_linear_proj.0``,
     ...), which transformers leaves unread (its _keys_to_ignore_on_load_unexpected), and the
     import too."""
-    import shutil
-
-    import safetensors.torch
     import torch
 
     from tfcompile.hf.errors import HFWarning
     from tfcompile.hf.importer import import_folder
 
-    folder = tmp_path / "hf"
-    shutil.copytree(imported["ernie4_5_moe"].folder, folder)
-    weights = safetensors.torch.load_file(folder / "model.safetensors")
     names = (
         "model.mtp_block.0.input_layernorm.weight",
         "model.mtp_linear_proj.0.weight",
         "model.mtp_emb_norm.0.weight",
     )
-    weights |= {name: torch.zeros(32) for name in names}
-    safetensors.torch.save_file(weights, folder / "model.safetensors", metadata={"format": "pt"})
+    folder = with_tensors(imported, "ernie4_5_moe", tmp_path, {name: torch.zeros(32) for name in names})
     with pytest.warns(HFWarning, match=r"left out 3 tensors of ERNIE 4.5's multi-token prediction"):
         import_folder(folder, "mtp", tmp_path / "specs", tmp_path / "runs")
 

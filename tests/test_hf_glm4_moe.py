@@ -27,6 +27,7 @@ from hf_models import (
     assert_round_trips,
     imported_variants,
     own_run_written,
+    with_tensors,
 )
 from test_hf_fields import FAMILIES, IDS, Case, Family, _pytest_cases, case, check, uncovered
 from test_hf_moe import PYTHON_457, assert_4_57_loads_written, assert_4_57_saved_imports
@@ -215,19 +216,13 @@ def test_the_multi_token_prediction_layers_are_left_out_with_a_warning(
 ) -> None:
     """GLM-4.5's checkpoints hold a layer past num_hidden_layers (``model.layers.92``): its
     multi-token prediction, which transformers leaves unread, and the import too."""
-    import shutil
-
-    import safetensors.torch
     import torch
 
     from tfcompile.hf.errors import HFWarning
     from tfcompile.hf.importer import import_folder
 
-    folder = tmp_path / "hf"
-    shutil.copytree(imported["glm4_moe"].folder, folder)
-    weights = safetensors.torch.load_file(folder / "model.safetensors")
-    weights |= {f"model.layers.3.{name}": torch.zeros(4, 32) for name in ("eh_proj.weight", "enorm.weight")}
-    safetensors.torch.save_file(weights, folder / "model.safetensors", metadata={"format": "pt"})
+    mtp = {f"model.layers.3.{name}": torch.zeros(4, 32) for name in ("eh_proj.weight", "enorm.weight")}
+    folder = with_tensors(imported, "glm4_moe", tmp_path, mtp)
     with pytest.warns(HFWarning, match=r"left out layers \[3\] past num_hidden_layers \(3\).*2 tensors"):
         import_folder(folder, "mtp", tmp_path / "specs", tmp_path / "runs")
 
