@@ -6,17 +6,19 @@ family's graphs to ONNX Runtime. (Hugging Face's MoE models: tests/test_hf_moe.p
 
 from __future__ import annotations
 
+import copy
 import itertools
 import re
 from pathlib import Path
 
+import onnx
 import pytest
 import torch
 from helpers import ONE_STEP, ROOT, TINY, assert_exports_with_parity, random_run, randomised, tiny_model
 
 from tfcompile.models import DecoderLM
 from tfcompile.nn.feedforward import FeedForward
-from tfcompile.nn.moe import MoE, balance_loss
+from tfcompile.nn.moe import MoE, balance_loss, half
 from tfcompile.spec import load_spec, parse_spec
 from tfcompile.spec.errors import SpecError
 from tfcompile.spec.schema import MoESpec
@@ -376,3 +378,41 @@ def test_export_hf_writes_a_llama_of_experts_as_mixtral_and_refuses_what_mixtral
 def test_a_layer_keeps_the_activations_dtype() -> None:
     layer = MoE(6, MoESpec(experts=3, d_ff=4), "swiglu", False).to(torch.bfloat16)
     assert layer(torch.randn(2, 3, 6, dtype=torch.bfloat16)).dtype == torch.bfloat16
+
+
+@pytest.mark.parametrize("sign", [1, -1], ids=["second expert", "first expert"])
+def test_a_float16_model_routes_in_float32_so_a_near_tie_chooses_as_float32(sign: int) -> None:
+    """Two experts' router rows 1e-5 apart, closer than float16 can tell (its step at 0.5 is
+    2^-11): in float16 weights they would tie, and a tie chooses by index whichever of the two the
+    float32 model would have chosen. Kept in float32, the half model chooses the float32 model's
+    expert for either order."""
+    layer = _layer(experts=3, top_k=1, selection_bias=True, scoring="sigmoid").float()
+    with torch.no_grad():
+        layer.router.weight.copy_(torch.tensor([[0.5] * 6, [0.5 + sign * 1e-5] * 6, [-0.5] * 6]))
+        layer.selection_bias.zero_()
+    x = torch.rand(1, 4, 6).add(0.1).half()  # u.x > 0: the second row scores above the first
+    reference = layer(x.float())
+    halved = half(copy.deepcopy(layer))
+    assert halved.router.weight.dtype == halved.selection_bias.dtype == torch.float32
+    assert halved.experts[0].w_in.weight.dtype == torch.float16
+    served = halved(x)
+    assert served.dtype == torch.float16
+    torch.testing.assert_close(served.float(), reference, rtol=1e-2, atol=1e-2)
+
+
+@pytest.mark.slow  # an fp16 export and its parity: 6 s
+def test_an_fp16_bundle_keeps_its_routers_in_float32(tmp_path: Path) -> None:
+    from tfcompile.export import Source, export_bundle
+
+    spec = parse_spec(BUNDLES["decoder, RoPE, shared gated expert"])
+    reports = export_bundle(spec, Source(seed=0), tmp_path / "bundle", precision="fp16")
+    assert all(r.passed and r.relative for r in reports.values())
+    weights = [
+        w for w in onnx.load(str(tmp_path / "bundle" / "model.onnx")).graph.initializer if len(w.dims) == 2
+    ]
+    float32 = [list(w.dims) for w in weights if w.data_type == onnx.TensorProto.FLOAT]
+    assert float32 == [[16, 4], [16, 4]]  # each layer's router, (d_model, experts)
+    assert len(weights) > 20 and {w.data_type for w in weights} == {
+        onnx.TensorProto.FLOAT,
+        onnx.TensorProto.FLOAT16,
+    }

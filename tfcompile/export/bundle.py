@@ -53,6 +53,7 @@ from tfcompile.manifest import (
     Truncation,
 )
 from tfcompile.manifest import Graph as GraphEntry
+from tfcompile.nn.moe import half
 from tfcompile.runtime.bundle import BundleFiles, sha256_file
 from tfcompile.runtime.errors import BundleError
 from tfcompile.runtime.ort import ort
@@ -113,7 +114,8 @@ def export_bundle(
     """Export, check parity of every graph, and write the bundle; returns the parity reports.
     ``opset``, ``precision`` (fp32, fp16) and ``cuda_graphs`` override the spec's export.opset,
     export.precision and export.cuda_graphs.
-    An fp16 graph is checked against the fp32 PyTorch model, with its outputs read as float32.
+    An fp16 graph (its MoE routers in float32) is checked against the fp32 PyTorch model, with its
+    outputs read as float32.
     ``force`` replaces an existing bundle at ``out``; nothing else there is ever replaced."""
     if opset is not None and not MIN_OPSET <= opset <= MAX_OPSET:
         raise ExportError(f"opset {opset}: {OPSETS}")
@@ -127,7 +129,7 @@ def export_bundle(
     spec = spec.replace({"export": overrides}) if overrides else spec
     _check_exportable(spec)
     graphs = bundle_graphs(spec)
-    exported = copy.deepcopy(model).half() if spec.export.precision == "fp16" else model
+    exported = half(copy.deepcopy(model)) if spec.export.precision == "fp16" else model
     opset = opset or spec.export.opset
     tmp = staging_folder(out)
     try:

@@ -26,6 +26,8 @@ trainer to add to the task's loss.
 
 from __future__ import annotations
 
+import copy
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -55,7 +57,8 @@ class MoE(nn.Module):
         self.balance: torch.Tensor | None = None  # the last training forward's load-balancing loss
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        logits = self.router(x).to(torch.promote_types(x.dtype, torch.float32))  # (B, T, E), as Mixtral's
+        logits = self.router(x.to(self.router.weight.dtype))  # (B, T, E); float32 in fp16 models
+        logits = logits.to(torch.promote_types(x.dtype, torch.float32))  # as Mixtral's
         probs = logits.sigmoid() if self.scoring == "sigmoid" else logits.softmax(dim=-1)
         choice = probs if self.selection_bias is None else probs + self.selection_bias
         if self.groups is not None:
@@ -127,6 +130,20 @@ class MoE(nn.Module):
         assert isinstance(expert, FeedForward)
         per_expert = sum(2 * m.in_features * m.out_features for m in (expert.w_in, expert.w_out))
         return (len(self.experts) - self.top_k) * per_expert
+
+
+def half(model: nn.Module) -> nn.Module:
+    """``model`` in float16 in place, but for its MoE routers and selection biases, kept in float32
+    as transformers keeps DeepSeek-V3's and GLM-4.5's: an expert is chosen by comparing scores,
+    which float16's weights turn into ties or flip near ties. The routers read their inputs cast to
+    float32, a sliver of a layer's FLOPs."""
+    kept = {
+        m: (copy.deepcopy(m.router).float(), m.selection_bias) for m in model.modules() if isinstance(m, MoE)
+    }
+    model.half()  # rounds parameters in place: the routers above are copies
+    for m, (router, selection_bias) in kept.items():
+        m.router, m.selection_bias = router, selection_bias
+    return model
 
 
 def balance_loss(model: nn.Module) -> torch.Tensor | None:
