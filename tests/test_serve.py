@@ -288,6 +288,55 @@ def test_a_stream_sends_a_character_split_over_byte_tokens_once_it_is_whole() ->
     assert "".join(chunks) == "a\U0001f600 b" and all("\ufffd" not in c for c in chunks)
 
 
+def _sentencepiece(tokenizer: dict) -> None:
+    """The char bundle's tokenizer as LLaMA's reads and writes text: a space is the token "\u2581",
+    and the decoder strips the text's first space."""
+    vocab = tokenizer["model"]["vocab"]
+    vocab["\u2581"] = vocab.pop(" ")
+    tokenizer["normalizer"] = {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"}
+    tokenizer["decoder"] = {
+        "type": "Sequence",
+        "decoders": [
+            {"type": "Replace", "pattern": {"String": "\u2581"}, "content": " "},
+            {"type": "ByteFallback"},
+            {"type": "Fuse"},
+            {"type": "Strip", "content": " ", "start": 1, "stop": 0},
+        ],
+    }
+
+
+def test_a_continuation_keeps_the_space_a_sentencepiece_decoder_strips_from_a_texts_start(
+    char_bundle: Path, tmp_path: Path
+) -> None:
+    """Decoded on its own, a continuation that starts a word lost its space (LLaMA's decoder
+    strips a text's first one), and a stop string at its start went unseen: the text, the
+    stream, echo and stop strings all read it after the prompt, as the runtime does."""
+    from helpers import damaged, edited_tokenizer
+
+    from tfcompile.runtime import load
+
+    bundle = damaged(
+        char_bundle, tmp_path, **{"tokenizer.json": edited_tokenizer(char_bundle, _sentencepiece)}
+    )
+    lm = load(bundle)
+    assert isinstance(lm, LanguageModel) and lm.tokenizer is not None
+    space, prompt = lm.tokenizer.token_to_id("\u2581"), "ROMEO:"
+    ids = [lm.encode([prompt])[0].ids]
+    seed = next(s for s in range(200) if lm.generate(ids, 1, temperature=1.0, seed=s)[0, -1] == space)
+    expected = new_text(lm, prompt, max_new_tokens=8, temperature=1.0, seed=seed)
+    assert expected.startswith(" ")
+    body = {"model": "sp", "prompt": prompt, "max_tokens": 8, "temperature": 1.0, "seed": seed}
+    with BackgroundServer({"sp": bundle}, Settings(max_wait_ms=5)) as server:
+        client = openai.OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0)
+        assert client.completions.create(**body).choices[0].text == expected
+        assert client.completions.create(**body, echo=True).choices[0].text == prompt + expected
+        streamed = openai.OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0)
+        chunks = streamed.completions.create(**body, stream=True)
+        assert "".join(c.choices[0].text for c in chunks if c.choices) == expected
+        stopped = client.completions.create(**body, stop=[" "]).choices[0]
+        assert (stopped.text, stopped.finish_reason) == ("", "stop")
+
+
 def test_prompts_as_token_ids(server: BackgroundServer, client: Any) -> None:
     lm = model(server, "char")
     ids = [e.ids for e in lm.encode(PROMPTS[:2])]

@@ -327,7 +327,10 @@ class Rows:
                 continue
             if job.stream:
                 job.emit(i, token)
-            if row.stop_texts and stop_text(self.model, self.generated[key], row.stop_texts) is not None:
+            if (
+                row.stop_texts
+                and stop_text(self.model, row.prompt, self.generated[key], row.stop_texts) is not None
+            ):
                 self.by_text.add(key)
                 ended.append(key)
         return ended
@@ -372,14 +375,28 @@ def _generate(model: LanguageModel, jobs: Sequence[Job]) -> list[list[Finished]]
     return [answered[id(job)] for job in jobs]
 
 
-def text_of(model: LanguageModel, tokens: Sequence[int]) -> str:
-    """Generated tokens as text, the stop token that ended them left out."""
-    return model.decode_ids([search.strip_stop(list(tokens), tuple(model.generation.stop_token_ids))])[0]
+CONTEXT_TOKENS = 8  # the prompt's last tokens that generated ones are decoded after
 
 
-def stop_text(model: LanguageModel, tokens: Sequence[int], stops: Sequence[str]) -> int | None:
-    """Where the first stop string begins in the tokens' text, or None."""
-    return first_stop(text_of(model, tokens), stops)
+def text_of(model: LanguageModel, prompt: Sequence[int], tokens: Sequence[int]) -> str:
+    """Generated tokens as text, the stop token that ended them left out, as they read after the
+    prompt: decoded after its last CONTEXT_TOKENS tokens and cut from what those decode to alone.
+    Decoded on their own, a SentencePiece decoder (LLaMA's Strip, a Metaspace that prepends) would
+    drop the leading space of a continuation that starts a word. Where the prompt ends inside a
+    character the continuation finishes, the character is the continuation's."""
+    context = list(prompt[-CONTEXT_TOKENS:])
+    new = search.strip_stop(list(tokens), tuple(model.generation.stop_token_ids))
+    before, after = model.decode_ids([context, context + new])
+    shared = next((i for i, (a, b) in enumerate(zip(before, after, strict=False)) if a != b), len(before))
+    return after[shared:]
+
+
+def stop_text(
+    model: LanguageModel, prompt: Sequence[int], tokens: Sequence[int], stops: Sequence[str]
+) -> int | None:
+    """Where the first stop string begins in the text of the tokens generated after ``prompt``, or
+    None."""
+    return first_stop(text_of(model, prompt, tokens), stops)
 
 
 def first_stop(text: str, stops: Sequence[str]) -> int | None:

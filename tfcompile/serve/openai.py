@@ -274,7 +274,7 @@ class Answer:
     def text(self, i: int, tokens: Sequence[int]) -> tuple[str, bool]:
         """Choice ``i``'s text: the tokens' text (decoded once), cut where a stop string begins,
         and whether one did."""
-        text = text_of(self.model, tokens)
+        text = text_of(self.model, self.rows[i].prompt, tokens)
         cut = first_stop(text, self.rows[i].stop_texts)
         return (text, False) if cut is None else (text[:cut], True)
 
