@@ -765,6 +765,44 @@ def test_a_format_1_preprocessing_record_is_checked_as_the_image_section_is(
         load(folder)
 
 
+@pytest.mark.parametrize(
+    ("bundle", "change", "said"),
+    [
+        (
+            "char_bundle",
+            lambda m: m["padding"].update(side="right"),
+            r"padding\.side is 'right', where a causal_lm",
+        ),
+        (
+            "classifier_bundle",
+            lambda m: m["padding"].update(side="left"),
+            r"a classification bundle's rows are",
+        ),
+        (
+            "translator_bundle",
+            lambda m: m["padding"].update(side="left"),
+            r"a seq2seq bundle's rows are padded",
+        ),
+        ("char_bundle", lambda m: m["generation"].update(context_length=8), r"context_length \(8\) is not"),
+        (
+            "char_bundle",
+            lambda m: m["generation"].update(context_length=10**6),
+            r"context_length \(1000000\)",
+        ),
+    ],
+    ids=["decoder padded right", "classifier padded left", "translator padded left", "short", "long"],
+)
+def test_a_manifest_that_says_to_pad_or_slide_otherwise_than_the_runtime_is_refused(
+    bundle: str, change: Any, said: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """A client that follows the manifest (examples/python/client.py) pads on padding.side and
+    slides at generation.context_length; the runtime pads a task's rows on its one side and
+    generates over model.max_seq_len. Where they differ, the two gave other tokens for one bundle
+    (and a context past max_seq_len feeds the graph past its positions): refused at load."""
+    with pytest.raises(BundleError, match=said):
+        load(damaged(request.getfixturevalue(bundle), tmp_path, change))
+
+
 def test_a_translator_without_an_unknown_token_is_refused_at_load(
     translator_bundle: Path, tmp_path: Path
 ) -> None:

@@ -148,8 +148,10 @@ class TokenizerInfo(Part):
 
 class Padding(Part):
     """How a batch of sequences of different lengths is padded: ``side`` (left for generation, so
-    that new tokens follow every row's last real token), with ``pad_id``, which the attention mask
-    (0 at padding) hides: positions count real tokens, so a padded row reads as it would alone."""
+    that new tokens follow every row's last real token; right for classification and seq2seq, whose
+    graphs were checked so; tfcompile's runtime refuses a bundle that says otherwise), with
+    ``pad_id``, which the attention mask (0 at padding) hides: positions count real tokens, so a
+    padded row reads as it would alone."""
 
     side: Literal["left", "right"]
     pad_id: TokenId
@@ -169,7 +171,7 @@ class GenerationInfo(Part):
     ``context_length`` tokens from an empty cache (a window that slides: a full pass a token). A
     left-padded batch may slide every row at once, as soon as its longest row is past the context
     (the last ``context_length`` columns of the ids and the mask): each row reads what it would
-    alone.
+    alone. ``context_length`` is model.max_seq_len (tfcompile's runtime refuses another).
 
     Bans (transformers' logits processors of the same names), after the repetition penalty and
     before greedy or sampling: a token's logit is set to -inf if it is in ``suppressed_ids``; if

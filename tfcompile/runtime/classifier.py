@@ -41,6 +41,7 @@ class Classifier(Bundle):
     ``logits(input_ids, attention_mask, token_type_ids)`` -> (batch, labels) float32."""
 
     TASK = "classification"
+    PADDING_SIDE = "right"
 
     def __init__(
         self,

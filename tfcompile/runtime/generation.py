@@ -39,6 +39,7 @@ class LanguageModel(Bundle):
     ``generate`` (token ids) and ``generate_text`` (strings) decode with the KV-cache graph."""
 
     TASK = "causal_lm"
+    PADDING_SIDE = "left"  # new tokens follow every row's last real token
 
     def __init__(
         self,
@@ -50,6 +51,12 @@ class LanguageModel(Bundle):
         if self.manifest.generation is None:
             raise BundleError(f"{self.path}: the manifest of a language model needs a generation section")
         self.generation: GenerationInfo = self.manifest.generation
+        if self.generation.context_length != self.max_seq_len:
+            raise BundleError(
+                f"{self.path}: the manifest's generation.context_length ({self.generation.context_length}) "
+                f"is not model.max_seq_len ({self.max_seq_len}), the context the graphs were checked at "
+                "and this runtime generates over: a client that slides at the manifest's would disagree"
+            )
         self.expect("model", ["input_ids", "attention_mask"], ["logits"])
         step = self.graph("step")
         if step.cache is None:

@@ -144,6 +144,7 @@ class Bundle:
 
     MAIN_GRAPH = "model"  # the graph opened here; each runtime opens the others it runs at load too
     TASK: str | None = None  # the manifest task a runtime class serves (None: any)
+    PADDING_SIDE: str | None = None  # the side it pads a batch's rows on (None: it pads none)
 
     def __init__(
         self,
@@ -158,6 +159,13 @@ class Bundle:
             raise InputError(
                 f"{self.path} holds a {self.manifest.task} model; {type(self).__name__} serves "
                 f"{self.TASK} bundles (tfcompile.runtime.load picks the class from the manifest)"
+            )
+        side = self.manifest.padding.side
+        if self.PADDING_SIDE is not None and side != self.PADDING_SIDE:
+            raise BundleError(
+                f"{self.path}: the manifest's padding.side is {side!r}, where a {self.manifest.task} "
+                f"bundle's rows are padded on the {self.PADDING_SIDE}: what this runtime does and its "
+                f"graphs were checked with, so a client that pads as the manifest says would disagree"
             )
         self._providers = session_providers(providers or default_providers())
         self._chosen = bool(providers)  # providers the caller named must all start (open_graph)

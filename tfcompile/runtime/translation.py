@@ -25,6 +25,7 @@ class Translator(Bundle):
     section. A batch of sources of different lengths (right-padded) translates as each alone."""
 
     TASK = "seq2seq"
+    PADDING_SIDE = "right"
     MAIN_GRAPH = "encoder"
 
     def __init__(
