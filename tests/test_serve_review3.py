@@ -378,3 +378,33 @@ def test_each_serve_flags_range_is_the_servers_in_its_units() -> None:
         assert parse(text) * unit == BOUNDS[field][1], flag
         with pytest.raises(argparse.ArgumentTypeError):
             parse(str(high * 2))
+
+
+@pytest.mark.slow  # the translator bundle: 20 s to build
+def test_a_bundles_defaults_over_the_servers_limits_are_held_within_them(
+    char_bundle: Path, translator_bundle: Path, tmp_path: Path
+) -> None:
+    """A request that names no beam, max_len or max_tokens takes the manifest's defaults: where
+    they were over the server's limits, every such request was refused with a 400 naming fields
+    the client never sent. They are held within the limits; what a request names still is not."""
+    from helpers import damaged
+
+    from tfcompile.runtime import load
+
+    wide = damaged(
+        translator_bundle, tmp_path / "t", lambda m: m["translation"].update(beam=6, max_decode_len=4096)
+    )
+    long = damaged(char_bundle, tmp_path / "c", lambda m: m["generation"].update(max_new_tokens=500))
+    texts = ["Ein Hund rennt.", "Eine Frau."]
+    with BackgroundServer({"de-en": wide, "char": long}, Settings(max_beam=2, max_tokens=5)) as server:
+        r = httpx.post(f"{server.url}/v1/translate", json={"model": "de-en", "texts": texts})
+        assert r.status_code == 200, r.text
+        assert r.json()["translations"] == load(wide).translate(texts, beam=2, max_len=5)
+        r = httpx.post(f"{server.url}/v1/translate", json={"model": "de-en", "texts": texts, "max_len": 4096})
+        assert r.status_code == 400 and "max_len may be at most 5, got 47" in r.text  # the context's cut
+        r = httpx.post(f"{server.url}/v1/translate", json={"model": "de-en", "texts": texts, "beam": 3})
+        assert r.status_code == 400 and "beam may be at most 2, got 3" in r.text
+        r = httpx.post(f"{server.url}/v1/completions", json={"model": "char", "prompt": "ROMEO:"})
+        assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 5, r.text
+        r = httpx.post(f"{server.url}/v1/completions", json={"model": "char", "prompt": "a", "max_tokens": 6})
+        assert r.status_code == 400 and r.json()["error"]["param"] == "max_tokens"

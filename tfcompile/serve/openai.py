@@ -3,15 +3,14 @@
 ``client.completions.create`` calls), streamed as server-sent events or answered whole.
 
 Sampling options left out (or null) take the bundle manifest's generation defaults, ``max_tokens``
-too. ``top_k`` is accepted beside OpenAI's fields (``extra_body={"top_k": 40}``). Row ``i`` of a
-request (choice ``i``: prompt ``i // n``, sample ``i % n``) draws with ``seed + i``, as row ``i`` of
-``LanguageModel.generate_text`` does, so a seeded request gives the runtime's tokens. Fields this
-server cannot honour (logprobs, best_of, penalties, logit_bias, suffix) are refused with 400
-rather than ignored, and JSON values of another type are never coerced ("1" is not a
-temperature, nor true a stream flag). A temperature below 1e-5 decodes greedily, as vLLM's does:
-logits divided by it overflow. The prompts are counted and their lengths bounded before any is
-tokenized, off the event loop.
-"""
+too (at most the server's limit). ``top_k`` is accepted beside OpenAI's fields
+(``extra_body={"top_k": 40}``). Row ``i`` of a request (choice ``i``: prompt ``i // n``, sample
+``i % n``) draws with ``seed + i``, as row ``i`` of ``LanguageModel.generate_text`` does, so a seeded
+request gives the runtime's tokens. Fields this server cannot honour (logprobs, best_of, penalties,
+logit_bias, suffix) are refused with 400 rather than ignored, and JSON values of another type are
+never coerced ("1" is not a temperature, nor true a stream flag). A temperature below 1e-5 decodes
+greedily, as vLLM's does: logits divided by it overflow. The prompts are counted and their lengths
+bounded before any is tokenized, off the event loop."""
 
 from __future__ import annotations
 
@@ -135,6 +134,8 @@ async def completions(body: CompletionRequest, request: Request) -> dict | Strea
     n = body.n or 1
     given = _given_prompts(body.prompt, n, limit, s.settings)
     max_tokens = model.max_new_tokens(body.max_tokens)
+    if body.max_tokens is None:  # the manifest's default, within the server's limit
+        max_tokens = min(max_tokens, s.settings.max_tokens)
     if max_tokens > s.settings.max_tokens:
         raise FieldError("max_tokens", f"max_tokens may be at most {s.settings.max_tokens}, got {max_tokens}")
     stops = _stops(body.stop)

@@ -23,7 +23,7 @@ from tfcompile.manifest import EarlyStopping
 from tfcompile.runtime import Classifier, ImageClassifier, Translator, inputs
 from tfcompile.runtime.classifier import Prediction
 from tfcompile.runtime.session import Bundle
-from tfcompile.serve.app import Served, check_lengths, outcome
+from tfcompile.serve.app import FieldError, Served, check_lengths, outcome
 from tfcompile.serve.engine import Job
 
 router = APIRouter(prefix="/v1")
@@ -58,8 +58,16 @@ class TranslateRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)  # strict: true is not 1, nor "1" 1.0
     model: str
     texts: Texts
-    beam: StrictInt | None = Field(None, ge=1, description="beam width; the manifest's default when left out")
-    max_len: StrictInt | None = Field(None, ge=1, description="target tokens at most; the manifest's default")
+    beam: StrictInt | None = Field(
+        None,
+        ge=1,
+        description="beam width; the manifest's default (at most the server's --max-beam) when left out",
+    )
+    max_len: StrictInt | None = Field(
+        None,
+        ge=1,
+        description="target tokens at most; the manifest's default (at most the server's --max-tokens)",
+    )
     source_language: Annotated[str, Field(max_length=MAX_CODE)] | None = Field(
         None, description="a multilingual translator's code for the sources' language (NLLB's deu_Latn)"
     )
@@ -125,12 +133,16 @@ async def translate(body: TranslateRequest, request: Request) -> dict:
     texts = inputs.texts("texts", body.texts)
     _rows(request, len(texts))
     check_lengths(model, texts, "texts")
-    beam = model.translation.beam if body.beam is None else body.beam
-    max_len = model.translation.max_decode_len if body.max_len is None else body.max_len
-    if beam > s.max_beam or max_len > s.max_tokens:
-        raise InputError(
-            f"beam may be at most {s.max_beam} and max_len at most {s.max_tokens}, got {beam} and {max_len}"
-        )
+    # The manifest's defaults within the server's limits; what a request names is held to them, its
+    # max_len after the cut to the context that decoding makes anyway.
+    t = model.translation
+    beam = min(t.beam, s.max_beam) if body.beam is None else body.beam
+    max_len = min(t.max_decode_len if body.max_len is None else body.max_len, model.max_seq_len - 1)
+    max_len = min(max_len, s.max_tokens) if body.max_len is None else max_len
+    if beam > s.max_beam:
+        raise FieldError("beam", f"beam may be at most {s.max_beam}, got {beam}")
+    if max_len > s.max_tokens:
+        raise FieldError("max_len", f"max_len may be at most {s.max_tokens}, got {max_len}")
     model.framing(body.source_language, body.target_language)  # a code it cannot take: a 400 now
     model.scoring(body.length_penalty, body.early_stopping)  # and a bad scoring option
     options = (
