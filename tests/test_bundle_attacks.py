@@ -508,6 +508,38 @@ def test_a_manifest_without_truncation_loads_and_cuts_by_the_clients_rule(
     assert loaded.classify(["a fine film"]) == load(classifier_bundle).classify(["a fine film"])
 
 
+@pytest.mark.parametrize("strategy", ["only_first", "only_second"])
+def test_a_truncation_of_one_side_cuts_longest_first_where_that_side_cannot_make_the_room(
+    classifier_bundle: Path, tmp_path: Path, strategy: str
+) -> None:
+    """The tokenizers library fails a batch where a one-sided truncation cannot make the room (a
+    single text under only_second; a pair whose side to cut is too short), and the runtime blamed
+    the text's characters. Such a text or pair is cut longest-first, and the batch's others as
+    the manifest says, each as alone: a long text or pair is never refused."""
+    context = json.loads((classifier_bundle / "manifest.json").read_text())["tokenizer"]["truncation"]
+    cut = {
+        "max_length": context["max_length"],
+        "strategy": strategy.title().replace("_", ""),
+        "direction": "Right",
+    }
+    tokenizer = edited_tokenizer(classifier_bundle, lambda t: t.update(truncation=cut | {"stride": 0}))
+    folder = damaged(
+        classifier_bundle,
+        tmp_path,
+        lambda m: m["tokenizer"]["truncation"].update(strategy=strategy),
+        **{"tokenizer.json": tokenizer},
+    )
+    one_sided, longest_first = load(folder), load(classifier_bundle)
+    long = "a gorgeous witty seductive movie " * 20
+    cuttable = (long, "ok") if strategy == "only_first" else ("ok", long)
+    items: list[Any] = [long, ("ok", long), (long, "ok"), (long, long), cuttable]
+    encoded = one_sided.encode(items)
+    assert all(len(e.ids) == context["max_length"] for e in encoded)
+    assert [e.ids for e in encoded[:-1]] == [e.ids for e in longest_first.encode(items[:-1])]
+    assert encoded[-1].ids == Tokenizer.from_str(tokenizer.decode()).encode(*cuttable).ids
+    assert one_sided.classify(items[:-1]) == longest_first.classify(items[:-1])
+
+
 WORDS = st.sampled_from(["the", "movie", "unaffable", "is", ",", "playing", "zzqqj", "caf\u00e9", " ", "\t"])
 
 

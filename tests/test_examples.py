@@ -427,6 +427,33 @@ def test_classifier_without_truncation_cuts_as_the_runtime_does(
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("strategy", ["only_first", "only_second"])
+def test_classifier_truncating_one_side_cuts_as_the_runtime_does(
+    classifier_bundle: Path, client: Client, tmp_path: Path, strategy: str
+) -> None:
+    """A manifest that cuts one sentence of a pair: that sentence is cut where it can make the
+    room, and the text or pair longest-first where it cannot, as the runtime cuts them."""
+    context = json.loads((classifier_bundle / "manifest.json").read_text())["tokenizer"]["truncation"]
+    cut = {
+        "max_length": context["max_length"],
+        "strategy": strategy.title().replace("_", ""),
+        "direction": "Right",
+    }
+    tokenizer = edited_tokenizer(classifier_bundle, lambda t: t.update(truncation=cut | {"stride": 0}))
+    bundle = damaged(
+        classifier_bundle,
+        tmp_path,
+        lambda m: m["tokenizer"]["truncation"].update(strategy=strategy),
+        **{"tokenizer.json": tokenizer},
+    )
+    long = "a gorgeous witty seductive movie " * 20
+    pairs = [("ok", long), (long, "ok"), (long, long), ("dull", "dull")]
+    served = client(bundle, "classify", long, "fine", *[a for p in pairs for a in ("--pair", *p)])
+    classifier = load(bundle, providers=["CPUExecutionProvider"])
+    assert_same_predictions(served, classifier.classify([long, "fine", *pairs]))  # type: ignore[attr-defined]
+
+
+@pytest.mark.slow
 def test_translator_greedy_batched_as_alone_and_beam_search(
     translator_bundle: Path, client: Client, tmp_path: Path
 ) -> None:

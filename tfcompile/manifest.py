@@ -102,7 +102,9 @@ class Truncation(Part):
     at most ``max_length`` tokens, the added special tokens included, cut at the end (``right``).
     ``longest_first`` on a pair: the shorter sentence stays whole if it fits in half of the room
     left, the longer one taking the rest; otherwise each keeps half, the longer one the odd token
-    (the second sentence, of two equally long)."""
+    (the second sentence, of two equally long). ``only_first`` and ``only_second`` cut that sentence
+    of a pair alone; where it cannot make the room (a single text under only_second, a sentence
+    shorter than the cut), the text or pair is cut longest-first."""
 
     max_length: Count
     strategy: Literal["longest_first", "only_first", "only_second"]

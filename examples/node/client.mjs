@@ -114,12 +114,18 @@ class Bundle {
 
 // The `tokenizers` library's truncation (direction Right): a pair over the limit keeps the shorter
 // sequence whole if it fits in half, else each keeps half (the longer one the odd token).
+// only_first and only_second cut that sequence alone; where it cannot make the room (no second
+// sequence, or one no longer than the excess), where the library fails, tfcompile's runtime cuts
+// longest-first, and so does this client.
 function truncate({ max_length, strategy, direction }, a, b, added) {
-  if (strategy !== "longest_first" || direction !== "right")
-    fail(`truncation ${strategy} ${direction} is not implemented`);
+  if (direction !== "right") fail(`truncation ${strategy} ${direction} is not implemented`);
   const limit = max_length - added;
+  const excess = a.length + (b?.length ?? 0) - limit;
+  if (excess <= 0) return [a, b];
+  if (strategy === "only_first" && a.length > excess) return [a.slice(0, a.length - excess), b];
+  if (strategy === "only_second" && b !== null && b.length > excess)
+    return [a, b.slice(0, b.length - excess)];
   if (b === null) return [a.slice(0, limit), null];
-  if (a.length + b.length <= limit) return [a, b];
   const short = Math.min(a.length, b.length);
   const [keepShort, keepLong] =
     short <= limit - short ? [short, limit - short] : [Math.floor(limit / 2), Math.ceil(limit / 2)];

@@ -71,11 +71,23 @@ class Bundle:
 
     def encode(self, texts: list, add_special_tokens: bool = True) -> list:
         """Texts (or pairs) -> encodings. The post-processor adds the roles in
-        tokenizer.added_by_tokenizer itself ([CLS], [SEP]): the client adds none."""
-        try:
-            return self.tokenizer.encode_batch(texts, add_special_tokens=add_special_tokens)
-        except Exception:  # tokenizer.unknown == "refuse": a character outside the vocabulary
-            raise SystemExit(f"a text holds characters outside the vocabulary: {texts}") from None
+        tokenizer.added_by_tokenizer itself ([CLS], [SEP]): the client adds none. Where a
+        truncation of one sentence of a pair (only_first, only_second) cannot make the room, the
+        library fails; tfcompile's runtime cuts that text or pair longest-first, and so does this."""
+        encodings = []
+        for text in texts:
+            try:
+                encodings += self.tokenizer.encode_batch([text], add_special_tokens=add_special_tokens)
+            except Exception as e:
+                if not str(e).startswith("Truncation error"):  # unknown == "refuse": a character
+                    raise SystemExit(f"a text holds characters outside the vocabulary: {text}") from None
+                cut = self.tokenizer.truncation
+                longest_first = Tokenizer.from_str(self.tokenizer.to_str())
+                longest_first.enable_truncation(
+                    cut["max_length"], strategy="longest_first", direction=cut["direction"]
+                )
+                encodings += longest_first.encode_batch([text], add_special_tokens=add_special_tokens)
+        return encodings
 
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True)

@@ -33,6 +33,7 @@ PROVIDER_OPTIONS: dict[str, dict[str, str]] = {"CUDAExecutionProvider": {"use_tf
 CUDA_GRAPH = {"enable_cuda_graph": "1"}  # the provider's options for a graph replayed as a CUDA graph
 MAX_THREADS = 1024  # onnxruntime takes a C int
 MAX_NODES = 1 << 16  # a graph's (tfcompile's one-layer exports hold 64 to 72)
+TRUNCATION_ERROR = "Truncation error"  # how the tokenizers library's message of a cut it cannot make begins
 
 
 def default_providers() -> list[str]:
@@ -185,6 +186,7 @@ class Bundle:
         self.max_seq_len = self.manifest.model.max_seq_len
         self.tokenizer = self._load_tokenizer()
         self._side_tokenizer: Tokenizer | None = None  # see _cut_pairs
+        self._longest_first: Tokenizer | None = None  # see _encode_batch
         # The ids decoding may pick: the tokenizer's, not the rows a checkpoint pads its embedding
         # table with past them (T5: 32128 for 32100 tokens); all of the model's without a tokenizer.
         self.emitted = self.tokenizer.get_vocab_size() if self.tokenizer is not None else None
@@ -404,9 +406,7 @@ class Bundle:
         items = inputs.texts("texts", items, pairs=True) if len(items) else []
         with self._tokenizer_panics():
             try:
-                encodings = self.tokenizer.encode_batch(
-                    self._cut_pairs(items), add_special_tokens=add_special_tokens
-                )
+                encodings = self._encode_batch(items, add_special_tokens)
             except Exception as e:  # the tokenizers library's error for a symbol its vocabulary lacks
                 vocab = self.tokenizer.get_vocab()
                 text = "".join(t if isinstance(t, str) else "".join(t) for t in items)
@@ -427,7 +427,44 @@ class Bundle:
             )
         return encodings
 
-    def _cut_pairs(self, items: list[str | tuple[str, str]]) -> list[str | tuple[str, str]]:
+    def _encode_batch(self, items: list[str | tuple[str, str]], add_special_tokens: bool) -> list[Any]:
+        """The tokenizer's encodings of ``items``. Where a truncation that cuts one side of a pair
+        (only_first, only_second) cannot make the room, for a single text or a side too short to
+        take the cut, the tokenizers library fails the whole batch: each such item is cut
+        longest-first instead, so that a long text or pair is never refused."""
+        tokenizer = self.tokenizer
+        assert tokenizer is not None
+        try:
+            return tokenizer.encode_batch(
+                self._cut_pairs(items, tokenizer), add_special_tokens=add_special_tokens
+            )
+        except Exception as e:
+            if not str(e).startswith(TRUNCATION_ERROR):
+                raise
+        if self._longest_first is None:  # set up before it is shared, as _side_tokenizer
+            longest_first = Tokenizer.from_str(tokenizer.to_str())
+            cut = tokenizer.truncation
+            assert cut is not None
+            longest_first.enable_truncation(
+                cut["max_length"], strategy="longest_first", direction=cut["direction"]
+            )
+            self._longest_first = longest_first
+        out = []
+        for item in items:
+            try:
+                out += tokenizer.encode_batch([item], add_special_tokens=add_special_tokens)
+            except Exception as e:
+                if not str(e).startswith(TRUNCATION_ERROR):
+                    raise
+                fallback = self._longest_first
+                out += fallback.encode_batch(
+                    self._cut_pairs([item], fallback), add_special_tokens=add_special_tokens
+                )
+        return out
+
+    def _cut_pairs(
+        self, items: list[str | tuple[str, str]], tokenizer: Tokenizer
+    ) -> list[str | tuple[str, str]]:
         """Sentence pairs with a long side cut after twice the tokens truncation keeps. The
         tokenizers library truncates a pair by building every combination of its sides'
         overflowing pieces, in time and memory quadratic in their length (a 32 KB pair: 1.4 GB),
@@ -435,11 +472,9 @@ class Bundle:
         truncation reads no more of the sides than their lengths up to ``max_length`` and which
         is the longer, and a cut keeps both; the margin keeps a cut word's tokens (merged
         otherwise) out of what the pair keeps."""
-        tokenizer = self.tokenizer
-        truncation = tokenizer.truncation if tokenizer is not None else None
+        truncation = tokenizer.truncation
         if (
-            tokenizer is None
-            or truncation is None
+            truncation is None
             or truncation["strategy"] != "longest_first"
             or truncation["direction"] != "right"
             or not any(isinstance(item, tuple) for item in items)
