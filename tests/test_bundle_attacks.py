@@ -904,6 +904,21 @@ def test_switches_take_true_or_false(char_bundle: Path) -> None:
     assert model.generate([[1, 2]], 2, use_cache=np.bool_(False), temperature=0).shape == (1, 4)
 
 
+def test_infer_refuses_a_mask_row_without_a_real_token(
+    classifier_bundle: Path, translator_bundle: Path
+) -> None:
+    """translate_ids refused a source of padding alone, while KServe's infer ran it and answered
+    the logits of a row that reads nothing; token_type_ids of zeros stay a first sentence."""
+    for folder, mask in ((classifier_bundle, "attention_mask"), (translator_bundle, "source_mask")):
+        model = load(folder)
+        feed = {t.name: np.ones((2, 5), np.int64) for t in model.graph(model.MAIN_GRAPH).inputs}
+        feed.update({name: np.zeros((2, 5), np.int64) for name in feed if name == "token_type_ids"})
+        assert model.infer(feed)
+        feed[mask][1] = 0
+        with pytest.raises(InputError, match=rf"every row of {mask} needs at least one real token"):
+            model.infer(feed)
+
+
 @pytest.mark.parametrize(
     ("images", "message"),
     [

@@ -331,7 +331,8 @@ class Bundle:
     def infer(self, feed: dict[str, Any]) -> dict[str, np.ndarray]:
         """The main graph on raw tensors (the Open Inference Protocol's ``infer``): exactly the
         manifest's inputs, each of its rank and fixed sizes; token ids inside the vocabulary, masks
-        0 or 1, floats finite. -> every output by name (float32)."""
+        0 or 1 with a 1 in every row (translate_ids' rule), floats finite. -> every output by name
+        (float32)."""
         graph = self.graph(self.MAIN_GRAPH)
         declared = [t.name for t in graph.inputs]
         if not isinstance(feed, dict) or not all(isinstance(name, str) for name in feed):
@@ -356,6 +357,9 @@ class Bundle:
                 value = inputs.token_ids(value, self.vocab_size, self.max_seq_len, tensor.name)
             elif tensor.dtype == "int64":
                 value = inputs.flags(tensor.name, value, value.shape, "0 and 1")
+                row_without_token = value.ndim and not value.reshape(len(value), -1).any(axis=1).all()
+                if tensor.name.endswith("_mask") and row_without_token:
+                    raise InputError(f"every row of {tensor.name} needs at least one real token (a 1)")
             else:
                 value = inputs.floats(tensor.name, value, tensor.dtype)
             checked[tensor.name] = value
