@@ -233,6 +233,7 @@ def test_export_fails_cleanly_when_parity_does_not_hold(tmp_path: Path) -> None:
     assert not out.exists() and not list(tmp_path.iterdir())
 
 
+@pytest.mark.slow  # end to end: CLI processes exporting a run
 def test_cli_export_of_a_run_and_errors(
     run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

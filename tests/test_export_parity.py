@@ -157,6 +157,7 @@ def test_an_opset_override_past_what_torch_exports_is_refused(tmp_path: Path) ->
     assert not (tmp_path / "bundle").exists()
 
 
+@pytest.mark.slow  # an export checked at long sequences, the slowest parity check
 def test_a_long_context_is_checked_up_to_the_longest_parity_sequence(tmp_path: Path) -> None:
     """At its full context of 2^20 tokens, a check would hold terabytes of attention scores and
     step a million times."""

@@ -227,6 +227,7 @@ def test_triton_refuses_to_overwrite_and_bad_settings(bundles: Bundles, tmp_path
     assert export_triton(bundles["char"], empty)[0].parent == empty  # an empty folder is fine
 
 
+@pytest.mark.slow  # end to end: the whole client loop through tritonclient's model
 def test_triton_client_loop_generates_what_the_runtime_does(bundles: Bundles, tmp_path: Path) -> None:
     """The loop the triton module documents, run over the repository's step model with
     onnxruntime in place of Triton: a left-padded batch, an empty cache, presents fed back."""

@@ -250,6 +250,7 @@ def test_the_source_and_other_folders_are_never_overwritten(
     assert digests(char_bundle) == before and (mine / "notes.txt").read_text() == "keep"
 
 
+@pytest.mark.slow  # end to end: CLI processes exporting and optimizing
 def test_the_commands_optimize_and_export_quantized(
     char_bundle: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

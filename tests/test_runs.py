@@ -84,6 +84,7 @@ def same(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
 # ---------------------------------------------------------------------------------- one writer
 
 
+@pytest.mark.slow  # end to end: two training processes
 def test_a_second_process_training_the_same_run_is_refused_with_the_holders_pid(tmp_path: Path) -> None:
     run_dir = tmp_path / "runs" / "x"
     first = trainer(tiny_spec(tmp_path, "train.steps=2", "train.name=x"), run_dir)

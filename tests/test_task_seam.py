@@ -158,6 +158,7 @@ train: {steps: 80, batch_size: 32, optimizer: {lr: 3.0e-3}, eval_interval: 40, e
 """
 
 
+@pytest.mark.slow  # end to end: trains, exports and serves
 def test_a_task_defined_outside_tfcompile_trains_exports_and_serves(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
