@@ -147,8 +147,15 @@ def export_bundle(
                     "does not, or PyTorch's own are not finite (weights that are not, or an fp16 graph "
                     "past its range)"
                 )
+                routed = (
+                    ". An fp16 graph can send a token to other experts than the fp32 model where their "
+                    "scores tie within float16's precision, as a new model's router scores all lie close "
+                    "together: raise export.fp16_tolerance, or export in fp32"
+                    if report.relative and spec.model.moe is not None
+                    else ""
+                )
                 raise ExportError(
-                    f"onnxruntime and PyTorch disagree {how}: {json.dumps(report.to_dict()['cases'])}"
+                    f"onnxruntime and PyTorch disagree {how}: {json.dumps(report.to_dict()['cases'])}{routed}"
                 )
         if source.run is not None and (source.run / TOKENIZER_FILE).exists():
             shutil.copyfile(source.run / TOKENIZER_FILE, tmp / TOKENIZER_FILE)
