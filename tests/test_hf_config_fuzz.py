@@ -7,6 +7,7 @@ UserError) that names a config field or file: never a traceback."""
 from __future__ import annotations
 
 import json
+import math
 import shutil
 import warnings
 from pathlib import Path
@@ -22,6 +23,7 @@ from tfcompile.hf.errors import HFError
 from tfcompile.hf.importer import import_folder
 
 HOSTILE: list[Any] = [None, True, False, 0, -1, 1.5, 1e308, -1e308, 2**70, "", "x", [], [1], {}, {"a": 1}]
+HOSTILE += [math.nan, math.inf, -math.inf]  # json.loads reads NaN, Infinity and -Infinity
 HOSTILE += [1 << 16, 1 << 24, 1 << 30]  # sizes within the spec's bounds that would allocate gigabytes
 DELETED = "<deleted>"
 NESTED = ("rope_scaling", "rope_parameters", "id2label", "label2id", "layer_types")
@@ -156,3 +158,18 @@ def test_a_vocabulary_the_checkpoint_does_not_hold_is_refused_before_it_is_built
     finally:
         importer.build_model = real
     assert built == ["meta"] and "embed.weight" in message
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf], ids=["NaN", "Infinity", "-Infinity"])
+def test_a_config_of_non_finite_numbers_is_refused_by_name(
+    tmp_path_factory: pytest.TempPathFactory, value: float
+) -> None:
+    """json.loads reads NaN and Infinity, and transformers with it: each published config with
+    every number set to one is refused naming a field (int() of a NaN head size crashed the
+    RoPE of ten model types, and of a NaN window pattern Command R7B's)."""
+    for name in NAMES:
+        config = shrunk(published(name))
+        numbers = [f for f, v in config.items() if isinstance(v, int | float) and not isinstance(v, bool)]
+        check(
+            name, config | dict.fromkeys(numbers, value), numbers, tmp_path_factory.getbasetemp() / "finite"
+        )

@@ -124,6 +124,9 @@ class Config:
         if default is not None and json_type(value) != json_type(default):
             self.refuse(name, f"{value!r} is not {json_type(default)}", "fix the file")
             return default
+        if isinstance(value, float) and not math.isfinite(value):  # json.loads reads NaN, Infinity
+            self.refuse(name, f"{value!r} is not a finite number", "fix the file")
+            return default
         return value
 
     def _null_flag(self, name: str, default: Any) -> None:
