@@ -112,6 +112,23 @@ def _same_weights(folder: Path, case: Imported, tmp_path: Path) -> None:
         torch.testing.assert_close(model.state_dict()[name], tensor, rtol=0, atol=0)
 
 
+def test_a_tokenizer_of_more_tokens_than_the_embedding_rows_is_refused_at_import(
+    imported: dict[str, Imported], tmp_path: Path
+) -> None:
+    """A fine-tune that added a special token and did not resize its embeddings imported, and the
+    run it wrote could not be trained or exported ("is it another run's?")."""
+    folder = copied(imported, "llama", tmp_path)
+    tokenizer = json.loads((folder / "tokenizer.json").read_text())
+    rows = json.loads((folder / "config.json").read_text())["vocab_size"]
+    extra = {"id": rows, "content": "<extra>", "single_word": False, "lstrip": False, "rstrip": False}
+    tokenizer["added_tokens"].append(extra | {"normalized": False, "special": True})
+    (folder / "tokenizer.json").write_text(json.dumps(tokenizer))
+    said = rf"tokenizer\.json has {rows + 1} tokens, more than the {rows} rows of the embedding table"
+    with pytest.raises(HFError, match=said + r".*resize_token_embeddings"):
+        import_folder(folder, "extra", tmp_path / "specs", tmp_path / "runs")
+    assert not (tmp_path / "specs").exists() and not (tmp_path / "runs").exists()
+
+
 def test_a_tokenizer_that_multiplies_text_is_refused_before_anything_is_written(
     imported: dict[str, Imported], tmp_path: Path
 ) -> None:

@@ -165,6 +165,7 @@ def import_folder(folder: Path, name: str, specs_dir: Path, runs_dir: Path) -> I
     preprocessing = image_preprocessing(folder, spec)
     if preprocessing is None and not (folder / TOKENIZER_FILE).exists():
         warn_without_tokenizer(folder)
+    check_tokens_fit(folder, spec)
     state = converter.to_state(tensors, spec)
     left = tensors.left()
     if left:
@@ -897,6 +898,23 @@ def check_tokenizer(folder: Path) -> None:
         Tokenizer.from_file(str(path))
     except Exception as e:  # the library raises its own Exception for any file it cannot read
         raise HFError(f"{path} is not a tokenizer the tokenizers library reads: {e}") from None
+
+
+def check_tokens_fit(folder: Path, spec: Spec) -> None:
+    """A tokenizer.json of more tokens than the embedding table has rows (a fine-tune that added
+    special tokens and did not resize the embeddings) is refused: its last ids have no embedding,
+    and the run could not be trained or exported."""
+    path, rows = folder / TOKENIZER_FILE, getattr(spec.model, "vocab_size", None)
+    if rows is None or not path.exists():
+        return
+    tokens = Tokenizer.from_file(str(path)).get_vocab_size()
+    if tokens > rows:
+        raise HFError(
+            f"{path} has {tokens} tokens, more than the {rows} rows of the embedding table "
+            f"(config.json's vocab_size): ids from {rows} on have no embedding, and transformers fails "
+            f"on them too; resize it (model.resize_token_embeddings(len(tokenizer)), then "
+            f"save_pretrained) or remove the tokens tokenizer.json adds past it, then import again"
+        )
 
 
 def warn_without_tokenizer(folder: Path) -> None:
