@@ -8,6 +8,7 @@ processor resizing with another filter) imported as transformers reads them."""
 from __future__ import annotations
 
 import json
+import math
 import shutil
 import warnings
 from pathlib import Path
@@ -184,6 +185,27 @@ def test_an_image_processor_resizing_with_another_filter_is_warned_of(
     with warnings.catch_warnings():
         warnings.simplefilter("error", HFWarning)
         _import(saved["vit"], tmp_path, "bilinear")  # ViTImageProcessor's own filter: no warning
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("image_mean", [math.nan, 0.5, 0.5]),
+        ("image_std", 1e-7),
+        ("image_std", math.inf),
+        ("image_mean", -1e7),
+    ],
+)
+def test_an_image_processor_s_mean_or_std_a_bundle_cannot_hold_is_refused_by_name(
+    saved: dict[str, Path], tmp_path: Path, field: str, value: Any
+) -> None:
+    """Each imported and failed the export later, with pydantic's error of the manifest's image
+    section, which holds each value finite and a std from 1e-6 (NaN made every pixel NaN)."""
+    folder = _copy(saved, "vit", tmp_path)
+    path = folder / "preprocessor_config.json"
+    path.write_text(json.dumps(json.loads(path.read_text()) | {field: value}))
+    with pytest.raises(HFError, match=rf"{field}: .* is not a number per channel from"):
+        _import(folder, tmp_path)
 
 
 def test_an_image_processor_s_resample_of_another_type_is_refused_by_name(

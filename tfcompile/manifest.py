@@ -346,6 +346,9 @@ class TranslationInfo(Part):
     )
 
 
+MEAN_RANGE, STD_RANGE = (-1e6, 1e6), (1e-6, 1e6)  # normalised pixels stay finite in float32
+
+
 class ImageInfo(Part):
     """How an image becomes ``pixel_values``, step by step:
 
@@ -374,8 +377,8 @@ class ImageInfo(Part):
     resize: Literal["shorter_side", "stretch"] = "shorter_side"
     interpolation: Literal["bilinear"] = "bilinear"
     crop: Literal["center"] = "center"
-    mean: list[Annotated[float, Field(ge=-1e6, le=1e6)]]
-    std: list[Annotated[float, Field(ge=1e-6, le=1e6)]]  # normalised pixels stay finite in float32
+    mean: list[Annotated[float, Field(ge=MEAN_RANGE[0], le=MEAN_RANGE[1])]]
+    std: list[Annotated[float, Field(ge=STD_RANGE[0], le=STD_RANGE[1])]]
     layout: Literal["NCHW"] = "NCHW"
 
     @model_validator(mode="after")

@@ -27,6 +27,7 @@ from tfcompile.hf.architecture import (
 from tfcompile.hf.bert import labels
 from tfcompile.hf.errors import HFError, HFWarning, Problem, refuse
 from tfcompile.images import ImagePreprocessing
+from tfcompile.manifest import MEAN_RANGE, STD_RANGE
 from tfcompile.spec import Spec
 from tfcompile.spec.schema import ImageClassificationTask, LearnedPositional, VitSpec
 
@@ -266,8 +267,10 @@ def preprocessing(processor: dict[str, Any], spec: Spec, where: str) -> dict[str
         "import a processor that rescales by 1/255",
     )
     normalize = config.get("do_normalize", True)
-    mean = per_channel(config, "image_mean", model.channels) if normalize else [0.0] * model.channels
-    std = per_channel(config, "image_std", model.channels) if normalize else [1.0] * model.channels
+    mean = (
+        per_channel(config, "image_mean", model.channels, MEAN_RANGE) if normalize else [0.0] * model.channels
+    )
+    std = per_channel(config, "image_std", model.channels, STD_RANGE) if normalize else [1.0] * model.channels
     channels = model.channels
     config.require(
         len(mean) == channels,
@@ -311,12 +314,18 @@ def preprocessing(processor: dict[str, Any], spec: Spec, where: str) -> dict[str
     }
 
 
-def per_channel(config: Config, name: str, channels: int) -> list[float]:
+def per_channel(config: Config, name: str, channels: int, bounds: tuple[float, float]) -> list[float]:
     """``image_mean`` or ``image_std``: a list of numbers, or one number for every channel (0.5,
-    ViTImageProcessor's default, where the file has none)."""
+    ViTImageProcessor's default, where the file has none), each within ``bounds`` (a bundle's:
+    normalised pixels stay finite in float32)."""
     value = config.data.get(name)
     value = [0.5 if value is None else value] * channels if not isinstance(value, list) else value
-    if not all(json_type(x) == "a number" for x in value):
-        config.refuse(name, f"{config.data.get(name)!r} is not a number per channel", "fix the file")
+    low, high = bounds
+    if not all(json_type(x) == "a number" and low <= x <= high for x in value):
+        config.refuse(
+            name,
+            f"{config.data.get(name)!r} is not a number per channel from {low:g} to {high:g}",
+            "fix the file",
+        )
         return [0.5] * channels
     return [float(x) for x in value]
