@@ -129,6 +129,38 @@ def test_a_tokenizer_of_more_tokens_than_the_embedding_rows_is_refused_at_import
     assert not (tmp_path / "specs").exists() and not (tmp_path / "runs").exists()
 
 
+@pytest.mark.parametrize("name", ["tokenizer_config.json", "config.json", "model.safetensors"])
+@pytest.mark.parametrize("kind", ["link to /dev/zero", "pipe"])
+def test_a_file_that_is_a_device_or_a_pipe_is_refused_not_read_without_end(
+    imported: dict[str, Imported], tmp_path: Path, name: str, kind: str
+) -> None:
+    """A link to /dev/zero filled the memory, and a pipe blocked the import for ever."""
+    import os
+
+    folder = copied(imported, "llama", tmp_path)
+    (folder / name).unlink()
+    if kind == "pipe":
+        os.mkfifo(folder / name)
+    else:
+        (folder / name).symlink_to("/dev/zero")
+    with pytest.raises(HFError, match=rf"{name} is not a regular file"):
+        import_folder(folder, "device", tmp_path / "specs", tmp_path / "runs")
+
+
+def test_a_hub_snapshot_of_links_into_its_blobs_imports(
+    imported: dict[str, Imported], tmp_path: Path
+) -> None:
+    """huggingface_hub's cache: each file of a snapshot is a link to a regular file in blobs/."""
+    folder = copied(imported, "llama", tmp_path)
+    blobs = tmp_path / "blobs"
+    blobs.mkdir()
+    for i, path in enumerate(sorted(folder.iterdir())):
+        path.rename(blobs / str(i))
+        path.symlink_to(blobs / str(i))
+    import_folder(folder, "snapshot", tmp_path / "specs", tmp_path / "runs")
+    assert (tmp_path / "runs" / "snapshot" / "tokenizer.json").is_file()
+
+
 def test_a_tokenizer_that_multiplies_text_is_refused_before_anything_is_written(
     imported: dict[str, Imported], tmp_path: Path
 ) -> None:

@@ -36,9 +36,25 @@ OTHER_FORMATS = {
 RESAVE = "load it in transformers and save it again with model.save_pretrained(DIR) (safetensors)"
 
 
+MAX_JSON_BYTES = 1 << 30  # a config or tokenizer file (the largest tokenizer.json: tens of MB)
+
+
+def regular_file(path: Path) -> Path:
+    """``path``, refused unless it is a regular file (a link to one, as a Hub snapshot's into its
+    blobs, is one): a device (/dev/zero) or a pipe would be read without end."""
+    if path.exists() and not path.is_file():
+        raise HFError(f"{path} is not a regular file: a save_pretrained folder holds files")
+    return path
+
+
 def read_json(path: Path) -> dict[str, Any]:
-    """A JSON object from ``path``; an HFError naming the file when it is missing or malformed."""
+    """A JSON object from ``path``; an HFError naming the file when it is missing, not a regular
+    file, over MAX_JSON_BYTES, or malformed."""
     try:
+        if regular_file(path).stat().st_size > MAX_JSON_BYTES:
+            raise HFError(
+                f"{path} holds more than {MAX_JSON_BYTES:,} bytes, which no JSON file of a folder does"
+            )
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise HFError(f"{path} is missing: a save_pretrained folder holds it") from None
@@ -58,7 +74,7 @@ def weight_files(folder: Path) -> list[Path]:
     the shards of an index, a PyTorch pickle, the shards of its index."""
     for single, index in ((SAFETENSORS, SAFETENSORS_INDEX), (PICKLE, PICKLE_INDEX)):
         if (folder / single).exists():
-            return [folder / single]
+            return [regular_file(folder / single)]
         if (folder / index).exists():
             weight_map = read_json(folder / index).get("weight_map")
             if not isinstance(weight_map, dict) or not weight_map or not all(map(plain, weight_map.values())):
