@@ -234,3 +234,16 @@ def test_a_num_labels_other_than_id2labels_names_every_label_as_transformers_doe
         import_folder(tmp_path / "hf", "x", tmp_path / "specs", tmp_path / "runs")
     config = T.AutoConfig.from_pretrained(tmp_path / "hf")
     assert list(config.id2label.values()) == ["LABEL_0", "LABEL_1"]
+
+
+def test_id2label_keys_are_read_as_transformers_reads_them(tmp_path: Path) -> None:
+    """transformers keys id2label by int(key): "00" and " 1" name labels 0 and 1, which the import
+    named LABEL_0 and LABEL_1; a key int() cannot read is refused by the field."""
+    save_family("distilbert_cls", tmp_path / "hf")
+    edit_config(tmp_path / "hf", {"id2label": {"00": "a", " 1": "b", "2": "c"}, "label2id": DELETE})
+    result = import_folder(tmp_path / "hf", "x", tmp_path / "specs", tmp_path / "runs")
+    expected = list(T.AutoConfig.from_pretrained(tmp_path / "hf").id2label.values())
+    assert result.spec.task.labels == expected == ["a", "b", "c"]
+    edit_config(tmp_path / "hf", {"id2label": {"zero": "a", "1": "b", "2": "c"}})
+    with pytest.raises(HFError, match=r"  id2label: the key 'zero' is not an id"):
+        import_folder(tmp_path / "hf", "y", tmp_path / "specs", tmp_path / "runs")

@@ -416,7 +416,14 @@ def labels(config: Config) -> list[str]:
         f"{problem!r}: tfcompile's classifiers pick one label with a softmax",
         "import a single-label classifier",
     )
-    id2label = config.get("id2label", {})
+    id2label = {}
+    for key, name in config.get("id2label", {}).items():  # as transformers keys them: int(key)
+        try:
+            id2label[int(key)] = name
+        except ValueError:
+            config.refuse(
+                "id2label", f"the key {key!r} is not an id", 'key each label by its id: "0", "1", ...'
+            )
     count = config.get("num_labels", len(id2label) or 2)
     if not isinstance(count, int):  # 1.5 passes as a number
         config.refuse("num_labels", f"{count!r} is not a whole number of labels", "fix the file")
@@ -426,7 +433,7 @@ def labels(config: Config) -> list[str]:
         count = 2
     if count != len(id2label):  # transformers then names every label LABEL_i
         id2label = {}
-    names = [str(id2label.get(str(i), id2label.get(i, f"LABEL_{i}"))) for i in range(count)]
+    names = [str(id2label.get(i, f"LABEL_{i}")) for i in range(count)]
     config.require(count >= 2, "num_labels", f"is {count}: regression is not classification", "use 2 or more")
     return distinct(names)
 
