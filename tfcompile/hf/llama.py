@@ -2125,6 +2125,15 @@ def scaling_sources(config: Config) -> dict[str, str]:
     }
 
 
+def rotary_source(config: Config) -> str:
+    """The field a rotated fraction was read from: the RoPE dict's partial_rotary_factor where it
+    has one (transformers reads that first), else the top level's."""
+    name = scaling_sources(config)["model.positional.scaling"]
+    inner = config.data.get(name)
+    inside = isinstance(inner, dict) and "partial_rotary_factor" in inner
+    return f"{name}.partial_rotary_factor" if inside else "partial_rotary_factor"
+
+
 def rope_dict(positional: RopePositional) -> dict[str, Any]:
     """The spec's RoPE kind as transformers' rope_scaling (4) and rope_parameters (5) name it,
     without theta: ``{"rope_type": "default"}``, or the scaling's type and fields (a dynamic
@@ -2312,6 +2321,8 @@ class Llama(Writable):
         if (slides := window(config, kind)) is not None:
             model["window"] = slides
         sources = scaling_sources(config) | window_sources(config, kind)
+        if "rotary_dims" in model["positional"]:  # read from a rotated fraction
+            sources["model.positional.rotary_dims"] = rotary_source(config)
         if kind.query_scaling:
             model["positional"]["query_scaling"], scaling = query_scaling(config)
             sources |= scaling
