@@ -8,6 +8,7 @@ request that names none. export-hf writes both back. Tiny random GPT-2s with a c
 from __future__ import annotations
 
 import json
+import math
 import warnings
 from pathlib import Path
 from typing import Any
@@ -367,6 +368,10 @@ def test_a_bad_word_that_is_a_stop_token_is_left_out_as_generate_leaves_it(tmp_p
     ("fields", "named"),
     [
         ({"do_sample": True, "temperature": 0.0}, "temperature"),
+        ({"do_sample": True, "temperature": math.nan}, "temperature"),  # was named as config.json's
+        ({"do_sample": True, "temperature": math.inf}, "temperature"),
+        ({"do_sample": True, "top_p": math.nan}, "top_p"),
+        ({"repetition_penalty": math.nan}, "repetition_penalty"),
         ({"do_sample": True, "top_p": 1.5}, "top_p"),
         ({"do_sample": True, "top_k": -1}, "top_k"),
         ({"do_sample": True, "min_p": 1.5}, "min_p"),

@@ -14,6 +14,7 @@ read with ``weights_only``), the tokenizer the ``tokenizers`` library's own file
 from __future__ import annotations
 
 import hashlib
+import math
 import shutil
 import warnings
 from dataclasses import dataclass
@@ -766,8 +767,10 @@ def sampling_defaults(generation: Generation) -> dict[str, Any]:
         for name in ("temperature", "top_k", "top_p")
     )
     problems = []
-    if not isinstance(temperature, int | float) or isinstance(temperature, bool) or temperature <= 0:
-        problems.append(Problem("temperature", f"is {temperature!r}, with do_sample", "a number above 0"))
+    if not (number(temperature, 0, math.inf) and 0 < temperature < math.inf):  # NaN is not
+        problems.append(
+            Problem("temperature", f"is {temperature!r}, with do_sample", "a finite number above 0")
+        )
     if not count(top_k):
         problems.append(Problem("top_k", f"is {top_k!r}", "a count, or 0 for every token"))
     if not isinstance(top_p, int | float) or isinstance(top_p, bool) or not 0 < top_p <= 1:
