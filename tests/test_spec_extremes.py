@@ -195,3 +195,12 @@ def test_an_adam_eps_float32_holds_as_zero_is_refused_by_field() -> None:
     stopped at its second step with a NaN loss that named the learning rate."""
     with pytest.raises(SpecError, match=r"must be at least 1e-38"):
         load_spec(ROOT / "specs" / "shakespeare-char.yaml", ["train.optimizer.eps=1e-300"])
+
+
+def test_a_norm_eps_float32_holds_as_zero_is_refused_by_field() -> None:
+    """A norm's eps of 1e-50 validated and was 0 in float32, where a zero vector's norm is 0 / 0."""
+    with pytest.raises(SpecError, match=r"model\.norm\.eps: must be at least 1e-38"):
+        load_spec(ROOT / "specs" / "shakespeare-char.yaml", ["model.norm.eps=1e-50"])
+    assert (
+        load_spec(ROOT / "specs" / "shakespeare-char.yaml", ["model.norm.eps=1e-12"]).model.norm.eps == 1e-12
+    )

@@ -202,7 +202,14 @@ class NormSpec(Section):
         "x + norm(f(x)), on each sublayer's output only (OLMo 2)",
     )
     type: NormName = "layernorm"
-    eps: PositiveFloat = 1e-5
+    eps: Annotated[
+        float,
+        at_least(
+            1e-38,
+            "float32's smallest normal number: a smaller eps is 0 or a subnormal there, and a norm of a "
+            "zero vector divides by it",
+        ),
+    ] = 1e-5
     scale: bool = Field(
         True, description="learned scale; false: the norm only normalises (and shifts, where bias), as OLMo's"
     )
