@@ -191,6 +191,15 @@ def test_uploaded_pixels_are_counted_before_any_image_is_decoded(server: Backgro
     assert "20,001 pixels in all, more than the 20,000" in error["message"]
 
 
+def test_a_form_the_multipart_parser_refuses_is_a_400_with_its_code(server: BackgroundServer) -> None:
+    """More files than a batch holds (Starlette's own limit): its HTTPException came back with a
+    null code, where every other 400 names one."""
+    url = f"{server.url}/v1/classify-image"
+    files = [("images", (f"{i}.png", _png(1, 1), "image/png")) for i in range(SETTINGS.max_batch + 1)]
+    error = openai_error(httpx.post(url, data={"model": "digits"}, files=files), 400)
+    assert "Too many files" in error["message"] and error["code"] == "invalid_request"
+
+
 def test_json_images_are_counted_and_checked_before_any_array_is_made(server: BackgroundServer) -> None:
     """JSON arrays as uploads are: their pixels in all against max_image_pixels, their count
     against max_batch and the model's kind, from the lists' lengths. Before, 16 MB of one-pixel

@@ -277,6 +277,8 @@ def create_app(served: Served) -> ASGI:
             code = "method_not_allowed"
         elif status == 413:  # a body without a Content-Length (chunked), found too large while read
             message, code = too_large(None, served.settings.max_body_bytes), "request_too_large"
+        elif status == 400:  # a form the multipart parser refused (too many files, a part too large)
+            code = "invalid_request"
         return JSONResponse(error_body(path, status, message, code), status, headers=headers)
 
     @app.exception_handler(RequestValidationError)
