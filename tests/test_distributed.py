@@ -44,9 +44,11 @@ def torchrun(nproc: int, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 # 16 experts, one per token (its weight its router probability): on each rank's 4 x 32 tokens some
-# expert has none, and DDP still needs its gradient. No load balancing: each rank's is of its own
-# tokens, which one process's is not.
-MIXTURE = ["model.moe={experts: 16, top_k: 1, d_ff: 16, balance_loss: 0}"]
+# expert has none, and DDP still needs its gradient. No load-balancing loss: each rank's is of its
+# own tokens, which one process's is not; the selection bias's update counts every rank's choices.
+MIXTURE = [
+    "model.moe={experts: 16, top_k: 1, d_ff: 16, balance_loss: 0, selection_bias: true, bias_update: 0.01}"
+]
 
 
 @pytest.mark.parametrize(

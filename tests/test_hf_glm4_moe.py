@@ -119,6 +119,7 @@ def test_the_specs_say_what_each_model_is(imported: dict[str, Imported]) -> None
         router_bias=False,
         scoring="sigmoid",
         selection_bias=True,
+        bias_update=0.0,  # read and held fixed, as transformers holds it
         groups={"count": 4, "top": 2},
         scale=2.5,
         dense_layers=[0],

@@ -136,7 +136,7 @@ def moe_of(imported: dict[str, Imported], name: str) -> dict[str, Any]:
 
 
 def test_the_specs_say_what_each_model_is(imported: dict[str, Imported]) -> None:
-    routing = dict(scoring="softmax", selection_bias=False, groups=None, scale=1.0)
+    routing = dict(scoring="softmax", selection_bias=False, bias_update=0.0, groups=None, scale=1.0)
     plain = routing | dict(
         shared_d_ff=None, shared_gate=False, dense_layers=None, balance_loss=0.001, router_bias=False
     )

@@ -199,11 +199,11 @@ def test_uniform_routing_balances_at_k_and_evaluation_keeps_no_loss() -> None:
     assert balance_loss(unweighted) is None
 
 
-def _moe_trainer(tmp_path: Path, weight: float) -> object:
+def _moe_trainer(tmp_path: Path, weight: float, extra: str = "") -> object:
     from tfcompile.train import Trainer
 
     sets = [*TINY, "model.d_model=32", "model.max_seq_len=32", *ONE_STEP, f"train.runs_dir={tmp_path}"]
-    moe = f"model.moe={{experts: 4, top_k: 2, balance_loss: {weight}}}"
+    moe = f"model.moe={{experts: 4, top_k: 2, balance_loss: {weight}{extra}}}"
     spec = load_spec(ROOT / "specs" / "shakespeare-char-llama.yaml", [*sets, moe, "model.dropout.residual=0"])
     return Trainer(spec, tmp_path / f"run{weight}", show_progress=False)
 
@@ -219,6 +219,40 @@ def test_the_trainer_adds_the_balance_loss_to_the_gradient_not_to_the_loss_it_re
         trainer.lock.release()  # type: ignore[attr-defined]
     assert losses[0] == pytest.approx(losses[1], rel=1e-6)
     assert not torch.allclose(grads[0], grads[1])
+
+
+def test_a_bias_update_moves_each_selection_bias_toward_balance_by_the_sign_of_its_load() -> None:
+    """DeepSeek-V3's rule, b_e += u * sign(mean(c) - c_e), over the choices c of every forward
+    since the last update; evaluation counts none."""
+    from tfcompile.nn.moe import update_selection_biases
+
+    layer = _layer(experts=4, top_k=2, selection_bias=True, bias_update=0.1).float().train()
+    before = layer.selection_bias.clone()
+    x = torch.randn(2, 5, 6, generator=torch.Generator().manual_seed(0))
+    chosen = (layer.router(x).softmax(-1) + before).topk(2, dim=-1).indices  # (2, 5, 2)
+    counts = torch.bincount(chosen.flatten(), minlength=4).float()
+    layer(x)
+    layer(x)
+    assert layer.load is not None and torch.equal(layer.load, 2 * counts)
+    update_selection_biases(layer)
+    torch.testing.assert_close(layer.selection_bias, before + 0.1 * torch.sign(counts.mean() - counts))
+    assert layer.load is None
+    layer.eval()(x)
+    assert layer.load is None
+
+
+def test_the_trainer_updates_the_selection_bias_after_each_step_and_not_without_a_rate(
+    tmp_path: Path,
+) -> None:
+    biases = []
+    for rate in (0.0, 0.25):
+        trainer = _moe_trainer(tmp_path / str(rate), 0.0, f", selection_bias: true, bias_update: {rate}")
+        loss, _ = trainer._forward_backward(1)  # type: ignore[attr-defined]
+        trainer._clip_and_update(1, loss)  # type: ignore[attr-defined]
+        biases.append(trainer.model.blocks[0].ffn.selection_bias.clone())  # type: ignore[attr-defined]
+        trainer.lock.release()  # type: ignore[attr-defined]
+    assert not biases[0].any()
+    assert set(biases[1].tolist()) <= {-0.25, 0.0, 0.25} and biases[1].any()
 
 
 @pytest.mark.parametrize(
@@ -240,6 +274,8 @@ def test_the_trainer_adds_the_balance_loss_to_the_gradient_not_to_the_loss_it_re
         ("{experts: 8, groups: {count: 4, top: 5}}", "model.moe.groups.top"),
         ("{experts: 8, top_k: 5, groups: {count: 4, top: 2}}", "model.moe.top_k"),
         ("{experts: 4, scale: 0}", "model.moe.scale"),
+        ("{experts: 4, bias_update: 0.001}", "model.moe.bias_update"),  # no selection bias
+        ("{experts: 4, selection_bias: true, bias_update: -0.1}", "model.moe.bias_update"),
     ],
 )
 def test_the_schema_refuses_what_has_no_meaning_at_its_field(moe: str, field: str) -> None:

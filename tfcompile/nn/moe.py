@@ -21,7 +21,9 @@ While training, each layer keeps the load-balancing loss of Switch (k = 1) and M
 e (f sums to k) and P_e the mean of e's router probability (sigmoid scores: each token's, rescaled
 to sum to 1, as DeepSeek-V3's sequence-wise loss); uniform routing makes it k.
 ``balance_loss`` averages it over a model's MoE layers, times the spec's ``balance_loss``, for the
-trainer to add to the task's loss.
+trainer to add to the task's loss. Where the spec sets ``bias_update``, each layer counts its
+experts' choices instead, and ``update_selection_biases`` moves the selection bias toward balance
+after each optimizer step (DeepSeek-V3's balancing without a loss).
 """
 
 from __future__ import annotations
@@ -55,6 +57,8 @@ class MoE(nn.Module):
         self.shared_gate = nn.Linear(d_model, 1, bias=False) if spec.shared_gate else None
         self.balance_weight = spec.balance_loss
         self.balance: torch.Tensor | None = None  # the last training forward's load-balancing loss
+        self.bias_update = spec.bias_update
+        self.load: torch.Tensor | None = None  # each expert's choices since the last bias update
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         logits = self.router(x.to(self.router.weight.dtype))  # (B, T, E); float32 in fp16 models
@@ -68,6 +72,10 @@ class MoE(nn.Module):
         if self.normalize:
             top = top / top.sum(dim=-1, keepdim=True)
         top = top * self.scale
+        if self.training and self.bias_update:  # counted, not differentiated
+            if self.load is None:
+                self.load = torch.zeros(len(self.experts), device=x.device)
+            self.load = self.load + F.one_hot(chosen, len(self.experts)).sum(dim=(0, 1, 2)).detach()
         if self.training and self.balance_weight > 0:
             chosen_share = F.one_hot(chosen, len(self.experts)).float().mean(dim=(0, 1)).sum(dim=0)  # (E,)
             # P: each token's sigmoid scores rescaled to sum to 1
@@ -144,6 +152,22 @@ def half(model: nn.Module) -> nn.Module:
     for m, (router, selection_bias) in kept.items():
         m.router, m.selection_bias = router, selection_bias
     return model
+
+
+@torch.no_grad()
+def update_selection_biases(model: nn.Module) -> None:
+    """After an optimizer step, each MoE layer with a ``bias_update`` rate u moves its selection
+    bias toward balance (DeepSeek-V3's auxiliary-loss-free balancing): b_e += u * sign(mean(c) - c_e),
+    c_e the choices of expert e since the last update (every micro-batch, summed over the
+    processes), so that an expert chosen less than the mean is chosen more; the counts restart."""
+    distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
+    for m in model.modules():
+        if isinstance(m, MoE) and m.load is not None and m.selection_bias is not None:
+            load = m.load
+            if distributed:
+                torch.distributed.all_reduce(load)
+            m.selection_bias += m.bias_update * torch.sign(load.mean() - load).to(m.selection_bias.dtype)
+            m.load = None
 
 
 def balance_loss(model: nn.Module) -> torch.Tensor | None:

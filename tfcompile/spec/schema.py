@@ -669,7 +669,16 @@ class MoESpec(Section):
         False,
         description="a bias per expert added to the scores to choose the experts, not to weight them "
         "(DeepSeek-V3's e_score_correction_bias, for balancing without a loss); read with the weights, "
-        "held fixed in training (the trainer balances with balance_loss)",
+        "held fixed in training unless bias_update is set",
+    )
+    bias_update: Annotated[
+        float, Field(ge=0), at_most(1.0, "a bias moves by it each step; scores lie in 0 to 1")
+    ] = Field(
+        0.0,
+        description="while training, after each optimizer step, each expert's selection bias moves by "
+        "this toward balance: up where the expert took fewer of the step's choices than the mean, down "
+        "where more, over every micro-batch and process (DeepSeek-V3's auxiliary-loss-free "
+        "balancing, 0.001); 0: the bias stays as read; needs selection_bias",
     )
     groups: ExpertGroups | None = Field(
         None, description="choose among the experts of the best groups alone; default: none, among all"
@@ -710,6 +719,12 @@ class MoESpec(Section):
             "set model.moe.shared_d_ff, or leave shared_gate out",
         )
         require_distinct(rules, self.dense_layers or [], ("dense_layers",))
+        rules.require(
+            not self.bias_update or self.selection_bias,
+            ("bias_update",),
+            "updates the selection bias, and there is none",
+            "set model.moe.selection_bias: true, or leave bias_update out",
+        )
         if (groups := self.groups) is not None:
             each = self.experts // groups.count
             splits = self.experts % groups.count == 0 and each >= 2

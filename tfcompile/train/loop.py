@@ -24,7 +24,7 @@ import torch
 from tokenizers import Tokenizer
 
 from tfcompile.files import PREPROCESSING_FILE, TOKENIZER_FILE, atomic_write_text
-from tfcompile.nn.moe import balance_loss
+from tfcompile.nn.moe import balance_loss, update_selection_biases
 from tfcompile.spec import Spec, dump_spec
 from tfcompile.summary import forward_flops_per_token
 from tfcompile.tasks.task import Task, build_model, task_of
@@ -283,6 +283,7 @@ class Trainer:
         self.scaler.step(self.optimizer)
         self.scaler.update()
         self.optimizer.zero_grad(set_to_none=True)
+        update_selection_biases(self.model)
         return grad_norm
 
     def _not_finite_advice(self) -> str:
