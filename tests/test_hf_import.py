@@ -112,18 +112,25 @@ def _same_weights(folder: Path, case: Imported, tmp_path: Path) -> None:
         torch.testing.assert_close(model.state_dict()[name], tensor, rtol=0, atol=0)
 
 
-def test_a_tokenizer_of_more_tokens_than_the_embedding_rows_is_refused_at_import(
-    imported: dict[str, Imported], tmp_path: Path
+@pytest.mark.parametrize("gap", [False, True], ids=["one more token", "an id past a gap"])
+def test_a_tokenizer_of_ids_past_the_embedding_rows_is_refused_at_import(
+    imported: dict[str, Imported], tmp_path: Path, gap: bool
 ) -> None:
     """A fine-tune that added a special token and did not resize its embeddings imported, and the
-    run it wrote could not be trained or exported ("is it another run's?")."""
+    run it wrote could not be trained or exported ("is it another run's?"); a vocabulary with a
+    gap holds no more tokens than the rows, and an id past them all the same."""
     folder = copied(imported, "llama", tmp_path)
     tokenizer = json.loads((folder / "tokenizer.json").read_text())
     rows = json.loads((folder / "config.json").read_text())["vocab_size"]
-    extra = {"id": rows, "content": "<extra>", "single_word": False, "lstrip": False, "rstrip": False}
-    tokenizer["added_tokens"].append(extra | {"normalized": False, "special": True})
+    highest = rows + 5 if gap else rows
+    if gap:  # the last plain token moved past the rows
+        vocab = tokenizer["model"]["vocab"]
+        vocab[max(vocab, key=vocab.get)] = highest
+    else:
+        extra = {"id": rows, "content": "<extra>", "single_word": False, "lstrip": False, "rstrip": False}
+        tokenizer["added_tokens"].append(extra | {"normalized": False, "special": True})
     (folder / "tokenizer.json").write_text(json.dumps(tokenizer))
-    said = rf"tokenizer\.json has {rows + 1} tokens, more than the {rows} rows of the embedding table"
+    said = rf"tokenizer\.json has token ids up to {highest}, past the {rows} rows of the embedding table"
     with pytest.raises(HFError, match=said + r".*resize_token_embeddings"):
         import_folder(folder, "extra", tmp_path / "specs", tmp_path / "runs")
     assert not (tmp_path / "specs").exists() and not (tmp_path / "runs").exists()

@@ -110,7 +110,7 @@ def test_t5_and_qwen2_with_padded_embedding_tables_fine_tune(
 
 def test_a_vocabulary_smaller_than_the_tokenizer_is_refused(tmp_path: Path) -> None:
     """Refused at import (fine-tuning the run it wrote was refused, naming model.vocab_size)."""
-    with pytest.raises(HFError, match=rf"has {VOCAB} tokens, more than the {VOCAB - 4} rows"):
+    with pytest.raises(HFError, match=rf"has token ids up to {VOCAB - 1}, past the {VOCAB - 4} rows"):
         _import(_qwen2(VOCAB - 4), "gpt2", tmp_path, "qwen2")
     assert not (tmp_path / "runs").exists()
 

@@ -61,6 +61,7 @@ from tfcompile.manifest import (
     REPETITION_PENALTIES,
 )
 from tfcompile.memory import TooLarge
+from tfcompile.runtime.session import id_span
 from tfcompile.spec import Spec, SpecError, dump_spec, parse_spec
 from tfcompile.spec.schema import TASK_SECTIONS, check_run_name
 from tfcompile.tasks.task import build_model
@@ -910,10 +911,10 @@ def check_tokens_fit(folder: Path, spec: Spec) -> None:
     path, rows = folder / TOKENIZER_FILE, getattr(spec.model, "vocab_size", None)
     if rows is None or not path.exists():
         return
-    tokens = Tokenizer.from_file(str(path)).get_vocab_size()
+    tokens = id_span(Tokenizer.from_file(str(path)))
     if tokens > rows:
         raise HFError(
-            f"{path} has {tokens} tokens, more than the {rows} rows of the embedding table "
+            f"{path} has token ids up to {tokens - 1}, past the {rows} rows of the embedding table "
             f"(config.json's vocab_size): ids from {rows} on have no embedding, and transformers fails "
             f"on them too; resize it (model.resize_token_embeddings(len(tokenizer)), then "
             f"save_pretrained) or remove the tokens tokenizer.json adds past it, then import again"

@@ -608,7 +608,7 @@ class Bundle:
                 f"{where} truncates as {held}, but the manifest's tokenizer.truncation says {said}: "
                 f"a client that follows the manifest would cut texts otherwise"
             )
-        size = max(tokenizer.get_vocab(with_added_tokens=True).values(), default=-1) + 1
+        size = id_span(tokenizer)
         if size == 0:
             raise BundleError(f"{where} holds no tokens")
         if size > self.vocab_size:
@@ -712,6 +712,12 @@ def _messages(message: Message) -> Iterator[Message]:
         if field.type == field.TYPE_MESSAGE:
             for item in (value,) if isinstance(value, Message) else value:
                 yield from _messages(item)
+
+
+def id_span(tokenizer: Tokenizer) -> int:
+    """One past the highest id of the tokenizer's vocabulary and added tokens: the rows an
+    embedding table needs for it (a vocabulary with gaps holds fewer tokens than that)."""
+    return max(tokenizer.get_vocab(with_added_tokens=True).values(), default=-1) + 1
 
 
 def is_token_ids(name: str) -> bool:

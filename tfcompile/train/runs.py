@@ -14,6 +14,7 @@ from torch import nn
 
 from tfcompile.errors import UserError, first_line
 from tfcompile.files import TOKENIZER_FILE
+from tfcompile.runtime.session import id_span
 from tfcompile.spec import Spec, parse_spec
 from tfcompile.tasks.task import build_model
 from tfcompile.train.checkpoint import (
@@ -66,10 +67,10 @@ def load_run_tokenizer(run_dir: Path, spec: Spec) -> Tokenizer | None:
     tokenizer = read_run_tokenizer(run_dir)
     if tokenizer is None:
         return None
-    tokens, rows = tokenizer.get_vocab_size(), getattr(spec.model, "vocab_size", None)
+    tokens, rows = id_span(tokenizer), getattr(spec.model, "vocab_size", None)
     if rows is not None and tokens > rows:
         raise TrainError(
-            f"{path} has {tokens} tokens, more than the {rows} of model.vocab_size in "
+            f"{path} has token ids up to {tokens - 1}, past the {rows} of model.vocab_size in "
             f"{run_dir / SPEC_FILE}: is it another run's? {_RESTORE}"
         )
     return tokenizer
