@@ -337,6 +337,49 @@ def test_a_continuation_keeps_the_space_a_sentencepiece_decoder_strips_from_a_te
         assert (stopped.text, stopped.finish_reason) == ("", "stop")
 
 
+def test_a_continuation_is_decoded_after_whole_characters_of_its_prompt() -> None:
+    """LLaMA's byte-fallback tokens (a character its vocabulary lacks is its UTF-8 bytes, <0x..>
+    tokens, a run of which that is not UTF-8 decodes as a U+FFFD a byte): the prompt's last tokens
+    that text_of decodes before the new ones reach back to a character's start and past special
+    tokens, and a character the prompt ends inside is the new text's. Before, a window that began
+    inside a character garbled the continuation's characters of the same run."""
+    from tokenizers import Tokenizer, models, normalizers
+
+    from tfcompile.serve.engine import text_of
+
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2} | {f"<0x{b:02X}>": 3 + b for b in range(256)}
+    vocab |= {c: 259 + i for i, c in enumerate("\u2581abcdx")}
+    tokenizer = Tokenizer(models.BPE(vocab, [], unk_token="<unk>", byte_fallback=True))
+    tokenizer.normalizer = normalizers.Replace(" ", "\u2581")
+    tokenizer.decoder = ByteFallbackAnswer.decoder
+    tokenizer.add_special_tokens(["<unk>", "<s>", "</s>"])
+    model = cast(
+        LanguageModel,
+        SimpleNamespace(
+            decode_ids=lambda rows: tokenizer.decode_batch([list(r) for r in rows]),
+            generation=SimpleNamespace(stop_token_ids=[2]),
+        ),
+    )
+
+    def ids(text: str) -> list[int]:
+        return list(tokenizer.encode(text).ids)
+
+    zh, emoji = ids("中"), ids("\U0001f600")
+    assert len(zh) == 3 and len(emoji) == 4  # each byte a token
+    cases = [
+        (ids("ab"), ids(" cd"), " cd"),  # the space SentencePiece's decoder strips from a text's start
+        ([], ids(" cd"), "cd"),
+        (ids("x") + [1] * 9, ids(" cd"), " cd"),  # the last 8 tokens decode to nothing
+        (ids("a") + zh * 3, zh + ids(" c"), "中 c"),  # the last 8 begin inside a character
+        (ids("ab") + emoji[:2], emoji[2:] + ids(" c"), "\U0001f600 c"),  # the prompt ends inside one
+        (ids("ab") + emoji * 2 + emoji[:1], emoji[1:] + ids(" c"), "\U0001f600 c"),
+        (ids("ab") + emoji[:2], emoji[2:3], "\ufffd"),  # still unfinished: the stream holds it back
+        ([*ids("ab"), 3 + 0xFF], ids(" c"), " c"),  # a byte that is no UTF-8 stays the prompt's
+    ]
+    for prompt, new, expected in cases:
+        assert text_of(model, prompt, [*new, 2]) == expected, (prompt, new)
+
+
 def test_prompts_as_token_ids(server: BackgroundServer, client: Any) -> None:
     lm = model(server, "char")
     ids = [e.ids for e in lm.encode(PROMPTS[:2])]

@@ -376,17 +376,30 @@ def _generate(model: LanguageModel, jobs: Sequence[Job]) -> list[list[Finished]]
 
 
 CONTEXT_TOKENS = 8  # the prompt's last tokens that generated ones are decoded after
+MAX_CONTEXT_TOKENS = 64  # more where those begin inside a character or decode to nothing
 
 
 def text_of(model: LanguageModel, prompt: Sequence[int], tokens: Sequence[int]) -> str:
     """Generated tokens as text, the stop token that ended them left out, as they read after the
     prompt: decoded after its last CONTEXT_TOKENS tokens and cut from what those decode to alone.
     Decoded on their own, a SentencePiece decoder (LLaMA's Strip, a Metaspace that prepends) would
-    drop the leading space of a continuation that starts a word. Where the prompt ends inside a
-    character the continuation finishes, the character is the continuation's."""
-    context = list(prompt[-CONTEXT_TOKENS:])
+    drop the leading space of a continuation that starts a word. Where those tokens begin inside a
+    character (byte-fallback tokens: U+FFFD), or are all special (decoded to nothing), the context
+    reaches further back, up to MAX_CONTEXT_TOKENS."""
     new = search.strip_stop(list(tokens), tuple(model.generation.stop_token_ids))
-    before, after = model.decode_ids([context, context + new])
+    longest = min(len(prompt), MAX_CONTEXT_TOKENS)
+    for k in range(min(len(prompt), CONTEXT_TOKENS), longest + 1):
+        context = list(prompt[len(prompt) - k :])
+        before, after = model.decode_ids([context, context + new])
+        if before and not before.startswith("\ufffd"):
+            break
+    # The prompt ends inside a character the new tokens finish: its bytes, each a U+FFFD alone (a
+    # byte-fallback decoder garbles the whole run of byte tokens they end), are cut from the
+    # context, and the character is the new text's. A UTF-8 character is at most 4 bytes.
+    for cut in range(1, min(3, len(context)) + 1):
+        if not before.endswith("\ufffd") or after.startswith(before):
+            break
+        before = model.decode_ids([context[: len(context) - cut]])[0]
     shared = next((i for i, (a, b) in enumerate(zip(before, after, strict=False)) if a != b), len(before))
     return after[shared:]
 
