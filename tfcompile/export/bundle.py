@@ -151,7 +151,7 @@ def export_bundle(
                     ". An fp16 graph can send a token to other experts than the fp32 model where their "
                     "scores tie within float16's precision, as a new model's router scores all lie close "
                     "together: raise export.fp16_tolerance, or export in fp32"
-                    if report.relative and spec.model.moe is not None
+                    if report.relative and spec.model.moe is not None and math.isfinite(report.measured)
                     else ""
                 )
                 raise ExportError(

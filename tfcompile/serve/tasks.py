@@ -142,7 +142,8 @@ async def translate(body: TranslateRequest, request: Request) -> dict:
     if beam > s.max_beam:
         raise FieldError("beam", f"beam may be at most {s.max_beam}, got {beam}")
     if max_len > s.max_tokens:
-        raise FieldError("max_len", f"max_len may be at most {s.max_tokens}, got {max_len}")
+        asked = "" if body.max_len == max_len else f" (asked {body.max_len}, cut to the context)"
+        raise FieldError("max_len", f"max_len may be at most {s.max_tokens}, got {max_len}{asked}")
     model.framing(body.source_language, body.target_language)  # a code it cannot take: a 400 now
     model.scoring(body.length_penalty, body.early_stopping)  # and a bad scoring option
     options = (
