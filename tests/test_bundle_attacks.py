@@ -835,6 +835,18 @@ def test_a_manifest_that_says_to_pad_or_slide_otherwise_than_the_runtime_is_refu
         load(damaged(request.getfixturevalue(bundle), tmp_path, change))
 
 
+def test_each_runtime_pads_on_the_side_its_task_exports() -> None:
+    """The runtime cannot import the tasks (it is torch-free), so each class states its side: the
+    one its task's export writes in the manifest (an image classifier pads nothing)."""
+    from tfcompile.runtime import RUNTIMES
+    from tfcompile.tasks.task import TASKS
+
+    served = [name for name in TASKS if name in RUNTIMES]
+    assert {"causal_lm", "classification", "seq2seq"} <= set(served)
+    for name in served:
+        assert RUNTIMES[name].PADDING_SIDE in (None, TASKS[name].padding_side), name
+
+
 def test_a_translator_without_an_unknown_token_is_refused_at_load(
     translator_bundle: Path, tmp_path: Path
 ) -> None:
