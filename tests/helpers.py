@@ -146,6 +146,26 @@ def without_truncation(bundle: Path, tmp_path: Path) -> Path:
     )
 
 
+def truncating_one_side(bundle: Path, tmp_path: Path, strategy: str) -> Path:
+    """A copy of ``bundle`` whose tokenizer.json and manifest cut one sentence of a pair
+    (``strategy``: only_first or only_second), at the manifest's length, as an imported
+    tokenizer's may."""
+    length = json.loads((bundle / "manifest.json").read_text())["tokenizer"]["truncation"]["max_length"]
+    cut = {
+        "max_length": length,
+        "strategy": strategy.title().replace("_", ""),
+        "direction": "Right",
+        "stride": 0,
+    }
+    tokenizer = edited_tokenizer(bundle, lambda t: t.update(truncation=cut))
+    return damaged(
+        bundle,
+        tmp_path,
+        lambda m: m["tokenizer"]["truncation"].update(strategy=strategy),
+        **{"tokenizer.json": tokenizer},
+    )
+
+
 def json_paths(node: Any, path: tuple = ()) -> list[tuple]:
     """Every place in a JSON document, as the keys and indices that reach it (() is the whole)."""
     if isinstance(node, dict):

@@ -16,7 +16,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from helpers import damaged, edited_tokenizer, mutate_json
+from helpers import damaged, edited_tokenizer, mutate_json, truncating_one_side
 from hypothesis import HealthCheck, given, reject, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
@@ -516,20 +516,10 @@ def test_a_truncation_of_one_side_cuts_longest_first_where_that_side_cannot_make
     single text under only_second; a pair whose side to cut is too short), and the runtime blamed
     the text's characters. Such a text or pair is cut longest-first, and the batch's others as
     the manifest says, each as alone: a long text or pair is never refused."""
-    context = json.loads((classifier_bundle / "manifest.json").read_text())["tokenizer"]["truncation"]
-    cut = {
-        "max_length": context["max_length"],
-        "strategy": strategy.title().replace("_", ""),
-        "direction": "Right",
-    }
-    tokenizer = edited_tokenizer(classifier_bundle, lambda t: t.update(truncation=cut | {"stride": 0}))
-    folder = damaged(
-        classifier_bundle,
-        tmp_path,
-        lambda m: m["tokenizer"]["truncation"].update(strategy=strategy),
-        **{"tokenizer.json": tokenizer},
-    )
+    folder = truncating_one_side(classifier_bundle, tmp_path, strategy)
     one_sided, longest_first = load(folder), load(classifier_bundle)
+    context = one_sided.manifest.tokenizer.truncation.model_dump()  # type: ignore[union-attr]
+    tokenizer = (folder / "tokenizer.json").read_bytes()
     long = "a gorgeous witty seductive movie " * 20
     cuttable = (long, "ok") if strategy == "only_first" else ("ok", long)
     items: list[Any] = [long, ("ok", long), (long, "ok"), (long, long), cuttable]

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from helpers import ROOT, TINY, damaged, edited_tokenizer, png16, without_truncation
+from helpers import ROOT, TINY, damaged, edited_tokenizer, png16, truncating_one_side, without_truncation
 
 from tfcompile.cli import main
 from tfcompile.export import Source, export_bundle
@@ -433,19 +433,7 @@ def test_classifier_truncating_one_side_cuts_as_the_runtime_does(
 ) -> None:
     """A manifest that cuts one sentence of a pair: that sentence is cut where it can make the
     room, and the text or pair longest-first where it cannot, as the runtime cuts them."""
-    context = json.loads((classifier_bundle / "manifest.json").read_text())["tokenizer"]["truncation"]
-    cut = {
-        "max_length": context["max_length"],
-        "strategy": strategy.title().replace("_", ""),
-        "direction": "Right",
-    }
-    tokenizer = edited_tokenizer(classifier_bundle, lambda t: t.update(truncation=cut | {"stride": 0}))
-    bundle = damaged(
-        classifier_bundle,
-        tmp_path,
-        lambda m: m["tokenizer"]["truncation"].update(strategy=strategy),
-        **{"tokenizer.json": tokenizer},
-    )
+    bundle = truncating_one_side(classifier_bundle, tmp_path, strategy)
     long = "a gorgeous witty seductive movie " * 20
     pairs = [("ok", long), (long, "ok"), (long, long), ("dull", "dull")]
     served = client(bundle, "classify", long, "fine", *[a for p in pairs for a in ("--pair", *p)])
