@@ -268,7 +268,9 @@ def test_triton_settings_are_bounded_by_config_pbtxt(
 
 def test_a_manifest_size_past_what_a_config_holds_is_refused(char_bundle: Path, tmp_path: Path) -> None:
     bundle = copy_bundle(char_bundle, tmp_path / "bundle")
-    edit_manifest(bundle, lambda m: m["generation"].update(context_length=2**31))
+    edit_manifest(  # the loader holds the two equal
+        bundle, lambda m: (m["generation"].update(context_length=2**31), m["model"].update(max_seq_len=2**31))
+    )
     with pytest.raises(
         BundleError, match=r"model\.context_length would be 2,147,483,648, past the int32 range"
     ):
