@@ -74,18 +74,19 @@ class Bundle:
         tokenizer.added_by_tokenizer itself ([CLS], [SEP]): the client adds none. Where a
         truncation of one sentence of a pair (only_first, only_second) cannot make the room, the
         library fails; tfcompile's runtime cuts that text or pair longest-first, and so does this."""
-        encodings = []
+        encodings, longest_first = [], None
         for text in texts:
             try:
                 encodings += self.tokenizer.encode_batch([text], add_special_tokens=add_special_tokens)
             except Exception as e:
                 if not str(e).startswith("Truncation error"):  # unknown == "refuse": a character
                     raise SystemExit(f"a text holds characters outside the vocabulary: {text}") from None
-                cut = self.tokenizer.truncation
-                longest_first = Tokenizer.from_str(self.tokenizer.to_str())
-                longest_first.enable_truncation(
-                    cut["max_length"], strategy="longest_first", direction=cut["direction"]
-                )
+                if longest_first is None:  # built once, for the first text the truncation fails on
+                    cut = self.tokenizer.truncation
+                    longest_first = Tokenizer.from_str(self.tokenizer.to_str())
+                    longest_first.enable_truncation(
+                        cut["max_length"], strategy="longest_first", direction=cut["direction"]
+                    )
                 encodings += longest_first.encode_batch([text], add_special_tokens=add_special_tokens)
         return encodings
 
