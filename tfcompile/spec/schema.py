@@ -85,6 +85,10 @@ def at_least(bound: float, why: str) -> AfterValidator:
     return _bound(lambda value: value < bound, "at least", bound, why)
 
 
+# float32's smallest normal number (1.18e-38), rounded down: an eps below it is 0 or a subnormal there
+TINY_EPS = 1e-38
+
+
 # Sizes far past any model trained today (Llama 3.1 405B: d_model 16,384, d_ff 53,248, 126 layers,
 # 128 heads; vocabularies of about 256,000). A larger value is a typo, and would overflow a count or
 # take minutes to summarise. Contexts go to 2^30, past LongNet's billion tokens: the T x T attention
@@ -205,7 +209,7 @@ class NormSpec(Section):
     eps: Annotated[
         float,
         at_least(
-            1e-38,
+            TINY_EPS,
             "float32's smallest normal number: a smaller eps is 0 or a subnormal there, and a norm of a "
             "zero vector divides by it",
         ),
@@ -2120,11 +2124,11 @@ class OptimizerSpec(Section):
     eps: Annotated[
         float,
         at_least(
-            1e-38,
+            TINY_EPS,
             "float32's smallest normal number: a smaller eps is 0 or a subnormal there, and Adam divides "
             "a weight's first gradients by it (0 / 0 where a weight has none yet)",
         ),
-    ] = Field(1e-8, description="added to Adam's divisor; at least 1e-38")
+    ] = Field(1e-8, description=f"added to Adam's divisor; at least {TINY_EPS:g}")
     weight_decay: Annotated[float, Field(ge=0)] = Field(
         0.1, description="matrices only, never norms or biases"
     )
