@@ -145,9 +145,7 @@ class Translator(Bundle):
             raise InputError("every source sentence needs at least one real token in source_mask")
         width = inputs.count("beam", t.beam if beam is None else beam, 1)
         scoring = self.scoring(length_penalty, early_stopping)
-        limit = min(
-            inputs.count("max_len", t.max_decode_len if max_len is None else max_len, 1), self.max_seq_len - 1
-        )
+        limit = self.decode_limit(max_len)
         if limit <= len(given):
             raise InputError(
                 f"max_len must exceed the {len(given)} tokens the decoder is given after the start (the "
@@ -166,6 +164,12 @@ class Translator(Bundle):
         return search.translate(
             decoder_for, len(ids), start, t.stop_id, limit, width, scoring, t.forced_eos, bans
         )
+
+    def decode_limit(self, max_len: Any | None) -> int:
+        """A checked max_len, the manifest's max_decode_len when None, cut to the decoder's
+        context (model.max_seq_len - 1 tokens after the start)."""
+        default = self.translation.max_decode_len
+        return min(inputs.count("max_len", default if max_len is None else max_len, 1), self.max_seq_len - 1)
 
     def scoring(
         self, length_penalty: float | None = None, early_stopping: bool | str | None = None

@@ -135,9 +135,8 @@ async def translate(body: TranslateRequest, request: Request) -> dict:
     check_lengths(model, texts, "texts")
     # The manifest's defaults within the server's limits; what a request names is held to them, its
     # max_len after the cut to the context that decoding makes anyway.
-    t = model.translation
-    beam = min(t.beam, s.max_beam) if body.beam is None else body.beam
-    max_len = min(t.max_decode_len if body.max_len is None else body.max_len, model.max_seq_len - 1)
+    beam = min(model.translation.beam, s.max_beam) if body.beam is None else body.beam
+    max_len = model.decode_limit(body.max_len)
     max_len = min(max_len, s.max_tokens) if body.max_len is None else max_len
     if beam > s.max_beam:
         raise FieldError("beam", f"beam may be at most {s.max_beam}, got {beam}")
