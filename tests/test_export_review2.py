@@ -139,6 +139,34 @@ def test_an_fp16_image_bundle_says_what_its_graph_takes(tmp_path: Path) -> None:
 @pytest.mark.parametrize("kind", ["char_bundle", "classifier_bundle", "translator_bundle", "image_bundle"])
 def test_every_bundle_kind_says_what_its_graphs_are(kind: str, request: pytest.FixtureRequest) -> None:
     _assert_manifest_is_the_graphs(request.getfixturevalue(kind))
+    _assert_names_no_file_of_the_exporting_machine(request.getfixturevalue(kind))
+
+
+@pytest.mark.parametrize("kind", ["char_bundle", "classifier_bundle"])
+def test_a_graph_names_no_file_of_the_exporting_machine(kind: str, request: pytest.FixtureRequest) -> None:
+    _assert_names_no_file_of_the_exporting_machine(request.getfixturevalue(kind))
+
+
+def _assert_names_no_file_of_the_exporting_machine(bundle: Path) -> None:
+    """The exporter records each node's Python stack (the files of the package and of its
+    virtualenv): a bundle keeps each node's module scope, and none of those paths."""
+    import tfcompile
+
+    package = str(Path(tfcompile.__file__).parent.parent)
+
+    def metadata(graph: onnx.GraphProto) -> list[onnx.StringStringEntryProto]:
+        found = [p for node in graph.node for p in node.metadata_props]
+        for node in graph.node:
+            for attribute in node.attribute:
+                for subgraph in [attribute.g, *attribute.graphs]:
+                    found += metadata(subgraph)
+        return found
+
+    for graph in json.loads((bundle / "manifest.json").read_text())["graphs"].values():
+        props = metadata(onnx.load(str(bundle / graph["file"])).graph)
+        assert any(p.key == "pkg.torch.onnx.class_hierarchy" for p in props)
+        leaks = [p.key for p in props if package in p.value or "site-packages" in p.value]
+        assert not leaks, sorted(set(leaks))
 
 
 def test_a_nan_or_infinity_on_one_side_only_is_an_infinite_difference() -> None:

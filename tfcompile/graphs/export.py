@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 DECODER_INPUTS = ("input_ids", "attention_mask")
 CLASSIFIER_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 OUTPUTS = ("logits",)
+UNTRACED = frozenset({"pkg.torch.onnx.stack_trace", "pkg.torch.onnx.fx_node"})  # see _drop_traces
 
 
 @dataclass(frozen=True)
@@ -372,9 +373,9 @@ def _save(program: torch.onnx.ONNXProgram, path: Path, names: dict[tuple[str, in
     path.parent.mkdir(parents=True, exist_ok=True)
     program.save(str(path))
     proto = onnx.load(str(path))
-    if names:
-        _rename_symbols(proto, names)
-        onnx.save(proto, str(path))
+    _rename_symbols(proto, names)
+    _drop_traces(proto.graph)
+    onnx.save(proto, str(path))
     onnx.checker.check_model(proto, full_check=True)  # full_check runs strict shape inference too
     return proto
 
@@ -395,6 +396,19 @@ def _rename_symbols(proto: onnx.ModelProto, names: dict[tuple[str, int], str]) -
                 if all(re.fullmatch(r"\w+", term) for term in terms):
                     renamed = " + ".join(sorted(terms))
                 dim.dim_param = renamed
+
+
+def _drop_traces(graph: onnx.GraphProto) -> None:
+    """Each node's metadata without the exporter's record of the Python that made it (UNTRACED):
+    its stack trace names the exporting machine's files (its home, its virtualenv), which a bundle
+    must not carry to whoever it is given. The module scopes stay (`tfcompile optimize` reads them)."""
+    for node in graph.node:
+        kept = [p for p in node.metadata_props if p.key not in UNTRACED]
+        del node.metadata_props[:]
+        node.metadata_props.extend(kept)
+        for attribute in node.attribute:
+            for subgraph in [attribute.g, *attribute.graphs]:
+                _drop_traces(subgraph)
 
 
 @contextlib.contextmanager
