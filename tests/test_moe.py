@@ -454,6 +454,36 @@ def test_an_fp16_bundle_keeps_its_routers_in_float32(tmp_path: Path) -> None:
     }
 
 
+@pytest.mark.slow  # an export, its fp16 conversion and their parity: 10 s
+def test_optimize_to_fp16_keeps_the_routing_in_float32_as_an_fp16_export_does(tmp_path: Path) -> None:
+    """onnxruntime's converter, told to keep the routing nodes, would still round the router weights
+    it casts and the scores between those nodes to float16: the router reads its float32 weights,
+    the scores go from node to node in float32, and only the experts' side is float16."""
+    from tfcompile.export import Source, export_bundle
+    from tfcompile.optimize import Plan, optimize_bundle, passes
+
+    export_bundle(parse_spec(BUNDLES["decoder, sigmoid scores in groups"]), Source(seed=0), tmp_path / "fp32")
+    optimization = optimize_bundle(tmp_path / "fp32", tmp_path / "fp16", Plan(precision="fp16"), None)
+    assert max(optimization.parity.values()) <= 1e-2
+    for name in ("model.onnx", "decoder_step.onnx"):
+        graph = onnx.load(str(tmp_path / "fp16" / name)).graph
+        weights = {w.name: w.data_type for w in graph.initializer if len(w.dims) == 2}
+        kept = set(passes.routing_nodes(onnx.load(str(tmp_path / "fp32" / name))))
+        routing = [n for n in graph.node if n.name in kept]
+        routers = [n for n in routing if n.op_type == "MatMul"]
+        assert len(routers) == 2  # a layer each
+        assert [weights.get(n.input[1]) for n in routers] == [onnx.TensorProto.FLOAT] * 2
+
+        casts = {output: node for node in graph.node if node.op_type == "Cast" for output in node.output}
+        # a routing node reading a value cast to float16 and back
+        halved = [(n.name, i) for n in routing for i in n.input if i in casts and casts[i].input[0] in casts]
+        assert not halved
+        assert {weights[w] for w in weights} == {onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16}
+    assert (passes.MOE_CLASS, passes.EXPERT_CLASS) == tuple(
+        f"{c.__module__}.{c.__qualname__}" for c in (MoE, FeedForward)
+    )
+
+
 @pytest.mark.slow  # two fp16 exports and their parity: 12 s
 def test_an_fp16_export_of_experts_that_fails_its_parity_says_a_token_may_route_otherwise(
     tmp_path: Path,

@@ -9,7 +9,8 @@ and outputs keep their names), and the operators it introduced counted.
   tables.
 - ``quantize_int4``: 4-bit weight-only quantization (``MatMulNBits``, blocks of 32, asymmetric,
   int8 compute), onnxruntime's ``MatMulNBitsQuantizer``.
-- ``to_fp16``: float16 weights, activations, inputs and outputs.
+- ``to_fp16``: float16 weights, activations, inputs and outputs; a mixture of experts' routing
+  stays float32.
 
 Each is refused (OptimizeError) when its tool is missing, rather than silently skipped, and when
 its tool fails (``onnxruntime_failure``).
@@ -35,6 +36,11 @@ from tfcompile.runtime.session import SessionOptions
 CONTRIB = "com.microsoft"
 QUANTIZED_OPS = ("MatMulInteger", "DynamicQuantizeLinear", "DequantizeLinear", "MatMulNBits")
 INT4_BLOCK = 32
+# A node's module classes, outermost first, in the metadata torch's exporter writes (a list's repr),
+# and the classes of a mixture of experts and of each of its experts (tests hold them to tfcompile.nn's).
+CLASS_HIERARCHY = "pkg.torch.onnx.class_hierarchy"
+MOE_CLASS = "tfcompile.nn.moe.MoE"
+EXPERT_CLASS = "tfcompile.nn.feedforward.FeedForward"
 
 
 class OptimizeError(ExportError):
@@ -184,11 +190,74 @@ def quantize_int4(model: onnx.ModelProto) -> onnx.ModelProto:
 
 
 def to_fp16(model: onnx.ModelProto) -> onnx.ModelProto:
-    """Every float tensor in float16, the graph's inputs and outputs too."""
+    """Every float tensor in float16, the graph's inputs and outputs too, but for each mixture of
+    experts' routing (``routing_nodes``), kept in float32 as an fp16 export keeps it."""
     from onnxruntime.transformers.float16 import convert_float_to_float16
 
+    routing = routing_nodes(model)
     with onnxruntime_failure("convert the graph to fp16"):
-        return convert_float_to_float16(model, keep_io_types=False)
+        half = convert_float_to_float16(model, keep_io_types=False, node_block_list=routing)
+    _join_float32_nodes(half, set(routing))
+    return half
+
+
+def _join_float32_nodes(model: onnx.ModelProto, kept: set[str]) -> None:
+    """The converter casts each output of a node ``kept`` in float32 to float16, and back to float32
+    where another kept node reads it (router scores rounded to float16 between the kept nodes), and
+    casts the float32 weights they read to float32: each such Cast to float32 is bypassed, the kept
+    nodes reading the float32 tensor itself, and the casts no node reads any more are removed."""
+    graph = model.graph
+    made_by = {output: node for node in graph.node for output in node.output}
+    weights = {i.name for i in graph.initializer if i.data_type == onnx.TensorProto.FLOAT}
+    outputs = {output for node in graph.node if node.name in kept for output in node.output}
+
+    def halved(name: str) -> str | None:
+        """The kept node's output that a Cast to float16 made ``name`` of, if one did (a float)."""
+        node = made_by.get(name)
+        if node is None or node.op_type != "Cast" or _cast_to(node) != onnx.TensorProto.FLOAT16:
+            return None
+        return node.input[0] if node.input[0] in outputs else None
+
+    bypass = {}
+    for node in graph.node:
+        if node.op_type == "Cast" and _cast_to(node) == onnx.TensorProto.FLOAT:
+            source = node.input[0]
+            origin = source if source in weights else halved(source)
+            if origin is not None:
+                bypass[node.output[0]] = origin
+    for node in graph.node:
+        node.input[:] = [bypass.get(name, name) for name in node.input]
+    while True:  # casts read by no node nor output, and the casts only they read
+        read = {name for node in _nodes(graph) for name in node.input} | {o.name for o in graph.output}
+        unread = [n for n in graph.node if n.op_type == "Cast" and not set(n.output) & read]
+        if not unread:
+            break
+        for node in unread:
+            graph.node.remove(node)
+    made = {output for node in graph.node for output in node.output}
+    typed = [v for v in graph.value_info if v.name in made]
+    del graph.value_info[:]
+    graph.value_info.extend(typed)
+
+
+def _cast_to(node: onnx.NodeProto) -> int:
+    return next(a.i for a in node.attribute if a.name == "to")
+
+
+def routing_nodes(model: onnx.ModelProto) -> list[str]:
+    """The names of the nodes of each mixture-of-experts layer outside its experts: its router, the
+    scores, the top-k choice and the weighted sum of the experts' outputs. Float16 router weights
+    and scores tie or flip experts whose scores are close; float32 ones choose as the float32 graph.
+    Read from the module scopes the exporter writes into each node's metadata."""
+    names = []
+    for node in model.graph.node:
+        scopes = next((p.value for p in node.metadata_props if p.key == CLASS_HIERARCHY), "")
+        classes = [part.strip(" '\"") for part in scopes.strip("[]").split(",")]
+        if node.name and MOE_CLASS in classes:
+            below = classes[len(classes) - classes[::-1].index(MOE_CLASS) : -1]  # its modules, not its op
+            if EXPERT_CLASS not in below:
+                names.append(node.name)
+    return names
 
 
 def fold_weight_transposes(model: onnx.ModelProto) -> onnx.ModelProto:
