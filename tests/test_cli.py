@@ -297,6 +297,7 @@ def test_serve_flags_set_every_limit_of_the_server(
     monkeypatch.setattr(serve_module, "serve", lambda models, settings, *a, **k: served.update(s=settings))
     flags = ["--max-n", "3", "--max-beam", "2", "--max-image-pixels", "1000", "--max-head-kb", "2"]
     flags += ["--head-timeout", "0.5", "--max-body-mb", "1", "--max-tokens", "7", "--max-prompt-tokens", "9"]
+    flags += ["--keep-alive", "60"]
     assert main(["serve", str(char_bundle), "--port", "0", *flags]) == 0
     s = served["s"]
     assert (s.max_n, s.max_beam, s.max_image_pixels, s.max_head_bytes, s.head_timeout_s) == (
@@ -306,7 +307,7 @@ def test_serve_flags_set_every_limit_of_the_server(
         2048,
         0.5,
     )
-    assert (s.max_body_bytes, s.max_tokens, s.max_prompt_tokens) == (1 << 20, 7, 9)
+    assert (s.max_body_bytes, s.max_tokens, s.max_prompt_tokens, s.keep_alive_s) == (1 << 20, 7, 9, 60)
     assert main(["serve", str(char_bundle), "--port", "0"]) == 0
     assert served["s"] == serve_module.Settings(), "the flags' defaults are the server's"
 

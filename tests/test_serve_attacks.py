@@ -300,6 +300,21 @@ def test_a_request_head_that_stops_arriving_is_408(server: BackgroundServer) -> 
     assert _json_answer(raw)[0] == 408 and closed
 
 
+def test_an_idle_connection_is_kept_for_keep_alive_seconds_then_closed(char_bundle: Path) -> None:
+    health = b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
+    with (
+        BackgroundServer({"char": char_bundle}, Settings(keep_alive_s=2)) as server,
+        socket.create_connection(("127.0.0.1", server.port), timeout=10) as s,
+    ):
+        for pause in (0.0, 1.0):  # within the keep-alive: the connection serves the next request
+            time.sleep(pause)
+            s.sendall(health)
+            assert s.recv(65536).startswith(b"HTTP/1.1 200 OK")
+        idle_from = time.monotonic()
+        assert s.recv(65536) == b""  # closed by the server
+        assert 1.5 < time.monotonic() - idle_from < 4  # not uvicorn's 5 s
+
+
 def test_a_request_that_is_not_http_gets_a_json_400(server: BackgroundServer) -> None:
     for data, shape in [
         (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: \x01\r\n\r\n", dict),

@@ -274,6 +274,9 @@ def test_a_500_says_the_connection_closes(server: BackgroundServer, monkeypatch:
         ("max_batch", True),
         ("max_wait_ms", -1),
         ("max_prompt_tokens", 0),
+        ("keep_alive_s", 0),
+        ("keep_alive_s", 1.5),
+        ("keep_alive_s", 7200),
     ],
 )
 def test_settings_refuse_a_limit_out_of_its_range_by_name(field: str, value: Any) -> None:

@@ -524,6 +524,7 @@ def _serve(args: argparse.Namespace) -> int:
         max_image_pixels=args.max_image_pixels,
         max_head_bytes=args.max_head_kb << 10,
         head_timeout_s=args.head_timeout,
+        keep_alive_s=args.keep_alive,
     )
     from tfcompile.console import working
 
@@ -1035,6 +1036,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=20.0,
         help="seconds from a request's first byte to its headers' end, and that a body may go without "
         "a byte, 0.1 to 3,600 (default 20; 408 past it)",
+    )
+    serve.add_argument(
+        "--keep-alive",
+        type=_int_from(1, 3600),
+        default=5,
+        help="seconds an idle connection is kept for its next request, 1 to 3,600 (default 5); behind "
+        "a load balancer, more than the balancer's idle timeout",
     )
     serve.add_argument(
         "--threads",

@@ -97,6 +97,7 @@ def server_config(served: Served, host: str, port: int, log_level: str) -> uvico
         lifespan="on",
         loop="auto",
         http=BoundedHttpToolsProtocol.bounded(s.max_head_bytes, s.head_timeout_s),
+        timeout_keep_alive=s.keep_alive_s,
     )
 
 

@@ -62,6 +62,9 @@ class Settings:
     max_head_bytes: int = 64 << 10  # a request's line and headers
     # from a request's first byte (or its connection) to its headers' end; and a body's longest pause
     head_timeout_s: float = 20.0
+    # an idle connection's wait for its next request; behind a load balancer, set it above the
+    # balancer's idle timeout, or the balancer may send a request down a connection as it closes
+    keep_alive_s: int = 5
 
     def __post_init__(self) -> None:
         """Each limit a number in its range, refused by name: a limit of 0 refuses every request,
@@ -93,6 +96,7 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "retry_after_s": (0, 86_400),
     "max_head_bytes": (1 << 10, 1 << 20),
     "head_timeout_s": (0.1, 3_600),
+    "keep_alive_s": (1, 3_600),
 }
 FRACTIONAL = frozenset({"max_wait_ms", "head_timeout_s"})  # the other limits are integers
 
