@@ -80,7 +80,11 @@ def test_exported_graph_is_valid_onnx(tmp_path: Path) -> None:
     assert not [n for n in proto.graph.node if n.op_type == "IsNaN"]
 
 
-@pytest.mark.parametrize("variant", [*VARIANTS[2:4], VARIANTS[5]], ids=_id)
+@pytest.mark.parametrize(
+    "variant",
+    [VARIANTS[2], *(pytest.param(v, marks=pytest.mark.slow) for v in (VARIANTS[3], VARIANTS[5]))],
+    ids=_id,
+)
 def test_incremental_graph_matches_torch_step_by_step(variant: dict, tmp_path: Path) -> None:
     model = DecoderLM(tiny_model(**variant))
     path = tmp_path / "step.onnx"
@@ -135,7 +139,24 @@ BUNDLES = {
 }
 
 
-@pytest.mark.parametrize("text", BUNDLES.values(), ids=BUNDLES)
+# Each of these takes 6 to 8 s: the default suite runs the first of each kind, the slow one all.
+SLOW = {
+    "opset 23, cross-attention",
+    "translator with embedding norms and sinusoidal halves",
+    "translator with a context of 3",
+    "squared ReLU",
+    "LongRoPE, short and long factors within the parity lengths",
+    "GPT, init_std 0.5, logits of scale 20",
+}
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        pytest.param(text, id=name, marks=[pytest.mark.slow] * (name in SLOW))
+        for name, text in BUNDLES.items()
+    ],
+)
 def test_every_graph_of_a_valid_spec_exports_with_parity(text: str, tmp_path: Path) -> None:
     assert_exports_with_parity(text, tmp_path / "bundle")
 
