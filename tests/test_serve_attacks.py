@@ -8,6 +8,7 @@ import io
 import json
 import socket
 import time
+import typing
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,11 +16,15 @@ from typing import Any
 import httpx
 import numpy as np
 import pytest
+from pydantic import ValidationError
+from pydantic.types import FailFast
 from serving import BackgroundServer
 
 from tfcompile.errors import BundleError
 from tfcompile.serve import Settings
-from tfcompile.serve.app import CHARS_PER_TOKEN
+from tfcompile.serve.app import CHARS_PER_TOKEN, RequestBody
+from tfcompile.serve.openai import CompletionRequest
+from tfcompile.serve.tasks import ImagesRequest
 
 SETTINGS = Settings(max_wait_ms=5, max_head_bytes=4096, head_timeout_s=1.0, max_image_pixels=20_000)
 
@@ -134,6 +139,67 @@ def test_an_empty_or_broken_json_body_is_a_400_saying_what_is_wrong(
 
 
 # --------------------------------------------------- work bounded before it is done
+
+
+def _request_bodies() -> list[type[RequestBody]]:
+    def below(model: type[RequestBody]) -> list[type[RequestBody]]:
+        return [m for sub in model.__subclasses__() for m in (sub, *below(sub))]
+
+    return below(RequestBody)
+
+
+def test_the_request_models_are_all_request_bodies() -> None:
+    assert {m.__name__ for m in _request_bodies()} == {
+        "CompletionRequest",
+        "StreamOptions",
+        "ClassifyRequest",
+        "TranslateRequest",
+        "ImagesRequest",
+    }
+
+
+@pytest.mark.parametrize("model", _request_bodies(), ids=lambda m: m.__name__)
+def test_a_body_of_many_unknown_keys_is_refused_at_the_first(model: type[RequestBody]) -> None:
+    """pydantic reported each unknown key, and FastAPI built each report on the event loop: 16 MB
+    of them held every client for 20 s."""
+    with pytest.raises(ValidationError) as refused:
+        model.model_validate({f"unknown{i}": 0 for i in range(100_000)})
+    assert [e["loc"] for e in refused.value.errors() if e["type"] == "extra_forbidden"] == [("unknown0",)]
+    assert refused.value.error_count() <= len(model.model_fields) + 1
+
+
+def _collects(annotation: Any) -> bool:
+    """Whether a field's type is a list or a dict, or a union or annotation of one."""
+    if typing.get_origin(annotation) in (list, dict):
+        return True
+    parts = typing.get_args(annotation)
+    if typing.get_origin(annotation) is typing.Annotated:
+        parts = parts[:1]
+    return any(_collects(part) for part in parts)
+
+
+def test_every_list_of_a_request_stops_at_its_first_bad_item() -> None:
+    lists = 0
+    for model in _request_bodies():
+        for name, field in model.model_fields.items():
+            if _collects(field.annotation):
+                lists += 1
+                assert FailFast(True) in field.metadata or name == "logit_bias", (model, name)
+    assert lists == 2  # images, and logit_bias, refused when it holds anything before its items are read
+    with pytest.raises(ValidationError) as refused:
+        ImagesRequest.model_validate({"model": "m", "images": ["x"] * 100_000})
+    assert refused.value.error_count() == 1
+    with pytest.raises(ValidationError) as refused:
+        CompletionRequest.model_validate(
+            {"model": "m", "prompt": "a", "logit_bias": {str(i): "x" for i in range(100_000)}}
+        )
+    assert refused.value.error_count() == 1 and "not served" in refused.value.errors()[0]["msg"]
+
+
+def test_a_body_of_many_unknown_keys_is_a_400_naming_the_first(server: BackgroundServer) -> None:
+    body = {"model": "sst2", "texts": ["a"], **{f"unknown{i}": 0 for i in range(200_000)}}
+    error = openai_error(httpx.post(f"{server.url}/v1/classify", json=body, timeout=60), 400)
+    assert error["param"] == "unknown0"
 
 
 def test_prompts_are_counted_and_sized_before_any_is_tokenized(server: BackgroundServer) -> None:
@@ -298,6 +364,25 @@ def test_a_request_head_that_stops_arriving_is_408(server: BackgroundServer) -> 
     assert set(body["error"]) == {"message", "type", "param", "code"}  # OpenAI's shape under /v1
     raw, closed = _raw(server, b"")  # a connection that never sends a byte
     assert _json_answer(raw)[0] == 408 and closed
+
+
+def test_a_body_still_arriving_holds_no_batch(classifier_bundle: Path) -> None:
+    """A batch forming waits up to max_wait_ms for the requests arriving; one counts as arriving once
+    its body is read, not from its headers, when a client sending its body slowly (or never) held
+    every batch, a lone request's too, for max_wait_ms."""
+    head = b"POST /v1/classify HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    head += b"Content-Length: 99\r\n\r\n"
+    with (
+        BackgroundServer({"sst2": classifier_bundle}, Settings(max_wait_ms=3000)) as server,
+        socket.create_connection(("127.0.0.1", server.port), timeout=10) as stalled,
+    ):
+        stalled.sendall(head + b'{"model": ')
+        time.sleep(0.3)
+        assert server.served.arriving == 0
+        started = time.monotonic()
+        r = httpx.post(f"{server.url}/v1/classify", json={"model": "sst2", "texts": ["a fine film"]})
+        assert r.status_code == 200 and time.monotonic() - started < 2  # not the 3 s a batch may wait
+        assert server.served.arriving == 0
 
 
 def test_an_idle_connection_is_kept_for_keep_alive_seconds_then_closed(char_bundle: Path) -> None:

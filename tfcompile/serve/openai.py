@@ -24,12 +24,12 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import BeforeValidator, ConfigDict, Field
 
 from tfcompile.errors import InputError
 from tfcompile.manifest import MAX_NEW_TOKENS, REPETITION_PENALTIES
 from tfcompile.runtime import LanguageModel
-from tfcompile.serve.app import FieldError, Served, Settings, error_body, log, outcome
+from tfcompile.serve.app import FieldError, RequestBody, Served, Settings, error_body, log, outcome
 from tfcompile.serve.engine import Finished, GenerationRow, Job, first_stop, text_of
 
 router = APIRouter(prefix="/v1")
@@ -48,12 +48,19 @@ def _no_flag(value: Any) -> Any:
 NoFlag = BeforeValidator(_no_flag)
 
 
-class StreamOptions(BaseModel):
+def _empty(value: Any) -> Any:
+    """An empty mapping, checked before its entries are (a million of them were each validated)."""
+    if isinstance(value, dict) and value:
+        raise ValueError("logit biases are not served: send {} or leave the field out")
+    return value
+
+
+class StreamOptions(RequestBody):
     model_config = ConfigDict(extra="forbid", strict=True)
     include_usage: bool = False
 
 
-class CompletionRequest(BaseModel):
+class CompletionRequest(RequestBody):
     """The fields of OpenAI's completions request that this server honours, and those it refuses
     unless they ask for nothing (so that a client is never silently given less than it asked)."""
 
@@ -99,7 +106,7 @@ class CompletionRequest(BaseModel):
     )
     presence_penalty: Annotated[Literal[0] | None, NoFlag] = None
     frequency_penalty: Annotated[Literal[0] | None, NoFlag] = None
-    logit_bias: Annotated[dict[str, float], Field(max_length=0)] | None = None
+    logit_bias: Annotated[dict[str, float], BeforeValidator(_empty)] | None = None
     suffix: Literal[""] | None = None
 
 

@@ -14,7 +14,7 @@ from typing import Annotated, Any
 import numpy as np
 from fastapi import APIRouter, Request
 from PIL import Image
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, WithJsonSchema
+from pydantic import ConfigDict, Field, StrictInt, ValidationError, WithJsonSchema
 from starlette.datastructures import UploadFile
 
 from tfcompile.errors import InputError
@@ -23,7 +23,7 @@ from tfcompile.manifest import EarlyStopping
 from tfcompile.runtime import Classifier, ImageClassifier, Translator, inputs
 from tfcompile.runtime.classifier import Prediction
 from tfcompile.runtime.session import Bundle
-from tfcompile.serve.app import FieldError, Served, check_lengths, outcome
+from tfcompile.serve.app import FieldError, RequestBody, Served, check_lengths, outcome
 from tfcompile.serve.engine import Job
 
 router = APIRouter(prefix="/v1")
@@ -45,8 +45,7 @@ TextsOrPairs = Annotated[
 ]
 
 
-class ClassifyRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class ClassifyRequest(RequestBody):
     model: str
     texts: TextsOrPairs
 
@@ -54,7 +53,7 @@ class ClassifyRequest(BaseModel):
 MAX_CODE = 64  # characters of a language code (NLLB's are 8)
 
 
-class TranslateRequest(BaseModel):
+class TranslateRequest(RequestBody):
     model_config = ConfigDict(extra="forbid", strict=True)  # strict: true is not 1, nor "1" 1.0
     model: str
     texts: Texts
@@ -82,10 +81,9 @@ class TranslateRequest(BaseModel):
     )
 
 
-class ImagesRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class ImagesRequest(RequestBody):
     model: str
-    images: Annotated[list[list[Any]], Field(min_length=1)] = Field(
+    images: Annotated[list[list[Any]], Field(min_length=1, fail_fast=True)] = Field(
         description="images as (height, width) or (height, width, channels) arrays: 0-255 "
         "integers or 0-1 floats"
     )
