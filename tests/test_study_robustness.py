@@ -754,3 +754,47 @@ def test_runs_in_a_narrow_terminal_or_a_pipe_keeps_every_cell_whole(
     out = capsys.readouterr().out
     assert status == 0 and "…" not in out
     assert all(word in out for word in ("post-seed1", "decoder", "causal_lm", "finished"))
+
+
+def test_a_probe_stopped_by_ctrl_c_stops_the_sweep_as_a_trial_would(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The probe read its step times after an interrupted run as after a whole one: IndexError."""
+    from tfcompile.train import Trainer
+
+    train = Trainer.train
+
+    def interrupted(self: Trainer) -> object:
+        self.stop_requested = True  # as Ctrl-C's handler does, before the first step
+        return train(self)
+
+    monkeypatch.setattr(Trainer, "train", interrupted)
+    path = write_study(tmp_path)
+    path.write_text(path.read_text().replace("budget: {steps: 4}", "budget: {seconds: 5}"))
+    status, err = run_cli(["sweep", str(path)], capsys)
+    assert status == 130 and "stopped; run the same command again" in err
+    assert not any(folder_of(path).glob("*-seed*"))  # no trial began
+
+
+def test_a_variant_whose_probe_diverges_is_named_with_advice_for_a_study(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    variants = "  fine: {}\n  diverging: {train.optimizer.lr: 1.0e30, train.schedule: {type: constant}}"
+    path = write_study(tmp_path, variants=variants, seeds="[1]")
+    path.write_text(path.read_text().replace("budget: {steps: 4}", "budget: {seconds: 5}"))
+    status, err = run_cli(["sweep", str(path)], capsys)
+    assert status == 1 and "probe: diverging failed in the steps timed" in err
+    assert "change the variant or leave it out" in err and "train.name" not in err
+
+
+@pytest.mark.parametrize("steps", [0, -3, 2.5, True, "abc", None, 10**30])
+def test_study_json_of_steps_that_are_none_is_damaged(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], steps: object
+) -> None:
+    path = write_study(tmp_path)
+    path.write_text(path.read_text().replace("budget: {steps: 4}", "budget: {seconds: 5}"))
+    record = folder_of(path) / "study.json"
+    record.parent.mkdir(parents=True)
+    record.write_text(json.dumps({"steps": {"post": 3, "pre": steps}}))
+    status, err = run_cli(["sweep", str(path)], capsys)
+    assert status == 1 and f"{record} is damaged: the steps of pre are no number of steps" in err

@@ -28,7 +28,7 @@ from tfcompile.files import atomic_write_bytes, atomic_write_text
 from tfcompile.paths import YAML_SUFFIXES, Kind, kind_of
 from tfcompile.spec.schema import RUN_NAME, is_run_name
 from tfcompile.study.runs import MEMORY_KINDS, Run, find_runs, read_run, recorded_failure, trained_otherwise
-from tfcompile.study.sweep import STUDY_RECORD, plan_record
+from tfcompile.study.sweep import STUDY_RECORD, is_steps, plan_record
 from tfcompile.train.metrics import METRICS_FILE
 from tfcompile.train.runs import model_differences
 
@@ -262,7 +262,7 @@ def _planned_trials(plan: Plan, record: Path) -> list[Trial] | None:
         labels = {v.label for v in plan.variants}
         if not isinstance(steps, dict) or not labels <= steps.keys():
             return None
-        if not all(_is_steps(steps[label]) for label in labels):
+        if not all(is_steps(steps[label]) for label in labels):
             return None
     return plan.trials(steps)
 
@@ -747,9 +747,5 @@ def _is_trial(trial: Any, variants: list[str]) -> bool:
         and trial.get("variant") in variants
         and type(trial.get("seed")) is int
         # Its steps as planned: an older tfcompile's study.json has none (its trials go unchecked).
-        and (trial.get("steps") is None or _is_steps(trial["steps"]))
+        and (trial.get("steps") is None or is_steps(trial["steps"]))
     )
-
-
-def _is_steps(value: Any) -> bool:
-    return type(value) is int and value > 0

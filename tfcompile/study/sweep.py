@@ -30,6 +30,7 @@ from tfcompile.study.plan import Plan, Trial
 from tfcompile.study.runs import TRIAL_FILE, is_run, read_run, trained_otherwise
 from tfcompile.study.schema import MAX_STEPS
 from tfcompile.study.trial import run_trial
+from tfcompile.train.runs import TrainingFailed
 
 STUDY_RECORD = "study.json"
 THREAD_SETTINGS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "CUDA_VISIBLE_DEVICES")
@@ -46,11 +47,14 @@ class Sweep:
     command: list[str] = field(default_factory=list)  # what ran this sweep, kept in study.json
     out: TextIO = field(default_factory=lambda: sys.stderr)
 
-    def trials(self) -> list[Trial]:
-        """The plan's trials, with a wall-time budget's steps (probed once, then kept in study.json)."""
+    def trials(self) -> list[Trial] | None:
+        """The plan's trials, with a wall-time budget's steps (probed once, then kept in study.json);
+        None: the probe was stopped (Ctrl-C, SIGTERM)."""
         steps = None
         if self.plan.study.study.budget.seconds is not None:
             steps = self._recorded_steps() or self._probe(self.plan.study.study.budget.seconds)
+            if steps is None:
+                return None
         trials = self.plan.trials(steps)
         for trial in trials:  # a trial trained otherwise is refused before study.json says it is planned
             self.finished(trial)
@@ -60,6 +64,8 @@ class Sweep:
     def run(self, launcher: Launcher) -> bool:
         """Train every trial not finished yet -> whether all are finished (False: interrupted)."""
         trials = self.trials()
+        if trials is None:
+            return False
         started = time.monotonic()
         this = self._this_sweep(launcher)
         sweeps = [*self._read().get("sweeps", []), this]
@@ -169,16 +175,37 @@ class Sweep:
         }
 
     def _recorded_steps(self) -> dict[str, int] | None:
+        """The steps study.json keeps for each variant; None where it keeps none for one of them (a
+        variant added since), and the variants are probed again."""
         steps = self._read().get("steps")
         labels = {v.label for v in self.plan.variants}
-        return steps if isinstance(steps, dict) and labels <= steps.keys() else None
+        if not isinstance(steps, dict) or not labels <= steps.keys():
+            return None
+        if bad := sorted(label for label in labels if not is_steps(steps[label])):
+            raise SweepError(
+                f"{self.plan.folder / STUDY_RECORD} is damaged: the steps of {', '.join(bad)} are no "
+                f"number of steps from 1 to {MAX_STEPS:,}; remove it to plan the study again (finished "
+                f"trials are kept)"
+            )
+        return steps
 
-    def _probe(self, seconds: float) -> dict[str, int]:
+    def _probe(self, seconds: float) -> dict[str, int] | None:
         """Each variant's train.steps for ``seconds`` of training, evaluations included, from a
-        few timed steps and one timed evaluation of it (in a temporary folder)."""
+        few timed steps and one timed evaluation of it (in a temporary folder); None: stopped by
+        Ctrl-C or SIGTERM."""
         steps = {}
         for variant in self.plan.variants:
-            step_s, eval_s = probe(variant.spec)
+            try:
+                timed = probe(variant.spec)
+            except TrainingFailed as e:
+                failure = str(e).split(";")[0]
+                raise SweepError(
+                    f"probe: {variant.label} failed in the steps timed to plan a wall-time budget "
+                    f"({failure}), and so would its trials: change the variant or leave it out"
+                ) from None
+            if timed is None:
+                return None
+            step_s, eval_s = timed
             interval = variant.spec.train.eval_interval
             steps[variant.label] = max(1, math.floor(seconds / (step_s + eval_s / interval)))
             if steps[variant.label] > MAX_STEPS:
@@ -192,6 +219,11 @@ class Sweep:
                 f"{steps[variant.label]} steps"
             )
         return steps
+
+
+def is_steps(value: Any) -> bool:
+    """Whether a value read from study.json is a number of training steps a study may plan."""
+    return type(value) is int and 0 < value <= MAX_STEPS
 
 
 def plan_record(plan: Plan, trials: list[Trial], steps: dict[str, int] | None) -> dict[str, Any]:
@@ -212,9 +244,10 @@ def plan_record(plan: Plan, trials: list[Trial], steps: dict[str, int] | None) -
     }
 
 
-def probe(spec: Spec) -> tuple[float, float]:
+def probe(spec: Spec) -> tuple[float, float] | None:
     """(seconds per training step, seconds per evaluation) of ``spec``'s model, timed in a short
-    run: one step untimed (warm-up), PROBE_STEPS timed, then a last step with an evaluation."""
+    run: one step untimed (warm-up), PROBE_STEPS timed, then a last step with an evaluation. None:
+    stopped by Ctrl-C or SIGTERM first."""
     from tfcompile.train import Trainer
 
     total = PROBE_STEPS + 2
@@ -227,7 +260,8 @@ def probe(spec: Spec) -> tuple[float, float]:
             on_step=lambda _trainer, _step: times.append(time.perf_counter()),
             show_progress=False,
         )
-        trainer.train()
+        if trainer.train().interrupted:
+            return None
     step_s = (times[-2] - times[0]) / PROBE_STEPS
     return step_s, max(times[-1] - times[-2] - step_s, 0.0)
 
