@@ -43,6 +43,8 @@ class Bundle:
         self.sessions: dict[str, Any] = {}
         info = self.manifest.get("tokenizer")
         self.tokenizer = Tokenizer.from_str(self.read(info["file"]).decode()) if info else None
+        if self.tokenizer is not None:  # a row is padded as the manifest says, not as tokenizer.json may
+            self.tokenizer.no_padding()
         # The ids generation and translation may pick: the tokenizer's (added tokens included); an
         # embedding table can hold more rows (a Hugging Face T5: 32,128 logits, 32,100 tokens).
         self.emitted = self.tokenizer.get_vocab_size() if self.tokenizer else None
@@ -454,7 +456,7 @@ def preprocess(image_info: dict, source: str | np.ndarray) -> np.ndarray:
     size x size; crop the centre; normalise."""
     size, channels = image_info["size"], image_info["channels"]
     if isinstance(source, np.ndarray):
-        array = source
+        array = checked_array(source, channels)
     else:
         with Image.open(source) as image:
             if image.mode.startswith("I;16"):  # 16-bit grey: the high byte, as in 16-bit colour
@@ -478,6 +480,25 @@ def preprocess(image_info: dict, source: str | np.ndarray) -> np.ndarray:
         array = np.stack(resized, axis=-1)[top : top + size, left : left + size]
     mean, std = np.float32(image_info["mean"]), np.float32(image_info["std"])
     return ((array - mean) / std).transpose(2, 0, 1).astype(np.float32)  # layout NCHW
+
+
+def checked_array(array: np.ndarray, channels: int) -> np.ndarray:
+    """An image array as the runtime takes it: (height, width, channels), or (height, width) for one
+    channel; uint8 (0-255) or floats in [0, 1]. Anything else is refused, not read as something else
+    (an int64 array of 0-255 as floats, say)."""
+    if array.ndim == 2 and channels == 1:
+        array = array[:, :, None]
+    if array.ndim != 3 or array.shape[2] != channels or 0 in array.shape:
+        raise SystemExit(f"an image array must have shape (height, width, {channels}), got {array.shape}")
+    if array.dtype == np.uint8:
+        return array
+    if not np.issubdtype(array.dtype, np.floating):
+        raise SystemExit(f"image arrays must be uint8 (0-255) or float (0-1), got {array.dtype}")
+    if not np.isfinite(array).all() or array.min() < 0 or array.max() > 1:
+        raise SystemExit(
+            f"a float image array must hold values in [0, 1], found [{array.min():g}, {array.max():g}]"
+        )
+    return array
 
 
 def classify_images(bundle: Bundle, sources: list) -> list[dict]:
