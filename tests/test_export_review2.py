@@ -219,3 +219,43 @@ def test_a_model_whose_own_outputs_are_nan_is_not_exported(tmp_path: Path) -> No
     with pytest.raises(ExportError, match=r"PyTorch's own are not finite"):
         bundle.export_bundle(spec, NaNSource(seed=0), tmp_path / "bundle")
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("processor", "added"),
+    [
+        ("roberta", ["bos", "eos"]),  # RobertaProcessing: <s> A </s>, <s> A </s></s> B </s>
+        ("byte-level then template", ["bos"]),  # Llama 3's Sequence: <|begin_of_text|> A
+        ("template", ["eos"]),
+        ("none", []),
+    ],
+)
+def test_the_roles_a_tokenizer_adds_are_read_from_what_it_adds(processor: str, added: list[str]) -> None:
+    """Read from a bare template's special_tokens alone, RoBERTa's and Llama 3's bundles said their
+    tokenizers add nothing: a client following the manifest (a Triton handoff's) added <s> again."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+
+    from tfcompile.export.bundle import tokenizer_info
+    from tfcompile.spec.schema import SpecialTokens
+
+    made = {
+        "roberta": processors.RobertaProcessing(("</s>", 1), ("<s>", 0)),
+        "byte-level then template": processors.Sequence(
+            [
+                processors.ByteLevel(trim_offsets=False),
+                processors.TemplateProcessing(
+                    single="<s> $A", pair="<s> $A <s> $B", special_tokens=[("<s>", 0)]
+                ),
+            ]
+        ),
+        "template": processors.TemplateProcessing(single="$A </s>", special_tokens=[("</s>", 1)]),
+        "none": None,
+    }[processor]
+    tokenizer = Tokenizer(
+        models.WordLevel({"<s>": 0, "</s>": 1, "<unk>": 2, "<pad>": 3, "a": 4}, unk_token="<unk>")
+    )
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    if made is not None:
+        tokenizer.post_processor = made
+    tokens = SpecialTokens(bos="<s>", eos="</s>", unk="<unk>", pad="<pad>")
+    assert tokenizer_info(tokenizer, tokens).added_by_tokenizer == added

@@ -339,16 +339,23 @@ def _graph_entry(name: str, graph: Graph, proto: onnx.ModelProto) -> GraphEntry:
 def tokenizer_info(tokenizer: Tokenizer, tokens: SpecialTokens | None = None) -> TokenizerInfo:
     """The tokenizer's special tokens by role (the spec's ``tokens``, else tfcompile's own
     strings), the roles its post-processor adds by itself, what becomes of an unknown character,
-    and how a text too long is cut."""
+    and how a text too long is cut.
+
+    The roles added are read from what the tokenizer does, an empty text and an empty pair
+    encoded, not from the post-processor's settings: RoBERTa's processor, or a Sequence holding a
+    template (Llama 3's), add tokens that a bare template's ``special_tokens`` would not name."""
     roles = tokens.roles() if tokens is not None else {role: token for token, role in SPECIAL_ROLES.items()}
     specials = {
         role: SpecialToken(token=token, id=i)
         for role, token in roles.items()
         if (i := tokenizer.token_to_id(token)) is not None
     }
+    by_id: dict[int, str] = {}
+    for role, special in specials.items():  # a token of two roles (T5's <pad>, its bos too) by its first
+        by_id.setdefault(special.id, role)
+    inserted = [*tokenizer.encode("").ids, *tokenizer.encode("", "").ids]
+    added = list(dict.fromkeys(by_id[i] for i in inserted if i in by_id))
     saved = json.loads(tokenizer.to_str())
-    processor = saved.get("post_processor") or {}
-    added = [role for t in processor.get("special_tokens", {}) for role, token in roles.items() if token == t]
     byte_level = (saved.get("pre_tokenizer") or {}).get("type") == "ByteLevel"
     return TokenizerInfo(
         file=TOKENIZER_FILE,
