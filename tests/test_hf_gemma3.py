@@ -189,12 +189,13 @@ def test_a_run_with_sandwich_and_q_k_norms_is_written_as_gemma_3(tmp_path: Path,
 def test_what_gemma_3_cannot_express_is_refused_by_field(tmp_path: Path) -> None:
     message = _problems(
         tmp_path,
-        f"{GEMMA3_OWN}, attention_softcap: 20.0, positional: {{type: rope, "
+        f"{GEMMA3_OWN}, attention_softcap: 20.0, qk_norm_over: all_heads, positional: {{type: rope, "
         "local: {theta: 100, layers: [1], scaling: {type: linear, factor: 2}}}",
     )
     for field in (
         "model.attention_softcap: 20.0 has no Gemma 3 equivalent",
         "model.positional.local.scaling: {'type': 'linear', 'factor': 2.0} has no Gemma 3 equivalent",
+        "model.qk_norm_over: 'all_heads' has no Gemma 3 equivalent",  # its folder did not load
     ):
         assert field in message, message
 

@@ -233,8 +233,13 @@ def test_a_run_of_tfcompiles_own_mixture_of_experts_is_written_as_granitemoe(
             ["model.moe.shared_gate", "model.window"],
             "GraniteMoeShared",
         ),
+        (  # transformers 4.57's GraniteMoE reads hidden_size / heads: its folder did not load there
+            "residual_multiplier: 0.5, head_dim: 16, moe: {experts: 4}",
+            ["model.head_dim"],
+            "GraniteMoE",
+        ),
     ],
-    ids=["dense-layers-qk-norm", "unnormalised", "gated-shared-expert-window"],
+    ids=["dense-layers-qk-norm", "unnormalised", "gated-shared-expert-window", "head-dim"],
 )
 def test_what_granitemoe_cannot_express_is_refused_by_field(
     extra: str, fields: list[str], written: str, tmp_path: Path

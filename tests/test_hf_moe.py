@@ -907,3 +907,16 @@ def assert_4_57_loads_written(written: dict[str, str], tmp_path: Path) -> None:
     for folder, logits in expected.items():
         assert read[folder][1] == {}, read[folder][1]  # no missing, unexpected or mismatched tensors
         torch.testing.assert_close(torch.tensor(read[folder][0]), logits, atol=1e-5, rtol=1e-5, msg=folder)
+
+
+def test_export_hf_refuses_heads_of_their_own_width_where_transformers_4_reads_hidden_size(
+    tmp_path: Path,
+) -> None:
+    """Qwen2-MoE (written for a gated shared expert): transformers 4.57 derives its heads' width
+    from hidden_size, and refused the folder of a head_dim of its own."""
+    moe = "moe: {experts: 4, d_ff: 16, shared_d_ff: 8, shared_gate: true}"
+    run = random_run(tmp_path, f"model: {{{LLAMA_LIKE}, {NO_BIASES}, head_dim: 16, {moe}}}\n")
+    with pytest.raises(HFError) as error:
+        export_hf(run, tmp_path / "out")
+    assert re.findall(r"^  (\S+): ", str(error.value), re.MULTILINE) == ["model.head_dim"]
+    assert "Qwen2-MoE" in str(error.value) and not (tmp_path / "out").exists()

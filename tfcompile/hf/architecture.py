@@ -544,8 +544,8 @@ class Needs:
         self(not model.scale_embeddings, "model.scale_embeddings", True, "set it false")
         self(not model.bias.lm_head, "model.bias.lm_head", True, "set it false")
         self(qk_norm or not model.qk_norm, "model.qk_norm", True, "set it false")
-        over = model.qk_norm_over  # named where the q/k norms are the architecture's
-        self(not qk_norm or over == "head", "model.qk_norm_over", over, "head (each head's q and k)")
+        over = model.qk_norm_over  # also where a writer set its norms aside (Gemma 3, as Gemma 2's)
+        self(over == "head", "model.qk_norm_over", over, "head (each head's q and k)")
         after = model.qk_norm_after_rope
         if qk_norm:  # the architecture's own norms: before RoPE, or after where after_rope
             when = "after" if after_rope else "before"

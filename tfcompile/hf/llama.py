@@ -360,6 +360,7 @@ def granitemoe_own(need: Needs, model: DecoderSpec) -> DecoderSpec:
         "leave it unset (GraniteMoE routes every layer)",
     )
     need(bool(moe.normalize), "model.moe.normalize", False, "true (GraniteMoE takes the top k's softmax)")
+    heads_of_hidden_size(need, model, "transformers 4's GraniteMoE reads hidden_size / heads, not head_dim")
     need(
         not moe.shared_gate,
         "model.moe.shared_gate",
@@ -442,13 +443,19 @@ def olmoe_own(need: Needs, model: DecoderSpec) -> DecoderSpec:
         "leave it unset (OLMoE routes every layer)",
     )
     need(model.window is None, "model.window", model.window, "leave it unset (OLMoE has none)")
+    heads_of_hidden_size(need, model, "OLMoE's q norm reads hidden_size features")
+    return model.model_copy(update={"qk_norm_over": "head"})
+
+
+def heads_of_hidden_size(need: Needs, model: DecoderSpec, why: str) -> None:
+    """Heads of d_model features in all, where the writer's transformers class assumes them."""
+    assert model.head_dim is not None
     need(
         model.n_heads * model.head_dim == model.d_model,
         "model.head_dim",
         model.head_dim,
-        f"d_model / n_heads ({model.d_model // model.n_heads}): OLMoE's q norm reads hidden_size features",
+        f"d_model / n_heads ({model.d_model // model.n_heads}): {why}",
     )
-    return model.model_copy(update={"qk_norm_over": "head"})
 
 
 def qwen3_moe_own(need: Needs, model: DecoderSpec) -> DecoderSpec:
@@ -475,6 +482,7 @@ def qwen2_moe_own(need: Needs, model: DecoderSpec) -> DecoderSpec:
         True,
         "false (Qwen2-MoE, written for a shared expert, has no output projection bias)",
     )
+    heads_of_hidden_size(need, model, "transformers 4's Qwen2-MoE reads hidden_size / heads, not head_dim")
     return model.model_copy(update={"qk_norm": False})
 
 
