@@ -172,6 +172,7 @@ def collect(sources: Sequence[Path]) -> Trials:
             more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
             raise CompareError(f"no finished runs to compare: {missing[0]}{more}")
         raise CompareError("no finished runs to compare: finish the sweep first (run it again to resume)")
+    _check_comparable(groups)
     if baseline not in groups:
         baseline = next(iter(groups))
     return Trials(groups, baseline, record, missing)
@@ -195,6 +196,31 @@ def _planned_otherwise(run: Run, steps: int, sweep: str) -> LeftOut:
         "the study's budget was lowered since it trained: give the changed study another `name:` "
         "(or remove the run) and sweep it",
     )
+
+
+def _check_comparable(groups: dict[str, list[Run]]) -> None:
+    """Every run learns one task from one data file (by its name, as a study's trials are matched):
+    a classifier's loss beside a language model's, or two corpora's, compare nothing."""
+    runs = [run for group in groups.values() for run in group]
+    first = runs[0]
+    for run in runs[1:]:
+        for what, ours, theirs in (
+            ("task", first.spec.task.type, run.spec.task.type),
+            ("data", _data_name(first), _data_name(run)),
+        ):
+            if ours != theirs:
+                raise CompareError(
+                    f"{first.path} and {run.path} differ in their {what} ({ours} and {theirs}): a report "
+                    f"compares runs of one task on one data set; compare them apart"
+                )
+
+
+def _data_name(run: Run) -> str | None:
+    """The data's file name, or the data set's (scikit-learn's digits); None: no data is named."""
+    data = run.spec.data
+    if data is None:
+        return None
+    return data.path.name if data.path is not None else data.builtin
 
 
 def _check_group(label: str, runs: list[Run]) -> None:
