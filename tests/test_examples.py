@@ -27,7 +27,7 @@ from helpers import ROOT, TINY, damaged, edited_tokenizer, png16, truncating_one
 
 from tfcompile.cli import main
 from tfcompile.export import Source, export_bundle
-from tfcompile.runtime import load
+from tfcompile.runtime import InputError, load
 from tfcompile.spec import load_spec
 
 EXAMPLES = ROOT / "examples"
@@ -408,6 +408,61 @@ def test_both_clients_pick_only_the_tokenizers_ids(char_bundle: Path, client: Cl
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("length", [512, 20])
+def test_both_clients_keep_a_prompt_as_the_decoders_tokenizer_cuts_it(
+    char_bundle: Path, client: Client, tmp_path: Path, length: int
+) -> None:
+    """A decoder whose tokenizer.json (and manifest) truncates at ``length``: a prompt is cut there
+    alone, not at the context (64), which only a classifier's texts are; past the context,
+    generation reads the prompt's last 64 tokens. Each client's prompt and tokens are the runtime's."""
+    cut = {"max_length": length, "strategy": "LongestFirst", "direction": "Right", "stride": 0}
+    bundle = damaged(
+        char_bundle,
+        tmp_path,
+        lambda m: m["tokenizer"].update(
+            truncation={"max_length": length, "strategy": "longest_first", "direction": "right"}
+        ),
+        **{"tokenizer.json": edited_tokenizer(char_bundle, lambda t: t.update(truncation=cut))},
+    )
+    prompt = "But soft, what light through yonder window breaks? It is the east, and Juliet is the sun."
+    model = load(bundle, providers=["CPUExecutionProvider"])
+    ids = model.encode([prompt])[0].ids
+    assert len(ids) == min(len(prompt), length)
+    served = client(bundle, "generate", "--prompt", prompt, "--max-new-tokens", "8")
+    assert served[0]["prompt_ids"] == ids
+    assert served[0]["new_ids"] == runtime_alone(bundle, [ids], 8)[0]
+    assert served[0]["text"] == model.generate_text(prompt, 8, temperature=0)
+
+
+@pytest.mark.slow
+def test_node_client_refuses_what_is_not_a_token_id(char_bundle: Path, node_client: Client) -> None:
+    """--ids rows hold integers in [0, vocabulary) alone, as the runtime takes (an empty item, a
+    negative id, one past the vocabulary, a fraction: refused, not read as 0 or generated from)."""
+    model = load(char_bundle, providers=["CPUExecutionProvider"])
+    for row in ["5,,6", "-1", "65", "1.5", "x", "5,"]:
+        stderr = _node_fails(char_bundle, "generate", "--ids", row)
+        assert "not a token id in [0, 65)" in stderr, (row, stderr)
+    for bad in ([[5, -1]], [[65]]):
+        with pytest.raises(InputError):
+            model.generate(np.array(bad), 2, temperature=0)
+    served = node_client(char_bundle, "generate", "--ids", "0,64", "--max-new-tokens", "2")
+    assert served[0]["new_ids"] == runtime_alone(char_bundle, [[0, 64]], 2)[0]
+
+
+def _node_fails(bundle: Path, *args: str) -> str:
+    """The Node client's error message for a command it must refuse (a non-zero exit)."""
+    result = subprocess.run(
+        ["node", str(NODE_DIR / "client.mjs"), str(bundle), *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode != 0, result.stdout
+    return result.stderr
+
+
+@pytest.mark.slow
 def test_classifier_sentences_and_pairs(classifier_bundle: Path, client: Client) -> None:
     served = client(classifier_bundle, "classify", *SENTENCES, *[a for p in PAIRS for a in ("--pair", *p)])
     classifier = load(classifier_bundle, providers=["CPUExecutionProvider"])
@@ -634,3 +689,41 @@ def test_image_classifier_files_and_arrays(image_bundle: Path, images: list[Path
     vit = load(image_bundle, providers=["CPUExecutionProvider"])
     inputs = [np.load(p) if p.suffix == ".npy" else p for p in images]
     assert_same_predictions(served, vit.classify_images(inputs))  # type: ignore[attr-defined]
+
+
+@pytest.mark.slow
+def test_node_client_refuses_the_arrays_the_runtime_refuses(
+    image_bundle: Path, node_client: Client, tmp_path: Path
+) -> None:
+    """A grey (1-channel) model takes (H, W) and (H, W, 1) arrays, uint8 or floats in [0, 1], as the
+    runtime does; an array of other channels, dimensions or values is refused, with its shape or
+    values and what the model takes, not read as something else."""
+    rng = np.random.default_rng(0)
+    taken = {
+        "hw.npy": rng.integers(0, 256, (9, 7), dtype=np.uint8),
+        "hw1.npy": rng.integers(0, 256, (9, 7, 1), dtype=np.uint8),
+        "hw1_float.npy": rng.random((6, 8, 1)),
+    }
+    refused = {
+        "rgb.npy": (rng.integers(0, 256, (9, 7, 3), dtype=np.uint8), "(9, 7, 3)"),
+        "rgba.npy": (rng.integers(0, 256, (8, 8, 4), dtype=np.uint8), "(8, 8, 4)"),
+        "4d.npy": (rng.integers(0, 256, (8, 8, 1, 1), dtype=np.uint8), "(8, 8, 1, 1)"),
+        "1d.npy": (rng.integers(0, 256, 64, dtype=np.uint8), "(64,)"),
+        "empty.npy": (np.zeros((0, 8), dtype=np.uint8), "(0, 8)"),
+        "float_255.npy": ((rng.random((8, 8)) * 255).astype(np.float32), "[0, 1]"),
+        "float_negative.npy": (rng.random((8, 8)) - 0.5, "[0, 1]"),
+        "float_nan.npy": (np.full((8, 8), np.nan, dtype=np.float32), "[0, 1]"),
+        "int64.npy": (rng.integers(0, 256, (8, 8)), "uint8 (0-255) or float (0-1)"),
+    }
+    vit = load(image_bundle, providers=["CPUExecutionProvider"])
+    for name, array in {**taken, **{n: a for n, (a, _) in refused.items()}}.items():
+        np.save(tmp_path / name, array)
+    served = node_client(image_bundle, "classify-image", *(str(tmp_path / n) for n in taken))
+    assert_same_predictions(served, vit.classify_images(list(taken.values())))  # type: ignore[attr-defined]
+    for name, (array, shown) in refused.items():
+        with pytest.raises(InputError):
+            vit.classify_images([array])  # type: ignore[attr-defined]
+        stderr = _node_fails(image_bundle, "classify-image", str(tmp_path / name))
+        assert shown in stderr, (name, stderr)
+        if "float" not in name and name != "int64.npy":
+            assert "(height, width, 1) or (height, width)" in stderr, (name, stderr)

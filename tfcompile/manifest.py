@@ -142,9 +142,10 @@ class TokenizerInfo(Part):
     )
     truncation: Truncation | None = Field(
         None,
-        description="applied when encoding, as in training, at no more than model.max_seq_len tokens; "
-        "none: the client cuts to the context (a classifier's text or pair as longest_first from the "
-        "right at model.max_seq_len tokens, the added special tokens included)",
+        description="applied when encoding, as in training; a classifier's text or pair at no more than "
+        "model.max_seq_len tokens (a decoder's prompt is kept as cut, and generation reads its last "
+        "generation.context_length tokens); none: a classifier's text or pair is cut longest_first "
+        "from the right at model.max_seq_len tokens, the added special tokens included",
     )
 
 

@@ -78,14 +78,25 @@ class Bundle {
     const [first, second] = Array.isArray(item) ? item : [item, null];
     let a = this.tokenizer.tokenize(first);
     let b = second === null ? null : this.tokenizer.tokenize(second);
-    // The manifest's tokenizer.truncation at no more than the context, which this library leaves to
-    // its caller; without one, a classifier's text is cut longest-first from the right at the context.
-    const truncation = this.manifest.tokenizer.truncation ??
-      (this.manifest.labels ? { max_length: this.context, strategy: "longest_first", direction: "right" } : null);
+    // The truncation, which this library leaves to its caller, as the runtime cuts each task's texts.
+    // A classifier's: the manifest's tokenizer.truncation at no more than the context (without one,
+    // longest-first from the right at the context). A decoder's prompt and a translator's source:
+    // the tokenizer's own (the manifest's, or tokenizer.json's where a manifest lacks the field),
+    // not the context: generation reads a prompt's last context_length tokens, and translate()
+    // cuts a source to the context.
+    const info = this.manifest.tokenizer.truncation;
+    const truncation =
+      this.manifest.task === "classification"
+        ? {
+            ...(info ?? { strategy: "longest_first", direction: "right" }),
+            max_length: Math.min(info?.max_length ?? this.context, this.context),
+          }
+        : info === undefined
+          ? libraryTruncation(this.tokenizerJson.truncation)
+          : info;
     if (truncation) {
       const added = addSpecialTokens ? this.postProcess([], b && []).tokens.length : 0;
-      const limit = { ...truncation, max_length: Math.min(truncation.max_length, this.context) };
-      [a, b] = truncate(limit, a, b, added);
+      [a, b] = truncate(truncation, a, b, added);
     }
     const { tokens, token_type_ids } = addSpecialTokens
       ? this.postProcess(a, b)
@@ -110,6 +121,14 @@ class Bundle {
       ? this.tokenizer.decode(ids, { skip_special_tokens: true, clean_up_tokenization_spaces: false })
       : "";
   }
+}
+
+// tokenizer.json's truncation ({max_length, strategy: "LongestFirst", direction: "Right", ...}) in
+// the manifest's terms, or null.
+function libraryTruncation(cut) {
+  if (!cut) return null;
+  const snake = (name) => name.replace(/([a-z])([A-Z])/g, "$1_$2").toLowerCase();
+  return { max_length: cut.max_length, strategy: snake(cut.strategy), direction: snake(cut.direction) };
 }
 
 // The `tokenizers` library's truncation (direction Right): a pair over the limit keeps the shorter
@@ -213,10 +232,20 @@ function probabilities(logits, labels) {
 
 // ------------------------------------------------------------------------ decoders (causal_lm)
 
+// --prompt texts, encoded, or --ids rows of token ids: each an integer in [0, model.vocab_size), as
+// the runtime takes them (an empty item, "-1" or "1.5" is refused, not read as a number).
 function promptIds(bundle, prompts, ids) {
   if (prompts.length && ids.length) fail("give --prompt or --ids, not both");
+  const vocab = bundle.manifest.model.vocab_size ?? 0; // none: no id, as the runtime reads it
+  const tokenIds = (row, i) =>
+    row.split(",").map((item, j) => {
+      const id = /^[0-9]+$/.test(item.trim()) ? Number(item.trim()) : NaN;
+      if (!(id < vocab))
+        fail(`--ids row ${i}, item ${j}: ${JSON.stringify(item)} is not a token id in [0, ${vocab})`);
+      return id;
+    });
   const rows = ids.length
-    ? ids.map((row) => row.split(",").map(Number))
+    ? ids.map((row, i) => tokenIds(row ?? "", i))
     : prompts.map((p) => bundle.encode(p).ids);
   if (!rows.length || rows.some((r) => !r.length))
     fail("give at least one prompt, each of at least one token");
@@ -547,7 +576,7 @@ async function transformersBeamSearch(decoder, start, t, limit, beam) {
 
 // A PNG file (via pngjs, as RGBA) or a .npy array -> {height, width, channels, data, uint8}.
 function readImage(path, image) {
-  if (path.endsWith(".npy")) return readNpy(path);
+  if (path.endsWith(".npy")) return readNpy(path, image.channels);
   const bytes = readFileSync(path);
   let png = PNG.sync.read(bytes);
   // pngjs rescales 16-bit samples to round(v / 257); the manifest takes their high byte, v >> 8
@@ -566,8 +595,11 @@ function readImage(path, image) {
   return { height: png.height, width: png.width, data, uint8: true };
 }
 
-// A .npy file of shape (H, W) or (H, W, C): uint8 0-255 ('|u1') or floats 0-1 ('<f4', '<f8').
-function readNpy(path) {
+// A .npy file of shape (H, W, channels), or (H, W) for a 1-channel model: uint8 0-255 ('|u1') or
+// floats in [0, 1] ('<f4', '<f8'). As the runtime, anything else is refused, not read as something
+// else: other channels or dimensions (an RGBA array for an RGB model), other types, floats outside
+// [0, 1] (NaN included).
+function readNpy(path, channels) {
   const bytes = readFileSync(path);
   const headerLength = bytes[6] === 1 ? bytes.readUInt16LE(8) : bytes.readUInt32LE(8);
   const start = bytes[6] === 1 ? 10 : 12;
@@ -580,9 +612,21 @@ function readNpy(path) {
     .map(Number);
   if (/'fortran_order':\s*True/.test(header)) fail(`${path}: Fortran-ordered arrays are not supported`);
   const Type = { "|u1": Uint8Array, "<f4": Float32Array, "<f8": Float64Array }[descr];
-  if (!Type) fail(`${path}: dtype ${descr} is not supported (uint8, float32 or float64)`);
+  if (!Type) fail(`${path}: image arrays must be uint8 (0-255) or float (0-1), got dtype ${descr}`);
+  const shown = `(${shape.join(", ")}${shape.length === 1 ? "," : ""})`;
+  const fits = (shape.length === 3 && shape[2] === channels) || (shape.length === 2 && channels === 1);
+  if (!fits || shape.includes(0)) {
+    const grey = channels === 1 ? " or (height, width)" : "";
+    fail(`${path}: an image array must have shape (height, width, ${channels})${grey}, got ${shown}`);
+  }
   const body = bytes.subarray(start + headerLength);
   const data = new Type(body.buffer.slice(body.byteOffset, body.byteOffset + body.length));
+  if (descr !== "|u1") {
+    let [min, max] = [Infinity, -Infinity];
+    for (const x of data) [min, max] = [Math.min(min, x), Math.max(max, x)]; // NaN makes both NaN
+    if (!(min >= 0 && max <= 1))
+      fail(`${path}: a float image array must hold values in [0, 1], found [${min}, ${max}]`);
+  }
   return { height: shape[0], width: shape[1], data, uint8: descr === "|u1" };
 }
 
@@ -739,7 +783,10 @@ async function main() {
         : null,
     }));
   } else if (args.command === "logits") {
-    out = await logitsOf(bundle, promptIds(bundle, args.prompt, args.ids));
+    const prompts = promptIds(bundle, args.prompt, args.ids);
+    const long = prompts.find((p) => p.length > bundle.context);
+    if (long) fail(`a prompt of ${long.length} tokens is longer than the context (${bundle.context})`);
+    out = await logitsOf(bundle, prompts);
   } else if (args.command === "classify") {
     out = await classify(bundle, [...args.positional, ...args.pair]);
   } else if (args.command === "translate") {
