@@ -813,3 +813,27 @@ def test_compare_refuses_runs_of_other_data_or_another_task(
     status, err = run_cli(["compare", str(tmp_path / "runs"), "--out", str(tmp_path / "report")], capsys)
     assert status == 1 and "differ in their data (tinyshakespeare.txt and another.txt)" in err
     assert not (tmp_path / "report").exists()
+
+
+def test_a_study_and_a_run_are_never_written_one_inside_the_other(
+    study: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A study named as a run swept its trials into the run's folder, and a run named as a study's
+    folder was written over its trials: either way `tfcompile runs` no longer listed the trials."""
+    path = write_study(tmp_path)
+    shutil.copytree(folder_of(study) / "post-seed1", folder_of(path))  # a run where the study goes
+    status, err = run_cli(["sweep", str(path)], capsys)
+    assert status == 1 and f"the study's folder {folder_of(path)} is in the run {folder_of(path)}" in err
+    assert not (folder_of(path) / "study.json").exists()
+    trials = folder_of(study)
+    args = [
+        "train",
+        str(SPEC),
+        "--set",
+        f"train.runs_dir={trials.parent}",
+        "--set",
+        f"train.name={trials.name}",
+    ]
+    status, err = run_cli([*args, "--set", "train.steps=1"], capsys)
+    assert status == 1 and f"{trials} holds runs (post-seed1, post-seed2, pre-seed1, ...: a study's" in err
+    assert sorted(p.parent.name for p in trials.glob("*/spec.yaml")) == sorted(TRIALS)

@@ -50,6 +50,11 @@ class Sweep:
     def trials(self) -> list[Trial] | None:
         """The plan's trials, with a wall-time budget's steps (probed once, then kept in study.json);
         None: the probe was stopped (Ctrl-C, SIGTERM)."""
+        if run := next((f for f in (self.plan.folder, *self.plan.folder.parents) if is_run(f)), None):
+            raise SweepError(
+                f"the study's folder {self.plan.folder} is in the run {run}: its trials would be hidden "
+                f"in it (tfcompile runs lists {run} alone); give the study another `name:` or `runs_dir:`"
+            )
         steps = None
         if self.plan.study.study.budget.seconds is not None:
             steps = self._recorded_steps() or self._probe(self.plan.study.study.budget.seconds)

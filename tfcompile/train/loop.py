@@ -537,6 +537,11 @@ def _check_run_dir(run_dir: Path, spec: Spec, resume: bool) -> Spec | None:
             f"{run_dir} already holds a run: resume it with --resume {run_dir}, "
             f"or choose another name with --set train.name=NAME"
         )
+    if inner := sorted(p.parent.name for p in run_dir.glob(f"*/{SPEC_FILE}")):
+        raise TrainError(
+            f"{run_dir} holds runs ({', '.join(inner[:3])}{', ...' * (len(inner) > 3)}: a study's trials, "
+            "say), which a run written over them would hide: choose another name with --set train.name=NAME"
+        )
     if found := [name for name in RUN_FILES if (run_dir / name).exists()]:
         raise TrainError(
             f"{run_dir} already holds a run's files ({', '.join(found)}), but it holds no checkpoint "
