@@ -837,3 +837,17 @@ def test_a_study_and_a_run_are_never_written_one_inside_the_other(
     status, err = run_cli([*args, "--set", "train.steps=1"], capsys)
     assert status == 1 and f"{trials} holds runs (post-seed1, post-seed2, pre-seed1, ...: a study's" in err
     assert sorted(p.parent.name for p in trials.glob("*/spec.yaml")) == sorted(TRIALS)
+
+
+def test_runs_lists_the_others_beside_a_damaged_run(
+    study: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """One run's damaged spec.yaml ended the listing with exit 2, the others unlisted."""
+    shutil.copytree(folder_of(study), tmp_path / "runs")
+    (tmp_path / "runs" / "pre-seed2" / "spec.yaml").write_text("model: [")
+    capsys.readouterr()
+    assert main(["runs", str(tmp_path / "runs")]) == 0
+    rows = {line.split()[1]: line for line in capsys.readouterr().out.splitlines() if "-seed" in line}
+    assert sorted(rows) == sorted(TRIALS)
+    assert "damaged: " in rows["pre-seed2"] and "invalid YAML" in rows["pre-seed2"]
+    assert all("finished" in rows[name] for name in TRIALS if name != "pre-seed2")

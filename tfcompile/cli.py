@@ -21,7 +21,7 @@ from rich.table import Table
 from rich.text import Text
 
 from tfcompile import __version__
-from tfcompile.errors import UserError
+from tfcompile.errors import UserError, first_line
 from tfcompile.manifest import REPETITION_PENALTIES
 from tfcompile.paths import check_arguments, file_type, untrained
 from tfcompile.spec import Spec, SpecError, SpecIssue, dump_spec, load_spec
@@ -207,7 +207,11 @@ def _runs(args: argparse.Namespace) -> int:
         right = column in ("parameters", "steps")
         table.add_column(column, justify="right" if right else "left", no_wrap=True)
     for name, path in zip(names, paths, strict=True):
-        run = read_run(path)
+        try:
+            run = read_run(path)
+        except (SpecError, UserError, OSError) as e:  # one damaged run: the others are still listed
+            table.add_row(name, "-", "-", "-", "-", "-", f"damaged: {first_line(e, 120)}")
+            continue
         best = run.best()
         metric = run.best_metric.removeprefix("val_").replace("_", " ")
         table.add_row(
