@@ -13,6 +13,7 @@ from typing import Any
 import httpx
 import numpy as np
 import onnx
+import onnxruntime as ort
 import pytest
 from helpers import assert_follows_schema
 from serving import BackgroundServer
@@ -279,3 +280,49 @@ def test_an_optimized_bundle_serves(int8: Path) -> None:
         body = {"model": "lm", "prompt": "ROMEO:", "max_tokens": 8, "temperature": 0}
         answer = httpx.post(f"{server.url}/v1/completions", json=body).json()
     assert answer["choices"][0]["text"] == model.generate_text("ROMEO:", 8, temperature=0)[len("ROMEO:") :]
+
+
+def test_fp16_keeps_the_routing_nodes_float32_and_leaves_the_graphs_own_casts() -> None:
+    """The routing nodes (in an MoE's scope, outside its experts) pass float32 from node to node,
+    where onnxruntime's converter rounded each output to float16 and back; a Cast of the graph's
+    own (an integer index to float) stays, its float32 reader fed by it, not by the integers."""
+    from onnx import TensorProto, helper
+
+    def node(op: str, inputs: list[str], output: str, scope: str, **attributes: Any) -> onnx.NodeProto:
+        made = helper.make_node(op, inputs, [output], name=output, **attributes)
+        made.metadata_props.add(key=passes.CLASS_HIERARCHY, value=f"['{scope}', 'aten.{op}']")
+        return made
+
+    moe, block = passes.MOE_CLASS, "tfcompile.nn.block.TransformerBlock"
+    w = onnx.numpy_helper.from_array(np.array([[1.0, 1.0 + 1e-4], [0.5, 0.5]], np.float32), "w")
+    nodes = [
+        node("MatMul", ["x", "w"], "logits", moe),  # the router: a near tie float16 cannot tell
+        node("Softmax", ["logits"], "scores", moe, axis=-1),
+        node("ArgMax", ["scores"], "chosen", moe, axis=-1, keepdims=1),
+        node("Cast", ["chosen"], "chosen_float", block, to=TensorProto.FLOAT),
+        node("Mul", ["scores", "chosen_float"], "weighted", moe),
+        node("Relu", ["weighted"], "y", block),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "routing",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 2])],
+        [w],
+    )
+    model = onnx.shape_inference.infer_shapes(
+        helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    )
+    assert passes.routing_nodes(model) == ["logits", "scores", "chosen", "weighted"]
+    half = passes.to_fp16(model)
+    made_by = {output: n for n in half.graph.node for output in n.output}
+    named = {n.name: n for n in half.graph.node}
+    for reader, source in (("scores", "logits"), ("chosen", "scores")):  # float32 from node to node
+        assert named[reader].input[0] == named[source].output[0]
+    assert {i.name: i.data_type for i in half.graph.initializer}["w"] == TensorProto.FLOAT
+    assert made_by[named["weighted"].input[1]].op_type == "Cast"  # the index, cast to float32
+    x = np.array([[1.0, 0.0], [0.0, 1.0], [0.3, 0.7]], np.float32)
+    session = ort.InferenceSession(half.SerializeToString(), providers=["CPUExecutionProvider"])
+    reference = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    (got,), (want,) = session.run(None, {"x": x.astype(np.float16)}), reference.run(None, {"x": x})
+    np.testing.assert_allclose(got.astype(np.float32), want, rtol=1e-3)

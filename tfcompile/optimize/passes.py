@@ -212,11 +212,14 @@ def _join_float32_nodes(model: onnx.ModelProto, kept: set[str]) -> None:
     outputs = {output for node in graph.node if node.name in kept for output in node.output}
 
     def halved(name: str) -> str | None:
-        """The kept node's output that a Cast to float16 made ``name`` of, if one did (a float)."""
+        """The kept node's output that the converter's Cast to float16 made ``name`` of, if it did:
+        the converter renames a kept node's float output X to X_cast_to_fp16 and casts that back to
+        X (a Cast of the graph's own, from an integer output say, is left alone)."""
         node = made_by.get(name)
         if node is None or node.op_type != "Cast" or _cast_to(node) != onnx.TensorProto.FLOAT16:
             return None
-        return node.input[0] if node.input[0] in outputs else None
+        source = node.input[0]
+        return source if source in outputs and source == f"{node.output[0]}_cast_to_fp16" else None
 
     bypass = {}
     for node in graph.node:
