@@ -227,6 +227,7 @@ def test_a_model_whose_own_outputs_are_nan_is_not_exported(tmp_path: Path) -> No
         ("roberta", ["bos", "eos"]),  # RobertaProcessing: <s> A </s>, <s> A </s></s> B </s>
         ("byte-level then template", ["bos"]),  # Llama 3's Sequence: <|begin_of_text|> A
         ("template", ["eos"]),
+        ("template adding eos to pairs alone", ["bos"]),
         ("none", []),
     ],
 )
@@ -249,6 +250,9 @@ def test_the_roles_a_tokenizer_adds_are_read_from_what_it_adds(processor: str, a
             ]
         ),
         "template": processors.TemplateProcessing(single="$A </s>", special_tokens=[("</s>", 1)]),
+        "template adding eos to pairs alone": processors.TemplateProcessing(
+            single="<s> $A", pair="<s> $A </s> $B", special_tokens=[("<s>", 0), ("</s>", 1)]
+        ),
         "none": None,
     }[processor]
     tokenizer = Tokenizer(
@@ -257,5 +261,6 @@ def test_the_roles_a_tokenizer_adds_are_read_from_what_it_adds(processor: str, a
     tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
     if made is not None:
         tokenizer.post_processor = made
+    tokenizer.enable_padding(pad_id=3, pad_token="<pad>", length=4)  # padding adds no role
     tokens = SpecialTokens(bos="<s>", eos="</s>", unk="<unk>", pad="<pad>")
     assert tokenizer_info(tokenizer, tokens).added_by_tokenizer == added

@@ -341,9 +341,10 @@ def tokenizer_info(tokenizer: Tokenizer, tokens: SpecialTokens | None = None) ->
     strings), the roles its post-processor adds by itself, what becomes of an unknown character,
     and how a text too long is cut.
 
-    The roles added are read from what the tokenizer does, an empty text and an empty pair
-    encoded, not from the post-processor's settings: RoBERTa's processor, or a Sequence holding a
-    template (Llama 3's), add tokens that a bare template's ``special_tokens`` would not name."""
+    The roles added are read from what the tokenizer does to an empty text (a pair's own, the
+    library adds as it encodes the pair), not from the post-processor's settings: RoBERTa's
+    processor, or a Sequence holding a template (Llama 3's), add tokens that a bare template's
+    ``special_tokens`` would not name."""
     roles = tokens.roles() if tokens is not None else {role: token for token, role in SPECIAL_ROLES.items()}
     specials = {
         role: SpecialToken(token=token, id=i)
@@ -353,8 +354,9 @@ def tokenizer_info(tokenizer: Tokenizer, tokens: SpecialTokens | None = None) ->
     by_id: dict[int, str] = {}
     for role, special in specials.items():  # a token of two roles (T5's <pad>, its bos too) by its first
         by_id.setdefault(special.id, role)
-    inserted = [*tokenizer.encode("").ids, *tokenizer.encode("", "").ids]
-    added = list(dict.fromkeys(by_id[i] for i in inserted if i in by_id))
+    unpadded = Tokenizer.from_str(tokenizer.to_str())
+    unpadded.no_padding()  # a tokenizer.json's padding (to a fixed length, say) adds no role
+    added = list(dict.fromkeys(by_id[i] for i in unpadded.encode("").ids if i in by_id))
     saved = json.loads(tokenizer.to_str())
     byte_level = (saved.get("pre_tokenizer") or {}).get("type") == "ByteLevel"
     return TokenizerInfo(
