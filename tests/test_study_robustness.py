@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import rich.console
+from helpers import ONE_STEP, ROOT, TINY
 from PIL import Image
 from safetensors import safe_open
 from test_study import SPEC, folder_of, write_study
@@ -800,19 +801,23 @@ def test_study_json_of_steps_that_are_none_is_damaged(
     assert status == 1 and f"{record} is damaged: the steps of pre are no number of steps" in err
 
 
-def test_compare_refuses_runs_of_other_data_or_another_task(
+def test_compare_refuses_runs_of_another_task(
     study: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A digits classifier's loss beside a language model's came out as +1.7325 against the
-    baseline; so did two corpora's."""
-    trials = folder_of(study)
-    for name, trial in (("a", "post-seed1"), ("b", "pre-seed1")):
-        shutil.copytree(trials / trial, tmp_path / "runs" / name)
+    baseline; runs of two corpora (or a study's variants of data) are compared."""
+    shutil.copytree(folder_of(study) / "post-seed1", tmp_path / "runs" / "a")
+    shutil.copytree(folder_of(study) / "pre-seed1", tmp_path / "runs" / "b")
     spec = tmp_path / "runs" / "b" / "spec.yaml"
     spec.write_text(spec.read_text().replace("tinyshakespeare.txt", "another.txt"))
+    vit = ["train", str(ROOT / "specs" / "vit-digits.yaml"), *(f"--set={o}" for o in [*TINY, *ONE_STEP])]
+    assert main([*vit, f"--set=train.runs_dir={tmp_path / 'runs'}", "--set=train.name=c"]) == 0
     status, err = run_cli(["compare", str(tmp_path / "runs"), "--out", str(tmp_path / "report")], capsys)
-    assert status == 1 and "differ in their data (tinyshakespeare.txt and another.txt)" in err
+    assert status == 1 and "the task causal_lm and" in err and "the task image_classification:" in err
     assert not (tmp_path / "report").exists()
+    shutil.rmtree(tmp_path / "runs" / "c")
+    status, _ = run_cli(["compare", str(tmp_path / "runs"), "--out", str(tmp_path / "report")], capsys)
+    assert status == 0
 
 
 def test_a_study_and_a_run_are_never_written_one_inside_the_other(
@@ -849,5 +854,5 @@ def test_runs_lists_the_others_beside_a_damaged_run(
     assert main(["runs", str(tmp_path / "runs")]) == 0
     rows = {line.split()[1]: line for line in capsys.readouterr().out.splitlines() if "-seed" in line}
     assert sorted(rows) == sorted(TRIALS)
-    assert "damaged: " in rows["pre-seed2"] and "invalid YAML" in rows["pre-seed2"]
+    assert "damaged: " in rows["pre-seed2"] and "pre-seed2/spec.yaml:1:" in rows["pre-seed2"]
     assert all("finished" in rows[name] for name in TRIALS if name != "pre-seed2")

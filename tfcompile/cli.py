@@ -210,7 +210,7 @@ def _runs(args: argparse.Namespace) -> int:
         try:
             run = read_run(path)
         except (SpecError, UserError, OSError) as e:  # one damaged run: the others are still listed
-            table.add_row(name, "-", "-", "-", "-", "-", f"damaged: {first_line(e, 120)}")
+            table.add_row(name, "-", "-", "-", "-", "-", f"damaged: {first_line(e, 200)}")
             continue
         best = run.best()
         metric = run.best_metric.removeprefix("val_").replace("_", " ")
