@@ -330,7 +330,8 @@ def rows(f: str) -> list[Case]:
         case(f, max_position_embeddings=8, spec={"max_seq_len": 8}, slow=True),
         case(f, intermediate_size=40, spec={"d_ff": 40}, slow=True),
         case(f, vocab_size=VOCAB, slow=True),
-        case(f, head_dim=16, spec={"head_dim": 16}, slow=True),
+        # not written back: transformers 4.57's GraniteMoE reads hidden_size / heads, not head_dim
+        case(f, head_dim=16, spec={"head_dim": 16}, exported=False, slow=True),
         case(f, hidden_size=64, num_attention_heads=8, spec={"d_model": 64, "n_heads": 8}, slow=True),
         case(f, num_hidden_layers=1, slow=True),
         # the multipliers; logits_scaling divides the logits
