@@ -5,6 +5,7 @@ too; what transformers cannot express is refused by field."""
 from __future__ import annotations
 
 import json
+import shutil
 import warnings
 from pathlib import Path
 from typing import Any, ClassVar
@@ -256,6 +257,19 @@ def test_an_existing_folder_is_replaced_only_when_asked(
     (other / "notes.txt").write_text("mine")
     assert main(["export-hf", run, "--out", str(other), "--force"]) == 1
     assert (other / "notes.txt").read_text() == "mine"
+
+
+def test_the_folder_a_run_was_imported_from_is_never_replaced(
+    imported: dict[str, Imported], tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """It holds the file names export-hf writes, and --force replaced the user's model with it."""
+    source = tmp_path / "gpt2"
+    shutil.copytree(imported["gpt2"].folder, source)
+    before = {p.name: p.read_bytes() for p in source.iterdir()}
+    run = import_folder(source, "again", tmp_path / "specs", tmp_path / "runs").run_dir
+    assert main(["export-hf", str(run), "--out", str(source), "--force"]) == 1
+    assert f"{source} is the folder {run} was imported from" in capsys.readouterr().err
+    assert {p.name: p.read_bytes() for p in source.iterdir()} == before
 
 
 def test_the_config_is_read_by_transformers_4_as_well(imported: dict[str, Imported], tmp_path: Path) -> None:

@@ -36,7 +36,7 @@ from tfcompile.hf.folder import (
     write_json,
     write_weights,
 )
-from tfcompile.hf.importer import GENERATION_DEFAULTS, ROLES, affixes
+from tfcompile.hf.importer import GENERATION_DEFAULTS, ROLES, affixes, imported_from
 from tfcompile.manifest import DEFAULT_MAX_NEW_TOKENS, DEFAULT_TEMPERATURE
 from tfcompile.sequences import SPECIAL_ROLES
 from tfcompile.spec import Spec
@@ -245,9 +245,15 @@ def without_vocabulary_padding(state: dict[str, torch.Tensor], spec: Spec) -> di
 def destination(run: Path, out: Path, force: bool) -> bool:
     """Whether ``out`` holds a folder export-hf wrote, which the export replaces (with ``force``); a
     missing or empty folder is fine. Anything else is refused, untouched: a file or link, the run
-    or a folder inside it (links followed), a folder holding files export-hf does not write."""
+    or a folder inside it (links followed), the folder the run was imported from (it holds the
+    same file names), a folder holding files export-hf does not write."""
     check_not_a_file(out, HFError)
     check_outside(run, out, HFError, "run")
+    if (source := imported_from(run)) is not None and source == out.resolve():
+        raise HFError(
+            f"{out} is the folder {run} was imported from: export-hf never replaces a run's source, even "
+            f"with --force; choose another --out"
+        )
     if not out.exists() or not any(out.iterdir()):
         return False
     if not (out / CONFIG).exists():

@@ -14,6 +14,7 @@ read with ``weights_only``), the tokenizer the ``tokenizers`` library's own file
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import shutil
 import warnings
@@ -189,6 +190,16 @@ def import_folder(folder: Path, name: str, specs_dir: Path, runs_dir: Path) -> I
     specs_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_text(spec_path, text)
     return ImportResult(spec_path, run_dir, spec, model_type, head_class)
+
+
+def imported_from(run: Path) -> Path | None:
+    """The folder ``run`` was imported from, as its import.json records it; None for a run trained
+    here (or a record that does not say)."""
+    try:
+        source = json.loads((run / IMPORT_RECORD).read_text()).get("source")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return Path(source) if isinstance(source, str) else None
 
 
 def spec_problems(error: SpecError, sources: dict[str, str]) -> list[Problem]:
