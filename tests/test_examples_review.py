@@ -3,6 +3,7 @@ an error: a tokenizer.json that pads (an imported one may), and image arrays the
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -10,9 +11,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 from helpers import damaged, edited_tokenizer
-from test_examples import PYTHON_CLIENT, SENTENCES, assert_same_predictions, python_client
+from test_examples import (
+    NODE_DIR,
+    PYTHON_CLIENT,
+    SENTENCES,
+    assert_same_predictions,
+    node_client,  # noqa: F401 (a fixture)
+    python_client,
+)
 
-from tfcompile.errors import InputError
+from tfcompile.errors import BundleError, InputError
 from tfcompile.runtime import load
 
 
@@ -66,3 +74,27 @@ def test_the_python_client_refuses_the_image_arrays_the_runtime_refuses(
     ]
     result = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
     assert result.returncode != 0 and refusal in result.stderr, result.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("node_client")  # the Node client's packages installed
+@pytest.mark.parametrize("labels", [["negative"], ["negative", "positive", "neutral"]], ids=["1", "3"])
+def test_both_clients_refuse_a_manifest_of_other_labels_than_the_logits(
+    classifier_bundle: Path, tmp_path: Path, labels: list[str]
+) -> None:
+    """The Node client named the classes of a damaged manifest's labels (a 2-way model read as
+    {"negative": 1}); the Python one failed in zip. Both refuse, as the runtime does at load."""
+    bundle = damaged(classifier_bundle, tmp_path, lambda m: m.update(labels=labels))
+    with pytest.raises(BundleError):
+        load(bundle, providers=["CPUExecutionProvider"])
+    node = [str(shutil.which("node")), str(NODE_DIR / "client.mjs")]
+    for command in ([sys.executable, str(PYTHON_CLIENT)], node):
+        result = subprocess.run(
+            [*command, str(bundle), "classify", "fine"],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+        assert result.returncode != 0, result.stdout
+        assert f"names {len(labels)} labels, but the graph gives 2 logits a row" in result.stderr

@@ -215,6 +215,9 @@ function logSoftmax(xs) {
 
 // (batch, labels) logits -> each row's likeliest label and every label's probability.
 function probabilities(logits, labels) {
+  // A manifest of other labels than the graph's logits would name the wrong classes: refused.
+  if (logits.dims.at(-1) !== labels.length)
+    fail(`the manifest names ${labels.length} labels, but the graph gives ${logits.dims.at(-1)} logits a row`);
   const rows = [];
   for (let r = 0; r < logits.dims[0]; r++) {
     const xs = Array.from(logits.data.subarray(r * labels.length, (r + 1) * labels.length));

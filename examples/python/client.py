@@ -137,6 +137,10 @@ def log_softmax(logits: np.ndarray) -> np.ndarray:
 
 def probabilities(logits: np.ndarray, labels: list[str]) -> list[dict]:
     """(batch, labels) logits -> each row's likeliest label and every label's probability."""
+    if logits.shape[-1] != len(labels):  # a manifest of other labels would name the wrong classes
+        raise SystemExit(
+            f"the manifest names {len(labels)} labels, but the graph gives {logits.shape[-1]} logits a row"
+        )
     probs = np.exp(logits - logits.max(-1, keepdims=True).astype(np.float64))
     probs /= probs.sum(-1, keepdims=True)
     return [
