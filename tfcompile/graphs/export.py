@@ -19,6 +19,7 @@ from torch import nn
 
 from tfcompile.models import Assembly, Classifier, DecoderLM, Seq2Seq, VisionTransformer
 from tfcompile.nn.attention import KVCache
+from tfcompile.runtime.session import graph_nodes
 
 if TYPE_CHECKING:
     from tfcompile.graphs.parity import ParityReport
@@ -402,13 +403,10 @@ def _drop_traces(graph: onnx.GraphProto) -> None:
     """Each node's metadata without the exporter's record of the Python that made it (UNTRACED):
     its stack trace names the exporting machine's files (its home, its virtualenv), which a bundle
     must not carry to whoever it is given. The module scopes stay (`tfcompile optimize` reads them)."""
-    for node in graph.node:
+    for node in graph_nodes(graph):
         kept = [p for p in node.metadata_props if p.key not in UNTRACED]
         del node.metadata_props[:]
         node.metadata_props.extend(kept)
-        for attribute in node.attribute:
-            for subgraph in [attribute.g, *attribute.graphs]:
-                _drop_traces(subgraph)
 
 
 @contextlib.contextmanager

@@ -31,7 +31,7 @@ from onnx import numpy_helper
 
 from tfcompile.errors import ExportError, first_line
 from tfcompile.runtime.ort import ort
-from tfcompile.runtime.session import SessionOptions
+from tfcompile.runtime.session import SessionOptions, graph_nodes
 
 CONTRIB = "com.microsoft"
 QUANTIZED_OPS = ("MatMulInteger", "DynamicQuantizeLinear", "DequantizeLinear", "MatMulNBits")
@@ -50,7 +50,7 @@ class OptimizeError(ExportError):
 def operator_counts(model: onnx.ModelProto) -> Counter[str]:
     """Node types by (domain-qualified) name, over the main graph and its subgraphs."""
     counts: Counter[str] = Counter()
-    for node in _nodes(model.graph):
+    for node in graph_nodes(model.graph):
         counts[f"{node.domain}::{node.op_type}" if node.domain not in ("", "ai.onnx") else node.op_type] += 1
     return counts
 
@@ -231,7 +231,7 @@ def _join_float32_nodes(model: onnx.ModelProto, kept: set[str]) -> None:
     for node in graph.node:
         node.input[:] = [bypass.get(name, name) for name in node.input]
     while True:  # casts read by no node nor output, and the casts only they read
-        read = {name for node in _nodes(graph) for name in node.input} | {o.name for o in graph.output}
+        read = {name for node in graph_nodes(graph) for name in node.input} | {o.name for o in graph.output}
         unread = [n for n in graph.node if n.op_type == "Cast" and not set(n.output) & read]
         if not unread:
             break
@@ -282,7 +282,7 @@ def fold_weight_transposes(model: onnx.ModelProto) -> onnx.ModelProto:
         )
     del graph.node[:]
     graph.node.extend(kept)
-    used = {name for node in _nodes(graph) for name in node.input} | {o.name for o in graph.output}
+    used = {name for node in graph_nodes(graph) for name in node.input} | {o.name for o in graph.output}
     unused = [init for init in graph.initializer if init.name not in used]
     for init in unused:
         graph.initializer.remove(init)
@@ -293,14 +293,3 @@ def _copy(model: onnx.ModelProto) -> onnx.ModelProto:
     copy = onnx.ModelProto()
     copy.CopyFrom(model)
     return copy
-
-
-def _nodes(graph: onnx.GraphProto) -> list[onnx.NodeProto]:
-    out = []
-    for node in graph.node:
-        out.append(node)
-        for attribute in node.attribute:
-            if attribute.type == onnx.AttributeProto.GRAPH:
-                out += _nodes(attribute.g)
-            out += [n for g in attribute.graphs for n in _nodes(g)]
-    return out

@@ -684,7 +684,7 @@ def _check_bounded(path: Path, model: onnx.ModelProto) -> None:
     too_many = f"more than the {MAX_NODES:,} a bundle's graph may hold"
     if len(model.graph.node) > MAX_NODES:  # at once, before any walk
         raise BundleError(f"{path} holds {len(model.graph.node):,} nodes, {too_many}")
-    for count, node in enumerate(_nodes(model.graph), 1):
+    for count, node in enumerate(graph_nodes(model.graph), 1):
         if count > MAX_NODES:
             raise BundleError(f"{path} holds more than {MAX_NODES:,} nodes with its If branches, {too_many}")
         if node.op_type == "If" and node.domain in ("", "ai.onnx"):
@@ -696,13 +696,13 @@ def _check_bounded(path: Path, model: onnx.ModelProto) -> None:
             )
 
 
-def _nodes(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
+def graph_nodes(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
     """A graph's nodes and, after each, those of the subgraphs its attributes hold, at any depth."""
     for node in graph.node:
         yield node
         for attribute in node.attribute:
             for subgraph in [*([attribute.g] if attribute.HasField("g") else []), *attribute.graphs]:
-                yield from _nodes(subgraph)
+                yield from graph_nodes(subgraph)
 
 
 def _messages(message: Message) -> Iterator[Message]:
