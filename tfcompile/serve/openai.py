@@ -56,7 +56,7 @@ def _empty(value: Any) -> Any:
 
 
 class StreamOptions(RequestBody):
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(strict=True)
     include_usage: bool = False
 
 
@@ -64,7 +64,7 @@ class CompletionRequest(RequestBody):
     """The fields of OpenAI's completions request that this server honours, and those it refuses
     unless they ask for nothing (so that a client is never silently given less than it asked)."""
 
-    model_config = ConfigDict(extra="forbid", strict=True)  # strict: true is not 1, nor "1" 1.0
+    model_config = ConfigDict(strict=True)  # strict: true is not 1, nor "1" 1.0
 
     model: str
     prompt: Any = Field(description=PROMPT_KINDS)  # checked by _given_prompts, counted first

@@ -54,7 +54,7 @@ MAX_CODE = 64  # characters of a language code (NLLB's are 8)
 
 
 class TranslateRequest(RequestBody):
-    model_config = ConfigDict(extra="forbid", strict=True)  # strict: true is not 1, nor "1" 1.0
+    model_config = ConfigDict(strict=True)  # strict: true is not 1, nor "1" 1.0
     model: str
     texts: Texts
     beam: StrictInt | None = Field(
