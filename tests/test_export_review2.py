@@ -151,19 +151,12 @@ def _assert_names_no_file_of_the_exporting_machine(bundle: Path) -> None:
     """The exporter records each node's Python stack (the files of the package and of its
     virtualenv): a bundle keeps each node's module scope, and none of those paths."""
     import tfcompile
+    from tfcompile.runtime.session import graph_nodes
 
     package = str(Path(tfcompile.__file__).parent.parent)
-
-    def metadata(graph: onnx.GraphProto) -> list[onnx.StringStringEntryProto]:
-        found = [p for node in graph.node for p in node.metadata_props]
-        for node in graph.node:
-            for attribute in node.attribute:
-                for subgraph in [attribute.g, *attribute.graphs]:
-                    found += metadata(subgraph)
-        return found
-
     for graph in json.loads((bundle / "manifest.json").read_text())["graphs"].values():
-        props = metadata(onnx.load(str(bundle / graph["file"])).graph)
+        nodes = graph_nodes(onnx.load(str(bundle / graph["file"])).graph)
+        props = [p for node in nodes for p in node.metadata_props]
         assert any(p.key == "pkg.torch.onnx.class_hierarchy" for p in props)
         leaks = [p.key for p in props if package in p.value or "site-packages" in p.value]
         assert not leaks, sorted(set(leaks))
