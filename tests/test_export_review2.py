@@ -151,7 +151,7 @@ def _assert_names_no_file_of_the_exporting_machine(bundle: Path) -> None:
     """The exporter records each node's Python stack (the files of the package and of its
     virtualenv): a bundle keeps each node's module scope, and none of those paths."""
     import tfcompile
-    from tfcompile.runtime.session import graph_nodes
+    from tfcompile.onnx_nodes import graph_nodes
 
     package = str(Path(tfcompile.__file__).parent.parent)
     for graph in json.loads((bundle / "manifest.json").read_text())["graphs"].values():

@@ -19,7 +19,7 @@ from torch import nn
 
 from tfcompile.models import Assembly, Classifier, DecoderLM, Seq2Seq, VisionTransformer
 from tfcompile.nn.attention import KVCache
-from tfcompile.runtime.session import graph_nodes
+from tfcompile.onnx_nodes import graph_nodes
 
 if TYPE_CHECKING:
     from tfcompile.graphs.parity import ParityReport

@@ -30,8 +30,9 @@ import onnx
 from onnx import numpy_helper
 
 from tfcompile.errors import ExportError, first_line
+from tfcompile.onnx_nodes import graph_nodes
 from tfcompile.runtime.ort import ort
-from tfcompile.runtime.session import SessionOptions, graph_nodes
+from tfcompile.runtime.session import SessionOptions
 
 CONTRIB = "com.microsoft"
 QUANTIZED_OPS = ("MatMulInteger", "DynamicQuantizeLinear", "DequantizeLinear", "MatMulNBits")

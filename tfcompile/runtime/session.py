@@ -22,6 +22,7 @@ from tokenizers import Tokenizer
 from tfcompile.errors import first_line
 from tfcompile.expansion import excess
 from tfcompile.manifest import Graph, Manifest, Tensor, Truncation
+from tfcompile.onnx_nodes import graph_nodes
 from tfcompile.runtime import inputs
 from tfcompile.runtime.bundle import BundleFiles, bundle_files
 from tfcompile.runtime.errors import BundleError, InputError
@@ -694,15 +695,6 @@ def _check_bounded(path: Path, model: onnx.ModelProto) -> None:
                 f"{path}: the node {node.name!r} is a {node.op_type}, which runs its body as many times "
                 f"as a tensor says; a bundle's graphs hold no subgraph but an If's branches"
             )
-
-
-def graph_nodes(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
-    """A graph's nodes and, after each, those of the subgraphs its attributes hold, at any depth."""
-    for node in graph.node:
-        yield node
-        for attribute in node.attribute:
-            for subgraph in [*([attribute.g] if attribute.HasField("g") else []), *attribute.graphs]:
-                yield from graph_nodes(subgraph)
 
 
 def _messages(message: Message) -> Iterator[Message]:
