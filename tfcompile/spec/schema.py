@@ -1542,6 +1542,10 @@ class WordPieceTokenizer(Section):
 Tokenizer = Annotated[CharTokenizer | BpeTokenizer | WordPieceTokenizer, Field(discriminator="type")]
 
 
+# The data fields that name a file or folder.
+DATA_PATHS = ("path", "val_path", "test_path")
+
+
 class DataSpec(Section):
     # The data sets data.builtin names (shipped with an installed package), and what each is.
     builtins: ClassVar[dict[str, str]] = {"digits": "an image set"}
@@ -1582,9 +1586,10 @@ class DataSpec(Section):
 
     def relative_to(self, folder: Path) -> DataSpec:
         """The same section with relative paths resolved against ``folder`` (the spec's)."""
-        fields = ("path", "val_path", "test_path")
         return self.model_copy(
-            update={f: (folder / getattr(self, f)).resolve() for f in fields if getattr(self, f) is not None}
+            update={
+                f: (folder / getattr(self, f)).resolve() for f in DATA_PATHS if getattr(self, f) is not None
+            }
         )
 
 
@@ -1638,6 +1643,11 @@ class TaskSection(Section):
     def head_parameters(self, model: Any) -> int:
         """Parameters of what the task adds on top of ``model.body_parameters()``."""
         raise NotImplementedError
+
+    def data_files(self, path: Path) -> list[Path]:
+        """The files (or image folders) a data path names: one per side where the task's paths hold
+        ``path_placeholder``."""
+        return [path]
 
 
 TASK_SECTIONS: dict[str, type[TaskSection]] = {}
@@ -2071,6 +2081,14 @@ class Seq2SeqTask(TaskSection):
     def head_parameters(self, model: Any) -> int:
         return model.lm_head_parameters()
 
+    def data_files(self, path: Path) -> list[Path]:
+        return [self.side_file(path, side) for side in (self.source, self.target)]
+
+    @classmethod
+    def side_file(cls, path: Path, side: str) -> Path:
+        """``path`` with the placeholder replaced by ``side``: train.{lang}.gz -> train.de.gz."""
+        return Path(str(path).replace(cls.path_placeholder or "", side))
+
 
 class AugmentSpec(Section):
     """Random changes to each training image (never to validation or test images)."""
@@ -2395,7 +2413,7 @@ class Spec(Section):
                     f"{listed(t for t, s in TASK_SECTIONS.items() if field in s.data_splits)}",
                 )
         mark = self.task.path_placeholder
-        for field in ("path", "val_path", "test_path"):
+        for field in DATA_PATHS:
             path = getattr(self.data, field) if fits and self.data is not None and mark else None
             if path is not None:
                 rules.require(

@@ -9,10 +9,11 @@ import fcntl
 import json
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tfcompile.data.digest import changed_data, recorded_digests
 from tfcompile.spec import Spec
 from tfcompile.tasks.task import task_of
 from tfcompile.train.checkpoint import CheckpointError, checkpoint_folders, folder_step, resolve
@@ -41,6 +42,7 @@ class Run:
     records: list[dict[str, Any]]  # metrics.jsonl
     saved_step: int  # of its newest checkpoint; 0 before the first
     running: bool
+    data: dict[str, str] = field(default_factory=dict)  # RUN/data.json: its data's digests
 
     @property
     def name(self) -> str:
@@ -113,10 +115,11 @@ def recorded_failure(folder: Path) -> str | None:
 def trained_otherwise(run: Run, spec: Spec) -> list[str]:
     """How ``run`` was trained otherwise than ``spec``, a study's trial, trains it, as far as it
     got: the settings a report's figures depend on, and a changed train.steps where that moves the
-    learning rate of the steps it took (a cosine schedule's decay). Empty: ``run`` is that trial,
-    or trains on to it."""
+    learning rate of the steps it took (a cosine schedule's decay), and its data files edited since
+    (their names unchanged). Empty: ``run`` is that trial, or trains on to it."""
     ignore = UNMEASURED | {"train.steps"} | set(spec.sizes_from_data())
     changed = model_differences(_by_name(run.spec.model_dump()), _by_name(spec.model_dump()), "", ignore)
+    changed += [f"{file}: edited since" for file in changed_data(run.data, spec)]
     ours, theirs, step = spec.train, run.spec.train, run.saved_step
     if 0 < step <= ours.steps != theirs.steps:
         d_model = spec.model.d_model
@@ -146,7 +149,8 @@ def is_run(folder: Path) -> bool:
 
 
 def read_run(folder: Path) -> Run:
-    return Run(folder, load_run_spec(folder), read_metrics(folder), saved_step(folder), is_locked(folder))
+    spec, records = load_run_spec(folder), read_metrics(folder)
+    return Run(folder, spec, records, saved_step(folder), is_locked(folder), recorded_digests(folder))
 
 
 def saved_step(folder: Path) -> int:

@@ -53,7 +53,7 @@ def read_parallel(path: Path, source: str, target: str) -> tuple[list[str], list
         raise DataError(f"{path}: a translation data path holds {mark}, e.g. train.{mark}.gz")
     sides = []
     for lang in (source, target):
-        file = Path(str(path).replace(mark, lang))
+        file = Seq2SeqTask.side_file(path, lang)
         if not file.exists():
             raise DataError(f"no file at {file} ({mark} = {lang!r})")
         text = read_text(file)  # a FIFO, a damaged .gz or a byte that is not UTF-8: a DataError

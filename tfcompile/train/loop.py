@@ -12,6 +12,7 @@ the current step, saves and stops. A resumed run reaches the weights of a run th
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import os
 import signal
@@ -23,6 +24,7 @@ from typing import Any
 import torch
 from tokenizers import Tokenizer
 
+from tfcompile.data.digest import DATA_FILE, changed_data, data_digests, recorded_digests
 from tfcompile.files import PREPROCESSING_FILE, TOKENIZER_FILE, atomic_write_text
 from tfcompile.nn.moe import balance_loss, update_selection_biases
 from tfcompile.spec import Spec, dump_spec
@@ -64,7 +66,7 @@ from tfcompile.train.schedule import learning_rate, peak
 from tfcompile.train.speed import peak_flops
 
 # What makes a folder a run's: a new run refuses to write into a folder that holds any of them.
-RUN_FILES = (SPEC_FILE, TOKENIZER_FILE, PREPROCESSING_FILE, METRICS_FILE, "checkpoints")
+RUN_FILES = (SPEC_FILE, DATA_FILE, TOKENIZER_FILE, PREPROCESSING_FILE, METRICS_FILE, "checkpoints")
 # What a second writer of a run folder is told to do, by whether it resumes.
 _LOCKED_ADVICE = {
     False: "wait for it or choose another name with --set train.name=NAME",
@@ -472,6 +474,8 @@ class Trainer:
     def _write_run_files(self) -> None:
         try:
             atomic_write_text(self.run_dir / SPEC_FILE, dump_spec(self.spec))
+            if not recorded_digests(self.run_dir):  # a run from before digests were kept: from now on
+                atomic_write_text(self.run_dir / DATA_FILE, json.dumps(data_digests(self.spec), indent=1))
             for name, text in self.task.run_files().items():
                 atomic_write_text(self.run_dir / name, text)
         except OSError as e:
@@ -531,6 +535,12 @@ def _check_run_dir(run_dir: Path, spec: Spec, resume: bool) -> Spec | None:
             )
         if not folders:
             raise TrainError(f"cannot resume {run_dir}: it has no checkpoint yet")
+        if changed := changed_data(recorded_digests(run_dir), spec):
+            raise TrainError(
+                f"cannot resume {run_dir}: its data changed since it was trained ({', '.join(changed)}; "
+                f"{DATA_FILE} records what it read): put the data back as it was, or train a new run on "
+                f"it with --set train.name=NAME"
+            )
         return recorded
     if checkpoint_folders(run_dir):
         raise TrainError(

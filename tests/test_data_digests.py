@@ -1,0 +1,118 @@
+"""A data file edited in place keeps its name, so the spec alone cannot tell: a run records the
+sha256 of what it read (RUN/data.json), a resume refuses data that changed since, and a study
+neither reuses nor reports a finished trial whose data changed."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import pytest
+from helpers import ROOT, SHARED_DATA
+from test_study import write_study
+from test_study_robustness import run_cli
+from test_train_robustness import small_spec, trainer
+
+from tfcompile.data.digest import DATA_FILE, data_digests, path_digest
+from tfcompile.spec import load_spec
+from tfcompile.train import TrainError
+
+TEXT = (SHARED_DATA / "tinyshakespeare.txt").read_text()[:20_000]
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def test_a_translators_digests_are_of_each_side_by_field_and_file_name() -> None:
+    spec = load_spec(ROOT / "specs" / "multi30k-de-en.yaml")
+    digests = data_digests(spec)
+    folder = SHARED_DATA / "multi30k"
+    assert digests == {
+        f"data.{field}: {name}.{side}.gz": sha256((folder / f"{name}.{side}.gz").read_bytes())
+        for field, name in (("path", "train"), ("val_path", "val"), ("test_path", "test_2016_flickr"))
+        for side in ("de", "en")
+    }
+
+
+def test_a_folders_digest_follows_its_files_not_its_hidden_ones_nor_where_it_lies(tmp_path: Path) -> None:
+    for place in ("a", "b"):
+        (tmp_path / place / "cat").mkdir(parents=True)
+        (tmp_path / place / "cat" / "1.png").write_bytes(b"one")
+    (tmp_path / "b" / ".cache").mkdir()
+    (tmp_path / "b" / ".cache" / "x").write_bytes(b"ignored")
+    (tmp_path / "b" / "cat" / ".DS_Store").write_bytes(b"ignored")
+    assert path_digest(tmp_path / "a") == path_digest(tmp_path / "b")
+    (tmp_path / "b" / "cat" / "1.png").write_bytes(b"One")
+    assert path_digest(tmp_path / "a") != path_digest(tmp_path / "b")
+    (tmp_path / "b" / "cat" / "1.png").write_bytes(b"one")
+    (tmp_path / "b" / "cat" / "2.png").write_bytes(b"")  # a file added counts, even an empty one
+    assert path_digest(tmp_path / "a") != path_digest(tmp_path / "b")
+
+
+def test_what_is_not_a_file_or_folder_is_never_opened(tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / "fifo")  # opening it to read would block
+    assert path_digest(tmp_path / "fifo") is None
+    assert path_digest(tmp_path / "missing") is None
+
+
+@pytest.fixture
+def corpus(tmp_path: Path) -> Path:
+    path = tmp_path / "data" / "corpus.txt"
+    path.parent.mkdir()
+    path.write_text(TEXT)
+    return path
+
+
+def test_a_resume_refuses_data_edited_in_place_since_the_run_started(corpus: Path, tmp_path: Path) -> None:
+    run_dir = tmp_path / "runs" / "run"
+    spec = small_spec(tmp_path, f"data.path={corpus}", "train.steps=2")
+    trainer(spec, run_dir).train()
+    recorded = json.loads((run_dir / DATA_FILE).read_text())
+    assert recorded == {"data.path: corpus.txt": sha256(corpus.read_bytes())}
+
+    corpus.write_text(TEXT.replace("the", "teh"))  # same name, same place, same size
+    with pytest.raises(TrainError) as refused:
+        trainer(small_spec(tmp_path, f"data.path={corpus}"), run_dir, resume=True)
+    assert str(refused.value).startswith(
+        f"cannot resume {run_dir}: its data changed since it was trained (data.path: corpus.txt (sha256 "
+        f"{sha256(corpus.read_bytes())[:12]}..., the run's {recorded['data.path: corpus.txt'][:12]}...);"
+    )
+    assert str(refused.value).endswith(
+        "put the data back as it was, or train a new run on it with --set train.name=NAME"
+    )
+
+    corpus.write_text(TEXT)
+    assert trainer(small_spec(tmp_path, f"data.path={corpus}"), run_dir, resume=True).train().step == 4
+    assert json.loads((run_dir / DATA_FILE).read_text()) == recorded
+
+
+def test_a_run_from_before_digests_records_its_data_at_its_resume(corpus: Path, tmp_path: Path) -> None:
+    run_dir = tmp_path / "runs" / "run"
+    trainer(small_spec(tmp_path, f"data.path={corpus}", "train.steps=2"), run_dir).train()
+    (run_dir / DATA_FILE).unlink()
+    corpus.write_text(TEXT + "more\n")  # nothing tells what it read: it goes on, and from now on
+    assert trainer(small_spec(tmp_path, f"data.path={corpus}"), run_dir, resume=True).train().step == 4
+    assert json.loads((run_dir / DATA_FILE).read_text()) == {
+        "data.path: corpus.txt": sha256(corpus.read_bytes())
+    }
+
+
+def test_a_study_neither_reuses_nor_reports_a_trial_whose_data_was_edited(
+    corpus: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = write_study(tmp_path, steps=2, variants="  only: {}", seeds="[1]")
+    path.write_text(path.read_text().replace("overrides:\n", f"overrides:\n  data.path: {corpus}\n"))
+    status, _ = run_cli(["sweep", str(path)], capsys)
+    assert status == 0
+    corpus.write_text(TEXT.replace("the", "teh"))
+    status, err = run_cli(["sweep", str(path)], capsys)
+    assert status == 1 and "only-seed1 was trained otherwise than the study now gives it" in err
+    assert "(data.path: corpus.txt (sha256 " in err and "edited since" in err
+    status, err = run_cli(["compare", str(path), "--out", str(tmp_path / "out")], capsys)
+    assert status == 1 and "only-seed1 was trained otherwise than the study gives it" in err
+    corpus.write_text(TEXT)
+    status, err = run_cli(["sweep", str(path)], capsys)
+    assert status == 0 and "finished already, skipped" in err
