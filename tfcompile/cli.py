@@ -49,7 +49,8 @@ def _validate(args: argparse.Namespace) -> int:
         f"{', '.join(spec.sizes_from_data())} from the data" if count is None else f"{count:,} parameters"
     )
     print(
-        f"{args.spec}: ok ({m.family}, {spec.task.type}, {m.n_layers} layers, d_model {m.d_model}, {params})"
+        f"{args.spec}: ok ({m.family}, {spec.task.type}, {m.n_layers} layer{'s' * (m.n_layers != 1)}, "
+        f"d_model {m.d_model}, {params})"
     )
     return 0
 

@@ -21,7 +21,7 @@ from pydantic import BaseModel, ValidationError
 from tfcompile.paths import file_type
 from tfcompile.spec.errors import SpecError, SpecIssue
 from tfcompile.spec.presets import PRESETS, merge
-from tfcompile.spec.schema import Spec, listed
+from tfcompile.spec.schema import BooleanNotNumber, Spec, listed
 
 Loc = tuple[str | int, ...]
 
@@ -530,7 +530,12 @@ def _apply_override(data: dict[str, Any], marks: dict[Loc, Mark], override: str,
         )
     node = data
     for depth, key in enumerate(keys[:-1]):
-        node = node.setdefault(key, {})
+        parent, node = node, node.setdefault(key, {})
+        sections = _walk(tuple(keys[: depth + 1]), Spec)
+        if node is None and sections:  # `moe: null`, or `data:` with nothing under it
+            node = parent[key] = {}
+        elif isinstance(node, str) and any("type" in c.model_fields for c in sections):  # positional: rope
+            node = parent[key] = {"type": node}
         if not isinstance(node, dict):
             raise fail(
                 f"{'.'.join(keys[: depth + 1])} is not a section, so it has no field {keys[depth + 1]!r}"
@@ -709,6 +714,8 @@ def _shown(value: Any) -> str:
     written, and a long value cut short, so that a 5,000-digit number makes a one-line message."""
     if value is None:
         return "nothing"
+    if isinstance(value, bool):
+        return str(value).lower()  # as YAML writes it
     text = value.isoformat() if isinstance(value, datetime.date) else repr(value)
     return text if len(text) <= MAX_SHOWN else f"{text[: MAX_SHOWN - 1]}…"
 
@@ -787,6 +794,7 @@ FIELD_ALIASES = {
     "layer_norm_epsilon": "eps",
     "rms_norm_eps": "eps",
     "norm_eps": "eps",
+    "epsilon": "eps",
     "hidden_act": "activation",
     "tie_word_embeddings": "tie_embeddings",
     "attn_pdrop": "attention",
@@ -951,9 +959,14 @@ def _type_hint(kind: str, found: Any, error_loc: Loc, root: type[BaseModel]) -> 
         return f"write {number}"
     if kind == "float_parsing" and isinstance(found, str):
         percent = re.fullmatch(r"\s*([-+]?\d+(?:\.\d+)?)\s*%\s*", found)
-        if percent:
+        fraction = info is not None and any(
+            getattr(m, "lt", getattr(m, "le", None)) == 1 for m in info.metadata
+        )
+        if percent and fraction:
             return f"write {float(percent.group(1)) / 100:g}: a fraction, not a percentage"
         return None
+    if isinstance(found, BooleanNotNumber):
+        return "write a number: YAML reads yes, no, on and off as true and false"
     if kind in {"bool_parsing", "bool_type"}:
         return "write true or false" + (", or null for the default" if optional else "")
     if kind in {"list_type", "tuple_type"}:

@@ -177,7 +177,10 @@ PRESETS: dict[str, dict[str, Any]] = {
 
 def merge(base: Any, override: Any) -> Any:
     """Deep-merge ``override`` onto ``base``. A mapping whose ``type`` changes is replaced whole,
-    since the old variant's fields would not fit the new one."""
+    since the old variant's fields would not fit the new one; a variant's short form (``positional:
+    rope``) is its ``{type: rope}``, which keeps the preset's other fields of the same variant."""
+    if isinstance(base, dict) and "type" in base and isinstance(override, str):
+        override = {"type": override}
     if not (isinstance(base, dict) and isinstance(override, dict)):
         return override
     if "type" in override and override.get("type") != base.get("type"):

@@ -15,6 +15,8 @@ from __future__ import annotations
 import collections
 import math
 import re
+import types
+import typing
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, Union
@@ -136,10 +138,47 @@ class Section(BaseModel):
     # Floats are finite: YAML's .inf and .nan are refused wherever a number is meant.
     model_config = ConfigDict(extra="forbid", validate_default=True, frozen=True, allow_inf_nan=False)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _no_boolean_numbers(cls, data: Any) -> Any:
+        """YAML 1.1 reads yes, no, on and off as booleans, which Pydantic takes for 1.0 and 0.0 in a
+        field of decimals (``lr: yes`` trained at a learning rate of 1): passed on as a
+        BooleanNotNumber there, which it refuses (as a field of whole numbers refuses booleans)."""
+        if not isinstance(data, dict):
+            return data
+        return {name: _boolean_not_number(cls.model_fields.get(name), value) for name, value in data.items()}
+
     def _resolve(self, **values: Any) -> None:
         """Fill derived defaults while validating (the section is frozen once validated)."""
         for name, value in values.items():
             object.__setattr__(self, name, value)
+
+
+class BooleanNotNumber:
+    """A YAML boolean where a field takes a number and no boolean: no number to Pydantic."""
+
+    def __init__(self, value: bool) -> None:
+        self.value = value
+
+    def __repr__(self) -> str:
+        return str(self.value).lower()  # as YAML writes it
+
+
+def _boolean_not_number(field: FieldInfo | None, value: Any) -> Any:
+    if not isinstance(value, bool) or field is None:
+        return value
+    leaves = _leaves(field.annotation)
+    return BooleanNotNumber(value) if float in leaves and bool not in leaves else value
+
+
+def _leaves(annotation: Any) -> list[Any]:
+    """The types an annotation is made of, through unions, Optional and Annotated."""
+    origin = typing.get_origin(annotation)
+    if origin is Annotated:
+        return _leaves(typing.get_args(annotation)[0])
+    if origin in (Union, types.UnionType):
+        return [leaf for arg in typing.get_args(annotation) for leaf in _leaves(arg)]
+    return [annotation]
 
 
 class Rules:
@@ -1570,6 +1609,17 @@ class DataSpec(Section):
     )
 
     _tokenizer_shorthand = field_validator("tokenizer", mode="before")(_type_shorthand)
+
+    @field_validator(*DATA_PATHS, mode="before")
+    @classmethod
+    def _not_blank(cls, value: Any) -> Any:
+        """An empty path would be the spec's own folder (Path("") is ".")."""
+        if isinstance(value, str) and not value.strip():
+            raise ValueError(
+                f"expected the path of a file or folder, found {value!r}: write the path, relative to "
+                "the spec's folder (. for the folder itself), or leave the field out"
+            )
+        return value
 
     @model_validator(mode="after")
     def _rules(self) -> DataSpec:

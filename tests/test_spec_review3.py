@@ -1,0 +1,112 @@
+"""A third review of specs: values YAML reads otherwise than written (yes for a number), a
+variant's short form beside a preset or under --set, a section left empty, an empty path."""
+
+from __future__ import annotations
+
+import pytest
+from helpers import MODEL_YAML
+
+from tfcompile.spec import SpecError, parse_spec
+
+
+def error_of(text: str, overrides: tuple[str, ...] = ()) -> SpecError:
+    with pytest.raises(SpecError) as caught:
+        parse_spec(text, "s.yaml", overrides=list(overrides))
+    return caught.value
+
+
+def test_a_boolean_where_a_number_is_meant_is_refused_at_each_field() -> None:
+    """`lr: yes` trained at a learning rate of 1.0: Pydantic takes a boolean for 1.0 in a float."""
+    text = (
+        MODEL_YAML + "  init_std: yes\ntrain:\n  grad_clip: on\n  optimizer: {lr: true, weight_decay: no}\n"
+    )
+    error = error_of(text)
+    assert [(i.path, i.line) for i in error.issues] == [
+        ("model.init_std", 7),
+        ("train.grad_clip", 9),
+        ("train.optimizer.lr", 10),
+        ("train.optimizer.weight_decay", 10),
+    ]
+    assert error.issues[0].message == "expected a valid number, found true"
+    assert error.issues[3].message == "expected a valid number, found false"
+    assert all(
+        i.hint == "write a number: YAML reads yes, no, on and off as true and false" for i in error.issues
+    )
+
+
+def test_booleans_and_numbers_still_go_where_they_belong() -> None:
+    spec = parse_spec(
+        MODEL_YAML + "  tie_embeddings: yes\n  init_std: 1\ntrain: {grad_clip: 1, precision: fp32}\n"
+    )
+    assert spec.model.tie_embeddings is True and spec.model.init_std == 1.0 and spec.train.grad_clip == 1.0
+
+
+@pytest.mark.parametrize(
+    ("text", "field", "preset_value"),
+    [
+        ("preset: bert\ntask: masked_lm\n", "task.next_sentence", True),
+        ("preset: vaswani\ntask: causal_lm\n", "task.label_smoothing", 0.1),
+        ("preset: llama\nmodel:\n  positional: rope\n", "model.positional.theta", 10000.0),
+    ],
+)
+def test_a_variants_short_form_keeps_the_presets_fields_of_that_variant(
+    text: str, field: str, preset_value: object
+) -> None:
+    """`task: masked_lm` replaced the preset's whole task section (BERT without next-sentence
+    prediction), though `{type: masked_lm}` kept it: the same variant, written two ways."""
+    value: object = parse_spec(text)
+    for part in field.split("."):
+        value = getattr(value, part)
+    assert value == preset_value
+
+
+def test_a_variant_the_short_form_changes_replaces_the_presets_section() -> None:
+    spec = parse_spec("preset: llama\nmodel:\n  positional: alibi\n")
+    assert spec.model.positional.type == "alibi"
+
+
+def test_set_reaches_into_a_short_form_an_empty_section_and_a_null_one() -> None:
+    text = MODEL_YAML + "  positional: rope\n  moe: null\ntask: causal_lm\ndata:\n"
+    spec = parse_spec(
+        text,
+        overrides=[
+            "model.positional.theta=500000",
+            "model.moe.experts=4",
+            "model.moe.top_k=2",
+            "task.label_smoothing=0.1",
+            "data.path=corpus.txt",
+        ],
+    )
+    assert (
+        spec.model.positional.theta == 500000 and spec.model.moe is not None and spec.model.moe.experts == 4
+    )
+    assert spec.task.label_smoothing == 0.1 and spec.data is not None and spec.data.path is not None
+
+
+def test_set_into_a_short_form_of_another_variant_names_the_variant_that_has_the_field() -> None:
+    (issue,) = error_of(MODEL_YAML + "  positional: learned\n", ("model.positional.theta=5",)).issues
+    assert issue.path == "model.positional.theta" and issue.hint == "'theta' is a field of type 'rope'"
+
+
+def test_set_under_a_field_that_is_no_section_is_still_refused() -> None:
+    text = MODEL_YAML + "data: {path: corpus.txt}\n"
+    (issue,) = error_of(text, ("data.path.x=1",)).issues
+    assert issue.message == "data.path is not a section, so it has no field 'x'"
+
+
+@pytest.mark.parametrize("path", ['""', "'  '"])
+def test_an_empty_data_path_is_refused_not_read_as_the_specs_folder(path: str) -> None:
+    (issue,) = error_of(MODEL_YAML + f"data: {{path: {path}}}\n").issues
+    assert issue.path == "data.path" and issue.line == 7
+    assert issue.message.startswith("expected the path of a file or folder, found ")
+
+
+def test_a_percentage_is_read_as_a_fraction_only_where_the_field_is_one() -> None:
+    text = MODEL_YAML + "  dropout: {residual: 10%}\ntrain: {grad_clip: 10%}\n"
+    residual, clip = error_of(text).issues
+    assert residual.hint == "write 0.1: a fraction, not a percentage" and clip.hint is None
+
+
+def test_another_tools_epsilon_is_the_norms_eps() -> None:
+    (issue,) = error_of(MODEL_YAML + "  norm: {epsilon: 1.0e-6}\n").issues
+    assert issue.path == "model.norm.epsilon" and issue.hint == "did you mean 'eps'?"
