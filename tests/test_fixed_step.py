@@ -20,7 +20,7 @@ from tfcompile.export import Source, export_bundle, verify_bundle
 from tfcompile.graphs import export as graph_export
 from tfcompile.runtime import InputError, LanguageModel, SessionOptions, load
 from tfcompile.runtime.errors import BundleError
-from tfcompile.runtime.generation import _FixedStepDecoder, _Window
+from tfcompile.runtime.generation import MAX_WINDOWS, _FixedStepDecoder, _Window
 from tfcompile.spec import Spec, load_spec
 
 CONTEXT = 16
@@ -132,6 +132,24 @@ def test_generation_through_the_fixed_step_gives_the_step_graphs_tokens(
     assert got == expected
     assert len(steps) == window_steps if window_steps is not None else len(set(steps)) > 1  # batch sizes
     assert not any(w.held for w in fixed._windows.values())  # given back at the end
+
+
+def test_a_held_window_does_not_let_the_others_grow_past_their_bound(bundle: Path) -> None:
+    """The oldest window held (a long generation) stopped the eviction, and every new batch size
+    opened another session: 11 open of MAX_WINDOWS 4."""
+    fixed = served(bundle, True)
+    holder = _FixedStepDecoder(fixed)
+    window = fixed.window(1)
+    assert window is not None and window.take(holder)
+    for batch in range(2, 9):
+        fixed.generate(np.ones((batch, 3), dtype=np.int64), 2, temperature=0, stop=False)
+        assert len(fixed._windows) <= MAX_WINDOWS and fixed._windows[1] is window  # the held one stays
+    assert list(fixed._windows) == [1, 6, 7, 8]
+    holders = [_FixedStepDecoder(fixed) for _ in range(3)]  # a window's holder is held weakly
+    for batch, other_holder in zip((9, 10, 11), holders, strict=True):
+        other = fixed.window(batch)
+        assert other is not None and other.take(other_holder)
+    assert fixed.window(12) is None and len(fixed._windows) == MAX_WINDOWS
 
 
 def test_a_window_another_generation_holds_leaves_the_steps_on_the_step_graph(bundle: Path) -> None:

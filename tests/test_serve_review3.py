@@ -375,6 +375,7 @@ def test_each_serve_flags_range_is_the_servers_in_its_units() -> None:
         ("max_body_mb", "max_body_bytes", 1 << 20),
         ("max_image_pixels", "max_image_pixels", 1),
         ("max_wait_ms", "max_wait_ms", 1),
+        ("max_beam", "max_beam", 1),
     ]:
         parse, high = serve[flag], BOUNDS[field][1] / unit
         text = str(int(high)) if high == int(high) else str(high)

@@ -22,7 +22,7 @@ from rich.text import Text
 
 from tfcompile import __version__
 from tfcompile.errors import UserError, first_line
-from tfcompile.manifest import REPETITION_PENALTIES
+from tfcompile.manifest import MAX_BEAM, REPETITION_PENALTIES
 from tfcompile.paths import check_arguments, file_type, untrained
 from tfcompile.spec import Spec, SpecError, SpecIssue, dump_spec, load_spec
 from tfcompile.spec.loader import read_yaml
@@ -921,7 +921,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     translate.add_argument("bundle", help="a translation bundle folder written by `tfcompile export`")
     translate.add_argument("texts", nargs="+", metavar="TEXT")
-    translate.add_argument("--beam", type=_positive_int, default=None, help="default: the task's beam")
+    translate.add_argument(
+        "--beam", type=_int_from(1, MAX_BEAM), default=None, help=f"1 to {MAX_BEAM}; default: the task's beam"
+    )
     translate.add_argument("--max-len", type=_positive_int, default=None, help="most tokens per translation")
     translate.add_argument(
         "--length-penalty", type=float, default=None, help="beam search's length penalty; default: the task's"
@@ -1021,7 +1023,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="longest prompt (default: the model's context)",
     )
     serve.add_argument("--max-n", type=_positive_int, default=16, help="completions per prompt (n)")
-    serve.add_argument("--max-beam", type=_positive_int, default=8, help="widest translation beam")
+    serve.add_argument(
+        "--max-beam", type=_int_from(1, MAX_BEAM), default=8, help=f"widest translation beam, 1 to {MAX_BEAM}"
+    )
     serve.add_argument(
         "--max-image-pixels",
         type=_int_from(1, 1 << 32),

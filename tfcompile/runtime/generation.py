@@ -359,16 +359,16 @@ class LanguageModel(Bundle):
                 decoder.release()  # its window, for the next generation
 
     def window(self, batch: int, open_new: bool = True) -> _Window | None:
-        """The fixed step graph bound for ``batch`` rows, opened (and on CUDA captured) at first use;
-        with ``open_new`` False, None where it is not open yet."""
+        """The fixed step graph bound for ``batch`` rows, opened (and on CUDA captured) at first use
+        in place of the oldest that no generation holds; None where it is not open yet and
+        ``open_new`` is False or MAX_WINDOWS are held (the steps then stay on the step graph)."""
         with self._opening:
             if batch not in self._windows and open_new:
-                while len(self._windows) >= MAX_WINDOWS:  # the oldest batch size's session goes
-                    oldest = next(iter(self._windows))
-                    if self._windows[oldest].held:
-                        break  # generating: it stays
-                    del self._windows[oldest]
-                self._windows[batch] = _Window(self, batch)
+                free = [b for b, window in self._windows.items() if not window.held]  # oldest first
+                for b in free[: max(0, len(self._windows) + 1 - MAX_WINDOWS)]:
+                    del self._windows[b]
+                if len(self._windows) < MAX_WINDOWS:
+                    self._windows[batch] = _Window(self, batch)
             return self._windows.get(batch)
 
     def _pad_id(self) -> int:

@@ -110,10 +110,12 @@ def flags(name: str, value: Any, shape: tuple[int, ...], meaning: str) -> np.nda
     return out.astype(np.int64, copy=False)
 
 
-def count(name: str, value: Any, minimum: int = 0) -> int:
-    """A whole number >= minimum (a bool or 2.5 is not one)."""
+def count(name: str, value: Any, minimum: int = 0, maximum: int | None = None) -> int:
+    """A whole number >= minimum, and <= maximum where given (a bool or 2.5 is not one)."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
         raise InputError(f"{name} must be >= {minimum} and a whole number, got {_shown(value)}")
+    if maximum is not None and int(value) > maximum:
+        raise InputError(f"{name} must be at most {maximum:,}, got {_shown(value)}")
     return int(value)
 
 

@@ -560,11 +560,11 @@ class Bundle:
             empty.append(np.zeros(sizes, dtype=np.dtype(tensor.dtype)))
         return empty
 
-    def _token_ids(self, value: Any) -> np.ndarray:
-        return inputs.token_ids(value, self.vocab_size, self.max_seq_len)
+    def _token_ids(self, value: Any, name: str = "input_ids") -> np.ndarray:
+        return inputs.token_ids(value, self.vocab_size, self.max_seq_len, name)
 
-    def _mask(self, value: Any, shape: tuple[int, ...]) -> np.ndarray:
-        return inputs.flags("attention_mask", value, shape, "0 (padding) and 1 (real token)")
+    def _mask(self, value: Any, shape: tuple[int, ...], name: str = "attention_mask") -> np.ndarray:
+        return inputs.flags(name, value, shape, "0 (padding) and 1 (real token)")
 
     def _load_tokenizer(self) -> Tokenizer | None:
         """The tokenizer, checked against the manifest: no id past the model's vocabulary, each

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from tfcompile import search
-from tfcompile.manifest import MAX_LENGTH_PENALTY, TranslationInfo
+from tfcompile.manifest import MAX_BEAM, MAX_LENGTH_PENALTY, TranslationInfo
 from tfcompile.runtime import inputs
 from tfcompile.runtime.bundle import BundleFiles
 from tfcompile.runtime.errors import BundleError, InputError
@@ -139,11 +139,11 @@ class Translator(Bundle):
         start, the prefix's included."""
         t = self.translation
         given = list(t.target_prefix_ids) if target_prefix_ids is None else self._given(target_prefix_ids)
-        ids = self._token_ids(source_ids)
-        mask = np.ones_like(ids) if source_mask is None else self._mask(source_mask, ids.shape)
+        ids = self._token_ids(source_ids, "source_ids")
+        mask = np.ones_like(ids) if source_mask is None else self._mask(source_mask, ids.shape, "source_mask")
         if not mask.any(axis=1).all():
             raise InputError("every source sentence needs at least one real token in source_mask")
-        width = inputs.count("beam", t.beam if beam is None else beam, 1)
+        width = inputs.count("beam", t.beam if beam is None else beam, 1, MAX_BEAM)
         scoring = self.scoring(length_penalty, early_stopping)
         limit = self.decode_limit(max_len)
         if limit <= len(given):
@@ -186,6 +186,8 @@ class Translator(Bundle):
             MAX_LENGTH_PENALTY,
         )
         stopping = t.early_stopping if early_stopping is None else early_stopping
+        if isinstance(stopping, np.bool_):
+            stopping = bool(stopping)
         if not (isinstance(stopping, bool) or (isinstance(stopping, str) and stopping == "never")):
             raise InputError(f'early_stopping must be true, false or "never", got {str(stopping)[:64]!r}')
         if fairseq and stopping is not False:
@@ -197,10 +199,12 @@ class Translator(Bundle):
 
     def _given(self, value: Sequence[int]) -> list[int]:
         """A target prefix: token ids of the vocabulary, no more than the decoder can hold."""
-        if isinstance(value, str | bytes) or not isinstance(value, Sequence):
+        if isinstance(value, str | bytes) or not isinstance(value, Sequence | np.ndarray):
             raise InputError(f"target_prefix_ids must be a list of token ids, found {type(value).__name__}")
-        if not value:
+        if len(value) == 0:
             return []
+        if any(isinstance(i, bool | np.bool_) or np.ndim(i) != 0 for i in value):
+            raise InputError("target_prefix_ids must be a flat list of token ids (whole numbers)")
         given = inputs.token_ids([list(value)], self.vocab_size, None, "target_prefix_ids")[0].tolist()
         if self.translation.stop_id in given:
             raise InputError("target_prefix_ids holds the stop token, which ends every translation")

@@ -36,6 +36,7 @@ from pydantic import BaseModel, ConfigDict, model_validator
 from starlette.exceptions import HTTPException
 
 from tfcompile.errors import InputError
+from tfcompile.manifest import MAX_BEAM
 from tfcompile.runtime.session import Bundle
 from tfcompile.serve.engine import Job, Overloaded, Worker
 
@@ -93,7 +94,7 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "max_tokens": (1, math.inf),
     "max_prompt_tokens": (1, math.inf),
     "max_n": (1, math.inf),
-    "max_beam": (1, math.inf),
+    "max_beam": (1, MAX_BEAM),  # the widest beam a translator runs
     "max_image_pixels": (1, 1 << 32),
     "retry_after_s": (0, 86_400),
     "max_head_bytes": (1 << 10, 1 << 20),
