@@ -31,7 +31,7 @@ from tokenizers import Tokenizer, models
 
 from tfcompile.errors import ExportError, UserError
 from tfcompile.export import Source, export_bundle
-from tfcompile.handoffs.genai import GENAI_CONFIG, export_genai, genai_tokenizer
+from tfcompile.handoffs.genai import GENAI_CONFIG, export_genai, genai_tokenizer, sliced_logits
 from tfcompile.handoffs.triton import export_triton
 from tfcompile.manifest import MANIFEST
 from tfcompile.runtime import load
@@ -72,7 +72,8 @@ def char_run(char_bundle: Path) -> Path:
 class Bundles(dict):
     """Bundles by kind, each built on first use (the slow-marked kinds cost most): char; bpe
     (byte-level, no special tokens); char-special ([PAD] [UNK] [EOS] at 0-2, [EOS] stops);
-    char-parallel (parallel blocks, RoPE on 4 of each head's 8 dimensions);
+    char-parallel (parallel blocks, RoPE on 4 of each head's 8 dimensions); char-padded (128 logits
+    for the char tokenizer's 65 ids);
     char-fp16 (the char run's fp16 export); translator (encoder and decoder_step graphs) and vit
     (no tokenizer), tiny and random, exported from their specs."""
 
@@ -89,6 +90,9 @@ class Bundles(dict):
             out = out / "bundle"
         elif kind == "char-special":
             _train(out, ["task.special_tokens=true", "model.vocab_size=null"])
+            out = out / "bundle"
+        elif kind == "char-padded":  # logits wider than the tokenizer, as a padded checkpoint's
+            _train(out, ["model.vocab_size=128", "model.init_std=0.3"])
             out = out / "bundle"
         elif kind == "char-parallel":
             _train(out, ["model.positional={type: rope, rotary_dims: 4}", "model.block=parallel"])
@@ -371,7 +375,10 @@ def valid_part(text: str) -> str:
     [
         "char",
         "char-special",
-        *(pytest.param(k, marks=pytest.mark.slow) for k in ("bpe", "char-fp16", "char-parallel")),
+        *(
+            pytest.param(k, marks=pytest.mark.slow)
+            for k in ("bpe", "char-fp16", "char-parallel", "char-padded")
+        ),
     ],
 )
 def test_genai_greedy_generates_the_runtimes_tokens(
@@ -399,6 +406,48 @@ def test_genai_greedy_generates_the_runtimes_tokens(
         assert valid_part(decoded) == valid_part(text)
         if "\ufffd" not in text:
             assert decoded == text
+
+
+def test_logits_wider_than_the_tokenizer_are_sliced_to_its_ids(bundles: Bundles, tmp_path: Path) -> None:
+    """genai's search cannot mask scores: a padded model's extra columns, which the runtime never
+    decodes, were taken by genai's greedy search (4 of 5 prompts diverged)."""
+    bundle = bundles["char"]
+    step = json.loads((bundle / MANIFEST).read_text())["graphs"]["step"]
+    data = (bundle / step["file"]).read_bytes()
+    cut = onnx.load_from_string(sliced_logits(data, 10))
+    onnx.checker.check_model(cut, full_check=True)
+    whole = onnxruntime.InferenceSession(data, providers=["CPUExecutionProvider"])
+    sliced = onnxruntime.InferenceSession(cut.SerializeToString(), providers=["CPUExecutionProvider"])
+    feed: dict[str, np.ndarray] = {
+        t["name"]: np.zeros(
+            [1 if d == "batch" else 0 if isinstance(d, str) else d for d in t["shape"]], np.float32
+        )
+        for t in step["inputs"][2:]  # an empty cache: (batch, heads, 0, head_dim)
+    }
+    feed |= {"input_ids": np.array([[5, 6, 7]], np.int64), "attention_mask": np.ones((1, 3), np.int64)}
+    expected, got = whole.run(None, feed), sliced.run(None, feed)
+    names = [o.name for o in whole.get_outputs()]
+    assert [o.name for o in sliced.get_outputs()] == names
+    for name, a, b in zip(names, expected, got, strict=True):
+        np.testing.assert_array_equal(a[..., :10] if name == "logits" else a, b)
+
+
+def test_genai_samples_within_the_vocabulary_and_its_top_p(
+    og: ModuleType, bundles: Bundles, tmp_path: Path
+) -> None:
+    """A manifest without top_k wrote genai's 0, with which genai samples from every token and
+    ignores top_p; one with a top_k past the vocabulary made every og.Generator fail."""
+    for top_k, written in ((None, 65), (100, 65), (5, 5)):
+        bundle = with_generation(
+            bundles["char"], tmp_path / f"k{top_k}", top_k=top_k, top_p=0.6, temperature=1.0
+        )
+        folder = export_genai(bundle, tmp_path / f"genai{top_k}")
+        search = json.loads((folder / GENAI_CONFIG).read_text())["search"]
+        assert (search["top_k"], search["top_p"]) == (written, 0.6)
+        model = og.Model(str(folder))
+        params = og.GeneratorParams(model)
+        params.set_search_options(max_length=4)
+        og.Generator(model, params)
 
 
 def test_genai_penalises_repeats_as_the_runtime_does(

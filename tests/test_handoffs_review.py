@@ -164,3 +164,22 @@ def test_genai_pads_with_the_stop_token_where_the_vocabulary_has_no_pad_token(
     assert config["eos_token_id"] == [space] and config["pad_token_id"] == config["bos_token_id"] == space
     with pytest.raises(ExportError, match=r"names its own end tokens \(\[\d+\]\): leave --end-token out"):
         export_genai(bundle, tmp_path / "chosen", end_token="$")
+
+
+JSON_EDITS: dict[str, Callable[[dict], None]] = {
+    # what an imported tokenizer.json may set that the tokenizers library reads and genai does not:
+    # "hi [EOS] there" was [74, 75, 223, 2, ...] in genai, [74, 75, 2, ...] in the runtime (lstrip)
+    **{
+        f"added tokens' {flag}": lambda saved, flag=flag: saved["added_tokens"][-1].update({flag: True})
+        for flag in ("lstrip", "rstrip", "single_word")
+    },
+    "model.end_of_word_suffix": lambda saved: saved["model"].update(end_of_word_suffix="</w>"),
+}
+
+
+@pytest.mark.parametrize("setting", JSON_EDITS)
+def test_a_byte_level_bpe_with_token_settings_genai_ignores_is_refused(setting: str) -> None:
+    saved = json.loads(byte_level_bpe())
+    JSON_EDITS[setting](saved)
+    with pytest.raises(ExportError, match=f"would ignore this tokenizer's {setting}: its ids"):
+        genai_tokenizer(json.dumps(saved).encode())

@@ -68,3 +68,23 @@ def test_what_tfcompile_writes_has_the_permissions_the_umask_gives(char_bundle: 
         for path in [root, *root.rglob("*")]:
             expected = (0o777 if path.is_dir() else 0o666) & ~mask
             assert path.stat().st_mode & 0o777 == expected, f"{path}: {oct(path.stat().st_mode & 0o777)}"
+
+
+@pytest.mark.parametrize("command", [c for c in COMMANDS if c != "plot"])
+def test_the_current_folder_as_out_is_refused_by_name(
+    command: str,
+    char_bundle: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """An empty current folder as --out was written beside itself (its parent is itself) and then
+    "filled by something else while this command wrote it"."""
+    here = tmp_path / "here"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    argv = COMMANDS[command](char_bundle.parent / "run", char_bundle, "x")
+    argv[argv.index("x")] = "."
+    assert main(argv) == 1
+    assert "--out '.' is the current folder: name a new folder in it" in capsys.readouterr().err
+    assert not any(here.iterdir()) and not [p for p in tmp_path.iterdir() if p.name.startswith(".")]

@@ -33,6 +33,10 @@ def check_not_a_file(out: Path, error: type[UserError] = ExportError) -> None:
     than a folder; else ``error``, naming what it is."""
     if out.is_symlink():
         raise error(f"{out} is a symbolic link: choose an --out that is not one")
+    if out.resolve() == Path.cwd().resolve():  # it would be written beside itself and renamed over the cwd
+        raise error(
+            f"--out {str(out)!r} is the current folder: name a new folder in it, e.g. --out {out / 'NAME'}"
+        )
     if out.exists() and not out.is_dir():
         raise error(f"{out} exists and is not a folder: choose another --out")
 

@@ -3,7 +3,10 @@
     genai_config.json       generated from the manifest: the step graph's inputs and outputs, the
                             cache's name templates and sizes, the context, the end, padding and
                             start token ids, the manifest's sampling defaults
-    decoder_step.onnx       the bundle's decode_step graph, its checked bytes, unchanged
+    decoder_step.onnx       the bundle's decode_step graph, its checked bytes, unchanged; where
+                            its logits are wider than the tokenizer's vocabulary (a checkpoint's
+                            padded embedding table), with a Slice to the tokenizer's ids, which
+                            alone the runtime decodes (genai's search has no mask for the rest)
     tokenizer.json          a tokenizer genai's (onnxruntime-extensions') reads: a byte-level BPE
                             as the bundle has it (GPT-2's steps only: genai ignores any other); a
                             char (WordLevel) tokenizer rewritten as a byte-level BPE without
@@ -13,8 +16,8 @@
 Then ``og.Model(folder)``, ``og.Tokenizer(model)`` and ``og.Generator`` serve it: greedy search
 gives exactly the tokens of ``tfcompile.runtime``'s ``generate(..., temperature=0)`` (and genai's
 right-padded batches give each row what it gives alone, since the graph counts positions from the
-attention mask; but see the bans below). ``import onnxruntime`` before ``import onnxruntime_genai``:
-on Linux the other order aborts the process.
+attention mask; but see the bans and windows below). ``import onnxruntime`` before
+``import onnxruntime_genai``: on Linux the other order aborts the process.
 
 What genai does differently, and what it needs that a bundle may not have:
 
@@ -49,6 +52,13 @@ What genai does differently, and what it needs that a bundle may not have:
   tokens for that many new ones after every prompt; a client can set it per prompt to the prompt's
   length plus ``min_new_tokens``).
 
+- **A sliding window (``model.window``) counts columns, not positions**: in a right-padded batch a
+  shorter row's padding sits inside its window, so its tokens are not what it gives alone (the
+  runtime and Triton's loop left-pad, and are exact). With a window, generate one prompt at a time
+  (or prompts of one length together).
+- **The manifest's top_k**, where it has none, is the vocabulary's size (genai's 0 would sample
+  from every token, ignoring top_p); one past the vocabulary is cut to it (genai refuses it).
+
 fp32 and fp16 bundles both work (genai runs the graph in its own precision and searches in fp32).
 Format 1 bundles are refused: their step graph counts positions from the cache, which genai's
 right-padded batches would misread.
@@ -62,11 +72,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import onnx
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
 from tfcompile.destination import check_new_folder, check_outside, move_into_place, staging_folder
 from tfcompile.errors import ExportError, first_line
 from tfcompile.manifest import SPEC_FILE, Graph, Manifest
+from tfcompile.onnx_nodes import graph_nodes
 from tfcompile.runtime import check_bundle
 from tfcompile.runtime.bundle import BundleFiles
 from tfcompile.runtime.errors import BundleError
@@ -108,14 +120,16 @@ def export_genai(bundle: Path, out: Path, end_token: str | None = None) -> Path:
     data = files.read(manifest.tokenizer.file)
     original = _tokenizer_json(bundle / manifest.tokenizer.file, data)
     tokenizer_json = genai_tokenizer(data)
-    vocab_size = _vocab_size(bundle, manifest, step)
+    width = _vocab_size(bundle, manifest, step)
+    vocab_size = min(width, Tokenizer.from_str(data.decode("utf-8")).get_vocab_size())  # the runtime's
     ids = _token_ids(bundle, files, original, vocab_size, end_token)
     config = genai_config(manifest, step, _heads(files, step), vocab_size, ids)
+    graph = files.read(step.file)
     specials = {role: t.token for role, t in manifest.tokenizer.special_tokens.items()}
 
     tmp = staging_folder(out)
     try:
-        (tmp / step.file).write_bytes(files.read(step.file))
+        (tmp / step.file).write_bytes(graph if vocab_size == width else sliced_logits(graph, vocab_size))
         (tmp / GENAI_TOKENIZER).write_bytes(tokenizer_json)
         (tmp / TOKENIZER_CONFIG).write_text(json.dumps(tokenizer_config(specials), indent=2) + "\n")
         (tmp / GENAI_CONFIG).write_text(json.dumps(config, indent=2) + "\n")
@@ -308,7 +322,8 @@ def genai_tokenizer(data: bytes) -> bytes:
 
 def _check_gpt2_steps(saved: dict[str, Any]) -> None:
     """A byte-level BPE goes to genai as it is, and onnxruntime-extensions reads it as GPT-2's:
-    no normalizer, GPT-2's split regex, no prefix space, nothing added, bytes decoded, whatever
+    no normalizer, GPT-2's split regex, no prefix space, nothing added, bytes decoded, no subword
+    prefix or suffix, added tokens matched as they are (no lstrip, rstrip or single_word), whatever
     tokenizer.json says. Any other setting would give other ids (or text): refused."""
     pre = saved["pre_tokenizer"]
     post = saved.get("post_processor")
@@ -320,6 +335,14 @@ def _check_gpt2_steps(saved: dict[str, Any]) -> None:
             ("use_regex: false", pre.get("use_regex", True) is not True),
             ("post-processor", post is not None and post.get("type") != "ByteLevel"),
             ("decoder", (saved.get("decoder") or {}).get("type") != "ByteLevel"),
+            *(
+                (f"model.{field}", bool(saved["model"].get(field)))
+                for field in ("continuing_subword_prefix", "end_of_word_suffix")
+            ),
+            *(
+                (f"added tokens' {flag}", any(token.get(flag) for token in saved.get("added_tokens") or []))
+                for flag in ("lstrip", "rstrip", "single_word")
+            ),
         )
         if differs
     ]
@@ -443,6 +466,37 @@ def least_likely(files: BundleFiles) -> int:
     return int(total.argmin())
 
 
+def sliced_logits(graph: bytes, width: int) -> bytes:
+    """The step graph with its ``logits`` output cut to its first ``width`` scores: a Slice on the
+    last axis after the node that made it, the declared shape cut too."""
+    model = onnx.load_from_string(graph)
+    taken = {name for node in graph_nodes(model.graph) for name in (node.name, *node.input, *node.output)}
+    taken |= {t.name for t in model.graph.initializer}
+
+    def fresh(name: str) -> str:
+        while name in taken:
+            name += "_"
+        taken.add(name)
+        return name
+
+    full = fresh("logits_unsliced")
+    for node in graph_nodes(model.graph):
+        for names in (node.input, node.output):
+            renamed = [full if name == "logits" else name for name in names]
+            del names[:]
+            names.extend(renamed)
+    bounds = {fresh(f"logits_slice_{k}"): v for k, v in (("starts", 0), ("ends", width), ("axes", -1))}
+    model.graph.initializer.extend(
+        onnx.numpy_helper.from_array(np.array([v], dtype=np.int64), name) for name, v in bounds.items()
+    )
+    model.graph.node.append(
+        onnx.helper.make_node("Slice", [full, *bounds], ["logits"], name=fresh("logits_slice"))
+    )
+    logits = next(o for o in model.graph.output if o.name == "logits")
+    logits.type.tensor_type.shape.dim[-1].dim_value = width
+    return model.SerializeToString()
+
+
 # --------------------------------------------------------------------------- config
 
 
@@ -479,7 +533,8 @@ def genai_config(
     search = {
         "do_sample": g.temperature > 0,
         "temperature": g.temperature if g.temperature > 0 else 1.0,
-        "top_k": g.top_k or 0,  # 0: no top-k cut (genai's own default is 50)
+        # genai's 0 samples from every token and ignores top_p; past the vocabulary, it refuses.
+        "top_k": min(g.top_k or vocab_size, vocab_size),
         "top_p": g.top_p or 1.0,
         "max_length": g.context_length,
         "min_length": g.min_length,  # prompt included, as the runtime's

@@ -36,7 +36,8 @@ batch of prompts:
    ``generation.context_length`` columns), ``attention_mask`` = their mask, and every
    ``past_key_i``/``past_value_i`` **empty**: shape (batch, n_kv_heads, 0, head_dim) of the
    graph's float type (zero elements; Triton accepts zero-sized variable dims).
-3. Take ``logits[:, -1]`` (batch, vocab): the next token of each row (argmax, or sampled as the
+3. Take ``logits[:, -1]`` (batch, vocab) over the tokenizer's ids (its first vocabulary-size
+   columns: a checkpoint may pad its logits past them): the next token of each row (argmax, or sampled as the
    manifest's ``generation`` defaults say: ``temperature``, ``top_k``, ``top_p``, ``min_p``), after
    its ``repetition_penalty``, then its bans: -inf at the tokens of ``suppressed_ids``, at the stop
    tokens while the row has fewer than ``min_new_tokens`` new tokens or fewer than ``min_length``
