@@ -110,3 +110,8 @@ def test_a_percentage_is_read_as_a_fraction_only_where_the_field_is_one() -> Non
 def test_another_tools_epsilon_is_the_norms_eps() -> None:
     (issue,) = error_of(MODEL_YAML + "  norm: {epsilon: 1.0e-6}\n").issues
     assert issue.path == "model.norm.epsilon" and issue.hint == "did you mean 'eps'?"
+
+
+def test_an_abbreviated_field_is_suggested_in_full() -> None:
+    (issue,) = error_of(MODEL_YAML + "task: {type: causal_lm, temp: 0.8}\n").issues
+    assert issue.path == "task.temp" and issue.hint == "did you mean 'temperature'?"

@@ -816,7 +816,7 @@ def _normal(name: Any) -> str:
 def _suggest(found: Any, choices: Sequence[str], aliases: dict[str, str] | None = None) -> str | None:
     """The choice ``found`` most likely means: the same name in another case or with '-' for '_'
     (SwiGLU, RoPE, causal-lm), the same without '_' (layer_norm), another tool's name for it
-    (``aliases``), or a close spelling."""
+    (``aliases``), the one choice it abbreviates (temp), or a close spelling."""
     text = _normal(found)
     for same in (lambda n: n, lambda n: n.replace("_", "")):
         match = next((c for c in choices if same(_normal(c)) == same(text)), None)
@@ -826,6 +826,9 @@ def _suggest(found: Any, choices: Sequence[str], aliases: dict[str, str] | None 
     if alias in choices:
         return alias
     normal = [_normal(c) for c in choices]
+    longer = [c for c, n in zip(choices, normal, strict=True) if len(text) >= 3 and n.startswith(text)]
+    if len(longer) == 1:
+        return longer[0]
     close = difflib.get_close_matches(text, normal, n=1, cutoff=0.6)
     return choices[normal.index(close[0])] if close else None
 
