@@ -15,7 +15,9 @@ from test_study import write_study
 from test_study_robustness import run_cli
 from test_train_robustness import small_spec, trainer
 
+from tfcompile.data.corpus import corpus_files
 from tfcompile.data.digest import DATA_FILE, data_digests, path_digest
+from tfcompile.data.images import image_files
 from tfcompile.spec import load_spec
 from tfcompile.train import TrainError
 
@@ -37,25 +39,48 @@ def test_a_translators_digests_are_of_each_side_by_field_and_file_name() -> None
     }
 
 
-def test_a_folders_digest_follows_its_files_not_its_hidden_ones_nor_where_it_lies(tmp_path: Path) -> None:
+def test_an_image_folders_digest_follows_the_images_its_task_reads(tmp_path: Path) -> None:
+    """Hidden files, files of no image suffix and a class folder's own subfolders are not read;
+    a class folder that is a link is."""
     for place in ("a", "b"):
         (tmp_path / place / "cat").mkdir(parents=True)
         (tmp_path / place / "cat" / "1.png").write_bytes(b"one")
+    (tmp_path / "store" / "dog").mkdir(parents=True)
+    (tmp_path / "store" / "dog" / "2.png").write_bytes(b"two")
+    for place in ("a", "b"):
+        (tmp_path / place / "dog").symlink_to(tmp_path / "store" / "dog")
     (tmp_path / "b" / ".cache").mkdir()
-    (tmp_path / "b" / ".cache" / "x").write_bytes(b"ignored")
+    (tmp_path / "b" / ".cache" / "x.png").write_bytes(b"ignored")
     (tmp_path / "b" / "cat" / ".DS_Store").write_bytes(b"ignored")
-    assert path_digest(tmp_path / "a") == path_digest(tmp_path / "b")
-    (tmp_path / "b" / "cat" / "1.png").write_bytes(b"One")
-    assert path_digest(tmp_path / "a") != path_digest(tmp_path / "b")
-    (tmp_path / "b" / "cat" / "1.png").write_bytes(b"one")
-    (tmp_path / "b" / "cat" / "2.png").write_bytes(b"")  # a file added counts, even an empty one
-    assert path_digest(tmp_path / "a") != path_digest(tmp_path / "b")
+    (tmp_path / "b" / "cat" / "notes.txt").write_bytes(b"ignored")
+    (tmp_path / "b" / "cat" / "more").mkdir()
+    (tmp_path / "b" / "cat" / "more" / "3.png").write_bytes(b"ignored")
+    digest = path_digest(tmp_path / "a", image_files)
+    assert digest is not None and digest == path_digest(tmp_path / "b", image_files)
+    (tmp_path / "store" / "dog" / "2.png").write_bytes(b"Two")  # read through the link
+    assert path_digest(tmp_path / "a", image_files) != digest
+    (tmp_path / "store" / "dog" / "2.png").write_bytes(b"two")
+    (tmp_path / "b" / "cat" / "2.png").write_bytes(b"")  # an image added counts, even an empty one
+    assert path_digest(tmp_path / "b", image_files) != digest
+
+
+def test_a_corpus_folders_digest_is_of_its_text_files_not_a_run_kept_in_it(tmp_path: Path) -> None:
+    (tmp_path / "corpus" / "part").mkdir(parents=True)
+    (tmp_path / "corpus" / "part" / "a.txt").write_text("text")
+    digest = path_digest(tmp_path / "corpus", corpus_files)
+    run = tmp_path / "corpus" / "runs" / "run"
+    run.mkdir(parents=True)
+    (run / "metrics.jsonl").write_text("{}\n")
+    (tmp_path / "corpus" / "README.md").write_text("notes")
+    assert path_digest(tmp_path / "corpus", corpus_files) == digest
+    (tmp_path / "corpus" / "part" / "a.txt").write_text("Text")
+    assert path_digest(tmp_path / "corpus", corpus_files) != digest
 
 
 def test_what_is_not_a_file_or_folder_is_never_opened(tmp_path: Path) -> None:
     os.mkfifo(tmp_path / "fifo")  # opening it to read would block
-    assert path_digest(tmp_path / "fifo") is None
-    assert path_digest(tmp_path / "missing") is None
+    assert path_digest(tmp_path / "fifo", corpus_files) is None
+    assert path_digest(tmp_path / "missing", corpus_files) is None
 
 
 @pytest.fixture

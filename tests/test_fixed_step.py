@@ -152,6 +152,14 @@ def test_a_held_window_does_not_let_the_others_grow_past_their_bound(bundle: Pat
     assert fixed.window(12) is None and len(fixed._windows) == MAX_WINDOWS
 
 
+def test_the_least_recently_used_window_goes_first(bundle: Path) -> None:
+    fixed = served(bundle, True)
+    for batch in (2, 3, 4, 1):  # 1 was opened at load: used again now
+        fixed.window(batch)
+    fixed.window(5)
+    assert list(fixed._windows) == [3, 4, 1, 5]
+
+
 def test_a_window_another_generation_holds_leaves_the_steps_on_the_step_graph(bundle: Path) -> None:
     plain, fixed = served(bundle, False), served(bundle, True)
     window, other = fixed.window(1), _FixedStepDecoder(fixed)

@@ -31,10 +31,12 @@ from tokenizers import Tokenizer, models
 
 from tfcompile.errors import ExportError, UserError
 from tfcompile.export import Source, export_bundle
-from tfcompile.handoffs.genai import GENAI_CONFIG, export_genai, genai_tokenizer, sliced_logits
+from tfcompile.handoffs.genai import GENAI_CONFIG, export_genai, genai_tokenizer, least_likely, sliced_logits
 from tfcompile.handoffs.triton import export_triton
 from tfcompile.manifest import MANIFEST
 from tfcompile.runtime import load
+from tfcompile.runtime.bundle import BundleFiles
+from tfcompile.runtime.generation import LanguageModel
 from tfcompile.search import strip_stop
 from tfcompile.spec import load_spec
 from tfcompile.train import Trainer
@@ -430,6 +432,23 @@ def test_logits_wider_than_the_tokenizer_are_sliced_to_its_ids(bundles: Bundles,
     assert [o.name for o in sliced.get_outputs()] == names
     for name, a, b in zip(names, expected, got, strict=True):
         np.testing.assert_array_equal(a[..., :10] if name == "logits" else a, b)
+
+
+@pytest.mark.slow  # builds the padded bundle
+def test_the_least_likely_token_is_one_of_the_tokenizers(
+    bundles: Bundles, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Training pushes a padded model's extra columns lowest: the reserved end token was one of them,
+    outside the tokenizer's ids, and export-genai refused the bundle."""
+
+    def logits(self: Any, ids: np.ndarray, mask: Any = None) -> np.ndarray:
+        scores = np.zeros((len(ids), 1, 128), np.float32)
+        scores[..., 65:] = -100.0  # the padding
+        scores[..., 7] = -50.0
+        return scores
+
+    monkeypatch.setattr(LanguageModel, "logits", logits)
+    assert least_likely(BundleFiles(bundles["char-padded"])) == 7
 
 
 def test_genai_samples_within_the_vocabulary_and_its_top_p(

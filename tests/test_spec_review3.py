@@ -3,10 +3,14 @@ variant's short form beside a preset or under --set, a section left empty, an em
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from helpers import MODEL_YAML
 
 from tfcompile.spec import SpecError, parse_spec
+from tfcompile.study.plan import plan_study
+from tfcompile.study.schema import load_study
 
 
 def error_of(text: str, overrides: tuple[str, ...] = ()) -> SpecError:
@@ -102,9 +106,13 @@ def test_an_empty_data_path_is_refused_not_read_as_the_specs_folder(path: str) -
 
 
 def test_a_percentage_is_read_as_a_fraction_only_where_the_field_is_one() -> None:
-    text = MODEL_YAML + "  dropout: {residual: 10%}\ntrain: {grad_clip: 10%}\n"
-    residual, clip = error_of(text).issues
+    text = (
+        MODEL_YAML
+        + "  dropout: {residual: 10%}\ntask: {type: causal_lm, top_p: 90%}\ntrain: {grad_clip: 10%}\n"
+    )
+    residual, top_p, clip = error_of(text).issues
     assert residual.hint == "write 0.1: a fraction, not a percentage" and clip.hint is None
+    assert top_p.hint == "write 0.9: a fraction, not a percentage"  # an optional field's bound
 
 
 def test_another_tools_epsilon_is_the_norms_eps() -> None:
@@ -115,3 +123,33 @@ def test_another_tools_epsilon_is_the_norms_eps() -> None:
 def test_an_abbreviated_field_is_suggested_in_full() -> None:
     (issue,) = error_of(MODEL_YAML + "task: {type: causal_lm, temp: 0.8}\n").issues
     assert issue.path == "task.temp" and issue.hint == "did you mean 'temperature'?"
+
+
+@pytest.mark.parametrize(
+    ("text", "overrides"),
+    [
+        ("preset: gpt2\nmodel: {norm: rmsnorm}\n", ()),  # norm's type is a field, not a variant's name
+        (MODEL_YAML + "  norm: rmsnorm\n", ("model.norm.eps=1e-6",)),
+        ("preset: bert\ntrain: {optimizer: adam}\n", ()),
+    ],
+)
+def test_a_section_without_a_short_form_is_refused_as_a_name_under_a_preset_or_set(
+    text: str, overrides: tuple[str, ...]
+) -> None:
+    (issue,) = error_of(text, overrides).issues
+    expected = "model.norm is not a section" if overrides else "expected a mapping of fields, found "
+    assert issue.message.startswith(expected)
+
+
+def test_a_study_sets_a_field_of_its_bases_short_form(tmp_path: Path) -> None:
+    """A study's fields are set as --set sets them: into `positional: rope` too."""
+    base = tmp_path / "base.yaml"
+    base.write_text(MODEL_YAML + "  positional: rope\n")
+    study = tmp_path / "study.yaml"
+    study.write_text(
+        f"base: {base}\nvariants:\n  slow: {{model.positional.theta: 5000}}\n  fast: {{}}\n"
+        f"seeds: [1]\nbudget: {{steps: 2}}\nruns_dir: {tmp_path / 'runs'}\n"
+    )
+    trials = plan_study(load_study(study)).trials()
+    thetas = {trial.name: trial.spec.model.positional.theta for trial in trials}
+    assert thetas == {"slow-seed1": 5000.0, "fast-seed1": 10000.0}

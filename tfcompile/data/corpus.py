@@ -40,10 +40,15 @@ def read_documents(spec: DataSpec) -> list[str]:
         raise DataError(f"data.path: no file or folder at {path}")
     if found != FOLDER:
         return [unix_newlines(read_text(path, "data.path"))]  # a FIFO or a device is refused there
-    files = sorted(p for p in path.rglob("*.txt") if file_type(p) != FOLDER)
+    files = corpus_files(path)
     if not files:
         raise DataError(f"data.path: the folder {path} holds no .txt files")
     return [unix_newlines(read_text(file, "data.path")) for file in files]
+
+
+def corpus_files(folder: Path) -> list[Path]:
+    """The .txt files a corpus folder's text is read from, in its subfolders too, sorted."""
+    return sorted(p for p in folder.rglob("*.txt") if file_type(p) != FOLDER)
 
 
 def require_file(path: Path, field: str | None = None) -> None:

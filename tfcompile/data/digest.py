@@ -1,18 +1,19 @@
-"""What a run's data held: the sha256 of each data file it reads (of a folder: of every file in it),
-kept in RUN/data.json. A spec names its data by path, and a study tells a trial's data apart by
-file name; a file edited in place keeps both, so a resume, a study's reuse of a finished trial and
-compare read the digests to notice it."""
+"""What a run's data held: the sha256 of each data file it reads (of a folder: of the files its task
+reads there), kept in RUN/data.json. A spec names its data by path, and a study tells a trial's data
+apart by file name; a file edited in place keeps both, so a resume, a study's reuse of a finished
+trial and compare read the digests to notice it."""
 
 from __future__ import annotations
 
 import functools
 import hashlib
 import json
-import os
 import stat
+from collections.abc import Callable
 from pathlib import Path
 
 from tfcompile.spec.schema import DATA_PATHS, Spec
+from tfcompile.tasks.task import task_of
 
 DATA_FILE = "data.json"  # RUN/data.json: {"data.FIELD: NAME": sha256 hex digest}
 CHUNK = 1 << 20
@@ -25,11 +26,12 @@ def data_digests(spec: Spec) -> dict[str, str]:
     so that a study moved elsewhere keeps its trials."""
     if spec.data is None:
         return {}
+    folder_files = task_of(spec).folder_files
     digests = {}
     for field in DATA_PATHS:
         path = getattr(spec.data, field)
         for file in spec.task.data_files(path) if path is not None else []:
-            if (digest := path_digest(file)) is not None:
+            if (digest := path_digest(file, folder_files)) is not None:
                 digests[f"data.{field}: {file.name}"] = digest
     return digests
 
@@ -57,44 +59,37 @@ def recorded_digests(run_dir: Path) -> dict[str, str]:
     return {k: v for k, v in found.items() if isinstance(v, str)}
 
 
-def path_digest(path: Path) -> str | None:
-    """The sha256 of a regular file's bytes, or of a folder's files (each one's path in it and
-    digest; names starting with a dot skipped, as the image reader skips them); None for anything
-    else (a FIFO is never opened) or what cannot be read."""
+def path_digest(path: Path, folder_files: Callable[[Path], list[Path]]) -> str | None:
+    """The sha256 of a regular file's bytes, or of a folder's ``folder_files`` (the files the task
+    reads there: each one's path in the folder and digest); None for anything else (a FIFO is
+    never opened) or what cannot be read."""
     try:
-        info = path.stat()
+        if stat.S_ISREG(path.stat().st_mode):
+            return _file_digest(path)
+        if not path.is_dir():
+            return None
+        folder = hashlib.sha256()
+        for file in folder_files(path):
+            if stat.S_ISREG(file.stat().st_mode):
+                folder.update(
+                    f"{file.relative_to(path).as_posix()}\0{_file_digest(file)}\n".encode(errors="replace")
+                )
+        return folder.hexdigest()
     except OSError:
         return None
-    if stat.S_ISREG(info.st_mode):
-        return _file_digest(path, info.st_size, info.st_mtime_ns)
-    if not stat.S_ISDIR(info.st_mode):
-        return None
-    folder = hashlib.sha256()
-    for file in sorted(_files_in(path)):
-        digest = path_digest(path / file)
-        if digest is not None:
-            folder.update(f"{file.as_posix()}\0{digest}\n".encode(errors="surrogateescape"))
-    return folder.hexdigest()
 
 
-def _files_in(folder: Path) -> list[Path]:
-    """The regular files in ``folder`` and its subfolders (links to folders not followed), as paths
-    relative to it, hidden ones left out."""
-    found = []
-    for root, folders, files in os.walk(folder):
-        folders[:] = [f for f in folders if not f.startswith(".")]
-        found += [(Path(root) / f).relative_to(folder) for f in files if not f.startswith(".")]
-    return found
+def _file_digest(path: Path) -> str:
+    info = path.stat()
+    return _digest(path, info.st_size, info.st_mtime_ns, info.st_ino)
 
 
-@functools.lru_cache(maxsize=4096)
-def _file_digest(path: Path, size: int, mtime_ns: int) -> str | None:
-    """A file's sha256, read once per (size, mtime): a sweep asks again for each trial."""
+@functools.lru_cache(maxsize=1 << 16)
+def _digest(path: Path, size: int, mtime_ns: int, inode: int) -> str:
+    """A file's sha256, read once per (size, mtime, inode): a sweep asks again for each trial. An
+    OSError is raised, not cached."""
     digest = hashlib.sha256()
-    try:
-        with path.open("rb") as f:
-            while chunk := f.read(CHUNK):
-                digest.update(chunk)
-    except OSError:
-        return None
+    with path.open("rb") as f:
+        while chunk := f.read(CHUNK):
+            digest.update(chunk)
     return digest.hexdigest()

@@ -57,7 +57,7 @@ def read_image_folder(path: Path, channels: int, image_size: int, field: str = "
             f"each into the sub-folder of its class ({path}/CLASS/IMAGE)"
         )
     files = []
-    for folder in sorted(p for p in path.iterdir() if p.is_dir() and not p.name.startswith(".")):
+    for folder in _class_folders(path):
         if not _is_utf8(folder.name):
             raise DataError(
                 f"{field}: the class folder {folder.name!r} in {path} has a name that is not UTF-8, "
@@ -87,6 +87,15 @@ def read_image_folder(path: Path, channels: int, image_size: int, field: str = "
             f"with suffixes {', '.join(IMAGE_SUFFIXES)})"
         )
     return LabelledImages(np.stack(images), labels)
+
+
+def image_files(path: Path) -> list[Path]:
+    """The images an image folder's classes are read from: each class folder's, in order."""
+    return [file for folder in _class_folders(path) for file in _images_in(folder)]
+
+
+def _class_folders(path: Path) -> list[Path]:
+    return sorted(p for p in path.iterdir() if p.is_dir() and not p.name.startswith("."))
 
 
 def _images_in(folder: Path) -> list[Path]:

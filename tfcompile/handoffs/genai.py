@@ -456,11 +456,12 @@ def least_likely(files: BundleFiles) -> int:
     """The token a decoder bundle's model finds least likely: the smallest mean probability of
     the next token over every one-token context (the forward graph, on the CPU)."""
     model = LanguageModel(files, ["CPUExecutionProvider"])
-    vocab = model.vocab_size or int(model.session.get_outputs()[0].shape[-1])
+    # The tokenizer's ids alone: a padded model's extra columns, trained to be unlikely, are no token.
+    vocab = model.emitted or model.vocab_size or int(model.session.get_outputs()[0].shape[-1])
     total = np.zeros(vocab, dtype=np.float64)
     for start in range(0, vocab, 256):
         ids = np.arange(start, min(start + 256, vocab), dtype=np.int64)[:, None]
-        logits = model.logits(ids)[:, -1].astype(np.float64)
+        logits = model.logits(ids)[:, -1, :vocab].astype(np.float64)
         probs = np.exp(logits - logits.max(axis=1, keepdims=True))
         total += (probs / probs.sum(axis=1, keepdims=True)).sum(axis=0)
     return int(total.argmin())

@@ -358,18 +358,25 @@ class LanguageModel(Bundle):
             if isinstance(decoder, _FixedStepDecoder):
                 decoder.release()  # its window, for the next generation
 
-    def window(self, batch: int, open_new: bool = True) -> _Window | None:
+    def window(
+        self, batch: int, open_new: bool = True, holder: _FixedStepDecoder | None = None
+    ) -> _Window | None:
         """The fixed step graph bound for ``batch`` rows, opened (and on CUDA captured) at first use
-        in place of the oldest that no generation holds; None where it is not open yet and
-        ``open_new`` is False or MAX_WINDOWS are held (the steps then stay on the step graph)."""
+        in place of the least recently used that no generation holds, and taken for ``holder``
+        where given; None where it is not open yet and ``open_new`` is False or MAX_WINDOWS are
+        held, or another generation holds it (the steps then stay on the step graph)."""
         with self._opening:
             if batch not in self._windows and open_new:
-                free = [b for b, window in self._windows.items() if not window.held]  # oldest first
+                free = [b for b, window in self._windows.items() if not window.held]  # least recent first
                 for b in free[: max(0, len(self._windows) + 1 - MAX_WINDOWS)]:
                     del self._windows[b]
                 if len(self._windows) < MAX_WINDOWS:
                     self._windows[batch] = _Window(self, batch)
-            return self._windows.get(batch)
+            window = self._windows.pop(batch, None)
+            if window is None:
+                return None
+            self._windows[batch] = window  # the most recently used, last
+            return window if holder is None or window.take(holder) else None
 
     def _pad_id(self) -> int:
         """What fills padding (the mask hides it)."""
@@ -589,8 +596,8 @@ class _FixedStepDecoder:
     def _enter(self, batch: int) -> bool:
         """Move the step graph's cache into the window of ``batch`` rows -> whether it could (no
         other generation holds that window)."""
-        window = self.model.window(batch, self.open_windows)
-        if window is None or not window.take(self):
+        window = self.model.window(batch, self.open_windows, holder=self)
+        if window is None:
             return False
         empty = self.model.max_seq_len - 1 - self.inner.length
         window.load(

@@ -17,11 +17,12 @@ from typing import Any
 
 import yaml
 from pydantic import BaseModel, ValidationError
+from pydantic.fields import FieldInfo
 
 from tfcompile.paths import file_type
 from tfcompile.spec.errors import SpecError, SpecIssue
 from tfcompile.spec.presets import PRESETS, merge
-from tfcompile.spec.schema import BooleanNotNumber, Spec, listed
+from tfcompile.spec.schema import SHORT_FORMS, BooleanNotNumber, Spec, listed
 
 Loc = tuple[str | int, ...]
 
@@ -528,26 +529,36 @@ def _apply_override(data: dict[str, Any], marks: dict[Loc, Mark], override: str,
             "the value after '=' is empty",
             f"write FIELD=VALUE, e.g. --set {dotted.strip()}=VALUE (YAML: null for none, '' for empty text)",
         )
-    node = data
-    for depth, key in enumerate(keys[:-1]):
-        parent, node = node, node.setdefault(key, {})
-        sections = _walk(tuple(keys[: depth + 1]), Spec)
-        if node is None and sections:  # `moe: null`, or `data:` with nothing under it
-            node = parent[key] = {}
-        elif isinstance(node, str) and any("type" in c.model_fields for c in sections):  # positional: rope
-            node = parent[key] = {"type": node}
-        if not isinstance(node, dict):
-            raise fail(
-                f"{'.'.join(keys[: depth + 1])} is not a section, so it has no field {keys[depth + 1]!r}"
-            )
     loc = tuple(keys)
     for old in [m for m in marks if m[: len(loc)] == loc]:
         del marks[old]  # the file's positions under the override no longer hold its values
     value, value_marks = _compose(raw, source, origin=origin, at=loc)
+    blocked = set_field(data, keys, value)
+    if blocked is not None:
+        raise fail(
+            f"{'.'.join(keys[: blocked + 1])} is not a section, so it has no field {keys[blocked + 1]!r}"
+        )
     marks |= value_marks
     for i in range(1, len(loc) + 1):  # a section the file does not have is the argument's too
         marks.setdefault(loc[:i], Mark(None, 1, None, 1, 1, origin))
+
+
+def set_field(data: dict[str, Any], keys: Sequence[str], value: Any) -> int | None:
+    """Set ``data[k0][k1]...`` to ``value`` as --set does (a study's fields too): sections made on
+    the way, one left empty or null (``moe: null``) filled, a variant's short form (``positional:
+    rope``) opened to ``{type: rope}``; where a value that is no section is in the way, its depth
+    instead, and nothing set."""
+    node = data
+    for depth, key in enumerate(keys[:-1]):
+        parent, node = node, node.setdefault(key, {})
+        if node is None and _walk(tuple(keys[: depth + 1]), Spec):  # `moe: null`, or an empty `data:`
+            node = parent[key] = {}
+        elif isinstance(node, str) and key in SHORT_FORMS:
+            node = parent[key] = {"type": node}
+        if not isinstance(node, dict):
+            return depth
     node[keys[-1]] = value
+    return None
 
 
 FIELD_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # a step of a --set path
@@ -962,9 +973,7 @@ def _type_hint(kind: str, found: Any, error_loc: Loc, root: type[BaseModel]) -> 
         return f"write {number}"
     if kind == "float_parsing" and isinstance(found, str):
         percent = re.fullmatch(r"\s*([-+]?\d+(?:\.\d+)?)\s*%\s*", found)
-        fraction = info is not None and any(
-            getattr(m, "lt", getattr(m, "le", None)) == 1 for m in info.metadata
-        )
+        fraction = info is not None and 1 in _upper_bounds(info.annotation, info.metadata)  # not grad_clip
         if percent and fraction:
             return f"write {float(percent.group(1)) / 100:g}: a fraction, not a percentage"
         return None
@@ -980,6 +989,20 @@ def _type_hint(kind: str, found: Any, error_loc: Loc, root: type[BaseModel]) -> 
             shown = ", ".join(yaml.safe_dump(v).split("\n")[0] for v in found.values())
             return f"write a list: [{shown}]"
     return None
+
+
+def _upper_bounds(annotation: Any, metadata: Sequence[Any] = ()) -> list[Any]:
+    """The lt and le bounds of a field's ``metadata`` and of the Annotated types its annotation
+    holds (an optional field's bounds are inside its union)."""
+    bounds = [getattr(m, "lt", getattr(m, "le", None)) for m in metadata]
+    origin = typing.get_origin(annotation)
+    if origin is typing.Annotated:
+        inner, *extra = typing.get_args(annotation)
+        found = [m for e in extra for m in (e.metadata if isinstance(e, FieldInfo) else [e])]
+        return bounds + _upper_bounds(inner, found)
+    if origin in (typing.Union, types.UnionType):
+        return bounds + [b for arg in typing.get_args(annotation) for b in _upper_bounds(arg)]
+    return bounds
 
 
 def _whole_number(found: Any) -> int | None:

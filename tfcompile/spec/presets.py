@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from tfcompile.spec.schema import SHORT_FORMS
+
 PRESETS: dict[str, dict[str, Any]] = {
     # Radford et al. 2019, GPT-2 small: 124,439,808 parameters with the tied LM head.
     "gpt2": {
@@ -175,17 +177,18 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
-def merge(base: Any, override: Any) -> Any:
-    """Deep-merge ``override`` onto ``base``. A mapping whose ``type`` changes is replaced whole,
-    since the old variant's fields would not fit the new one; a variant's short form (``positional:
-    rope``) is its ``{type: rope}``, which keeps the preset's other fields of the same variant."""
-    if isinstance(base, dict) and "type" in base and isinstance(override, str):
+def merge(base: Any, override: Any, key: str | None = None) -> Any:
+    """Deep-merge ``override`` onto ``base`` (at field ``key``). A mapping whose ``type`` changes is
+    replaced whole, since the old variant's fields would not fit the new one; a variant's short
+    form (``positional: rope``) is its ``{type: rope}``, which keeps the preset's other fields of
+    the same variant."""
+    if key in SHORT_FORMS and isinstance(base, dict) and isinstance(override, str):
         override = {"type": override}
     if not (isinstance(base, dict) and isinstance(override, dict)):
         return override
     if "type" in override and override.get("type") != base.get("type"):
         return override
     merged = dict(base)
-    for key, value in override.items():
-        merged[key] = merge(base[key], value) if key in base else value
+    for name, value in override.items():
+        merged[name] = merge(base[name], value, name) if name in base else value
     return merged

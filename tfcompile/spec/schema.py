@@ -234,6 +234,15 @@ def _type_shorthand(value: Any) -> Any:
     return {"type": value} if isinstance(value, str) else value
 
 
+SHORT_FORMS: set[str] = set()  # the fields that take a variant's name for {type: NAME}
+
+
+def short_form(*fields: str) -> Any:
+    """The before-validator that lets each of ``fields`` take a variant's name alone."""
+    SHORT_FORMS.update(fields)
+    return field_validator(*fields, mode="before")(_type_shorthand)
+
+
 # ---------------------------------------------------------------------------- model
 
 
@@ -882,7 +891,7 @@ class TransformerSpec(Section):
     dropout: DropoutSpec = DropoutSpec()
     init_std: PositiveFloat = 0.02
 
-    _shorthands = field_validator("positional", "block", mode="before")(_type_shorthand)
+    _shorthands = short_form("positional", "block")
 
     @property
     def gated(self) -> bool:
@@ -1608,7 +1617,7 @@ class DataSpec(Section):
         None, description="images: hold out this part for the test accuracy, when there is no test_path"
     )
 
-    _tokenizer_shorthand = field_validator("tokenizer", mode="before")(_type_shorthand)
+    _tokenizer_shorthand = short_form("tokenizer")
 
     @field_validator(*DATA_PATHS, mode="before")
     @classmethod
@@ -2295,7 +2304,7 @@ class TrainSpec(Section):
         None, description="a pretraining run whose encoder weights and tokenizer start this one"
     )
 
-    _schedule_shorthand = field_validator("schedule", mode="before")(_type_shorthand)
+    _schedule_shorthand = short_form("schedule")
 
     @field_validator("name")
     @classmethod
@@ -2422,7 +2431,7 @@ class Spec(Section):
     train: TrainSpec = TrainSpec()
     export: ExportSpec = ExportSpec()
 
-    _task_shorthand = field_validator("task", mode="before")(_type_shorthand)
+    _task_shorthand = short_form("task")
 
     @property
     def context_length(self) -> int:

@@ -21,7 +21,7 @@ from typing import Any
 from tfcompile.manifest import SPEC_FILE
 from tfcompile.paths import FOLDER, REGULAR_FILE, Kind, file_type, kind_of, top_level_keys
 from tfcompile.spec.errors import SpecError, SpecIssue
-from tfcompile.spec.loader import Loc, Mark, load_spec, read_yaml, spec_from_data
+from tfcompile.spec.loader import Loc, Mark, load_spec, read_yaml, set_field, spec_from_data
 from tfcompile.spec.schema import Spec
 from tfcompile.study.schema import MAX_STEPS, MatchParameters, StudyFile, is_name
 
@@ -249,7 +249,7 @@ class _TrialSpecs:
         issues = []
         for entry in entries:
             keys = tuple(entry.field.split("."))
-            blocked = _set(data, keys, copy.deepcopy(entry.value))
+            blocked = set_field(data, keys, copy.deepcopy(entry.value))
             if blocked is not None:
                 section, field = ".".join(keys[: blocked + 1]), keys[blocked + 1]
                 message = f"{section} is not a section in the base spec, so it has no field {field!r}"
@@ -263,7 +263,7 @@ class _TrialSpecs:
         if issues:
             raise self.study.error(issues)
         for field, value in {**self.fixed, "train.name": label + self.seed_suffix, **(extra or {})}.items():
-            _set(data, tuple(field.split(".")), value)
+            set_field(data, tuple(field.split(".")), value)
         try:
             return spec_from_data(data, marks, str(self.study.path), self.study.text, self.base.parent)
         except SpecError as e:
@@ -382,18 +382,6 @@ def _closest(count: Callable[[int], int | None], start: int, target: int) -> tup
 def _covers(entry: str, field: str) -> bool:
     """Whether setting ``entry`` sets ``field`` (itself, or a section that holds it)."""
     return field == entry or field.startswith(f"{entry}.")
-
-
-def _set(data: dict[str, Any], keys: tuple[str, ...], value: Any) -> int | None:
-    """Set ``data[k0][k1]...`` as --set does, making sections on the way; where a value is in the
-    way (not a section), its depth instead, and nothing set."""
-    node = data
-    for depth, key in enumerate(keys[:-1]):
-        node = node.setdefault(key, {})
-        if not isinstance(node, dict):
-            return depth
-    node[keys[-1]] = value
-    return None
 
 
 def _value_at(data: Any, keys: list[str]) -> Any:

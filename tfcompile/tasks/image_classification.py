@@ -15,7 +15,13 @@ import torch.nn.functional as F
 from tokenizers import Tokenizer
 
 from tfcompile.data import DataError
-from tfcompile.data.images import LabelledImages, load_digits, read_image_folder, stratified_split
+from tfcompile.data.images import (
+    LabelledImages,
+    image_files,
+    load_digits,
+    read_image_folder,
+    stratified_split,
+)
 from tfcompile.files import PREPROCESSING_FILE
 from tfcompile.graphs.export import Graph, export_image_classifier
 from tfcompile.graphs.parity import check_image_classifier_parity
@@ -77,6 +83,10 @@ class ImageClassification(Task):
     best_metric = "val_accuracy"
     higher_is_better = True
     gate = GateRule("accuracy", higher_is_better=True, tolerance={"int8": 0.005})
+
+    @staticmethod
+    def folder_files(folder: Path) -> list[Path]:
+        return image_files(folder)
 
     @staticmethod
     def build_model(spec: Spec) -> VisionTransformer:

@@ -26,6 +26,7 @@ from torch import nn
 
 from tfcompile import sequences
 from tfcompile.data import DataError
+from tfcompile.data.corpus import corpus_files
 from tfcompile.errors import ExportError
 from tfcompile.files import TOKENIZER_FILE
 from tfcompile.manifest import TokenizerInfo
@@ -95,6 +96,12 @@ class Task(ABC):
     gate: ClassVar[GateRule | None] = None
 
     tokenizer: Tokenizer | None = None  # text tasks; images have none
+
+    @staticmethod
+    def folder_files(folder: Path) -> list[Path]:
+        """The files the task reads from a data path that is a folder (a run's data digest covers
+        them): a corpus's text files."""
+        return corpus_files(folder)
 
     # ------------------------------------------------------------------ without data
 
