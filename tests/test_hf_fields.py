@@ -551,6 +551,11 @@ CASES: list[Case] = [
     case("qwen2", json={"attention_bias": False, "mlp_bias": True}, spec={"bias.qkv": True}, slow=True),
     *llama_family("qwen3"),
     *qwen_windows("qwen3"),
+    # Qwen2Config and Qwen3Config: null is one K/V head per head (left out: 32)
+    *(
+        case(f, num_key_value_heads=4, json={"num_key_value_heads": None}, spec={"n_kv_heads": 4}, slow=True)
+        for f in ("qwen2", "qwen3")
+    ),
     # Qwen3: q/k norms always; attention_bias on q, k, v and o; mlp_bias is not a Qwen3 field
     case(
         "qwen3",

@@ -1097,12 +1097,9 @@ GRANITE_MOE: dict[str, Any] = dict(
 )
 SLIDING, FULL = "sliding_attention", "full_attention"
 OLMO3_THETA = 500000.0  # Olmo3Config's default_theta
-QWEN = {  # K/V heads: 32, whatever num_attention_heads is
-    "vocab_size": 151936,
-    "intermediate_size": 22016,
-    "num_key_value_heads": 32,
-    "max_position_embeddings": 32768,
-}
+QWEN = {"vocab_size": 151936, "intermediate_size": 22016, "max_position_embeddings": 32768}
+# K/V heads: 32 where the config leaves them out, whatever num_attention_heads is; null: one per head.
+QWEN_NULLABLE = {"num_key_value_heads": 32} | WINDOW
 DEEPSEEK = MoEType(
     experts="n_routed_experts",
     d_ff="moe_intermediate_size",
@@ -1127,7 +1124,7 @@ MODEL_TYPES = {
         layer_types=True,
         window_layers=True,
         defaults=QWEN,
-        nullable=WINDOW,
+        nullable=QWEN_NULLABLE,
         title="Qwen2",
         head="Qwen2ForCausalLM",
         own=qwen2_own,
@@ -1138,7 +1135,7 @@ MODEL_TYPES = {
         qk_norm=True,
         window_layers=True,
         defaults=QWEN | {"head_dim": 128},
-        nullable=WINDOW,
+        nullable=QWEN_NULLABLE,
         title="Qwen3",
         head="Qwen3ForCausalLM",
     ),
