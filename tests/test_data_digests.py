@@ -4,9 +4,11 @@ neither reuses nor reports a finished trial whose data changed."""
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -15,8 +17,9 @@ from test_study import write_study
 from test_study_robustness import run_cli
 from test_train_robustness import small_spec, trainer
 
+from tfcompile.data import DataError
 from tfcompile.data.corpus import corpus_files
-from tfcompile.data.digest import DATA_FILE, data_digests, path_digest
+from tfcompile.data.digest import DATA_FILE, changed_data, data_digests, path_digest
 from tfcompile.data.images import image_files
 from tfcompile.spec import load_spec
 from tfcompile.train import TrainError
@@ -33,10 +36,43 @@ def test_a_translators_digests_are_of_each_side_by_field_and_file_name() -> None
     digests = data_digests(spec)
     folder = SHARED_DATA / "multi30k"
     assert digests == {
-        f"data.{field}: {name}.{side}.gz": sha256((folder / f"{name}.{side}.gz").read_bytes())
+        f"data.{field} ({side}): {name}.{side}.gz": sha256(
+            gzip.decompress((folder / f"{name}.{side}.gz").read_bytes())
+        )
         for field, name in (("path", "train"), ("val_path", "val"), ("test_path", "test_2016_flickr"))
         for side in ("de", "en")
     }
+
+
+def test_each_side_of_a_translation_is_its_own_even_under_one_file_name(tmp_path: Path) -> None:
+    """mt/{lang}/train.txt: both sides are train.txt, and the German one was never checked."""
+    for side in ("de", "en"):
+        (tmp_path / side).mkdir()
+        (tmp_path / side / "train.txt").write_text(f"{side}\n")
+    spec = load_spec(
+        ROOT / "specs" / "multi30k-de-en.yaml",
+        [f"data.path={tmp_path}/{{lang}}/train.txt", "data.val_path=null", "data.test_path=null"],
+    )
+    digests = data_digests(spec)
+    assert list(digests) == ["data.path (de): train.txt", "data.path (en): train.txt"]
+    (tmp_path / "de" / "train.txt").write_text("DE\n")
+    now, then = sha256(b"DE\n")[:12], digests["data.path (de): train.txt"][:12]
+    assert changed_data(digests, spec) == [
+        f"data.path (de): train.txt (sha256 {now}..., the run's {then}...)"
+    ]
+
+
+def test_gzip_data_compressed_again_is_the_same_data(tmp_path: Path) -> None:
+    """Its header's time differs, not its text: a resume was refused with advice no one could follow."""
+    path = tmp_path / "c.txt.gz"
+    path.write_bytes(gzip.compress(b"text\n", mtime=1))
+    digest = path_digest(path, corpus_files)
+    path.write_bytes(gzip.compress(b"text\n", mtime=2, compresslevel=1))
+    assert path_digest(path, corpus_files) == digest == sha256(b"text\n")
+    path.write_bytes(gzip.compress(b"text!\n", mtime=1))
+    assert path_digest(path, corpus_files) != digest
+    path.write_bytes(gzip.compress(b"text\n")[:-6])  # damaged: the reader names it
+    assert path_digest(path, corpus_files) is None
 
 
 def test_an_image_folders_digest_follows_the_images_its_task_reads(tmp_path: Path) -> None:
@@ -112,6 +148,26 @@ def test_a_resume_refuses_data_edited_in_place_since_the_run_started(corpus: Pat
     corpus.write_text(TEXT)
     assert trainer(small_spec(tmp_path, f"data.path={corpus}"), run_dir, resume=True).train().step == 4
     assert json.loads((run_dir / DATA_FILE).read_text()) == recorded
+
+
+@pytest.mark.parametrize(
+    "damage", ['{"data.path: corpus.txt": "0e2f', "[]", '{"data.path: corpus.txt": 1}', "folder"]
+)
+def test_a_damaged_record_of_the_data_is_refused_not_replaced(
+    corpus: Path, tmp_path: Path, damage: str
+) -> None:
+    run_dir = tmp_path / "runs" / "run"
+    trainer(small_spec(tmp_path, f"data.path={corpus}", "train.steps=2"), run_dir).train()
+    record = run_dir / DATA_FILE
+    record.unlink()
+    if damage == "folder":
+        record.mkdir()
+    else:
+        record.write_text(damage)
+    corpus.write_text(TEXT.replace("the", "teh"))
+    with pytest.raises(DataError, match=rf"^{re.escape(str(record))} is damaged \(not the JSON object"):
+        trainer(small_spec(tmp_path, f"data.path={corpus}"), run_dir, resume=True)
+    assert record.is_dir() if damage == "folder" else record.read_text() == damage
 
 
 def test_a_run_from_before_digests_records_its_data_at_its_resume(corpus: Path, tmp_path: Path) -> None:

@@ -472,3 +472,12 @@ def test_damaged_metrics_lines_are_skipped_with_a_warning(tmp_path: Path) -> Non
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # the resume rewrote the file without the damaged lines
         assert [r["step"] for r in read_metrics(run_dir)] == [4, 6]
+
+
+def test_a_metrics_file_that_is_a_pipe_is_damaged_not_waited_on(tmp_path: Path) -> None:
+    """`tfcompile runs` and `plot` opened it to read and waited forever."""
+    run = tmp_path / "run"
+    run.mkdir()
+    os.mkfifo(run / "metrics.jsonl")
+    with pytest.raises(CheckpointError, match=r"metrics\.jsonl is a named pipe \(FIFO\), not the run's file"):
+        read_metrics(run)

@@ -5,13 +5,18 @@ trial and compare read the digests to notice it."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import gzip
 import hashlib
 import json
 import stat
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 
+from tfcompile.data.corpus import GZIP_MAGIC, DataError
+from tfcompile.paths import REGULAR_FILE, file_type
 from tfcompile.spec.schema import DATA_PATHS, Spec
 from tfcompile.tasks.task import task_of
 
@@ -30,9 +35,9 @@ def data_digests(spec: Spec) -> dict[str, str]:
     digests = {}
     for field in DATA_PATHS:
         path = getattr(spec.data, field)
-        for file in spec.task.data_files(path) if path is not None else []:
+        for side, file in (spec.task.data_files(path) if path is not None else {}).items():
             if (digest := path_digest(file, folder_files)) is not None:
-                digests[f"data.{field}: {file.name}"] = digest
+                digests[f"data.{field}{f' ({side})' if side else ''}: {file.name}"] = digest
     return digests
 
 
@@ -48,15 +53,23 @@ def changed_data(recorded: dict[str, str], spec: Spec) -> list[str]:
 
 
 def recorded_digests(run_dir: Path) -> dict[str, str]:
-    """RUN/data.json's digests; empty where it has none (a run from before tfcompile kept them) or
-    the file is damaged (nothing can then be compared)."""
+    """RUN/data.json's digests; empty where there is none (a run from before tfcompile kept them).
+    A damaged one is a DataError: what the run read could no longer be told, and a resume would
+    record the data as it is now in its place."""
+    path = run_dir / DATA_FILE
+    if not path.exists() and not path.is_symlink():
+        return {}
     try:
-        found = json.loads((run_dir / DATA_FILE).read_text())
+        found = json.loads(path.read_text()) if file_type(path) == REGULAR_FILE else None
     except (OSError, UnicodeDecodeError, ValueError):
-        return {}
-    if not isinstance(found, dict):
-        return {}
-    return {k: v for k, v in found.items() if isinstance(v, str)}
+        found = None
+    if not isinstance(found, dict) or not all(isinstance(v, str) for v in found.values()):
+        raise DataError(
+            f"{path} is damaged (not the JSON object of sha256 digests tfcompile writes), so whether the "
+            f"run's data changed cannot be told: restore it from a copy, or remove it to take the data "
+            f"as it is now for the data the run read"
+        )
+    return found
 
 
 def path_digest(path: Path, folder_files: Callable[[Path], list[Path]]) -> str | None:
@@ -86,10 +99,17 @@ def _file_digest(path: Path) -> str:
 
 @functools.lru_cache(maxsize=1 << 16)
 def _digest(path: Path, size: int, mtime_ns: int, inode: int) -> str:
-    """A file's sha256, read once per (size, mtime, inode): a sweep asks again for each trial. An
-    OSError is raised, not cached."""
+    """A file's sha256, read once per (size, mtime, inode): a sweep asks again for each trial. Of
+    gzip data (by its bytes, as the readers tell it), the sha256 of what it holds: compressed again,
+    its header's time differs, not its text. An OSError is raised, not cached."""
     digest = hashlib.sha256()
-    with path.open("rb") as f:
-        while chunk := f.read(CHUNK):
-            digest.update(chunk)
+    with path.open("rb") as raw:
+        gzipped = raw.read(len(GZIP_MAGIC)) == GZIP_MAGIC
+        raw.seek(0)
+        with gzip.open(raw) if gzipped else contextlib.nullcontext(raw) as f:
+            try:
+                while chunk := f.read(CHUNK):
+                    digest.update(chunk)
+            except (EOFError, zlib.error) as e:  # a damaged gzip file: the reader names it
+                raise OSError(str(e)) from None
     return digest.hexdigest()

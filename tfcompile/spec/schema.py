@@ -1703,10 +1703,10 @@ class TaskSection(Section):
         """Parameters of what the task adds on top of ``model.body_parameters()``."""
         raise NotImplementedError
 
-    def data_files(self, path: Path) -> list[Path]:
-        """The files (or image folders) a data path names: one per side where the task's paths hold
-        ``path_placeholder``."""
-        return [path]
+    def data_files(self, path: Path) -> dict[str, Path]:
+        """The files (or image folders) a data path names, by side where the task's paths hold
+        ``path_placeholder`` (one each), else {"": path}."""
+        return {"": path}
 
 
 TASK_SECTIONS: dict[str, type[TaskSection]] = {}
@@ -2140,8 +2140,8 @@ class Seq2SeqTask(TaskSection):
     def head_parameters(self, model: Any) -> int:
         return model.lm_head_parameters()
 
-    def data_files(self, path: Path) -> list[Path]:
-        return [self.side_file(path, side) for side in (self.source, self.target)]
+    def data_files(self, path: Path) -> dict[str, Path]:
+        return {side: self.side_file(path, side) for side in (self.source, self.target)}
 
     @classmethod
     def side_file(cls, path: Path, side: str) -> Path:

@@ -474,7 +474,7 @@ class Trainer:
     def _write_run_files(self) -> None:
         try:
             atomic_write_text(self.run_dir / SPEC_FILE, dump_spec(self.spec))
-            if not recorded_digests(self.run_dir):  # a run from before digests were kept: from now on
+            if not (self.run_dir / DATA_FILE).exists():  # a run from before digests were kept: from now on
                 atomic_write_text(self.run_dir / DATA_FILE, json.dumps(data_digests(self.spec), indent=1))
             for name, text in self.task.run_files().items():
                 atomic_write_text(self.run_dir / name, text)

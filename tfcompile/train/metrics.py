@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from tfcompile.files import atomic_write_text
-from tfcompile.train.checkpoint import RunWarning, remove_temporaries, write_failure
+from tfcompile.paths import REGULAR_FILE, file_type
+from tfcompile.train.checkpoint import CheckpointError, RunWarning, remove_temporaries, write_failure
 from tfcompile.train.runs import TrainError
 
 METRICS_FILE = "metrics.jsonl"
@@ -21,7 +22,11 @@ METRICS_FILE = "metrics.jsonl"
 def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
     """The run's records; a damaged line (a crash or a full disk mid-write) is skipped with a warning."""
     path = run_dir / METRICS_FILE
-    return _records(path) if path.exists() else []
+    if not path.exists():
+        return []
+    if (found := file_type(path)) != REGULAR_FILE:  # a FIFO would block the read
+        raise CheckpointError(f"{path} is {found}, not the run's file of metrics")
+    return _records(path)
 
 
 class MetricsLog:

@@ -283,6 +283,10 @@ def resume_differences(recorded: Spec, spec: Spec, trained: bool) -> list[str]:
     return model_differences(recorded.model_dump(), spec.model_dump(), "", ignore | RESUMABLE_FIELDS)
 
 
+def _shown(value: Any) -> str:
+    return repr(str(value)) if isinstance(value, Path) else repr(value)  # '/data/a.txt', not PosixPath(...)
+
+
 def model_differences(a: dict[str, Any], b: dict[str, Any], prefix: str, ignore: set[str]) -> list[str]:
     """Dotted paths where two model (or spec) dumps differ, with both values; keys in ``ignore``, by
     name or by dotted path, are skipped."""
@@ -295,5 +299,5 @@ def model_differences(a: dict[str, Any], b: dict[str, Any], prefix: str, ignore:
         if isinstance(va, dict) and isinstance(vb, dict):
             diffs += model_differences(va, vb, path, ignore)
         elif va != vb:
-            diffs.append(f"{path} (run: {va!r}, spec: {vb!r})")
+            diffs.append(f"{path} (run: {_shown(va)}, spec: {_shown(vb)})")
     return diffs
