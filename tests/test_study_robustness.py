@@ -856,3 +856,19 @@ def test_runs_lists_the_others_beside_a_damaged_run(
     assert sorted(rows) == sorted(TRIALS)
     assert "damaged: " in rows["pre-seed2"] and "pre-seed2/spec.yaml:1:" in rows["pre-seed2"]
     assert all("finished" in rows[name] for name in TRIALS if name != "pre-seed2")
+
+
+def test_plot_of_a_run_whose_metric_is_never_finite_says_so(
+    study: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """It drew empty axes and said "wrote"."""
+    path = copy_study(study, tmp_path / "copy")
+    run = folder_of(path) / "post-seed1"
+    metrics = run / "metrics.jsonl"
+    lines = [json.loads(line) for line in metrics.read_text().splitlines()]
+    metrics.write_text(
+        "".join(json.dumps(r | ({"val_loss": math.nan} if "val_loss" in r else {})) + "\n" for r in lines)
+    )
+    status, err = run_cli(["plot", str(run), "--out", str(tmp_path / "x.png")], capsys)
+    assert status == 1 and f"{run}'s val_loss is not finite at any step it logged" in err
+    assert not (tmp_path / "x.png").exists()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import difflib
 import io
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -59,6 +60,10 @@ def plot_runs(paths: Sequence[Path], out: Path, metric: str = "val_loss", x: str
         curve = run.curve(metric)
         if not curve:
             raise PlotError(f"{path} logged no {metric}{_logged(run, metric)}")
+        if not any(math.isfinite(value) for _, _, value in curve):
+            raise PlotError(
+                f"{path}'s {metric} is not finite at any step it logged (nan or inf): no line to draw"
+            )
         axes.plot(
             [step if x == "step" else seconds for step, seconds, _ in curve],
             [value for _, _, value in curve],
