@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from helpers import MODEL_YAML
 
-from tfcompile.spec import SpecError, parse_spec
+from tfcompile.spec import SpecError, load_spec, parse_spec
 from tfcompile.study.plan import plan_study
 from tfcompile.study.schema import load_study
 
@@ -153,3 +153,14 @@ def test_a_study_sets_a_field_of_its_bases_short_form(tmp_path: Path) -> None:
     trials = plan_study(load_study(study)).trials()
     thetas = {trial.name: trial.spec.model.positional.theta for trial in trials}
     assert thetas == {"slow-seed1": 5000.0, "fast-seed1": 10000.0}
+
+
+@pytest.mark.parametrize("end", ["\r", "\r\n"])
+def test_a_file_of_old_mac_or_windows_line_ends_is_reported_at_its_line(tmp_path: Path, end: str) -> None:
+    """With lone CRs, a character YAML refuses was reported at 1:35, not 3:14."""
+    path = tmp_path / "s.yaml"
+    path.write_bytes(f"model:{end}  d_model: 64{end}  n_layers: 2\x01{end}".encode())
+    with pytest.raises(SpecError) as caught:
+        load_spec(path)
+    (issue,) = caught.value.issues
+    assert (issue.line, issue.column) == (3, 14)

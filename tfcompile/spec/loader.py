@@ -116,7 +116,9 @@ def _read_text(path: Path, what: str = "spec") -> str:
             f"the file is larger than {MAX_BYTES // 1024} KiB, far beyond any {what}", f"is this a {what}?"
         )
     try:
-        return data.decode("utf-8")
+        # A lone CR ends a line in YAML (old Mac files) as LF does: one kind of line end, so that every
+        # position and source line quoted counts lines as YAML does.
+        return data.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")
     except UnicodeDecodeError as e:
         line = data.count(b"\n", 0, e.start) + 1
         column = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
