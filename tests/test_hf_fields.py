@@ -521,6 +521,7 @@ CASES: list[Case] = [
     ),
     case("llama", outcome="layer_types", json={"layer_types": ["full_attention"]}, slow=True),
     *llama_family("mistral"),
+    case("mistral", outcome="sliding_window", json={"sliding_window": 0}, slow=True),  # its forward fails
     # Mistral slides every layer (a window of the whole context or more is none)
     case("mistral", sliding_window=6, spec={"max_seq_len": 32, **EVERY_LAYER_6}, slow=True),
     case("mistral", sliding_window=64, spec={"max_seq_len": 32, "window": None}, slow=True),

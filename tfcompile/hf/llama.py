@@ -2027,6 +2027,13 @@ def window(config: Config, kind: ModelType) -> dict[str, Any] | None:
             "two differ past the window",
             "leave layer_types out, or list every layer as sliding_attention",
         )
+    raw = config.data.get("sliding_window")
+    config.require(
+        layers == [] or not isinstance(raw, int | float) or isinstance(raw, bool) or raw > 0,
+        "sliding_window",
+        f"is {raw!r}: a window of no tokens attends to nothing (transformers' forward fails on it)",
+        "set it to the window's size, or null for none",
+    )
     if not size or layers == [] or size >= length:
         return None
     every = layers is None or (isinstance(n_layers, int) and layers == list(range(n_layers)))
