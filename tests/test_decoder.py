@@ -9,7 +9,7 @@ from helpers import ROOT, tiny_model
 from tfcompile.models import DecoderLM
 from tfcompile.nn.moe import MoE
 from tfcompile.spec import load_spec
-from tfcompile.summary import summarize
+from tfcompile.summary import forward_flops_per_token, summarize
 from tfcompile.tasks import build_model
 
 VARIANTS = [
@@ -239,3 +239,22 @@ def test_every_norm_takes_the_models_epsilon() -> None:
     model = DecoderLM(tiny_model(norm={"type": "rmsnorm", "eps": 1e-3}))
     eps = {m.eps for m in model.modules() if hasattr(m, "eps")}
     assert eps == {1e-3}
+
+
+def test_summary_counts_flops_at_the_context_it_prints() -> None:
+    spec = load_spec(ROOT / "specs" / "shakespeare-char.yaml", ["train.context_length=128"])
+    summary = summarize(spec)
+    assert summary.context == 128
+    assert summary.forward_flops_per_token == forward_flops_per_token(build_model(spec), spec.model, 128)
+    assert (
+        summary.forward_flops_per_token
+        < summarize(load_spec(ROOT / "specs" / "shakespeare-char.yaml")).forward_flops_per_token
+    )
+
+
+def test_summary_notes_a_shared_layers_tied_attention() -> None:
+    spec = load_spec(
+        ROOT / "specs" / "bert-mini-shakespeare.yaml", ["model.share_layers=true", "model.vocab_size=100"]
+    )
+    rows = {row.name: row for row in summarize(spec).rows}
+    assert rows["blocks.1.attn"].params == 0 and rows["blocks.1.attn"].note == "weight tied to blocks.0.attn"

@@ -872,3 +872,33 @@ def test_plot_of_a_run_whose_metric_is_never_finite_says_so(
     status, err = run_cli(["plot", str(run), "--out", str(tmp_path / "x.png")], capsys)
     assert status == 1 and f"{run}'s val_loss is not finite at any step it logged" in err
     assert not (tmp_path / "x.png").exists()
+
+
+def test_seeds_of_one_variant_trained_to_other_lengths_are_not_averaged(
+    study: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A 12-step and a 40-step run came out as two seeds, their spread the training length's."""
+    for name in ("post-seed1", "post-seed2"):
+        shutil.copytree(folder_of(study) / name, tmp_path / "runs" / name)
+    longer = tmp_path / "runs" / "post-seed2"
+    assert main(["train", "--resume", str(longer), "--set", "train.steps=6"]) == 0
+    status, err = run_cli(["compare", str(tmp_path / "runs"), "--out", str(tmp_path / "report")], capsys)
+    assert status == 1 and f"{longer} are both post, but were trained to steps 4 and 6" in err
+    assert not (tmp_path / "report").exists()
+
+
+@pytest.mark.parametrize(("column", "value"), [("tokens_per_s", "1e400"), ("seed", "9" * 20)])
+def test_a_csv_cell_past_what_compare_writes_is_refused(
+    study: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], column: str, value: str
+) -> None:
+    assert main(["compare", str(study), "--out", str(tmp_path / "out")]) == 0
+    path = tmp_path / "out" / CSV_FILE
+    rows = list(csv.DictReader(io.StringIO(path.read_text())))
+    rows[0][column] = value
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=list(rows[0]), lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    path.write_text(out.getvalue())
+    status, err = run_cli(["compare", "--from-csv", str(path)], capsys)
+    assert status == 1 and "expected a " in err and value[:10] in err

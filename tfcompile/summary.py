@@ -70,19 +70,23 @@ def summarize(spec: Spec) -> Summary:
             else:
                 seen[id(p)] = name
                 own += p.numel()
-        note = f"weight tied to {tied[0]}" if tied else ""
+        notes = [f"weight tied to {tied[0]}" if tied else ""]
         if layer := ATTENTION.fullmatch(name):  # a block's self-attention: its layer's notes
             i = int(layer[1])
-            slides = f"slides over {window.size:,} positions" if window is not None and i in sliding else ""
-            note = "; ".join(filter(None, [slides, "turns no RoPE" if i in nope else ""]))
+            notes.append(
+                f"slides over {window.size:,} positions" if window is not None and i in sliding else ""
+            )
+            notes.append("turns no RoPE" if i in nope else "")
         if isinstance(module, MoE):
-            note = (
+            notes.append(
                 f"{module.top_k} of {len(module.experts)} experts per token: "
                 f"{module.active_parameters():,} parameters active"
             )
+        note = "; ".join(filter(None, notes))
         rows.append(ModuleRow(name, type(module).__name__, own, shapes.get(shape_of), note))
     total = sum(p.numel() for p in model.parameters())
-    return Summary(rows, total, forward_flops_per_token(model, spec.model), spec.context_length)
+    flops = forward_flops_per_token(model, spec.model, spec.context_length)  # at the context it prints
+    return Summary(rows, total, flops, spec.context_length)
 
 
 def forward_flops_per_token(model: nn.Module, spec: TransformerSpec, context: int | None = None) -> int:

@@ -229,6 +229,12 @@ def _check_group(label: str, runs: list[Run]) -> None:
                 f"{runs[0].path} and {run.path} are both {label}, but their models differ "
                 f"({', '.join(changed)}): rename one, so that their names without -seedN differ"
             )
+        if run.step != runs[0].step:
+            raise CompareError(
+                f"{runs[0].path} and {run.path} are both {label}, but were trained to steps {runs[0].step:,} "
+                f"and {run.step:,}: seeds of one variant are compared at one length; train them to one, or "
+                f"rename one so that their names without -seedN differ"
+            )
         curve = run.curve("val_loss")
         if not curve or curve[-1][0] != run.step:
             raise CompareError(
@@ -369,6 +375,10 @@ LOSS = (re.compile(r"nan|inf|-?\d+(\.\d*)?(e[-+]?\d+)?"), "a number, inf or nan"
 RUN_CELL = (RUN_NAME, "a run's folder name: ASCII letters, digits, '.', '_' and '-'")
 
 
+def _count(n: int, thing: str) -> str:
+    return f"{n:,} {thing}{'s' * (n != 1)}"
+
+
 def _cell_value(path: Path, line: int, name: str, text: str) -> Any:
     """The value of the cell ``text`` of column ``name``; a CompareError says what it should be."""
     if name == "memory":
@@ -383,7 +393,11 @@ def _cell_value(path: Path, line: int, name: str, text: str) -> Any:
         raise _csv_error(path, line, f"expected {expected}, found {_shown(text)}", name)
     if kind == "bool":
         return text == "yes"
-    return {"int": int, "float": float}.get(kind, str)(text)
+    value = {"int": int, "float": float}.get(kind, str)(text)
+    finite = pattern is CELLS["float"][0]  # a loss may be inf
+    if (finite and math.isinf(value)) or (kind == "int" and value >= 2**63):  # 1e400 matches the pattern
+        raise _csv_error(path, line, f"expected {expected}, found {_shown(text)}", name)
+    return value
 
 
 def _check_rows(path: Path, rows: list[TrialRow], numbers: list[int]) -> None:
@@ -481,7 +495,8 @@ def render(rows: list[TrialRow], record: dict[str, Any], plots: Sequence[str] = 
     lines = [
         f"# {title}",
         "",
-        f"{len(rows)} trials: {len(variants)} variants, {'/'.join(map(str, seeds))} seeds each; "
+        f"{_count(len(rows), 'trial')}: {_count(len(variants), 'variant')}, "
+        f"{'/'.join(map(str, seeds))} seed{'s' * (seeds != [1])} each; "
         f"baseline: {baseline}{_stand_in(baseline, record.get('baseline'))}. "
         "Losses are mean ± standard deviation over seeds (sample, n-1)."
         + (
