@@ -326,3 +326,32 @@ def test_fp16_keeps_the_routing_nodes_float32_and_leaves_the_graphs_own_casts() 
     reference = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     (got,), (want,) = session.run(None, {"x": x.astype(np.float16)}), reference.run(None, {"x": x})
     np.testing.assert_allclose(got.astype(np.float32), want, rtol=1e-3)
+
+
+@pytest.mark.parametrize("case", ["existing bundle", "int4 for a classifier"])
+def test_export_refuses_what_optimizing_would_before_exporting(
+    char_bundle: Path,
+    classifier_bundle: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    case: str,
+) -> None:
+    """Both were refused after the whole export (27 s of a small model's), naming a staging folder."""
+    import tfcompile.export
+
+    def never(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("exported before the refusal")
+
+    monkeypatch.setattr(tfcompile.export, "export_bundle", never)
+    if case == "existing bundle":
+        out = tmp_path / "out"
+        shutil.copytree(char_bundle, out)
+        args = ["export", str(run_of(char_bundle)), "--out", str(out), "--quantize", "int8"]
+        expected = f"{out} already holds a bundle: pass --force to replace it"
+    else:
+        out = tmp_path / "new"
+        args = ["export", str(run_of(classifier_bundle)), "--out", str(out), "--quantize", "int4"]
+        expected = "int4 quantization is for decoders"
+    assert main(args) == 1
+    assert expected in capsys.readouterr().err and not (tmp_path / "new").exists()

@@ -291,7 +291,9 @@ def _sample(args: argparse.Namespace) -> int:
 
 def _export(args: argparse.Namespace) -> int:
     from tfcompile.console import working
+    from tfcompile.destination import check_destination
     from tfcompile.export import Source, export_bundle
+    from tfcompile.optimize import check_gate_rule
     from tfcompile.train import load_run_spec
 
     target = Path(args.target)
@@ -330,6 +332,9 @@ def _export(args: argparse.Namespace) -> int:
         print(f"bundle: {out}")
         return 0
     gate = _gate_data(args, source.run, plan)
+    # What optimizing will refuse, refused before the export it would waste.
+    check_gate_rule(plan, (spec or load_run_spec(target)).task.type, gate is not None)
+    check_destination(out, args.force)
     with tempfile.TemporaryDirectory(dir=out.parent if out.parent.exists() else None) as staging:
         exported = Path(staging) / out.name
         with working(doing):

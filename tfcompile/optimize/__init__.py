@@ -141,7 +141,7 @@ def _check_plan(plan: Plan, manifest: Manifest, format_version: int, gated: bool
     if plan.fuse and "fuse" in done:
         raise OptimizeError(f"the bundle is fused already ({history})")
     if plan.quantize or gated:
-        _check_gate_rule(plan, manifest.task, gated)
+        check_gate_rule(plan, manifest.task, gated)
 
 
 def _history(manifest: Manifest) -> str:
@@ -155,7 +155,7 @@ def _history(manifest: Manifest) -> str:
     return ", ".join(steps)
 
 
-def _check_gate_rule(plan: Plan, task: str, gated: bool) -> None:
+def check_gate_rule(plan: Plan, task: str, gated: bool) -> None:
     """The bundle's task has an accuracy gate for the run to hold it to, and the quantization asked
     for is one the gate rule holds (int4 is for decoders)."""
     from tfcompile.tasks import TASKS
