@@ -22,6 +22,7 @@ from tfcompile.data.corpus import corpus_files
 from tfcompile.data.digest import DATA_FILE, changed_data, data_digests, path_digest
 from tfcompile.data.images import image_files
 from tfcompile.spec import load_spec
+from tfcompile.study.runs import read_run, trained_otherwise
 from tfcompile.train import TrainError
 
 TEXT = (SHARED_DATA / "tinyshakespeare.txt").read_text()[:20_000]
@@ -168,6 +169,20 @@ def test_a_damaged_record_of_the_data_is_refused_not_replaced(
     with pytest.raises(DataError, match=rf"^{re.escape(str(record))} is damaged \(not the JSON object"):
         trainer(small_spec(tmp_path, f"data.path={corpus}"), run_dir, resume=True)
     assert record.is_dir() if damage == "folder" else record.read_text() == damage
+
+
+def test_a_damaged_record_of_the_data_is_read_only_where_data_is_compared(
+    corpus: Path, tmp_path: Path
+) -> None:
+    """Listing, plotting and comparing plain runs never compare data: they read the run as ever."""
+    run_dir = tmp_path / "runs" / "run"
+    spec = small_spec(tmp_path, f"data.path={corpus}", "train.steps=2")
+    trainer(spec, run_dir).train()
+    (run_dir / DATA_FILE).write_text("{")
+    run = read_run(run_dir)
+    assert run.state == "finished" and run.curve()
+    with pytest.raises(DataError, match="is damaged"):
+        trained_otherwise(run, spec)
 
 
 def test_a_run_from_before_digests_records_its_data_at_its_resume(corpus: Path, tmp_path: Path) -> None:

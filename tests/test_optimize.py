@@ -328,7 +328,7 @@ def test_fp16_keeps_the_routing_nodes_float32_and_leaves_the_graphs_own_casts() 
     np.testing.assert_allclose(got.astype(np.float32), want, rtol=1e-3)
 
 
-@pytest.mark.parametrize("case", ["existing bundle", "int4 for a classifier"])
+@pytest.mark.parametrize("case", ["existing bundle", "int4 for a classifier", "fp16"])
 def test_export_refuses_what_optimizing_would_before_exporting(
     char_bundle: Path,
     classifier_bundle: Path,
@@ -349,6 +349,19 @@ def test_export_refuses_what_optimizing_would_before_exporting(
         shutil.copytree(char_bundle, out)
         args = ["export", str(run_of(char_bundle)), "--out", str(out), "--quantize", "int8"]
         expected = f"{out} already holds a bundle: pass --force to replace it"
+    elif case == "fp16":
+        out = tmp_path / "new"
+        args = [
+            "export",
+            str(run_of(char_bundle)),
+            "--out",
+            str(out),
+            "--quantize",
+            "int8",
+            "--precision",
+            "fp16",
+        ]
+        expected = "--quantize int8 takes an fp32 export"
     else:
         out = tmp_path / "new"
         args = ["export", str(run_of(classifier_bundle)), "--out", str(out), "--quantize", "int4"]

@@ -481,3 +481,5 @@ def test_a_metrics_file_that_is_a_pipe_is_damaged_not_waited_on(tmp_path: Path) 
     os.mkfifo(run / "metrics.jsonl")
     with pytest.raises(CheckpointError, match=r"metrics\.jsonl is a named pipe \(FIFO\), not the run's file"):
         read_metrics(run)
+    with pytest.raises(CheckpointError, match="not the run's file of metrics"):  # a resume trims it
+        metrics_module.MetricsLog(run).truncate(4)

@@ -164,3 +164,12 @@ def test_a_file_of_old_mac_or_windows_line_ends_is_reported_at_its_line(tmp_path
         load_spec(path)
     (issue,) = caught.value.issues
     assert (issue.line, issue.column) == (3, 14)
+
+
+def test_a_byte_that_is_not_utf8_is_placed_by_lines_as_yaml_counts_them(tmp_path: Path) -> None:
+    path = tmp_path / "s.yaml"
+    path.write_bytes(b"model:\r  d_model: 64\r  n_layers: 2\xff\r")
+    with pytest.raises(SpecError) as caught:
+        load_spec(path)
+    (issue,) = caught.value.issues
+    assert (issue.line, issue.column) == (3, 14)

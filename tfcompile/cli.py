@@ -293,7 +293,7 @@ def _export(args: argparse.Namespace) -> int:
     from tfcompile.console import working
     from tfcompile.destination import check_destination
     from tfcompile.export import Source, export_bundle
-    from tfcompile.optimize import check_gate_rule
+    from tfcompile.optimize import OptimizeError, check_gate_rule
     from tfcompile.train import load_run_spec
 
     target = Path(args.target)
@@ -312,13 +312,15 @@ def _export(args: argparse.Namespace) -> int:
         )
     if target.is_dir():
         spec, source, name = None, Source(run=target, checkpoint=args.checkpoint or "last"), target.name
-        export_out = load_run_spec(target).export.out
+        exported_spec = load_run_spec(target)
+        export_out = exported_spec.export.out
     else:
         spec = load_spec(target, args.set)
         if spec.sizes_from_data():
             run = spec.train.runs_dir / (spec.train.name or target.stem)
             raise UsageError(untrained(target, spec.sizes_from_data(), run))
         source, name, export_out = Source(seed=args.seed or 0), target.stem, spec.export.out
+        exported_spec = spec
     out = Path(args.out) if args.out else export_out or Path("exported") / name
     plan = _plan(args)
     doing = f"exporting {target} to {out}: tracing each graph, then checking it against PyTorch"
@@ -333,7 +335,12 @@ def _export(args: argparse.Namespace) -> int:
         return 0
     gate = _gate_data(args, source.run, plan)
     # What optimizing will refuse, refused before the export it would waste.
-    check_gate_rule(plan, (spec or load_run_spec(target)).task.type, gate is not None)
+    check_gate_rule(plan, exported_spec.task.type, gate is not None)
+    if plan.quantize and (args.precision or exported_spec.export.precision) == "fp16":
+        raise OptimizeError(
+            f"--quantize {plan.quantize} takes an fp32 export (onnxruntime's int8 and int4 kernels take "
+            f"float32 activations): export with --precision fp32"
+        )
     check_destination(out, args.force)
     with tempfile.TemporaryDirectory(dir=out.parent if out.parent.exists() else None) as staging:
         exported = Path(staging) / out.name

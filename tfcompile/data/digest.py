@@ -20,13 +20,14 @@ from tfcompile.paths import REGULAR_FILE, file_type
 from tfcompile.spec.schema import DATA_PATHS, Spec
 from tfcompile.tasks.task import task_of
 
-DATA_FILE = "data.json"  # RUN/data.json: {"data.FIELD: NAME": sha256 hex digest}
+DATA_FILE = "data.json"  # RUN/data.json: {"data.FIELD[ (SIDE)]: NAME": sha256 hex digest}
 CHUNK = 1 << 20
 
 
 def data_digests(spec: Spec) -> dict[str, str]:
-    """``data.FIELD: NAME`` -> the sha256 of NAME, for each file or folder the spec's data fields
-    name (one per side of a translation's ``{lang}``) that is there: a missing one is the task's to
+    """``data.FIELD: NAME`` (``data.FIELD (SIDE): NAME``, one per side of a translation's
+    ``{lang}``) -> the sha256 of NAME's contents, for each file or folder the spec's data fields
+    name that is there: a missing one is the task's to
     report, or, for a finished run, one that can no longer be compared. Keyed by name, not place,
     so that a study moved elsewhere keeps its trials."""
     if spec.data is None:
@@ -42,7 +43,7 @@ def data_digests(spec: Spec) -> dict[str, str]:
 
 
 def changed_data(recorded: dict[str, str], spec: Spec) -> list[str]:
-    """The data files of ``spec`` whose bytes differ from those ``recorded`` (a run's data.json)
+    """The data files of ``spec`` whose contents differ from those ``recorded`` (a run's data.json)
     says the run read, each with both digests' first 12 digits."""
     now = data_digests(spec)
     return [
@@ -65,17 +66,16 @@ def recorded_digests(run_dir: Path) -> dict[str, str]:
         found = None
     if not isinstance(found, dict) or not all(isinstance(v, str) for v in found.values()):
         raise DataError(
-            f"{path} is damaged (not the JSON object of sha256 digests tfcompile writes), so whether the "
-            f"run's data changed cannot be told: restore it from a copy, or remove it to take the data "
-            f"as it is now for the data the run read"
+            f"{path} is damaged (not the JSON object of digests tfcompile writes): whether the run's "
+            f"data changed cannot be told; restore it, or remove it to record the data as it is now"
         )
     return found
 
 
 def path_digest(path: Path, folder_files: Callable[[Path], list[Path]]) -> str | None:
-    """The sha256 of a regular file's bytes, or of a folder's ``folder_files`` (the files the task
-    reads there: each one's path in the folder and digest); None for anything else (a FIFO is
-    never opened) or what cannot be read."""
+    """The sha256 of a regular file's contents (gunzipped: ``_digest``), or of a folder's
+    ``folder_files`` (the files the task reads there: each one's path in the folder and digest);
+    None for anything else (a FIFO is never opened) or what cannot be read."""
     try:
         if stat.S_ISREG(path.stat().st_mode):
             return _file_digest(path)

@@ -120,8 +120,8 @@ def _read_text(path: Path, what: str = "spec") -> str:
         # position and source line quoted counts lines as YAML does.
         return data.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")
     except UnicodeDecodeError as e:
-        line = data.count(b"\n", 0, e.start) + 1
-        column = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
+        before = data[: e.start].replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        line, column = before.count(b"\n") + 1, len(before) - (before.rfind(b"\n") + 1) + 1
         raise fail(
             f"the file is not UTF-8 text: byte 0x{data[e.start]:02x} cannot be decoded",
             f"save the {what} as UTF-8",

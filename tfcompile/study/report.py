@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tfcompile.data import DataError
 from tfcompile.errors import UserError
 from tfcompile.files import atomic_write_bytes, atomic_write_text
 from tfcompile.paths import YAML_SUFFIXES, Kind, kind_of
@@ -127,7 +128,10 @@ def collect(sources: Sequence[Path]) -> Trials:
                 path = folder / trial["name"]
                 run = read_run(path) if (path / "spec.yaml").exists() else None
                 steps, spec = trial.get("steps"), specs.get(trial["name"])
-                changed = trained_otherwise(run, spec) if run is not None and spec is not None else []
+                try:
+                    changed = trained_otherwise(run, spec) if run is not None and spec is not None else []
+                except DataError as e:  # its data.json: what it read cannot be told
+                    changed = [str(e)]
                 if run is not None and run.running:
                     missing.append(
                         LeftOut(path, "is running", "compare again when its sweep has finished it")
@@ -232,8 +236,8 @@ def _check_group(label: str, runs: list[Run]) -> None:
         if run.step != runs[0].step:
             raise CompareError(
                 f"{runs[0].path} and {run.path} are both {label}, but were trained to steps {runs[0].step:,} "
-                f"and {run.step:,}: seeds of one variant are compared at one length; train them to one, or "
-                f"rename one so that their names without -seedN differ"
+                f"and {run.step:,}: seeds of one variant are compared at one length; train them to one "
+                f"(train --resume RUN --set train.steps=N), or compare them apart"
             )
         curve = run.curve("val_loss")
         if not curve or curve[-1][0] != run.step:

@@ -9,7 +9,7 @@ import fcntl
 import json
 import math
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +42,6 @@ class Run:
     records: list[dict[str, Any]]  # metrics.jsonl
     saved_step: int  # of its newest checkpoint; 0 before the first
     running: bool
-    data: dict[str, str] = field(default_factory=dict)  # RUN/data.json: its data's digests
 
     @property
     def name(self) -> str:
@@ -90,6 +89,12 @@ class Run:
     def trial(self) -> dict[str, Any]:
         """What the study measured of this run (empty for a run trained outside a study)."""
         return read_trial(self.path)
+
+    @property
+    def data(self) -> dict[str, str]:
+        """RUN/data.json's digests of the data it read, read where they are compared alone (a
+        damaged file is a DataError there, not in a listing or a plot)."""
+        return recorded_digests(self.path)
 
     def failure(self) -> str | None:
         """Why its training stopped with an error, when its study's sweep recorded that it did."""
@@ -149,8 +154,7 @@ def is_run(folder: Path) -> bool:
 
 
 def read_run(folder: Path) -> Run:
-    spec, records = load_run_spec(folder), read_metrics(folder)
-    return Run(folder, spec, records, saved_step(folder), is_locked(folder), recorded_digests(folder))
+    return Run(folder, load_run_spec(folder), read_metrics(folder), saved_step(folder), is_locked(folder))
 
 
 def saved_step(folder: Path) -> int:

@@ -22,11 +22,7 @@ METRICS_FILE = "metrics.jsonl"
 def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
     """The run's records; a damaged line (a crash or a full disk mid-write) is skipped with a warning."""
     path = run_dir / METRICS_FILE
-    if not path.exists():
-        return []
-    if (found := file_type(path)) != REGULAR_FILE:  # a FIFO would block the read
-        raise CheckpointError(f"{path} is {found}, not the run's file of metrics")
-    return _records(path)
+    return _records(path) if path.exists() else []
 
 
 class MetricsLog:
@@ -67,6 +63,8 @@ class MetricsLog:
 
 def _records(path: Path) -> list[dict[str, Any]]:
     """The lines that are JSON records with an integer step; a RunWarning names the others."""
+    if (found := file_type(path)) != REGULAR_FILE:  # a FIFO would block the read
+        raise CheckpointError(f"{path} is {found}, not the run's file of metrics")
     records, damaged = [], []
     for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
         try:
