@@ -257,3 +257,33 @@ def test_the_roles_a_tokenizer_adds_are_read_from_what_it_adds(processor: str, a
     tokenizer.enable_padding(pad_id=3, pad_token="<pad>", length=4)  # padding adds no role
     tokens = SpecialTokens(bos="<s>", eos="</s>", unk="<unk>", pad="<pad>")
     assert tokenizer_info(tokenizer, tokens).added_by_tokenizer == added
+
+
+@pytest.mark.parametrize(
+    ("truncation", "message"),
+    [
+        ({"max_length": 0, "stride": 0}, "its truncation's max_length 0 is not one the manifest can hold"),
+        ({"max_length": 4, "stride": 4}, "its truncation's stride 4 is not below the 4 tokens"),
+    ],
+)
+def test_a_runs_tokenizer_truncation_no_bundle_takes_is_refused_at_export(
+    char_bundle: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    truncation: dict[str, int],
+    message: str,
+) -> None:
+    """A max_length of 0 was a pydantic traceback; a stride past it was exported, and refused at load."""
+    import shutil
+
+    from tfcompile.cli import main
+
+    run = tmp_path / "run"
+    shutil.copytree(char_bundle.parent / "run", run)
+    saved = json.loads((run / "tokenizer.json").read_text())
+    saved["truncation"] = {"direction": "Right", "strategy": "LongestFirst", **truncation}
+    (run / "tokenizer.json").write_text(json.dumps(saved))
+    assert main(["export", str(run), "--out", str(tmp_path / "bundle")]) == 1
+    err = capsys.readouterr().err
+    assert f"{run / 'tokenizer.json'}: {message}" in err and "Traceback" not in err
+    assert not (tmp_path / "bundle").exists()

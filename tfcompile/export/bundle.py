@@ -50,13 +50,13 @@ from tfcompile.manifest import (
     SpecialToken,
     Tensor,
     TokenizerInfo,
-    Truncation,
 )
 from tfcompile.manifest import Graph as GraphEntry
 from tfcompile.nn.moe import half
 from tfcompile.runtime.bundle import BundleFiles, sha256_file
 from tfcompile.runtime.errors import BundleError
 from tfcompile.runtime.ort import ort
+from tfcompile.runtime.session import checked_truncation
 from tfcompile.sequences import SPECIAL_ROLES
 from tfcompile.spec import Spec, dump_spec, parse_spec
 from tfcompile.spec.schema import MAX_OPSET, MIN_OPSET, OPSETS, SpecialTokens
@@ -283,7 +283,11 @@ def _manifest(
     """The bundle's manifest, validated as the schema says before it is written."""
     task = task_of(spec)
     tokenizer = (
-        tokenizer_info(Tokenizer.from_file(str(folder / TOKENIZER_FILE)), spec.tokens)
+        tokenizer_info(
+            Tokenizer.from_file(str(folder / TOKENIZER_FILE)),
+            spec.tokens,
+            source.run / TOKENIZER_FILE if source.run is not None else TOKENIZER_FILE,
+        )
         if (folder / TOKENIZER_FILE).exists()
         else None
     )
@@ -336,7 +340,9 @@ def _graph_entry(name: str, graph: Graph, proto: onnx.ModelProto) -> GraphEntry:
     return GraphEntry(file=graph_file(name), role=graph.role, inputs=inputs, outputs=outputs, cache=cache)
 
 
-def tokenizer_info(tokenizer: Tokenizer, tokens: SpecialTokens | None = None) -> TokenizerInfo:
+def tokenizer_info(
+    tokenizer: Tokenizer, tokens: SpecialTokens | None = None, where: Path | str = TOKENIZER_FILE
+) -> TokenizerInfo:
     """The tokenizer's special tokens by role (the spec's ``tokens``, else tfcompile's own
     strings), the roles its post-processor adds by itself, what becomes of an unknown character,
     and how a text too long is cut.
@@ -364,5 +370,5 @@ def tokenizer_info(tokenizer: Tokenizer, tokens: SpecialTokens | None = None) ->
         special_tokens=specials,
         added_by_tokenizer=added,
         unknown="map" if "unk" in specials or byte_level else "refuse",
-        truncation=Truncation.held_by(tokenizer.truncation),
+        truncation=checked_truncation(tokenizer, where),  # refused as the runtime would refuse it
     )

@@ -583,23 +583,7 @@ class Bundle:
             raise BundleError(f"{where} is not a tokenizer the tokenizers library reads: {e}") from None
         if (why := excess(json.loads(text))) is not None:
             raise BundleError(f"{where}: {why}")
-        try:
-            truncation = Truncation.held_by(tokenizer.truncation)
-        except ValidationError as e:  # a max_length of 0, which the library takes
-            error = e.errors()[0]
-            raise BundleError(
-                f"{where}: its truncation's {error['loc'][0]} {error['input']!r} is not one the manifest "
-                f"can hold ({error['msg']}); a tokenizer must keep at least one token"
-            ) from None
-        if (cut := tokenizer.truncation) is not None:  # the library panics on every text it cuts
-            processor = tokenizer.post_processor
-            added = processor.num_special_tokens_to_add(False) if processor else 0
-            if cut["stride"] >= cut["max_length"] - added:
-                raise BundleError(
-                    f"{where}: its truncation's stride {cut['stride']} is not below the {cut['max_length']} "
-                    f"tokens it keeps less the {added} special tokens it adds to a text; the tokenizers "
-                    "library fails on every text it cuts"
-                )
+        truncation = checked_truncation(tokenizer, where)
         # A manifest without one (format 1's; format 2's before the field) leaves the cut to the
         # client's rule, which a classifier follows whatever tokenizer.json says (cut_to_context).
         if info.truncation is not None and truncation != info.truncation:
@@ -704,6 +688,29 @@ def _messages(message: Message) -> Iterator[Message]:
         if field.type == field.TYPE_MESSAGE:
             for item in (value,) if isinstance(value, Message) else value:
                 yield from _messages(item)
+
+
+def checked_truncation(tokenizer: Tokenizer, where: Path | str) -> Truncation | None:
+    """The tokenizer's truncation as a manifest holds it; a BundleError for one it cannot hold (a
+    max_length of 0, which the library takes) or one the library fails on every text it cuts."""
+    try:
+        truncation = Truncation.held_by(tokenizer.truncation)
+    except ValidationError as e:
+        error = e.errors()[0]
+        raise BundleError(
+            f"{where}: its truncation's {error['loc'][0]} {error['input']!r} is not one the manifest "
+            f"can hold ({error['msg']}); a tokenizer must keep at least one token"
+        ) from None
+    if (cut := tokenizer.truncation) is not None:
+        processor = tokenizer.post_processor
+        added = processor.num_special_tokens_to_add(False) if processor else 0
+        if cut["stride"] >= cut["max_length"] - added:
+            raise BundleError(
+                f"{where}: its truncation's stride {cut['stride']} is not below the {cut['max_length']} "
+                f"tokens it keeps less the {added} special tokens it adds to a text; the tokenizers "
+                "library fails on every text it cuts"
+            )
+    return truncation
 
 
 def id_span(tokenizer: Tokenizer) -> int:
