@@ -27,9 +27,9 @@ CHUNK = 1 << 20
 def data_digests(spec: Spec) -> dict[str, str]:
     """``data.FIELD: NAME`` (``data.FIELD (SIDE): NAME``, one per side of a translation's
     ``{lang}``) -> the sha256 of NAME's contents, for each file or folder the spec's data fields
-    name that is there: a missing one is the task's to
-    report, or, for a finished run, one that can no longer be compared. Keyed by name, not place,
-    so that a study moved elsewhere keeps its trials."""
+    name that is there: a missing one is the task's to report, or, for a finished run, one that
+    can no longer be compared. Keyed by name, not place, so that a study moved elsewhere keeps its
+    trials."""
     if spec.data is None:
         return {}
     folder_files = task_of(spec).folder_files
