@@ -173,3 +173,10 @@ def test_a_byte_that_is_not_utf8_is_placed_by_lines_as_yaml_counts_them(tmp_path
         load_spec(path)
     (issue,) = caught.value.issues
     assert (issue.line, issue.column) == (3, 14)
+
+
+def test_q_k_norms_after_rope_need_rope() -> None:
+    (issue,) = error_of(
+        MODEL_YAML + "  qk_norm: true\n  qk_norm_after_rope: true\n  positional: alibi\n"
+    ).issues
+    assert issue.path == "model.qk_norm_after_rope" and "there is no RoPE to come after" in issue.message

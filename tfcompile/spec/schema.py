@@ -1011,6 +1011,13 @@ class TransformerSpec(Section):
             "set model.qk_norm: true" if not self.qk_norm else "leave qk_norm_over out (head)",
         )
         rules.require(
+            not self.qk_norm_after_rope or isinstance(self.positional, RopePositional),
+            ("qk_norm_after_rope",),
+            f"says the q/k norms come after RoPE, and the positions are {self.positional.type}: there is "
+            "no RoPE to come after",
+            "leave qk_norm_after_rope out",
+        )
+        rules.require(
             self.block.type == "sequential" or self.norm.position == "pre",
             ("block",),
             "a parallel block normalises its sublayers' common input, x + attn(norm(x)) + ffn(norm(x)), "
