@@ -340,7 +340,7 @@ def test_yaml_11_numbers_that_would_pass_silently_are_refused(value: str, messag
         ),
         (
             MODEL + "yes: 1\n",
-            "7:1: error: a key must be a field name, found True",
+            "7:1: error: a key must be a field name, found true",
             "quote it: 'yes' (unquoted, YAML 1.1 reads it as the boolean true)",
         ),
     ],
@@ -353,7 +353,7 @@ def test_a_value_yaml_11_reads_as_no_text_gets_a_hint_to_quote_it(text: str, whe
 
 def test_an_override_yaml_11_reads_as_no_text_gets_the_hint_too() -> None:
     error = _spec_error(MODEL, "train.name=no")
-    assert "--set train.name=no: error: train.name: expected a valid string, found False" in error
+    assert "--set train.name=no: error: train.name: expected a valid string, found false" in error
     assert "hint: quote it: 'no'" in error
 
 
