@@ -44,7 +44,9 @@ def data_digests(spec: Spec) -> dict[str, str]:
 
 def changed_data(recorded: dict[str, str], spec: Spec) -> list[str]:
     """The data files of ``spec`` whose contents differ from those ``recorded`` (a run's data.json)
-    says the run read, each with both digests' first 12 digits."""
+    says the run read, each with both digests' first 12 digits (none read where none is recorded)."""
+    if not recorded:
+        return []
     now = data_digests(spec)
     return [
         f"{key} (sha256 {now[key][:12]}..., the run's {recorded[key][:12]}...)"
