@@ -360,10 +360,11 @@ def tokenizer_info(
     by_id: dict[int, str] = {}
     for role, special in specials.items():  # a token of two roles (T5's <pad>, its bos too) by its first
         by_id.setdefault(special.id, role)
-    unpadded = Tokenizer.from_str(tokenizer.to_str())
+    text = tokenizer.to_str()
+    unpadded = Tokenizer.from_str(text)
     unpadded.no_padding()  # a tokenizer.json's padding (to a fixed length, say) adds no role
     added = list(dict.fromkeys(by_id[i] for i in unpadded.encode("").ids if i in by_id))
-    saved = json.loads(tokenizer.to_str())
+    saved = json.loads(text)
     byte_level = (saved.get("pre_tokenizer") or {}).get("type") == "ByteLevel"
     return TokenizerInfo(
         file=TOKENIZER_FILE,
