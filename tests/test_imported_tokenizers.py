@@ -25,6 +25,7 @@ from tfcompile.runtime.classifier import cut_to_context
 from tfcompile.spec import Spec, load_spec
 from tfcompile.tasks.causal_lm import LanguageModelling
 from tfcompile.tasks.classification import TextClassification
+from tfcompile.train.runs import read_run_tokenizer
 
 transformers = pytest.importorskip("transformers")
 
@@ -153,6 +154,34 @@ def test_an_imported_causal_lm_ends_each_document_with_its_eos_token(tmp_path: P
     without = spec.replace({"tokens": {"eos": None, "bos": None, "unk": None}})
     with pytest.raises(DataError, match=r"tokens\.eos"):
         LanguageModelling(without, tmp_path / "cache", tokenizer)
+
+
+def test_an_imported_tokenizer_cuts_and_pads_nothing_transformers_would_not(tmp_path: Path) -> None:
+    """A tokenizer.json saved with a truncation and padding (a fine-tune saved after
+    ``truncation=True``): transformers applies neither unless asked, and neither does the import's
+    run (a prompt, a corpus and a bundle's text kept whole); a run imported before, whose file holds
+    them, trains on its whole corpus, without padding in its stream."""
+    folder = tmp_path / "hf"
+    write(build("gpt2"), "gpt2", folder)
+    fine_tuned = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    fine_tuned.enable_truncation(4)
+    fine_tuned.enable_padding(pad_id=0, pad_token="<|endoftext|>")
+    fine_tuned.save(str(folder / "tokenizer.json"))
+    text = "the cat sat on the mat. " * 3
+    theirs = transformers.AutoTokenizer.from_pretrained(folder)(text)["input_ids"]
+    assert len(theirs) == len(text)  # a character tokenizer, left whole
+    result = import_folder(folder, "gpt2", tmp_path / "specs", tmp_path / "runs")
+    ours = Tokenizer.from_file(str(result.run_dir / "tokenizer.json"))
+    assert ours.truncation is None and ours.padding is None
+    assert ours.encode(text).ids == theirs
+    fine_tuned.save(str(result.run_dir / "tokenizer.json"))  # as an older import wrote it
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text(text * 400)  # pieces of unequal lengths, each past the saved max_length
+    spec = result.spec.replace({"data": {"path": str(corpus)}})
+    tokenizer = read_run_tokenizer(result.run_dir)
+    assert tokenizer is not None
+    task = LanguageModelling(spec, tmp_path / "cache", tokenizer)
+    assert torch.cat([task.corpus.train, task.corpus.val]).tolist() == ours.encode(text * 400).ids
 
 
 def _transformers_probabilities(case: Any, items: list[Any], context: int) -> np.ndarray:

@@ -2,7 +2,7 @@
 
     specs/NAME.yaml                         the model and task sections, as a person would write them
     runs/NAME/spec.yaml                     the resolved spec (what ``train`` writes)
-    runs/NAME/tokenizer.json                the folder's tokenizer, as it is
+    runs/NAME/tokenizer.json                the folder's tokenizer, less a saved truncation and padding
     runs/NAME/preprocessing.json            image models: size, channels, mean and std
     runs/NAME/checkpoints/step-000000/      the weights (``last`` and ``best`` point there)
     runs/NAME/import.json                   where they came from: folder, model type, sha256 of each file
@@ -915,6 +915,16 @@ def check_tokenizer(folder: Path) -> None:
         raise HFError(f"{path} is not a tokenizer the tokenizers library reads: {e}") from None
 
 
+def uncut_tokenizer(path: Path) -> str:
+    """The text of tokenizer.json without the truncation and padding it may have saved (a fine-tune
+    saved with ``truncation=True``): transformers applies neither unless a call asks, so neither
+    cuts a prompt, a corpus or a bundle's text at a length the model does not have; tfcompile's
+    tasks cut and pad as their own rules say. The rest is kept as it is."""
+    saved = read_json(path)
+    saved["truncation"] = saved["padding"] = None
+    return json.dumps(saved, ensure_ascii=False)
+
+
 def check_tokens_fit(folder: Path, spec: Spec) -> None:
     """A tokenizer.json of more tokens than the embedding table has rows (a fine-tune that added
     special tokens and did not resize the embeddings) is refused: its last ids have no embedding,
@@ -1029,7 +1039,7 @@ def write_run(
         staging.mkdir()
         (staging / SPEC_FILE).write_text(dump_spec(spec))
         if (folder / TOKENIZER_FILE).exists():
-            shutil.copyfile(folder / TOKENIZER_FILE, staging / TOKENIZER_FILE)
+            atomic_write_text(staging / TOKENIZER_FILE, uncut_tokenizer(folder / TOKENIZER_FILE))
         if preprocessing is not None:
             write_json(staging / PREPROCESSING_FILE, ImagePreprocessing.from_dict(preprocessing).to_dict())
         if record is not None:

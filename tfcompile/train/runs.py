@@ -77,14 +77,20 @@ def load_run_tokenizer(run_dir: Path, spec: Spec) -> Tokenizer | None:
 
 
 def read_run_tokenizer(run_dir: Path) -> Tokenizer | None:
-    """The run's tokenizer as it is (None: the run has none); a damaged file is a TrainError."""
+    """The run's tokenizer (None: the run has none) without a truncation or padding its file saved
+    (a run imported before the import dropped them): a task cuts and pads as its own rules say, and
+    either would otherwise cut a corpus's pieces or pad them into its stream. A damaged file is a
+    TrainError."""
     path = run_dir / TOKENIZER_FILE
     if not path.exists():
         return None
     try:
-        return Tokenizer.from_file(str(path))
+        tokenizer = Tokenizer.from_file(str(path))
     except Exception as e:  # the tokenizers library raises a bare Exception
         raise TrainError(f"{path} cannot be read: {_reason(e)}; {_RESTORE}") from None
+    tokenizer.no_truncation()
+    tokenizer.no_padding()
+    return tokenizer
 
 
 # What to do about a damaged file of a run folder.
