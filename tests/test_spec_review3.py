@@ -38,11 +38,23 @@ def test_a_boolean_where_a_number_is_meant_is_refused_at_each_field() -> None:
     )
 
 
+def test_a_boolean_inside_a_list_of_numbers_is_refused_at_its_item() -> None:
+    """`betas: [0.9, no]` trained with a second beta of 0.0."""
+    error = error_of(MODEL_YAML + "train:\n  optimizer:\n    betas: [0.9, no]\n")
+    assert [(i.path, i.line, i.message) for i in error.issues] == [
+        ("train.optimizer.betas.1", 9, "expected a valid number, found false")
+    ]
+    error = error_of(MODEL_YAML, ("train.optimizer.betas=[on, 0.9]",))
+    assert [i.path for i in error.issues] == ["train.optimizer.betas.0"]
+
+
 def test_booleans_and_numbers_still_go_where_they_belong() -> None:
     spec = parse_spec(
-        MODEL_YAML + "  tie_embeddings: yes\n  init_std: 1\ntrain: {grad_clip: 1, precision: fp32}\n"
+        MODEL_YAML + "  tie_embeddings: yes\n  init_std: 1\ntrain: {grad_clip: 1, precision: fp32, "
+        "optimizer: {betas: [0, 0.5]}}\n"
     )
     assert spec.model.tie_embeddings is True and spec.model.init_std == 1.0 and spec.train.grad_clip == 1.0
+    assert spec.train.optimizer.betas == (0.0, 0.5)
 
 
 @pytest.mark.parametrize(

@@ -146,7 +146,11 @@ class Section(BaseModel):
         BooleanNotNumber there, which it refuses (as a field of whole numbers refuses booleans)."""
         if not isinstance(data, dict):
             return data
-        return {name: _boolean_not_number(cls.model_fields.get(name), value) for name, value in data.items()}
+        fields = cls.model_fields
+        return {
+            name: _boolean_not_number(fields[name].annotation, value) if name in fields else value
+            for name, value in data.items()
+        }
 
     def _resolve(self, **values: Any) -> None:
         """Fill derived defaults while validating (the section is frozen once validated)."""
@@ -164,11 +168,21 @@ class BooleanNotNumber:
         return str(self.value).lower()  # as YAML writes it
 
 
-def _boolean_not_number(field: FieldInfo | None, value: Any) -> Any:
-    if not isinstance(value, bool) or field is None:
-        return value
-    leaves = _leaves(field.annotation)
-    return BooleanNotNumber(value) if float in leaves and bool not in leaves else value
+def _boolean_not_number(annotation: Any, value: Any) -> Any:
+    """``value`` with each boolean where ``annotation`` takes a number and no boolean (the field's
+    own value, or an item of its list or tuple: ``betas: [0.9, no]``) a BooleanNotNumber."""
+    leaves = _leaves(annotation)
+    if isinstance(value, bool):
+        return BooleanNotNumber(value) if float in leaves and bool not in leaves else value
+    if isinstance(value, list | tuple):
+        for leaf in leaves:
+            items = typing.get_args(leaf)
+            if typing.get_origin(leaf) in (list, tuple) and items:
+                shape = items[:1] * len(value) if len(items) == 1 or items[1:] == (...,) else items
+                return [_boolean_not_number(a, v) for a, v in zip(shape, value, strict=False)] + list(
+                    value[len(shape) :]
+                )
+    return value
 
 
 def _leaves(annotation: Any) -> list[Any]:
