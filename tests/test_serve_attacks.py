@@ -257,6 +257,33 @@ def test_uploaded_pixels_are_counted_before_any_image_is_decoded(server: Backgro
     assert "20,001 pixels in all, more than the 20,000" in error["message"]
 
 
+def _with_text(png: bytes, inflated: list[int]) -> bytes:
+    """``png`` with a zTXt chunk (zlib text) of each of the ``inflated`` sizes after its header."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    text = b"".join(chunk(b"zTXt", b"k\0\0" + zlib.compress(b"\0" * n, 9)) for n in inflated)
+    return png[:33] + text + png[33:]  # 33: the signature and IHDR
+
+
+def test_an_uploads_text_chunks_are_bounded_and_read_off_the_event_loop(server: BackgroundServer) -> None:
+    """Pillow inflated a PNG's text chunks (1 MB each, 64 MB in all) as it opened the file, on the
+    event loop: 2 MB of such uploads held every client for 9 s. A file's text chunks take at most
+    1 MiB now (a PNG of more is unreadable), and the pixels are counted after the model is checked."""
+    url = f"{server.url}/v1/classify-image"
+    fine = [("images", ("a.png", _with_text(_png(8, 8), [1 << 19]), "image/png"))]
+    assert httpx.post(url, data={"model": "digits"}, files=fine).status_code == 200
+    bomb = [("images", (f"{i}.png", _with_text(_png(8, 8), [1 << 20] * 2), "image/png")) for i in range(2)]
+    error = openai_error(httpx.post(url, data={"model": "digits"}, files=bomb), 400)
+    assert "cannot read the uploaded image" in error["message"] and "text chunks" in error["message"]
+    big = [("images", ("big.png", _png(200, 200), "image/png"))]
+    error = openai_error(httpx.post(url, data={"model": "sst2"}, files=big), 400)
+    assert "does not serve /v1/classify-image" in error["message"]
+
+
 def test_a_form_the_multipart_parser_refuses_is_a_400_with_its_code(server: BackgroundServer) -> None:
     """More files than a batch holds (Starlette's own limit): its HTTPException came back with a
     null code, where every other 400 names one."""

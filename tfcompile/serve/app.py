@@ -271,6 +271,8 @@ def create_app(served: Served) -> ASGI:
     and the metrics layer."""
     from tfcompile.serve import kserve, openai, tasks
 
+    tasks.bound_png_text()
+
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         s = served.settings

@@ -13,7 +13,7 @@ from typing import Annotated, Any
 
 import numpy as np
 from fastapi import APIRouter, Request
-from PIL import Image
+from PIL import Image, PngImagePlugin
 from pydantic import ConfigDict, Field, StrictInt, ValidationError, WithJsonSchema
 from starlette.datastructures import UploadFile
 
@@ -164,6 +164,7 @@ async def classify_image(request: Request) -> dict:
         name, images = await _uploads(request)
         _model(request, name, ImageClassifier, "/v1/classify-image")
         _rows(request, len(images))
+        await asyncio.to_thread(_check_pixels, images, served(request).settings.max_image_pixels)
     else:  # off the event loop, and the cheap checks before any array is made
         name, arrays = await asyncio.to_thread(_images_request, await request.body())
         _model(request, name, ImageClassifier, "/v1/classify-image")
@@ -184,13 +185,24 @@ async def _uploads(request: Request) -> tuple[str, list[bytes]]:
         if not files or not all(isinstance(f, UploadFile) for f in files):
             raise InputError('the form needs one or more "images" files (PNG, JPEG, ...)')
         images = [await f.read() for f in files if isinstance(f, UploadFile)]
+    return name, images
+
+
+def _check_pixels(images: list[bytes], most: int) -> None:
+    """Uploads of more than ``most`` pixels in all, by their headers, are refused (off the event
+    loop: Pillow reads a PNG's text chunks as it opens the file)."""
     pixels = sum(map(_pixels, images))
-    most = served(request).settings.max_image_pixels
     if pixels > most:
         raise InputError(
             f"the uploaded images hold {pixels:,} pixels in all, more than the {most:,} a request may"
         )
-    return name, images
+
+
+def bound_png_text() -> None:
+    """Pillow inflates a PNG's text chunks (never read here) as it opens the file, up to 1 MiB
+    each and 64 MiB in all: 2 MB of uploads held the server's cores for 20 s. The server, a process
+    of its own, lets a file's text chunks take 1 MiB in all; a PNG of more is refused as unreadable."""
+    PngImagePlugin.MAX_TEXT_MEMORY = PngImagePlugin.MAX_TEXT_CHUNK
 
 
 def _pixels(image: bytes) -> int:
