@@ -99,8 +99,8 @@ async def model_ready(name: str, request: Request, version: str = "1") -> JSONRe
 async def infer(name: str, request: Request, version: str = "1") -> dict:
     model = _model(request, name, version)
     body, header_length = await request.body(), request.headers.get("inference-header-content-length")
-    header, feed = await asyncio.to_thread(_read_feed, body, header_length)  # megabytes: off the loop
-    _rows(request, feed)
+    limit = served(request).settings.max_batch
+    header, feed = await asyncio.to_thread(_read_feed, body, header_length, limit)  # megabytes: off the loop
     if isinstance(model, Classifier) and list(feed) == [TEXT_INPUT]:
         texts = _texts(feed[TEXT_INPUT])
         check_lengths(model, texts, TEXT_INPUT)
@@ -128,15 +128,6 @@ async def infer(name: str, request: Request, version: str = "1") -> dict:
     return answer
 
 
-def _rows(request: Request, feed: dict[str, np.ndarray]) -> None:
-    """Each input's first axis is the batch: at most the server's --max-batch-size rows, as on
-    the task routes."""
-    limit = served(request).settings.max_batch
-    rows = max((len(value) if value.ndim else 1 for value in feed.values()), default=0)
-    if rows > limit:
-        raise InputError(f"a request may hold at most {limit} rows, got {rows}")
-
-
 def _model(request: Request, name: str, version: str) -> Bundle:
     model = served(request).worker(name).model
     if version != "1":
@@ -152,10 +143,16 @@ def _tensor_metadata(name: str, dtype: str, shape: list[int | str]) -> dict:
     }
 
 
-def _read_feed(body: bytes, header_length: str | None) -> tuple[dict, dict[str, np.ndarray]]:
-    """The request's JSON header and its inputs as arrays by name."""
+def _read_feed(body: bytes, header_length: str | None, limit: int) -> tuple[dict, dict[str, np.ndarray]]:
+    """The request's JSON header and its inputs as arrays by name. Each input's first axis is the
+    batch: at most ``limit`` rows (the server's --max-batch-size, as on the task routes), checked
+    on the shapes the request declares, before any of its values is read."""
     header, tensors = _read_request(body, header_length)
-    return header, {t["name"]: _array(t, tensors.get(t["name"])) for t in header["inputs"]}
+    shapes = {t["name"]: _shape(t) for t in header["inputs"]}
+    rows = max(shape[0] if shape else 1 for shape in shapes.values())
+    if rows > limit:
+        raise InputError(f"a request may hold at most {limit} rows, got {rows}")
+    return header, {t["name"]: _array(t, shapes[t["name"]], tensors.get(t["name"])) for t in header["inputs"]}
 
 
 def _read_request(body: bytes, header_length: str | None) -> tuple[dict, dict[str, bytes]]:
@@ -212,18 +209,27 @@ def _read_request(body: bytes, header_length: str | None) -> tuple[dict, dict[st
     return header, tensors
 
 
-def _array(tensor: dict, raw: bytes | None) -> np.ndarray:
-    """One request tensor as a numpy array of its shape and datatype."""
-    name, datatype, shape = tensor["name"], tensor.get("datatype"), tensor.get("shape")
+def _shape(tensor: dict) -> list[int]:
+    """A request tensor's shape: at most MAX_RANK sizes whose product (zeros left out, as numpy
+    counts an empty array's room) is below 2^31."""
+    shape = tensor.get("shape")
     if (
         not isinstance(shape, list)
         or len(shape) > MAX_RANK
-        or not all(isinstance(d, int) and not isinstance(d, bool) and 0 <= d < 2**31 for d in shape)
+        or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape)
+        or math.prod(d for d in shape if d) >= 2**31
     ):
         shown = f"{len(shape)} sizes" if isinstance(shape, list) and len(shape) > MAX_RANK else repr(shape)
         raise InputError(
-            f"input {name!r} needs a shape: a list of at most {MAX_RANK} sizes, each below 2^31, got {shown}"
+            f"input {tensor['name']!r} needs a shape: a list of at most {MAX_RANK} sizes whose product "
+            f"(zeros left out) is below 2^31, got {shown[:200]}"
         )
+    return shape
+
+
+def _array(tensor: dict, shape: list[int], raw: bytes | None) -> np.ndarray:
+    """One request tensor as a numpy array of its (checked) shape and datatype."""
+    name, datatype = tensor["name"], tensor.get("datatype")
     count = math.prod(shape)
     if datatype == "BYTES":
         items = _bytes_items(name, raw, count) if raw is not None else tensor.get("data")
