@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import socket
 import time
 import typing
@@ -470,11 +471,36 @@ def test_a_request_body_that_stops_arriving_is_408(server: BackgroundServer) -> 
     status, body = _json_answer(raw)
     assert status == 408 and closed and time.monotonic() - started_at < 5
     assert "the request body stopped arriving: no byte of it for 1 s" in body["error"]["message"]
-    payload = json.dumps({"model": "sst2", "texts": ["a good film"]}).encode()
+    payload = json.dumps({"model": "sst2", "texts": ["a good film"]}).encode().ljust(1000)
     with socket.create_connection(("127.0.0.1", server.port), timeout=10) as s:
-        s.sendall(head.replace(b"100", str(len(payload)).encode()) + payload[:10])
-        for i in range(10, len(payload), 10):  # a piece every 0.3 s: 1.2 s in all, past the 1 s clock
-            time.sleep(0.3 if i < 50 else 0)
-            s.sendall(payload[i : i + 10])
+        s.sendall(head.replace(b"100", str(len(payload)).encode()) + payload[:200])
+        for i in range(200, len(payload), 200):  # a piece every 0.3 s: 1.2 s in all, past the 1 s clock
+            time.sleep(0.3)
+            s.sendall(payload[i : i + 200])
         answer = s.recv(65536)
     assert answer.startswith(b"HTTP/1.1 200 OK"), answer[:200]
+
+
+def test_a_request_body_that_trickles_is_408_once_its_first_clock_has_run(server: BackgroundServer) -> None:
+    """A byte every half second never let the body's clock (1 s without a byte) run out: a few
+    hundred such connections held every descriptor of the process, and its shutdown, for as long
+    as their clients liked. Past its first second a body averages 240 bytes/s or is refused."""
+    head = b"POST /v1/classify HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    head += b"Content-Length: 100000\r\n\r\n"
+    started_at = time.monotonic()
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as s:
+        s.sendall(head + b"{")
+        answer = b""
+        while not answer and time.monotonic() - started_at < 10:
+            time.sleep(0.5)
+            try:
+                s.sendall(b" ")
+                s.settimeout(0.01)
+                answer = s.recv(65536)
+            except (TimeoutError, BlockingIOError):
+                continue
+            except OSError:  # the server closed it while we sent
+                answer = s.recv(65536)
+    assert answer.startswith(b"HTTP/1.1 408"), answer[:200]
+    assert re.search(rb"the request body is arriving at \d bytes/s, under 240 bytes/s", answer)
+    assert time.monotonic() - started_at < 3

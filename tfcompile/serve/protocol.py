@@ -4,8 +4,10 @@ httptools buffers a request line and its headers whole, however long, and joinin
 pieces costs time quadratic in its length, on the event loop: one client sending a 20 MB header
 stalls every other. Here a head may hold ``max_bytes`` and must arrive within ``timeout_s`` of its
 first byte (or of the connection opening), else the connection is answered 431 or 408 and closed; a
-body must keep arriving, no ``timeout_s`` without a byte of it, else 408 (a stalled body was held
-for ever, and kept every batch waiting for it as a request arriving); a request that is not HTTP
+body must keep arriving, no ``timeout_s`` without a byte of it, and once ``timeout_s`` has passed at
+MIN_BODY_RATE on average, else 408 (a stalled body was held for ever, and kept every batch waiting
+for it as a request arriving; one trickled a byte a second held its connection as long, and a few
+hundred of them every descriptor of the process and its shutdown); a request that is not HTTP
 gets uvicorn's 400, and one whose method the parser does not know (FOO, or get in lower case) 501
 (RFC 9110, 9.1), in the route family's JSON shape.
 """
@@ -26,6 +28,7 @@ from tfcompile.serve.app import error_body
 # A request line's method and target (RFC 9110's token, then a space): what a request of a method
 # the parser does not know begins with, where bytes that are not HTTP (TLS, say) do not.
 REQUEST_LINE = re.compile(rb"([!#$%&'*+.^_`|~0-9A-Za-z-]{1,32}) (\S{0,2048})")
+MIN_BODY_RATE = 240  # bytes/s a body averages past its first timeout_s (ASP.NET Kestrel's default)
 
 
 class BoundedHttpToolsProtocol(HttpToolsProtocol):
@@ -39,6 +42,8 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self.head_left: int | None = self.max_bytes  # bytes the head may still take; None in a body
         self.timer: asyncio.TimerHandle | None = None
         self.piece = b""  # the bytes last fed to the parser, while no request has ended in them
+        self.body_began = 0.0  # the loop's time at the head's end
+        self.body_bytes = 0  # received since
 
     @classmethod
     def bounded(cls, max_bytes: int, timeout_s: float) -> type[BoundedHttpToolsProtocol]:
@@ -56,9 +61,16 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     def data_received(self, data: bytes) -> None:
         """Feeds the parser no more of a head than it may hold: what follows the head's end (a
         body, the next request) is fed on, with a new allowance for each new head. Each piece of a
-        body restarts its clock."""
-        if self.head_left is None and self.timer is not None:
-            self._time(self._body_late)
+        body restarts its clock, and is refused where the body is arriving too slowly."""
+        if self.head_left is None:
+            self.body_bytes += len(data)
+            elapsed = self.loop.time() - self.body_began
+            if elapsed > self.timeout_s and self.body_bytes < MIN_BODY_RATE * elapsed:
+                rate = self.body_bytes / elapsed
+                message = f"the request body is arriving at {rate:.0f} bytes/s, under {MIN_BODY_RATE} bytes/s"
+                return self._refuse(408, message)
+            if self.timer is not None:
+                self._time(self._body_late)
         while data and not self.transport.is_closing():
             if self.head_left == 0:
                 self._refuse(431, f"the request line and headers are over {self.max_bytes:,} bytes")
@@ -76,6 +88,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_headers_complete(self) -> None:
         self.head_left = None
+        self.body_began, self.body_bytes = self.loop.time(), 0
         self._time(self._body_late)  # until the message completes: at once where it has no body
         super().on_headers_complete()
 
