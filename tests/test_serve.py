@@ -1007,9 +1007,11 @@ def test_every_route_but_health_needs_the_key(guarded: BackgroundServer) -> None
     assert "error" in httpx.get(f"{guarded.url}/v2/models/sst2").json()
     for public in ("/health", "/v2/health/live", "/v2/health/ready", "/metrics"):
         assert httpx.get(f"{guarded.url}{public}").status_code == 200
-    for scheme in ("Bearer", "bearer", "BEARER"):  # the scheme is case-insensitive (RFC 9110)
-        r = httpx.post(f"{guarded.url}/v1/classify", json=body, headers={"Authorization": f"{scheme} s3cret"})
+    for given in ("Bearer s3cret", "bearer s3cret", "BEARER s3cret", "Bearer   s3cret"):  # RFC 9110, 11.4
+        r = httpx.post(f"{guarded.url}/v1/classify", json=body, headers={"Authorization": given})
         assert r.status_code == 200
+    twice = [("Authorization", "Bearer wrong"), ("Authorization", "Bearer s3cret")]  # the last was read
+    assert httpx.post(f"{guarded.url}/v1/classify", json=body, headers=twice).status_code == 401
     client = openai.OpenAI(base_url=f"{guarded.url}/v1", api_key="s3cret", max_retries=0)
     assert client.completions.create(model="char", prompt="a", max_tokens=2).choices[0].text
     with pytest.raises(openai.AuthenticationError):

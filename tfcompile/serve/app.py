@@ -474,8 +474,11 @@ class Auth:
 
     async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
         if self.key and scope["type"] == "http" and scope["path"] not in PUBLIC:
-            given = dict(scope["headers"]).get(b"authorization", b"").decode("latin-1")
-            scheme, _, key = given.partition(" ")  # the scheme is case-insensitive (RFC 9110)
+            # One header (of two, the last was read), its scheme case-insensitive and one or more
+            # spaces before the key (RFC 9110, 11.4).
+            given = [value.decode("latin-1") for name, value in scope["headers"] if name == b"authorization"]
+            scheme, _, key = given[0].partition(" ") if len(given) == 1 else ("", "", "")
+            key = key.lstrip(" ")
             if scheme.lower() != "bearer" or not hmac.compare_digest(key.encode(), self.key.encode()):
                 message = "a valid API key is needed: send the header Authorization: Bearer KEY"
                 body = error_body(scope["path"], 401, message, "invalid_api_key")
