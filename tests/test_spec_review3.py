@@ -48,6 +48,20 @@ def test_a_boolean_inside_a_list_of_numbers_is_refused_at_its_item() -> None:
     assert [i.path for i in error.issues] == ["train.optimizer.betas.0"]
 
 
+def test_a_section_without_its_type_changes_the_default_variant() -> None:
+    """--set train.schedule.warmup_steps=10 beside no schedule said "missing `type`", though the
+    default schedule (cosine) has the field; a preset's variant is still the one changed, and
+    fields of another variant still ask for its type."""
+    spec = parse_spec(MODEL_YAML, overrides=["train.schedule.warmup_steps=10"])
+    assert (spec.train.schedule.type, spec.train.schedule.warmup_steps) == ("cosine", 10)
+    spec = parse_spec(MODEL_YAML + "train:\n  schedule: {min_lr_ratio: 0.5}\n")
+    assert spec.train.schedule.type == "cosine" and spec.train.schedule.min_lr_ratio == 0.5
+    spec = parse_spec("preset: vaswani\n", overrides=["train.schedule.warmup_steps=10"])
+    assert (spec.train.schedule.type, spec.train.schedule.warmup_steps) == ("vaswani", 10)
+    error = error_of(MODEL_YAML + "  positional: {theta: 3}\n")
+    assert [(i.path, i.message) for i in error.issues] == [("model.positional", "missing `type`")]
+
+
 def test_booleans_and_numbers_still_go_where_they_belong() -> None:
     spec = parse_spec(
         MODEL_YAML + "  tie_embeddings: yes\n  init_std: 1\ntrain: {grad_clip: 1, precision: fp32, "

@@ -152,6 +152,26 @@ class Section(BaseModel):
             for name, value in data.items()
         }
 
+    @model_validator(mode="before")
+    @classmethod
+    def _default_variant(cls, data: Any) -> Any:
+        """A section written without its ``type`` where the field's default is a variant of one
+        (``schedule: {warmup_steps: 10}``, or --set train.schedule.warmup_steps=10 beside no
+        schedule) is of the default's type where that has all its fields, as a section of one
+        class changes its default's; else its ``type`` is missing (and the hint names the variant
+        with those fields)."""
+        if not isinstance(data, dict):
+            return data
+        out = dict(data)
+        for name, value in data.items():
+            default = cls.model_fields[name].default if name in cls.model_fields else None
+            if not isinstance(value, dict) or "type" in value or not isinstance(default, BaseModel):
+                continue
+            fields = type(default).model_fields
+            if "type" in fields and set(value) <= set(fields):
+                out[name] = {"type": default.type, **value}  # type: ignore[attr-defined]
+        return out
+
     def _resolve(self, **values: Any) -> None:
         """Fill derived defaults while validating (the section is frozen once validated)."""
         for name, value in values.items():
