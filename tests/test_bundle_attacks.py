@@ -597,7 +597,7 @@ def test_a_long_sentence_pair_costs_what_its_length_does(classifier_bundle: Path
             ),
             lambda m: m.generate_text("ROMEO", 1),
             BundleError,
-            r"tokenizer\.json gave the token id 99999, past the model's vocabulary \(65\)",
+            r"tokenizer\.json holds token ids up to 99,999, past the model's vocabulary \(65\)",  # at load
         ),
     ],
     ids=["no tokens", "a regex that gives up", "a template id past the vocabulary"],

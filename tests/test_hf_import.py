@@ -13,6 +13,7 @@ import pytest
 import torch
 from hf_models import VARIANTS, Imported, copied, edited, from_pretrained, import_all, max_difference
 from safetensors.torch import load_file, save_file
+from tokenizers import Tokenizer, processors
 
 from tfcompile.cli import main
 from tfcompile.hf.errors import HFError, HFWarning
@@ -113,24 +114,31 @@ def _same_weights(folder: Path, case: Imported, tmp_path: Path) -> None:
         torch.testing.assert_close(model.state_dict()[name], tensor, rtol=0, atol=0)
 
 
-@pytest.mark.parametrize("gap", [False, True], ids=["one more token", "an id past a gap"])
+@pytest.mark.parametrize("kind", ["one more token", "an id past a gap", "a template's token"])
 def test_a_tokenizer_of_ids_past_the_embedding_rows_is_refused_at_import(
-    imported: dict[str, Imported], tmp_path: Path, gap: bool
+    imported: dict[str, Imported], tmp_path: Path, kind: str
 ) -> None:
     """A fine-tune that added a special token and did not resize its embeddings imported, and the
     run it wrote could not be trained or exported ("is it another run's?"); a vocabulary with a
-    gap holds no more tokens than the rows, and an id past them all the same."""
+    gap holds no more tokens than the rows, and an id past them all the same; so does a token the
+    post-processor puts around every text (in no vocabulary: the bundle failed on every prompt)."""
     folder = copied(imported, "llama", tmp_path)
     tokenizer = json.loads((folder / "tokenizer.json").read_text())
     rows = json.loads((folder / "config.json").read_text())["vocab_size"]
-    highest = rows + 5 if gap else rows
-    if gap:  # the last plain token moved past the rows
+    highest = rows + 5 if kind == "an id past a gap" else rows
+    if kind == "an id past a gap":  # the last plain token moved past the rows
         vocab = tokenizer["model"]["vocab"]
         vocab[max(vocab, key=vocab.get)] = highest
-    else:
+    elif kind == "one more token":
         extra = {"id": rows, "content": "<extra>", "single_word": False, "lstrip": False, "rstrip": False}
         tokenizer["added_tokens"].append(extra | {"normalized": False, "special": True})
     (folder / "tokenizer.json").write_text(json.dumps(tokenizer))
+    if kind == "a template's token":
+        template = Tokenizer.from_file(str(folder / "tokenizer.json"))
+        template.post_processor = processors.TemplateProcessing(
+            single="<extra> $A", special_tokens=[("<extra>", rows)]
+        )
+        template.save(str(folder / "tokenizer.json"))
     said = rf"tokenizer\.json has token ids up to {highest}, past the {rows} rows of the embedding table"
     with pytest.raises(HFError, match=said + r".*resize_token_embeddings"):
         import_folder(folder, "extra", tmp_path / "specs", tmp_path / "runs")

@@ -714,9 +714,14 @@ def checked_truncation(tokenizer: Tokenizer, where: Path | str) -> Truncation | 
 
 
 def id_span(tokenizer: Tokenizer) -> int:
-    """One past the highest id of the tokenizer's vocabulary and added tokens: the rows an
-    embedding table needs for it (a vocabulary with gaps holds fewer tokens than that)."""
-    return max(tokenizer.get_vocab(with_added_tokens=True).values(), default=-1) + 1
+    """One past the highest id of the tokenizer's vocabulary, added tokens and the tokens its
+    post-processor puts around a text or pair (a template's ``<s>``, which need be in neither): the
+    rows an embedding table needs for it (a vocabulary with gaps holds fewer tokens than that)."""
+    ids = list(tokenizer.get_vocab(with_added_tokens=True).values())
+    for pair in (None, ""):
+        with contextlib.suppress(Exception):  # a template without a pair's (a bare Exception)
+            ids += tokenizer.encode("", pair).ids
+    return max(ids, default=-1) + 1
 
 
 def is_token_ids(name: str) -> bool:
