@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import gc
+import json
 import os
 import shutil
 import signal
@@ -122,6 +123,27 @@ def test_a_lock_is_released_when_its_owner_is_dropped(tmp_path: Path) -> None:
     del dropped
     gc.collect()
     RunLock(tmp_path / "runs" / "dropped", "wait").release()
+
+
+@pytest.mark.parametrize("held", ["my notes\n", '{"pid": 1}', "[]"])
+def test_a_users_file_named_like_the_lock_is_refused_never_emptied_or_removed(
+    tmp_path: Path, held: str
+) -> None:
+    """A folder's own .lock (another tool's, a user's) was emptied, written over and removed by the
+    lock, even by a run refused a moment later; an empty one (its writer killed before it wrote)
+    or a killed run's record is taken over."""
+    folder = tmp_path / "project"
+    folder.mkdir()
+    (folder / LOCK_FILE).write_text(held)
+    with pytest.raises(
+        TrainError, match=r"\.lock is not a run's lock .*move it, or train into another folder"
+    ):
+        RunLock(folder, "wait")
+    assert (folder / LOCK_FILE).read_text() == held
+    for left in ("", json.dumps({"pid": 1, "host": "h", "started": "2026-01-01 00:00:00"})):
+        (folder / LOCK_FILE).write_text(left)
+        RunLock(folder, "wait").release()
+        assert not (folder / LOCK_FILE).exists()
 
 
 def test_a_lock_left_by_a_process_killed_with_sigkill_does_not_block_the_next_run(tmp_path: Path) -> None:

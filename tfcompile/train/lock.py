@@ -66,9 +66,28 @@ def _lock(path: Path, advice: str) -> int:
             raise TrainError(f"{path.parent} is being written by {holder}: {advice}") from None
         with contextlib.suppress(FileNotFoundError):
             if _identity(os.stat(path)) == _identity(os.fstat(fd)):
+                if not _ours(fd):
+                    os.close(fd)
+                    raise TrainError(
+                        f"{path} is not a run's lock (it holds no process's record), and a run "
+                        f"writes and removes that file: move it, or train into another folder"
+                    )
                 return fd
         os.close(fd)  # its owner removed the file we locked: lock the one at the path now
     raise TrainError(f"cannot lock {path}: the run folder was removed {ATTEMPTS} times as it was locked")
+
+
+def _ours(fd: int) -> bool:
+    """Whether a lock file is empty (new, or its writer stopped before its record) or holds an
+    owner's record, as a killed run leaves it: a file of the user's named .lock is neither."""
+    held = os.pread(fd, 4096, 0)
+    if not held:
+        return True
+    try:
+        owner = json.loads(held)
+    except ValueError:
+        return False
+    return isinstance(owner, dict) and set(owner) == {"pid", "host", "started"}
 
 
 def _identity(stat: os.stat_result) -> tuple[int, int]:
