@@ -125,6 +125,28 @@ def test_a_lock_is_released_when_its_owner_is_dropped(tmp_path: Path) -> None:
     RunLock(tmp_path / "runs" / "dropped", "wait").release()
 
 
+def test_a_stop_asked_for_during_the_test_ends_a_finished_run_whose_resume_tests_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C while the test split was measured (BLEU, minutes) reported a run whose every step and
+    test were recorded as stopped (exit 130), and the resume it asked for recorded the test a
+    second time (as did resuming any finished run)."""
+    run_dir = tmp_path / "runs" / "tested"
+    first = trainer(tiny_spec(tmp_path, "train.steps=2", "train.name=tested"), run_dir)
+
+    def measured_then_stopped(model: Any, device: Any) -> dict[str, float]:
+        first.stop_requested = True  # as the Ctrl-C handler does
+        return {"test_score": 0.5}
+
+    monkeypatch.setattr(first.task, "test_metrics", measured_then_stopped)
+    result = first.train()
+    assert not result.interrupted and result.step == 2
+    resumed = trainer(tiny_spec(tmp_path, "train.steps=2", "train.name=tested"), run_dir, resume=True)
+    monkeypatch.setattr(resumed.task, "test_metrics", lambda model, device: {"test_score": 0.5})
+    assert not resumed.train().interrupted
+    assert [r for r in read_metrics(run_dir) if "test_score" in r] == [{"step": 2, "test_score": 0.5}]
+
+
 @pytest.mark.parametrize("held", ["my notes\n", '{"pid": 1}', "[]"])
 def test_a_users_file_named_like_the_lock_is_refused_never_emptied_or_removed(
     tmp_path: Path, held: str

@@ -157,7 +157,8 @@ class Task(ABC):
         """Validation metrics over ``batches``: ``val_loss`` and ``best_metric`` at least."""
 
     def test_metrics(self, model: nn.Module, device: torch.device) -> dict[str, float]:
-        """Metrics on the data's test split after training (translation: BLEU); none by default."""
+        """Metrics on the data's test split after training (translation: BLEU), each named
+        TEST_PREFIX + name; none by default."""
         return {}
 
     def held_out(self, bundle: Bundle, limit: int | None) -> tuple[float, str]:

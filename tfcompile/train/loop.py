@@ -48,7 +48,7 @@ from tfcompile.train.checkpoint import (
 from tfcompile.train.device import cpu_threads, place
 from tfcompile.train.distributed import is_sharded, leave_world
 from tfcompile.train.lock import RunLock
-from tfcompile.train.metrics import METRICS_FILE, MetricsLog, TrainingClock, Window
+from tfcompile.train.metrics import METRICS_FILE, TEST_PREFIX, MetricsLog, TrainingClock, Window
 from tfcompile.train.optim import build_optimizer
 from tfcompile.train.progress import Progress
 from tfcompile.train.runs import (
@@ -211,9 +211,10 @@ class Trainer:
                     self.save(best=improved)
                 if self.on_step is not None:
                     self.on_step(self, step)
-            self.stop_requested = self.world.any(self.stop_requested, self.device)
+            # A stop asked for while the test runs (it is recorded all the same) ends a finished run.
+            stopped = self.stop_requested = self.world.any(self.stop_requested, self.device)
             self.batches.close()
-            if self.stop_requested:
+            if stopped:
                 if self.saved_step != self.step:  # a second copy would push out the previous checkpoint
                     self.save()
                 progress.log(f"stopped at step {self.step}; resume with --resume {self.run_dir}")
@@ -221,7 +222,7 @@ class Trainer:
                 test = self._test_metrics()
                 if test:
                     self.metrics.append({"step": self.step, **test})
-                    progress.log(f"test {_shown(test, 'test_')}")
+                    progress.log(f"test {_shown(test, TEST_PREFIX)}")
                     metrics = {**metrics, **test}
         return TrainResult(
             self.run_dir,
@@ -229,7 +230,7 @@ class Trainer:
             val_loss,
             self.best,
             self.task.best_metric,
-            self.stop_signal if self.stop_requested else None,
+            self.stop_signal if stopped else None,
             metrics,
         )
 
