@@ -97,6 +97,12 @@ VARIANTS: dict[str, tuple[Callable[[], Any], str]] = {
         lambda: llava_next(T.MistralConfig(**TEXT, sliding_window=6)),
         "MistralForCausalLM",
     ),
+    # granite-vision's: a Granite, whose logits_scaling only GraniteForCausalLM applies (the
+    # multimodal head is a plain linear one)
+    "llava_next_granite": (
+        lambda: llava_next(T.GraniteConfig(**TEXT, logits_scaling=8.0, residual_multiplier=0.5)),
+        "GraniteForCausalLM",
+    ),
     # Mistral-Small-3.1's: a Mistral, untied at both levels
     "mistral3": (
         lambda: mistral3(T.MistralConfig(**TEXT, head_dim=8, sliding_window=None), tie_word_embeddings=False),
@@ -210,6 +216,18 @@ def test_a_top_level_tie_over_an_untied_checkpoint_unties_as_transformers_5(
         warnings.filterwarnings("ignore", ".*the multimodal model's language model", HFWarning)
         result = import_folder(folder, "untied", tmp_path / "specs", tmp_path / "runs")
     assert result.spec.model.tie_embeddings is False
+
+
+def test_a_granite_text_models_logits_scaling_is_said_to_be_left_out(
+    imported: dict[str, Imported], tmp_path: Path
+) -> None:
+    """The logits were divided by logits_scaling (8 apart from transformers', which the
+    multimodal model's plain head leaves as they are): left out, and said."""
+    folder = copied(imported, "llava_next_granite", tmp_path)
+    with pytest.warns(HFWarning, match=r"logits scaling \(8\) is not applied: .* plain linear head"):
+        result = import_folder(folder, "granite", tmp_path / "specs", tmp_path / "runs")
+    assert result.spec.model.logit_multiplier == 1.0
+    assert result.spec.model.residual_multiplier == 0.5
 
 
 def test_a_tie_that_transformers_4_reads_otherwise_is_said(

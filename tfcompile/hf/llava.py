@@ -93,6 +93,15 @@ class LlavaMultimodal(Architecture):
                 stacklevel=3,
             )
         imported = language_model.read(text, MODEL_TYPES[text_type].head, tensors)
+        multiplier = imported.model.pop("logit_multiplier", 1.0)
+        if multiplier != 1.0:  # Granite's 1 / logits_scaling, which only GraniteForCausalLM applies
+            warnings.warn(
+                HFWarning(
+                    f"{tensors.where}: text_config's logits scaling ({1 / multiplier:g}) is not applied: "
+                    f"transformers' {head} computes the logits with a plain linear head"
+                ),
+                stacklevel=3,
+            )
         return dataclasses.replace(imported, sources=text.named(language_model.sources | imported.sources))
 
     def to_state(self, tensors: Tensors, spec: Spec) -> State:
