@@ -99,7 +99,8 @@ class SpecialToken(Part):
 
 class Truncation(Part):
     """How an over-long text is cut (the tokenizers library's truncation, as tokenizer.json says):
-    at most ``max_length`` tokens, the added special tokens included, cut at the end (``right``).
+    at most ``max_length`` tokens, the added special tokens included, a sentence's tokens cut at
+    its end (``right``) or its start (``left``); the special tokens are added after the cut.
     ``longest_first`` on a pair: the shorter sentence stays whole if it fits in half of the room
     left, the longer one taking the rest; otherwise each keeps half, the longer one the odd token
     (the second sentence, of two equally long). ``only_first`` and ``only_second`` cut that sentence
@@ -143,8 +144,9 @@ class TokenizerInfo(Part):
     truncation: Truncation | None = Field(
         None,
         description="applied when encoding, as in training; a classifier's text or pair at no more than "
-        "model.max_seq_len tokens (a decoder's prompt is kept as cut, and generation reads its last "
-        "generation.context_length tokens); none: a classifier's text or pair is cut longest_first "
+        "model.max_seq_len tokens (encoded again, with this strategy and direction, at "
+        "min(max_length, model.max_seq_len); a decoder's prompt is kept as cut, and generation reads "
+        "its last generation.context_length tokens); none: a classifier's text or pair is cut longest_first "
         "from the right at model.max_seq_len tokens, the added special tokens included",
     )
 
@@ -355,8 +357,10 @@ class ImageInfo(Part):
 
     1. decode the file to ``channel_order`` as Pillow's ``Image.convert`` does ("L": ITU-R 601-2
        luma with Pillow's integer rounding, alpha ignored; "RGB"), 16-bit samples taken as their
-       high byte (v >> 8; a file of 32-bit samples is refused); the pixels as stored (an EXIF
-       orientation is not applied), the first frame of an animated or multi-page file;
+       high byte first (v >> 8 into an 8-bit image, then converted: Pillow's ``convert`` of a
+       16-bit grey image clips at 255 instead; a file of 32-bit samples is refused); the pixels
+       as stored (an EXIF orientation is not applied), the first frame of an animated or
+       multi-page file;
     2. to float32 in [0, 1]: uint8 values divided by ``divide_by``; float arrays are taken as
        already in [0, 1] (an array of pixels is (height, width), or (height, width, channels)
        with exactly ``channels``: arrays are not colour converted);
