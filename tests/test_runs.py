@@ -147,6 +147,24 @@ def test_a_stop_asked_for_during_the_test_ends_a_finished_run_whose_resume_tests
     assert [r for r in read_metrics(run_dir) if "test_score" in r] == [{"step": 2, "test_score": 0.5}]
 
 
+def test_a_run_folders_temporaries_are_removed_by_name_and_the_users_kept(tmp_path: Path) -> None:
+    """A failed write removed every hidden .*.tmp of the run folder, which may be a folder of the
+    user's own files (a study's trial restart said it kept them, and did not)."""
+    from tfcompile.study.trial import _clear_start
+    from tfcompile.train.checkpoint import remove_temporaries
+
+    ours, theirs = (
+        [".spec.yaml.k2j3.tmp", ".metrics.jsonl.x.tmp", ".trial.json.a.tmp"],
+        [".notes.tmp", ".x.tmp"],
+    )
+    for name in [*ours, *theirs]:
+        (tmp_path / name).write_text("")
+    remove_temporaries(tmp_path, ["spec.yaml"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([*ours[1:], *theirs])
+    _clear_start(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(theirs)
+
+
 @pytest.mark.parametrize("held", ["my notes\n", '{"pid": 1}', "[]"])
 def test_a_users_file_named_like_the_lock_is_refused_never_emptied_or_removed(
     tmp_path: Path, held: str

@@ -50,7 +50,7 @@ def run_trial(spec_text: str, run_dir: str, show_progress: bool = True) -> dict[
 def _clear_start(folder: Path) -> None:
     """Remove what a start killed before its first checkpoint wrote (nothing to keep), so that the
     trial starts again; any other file in the folder is the user's, and stays."""
-    remove_temporaries(folder)
+    remove_temporaries(folder, (*RUN_FILES, TRIAL_FILE))
     for name in (*RUN_FILES, TRIAL_FILE):
         path = folder / name
         if path.is_dir() and not path.is_symlink():

@@ -27,12 +27,13 @@ have; the shards are read back by any number of processes (they are resharded on
 from __future__ import annotations
 
 import errno
+import glob
 import itertools
 import os
 import re
 import shutil
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -570,10 +571,13 @@ def os_error(error: BaseException) -> OSError | None:
     return None
 
 
-def remove_temporaries(folder: Path) -> None:
-    """Remove the hidden ``.NAME.tmp`` files and folders that writes in ``folder`` leave while they
-    run (the caller holds the run's lock, so none is another process's)."""
-    for path in folder.glob(".*.tmp"):
+def remove_temporaries(folder: Path, names: Iterable[str] | None = None) -> None:
+    """Remove the hidden ``.NAME.*.tmp`` files and folders that writes in ``folder`` leave while
+    they run (the caller holds the run's lock, so none is another process's): those of ``names``
+    alone where given (a run folder may hold the user's own files), else every one (a folder only
+    tfcompile writes, as checkpoints/)."""
+    patterns = [f".{glob.escape(name)}.*.tmp" for name in names] if names is not None else [".*.tmp"]
+    for path in (path for pattern in patterns for path in folder.glob(pattern)):
         if path.is_dir():
             shutil.rmtree(path, ignore_errors=True)
         else:

@@ -480,7 +480,7 @@ class Trainer:
             for name, text in self.task.run_files().items():
                 atomic_write_text(self.run_dir / name, text)
         except OSError as e:
-            remove_temporaries(self.run_dir)
+            remove_temporaries(self.run_dir, RUN_FILES)
             raise TrainError(write_failure(e, "writing the run's files", self.run_dir)) from e
 
     def _unlock(self) -> None:

@@ -58,7 +58,7 @@ class MetricsLog:
         try:
             atomic_write_text(self.path, "".join(line + "\n" for line in kept))
         except OSError as e:
-            remove_temporaries(self.run_dir)
+            remove_temporaries(self.run_dir, [METRICS_FILE])
             raise TrainError(write_failure(e, f"rewriting {self.path}", self.run_dir)) from e
 
 
