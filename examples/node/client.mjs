@@ -131,26 +131,25 @@ function libraryTruncation(cut) {
   return { max_length: cut.max_length, strategy: snake(cut.strategy), direction: snake(cut.direction) };
 }
 
-// The `tokenizers` library's truncation (direction Right): a pair over the limit keeps the shorter
-// sequence whole if it fits in half, else each keeps half (the longer one the odd token).
-// only_first and only_second cut that sequence alone; where it cannot make the room (no second
-// sequence, or one no longer than the excess), where the library fails, tfcompile's runtime cuts
-// longest-first, and so does this client.
+// The `tokenizers` library's truncation: a pair over the limit keeps the shorter sequence whole if
+// it fits in half, else each keeps half (the longer one the odd token). only_first and only_second
+// cut that sequence alone; where it cannot make the room (no second sequence, or one no longer than
+// the excess), where the library fails, tfcompile's runtime cuts longest-first, and so does this
+// client. A sequence keeps its first tokens (direction right) or its last (left).
 function truncate({ max_length, strategy, direction }, a, b, added) {
-  if (direction !== "right") fail(`truncation ${strategy} ${direction} is not implemented`);
+  const keep = (tokens, n) => (direction === "left" ? tokens.slice(tokens.length - n) : tokens.slice(0, n));
   const limit = max_length - added;
   const excess = a.length + (b?.length ?? 0) - limit;
   if (excess <= 0) return [a, b];
-  if (strategy === "only_first" && a.length > excess) return [a.slice(0, a.length - excess), b];
-  if (strategy === "only_second" && b !== null && b.length > excess)
-    return [a, b.slice(0, b.length - excess)];
-  if (b === null) return [a.slice(0, limit), null];
+  if (strategy === "only_first" && a.length > excess) return [keep(a, a.length - excess), b];
+  if (strategy === "only_second" && b !== null && b.length > excess) return [a, keep(b, b.length - excess)];
+  if (b === null) return [keep(a, limit), null];
   const short = Math.min(a.length, b.length);
   const [keepShort, keepLong] =
     short <= limit - short ? [short, limit - short] : [Math.floor(limit / 2), Math.ceil(limit / 2)];
   return a.length <= b.length
-    ? [a.slice(0, keepShort), b.slice(0, keepLong)]
-    : [a.slice(0, keepLong), b.slice(0, keepShort)];
+    ? [keep(a, keepShort), keep(b, keepLong)]
+    : [keep(a, keepLong), keep(b, keepShort)];
 }
 
 // ------------------------------------------------------------------------ tensors
@@ -744,13 +743,20 @@ function parseArgs(argv) {
     if (flag === "--prompt") args.prompt.push(rest[++i]);
     else if (flag === "--ids") args.ids.push(rest[++i]);
     else if (flag === "--pair") args.pair.push([rest[++i], rest[++i]]);
-    else if (flag === "--max-new-tokens") args.maxNewTokens = Number(rest[++i]);
-    else if (flag === "--beam") args.beam = Number(rest[++i]);
+    else if (flag === "--max-new-tokens") args.maxNewTokens = whole(flag, rest[++i], 0);
+    else if (flag === "--beam") args.beam = whole(flag, rest[++i], 1);
     else args.positional.push(flag);
   }
   if (!bundle || !command)
     fail("usage: node client.mjs BUNDLE {generate,logits,classify,translate,classify-image} ...");
   return args;
+}
+
+// A flag's whole number >= minimum, as the runtime takes them (beam >= 1, max_new_tokens >= 0).
+function whole(flag, text, minimum) {
+  const number = /^\s*-?[0-9]+\s*$/.test(text ?? "") ? Number(text) : NaN;
+  if (!(number >= minimum)) fail(`${flag} must be a whole number >= ${minimum}, got ${JSON.stringify(text)}`);
+  return number;
 }
 
 // What each command serves: the manifest's task.
@@ -791,7 +797,9 @@ async function main() {
     if (long) fail(`a prompt of ${long.length} tokens is longer than the context (${bundle.context})`);
     out = await logitsOf(bundle, prompts);
   } else if (args.command === "classify") {
-    out = await classify(bundle, [...args.positional, ...args.pair]);
+    const items = [...args.positional, ...args.pair];
+    if (!items.length) fail("give at least one text or --pair to classify");
+    out = await classify(bundle, items);
   } else if (args.command === "translate") {
     const targets = await translate(bundle, args.positional, args.beam);
     out = targets.map((ids) => ({ ids, text: stripAscii(bundle.decode(ids)) }));

@@ -156,12 +156,25 @@ def prompt_ids(bundle: Bundle, prompts: list[str], ids: list[str]) -> list[list[
     """--prompt texts, encoded, or --ids rows of token ids."""
     if prompts and ids:
         raise SystemExit("give --prompt or --ids, not both")
+    vocab = bundle.manifest["model"]["vocab_size"]
     rows = (
-        [e.ids for e in bundle.encode(prompts)] if prompts else [[int(i) for i in r.split(",")] for r in ids]
+        [e.ids for e in bundle.encode(prompts)]
+        if prompts
+        else [token_ids(r, i, vocab) for i, r in enumerate(ids)]
     )
     if not rows or not all(rows):
         raise SystemExit("give at least one prompt, each of at least one token")
     return rows
+
+
+def token_ids(row: str, i: int, vocab: int) -> list[int]:
+    """An --ids row: comma-separated integers in [0, model.vocab_size), as the runtime takes them
+    (an empty item, "-1" or "1.5" is refused, not read as a token)."""
+    items = [item.strip() for item in row.split(",")]
+    for j, item in enumerate(items):
+        if not (item.isascii() and item.isdigit() and int(item) < vocab):
+            raise SystemExit(f"--ids row {i}, item {j}: {item!r} is not a token id in [0, {vocab})")
+    return [int(item) for item in items]
 
 
 def generate(bundle: Bundle, prompts: list[list[int]], max_new_tokens: int) -> list[list[int]]:
@@ -530,6 +543,19 @@ TASKS = {
 }
 
 
+def whole(minimum: int) -> Any:
+    """An argparse type: a whole number >= minimum, as the runtime takes them (beam >= 1,
+    max_new_tokens >= 0)."""
+
+    def parse(text: str) -> int:
+        number = text.strip().removeprefix("-")
+        if not (number.isascii() and number.isdigit() and int(text) >= minimum):
+            raise argparse.ArgumentTypeError(f"must be a whole number >= {minimum}, got {text!r}")
+        return int(text)
+
+    return parse
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("bundle")
@@ -538,13 +564,15 @@ def main(argv: list[str] | None = None) -> None:
         command = commands.add_parser(name)
         command.add_argument("--prompt", action="append", default=[], help="a text prompt (repeatable)")
         command.add_argument("--ids", action="append", default=[], help="a prompt as comma-separated ids")
-        command.add_argument("--max-new-tokens", type=int, default=None)
+        command.add_argument("--max-new-tokens", type=whole(0), default=None)
     command = commands.add_parser("classify")
     command.add_argument("texts", nargs="*")
     command.add_argument("--pair", nargs=2, action="append", default=[], metavar=("FIRST", "SECOND"))
     command = commands.add_parser("translate")
     command.add_argument("texts", nargs="+")
-    command.add_argument("--beam", type=int, default=None, help="default: the manifest's translation.beam")
+    command.add_argument(
+        "--beam", type=whole(1), default=None, help="default: the manifest's translation.beam"
+    )
     commands.add_parser("classify-image").add_argument("images", nargs="+")
     args = parser.parse_args(argv)
 
@@ -561,10 +589,17 @@ def main(argv: list[str] | None = None) -> None:
         for prompt, new in zip(prompts, generate(bundle, prompts, count), strict=True):
             text = bundle.decode(prompt + [t for t in new if t not in stops]) if bundle.tokenizer else None
             out.append({"prompt_ids": prompt, "new_ids": new, "text": text})
-    elif args.command == "logits":
-        out = last_logits(bundle, prompt_ids(bundle, args.prompt, args.ids)).tolist()
+    elif args.command == "logits":  # the full graph reads no more than the context (generation slides)
+        prompts = prompt_ids(bundle, args.prompt, args.ids)
+        long = next((p for p in prompts if len(p) > bundle.context), None)
+        if long:
+            raise SystemExit(f"a prompt of {len(long)} tokens is longer than the context ({bundle.context})")
+        out = last_logits(bundle, prompts).tolist()
     elif args.command == "classify":
-        out = classify(bundle, args.texts + [tuple(p) for p in args.pair])
+        items = args.texts + [tuple(p) for p in args.pair]
+        if not items:
+            raise SystemExit("give at least one text or --pair to classify")
+        out = classify(bundle, items)
     elif args.command == "translate":
         targets = translate(bundle, args.texts, args.beam)
         out = [{"ids": ids, "text": bundle.decode(ids).strip(" \t\n\r\f\v")} for ids in targets]
