@@ -104,6 +104,18 @@ def test_the_run_holds_the_tokenizer_and_where_it_came_from(imported: dict[str, 
     assert (run / "checkpoints" / "best").read_text().strip() == "step-000000"
 
 
+def test_the_import_stages_in_a_folder_of_its_own(imported: dict[str, Imported], tmp_path: Path) -> None:
+    """The run was staged in RUNS/.NAME.import, removed first whatever it held (a user's folder, or
+    another import's of the same name as it ran)."""
+    folder = copied(imported, "gpt2", tmp_path)
+    theirs = tmp_path / "runs" / ".zz.import"
+    theirs.mkdir(parents=True)
+    (theirs / "notes.txt").write_text("mine")
+    import_folder(folder, "zz", tmp_path / "specs", tmp_path / "runs")
+    assert (theirs / "notes.txt").read_text() == "mine"
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == [".zz.import", "zz"]
+
+
 # ------------------------------------------------------------------ checkpoint formats
 
 

@@ -27,7 +27,7 @@ import yaml
 from tokenizers import Tokenizer
 
 from tfcompile.expansion import excess
-from tfcompile.files import PREPROCESSING_FILE, TOKENIZER_FILE, atomic_write_text
+from tfcompile.files import PREPROCESSING_FILE, TOKENIZER_FILE, atomic_write_text, make_folder_beside
 from tfcompile.hf import families, vit  # noqa: F401 (families registers every architecture)
 from tfcompile.hf.architecture import (
     ARCHITECTURES,
@@ -1032,11 +1032,8 @@ def write_run(
 ) -> None:
     """The run folder ``train`` would have written at step 0 (so that ``train --resume`` continues
     from the weights with a fresh optimizer), from a staging folder moved into place."""
-    run_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = run_dir.parent / f".{run_dir.name}.import"
-    shutil.rmtree(staging, ignore_errors=True)
+    staging = make_folder_beside(run_dir, ".import")  # its own name: never a folder of the user's
     try:
-        staging.mkdir()
         (staging / SPEC_FILE).write_text(dump_spec(spec))
         if (folder / TOKENIZER_FILE).exists():
             atomic_write_text(staging / TOKENIZER_FILE, uncut_tokenizer(folder / TOKENIZER_FILE))
