@@ -179,12 +179,13 @@ class LanguageModelling(Task):
         return {"val_loss": total / count}
 
     def held_out(self, bundle: Bundle, limit: int | None) -> tuple[float, str]:
-        """The loss over ``limit`` (default 128) windows of the validation split, drawn as training's
-        evaluation draws them, the same windows for every bundle."""
+        """The loss over ``limit`` (default 128) windows of the validation split, at most as many
+        as it has starts, drawn as training's evaluation draws them, the same windows for every
+        bundle."""
         from tfcompile.runtime import LanguageModel
 
         assert isinstance(bundle, LanguageModel)
-        windows = limit or 128
+        windows = min(limit or 128, len(self.corpus.val) - self.context)  # 10**30 ran for ever
         size = max(d for d in range(1, 9) if windows % d == 0)  # batches of up to 8, exactly `windows`
         batches = self.eval_batches(windows // size, size, lambda i: torch.Generator().manual_seed(i))
         loss = self.evaluate(served(bundle.logits), batches)["val_loss"]
