@@ -147,6 +147,22 @@ def test_a_stop_asked_for_during_the_test_ends_a_finished_run_whose_resume_tests
     assert [r for r in read_metrics(run_dir) if "test_score" in r] == [{"step": 2, "test_score": 0.5}]
 
 
+def test_an_exported_bundle_is_not_listed_as_a_run(
+    char_bundle: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A bundle holds a spec.yaml too: `runs .` of a project listed each exported bundle as an
+    interrupted run at step 0, and compare left them out as unfinished."""
+    from tfcompile.cli import main
+    from tfcompile.study.runs import find_runs
+
+    bundle = shutil.copytree(char_bundle, tmp_path / "exported" / "char")
+    run = trainer(tiny_spec(tmp_path, "train.steps=1", "train.name=one"), tmp_path / "runs" / "one")
+    run.train()
+    assert find_runs(tmp_path) == [tmp_path / "runs" / "one"]
+    assert main(["runs", str(bundle)]) == 0
+    assert f"no runs in {bundle}" in capsys.readouterr().out
+
+
 def test_a_run_folders_temporaries_are_removed_by_name_and_the_users_kept(tmp_path: Path) -> None:
     """A failed write removed every hidden .*.tmp of the run folder, which may be a folder of the
     user's own files (a study's trial restart said it kept them, and did not)."""

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from tfcompile.data.digest import changed_data, recorded_digests
+from tfcompile.manifest import MANIFEST
 from tfcompile.spec import Spec
 from tfcompile.tasks.task import task_of
 from tfcompile.train.checkpoint import CheckpointError, checkpoint_folders, folder_step, resolve
@@ -150,7 +151,8 @@ def _by_name(value: Any) -> Any:
 
 
 def is_run(folder: Path) -> bool:
-    return (folder / SPEC_FILE).is_file()
+    """A folder of a spec.yaml that is not a bundle's (an exported bundle holds one too)."""
+    return (folder / SPEC_FILE).is_file() and not (folder / MANIFEST).is_file()
 
 
 def read_run(folder: Path) -> Run:
