@@ -116,6 +116,18 @@ def test_the_import_stages_in_a_folder_of_its_own(imported: dict[str, Imported],
     assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == [".zz.import", "zz"]
 
 
+def test_the_import_writes_nothing_into_the_folder_it_reads(
+    imported: dict[str, Imported], tmp_path: Path
+) -> None:
+    """--specs or --runs inside the Hugging Face folder added the spec and run to it."""
+    folder = copied(imported, "gpt2", tmp_path)
+    before = sorted(p.name for p in folder.iterdir())
+    for specs, runs in ((folder, tmp_path / "runs"), (tmp_path / "specs", folder / "runs")):
+        with pytest.raises(HFError, match="is inside the Hugging Face folder"):
+            import_folder(folder, "inside", specs, runs)
+    assert sorted(p.name for p in folder.iterdir()) == before
+
+
 # ------------------------------------------------------------------ checkpoint formats
 
 

@@ -163,6 +163,21 @@ def test_an_exported_bundle_is_not_listed_as_a_run(
     assert f"no runs in {bundle}" in capsys.readouterr().out
 
 
+def test_a_run_is_never_exported_into_itself(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """export RUN --out RUN/bundle wrote the bundle into the run it read (export-hf, optimize and
+    the hand-offs refused an --out inside their source)."""
+    from tfcompile.cli import main
+
+    run_dir = tmp_path / "runs" / "one"
+    trainer(tiny_spec(tmp_path, "train.steps=1", "train.name=one"), run_dir).train()
+    before = snapshot(run_dir)
+    for out in (run_dir, run_dir / "bundle"):
+        assert main(["export", str(run_dir), "--out", str(out)]) == 1
+    error = capsys.readouterr().err
+    assert "is the run itself" in error and "is inside the run" in error
+    assert snapshot(run_dir) == before
+
+
 def test_a_run_folders_temporaries_are_removed_by_name_and_the_users_kept(tmp_path: Path) -> None:
     """A failed write removed every hidden .*.tmp of the run folder, which may be a folder of the
     user's own files (a study's trial restart said it kept them, and did not)."""

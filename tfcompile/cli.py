@@ -291,7 +291,7 @@ def _sample(args: argparse.Namespace) -> int:
 
 def _export(args: argparse.Namespace) -> int:
     from tfcompile.console import working
-    from tfcompile.destination import check_destination
+    from tfcompile.destination import check_destination, check_outside
     from tfcompile.export import Source, export_bundle
     from tfcompile.optimize import OptimizeError, check_gate_rule
     from tfcompile.train import load_run_spec
@@ -322,6 +322,8 @@ def _export(args: argparse.Namespace) -> int:
         source, name, export_out = Source(seed=args.seed or 0), target.stem, spec.export.out
         exported_spec = spec
     out = Path(args.out) if args.out else export_out or Path("exported") / name
+    if target.is_dir():
+        check_outside(target, out, what="run")
     plan = _plan(args)
     doing = f"exporting {target} to {out}: tracing each graph, then checking it against PyTorch"
     if plan is None:

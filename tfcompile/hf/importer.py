@@ -26,6 +26,7 @@ import torch
 import yaml
 from tokenizers import Tokenizer
 
+from tfcompile.destination import check_outside
 from tfcompile.expansion import excess
 from tfcompile.files import PREPROCESSING_FILE, TOKENIZER_FILE, atomic_write_text, make_folder_beside
 from tfcompile.hf import families, vit  # noqa: F401 (families registers every architecture)
@@ -95,6 +96,8 @@ def import_folder(folder: Path, name: str, specs_dir: Path, runs_dir: Path) -> I
     except ValueError as e:
         raise HFError(f"--name {name!r}: {e}") from None
     run_dir, spec_path = runs_dir / name, specs_dir / f"{name}.yaml"
+    for path in (run_dir, spec_path):  # a folder it reads is left as it is
+        check_outside(folder, path, HFError, "Hugging Face folder")
     # the run may be an empty folder (made for it); the spec nothing at all
     for path, free in ((run_dir, run_dir.is_dir() and not any(run_dir.iterdir())), (spec_path, False)):
         if path.exists() and not free:
