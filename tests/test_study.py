@@ -15,6 +15,7 @@ from PIL import Image
 
 from tfcompile.cli import main
 from tfcompile.study.plan import plan_study
+from tfcompile.study.plots import PlotError, plot_runs
 from tfcompile.study.report import CSV_FILE, PLOTS, REPORT_FILE, read_csv
 from tfcompile.study.runs import read_run
 from tfcompile.study.schema import load_study
@@ -160,6 +161,10 @@ def test_plot_draws_runs_to_a_png(study: Path, tmp_path: Path) -> None:
     )
     with Image.open(out) as image:
         assert image.format == "PNG" and image.size == (800, 500)
+    folder_named_png = tmp_path / "x.png"  # the error named the write's temporary file
+    folder_named_png.mkdir()
+    with pytest.raises(PlotError, match=r"--out .*x\.png is a folder: name a file in it"):
+        plot_runs([folder / "pre-seed1"], folder_named_png)
 
 
 def test_matching_parameters_sets_each_variants_width_within_the_tolerance(tmp_path: Path) -> None:
