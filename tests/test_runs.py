@@ -145,6 +145,12 @@ def test_a_stop_asked_for_during_the_test_ends_a_finished_run_whose_resume_tests
     monkeypatch.setattr(resumed.task, "test_metrics", lambda model, device: {"test_score": 0.5})
     assert not resumed.train().interrupted
     assert [r for r in read_metrics(run_dir) if "test_score" in r] == [{"step": 2, "test_score": 0.5}]
+    for _ in range(2):  # continued to step 3, then resumed there: step 2's test is history, kept
+        longer = trainer(tiny_spec(tmp_path, "train.steps=3", "train.name=tested"), run_dir, resume=True)
+        monkeypatch.setattr(longer.task, "test_metrics", lambda model, device: {"test_score": 0.25})
+        longer.train()
+    tests = [r for r in read_metrics(run_dir) if "test_score" in r]
+    assert tests == [{"step": 2, "test_score": 0.5}, {"step": 3, "test_score": 0.25}]
 
 
 def test_an_exported_bundle_is_not_listed_as_a_run(

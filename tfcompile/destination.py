@@ -16,16 +16,20 @@ from tfcompile.runtime.errors import BundleError
 
 
 def check_outside(
-    source: Path, out: Path, error: type[UserError] = ExportError, what: str = "bundle"
+    source: Path,
+    out: Path,
+    error: type[UserError] = ExportError,
+    what: str = "bundle",
+    flag: str = "--out",
 ) -> None:
-    """Refuse (``error``) an ``out`` that is the ``source`` folder (a bundle, or export-hf's run) or
-    a folder inside it, symlinks followed: a command never writes into what it reads (optimize,
-    export-triton, export-genai, export-hf)."""
+    """Refuse (``error``) an ``out`` (given by ``flag``) that is the ``source`` folder (a bundle, a
+    run, a Hugging Face folder) or inside it, symlinks followed: a command never writes into what it
+    reads (export, optimize, export-triton, export-genai, export-hf, import)."""
     read, target = source.resolve(), out.resolve()
     if target == read:
-        raise error(f"--out {out} is the {what} itself: the source is never changed; choose a new folder")
+        raise error(f"{flag} {out} is the {what} itself: the source is never changed; choose a new folder")
     if target.is_relative_to(read):
-        raise error(f"{out} is inside the {what} {source}: choose an --out outside it")
+        raise error(f"{out} is inside the {what} {source}: choose a {flag} outside it")
 
 
 def check_not_a_file(out: Path, error: type[UserError] = ExportError) -> None:

@@ -96,8 +96,8 @@ def import_folder(folder: Path, name: str, specs_dir: Path, runs_dir: Path) -> I
     except ValueError as e:
         raise HFError(f"--name {name!r}: {e}") from None
     run_dir, spec_path = runs_dir / name, specs_dir / f"{name}.yaml"
-    for path in (run_dir, spec_path):  # a folder it reads is left as it is
-        check_outside(folder, path, HFError, "Hugging Face folder")
+    for path, flag in ((run_dir, "--runs"), (spec_path, "--specs")):  # the folder it reads is left as it is
+        check_outside(folder, path, HFError, "Hugging Face folder", flag)
     # the run may be an empty folder (made for it); the spec nothing at all
     for path, free in ((run_dir, run_dir.is_dir() and not any(run_dir.iterdir())), (spec_path, False)):
         if path.exists() and not free:
@@ -935,7 +935,7 @@ def check_tokens_fit(folder: Path, spec: Spec) -> None:
     path, rows = folder / TOKENIZER_FILE, getattr(spec.model, "vocab_size", None)
     if rows is None or not path.exists():
         return
-    tokens = id_span(Tokenizer.from_file(str(path)))
+    tokens = id_span(Tokenizer.from_str(uncut_tokenizer(path)))  # as the run will hold it
     if tokens > rows:
         raise HFError(
             f"{path} has token ids up to {tokens - 1}, past the {rows} rows of the embedding table "

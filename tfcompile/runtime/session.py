@@ -593,7 +593,12 @@ class Bundle:
                 f"{where} truncates as {held}, but the manifest's tokenizer.truncation says {said}: "
                 f"a client that follows the manifest would cut texts otherwise"
             )
-        size = id_span(tokenizer)
+        # The runtime pads batches itself, as the manifest's padding section says: a padding
+        # setting in tokenizer.json would pad each text as the manifest does not (to a length
+        # of its choosing: 10^9 tokens fill the memory), and count the padding as real tokens.
+        tokenizer.no_padding()
+        with self._tokenizer_panics():
+            size = id_span(tokenizer)
         if size == 0:
             raise BundleError(f"{where} holds no tokens")
         if size > self.vocab_size:
@@ -606,10 +611,6 @@ class Bundle:
                 raise BundleError(
                     f"{where} does not hold the {role} token {special.token!r} at id {special.id}"
                 )
-        # The runtime pads batches itself, as the manifest's padding section says: a padding
-        # setting in tokenizer.json would pad each text as the manifest does not (to a length
-        # of its choosing: 10^9 tokens fill the memory), and count the padding as real tokens.
-        tokenizer.no_padding()
         # A text outside the vocabulary is refused (an exception), not broken (a panic).
         with self._tokenizer_panics(), contextlib.suppress(Exception):
             tokenizer.encode("Aa 1.")
@@ -716,7 +717,8 @@ def checked_truncation(tokenizer: Tokenizer, where: Path | str) -> Truncation | 
 def id_span(tokenizer: Tokenizer) -> int:
     """One past the highest id of the tokenizer's vocabulary, added tokens and the tokens its
     post-processor puts around a text or pair (a template's ``<s>``, which need be in neither): the
-    rows an embedding table needs for it (a vocabulary with gaps holds fewer tokens than that)."""
+    rows an embedding table needs for it (a vocabulary with gaps holds fewer tokens than that). Of a
+    tokenizer that does not pad (its padding would be counted, and encoded to its length)."""
     ids = list(tokenizer.get_vocab(with_added_tokens=True).values())
     for pair in (None, ""):
         with contextlib.suppress(Exception):  # a template without a pair's (a bare Exception)

@@ -474,8 +474,8 @@ class Auth:
 
     async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
         if self.key and scope["type"] == "http" and scope["path"] not in PUBLIC:
-            # One header (of two, the last was read), its scheme case-insensitive and one or more
-            # spaces before the key (RFC 9110, 11.4).
+            # Exactly one Authorization header (of two, the last one used to count), its scheme
+            # case-insensitive and one or more spaces before the key (RFC 9110, 11.4).
             given = [value.decode("latin-1") for name, value in scope["headers"] if name == b"authorization"]
             scheme, _, key = given[0].partition(" ") if len(given) == 1 else ("", "", "")
             key = key.lstrip(" ")

@@ -63,7 +63,6 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         body, the next request) is fed on, with a new allowance for each new head. Each piece of a
         body restarts its clock, and is refused where the body is arriving too slowly."""
         if self.head_left is None:
-            self.body_bytes += len(data)
             elapsed = self.loop.time() - self.body_began
             if elapsed > self.timeout_s and self.body_bytes < MIN_BODY_RATE * elapsed:
                 rate = self.body_bytes / elapsed
@@ -91,6 +90,10 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self.body_began, self.body_bytes = self.loop.time(), 0
         self._time(self._body_late)  # until the message completes: at once where it has no body
         super().on_headers_complete()
+
+    def on_body(self, body: bytes) -> None:
+        self.body_bytes += len(body)  # this message's alone (a piece may end its head, or begin the next)
+        super().on_body(body)
 
     def on_message_complete(self) -> None:
         super().on_message_complete()

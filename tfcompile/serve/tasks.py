@@ -200,8 +200,9 @@ def _check_pixels(images: list[bytes], most: int) -> None:
 
 def bound_png_text() -> None:
     """Pillow inflates a PNG's text chunks (never read here) as it opens the file, up to 1 MiB
-    each and 64 MiB in all: 2 MB of uploads held the server's cores for 20 s. The server, a process
-    of its own, lets a file's text chunks take 1 MiB in all; a PNG of more is refused as unreadable."""
+    each and 64 MiB in all: 2 MB of uploads held the server's cores for 20 s. The server's process
+    (Pillow's setting is the process's) lets a file's text chunks take 1 MiB in all; a PNG of more
+    is refused as unreadable."""
     PngImagePlugin.MAX_TEXT_MEMORY = PngImagePlugin.MAX_TEXT_CHUNK
 
 

@@ -108,7 +108,9 @@ def _finish(figure: Figure, axes: Axes, path: Path, x: str, metric: str, values:
     axes.grid(True, which="both", alpha=0.3)
     axes.legend()
     if path.is_dir():  # the write would fail naming its temporary file
-        raise PlotError(f"--out {path} is a folder: name a file in it, e.g. {path / ('plot' + path.suffix)}")
+        raise PlotError(
+            f"--out {path} is a folder: name a file in it, e.g. {path / ('plot' + (path.suffix or '.png'))}"
+        )
     kind = path.suffix.removeprefix(".").lower()
     kinds = figure.canvas.get_supported_filetypes()
     if kind not in kinds:

@@ -48,7 +48,7 @@ from tfcompile.train.checkpoint import (
 from tfcompile.train.device import cpu_threads, place
 from tfcompile.train.distributed import is_sharded, leave_world
 from tfcompile.train.lock import RunLock
-from tfcompile.train.metrics import METRICS_FILE, TEST_PREFIX, MetricsLog, TrainingClock, Window
+from tfcompile.train.metrics import METRICS_FILE, TEST_PREFIX, MetricsLog, TrainingClock, Window, tested_at
 from tfcompile.train.optim import build_optimizer
 from tfcompile.train.progress import Progress
 from tfcompile.train.runs import (
@@ -218,7 +218,7 @@ class Trainer:
                 if self.saved_step != self.step:  # a second copy would push out the previous checkpoint
                     self.save()
                 progress.log(f"stopped at step {self.step}; resume with --resume {self.run_dir}")
-            else:
+            elif not self.world.from_main(lambda: tested_at(self.run_dir, self.step)):
                 test = self._test_metrics()
                 if test:
                     self.metrics.append({"step": self.step, **test})

@@ -49,12 +49,11 @@ class MetricsLog:
             raise TrainError(write_failure(e, what, self.run_dir)) from e
 
     def truncate(self, step: int) -> None:
-        """Drop records past the checkpoint a run resumes from, and the test's, which follows the
-        last step (they will be written again: a finished run resumed recorded its test twice),
-        and damaged lines."""
+        """Drop records past the checkpoint a run resumes from (they will be written again), and
+        damaged lines."""
         if not self.enabled or not self.path.exists():
             return
-        kept = [json.dumps(r) for r in _records(self.path) if r["step"] <= step and not is_test_record(r)]
+        kept = [json.dumps(r) for r in _records(self.path) if r["step"] <= step]
         try:
             atomic_write_text(self.path, "".join(line + "\n" for line in kept))
         except OSError as e:
@@ -65,8 +64,9 @@ class MetricsLog:
 TEST_PREFIX = "test_"  # of the metrics a task measures on its test split after training (test_bleu)
 
 
-def is_test_record(record: dict[str, Any]) -> bool:
-    return any(key.startswith(TEST_PREFIX) for key in record)
+def tested_at(run_dir: Path, step: int) -> bool:
+    """Whether the run recorded its test at ``step`` (a finished run resumed: not measured again)."""
+    return any(r["step"] == step and any(k.startswith(TEST_PREFIX) for k in r) for r in read_metrics(run_dir))
 
 
 def _records(path: Path) -> list[dict[str, Any]]:
