@@ -149,7 +149,10 @@ class LanguageModel(Bundle):
         (with ``stop``) ends with it and is filled out with the pad id. Options left out take the
         manifest's generation defaults; its bans apply (``min_new_tokens`` may be set per call).
         Rows generate what they would alone; past the context, each step reads the last
-        ``max_seq_len`` tokens."""
+        ``max_seq_len`` tokens. Where the RoPE scaling follows the sequence (``dynamic``,
+        ``longrope``), the cache keeps each key as the step that wrote it scaled it, as transformers'
+        generate does, and ``use_cache=False`` scales every position as the longest: their tokens
+        may differ."""
         ids = inputs.token_ids(input_ids, self.vocab_size, None)  # past the context, generation slides
         mask = None if attention_mask is None else self._mask(attention_mask, ids.shape)
         count = self.max_new_tokens(max_new_tokens)
