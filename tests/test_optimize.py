@@ -276,6 +276,7 @@ def test_the_commands_optimize_and_export_quantized(
     assert main(args) == 0
     said = capsys.readouterr()
     assert "exporting" in said.err and "then measuring both bundles on held-out data" in said.err
+    assert f"optimizing the export of {run} (int8)" in said.err  # not its staging folder's name
     assert "accuracy gate: loss" in said.out and f"bundle: {exported}" in said.out
     assert json.loads((exported / "manifest.json").read_text())["optimization"][0]["gate"]["metric"] == "loss"
 

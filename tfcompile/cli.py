@@ -352,7 +352,7 @@ def _export(args: argparse.Namespace) -> int:
             )
         for name, report in reports.items():
             _print_parity(name, report)
-        _optimize_into(exported, out, plan, gate, args.force)
+        _optimize_into(exported, out, plan, gate, args.force, f"the export of {target}")
     return 0
 
 
@@ -395,12 +395,16 @@ def _gate_data(args: argparse.Namespace, run: Path | None, plan: Plan) -> GateDa
     return GateData(run, args.gate_examples)
 
 
-def _optimize_into(bundle: Path, out: Path, plan: Plan, gate: GateData | None, force: bool) -> None:
+def _optimize_into(
+    bundle: Path, out: Path, plan: Plan, gate: GateData | None, force: bool, shown: str | None = None
+) -> None:
+    """Optimize ``bundle`` into ``out``, saying so (of ``shown``: export's bundle is a staging folder)."""
     from tfcompile.console import working
     from tfcompile.optimize import optimize_bundle
 
     gated = ", then measuring both bundles on held-out data" if gate is not None and plan.quantize else ""
-    with working(f"optimizing {bundle} ({plan.describe()}): transforming each graph, checking it{gated}"):
+    doing = f"optimizing {shown or bundle} ({plan.describe()}): transforming each graph, checking it{gated}"
+    with working(doing):
         optimization = optimize_bundle(bundle, out, plan, gate, force)
     table = Table(title=f"{out}: {plan.describe()}", title_justify="left")
     for column in ("step", "tool", "operators"):
