@@ -126,6 +126,14 @@ def test_the_import_writes_nothing_into_the_folder_it_reads(
         with pytest.raises(HFError, match="is inside the Hugging Face folder"):
             import_folder(folder, "inside", specs, runs)
     assert sorted(p.name for p in folder.iterdir()) == before
+    (tmp_path / "a-file").write_text("mine")
+    for specs, runs, flag in (
+        (tmp_path / "a-file", tmp_path / "runs", "--specs"),
+        (tmp_path, tmp_path / "a-file", "--runs"),
+    ):
+        with pytest.raises(HFError, match=f"{flag} .*a-file is not a folder"):  # was "File exists"
+            import_folder(folder, "elsewhere", specs, runs)
+    assert (tmp_path / "a-file").read_text() == "mine"
 
 
 # ------------------------------------------------------------------ checkpoint formats

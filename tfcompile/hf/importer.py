@@ -98,6 +98,8 @@ def import_folder(folder: Path, name: str, specs_dir: Path, runs_dir: Path) -> I
     run_dir, spec_path = runs_dir / name, specs_dir / f"{name}.yaml"
     for path, flag in ((run_dir, "--runs"), (spec_path, "--specs")):  # the folder it reads is left as it is
         check_outside(folder, path, HFError, "Hugging Face folder", flag)
+        if path.parent.exists() and not path.parent.is_dir():  # else an OSError: "File exists"
+            raise HFError(f"{flag} {path.parent} is not a folder: choose a folder (it is made if missing)")
     # the run may be an empty folder (made for it); the spec nothing at all
     for path, free in ((run_dir, run_dir.is_dir() and not any(run_dir.iterdir())), (spec_path, False)):
         if path.exists() and not free:
