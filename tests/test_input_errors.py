@@ -224,6 +224,10 @@ def test_threads_are_bounded_whatever_the_machine() -> None:
         (["sample", "r", "--seed", "-5"], "argument --seed: expected a seed from 0 to 2^63 - 1, found -5"),
         (["export", "r", "--seed", str(2**64)], "argument --seed: expected a seed from 0 to 2^63 - 1"),
         (["serve", "b", "--threads", "100000"], "argument --threads: expected threads from 1 to 1,024"),
+        (  # refused late, with exit 1, by the runtime
+            ["translate", "b", "x", "--length-penalty", "nan"],
+            "argument --length-penalty: expected a length penalty from -10 to 10, found nan",
+        ),
     ],
 )
 def test_command_line_numbers_have_the_runtime_bounds(

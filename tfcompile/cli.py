@@ -22,7 +22,7 @@ from rich.text import Text
 
 from tfcompile import __version__
 from tfcompile.errors import UserError, first_line
-from tfcompile.manifest import MAX_BEAM, REPETITION_PENALTIES
+from tfcompile.manifest import MAX_BEAM, MAX_LENGTH_PENALTY, REPETITION_PENALTIES
 from tfcompile.paths import check_arguments, file_type, untrained
 from tfcompile.spec import Spec, SpecError, SpecIssue, dump_spec, load_spec
 from tfcompile.spec.loader import read_yaml
@@ -944,7 +944,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     translate.add_argument("--max-len", type=_positive_int, default=None, help="most tokens per translation")
     translate.add_argument(
-        "--length-penalty", type=float, default=None, help="beam search's length penalty; default: the task's"
+        "--length-penalty",
+        type=_number_from(-MAX_LENGTH_PENALTY, MAX_LENGTH_PENALTY, "a length penalty"),
+        default=None,
+        help="beam search's length penalty; default: the task's",
     )
     translate.add_argument(
         "--early-stopping",
