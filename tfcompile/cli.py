@@ -1186,7 +1186,8 @@ def _int_from(low: int, high: int) -> Callable[[str], int]:
 
 def _number_from(low: float, high: float, unit: str) -> Callable[[str], float]:
     """A number of ``unit`` from ``low`` to ``high``, fractions allowed: a server limit, as
-    ``_int_from``'s (tfcompile.serve.app.BOUNDS holds the same ranges in the server's units)."""
+    ``_int_from``'s (tfcompile.serve.app.BOUNDS holds the same ranges in the server's units), or a
+    length penalty (the manifest's range)."""
 
     def parse(text: str) -> float:
         value = _float(text, f"{unit} from {low:g} to {high:,g}")
