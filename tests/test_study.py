@@ -161,6 +161,11 @@ def test_plot_draws_runs_to_a_png(study: Path, tmp_path: Path) -> None:
     )
     with Image.open(out) as image:
         assert image.format == "PNG" and image.size == (800, 500)
+    before = out.read_bytes()  # a file there may be the user's: replaced only with --force
+    assert main(["plot", str(folder / "pre-seed1"), "--out", str(out)]) == 1
+    assert out.read_bytes() == before
+    assert main(["plot", str(folder / "pre-seed1"), "--out", str(out), "--force"]) == 0
+    assert out.read_bytes() != before
     folder_named_png = tmp_path / "x.png"  # the error named the write's temporary file
     folder_named_png.mkdir()
     with pytest.raises(PlotError, match=r"--out .*x\.png is a folder: name a file in it"):

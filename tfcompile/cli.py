@@ -243,7 +243,7 @@ def _print_whole(table: Table) -> None:
 def _plot(args: argparse.Namespace) -> int:
     from tfcompile.study.plots import plot_runs
 
-    plot_runs([Path(r) for r in args.runs], Path(args.out), args.metric, args.x)
+    plot_runs([Path(r) for r in args.runs], Path(args.out), args.metric, args.x, args.force)
     print(f"wrote {args.out}")
     return 0
 
@@ -809,6 +809,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     plot.add_argument("--metric", default="val_loss", help="a metrics.jsonl key (default: val_loss)")
     plot.add_argument("--x", choices=["step", "time"], default="step", help="steps or wall time")
+    plot.add_argument("--force", action="store_true", help="replace the file at --out if there is one")
     plot.set_defaults(handler=_plot)
 
     sample = commands.add_parser(

@@ -7,6 +7,7 @@ from __future__ import annotations
 import difflib
 import io
 import math
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -51,8 +52,13 @@ def plot_variants(variants: dict[str, list[Run]], path: Path, x: str, metric: st
     _finish(figure, axes, path, x, metric, values)
 
 
-def plot_runs(paths: Sequence[Path], out: Path, metric: str = "val_loss", x: str = "step") -> None:
-    """One line per run of ``metric`` against steps or wall time."""
+def plot_runs(
+    paths: Sequence[Path], out: Path, metric: str = "val_loss", x: str = "step", force: bool = False
+) -> None:
+    """One line per run of ``metric`` against steps or wall time, written to ``out``; a file
+    already there is replaced only with ``force`` (it may be the user's)."""
+    if os.path.lexists(out) and not out.is_dir() and not force:
+        raise PlotError(f"{out} exists: pass --force to replace it, or choose another --out")
     figure, axes = _figure()
     values: list[float] = []
     for path in paths:
