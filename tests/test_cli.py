@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import queue
 import re
 import signal
@@ -10,6 +11,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 from helpers import MODEL_YAML, ONE_STEP, ROOT, TINY, random_run
@@ -426,3 +428,24 @@ def test_classify_prints_texts_and_labels_as_they_are_not_as_markup(
     out = capsys.readouterr().out
     assert "[/]" in out and "\\x1b[2J" in out and "[bold]x[/bold]" in out.replace("\n", "").replace("│", "")
     assert "\x1b" not in out
+
+
+def test_sigterm_removes_what_ctrl_c_removes_and_exits_143(
+    char_bundle: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A stop by SIGTERM (a scheduler's) mid-optimize left the hidden staging folder beside --out:
+    the default action ended the process before any cleanup."""
+    import tfcompile.optimize as optimize
+
+    transform = optimize._transform
+
+    def stopped_midway(*args: Any) -> Any:
+        os.kill(os.getpid(), signal.SIGTERM)
+        return transform(*args)
+
+    monkeypatch.setattr(optimize, "_transform", stopped_midway)
+    before = signal.getsignal(signal.SIGTERM)
+    assert main(["optimize", str(char_bundle), "--out", str(tmp_path / "fused"), "--fuse"]) == 143
+    assert capsys.readouterr().err.splitlines()[-1] == "tfcompile optimize: stopped by SIGTERM"
+    assert list(tmp_path.iterdir()) == []  # neither the bundle nor its staging folder
+    assert signal.getsignal(signal.SIGTERM) == before

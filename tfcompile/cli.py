@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import difflib
 import math
 import os
@@ -12,7 +13,7 @@ import sys
 import tempfile
 import unicodedata
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -1292,6 +1293,32 @@ class UsageError(Exception):
     """A command-line mistake; the message says what to do instead."""
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (a scheduler's or a container's stop), raised where Ctrl-C raises KeyboardInterrupt:
+    what a command removes when interrupted (its staging folders) it removes when stopped."""
+
+
+@contextlib.contextmanager
+def _terminate_as_interrupt() -> Iterator[None]:
+    """SIGTERM raises Terminated for the command's length, where its default would end the process
+    without any cleanup; a second SIGTERM ends it at once. Training and serving set their own
+    handlers while they run. Only the main thread can handle signals: elsewhere it is left alone."""
+
+    def handler(signum: int, frame: object) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        raise Terminated
+
+    try:
+        previous = signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     handler: Callable[[argparse.Namespace], int] = args.handler
@@ -1310,10 +1337,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     warnings.filterwarnings("ignore", r"FSDP2-wrapped module \(\w+\) returned a view tensor", UserWarning)
     try:
         check_arguments(args.command, vars(args))  # a path of the wrong kind: say what would work
-        return handler(args)
+        with _terminate_as_interrupt():
+            return handler(args)
     except SpecError as e:
         print(e, file=sys.stderr)
         return EXIT_SPEC_ERROR
+    except Terminated:
+        print(f"tfcompile {args.command}: stopped by SIGTERM", file=sys.stderr)
+        return 128 + signal.SIGTERM
     except KeyboardInterrupt:
         print(f"tfcompile {args.command}: interrupted", file=sys.stderr)
         return 130
