@@ -260,7 +260,7 @@ def _sample(args: argparse.Namespace) -> int:
     run_dir = Path(args.run)
     spec, model = load_trained_model(run_dir, args.checkpoint)
     if not isinstance(model, DecoderLM):
-        raise UsageError(f"{run_dir} is a {spec.task.type} run; sample generates text from decoder runs")
+        raise UserError(f"{run_dir} is a {spec.task.type} run; sample generates text from decoder runs")
     tokenizer = load_tokenizer(run_dir / "tokenizer.json")
     try:
         prompt = encode(tokenizer, args.prompt, special_tokens=True).tolist()  # as the runtime's
@@ -453,7 +453,7 @@ def _generate(args: argparse.Namespace) -> int:
 
     model = load(args.bundle)
     if not isinstance(model, LanguageModel):
-        raise UsageError(f"{args.bundle} is not a language model: use `tfcompile classify` or `translate`")
+        raise UserError(f"{args.bundle} is not a language model: use `tfcompile classify` or `translate`")
     _reads_text(model, args.bundle, "generate", "load(bundle).generate(ids)")
     if args.prompt is None:
         args.prompt = ["\n"]
@@ -476,7 +476,7 @@ def _reads_text(model: Bundle, path: str, command: str, instead: str) -> None:
     """A text command's bundle must hold a tokenizer: one exported from a spec, or from a run
     trained on no data, has none, and reads token ids alone."""
     if model.tokenizer is None:
-        raise UsageError(
+        raise UserError(
             f"{path} has no tokenizer (its run read no text): `tfcompile {command}` takes text; give it "
             f"token ids with tfcompile.runtime, {instead}"
         )
@@ -579,7 +579,7 @@ def _classify(args: argparse.Namespace) -> int:
             args.bundle, model.labels, args.texts, model.classify_images(args.texts), "image"
         )
     if not isinstance(model, Classifier):
-        raise UsageError(f"{args.bundle} is not a classifier: use `tfcompile generate` or `translate`")
+        raise UserError(f"{args.bundle} is not a classifier: use `tfcompile generate` or `translate`")
     _reads_text(model, args.bundle, "classify", "load(bundle).infer(feed)")
     if args.pair is not None and len(args.pair) != len(args.texts):
         raise UsageError(
@@ -616,7 +616,7 @@ def _translate(args: argparse.Namespace) -> int:
 
     model = load(args.bundle)
     if not isinstance(model, Translator):
-        raise UsageError(f"{args.bundle} is not a translation bundle: use `tfcompile generate` or `classify`")
+        raise UserError(f"{args.bundle} is not a translation bundle: use `tfcompile generate` or `classify`")
     _reads_text(model, args.bundle, "translate", "load(bundle).translate_ids(ids)")
     codes = {"source_language": args.source_language, "target_language": args.target_language}
     stopping = {"true": True, "false": False}.get(args.early_stopping, args.early_stopping)
