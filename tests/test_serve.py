@@ -402,6 +402,7 @@ def test_prompts_as_token_ids(server: BackgroundServer, client: Any) -> None:
         ({"model": "char", "prompt": "a", "best_of": 3}, 400, "best_of"),
         ({"model": "char", "prompt": "a", "best_of": True}, 400, "takes a number, not true"),
         ({"model": "char", "prompt": "a", "logprobs": False}, 400, "takes a number, not false"),
+        ({"model": "char", "prompt": "a", "logprobs": 10**30}, 400, "logprobs: a 31-digit number is past"),
         ({"model": "char", "prompt": "a", "presence_penalty": False}, 400, "takes a number, not false"),
         ({"model": "char", "prompt": "a", "frequency_penalty": 0.5}, 400, "frequency_penalty"),
         ({"model": "char", "prompt": "a", "colour": "blue"}, 400, "colour"),

@@ -332,7 +332,10 @@ def create_app(served: Served) -> ASGI:
             message = f"the body must be JSON, sent with Content-Type: application/json, not {kind or 'none'}"
             return JSONResponse(error_body(request.url.path, 415, message, "unsupported_media_type"), 415)
         param = ".".join(str(p) for p in first["loc"][1:]) or None
-        message = f"{param}: {first['msg']}" if param else first["msg"]
+        reason = first["msg"]
+        if first["type"] == "int_parsing_size":  # "Unable to parse input string as an integer, ..."
+            reason = f"a {len(str(abs(first['input'])))}-digit number is past any value it takes"
+        message = f"{param}: {reason}" if param else reason
         return JSONResponse(error_body(request.url.path, 400, message, "invalid_request", param), 400)
 
     @app.exception_handler(InputError)
