@@ -75,6 +75,11 @@ class Cache(Part):
     axis: str = "past_sequence"
 
 
+# The roles of a decoder's step graphs (Graph.role says what each does).
+STEP_ROLE = "decode_step"
+FIXED_STEP_ROLE = "decode_step_fixed"
+
+
 class Graph(Part):
     file: FileName
     role: str = Field(
@@ -425,8 +430,10 @@ class Optimization(Part):
     source: Sha256 = Field(description="the sha256 of the source bundle's manifest.json")
     steps: list[Transformation]
     parity: dict[str, float] = Field(
-        description="per graph: the largest |difference| of its float outputs from the source "
-        "graph's, relative to their largest |value|, over fresh inputs at several shapes"
+        description="per graph, over fresh inputs at several shapes (a fixed step graph over a window "
+        "its step graph filled): at each shape, the largest |difference| of its float outputs from the "
+        "source graph's relative to their largest |value|; the largest over the shapes, as verify "
+        "measures a graph against PyTorch"
     )
     gate: Gate | None = Field(None, description="absent when no held-out data was given (--no-gate)")
 
@@ -467,7 +474,10 @@ class Manifest(Part):
     opset: Count
     versions: dict[str, str]
     source: dict[str, Any] = Field(description="where the weights came from: a run, or a seed")
-    parity: dict[str, Any] = Field(description="the export's parity report per graph")
+    parity: dict[str, Any] = Field(
+        description="the export's parity report per graph, against PyTorch; an optimized bundle keeps "
+        "its export's, and its own graphs differ from those by what optimization[].parity records"
+    )
     files: dict[FileName, Sha256] = Field(description="every file of the bundle but this one, and its sha256")
     optimization: list[Optimization] | None = Field(
         None, description="the optimizations that made this bundle from an export, oldest first"

@@ -77,7 +77,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
 from tfcompile.destination import check_new_folder, check_outside, move_into_place, staging_folder
 from tfcompile.errors import ExportError, first_line
-from tfcompile.manifest import SPEC_FILE, Graph, Manifest
+from tfcompile.manifest import SPEC_FILE, STEP_ROLE, Graph, Manifest
 from tfcompile.onnx_nodes import graph_nodes
 from tfcompile.runtime import check_bundle
 from tfcompile.runtime.bundle import BundleFiles
@@ -88,7 +88,6 @@ from tfcompile.spec import SpecError, parse_spec
 GENAI_CONFIG = "genai_config.json"
 TOKENIZER_CONFIG = "tokenizer_config.json"
 GENAI_TOKENIZER = "tokenizer.json"
-STEP_ROLE = "decode_step"
 # genai's model type for a plain decoder with a key/value cache: names every input and output.
 GENAI_MODEL_TYPE = "decoder"
 # Bytes that never occur in UTF-8 text: a byte-level vocabulary can give one of them a job.

@@ -29,8 +29,10 @@ import onnx
 
 from tfcompile.destination import check_destination, check_outside, move_into_place, staging_folder
 from tfcompile.manifest import (
+    FIXED_STEP_ROLE,
     MANIFEST,
     SPEC_FILE,
+    STEP_ROLE,
     Gate,
     Graph,
     Manifest,
@@ -224,13 +226,15 @@ def _transform(
     for name, graph in manifest.graphs.items():
         source = files.read(graph.file)
         model = onnx.load_from_string(source)  # check_bundle had onnxruntime load it
+        # The fixed step graph's window is filled by the source's step graph, as the runtime fills it.
+        prefill = _graph_of(files, STEP_ROLE) if graph.role == FIXED_STEP_ROLE else None
         if plan.fuse:
             fused, tool = fuse(model)
             _add(operators["fuse"], introduced(model, fused, lambda op: op.startswith(CONTRIB)))
             fusers.add(tool)
             model = fused
             if plan.precision or plan.quantize:  # held to fusion's bound, not to the next step's
-                _parity(name, source, model.SerializeToString(), graph, manifest, Plan(fuse=True))
+                _parity(name, source, model.SerializeToString(), graph, manifest, Plan(fuse=True), prefill)
         if plan.precision:
             model = to_fp16(model)
         if plan.quantize:
@@ -244,7 +248,7 @@ def _transform(
             _add(operators["quantize"], added)
             model = quantized
         graphs[name] = model.SerializeToString()
-        parity[name] = _parity(name, source, graphs[name], graph, manifest, plan)
+        parity[name] = _parity(name, source, graphs[name], graph, manifest, plan, prefill)
     versions = f"onnxruntime {onnxruntime.__version__}, onnxscript {onnxscript.__version__}"
     steps = []
     if plan.fuse:
@@ -292,19 +296,30 @@ def _transform(
     return graphs, steps, parity
 
 
+def _graph_of(files: BundleFiles, role: str) -> bytes:
+    return files.read(next(g.file for g in files.manifest.graphs.values() if g.role == role))
+
+
 def _add(total: dict[str, int], counts: dict[str, int]) -> None:
     for op, n in counts.items():
         total[op] = total.get(op, 0) + n
 
 
 def _parity(
-    name: str, source: bytes, transformed: bytes, graph: Graph, manifest: Manifest, done: Plan
+    name: str,
+    source: bytes,
+    transformed: bytes,
+    graph: Graph,
+    manifest: Manifest,
+    done: Plan,
+    prefill: bytes | None = None,
 ) -> float:
-    """The parity of the graph that the steps ``done`` made from ``source``. Fusion and fp16 must
-    keep it; a quantized graph's difference is the gate's to judge, unless its outputs are NaN or
-    infinite where the source's are not (or the reverse)."""
+    """The parity of the graph that the steps ``done`` made from ``source`` (``prefill``: the
+    source's step graph, for the fixed step graph's window). Fusion and fp16 must keep it; a
+    quantized graph's difference is the gate's to judge, unless its outputs are NaN or infinite
+    where the source's are not (or the reverse)."""
     with onnxruntime_failure(f"run the {done.describe()} {name} graph beside its source"):
-        measured = relative_difference(source, transformed, graph, manifest)
+        measured = relative_difference(source, transformed, graph, manifest, prefill)
     if not math.isfinite(measured):
         raise OptimizeError(
             f"the {done.describe()} {name} graph gives outputs that are not finite where the source's "
