@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime
 import difflib
+import functools
 import math
 import re
 import stat
@@ -903,9 +904,11 @@ def _belongs(key: str, name: str, homes: list[Home], section: Loc) -> _FieldHint
     return _FieldHint(f"{subject}belongs {' or '.join(places)}", target)
 
 
+@functools.cache  # a walk of the whole schema, asked for by every unknown key
 def _homes(root: type[BaseModel]) -> dict[str, list[Home]]:
     """Every field of the schema under ``root`` -> the sections that have it (dotted as in the
-    file, with the variants that have it where the section has several and not all of them do)."""
+    file, with the variants that have it where the section has several and not all of them do);
+    read-only, being shared."""
     out: dict[str, list[Home]] = {}
 
     def visit(classes: list[type[BaseModel]], path: tuple[str, ...], depth: int) -> None:
