@@ -582,3 +582,32 @@ def test_a_metrics_file_that_is_a_pipe_is_damaged_not_waited_on(tmp_path: Path) 
         read_metrics(run)
     with pytest.raises(CheckpointError, match="not the run's file of metrics"):  # a resume trims it
         metrics_module.MetricsLog(run).truncate(4)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "endless", "large"])
+def test_small_records_are_read_without_waiting_or_filling_memory(kind: str, tmp_path: Path) -> None:
+    """trial.json (read by `runs` and `compare`), study.json, data.json and the checkpoint pointer
+    were read whole, whatever was there: a FIFO blocked `tfcompile compare` for ever, a link to
+    /dev/zero filled the memory (MemoryError)."""
+    import threading
+
+    from tfcompile.files import SMALL_FILE_BYTES, read_small_text
+    from tfcompile.study.runs import TRIAL_FILE, read_trial
+
+    path = tmp_path / TRIAL_FILE
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "endless":
+        path.symlink_to("/dev/zero")
+    else:
+        path.write_text(json.dumps({"failed": "x" * SMALL_FILE_BYTES}))
+    read: list[dict[str, Any]] = []
+    reader = threading.Thread(target=lambda: read.append(read_trial(tmp_path)), daemon=True)
+    reader.start()
+    reader.join(timeout=30)
+    blocked = reader.is_alive()
+    if blocked and kind == "fifo":  # waiting for a writer: one lets it go
+        os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
+    assert not blocked and read == [{}]
+    with pytest.raises(OSError, match="not a regular file" if kind != "large" else "larger than"):
+        read_small_text(path)

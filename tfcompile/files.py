@@ -2,13 +2,33 @@
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 import tempfile
 from pathlib import Path
 
 # What a run keeps of its data preparation: for text, and for images.
 TOKENIZER_FILE = "tokenizer.json"
 PREPROCESSING_FILE = "preprocessing.json"
+
+
+# The most read of a small file tfcompile writes beside a run: a record, a pointer.
+SMALL_FILE_BYTES = 1 << 20
+
+
+def read_small_text(path: Path, limit: int = SMALL_FILE_BYTES) -> str:
+    """The text of a small file tfcompile writes (a run's or a study's record, a checkpoint
+    pointer), read without waiting on or filling memory from something else put in its place:
+    OSError where it is not a regular file (a FIFO would block the read, /dev/zero never end) or
+    holds more than ``limit`` bytes, UnicodeDecodeError (a ValueError) where it is not UTF-8."""
+    with open(os.open(path, os.O_RDONLY | os.O_NONBLOCK), "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", str(path))
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise OSError(errno.EFBIG, f"larger than the {limit:,} bytes tfcompile writes there", str(path))
+    return data.decode()
 
 
 def fsync_file(path: Path) -> None:

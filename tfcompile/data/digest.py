@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from tfcompile.data.corpus import GZIP_MAGIC, DataError
-from tfcompile.paths import REGULAR_FILE, file_type
+from tfcompile.files import read_small_text
 from tfcompile.spec.schema import DATA_PATHS, Spec
 from tfcompile.tasks.task import task_of
 
@@ -63,7 +63,7 @@ def recorded_digests(run_dir: Path) -> dict[str, str]:
     if not path.exists() and not path.is_symlink():
         return {}
     try:
-        found = json.loads(path.read_text()) if file_type(path) == REGULAR_FILE else None
+        found = json.loads(read_small_text(path))
     except (OSError, UnicodeDecodeError, ValueError):
         found = None
     if not isinstance(found, dict) or not all(isinstance(v, str) for v in found.values()):

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from tfcompile.data import DataError
 from tfcompile.errors import UserError
-from tfcompile.files import atomic_write_bytes, atomic_write_text
+from tfcompile.files import atomic_write_bytes, atomic_write_text, read_small_text
 from tfcompile.paths import YAML_SUFFIXES, Kind, kind_of
 from tfcompile.spec.schema import RUN_NAME, is_run_name
 from tfcompile.study.runs import MEMORY_KINDS, Run, find_runs, read_run, recorded_failure, trained_otherwise
@@ -282,7 +282,7 @@ def _planned_trials(plan: Plan, record: Path) -> list[Trial] | None:
     steps = None
     if plan.study.study.budget.seconds is not None:
         with contextlib.suppress(OSError, ValueError):
-            steps = json.loads(record.read_text()).get("steps")
+            steps = json.loads(read_small_text(record)).get("steps")
         labels = {v.label for v in plan.variants}
         if not isinstance(steps, dict) or not labels <= steps.keys():
             return None

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from tfcompile.data.digest import changed_data, recorded_digests
+from tfcompile.files import read_small_text
 from tfcompile.manifest import MANIFEST
 from tfcompile.spec import Spec
 from tfcompile.tasks.task import task_of
@@ -105,7 +106,7 @@ class Run:
 def read_trial(folder: Path) -> dict[str, Any]:
     """RUN/trial.json, what a study measured of a trial (empty when there is none)."""
     with contextlib.suppress(OSError, ValueError):
-        found = json.loads((folder / TRIAL_FILE).read_text())
+        found = json.loads(read_small_text(folder / TRIAL_FILE))
         if isinstance(found, dict):
             return found
     return {}

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Protocol, TextIO
 
 from tfcompile.errors import UserError
-from tfcompile.files import atomic_write_text
+from tfcompile.files import atomic_write_text, read_small_text
 from tfcompile.spec import Spec, dump_spec
 from tfcompile.study.plan import Plan, Trial
 from tfcompile.study.runs import TRIAL_FILE, is_run, read_run, trained_otherwise
@@ -155,8 +155,8 @@ class Sweep:
         if not path.exists():
             return {}
         try:
-            found = json.loads(path.read_text())
-        except ValueError:
+            found = json.loads(read_small_text(path))
+        except (OSError, ValueError):
             found = None
         if not isinstance(found, dict) or not isinstance(found.get("sweeps", []), list):
             raise SweepError(

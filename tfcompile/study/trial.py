@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from tfcompile.files import atomic_write_text
+from tfcompile.files import atomic_write_text, read_small_text
 from tfcompile.spec import parse_spec
 from tfcompile.study.runs import MEMORY_KINDS, TRIAL_FILE, is_locked
 from tfcompile.train import Trainer, TrainingFailed
@@ -106,6 +106,6 @@ def _record_peak(folder: Path, peak: Peak, device: str, failed: str | None) -> N
     folder.mkdir(parents=True, exist_ok=True)  # a trial that failed as it was set up may have none
     before = 0
     with contextlib.suppress(OSError, ValueError, TypeError):
-        before = int(json.loads(path.read_text())["peak_memory_bytes"])
+        before = int(json.loads(read_small_text(path))["peak_memory_bytes"])
     found = {"peak_memory_bytes": max(before, peak.bytes), "memory": peak.kind, "device": device}
     atomic_write_text(path, json.dumps(found | ({"failed": failed} if failed else {})) + "\n")

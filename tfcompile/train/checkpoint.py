@@ -44,7 +44,7 @@ from safetensors.torch import load_model, save_model
 from torch import nn
 
 from tfcompile.errors import UserError, first_line
-from tfcompile.files import atomic_write_text, fsync_dir, fsync_file, umask_mode
+from tfcompile.files import atomic_write_text, fsync_dir, fsync_file, read_small_text, umask_mode
 from tfcompile.spec.schema import OptimizerSpec
 from tfcompile.train.distributed import World, is_sharded
 from tfcompile.train.optim import build_optimizer
@@ -603,7 +603,7 @@ def _repoint(run_dir: Path, folder: Path) -> None:
 def _pointed(pointer: Path) -> str | None:
     """The folder name a pointer file holds, or None when it holds anything else."""
     try:
-        name = pointer.read_text().strip()
+        name = read_small_text(pointer).strip()
     except (OSError, UnicodeDecodeError):
         return None
     return name if FOLDER_NAME.fullmatch(name) else None
