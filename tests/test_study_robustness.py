@@ -155,11 +155,12 @@ def test_a_csv_saved_by_a_spreadsheet_with_a_byte_order_mark_and_crlf_still_read
     assert read_csv(path) == read_csv(report / CSV_FILE)
 
 
-@pytest.mark.parametrize("value", ["nan", "inf"])
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf"])
 def test_a_loss_that_is_not_finite_is_reported_as_such_not_averaged_or_crashed(
     report: Path, tmp_path: Path, value: str
 ) -> None:
-    """compare writes nan where a run logged no validation, and a diverged evaluation logs inf."""
+    """compare writes nan where a run logged no validation, and a diverged evaluation logs inf (a
+    logged -inf it wrote, then refused to read back)."""
     path = tmp_path / CSV_FILE
     path.write_text(edited((report / CSV_FILE).read_text(), 2, "final_val_loss", value))
     assert main(["compare", "--from-csv", str(path)]) == 0
@@ -902,3 +903,19 @@ def test_a_csv_cell_past_what_compare_writes_is_refused(
     path.write_text(out.getvalue())
     status, err = run_cli(["compare", "--from-csv", str(path)], capsys)
     assert status == 1 and "expected a " in err and value[:10] in err
+
+
+def test_a_nan_evaluation_is_no_best_wherever_it_stands(study: Path, tmp_path: Path) -> None:
+    """best_val_loss was min() over the losses: a NaN at the first evaluation made it NaN (above
+    the final loss), a NaN later was skipped."""
+    path = copy_study(study, tmp_path / "copy")
+    metrics = folder_of(path) / "post-seed1" / "metrics.jsonl"
+    records = [json.loads(line) for line in metrics.read_text().splitlines()]
+    evaluated = [k for k, r in enumerate(records) if "val_loss" in r]
+    finite = [records[k]["val_loss"] for k in evaluated[1:]]
+    records[evaluated[0]]["val_loss"] = math.nan
+    metrics.write_text("".join(json.dumps(r) + "\n" for r in records))
+    assert read_run(metrics.parent).best() == min(finite)
+    assert main(["compare", str(path), "--out", str(tmp_path / "out")]) == 0
+    rows = {r.run: r for r in read_csv(tmp_path / "out" / CSV_FILE)}
+    assert rows["post-seed1"].best_val_loss == min(finite) <= rows["post-seed1"].final_val_loss

@@ -301,6 +301,7 @@ def trial_rows(trials: Trials) -> list[TrialRow]:
             spec = run.spec
             flops = 3 * forward_flops_per_token(build_model(spec), spec.model, spec.context_length)
             losses = [value for _, _, value in run.curve("val_loss")]
+            best = run.best("val_loss")
             rates = [value for _, _, value in run.curve("tokens_per_s")]
             trial = run.trial()
             peak = trial.get("peak_memory_bytes")
@@ -314,7 +315,7 @@ def trial_rows(trials: Trials) -> list[TrialRow]:
                     train_flops_per_token=flops,
                     steps=run.step,
                     final_val_loss=losses[-1] if losses else math.nan,
-                    best_val_loss=min(losses, default=math.nan),
+                    best_val_loss=math.nan if best is None else best,
                     tokens_per_s=statistics.median(rates) if rates else math.nan,
                     peak_memory_mb=peak / 2**20 if isinstance(peak, int) else math.nan,
                     memory=str(trial.get("memory", "")),
@@ -375,7 +376,7 @@ CELLS: dict[str, tuple[re.Pattern[str], str]] = {
     "int": (re.compile(r"\d{1,20}"), "a whole number from 0"),
     "float": (re.compile(r"nan|\d+(\.\d*)?(e[-+]?\d+)?"), "a number from 0 that is finite, or nan"),
 }
-LOSS = (re.compile(r"nan|inf|-?\d+(\.\d*)?(e[-+]?\d+)?"), "a number, inf or nan")
+LOSS = (re.compile(r"nan|-?inf|-?\d+(\.\d*)?(e[-+]?\d+)?"), "a number, inf, -inf or nan")
 RUN_CELL = (RUN_NAME, "a run's folder name: ASCII letters, digits, '.', '_' and '-'")
 
 

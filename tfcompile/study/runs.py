@@ -72,11 +72,14 @@ class Run:
         return task_of(self.spec).best_metric
 
     def best(self, key: str | None = None) -> float | None:
-        """The best value of ``key`` (default: the best metric) it logged."""
+        """The best value of ``key`` (default: the best metric) it logged, NaN where it logged
+        nothing else (a NaN among numbers is no value: min and max would keep it or not by where it
+        stands)."""
         key = key or self.best_metric
-        values = [r[key] for r in self.records if isinstance(r.get(key), int | float)]
+        logged = [r[key] for r in self.records if isinstance(r.get(key), int | float)]
+        values = [v for v in logged if not math.isnan(v)]
         if not values:
-            return None
+            return math.nan if logged else None
         higher = key == self.best_metric and task_of(self.spec).higher_is_better
         return max(values) if higher else min(values)
 
