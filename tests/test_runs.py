@@ -153,6 +153,30 @@ def test_a_stop_asked_for_during_the_test_ends_a_finished_run_whose_resume_tests
     assert tests == [{"step": 2, "test_score": 0.5}, {"step": 3, "test_score": 0.25}]
 
 
+def test_a_signal_during_the_test_ends_the_test_at_once_and_the_resume_measures_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A SIGTERM while the test split was measured waited for the whole measurement (a seq2seq
+    run's BLEU: past eight minutes on a CPU, past any scheduler's grace period)."""
+    run_dir = tmp_path / "runs" / "tested"
+    first = trainer(tiny_spec(tmp_path, "train.steps=2", "train.name=tested"), run_dir)
+
+    def a_long_test(model: Any, device: Any) -> dict[str, float]:
+        os.kill(os.getpid(), signal.SIGINT)
+        for _ in range(600):  # a minute of measuring, in steps a signal handler runs between
+            time.sleep(0.1)
+        return {"test_score": 0.5}
+
+    monkeypatch.setattr(first.task, "test_metrics", a_long_test)
+    result = first.train()
+    assert result.interrupted and result.step == 2 and not first.testing
+    assert not [r for r in read_metrics(run_dir) if "test_score" in r]
+    resumed = trainer(tiny_spec(tmp_path, "train.steps=2", "train.name=tested"), run_dir, resume=True)
+    monkeypatch.setattr(resumed.task, "test_metrics", lambda model, device: {"test_score": 0.5})
+    assert not resumed.train().interrupted
+    assert [r for r in read_metrics(run_dir) if "test_score" in r] == [{"step": 2, "test_score": 0.5}]
+
+
 def test_an_exported_bundle_is_not_listed_as_a_run(
     char_bundle: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -107,6 +107,7 @@ class Trainer:
         self.show_progress = show_progress and self.world.is_main
         self.stop_requested = False
         self.stop_signal = signal.SIGINT  # the signal that asked to stop (another rank's: Ctrl-C)
+        self.testing = False  # while the test split is measured, a stop ends it at once
         self.lock = RunLock(run_dir, _LOCKED_ADVICE[resume]) if self.world.is_main else None
         try:
             with self.world.stops_with_others(lambda: intact(run_dir)):
@@ -211,7 +212,7 @@ class Trainer:
                     self.save(best=improved)
                 if self.on_step is not None:
                     self.on_step(self, step)
-            # A stop asked for while the test runs (it is recorded all the same) ends a finished run.
+            # A stop asked for by now ends the run here; one asked for during the test ends the test.
             stopped = self.stop_requested = self.world.any(self.stop_requested, self.device)
             self.batches.close()
             if stopped:
@@ -219,7 +220,14 @@ class Trainer:
                     self.save()
                 progress.log(f"stopped at step {self.step}; resume with --resume {self.run_dir}")
             elif not self.world.from_main(lambda: tested_at(self.run_dir, self.step)):
-                test = self._test_metrics()
+                try:
+                    self.testing = True
+                    test = self._test_metrics()
+                except _StoppedDuringTest:  # the run is saved at its last step: a resume tests it
+                    stopped, test = True, {}
+                    progress.log(f"stopped during the test; measure it with --resume {self.run_dir}")
+                finally:
+                    self.testing = False
                 if test:
                     self.metrics.append({"step": self.step, **test})
                     progress.log(f"test {_shown(test, TEST_PREFIX)}")
@@ -590,10 +598,16 @@ def out_of_memory(what: str, run_dir: Path | None = None) -> Iterator[None]:
 STOP_SIGNALS = {signal.SIGINT: "Ctrl-C", signal.SIGTERM: "SIGTERM"}
 
 
+class _StoppedDuringTest(BaseException):
+    """A stop asked for while the test split is measured (BLEU with beam search: minutes on a CPU,
+    past a scheduler's grace period): the measurement ends there, unrecorded."""
+
+
 @contextlib.contextmanager
 def _stop_on_signals(trainer: Trainer) -> Iterator[None]:
     """The first Ctrl-C or SIGTERM (a scheduler's or a container's stop): finish the current step,
-    save, stop. The same signal again: stop at once, by the operating system's default action (the
+    save, stop; during the test, which follows the last save, stop it at once. The same signal
+    again: stop at once, by the operating system's default action (the
     process ends even inside a long PyTorch call, which a Python handler would wait for; the
     checkpoints on disk stay intact, being written atomically). Only the main thread can handle
     signals: elsewhere they are left alone."""
@@ -603,11 +617,11 @@ def _stop_on_signals(trainer: Trainer) -> Iterator[None]:
         signal.signal(signum, signal.SIG_DFL)
         if trainer.show_progress:  # a raw write: safe inside a signal handler, unlike print
             name = STOP_SIGNALS[trainer.stop_signal]
-            os.write(
-                2,
-                f"\n{name}: saving a checkpoint after this step, then stopping; {name} again stops "
-                f"at once\n".encode(),
-            )
+            doing = "saving a checkpoint after this step, then stopping"
+            doing = "stopping the test (the run is saved)" if trainer.testing else doing
+            os.write(2, f"\n{name}: {doing}; {name} again stops at once\n".encode())
+        if trainer.testing:
+            raise _StoppedDuringTest
 
     try:
         previous = {signum: signal.signal(signum, handler) for signum in STOP_SIGNALS}
