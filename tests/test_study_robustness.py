@@ -12,6 +12,7 @@ import io
 import json
 import math
 import shutil
+import signal
 import statistics
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -758,24 +759,31 @@ def test_runs_in_a_narrow_terminal_or_a_pipe_keeps_every_cell_whole(
     assert all(word in out for word in ("post-seed1", "decoder", "causal_lm", "finished"))
 
 
-def test_a_probe_stopped_by_ctrl_c_stops_the_sweep_as_a_trial_would(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("budget", ["steps: 4", "seconds: 5"])
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM])
+def test_a_probe_or_trial_stopped_by_a_signal_stops_the_sweep_with_its_status(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    budget: str,
+    stop: signal.Signals,
 ) -> None:
-    """The probe read its step times after an interrupted run as after a whole one: IndexError."""
+    """The probe read its step times after an interrupted run as after a whole one: IndexError.
+    And a sweep stopped by SIGTERM exited 130, as after Ctrl-C, where train exits 143."""
     from tfcompile.train import Trainer
 
     train = Trainer.train
 
     def interrupted(self: Trainer) -> object:
-        self.stop_requested = True  # as Ctrl-C's handler does, before the first step
+        self.stop_requested, self.stop_signal = True, stop  # as the handler does, before the first step
         return train(self)
 
     monkeypatch.setattr(Trainer, "train", interrupted)
     path = write_study(tmp_path)
-    path.write_text(path.read_text().replace("budget: {steps: 4}", "budget: {seconds: 5}"))
+    path.write_text(path.read_text().replace("budget: {steps: 4}", f"budget: {{{budget}}}"))
     status, err = run_cli(["sweep", str(path)], capsys)
-    assert status == 130 and "stopped; run the same command again" in err
-    assert not any(folder_of(path).glob("*-seed*"))  # no trial began
+    assert status == 128 + stop and "stopped; run the same command again" in err
+    assert budget == "steps: 4" or not any(folder_of(path).glob("*-seed*"))  # no trial began
 
 
 def test_a_variant_whose_probe_diverges_is_named_with_advice_for_a_study(

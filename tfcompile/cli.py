@@ -163,9 +163,10 @@ def _sweep(args: argparse.Namespace) -> int:
     plan = plan_study(load_study(args.study))  # every problem of the study file, before any training
     command = ["tfcompile", "sweep", args.study, "--launcher", args.launcher]
     command += ["--address", args.address] if args.address else []
-    if not Sweep(plan, command=command).run(LAUNCHERS[args.launcher](args.address)):
+    sweep = Sweep(plan, command=command)
+    if not sweep.run(LAUNCHERS[args.launcher](args.address)):
         print(f"stopped; run the same command again to resume: runs in {plan.folder}", file=sys.stderr)
-        return 130
+        return 128 + sweep.stopped_by  # 130 after Ctrl-C, 143 after SIGTERM
     print(f"finished: runs in {plan.folder}; compare them with: tfcompile compare {plan.folder}")
     return 0
 

@@ -13,6 +13,7 @@ import os
 import platform
 import re
 import shlex
+import signal
 import subprocess
 import sys
 import tempfile
@@ -46,6 +47,7 @@ class Sweep:
     plan: Plan
     command: list[str] = field(default_factory=list)  # what ran this sweep, kept in study.json
     out: TextIO = field(default_factory=lambda: sys.stderr)
+    stopped_by: int = field(default=signal.SIGINT, init=False)  # the signal that stopped it, if one did
 
     def trials(self) -> list[Trial] | None:
         """The plan's trials, with a wall-time budget's steps (probed once, then kept in study.json);
@@ -95,6 +97,7 @@ class Sweep:
         failed = []
         for done, (k, trial, outcome) in enumerate(launcher.run(self.plan.folder, pending, self._say), 1):
             if outcome["interrupted"]:
+                self.stopped_by = outcome.get("stopped_by") or signal.SIGINT
                 self._say(f"trial {k} of {len(trials)}: {trial.name} stopped at step {outcome['step']}")
                 return False
             spent = time.monotonic() - started
@@ -208,7 +211,8 @@ class Sweep:
                     f"probe: {variant.label} failed in the steps timed to plan a wall-time budget "
                     f"({failure}), and so would its trials: change the variant or leave it out"
                 ) from None
-            if timed is None:
+            if isinstance(timed, signal.Signals):
+                self.stopped_by = timed
                 return None
             step_s, eval_s = timed
             interval = variant.spec.train.eval_interval
@@ -249,10 +253,10 @@ def plan_record(plan: Plan, trials: list[Trial], steps: dict[str, int] | None) -
     }
 
 
-def probe(spec: Spec) -> tuple[float, float] | None:
+def probe(spec: Spec) -> tuple[float, float] | signal.Signals:
     """(seconds per training step, seconds per evaluation) of ``spec``'s model, timed in a short
-    run: one step untimed (warm-up), PROBE_STEPS timed, then a last step with an evaluation. None:
-    stopped by Ctrl-C or SIGTERM first."""
+    run: one step untimed (warm-up), PROBE_STEPS timed, then a last step with an evaluation; or
+    the signal that stopped it first (Ctrl-C, SIGTERM)."""
     from tfcompile.train import Trainer
 
     total = PROBE_STEPS + 2
@@ -265,8 +269,9 @@ def probe(spec: Spec) -> tuple[float, float] | None:
             on_step=lambda _trainer, _step: times.append(time.perf_counter()),
             show_progress=False,
         )
-        if trainer.train().interrupted:
-            return None
+        stopped_by = trainer.train().stopped_by
+        if stopped_by is not None:
+            return stopped_by
     step_s = (times[-2] - times[0]) / PROBE_STEPS
     return step_s, max(times[-1] - times[-2] - step_s, 0.0)
 

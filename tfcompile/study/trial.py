@@ -27,7 +27,8 @@ from tfcompile.train.loop import RUN_FILES
 def run_trial(spec_text: str, run_dir: str, show_progress: bool = True) -> dict[str, Any]:
     """Train the trial whose resolved spec is ``spec_text`` into ``run_dir``: resume it from its
     checkpoint, or start it (again, when a killed sweep left it without one) ->
-    {"step": ..., "interrupted": ..., "failed": None, or why its training stopped with an error}.
+    {"step": ..., "interrupted": ..., "stopped_by": the signal that stopped it or None, "failed": None,
+    or why its training stopped with an error}.
     A trial that fails once training has begun (its loss diverged, its model does not fit in
     memory) is a result of the study, recorded in RUN/trial.json, not the end of the sweep."""
     folder = Path(run_dir)
@@ -39,12 +40,14 @@ def run_trial(spec_text: str, run_dir: str, show_progress: bool = True) -> dict[
     with peak_memory(spec.train.device) as peak:
         try:  # a model that does not fit fails as the Trainer is made
             trainer = Trainer(spec, folder, resume=resume, show_progress=show_progress)
-            interrupted = trainer.train().interrupted
+            stopped_by = trainer.train().stopped_by
         except TrainingFailed as e:
-            interrupted, failed = False, str(e)
+            stopped_by, failed = None, str(e)
     device = str(trainer.device) if trainer is not None else spec.train.device
     _record_peak(folder, peak, device, failed)
-    return {"step": trainer.step if trainer is not None else 0, "interrupted": interrupted, "failed": failed}
+    step = trainer.step if trainer is not None else 0
+    stopped = None if stopped_by is None else int(stopped_by)
+    return {"step": step, "interrupted": stopped is not None, "stopped_by": stopped, "failed": failed}
 
 
 def _clear_start(folder: Path) -> None:
