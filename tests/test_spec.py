@@ -268,3 +268,10 @@ def test_a_run_name_outside_ascii_folder_names_says_which_letters(name: str) -> 
     with pytest.raises(ValueError, match=r"one folder name of ASCII letters, digits"):
         check_run_name(name)
     assert check_run_name("run-1.b_2") == "run-1.b_2"
+
+
+def test_a_long_run_name_is_quoted_cut_short() -> None:
+    """A 500,000-character train.name was quoted whole: a 500 KB error message."""
+    with pytest.raises(ValueError, match=r"found 'aaaa+'\.\.\. \(500,000 characters\)$") as error:
+        check_run_name("a" * 500_000)
+    assert len(str(error.value)) < 300

@@ -2285,9 +2285,10 @@ def is_run_name(name: Any) -> bool:
 
 def check_run_name(name: str) -> str:
     if not is_run_name(name):
+        found = repr(name) if len(name) <= 100 else f"{name[:60]!r}... ({len(name):,} characters)"
         raise ValueError(
             f"a run name is one folder name of ASCII letters, digits, '.', '_' and '-' (at most 100, "
-            f"starting with a letter or digit, no '..'), found {name!r}"
+            f"starting with a letter or digit, no '..'), found {found}"
         )
     return name
 
