@@ -371,6 +371,17 @@ def test_merge_keys_and_tabs_get_a_hint(tmp_path: Path, capsys: pytest.CaptureFi
     assert "hint: indent with spaces: YAML does not allow tabs in indentation" in err
 
 
+def test_a_second_yaml_document_says_a_spec_is_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """PyYAML's "but found another document" was the whole message."""
+    code, err = _validate(tmp_path, MODEL + "---\ntrain:\n  steps: 10\n", capsys)
+    assert code == 2 and "s.yaml:7:1: error: invalid YAML: a second YAML document starts here" in err
+    assert "hint: a spec is one YAML document, one mapping of its sections: remove the `---` on line 7" in err
+    code, err = _validate(tmp_path, MODEL + "...\ntrain:\n  steps: 10\n", capsys)
+    assert code == 2 and "remove the `...` on line 7, which ends the first" in err
+
+
 # --------------------------------------------------------------- 7. a model that is no mapping
 
 

@@ -254,6 +254,7 @@ def _compose(text: str, source: str, origin: str | None = None, at: Loc = ()) ->
         problem = e.problem or e.context
         if (e.problem, e.context) in AT_CONTEXT and e.context_mark:  # where the key or quote starts
             mark, problem = e.context_mark, AT_CONTEXT[e.problem, e.context]
+        problem = REWORDED.get((e.problem, e.context)) or problem
         position = (mark.line + 1, mark.column + 1) if mark else None
         hint = _tab_hint(text, e) or _yaml_hint(text, e)
         raise fail(f"invalid YAML: {problem}", hint, position) from None
@@ -280,6 +281,10 @@ AT_CONTEXT: dict[tuple[str | None, str | None], str] = {
     ("could not find expected ':'", "while scanning a simple key"): "could not find expected ':'",
     UNCLOSED_QUOTE: "this quote is never closed",
 }
+SECOND_DOCUMENT = ("but found another document", "expected a single document in the stream")
+REWORDED: dict[tuple[str | None, str | None], str] = {
+    SECOND_DOCUMENT: "a second YAML document starts here"
+}  # PyYAML's words, said plainly
 
 
 def _tab_hint(text: str, error: yaml.MarkedYAMLError) -> str | None:
@@ -324,6 +329,11 @@ def _yaml_hint(text: str, error: yaml.MarkedYAMLError) -> str | None:
         return None
     if mark is None:
         return None
+    one = "a spec is one YAML document, one mapping of its sections"
+    if (problem, error.context) == SECOND_DOCUMENT:  # a second `---`
+        return f"{one}: remove the `---` on line {mark.line + 1}"
+    if problem.startswith("expected '<document start>'") and line(above(mark.line)).strip() == "...":
+        return f"{one}: remove the `...` on line {above(mark.line) + 1}, which ends the first"
     if problem == "mapping values are not allowed here":
         here, prev = line(mark.line), above(mark.line)
         pair = re.match(r"\s*(?:- )?([\w.-]+):[ \t]+[^\s#]", line(prev))  # `key: value` above
