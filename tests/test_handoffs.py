@@ -29,6 +29,7 @@ import pytest
 from helpers import ONE_STEP, ROOT, TINY
 from tokenizers import Tokenizer, models
 
+from tfcompile.cli import main
 from tfcompile.errors import ExportError, UserError
 from tfcompile.export import Source, export_bundle
 from tfcompile.handoffs.genai import GENAI_CONFIG, export_genai, genai_tokenizer, least_likely, sliced_logits
@@ -227,6 +228,9 @@ def test_triton_refuses_to_overwrite_and_bad_settings(bundles: Bundles, tmp_path
         export_triton(bundles["char"], tmp_path / "other", instances=0)
     with pytest.raises(UserError, match="cannot name Triton models"):
         export_triton(bundles["char"], tmp_path / "other", name='a"b')
+    assert (
+        main(["export-triton", str(bundles["char"]), "--out", str(tmp_path / "other"), "--name", "a b"]) == 2
+    )
     assert not (tmp_path / "other").exists()
     empty = tmp_path / "empty"
     empty.mkdir()
@@ -679,8 +683,6 @@ def test_genai_refuses_bundles_that_are_not_decoders(bundles: Bundles, kind: str
 def test_the_commands_write_both_and_refuse_to_overwrite(
     bundles: Bundles, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from tfcompile.cli import main
-
     bundle = str(bundles["char-special"])
     assert main(["export-triton", bundle, "--out", str(tmp_path / "repo"), "--max-batch-size", "4"]) == 0
     assert "bundle-model, bundle-step" in capsys.readouterr().out

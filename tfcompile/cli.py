@@ -505,8 +505,13 @@ def _export_hf(args: argparse.Namespace) -> int:
 
 
 def _export_triton(args: argparse.Namespace) -> int:
-    from tfcompile.handoffs.triton import export_triton
+    from tfcompile.handoffs.triton import MODEL_NAME, export_triton
 
+    if args.name is not None and not MODEL_NAME.fullmatch(args.name):  # a flag's value: exit 2
+        raise UsageError(
+            f"--name {args.name!r} cannot name Triton models: use ASCII letters, digits, '_', '.' and '-', "
+            f"starting with a letter or digit"
+        )
     folders = export_triton(
         Path(args.bundle),
         Path(args.out),
