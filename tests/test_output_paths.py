@@ -12,6 +12,7 @@ from tfcompile.cli import main
 UNWRITABLE = {
     "file in the way": lambda tmp: _file(tmp) / "sub" / "out",
     "a file system that makes no folders": lambda tmp: Path("/proc/tfcompile-test/out"),
+    "a folder that takes no new entries": lambda tmp: Path("/proc/tfcompile-test-out"),
 }
 COMMANDS = {
     "export": lambda run, bundle, out: ["export", str(run), "--out", str(out)],
@@ -39,6 +40,7 @@ def test_an_unwritable_out_is_one_line(
     assert main(argv) == 1
     err = capsys.readouterr().err  # a spinner's line, then the error
     assert err.splitlines()[-1].startswith(f"tfcompile {command}: error: ") and "Traceback" not in err, err
+    assert "/." not in err.splitlines()[-1], err  # named by the path given, not a hidden staging folder
     if where == "file in the way":
         assert (tmp_path / "a-file").read_text() == "mine\n"
 

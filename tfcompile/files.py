@@ -63,7 +63,10 @@ def make_folder_beside(out: Path, suffix: str) -> Path:
     would give it (mkdtemp's are 0700, whatever the umask): a folder later renamed to ``out``
     must be readable by whoever the user's umask lets read their files."""
     out.parent.mkdir(parents=True, exist_ok=True)
-    folder = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=suffix))
+    try:
+        folder = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=suffix))
+    except OSError as e:  # named by the folder asked for, not by a hidden name the user never gave
+        raise OSError(e.errno, e.strerror, str(out)) from None
     folder.chmod(0o777 & ~umask())
     return folder
 
