@@ -1103,3 +1103,17 @@ def test_onnxruntime_out_of_memory_is_told_by_the_batch_it_ran(batch: int, advic
 
     with pytest.raises(InputError, match=re.escape(advice)):
         run(OutOfMemory(), {"input_ids": np.zeros((batch, 1), np.int64)})
+
+
+def test_verify_refuses_what_the_runtime_refuses(classifier_bundle: Path, tmp_path: Path) -> None:
+    """verify reran parity alone: a manifest naming three labels for two logits, which every load
+    refuses, verified (exit 0)."""
+    from tfcompile.export import verify_bundle
+
+    bundle = tmp_path / "bundle"
+    shutil.copytree(classifier_bundle, bundle)
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    manifest["labels"] = [*manifest["labels"], "third"]
+    (bundle / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(BundleError, match="3 labels"):
+        verify_bundle(bundle, classifier_bundle.parent / "run")

@@ -53,6 +53,7 @@ from tfcompile.manifest import (
 )
 from tfcompile.manifest import Graph as GraphEntry
 from tfcompile.nn.moe import half
+from tfcompile.runtime import load
 from tfcompile.runtime.bundle import BundleFiles, sha256_file
 from tfcompile.runtime.errors import BundleError
 from tfcompile.runtime.ort import ort
@@ -169,13 +170,15 @@ def export_bundle(
 
 
 def verify_bundle(bundle: Path, run: Path | None = None) -> dict[str, ParityReport]:
-    """Rerun the parity check from the bundle and the weights it was exported from: ``run`` for a
-    bundle exported from a run (its manifest records where, but a bundle's word never opens files
+    """Load the bundle as the runtime does (a BundleError for what it refuses), then rerun the
+    parity check from the bundle and the weights it was exported from: ``run`` for a bundle exported
+    from a run (its manifest records where, but a bundle's word never opens files
     outside it), the recorded seed for one exported from a spec."""
     files = BundleFiles(bundle)
     recorded = files.manifest.source
     spec = parse_spec(files.text(SPEC_FILE), source=str(bundle / SPEC_FILE))
     _spec_is_the_manifests(bundle, spec, files.manifest)
+    load(files, ["CPUExecutionProvider"])  # every check the runtime makes: what it refuses fails here
     if run is not None:
         # The checkpoint folder exported from (a run trained on since has a newer last), else the
         # pointer recorded (bundles exported before folders were recorded).
