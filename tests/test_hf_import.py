@@ -302,6 +302,8 @@ def test_a_tie_saved_under_both_names_and_half_precision(
             ["rope_parameters.short_factor: is missing", "partial_rotary_factor"],
         ),
         ("llama", {"hidden_act": "relu2"}, ["hidden_act: 'relu2'"]),
+        # A null choice imported as the default, where transformers 5 refuses it and 4 fails on it.
+        ("llama", {"hidden_act": None}, ["hidden_act: is null, not a gated activation"]),
         ("vit", {"image_size": [8, 16]}, ["image_size: [8, 16] is not square"]),
         (
             "t5_v1_1",

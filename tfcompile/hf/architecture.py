@@ -147,7 +147,11 @@ class Config:
             self.refuse(name, message, hint)
 
     def choice(self, name: str, default: str, mapping: dict[str, Any], what: str) -> Any:
-        """The value ``mapping`` gives the field's, or a problem naming the choices."""
+        """The value ``mapping`` gives the field's, or a problem naming the choices. A null is one:
+        transformers 5 refuses it, and 4 reads it as no choice (an activation it cannot look up)."""
+        if name in self.data and self.data[name] is None:
+            self.refuse(name, f"is null, not a {what}", f"one of {sorted(mapping)} imports")
+            return next(iter(mapping.values()))
         value = self.get(name, default)
         if value not in mapping:
             self.refuse(name, f"{value!r} is not a {what} tfcompile has", f"one of {sorted(mapping)} imports")
