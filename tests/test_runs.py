@@ -232,7 +232,7 @@ def test_a_users_file_named_like_the_lock_is_refused_never_emptied_or_removed(
 ) -> None:
     """A folder's own .lock (another tool's, a user's) was emptied, written over and removed by the
     lock, even by a run refused a moment later; an empty one (its writer killed before it wrote)
-    or a killed run's record is taken over."""
+    or a killed run's record (whole, or cut short by a full disk) is taken over."""
     folder = tmp_path / "project"
     folder.mkdir()
     (folder / LOCK_FILE).write_text(held)
@@ -241,7 +241,8 @@ def test_a_users_file_named_like_the_lock_is_refused_never_emptied_or_removed(
     ):
         RunLock(folder, "wait")
     assert (folder / LOCK_FILE).read_text() == held
-    for left in ("", json.dumps({"pid": 1, "host": "h", "started": "2026-01-01 00:00:00"})):
+    record = json.dumps({"pid": 1, "host": "h", "started": "2026-01-01 00:00:00"})
+    for left in ("", record, record[:20]):
         (folder / LOCK_FILE).write_text(left)
         RunLock(folder, "wait").release()
         assert not (folder / LOCK_FILE).exists()

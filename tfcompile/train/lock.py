@@ -79,14 +79,15 @@ def _lock(path: Path, advice: str) -> int:
 
 def _ours(fd: int) -> bool:
     """Whether a lock file is empty (new, or its writer stopped before its record) or holds an
-    owner's record, as a killed run leaves it: a file of the user's named .lock is neither."""
+    owner's record, as a killed run leaves it, whole or cut short (a full disk): a file of the
+    user's named .lock is none of these."""
     held = os.pread(fd, 4096, 0)
     if not held:
         return True
     try:
         owner = json.loads(held)
     except ValueError:
-        return False
+        return held.startswith(b'{"pid": ')  # the start of RunLock's record
     return isinstance(owner, dict) and set(owner) == {"pid", "host", "started"}
 
 
