@@ -22,7 +22,9 @@ from tfcompile.sequences import pad_rows, source_row, tidy
 class Translator(Bundle):
     """``translate(texts)`` -> translations; ``translate_ids(source_ids, source_mask)`` -> target
     token ids. Beam size, length penalty and maximum length default to the manifest's translation
-    section. A batch of sources of different lengths (right-padded) translates as each alone."""
+    section. A batch of sources of different lengths (right-padded) translates as each alone, but
+    with an int8 bundle, whose activations are quantized at one scale over the whole batch (the
+    manifest's optimization says which)."""
 
     TASK = "seq2seq"
     PADDING_SIDE = "right"
