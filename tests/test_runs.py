@@ -135,7 +135,7 @@ def test_a_stop_asked_for_during_the_test_ends_a_finished_run_whose_resume_tests
     first = trainer(tiny_spec(tmp_path, "train.steps=2", "train.name=tested"), run_dir)
 
     def measured_then_stopped(model: Any, device: Any) -> dict[str, float]:
-        first.stop_requested = True  # as the Ctrl-C handler does
+        first.stop_requested = True  # as a signal's handler does where it does not end the test
         return {"test_score": 0.5}
 
     monkeypatch.setattr(first.task, "test_metrics", measured_then_stopped)
@@ -171,10 +171,15 @@ def test_a_signal_during_the_test_ends_the_test_at_once_and_the_resume_measures_
     result = first.train()
     assert result.interrupted and result.step == 2 and not first.testing
     assert not [r for r in read_metrics(run_dir) if "test_score" in r]
+    # A sweep would skip a finished trial: the run owes its test, and is listed as interrupted.
+    from tfcompile.study.runs import read_run
+
+    assert read_run(run_dir).state == "interrupted"
     resumed = trainer(tiny_spec(tmp_path, "train.steps=2", "train.name=tested"), run_dir, resume=True)
     monkeypatch.setattr(resumed.task, "test_metrics", lambda model, device: {"test_score": 0.5})
     assert not resumed.train().interrupted
     assert [r for r in read_metrics(run_dir) if "test_score" in r] == [{"step": 2, "test_score": 0.5}]
+    assert read_run(run_dir).state == "finished"
 
 
 def test_an_exported_bundle_is_not_listed_as_a_run(

@@ -20,7 +20,7 @@ from tfcompile.spec import Spec
 from tfcompile.tasks.task import task_of
 from tfcompile.train.checkpoint import CheckpointError, checkpoint_folders, folder_step, resolve
 from tfcompile.train.lock import LOCK_FILE
-from tfcompile.train.metrics import read_metrics
+from tfcompile.train.metrics import read_metrics, test_owed
 from tfcompile.train.runs import RESUMABLE_FIELDS, SPEC_FILE, load_run_spec, model_differences
 from tfcompile.train.schedule import learning_rate
 
@@ -62,7 +62,7 @@ class Run:
     def state(self) -> str:
         if self.running:
             return "running"
-        if self.saved_step >= self.planned:
+        if self.saved_step >= self.planned and not test_owed(self.records, self.saved_step):
             return "finished"
         return "failed" if self.failure() else "interrupted"
 

@@ -31,6 +31,7 @@ from tfcompile.study.plan import Plan, Trial
 from tfcompile.study.runs import TRIAL_FILE, is_run, read_run, trained_otherwise
 from tfcompile.study.schema import MAX_STEPS
 from tfcompile.study.trial import run_trial
+from tfcompile.train.metrics import test_owed
 from tfcompile.train.runs import TrainingFailed
 
 STUDY_RECORD = "study.json"
@@ -134,7 +135,7 @@ class Sweep:
                 f"gives it (its budget was lowered): give the changed study another `name:`, or remove "
                 f"{self.plan.folder}"
             )
-        return not run.running and run.saved_step >= planned
+        return not run.running and run.saved_step >= planned and not test_owed(run.records, planned)
 
     def _unmeasured(self, trial: Trial) -> str:
         """What a finished trial without its peak memory (a sweep killed after its last checkpoint,

@@ -48,7 +48,15 @@ from tfcompile.train.checkpoint import (
 from tfcompile.train.device import cpu_threads, place
 from tfcompile.train.distributed import is_sharded, leave_world
 from tfcompile.train.lock import RunLock
-from tfcompile.train.metrics import METRICS_FILE, TEST_PREFIX, MetricsLog, TrainingClock, Window, tested_at
+from tfcompile.train.metrics import (
+    METRICS_FILE,
+    TEST_PREFIX,
+    UNTESTED,
+    MetricsLog,
+    TrainingClock,
+    Window,
+    tested_at,
+)
 from tfcompile.train.optim import build_optimizer
 from tfcompile.train.progress import Progress
 from tfcompile.train.runs import (
@@ -220,15 +228,12 @@ class Trainer:
                     self.save()
                 progress.log(f"stopped at step {self.step}; resume with --resume {self.run_dir}")
             elif not self.world.from_main(lambda: tested_at(self.run_dir, self.step)):
-                try:
-                    self.testing = True
-                    test = self._test_metrics()
-                except _StoppedDuringTest:  # the run is saved at its last step: a resume tests it
-                    stopped, test = True, {}
+                test = self._test_metrics()
+                if test is None:  # the run is saved at its last step: a resume measures the test
+                    stopped = True
+                    self.metrics.append({"step": self.step, UNTESTED: True})
                     progress.log(f"stopped during the test; measure it with --resume {self.run_dir}")
-                finally:
-                    self.testing = False
-                if test:
+                elif test:
                     self.metrics.append({"step": self.step, **test})
                     progress.log(f"test {_shown(test, TEST_PREFIX)}")
                     metrics = {**metrics, **test}
@@ -343,11 +348,14 @@ class Trainer:
         self.saved_step = self.step
         return folder
 
-    def _test_metrics(self) -> dict[str, float]:
+    def _test_metrics(self) -> dict[str, float] | None:
         """The task's metrics on its test split after training, measured by rank 0 on the whole
-        model (under FSDP gathered from every process's shard, when the task has any to measure)."""
+        model (under FSDP gathered from every process's shard, when the task has any to measure);
+        None: a stop asked for while rank 0 measured them ended the measurement."""
         if not self.sharded:
-            return self.task.test_metrics(self.model, self.device) if self.world.is_main else {}
+            if not self.world.is_main:
+                return {}
+            return self._stoppable(lambda: self.task.test_metrics(self.model, self.device))
         if type(self.task).test_metrics is Task.test_metrics:  # none: nothing worth gathering
             return {}
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
@@ -358,7 +366,19 @@ class Trainer:
             return {}
         model = build_model(self.spec)
         model.load_state_dict(state)
-        return self.task.test_metrics(model.to(self.device), self.device)
+        return self._stoppable(lambda: self.task.test_metrics(model.to(self.device), self.device))
+
+    def _stoppable(self, measure: Callable[[], dict[str, float]]) -> dict[str, float] | None:
+        """``measure()``, or None where a stop was asked for meanwhile (the signal handler raises
+        _StoppedDuringTest while ``testing``; rank 0 alone, past every collective)."""
+        try:
+            try:
+                self.testing = True
+                return measure()
+            finally:
+                self.testing = False  # a signal here still raises: caught below
+        except _StoppedDuringTest:
+            return None
 
     # ------------------------------------------------------------------ bookkeeping
 

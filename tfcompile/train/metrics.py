@@ -64,9 +64,22 @@ class MetricsLog:
 TEST_PREFIX = "test_"  # of the metrics a task measures on its test split after training (test_bleu)
 
 
+UNTESTED = "untested"  # a record's key: the test at its step was stopped before it was measured
+
+
 def tested_at(run_dir: Path, step: int) -> bool:
     """Whether the run recorded its test at ``step`` (a finished run resumed: not measured again)."""
-    return any(r["step"] == step and any(k.startswith(TEST_PREFIX) for k in r) for r in read_metrics(run_dir))
+    return _tested(read_metrics(run_dir), step)
+
+
+def test_owed(records: list[dict[str, Any]], step: int) -> bool:
+    """Whether the test at ``step`` was stopped before it was measured, and not measured since (a
+    resume measures it)."""
+    return any(r["step"] == step and r.get(UNTESTED) for r in records) and not _tested(records, step)
+
+
+def _tested(records: list[dict[str, Any]], step: int) -> bool:
+    return any(r["step"] == step and any(k.startswith(TEST_PREFIX) for k in r) for r in records)
 
 
 def _records(path: Path) -> list[dict[str, Any]]:
