@@ -432,8 +432,8 @@ class Optimization(Part):
     parity: dict[str, float] = Field(
         description="per graph, over fresh inputs at several shapes (a fixed step graph over a window "
         "its step graph filled): at each shape, the largest |difference| of its float outputs from the "
-        "source graph's relative to their largest |value|; the largest over the shapes, as verify "
-        "measures a graph against PyTorch"
+        "source graph's relative to the largest |value| of the outputs (a step graph's: of its logits); "
+        "the largest over the shapes, as verify measures a graph against PyTorch"
     )
     gate: Gate | None = Field(None, description="absent when no held-out data was given (--no-gate)")
 

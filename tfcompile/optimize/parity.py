@@ -2,13 +2,13 @@
 inputs, built from the manifest alone: token ids inside the vocabulary, masks with a left-padded
 row, other floats standard normal; a step graph runs a prompt from an empty cache and then single
 tokens, each graph feeding back its own cache; the fixed step graph runs single tokens over a
-window that the source bundle's step graph filled from a prompt (as the runtime fills it), each
-graph feeding back its own window; at batch 1 every graph reads the whole context (up to
-sequences.LONGEST tokens, as export's check).
+window that the source bundle's step graph filled from a prompt (both graphs start from that one
+window), each graph feeding back its own window; at batch 1 every graph reads the whole context
+(up to sequences.LONGEST tokens, as export's check).
 -> per case (a batch size, over its steps), the largest |difference| of the float outputs relative
-to their largest finite |value| (outputs read as float32), and the largest over the cases, as
-`tfcompile verify` measures a graph against PyTorch; infinite where one graph's output is NaN or
-infinite and the other's is not the same."""
+to the largest finite |value| of the outputs (a step graph's: of its logits), read as float32, and
+the largest over the cases, as `tfcompile verify` measures a graph against PyTorch; infinite where
+one graph's output is NaN or infinite and the other's is not the same."""
 
 from __future__ import annotations
 
@@ -52,10 +52,10 @@ def relative_difference(
     relative = 0.0
     for case in cases:
         worst, scale = 0.0, 0.0
-        for outputs in case:
+        for *outputs, scales in case:
             a, b = (np.asarray(o, dtype=np.float32) for o in outputs)
             worst = max(worst, largest_difference(a, b))
-            scale = max(scale, finite_scale(a))
+            scale = max(scale, finite_scale(a)) if scales else scale
         relative = max(relative, worst / scale if scale else worst)
     return relative
 
@@ -65,7 +65,9 @@ def _session(graph: bytes) -> object:
     return ort.InferenceSession(graph, options, providers=["CPUExecutionProvider"])
 
 
-Case = list[tuple[np.ndarray, np.ndarray]]  # each float output of both graphs, over a case's steps
+# Each float output of both graphs over a case's steps, and whether it sets the case's scale: every
+# output of a forward graph or an encoder, a step graph's logits alone (as verify scales them).
+Case = list[tuple[np.ndarray, np.ndarray, bool]]
 
 
 def _runs(sessions: list, graph: Graph, manifest: Manifest, rng: np.random.Generator) -> Iterator[Case]:
@@ -81,7 +83,7 @@ def _runs(sessions: list, graph: Graph, manifest: Manifest, rng: np.random.Gener
                 graph, manifest, rng, {"batch": batch, "sequence": sequence, "source_sequence": source}
             )
             results = [dict(zip(floats, run(s, feed, floats), strict=True)) for s in sessions]
-            yield [(results[0][n], results[1][n]) for n in floats]
+            yield [(results[0][n], results[1][n], True) for n in floats]
             continue
         case: Case = []
         caches: list[dict[str, np.ndarray]] = [{}, {}]
@@ -97,7 +99,7 @@ def _runs(sessions: list, graph: Graph, manifest: Manifest, rng: np.random.Gener
                 cache.clear()
                 cache.update({p: out[q] for p, q in zip(graph.cache.past, graph.cache.present, strict=True)})
                 results.append(out)
-            case += [(results[0][n], results[1][n]) for n in floats]
+            case += [(results[0][n], results[1][n], n == floats[0]) for n in floats]
             past += new
         yield case
 
@@ -105,10 +107,11 @@ def _runs(sessions: list, graph: Graph, manifest: Manifest, rng: np.random.Gener
 def _window_runs(
     sessions: list, prefill: object, graph: Graph, step: Graph, manifest: Manifest, rng: np.random.Generator
 ) -> Iterator[Case]:
-    """The fixed step graph's cases, as the runtime feeds it: a prompt read by the step graph, whose
-    cache, left-padded with zeros, fills the window (max_seq_len - 1 positions; the runtime's names:
-    past_key_0 -> window_key_0), then single tokens, each graph sliding its own window. At batch 1
-    the window fills up; at batch 3 the last row's prompt starts with padding."""
+    """The fixed step graph's cases, fed as the runtime feeds it: a prompt read by the source's step
+    graph, whose cache, left-padded with zeros, fills both graphs' window (max_seq_len - 1
+    positions; the runtime's names: past_key_0 -> window_key_0), then single tokens, each graph
+    sliding its own window. At batch 1 the window fills up; at batch 3 the last row's prompt
+    starts with padding."""
     cache = step.cache
     assert cache is not None
     windows = [f"window_{name.removeprefix('past_')}" for name in cache.past]
@@ -133,7 +136,7 @@ def _window_runs(
                 out = dict(zip(floats, run(session, feed, floats), strict=True))
                 window.update({name: out[f"next_{name}"] for name in windows})
                 results.append(out)
-            case += [(results[0][n], results[1][n]) for n in floats]
+            case += [(results[0][n], results[1][n], n == floats[0]) for n in floats]
         yield case
 
 
