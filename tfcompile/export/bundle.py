@@ -53,7 +53,7 @@ from tfcompile.manifest import (
 )
 from tfcompile.manifest import Graph as GraphEntry
 from tfcompile.nn.moe import half
-from tfcompile.runtime import load
+from tfcompile.runtime import check_bundle
 from tfcompile.runtime.bundle import BundleFiles, sha256_file
 from tfcompile.runtime.errors import BundleError
 from tfcompile.runtime.ort import ort
@@ -178,7 +178,7 @@ def verify_bundle(bundle: Path, run: Path | None = None) -> dict[str, ParityRepo
     recorded = files.manifest.source
     spec = parse_spec(files.text(SPEC_FILE), source=str(bundle / SPEC_FILE))
     _spec_is_the_manifests(bundle, spec, files.manifest)
-    load(files, ["CPUExecutionProvider"])  # every check the runtime makes: what it refuses fails here
+    check_bundle(files)  # every check the runtime makes, of every graph: what it refuses fails here
     if run is not None:
         # The checkpoint folder exported from (a run trained on since has a newer last), else the
         # pointer recorded (bundles exported before folders were recorded).
