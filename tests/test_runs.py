@@ -639,5 +639,22 @@ def test_small_records_are_read_without_waiting_or_filling_memory(kind: str, tmp
     if blocked and kind == "fifo":  # waiting for a writer: one lets it go
         os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
     assert not blocked and read == [{}]
-    with pytest.raises(OSError, match="not a regular file" if kind != "large" else "larger than"):
+    with pytest.raises(ValueError, match="not a regular file" if kind != "large" else "larger than"):
         read_small_text(path)
+
+
+def test_a_fifo_in_place_of_the_lock_does_not_block_runs(tmp_path: Path) -> None:
+    """is_locked opened train.lock blocking: a FIFO there hung `tfcompile runs` and compare."""
+    import threading
+
+    from tfcompile.study.runs import is_locked
+
+    os.mkfifo(tmp_path / LOCK_FILE)
+    found: list[bool] = []
+    asking = threading.Thread(target=lambda: found.append(is_locked(tmp_path)), daemon=True)
+    asking.start()
+    asking.join(timeout=30)
+    blocked = asking.is_alive()
+    if blocked:  # waiting for a writer: one lets it go
+        os.close(os.open(tmp_path / LOCK_FILE, os.O_WRONLY | os.O_NONBLOCK))
+    assert not blocked and found == [False]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import errno
 import os
 import stat
 import tempfile
@@ -17,18 +16,24 @@ PREPROCESSING_FILE = "preprocessing.json"
 SMALL_FILE_BYTES = 1 << 20
 
 
-def read_small_text(path: Path, limit: int = SMALL_FILE_BYTES) -> str:
+class NotWhatWeWrote(ValueError):
+    """A small file tfcompile writes whose place holds something else: no regular file, or one
+    larger than any it writes there (its message says which)."""
+
+
+def read_small_text(path: Path, limit: int = SMALL_FILE_BYTES, encoding: str = "utf-8") -> str:
     """The text of a small file tfcompile writes (a run's or a study's record, a checkpoint
-    pointer), read without waiting on or filling memory from something else put in its place:
-    OSError where it is not a regular file (a FIFO would block the read, /dev/zero never end) or
-    holds more than ``limit`` bytes, UnicodeDecodeError (a ValueError) where it is not UTF-8."""
+    pointer, results.csv), read without waiting on or filling memory from something else put in
+    its place: NotWhatWeWrote where it is not a regular file (a FIFO would block the read,
+    /dev/zero never end) or holds more than ``limit`` bytes, UnicodeDecodeError (a ValueError too)
+    where it is not text; OSError where it cannot be read."""
     with open(os.open(path, os.O_RDONLY | os.O_NONBLOCK), "rb") as f:
         if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-            raise OSError(errno.EINVAL, "not a regular file", str(path))
+            raise NotWhatWeWrote(f"{path} is not a regular file")
         data = f.read(limit + 1)
     if len(data) > limit:
-        raise OSError(errno.EFBIG, f"larger than the {limit:,} bytes tfcompile writes there", str(path))
-    return data.decode()
+        raise NotWhatWeWrote(f"{path} is larger than the {limit:,} bytes tfcompile writes there")
+    return data.decode(encoding)
 
 
 def fsync_file(path: Path) -> None:

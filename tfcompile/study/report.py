@@ -16,7 +16,6 @@ import math
 import os
 import re
 import shlex
-import stat
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -25,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from tfcompile.data import DataError
 from tfcompile.errors import UserError
-from tfcompile.files import atomic_write_bytes, atomic_write_text, read_small_text
+from tfcompile.files import NotWhatWeWrote, atomic_write_bytes, atomic_write_text, read_small_text
 from tfcompile.paths import YAML_SUFFIXES, Kind, kind_of
 from tfcompile.spec.schema import RUN_NAME, is_run_name
 from tfcompile.study.runs import MEMORY_KINDS, Run, find_runs, read_run, recorded_failure, trained_otherwise
@@ -438,16 +437,11 @@ def _read_text(path: Path, limit: int, what: str) -> str:
     """A regular file of at most ``limit`` bytes, as UTF-8 text (a spreadsheet's byte order mark and
     CRLF line ends read too); a CompareError says what else it is."""
     try:
-        if not stat.S_ISREG(path.stat().st_mode):
-            raise CompareError(f"{path} is not a file: give the {what} that compare wrote")
-        with open(path, "rb") as f:
-            data = f.read(limit + 1)
+        return read_small_text(path, limit, "utf-8-sig")
     except OSError as e:
         raise CompareError(f"cannot read {path}: {e.strerror}") from None
-    if len(data) > limit:
-        raise CompareError(f"{path} is larger than {limit >> 20} MiB: it is not a {what} that compare wrote")
-    try:
-        return data.decode("utf-8-sig")
+    except NotWhatWeWrote as e:
+        raise CompareError(f"{e}: it is not a {what} that compare wrote") from None
     except UnicodeDecodeError:
         raise CompareError(f"{path} is not UTF-8 text: it is not a {what} that compare wrote") from None
 

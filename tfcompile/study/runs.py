@@ -191,7 +191,7 @@ def find_runs(folder: Path) -> list[Path]:
 def is_locked(folder: Path) -> bool:
     """Whether a process holds the run's lock (train.lock) now."""
     try:
-        fd = os.open(folder / LOCK_FILE, os.O_RDONLY)
+        fd = os.open(folder / LOCK_FILE, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO would block the open
     except OSError:
         return False
     try:

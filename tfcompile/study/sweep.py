@@ -160,7 +160,7 @@ class Sweep:
             return {}
         try:
             found = json.loads(read_small_text(path))
-        except (OSError, ValueError):
+        except ValueError:  # not JSON, not text, or not a file tfcompile wrote
             found = None
         if not isinstance(found, dict) or not isinstance(found.get("sweeps", []), list):
             raise SweepError(

@@ -604,7 +604,7 @@ def _pointed(pointer: Path) -> str | None:
     """The folder name a pointer file holds, or None when it holds anything else."""
     try:
         name = read_small_text(pointer).strip()
-    except (OSError, UnicodeDecodeError):
+    except (OSError, ValueError):  # unreadable, not text, or not a file tfcompile wrote
         return None
     return name if FOLDER_NAME.fullmatch(name) else None
 
