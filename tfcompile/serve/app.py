@@ -333,7 +333,7 @@ def create_app(served: Served) -> ASGI:
             return JSONResponse(error_body(request.url.path, 415, message, "unsupported_media_type"), 415)
         param = ".".join(str(p) for p in first["loc"][1:]) or None
         reason = first["msg"]
-        if first["type"] == "int_parsing_size":  # "Unable to parse input string as an integer, ..."
+        if first["type"] == "int_parsing_size" and type(first.get("input")) is int:  # pydantic's
             reason = f"a {len(str(abs(first['input'])))}-digit number is past any value it takes"
         message = f"{param}: {reason}" if param else reason
         return JSONResponse(error_body(request.url.path, 400, message, "invalid_request", param), 400)
