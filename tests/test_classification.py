@@ -214,7 +214,7 @@ def test_classifier_bundle_parity_and_runtime_classify(finetuned: Path, tmp_path
         runtime.classify([3])  # type: ignore[list-item]
     assert main(["classify", str(bundle), texts[0], "--pair", "x", "y"]) == 2
     assert main(["classify", str(bundle), texts[0]]) == 0
-    assert main(["generate", str(bundle)]) == 2
+    assert main(["generate", str(bundle)]) == 1  # a bundle of another task
 
 
 def test_a_masked_lm_run_is_not_exported(pretrained: Path, tmp_path: Path) -> None:
