@@ -505,21 +505,21 @@ def _export_hf(args: argparse.Namespace) -> int:
 
 
 def _export_triton(args: argparse.Namespace) -> int:
-    from tfcompile.handoffs.triton import MODEL_NAME, export_triton
+    from tfcompile.handoffs.triton import ModelNameError, export_triton
 
-    if args.name is not None and not MODEL_NAME.fullmatch(args.name):  # a flag's value: exit 2
-        raise UsageError(
-            f"--name {args.name!r} cannot name Triton models: use ASCII letters, digits, '_', '.' and '-', "
-            f"starting with a letter or digit"
+    try:
+        folders = export_triton(
+            Path(args.bundle),
+            Path(args.out),
+            args.max_batch_size,
+            args.instances,
+            args.max_queue_delay_us,
+            args.name,
         )
-    folders = export_triton(
-        Path(args.bundle),
-        Path(args.out),
-        args.max_batch_size,
-        args.instances,
-        args.max_queue_delay_us,
-        args.name,
-    )
+    except ModelNameError as e:
+        if args.name is None:  # the bundle folder's name
+            raise
+        raise UsageError(f"--name: {e}") from None  # a flag's value: exit 2
     print(f"wrote a Triton model repository at {args.out}: {', '.join(f.name for f in folders)}")
     return 0
 

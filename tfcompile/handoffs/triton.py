@@ -123,6 +123,10 @@ SETTINGS = {
 }
 
 
+class ModelNameError(ExportError):
+    """A name prefix that cannot name Triton models (the message says why): the caller's to change."""
+
+
 def export_triton(
     bundle: Path,
     out: Path,
@@ -149,7 +153,7 @@ def export_triton(
         )
     prefix = name if name is not None else bundle.resolve().name
     if not MODEL_NAME.fullmatch(prefix):
-        raise ExportError(
+        raise ModelNameError(
             f"{prefix!r} cannot name Triton models: use ASCII letters, digits, '_', '.' and '-' "
             f"(pass another name)"
         )
@@ -165,7 +169,7 @@ def export_triton(
         if not MODEL_NAME.fullmatch(f"x-{graph_name}"):  # with the shortest prefix
             raise BundleError(f"{bundle}: the graph name {graph_name!r} cannot name a Triton model")
         if not MODEL_NAME.fullmatch(model):  # a valid prefix, too long for this graph's name
-            raise ExportError(
+            raise ModelNameError(
                 f"{prefix!r} is too long to name Triton models: {model!r} has {len(model)} characters, "
                 f"more than {MAX_MODEL_NAME} (pass a shorter name)"
             )
