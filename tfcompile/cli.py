@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import difflib
 import math
 import os
@@ -13,7 +12,7 @@ import sys
 import tempfile
 import unicodedata
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +24,7 @@ from tfcompile import __version__
 from tfcompile.errors import UserError, first_line
 from tfcompile.manifest import MAX_BEAM, MAX_LENGTH_PENALTY, REPETITION_PENALTIES
 from tfcompile.paths import check_arguments, file_type, untrained
+from tfcompile.signals import handling
 from tfcompile.spec import Spec, SpecError, SpecIssue, dump_spec, load_spec
 from tfcompile.spec.loader import read_yaml
 from tfcompile.spec.schema import GENERATION_OPTIONS, MAX_SEED, MAX_THREADS, CausalLMTask, check_run_name
@@ -1304,25 +1304,12 @@ class Terminated(KeyboardInterrupt):
     what a command removes when interrupted (its staging folders) it removes when stopped."""
 
 
-@contextlib.contextmanager
-def _terminate_as_interrupt() -> Iterator[None]:
-    """SIGTERM raises Terminated for the command's length, where its default would end the process
-    without any cleanup; a second SIGTERM ends it at once. Training and serving set their own
-    handlers while they run. Only the main thread can handle signals: elsewhere it is left alone."""
-
-    def handler(signum: int, frame: object) -> None:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        raise Terminated
-
-    try:
-        previous = signal.signal(signal.SIGTERM, handler)
-    except ValueError:  # not the main thread
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+def _terminate(signum: int, frame: object) -> None:
+    """SIGTERM during a command (handling() sets it for the command's length): Terminated, where
+    the default action would end the process without any cleanup; a second SIGTERM ends it at
+    once. Training and serving set their own handlers while they run."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    raise Terminated
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -1343,7 +1330,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     warnings.filterwarnings("ignore", r"FSDP2-wrapped module \(\w+\) returned a view tensor", UserWarning)
     try:
         check_arguments(args.command, vars(args))  # a path of the wrong kind: say what would work
-        with _terminate_as_interrupt():
+        with handling([signal.SIGTERM], _terminate):
             return handler(args)
     except SpecError as e:
         print(e, file=sys.stderr)

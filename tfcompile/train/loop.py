@@ -27,6 +27,7 @@ from tokenizers import Tokenizer
 from tfcompile.data.digest import DATA_FILE, changed_data, data_digests, recorded_digests
 from tfcompile.files import PREPROCESSING_FILE, TOKENIZER_FILE, atomic_write_text
 from tfcompile.nn.moe import balance_loss, update_selection_biases
+from tfcompile.signals import handling
 from tfcompile.spec import Spec, dump_spec
 from tfcompile.summary import forward_flops_per_token
 from tfcompile.tasks.task import Task, build_model, task_of
@@ -627,10 +628,9 @@ class _StoppedDuringTest(BaseException):
 def _stop_on_signals(trainer: Trainer) -> Iterator[None]:
     """The first Ctrl-C or SIGTERM (a scheduler's or a container's stop): finish the current step,
     save, stop; during the test, which follows the last save, stop it at once. The same signal
-    again: stop at once, by the operating system's default action (the
-    process ends even inside a long PyTorch call, which a Python handler would wait for; the
-    checkpoints on disk stay intact, being written atomically). Only the main thread can handle
-    signals: elsewhere they are left alone."""
+    again: stop at once, by the operating system's default action (the process ends even inside a
+    long PyTorch call, which a Python handler would wait for; the checkpoints on disk stay intact,
+    being written atomically)."""
 
     def handler(signum: int, frame: object) -> None:
         trainer.stop_requested, trainer.stop_signal = True, signal.Signals(signum)
@@ -643,13 +643,5 @@ def _stop_on_signals(trainer: Trainer) -> Iterator[None]:
         if trainer.testing:
             raise _StoppedDuringTest
 
-    try:
-        previous = {signum: signal.signal(signum, handler) for signum in STOP_SIGNALS}
-    except ValueError:  # not the main thread
+    with handling(STOP_SIGNALS, handler):
         yield
-        return
-    try:
-        yield
-    finally:
-        for signum, action in previous.items():
-            signal.signal(signum, action)
