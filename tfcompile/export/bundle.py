@@ -170,10 +170,10 @@ def export_bundle(
 
 
 def verify_bundle(bundle: Path, run: Path | None = None) -> dict[str, ParityReport]:
-    """Load the bundle as the runtime does (a BundleError for what it refuses), then rerun the
-    parity check from the bundle and the weights it was exported from: ``run`` for a bundle exported
-    from a run (its manifest records where, but a bundle's word never opens files
-    outside it), the recorded seed for one exported from a spec."""
+    """Check the bundle as the runtime does (a BundleError for what it refuses), then rerun the
+    parity check from the bundle and the weights it was exported from: ``run`` for a bundle
+    exported from a run (its manifest records where, but a bundle's word never opens files outside
+    it), the recorded seed for one exported from a spec."""
     files = BundleFiles(bundle)
     recorded = files.manifest.source
     spec = parse_spec(files.text(SPEC_FILE), source=str(bundle / SPEC_FILE))

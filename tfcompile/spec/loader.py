@@ -282,9 +282,8 @@ AT_CONTEXT: dict[tuple[str | None, str | None], str] = {
     UNCLOSED_QUOTE: "this quote is never closed",
 }
 SECOND_DOCUMENT = ("but found another document", "expected a single document in the stream")
-REWORDED: dict[tuple[str | None, str | None], str] = {
-    SECOND_DOCUMENT: "a second YAML document starts here"
-}  # PyYAML's words, said plainly
+# PyYAML's words for a problem, said plainly.
+REWORDED: dict[tuple[str | None, str | None], str] = {SECOND_DOCUMENT: "a second YAML document starts here"}
 
 
 def _tab_hint(text: str, error: yaml.MarkedYAMLError) -> str | None:
