@@ -82,8 +82,9 @@ def check_destination(out: Path, force: bool) -> bool:
 
 
 def staging_folder(out: Path) -> Path:
-    """A new hidden folder beside ``out`` to write into before the rename."""
-    return make_folder_beside(out, ".tmp")
+    """A new hidden folder beside ``out`` to write into before the rename (one a killed writer of
+    this host left there is removed first)."""
+    return make_folder_beside(out, ".tmp", staging=True)
 
 
 def move_into_place(tmp: Path, out: Path, replacing: bool) -> None:

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import os
+import re
+import shutil
+import socket
 import stat
 import tempfile
 from pathlib import Path
@@ -63,17 +68,47 @@ def umask_mode(path: Path) -> None:
     path.chmod(0o666 & ~umask())
 
 
-def make_folder_beside(out: Path, suffix: str) -> Path:
+def make_folder_beside(out: Path, suffix: str, staging: bool = False) -> Path:
     """A new hidden folder ``.OUT.*SUFFIX`` beside ``out``, with the permissions a plain mkdir
     would give it (mkdtemp's are 0700, whatever the umask): a folder later renamed to ``out``
-    must be readable by whoever the user's umask lets read their files."""
+    must be readable by whoever the user's umask lets read their files. ``staging``: a folder
+    that holds nothing but what this process writes, named after it (``.OUT.HOST-PID.*SUFFIX``),
+    so that one a killed writer on this host left (SIGKILL, out of memory: gigabytes of weights)
+    is removed by the next."""
     out.parent.mkdir(parents=True, exist_ok=True)
+    owner = ""
+    if staging:
+        owner = f"{_HOST}-{os.getpid()}."
+        _remove_abandoned(out, suffix)
     try:
-        folder = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=suffix))
+        folder = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.{owner}", suffix=suffix))
     except OSError as e:  # named by the folder asked for, not by a hidden name the user never gave
         raise OSError(e.errno, e.strerror, str(out)) from None
     folder.chmod(0o777 & ~umask())
     return folder
+
+
+_HOST = hashlib.sha256(socket.gethostname().encode()).hexdigest()[:8]  # a staging folder's host
+
+
+def _remove_abandoned(out: Path, suffix: str) -> None:
+    """Remove the staging folders beside ``out`` that a process of this host, gone now, left."""
+    named = re.compile(rf"\.{re.escape(out.name)}\.{_HOST}-(\d+)\.\w+{re.escape(suffix)}")
+    with contextlib.suppress(OSError), os.scandir(out.parent) as entries:
+        for entry in entries:
+            found = named.fullmatch(entry.name)
+            if found and entry.is_dir(follow_symlinks=False) and not _alive(int(found[1])):
+                shutil.rmtree(entry.path, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):  # another user's process; no such number
+        return True
+    return True
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:

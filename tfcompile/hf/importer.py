@@ -1037,7 +1037,8 @@ def write_run(
 ) -> None:
     """The run folder ``train`` would have written at step 0 (so that ``train --resume`` continues
     from the weights with a fresh optimizer), from a staging folder moved into place."""
-    staging = make_folder_beside(run_dir, ".import")  # its own name: never a folder of the user's
+    # Its own name, never a folder of the user's; one a killed import left is removed.
+    staging = make_folder_beside(run_dir, ".import", staging=True)
     try:
         (staging / SPEC_FILE).write_text(dump_spec(spec))
         if (folder / TOKENIZER_FILE).exists():
