@@ -55,6 +55,20 @@ def test_summary_table_has_modules_total_and_flops(capsys: pytest.CaptureFixture
     assert "FLOPs per token" in out
 
 
+def test_summary_rows_add_up_and_its_input_is_the_shapes(capsys: pytest.CaptureFixture[str]) -> None:
+    """ViT's [CLS] token, a parameter of the model itself, had no row (the rows fell 64 short of
+    the total); and the input line named train.context_length where the shapes are at max_seq_len."""
+    from tfcompile.summary import summarize
+
+    vit = load_spec(SPECS / "vit-digits.yaml", ["task.labels=[a, b, c]", "model.pooling=cls"])
+    summary = summarize(vit)
+    assert summary.rows[0].name == "cls_token" and sum(r.params for r in summary.rows) == summary.total_params
+    assert main(["summary", str(SPECS / "gpt2.yaml"), "--set", "train.context_length=64"]) == 0
+    out = capsys.readouterr().out
+    assert "(1, 1024, 50304)" in out and "input: (batch 1, seq 1024)" in out
+    assert "FLOPs per token at context 64" in out
+
+
 def test_summary_with_override(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["summary", str(SPECS / "shakespeare-char.yaml"), "--set", "model.n_layers=1"]) == 0
     assert "blocks.1" not in capsys.readouterr().out

@@ -115,7 +115,7 @@ def _summary(args: argparse.Namespace) -> int:
     table.add_row("total", "", f"{s.total_params:,}", "", "")
     console = Console(width=max(Console().width, 110))
     console.print(table)
-    console.print(f"input: {spec.model.describe_input(s.context)}")
+    console.print(f"input: {spec.model.describe_input(spec.model.max_seq_len)}")  # the shapes' below
     console.print(
         f"FLOPs per token at context {s.context}: forward {_si(s.forward_flops_per_token)}, "
         f"training (forward + backward) {_si(s.train_flops_per_token)}"

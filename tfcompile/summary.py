@@ -62,6 +62,9 @@ def summarize(spec: Spec) -> Summary:
     nope = set(getattr(spec.model.positional, "nope_layers", None) or ())  # in each stack
     seen: dict[int, str] = {}
     rows = []
+    for name, p in model.named_parameters(recurse=False):  # the model's own (ViT's [CLS] token)
+        seen[id(p)] = name
+        rows.append(ModuleRow(name, "Parameter", p.numel(), tuple(p.shape)))
     for name, module, shape_of in rows_modules:
         own, tied = 0, []
         for p in module.parameters():
