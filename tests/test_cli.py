@@ -379,6 +379,22 @@ def test_validate_warns_at_its_line_of_a_data_path_that_names_nothing(
     assert "--set data.path=nope.txt: warning: data.path: no file or folder" in capsys.readouterr().err
 
 
+def test_a_data_path_that_is_a_loop_of_links_is_named_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Path.resolve raised RuntimeError on a loop: validate and train ended in a traceback."""
+    (tmp_path / "a").symlink_to("b")
+    (tmp_path / "b").symlink_to("a")
+    spec = tmp_path / "s.yaml"
+    spec.write_text(MODEL_YAML + "data:\n  path: a\n  tokenizer: char\n")
+    assert main(["validate", str(spec)]) == 0
+    assert f"warning: data.path: {tmp_path / 'a'} is a loop of symbolic links" in capsys.readouterr().err
+    assert main(["train", str(spec), "--set", f"train.runs_dir={tmp_path / 'runs'}"]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert "is a loop of symbolic links, not a regular file" in err.splitlines()[-1]
+
+
 @pytest.mark.parametrize(
     ("command", "works"),
     [("translate", "use `tfcompile generate` or `classify`"), ("classify", "use `tfcompile generate`")],

@@ -23,7 +23,7 @@ from rich.text import Text
 from tfcompile import __version__
 from tfcompile.errors import UserError, first_line
 from tfcompile.manifest import MAX_BEAM, MAX_LENGTH_PENALTY, REPETITION_PENALTIES
-from tfcompile.paths import check_arguments, file_type, untrained
+from tfcompile.paths import LINK_LOOP, check_arguments, file_type, untrained
 from tfcompile.signals import handling
 from tfcompile.spec import Spec, SpecError, SpecIssue, dump_spec, load_spec
 from tfcompile.spec.loader import read_yaml
@@ -57,9 +57,9 @@ def _validate(args: argparse.Namespace) -> int:
 
 
 def _missing_data(path: Path, spec: Spec, overrides: Sequence[str]) -> list[str]:
-    """A warning for each data path that names nothing, at its line: `train` refuses it, while a
-    spec may be validated where its data is not (a path holding a {placeholder} is the task's to
-    fill, and left to `train`)."""
+    """A warning for each data path that names nothing (or a loop of links), at its line: `train`
+    refuses it, while a spec may be validated where its data is not (a path holding a
+    {placeholder} is the task's to fill, and left to `train`)."""
     if spec.data is None:
         return []
     marks = read_yaml(path)[2]
@@ -67,7 +67,7 @@ def _missing_data(path: Path, spec: Spec, overrides: Sequence[str]) -> list[str]
     found = []
     for field in ("path", "val_path", "test_path"):
         value = getattr(spec.data, field)
-        if value is None or "{" in str(value) or value.exists():
+        if value is None or "{" in str(value) or (what := file_type(value)) not in ("nothing", LINK_LOOP):
             continue
         mark = marks.get(("data", field))
         where = (
@@ -77,9 +77,10 @@ def _missing_data(path: Path, spec: Spec, overrides: Sequence[str]) -> list[str]
             if mark is not None
             else str(path)
         )
+        problem = f"no file or folder at {value}" if what == "nothing" else f"{value} is {what}"
         found.append(
-            f"{where}: warning: data.{field}: no file or folder at {value} (a relative path is read "
-            f"from the spec's folder, {path.parent.resolve()}): `train` will refuse it"
+            f"{where}: warning: data.{field}: {problem} (a relative path is read from the spec's "
+            f"folder, {path.parent.resolve()}): `train` will refuse it"
         )
     return found
 
@@ -115,6 +116,7 @@ def _summary(args: argparse.Namespace) -> int:
     table.add_row("total", "", f"{s.total_params:,}", "", "")
     console = Console(width=max(Console().width, 110))
     console.print(table)
+    assert spec.model.max_seq_len is not None  # resolved by the schema
     console.print(f"input: {spec.model.describe_input(spec.model.max_seq_len)}")  # the shapes' below
     console.print(
         f"FLOPs per token at context {s.context}: forward {_si(s.forward_flops_per_token)}, "

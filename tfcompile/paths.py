@@ -10,6 +10,7 @@ reads at most the top-level keys of a YAML file.
 from __future__ import annotations
 
 import enum
+import errno
 import re
 import stat
 from pathlib import Path
@@ -72,14 +73,17 @@ def kind_of(path: str | Path) -> Kind:
     return Kind.STUDY if keys & STUDY_KEYS and "model" not in keys else Kind.SPEC
 
 
+LINK_LOOP = "a loop of symbolic links"
+
+
 def file_type(path: str | Path) -> str:
     """What is at ``path`` (its links followed): REGULAR_FILE, FOLDER, "a named pipe (FIFO)", "a
-    character device" (/dev/null), "a block device", "a socket", or "nothing". Only a regular file
-    is opened: reading any other would block or never end."""
+    character device" (/dev/null), "a block device", "a socket", LINK_LOOP, or
+    "nothing". Only a regular file is opened: reading any other would block or never end."""
     try:
         mode = Path(path).stat().st_mode
-    except OSError:
-        return "nothing"
+    except OSError as e:
+        return LINK_LOOP if e.errno == errno.ELOOP else "nothing"
     return next((name for test, name in FILE_TYPES if test(mode)), "a special file")
 
 

@@ -1688,9 +1688,18 @@ class DataSpec(Section):
         """The same section with relative paths resolved against ``folder`` (the spec's)."""
         return self.model_copy(
             update={
-                f: (folder / getattr(self, f)).resolve() for f in DATA_PATHS if getattr(self, f) is not None
+                f: _resolved(folder / getattr(self, f)) for f in DATA_PATHS if getattr(self, f) is not None
             }
         )
+
+
+def _resolved(path: Path) -> Path:
+    """``path`` with its links followed; as it is (made absolute) where they loop, for the reader to
+    say so (Path.resolve raises RuntimeError for a loop, before Python 3.13)."""
+    try:
+        return path.resolve()
+    except (RuntimeError, OSError):
+        return path.absolute()
 
 
 # ----------------------------------------------------------------------------- task
