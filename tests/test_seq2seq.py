@@ -59,6 +59,18 @@ def test_parallel_files_and_their_errors(tmp_path: Path) -> None:
         read_parallel(tmp_path / "a.de", "de", "en")
 
 
+def test_a_line_blank_on_one_side_is_warned_of(tmp_path: Path) -> None:
+    """A pair with a blank source was left out and one with a blank target taught an empty
+    translation, both without a word: the usual sign of two files out of step."""
+    from tfcompile.data.corpus import DataWarning
+
+    (tmp_path / "a.de").write_text("eins\n\ndrei\nvier\n\n")
+    (tmp_path / "a.en").write_text("one\ntwo\nthree\n\n\n")
+    with pytest.warns(DataWarning, match=r"2 lines are blank on one side only \(line 2, 4\)"):
+        de, en = read_parallel(tmp_path / "a.{lang}", "de", "en")
+    assert len(de) == len(en) == 5  # read as they are; a blank line on both sides is no warning
+
+
 def test_parallel_lines_end_at_newlines_only(tmp_path: Path) -> None:
     """A form feed or U+2028 inside a sentence (str.splitlines breaks there) kept the line count
     of one side and not the other's: every pair after it fell out of step, silently."""

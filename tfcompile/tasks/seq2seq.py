@@ -7,6 +7,7 @@ Data paths hold ``{lang}``, filled with the task's source and target names (Mult
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -19,7 +20,7 @@ from tokenizers import Tokenizer
 
 from tfcompile import search
 from tfcompile.data import DataError, train_tokenizer
-from tfcompile.data.corpus import read_text, text_lines
+from tfcompile.data.corpus import DataWarning, read_text, text_lines
 from tfcompile.errors import ExportError
 from tfcompile.graphs.export import Graph, export_seq2seq_encoder, export_seq2seq_step
 from tfcompile.graphs.parity import check_seq2seq_encoder_parity, check_seq2seq_step_parity
@@ -60,6 +61,16 @@ def read_parallel(path: Path, source: str, target: str) -> tuple[list[str], list
         sides.append([line.strip() for line in text_lines(text)])
     if len(sides[0]) != len(sides[1]):
         raise DataError(f"{path}: {len(sides[0])} {source} lines but {len(sides[1])} {target} lines")
+    one_sided = [n for n, (s, t) in enumerate(zip(*sides, strict=True), 1) if bool(s) != bool(t)]
+    if one_sided:
+        shown = ", ".join(map(str, one_sided[:5])) + (", ..." if len(one_sided) > 5 else "")
+        warnings.warn(
+            f"{path}: {len(one_sided)} line{'s are' if len(one_sided) > 1 else ' is'} blank on one side "
+            f"only (line {shown}): a pair whose source is blank is left out, one whose target is blank "
+            f"teaches an empty translation; are the two files in step?",
+            DataWarning,
+            stacklevel=2,
+        )
     return sides[0], sides[1]
 
 
