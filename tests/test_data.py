@@ -59,6 +59,18 @@ def test_folder_corpus_reads_every_text_file_in_order(tmp_path: Path) -> None:
     assert corpus_module.read_corpus(DataSpec(path=folder)) == "first file\n\nsecond file\n"
 
 
+def test_a_folder_corpus_leaves_out_hidden_files_and_reads_any_case_of_txt(tmp_path: Path) -> None:
+    """A notebook's checkpoint copy (.ipynb_checkpoints/a-checkpoint.txt) was read as a second copy
+    of a.txt, and macOS's ._a.txt (binary) as a file that is not UTF-8; C.TXT was left out."""
+    folder = tmp_path / "texts"
+    (folder / ".ipynb_checkpoints").mkdir(parents=True)
+    (folder / "a.txt").write_text("first\n")
+    (folder / ".ipynb_checkpoints" / "a-checkpoint.txt").write_text("first\n")
+    (folder / "._a.txt").write_bytes(b"\x00\x05\x16\x07")
+    (folder / "C.TXT").write_text("third\n")
+    assert corpus_module.read_corpus(DataSpec(path=folder)) == "third\n\nfirst\n"
+
+
 def test_unknown_characters_are_named() -> None:
     tok = train_tokenizer(CharTokenizer(), ["abc"])
     with pytest.raises(ValueError, match=r"\['z'\]"):

@@ -51,8 +51,16 @@ def read_documents(spec: DataSpec) -> list[str]:
 
 
 def corpus_files(folder: Path) -> list[Path]:
-    """The .txt files a corpus folder's text is read from, in its subfolders too, sorted."""
-    return sorted(p for p in folder.rglob("*.txt") if file_type(p) != FOLDER)
+    """The .txt files (.TXT too) a corpus folder's text is read from, in its subfolders too,
+    sorted; hidden ones left out, and those in hidden folders (a notebook's checkpoints, macOS's
+    ._NAME.txt), as an image folder leaves them out."""
+    return sorted(
+        p
+        for p in folder.rglob("*")
+        if p.suffix.lower() == ".txt"
+        and not any(part.startswith(".") for part in p.relative_to(folder).parts)
+        and file_type(p) != FOLDER
+    )
 
 
 def require_file(path: Path, field: str | None = None) -> None:
