@@ -202,3 +202,11 @@ def test_a_corpus_is_encoded_without_the_post_processor_s_tokens() -> None:
     ids = encode(tokenizer, text)
     assert 3 not in ids and len(ids) == 3 * (ENCODE_CHARS // 4)
     assert encode(tokenizer, "the cat", special_tokens=True).tolist() == [3, 0, 1]
+
+
+def test_a_json_row_naming_a_column_twice_is_refused(tmp_path: Path) -> None:
+    """json.loads keeps a repeated key's last value: {"label": 0, "label": 1} trained as 1."""
+    path = tmp_path / "rows.jsonl"
+    path.write_text('{"sentence": "good", "label": 1}\n{"sentence": "bad", "label": 0, "label": 1}\n')
+    with pytest.raises(DataError, match=r"rows\.jsonl, line 2: the key 'label' is given twice"):
+        read_table(path, "sentence", None, "label")

@@ -72,6 +72,19 @@ def read_table(path: Path, text_column: str, pair_column: str | None, label_colu
     )
 
 
+class _Repeated(Exception):
+    def __init__(self, key: str) -> None:
+        self.key = key
+
+
+def _refuse_repeats(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object, unless it names a key twice (json.loads would keep the last, silently)."""
+    keys = [k for k, _ in pairs]
+    if len(set(keys)) != len(keys):
+        raise _Repeated(next(k for k in keys if keys.count(k) > 1))
+    return dict(pairs)
+
+
 def _json_lines(path: Path, text: str) -> list[dict[str, Any]]:
     """One JSON object a line (blank lines skipped); split on newlines only, since a JSON string
     may hold the other characters that str.splitlines breaks at."""
@@ -80,7 +93,12 @@ def _json_lines(path: Path, text: str) -> list[dict[str, Any]]:
         if not line.strip():
             continue
         try:
-            row = json.loads(line)
+            row = json.loads(line, object_pairs_hook=_refuse_repeats)
+        except _Repeated as e:
+            raise DataError(
+                f"{path}, line {number}: the key {e.key!r} is given twice in one object (JSON keeps the "
+                f"last): give each column once"
+            ) from None
         except (ValueError, RecursionError) as e:  # a JSONDecodeError, or what Python cannot hold
             found = (
                 f"{e.msg} at column {e.colno}"
