@@ -210,3 +210,17 @@ def test_a_json_row_naming_a_column_twice_is_refused(tmp_path: Path) -> None:
     path.write_text('{"sentence": "good", "label": 1}\n{"sentence": "bad", "label": 0, "label": 1}\n')
     with pytest.raises(DataError, match=r"rows\.jsonl, line 2: the key 'label' is given twice"):
         read_table(path, "sentence", None, "label")
+
+
+def test_a_wordpiece_vocabulary_past_its_vocab_size_is_warned_of() -> None:
+    """WordPiece keeps every character and its '##' continuation whatever vocab_size says: 300
+    distinct characters and vocab_size 32 made 601 tokens without a word (byte-level BPE below its
+    256 bytes is refused)."""
+    from tfcompile.errors import DataWarning
+    from tfcompile.spec.schema import WordPieceTokenizer
+
+    wide = [" ".join(chr(0x4E00 + i) for i in range(300))]
+    warned = r"vocab_size 32 is below what WordPiece keeps .*, \d{3} tokens here"
+    with pytest.warns(DataWarning, match=warned):
+        tokenizer = train_tokenizer(WordPieceTokenizer(vocab_size=32), wide, ["[UNK]"])
+    assert tokenizer.get_vocab_size() > 300

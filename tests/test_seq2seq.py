@@ -62,7 +62,7 @@ def test_parallel_files_and_their_errors(tmp_path: Path) -> None:
 def test_a_line_blank_on_one_side_is_warned_of(tmp_path: Path) -> None:
     """A pair with a blank source was left out and one with a blank target taught an empty
     translation, both without a word: the usual sign of two files out of step."""
-    from tfcompile.data.corpus import DataWarning
+    from tfcompile.errors import DataWarning
 
     (tmp_path / "a.de").write_text("eins\n\ndrei\nvier\n\n")
     (tmp_path / "a.en").write_text("one\ntwo\nthree\n\n\n")

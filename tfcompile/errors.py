@@ -17,6 +17,10 @@ class ExportError(UserError, RuntimeError):
     """An export that cannot be done or whose parity check fails."""
 
 
+class DataWarning(UserWarning):
+    """Data that trains, but perhaps not as its writer meant; the message says what and where."""
+
+
 def first_line(error: BaseException, limit: int | None = None) -> str:
     """An exception's message's first line, cut at ``limit`` characters (its type's name when it
     has no message): what a one-line error quotes of a library's failure."""

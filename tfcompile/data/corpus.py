@@ -28,10 +28,6 @@ class DataError(UserError, ValueError):
     """A data problem a user can fix; the message names the spec field and what was found."""
 
 
-class DataWarning(UserWarning):
-    """Data that trains, but perhaps not as its writer meant; the message says what and where."""
-
-
 def read_documents(spec: DataSpec) -> list[str]:
     """The documents of a corpus: one text file (plain or gzipped), or every .txt file under a
     folder (sorted), each line ended by LF (see ``unix_newlines``). A .txt entry that is no regular

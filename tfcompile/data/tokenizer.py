@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import itertools
 import re
+import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
+from tfcompile.errors import DataWarning
 from tfcompile.sequences import UNK
 from tfcompile.spec.schema import BpeTokenizer, CharTokenizer, WordPieceTokenizer
 
@@ -72,6 +74,14 @@ def _wordpiece(spec: WordPieceTokenizer, texts: Sequence[str], specials: list[st
     pieces = sorted(token for token in learned(0, specials) if token.startswith(WORDPIECE_PREFIX))
     tokenizer = _bert_wordpiece(spec.lowercase, learned(spec.vocab_size, [*specials, *pieces]))
     tokenizer.add_special_tokens(specials)
+    if (size := tokenizer.get_vocab_size()) > spec.vocab_size:
+        warnings.warn(
+            f"data.tokenizer.vocab_size {spec.vocab_size:,} is below what WordPiece keeps of any corpus: "
+            f"its special tokens, every character and each one's '##' continuation, {size:,} tokens "
+            f"here, the vocabulary's size; a larger vocab_size would learn whole words too",
+            DataWarning,
+            stacklevel=3,
+        )
     return tokenizer
 
 

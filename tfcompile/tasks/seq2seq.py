@@ -20,8 +20,8 @@ from tokenizers import Tokenizer
 
 from tfcompile import search
 from tfcompile.data import DataError, train_tokenizer
-from tfcompile.data.corpus import DataWarning, read_text, text_lines
-from tfcompile.errors import ExportError
+from tfcompile.data.corpus import read_text, text_lines
+from tfcompile.errors import DataWarning, ExportError
 from tfcompile.graphs.export import Graph, export_seq2seq_encoder, export_seq2seq_step
 from tfcompile.graphs.parity import check_seq2seq_encoder_parity, check_seq2seq_step_parity
 from tfcompile.manifest import DEFAULT_LENGTH_PENALTY, TokenizerInfo, TranslationInfo
