@@ -31,22 +31,23 @@ def test_a_staging_folder_a_killed_writer_left_is_removed_by_the_next(tmp_path: 
     import subprocess
     import sys
 
-    from tfcompile.files import _HOST, make_folder_beside
+    from tfcompile.files import _host, make_folder_beside
 
+    host = _host()
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
-    other_host = "0" * 8 if _HOST != "0" * 8 else "1" * 8
-    abandoned = tmp_path / f".bundle.{_HOST}-{gone.pid}.k3j_x9q.tmp"
+    other_host = "0" * 8 if host != "0" * 8 else "1" * 8
+    abandoned = tmp_path / f".bundle.{host}-{gone.pid}.k3j_x9q.tmp"
     kept = [
-        tmp_path / f".bundle.{_HOST}-{os.getppid()}.k3j_x9q.tmp",  # a live process's
+        tmp_path / f".bundle.{host}-{os.getppid()}.k3j_x9q.tmp",  # a live process's
         tmp_path / f".bundle.{other_host}-{gone.pid}.k3j_x9q.tmp",  # another host's
-        tmp_path / f".bundle.{_HOST}-{gone.pid}.k3j_x9q.old",  # the bundle --force replaced
-        tmp_path / f".other.{_HOST}-{gone.pid}.k3j_x9q.tmp",  # beside another destination
+        tmp_path / f".bundle.{host}-{gone.pid}.k3j_x9q.old",  # the bundle --force replaced
+        tmp_path / f".other.{host}-{gone.pid}.k3j_x9q.tmp",  # beside another destination
     ]
     for folder in [abandoned, *kept]:
         folder.mkdir()
         (folder / "model.onnx").write_bytes(b"weights")
     staging = staging_folder(tmp_path / "bundle")
     assert not abandoned.exists() and all((f / "model.onnx").exists() for f in kept)
-    assert staging.name.startswith(f".bundle.{_HOST}-{os.getpid()}.") and staging.name.endswith(".tmp")
+    assert staging.name.startswith(f".bundle.{host}-{os.getpid()}.") and staging.name.endswith(".tmp")
     assert make_folder_beside(tmp_path / "run", ".import", staging=True).name.endswith(".import")

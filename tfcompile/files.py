@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import os
 import re
@@ -78,7 +79,7 @@ def make_folder_beside(out: Path, suffix: str, staging: bool = False) -> Path:
     out.parent.mkdir(parents=True, exist_ok=True)
     owner = ""
     if staging:
-        owner = f"{_HOST}-{os.getpid()}."
+        owner = f"{_host()}-{os.getpid()}."
         _remove_abandoned(out, suffix)
     try:
         folder = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.{owner}", suffix=suffix))
@@ -88,12 +89,15 @@ def make_folder_beside(out: Path, suffix: str, staging: bool = False) -> Path:
     return folder
 
 
-_HOST = hashlib.sha256(socket.gethostname().encode()).hexdigest()[:8]  # a staging folder's host
+@functools.cache
+def _host() -> str:
+    """This host, as a staging folder names it."""
+    return hashlib.sha256(socket.gethostname().encode()).hexdigest()[:8]
 
 
 def _remove_abandoned(out: Path, suffix: str) -> None:
     """Remove the staging folders beside ``out`` that a process of this host, gone now, left."""
-    named = re.compile(rf"\.{re.escape(out.name)}\.{_HOST}-(\d+)\.\w+{re.escape(suffix)}")
+    named = re.compile(rf"\.{re.escape(out.name)}\.{_host()}-(\d+)\.\w+{re.escape(suffix)}")
     with contextlib.suppress(OSError), os.scandir(out.parent) as entries:
         for entry in entries:
             found = named.fullmatch(entry.name)
