@@ -602,6 +602,23 @@ def test_plot_of_a_metric_the_run_never_logged_names_the_ones_it_did(
     assert "train_loss" in err and not (tmp_path / "x.png").exists()
 
 
+def test_a_flag_in_a_record_is_no_metric(
+    study: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A test stopped before it was measured records ``untested: true``: plot offered it as a
+    metric and drew it as 1.0; a hand-edited elapsed_s that is not a number ended compare."""
+    run = shutil.copytree(folder_of(study) / "post-seed1", tmp_path / "run")
+    with (run / "metrics.jsonl").open("a") as f:
+        f.write(json.dumps({"step": 4, "untested": True, "elapsed_s": "soon"}) + "\n")
+    read = read_run(run)
+    assert "untested" not in read.logged() and "val_loss" in read.logged() and read.curve("untested") == []
+    assert math.isfinite(read.wall_s())
+    status, err = run_cli(
+        ["plot", str(run), "--metric", "untested", "--out", str(tmp_path / "x.png")], capsys
+    )
+    assert status == 1 and "logged no untested: (it logged " in err and "untested," not in err
+
+
 def test_a_plot_that_cannot_be_written_names_the_file_asked_for(
     study: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -82,14 +82,7 @@ def plot_runs(
 def _logged(run: Run, metric: str) -> str:
     """What a run logged instead of ``metric``, the nearest name first: ": did you mean 'val_loss'?
     (it logged lr, train_loss, val_loss)"; " yet" when it logged none of it so far."""
-    logged = sorted(
-        {
-            k
-            for r in run.records
-            for k, v in r.items()
-            if isinstance(v, int | float) and k not in ("step", "elapsed_s")
-        }
-    )
+    logged = run.logged()
     if not logged:
         return " yet"
     near = difflib.get_close_matches(metric, logged, 1)

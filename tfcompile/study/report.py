@@ -318,7 +318,7 @@ def trial_rows(trials: Trials) -> list[TrialRow]:
                     tokens_per_s=statistics.median(rates) if rates else math.nan,
                     peak_memory_mb=peak / 2**20 if isinstance(peak, int) else math.nan,
                     memory=str(trial.get("memory", "")),
-                    wall_s=max((r["elapsed_s"] for r in run.records if "elapsed_s" in r), default=math.nan),
+                    wall_s=run.wall_s(),
                 )
             )
     return rows

@@ -26,6 +26,7 @@ from tfcompile.train.schedule import learning_rate
 
 TRIAL_FILE = "trial.json"  # what a study's trial measured besides metrics.jsonl: its peak memory
 MEMORY_KINDS = ("process RSS", "CUDA allocated")  # what a trial's peak memory is of
+RECORD_AXES = {"step", "elapsed_s"}  # what a metrics record holds besides metrics
 # What a study's trial may have been trained with otherwise than its study gives it now: where and
 # how fast it ran, none of which moves a figure a report compares (train.steps is the budget's).
 UNMEASURED = RESUMABLE_FIELDS - {
@@ -76,7 +77,7 @@ class Run:
         nothing else (a NaN among numbers is no value: min and max would keep it or not by where it
         stands)."""
         key = key or self.best_metric
-        logged = [r[key] for r in self.records if isinstance(r.get(key), int | float)]
+        logged = [r[key] for r in self.records if is_number(r.get(key))]
         values = [v for v in logged if not math.isnan(v)]
         if not values:
             return math.nan if logged else None
@@ -86,10 +87,16 @@ class Run:
     def curve(self, key: str = "val_loss") -> list[tuple[int, float, float]]:
         """(step, elapsed seconds, value) of every record that holds ``key``."""
         return [
-            (r["step"], r.get("elapsed_s", math.nan), r[key])
-            for r in self.records
-            if isinstance(r.get(key), int | float)
+            (r["step"], r.get("elapsed_s", math.nan), r[key]) for r in self.records if is_number(r.get(key))
         ]
+
+    def logged(self) -> list[str]:
+        """The names of the metrics it logged a number of, in order (not its step or time)."""
+        return sorted({k for r in self.records for k, v in r.items() if is_number(v)} - RECORD_AXES)
+
+    def wall_s(self) -> float:
+        """The seconds its records span, NaN where none says."""
+        return max((r["elapsed_s"] for r in self.records if is_number(r.get("elapsed_s"))), default=math.nan)
 
     def trial(self) -> dict[str, Any]:
         """What the study measured of this run (empty for a run trained outside a study)."""
@@ -104,6 +111,11 @@ class Run:
     def failure(self) -> str | None:
         """Why its training stopped with an error, when its study's sweep recorded that it did."""
         return recorded_failure(self.path)
+
+
+def is_number(value: Any) -> bool:
+    """Whether a record's value is a measurement (a flag such as ``untested: true`` is not)."""
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def read_trial(folder: Path) -> dict[str, Any]:
