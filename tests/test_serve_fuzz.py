@@ -321,7 +321,7 @@ def settle(server: BackgroundServer, seconds: float = 10) -> None:
     deadline = time.monotonic() + seconds
     tokens = -1.0
     while True:
-        idle = server.served.arriving == 0 and all(w.waiting() == 0 for w in workers)
+        idle = not any(server.served.arriving.values()) and all(w.waiting() == 0 for w in workers)
         now = metric(server, "tfcompile_generated_tokens_total")
         if idle and now == tokens:
             return

@@ -49,6 +49,15 @@ def test_a_shape_of_more_axes_than_a_tensor_may_have_is_a_400(server: Background
     assert "at most 32 sizes" in error(infer(server, "sst2", {"inputs": [tensor]}))
 
 
+@pytest.mark.parametrize("shape", [[0], [0, 2], [0, 1]])
+def test_a_text_input_of_no_texts_is_named_as_the_input(server: BackgroundServer, shape: list[int]) -> None:
+    """It said "texts takes a string or a non-empty list": the name of /v1/classify's field."""
+    tensor = {"name": "text", "shape": shape, "datatype": "BYTES", "data": []}
+    assert f"input 'text' holds no texts (shape {shape})" in error(
+        infer(server, "sst2", {"inputs": [tensor]})
+    )
+
+
 def test_a_binary_tensor_of_more_axes_than_a_tensor_may_have_is_a_400(server: BackgroundServer) -> None:
     body, headers = binary({"name": "input_ids", "shape": [1] * 65, "datatype": "INT64"}, b"\0" * 8)
     r = httpx.post(f"{server.url}/v2/models/char/infer", content=body, headers=headers)

@@ -11,6 +11,8 @@ refuses new work while the server drains on SIGTERM, and request metrics. Errors
 from __future__ import annotations
 
 import asyncio
+import email.message
+import functools
 import hmac
 import itertools
 import logging
@@ -34,6 +36,7 @@ from prometheus_client import (
 )
 from pydantic import BaseModel, ConfigDict, model_validator
 from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect
 
 from tfcompile.errors import InputError
 from tfcompile.manifest import MAX_BEAM
@@ -47,6 +50,8 @@ ASGI = Callable[[Scope, Callable[[], Awaitable[Any]], Callable[[Any], Awaitable[
 PUBLIC = frozenset({"/health", "/v2/health/live", "/v2/health/ready", "/metrics"})  # no API key needed
 CHARS_PER_TOKEN = 32  # a text's characters a token of its model's context (a token holds 4 or so)
 ARRIVING = "tfcompile.arrival"  # a POST request's Arrival, in its ASGI scope
+REFUSED = "tfcompile.refused"  # in its scope: the status the protocol answered a request with
+CLIENT_CLOSED = 499  # the status of a request whose client left before its answer (nginx's)
 
 
 @dataclass(frozen=True)
@@ -112,7 +117,9 @@ class Served:
     settings: Settings
     workers: dict[str, Worker] = field(default_factory=dict)
     draining: bool = False
-    arriving: int = 0  # POST requests read but not yet handed to a worker: work about to join a batch
+    # POST requests read but not yet handed to a worker, by the model they named (None: not named
+    # yet): work about to join that model's batch
+    arriving: dict[str | None, int] = field(default_factory=dict)
     registry: CollectorRegistry = field(default_factory=CollectorRegistry)
 
     def __post_init__(self) -> None:
@@ -139,10 +146,19 @@ class Served:
     def ready(self) -> bool:
         return not self.draining and all(w.ready.is_set() for w in self.workers.values())
 
-    def worker(self, name: str) -> Worker:
+    def worker(self, name: str, request: Request | None = None) -> Worker:
+        """Model ``name``'s worker; ``request``, a request for it, is from now on arriving for it
+        alone (a lone request for one model waited max_wait_ms for a long prompt of another's)."""
         if name not in self.workers:
             raise ModelNotFound(name, sorted(self.workers))
+        if request is not None and (arrival := request.scope.get(ARRIVING)) is not None:
+            arrival.aim(name)
         return self.workers[name]
+
+    def arriving_for(self, name: str) -> int:
+        """The requests arriving that may join model ``name``'s batch: its own, and those that
+        have not named their model yet."""
+        return self.arriving.get(name, 0) + self.arriving.get(None, 0)
 
     def submit(self, request: Request, name: str, job: Job) -> Job:
         """Hand ``job`` to model ``name``'s worker; from now on its request is no longer arriving
@@ -195,23 +211,36 @@ class RequestBody(BaseModel):
 
 class Arrival:
     """A POST request's place in ``Served.arriving``, from when its body is read (``read``) until
-    it hands over its job or ends (``close``). Counted from its headers instead, a client sending
-    its body slowly (or never) held every batch for max_wait_ms. The routes may see a copy of the
-    request's ASGI scope; each copy holds this same object."""
+    it hands over its job or ends (``close``), under the model it names once it names one
+    (``aim``). Counted from its headers instead, a client sending its body slowly (or never) held
+    every batch for max_wait_ms. The routes may see a copy of the request's ASGI scope; each copy
+    holds this same object."""
 
     def __init__(self, served: Served) -> None:
         self.served = served
+        self.model: str | None = None
         self.counted = self.ended = False
 
     def read(self) -> None:
         if not (self.counted or self.ended):
             self.counted = True
-            self.served.arriving += 1
+            self._count(1)
+
+    def aim(self, model: str) -> None:
+        if self.counted:
+            self._count(-1)
+        self.model = model
+        if self.counted:
+            self._count(1)
 
     def close(self) -> None:
         if self.counted:
-            self.served.arriving -= 1
+            self._count(-1)
         self.counted, self.ended = False, True
+
+    def _count(self, change: int) -> None:
+        arriving = self.served.arriving
+        arriving[self.model] = arriving.get(self.model, 0) + change
 
 
 class FieldError(InputError):
@@ -254,6 +283,22 @@ class ClientGone(Exception):
     """The client closed its connection before its answer was ready."""
 
 
+def is_json(request: Request) -> bool:
+    """Whether FastAPI reads the request's body as JSON: sent as application/json or
+    application/*+json (without a Content-Type, not: FastAPI's strict_content_type)."""
+    message = email.message.Message()
+    message["content-type"] = request.headers.get("content-type", "")
+    subtype = message.get_content_subtype()
+    return message.get_content_maintype() == "application" and (
+        subtype == "json" or subtype.endswith("+json")
+    )
+
+
+def not_json(request: Request) -> str:
+    kind = request.headers.get("content-type")
+    return f"the body must be JSON, sent with Content-Type: application/json, not {kind or 'none'}"
+
+
 def error_body(
     path: str, status: int, message: str, code: str | None = None, param: str | None = None
 ) -> dict:
@@ -284,7 +329,7 @@ def create_app(served: Served) -> ASGI:
                 s.max_wait_ms / 1000,
                 s.max_queue,
                 served.observe,
-                lambda: served.arriving,
+                functools.partial(served.arriving_for, name),
             )
             served.workers[name] = worker
             # Read when scraped (a depth set after each batch stayed stale when the jobs left
@@ -315,6 +360,8 @@ def create_app(served: Served) -> ASGI:
             message, code = too_large(None, served.settings.max_body_bytes), "request_too_large"
         elif status == 400:  # a form the multipart parser refused (too many files, a part too large)
             code = "invalid_request"
+        elif status == 415:
+            code = "unsupported_media_type"
         return JSONResponse(error_body(path, status, message, code), status, headers=headers)
 
     @app.exception_handler(RequestValidationError)
@@ -328,8 +375,7 @@ def create_app(served: Served) -> ASGI:
             message = "the body is empty: send a JSON object"
             return JSONResponse(error_body(request.url.path, 400, message, "invalid_request"), 400)
         if first["loc"] == ("body",) and isinstance(first.get("input"), bytes):  # not read as JSON
-            kind = request.headers.get("content-type")
-            message = f"the body must be JSON, sent with Content-Type: application/json, not {kind or 'none'}"
+            message = not_json(request)
             return JSONResponse(error_body(request.url.path, 415, message, "unsupported_media_type"), 415)
         param = ".".join(str(p) for p in first["loc"][1:]) or None
         reason = first["msg"]
@@ -353,8 +399,9 @@ def create_app(served: Served) -> ASGI:
         return JSONResponse(body, 503, headers={"Retry-After": str(served.settings.retry_after_s)})
 
     @app.exception_handler(ClientGone)
-    async def gone(request: Request, e: ClientGone) -> Response:
-        return Response(status_code=499)
+    @app.exception_handler(ClientDisconnect)  # while its body was read
+    async def gone(request: Request, e: Exception) -> Response:
+        return Response(status_code=CLIENT_CLOSED)
 
     @app.exception_handler(Exception)
     async def crashed(request: Request, e: Exception) -> JSONResponse:
@@ -505,7 +552,10 @@ class Gate:
 
 class Metrics:
     """Requests by route and status, and their latency (a stream's, to its end); and each POST
-    request's Arrival, counted from its body's end until the request hands a job to a worker or ends."""
+    request's Arrival, counted from its body's end until the request hands a job to a worker or ends.
+    A request whose client left before its answer began is counted as CLIENT_CLOSED, or as the
+    status the protocol refused it with (a body that stopped arriving: 408), whatever the routes
+    made of its cut body afterwards (a 500, a 400 for bad JSON)."""
 
     def __init__(self, app: ASGI, served: Served) -> None:
         self.app, self.served = app, served
@@ -513,18 +563,22 @@ class Metrics:
     async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        start, status = time.perf_counter(), [500]
+        start, status = time.perf_counter(), 500
         arrival = scope[ARRIVING] = Arrival(self.served) if scope["method"] == "POST" else None
+        answered = left = False
 
         async def receiving() -> Any:
+            nonlocal left
             message = await receive()
             if arrival is not None and message["type"] == "http.request" and not message.get("more_body"):
                 arrival.read()  # the body is in: its job is on its way
+            left = left or (message["type"] == "http.disconnect" and not answered)
             return message
 
         async def sending(message: Any) -> None:
-            if message["type"] == "http.response.start":
-                status[0] = message["status"]
+            nonlocal answered, status
+            if message["type"] == "http.response.start" and not left:
+                answered, status = True, message["status"]
             await send(message)
 
         try:
@@ -534,5 +588,6 @@ class Metrics:
                 arrival.close()  # a request that ended without handing over a job
             route = scope.get("route")
             name = getattr(route, "path", None) or "unmatched"
-            self.served.requests.labels(name, str(status[0])).inc()
+            code = scope.get(REFUSED, CLIENT_CLOSED) if left else status
+            self.served.requests.labels(name, str(code)).inc()
             self.served.latency.labels(name).observe(time.perf_counter() - start)

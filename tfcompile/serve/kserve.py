@@ -129,7 +129,7 @@ async def infer(name: str, request: Request, version: str = "1") -> dict:
 
 
 def _model(request: Request, name: str, version: str) -> Bundle:
-    model = served(request).worker(name).model
+    model = served(request).worker(name, request).model
     if version != "1":
         raise InputError(f"the model {name!r} has one version, 1; asked for {version!r}")
     return model
@@ -318,6 +318,10 @@ def _texts(values: np.ndarray) -> list[str] | list[tuple[str, str]]:
     """The ``text`` input: shape [N] (or [N, 1]) of texts, or [N, 2] of sentence pairs."""
     if values.dtype != object:
         raise InputError(f"input {TEXT_INPUT!r} must be BYTES, got {_datatype(values.dtype)}")
+    if values.size == 0:
+        raise InputError(
+            f"input {TEXT_INPUT!r} holds no texts (shape {list(values.shape)}): send one or more"
+        )
     if values.ndim == 1 or (values.ndim == 2 and values.shape[1] == 1):
         return [str(v) for v in values.reshape(-1)]
     if values.ndim == 2 and values.shape[1] == 2:

@@ -132,7 +132,7 @@ def _model_card(name: str) -> dict:
 @router.post("/completions", response_model=None)
 async def completions(body: CompletionRequest, request: Request) -> dict | StreamingResponse:
     s = served(request)
-    model = s.worker(body.model).model
+    model = s.worker(body.model, request).model
     if not isinstance(model, LanguageModel) or model.tokenizer is None:
         raise InputError(
             f"the model {body.model!r} is not a language model with a tokenizer: completions need one"

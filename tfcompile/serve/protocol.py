@@ -23,7 +23,7 @@ from typing import Any, ClassVar
 from httptools import HttpParserInvalidMethodError
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
-from tfcompile.serve.app import error_body
+from tfcompile.serve.app import REFUSED, error_body
 
 # A request line's method and target (RFC 9110's token, then a space): what a request of a method
 # the parser does not know begins with, where bytes that are not HTTP (TLS, say) do not.
@@ -144,6 +144,8 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             b"content-length: " + str(len(body)).encode() + b"\r\n",
             b"connection: close\r\n\r\n",
         ]
+        if self.head_left is None and (cycle := getattr(self, "cycle", None)) is not None:
+            cycle.scope[REFUSED] = status  # the request's own answer, whatever its routes make of it
         self.transport.write(b"".join(head) + body)
         self.transport.close()
         self._untime()

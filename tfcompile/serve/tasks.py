@@ -7,6 +7,7 @@ their headers before any is decoded (a small PNG can hold a huge image)."""
 from __future__ import annotations
 
 import asyncio
+import codecs
 import io
 import json
 from typing import Annotated, Any
@@ -16,6 +17,7 @@ from fastapi import APIRouter, Request
 from PIL import Image, PngImagePlugin
 from pydantic import ConfigDict, Field, StrictInt, ValidationError, WithJsonSchema
 from starlette.datastructures import UploadFile
+from starlette.exceptions import HTTPException
 
 from tfcompile.errors import InputError
 from tfcompile.images import FORMATS
@@ -23,7 +25,7 @@ from tfcompile.manifest import EarlyStopping
 from tfcompile.runtime import Classifier, ImageClassifier, Translator, inputs
 from tfcompile.runtime.classifier import Prediction
 from tfcompile.runtime.session import Bundle
-from tfcompile.serve.app import FieldError, RequestBody, Served, check_lengths, outcome
+from tfcompile.serve.app import FieldError, RequestBody, Served, check_lengths, is_json, not_json, outcome
 from tfcompile.serve.engine import Job
 
 router = APIRouter(prefix="/v1")
@@ -94,7 +96,7 @@ def served(request: Request) -> Served:
 
 
 def _model(request: Request, name: str, kind: type[Bundle], route: str) -> Bundle:
-    model = served(request).worker(name).model
+    model = served(request).worker(name, request).model
     if not isinstance(model, kind):
         raise InputError(f"the model {name!r} does not serve {route}: it is a {type(model).__name__}")
     return model
@@ -165,6 +167,8 @@ async def classify_image(request: Request) -> dict:
         _model(request, name, ImageClassifier, "/v1/classify-image")
         _rows(request, len(images))
         await asyncio.to_thread(_check_pixels, images, served(request).settings.max_image_pixels)
+    elif not is_json(request):
+        raise HTTPException(415, f'{not_json(request)}; or multipart/form-data with "images" files')
     else:  # off the event loop, and the cheap checks before any array is made
         name, arrays = await asyncio.to_thread(_images_request, await request.body())
         _model(request, name, ImageClassifier, "/v1/classify-image")
@@ -219,7 +223,7 @@ def _pixels(image: bytes) -> int:
 def _images_request(body: bytes) -> tuple[str, list[list[Any]]]:
     """The JSON request's model name and images, as nested lists."""
     try:
-        request = ImagesRequest.model_validate_json(body)
+        request = ImagesRequest.model_validate_json(body.removeprefix(codecs.BOM_UTF8))  # as json.loads
     except ValidationError as e:
         first = e.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
