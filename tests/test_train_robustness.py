@@ -382,6 +382,27 @@ def test_a_stop_right_after_a_checkpoint_keeps_the_previous_one(root: Path, tmp_
     assert resolve(run_dir).name == "step-000004"
 
 
+def test_a_crash_while_an_old_checkpoint_is_removed_leaves_no_part_of_one_listed(
+    root: Path, run_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Pruning removed step-N in place: a kill half way left a step-N of some of its files, which
+    runs listed and export by name read as damaged. It leaves a hidden temporary, removed later."""
+    real_rmtree = shutil.rmtree
+
+    def killed_half_way(path: str | os.PathLike[str], *args: Any, **kwargs: Any) -> None:
+        next(Path(path).iterdir()).unlink()
+        raise KeyboardInterrupt  # as a SIGKILL would end it, between two files
+
+    monkeypatch.setattr(checkpoint_module.shutil, "rmtree", killed_half_way)
+    with pytest.raises(KeyboardInterrupt):
+        trainer(small_spec(root, "train.steps=6"), run_dir, resume=True).train()
+    monkeypatch.setattr(checkpoint_module.shutil, "rmtree", real_rmtree)
+    assert [p.name for p in checkpoint_folders(run_dir)] == ["step-000004", "step-000006"]
+    assert len(list(checkpoint_dir(run_dir).glob(".step-000002.*.tmp"))) == 1
+    trainer(small_spec(root, "train.steps=8"), run_dir, resume=True).train()
+    assert not list(checkpoint_dir(run_dir).glob(".*.tmp"))
+
+
 def test_the_signal_handlers_are_restored_after_training(root: Path, run_dir: Path) -> None:
     before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
     trainer(small_spec(root, "train.steps=5"), run_dir, resume=True).train()

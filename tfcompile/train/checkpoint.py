@@ -26,11 +26,13 @@ have; the shards are read back by any number of processes (they are resharded on
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import glob
 import itertools
 import os
 import re
+import secrets
 import shutil
 import warnings
 from collections.abc import Callable, Iterable
@@ -622,8 +624,12 @@ def _named(root: Path) -> set[str]:
 
 def _prune(root: Path, previous: str | None) -> None:
     """Keep the checkpoints that ``last`` and ``best`` name and the one ``last`` named before this
-    save (resume's fallback); remove the rest."""
+    save (resume's fallback); remove the rest, each renamed to a hidden temporary first: a crash
+    while one was removed left a ``step-N`` of some of its files, listed as a checkpoint."""
     keep = _named(root) | {previous}
     for folder in checkpoint_folders(root.parent):
         if folder.name not in keep:
-            shutil.rmtree(folder, ignore_errors=True)
+            doomed = folder.with_name(f".{folder.name}.{secrets.token_hex(4)}.tmp")
+            with contextlib.suppress(OSError):
+                folder.rename(doomed)
+                shutil.rmtree(doomed, ignore_errors=True)
