@@ -90,3 +90,24 @@ def test_the_current_folder_as_out_is_refused_by_name(
     assert main(argv) == 1
     assert "--out '.' is the current folder: name a new folder in it" in capsys.readouterr().err
     assert not any(here.iterdir()) and not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+
+
+def test_a_write_that_fails_names_the_file_and_leaves_no_temporary(tmp_path: Path) -> None:
+    """A full disk while the token cache was written said "No space left on device", naming no
+    file: the failed write of any file tfcompile writes whole names it (here past a size limit)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import resource, signal, sys\nfrom pathlib import Path\n"
+        "from tfcompile.files import atomic_write_bytes\n"
+        "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (1000, 1000))\n"
+        "try:\n    atomic_write_bytes(Path(sys.argv[1]), bytes(5000))\n"
+        "except OSError as e:\n    print(e.filename, e.strerror)"
+    )
+    target = tmp_path / "tokens.npy"
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(target)], capture_output=True, text=True, check=True
+    )
+    assert out.stdout == f"{target} File too large\n" and list(tmp_path.iterdir()) == []

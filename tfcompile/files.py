@@ -131,8 +131,10 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         Path(tmp).unlink(missing_ok=True)
+        if isinstance(e, OSError) and e.filename is None:  # a full disk: named by the file asked for
+            raise OSError(e.errno, e.strerror, str(path)) from None
         raise
     fsync_dir(path.parent)
 
