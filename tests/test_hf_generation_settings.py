@@ -84,6 +84,47 @@ def test_export_hf_writes_the_stop_tokens_into_eos_token_id(stop: int, tmp_path:
     assert again.spec.task.stop_tokens == result.spec.task.stop_tokens
 
 
+@pytest.mark.parametrize("given", ["null", "other", "others"])
+def test_an_eos_token_id_that_leaves_the_tokenizers_eos_out_stops_there_alone(
+    given: str, stop: int, tmp_path: Path
+) -> None:
+    """generate() ends a text at generation_config's eos_token_id alone: null runs to the limit,
+    another id ends there and not at the tokenizer's eos; the bundle stopped at the tokenizer's eos
+    too. export-hf writes the same back."""
+    eos = {"null": None, "other": stop, "others": [stop]}[given]
+    saved(tmp_path / "hf", eos)
+    result = import_folder(tmp_path / "hf", "base", tmp_path / "specs", tmp_path / "runs")
+    assert not result.spec.task.stop_at_eos and len(result.spec.task.stop_tokens) == (eos is not None)
+    export_hf(result.run_dir, tmp_path / "out")
+    written = json.loads((tmp_path / "out" / "generation_config.json").read_text())["eos_token_id"]
+    assert written == (None if eos is None else [stop])
+    again = import_folder(tmp_path / "out", "again", tmp_path / "specs", tmp_path / "runs").spec.task
+    assert (again.stop_at_eos, again.stop_tokens) == (False, result.spec.task.stop_tokens)
+
+
+def test_an_eos_token_id_no_file_gives_keeps_the_tokenizers_eos(tmp_path: Path) -> None:
+    saved(tmp_path / "hf", 0)
+    path = tmp_path / "hf" / "generation_config.json"
+    path.write_text(
+        json.dumps({k: v for k, v in json.loads(path.read_text()).items() if k != "eos_token_id"})
+    )
+    assert import_folder(tmp_path / "hf", "base", tmp_path / "specs", tmp_path / "runs").spec.task.stop_at_eos
+
+
+@pytest.mark.slow
+def test_a_bundle_whose_eos_token_id_leaves_the_eos_out_generates_as_generate_does(
+    stop: int, tmp_path: Path
+) -> None:
+    saved(tmp_path / "hf", [stop])
+    hf = from_pretrained(tmp_path / "hf")
+    result = import_folder(tmp_path / "hf", "base", tmp_path / "specs", tmp_path / "runs")
+    assert main(["export", str(result.run_dir), "--out", str(tmp_path / "bundle")]) == 0
+    bundle = load(tmp_path / "bundle")
+    assert bundle.generation.stop_token_ids == [stop]
+    ours = bundle.generate(np.array(PROMPT), 12, temperature=0.0)
+    assert ours[0, len(PROMPT[0]) :].tolist() == greedy(hf, 12)
+
+
 def test_a_single_eos_adds_no_stop_token_an_id_past_the_logits_none_and_one_unnamed_warns(
     tmp_path: Path,
 ) -> None:
@@ -233,19 +274,17 @@ def test_a_repetition_penalty_is_the_bundles_default_and_generates_as_generate_d
     with torch.no_grad():
         theirs = from_pretrained(tmp_path / "hf").generate(prompt, attention_mask=torch.ones_like(prompt))
     assert theirs[0].tolist() != PROMPT[0] + greedy(hf, 12)
-    assert bundle.generate(np.array(PROMPT), stop=False).tolist() == theirs.tolist()  # its eos is none
+    assert bundle.generate(np.array(PROMPT)).tolist() == theirs.tolist()  # it runs past the eos too
     padded = bundle.generate(
         np.array([[0, 0, *PROMPT[0]], [3, 4, *PROMPT[0]]]),
         attention_mask=np.array([[0, 0, 1, 1, 1, 1, 1], [1] * 7]),
-        stop=False,
     )
     assert padded[0, 2:].tolist() == theirs[0].tolist()
     export_hf(result.run_dir, tmp_path / "out")
     assert json.loads((tmp_path / "out" / "generation_config.json").read_text())["repetition_penalty"] == 1.5
     with torch.no_grad():
         again = from_pretrained(tmp_path / "out").generate(prompt, attention_mask=torch.ones_like(prompt))
-    eos = theirs[0].tolist().index(0, len(PROMPT[0]))  # the written folder's eos: <|endoftext|>, 0
-    assert again[0].tolist() == theirs[0, : eos + 1].tolist()
+    assert again[0].tolist() == theirs[0].tolist()  # its eos_token_id written back: null
 
 
 BANS = {

@@ -196,6 +196,7 @@ def export_hf(run: Path, out: Path, which: str = "best", force: bool = False) ->
         if role not in tokens:
             raise HFError(f"{run}: the run's tokenizer holds no token for task.target_prefix's {role}")
         config["forced_bos_token_id"] = tokens[role]
+    stops: list[int] = []
     if isinstance(spec.task, CausalLMTask) and spec.task.stop_tokens:  # generate() stops at each
         try:
             stops = listed_token_ids(spec.task, "stop_tokens", run)
@@ -214,6 +215,8 @@ def export_hf(run: Path, out: Path, which: str = "best", force: bool = False) ->
         write_json(tmp / CONFIG, config)
         write_weights(tmp, tensors, MAX_SHARD_BYTES)
         generation = {k: v for k, v in config.items() if k.endswith("_token_id")} | choices
+        if isinstance(spec.task, CausalLMTask) and not spec.task.stop_at_eos:  # its stop tokens alone
+            generation["eos_token_id"] = stops or None
         write_json(tmp / GENERATION_CONFIG, generation | {"transformers_version": WRITTEN_BY})
         if (run / TOKENIZER_FILE).exists():
             write_tokenizer(spec, run, tmp / TOKENIZER_FILE)

@@ -135,13 +135,11 @@ def import_folder(folder: Path, name: str, specs_dir: Path, runs_dir: Path) -> I
         longest = decoding.get("max_decode_len", max(imported.model["max_seq_len"] - 1, 1))
         decoding |= decoding_bans(generation, tokens, vocabulary, imported.model.get("vocab_size"), longest)
     fields = TASK_SECTIONS[imported.task["type"]].model_fields
-    if "stop_tokens" in fields and (
-        stops := stop_tokens(generation, tokens, vocabulary, imported.model.get("vocab_size"))
-    ):
-        decoding["stop_tokens"] = stops
+    if "stop_tokens" in fields:
+        decoding |= stop_tokens(generation, tokens, vocabulary, imported.model.get("vocab_size"))
     if "temperature" in fields:
         decoding |= sampling_defaults(generation)
-        stops = [tokens["eos"]] if "eos" in tokens else []
+        stops = [tokens["eos"]] if "eos" in tokens and decoding.get("stop_at_eos", True) else []
         decoding |= generation_bans(
             generation,
             stops + decoding.get("stop_tokens", []),
@@ -525,6 +523,10 @@ class Generation:
     def where(self) -> str:
         return str(self.folder / (CONFIG if self.saved is None else GENERATION_CONFIG))
 
+    def gives(self, name: str) -> bool:
+        """Whether the file transformers 5 reads the field from holds it (null included)."""
+        return name in (self.config if self.saved is None else self.saved)
+
     def field(self, name: str, default: Any = None) -> tuple[Any, Any]:
         """The field as transformers 5 and 4 read it (``default``: the config class's)."""
         five = self.config.get(name) if self.saved is None else self.saved.get(name)
@@ -729,11 +731,13 @@ def banned(
 
 def stop_tokens(
     generation: Generation, tokens: dict[str, str], vocabulary: dict[int, str], vocab_size: Any
-) -> list[str]:
-    """The tokens beside the eos at which generate() ends a text (eos_token_id, a list of several:
-    an instruct model's end of turn), as the tokenizer spells them (``vocabulary``). An id below
-    ``vocab_size`` the tokenizer lacks, or any without a tokenizer.json to name it, is warned of
-    (an id past the model's logits it never generates: nothing to stop at)."""
+) -> dict[str, Any]:
+    """The task's stop_tokens: the tokens beside the eos at which generate() ends a text
+    (eos_token_id, a list of several: an instruct model's end of turn), as the tokenizer spells them
+    (``vocabulary``); and ``stop_at_eos: false`` where eos_token_id is given and leaves the
+    tokenizer's eos out (null: generate() ends at no token). An id below ``vocab_size`` the
+    tokenizer lacks, or any without a tokenizer.json to name it, is warned of (an id past the
+    model's logits it never generates: nothing to stop at)."""
     value, where = generation.field("eos_token_id")[0], generation.where
     ids = value if isinstance(value, list) else [value] if value is not None else []
     if not all(count(i) for i in ids):
@@ -750,7 +754,14 @@ def stop_tokens(
             HFWarning,
             stacklevel=2,
         )
-    return list(dict.fromkeys(t for t in named if t is not None and t != tokens.get("eos")))
+    stops = list(dict.fromkeys(t for t in named if t is not None and t != tokens.get("eos")))
+    at_eos = (
+        not generation.gives("eos_token_id")
+        or "eos" not in tokens
+        or not vocabulary
+        or tokens["eos"] in named
+    )
+    return ({"stop_tokens": stops} if stops else {}) | ({} if at_eos else {"stop_at_eos": False})
 
 
 def sampling_defaults(generation: Generation) -> dict[str, Any]:

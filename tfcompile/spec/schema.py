@@ -1876,6 +1876,11 @@ class CausalLMTask(TaskSection):
         "tokenizer (an instruct model's end of turn, Llama 3's <|eot_id|>: transformers' eos_token_id "
         "list); none by default",
     )
+    stop_at_eos: bool = Field(
+        True,
+        description="generated text ends at the tokenizer's eos. false: at task.stop_tokens alone (a "
+        "checkpoint whose eos_token_id is null, or leaves the tokenizer's eos out: generate() runs past it)",
+    )
     # The bundle's generation defaults, for a request that names none.
     max_new_tokens: Annotated[PositiveInt, Field(le=MAX_NEW_TOKENS)] = Field(
         DEFAULT_MAX_NEW_TOKENS, description="new tokens a request gets by default, a stop token included"

@@ -124,11 +124,11 @@ class LanguageModelling(Task):
 
     @classmethod
     def manifest(cls, spec: Spec, tokenizer: TokenizerInfo | None, run: Path | None) -> dict[str, Any]:
-        """Generation stops at the eos and the task's stop_tokens (ids of the run's tokenizer), with
-        the task's generation defaults and bans."""
-        eos = tokenizer.special_tokens.get("eos") if tokenizer is not None else None
-        stops = [eos.id] if eos is not None else []
+        """Generation stops at the eos (unless the task says not to) and the task's stop_tokens (ids
+        of the run's tokenizer), with the task's generation defaults and bans."""
         assert isinstance(spec.task, CausalLMTask)
+        eos = tokenizer.special_tokens.get("eos") if tokenizer is not None else None
+        stops = [eos.id] if eos is not None and spec.task.stop_at_eos else []
         stops += [i for i in listed_token_ids(spec.task, "stop_tokens", run) if i not in stops]
         banned = bans(spec.task, run, stops, ExportError)
         generation = GenerationInfo(
