@@ -486,6 +486,60 @@ def test_a_bundle_that_contradicts_itself_is_refused_at_load(
         load(folder)
 
 
+def _renamed(graphs: dict, old: str, new: str) -> None:
+    graphs[new] = graphs.pop(old)
+
+
+SCHEMA_AND_LOADER = {
+    "a graph of a name no runtime looks for": (
+        "char",
+        lambda m: _renamed(m["graphs"], "step", "decode"),
+        r"graphs\.decode",
+    ),
+    "a graph whose name and role disagree": (
+        "char",
+        lambda m: m["graphs"]["step"].update(role="forward"),
+        r"graphs\.step\.role is 'forward'; the step graph's is decode_step or decoder_step",
+    ),
+    "a role no format 2 graph has": ("char", lambda m: m["graphs"]["model"].update(role="logits"), r"role"),
+    "a language model without its generation": (
+        "char",
+        lambda m: m.pop("generation"),
+        r"a causal_lm bundle's manifest needs its generation",
+    ),
+    "a classifier of null labels": (
+        "classifier",
+        lambda m: m.update(labels=None),
+        r"a classification bundle's manifest needs its labels",
+    ),
+    "a classifier of no labels": ("classifier", lambda m: m.update(labels=[]), r"labels"),
+    "an image classifier without labels": (
+        "image",
+        lambda m: m.pop("labels"),
+        r"a image_classification bundle's manifest needs its labels",
+    ),
+    "a translator without its translation": (
+        "translator",
+        lambda m: m.pop("translation"),
+        r"a seq2seq bundle's manifest needs its translation",
+    ),
+}
+
+
+@pytest.mark.parametrize("damage", SCHEMA_AND_LOADER)
+def test_what_the_loader_refuses_by_field_the_published_schema_refuses(
+    damage: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """The runtime found graphs by their names, which the schema left open (a graph renamed, its
+    role unchanged, validated and did not load), as it did a built-in task's sections."""
+    kind, change, message = SCHEMA_AND_LOADER[damage]
+    folder = damaged(request.getfixturevalue(f"{kind}_bundle"), tmp_path, change)
+    with pytest.raises(BundleError, match=message):
+        load(folder)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(json.loads((folder / "manifest.json").read_text()), manifest_schema())
+
+
 def test_an_integer_too_long_for_python_to_read_is_a_bundle_error(copy: Path) -> None:
     """Python refuses to read integers of more than 4,300 digits (a ValueError, not JSON's)."""
     (copy / "manifest.json").write_bytes(b'{"format_version": ' + b"1" * 5000 + b"}")

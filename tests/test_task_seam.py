@@ -158,6 +158,16 @@ train: {steps: 80, batch_size: 32, optimizer: {lr: 3.0e-3}, eval_interval: 40, e
 """
 
 
+def test_a_task_whose_graph_name_and_role_disagree_is_refused_at_registration() -> None:
+    """A runtime finds a graph by its name in the manifest, which its role must agree with."""
+
+    class Misnamed(Tagging):
+        graphs: ClassVar[dict[str, Graph]] = {"step": Graph("forward", _export_tagger, _check_tagger)}
+
+    with pytest.raises(ValueError, match=r"Misnamed's graph 'step' has the role 'forward'"):
+        register_task(Misnamed)
+
+
 @pytest.mark.slow  # end to end: trains, exports and serves
 def test_a_task_defined_outside_tfcompile_trains_exports_and_serves(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch

@@ -59,8 +59,8 @@ class Part(BaseModel):
 class Tensor(Part):
     """A graph input or output."""
 
-    name: str
-    dtype: Literal["int64", "float32", "float16"]
+    name: str = Field(description="the name the ONNX graph gives it, which a client feeds or reads")
+    dtype: Literal["int64", "float32", "float16"] = Field(description="its element type, as numpy names it")
     shape: list[Count | str] = Field(description="sizes, or axis names for the dynamic axes")
     meaning: str = Field("", description="what the tensor holds, its axes and its convention")
 
@@ -70,19 +70,36 @@ class Cache(Part):
     ``past_sequence`` axis at 0 (zeros of shape [batch, n_kv_heads, 0, head_dim]); after each run,
     feed each ``present`` output back as the ``past`` input at the same index."""
 
-    past: list[str]
-    present: list[str]
-    axis: str = "past_sequence"
+    past: list[str] = Field(description="the cache inputs, in order (past_key_0, past_value_0, ...)")
+    present: list[str] = Field(description="the cache outputs, each fed back as the past input at its index")
+    axis: str = Field("past_sequence", description="the cache tensors' axis that grows by a step's tokens")
 
 
 # The roles of a decoder's step graphs (Graph.role says what each does).
 STEP_ROLE = "decode_step"
 FIXED_STEP_ROLE = "decode_step_fixed"
+Role = Literal["forward", "decode_step", "decode_step_fixed", "encoder", "decoder_step"]
+# A graph's name in ``graphs``, by which a runtime finds it, and the roles a graph of that name has.
+GraphName = Literal["model", "step", "fixed_step", "encoder"]
+GRAPH_ROLES: dict[str, tuple[str, ...]] = {
+    "model": ("forward",),
+    "step": (STEP_ROLE, "decoder_step"),
+    "fixed_step": (FIXED_STEP_ROLE,),
+    "encoder": ("encoder",),
+}
+# The sections of the manifest a built-in task's bundle needs beside its graphs (the runtime
+# classes of other tasks check their own).
+TASK_SECTIONS: dict[str, tuple[str, ...]] = {
+    "causal_lm": ("generation",),
+    "classification": ("labels",),
+    "seq2seq": ("translation",),
+    "image_classification": ("labels",),
+}
 
 
 class Graph(Part):
-    file: FileName
-    role: str = Field(
+    file: FileName = Field(description="the ONNX file, one of the bundle's files")
+    role: Role = Field(
         description="forward: one pass over whole sequences; decode_step: new tokens with a "
         "key/value cache (a prompt first, from an empty cache, then one token per step); encoder: "
         "a source to the decoder's cross-attention keys and values; decoder_step: target tokens "
@@ -92,14 +109,14 @@ class Graph(Part):
         "present tensors left-padded with zeros), which it returns slid by one position; a client "
         "may ignore it"
     )
-    inputs: list[Tensor]
-    outputs: list[Tensor]
-    cache: Cache | None = None
+    inputs: list[Tensor] = Field(description="what a run feeds, by name (an ONNX graph's inputs)")
+    outputs: list[Tensor] = Field(description="what a run gives, by name, in the graph's order")
+    cache: Cache | None = Field(None, description="a step graph's key/value cache; absent elsewhere")
 
 
 class SpecialToken(Part):
-    token: str
-    id: TokenId
+    token: str = Field(description="the token as the tokenizer spells it ([EOS], </s>)")
+    id: TokenId = Field(description="its id in the tokenizer's vocabulary")
 
 
 class Truncation(Part):
@@ -127,7 +144,8 @@ class Truncation(Part):
 
 class TokenizerInfo(Part):
     """The tokenizer (the `tokenizers` library's JSON format) and its special tokens by role:
-    pad, unk, bos, eos, cls, sep, mask (those the vocabulary has). Text becomes ids with the
+    pad, unk, bos, eos, cls, sep, mask (those the vocabulary has), and a translator's
+    source_language and target_language codes (mBART's en_XX). Text becomes ids with the
     library's ``encode`` (``encode(first, second)`` for a sentence pair); text that spells a
     special token ("[SEP]", "[EOS]") becomes that token, as it does there. Ids become text with the
     special tokens skipped (the tokenizers library's ``decode(ids)``); a prompt and its
@@ -138,8 +156,8 @@ class TokenizerInfo(Part):
     rows for 32,100 tokens), the columns from the tokenizer's size on are dropped before any
     softmax, argmax, sampling or beam search, in generation and translation alike."""
 
-    file: FileName
-    special_tokens: dict[str, SpecialToken]
+    file: FileName = Field(description="the tokenizer.json, one of the bundle's files")
+    special_tokens: dict[str, SpecialToken] = Field(description="the special tokens by role")
     added_by_tokenizer: list[str] = Field(
         description="roles the tokenizer's post-processor inserts by itself; the client adds none of them"
     )
@@ -405,9 +423,14 @@ class Transformation(Part):
     """One step of `tfcompile optimize`: what was done to every graph, by which tool, and how
     many operators of each kind it left (the fused or quantized ones)."""
 
-    kind: Literal["fuse", "quantize", "precision"]
+    kind: Literal["fuse", "quantize", "precision"] = Field(
+        description="fuse: operators fused into onnxruntime's (attention, layer norm, GELU); quantize: "
+        "weights stored in fewer bits (int8, int4); precision: float32 tensors cast to float16"
+    )
     tool: str = Field(description="the library and the call, with its version")
-    settings: dict[str, str | int | float | bool] = Field(default_factory=dict)
+    settings: dict[str, str | int | float | bool] = Field(
+        default_factory=dict, description="the call's settings that shaped the graphs, for a person to read"
+    )
     operators: dict[str, StrictInt] = Field(
         default_factory=dict, description="operators the step introduced, counted over every graph"
     )
@@ -417,10 +440,10 @@ class Gate(Part):
     """The accuracy gate an optimized bundle passed: the task's held-out metric, measured with
     onnxruntime on the source bundle and on this one, and the change allowed."""
 
-    metric: str
+    metric: str = Field(description="the task's held-out metric (accuracy, loss, bleu)")
     data: str = Field(description="the held-out data it was measured on")
-    source: float
-    optimized: float
+    source: float = Field(description="the metric of the source bundle")
+    optimized: float = Field(description="the metric of this bundle")
     allowed: str = Field(description="the largest change accepted, e.g. +1% or -0.5")
 
 
@@ -428,7 +451,7 @@ class Optimization(Part):
     """How this bundle was made from another by `tfcompile optimize`."""
 
     source: Sha256 = Field(description="the sha256 of the source bundle's manifest.json")
-    steps: list[Transformation]
+    steps: list[Transformation] = Field(description="what optimize did, in order")
     parity: dict[str, float] = Field(
         description="per graph, over fresh inputs at several shapes (a fixed step graph over a window "
         "its step graph filled): at each shape, the largest |difference| of its float outputs from the "
@@ -439,7 +462,7 @@ class Optimization(Part):
 
 
 class ModelInfo(Part):
-    family: str
+    family: str = Field(description="the spec's model family (decoder, encoder, encoder_decoder, vit)")
     vocab_size: Count | None = Field(
         None,
         description="the token ids the graphs read and the width of their vocabulary logits; it may "
@@ -453,17 +476,26 @@ class Manifest(Part):
         extra="forbid", frozen=True, allow_inf_nan=False, title="tfcompile bundle manifest"
     )
 
-    format_version: Literal[2]
+    format_version: Literal[2] = Field(
+        description="this format's version; a client refuses a version it was not written for"
+    )
     task: str = Field(
         description="what the graphs do, which says the sections that follow: causal_lm, "
         "classification, seq2seq or image_classification (a runtime may serve more tasks)"
     )
-    precision: Literal["fp32", "fp16"]
+    precision: Literal["fp32", "fp16"] = Field(
+        description="the graphs' floating-point inputs and outputs: float32, or float16 (a client "
+        "feeds and reads the dtype each tensor names)"
+    )
     model: ModelInfo
-    graphs: dict[str, Graph]
+    graphs: dict[GraphName, Graph] = Field(
+        description="the graphs by name, the name saying the role: model (forward), step "
+        "(decode_step in a causal_lm bundle, decoder_step in a seq2seq one), fixed_step "
+        "(decode_step_fixed) and encoder (encoder); a client may find each by either"
+    )
     padding: Padding
     tokenizer: TokenizerInfo | None = None
-    labels: list[str] | None = Field(
+    labels: Annotated[list[str], Field(min_length=1)] | None = Field(
         None,
         description="class names, by the index of the logits; the labels' probabilities are the "
         "softmax of a row's logits (computed in float64)",
@@ -471,12 +503,20 @@ class Manifest(Part):
     generation: GenerationInfo | None = None
     translation: TranslationInfo | None = None
     image: ImageInfo | None = None
-    opset: Count
-    versions: dict[str, str]
-    source: dict[str, Any] = Field(description="where the weights came from: a run, or a seed")
+    opset: Count = Field(description="the ONNX opset of the graphs (the default domain's)")
+    versions: dict[str, str] = Field(
+        description="the versions of tfcompile and of the libraries that wrote the graphs, by name"
+    )
+    source: dict[str, Any] = Field(
+        description="where the weights came from, for a person to read: a run (its folder, the "
+        "checkpoint asked for and the one read), or a seed; no client reads it"
+    )
     parity: dict[str, Any] = Field(
-        description="the export's parity report per graph, against PyTorch; an optimized bundle keeps "
-        "its export's, and its own graphs differ from those by what optimization[].parity records"
+        description="the export's parity report per graph, against PyTorch on fresh inputs: its "
+        "tolerance (relative to the outputs' scale where relative is true), passed, the largest "
+        "max_abs_diff and max_rel_diff, and each case's (batch, seq, padded) figures; an optimized "
+        "bundle keeps its export's, and its own graphs differ from those by what "
+        "optimization[].parity records"
     )
     files: dict[FileName, Sha256] = Field(description="every file of the bundle but this one, and its sha256")
     optimization: list[Optimization] | None = Field(
@@ -485,7 +525,13 @@ class Manifest(Part):
 
     @model_validator(mode="after")
     def _consistent(self) -> Manifest:
+        for section in TASK_SECTIONS.get(self.task, ()):
+            if getattr(self, section) is None:
+                raise ValueError(f"a {self.task} bundle's manifest needs its {section}")
         for name, graph in self.graphs.items():
+            if graph.role not in GRAPH_ROLES[name]:
+                roles = " or ".join(GRAPH_ROLES[name])
+                raise ValueError(f"graphs.{name}.role is {graph.role!r}; the {name} graph's is {roles}")
             if graph.file not in self.files:
                 raise ValueError(f"graphs.{name}.file {graph.file!r} is not listed in files")
             _check_sizes(f"graphs.{name}.inputs", graph)
@@ -593,6 +639,20 @@ def manifest_schema() -> dict[str, Any]:
     """The JSON Schema of format 2, as published in schemas/manifest.schema.json."""
     schema = Manifest.model_json_schema()
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["allOf"] = [  # each task's section
+        {
+            "if": {"properties": {"task": {"const": task}}},
+            "then": {
+                "required": list(sections),
+                "properties": {section: {"not": {"type": "null"}} for section in sections},
+            },
+        }
+        for task, sections in TASK_SECTIONS.items()
+    ]
+    schema["allOf"] += [  # each graph's roles by its name
+        {"properties": {"graphs": {"properties": {name: {"properties": {"role": {"enum": list(roles)}}}}}}}
+        for name, roles in GRAPH_ROLES.items()
+    ]
     _closed_keys(schema)
     return schema
 

@@ -29,7 +29,7 @@ from tfcompile.data import DataError
 from tfcompile.data.corpus import corpus_files
 from tfcompile.errors import ExportError
 from tfcompile.files import TOKENIZER_FILE
-from tfcompile.manifest import TokenizerInfo
+from tfcompile.manifest import GRAPH_ROLES, TokenizerInfo
 from tfcompile.memory import require_fits
 from tfcompile.models import Assembly
 from tfcompile.registry import Registry
@@ -178,7 +178,14 @@ TASKS: Registry[type[Task]] = Registry("task")
 
 
 def register_task(cls: type[Task]) -> type[Task]:
-    """Register a task under its section's ``type``, and its section in the spec schema."""
+    """Register a task under its section's ``type``, and its section in the spec schema; each of
+    its graphs under a name the manifest gives its role (a runtime finds graphs by name)."""
+    for name, graph in cls.graphs.items():
+        if graph.role not in GRAPH_ROLES.get(name, ()):
+            raise ValueError(
+                f"{cls.__name__}'s graph {name!r} has the role {graph.role!r}; the manifest's graph "
+                f"names and their roles are {GRAPH_ROLES}"
+            )
     register_task_section(cls.section)
     TASKS.register(cls.section.model_fields["type"].default)(cls)
     return cls
