@@ -206,7 +206,7 @@ def verify_bundle(bundle: Path, run: Path | None = None) -> dict[str, ParityRepo
             f"the bundle's {SPEC_FILE} ({spec.task.type}) in {', '.join(differ) or 'its task'}"
         )
     graphs = files.manifest.graphs
-    reports = {}
+    reports: dict[str, ParityReport] = {}
     for name, g in bundle_graphs(spec).items():
         if name not in graphs:
             raise BundleError(

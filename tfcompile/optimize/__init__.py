@@ -35,6 +35,7 @@ from tfcompile.manifest import (
     STEP_ROLE,
     Gate,
     Graph,
+    GraphName,
     Manifest,
     Optimization,
     Tensor,
@@ -213,21 +214,24 @@ def _short(digest: str | None) -> str:
 
 def _transform(
     files: BundleFiles, plan: Plan
-) -> tuple[dict[str, bytes], list[Transformation], dict[str, float]]:
+) -> tuple[dict[GraphName, bytes], list[Transformation], dict[str, float]]:
     """Every graph transformed, the steps as the manifest records them, and each graph's parity."""
     import onnxruntime
     import onnxscript
 
     manifest = files.manifest
-    graphs: dict[str, bytes] = {}
+    graphs: dict[GraphName, bytes] = {}
     parity: dict[str, float] = {}
     operators: dict[str, dict[str, int]] = {"fuse": {}, "quantize": {}}
     fusers: set[str] = set()
-    for name, graph in manifest.graphs.items():
+    # The fixed step graph's window is filled by the source's step graph, as the runtime fills it:
+    # the step graph goes first, and its source is kept for it.
+    step: bytes | None = None
+    for name, graph in sorted(manifest.graphs.items(), key=lambda item: item[1].role == FIXED_STEP_ROLE):
         source = files.read(graph.file)
         model = onnx.load_from_string(source)  # check_bundle had onnxruntime load it
-        # The fixed step graph's window is filled by the source's step graph, as the runtime fills it.
-        prefill = _graph_of(files, STEP_ROLE) if graph.role == FIXED_STEP_ROLE else None
+        step = source if graph.role == STEP_ROLE else step
+        prefill = step if graph.role == FIXED_STEP_ROLE else None
         if plan.fuse:
             fused, tool = fuse(model)
             _add(operators["fuse"], introduced(model, fused, lambda op: op.startswith(CONTRIB)))
@@ -294,10 +298,6 @@ def _transform(
             )
         )
     return graphs, steps, parity
-
-
-def _graph_of(files: BundleFiles, role: str) -> bytes:
-    return files.read(next(g.file for g in files.manifest.graphs.values() if g.role == role))
 
 
 def _add(total: dict[str, int], counts: dict[str, int]) -> None:
