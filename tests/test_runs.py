@@ -647,7 +647,7 @@ def test_a_fifo_in_place_of_the_lock_does_not_block_runs(tmp_path: Path) -> None
     """is_locked opened train.lock blocking: a FIFO there hung `tfcompile runs` and compare."""
     import threading
 
-    from tfcompile.study.runs import is_locked
+    from tfcompile.train.lock import is_locked
 
     os.mkfifo(tmp_path / LOCK_FILE)
     found: list[bool] = []

@@ -5,7 +5,6 @@ study's trial whose training stopped with an error, RUN/trial.json says which) o
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import math
 import os
@@ -19,7 +18,7 @@ from tfcompile.manifest import MANIFEST
 from tfcompile.spec import Spec
 from tfcompile.tasks.task import task_of
 from tfcompile.train.checkpoint import CheckpointError, checkpoint_folders, folder_step, resolve
-from tfcompile.train.lock import LOCK_FILE
+from tfcompile.train.lock import is_locked
 from tfcompile.train.metrics import read_metrics, test_owed
 from tfcompile.train.runs import RESUMABLE_FIELDS, SPEC_FILE, load_run_spec, model_differences
 from tfcompile.train.schedule import learning_rate
@@ -198,18 +197,3 @@ def find_runs(folder: Path) -> list[Path]:
             found.append(Path(root))
             dirs.clear()
     return sorted(found)
-
-
-def is_locked(folder: Path) -> bool:
-    """Whether a process holds the run's lock (train.lock) now."""
-    try:
-        fd = os.open(folder / LOCK_FILE, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO would block the open
-    except OSError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)
-    return False

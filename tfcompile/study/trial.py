@@ -18,9 +18,10 @@ import torch
 
 from tfcompile.files import atomic_write_text, read_small_text
 from tfcompile.spec import parse_spec
-from tfcompile.study.runs import MEMORY_KINDS, TRIAL_FILE, is_locked
+from tfcompile.study.runs import MEMORY_KINDS, TRIAL_FILE
 from tfcompile.train import Trainer, TrainingFailed
 from tfcompile.train.checkpoint import checkpoint_folders, remove_temporaries
+from tfcompile.train.lock import is_locked
 from tfcompile.train.loop import RUN_FILES
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from tfcompile.train.runs import TrainError
 
 LOCK_FILE = ".lock"
+OWNER_KEYS = ("pid", "host", "started")  # the owner's record in the lock file, a JSON object
 
 
 class RunLock:
@@ -32,7 +33,7 @@ class RunLock:
         path = run_dir / LOCK_FILE
         fd = _lock(path, advice)
         started = time.strftime("%Y-%m-%d %H:%M:%S")
-        owner = {"pid": os.getpid(), "host": socket.gethostname(), "started": started}
+        owner = dict(zip(OWNER_KEYS, (os.getpid(), socket.gethostname(), started), strict=True))
         with contextlib.suppress(OSError):  # a full disk: the lock holds without its owner's name
             os.ftruncate(fd, 0)
             os.write(fd, (json.dumps(owner) + "\n").encode())
@@ -86,9 +87,24 @@ def _ours(fd: int) -> bool:
         return True
     try:
         owner = json.loads(held)
-    except ValueError:
-        return held.startswith(b'{"pid": ')  # the start of RunLock's record
-    return isinstance(owner, dict) and set(owner) == {"pid", "host", "started"}
+    except ValueError:  # cut short: it begins as RunLock's record does ('{"pid": ')
+        return held.startswith(json.dumps({OWNER_KEYS[0]: 0})[:-2].encode())
+    return isinstance(owner, dict) and set(owner) == set(OWNER_KEYS)
+
+
+def is_locked(run_dir: Path) -> bool:
+    """Whether a process holds the run's lock now (without taking it)."""
+    try:
+        fd = os.open(run_dir / LOCK_FILE, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO would block the open
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
 
 
 def _identity(stat: os.stat_result) -> tuple[int, int]:
@@ -99,7 +115,8 @@ def _holder(fd: int) -> str:
     """'process 1234 on host h (started 2025-01-01 12:00:00)', from the lock file's contents."""
     try:
         owner = json.loads(os.read(fd, 4096))
-        return f"process {owner['pid']} on host {owner['host']} (started {owner['started']})"
+        pid, host, started = (owner[key] for key in OWNER_KEYS)
+        return f"process {pid} on host {host} (started {started})"
     except (ValueError, TypeError, KeyError):  # the owner is writing it this instant
         return "another process"
 
