@@ -118,6 +118,13 @@ def test_set_into_a_short_form_of_another_variant_names_the_variant_that_has_the
     assert issue.path == "model.positional.theta" and issue.hint == "'theta' is a field of type 'rope'"
 
 
+def test_set_of_a_lists_item_says_lists_are_set_whole() -> None:
+    """--set train.optimizer.betas.0=0.5 said only "bad override"."""
+    (issue,) = error_of(MODEL_YAML, ("train.optimizer.betas.0=0.5",)).issues
+    assert issue.message == "train.optimizer.betas is a list, which --set sets whole, not item by item"
+    assert issue.hint == "write every item, e.g. --set train.optimizer.betas=[0.5, ...] (YAML's list)"
+
+
 def test_set_under_a_field_that_is_no_section_is_still_refused() -> None:
     text = MODEL_YAML + "data: {path: corpus.txt}\n"
     (issue,) = error_of(text, ("data.path.x=1",)).issues

@@ -532,6 +532,13 @@ def _apply_override(data: dict[str, Any], marks: dict[Loc, Mark], override: str,
     def fail(message: str, hint: str | None = None) -> SpecError:
         return SpecError(source, [SpecIssue(dotted.strip(), message, hint, origin=origin)])
 
+    index = next((i for i, k in enumerate(keys) if i > 0 and k.isdigit()), None)  # a list's item
+    if sep and index is not None:
+        field = ".".join(keys[:index])
+        raise fail(
+            f"{field} is a list, which --set sets whole, not item by item",
+            f"write every item, e.g. --set {field}=[{raw.strip()}, ...] (YAML's list)",
+        )
     if not sep or not all(FIELD_NAME.fullmatch(k) for k in keys):
         raise fail(
             f"bad override {override!r}", "write it as section.field=value, e.g. --set train.steps=100"
