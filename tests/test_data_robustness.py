@@ -29,7 +29,7 @@ from tfcompile.data import DataError, corpus, encode, train_tokenizer
 from tfcompile.data.corpus import read_documents, read_text
 from tfcompile.data.images import read_image_folder
 from tfcompile.data.table import read_table
-from tfcompile.errors import InputError
+from tfcompile.errors import DataWarning, InputError
 from tfcompile.images import read_image
 from tfcompile.sequences import SPECIAL_TOKENS
 from tfcompile.spec.schema import BpeTokenizer, CharTokenizer, DataSpec, WordPieceTokenizer
@@ -360,6 +360,26 @@ def test_hidden_folders_and_files_are_not_classes_or_images(tmp_path: Path) -> N
     (root / ".ipynb_checkpoints").mkdir()
     data = read_image_folder(root, 3, 8)
     assert data.labels == ["cat", "dog"]
+
+
+def test_what_a_class_folder_holds_besides_images_is_warned_of(tmp_path: Path) -> None:
+    """A class folder's notes, its WebM clips (a suffix no reader takes) and its nested folders
+    were left out without a word; its hidden files still are."""
+    root = tmp_path / "train"
+    for name in ("cat", "dog"):
+        (root / name).mkdir(parents=True)
+        (root / name / "1.png").write_bytes(_png())
+        (root / name / ".DS_Store").write_bytes(b"finder")
+    (root / "cat" / "notes.txt").write_text("tabby")
+    (root / "dog" / "2024").mkdir()
+    with pytest.warns(DataWarning, match=r"^data\.path: 2 entries of .*train's class folders are not read"):
+        data = read_image_folder(root, 3, 8)
+    assert data.labels == ["cat", "dog"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        (root / "cat" / "notes.txt").unlink()
+        (root / "dog" / "2024").rmdir()
+        read_image_folder(root, 3, 8)
 
 
 # ----------------------------------------------------------------- tokenizing a corpus

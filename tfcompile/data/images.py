@@ -4,13 +4,14 @@ sub-folder of images per class. Images are read once, through the runtime's prep
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from tfcompile.data.corpus import DataError, require_file
-from tfcompile.errors import InputError
+from tfcompile.errors import DataWarning, InputError
 from tfcompile.images import IMAGE_SUFFIXES, fit, read_image, to_unit_range
 from tfcompile.memory import gigabytes, physical_memory, too_large
 from tfcompile.paths import FOLDER, file_type
@@ -56,7 +57,7 @@ def read_image_folder(path: Path, channels: int, image_size: int, field: str = "
             f"{field}: {path} holds images beside its class folders ({stray[0].name}, ...): move "
             f"each into the sub-folder of its class ({path}/CLASS/IMAGE)"
         )
-    files = []
+    files, unread = [], []
     for folder in _class_folders(path):
         if not _is_utf8(folder.name):
             raise DataError(
@@ -71,6 +72,18 @@ def read_image_folder(path: Path, channels: int, image_size: int, field: str = "
                 f"sub-folders are not read), or remove it"
             )
         files += [(folder.name, file) for file in members]
+        unread += [f for f in folder.iterdir() if not f.name.startswith(".") and f not in members]
+    if unread:
+        shown = ", ".join(f"{f.parent.name}/{f.name}" for f in unread[:3]) + (
+            ", ..." if len(unread) > 3 else ""
+        )
+        warnings.warn(
+            f"{field}: {len(unread)} entries of {path}'s class folders are not read ({shown}): an "
+            f"image's suffix is one of {', '.join(IMAGE_SUFFIXES)}, and a class folder's own folders "
+            f"are not looked into",
+            DataWarning,
+            stacklevel=2,
+        )
     _require_memory(len(files), channels, image_size, field)
     images, labels = [], []
     for label, file in files:
