@@ -69,28 +69,40 @@ def test_fusion_keeps_parity_and_the_greedy_tokens(char_bundle: Path, fused: Pat
     assert_follows_schema(fused)
 
 
-def test_the_gate_reads_as_many_windows_as_it_says(
-    char_bundle: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """It read whole batches of 8: asked for 5 windows, it measured 8 and recorded 5."""
-    read: list[int] = []
+@pytest.fixture
+def read(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The rows of every batch the gate evaluates, as it reads them."""
+    rows: list[int] = []
     evaluate = LanguageModelling.evaluate
 
     def counted(self: LanguageModelling, model: Any, batches: Iterator[Batch]) -> dict[str, float]:
         def seen() -> Iterator[Batch]:
             for batch in batches:
-                read.append(len(batch["input_ids"]))
+                rows.append(len(batch["input_ids"]))
                 yield batch
 
         return evaluate(self, model, seen())
 
     monkeypatch.setattr(LanguageModelling, "evaluate", counted)
+    return rows
+
+
+def test_the_gate_reads_as_many_windows_as_it_says(
+    char_bundle: Path, tmp_path: Path, read: list[int]
+) -> None:
+    """It read whole batches of 8: asked for 5 windows, it measured 8 and recorded 5."""
     done = optimize_bundle(
         char_bundle, tmp_path / "out", Plan(quantize="int8"), GateData(run_of(char_bundle), 13)
     )
     assert done.gate is not None and done.gate.data.startswith("13 windows")
     assert sum(read) == 2 * 13  # the source's and the optimized bundle's
-    read.clear()  # asked for more windows than the split has starts (10**30 ran for ever): as many
+
+
+@pytest.mark.slow  # every window of the split, twice: a minute
+def test_a_gate_asked_for_more_windows_than_the_split_has_reads_them_all(
+    char_bundle: Path, tmp_path: Path, read: list[int]
+) -> None:
+    """10**30 windows ran for ever."""
     done = optimize_bundle(
         char_bundle, tmp_path / "all", Plan(quantize="int8"), GateData(run_of(char_bundle), 10**30)
     )
