@@ -181,7 +181,9 @@ def generate(
 
     With ``context``, the model reads at most that many tokens: once the sequence is longer, each
     step re-reads its last ``context`` tokens from an empty cache (as nanoGPT samples), which costs
-    a full pass over them per token."""
+    a full pass over them per token. Every row of the batch is re-read then: a RoPE whose angles
+    follow a row's length (dynamic, longrope) reads a row still within the context as it would
+    without a cache, not as its own cache alone would."""
     batch = len(prompt)
     limits = [max_new_tokens] * batch if isinstance(max_new_tokens, int) else list(max_new_tokens)
     if isinstance(sampling, Sampling):

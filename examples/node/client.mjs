@@ -38,6 +38,7 @@ class Bundle {
     if (info) {
       this.tokenizerJson = JSON.parse(this.read(info.file).toString("utf8"));
       this.tokenizer = new Tokenizer(this.tokenizerJson, {});
+      lowercaseSigmaAsRust(this.tokenizer.normalizer);
       // The ids generation and translation may pick: the tokenizer's, added tokens included (the
       // tokenizers library's get_vocab_size()); an embedding table can hold more rows (a Hugging
       // Face T5: 32,128 logits, 32,100 tokens).
@@ -46,6 +47,61 @@ class Bundle {
       for (const added of this.tokenizerJson.added_tokens ?? []) ids.add(added.id);
       this.emitted = ids.size;
     }
+    this.refuseWhatTheRuntimeRefuses();
+  }
+
+  // A manifest the runtime refuses at load, which this client would serve otherwise than it was
+  // checked (no error, other results): refused here too, at load, in one line.
+  refuseWhatTheRuntimeRefuses() {
+    const { task, padding, generation, model, translation } = this.manifest;
+    const where = this.folder;
+    // A decoder's new tokens follow each row's last real token (left); a classifier's and a
+    // translator's rows start at position 0 (right): what the graphs were checked with.
+    const side = { causal_lm: "left", classification: "right", seq2seq: "right" }[task];
+    if (side && padding.side !== side)
+      fail(
+        `${where}: the manifest's padding.side is "${padding.side}", where a ${task} bundle's rows ` +
+          `are padded on the ${side}`,
+      );
+    if (task === "causal_lm" && generation.context_length !== model.max_seq_len)
+      fail(
+        `${where}: the manifest's generation.context_length (${generation.context_length}) is not ` +
+          `model.max_seq_len (${model.max_seq_len}), the context its graphs were checked at`,
+      );
+    if (task === "seq2seq" && this.tokenizer) {
+      if (!(translation.stop_id < this.emitted))
+        fail(
+          `${where}: translation.stop_id ${translation.stop_id} is outside the tokenizer's ` +
+            `${this.emitted} tokens: no translation could end`,
+        );
+      if (!this.manifest.tokenizer.special_tokens.unk)
+        fail(`${where}: the manifest's tokenizer names no unk token, which an empty source is read as`);
+    }
+    if (this.tokenizer) this.refuseTruncation();
+  }
+
+  // tokenizer.json's truncation must be the manifest's tokenizer.truncation, where it gives one (the
+  // runtime cuts as tokenizer.json says, this client as the manifest does), and keep at least one
+  // token of a text besides the special tokens it adds: below that (max_length 2 for [CLS] and
+  // [SEP]) the tokenizers library fails on every text it cuts, and the limit here would be negative.
+  refuseTruncation() {
+    const held = libraryTruncation(this.tokenizerJson.truncation);
+    const said = this.manifest.tokenizer.truncation;
+    const same = (x, y) =>
+      x?.max_length === y?.max_length && x?.strategy === y?.strategy && x?.direction === y?.direction;
+    const file = join(this.folder, this.manifest.tokenizer.file);
+    if (said != null && !same(held, said))
+      fail(
+        `${file} truncates as ${JSON.stringify(held)}, but the manifest's tokenizer.truncation ` +
+          `says ${JSON.stringify(said)}`,
+      );
+    const added = this.postProcess([], null).tokens.length;
+    const stride = this.tokenizerJson.truncation?.stride ?? 0;
+    if (held && stride >= held.max_length - added)
+      fail(
+        `${file}: its truncation's stride ${stride} is not below the ${held.max_length} tokens it ` +
+          `keeps less the ${added} special tokens it adds to a text`,
+      );
   }
 
   // A listed file's bytes, refused unless their sha256 is the manifest's.
@@ -91,7 +147,7 @@ class Bundle {
             ...(info ?? { strategy: "longest_first", direction: "right" }),
             max_length: Math.min(info?.max_length ?? this.context, this.context),
           }
-        : info === undefined
+        : info == null // absent or null: the runtime cuts as tokenizer.json says
           ? libraryTruncation(this.tokenizerJson.truncation)
           : info;
     if (truncation) {
@@ -120,6 +176,21 @@ class Bundle {
     return ids.length
       ? this.tokenizer.decode(ids, { skip_special_tokens: true, clean_up_tokenization_spaces: false })
       : "";
+  }
+}
+
+// The Rust `tokenizers` library, the runtime's, lowercases (BertNormalizer with lowercase, and
+// Lowercase, in a Sequence too) one character at a time: Σ is σ everywhere. This library lowercases
+// with JavaScript's toLowerCase(), whose one mapping that reads the context, Unicode's Final_Sigma,
+// makes a Σ that ends a word ς, another token. So each lowercasing normaliser gets its capital
+// sigmas as σ first (after the normalisers before it: NFKC makes Σ of 𝚺 or Ϲ).
+function lowercaseSigmaAsRust(normalizer) {
+  if (!normalizer) return;
+  for (const inner of normalizer.normalizers ?? []) lowercaseSigmaAsRust(inner);
+  const { type, lowercase } = normalizer.config;
+  if (type === "Lowercase" || (type === "BertNormalizer" && lowercase)) {
+    const normalize = normalizer.normalize.bind(normalizer);
+    normalizer.normalize = (text) => normalize(text.replaceAll("Σ", "σ"));
   }
 }
 
@@ -583,6 +654,7 @@ function readImage(path, image) {
   let png = PNG.sync.read(bytes);
   // pngjs rescales 16-bit samples to round(v / 257); the manifest takes their high byte, v >> 8
   if (png.depth === 16) png = PNG.sync.read(bytes, { skipRescale: true });
+  keepKeyColour(png);
   const d = png.depth === 16 ? Uint8Array.from(png.data, (v) => v >> 8) : png.data;
   const pixels = png.width * png.height;
   if (image.channel_order === "RGB") {
@@ -595,6 +667,20 @@ function readImage(path, image) {
   for (let i = 0; i < pixels; i++)
     data[i] = (d[4 * i] * 19595 + d[4 * i + 1] * 38470 + d[4 * i + 2] * 7471 + 0x8000) >> 16;
   return { height: png.height, width: png.width, data, uint8: true };
+}
+
+// A grey or RGB PNG with a tRNS colour key: pngjs zeroes the pixels of that colour (RGBA 0, 0, 0, 0),
+// where Pillow, as the runtime reads PNGs, keeps their colour and drops the transparency. Such a
+// PNG has no alpha channel, so alpha 0 marks exactly those pixels: they get the key colour back, at
+// the samples' bit depth (16-bit: as read, with skipRescale; 1, 2, 4: scaled to 0-255 as pngjs
+// scales every other sample).
+function keepKeyColour(png) {
+  const key = png.transColor;
+  if (!key || png.palette) return; // a palette's tRNS is per entry, and pngjs keeps its colours
+  const scale = png.depth < 8 ? (v) => Math.floor((v * 255) / (2 ** png.depth - 1) + 0.5) : (v) => v;
+  const [r, g, b] = (key.length === 1 ? [key[0], key[0], key[0]] : key).map(scale);
+  const d = png.data;
+  for (let i = 0; i < d.length; i += 4) if (d[i + 3] === 0) [d[i], d[i + 1], d[i + 2]] = [r, g, b];
 }
 
 // A .npy file of shape (H, W, channels), or (H, W) for a 1-channel model: uint8 0-255 ('|u1') or
@@ -726,36 +812,89 @@ async function classifyImages(bundle, paths) {
 
 // ------------------------------------------------------------------------ command line
 
+const USAGE = "usage: node client.mjs BUNDLE {generate,logits,classify,translate,classify-image} ...";
+
+// Each command's flags (how many values each takes) and its positional inputs: none, any number
+// ("*") or at least one ("+"), as examples/python/client.py's argparse parser takes them.
+const PROMPTS = { flags: { "--prompt": 1, "--ids": 1, "--max-new-tokens": 1 }, positional: null };
+const COMMANDS = {
+  generate: PROMPTS,
+  logits: PROMPTS,
+  classify: { flags: { "--pair": 2 }, positional: "*" },
+  translate: { flags: { "--beam": 1 }, positional: "+" },
+  "classify-image": { flags: {}, positional: "+" },
+};
+
+// A command line argparse would refuse: the usage and why, exit status 2 (argparse's).
+function usage(message) {
+  console.error(`${USAGE}\nerror: ${message}`);
+  process.exit(2);
+}
+
+// What argparse reads as a flag: a word that starts with "-", but for a negative number (which
+// --beam -1 and --ids -1 take as a value, to refuse it with a clear message).
+const isFlag = (arg) => arg.length > 1 && arg.startsWith("-") && !/^-[0-9]+$|^-[0-9]*\.[0-9]+$/.test(arg);
+
+// A flag as given (--max-new-tokens, --max, --ids=5,6) -> its full name and its inline value. As
+// argparse, a long flag may be shortened to any prefix that names one flag alone.
+function flagName(arg, flags) {
+  const [given, ...rest] = arg.split("=");
+  const inline = rest.length ? rest.join("=") : undefined;
+  if (given in flags) return [given, inline];
+  const matches = given.startsWith("--") ? Object.keys(flags).filter((f) => f.startsWith(given)) : [];
+  if (matches.length === 1) return [matches[0], inline];
+  if (matches.length > 1) usage(`ambiguous option: ${given} could match ${matches.join(", ")}`);
+  return usage(`unrecognized arguments: ${arg}`);
+}
+
+// node client.mjs BUNDLE COMMAND [flags and inputs]: an unknown or misspelled flag, a flag without
+// its values, a stray input or a missing one is a usage error, not read as a text or fed onward.
 function parseArgs(argv) {
   const [bundle, command, ...rest] = argv;
-  const args = {
-    bundle,
-    command,
-    positional: [],
-    prompt: [],
-    ids: [],
-    pair: [],
-    maxNewTokens: null,
-    beam: null,
-  };
-  for (let i = 0; i < rest.length; i++) {
-    const flag = rest[i];
-    if (flag === "--prompt") args.prompt.push(rest[++i]);
-    else if (flag === "--ids") args.ids.push(rest[++i]);
-    else if (flag === "--pair") args.pair.push([rest[++i], rest[++i]]);
-    else if (flag === "--max-new-tokens") args.maxNewTokens = whole(flag, rest[++i], 0);
-    else if (flag === "--beam") args.beam = whole(flag, rest[++i], 1);
-    else args.positional.push(flag);
+  if (!bundle || isFlag(bundle)) usage("the following arguments are required: bundle, command");
+  if (!command) usage("the following arguments are required: command");
+  const spec = COMMANDS[command];
+  if (!spec) {
+    const choices = Object.keys(COMMANDS).join(", ");
+    usage(`argument command: invalid choice: ${JSON.stringify(command)} (choose from ${choices})`);
   }
-  if (!bundle || !command)
-    fail("usage: node client.mjs BUNDLE {generate,logits,classify,translate,classify-image} ...");
+  const args = { bundle, command, positional: [], prompt: [], ids: [], pair: [] };
+  [args.maxNewTokens, args.beam] = [null, null];
+  const given = { "--prompt": [], "--ids": [], "--pair": [], "--max-new-tokens": [], "--beam": [] };
+  let flagsEnded = false; // after "--", every word is an input
+  for (let i = 0; i < rest.length; i++) {
+    const arg = rest[i];
+    if (!flagsEnded && arg === "--") flagsEnded = true;
+    else if (flagsEnded || !isFlag(arg)) {
+      if (!spec.positional) usage(`unrecognized arguments: ${arg}`);
+      args.positional.push(arg);
+    } else {
+      const [flag, inline] = flagName(arg, spec.flags);
+      const count = spec.flags[flag];
+      const values = inline === undefined ? [] : [inline];
+      if (inline !== undefined && count !== 1) usage(`argument ${flag}: expected ${count} arguments`);
+      while (values.length < count && i + 1 < rest.length && !isFlag(rest[i + 1]) && rest[i + 1] !== "--")
+        values.push(rest[++i]);
+      if (values.length < count)
+        usage(`argument ${flag}: expected ${count === 1 ? "one argument" : `${count} arguments`}`);
+      given[flag].push(count === 1 ? values[0] : values);
+    }
+  }
+  if (spec.positional === "+" && !args.positional.length)
+    usage(`the following arguments are required: ${command === "translate" ? "texts" : "images"}`);
+  [args.prompt, args.ids, args.pair] = [given["--prompt"], given["--ids"], given["--pair"]];
+  // the last of a repeated count, as argparse keeps it
+  const [count, beam] = [given["--max-new-tokens"].at(-1), given["--beam"].at(-1)];
+  if (count !== undefined) args.maxNewTokens = whole("--max-new-tokens", count, 0);
+  if (beam !== undefined) args.beam = whole("--beam", beam, 1);
   return args;
 }
 
 // A flag's whole number >= minimum, as the runtime takes them (beam >= 1, max_new_tokens >= 0).
 function whole(flag, text, minimum) {
   const number = /^\s*-?[0-9]+\s*$/.test(text ?? "") ? Number(text) : NaN;
-  if (!(number >= minimum)) fail(`${flag} must be a whole number >= ${minimum}, got ${JSON.stringify(text)}`);
+  if (!(number >= minimum))
+    usage(`argument ${flag}: must be a whole number >= ${minimum}, got ${JSON.stringify(text)}`);
   return number;
 }
 
@@ -772,7 +911,6 @@ async function main() {
   const args = parseArgs(process.argv.slice(2));
   const bundle = new Bundle(args.bundle);
   const task = TASKS[args.command];
-  if (!task) fail(`unknown command ${args.command}`);
   if (bundle.manifest.task !== task)
     fail(`${args.bundle} holds a ${bundle.manifest.task} model: ${args.command} needs a ${task} one`);
   let out;

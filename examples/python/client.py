@@ -48,6 +48,7 @@ class Bundle:
         # The ids generation and translation may pick: the tokenizer's (added tokens included); an
         # embedding table can hold more rows (a Hugging Face T5: 32,128 logits, 32,100 tokens).
         self.emitted = self.tokenizer.get_vocab_size() if self.tokenizer else None
+        refuse_what_the_runtime_refuses(self)
 
     def read(self, name: str) -> bytes:
         """A listed file's bytes, refused unless their sha256 is the manifest's."""
@@ -94,6 +95,60 @@ class Bundle:
 
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+
+# The side each task's rows are padded on: a decoder's new tokens follow each row's last real token;
+# a classifier's and a translator's rows start at position 0. What the graphs were checked with.
+PADDING_SIDES = {"causal_lm": "left", "classification": "right", "seq2seq": "right"}
+
+
+def refuse_what_the_runtime_refuses(bundle: Bundle) -> None:
+    """A manifest the runtime refuses at load, which this client would serve otherwise than it was
+    checked (no error, other results): refused here too, at load, in one line."""
+    m, where = bundle.manifest, bundle.folder
+    side = PADDING_SIDES.get(m["task"])
+    if side and m["padding"]["side"] != side:
+        raise SystemExit(
+            f"{where}: the manifest's padding.side is {m['padding']['side']!r}, where a {m['task']} "
+            f"bundle's rows are padded on the {side}"
+        )
+    if m["task"] == "causal_lm" and m["generation"]["context_length"] != m["model"]["max_seq_len"]:
+        raise SystemExit(
+            f"{where}: the manifest's generation.context_length ({m['generation']['context_length']}) "
+            f"is not model.max_seq_len ({m['model']['max_seq_len']}), the context its graphs were checked at"
+        )
+    if m["task"] == "seq2seq" and bundle.tokenizer is not None:
+        if not m["translation"]["stop_id"] < bundle.emitted:
+            raise SystemExit(
+                f"{where}: translation.stop_id {m['translation']['stop_id']} is outside the "
+                f"tokenizer's {bundle.emitted} tokens: no translation could end"
+            )
+        if "unk" not in m["tokenizer"]["special_tokens"]:
+            raise SystemExit(
+                f"{where}: the manifest's tokenizer names no unk token, which an empty source is read as"
+            )
+    if bundle.tokenizer is not None:
+        refuse_truncation(bundle)
+
+
+def refuse_truncation(bundle: Bundle) -> None:
+    """tokenizer.json's truncation must be the manifest's tokenizer.truncation, where it gives one
+    (a decoder's prompt and a translator's source are cut as tokenizer.json says, a classifier's
+    text as the manifest does), and keep at least one token of a text besides the special tokens it
+    adds: below that (max_length 2 for [CLS] and [SEP]) the tokenizers library fails on every text
+    it cuts."""
+    cut, said = bundle.tokenizer.truncation, bundle.manifest["tokenizer"].get("truncation")
+    held = {k: cut[k] for k in ("max_length", "strategy", "direction")} if cut else None
+    where = bundle.folder / bundle.manifest["tokenizer"]["file"]
+    if said is not None and held != {k: said.get(k) for k in ("max_length", "strategy", "direction")}:
+        raise SystemExit(f"{where} truncates as {held}, but the manifest's tokenizer.truncation says {said}")
+    processor = bundle.tokenizer.post_processor
+    added = processor.num_special_tokens_to_add(False) if processor else 0
+    if cut is not None and cut["stride"] >= cut["max_length"] - added:
+        raise SystemExit(
+            f"{where}: its truncation's stride {cut['stride']} is not below the {cut['max_length']} "
+            f"tokens it keeps less the {added} special tokens it adds to a text"
+        )
 
 
 def pad(rows: list[list[int]], value: int, side: str) -> np.ndarray:
