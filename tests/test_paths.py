@@ -110,6 +110,24 @@ def test_a_spec_too_broken_to_parse_is_still_a_spec(tmp_path: Path) -> None:
             "nothing (no such file or folder), but `verify` takes a bundle: "
             "`tfcompile export RUN` writes a bundle",
         ),
+        # The general advice led to a bundle where the command takes none.
+        (
+            ["import", "{path}", "--name", "x"],
+            Kind.RUN,
+            "`import` takes a Hugging Face model folder: `tfcompile export-hf {path} --out DIR` writes it",
+        ),
+        (
+            ["import", "{path}", "--name", "x"],
+            Kind.SPEC,
+            "`import` takes a Hugging Face model folder: transformers' save_pretrained writes a folder",
+        ),
+        (["plot", "{path}", "--out", "o.png"], Kind.SPEC, "then plot the run it writes (runs/NAME)"),
+        (["export-hf", "{path}", "--out", "o"], Kind.SPEC, "then `tfcompile export-hf runs/NAME`"),
+        (
+            ["serve", "{path}/spec.yaml"],
+            Kind.RUN,
+            "it is the spec of the run {path}: export it first with `tfcompile export {path}`",
+        ),
     ],
 )
 def test_a_path_of_the_wrong_kind_names_the_command_that_works(

@@ -112,6 +112,8 @@ ADVICE: dict[Kind, dict[str, str]] = {
         "(`tfcompile sweep STUDY`) and compare that",
         "sweep": "a study names it as its `base:` with the variants and seeds to train: "
         "`tfcompile sweep STUDY`; `tfcompile train {path}` trains it alone",
+        "plot": "train it with `tfcompile train {path}`, then plot the run it writes (runs/NAME)",
+        "export-hf": "train it with `tfcompile train {path}`, then `tfcompile export-hf runs/NAME`",
         "*": "train it with `tfcompile train {path}`, then `tfcompile export runs/NAME` for a bundle",
     },
     Kind.STUDY: {
@@ -125,6 +127,8 @@ ADVICE: dict[Kind, dict[str, str]] = {
         "bundle that `generate` serves",
         "sweep": "a study trains variants of a spec: give it `base: {path}/spec.yaml`; "
         "`tfcompile train --resume {path}` continues this run",
+        "import": "`tfcompile export-hf {path} --out DIR` writes it as a Hugging Face folder, which "
+        "import reads",
         "*": "export it first with `tfcompile export {path}`, then use the bundle it writes",
     },
     Kind.BUNDLE: {
@@ -171,10 +175,19 @@ def advice(command: str, path: str | Path, kind: Kind, accepted: tuple[Kind, ...
             )
     if kind is Kind.FILE and command == "compare" and path.suffix == ".csv":
         return f"rebuild the report of a results.csv with `tfcompile compare --from-csv {path}`"
+    if kind is Kind.SPEC and kind_of(path.parent) is Kind.RUN:  # runs/NAME/spec.yaml
+        return f"it is the spec of the run {path.parent}: " + advice(command, path.parent, Kind.RUN, accepted)
     table = ADVICE.get(kind)
-    if table is None:  # nothing tfcompile made: say where what the command takes comes from
+    if table is not None and command in table:
+        return table[command].format(path=path)
+    if table is None or not LEADS_TO.get(kind, set(accepted)) & set(accepted):  # it leads elsewhere
         return "; ".join(MADE_BY[k] for k in accepted)
-    return table.get(command, table["*"]).format(path=path)
+    return table["*"].format(path=path)
+
+
+# What a spec's and a run's general advice ("*") makes of them: worth giving to a command that
+# takes one of those (the others' says what to do with them, whatever the command).
+LEADS_TO = {Kind.SPEC: {Kind.RUN, Kind.BUNDLE}, Kind.RUN: {Kind.BUNDLE}}
 
 
 def expect(command: str, path: str | Path, accepted: tuple[Kind, ...], role: str = "") -> Kind:
