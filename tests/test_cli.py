@@ -481,3 +481,18 @@ def test_sigterm_removes_what_ctrl_c_removes_and_exits_143(
     assert capsys.readouterr().err.splitlines()[-1] == "tfcompile optimize: stopped by SIGTERM"
     assert list(tmp_path.iterdir()) == []  # neither the bundle nor its staging folder
     assert signal.getsignal(signal.SIGTERM) == before
+
+
+def test_a_path_the_outputs_encoding_cannot_spell_is_escaped_not_a_traceback(tmp_path: Path) -> None:
+    """PYTHONIOENCODING=ascii (or a terminal of another encoding): printing a spec's non-ASCII
+    path ended validate in a UnicodeEncodeError traceback."""
+    folder = tmp_path / "ünï"
+    folder.mkdir()
+    spec = folder / "spéc.yaml"
+    spec.write_text((ROOT / "specs" / "quickstart.yaml").read_text())
+    env = {**os.environ, "PYTHONIOENCODING": "ascii", "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(
+        [sys.executable, "-m", "tfcompile", "validate", str(spec)], capture_output=True, text=True, env=env
+    )
+    assert done.returncode == 0 and "Traceback" not in done.stderr
+    assert "sp\\xe9c.yaml: ok" in done.stdout

@@ -275,6 +275,17 @@ def test_images_too_large_for_memory_are_refused_before_loading(tmp_path: Path) 
         Trainer(spec, tmp_path / "vit", show_progress=False)
 
 
+@pytest.mark.parametrize(("term", "bar"), [("xterm-256color", True), ("dumb", False)])
+def test_a_dumb_terminal_gets_the_lines_a_log_gets(
+    monkeypatch: pytest.MonkeyPatch, term: str, bar: bool
+) -> None:
+    """On a terminal of TERM=dumb (Emacs' shell) the bar, which cannot redraw its line there, was
+    drawn once at the end, and the per-step lines were off: nothing showed while training ran."""
+    monkeypatch.setenv("FORCE_COLOR", "1")  # a terminal, as rich sees it
+    monkeypatch.setenv("TERM", term)
+    assert Progress(total=10, start=0).bar is bar
+
+
 def test_progress_lines_in_a_log_say_how_far_and_how_long_is_left(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

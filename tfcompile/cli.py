@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import io
 import math
 import os
 import select
@@ -1315,6 +1316,9 @@ def _terminate(signum: int, frame: object) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    for stream in (sys.stdout, sys.stderr):  # a path the output's encoding cannot spell (ASCII)
+        if isinstance(stream, io.TextIOWrapper):
+            stream.reconfigure(errors="backslashreplace")
     args = build_parser().parse_args(argv)
     handler: Callable[[argparse.Namespace], int] = args.handler
     # A warning meant for the user (a skipped damaged checkpoint) is one line, like an error.

@@ -31,7 +31,8 @@ class Progress:
     def __init__(self, total: int, start: int, enabled: bool = True) -> None:
         self.console = Console(stderr=True)
         self.enabled = enabled
-        self.bar = self.enabled and self.console.is_terminal
+        # A bar redraws its line: a dumb terminal (TERM=dumb) gets the lines a pipe gets instead.
+        self.bar = self.enabled and self.console.is_terminal and not self.console.is_dumb_terminal
         self.total = total
         self._first: tuple[int, float] | None = None  # the first step's number and end time
         self._estimated = False
