@@ -137,9 +137,9 @@ class Bundle {
     // The truncation, which this library leaves to its caller, as the runtime cuts each task's texts.
     // A classifier's: the manifest's tokenizer.truncation at no more than the context (without one,
     // longest-first from the right at the context). A decoder's prompt and a translator's source:
-    // the tokenizer's own (the manifest's, or tokenizer.json's where a manifest lacks the field),
-    // not the context: generation reads a prompt's last context_length tokens, and translate()
-    // cuts a source to the context.
+    // the tokenizer's own (the manifest's, or tokenizer.json's where the manifest gives none, the
+    // field missing or null), not the context: generation reads a prompt's last context_length
+    // tokens, and translate() cuts a source to the context.
     const info = this.manifest.tokenizer.truncation;
     const truncation =
       this.manifest.task === "classification"
