@@ -495,6 +495,18 @@ def test_a_folder_without_weights_names_what_it_holds(imported: dict[str, Import
 # ----------------------------------------------------------------------------- CLI
 
 
+@pytest.mark.parametrize("name", ["a/b", "", ".."])
+def test_a_name_no_run_can_have_is_a_usage_error_before_any_work(
+    imported: dict[str, Imported], name: str, capsys: pytest.CaptureFixture
+) -> None:
+    """It exited 1 after "importing ...": a flag's value exits 2, as export-triton's --name does."""
+    with pytest.raises(SystemExit) as exit_:
+        main(["import", str(imported["gpt2"].folder), "--name", name])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and "argument --name: a run name is one folder name" in err
+    assert "importing" not in err
+
+
 def test_the_command_writes_the_spec_and_the_run_and_refuses_to_overwrite(
     imported: dict[str, Imported],
     tmp_path: Path,

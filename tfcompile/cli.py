@@ -906,7 +906,7 @@ def build_parser() -> argparse.ArgumentParser:
         "and tokenizer, for summary, train (train.init_from), export and serve.",
     )
     hf_import.add_argument("folder", metavar="HF_DIR", help="a folder written by save_pretrained")
-    hf_import.add_argument("--name", required=True, help="the spec's and the run's name")
+    hf_import.add_argument("--name", required=True, type=_run_name, help="the spec's and the run's name")
     hf_import.add_argument("--specs", default="specs", help="folder of the spec (default: specs)")
     hf_import.add_argument("--runs", default="runs", help="folder of the run (default: runs)")
     hf_import.set_defaults(handler=_import)
@@ -1173,6 +1173,15 @@ def _float(text: str, expected: str) -> float:
         return float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected {expected}, found {text}") from None
+
+
+def _run_name(text: str) -> str:
+    """A run's name (import --name), refused before any work as a flag's value: exit 2."""
+    try:
+        check_run_name(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text
 
 
 def _positive_int(text: str) -> int:
