@@ -270,6 +270,27 @@ def test_the_source_and_other_folders_are_never_overwritten(
     assert digests(char_bundle) == before and (mine / "notes.txt").read_text() == "keep"
 
 
+@pytest.mark.parametrize(
+    ("command", "needle"),
+    [
+        (["export", "{run}", "--no-gate"], "set the gate of an optimized export: add --fuse or --quantize"),
+        (["export", "{run}", "--gate-examples", "5"], "set the gate of an optimized export"),
+        (
+            ["optimize", "{bundle}", "--fuse", "--no-gate", "--gate-examples", "3"],
+            "--gate-examples sets the gate that --no-gate leaves out",
+        ),
+        (["optimize", "{bundle}", "--fuse", "--gate-examples", "3"], "there is no run: give optimize --run"),
+    ],
+)
+def test_gate_flags_that_would_do_nothing_are_usage_errors(
+    char_bundle: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], command: list[str], needle: str
+) -> None:
+    """Each was taken and ignored (exit 0): the export was not optimized, or there was no gate."""
+    args = [a.format(run=run_of(char_bundle), bundle=char_bundle) for a in command]
+    assert main([*args, "--out", str(tmp_path / "out")]) == 2
+    assert needle in capsys.readouterr().err and not (tmp_path / "out").exists()
+
+
 @pytest.mark.slow  # end to end: CLI processes exporting and optimizing
 def test_the_commands_optimize_and_export_quantized(
     char_bundle: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]

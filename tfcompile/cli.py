@@ -332,6 +332,11 @@ def _export(args: argparse.Namespace) -> int:
     plan = _plan(args)
     doing = f"exporting {target} to {out}: tracing each graph, then checking it against PyTorch"
     if plan is None:
+        if args.no_gate or args.gate_examples is not None:
+            raise UsageError(
+                "--no-gate and --gate-examples set the gate of an optimized export: add --fuse or "
+                "--quantize, or leave them out"
+            )
         with working(doing):
             reports = export_bundle(
                 spec, source, out, args.opset, args.precision, args.force, args.cuda_graphs or None
@@ -388,8 +393,15 @@ def _gate_data(args: argparse.Namespace, run: Path | None, plan: Plan) -> GateDa
     """The held-out data of ``run``; a quantization without a run needs --no-gate."""
     from tfcompile.optimize import GateData
 
+    if args.no_gate and args.gate_examples is not None:
+        raise UsageError("--gate-examples sets the gate that --no-gate leaves out: give one of them")
     if args.no_gate:
         return None
+    if run is None and args.gate_examples is not None:
+        raise UsageError(
+            "--gate-examples sets the gate, which reads a run's held-out data, and there is no run: "
+            "give optimize --run RUN, or export a run"
+        )
     if run is None:
         if plan.quantize:
             raise UsageError(
