@@ -192,3 +192,19 @@ def test_runs_given_no_folder_exits_as_every_command_given_the_wrong_kind(
     ):
         assert main(["runs", str(path)]) == 1
         assert f"{path} is {kind}, but `runs` takes a folder" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["validate", ""], "the path is empty, but `validate` takes a spec"),
+        (["train", "--resume", ""], "--resume: the path is empty, but `train` takes a run folder"),
+        (["serve", "x="], "the path is empty, but `serve` takes a bundle"),
+    ],
+)
+def test_an_empty_path_is_named_as_empty(
+    capsys: pytest.CaptureFixture[str], argv: list[str], said: str
+) -> None:
+    """'' was read as the current folder: "error:  is a folder that is not a tfcompile bundle"."""
+    assert main(argv) == 1
+    assert said in capsys.readouterr().err

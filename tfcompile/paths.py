@@ -193,11 +193,13 @@ LEADS_TO = {Kind.SPEC: {Kind.RUN, Kind.BUNDLE}, Kind.RUN: {Kind.BUNDLE}}
 def expect(command: str, path: str | Path, accepted: tuple[Kind, ...], role: str = "") -> Kind:
     """``path``'s kind if ``command`` takes it; otherwise a PathKindError saying what it got, what
     the command takes, and what would work."""
+    wanted = " or ".join(TAKEN_AS.get(k, k.value) for k in accepted)
+    where = f"{role} " if role else ""
+    if not str(path):  # Path("") is the current folder: '' is a mistake, not a request for "."
+        raise PathKindError(f"{role + ': ' if role else ''}the path is empty, but `{command}` takes {wanted}")
     kind = kind_of(path)
     if kind in accepted:
         return kind
-    wanted = " or ".join(TAKEN_AS.get(k, k.value) for k in accepted)
-    where = f"{role} " if role else ""
     found = file_type(path)
     got = f"{found}, not a regular file" if kind is Kind.FILE and found != REGULAR_FILE else kind.value
     what_works = advice(command, path, kind, accepted)
