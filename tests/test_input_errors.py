@@ -203,6 +203,19 @@ def test_seeds_are_bounded_to_what_torch_and_numpy_take() -> None:
     assert parse_spec(MODEL, overrides=["train.seed=9223372036854775807"]).train.eval_seed == 2**63 - 1
 
 
+def test_steps_are_bounded_where_a_run_would_never_end() -> None:
+    """10^20 steps trained, estimating "about 2680294449483615 h 0 min"."""
+    message = _spec_error(MODEL, "train.steps=100000000000000000000")
+    assert "train.steps: must be at most 1,000,000,000, found 100,000,000,000,000,000,000" in message
+    assert parse_spec(MODEL, overrides=["train.steps=1000000000"]).train.steps == 10**9
+
+
+def test_a_duration_of_many_hours_has_its_thousands_separated() -> None:
+    from tfcompile.console import duration
+
+    assert duration(3600 * 12_345 + 60) == "about 12,345 h 1 min"
+
+
 def test_threads_are_bounded_whatever_the_machine() -> None:
     message = _spec_error(MODEL + "train:\n  threads: 100000\n")
     assert "s.yaml:8:12: error: train.threads: must be at most 1,024, found 100,000" in message

@@ -16,7 +16,7 @@ def duration(seconds: float) -> str:
     hours, rest = divmod(seconds, 3600)
     minutes, secs = divmod(rest, 60)
     if hours:
-        return f"about {hours} h {minutes} min"
+        return f"about {hours:,} h {minutes} min"
     if minutes:
         return f"about {minutes} min {secs} s"
     return f"about {secs} s"

@@ -124,6 +124,7 @@ Seed = Annotated[
 # Threads for PyTorch's CPU operators: torch crashes past some tens of thousands; the largest
 # machines have a few hundred cores. A fixed bound keeps a spec valid on every machine.
 MAX_THREADS = 1024
+MAX_STEPS = 10**9  # a run's steps: 12 days at a millisecond a step, years at a real model's pace
 Threads = Annotated[
     PositiveInt,
     at_most(
@@ -2307,8 +2308,11 @@ def check_run_name(name: str) -> str:
     return name
 
 
+LONGEST = "a billion steps take 12 days at a millisecond each: a run that would not end"
+
+
 class TrainSpec(Section):
-    steps: PositiveInt = 5000
+    steps: Annotated[PositiveInt, at_most(MAX_STEPS, LONGEST)] = 5000
     batch_size: PositiveInt = 64
     context_length: PositiveInt | None = Field(None, description="default: model.max_seq_len")
     grad_accum: PositiveInt = 1
