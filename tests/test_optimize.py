@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -268,6 +269,18 @@ def test_the_source_and_other_folders_are_never_overwritten(
     with pytest.raises(OptimizeError, match="is fused already"):
         optimize_bundle(fused, tmp_path / "again", Plan(fuse=True), None)
     assert digests(char_bundle) == before and (mine / "notes.txt").read_text() == "keep"
+
+
+def test_verify_against_another_run_than_the_recorded_one_says_so(char_bundle: Path, tmp_path: Path) -> None:
+    """verify --run OTHER said only that OTHER no longer holds the checkpoint (as if pruned), or that
+    parity failed, never that OTHER is not the run the bundle came from. A moved run checks alike."""
+    moved = shutil.copytree(run_of(char_bundle), tmp_path / "moved")
+    with pytest.warns(UserWarning, match=rf"--run {moved} is not the run .* records it was exported from"):
+        reports = verify_bundle(char_bundle, moved)
+    assert all(report.passed for report in reports.values())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        verify_bundle(char_bundle, run_of(char_bundle))
 
 
 @pytest.mark.parametrize(

@@ -23,8 +23,10 @@ import copy
 import dataclasses
 import json
 import math
+import os
 import shutil
 import tempfile
+import warnings
 from dataclasses import dataclass
 from importlib.metadata import version
 from pathlib import Path
@@ -62,7 +64,7 @@ from tfcompile.sequences import SPECIAL_ROLES
 from tfcompile.spec import Spec, dump_spec, parse_spec
 from tfcompile.spec.schema import MAX_OPSET, MIN_OPSET, OPSETS, SpecialTokens
 from tfcompile.tasks.task import build_model, task_of
-from tfcompile.train.checkpoint import FOLDER_NAME
+from tfcompile.train.checkpoint import FOLDER_NAME, RunWarning
 from tfcompile.train.runs import load_trained_checkpoint
 
 # A graph's file is its name: model.onnx, encoder.onnx, ...; "step" keeps its descriptive name.
@@ -180,6 +182,14 @@ def verify_bundle(bundle: Path, run: Path | None = None) -> dict[str, ParityRepo
     _spec_is_the_manifests(bundle, spec, files.manifest)
     check_bundle(files)  # every check the runtime makes, of every graph: what it refuses fails here
     if run is not None:
+        said = recorded.get("run")
+        if isinstance(said, str) and os.path.normpath(said) != str(run.resolve()):  # as export records it
+            warnings.warn(
+                f"--run {run} is not the run {bundle} records it was exported from ({said}): a run "
+                f"moved since checks alike, another fails",
+                RunWarning,
+                stacklevel=2,
+            )
         # The checkpoint folder exported from (a run trained on since has a newer last), else the
         # pointer recorded (bundles exported before folders were recorded).
         folder, checkpoint = recorded.get("checkpoint_folder"), recorded.get("checkpoint", "last")
