@@ -96,11 +96,11 @@ def test_memory_is_checked_for_the_rows_each_process_holds(monkeypatch: pytest.M
     state = 16 * (spec.parameter_count() or 0)
     outputs = 2 * 4096 * spec.context_length * spec.model.d_model  # d_model exceeds the 65 characters
     monkeypatch.setattr(Placement, "memory", lambda self: state + outputs)
-    with pytest.raises(TrainError, match=r"for one batch's outputs \(4096 x 256 tokens\)"):
+    with pytest.raises(TrainError, match=r"for one batch's outputs \(4,096 x 256 tokens\)"):
         Placement(torch.device("cpu"), World(), "fp32").check_fits(spec)
     Placement(torch.device("cpu"), World(0, 0, 8), "fp32").check_fits(spec)  # 512 rows each: fits
     monkeypatch.setattr(Placement, "memory", lambda self: state)
-    share = r"\(512 x 256 tokens, this process's share of the 4096 rows\)"
+    share = r"\(512 x 256 tokens, this process's share of the 4,096 rows\)"
     with pytest.raises(TrainError, match=share):
         Placement(torch.device("cpu"), World(0, 0, 8), "fp32").check_fits(spec)
 

@@ -248,7 +248,7 @@ def test_the_run_records_its_spec_with_every_default_filled_in(tmp_path: Path) -
     [
         (
             ["train.batch_size=100000000"],
-            r"for one batch's outputs \(100000000 x 64 tokens\).*lower train\.batch_size",
+            r"for one batch's outputs \(100,000,000 x 64 tokens\).*lower train\.batch_size",
         ),
         (
             ["model.d_model=65536", "model.n_layers=1024", "model.n_heads=8"],

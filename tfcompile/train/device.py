@@ -57,14 +57,14 @@ class Placement:
         if too_large(state + outputs, available):
             where = f"{self.device.type} memory ({gigabytes(available)})"
             share = (
-                f", this process's share of the {spec.train.batch_size} rows"
+                f", this process's share of the {spec.train.batch_size:,} rows"
                 if self.world.distributed
                 else ""
             )
             raise TrainingFailed(
                 f"training needs at least {gigabytes(state)} for the model's {params:,} parameters (their "
                 f"gradients and optimizer state included) and {gigabytes(outputs)} for one batch's outputs "
-                f"({rows} x {spec.context_length} tokens{share}), more than the {where}: lower "
+                f"({rows:,} x {spec.context_length:,} tokens{share}), more than the {where}: lower "
                 + (
                     "model.d_model, model.n_layers or the vocabulary"
                     if state > outputs

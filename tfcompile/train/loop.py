@@ -395,7 +395,7 @@ class Trainer:
         how += ["activation checkpointing"] if t.activation_checkpointing else []
         lines = [
             f"{self.run_dir.name}: {params:,} parameters on {self.device} ({', '.join(how)}), "
-            f"{batch} x {self.spec.context_length} = {batch * self.spec.context_length:,} tokens a step "
+            f"{batch:,} x {self.spec.context_length:,} = {batch * self.spec.context_length:,} tokens a step "
             f"at most, {t.steps:,} steps" + (f" from step {self.step:,}" if self.step else ""),
             f"checkpoints: {self.run_dir / 'checkpoints'} (every {t.checkpoint_interval:,} steps, at each "
             f"best {self.task.best_metric.replace('_', ' ')} and at the end); Ctrl-C saves and stops",
