@@ -189,9 +189,12 @@ def test_runs_given_no_folder_exits_as_every_command_given_the_wrong_kind(
     for path, kind in (
         (tmp_path / "nope", "nothing (no such file or folder)"),
         (tmp_path / "file", "a regular file"),
+        (make(tmp_path, Kind.BUNDLE), "a bundle"),  # these two said "no runs in", exit 0
+        (make(tmp_path, Kind.HF), "a Hugging Face model folder"),
+        ("", "an empty path"),  # and this listed the current folder
     ):
         assert main(["runs", str(path)]) == 1
-        assert f"{path} is {kind}, but `runs` takes a folder" in capsys.readouterr().err
+        assert f"{path or repr('')} is {kind}, but `runs` takes a folder" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(

@@ -24,7 +24,7 @@ from rich.text import Text
 from tfcompile import __version__
 from tfcompile.errors import UserError, first_line
 from tfcompile.manifest import MAX_BEAM, MAX_LENGTH_PENALTY, REPETITION_PENALTIES
-from tfcompile.paths import LINK_LOOP, check_arguments, file_type, untrained
+from tfcompile.paths import FOLDER, LINK_LOOP, Kind, check_arguments, file_type, kind_of, untrained
 from tfcompile.signals import handling
 from tfcompile.spec import Spec, SpecError, SpecIssue, dump_spec, load_spec
 from tfcompile.spec.loader import read_yaml
@@ -195,12 +195,15 @@ def _runs(args: argparse.Namespace) -> int:
     from tfcompile.study.runs import find_runs, read_run
 
     folder = Path(args.folder)
-    if not folder.is_dir():  # a path of the wrong kind: exit 1, as every command's (tfcompile.paths)
-        found = file_type(folder)
-        kind = "nothing (no such file or folder)" if found == "nothing" else found
+    # A path of the wrong kind: exit 1, as every command's (tfcompile.paths); a bundle and a Hugging
+    # Face folder are folders, of no runs.
+    if not args.folder or not folder.is_dir() or kind_of(folder) in (Kind.BUNDLE, Kind.HF):
+        found = file_type(folder) if args.folder else "an empty path"
+        kind = kind_of(folder).value if found == FOLDER else found
+        kind = "nothing (no such file or folder)" if found == "nothing" else kind
         raise UserError(
-            f"{folder} is {kind}, but `runs` takes a folder: a runs folder (train.runs_dir), a study's "
-            f"or a run"
+            f"{args.folder or repr('')} is {kind}, but `runs` takes a folder: a runs folder "
+            f"(train.runs_dir), a study's or a run"
         )
     paths = find_runs(folder)
     if not paths:
