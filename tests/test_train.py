@@ -286,6 +286,27 @@ def test_a_dumb_terminal_gets_the_lines_a_log_gets(
     assert Progress(total=10, start=0).bar is bar
 
 
+@pytest.mark.parametrize("width", [40, 60, 100])
+def test_a_narrow_terminal_cuts_the_stats_not_the_step_or_the_time_left(
+    monkeypatch: pytest.MonkeyPatch, width: int
+) -> None:
+    """At 60 columns the bar read "train ╸ … loss 3.1710 val 3.0221 tok/s 567 lr 3.72e-04 0…": the
+    step count and the time left went first."""
+    import io
+
+    from rich.console import Console
+
+    monkeypatch.setenv("FORCE_COLOR", "1")
+    monkeypatch.setenv("TERM", "xterm")
+    progress = Progress(total=1003, start=0)
+    progress.update(250, {"train_loss": 3.171, "val_loss": 3.0221, "tokens_per_s": 567.0, "lr": 3.72e-4})
+    shown = Console(width=width, file=io.StringIO(), color_system=None)
+    with shown.capture() as captured:
+        shown.print(progress._rich.make_tasks_table(progress._rich.tasks))
+    line = captured.get().rstrip("\n")
+    assert "250/1003" in line and line.endswith("-:--:--") and "loss 3." in line, line
+
+
 def test_progress_lines_in_a_log_say_how_far_and_how_long_is_left(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

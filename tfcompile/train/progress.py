@@ -17,6 +17,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 from rich.progress import Progress as RichProgress
+from rich.table import Column
 
 from tfcompile.console import duration
 
@@ -37,14 +38,20 @@ class Progress:
         self._first: tuple[int, float] | None = None  # the first step's number and end time
         self._estimated = False
         self._pace: float | None = None  # seconds a step, once estimated
+        # On a narrow terminal the stats give way (cut with an ellipsis), never the step count or the
+        # time left, which rich's table cut first.
+        steps = len(f"{total:,}/{total:,}")
         self._rich = RichProgress(
-            TextColumn("[bold]train"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("{task.fields[stats]}"),
-            TimeRemainingColumn(),
+            TextColumn("[bold]train", table_column=Column(no_wrap=True, min_width=5)),
+            BarColumn(bar_width=None, table_column=Column(ratio=1, min_width=1)),
+            MofNCompleteColumn(table_column=Column(no_wrap=True, min_width=steps)),
+            TextColumn(
+                "{task.fields[stats]}", table_column=Column(ratio=3, no_wrap=True, overflow="ellipsis")
+            ),
+            TimeRemainingColumn(table_column=Column(no_wrap=True, min_width=7)),
             console=self.console,
             disable=not self.bar,
+            expand=True,
         )
         self._task = self._rich.add_task("train", total=total, completed=start, stats="")
 
