@@ -131,9 +131,9 @@ def test_every_flag_has_help_that_states_its_default(monkeypatch: pytest.MonkeyP
     monkeypatch.setenv("TFCOMPILE_API_KEY", "sekrit-key")
     for name, command in _commands().items():
         for action in command._actions:
+            assert action.help, (name, action.option_strings or action.dest)  # translate's TEXT had none
             if not action.option_strings or action.default is argparse.SUPPRESS:  # --help
                 continue
-            assert action.help, (name, action.option_strings)
             default = action.default
             if default is not None and default is not False and default != []:
                 assert "default" in _HelpFormatter(name)._get_help_string(action), (name, action.help)

@@ -964,7 +964,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Translate texts with an exported encoder-decoder bundle: greedy or beam search.",
     )
     translate.add_argument("bundle", help="a translation bundle folder written by `tfcompile export`")
-    translate.add_argument("texts", nargs="+", metavar="TEXT")
+    translate.add_argument("texts", nargs="+", metavar="TEXT", help="sentences in the source language")
     translate.add_argument(
         "--beam", type=_int_from(1, MAX_BEAM), default=None, help=f"1 to {MAX_BEAM}; default: the task's beam"
     )
