@@ -128,6 +128,11 @@ def test_a_spec_too_broken_to_parse_is_still_a_spec(tmp_path: Path) -> None:
             Kind.RUN,
             "it is the spec of the run {path}: export it first with `tfcompile export {path}`",
         ),
+        (
+            ["plot", "{path}/spec.yaml", "--out", "o.png"],
+            Kind.RUN,
+            "it is the spec of the run {path}: give the run itself, {path}",
+        ),
     ],
 )
 def test_a_path_of_the_wrong_kind_names_the_command_that_works(

@@ -121,8 +121,9 @@ def test_set_into_a_short_form_of_another_variant_names_the_variant_that_has_the
 def test_set_of_a_lists_item_says_lists_are_set_whole() -> None:
     """--set train.optimizer.betas.0=0.5 said only "bad override"."""
     (issue,) = error_of(MODEL_YAML, ("train.optimizer.betas.0=0.5",)).issues
-    assert issue.message == "train.optimizer.betas is a list, which --set sets whole, not item by item"
-    assert issue.hint == "write every item, e.g. --set train.optimizer.betas=[0.5, ...] (YAML's list)"
+    assert issue.message == "--set names fields, not a list's items (0): a list is set whole"
+    betas = "train.optimizer.betas"
+    assert issue.hint == f"where {betas} is a list, write every item, e.g. --set {betas}=[0.5, ...]"
 
 
 def test_set_under_a_field_that_is_no_section_is_still_refused() -> None:

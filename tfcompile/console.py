@@ -25,9 +25,9 @@ def duration(seconds: float) -> str:
 @contextlib.contextmanager
 def working(message: str) -> Iterator[None]:
     """Say what a long command of unknown length is doing from its first moment: a spinner with the
-    elapsed time on a terminal (gone when it ends), one line elsewhere."""
+    elapsed time on a terminal (gone when it ends), one line elsewhere (a dumb terminal too)."""
     console = Console(stderr=True)
-    if not console.is_terminal:
+    if not console.is_terminal or console.is_dumb_terminal:  # a spinner redraws its line
         console.print(f"{message} ...", highlight=False, soft_wrap=True)
         yield
         return

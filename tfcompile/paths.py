@@ -176,6 +176,8 @@ def advice(command: str, path: str | Path, kind: Kind, accepted: tuple[Kind, ...
     if kind is Kind.FILE and command == "compare" and path.suffix == ".csv":
         return f"rebuild the report of a results.csv with `tfcompile compare --from-csv {path}`"
     if kind is Kind.SPEC and kind_of(path.parent) is Kind.RUN:  # runs/NAME/spec.yaml
+        if Kind.RUN in accepted:
+            return f"it is the spec of the run {path.parent}: give the run itself, {path.parent}"
         return f"it is the spec of the run {path.parent}: " + advice(command, path.parent, Kind.RUN, accepted)
     table = ADVICE.get(kind)
     if table is not None and command in table:

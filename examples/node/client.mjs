@@ -199,7 +199,12 @@ function lowercaseSigmaAsRust(normalizer) {
 function libraryTruncation(cut) {
   if (!cut) return null;
   const snake = (name) => name.replace(/([a-z])([A-Z])/g, "$1_$2").toLowerCase();
-  return { max_length: cut.max_length, strategy: snake(cut.strategy), direction: snake(cut.direction) };
+  // A field tokenizer.json leaves out is the Rust library's default: LongestFirst, Right, 512.
+  return {
+    max_length: cut.max_length ?? 512,
+    strategy: snake(cut.strategy ?? "LongestFirst"),
+    direction: snake(cut.direction ?? "Right"),
+  };
 }
 
 // The `tokenizers` library's truncation: a pair over the limit keeps the shorter sequence whole if

@@ -72,7 +72,8 @@ def read_image_folder(path: Path, channels: int, image_size: int, field: str = "
                 f"sub-folders are not read), or remove it"
             )
         files += [(folder.name, file) for file in members]
-        unread += [f for f in folder.iterdir() if not f.name.startswith(".") and f not in members]
+        read = set(members)
+        unread += [f for f in folder.iterdir() if not f.name.startswith(".") and f not in read]
     if unread:
         shown = ", ".join(f"{f.parent.name}/{f.name}" for f in unread[:3]) + (
             ", ..." if len(unread) > 3 else ""

@@ -536,8 +536,8 @@ def _apply_override(data: dict[str, Any], marks: dict[Loc, Mark], override: str,
     if sep and index is not None:
         field = ".".join(keys[:index])
         raise fail(
-            f"{field} is a list, which --set sets whole, not item by item",
-            f"write every item, e.g. --set {field}=[{raw.strip()}, ...] (YAML's list)",
+            f"--set names fields, not a list's items ({keys[index]}): a list is set whole",
+            f"where {field} is a list, write every item, e.g. --set {field}=[{raw.strip()}, ...]",
         )
     if not sep or not all(FIELD_NAME.fullmatch(k) for k in keys):
         raise fail(
