@@ -496,3 +496,16 @@ def test_a_path_the_outputs_encoding_cannot_spell_is_escaped_not_a_traceback(tmp
     )
     assert done.returncode == 0 and "Traceback" not in done.stderr
     assert "sp\\xe9c.yaml: ok" in done.stdout
+
+
+def test_a_dumb_terminal_is_told_what_a_long_command_is_doing(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """TERM=dumb: the spinner, which cannot redraw its line there, drew nothing at all."""
+    from tfcompile.console import working
+
+    monkeypatch.setenv("FORCE_COLOR", "1")
+    monkeypatch.setenv("TERM", "dumb")
+    with working("exporting runs/x"):
+        pass
+    assert "exporting runs/x ..." in capsys.readouterr().err
