@@ -194,8 +194,8 @@ def test_an_exported_bundle_is_not_listed_as_a_run(
     run = trainer(tiny_spec(tmp_path, "train.steps=1", "train.name=one"), tmp_path / "runs" / "one")
     run.train()
     assert find_runs(tmp_path) == [tmp_path / "runs" / "one"]
-    assert main(["runs", str(bundle)]) == 0
-    assert f"no runs in {bundle}" in capsys.readouterr().out
+    assert main(["runs", str(bundle)]) == 1  # a path of the wrong kind, as for every command
+    assert f"{bundle} is a bundle, but `runs` takes a folder" in capsys.readouterr().err
 
 
 def test_a_run_is_never_exported_into_itself(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

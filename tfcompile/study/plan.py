@@ -110,21 +110,21 @@ def plan_study(study: StudyFile) -> Plan:
     if s.match_parameters is not None:
         variants = specs.match_parameters(s.match_parameters, variants, baseline)
     if s.budget.tokens is not None:
+        _check_token_steps(study, variants, s.budget.tokens)
         variants = [replace(v, spec=_steps_for_tokens(v.spec, s.budget.tokens)) for v in variants]
-        _check_token_steps(study, variants)
     return Plan(study, folder, variants, baseline.label)
 
 
-def _check_token_steps(study: StudyFile, variants: list[Variant]) -> None:
+def _check_token_steps(study: StudyFile, variants: list[Variant], tokens: int) -> None:
     """A SpecError at budget.tokens when the budget gives a variant more than MAX_STEPS steps."""
-    over = [v for v in variants if v.spec.train.steps > MAX_STEPS]
+    over = [v for v in variants if _token_steps(v.spec, tokens) > MAX_STEPS]
     if not over:
         return
-    spec, tokens = over[0].spec, study.study.budget.tokens
+    spec = over[0].spec
     per_step = _tokens_per_step(spec)
     others = f" (and {len(over) - 1} other variant{'s' * (len(over) > 2)})" if len(over) > 1 else ""
     message = (
-        f"{tokens:,} tokens are {spec.train.steps:,} steps of {per_step:,} tokens (batch_size x "
+        f"{tokens:,} tokens are {_token_steps(spec, tokens):,} steps of {per_step:,} tokens (batch_size x "
         f"grad_accum x context_length) for variant {over[0].label!r}{others}, over the limit of "
         f"{MAX_STEPS:,} steps"
     )
@@ -190,7 +190,11 @@ def _collisions(study: StudyFile, variants: list[Variant]) -> list[SpecIssue]:
 
 
 def _steps_for_tokens(spec: Spec, tokens: int) -> Spec:
-    return spec.replace({"train": {"steps": -(-tokens // _tokens_per_step(spec))}})  # exact, rounded up
+    return spec.replace({"train": {"steps": _token_steps(spec, tokens)}})
+
+
+def _token_steps(spec: Spec, tokens: int) -> int:
+    return -(-tokens // _tokens_per_step(spec))  # exact, rounded up
 
 
 def _tokens_per_step(spec: Spec) -> int:

@@ -26,15 +26,14 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 
 from tfcompile.spec.errors import SpecError, SpecIssue
 from tfcompile.spec.loader import FIELD_NAME, Loc, Mark, read_yaml, validation_issues
-from tfcompile.spec.schema import RUN_NAME, PositiveFloat, PositiveInt, Rules, Section, Seed
+from tfcompile.spec.schema import MAX_STEPS, RUN_NAME, PositiveFloat, PositiveInt, Rules, Section, Seed
 
 Fields = dict[str, Any]  # dotted field -> value (YAML), as in --set FIELD=VALUE
 
 
 # The largest budget a study takes: far past any training run, short of step counts (1.5e18 from
 # a token budget of 1e20) that would train until the machine is gone. The steps a token or a
-# wall-time budget gives are held to MAX_STEPS as well (plan.py, sweep.py).
-MAX_STEPS = 10**9
+# wall-time budget gives are held to MAX_STEPS (a spec's train.steps limit) as well (plan.py, sweep.py).
 MAX_TOKENS = 10**18
 MAX_SECONDS = 366 * 24 * 3600  # a year
 # The most trials a study plans: every one a training run and a row of results.csv. A grid of
