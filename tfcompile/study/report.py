@@ -27,7 +27,15 @@ from tfcompile.errors import UserError
 from tfcompile.files import NotWhatWeWrote, atomic_write_bytes, atomic_write_text, read_small_text
 from tfcompile.paths import YAML_SUFFIXES, Kind, kind_of
 from tfcompile.spec.schema import RUN_NAME, is_run_name
-from tfcompile.study.runs import MEMORY_KINDS, Run, find_runs, read_run, recorded_failure, trained_otherwise
+from tfcompile.study.runs import (
+    MEMORY_KINDS,
+    Run,
+    find_runs,
+    is_number,
+    read_run,
+    recorded_failure,
+    trained_otherwise,
+)
 from tfcompile.study.sweep import STUDY_RECORD, is_steps, plan_record
 from tfcompile.train.metrics import METRICS_FILE
 from tfcompile.train.runs import model_differences
@@ -765,7 +773,7 @@ def _is_sweep(sweep: Any) -> bool:
 
 
 def _is_seconds(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value < math.inf
+    return is_number(value) and 0 <= value < math.inf
 
 
 def _is_trial(trial: Any, variants: list[str]) -> bool:
